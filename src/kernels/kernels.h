@@ -1,0 +1,97 @@
+/*
+ * The kernel table: every numeric op the models use, forward and backward, as
+ * raw pointers and sizes. Models call kernels only through a ct_kernels table,
+ * chosen once per context: `ref` (plain scalar C, the readable truth) and `cpu`
+ * (OpenMP over rows, BLAS for GEMMs). A CUDA table can be added later without
+ * touching models/.
+ *
+ * Dimension legend (used in every comment below):
+ *   B  batch size            T  sequence length        N  rows = B*T
+ *   C  channels (n_embd)     NH attention heads        HS head size = C/NH
+ *   OC output channels       V  vocabulary size        n  element count
+ * All tensors are row-major, fp32, contiguous. Weights are (OC, C) as in
+ * torch.nn.Linear. Backward kernels ADD into gradient buffers (the caller
+ * zeroes them), except where a comment says "writes".
+ */
+#ifndef CT_KERNELS_H
+#define CT_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ct_kernels {
+    const char *name; /* "ref", "cpu" */
+
+    /* out(B,T,C) = wte[inp[b,t]] + wpe[t]; inp (B,T); wte (V,C); wpe (maxT,C).
+     * pos0 offsets the position (0 in training; the cache length in decoding). */
+    void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe,
+                            int B, int T, int C, int pos0);
+    /* dwte(V,C) += scatter of dout rows; dwpe(maxT,C) += sum over b. dwpe may be NULL. */
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                             int B, int T, int C);
+
+    /* out(N,C) = (inp - mean) * rstd * weight + bias; writes mean(N), rstd(N)
+     * (either may be NULL when not training). Biased variance, as torch. */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C, float eps);
+    /* dinp(N,C), dweight(C), dbias(C) += ...; uses the saved mean and rstd. */
+    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+
+    /* out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be NULL. Writes out. */
+    void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int C, int OC);
+    /* dinp(N,C) += dout @ weight; dweight(OC,C) += dout^T @ inp; dbias(OC) += colsum(dout).
+     * Any of dinp, dweight, dbias may be NULL to skip it. */
+    void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int C, int OC);
+
+    /* Causal multi-head self-attention without a T x T matrix in memory.
+     * qkv (B,T,3C): q at [.., 0:C], k at [.., C:2C], v at [.., 2C:3C]; head h uses
+     * columns h*HS..h*HS+HS-1 of each. Scale 1/sqrt(HS).
+     * Writes out(B,T,C) and lse(B,NH,T), the log-sum-exp of each row's scaled scores. */
+    void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C,
+                              int NH);
+    /* dqkv(B,T,3C) += ...; recomputes probabilities from qkv and lse. out is the forward's. */
+    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
+                               const float *out, const float *lse, int B, int T, int C, int NH);
+    /* One query row against a cache (decoding): q(C); kcache, vcache (n, C) hold the
+     * keys and values of positions 0..n-1 (the query's own position included).
+     * Writes out(C). */
+    void (*attention_decode)(float *out, const float *q, const float *kcache,
+                             const float *vcache, int n, int C, int NH);
+
+    /* GELU, tanh form (HF "gelu_new"): writes out(n). */
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    /* dinp(n) += gelu'(inp) * dout. */
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+
+    /* out(n) = a + b. Writes out (may alias a or b). */
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    /* da(n) += dout; db(n) += dout. */
+    void (*residual_backward)(float *da, float *db, const float *dout, size_t n);
+
+    /* Softmax cross-entropy over logits(N,V) with targets(N) in [0,V).
+     * Writes losses(N) = -log softmax(logits)[target]. If dlogits is non-NULL it
+     * WRITES dlogits(N,V) = (softmax - onehot(target)) * dloss; dlogits may alias
+     * logits. Targets < 0 are ignored (loss 0, zero gradient). */
+    void (*crossentropy_forward)(float *losses, float *dlogits, const float *logits,
+                                 const int32_t *targets, int N, int V, float dloss);
+
+    /* Fused AdamW over n elements, torch.optim.AdamW semantics:
+     *   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     *   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+     * grad_scale multiplies g first (1 for none). t is the 1-based step. */
+    void (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t n,
+                         float lr, float beta1, float beta2, float eps, float weight_decay,
+                         float grad_scale, int64_t t);
+    /* Sum of squares of x(n), accumulated in double. */
+    double (*sumsq)(const float *x, size_t n);
+} ct_kernels;
+
+/* The tables. ct_kernels_cpu falls back to ref for shapes it does not handle. */
+extern const ct_kernels ct_kernels_ref;
+extern const ct_kernels ct_kernels_cpu;
+
+#endif
