@@ -156,6 +156,8 @@ CT_API size_t ct_arena_round(size_t bytes);
 typedef struct ct_rng {
     uint32_t state[624];
     int index;
+    bool has_next_normal; /* torch caches the second Box-Muller sample */
+    double next_normal;
 } ct_rng;
 CT_API void ct_rng_init(ct_rng *r, uint64_t seed);
 CT_API uint32_t ct_rng_u32(ct_rng *r);

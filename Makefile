@@ -1,0 +1,25 @@
+# Thin wrapper over CMake (the source of truth). `make` builds build/ctrain.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: all test test-fast demo asan clean
+
+all:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The whole suite: unit and kernel tests, CLI and PyTorch parity tests, then the
+# unit and kernel tests again under ASan+UBSan.
+test: all asan
+	cd $(BUILD) && ctest --output-on-failure -j 2
+	cd build-asan && ctest --output-on-failure -L unit
+
+asan:
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCT_SANITIZE=ON >/dev/null
+	cmake --build build-asan -j $(JOBS)
+
+demo: all
+	scripts/demo.sh
+
+clean:
+	rm -rf $(BUILD) build-asan

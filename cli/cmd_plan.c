@@ -1,0 +1,62 @@
+/*
+ * `ctrain plan [--config F] [key=value ...] [--json]`: the memory plan of a
+ * training run, computed from the configuration without allocating.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ctrain/train.h"
+
+int cmd_plan(int argc, char **argv) {
+    bool json = false, print_only;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = true;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: ctrain plan [--config FILE.yaml] [key=value ...] [--json]\n");
+            return 0;
+        }
+    }
+    ct_config cfg;
+    int rc = cli_load_config("plan", argc, argv, &cfg, &print_only);
+    if (rc) return rc;
+    ct_model_config mc;
+    if (cfg.model.init_from[0]) {
+        /* the shape comes from the directory's config.json: load it */
+        ct_ctx *ctx = NULL;
+        ct_model *m = NULL;
+        if (ct_ctx_init(&ctx, NULL) || ct_model_load_hf(&m, ctx, cfg.model.init_from)) {
+            ct_ctx_free(ctx);
+            return cli_fail("plan");
+        }
+        mc = *ct_model_get_config(m);
+        ct_model_free(m);
+        ct_ctx_free(ctx);
+    } else if (ct_model_config_from(&mc, &cfg)) {
+        return cli_fail("plan");
+    }
+    ct_model_plan p;
+    int B = (int)cfg.train.batch_size, T = (int)cfg.train.seq_len;
+    if (ct_model_plan_memory(&mc, B, T, true, &p)) return cli_fail("plan");
+    size_t optim = 2 * p.params;
+    size_t data = 2 * (size_t)B * T * sizeof(int32_t);
+    size_t total = p.total + optim + data;
+    if (json) {
+        printf("{\"params_bytes\": %zu, \"grads_bytes\": %zu, \"optim_bytes\": %zu, "
+               "\"acts_bytes\": %zu, \"scratch_bytes\": %zu, \"data_bytes\": %zu, "
+               "\"total_bytes\": %zu}\n",
+               p.params, p.grads, optim, p.acts, p.scratch, data, total);
+        return 0;
+    }
+    const double MiB = 1024.0 * 1024.0;
+    printf("memory plan (B=%d, T=%d, %d layers, C=%d, V=%d)\n", B, T, mc.n_layer, mc.n_embd,
+           mc.vocab_size);
+    printf("  params   %10.1f MiB\n", p.params / MiB);
+    printf("  grads    %10.1f MiB\n", p.grads / MiB);
+    printf("  optim    %10.1f MiB  (AdamW m, v)\n", optim / MiB);
+    printf("  acts     %10.1f MiB\n", p.acts / MiB);
+    printf("  scratch  %10.1f MiB  (gradient activations, logits chunk)\n", p.scratch / MiB);
+    printf("  data     %10.1f MiB\n", data / MiB);
+    printf("  total    %10.1f MiB\n", total / MiB);
+    return 0;
+}

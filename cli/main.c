@@ -1,0 +1,74 @@
+/*
+ * ctrain: the command-line program. Parses the subcommand and hands over to
+ * cmd_*.c; this is the only code that exits. Exit status 2 means the input
+ * (a file, a key, a value) was wrong and nothing was written.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "ctrain %s: train transformer language models on CPU\n"
+            "\n"
+            "usage: ctrain <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  train   [--config FILE.yaml] [key=value ...]   train or fine-tune a model\n"
+            "  sample  --model DIR [--prompt IDS] [--tokens N] [--temperature X] [--top-k K]\n"
+            "          generate token ids from a model directory (KV-cached)\n"
+            "  plan    [--config FILE.yaml] [key=value ...] [--json]   memory plan of a run\n"
+            "  synth   --out FILE [--tokens N] [--vocab V] [--seed S]   write a synthetic\n"
+            "          token shard (demo data until text preparation is used)\n"
+            "  version print the version\n"
+            "\n"
+            "`ctrain train --print-config` lists every configuration key with its default.\n",
+            ct_version());
+}
+
+int cli_fail(const char *cmd) {
+    fprintf(stderr, "ctrain %s: error: %s\n", cmd, ct_last_error());
+    if (ct_last_hint()[0]) fprintf(stderr, "  hint: %s\n", ct_last_hint());
+    return 2;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "ctrain %s: error: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n  hint: run `ctrain %s --help`\n", cmd);
+    return 2;
+}
+
+static void abort_handler(const char *msg) {
+    fprintf(stderr, "ctrain: internal error: %s\n", msg);
+}
+
+int main(int argc, char **argv) {
+    ct_set_abort_handler(abort_handler);
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
+    if (!strcmp(cmd, "synth")) return cmd_synth(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("ctrain %s\n", ct_version());
+        return 0;
+    }
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "ctrain: error: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

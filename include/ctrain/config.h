@@ -1,0 +1,94 @@
+/*
+ * Run configuration: every key `ctrain train` accepts, as one plain struct.
+ * Filled from defaults, then a YAML file, then `key=value` overrides (dotted
+ * paths). Each key is described once in a table (src/io/config.c) that drives
+ * parsing, range checks, --print-config and the saved run.dir/config.yaml.
+ */
+#ifndef CT_CONFIG_H
+#define CT_CONFIG_H
+
+#include "ctrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CT_PATH_MAX 1024
+#define CT_NAME_MAX 64
+
+typedef struct ct_config {
+    struct {
+        char init_from[CT_PATH_MAX]; /* HF directory or ctrain run dir; "" = from scratch */
+        char arch[CT_NAME_MAX];      /* gpt2 | llama */
+        char preset[CT_NAME_MAX];    /* gpt2, gpt2-medium, gpt2-tiny, ... ; "" = use sizes */
+        int64_t n_layer, n_head, n_kv_head, n_embd, n_ffn, vocab_size, n_ctx; /* 0 = preset's */
+    } model;
+    struct {
+        char train[CT_PATH_MAX]; /* shard file, glob or directory */
+        char val[CT_PATH_MAX];
+        bool shuffle;
+    } data;
+    struct {
+        int64_t batch_size, seq_len, grad_accum, steps, seed;
+        char resume[CT_PATH_MAX]; /* auto | never | PATH */
+        int64_t eval_every;       /* steps between validation passes; 0 = end only */
+        int64_t eval_batches;     /* micro-batches per validation pass */
+    } train;
+    struct {
+        double lr, beta1, beta2, eps, weight_decay, grad_clip;
+    } optim;
+    struct {
+        char name[CT_NAME_MAX]; /* constant | cosine | linear | onecycle */
+        int64_t warmup_steps;
+        double min_lr, pct_start, div_factor, final_div_factor;
+        char anneal[CT_NAME_MAX]; /* cos | linear */
+    } schedule;
+    struct {
+        char dir[CT_PATH_MAX];
+        int64_t checkpoint_every, keep_last, threads, log_every;
+        char memory_limit[CT_NAME_MAX]; /* bytes with KB/MB/GB suffix, or N% */
+    } run;
+    struct {
+        int64_t r;
+        double alpha, dropout;
+        char targets[CT_PATH_MAX];
+        char init_from[CT_PATH_MAX];
+    } lora;
+    struct {
+        int64_t zero;
+    } dist;
+    struct {
+        int64_t dump_grads_step; /* write run.dir/grads_stepK.safetensors; 0 = off */
+    } debug;
+} ct_config;
+
+/* Every key at its default value. */
+CT_API void ct_config_default(ct_config *cfg);
+
+/* Apply a YAML file (nested mappings; keys by dotted path). Errors name the
+ * file, the line and the key: CT_ERR_IO (missing file), CT_ERR_FORMAT (bad YAML),
+ * CT_ERR_ARG (unknown key, with the closest known key suggested; wrong type;
+ * out of range). */
+CT_API ct_status ct_config_load_yaml(ct_config *cfg, const char *path);
+
+/* Apply one `dotted.key=value` override (source names where it came from in
+ * errors, e.g. "command line"). */
+CT_API ct_status ct_config_set(ct_config *cfg, const char *key, const char *value,
+                               const char *source);
+/* Apply "key=value" text, splitting at the first '='. */
+CT_API ct_status ct_config_apply_override(ct_config *cfg, const char *kv);
+
+/* Cross-key checks run once everything is applied (e.g. warmup <= steps). */
+CT_API ct_status ct_config_validate(const ct_config *cfg);
+
+/* Write the configuration as YAML with every key. Returns owned text; free().
+ * NULL on out of memory. */
+CT_API char *ct_config_to_yaml(const ct_config *cfg);
+
+/* True when key names a known configuration key. */
+CT_API bool ct_config_has_key(const char *key);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

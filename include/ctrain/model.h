@@ -1,0 +1,136 @@
+/*
+ * The transformer family: one model code with switches (norm, positions, MLP,
+ * KV heads, biases, tied head). GPT-2 is the first member; LLaMA's switches
+ * are declared here and rejected by ct_model_config_validate until their
+ * kernels land.
+ *
+ * Memory: parameters, gradients live in flat buffers laid out by a parameter
+ * table built from the config; activations in one arena sized by
+ * ct_model_plan before the first step (ct_model_reserve). Nothing allocates
+ * inside forward, backward or decode.
+ */
+#ifndef CT_MODEL_H
+#define CT_MODEL_H
+
+#include "ctrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ct_arch { CT_ARCH_GPT2 = 0, CT_ARCH_LLAMA = 1, CT_ARCH_COUNT } ct_arch;
+typedef enum ct_norm { CT_NORM_LAYERNORM = 0, CT_NORM_RMSNORM = 1, CT_NORM_COUNT } ct_norm;
+typedef enum ct_posenc { CT_POS_LEARNED = 0, CT_POS_ROPE = 1, CT_POS_COUNT } ct_posenc;
+typedef enum ct_mlp { CT_MLP_GELU = 0, CT_MLP_SWIGLU = 1, CT_MLP_COUNT } ct_mlp;
+
+typedef struct ct_model_config {
+    ct_arch arch;
+    ct_norm norm;
+    ct_posenc pos;
+    ct_mlp mlp;
+    int n_layer;
+    int n_head;
+    int n_kv_head;  /* == n_head for GPT-2 */
+    int n_embd;     /* C */
+    int n_ffn;      /* MLP hidden size, 4*C for GPT-2 */
+    int vocab_size; /* V */
+    int n_ctx;      /* max sequence length */
+    bool bias;      /* linear and norm biases */
+    bool tied_head; /* lm_head shares wte */
+    float norm_eps;
+    float rope_theta;
+} ct_model_config;
+
+/* Fill cfg from a preset name: "gpt2" (124M), "gpt2-medium" (350M),
+ * "gpt2-large", "gpt2-xl", "gpt2-demo" (~7M, the demo), "gpt2-tiny" (tests).
+ * CT_ERR_ARG for an unknown name (the message lists the presets). */
+CT_API ct_status ct_model_config_preset(ct_model_config *cfg, const char *name);
+/* GPT-2 defaults for the given sizes. */
+CT_API void ct_model_config_gpt2(ct_model_config *cfg, int n_layer, int n_head, int n_embd,
+                                 int vocab_size, int n_ctx);
+CT_API ct_status ct_model_config_validate(const ct_model_config *cfg);
+
+/* One entry of the parameter table: a tensor inside the flat buffer. */
+typedef struct ct_param {
+    char name[64];    /* Hugging Face name, no "transformer." prefix */
+    int ndim;
+    int64_t shape[2]; /* our layout: Linear weights are (out, in) */
+    size_t offset;    /* elements from the start of the flat buffer */
+    size_t numel;
+    bool decay;       /* weight decay applies (rank >= 2) */
+    bool hf_conv1d;   /* stored as [in, out] by HF GPT-2 */
+} ct_param;
+
+typedef struct ct_model ct_model; /* opaque */
+
+/* Build a model with zeroed parameters. Returns owned *out; release with
+ * ct_model_free. The model borrows ctx (must outlive it). */
+CT_API ct_status ct_model_init(ct_model **out, ct_ctx *ctx, const ct_model_config *cfg);
+CT_API void ct_model_free(ct_model *m); /* NULL is fine */
+
+/* GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
+ * biases 0, norm weights 1. Deterministic in seed (torch-compatible RNG). */
+CT_API void ct_model_init_weights(ct_model *m, uint64_t seed);
+
+CT_API const ct_model_config *ct_model_get_config(const ct_model *m);
+CT_API int ct_model_num_params(const ct_model *m); /* entries in the table */
+CT_API const ct_param *ct_model_param(const ct_model *m, int i);
+CT_API const ct_param *ct_model_find_param(const ct_model *m, const char *name);
+CT_API size_t ct_model_numel(const ct_model *m); /* elements of the flat buffer */
+CT_API float *ct_model_params(ct_model *m);
+/* The gradient buffer (same layout); NULL until ct_model_reserve(..., true). */
+CT_API float *ct_model_grads(ct_model *m);
+CT_API void ct_model_zero_grads(ct_model *m);
+
+/* Bytes of each memory category for a batch shape, computed without
+ * allocating. */
+typedef struct ct_model_plan {
+    size_t params;  /* fp32 weights */
+    size_t grads;   /* fp32 gradients (0 when not training) */
+    size_t acts;    /* activations kept for backward */
+    size_t scratch; /* gradient activations, logits chunk */
+    size_t total;
+} ct_model_plan;
+CT_API ct_status ct_model_plan_memory(const ct_model_config *cfg, int B, int T, bool training,
+                                      ct_model_plan *out);
+
+/* Size the activation arena (and, when training, the gradient buffer) for
+ * batch shape (B,T). Call once; a later call with a different shape returns
+ * CT_ERR_ARG. */
+CT_API ct_status ct_model_reserve(ct_model *m, int B, int T, bool training);
+
+/* Mean cross-entropy of targets(B,T) given inputs(B,T); no gradients.
+ * Tokens must be in [0, vocab_size): CT_ERR_ARG names the first bad one. */
+CT_API ct_status ct_model_forward(ct_model *m, const int32_t *inputs, const int32_t *targets,
+                                  int B, int T, float *mean_loss);
+/* Forward and backward: ADDS the gradient of (grad_weight * mean loss) to the
+ * gradient buffer (call ct_model_zero_grads before the first micro-batch). */
+CT_API ct_status ct_model_forward_backward(ct_model *m, const int32_t *inputs,
+                                           const int32_t *targets, int B, int T,
+                                           float grad_weight, float *mean_loss);
+/* Logits(B,T,V) of a full forward (for tests and evaluation tools). */
+CT_API ct_status ct_model_logits(ct_model *m, const int32_t *inputs, int B, int T,
+                                 float *logits);
+
+/* Incremental decoding with a KV cache of up to max_len positions (<= n_ctx).
+ * decode_reset empties the cache; decode_step appends one token at the next
+ * position and writes that position's logits(V). */
+CT_API ct_status ct_model_decode_reserve(ct_model *m, int max_len);
+CT_API void ct_model_decode_reset(ct_model *m);
+CT_API ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits);
+
+/* Hugging Face directories (config.json + model.safetensors).
+ * load: builds the model from config.json and fills its weights; every tensor is
+ * checked against the config (missing tensors, wrong shapes, dtypes, lying
+ * offsets: CT_ERR_FORMAT naming the file and tensor). F32/F16/BF16 accepted.
+ * save: writes the weights (or, with grads=true, the gradients) as F32 in HF
+ * layout, atomically; `file` names the safetensors file in dir
+ * ("model.safetensors"); config.json is written when write_config. */
+CT_API ct_status ct_model_load_hf(ct_model **out, ct_ctx *ctx, const char *dir);
+CT_API ct_status ct_model_save_hf(ct_model *m, const char *dir, const char *file, bool grads,
+                                  bool write_config);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

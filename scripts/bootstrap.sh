@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what ctrain's build and tests need on Debian 12, and says what it
+# installs. Safe to run again: packages already present are skipped.
+# Runs apt-get as root (directly, or through sudo when available).
+set -euo pipefail
+
+build_pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libyaml-dev libcjson-dev)
+# Test-time references only: PyTorch for parity, node for reference data.
+test_pkgs=(python3 python3-torch python3-numpy)
+
+missing=()
+for p in "${build_pkgs[@]}" "${test_pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "bootstrap: all packages present (${build_pkgs[*]} ${test_pkgs[*]})"
+  exit 0
+fi
+
+echo "bootstrap: installing: ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+  else
+    echo "bootstrap: error: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 2
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "bootstrap: done"

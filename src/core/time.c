@@ -1,0 +1,10 @@
+/* Monotonic wall clock. */
+#include "ctrain/core.h"
+
+#include <time.h>
+
+double ct_time_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

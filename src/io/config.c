@@ -1,0 +1,522 @@
+/*
+ * Configuration keys, one table: path, type, where it lives in ct_config, range
+ * and allowed words. The YAML reader (libyaml events), the key=value override
+ * path, --print-config and the saved config.yaml all walk this table, so a key
+ * is added in exactly one place. Leaves out: YAML anchors, sequences and
+ * multi-document files (rejected with a clear error).
+ */
+#include "ctrain/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <yaml.h>
+
+typedef enum key_type {
+    KEY_INT = 0,
+    KEY_FLOAT = 1,
+    KEY_BOOL = 2,
+    KEY_STRING = 3,
+    KEY_ENUM = 4, /* a string from a fixed list */
+} key_type;
+
+typedef struct key_def {
+    const char *path;
+    key_type type;
+    size_t offset;
+    size_t size;         /* for strings: buffer size */
+    double min, max;     /* numeric range, inclusive */
+    const char *words;   /* KEY_ENUM: "a|b|c" */
+    const char *help;
+} key_def;
+
+#define OFF(field) offsetof(ct_config, field)
+#define SZ(field) sizeof(((ct_config *)0)->field)
+#define I(p, f, lo, hi, h) {p, KEY_INT, OFF(f), SZ(f), lo, hi, NULL, h}
+#define F(p, f, lo, hi, h) {p, KEY_FLOAT, OFF(f), SZ(f), lo, hi, NULL, h}
+#define B(p, f, h) {p, KEY_BOOL, OFF(f), SZ(f), 0, 1, NULL, h}
+#define S(p, f, h) {p, KEY_STRING, OFF(f), SZ(f), 0, 0, NULL, h}
+#define E(p, f, w, h) {p, KEY_ENUM, OFF(f), SZ(f), 0, 0, w, h}
+#define BIG 9.0e15
+
+static const key_def keys[] = {
+    S("model.init_from", model.init_from, "HF model directory or ctrain run directory"),
+    E("model.arch", model.arch, "gpt2|llama", "architecture when building from scratch"),
+    S("model.preset", model.preset, "size preset (gpt2, gpt2-medium, gpt2-small-test, ...)"),
+    I("model.n_layer", model.n_layer, 0, 4096, "layers (0: from preset)"),
+    I("model.n_head", model.n_head, 0, 4096, "attention heads (0: from preset)"),
+    I("model.n_kv_head", model.n_kv_head, 0, 4096, "key/value heads (0: = n_head)"),
+    I("model.n_embd", model.n_embd, 0, 1 << 20, "channels (0: from preset)"),
+    I("model.n_ffn", model.n_ffn, 0, 1 << 22, "MLP hidden size (0: 4*n_embd)"),
+    I("model.vocab_size", model.vocab_size, 0, 1 << 24, "vocabulary size (0: from preset)"),
+    I("model.n_ctx", model.n_ctx, 0, 1 << 20, "context length (0: from preset)"),
+    S("data.train", data.train, "training shards: file, glob or directory"),
+    S("data.val", data.val, "validation shards: file, glob or directory"),
+    B("data.shuffle", data.shuffle, "shuffle windows (false: sequential llm.c order)"),
+    I("train.batch_size", train.batch_size, 1, 1 << 20, "micro-batch size B"),
+    I("train.seq_len", train.seq_len, 1, 1 << 20, "sequence length T"),
+    I("train.grad_accum", train.grad_accum, 1, 1 << 20, "micro-batches per optimizer step"),
+    I("train.steps", train.steps, 0, BIG, "optimizer steps"),
+    I("train.seed", train.seed, 0, BIG, "seed for initialisation and shuffling"),
+    S("train.resume", train.resume, "auto | never | PATH"),
+    I("train.eval_every", train.eval_every, 0, BIG, "steps between validations (0: at end)"),
+    I("train.eval_batches", train.eval_batches, 1, BIG, "micro-batches per validation"),
+    F("optim.lr", optim.lr, 0, 10, "peak learning rate"),
+    F("optim.beta1", optim.beta1, 0, 0.999999, "AdamW beta1"),
+    F("optim.beta2", optim.beta2, 0, 0.999999999, "AdamW beta2"),
+    F("optim.eps", optim.eps, 0, 1, "AdamW epsilon"),
+    F("optim.weight_decay", optim.weight_decay, 0, 10, "decoupled weight decay (matrices)"),
+    F("optim.grad_clip", optim.grad_clip, 0, 1e9, "max global grad norm (0: off)"),
+    E("schedule.name", schedule.name, "constant|cosine|linear|onecycle", "LR schedule"),
+    I("schedule.warmup_steps", schedule.warmup_steps, 0, BIG, "linear warmup steps"),
+    F("schedule.min_lr", schedule.min_lr, 0, 10, "floor of cosine/linear decay"),
+    F("schedule.pct_start", schedule.pct_start, 0, 1, "onecycle: share of steps rising"),
+    F("schedule.div_factor", schedule.div_factor, 1e-12, 1e12, "onecycle: initial = lr/div"),
+    F("schedule.final_div_factor", schedule.final_div_factor, 1e-12, 1e12,
+      "onecycle: final = initial/final_div"),
+    E("schedule.anneal", schedule.anneal, "cos|linear", "onecycle annealing"),
+    S("run.dir", run.dir, "output directory"),
+    I("run.checkpoint_every", run.checkpoint_every, 0, BIG, "steps between checkpoints"),
+    I("run.keep_last", run.keep_last, 0, 1 << 20, "checkpoints to keep"),
+    I("run.threads", run.threads, 0, 4096, "threads (0: all cores)"),
+    I("run.log_every", run.log_every, 1, BIG, "steps between progress lines"),
+    S("run.memory_limit", run.memory_limit, "bytes (KB/MB/GB) or N% of RAM"),
+    I("lora.r", lora.r, 0, 1 << 16, "LoRA rank (0: off)"),
+    F("lora.alpha", lora.alpha, 0, 1e9, "LoRA alpha"),
+    F("lora.dropout", lora.dropout, 0, 1, "LoRA dropout"),
+    S("lora.targets", lora.targets, "modules to adapt, comma-separated"),
+    S("lora.init_from", lora.init_from, "PEFT adapter directory"),
+    I("dist.zero", dist.zero, 0, 1, "ZeRO-1 optimizer sharding under mpirun"),
+    I("debug.dump_grads_step", debug.dump_grads_step, 0, BIG,
+      "write run.dir/grads_stepK.safetensors at step K (0: off)"),
+};
+#define N_KEYS (sizeof keys / sizeof keys[0])
+
+void ct_config_default(ct_config *c) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->model.arch, sizeof c->model.arch, "gpt2");
+    c->data.shuffle = false;
+    c->train.batch_size = 4;
+    c->train.seq_len = 64;
+    c->train.grad_accum = 1;
+    c->train.steps = 100;
+    c->train.seed = 1337;
+    snprintf(c->train.resume, sizeof c->train.resume, "never");
+    c->train.eval_every = 0;
+    c->train.eval_batches = 8;
+    c->optim.lr = 3e-4;
+    c->optim.beta1 = 0.9;
+    c->optim.beta2 = 0.999;
+    c->optim.eps = 1e-8;
+    c->optim.weight_decay = 0.0;
+    c->optim.grad_clip = 1.0;
+    snprintf(c->schedule.name, sizeof c->schedule.name, "constant");
+    c->schedule.pct_start = 0.3;
+    c->schedule.div_factor = 25.0;
+    c->schedule.final_div_factor = 1e4;
+    snprintf(c->schedule.anneal, sizeof c->schedule.anneal, "cos");
+    snprintf(c->run.dir, sizeof c->run.dir, "runs/latest");
+    c->run.keep_last = 3;
+    c->run.log_every = 1;
+    snprintf(c->run.memory_limit, sizeof c->run.memory_limit, "85%%");
+    c->lora.alpha = 16;
+}
+
+static const key_def *find_key(const char *path) {
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strcmp(keys[i].path, path) == 0) return &keys[i];
+    return NULL;
+}
+
+bool ct_config_has_key(const char *key) { return find_key(key) != NULL; }
+
+/* Levenshtein distance, for "did you mean". */
+static size_t edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 127 || lb > 127) return 1000;
+    size_t prev[128], cur[128];
+    for (size_t j = 0; j <= lb; j++) prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, (lb + 1) * sizeof(size_t));
+    }
+    return prev[lb];
+}
+
+static const char *closest_key(const char *path) {
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (size_t i = 0; i < N_KEYS; i++) {
+        size_t d = edit_distance(path, keys[i].path);
+        /* also compare the last segment alone: "lr" -> "optim.lr" */
+        const char *dot = strrchr(keys[i].path, '.');
+        const char *pdot = strrchr(path, '.');
+        if (dot) {
+            size_t d2 = edit_distance(pdot ? pdot + 1 : path, dot + 1) + (pdot ? 1 : 0);
+            if (d2 < d) d = d2;
+        }
+        if (d < best_d) {
+            best_d = d;
+            best = keys[i].path;
+        }
+    }
+    return best_d <= 4 ? best : NULL;
+}
+
+static ct_status unknown_key(const char *path, const char *where) {
+    const char *near = closest_key(path);
+    ct_status st = CT_ERR(CT_ERR_ARG, "%s: unknown config key '%s'", where, path);
+    if (near)
+        ct_error_hint("did you mean '%s'? `ctrain train --print-config` lists every key", near);
+    else
+        ct_error_hint("`ctrain train --print-config` lists every key");
+    return st;
+}
+
+static bool parse_bool(const char *v, bool *out) {
+    static const char *yes[] = {"true", "True", "TRUE", "yes", "on", "1"};
+    static const char *no[] = {"false", "False", "FALSE", "no", "off", "0"};
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+        if (strcmp(v, yes[i]) == 0) return (*out = true), true;
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+        if (strcmp(v, no[i]) == 0) return (*out = false), true;
+    return false;
+}
+
+static bool word_in(const char *words, const char *v) {
+    size_t n = strlen(v);
+    const char *p = words;
+    while (*p) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0) return true;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return false;
+}
+
+static ct_status set_value(ct_config *cfg, const key_def *k, const char *v, const char *where) {
+    char *base = (char *)cfg + k->offset;
+    switch (k->type) {
+    case KEY_INT: {
+        errno = 0;
+        char *end = NULL;
+        double d = strtod(v, &end); /* accepts 1e6 too; must be integral */
+        while (end && isspace((unsigned char)*end)) end++;
+        if (!*v || errno || !end || *end || d != floor(d))
+            return CT_ERR(CT_ERR_ARG, "%s: %s = '%s': expected an integer", where, k->path, v);
+        if (d < k->min || d > k->max)
+            return CT_ERR(CT_ERR_ARG, "%s: %s = %s is out of range: expected %.0f..%.0f", where,
+                          k->path, v, k->min, k->max);
+        int64_t iv = (int64_t)d;
+        memcpy(base, &iv, sizeof iv);
+        return CT_OK;
+    }
+    case KEY_FLOAT: {
+        errno = 0;
+        char *end = NULL;
+        double d = strtod(v, &end);
+        while (end && isspace((unsigned char)*end)) end++;
+        if (!*v || errno || !end || *end || !isfinite(d))
+            return CT_ERR(CT_ERR_ARG, "%s: %s = '%s': expected a number", where, k->path, v);
+        if (d < k->min || d > k->max)
+            return CT_ERR(CT_ERR_ARG, "%s: %s = %s is out of range: expected %g..%g", where,
+                          k->path, v, k->min, k->max);
+        memcpy(base, &d, sizeof d);
+        return CT_OK;
+    }
+    case KEY_BOOL: {
+        bool b;
+        if (!parse_bool(v, &b))
+            return CT_ERR(CT_ERR_ARG, "%s: %s = '%s': expected true or false", where, k->path, v);
+        memcpy(base, &b, sizeof b);
+        return CT_OK;
+    }
+    case KEY_ENUM:
+        if (!word_in(k->words, v))
+            return CT_ERR(CT_ERR_ARG, "%s: %s = '%s': expected one of %s", where, k->path, v,
+                          k->words);
+        /* fall through */
+    case KEY_STRING:
+        if (strlen(v) >= k->size)
+            return CT_ERR(CT_ERR_ARG, "%s: %s is too long (%zu characters, at most %zu)", where,
+                          k->path, strlen(v), k->size - 1);
+        memcpy(base, v, strlen(v) + 1);
+        return CT_OK;
+    }
+    return CT_ERR(CT_ERR_ARG, "%s: %s: internal key type error", where, k->path);
+}
+
+ct_status ct_config_set(ct_config *cfg, const char *key, const char *value, const char *source) {
+    const key_def *k = find_key(key);
+    if (!k) return unknown_key(key, source);
+    return set_value(cfg, k, value, source);
+}
+
+ct_status ct_config_apply_override(ct_config *cfg, const char *kv) {
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv)
+        return CT_ERR(CT_ERR_ARG, "command line: '%s': expected key=value", kv);
+    char key[256];
+    size_t n = (size_t)(eq - kv);
+    if (n >= sizeof key) return CT_ERR(CT_ERR_ARG, "command line: key too long in '%s'", kv);
+    memcpy(key, kv, n);
+    key[n] = '\0';
+    return ct_config_set(cfg, key, eq + 1, "command line");
+}
+
+/* ------------------------------------------------------------------ YAML */
+
+#define YAML_DEPTH 8
+
+ct_status ct_config_load_yaml(ct_config *cfg, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ct_status st = CT_ERR(CT_ERR_IO, "%s: cannot open config file: %s", path, strerror(errno));
+        ct_error_hint("check the --config path");
+        return st;
+    }
+    yaml_parser_t parser;
+    yaml_event_t ev;
+    ct_status st = CT_OK;
+    if (!yaml_parser_initialize(&parser)) {
+        fclose(f);
+        return CT_ERR(CT_ERR_OOM, "%s: cannot initialise the YAML parser", path);
+    }
+    yaml_parser_set_input_file(&parser, f);
+
+    /* Stack of mapping keys; `expect_key[d]` says whether the next scalar at
+     * depth d is a key or a value. */
+    char stack[YAML_DEPTH][CT_NAME_MAX];
+    bool expect_key[YAML_DEPTH + 1];
+    int depth = 0; /* number of open mappings */
+    int docs = 0;
+    bool done = false;
+    expect_key[0] = true;
+    while (!done) {
+        if (!yaml_parser_parse(&parser, &ev)) {
+            st = CT_ERR(CT_ERR_FORMAT, "%s:%zu: invalid YAML: %s", path,
+                        parser.problem_mark.line + 1,
+                        parser.problem ? parser.problem : "parse error");
+            break;
+        }
+        size_t line = ev.start_mark.line + 1;
+        char where[CT_PATH_MAX + 32];
+        snprintf(where, sizeof where, "%s:%zu", path, line);
+        switch (ev.type) {
+        case YAML_STREAM_END_EVENT: done = true; break;
+        case YAML_DOCUMENT_START_EVENT:
+            if (++docs > 1) st = CT_ERR(CT_ERR_FORMAT, "%s: only one YAML document allowed", where);
+            break;
+        case YAML_MAPPING_START_EVENT:
+            if (depth > 0 && expect_key[depth]) {
+                st = CT_ERR(CT_ERR_FORMAT, "%s: a mapping cannot be a key", where);
+                break;
+            }
+            if (depth >= YAML_DEPTH) {
+                st = CT_ERR(CT_ERR_FORMAT, "%s: nesting deeper than %d levels", where, YAML_DEPTH);
+                break;
+            }
+            depth++;
+            expect_key[depth] = true;
+            break;
+        case YAML_MAPPING_END_EVENT:
+            depth--;
+            if (depth > 0) expect_key[depth] = true;
+            break;
+        case YAML_SEQUENCE_START_EVENT: {
+            char full[512] = "";
+            for (int d = 1; d < depth; d++) {
+                strcat(full, stack[d]);
+                strcat(full, ".");
+            }
+            if (depth > 0) strcat(full, stack[depth]);
+            st = CT_ERR(CT_ERR_ARG, "%s: %s: lists are not supported; use a comma-separated string",
+                        where, full);
+            break;
+        }
+        case YAML_ALIAS_EVENT:
+            st = CT_ERR(CT_ERR_FORMAT, "%s: YAML aliases are not supported", where);
+            break;
+        case YAML_SCALAR_EVENT: {
+            const char *text = (const char *)ev.data.scalar.value;
+            if (depth == 0) {
+                if (ev.data.scalar.length > 0)
+                    st = CT_ERR(CT_ERR_FORMAT, "%s: expected a mapping of keys, found '%s'",
+                                where, text);
+                break;
+            }
+            if (expect_key[depth]) {
+                if (strlen(text) >= CT_NAME_MAX || strchr(text, '.') == text) {
+                    st = CT_ERR(CT_ERR_ARG, "%s: bad key '%s'", where, text);
+                    break;
+                }
+                strcpy(stack[depth], text);
+                expect_key[depth] = false;
+            } else {
+                char full[512] = "";
+                for (int d = 1; d <= depth; d++) {
+                    if (d > 1) strcat(full, ".");
+                    strcat(full, stack[d]);
+                }
+                /* YAML null (~ or empty) leaves the default */
+                bool is_null = ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+                               (strcmp(text, "~") == 0 || strcmp(text, "null") == 0 ||
+                                ev.data.scalar.length == 0);
+                const key_def *k = find_key(full);
+                if (!k)
+                    st = unknown_key(full, where);
+                else if (!is_null)
+                    st = set_value(cfg, k, text, where);
+                expect_key[depth] = true;
+            }
+            break;
+        }
+        default: break;
+        }
+        /* a mapping that was a value completes its parent's key */
+        if (ev.type == YAML_MAPPING_END_EVENT && depth > 0) expect_key[depth] = true;
+        yaml_event_delete(&ev);
+        if (st != CT_OK) break;
+    }
+    yaml_parser_delete(&parser);
+    fclose(f);
+    return st;
+}
+
+ct_status ct_config_validate(const ct_config *c) {
+    if (c->schedule.warmup_steps > c->train.steps && c->train.steps > 0)
+        return CT_ERR(CT_ERR_ARG,
+                      "schedule.warmup_steps = %lld exceeds train.steps = %lld",
+                      (long long)c->schedule.warmup_steps, (long long)c->train.steps);
+    if (c->schedule.min_lr > c->optim.lr)
+        return CT_ERR(CT_ERR_ARG, "schedule.min_lr = %g exceeds optim.lr = %g",
+                      c->schedule.min_lr, c->optim.lr);
+    if (!c->run.dir[0]) return CT_ERR(CT_ERR_ARG, "run.dir is empty: expected a directory");
+    if (c->model.n_kv_head && c->model.n_head && c->model.n_head % c->model.n_kv_head)
+        return CT_ERR(CT_ERR_ARG, "model.n_head = %lld is not a multiple of model.n_kv_head = %lld",
+                      (long long)c->model.n_head, (long long)c->model.n_kv_head);
+    return CT_OK;
+}
+
+/* --------------------------------------------------------------- output */
+
+typedef struct strbuf {
+    char *s;
+    size_t len, cap;
+    bool oom;
+} strbuf;
+
+static void sb_printf(strbuf *b, const char *fmt, ...) CT_PRINTF(2, 3);
+static void sb_printf(strbuf *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = true;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap + (size_t)n + 1) * 2;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->oom = true;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+}
+
+/* Quote a string when plain YAML would misread it. */
+static void sb_yaml_string(strbuf *b, const char *v) {
+    bool plain = *v && !strpbrk(v, ":#{}[],&*!|>'\"%@`\\") && !isspace((unsigned char)v[0]) &&
+                 !isspace((unsigned char)v[strlen(v) - 1]);
+    bool b_dummy;
+    if (plain && !parse_bool(v, &b_dummy) && strcmp(v, "null") && strcmp(v, "~")) {
+        char *end;
+        strtod(v, &end);
+        if (*end) {
+            sb_printf(b, "%s", v);
+            return;
+        }
+    }
+    sb_printf(b, "\"");
+    for (const char *p = v; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            sb_printf(b, "\\%c", *p);
+        else
+            sb_printf(b, "%c", *p);
+    }
+    sb_printf(b, "\"");
+}
+
+char *ct_config_to_yaml(const ct_config *cfg) {
+    strbuf b = {0};
+    b.cap = 4096;
+    b.s = malloc(b.cap);
+    if (!b.s) return NULL;
+    b.s[0] = '\0';
+    char section[CT_NAME_MAX] = "";
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const key_def *k = &keys[i];
+        const char *dot = strchr(k->path, '.');
+        size_t slen = (size_t)(dot - k->path);
+        if (strlen(section) != slen || strncmp(section, k->path, slen) != 0) {
+            memcpy(section, k->path, slen);
+            section[slen] = '\0';
+            sb_printf(&b, "%s:\n", section);
+        }
+        sb_printf(&b, "  %s: ", dot + 1);
+        const char *base = (const char *)cfg + k->offset;
+        switch (k->type) {
+        case KEY_INT: {
+            int64_t v;
+            memcpy(&v, base, sizeof v);
+            sb_printf(&b, "%lld", (long long)v);
+            break;
+        }
+        case KEY_FLOAT: {
+            double v;
+            memcpy(&v, base, sizeof v);
+            char num[64];
+            snprintf(num, sizeof num, "%.15g", v); /* shortest that reads back exactly */
+            if (strtod(num, NULL) != v) snprintf(num, sizeof num, "%.17g", v);
+            sb_printf(&b, "%s", num);
+            break;
+        }
+        case KEY_BOOL: {
+            bool v;
+            memcpy(&v, base, sizeof v);
+            sb_printf(&b, "%s", v ? "true" : "false");
+            break;
+        }
+        case KEY_STRING:
+        case KEY_ENUM: sb_yaml_string(&b, base); break;
+        }
+        sb_printf(&b, "    # %s\n", k->help);
+    }
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}

@@ -1,0 +1,49 @@
+/* metrics.jsonl writer (format in metrics.h). */
+#include "io/metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ct_metrics {
+    FILE *f;
+    char path[4096];
+};
+
+ct_status ct_metrics_open(ct_metrics **out, const char *run_dir, bool append) {
+    *out = NULL;
+    ct_metrics *m = calloc(1, sizeof *m);
+    if (!m) return CT_ERR(CT_ERR_OOM, "out of memory for metrics");
+    snprintf(m->path, sizeof m->path, "%s/metrics.jsonl", run_dir);
+    m->f = fopen(m->path, append ? "ab" : "wb");
+    if (!m->f) {
+        ct_status st = CT_ERR(CT_ERR_IO, "%s: cannot open for writing: %s", m->path, strerror(errno));
+        free(m);
+        return st;
+    }
+    *out = m;
+    return CT_OK;
+}
+
+void ct_metrics_close(ct_metrics *m) {
+    if (!m) return;
+    fclose(m->f);
+    free(m);
+}
+
+ct_status ct_metrics_write(ct_metrics *m, int64_t step, const char *split, int n,
+                           const char *const *keys, const double *vals) {
+    fprintf(m->f, "{\"step\": %lld, \"split\": \"%s\"", (long long)step, split);
+    for (int i = 0; i < n; i++) {
+        if (isfinite(vals[i]))
+            fprintf(m->f, ", \"%s\": %.9g", keys[i], vals[i]);
+        else
+            fprintf(m->f, ", \"%s\": null", keys[i]);
+    }
+    fputs("}\n", m->f);
+    if (fflush(m->f) != 0 || ferror(m->f))
+        return CT_ERR(CT_ERR_IO, "%s: write failed: %s", m->path, strerror(errno));
+    return CT_OK;
+}

@@ -1,0 +1,19 @@
+/*
+ * metrics.jsonl: one JSON object per line, flushed after every line so a
+ * crashed run keeps what it logged. Non-finite numbers are written as null
+ * (JSON has no NaN).
+ */
+#ifndef CT_METRICS_H
+#define CT_METRICS_H
+#include "ctrain/core.h"
+
+typedef struct ct_metrics ct_metrics;
+
+/* Open run_dir/metrics.jsonl (truncate unless append). Returns owned *out;
+ * release with ct_metrics_close. */
+ct_status ct_metrics_open(ct_metrics **out, const char *run_dir, bool append);
+void ct_metrics_close(ct_metrics *m); /* NULL is fine */
+/* One line from alternating keys and values: keys[i] = vals[i]. */
+ct_status ct_metrics_write(ct_metrics *m, int64_t step, const char *split, int n,
+                           const char *const *keys, const double *vals);
+#endif

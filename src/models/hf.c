@@ -1,0 +1,249 @@
+/*
+ * Hugging Face GPT-2 directories: config.json (GPT2Config field names) and
+ * model.safetensors. Import accepts a `transformer.` name prefix, ignores the
+ * causal-mask buffers (attn.bias, attn.masked_bias) and a tied lm_head.weight,
+ * converts F16/BF16 to fp32 and transposes Conv1D weights ([in, out] on disk)
+ * to our (out, in). Export writes the reverse, F32, with {"format": "pt"}
+ * metadata so `transformers` loads it unchanged.
+ * Leaves out: sharded checkpoints (model.safetensors.index.json) and LLaMA.
+ */
+#include "models/model_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "io/fileio.h"
+#include "io/safetensors.h"
+
+/* Read an integer field; *found tells whether it was present. */
+static ct_status json_int(const cJSON *root, const char *key, int *out, bool *found,
+                          const char *path) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    *found = false;
+    if (!v || cJSON_IsNull(v)) return CT_OK;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
+        v->valuedouble > 1e9)
+        return CT_ERR(CT_ERR_FORMAT, "%s: field \"%s\" must be a non-negative integer", path, key);
+    *out = (int)v->valuedouble;
+    *found = true;
+    return CT_OK;
+}
+
+static ct_status read_hf_config(const char *dir, ct_model_config *cfg) {
+    char path[CT_IO_PATH_MAX];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    ct_status st = ct_file_read_all(path, &text, &len);
+    if (st) {
+        ct_error_hint("model.init_from must be a directory with config.json and model.safetensors");
+        return st;
+    }
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return CT_ERR(CT_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "gpt2") != 0) {
+        st = CT_ERR(CT_ERR_FORMAT, "%s: model_type is %s%s%s, expected \"gpt2\"", path,
+                    cJSON_IsString(mt) ? "\"" : "", cJSON_IsString(mt) ? mt->valuestring : "missing",
+                    cJSON_IsString(mt) ? "\"" : "");
+        goto done;
+    }
+    struct {
+        const char *key;
+        int value;
+        bool found;
+    } f[] = {{"n_layer", 0, 0}, {"n_head", 0, 0},      {"n_embd", 0, 0},
+             {"vocab_size", 0, 0}, {"n_positions", 0, 0}, {"n_inner", 0, 0}};
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+        if ((st = json_int(root, f[i].key, &f[i].value, &f[i].found, path))) goto done;
+    for (size_t i = 0; i < 5; i++) {
+        if (!f[i].found || f[i].value == 0) {
+            st = CT_ERR(CT_ERR_FORMAT, "%s: field \"%s\" is missing, expected a positive integer",
+                        path, f[i].key);
+            goto done;
+        }
+    }
+    ct_model_config_gpt2(cfg, f[0].value, f[1].value, f[2].value, f[3].value, f[4].value);
+    if (f[5].found && f[5].value > 0) cfg->n_ffn = f[5].value;
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(root, "layer_norm_epsilon");
+    if (eps) {
+        if (!cJSON_IsNumber(eps) || !(eps->valuedouble > 0)) {
+            st = CT_ERR(CT_ERR_FORMAT, "%s: layer_norm_epsilon must be a positive number", path);
+            goto done;
+        }
+        cfg->norm_eps = (float)eps->valuedouble;
+    }
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "activation_function");
+    if (act && (!cJSON_IsString(act) || (strcmp(act->valuestring, "gelu_new") != 0 &&
+                                         strcmp(act->valuestring, "gelu_pytorch_tanh") != 0))) {
+        st = CT_ERR(CT_ERR_FORMAT,
+                    "%s: activation_function %s is not supported: expected \"gelu_new\" "
+                    "(GELU, tanh form)", path, cJSON_IsString(act) ? act->valuestring : "?");
+        goto done;
+    }
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+    if (tie && cJSON_IsFalse(tie)) {
+        st = CT_ERR(CT_ERR_FORMAT, "%s: tie_word_embeddings = false is not supported for GPT-2",
+                    path);
+        goto done;
+    }
+    st = ct_model_config_validate(cfg);
+    if (st) ct_error_prefix("%s", path);
+done:
+    cJSON_Delete(root);
+    return st;
+}
+
+/* The tensor for our name, with or without the "transformer." prefix. */
+static const ct_st_tensor *find_tensor(const ct_safetensors *st, const char *name) {
+    const ct_st_tensor *t = ct_st_find(st, name);
+    if (t) return t;
+    char prefixed[128];
+    snprintf(prefixed, sizeof prefixed, "transformer.%s", name);
+    return ct_st_find(st, prefixed);
+}
+
+static bool known_extra(const ct_model *m, const char *name) {
+    if (strncmp(name, "transformer.", 12) == 0) name += 12;
+    if (strcmp(name, "lm_head.weight") == 0) return true;
+    const char *dot = strrchr(name, '.');
+    if (dot && (strcmp(dot, ".bias") == 0 || strcmp(dot, ".masked_bias") == 0) &&
+        strstr(name, ".attn.") && !strstr(name, "c_attn") && !strstr(name, "c_proj"))
+        return true; /* causal-mask buffers */
+    return ct_model_find_param(m, name) != NULL;
+}
+
+ct_status ct_model_load_hf(ct_model **out, ct_ctx *ctx, const char *dir) {
+    *out = NULL;
+    ct_model_config cfg;
+    ct_status st = read_hf_config(dir, &cfg);
+    if (st) return st;
+    char path[CT_IO_PATH_MAX];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    ct_safetensors *sf = NULL;
+    ct_model *m = NULL;
+    if ((st = ct_st_open(&sf, path))) return st;
+    if ((st = ct_model_init(&m, ctx, &cfg))) goto fail;
+    for (int i = 0; i < m->n_table; i++) {
+        const ct_param *p = &m->table[i];
+        const ct_st_tensor *t = find_tensor(sf, p->name);
+        if (!t) {
+            st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' is missing (config.json describes a "
+                        "%d-layer GPT-2)", path, p->name, cfg.n_layer);
+            goto fail;
+        }
+        /* expected shape on disk: Conv1D weights are [in, out] */
+        int64_t e0 = p->hf_conv1d ? p->shape[1] : p->shape[0];
+        int64_t e1 = p->hf_conv1d ? p->shape[0] : p->shape[1];
+        bool ok = t->ndim == p->ndim && t->shape[0] == e0 && (p->ndim == 1 || t->shape[1] == e1);
+        if (!ok) {
+            char got[96] = "[";
+            for (int d = 0; d < t->ndim && d < 8; d++) {
+                char num[24];
+                snprintf(num, sizeof num, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+                strncat(got, num, sizeof got - strlen(got) - 2);
+            }
+            strcat(got, "]");
+            if (p->ndim == 2)
+                st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected [%lld, %lld] "
+                            "from config.json", path, t->name, got, (long long)e0, (long long)e1);
+            else
+                st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected [%lld] from "
+                            "config.json", path, t->name, got, (long long)e0);
+            goto fail;
+        }
+        if (t->dtype != CT_DTYPE_F32 && t->dtype != CT_DTYPE_F16 && t->dtype != CT_DTYPE_BF16) {
+            st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16",
+                        path, t->name, ct_dtype_name(t->dtype));
+            goto fail;
+        }
+        if ((st = ct_st_read_f32(sf, t, m->params + p->offset, p->hf_conv1d))) goto fail;
+    }
+    for (int i = 0; i < ct_st_count(sf); i++) {
+        const ct_st_tensor *t = ct_st_tensor_at(sf, i);
+        if (!known_extra(m, t->name))
+            ct_log(CT_LOG_WARN, "%s: ignoring unexpected tensor '%s'", path, t->name);
+    }
+    ct_st_close(sf);
+    *out = m;
+    return CT_OK;
+fail:
+    ct_st_close(sf);
+    ct_model_free(m);
+    return st;
+}
+
+static ct_status write_hf_config(const ct_model *m, const char *dir) {
+    const ct_model_config *c = &m->cfg;
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return CT_ERR(CT_ERR_OOM, "out of memory writing config.json");
+    cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+    cJSON_AddStringToObject(root, "model_type", "gpt2");
+    cJSON_AddStringToObject(root, "activation_function", "gelu_new");
+    cJSON_AddNumberToObject(root, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(root, "n_positions", c->n_ctx);
+    cJSON_AddNumberToObject(root, "n_ctx", c->n_ctx);
+    cJSON_AddNumberToObject(root, "n_embd", c->n_embd);
+    cJSON_AddNumberToObject(root, "n_layer", c->n_layer);
+    cJSON_AddNumberToObject(root, "n_head", c->n_head);
+    if (c->n_ffn == 4 * c->n_embd)
+        cJSON_AddNullToObject(root, "n_inner");
+    else
+        cJSON_AddNumberToObject(root, "n_inner", c->n_ffn);
+    cJSON_AddNumberToObject(root, "layer_norm_epsilon", (double)c->norm_eps);
+    cJSON_AddNumberToObject(root, "resid_pdrop", 0.0);
+    cJSON_AddNumberToObject(root, "embd_pdrop", 0.0);
+    cJSON_AddNumberToObject(root, "attn_pdrop", 0.0);
+    cJSON_AddNumberToObject(root, "initializer_range", 0.02);
+    cJSON_AddNumberToObject(root, "bos_token_id", c->vocab_size - 1);
+    cJSON_AddNumberToObject(root, "eos_token_id", c->vocab_size - 1);
+    cJSON_AddBoolToObject(root, "tie_word_embeddings", true);
+    cJSON_AddBoolToObject(root, "scale_attn_weights", true);
+    cJSON_AddStringToObject(root, "torch_dtype", "float32");
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) return CT_ERR(CT_ERR_OOM, "out of memory writing config.json");
+    char path[CT_IO_PATH_MAX];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    size_t len = strlen(text);
+    text[len] = '\n'; /* cJSON_Print leaves room: replace the NUL, write len+1 */
+    ct_status st = ct_file_write_atomic(path, text, len + 1);
+    free(text);
+    return st;
+}
+
+ct_status ct_model_save_hf(ct_model *m, const char *dir, const char *file, bool grads,
+                           bool write_config) {
+    const float *base = grads ? m->grads : m->params;
+    if (!base) return CT_ERR(CT_ERR_ARG, "no gradient buffer to save");
+    ct_status st = ct_mkdir_p(dir);
+    if (st) return st;
+    ct_st_entry *e = calloc((size_t)m->n_table, sizeof *e);
+    if (!e) return CT_ERR(CT_ERR_OOM, "out of memory saving the model");
+    for (int i = 0; i < m->n_table; i++) {
+        const ct_param *p = &m->table[i];
+        e[i].name = p->name;
+        e[i].dtype = CT_DTYPE_F32;
+        e[i].ndim = p->ndim;
+        e[i].shape[0] = p->hf_conv1d ? p->shape[1] : p->shape[0];
+        e[i].shape[1] = p->hf_conv1d ? p->shape[0] : p->shape[1];
+        e[i].data = base + p->offset;
+        e[i].transpose = p->hf_conv1d;
+    }
+    char path[CT_IO_PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    const char *meta[] = {"format", "pt"};
+    st = ct_st_write(path, e, m->n_table, meta, 1);
+    free(e);
+    if (st == CT_OK && write_config) st = write_hf_config(m, dir);
+    return st;
+}
