@@ -1,0 +1,240 @@
+/*
+ * llm.c token shards: mmap reader with a fully validated header, and an
+ * atomic streaming writer. Tokens are read with explicit little-endian loads,
+ * so the reader has no alignment or host byte-order assumptions.
+ * Leaves out: batching and shuffling (data/loader.c).
+ */
+#include "data/shard.h"
+
+#include "core/dtype.h"
+#include "io/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/*
+ * File format (llm.c, dev/data/data_common.py write_datafile):
+ *
+ *   header: 256 little-endian int32 (1024 bytes)
+ *     [0]  magic 20240520
+ *     [1]  version: 1 = tokens are uint16, 2 = tokens are uint32
+ *     [2]  number of tokens N (>= 1)
+ *     [3..255] zero (ignored on read)
+ *   tokens: N little-endian uint16 (version 1) or uint32 (version 2)
+ *
+ * The file size must be exactly 1024 + N * token size: anything shorter is
+ * truncated, anything longer has trailing bytes; both are errors.
+ * Also read, never written: llm.c's LLaMA-3 shards (magic 20240801,
+ * version 7, uint32 tokens), which are the same layout under other numbers.
+ */
+
+#define SHARD_MAGIC_LLAMA3 20240801
+#define SHARD_VERSION_LLAMA3 7
+
+struct ct_shard {
+    char *path;
+    uint8_t *map;      /* the whole file */
+    size_t map_len;    /* bytes */
+    const uint8_t *tokens; /* map + 1024 */
+    int64_t ntok;
+    int tsize;         /* bytes per token: 2 or 4 */
+};
+
+static int32_t shard_i32(const uint8_t *p) {
+    uint32_t u = ct_le_load_u32(p);
+    return u <= (uint32_t)INT32_MAX ? (int32_t)u : -(int32_t)(~u) - 1;
+}
+
+ct_status ct_shard_open(ct_shard **out, const char *path) {
+    ct_status st = CT_OK;
+    char ebuf[128];
+    *out = NULL;
+    if (!path || !path[0]) return CT_ERR(CT_ERR_ARG, "shard: empty path");
+    ct_shard *s = calloc(1, sizeof *s);
+    if (!s) return CT_ERR(CT_ERR_OOM, "%s: out of memory", path);
+    size_t plen = strlen(path) + 1;
+    s->path = malloc(plen);
+    if (!s->path) {
+        st = CT_ERR(CT_ERR_OOM, "%s: out of memory", path);
+        goto fail;
+    }
+    memcpy(s->path, path, plen);
+
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        st = CT_ERR(CT_ERR_IO, "%s: cannot open token shard: %s", path,
+                    strerror_r(err, ebuf, sizeof ebuf) == 0 ? ebuf : "unknown error");
+        if (err == ENOENT) ct_error_hint("check data.train / data.val; `ctrain prepare` writes shards");
+        goto fail;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        st = CT_ERR(CT_ERR_IO, "%s: not a regular file", path);
+        close(fd);
+        goto fail;
+    }
+    int64_t fsize = (int64_t)sb.st_size;
+    if (fsize < CT_SHARD_HEADER_BYTES) {
+        st = CT_ERR(CT_ERR_FORMAT, "%s: file is %" PRId64 " bytes, shorter than the %d-byte "
+                    "header of an llm.c token shard", path, fsize, CT_SHARD_HEADER_BYTES);
+        ct_error_hint("the file is truncated or not a token shard");
+        close(fd);
+        goto fail;
+    }
+    if ((uint64_t)fsize > (uint64_t)SIZE_MAX) {
+        st = CT_ERR(CT_ERR_IO, "%s: file of %" PRId64 " bytes cannot be mapped", path, fsize);
+        close(fd);
+        goto fail;
+    }
+    void *map = mmap(NULL, (size_t)fsize, PROT_READ, MAP_PRIVATE, fd, 0);
+    int map_err = errno;
+    close(fd);
+    if (map == MAP_FAILED) {
+        st = CT_ERR(CT_ERR_IO, "%s: cannot mmap %" PRId64 " bytes: %s", path, fsize,
+                    strerror_r(map_err, ebuf, sizeof ebuf) == 0 ? ebuf : "unknown error");
+        goto fail;
+    }
+    s->map = map;
+    s->map_len = (size_t)fsize;
+
+    int32_t magic = shard_i32(s->map), version = shard_i32(s->map + 4);
+    int64_t ntok = shard_i32(s->map + 8);
+    if (magic == CT_SHARD_MAGIC && version == 1) {
+        s->tsize = 2;
+    } else if (magic == CT_SHARD_MAGIC && version == 2) {
+        s->tsize = 4;
+    } else if (magic == SHARD_MAGIC_LLAMA3 && version == SHARD_VERSION_LLAMA3) {
+        s->tsize = 4;
+    } else if (magic != CT_SHARD_MAGIC && magic != SHARD_MAGIC_LLAMA3) {
+        st = CT_ERR(CT_ERR_FORMAT, "%s: bad magic number %" PRId32 ", expected %d (an llm.c "
+                    "token shard)", path, magic, CT_SHARD_MAGIC);
+        ct_error_hint("the file is not a token shard; make shards with `ctrain prepare`");
+        goto fail;
+    } else {
+        st = CT_ERR(CT_ERR_FORMAT, "%s: unknown shard version %" PRId32 ", expected 1 (uint16 "
+                    "tokens) or 2 (uint32 tokens)", path, version);
+        goto fail;
+    }
+    if (ntok < 0) {
+        st = CT_ERR(CT_ERR_FORMAT, "%s: header token count %" PRId64 " is negative", path, ntok);
+        goto fail;
+    }
+    if (ntok == 0) {
+        st = CT_ERR(CT_ERR_FORMAT, "%s: shard holds no tokens (header token count is 0)", path);
+        goto fail;
+    }
+    int64_t expect = CT_SHARD_HEADER_BYTES + ntok * s->tsize;
+    if (fsize < expect) {
+        st = CT_ERR(CT_ERR_FORMAT, "%s: truncated: the header says %" PRId64 " tokens of %d "
+                    "bytes (%" PRId64 " bytes with the header) but the file is %" PRId64 " bytes",
+                    path, ntok, s->tsize, expect, fsize);
+        ct_error_hint("the shard was not completely written or copied; write it again");
+        goto fail;
+    }
+    if (fsize > expect) {
+        st = CT_ERR(CT_ERR_FORMAT, "%s: %" PRId64 " trailing bytes: the header says %" PRId64
+                    " tokens of %d bytes (%" PRId64 " bytes with the header) but the file is %"
+                    PRId64 " bytes", path, fsize - expect, ntok, s->tsize, expect, fsize);
+        goto fail;
+    }
+    s->tokens = s->map + CT_SHARD_HEADER_BYTES;
+    s->ntok = ntok;
+    *out = s;
+    return CT_OK;
+fail:
+    ct_shard_close(s);
+    return st;
+}
+
+void ct_shard_close(ct_shard *s) {
+    if (!s) return;
+    if (s->map) munmap(s->map, s->map_len);
+    free(s->path);
+    free(s);
+}
+
+const char *ct_shard_path(const ct_shard *s) { return s->path; }
+int64_t ct_shard_ntokens(const ct_shard *s) { return s->ntok; }
+int ct_shard_token_bytes(const ct_shard *s) { return s->tsize; }
+
+uint32_t ct_shard_token(const ct_shard *s, int64_t i) {
+    CT_ASSERT(i >= 0 && i < s->ntok);
+    const uint8_t *p = s->tokens + (size_t)i * (size_t)s->tsize;
+    return s->tsize == 2 ? ct_le_load_u16(p) : ct_le_load_u32(p);
+}
+
+ct_status ct_shard_read(const ct_shard *s, int64_t start, int64_t count, int32_t *out) {
+    if (start < 0 || count < 0 || start > s->ntok || count > s->ntok - start)
+        return CT_ERR(CT_ERR_ARG, "%s: cannot read tokens [%" PRId64 ", %" PRId64 "): the shard "
+                      "holds %" PRId64, s->path, start, start + count, s->ntok);
+    const uint8_t *p = s->tokens + (size_t)start * (size_t)s->tsize;
+    if (s->tsize == 2) {
+        for (int64_t i = 0; i < count; i++) out[i] = (int32_t)ct_le_load_u16(p + 2 * i);
+        return CT_OK;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        uint32_t t = ct_le_load_u32(p + 4 * i);
+        if (t > (uint32_t)INT32_MAX)
+            return CT_ERR(CT_ERR_FORMAT, "%s: token %" PRIu32 " at position %" PRId64 " is out "
+                          "of range", s->path, t, start + i);
+        out[i] = (int32_t)t;
+    }
+    return CT_OK;
+}
+
+#define SHARD_CHUNK 65536 /* tokens per write */
+
+ct_status ct_shard_write(const char *path, const uint32_t *tokens, int64_t n, int version) {
+    ct_status st = CT_OK;
+    uint8_t *buf = NULL;
+    ct_afile *f = NULL;
+    if (!path || !path[0]) return CT_ERR(CT_ERR_ARG, "shard write: empty path");
+    if (version != 1 && version != 2)
+        return CT_ERR(CT_ERR_ARG, "%s: shard version %d, expected 1 (uint16 tokens) or 2 "
+                      "(uint32 tokens)", path, version);
+    if (n < 1 || n > INT32_MAX)
+        return CT_ERR(CT_ERR_ARG, "%s: %" PRId64 " tokens; a shard holds 1 to %d", path, n,
+                      INT32_MAX);
+    if (!tokens) return CT_ERR(CT_ERR_ARG, "%s: tokens is NULL", path);
+    if (version == 1) {
+        for (int64_t i = 0; i < n; i++) {
+            if (tokens[i] > 65535u) {
+                st = CT_ERR(CT_ERR_ARG, "%s: token %" PRIu32 " at position %" PRId64 " does not "
+                            "fit a version 1 shard (uint16 tokens)", path, tokens[i], i);
+                ct_error_hint("write version 2 shards (uint32 tokens) for vocabularies over 65536");
+                return st;
+            }
+        }
+    }
+    int tsize = version == 1 ? 2 : 4;
+    buf = calloc(SHARD_CHUNK, 4);
+    if (!buf) return CT_ERR(CT_ERR_OOM, "%s: out of memory", path);
+
+    /* header (buf is zeroed: fields 3..255 stay 0) */
+    ct_le_store_u32(buf, (uint32_t)CT_SHARD_MAGIC);
+    ct_le_store_u32(buf + 4, (uint32_t)version);
+    ct_le_store_u32(buf + 8, (uint32_t)n);
+    if ((st = ct_afile_open(&f, path)) != CT_OK) goto fail;
+    if ((st = ct_afile_write(f, buf, CT_SHARD_HEADER_BYTES)) != CT_OK) goto fail;
+    for (int64_t off = 0; off < n; off += SHARD_CHUNK) {
+        int64_t cnt = n - off < SHARD_CHUNK ? n - off : SHARD_CHUNK;
+        for (int64_t i = 0; i < cnt; i++) {
+            if (tsize == 2) ct_le_store_u16(buf + 2 * i, (uint16_t)tokens[off + i]);
+            else ct_le_store_u32(buf + 4 * i, tokens[off + i]);
+        }
+        if ((st = ct_afile_write(f, buf, (size_t)cnt * (size_t)tsize)) != CT_OK) goto fail;
+    }
+    st = ct_afile_commit(f);
+    f = NULL;
+fail:
+    ct_afile_abort(f);
+    free(buf);
+    return st;
+}

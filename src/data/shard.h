@@ -1,0 +1,44 @@
+/*
+ * llm.c token shards (.bin): a validating mmap reader and an atomic writer.
+ * The format is specified in shard.c next to the reader; shards written by
+ * llm.c's data scripts and by `ctrain prepare` are interchangeable.
+ * Leaves out: batching, shuffling and prefetch (data/loader.c does those).
+ */
+#ifndef CT_SHARD_H
+#define CT_SHARD_H
+
+#include "ctrain/core.h"
+
+#include <stdint.h>
+
+#define CT_SHARD_MAGIC 20240520
+#define CT_SHARD_HEADER_INTS 256
+#define CT_SHARD_HEADER_BYTES (CT_SHARD_HEADER_INTS * 4)
+
+typedef struct ct_shard ct_shard; /* an open shard: opaque, read-only */
+
+/* Map `path` read-only and validate its header against the file size.
+ * Returns owned *out; release with ct_shard_close. Errors: CT_ERR_IO (missing
+ * or unreadable), CT_ERR_FORMAT (bad magic, unknown version, no tokens,
+ * truncated or trailing bytes; the message names the path), CT_ERR_OOM.
+ * An open shard may be read from several threads at once. */
+ct_status ct_shard_open(ct_shard **out, const char *path);
+void ct_shard_close(ct_shard *s); /* NULL is fine */
+
+const char *ct_shard_path(const ct_shard *s);
+int64_t ct_shard_ntokens(const ct_shard *s);
+/* Bytes per stored token: 2 (version 1) or 4 (version 2). */
+int ct_shard_token_bytes(const ct_shard *s);
+/* Token i, 0 <= i < ntokens (checked with CT_ASSERT: a caller bug). */
+uint32_t ct_shard_token(const ct_shard *s, int64_t i);
+/* Copy tokens [start, start+count) into out[count]. Errors: CT_ERR_ARG when
+ * the range is outside the shard; CT_ERR_FORMAT for a token above INT32_MAX. */
+ct_status ct_shard_read(const ct_shard *s, int64_t start, int64_t count, int32_t *out);
+
+/* Write n >= 1 tokens as a shard, atomically (temp file, fsync, rename).
+ * version 1: uint16 tokens, every token must be < 65536; version 2: uint32.
+ * Borrows tokens. Errors: CT_ERR_ARG (bad version or count; a token too large
+ * for version 1, naming the token and its position), CT_ERR_IO, CT_ERR_OOM. */
+ct_status ct_shard_write(const char *path, const uint32_t *tokens, int64_t n, int version);
+
+#endif

@@ -1,0 +1,287 @@
+/*
+ * Atomic file writes (temp file, fsync, rename, fsync of the directory, as
+ * redis does for its RDB files), whole-file reads and mkdir -p.
+ * Leaves out: locking against concurrent writers of the same path (each
+ * writer uses its own pid-named temp file; the last rename wins).
+ */
+#include "io/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define AFILE_BUF_BYTES ((size_t)1 << 20)
+
+struct ct_afile {
+    FILE *fp;
+    char *path;     /* the target */
+    char *tmp_path; /* path.tmp.<pid> */
+    char *buf;      /* stdio buffer, AFILE_BUF_BYTES */
+    int64_t written; /* bytes */
+    bool failed;    /* a write failed: commit refuses */
+};
+
+/* Thread-safe strerror into a caller buffer (XSI strerror_r). */
+static const char *fileio_strerror(int err, char *buf, size_t len) {
+    if (strerror_r(err, buf, len) != 0) snprintf(buf, len, "error %d", err);
+    return buf;
+}
+
+static ct_status fileio_errno(const char *what, const char *path, int err) {
+    char ebuf[128];
+    ct_status st = CT_ERR(CT_ERR_IO, "%s: %s: %s", path, what, fileio_strerror(err, ebuf, sizeof ebuf));
+    if (err == ENOSPC || err == EDQUOT)
+        ct_error_hint("the disk (or quota) is full: free space or write somewhere else");
+    else if (err == EACCES || err == EPERM || err == EROFS)
+        ct_error_hint("check the permissions of the file and its directory");
+    else if (err == ENOENT)
+        ct_error_hint("check that the path is spelled right and its directory exists");
+    return st;
+}
+
+static char *fileio_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+/* The directory holding `path` ("." when there is no slash). Owned. */
+static char *fileio_dirname(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return fileio_strdup(".");
+    size_t n = (size_t)(slash - path);
+    if (n == 0) n = 1; /* "/file" -> "/" */
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, path, n);
+    d[n] = '\0';
+    return d;
+}
+
+static void afile_release(ct_afile *f) {
+    if (!f) return;
+    if (f->fp) fclose(f->fp);
+    free(f->buf);
+    free(f->tmp_path);
+    free(f->path);
+    free(f);
+}
+
+ct_status ct_afile_open(ct_afile **out, const char *path) {
+    ct_status st = CT_OK;
+    *out = NULL;
+    if (!path || !path[0]) return CT_ERR(CT_ERR_ARG, "atomic write: empty path");
+    ct_afile *f = calloc(1, sizeof *f);
+    if (!f) return CT_ERR(CT_ERR_OOM, "%s: out of memory opening for write", path);
+    size_t n = strlen(path) + 32;
+    f->path = fileio_strdup(path);
+    f->tmp_path = malloc(n);
+    f->buf = malloc(AFILE_BUF_BYTES);
+    if (!f->path || !f->tmp_path || !f->buf) {
+        st = CT_ERR(CT_ERR_OOM, "%s: out of memory opening for write", path);
+        goto fail;
+    }
+    snprintf(f->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    f->fp = fopen(f->tmp_path, "wb");
+    if (!f->fp) {
+        st = fileio_errno("cannot create temp file", f->tmp_path, errno);
+        goto fail;
+    }
+    setvbuf(f->fp, f->buf, _IOFBF, AFILE_BUF_BYTES);
+    *out = f;
+    return CT_OK;
+fail:
+    afile_release(f);
+    return st;
+}
+
+ct_status ct_afile_write(ct_afile *f, const void *data, size_t bytes) {
+    if (f->failed)
+        return CT_ERR(CT_ERR_IO, "%s: an earlier write to %s failed", f->path, f->tmp_path);
+    if (bytes == 0) return CT_OK;
+    errno = 0;
+    if (fwrite(data, 1, bytes, f->fp) != bytes) {
+        f->failed = true;
+        return fileio_errno("write failed", f->path, errno ? errno : EIO);
+    }
+    f->written += (int64_t)bytes;
+    return CT_OK;
+}
+
+int64_t ct_afile_tell(const ct_afile *f) { return f->written; }
+
+/* fsync the directory so the rename itself survives a crash. Filesystems
+ * that cannot sync a directory answer EINVAL; that is not an error. */
+static ct_status fileio_sync_dir(const char *path) {
+    ct_status st = CT_OK;
+    char *dir = fileio_dirname(path);
+    if (!dir) return CT_ERR(CT_ERR_OOM, "%s: out of memory", path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) {
+        st = fileio_errno("cannot open directory for fsync", dir, errno);
+        goto fail;
+    }
+    if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS)
+        st = fileio_errno("fsync of directory failed", dir, errno);
+    close(fd);
+fail:
+    free(dir);
+    return st;
+}
+
+ct_status ct_afile_commit(ct_afile *f) {
+    ct_status st = CT_OK;
+    FILE *fp = NULL;
+    if (f->failed) {
+        st = CT_ERR(CT_ERR_IO, "%s: not committed: an earlier write failed", f->path);
+        goto fail;
+    }
+    errno = 0;
+    if (fflush(f->fp) != 0) {
+        st = fileio_errno("write failed", f->path, errno ? errno : EIO);
+        goto fail;
+    }
+    if (fsync(fileno(f->fp)) != 0) {
+        st = fileio_errno("fsync failed", f->path, errno);
+        goto fail;
+    }
+    fp = f->fp;
+    f->fp = NULL;
+    if (fclose(fp) != 0) {
+        st = fileio_errno("close failed", f->path, errno);
+        goto fail;
+    }
+    if (rename(f->tmp_path, f->path) != 0) {
+        st = fileio_errno("cannot rename the temp file onto it", f->path, errno);
+        goto fail;
+    }
+    /* renamed: the new file is in place even if the directory sync fails */
+    st = fileio_sync_dir(f->path);
+    afile_release(f);
+    return st;
+fail:
+    if (f->fp) {
+        fclose(f->fp);
+        f->fp = NULL;
+    }
+    unlink(f->tmp_path);
+    afile_release(f);
+    return st;
+}
+
+void ct_afile_abort(ct_afile *f) {
+    if (!f) return;
+    if (f->fp) {
+        fclose(f->fp);
+        f->fp = NULL;
+    }
+    unlink(f->tmp_path);
+    afile_release(f);
+}
+
+ct_status ct_file_write_atomic(const char *path, const void *data, size_t bytes) {
+    ct_afile *f = NULL;
+    ct_status st = ct_afile_open(&f, path);
+    if (st != CT_OK) return st;
+    st = ct_afile_write(f, data, bytes);
+    if (st != CT_OK) {
+        ct_afile_abort(f);
+        return st;
+    }
+    return ct_afile_commit(f);
+}
+
+ct_status ct_file_read_all(const char *path, char **out, size_t *len) {
+    ct_status st = CT_OK;
+    char *buf = NULL;
+    *out = NULL;
+    if (len) *len = 0;
+    if (!path || !path[0]) return CT_ERR(CT_ERR_ARG, "read: empty path");
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return fileio_errno("cannot open", path, errno);
+    struct stat sb;
+    if (fstat(fileno(fp), &sb) != 0) {
+        st = fileio_errno("cannot stat", path, errno);
+        goto fail;
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        st = CT_ERR(CT_ERR_IO, "%s: is a directory, expected a file", path);
+        goto fail;
+    }
+    /* st_size is a hint only (pipes and /proc files report 0) */
+    size_t cap = (S_ISREG(sb.st_mode) && sb.st_size > 0) ? (size_t)sb.st_size + 1 : 4096;
+    size_t used = 0;
+    buf = malloc(cap);
+    if (!buf) {
+        st = CT_ERR(CT_ERR_OOM, "%s: out of memory reading %zu bytes", path, cap);
+        goto fail;
+    }
+    for (;;) {
+        if (used + 1 >= cap) {
+            if (cap > ((size_t)-1) / 2) {
+                st = CT_ERR(CT_ERR_OOM, "%s: file too large to read into memory", path);
+                goto fail;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                st = CT_ERR(CT_ERR_OOM, "%s: out of memory reading %zu bytes", path, cap * 2);
+                goto fail;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + used, 1, cap - 1 - used, fp);
+        used += got;
+        if (got == 0) {
+            if (ferror(fp)) {
+                st = fileio_errno("read failed", path, errno ? errno : EIO);
+                goto fail;
+            }
+            break; /* EOF */
+        }
+    }
+    fclose(fp);
+    buf[used] = '\0';
+    *out = buf;
+    if (len) *len = used;
+    return CT_OK;
+fail:
+    free(buf);
+    fclose(fp);
+    return st;
+}
+
+static ct_status mkdir_one(const char *dir) {
+    if (mkdir(dir, 0777) == 0) return CT_OK;
+    int err = errno;
+    struct stat sb;
+    if (stat(dir, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode)) return CT_OK; /* exists (maybe created concurrently) */
+        return CT_ERR(CT_ERR_IO, "%s: exists and is not a directory", dir);
+    }
+    return fileio_errno("cannot create directory", dir, err);
+}
+
+ct_status ct_mkdir_p(const char *path) {
+    if (!path || !path[0]) return CT_ERR(CT_ERR_ARG, "mkdir: empty path");
+    char *p = fileio_strdup(path);
+    if (!p) return CT_ERR(CT_ERR_OOM, "%s: out of memory", path);
+    ct_status st = CT_OK;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/' || s[-1] == '/') continue; /* skip repeated slashes */
+        *s = '\0';
+        st = mkdir_one(p);
+        *s = '/';
+        if (st != CT_OK) goto fail;
+    }
+    st = mkdir_one(p);
+fail:
+    free(p);
+    return st;
+}

@@ -1,0 +1,49 @@
+/*
+ * File helpers: atomic writes (write a temp file beside the target, fsync,
+ * rename over the target, fsync the directory), whole-file reads for small
+ * text files, and mkdir -p. A reader of `path` sees either the old file or the
+ * complete new one, never a torn write, even across a crash.
+ * Leaves out: file locking and Windows; POSIX 2008 only.
+ */
+#ifndef CT_FILEIO_H
+#define CT_FILEIO_H
+
+#include "ctrain/core.h"
+
+#include <stddef.h>
+
+/* An atomic write in progress: opaque. */
+typedef struct ct_afile ct_afile;
+
+/* Start an atomic write of `path`: creates `path.tmp.<pid>` in the same
+ * directory (truncating a stale one). Returns owned *out; finish it with
+ * exactly one of ct_afile_commit or ct_afile_abort.
+ * Errors: CT_ERR_IO (cannot create the temp file), CT_ERR_OOM, CT_ERR_ARG. */
+ct_status ct_afile_open(ct_afile **out, const char *path);
+/* Append `bytes` bytes (buffered). CT_ERR_IO naming the file and the system
+ * error (ENOSPC included). After an error the write is poisoned: later writes
+ * and commit fail, and the caller should call ct_afile_abort. */
+ct_status ct_afile_write(ct_afile *f, const void *data, size_t bytes);
+/* Bytes written so far. */
+int64_t ct_afile_tell(const ct_afile *f);
+/* fflush, fsync, fclose, rename onto the target, fsync the directory.
+ * Always consumes f: on failure the temp file is removed and the target is
+ * left as it was (CT_ERR_IO naming the path and the system error). */
+ct_status ct_afile_commit(ct_afile *f);
+/* Drop the write: close and remove the temp file, free f. NULL is fine. */
+void ct_afile_abort(ct_afile *f);
+
+/* One-shot atomic write of a memory buffer (borrows data). CT_ERR_IO. */
+ct_status ct_file_write_atomic(const char *path, const void *data, size_t bytes);
+
+/* Read a whole (small) file. Returns owned *out (malloc'd, with a NUL after
+ * the last byte; release with free) and its length in *len (may be NULL).
+ * Errors: CT_ERR_IO (missing, unreadable, a directory), CT_ERR_OOM. */
+ct_status ct_file_read_all(const char *path, char **out, size_t *len);
+
+/* Create a directory and any missing parents (mode 0777 & ~umask). Fine when
+ * it exists. CT_ERR_IO when a component exists as a non-directory or mkdir
+ * fails. */
+ct_status ct_mkdir_p(const char *path);
+
+#endif
