@@ -61,9 +61,11 @@ void ct_error_prefix(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(pre, sizeof pre, fmt, ap);
     va_end(ap);
-    char joined[ERR_MSG_MAX];
+    /* join into a larger buffer, then keep what fits */
+    char joined[2 * ERR_MSG_MAX + 2];
     snprintf(joined, sizeof joined, "%s: %s", pre, err_slot.msg);
-    memcpy(err_slot.msg, joined, sizeof joined);
+    memcpy(err_slot.msg, joined, ERR_MSG_MAX - 1);
+    err_slot.msg[ERR_MSG_MAX - 1] = '\0';
 }
 
 const char *ct_last_error(void) { return err_slot.msg; }

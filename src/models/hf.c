@@ -19,6 +19,8 @@
 #include "io/fileio.h"
 #include "io/safetensors.h"
 
+#define CT_IO_PATH_MAX 4096
+
 /* Read an integer field; *found tells whether it was present. */
 static ct_status json_int(const cJSON *root, const char *key, int *out, bool *found,
                           const char *path) {
