@@ -1,0 +1,58 @@
+/*
+ * Dense layer through CBLAS sgemm (OpenBLAS, sharing our OpenMP pool). Weights
+ * are (OC,C) as in torch.nn.Linear, so the transposes are sgemm flags, never
+ * copies. The bias is fused by pre-filling out and using beta = 1, which is
+ * also how torch's addmm adds it. Degenerate shapes (a zero dimension, which
+ * BLAS rejects through its leading dimensions) go to ref.
+ */
+#include <cblas.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/ref/ref.h"
+
+/* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL. */
+void ct_matmul_forward_cpu(float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int C, int OC) {
+    if (N <= 0 || C <= 0 || OC <= 0) {
+        ct_matmul_forward_ref(out, inp, weight, bias, N, C, OC);
+        return;
+    }
+    float beta = 0.0f;
+    if (bias) {
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for
+#endif
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta,
+                out, OC);
+}
+
+/* dinp (N,C) += dout (N,OC) @ weight (OC,C); dweight (OC,C) += dout^T @ inp (N,C);
+ * dbias (OC) += column sums of dout. A NULL gradient buffer is skipped. */
+void ct_matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int C, int OC) {
+    if (N <= 0 || C <= 0 || OC <= 0) {
+        ct_matmul_backward_ref(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        return;
+    }
+    // beta = 1: the GEMMs add into the gradient buffers
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight,
+                    C, 1.0f, dinp, C);
+    if (dweight)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
+                    1.0f, dweight, C);
+    if (dbias) {
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for
+#endif
+        for (int o = 0; o < OC; o++) {
+            double acc = 0.0;
+            for (int n = 0; n < N; n++) acc += dout[(size_t)n * OC + o];
+            dbias[o] += (float)acc;
+        }
+    }
+}
