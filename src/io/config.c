@@ -166,6 +166,7 @@ static const char *closest_key(const char *path) {
             size_t d2 = edit_distance(pdot ? pdot + 1 : path, dot + 1) + (pdot ? 1 : 0);
             if (d2 < d) d = d2;
         }
+        if (strncmp(keys[i].path, path, strlen(path)) == 0) d = 1; /* a prefix: train.batch */
         if (d < best_d) {
             best_d = d;
             best = keys[i].path;
