@@ -69,7 +69,6 @@ int cmd_train(int argc, char **argv) {
     ct_ctx_params cp = ct_ctx_params_default();
     cp.n_threads = (int)cfg.run.threads;
     if (ct_ctx_init(&ctx, &cp)) return cli_fail("train");
-    fprintf(stderr, "ctrain train: %d threads, run.dir %s\n", ct_ctx_threads(ctx), cfg.run.dir);
     ct_status st = ct_train_run(ctx, &cfg, print_progress, &cfg);
     ct_ctx_free(ctx);
     if (st) return cli_fail("train");

@@ -42,7 +42,7 @@ static ct_status read_hf_config(const char *dir, ct_model_config *cfg) {
     size_t len = 0;
     ct_status st = ct_file_read_all(path, &text, &len);
     if (st) {
-        ct_error_hint("model.init_from must be a directory with config.json and model.safetensors");
+        ct_error_hint("expected a Hugging Face model directory holding config.json and model.safetensors");
         return st;
     }
     cJSON *root = cJSON_ParseWithLength(text, len);

@@ -172,6 +172,12 @@ ct_status ct_train_run(ct_ctx *ctx, const ct_config *cfg, ct_progress_fn progres
         goto done;
     }
 
+    ct_log(CT_LOG_INFO, "ctrain train: %zu parameters (%d layers, %d heads, C=%d, V=%d), "
+           "%lld training tokens in %d shard(s), %d threads, run.dir %s", ct_model_numel(model),
+           mc->n_layer, mc->n_head, mc->n_embd, mc->vocab_size,
+           (long long)ct_loader_total_tokens(train), ct_loader_num_shards(train),
+           ct_ctx_threads(ctx), cfg->run.dir);
+
     /* 2. the run directory */
     if ((st = ct_mkdir_p(cfg->run.dir))) goto done;
     if ((st = save_config_yaml(cfg))) goto done;
