@@ -9,14 +9,9 @@
 #include "core/dtype.h"
 #include "io/fileio.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /*
  * File format (llm.c, dev/data/data_common.py write_datafile):
@@ -39,7 +34,7 @@
 
 struct ct_shard {
     char *path;
-    uint8_t *map;      /* the whole file */
+    const uint8_t *map; /* the whole file */
     size_t map_len;    /* bytes */
     const uint8_t *tokens; /* map + 1024 */
     int64_t ntok;
@@ -53,7 +48,6 @@ static int32_t shard_i32(const uint8_t *p) {
 
 ct_status ct_shard_open(ct_shard **out, const char *path) {
     ct_status st = CT_OK;
-    char ebuf[128];
     *out = NULL;
     if (!path || !path[0]) return CT_ERR(CT_ERR_ARG, "shard: empty path");
     ct_shard *s = calloc(1, sizeof *s);
@@ -66,43 +60,17 @@ ct_status ct_shard_open(ct_shard **out, const char *path) {
     }
     memcpy(s->path, path, plen);
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int err = errno;
-        st = CT_ERR(CT_ERR_IO, "%s: cannot open token shard: %s", path,
-                    strerror_r(err, ebuf, sizeof ebuf) == 0 ? ebuf : "unknown error");
-        if (err == ENOENT) ct_error_hint("check data.train / data.val; `ctrain prepare` writes shards");
-        goto fail;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = CT_ERR(CT_ERR_IO, "%s: not a regular file", path);
-        close(fd);
-        goto fail;
-    }
-    int64_t fsize = (int64_t)sb.st_size;
-    if (fsize < CT_SHARD_HEADER_BYTES) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: file is %" PRId64 " bytes, shorter than the %d-byte "
-                    "header of an llm.c token shard", path, fsize, CT_SHARD_HEADER_BYTES);
-        ct_error_hint("the file is truncated or not a token shard");
-        close(fd);
-        goto fail;
-    }
-    if ((uint64_t)fsize > (uint64_t)SIZE_MAX) {
-        st = CT_ERR(CT_ERR_IO, "%s: file of %" PRId64 " bytes cannot be mapped", path, fsize);
-        close(fd);
-        goto fail;
-    }
-    void *map = mmap(NULL, (size_t)fsize, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_err = errno;
-    close(fd);
-    if (map == MAP_FAILED) {
-        st = CT_ERR(CT_ERR_IO, "%s: cannot mmap %" PRId64 " bytes: %s", path, fsize,
-                    strerror_r(map_err, ebuf, sizeof ebuf) == 0 ? ebuf : "unknown error");
-        goto fail;
-    }
+    static const ct_file_map_msgs msgs = {
+        .noun = "token shard",
+        .missing_hint = "check data.train / data.val; `ctrain prepare` writes shards",
+        .short_what = "header of an llm.c token shard",
+        .short_hint = "the file is truncated or not a token shard",
+    };
+    const void *map = NULL;
+    st = ct_file_map(path, CT_SHARD_HEADER_BYTES, &msgs, &map, &s->map_len);
+    if (st != CT_OK) goto fail;
     s->map = map;
-    s->map_len = (size_t)fsize;
+    int64_t fsize = (int64_t)s->map_len;
 
     int32_t magic = shard_i32(s->map), version = shard_i32(s->map + 4);
     int64_t ntok = shard_i32(s->map + 8);
@@ -155,7 +123,7 @@ fail:
 
 void ct_shard_close(ct_shard *s) {
     if (!s) return;
-    if (s->map) munmap(s->map, s->map_len);
+    ct_file_unmap(s->map, s->map_len);
     free(s->path);
     free(s);
 }

@@ -1,6 +1,7 @@
 /*
  * Atomic file writes (temp file, fsync, rename, fsync of the directory, as
- * redis does for its RDB files), whole-file reads and mkdir -p.
+ * redis does for its RDB files), whole-file reads, read-only whole-file mmap
+ * and mkdir -p.
  * Leaves out: locking against concurrent writers of the same path (each
  * writer uses its own pid-named temp file; the last rename wins).
  */
@@ -8,9 +9,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -255,6 +259,60 @@ fail:
     free(buf);
     fclose(fp);
     return st;
+}
+
+ct_status ct_file_map(const char *path, size_t min_bytes, const ct_file_map_msgs *msgs,
+                      const void **map, size_t *len) {
+    static const ct_file_map_msgs plain = {0};
+    ct_status st = CT_OK;
+    char ebuf[128];
+    *map = NULL;
+    *len = 0;
+    if (!msgs) msgs = &plain;
+    if (!path || !path[0]) return CT_ERR(CT_ERR_ARG, "map: empty path");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        st = CT_ERR(CT_ERR_IO, "%s: cannot open%s%s: %s", path, msgs->noun ? " " : "",
+                    msgs->noun ? msgs->noun : "",
+                    strerror_r(err, ebuf, sizeof ebuf) == 0 ? ebuf : "unknown error");
+        if (err == ENOENT && msgs->missing_hint) ct_error_hint("%s", msgs->missing_hint);
+        return st;
+    }
+    struct stat sb;
+    int64_t fsize = 0;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        st = CT_ERR(CT_ERR_IO, "%s: not a regular file", path);
+        goto done;
+    }
+    fsize = (int64_t)sb.st_size;
+    if (fsize < 0 || (uint64_t)fsize < (uint64_t)min_bytes) {
+        st = CT_ERR(CT_ERR_FORMAT, "%s: file is %" PRId64 " bytes, shorter than the %zu-byte %s",
+                    path, fsize, min_bytes, msgs->short_what ? msgs->short_what : "minimum");
+        if (msgs->short_hint) ct_error_hint("%s", msgs->short_hint);
+        goto done;
+    }
+    if ((uint64_t)fsize > (uint64_t)SIZE_MAX) {
+        st = CT_ERR(CT_ERR_IO, "%s: file of %" PRId64 " bytes cannot be mapped", path, fsize);
+        goto done;
+    }
+    if (fsize == 0) goto done; /* nothing to map (mmap refuses length 0) */
+    void *m = mmap(NULL, (size_t)fsize, PROT_READ, MAP_PRIVATE, fd, 0);
+    int map_err = errno;
+    if (m == MAP_FAILED) {
+        st = CT_ERR(CT_ERR_IO, "%s: cannot mmap %" PRId64 " bytes: %s", path, fsize,
+                    strerror_r(map_err, ebuf, sizeof ebuf) == 0 ? ebuf : "unknown error");
+        goto done;
+    }
+    *map = m;
+    *len = (size_t)fsize;
+done:
+    close(fd);
+    return st;
+}
+
+void ct_file_unmap(const void *map, size_t len) {
+    if (map) munmap((void *)(uintptr_t)map, len);
 }
 
 static ct_status mkdir_one(const char *dir) {

@@ -1,7 +1,7 @@
 /*
  * File helpers: atomic writes (write a temp file beside the target, fsync,
  * rename over the target, fsync the directory), whole-file reads for small
- * text files, and mkdir -p. A reader of `path` sees either the old file or the
+ * text files, read-only whole-file mmap, and mkdir -p. A reader of `path` sees either the old file or the
  * complete new one, never a torn write, even across a crash.
  * Leaves out: file locking and Windows; POSIX 2008 only.
  */
@@ -40,6 +40,27 @@ ct_status ct_file_write_atomic(const char *path, const void *data, size_t bytes)
  * the last byte; release with free) and its length in *len (may be NULL).
  * Errors: CT_ERR_IO (missing, unreadable, a directory), CT_ERR_OOM. */
 ct_status ct_file_read_all(const char *path, char **out, size_t *len);
+
+/* How ct_file_map words its errors, so each reader keeps its own messages.
+ * Every field may be NULL. */
+typedef struct ct_file_map_msgs {
+    const char *noun;         /* "cannot open <noun>: <err>"; NULL: "cannot open: <err>" */
+    const char *missing_hint; /* the hint when the file does not exist */
+    const char *short_what;   /* "file is N bytes, shorter than the <min>-byte <short_what>";
+                               * NULL: "minimum" */
+    const char *short_hint;   /* the hint after that error */
+} ct_file_map_msgs;
+
+/* Map a whole regular file read-only (MAP_PRIVATE); the descriptor is closed
+ * before returning. Returns owned *map and its length in *len (release with
+ * ct_file_unmap); both are NULL / 0 on failure, and for an empty file when
+ * min_bytes is 0. msgs may be NULL.
+ * Errors: CT_ERR_IO (cannot open, not a regular file, too large to map, mmap
+ * failed), CT_ERR_FORMAT (shorter than min_bytes), CT_ERR_ARG (empty path). */
+ct_status ct_file_map(const char *path, size_t min_bytes, const ct_file_map_msgs *msgs,
+                      const void **map, size_t *len);
+/* Release a mapping from ct_file_map. NULL is fine. */
+void ct_file_unmap(const void *map, size_t len);
 
 /* Create a directory and any missing parents (mode 0777 & ~umask). Fine when
  * it exists. CT_ERR_IO when a component exists as a non-directory or mkdir

@@ -10,16 +10,11 @@
 #include "io/fileio.h"
 
 #include <cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /*
  * File format (https://github.com/huggingface/safetensors, "Format"):
@@ -55,7 +50,7 @@
 
 struct ct_safetensors {
     char *path;
-    uint8_t *map;              /* the whole file, read-only */
+    const uint8_t *map;        /* the whole file, read-only */
     size_t map_len;            /* bytes */
     cJSON *root;               /* parsed header; tensor names point into it */
     const cJSON *meta;         /* __metadata__ object or NULL */
@@ -225,7 +220,6 @@ static ct_status st_parse_metadata(const cJSON *meta, const char *path) {
 
 ct_status ct_st_open(ct_safetensors **out, const char *path) {
     ct_status st = CT_OK;
-    char ebuf[128];
     *out = NULL;
     if (!path || !path[0]) return CT_ERR(CT_ERR_ARG, "safetensors: empty path");
     ct_safetensors *s = calloc(1, sizeof *s);
@@ -236,43 +230,16 @@ ct_status ct_st_open(ct_safetensors **out, const char *path) {
         goto fail;
     }
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int err = errno;
-        st = CT_ERR(CT_ERR_IO, "%s: cannot open: %s", path,
-                    strerror_r(err, ebuf, sizeof ebuf) == 0 ? ebuf : "unknown error");
-        if (err == ENOENT) ct_error_hint("check the path; a model directory holds model.safetensors");
-        goto fail;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = CT_ERR(CT_ERR_IO, "%s: not a regular file", path);
-        close(fd);
-        goto fail;
-    }
-    int64_t fsize = (int64_t)sb.st_size;
-    if (fsize < 8) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: file is %" PRId64 " bytes, shorter than the 8-byte "
-                    "safetensors header length", path, fsize);
-        ct_error_hint("the file is truncated or not a safetensors file");
-        close(fd);
-        goto fail;
-    }
-    if ((uint64_t)fsize > (uint64_t)SIZE_MAX) {
-        st = CT_ERR(CT_ERR_IO, "%s: file of %" PRId64 " bytes cannot be mapped", path, fsize);
-        close(fd);
-        goto fail;
-    }
-    void *map = mmap(NULL, (size_t)fsize, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_err = errno;
-    close(fd);
-    if (map == MAP_FAILED) {
-        st = CT_ERR(CT_ERR_IO, "%s: cannot mmap %" PRId64 " bytes: %s", path, fsize,
-                    strerror_r(map_err, ebuf, sizeof ebuf) == 0 ? ebuf : "unknown error");
-        goto fail;
-    }
+    static const ct_file_map_msgs msgs = {
+        .missing_hint = "check the path; a model directory holds model.safetensors",
+        .short_what = "safetensors header length",
+        .short_hint = "the file is truncated or not a safetensors file",
+    };
+    const void *map = NULL;
+    st = ct_file_map(path, 8, &msgs, &map, &s->map_len);
+    if (st != CT_OK) goto fail;
     s->map = map;
-    s->map_len = (size_t)fsize;
+    int64_t fsize = (int64_t)s->map_len;
 
     uint64_t hlen = ct_le_load_u64(s->map);
     if (hlen > (uint64_t)(fsize - 8)) {
@@ -393,7 +360,7 @@ fail:
 
 void ct_st_close(ct_safetensors *st) {
     if (!st) return;
-    if (st->map) munmap(st->map, st->map_len);
+    ct_file_unmap(st->map, st->map_len);
     cJSON_Delete(st->root);
     free(st->by_name);
     free(st->tensors);

@@ -2,7 +2,8 @@
  * File helper tests: atomic write and read-back, the temp file's life cycle
  * (present while writing, gone after commit or abort), failed writes (a file
  * size limit stands in for a full disk) leaving the target untouched, a failed
- * rename, ct_file_read_all on odd inputs, and ct_mkdir_p.
+ * rename, ct_file_read_all on odd inputs, ct_file_map (contents and each
+ * error's wording) and ct_mkdir_p.
  */
 #include "ct_test.h"
 #include "ct_tmpdir.h"
@@ -138,6 +139,61 @@ static void test_errors(void) {
     CHECK(ct_afile_open(&f, "") == CT_ERR_ARG && f == NULL);
 }
 
+static void test_file_map(void) {
+    char p[512];
+    const void *map = NULL;
+    size_t len = 0;
+    int before = ct_tmpdir_count(tmpdir);
+    static const ct_file_map_msgs msgs = {
+        .noun = "widget",
+        .missing_hint = "make a widget first",
+        .short_what = "header of a widget",
+        .short_hint = "the widget is truncated",
+    };
+    ct_tmpdir_join(p, sizeof p, tmpdir, "map.bin");
+    CHECK(ct_file_write_atomic(p, "0123456789", 10) == CT_OK);
+    CHECK(ct_file_map(p, 10, &msgs, &map, &len) == CT_OK);
+    CHECK(map && len == 10 && memcmp(map, "0123456789", 10) == 0);
+    ct_file_unmap(map, len);
+    /* too short: the caller's wording and hint; outputs reset */
+    map = p;
+    len = 99;
+    CHECK(ct_file_map(p, 11, &msgs, &map, &len) == CT_ERR_FORMAT);
+    CHECK(map == NULL && len == 0);
+    CHECK_MSG(strstr(ct_last_error(), "map.bin: file is 10 bytes, shorter than the 11-byte "
+                     "header of a widget") != NULL, "%s", ct_last_error());
+    CHECK(strcmp(ct_last_hint(), "the widget is truncated") == 0);
+    CHECK(ct_file_map(p, 11, NULL, &map, &len) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(ct_last_error(), "shorter than the 11-byte minimum") != NULL, "%s",
+              ct_last_error());
+    CHECK(ct_last_hint()[0] == '\0');
+    /* empty file: nothing to map, fine when min_bytes is 0 */
+    CHECK(ct_file_write_atomic(p, NULL, 0) == CT_OK);
+    map = p;
+    CHECK(ct_file_map(p, 0, NULL, &map, &len) == CT_OK);
+    CHECK(map == NULL && len == 0);
+    ct_file_unmap(map, len);
+    CHECK(ct_file_map(p, 1, &msgs, &map, &len) == CT_ERR_FORMAT);
+    CHECK(strstr(ct_last_error(), "file is 0 bytes") != NULL);
+    CHECK(unlink(p) == 0);
+    /* missing: the noun and the missing-file hint */
+    CHECK(ct_file_map(p, 0, &msgs, &map, &len) == CT_ERR_IO);
+    CHECK_MSG(strstr(ct_last_error(), "map.bin: cannot open widget: No such file") != NULL, "%s",
+              ct_last_error());
+    CHECK(strcmp(ct_last_hint(), "make a widget first") == 0);
+    CHECK(ct_file_map(p, 0, NULL, &map, &len) == CT_ERR_IO);
+    CHECK_MSG(strstr(ct_last_error(), "map.bin: cannot open: No such file") != NULL, "%s",
+              ct_last_error());
+    CHECK(ct_last_hint()[0] == '\0');
+    /* a directory; an empty path */
+    CHECK(ct_file_map(tmpdir, 0, &msgs, &map, &len) == CT_ERR_IO);
+    CHECK(strstr(ct_last_error(), "not a regular file") != NULL);
+    CHECK(ct_file_map("", 0, NULL, &map, &len) == CT_ERR_ARG);
+    CHECK(map == NULL && len == 0);
+    ct_file_unmap(NULL, 0);
+    CHECK(ct_tmpdir_count(tmpdir) == before);
+}
+
 static void test_mkdir_p(void) {
     char p[512], q[512];
     ct_tmpdir_join(p, sizeof p, tmpdir, "m/n//o/");
@@ -166,6 +222,7 @@ int main(void) {
     test_afile_life_cycle();
     test_write_failure();
     test_errors();
+    test_file_map();
     test_mkdir_p();
     CHECK(ct_tmpdir_remove(tmpdir) == 0);
     return ct_test_result("test_fileio");
