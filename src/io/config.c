@@ -397,7 +397,23 @@ ct_status ct_config_load_yaml(ct_config *cfg, const char *path) {
     return st;
 }
 
+/* run.memory_limit: "N" bytes, "N KB|MB|GB" (powers of 1024) or "N%" of RAM. */
+static bool memory_limit_ok(const char *v) {
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || !isfinite(x) || x <= 0) return false;
+    while (*end == ' ') end++;
+    if (!*end) return true;
+    if (!strcmp(end, "%")) return x <= 100;
+    return !strcmp(end, "B") || !strcmp(end, "KB") || !strcmp(end, "MB") || !strcmp(end, "GB") ||
+           !strcmp(end, "TB");
+}
+
 ct_status ct_config_validate(const ct_config *c) {
+    if (!memory_limit_ok(c->run.memory_limit))
+        return CT_ERR(CT_ERR_ARG, "run.memory_limit = '%s': expected bytes with an optional "
+                      "KB/MB/GB suffix (e.g. 12GB) or a percentage of RAM (e.g. 85%%)",
+                      c->run.memory_limit);
     if (c->schedule.warmup_steps > c->train.steps && c->train.steps > 0)
         return CT_ERR(CT_ERR_ARG,
                       "schedule.warmup_steps = %lld exceeds train.steps = %lld",

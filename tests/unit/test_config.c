@@ -86,6 +86,16 @@ int main(void) {
     CHECK(ct_config_validate(&v) == CT_ERR_ARG);
     CHECK(strstr(ct_last_error(), "schedule.warmup_steps") != NULL);
 
+    ct_config_default(&v);
+    CHECK(ct_config_validate(&v) == CT_OK);
+    CHECK(ct_config_apply_override(&v, "run.memory_limit=12GB") == CT_OK);
+    CHECK(ct_config_validate(&v) == CT_OK);
+    CHECK(ct_config_apply_override(&v, "run.memory_limit=lots") == CT_OK);
+    CHECK(ct_config_validate(&v) == CT_ERR_ARG);
+    CHECK(strstr(ct_last_error(), "run.memory_limit") != NULL);
+    CHECK(ct_config_apply_override(&v, "run.memory_limit=150%") == CT_OK);
+    CHECK(ct_config_validate(&v) == CT_ERR_ARG);
+
     /* the printed YAML reads back to the same configuration */
     ct_config_default(&v);
     CHECK(ct_config_apply_override(&v, "optim.lr=0.0003") == CT_OK);
