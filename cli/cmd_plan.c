@@ -22,16 +22,8 @@ int cmd_plan(int argc, char **argv) {
     if (rc) return rc;
     ct_model_config mc;
     if (cfg.model.init_from[0]) {
-        /* the shape comes from the directory's config.json: load it */
-        ct_ctx *ctx = NULL;
-        ct_model *m = NULL;
-        if (ct_ctx_init(&ctx, NULL) || ct_model_load_hf(&m, ctx, cfg.model.init_from)) {
-            ct_ctx_free(ctx);
-            return cli_fail("plan");
-        }
-        mc = *ct_model_get_config(m);
-        ct_model_free(m);
-        ct_ctx_free(ctx);
+        /* the shape comes from the directory's config.json */
+        if (ct_model_config_load_hf(&mc, cfg.model.init_from)) return cli_fail("plan");
     } else if (ct_model_config_from(&mc, &cfg)) {
         return cli_fail("plan");
     }

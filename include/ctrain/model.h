@@ -127,6 +127,8 @@ CT_API ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits)
  * layout, atomically; `file` names the safetensors file in dir
  * ("model.safetensors"); config.json is written when write_config. */
 CT_API ct_status ct_model_load_hf(ct_model **out, ct_ctx *ctx, const char *dir);
+/* Only the model's shape, from dir/config.json (no weights are read). */
+CT_API ct_status ct_model_config_load_hf(ct_model_config *cfg, const char *dir);
 CT_API ct_status ct_model_save_hf(ct_model *m, const char *dir, const char *file, bool grads,
                                   bool write_config);
 

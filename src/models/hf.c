@@ -35,7 +35,7 @@ static ct_status json_int(const cJSON *root, const char *key, int *out, bool *fo
     return CT_OK;
 }
 
-static ct_status read_hf_config(const char *dir, ct_model_config *cfg) {
+ct_status ct_model_config_load_hf(ct_model_config *cfg, const char *dir) {
     char path[CT_IO_PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *text = NULL;
@@ -126,7 +126,7 @@ static bool known_extra(const ct_model *m, const char *name) {
 ct_status ct_model_load_hf(ct_model **out, ct_ctx *ctx, const char *dir) {
     *out = NULL;
     ct_model_config cfg;
-    ct_status st = read_hf_config(dir, &cfg);
+    ct_status st = ct_model_config_load_hf(&cfg, dir);
     if (st) return st;
     char path[CT_IO_PATH_MAX];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);

@@ -281,13 +281,18 @@ static void acts_layout(const ct_model_config *c, int B, int T, bool training, c
     *scratch_bytes = cv->used - *acts_bytes;
 }
 
+static ct_status check_batch_shape(const ct_model_config *cfg, int B, int T) {
+    if (B < 1 || T < 1 || T > cfg->n_ctx)
+        return CT_ERR(CT_ERR_ARG, "batch shape B=%d T=%d is invalid: expected B >= 1 and "
+                                  "1 <= T <= n_ctx = %d", B, T, cfg->n_ctx);
+    return CT_OK;
+}
+
 ct_status ct_model_plan_memory(const ct_model_config *cfg, int B, int T, bool training,
                                ct_model_plan *out) {
     ct_status st = ct_model_config_validate(cfg);
     if (st) return st;
-    if (B < 1 || T < 1 || T > cfg->n_ctx)
-        return CT_ERR(CT_ERR_ARG, "batch shape B=%d T=%d is invalid: expected B >= 1 and "
-                                  "1 <= T <= n_ctx = %d", B, T, cfg->n_ctx);
+    if ((st = check_batch_shape(cfg, B, T))) return st;
     ct_model m = {0};
     m.cfg = *cfg;
     if ((st = model_build_table(&m))) return st;
@@ -309,13 +314,12 @@ ct_status ct_model_reserve(ct_model *m, int B, int T, bool training) {
                       m->B, m->T, m->training ? " (training)" : "", B, T,
                       training ? " (training)" : "");
     }
-    if (B < 1 || T < 1 || T > m->cfg.n_ctx)
-        return CT_ERR(CT_ERR_ARG, "batch shape B=%d T=%d is invalid: expected B >= 1 and "
-                                  "1 <= T <= n_ctx = %d", B, T, m->cfg.n_ctx);
+    ct_status st = check_batch_shape(&m->cfg, B, T);
+    if (st) return st;
     carver cv = {0};
     size_t acts_b, scratch_b;
     acts_layout(&m->cfg, B, T, training, &cv, NULL, &acts_b, &scratch_b);
-    ct_status st = ct_arena_init(&m->arena, m->ctx, cv.used, CT_TAG_ACTS);
+    st = ct_arena_init(&m->arena, m->ctx, cv.used, CT_TAG_ACTS);
     if (st) return st;
     m->acts.layers = calloc((size_t)m->cfg.n_layer, sizeof *m->acts.layers);
     if (!m->acts.layers) {
