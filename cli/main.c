@@ -20,6 +20,8 @@ static void usage(FILE *f) {
             "  train   [--config FILE.yaml] [key=value ...]   train or fine-tune a model\n"
             "  sample  --model DIR [--prompt IDS] [--tokens N] [--temperature X] [--top-k K]\n"
             "          generate token ids from a model directory (KV-cached)\n"
+            "  prepare --tokenizer DIR --out DIR [options] INPUT...   tokenise text files,\n"
+            "          directories, globs, JSONL or stdin into training shards\n"
             "  plan    [--config FILE.yaml] [key=value ...] [--json]   memory plan of a run\n"
             "  synth   --out FILE [--tokens N] [--vocab V] [--seed S]   write a synthetic\n"
             "          token shard (demo data until text preparation is used)\n"
@@ -60,6 +62,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "synth")) return cmd_synth(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "prepare")) return cmd_prepare(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("ctrain %s\n", ct_version());
         return 0;

@@ -58,5 +58,6 @@ ct_status ct_cache_get(ct_cache *c, ct_cache_key key, int32_t **tokens, int64_t 
 ct_status ct_cache_put(ct_cache *c, ct_cache_key key, const int32_t *tokens, int64_t n);
 
 void ct_cache_get_stats(const ct_cache *c, ct_cache_stats *out);
+void ct_cache_format_stats(const ct_cache_stats *s, char *buf, size_t cap);
 
 #endif

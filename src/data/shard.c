@@ -159,50 +159,107 @@ ct_status ct_shard_read(const ct_shard *s, int64_t start, int64_t count, int32_t
 
 #define SHARD_CHUNK 65536 /* tokens per write */
 
-ct_status ct_shard_write(const char *path, const uint32_t *tokens, int64_t n, int version) {
-    ct_status st = CT_OK;
-    uint8_t *buf = NULL;
-    ct_afile *f = NULL;
+struct ct_shard_writer {
+    ct_afile *f;
+    char *path;
+    int version, tsize;
+    int64_t n;
+    uint8_t *buf; /* SHARD_CHUNK tokens, encoded */
+};
+
+ct_status ct_shard_writer_open(ct_shard_writer **out, const char *path, int version) {
+    *out = NULL;
     if (!path || !path[0]) return CT_ERR(CT_ERR_ARG, "shard write: empty path");
     if (version != 1 && version != 2)
         return CT_ERR(CT_ERR_ARG, "%s: shard version %d, expected 1 (uint16 tokens) or 2 "
                       "(uint32 tokens)", path, version);
-    if (n < 1 || n > INT32_MAX)
-        return CT_ERR(CT_ERR_ARG, "%s: %" PRId64 " tokens; a shard holds 1 to %d", path, n,
-                      INT32_MAX);
-    if (!tokens) return CT_ERR(CT_ERR_ARG, "%s: tokens is NULL", path);
-    if (version == 1) {
-        for (int64_t i = 0; i < n; i++) {
-            if (tokens[i] > 65535u) {
-                st = CT_ERR(CT_ERR_ARG, "%s: token %" PRIu32 " at position %" PRId64 " does not "
-                            "fit a version 1 shard (uint16 tokens)", path, tokens[i], i);
-                ct_error_hint("write version 2 shards (uint32 tokens) for vocabularies over 65536");
-                return st;
-            }
-        }
+    ct_status st = CT_OK;
+    ct_shard_writer *w = calloc(1, sizeof *w);
+    if (!w || !(w->path = strdup(path)) || !(w->buf = calloc(SHARD_CHUNK, 4))) {
+        st = CT_ERR(CT_ERR_OOM, "%s: out of memory", path);
+        goto fail;
     }
-    int tsize = version == 1 ? 2 : 4;
-    buf = calloc(SHARD_CHUNK, 4);
-    if (!buf) return CT_ERR(CT_ERR_OOM, "%s: out of memory", path);
+    w->version = version;
+    w->tsize = version == 1 ? 2 : 4;
+    /* the header's token count is patched in at commit (buf is zeroed) */
+    ct_le_store_u32(w->buf, (uint32_t)CT_SHARD_MAGIC);
+    ct_le_store_u32(w->buf + 4, (uint32_t)version);
+    if ((st = ct_afile_open(&w->f, path)) != CT_OK) goto fail;
+    if ((st = ct_afile_write(w->f, w->buf, CT_SHARD_HEADER_BYTES)) != CT_OK) goto fail;
+    *out = w;
+    return CT_OK;
+fail:
+    ct_shard_writer_abort(w);
+    return st;
+}
 
-    /* header (buf is zeroed: fields 3..255 stay 0) */
-    ct_le_store_u32(buf, (uint32_t)CT_SHARD_MAGIC);
-    ct_le_store_u32(buf + 4, (uint32_t)version);
-    ct_le_store_u32(buf + 8, (uint32_t)n);
-    if ((st = ct_afile_open(&f, path)) != CT_OK) goto fail;
-    if ((st = ct_afile_write(f, buf, CT_SHARD_HEADER_BYTES)) != CT_OK) goto fail;
+ct_status ct_shard_writer_append(ct_shard_writer *w, const uint32_t *tokens, int64_t n) {
+    if (n < 0 || w->n + n > INT32_MAX)
+        return CT_ERR(CT_ERR_ARG, "%s: %" PRId64 " tokens; a shard holds 1 to %d", w->path,
+                      w->n + n, INT32_MAX);
     for (int64_t off = 0; off < n; off += SHARD_CHUNK) {
         int64_t cnt = n - off < SHARD_CHUNK ? n - off : SHARD_CHUNK;
         for (int64_t i = 0; i < cnt; i++) {
-            if (tsize == 2) ct_le_store_u16(buf + 2 * i, (uint16_t)tokens[off + i]);
-            else ct_le_store_u32(buf + 4 * i, tokens[off + i]);
+            uint32_t t = tokens[off + i];
+            if (w->tsize == 2) {
+                if (t > 65535u) {
+                    ct_status st = CT_ERR(CT_ERR_ARG, "%s: token %" PRIu32 " at position %" PRId64
+                                          " does not fit a version 1 shard (uint16 tokens)",
+                                          w->path, t, w->n + off + i);
+                    ct_error_hint("write version 2 shards (uint32 tokens) for vocabularies over "
+                                  "65536");
+                    return st;
+                }
+                ct_le_store_u16(w->buf + 2 * i, (uint16_t)t);
+            } else {
+                ct_le_store_u32(w->buf + 4 * i, t);
+            }
         }
-        if ((st = ct_afile_write(f, buf, (size_t)cnt * (size_t)tsize)) != CT_OK) goto fail;
+        ct_status st = ct_afile_write(w->f, w->buf, (size_t)cnt * (size_t)w->tsize);
+        if (st) return st;
     }
-    st = ct_afile_commit(f);
-    f = NULL;
-fail:
-    ct_afile_abort(f);
-    free(buf);
+    w->n += n;
+    return CT_OK;
+}
+
+int64_t ct_shard_writer_count(const ct_shard_writer *w) { return w->n; }
+
+ct_status ct_shard_writer_commit(ct_shard_writer *w) {
+    ct_status st;
+    if (w->n < 1) {
+        st = CT_ERR(CT_ERR_ARG, "%s: a shard holds at least one token", w->path);
+    } else {
+        uint8_t count[4];
+        ct_le_store_u32(count, (uint32_t)w->n);
+        st = ct_afile_pwrite(w->f, 8, count, sizeof count);
+        if (st == CT_OK) {
+            st = ct_afile_commit(w->f);
+            w->f = NULL;
+        }
+    }
+    ct_shard_writer_abort(w);
     return st;
+}
+
+void ct_shard_writer_abort(ct_shard_writer *w) {
+    if (!w) return;
+    ct_afile_abort(w->f);
+    free(w->buf);
+    free(w->path);
+    free(w);
+}
+
+ct_status ct_shard_write(const char *path, const uint32_t *tokens, int64_t n, int version) {
+    if (n < 1 || n > INT32_MAX)
+        return CT_ERR(CT_ERR_ARG, "%s: %" PRId64 " tokens; a shard holds 1 to %d",
+                      path ? path : "shard", n, INT32_MAX);
+    if (!tokens) return CT_ERR(CT_ERR_ARG, "%s: tokens is NULL", path ? path : "shard");
+    ct_shard_writer *w;
+    ct_status st = ct_shard_writer_open(&w, path, version);
+    if (st) return st;
+    if ((st = ct_shard_writer_append(w, tokens, n))) {
+        ct_shard_writer_abort(w);
+        return st;
+    }
+    return ct_shard_writer_commit(w);
 }

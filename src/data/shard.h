@@ -41,4 +41,20 @@ ct_status ct_shard_read(const ct_shard *s, int64_t start, int64_t count, int32_t
  * for version 1, naming the token and its position), CT_ERR_IO, CT_ERR_OOM. */
 ct_status ct_shard_write(const char *path, const uint32_t *tokens, int64_t n, int version);
 
+/* A shard written as a stream, for outputs larger than memory: open, append
+ * tokens any number of times, then exactly one of commit or abort. The file
+ * appears at `path` only at commit (temp file, fsync, rename), so an
+ * interrupted writer never leaves a shard that looks complete.
+ * open: CT_ERR_ARG (bad version), CT_ERR_IO, CT_ERR_OOM; returns owned *out.
+ * append borrows tokens: CT_ERR_ARG for a token too large for version 1
+ *   (naming it and its position in the shard) or past INT32_MAX tokens,
+ *   CT_ERR_IO (full disk: the writer is then poisoned, abort it).
+ * commit always consumes w: CT_ERR_ARG when no token was appended, CT_ERR_IO. */
+typedef struct ct_shard_writer ct_shard_writer;
+ct_status ct_shard_writer_open(ct_shard_writer **out, const char *path, int version);
+ct_status ct_shard_writer_append(ct_shard_writer *w, const uint32_t *tokens, int64_t n);
+int64_t ct_shard_writer_count(const ct_shard_writer *w);
+ct_status ct_shard_writer_commit(ct_shard_writer *w);
+void ct_shard_writer_abort(ct_shard_writer *w); /* NULL is fine */
+
 #endif

@@ -120,6 +120,33 @@ ct_status ct_afile_write(ct_afile *f, const void *data, size_t bytes) {
 
 int64_t ct_afile_tell(const ct_afile *f) { return f->written; }
 
+ct_status ct_afile_pwrite(ct_afile *f, int64_t offset, const void *data, size_t bytes) {
+    if (f->failed)
+        return CT_ERR(CT_ERR_IO, "%s: an earlier write to %s failed", f->path, f->tmp_path);
+    if (offset < 0 || (int64_t)bytes > f->written || offset > f->written - (int64_t)bytes)
+        return CT_ERR(CT_ERR_ARG, "%s: overwrite of bytes [%lld, %lld) outside the %lld written",
+                      f->path, (long long)offset, (long long)offset + (long long)bytes,
+                      (long long)f->written);
+    errno = 0;
+    if (fflush(f->fp) != 0) {
+        f->failed = true;
+        return fileio_errno("write failed", f->path, errno ? errno : EIO);
+    }
+    const char *p = data;
+    while (bytes > 0) {
+        ssize_t k = pwrite(fileno(f->fp), p, bytes, (off_t)offset);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            f->failed = true;
+            return fileio_errno("write failed", f->path, k < 0 ? errno : EIO);
+        }
+        p += k;
+        bytes -= (size_t)k;
+        offset += k;
+    }
+    return CT_OK;
+}
+
 /* fsync the directory so the rename itself survives a crash. Filesystems
  * that cannot sync a directory answer EINVAL; that is not an error. */
 static ct_status fileio_sync_dir(const char *path) {

@@ -26,6 +26,10 @@ ct_status ct_afile_open(ct_afile **out, const char *path);
 ct_status ct_afile_write(ct_afile *f, const void *data, size_t bytes);
 /* Bytes written so far. */
 int64_t ct_afile_tell(const ct_afile *f);
+/* Overwrite bytes already written, e.g. a header whose counts are known only
+ * at the end (borrows data). The range must lie within what was written.
+ * Errors: CT_ERR_ARG (range), CT_ERR_IO (poisons the write, as above). */
+ct_status ct_afile_pwrite(ct_afile *f, int64_t offset, const void *data, size_t bytes);
 /* fflush, fsync, fclose, rename onto the target, fsync the directory.
  * Always consumes f: on failure the temp file is removed and the target is
  * left as it was (CT_ERR_IO naming the path and the system error). */
