@@ -1,7 +1,8 @@
 /*
- * `ctrain sample --model DIR`: generate token ids with temperature and top-k
+ * `ctrain sample --model DIR`: generate tokens with temperature and top-k
  * sampling, one KV-cached decode step per token. Prints the generated ids,
- * space-separated, on stdout (the prompt is not repeated).
+ * space-separated, on stdout (the prompt is not repeated); with
+ * --tokenizer DIR the prompt is text and the output is text.
  */
 #include <errno.h>
 #include <math.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "ctrain/data.h"
 #include "ctrain/model.h"
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
@@ -65,7 +67,7 @@ static int sample_token(const float *logits, float *probs, int V, double tempera
 }
 
 int cmd_sample(int argc, char **argv) {
-    const char *cmd = "sample", *model_dir = NULL, *prompt = NULL;
+    const char *cmd = "sample", *model_dir = NULL, *prompt = NULL, *tok_dir = NULL;
     long n_tokens = 64, top_k = 0, seed = 1337, threads = 0;
     double temperature = 1.0;
     for (int i = 0; i < argc; i++) {
@@ -73,12 +75,15 @@ int cmd_sample(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: ctrain sample --model DIR [--prompt \"ID ID ...\"] [--tokens N]\n"
-                   "                     [--temperature X] [--top-k K] [--seed S] [--threads N]\n");
+                   "                     [--temperature X] [--top-k K] [--seed S] [--threads N]\n"
+                   "                     [--tokenizer DIR]\n"
+                   "  with --tokenizer, --prompt is text and the output is text\n");
             return 0;
         }
         if (!v) return cli_usage_error(cmd, "option '%s' needs a value", a);
         if (!strcmp(a, "--model")) model_dir = v;
         else if (!strcmp(a, "--prompt")) prompt = v;
+        else if (!strcmp(a, "--tokenizer")) tok_dir = v;
         else if (!strcmp(a, "--tokens")) {
             if (parse_long(v, 1, 1 << 20, &n_tokens))
                 return cli_usage_error(cmd, "--tokens '%s': expected a positive integer", v);
@@ -102,6 +107,8 @@ int cmd_sample(int argc, char **argv) {
 
     ct_ctx *ctx = NULL;
     ct_model *m = NULL;
+    ct_tokenizer *tok = NULL;
+    ct_tokens ptoks = {0};
     int32_t *ids = NULL;
     float *logits = NULL, *probs = NULL;
     int rc = 2;
@@ -113,6 +120,17 @@ int cmd_sample(int argc, char **argv) {
     }
     const ct_model_config *mc = ct_model_get_config(m);
     int V = mc->vocab_size;
+    if (tok_dir) {
+        if (ct_tokenizer_load(&tok, tok_dir)) {
+            rc = cli_fail(cmd);
+            goto done;
+        }
+        if (ct_tokenizer_vocab_size(tok) > V) {
+            fprintf(stderr, "ctrain sample: error: the tokenizer %s has %d tokens, more than the "
+                    "model's vocab_size %d\n", tok_dir, ct_tokenizer_vocab_size(tok), V);
+            goto done;
+        }
+    }
     /* prompt ids; default: the end-of-text id (last of the vocabulary) */
     ids = calloc((size_t)mc->n_ctx, sizeof *ids);
     logits = calloc((size_t)V, sizeof *logits);
@@ -122,7 +140,18 @@ int cmd_sample(int argc, char **argv) {
         goto done;
     }
     int n_prompt = 0;
-    if (prompt) {
+    if (prompt && tok) {
+        if (ct_tokenizer_encode(tok, NULL, prompt, strlen(prompt), 0, &ptoks)) {
+            rc = cli_fail(cmd);
+            goto done;
+        }
+        if (ptoks.n > (size_t)mc->n_ctx) {
+            rc = cli_usage_error(cmd, "--prompt is %zu tokens, longer than the context (%d)",
+                                 ptoks.n, mc->n_ctx);
+            goto done;
+        }
+        for (size_t i = 0; i < ptoks.n; i++) ids[n_prompt++] = ptoks.ids[i];
+    } else if (prompt) {
         const char *p = prompt;
         char *end;
         for (;;) {
@@ -143,7 +172,8 @@ int cmd_sample(int argc, char **argv) {
             p = end;
         }
     }
-    if (n_prompt == 0) ids[n_prompt++] = V - 1;
+    if (n_prompt == 0) ids[n_prompt++] = tok && ct_tokenizer_eot(tok) >= 0 ? ct_tokenizer_eot(tok)
+                                                                         : V - 1;
     long total = n_prompt + n_tokens;
     if (total > mc->n_ctx) total = mc->n_ctx;
     if (ct_model_decode_reserve(m, (int)total)) {
@@ -159,12 +189,21 @@ int cmd_sample(int argc, char **argv) {
         }
         if (pos + 1 < n_prompt) continue; /* still reading the prompt */
         ids[pos + 1] = sample_token(logits, probs, V, temperature, (int)top_k, &rng);
-        printf("%s%d", pos + 1 > n_prompt ? " " : "", ids[pos + 1]);
+        if (tok) {
+            /* a token may end inside a UTF-8 character: bytes go out as they are */
+            size_t len;
+            const char *bytes = ct_tokenizer_token_bytes(tok, ids[pos + 1], &len);
+            if (bytes) fwrite(bytes, 1, len, stdout);
+        } else {
+            printf("%s%d", pos + 1 > n_prompt ? " " : "", ids[pos + 1]);
+        }
         fflush(stdout);
     }
     printf("\n");
     rc = 0;
 done:
+    ct_tokens_free(&ptoks);
+    ct_tokenizer_free(tok);
     free(ids);
     free(logits);
     free(probs);
