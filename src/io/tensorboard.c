@@ -8,6 +8,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +160,14 @@ static void tb_emit_float(tb_out *o, float x) {
     o->p += 4;
 }
 
+/* double to float32, saturating to +-infinity instead of the undefined
+ * out-of-range conversion. */
+static float tb_to_float(double x) {
+    if (x > FLT_MAX) return INFINITY;
+    if (x < -FLT_MAX) return -INFINITY;
+    return (float)x;
+}
+
 /* Bytes of one Summary.Value {tag, simple_value}. */
 static size_t tb_value_size(size_t tag_len) {
     return 1 + tb_varint_len(tag_len) + tag_len + 1 + 4;
@@ -206,24 +216,32 @@ static ct_status tb_fail(ct_tb *tb, const char *what, int err) {
     return st;
 }
 
-/* Write every pending byte to the file (retrying short writes). On a failure
- * the pending bytes are dropped and the writer poisoned, so nothing follows a
- * record that may be torn. */
-static ct_status tb_write_out(ct_tb *tb) {
+/* Write every pending byte to the file (retrying short writes) and empty the
+ * pending buffer either way. Returns 0 or the errno of the failure; touches
+ * no error state, so ct_tb_close can use it. */
+static int tb_write_pending(ct_tb *tb) {
     size_t done = 0;
+    int err = 0;
     while (done < tb->pend_len) {
         ssize_t w = write(tb->fd, tb->pend + done, tb->pend_len - done);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
-            tb->pend_len = 0;
-            return tb_fail(tb, "write failed", w < 0 ? errno : EIO);
+            err = w < 0 ? errno : EIO;
+            break;
         }
         done += (size_t)w;
     }
     tb->pend_len = 0;
     tb->unflushed = 0;
     tb->last_flush = ct_time_s();
-    return CT_OK;
+    return err;
+}
+
+/* tb_write_pending; a failure poisons the writer, so nothing follows a record
+ * that may be torn. */
+static ct_status tb_write_out(ct_tb *tb) {
+    int err = tb_write_pending(tb);
+    return err ? tb_fail(tb, "write failed", err) : CT_OK;
 }
 
 /* Frame the data_len bytes of Event at rec + 12 as a TFRecord, keep it
@@ -274,7 +292,7 @@ ct_status ct_tb_scalars(ct_tb *tb, int64_t step, double wall_time, int n,
         tb_emit_varint(&o, tl);
         tb_emit_bytes(&o, tags[i], tl);
         tb_emit_key(&o, TB_KEY(2, TB_WIRE_FIXED32)); /* Value.simple_value */
-        tb_emit_float(&o, (float)vals[i]);
+        tb_emit_float(&o, tb_to_float(vals[i]));
     }
     CT_ASSERT((size_t)(o.p - (rec + 12)) == event_len);
     return tb_add_record(tb, rec, event_len);
@@ -296,7 +314,8 @@ ct_status ct_tb_flush(ct_tb *tb) {
 void ct_tb_close(ct_tb *tb) {
     if (!tb) return;
     if (tb->fd >= 0) {
-        if (!tb->failed && tb_write_out(tb) == CT_OK) (void)fsync(tb->fd);
+        /* no error reporting here: the caller's last error must survive */
+        if (!tb->failed && tb_write_pending(tb) == 0) (void)fsync(tb->fd);
         close(tb->fd);
     }
     free(tb->pend);

@@ -339,6 +339,23 @@ static void test_two_writers(const char *dir) {
     CHECK(ct_tmpdir_count(dir) == 2);
 }
 
+/* Doubles beyond float32's range are stored as infinities of their sign. */
+static void test_out_of_range(const char *dir) {
+    ct_tb *tb = NULL;
+    CHECK(ct_tb_open(&tb, dir) == CT_OK);
+    if (!tb) return;
+    const char *tags[] = {"big", "small", "inf", "max"};
+    double vals[] = {1e300, -1e300, -INFINITY, 3.4028234663852886e38};
+    CHECK(ct_tb_scalars(tb, 7, 1.0, 4, tags, vals) == CT_OK);
+    CHECK(ct_tb_flush(tb) == CT_OK);
+    CHECK(rd_read(ct_tb_path(tb), &g_rd) == 0 && g_rd.n == 2 && g_rd.ev[1].n == 4);
+    CHECK(isinf(g_rd.ev[1].val[0]) && g_rd.ev[1].val[0] > 0);
+    CHECK(isinf(g_rd.ev[1].val[1]) && g_rd.ev[1].val[1] < 0);
+    CHECK(isinf(g_rd.ev[1].val[2]) && g_rd.ev[1].val[2] < 0);
+    CHECK(g_rd.ev[1].val[3] == 3.4028234663852886e38f);
+    ct_tb_close(tb);
+}
+
 /* Records reach the file without ct_tb_flush once CT_TB_FLUSH_RECORDS are
  * pending; a few records stay in memory until then. */
 static void test_auto_flush(const char *dir) {
@@ -426,6 +443,7 @@ int main(void) {
     test_roundtrip(d1);
     test_two_writers(d2);
     test_auto_flush(d3);
+    test_out_of_range(d3);
     test_write_error(d4);
     test_open_errors(d5);
     ct_tmpdir_remove(dir);
