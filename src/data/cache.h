@@ -6,8 +6,10 @@
  * directory bounded in bytes; both evict least-recently-used entries first.
  * Disk entries are written atomically and carry a checksum; a corrupt or
  * truncated entry is dropped and counted as a miss, never returned.
- * Thread-safe: one cache may be used by many threads at once.
- * Leaves out: caching anything but token sequences.
+ * Thread-safe: one cache may be used by many threads at once, and several
+ * processes may share one directory (atomic renames, no locks).
+ * Leaves out: caching anything but token sequences, file locking, and a
+ * global byte limit across processes (each process trims by what it knows).
  */
 #ifndef CT_CACHE_H
 #define CT_CACHE_H
@@ -17,6 +19,13 @@
 #include <stdint.h>
 
 typedef struct ct_cache ct_cache; /* opaque */
+
+/* What one entry counts against the limits. Memory tier: a fixed overhead
+ * (the index node with its hash-chain and LRU links, a bucket slot, two
+ * allocations' headers) plus 4 bytes per token. Disk tier: the file's size,
+ * a header plus 4 bytes per token. */
+#define CT_CACHE_MEM_ENTRY_BYTES 128
+#define CT_CACHE_DISK_HEADER_BYTES 40
 
 typedef struct ct_cache_key {
     uint64_t lo, hi;
@@ -37,8 +46,10 @@ typedef struct ct_cache_stats {
 
 /* Open a cache. dir: the disk tier's directory (created when missing), or
  * NULL / "" for memory only. disk_limit, mem_limit: bytes (0 disables that
- * tier). Entries already on disk are indexed (oldest use first) and the disk
- * tier is trimmed to disk_limit at open. Returns owned *out; release with
+ * tier). Entries live in dir/ab/<32 hex digits>.tok (format in
+ * data/cache_file.c). Entries already on disk are indexed (oldest use first,
+ * by mtime), temp files of interrupted writers removed, and the disk tier
+ * trimmed to disk_limit at open. Returns owned *out; release with
  * ct_cache_close. Errors: CT_ERR_IO naming dir, CT_ERR_ARG, CT_ERR_OOM. */
 ct_status ct_cache_open(ct_cache **out, const char *dir, int64_t disk_limit, int64_t mem_limit);
 void ct_cache_close(ct_cache *c); /* NULL is fine */
@@ -52,12 +63,20 @@ ct_status ct_cache_get(ct_cache *c, ct_cache_key key, int32_t **tokens, int64_t 
 
 /* Store n tokens under key in both tiers (borrows tokens), evicting least
  * recently used entries to stay within the limits. An entry larger than a
- * tier's limit is not stored in that tier. Disk write failures (full disk,
+ * tier's limit is not stored in that tier. A key is a content hash, so one
+ * this process already has on disk is only marked used, not rewritten. Disk write failures (full disk,
  * read-only dir) are not errors: the entry is skipped, a warning logged once.
  * Errors: CT_ERR_OOM. */
 ct_status ct_cache_put(ct_cache *c, ct_cache_key key, const int32_t *tokens, int64_t n);
 
+/* A snapshot of the counters. Thread-safe. */
 void ct_cache_get_stats(const ct_cache *c, ct_cache_stats *out);
+void ct_cache_format_stats(const ct_cache_stats *s, char *buf, size_t cap);
+
+/* One human line for the CLI, e.g. "cache: 120 hits (80 memory, 40 disk),
+ * 3 misses, 2 evictions, 1.2 MB on disk" (evictions of both tiers; powers of
+ * 1024; ", N corrupt" appended when entries were dropped). Writes at most cap
+ * bytes into buf, always NUL-terminated when cap > 0. */
 void ct_cache_format_stats(const ct_cache_stats *s, char *buf, size_t cap);
 
 #endif

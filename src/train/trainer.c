@@ -17,6 +17,7 @@
 
 #include "io/fileio.h"
 #include "io/metrics.h"
+#include "io/tensorboard.h"
 
 ct_status ct_model_config_from(ct_model_config *out, const ct_config *cfg) {
     const char *arch = cfg->model.arch;
@@ -135,6 +136,7 @@ ct_status ct_train_run(ct_ctx *ctx, const ct_config *cfg, ct_progress_fn progres
     ct_model *model = NULL;
     ct_loader *train = NULL, *val = NULL;
     ct_metrics *metrics = NULL;
+    ct_tb *tb = NULL;
     ct_adamw opt = {0};
     int32_t *in = NULL, *tg = NULL;
     ct_schedule sched;
@@ -182,6 +184,7 @@ ct_status ct_train_run(ct_ctx *ctx, const ct_config *cfg, ct_progress_fn progres
     if ((st = ct_mkdir_p(cfg->run.dir))) goto done;
     if ((st = save_config_yaml(cfg))) goto done;
     if ((st = ct_metrics_open(&metrics, cfg->run.dir, false))) goto done;
+    if ((st = ct_tb_open(&tb, cfg->run.dir))) goto done;
 
     ct_adamw_params ap = {(float)cfg->optim.beta1, (float)cfg->optim.beta2,
                           (float)cfg->optim.eps, (float)cfg->optim.weight_decay};
@@ -226,20 +229,33 @@ ct_status ct_train_run(ct_ctx *ctx, const ct_config *cfg, ct_progress_fn progres
         double vals[] = {info.loss, info.lr, info.grad_norm, info.tokens_per_s, info.step_ms,
                          (double)info.skipped};
         if ((st = ct_metrics_write(metrics, step, "train", 6, keys, vals))) goto done;
+        ct_memstats ms;
+        ct_ctx_memstats(ctx, &ms);
+        const char *tk[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s",
+                            "memory/peak_bytes", "memory/current_bytes"};
+        double tv[] = {info.loss, info.lr, info.grad_norm, info.tokens_per_s,
+                       (double)ms.total_peak, (double)ms.total_current};
+        double wall = ct_tb_wall_time();
+        if ((st = ct_tb_scalars(tb, step, wall, 6, tk, tv))) goto done;
         bool last = step == cfg->train.steps;
         if (val && ((cfg->train.eval_every && step % cfg->train.eval_every == 0) || last)) {
             if ((st = evaluate(model, val, cfg, in, tg, &info.val_loss))) goto done;
             const char *vk[] = {"loss"};
             if ((st = ct_metrics_write(metrics, step, "val", 1, vk, &info.val_loss))) goto done;
+            if ((st = ct_tb_scalar(tb, "val/loss", step, info.val_loss, ct_tb_wall_time())) ||
+                (st = ct_tb_flush(tb)))
+                goto done;
         }
         if (cfg->run.checkpoint_every && step % cfg->run.checkpoint_every == 0 && !last &&
-            (st = snapshot(model, cfg, step)))
+            ((st = snapshot(model, cfg, step)) || (st = ct_tb_flush(tb))))
             goto done;
         if (progress) progress(&info, user);
     }
+    if ((st = ct_tb_flush(tb))) goto done;
     st = ct_model_save_hf(model, cfg->run.dir, "model.safetensors", false, true);
 done:
     ct_metrics_close(metrics);
+    ct_tb_close(tb);
     ct_free(ctx, in);
     ct_free(ctx, tg);
     ct_loader_free(train);
