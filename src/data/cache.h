@@ -71,7 +71,6 @@ ct_status ct_cache_put(ct_cache *c, ct_cache_key key, const int32_t *tokens, int
 
 /* A snapshot of the counters. Thread-safe. */
 void ct_cache_get_stats(const ct_cache *c, ct_cache_stats *out);
-void ct_cache_format_stats(const ct_cache_stats *s, char *buf, size_t cap);
 
 /* One human line for the CLI, e.g. "cache: 120 hits (80 memory, 40 disk),
  * 3 misses, 2 evictions, 1.2 MB on disk" (evictions of both tiers; powers of
