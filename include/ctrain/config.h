@@ -27,6 +27,7 @@ typedef struct ct_config {
         char train[CT_PATH_MAX]; /* shard file, glob or directory */
         char val[CT_PATH_MAX];
         bool shuffle;
+        int64_t prefetch; /* batches read ahead by a background thread; 0: none */
     } data;
     struct {
         int64_t batch_size, seq_len, grad_accum, steps, seed;

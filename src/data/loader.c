@@ -1,42 +1,36 @@
 /*
- * Batch loader over llm.c token shards (see shard.h for the format).
- * Sequential order (data.shuffle=false) follows llm.c's loader: windows of
- * B*T+1 tokens at stride world*B*T, moving to the next shard when a window no
- * longer fits. Shuffled order visits every window of every shard once per
- * epoch in a permutation seeded by (seed, epoch).
- * Leaves out: the background prefetch thread and exact-resume positions, which
- * the data pipeline work adds.
+ * Batch loader over llm.c token shards (see shard.h for the format): finding
+ * and validating the shards, the sequential (llm.c) and shuffled orders, exact
+ * positions, and the public calls. The order is a pure function of
+ * (epoch, index), so a position is two integers and resuming, skipping and the
+ * prefetch thread all compute batches the same way. loader_ring.c holds the
+ * prefetch thread.
+ * Leaves out: document boundaries (windows cross them, as in llm.c) and
+ * sharding by anything but windows.
  */
-#include "ctrain/train.h"
+#include "data/loader_int.h"
 
 #include <glob.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "data/shard.h"
+#define LOADER_PREFETCH_MAX 4096
 
-typedef struct window {
-    int shard;
-    int64_t pos;
-} window;
+ct_loader_opts ct_loader_opts_default(void) {
+    ct_loader_opts o;
+    memset(&o, 0, sizeof o);
+    o.split = "train";
+    o.B = 1;
+    o.T = 1;
+    o.world = 1;
+    o.prefetch = 2;
+    return o;
+}
 
-struct ct_loader {
-    int B, T, rank, world;
-    int n_shards;
-    ct_shard **shards;
-    char **paths;
-    int64_t total_tokens;
-    /* sequential state */
-    int cur_shard;
-    int64_t cur_pos;
-    /* shuffled state */
-    bool shuffle;
-    uint64_t seed;
-    window *windows;
-    int64_t n_windows, next_window, epoch;
-};
+/* ------------------------------------------------------------ shard files */
 
 static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -78,6 +72,10 @@ static ct_status resolve_paths(const char *spec, const char *split, char ***path
         g.gl_pathc = 0;
     }
     size_t count = g.gl_pathc ? g.gl_pathc : 1;
+    if (count > INT32_MAX) {
+        globfree(&g);
+        return CT_ERR(CT_ERR_ARG, "%s: %zu shards, more than a loader takes", spec, count);
+    }
     char **list = calloc(count, sizeof *list);
     if (!list) {
         globfree(&g);
@@ -100,94 +98,231 @@ static ct_status resolve_paths(const char *spec, const char *split, char ***path
 }
 
 /* Every token of the shard must be a valid id for the model. */
-static ct_status check_shard_tokens(ct_shard *s, const char *path, int vocab_size) {
-    enum { CHUNK = 1 << 16 };
-    int32_t *buf = malloc(CHUNK * sizeof *buf);
-    if (!buf) return CT_ERR(CT_ERR_OOM, "out of memory checking %s", path);
-    int64_t n = ct_shard_ntokens(s);
-    ct_status st = CT_OK;
-    for (int64_t p = 0; p < n && st == CT_OK; p += CHUNK) {
-        int64_t cnt = n - p < CHUNK ? n - p : CHUNK;
-        if ((st = ct_shard_read(s, p, cnt, buf))) break;
-        for (int64_t i = 0; i < cnt; i++) {
-            if (buf[i] < 0 || buf[i] >= vocab_size) {
-                st = CT_ERR(CT_ERR_ARG, "%s: token %d at index %lld is out of range: the model's "
-                            "vocab_size is %d (expected 0..%d)", path, buf[i],
-                            (long long)(p + i), vocab_size, vocab_size - 1);
-                ct_error_hint("the shards were made for a different vocabulary than the model");
-                break;
-            }
-        }
-    }
-    free(buf);
+static ct_status check_shard_tokens(const ct_shard *s, const char *path, int vocab_size) {
+    int64_t i = ct_shard_find_token_ge(s, (uint32_t)vocab_size);
+    if (i < 0) return CT_OK;
+    ct_status st = CT_ERR(CT_ERR_ARG, "%s: token %" PRIu32 " at index %" PRId64 " is out of "
+                          "range: the model's vocab_size is %d (expected 0..%d)", path,
+                          ct_shard_token(s, i), i, vocab_size, vocab_size - 1);
+    ct_error_hint("the shards were made for a different vocabulary than the model");
     return st;
 }
 
-static void shuffle_windows(ct_loader *l) {
-    ct_rng rng;
-    ct_rng_init(&rng, l->seed * 1000003u + (uint64_t)l->epoch);
-    for (int64_t i = l->n_windows - 1; i > 0; i--) {
-        int64_t j = (int64_t)(((uint64_t)ct_rng_u32(&rng) << 32 | ct_rng_u32(&rng)) %
-                              (uint64_t)(i + 1));
-        window tmp = l->windows[i];
-        l->windows[i] = l->windows[j];
-        l->windows[j] = tmp;
-    }
-    l->next_window = l->rank;
+/* ------------------------------------------------------------------ order */
+
+/* splitmix64's finaliser: a bijective 64-bit mix. */
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
 }
 
-ct_status ct_loader_init(ct_loader **out, const char *spec, const char *split, int B, int T,
-                         int vocab_size, bool shuffle, uint64_t seed, int rank, int world) {
+/* Key of one permutation: the shard order of an epoch (what = 0) or the
+ * windows of shard what - 1 in that epoch. */
+static uint64_t order_key(uint64_t seed, int64_t epoch, int64_t what) {
+    return mix64(mix64(mix64(seed) ^ (uint64_t)epoch) ^ (uint64_t)what);
+}
+
+#define FEISTEL_ROUNDS 6
+
+/* Image of i under a keyed permutation of [0, n): a balanced Feistel network
+ * over the smallest even bit width that holds n, walking the cycle until the
+ * value falls back inside [0, n) (a bijection of [0, n) since the network is
+ * one of [0, 2^bits)). Random access in O(1) memory, so no shard's window
+ * order is ever stored. */
+static int64_t feistel_permute(int64_t i, int64_t n, uint64_t key) {
+    if (n <= 1) return 0;
+    int bits = 0;
+    while (bits < 62 && ((uint64_t)1 << bits) < (uint64_t)n) bits++;
+    bits += bits & 1;
+    int h = bits / 2;
+    uint64_t mask = ((uint64_t)1 << h) - 1;
+    uint64_t rk[FEISTEL_ROUNDS];
+    for (int r = 0; r < FEISTEL_ROUNDS; r++) rk[r] = mix64(key + (uint64_t)r);
+    uint64_t x = (uint64_t)i;
+    do {
+        uint64_t left = x >> h, right = x & mask;
+        for (int r = 0; r < FEISTEL_ROUNDS; r++) {
+            uint64_t t = left ^ (mix64(rk[r] ^ right) & mask);
+            left = right;
+            right = t;
+        }
+        x = left << h | right;
+    } while (x >= (uint64_t)n);
+    return (int64_t)x;
+}
+
+/* Fill loc with epoch's shard order (Fisher-Yates driven by splitmix64) and
+ * where each shard's windows begin in that epoch's global window order. */
+static void locator_set_epoch(const ct_loader *l, loader_locator *loc, int64_t epoch) {
+    int n = l->n_shards;
+    for (int i = 0; i < n; i++) loc->order[i] = i;
+    uint64_t state = order_key(l->seed, epoch, 0);
+    for (int i = n - 1; i > 0; i--) {
+        state += 0x9e3779b97f4a7c15ull;
+        int j = (int)(mix64(state) % (uint64_t)(i + 1));
+        int32_t t = loc->order[i];
+        loc->order[i] = loc->order[j];
+        loc->order[j] = t;
+    }
+    loc->start[0] = 0;
+    for (int j = 0; j < n; j++) loc->start[j + 1] = loc->start[j] + l->wins[loc->order[j]];
+    loc->epoch = epoch;
+}
+
+static ct_status locator_init(loader_locator *loc, int n_shards) {
+    loc->epoch = -1;
+    loc->order = calloc((size_t)n_shards, sizeof *loc->order);
+    loc->start = calloc((size_t)n_shards + 1, sizeof *loc->start);
+    if (!loc->order || !loc->start) return CT_ERR(CT_ERR_OOM, "out of memory for the loader");
+    return CT_OK;
+}
+
+static void locator_free(loader_locator *loc) {
+    free(loc->order);
+    free(loc->start);
+}
+
+/* Largest j in [0, n) with a[j] <= k, for ascending a with a[0] <= k < a[n]. */
+static int upper_index(const int64_t *a, int n, int64_t k) {
+    int lo = 0, hi = n; /* a[lo] <= k < a[hi] */
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (a[mid] <= k) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+void loader_locate(const ct_loader *l, loader_locator *loc, int64_t epoch, int64_t index,
+                   int32_t *shard, int64_t *offset) {
+    CT_ASSERT(epoch >= 0 && index >= 0 && index < l->per_epoch);
+    if (!l->shuffle) {
+        /* this rank's k-th window of shard s is at (k*world + rank)*B*T */
+        int s = upper_index(l->seq_cum, l->n_shards, index);
+        *shard = s;
+        *offset = ((index - l->seq_cum[s]) * l->world + l->rank) * l->BT;
+        return;
+    }
+    if (loc->epoch != epoch) locator_set_epoch(l, loc, epoch);
+    int64_t g = index * l->world + l->rank; /* global window index in the epoch */
+    int j = upper_index(loc->start, l->n_shards, g);
+    int32_t s = loc->order[j];
+    int64_t w = feistel_permute(g - loc->start[j], l->wins[s], order_key(l->seed, epoch, s + 1));
+    *shard = s;
+    *offset = w * l->BT;
+}
+
+void loader_advance(const ct_loader *l, int64_t *epoch, int64_t *index, int64_t n) {
+    CT_ASSERT(n >= 0);
+    *epoch += n / l->per_epoch;
+    *index += n % l->per_epoch;
+    if (*index >= l->per_epoch) {
+        *index -= l->per_epoch;
+        (*epoch)++;
+    }
+}
+
+ct_status loader_read_at(ct_loader *l, loader_locator *loc, int64_t epoch, int64_t index,
+                         int32_t *in, int32_t *tg) {
+    int32_t s;
+    int64_t off;
+    loader_locate(l, loc, epoch, index, &s, &off);
+    const ct_shard *sh = l->shards[s];
+    /* targets are the inputs moved by one, plus the window's last token */
+    ct_status st = ct_shard_read(sh, off, l->BT, in);
+    if (st) return st;
+    memcpy(tg, in + 1, (size_t)(l->BT - 1) * sizeof *tg);
+    return ct_shard_read(sh, off + l->BT, 1, tg + l->BT - 1);
+}
+
+/* ------------------------------------------------------------ init / free */
+
+static ct_status check_opts(const ct_loader_opts *o) {
+    const char *split = o->split ? o->split : "train";
+    if (o->B < 1 || o->T < 1)
+        return CT_ERR(CT_ERR_ARG, "loader for data.%s: batch shape B=%d T=%d, expected both "
+                      ">= 1", split, o->B, o->T);
+    if (o->world < 1 || o->rank < 0 || o->rank >= o->world)
+        return CT_ERR(CT_ERR_ARG, "loader for data.%s: rank %d of world %d, expected 0 <= rank "
+                      "< world", split, o->rank, o->world);
+    if (o->prefetch < 0 || o->prefetch > LOADER_PREFETCH_MAX)
+        return CT_ERR(CT_ERR_ARG, "data.prefetch = %d, expected 0..%d", o->prefetch,
+                      LOADER_PREFETCH_MAX);
+    if (o->vocab_size < 0)
+        return CT_ERR(CT_ERR_ARG, "loader for data.%s: vocab_size %d, expected >= 0 (0: "
+                      "unchecked)", split, o->vocab_size);
+    if (!o->spec || !o->spec[0])
+        return CT_ERR(CT_ERR_ARG, "data.%s is empty: expected a shard file, glob or directory",
+                      split);
+    return CT_OK;
+}
+
+/* Open, validate and count the windows of every shard. */
+static ct_status open_shards(ct_loader *l, const ct_loader_opts *o) {
+    ct_status st = resolve_paths(o->spec, l->split_name, &l->paths, &l->n_shards);
+    if (st) return st;
+    int n = l->n_shards;
+    l->shards = calloc((size_t)n, sizeof *l->shards);
+    l->wins = calloc((size_t)n, sizeof *l->wins);
+    l->seq_cum = calloc((size_t)n + 1, sizeof *l->seq_cum);
+    if (!l->shards || !l->wins || !l->seq_cum)
+        return CT_ERR(CT_ERR_OOM, "out of memory for the loader");
+    int64_t BT = l->BT, stride = BT * l->world, first = (int64_t)l->rank * BT;
+    for (int i = 0; i < n; i++) {
+        if ((st = ct_shard_open(&l->shards[i], l->paths[i]))) return st;
+        int64_t ntok = ct_shard_ntokens(l->shards[i]);
+        if (ntok < BT + 1) {
+            st = CT_ERR(CT_ERR_ARG, "%s: shard has %" PRId64 " tokens, fewer than one batch "
+                        "needs (train.batch_size * train.seq_len + 1 = %" PRId64 ")",
+                        l->paths[i], ntok, BT + 1);
+            return st;
+        }
+        if (o->vocab_size > 0 && (st = check_shard_tokens(l->shards[i], l->paths[i],
+                                                          o->vocab_size)))
+            return st;
+        l->total_tokens += ntok;
+        l->wins[i] = (ntok - 1) / BT;
+        l->n_windows += l->wins[i];
+        /* sequential windows of this rank: offsets first + k*stride with B*T+1 tokens */
+        int64_t seq = ntok >= first + BT + 1 ? (ntok - 1 - BT - first) / stride + 1 : 0;
+        l->seq_cum[i + 1] = l->seq_cum[i] + seq;
+    }
+    if (l->shuffle) {
+        l->per_epoch = l->n_windows / l->world;
+        if (l->per_epoch < 1)
+            return CT_ERR(CT_ERR_ARG, "%s: %" PRId64 " windows of %" PRId64 " tokens in all, "
+                          "fewer than the %d ranks", o->spec, l->n_windows, BT + 1, l->world);
+    } else {
+        l->per_epoch = l->seq_cum[n];
+        if (l->per_epoch < 1)
+            return CT_ERR(CT_ERR_ARG, "%s: no shard holds the %" PRId64 " tokens rank %d of %d "
+                          "needs for its first batch ((rank + 1) * B*T + 1)", o->spec,
+                          first + BT + 1, l->rank, l->world);
+    }
+    return CT_OK;
+}
+
+ct_status ct_loader_init(ct_loader **out, const ct_loader_opts *opts) {
     *out = NULL;
-    if (B < 1 || T < 1 || world < 1 || rank < 0 || rank >= world)
-        return CT_ERR(CT_ERR_ARG, "loader: bad shape B=%d T=%d rank=%d world=%d", B, T, rank,
-                      world);
-    if (!spec || !*spec) return CT_ERR(CT_ERR_ARG, "data.%s is empty: expected a shard file, glob "
-                                       "or directory", split);
+    ct_status st = check_opts(opts);
+    if (st) return st;
     ct_loader *l = calloc(1, sizeof *l);
     if (!l) return CT_ERR(CT_ERR_OOM, "out of memory for the loader");
-    l->B = B;
-    l->T = T;
-    l->rank = rank;
-    l->world = world;
-    l->shuffle = shuffle;
-    l->seed = seed;
-    ct_status st = resolve_paths(spec, split, &l->paths, &l->n_shards);
-    if (st) goto fail;
-    l->shards = calloc((size_t)l->n_shards, sizeof *l->shards);
-    if (!l->shards) {
-        st = CT_ERR(CT_ERR_OOM, "out of memory for the loader");
-        goto fail;
-    }
-    int64_t need = (int64_t)B * T + 1;
-    for (int i = 0; i < l->n_shards; i++) {
-        if ((st = ct_shard_open(&l->shards[i], l->paths[i]))) goto fail;
-        int64_t n = ct_shard_ntokens(l->shards[i]);
-        if (n < need) {
-            st = CT_ERR(CT_ERR_ARG, "%s: shard has %lld tokens, fewer than one batch needs "
-                        "(train.batch_size * train.seq_len + 1 = %lld)", l->paths[i],
-                        (long long)n, (long long)need);
-            goto fail;
-        }
-        if (vocab_size > 0 && (st = check_shard_tokens(l->shards[i], l->paths[i], vocab_size)))
-            goto fail;
-        l->total_tokens += n;
-        l->n_windows += (n - 1) / ((int64_t)B * T);
-    }
-    if (shuffle) {
-        l->windows = calloc((size_t)l->n_windows, sizeof *l->windows);
-        if (!l->windows) {
-            st = CT_ERR(CT_ERR_OOM, "out of memory for the shuffle order");
-            goto fail;
-        }
-        int64_t w = 0;
-        for (int i = 0; i < l->n_shards; i++) {
-            int64_t n = ct_shard_ntokens(l->shards[i]);
-            for (int64_t p = 0; p + need <= n; p += (int64_t)B * T) l->windows[w++] = (window){i, p};
-        }
-        l->n_windows = w;
-    }
-    ct_loader_reset(l);
+    l->B = opts->B;
+    l->T = opts->T;
+    l->BT = (int64_t)opts->B * opts->T;
+    l->rank = opts->rank;
+    l->world = opts->world;
+    l->prefetch = opts->prefetch;
+    l->shuffle = opts->shuffle;
+    l->seed = opts->seed;
+    snprintf(l->split_name, sizeof l->split_name, "%s", opts->split ? opts->split : "train");
+    if ((st = open_shards(l, opts))) goto fail;
+    if ((st = locator_init(&l->cons_loc, l->n_shards))) goto fail;
+    if ((st = locator_init(&l->read_loc, l->n_shards))) goto fail;
+    if (l->prefetch > 0 && (st = loader_ring_start(l))) goto fail;
     *out = l;
     return CT_OK;
 fail:
@@ -197,54 +332,94 @@ fail:
 
 void ct_loader_free(ct_loader *l) {
     if (!l) return;
+    loader_ring_stop(l);
     for (int i = 0; i < l->n_shards; i++) {
         if (l->shards) ct_shard_close(l->shards[i]);
         if (l->paths) free(l->paths[i]);
     }
     free(l->shards);
     free(l->paths);
-    free(l->windows);
+    free(l->wins);
+    free(l->seq_cum);
+    locator_free(&l->cons_loc);
+    locator_free(&l->read_loc);
     free(l);
 }
 
-void ct_loader_reset(ct_loader *l) {
-    l->cur_shard = 0;
-    l->cur_pos = (int64_t)l->rank * l->B * l->T;
-    l->epoch = 0;
-    if (l->shuffle) shuffle_windows(l);
-}
+/* --------------------------------------------------------------- batches */
 
 ct_status ct_loader_next(ct_loader *l, int32_t *inputs, int32_t *targets) {
-    int64_t BT = (int64_t)l->B * l->T;
-    int shard;
-    int64_t pos;
-    if (l->shuffle) {
-        if (l->next_window >= l->n_windows) {
-            l->epoch++;
-            shuffle_windows(l);
-            if (l->next_window >= l->n_windows) l->next_window = l->next_window % l->n_windows;
-        }
-        shard = l->windows[l->next_window].shard;
-        pos = l->windows[l->next_window].pos;
-        l->next_window += l->world;
+    double t0 = ct_time_s();
+    ct_status st;
+    if (l->prefetch > 0) {
+        st = loader_ring_pop(l, inputs, targets);
     } else {
-        /* llm.c order: move on when this window no longer fits */
-        int tries = 0;
-        while (l->cur_pos + BT + 1 > ct_shard_ntokens(l->shards[l->cur_shard])) {
-            l->cur_shard = (l->cur_shard + 1) % l->n_shards;
-            l->cur_pos = (int64_t)l->rank * BT;
-            if (++tries > l->n_shards)
-                return CT_ERR(CT_ERR_ARG, "no shard holds %lld tokens for rank %d",
-                              (long long)((l->rank + 1) * BT + 1), l->rank);
-        }
-        shard = l->cur_shard;
-        pos = l->cur_pos;
-        l->cur_pos += BT * l->world;
+        st = loader_read_at(l, &l->read_loc, l->epoch, l->index, inputs, targets);
     }
-    ct_status st = ct_shard_read(l->shards[shard], pos, BT, inputs);
-    if (st == CT_OK) st = ct_shard_read(l->shards[shard], pos + 1, BT, targets);
+    if (st == CT_OK) loader_advance(l, &l->epoch, &l->index, 1);
+    l->wait_last = ct_time_s() - t0;
+    l->wait_total += l->wait_last;
     return st;
 }
 
+void ct_loader_reset(ct_loader *l) {
+    l->epoch = 0;
+    l->index = 0;
+    if (l->prefetch > 0) loader_ring_restart(l);
+}
+
+void ct_loader_get_pos(ct_loader *l, ct_loader_pos *out) {
+    memset(out, 0, sizeof *out);
+    out->epoch = l->epoch;
+    out->index = l->index;
+    loader_locate(l, &l->cons_loc, l->epoch, l->index, &out->shard, &out->offset);
+    out->shuffled = l->shuffle ? 1 : 0;
+}
+
+ct_status ct_loader_set_pos(ct_loader *l, const ct_loader_pos *pos) {
+    const char *mode = l->shuffle ? "shuffled" : "sequential";
+    if (pos->shuffled != (l->shuffle ? 1 : 0))
+        return CT_ERR(CT_ERR_ARG, "loader position: taken from a %s loader, but this one is "
+                      "%s (data.shuffle differs)", pos->shuffled ? "shuffled" : "sequential",
+                      mode);
+    if (pos->epoch < 0)
+        return CT_ERR(CT_ERR_ARG, "loader position: epoch %" PRId64 ", expected >= 0",
+                      pos->epoch);
+    if (pos->index < 0 || pos->index >= l->per_epoch)
+        return CT_ERR(CT_ERR_ARG, "loader position: index %" PRId64 " is outside the epoch: "
+                      "rank %d takes %" PRId64 " batches per epoch (expected 0..%" PRId64 ")",
+                      pos->index, l->rank, l->per_epoch, l->per_epoch - 1);
+    if (pos->shard < 0 || pos->shard >= l->n_shards)
+        return CT_ERR(CT_ERR_ARG, "loader position: shard %" PRId32 " is out of range: the "
+                      "loader has %d shard(s)", pos->shard, l->n_shards);
+    int32_t s;
+    int64_t off;
+    loader_locate(l, &l->cons_loc, pos->epoch, pos->index, &s, &off);
+    if (s != pos->shard || off != pos->offset) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "loader position: epoch %" PRId64 " index %" PRId64
+                              " is the window at token %" PRId64 " of %s here, but the position "
+                              "says token %" PRId64 " of %s", pos->epoch, pos->index, off,
+                              l->paths[s], pos->offset, l->paths[pos->shard]);
+        ct_error_hint("the position was saved with other shards, batch shape, seed, rank or "
+                      "world size");
+        return st;
+    }
+    l->epoch = pos->epoch;
+    l->index = pos->index;
+    if (l->prefetch > 0) loader_ring_restart(l);
+    return CT_OK;
+}
+
+ct_status ct_loader_skip(ct_loader *l, int64_t n) {
+    if (n < 0)
+        return CT_ERR(CT_ERR_ARG, "loader skip: %" PRId64 " batches, expected >= 0", n);
+    loader_advance(l, &l->epoch, &l->index, n);
+    if (l->prefetch > 0 && n > 0) loader_ring_drop(l, n);
+    return CT_OK;
+}
+
+double ct_loader_wait_s(const ct_loader *l) { return l->wait_last; }
+double ct_loader_wait_total_s(const ct_loader *l) { return l->wait_total; }
+int64_t ct_loader_batches_per_epoch(const ct_loader *l) { return l->per_epoch; }
 int64_t ct_loader_total_tokens(const ct_loader *l) { return l->total_tokens; }
 int ct_loader_num_shards(const ct_loader *l) { return l->n_shards; }

@@ -12,6 +12,8 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /*
  * File format (llm.c, dev/data/data_common.py write_datafile):
@@ -155,6 +157,51 @@ ct_status ct_shard_read(const ct_shard *s, int64_t start, int64_t count, int32_t
         out[i] = (int32_t)t;
     }
     return CT_OK;
+}
+
+#define SHARD_SCAN_BLOCK 4096 /* tokens per max-reduction in ct_shard_find_token_ge */
+
+/* Largest token of [p, p + n tokens): branch-free so the compiler vectorises it. */
+static uint32_t shard_block_max(const uint8_t *p, int64_t n, int tsize) {
+    uint32_t mx = 0;
+    if (tsize == 2) {
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t t = ct_le_load_u16(p + 2 * i);
+            mx = t > mx ? t : mx;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t t = ct_le_load_u32(p + 4 * i);
+            mx = t > mx ? t : mx;
+        }
+    }
+    return mx;
+}
+
+int64_t ct_shard_find_token_ge(const ct_shard *s, uint32_t limit) {
+    for (int64_t b = 0; b < s->ntok; b += SHARD_SCAN_BLOCK) {
+        int64_t n = s->ntok - b < SHARD_SCAN_BLOCK ? s->ntok - b : SHARD_SCAN_BLOCK;
+        const uint8_t *p = s->tokens + (size_t)b * (size_t)s->tsize;
+        if (shard_block_max(p, n, s->tsize) < limit) continue;
+        for (int64_t i = 0; i < n; i++)
+            if (ct_shard_token(s, b + i) >= limit) return b + i;
+    }
+    return -1;
+}
+
+void ct_shard_willneed(const ct_shard *s, int64_t start, int64_t count) {
+    if (start < 0) {
+        count += start;
+        start = 0;
+    }
+    if (count > s->ntok - start) count = s->ntok - start;
+    if (count <= 0) return;
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) return;
+    uintptr_t lo = (uintptr_t)(s->tokens + (size_t)start * (size_t)s->tsize);
+    uintptr_t hi = lo + (size_t)count * (size_t)s->tsize;
+    lo -= lo % (uintptr_t)page; /* the mapping starts on a page, so this stays inside it */
+    (void)posix_madvise((void *)lo, (size_t)(hi - lo), POSIX_MADV_WILLNEED);
 }
 
 #define SHARD_CHUNK 65536 /* tokens per write */

@@ -34,6 +34,14 @@ uint32_t ct_shard_token(const ct_shard *s, int64_t i);
 /* Copy tokens [start, start+count) into out[count]. Errors: CT_ERR_ARG when
  * the range is outside the shard; CT_ERR_FORMAT for a token above INT32_MAX. */
 ct_status ct_shard_read(const ct_shard *s, int64_t start, int64_t count, int32_t *out);
+/* Index of the first token >= limit, or -1 when every token is below it. One
+ * pass over the mapped tokens, block by block (a vectorisable max, then a
+ * search only inside the block that holds the hit); nothing is copied. */
+int64_t ct_shard_find_token_ge(const ct_shard *s, uint32_t limit);
+/* Hint that tokens [start, start+count) are read soon (posix_madvise
+ * WILLNEED on the pages that hold them). Only a hint: failures are ignored,
+ * and a range outside the shard is clipped. */
+void ct_shard_willneed(const ct_shard *s, int64_t start, int64_t count);
 
 /* Write n >= 1 tokens as a shard, atomically (temp file, fsync, rename).
  * version 1: uint16 tokens, every token must be < 65536; version 2: uint32.

@@ -59,6 +59,8 @@ static const key_def keys[] = {
     S("data.train", data.train, "training shards: file, glob or directory"),
     S("data.val", data.val, "validation shards: file, glob or directory"),
     B("data.shuffle", data.shuffle, "shuffle windows (false: sequential llm.c order)"),
+    I("data.prefetch", data.prefetch, 0, 4096,
+      "batches the background thread reads ahead (0: read on the training thread)"),
     I("train.batch_size", train.batch_size, 1, 1 << 20, "micro-batch size B"),
     I("train.seq_len", train.seq_len, 1, 1 << 20, "sequence length T"),
     I("train.grad_accum", train.grad_accum, 1, 1 << 20, "micro-batches per optimizer step"),
@@ -102,6 +104,7 @@ void ct_config_default(ct_config *c) {
     memset(c, 0, sizeof *c);
     snprintf(c->model.arch, sizeof c->model.arch, "gpt2");
     c->data.shuffle = false;
+    c->data.prefetch = 2;
     c->train.batch_size = 4;
     c->train.seq_len = 64;
     c->train.grad_accum = 1;

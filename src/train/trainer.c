@@ -157,13 +157,25 @@ ct_status ct_train_run(ct_ctx *ctx, const ct_config *cfg, ct_progress_fn progres
     }
     if ((st = ct_model_reserve(model, B, T, true))) goto done;
     if ((st = ct_adamw_init(&opt, ctx, ct_model_numel(model)))) goto done;
-    if ((st = ct_loader_init(&train, cfg->data.train, "train", B, T, mc->vocab_size,
-                             cfg->data.shuffle, (uint64_t)cfg->train.seed, 0, 1))) {
+    ct_loader_opts lo = ct_loader_opts_default();
+    lo.spec = cfg->data.train;
+    lo.B = B;
+    lo.T = T;
+    lo.vocab_size = mc->vocab_size;
+    lo.shuffle = cfg->data.shuffle;
+    lo.seed = (uint64_t)cfg->train.seed;
+    lo.prefetch = (int)cfg->data.prefetch;
+    if ((st = ct_loader_init(&train, &lo))) {
         ct_error_prefix("data.train");
         goto done;
     }
-    if (cfg->data.val[0] &&
-        (st = ct_loader_init(&val, cfg->data.val, "val", B, T, mc->vocab_size, false, 0, 0, 1))) {
+    /* validation reads the same first batches every time: read them in place */
+    lo.spec = cfg->data.val;
+    lo.split = "val";
+    lo.shuffle = false;
+    lo.seed = 0;
+    lo.prefetch = 0;
+    if (cfg->data.val[0] && (st = ct_loader_init(&val, &lo))) {
         ct_error_prefix("data.val");
         goto done;
     }
@@ -192,10 +204,11 @@ ct_status ct_train_run(ct_ctx *ctx, const ct_config *cfg, ct_progress_fn progres
     for (int64_t step = 1; step <= cfg->train.steps; step++) {
         double t0 = ct_time_s();
         ct_model_zero_grads(model);
-        double loss_sum = 0;
+        double loss_sum = 0, data_wait = 0;
         for (int64_t a = 0; a < accum; a++) {
             float loss;
             if ((st = ct_loader_next(train, in, tg))) goto done;
+            data_wait += ct_loader_wait_s(train);
             if ((st = ct_model_forward_backward(model, in, tg, B, T, 1.0f / (float)accum, &loss)))
                 goto done;
             loss_sum += loss;
@@ -225,10 +238,11 @@ ct_status ct_train_run(ct_ctx *ctx, const ct_config *cfg, ct_progress_fn progres
         double dt = ct_time_s() - t0;
         info.step_ms = dt * 1e3;
         info.tokens_per_s = (double)B * T * (double)accum / (dt > 0 ? dt : 1e-9);
-        const char *keys[] = {"loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "skipped"};
+        const char *keys[] = {"loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "skipped",
+                              "data_wait_ms"};
         double vals[] = {info.loss, info.lr, info.grad_norm, info.tokens_per_s, info.step_ms,
-                         (double)info.skipped};
-        if ((st = ct_metrics_write(metrics, step, "train", 6, keys, vals))) goto done;
+                         (double)info.skipped, data_wait * 1e3};
+        if ((st = ct_metrics_write(metrics, step, "train", 7, keys, vals))) goto done;
         ct_memstats ms;
         ct_ctx_memstats(ctx, &ms);
         const char *tk[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s",

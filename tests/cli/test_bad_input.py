@@ -207,7 +207,20 @@ def main():
         rc, out = run("synth", "--out", big, "--tokens", "5000", "--vocab", "1000")
         assert rc == 0, out
         expect_fail("tokens beyond the vocabulary", ["train", *base, f"data.train={big}",
-                                                     f"run.dir={rd}"], [big, "vocab_size"], rd)
+                                                     f"run.dir={rd}"],
+                    [big, "vocab_size", "at index"], rd)
+        short = os.path.join(tmp, "short.bin")
+        rc, out = run("synth", "--out", short, "--tokens", "16", "--vocab", "64")
+        assert rc == 0, out
+        expect_fail("shard shorter than one batch", ["train", *base, f"data.train={short}",
+                                                     f"run.dir={rd}"],
+                    [short, "fewer than one batch"], rd)
+        empty_dir = os.path.join(tmp, "no_shards")
+        os.makedirs(empty_dir)
+        expect_fail("directory without shards", ["train", *base, f"data.train={empty_dir}",
+                                                 f"run.dir={rd}"], [empty_dir, "holds no"], rd)
+        expect_fail("negative data.prefetch", ["train", *base, "data.prefetch=-1",
+                                               f"run.dir={rd}"], ["data.prefetch"], rd)
         expect_fail("missing shard", ["train", *base, f"data.train={tmp}/nope.bin",
                                       f"run.dir={rd}"], ["nope.bin"], rd)
         expect_fail("empty glob", ["train", *base, f"data.train={tmp}/*.nothing",
