@@ -646,6 +646,7 @@ static ct_status check_out(const ct_prepare_opts *o) {
 ct_status ct_prepare_run(const ct_prepare_opts *o, ct_prepare_report *rep) {
     prep_run r;
     memset(&r, 0, sizeof r);
+    bool created_out = false;
     r.o = o;
     r.t0 = ct_time_s();
     ct_status st;
@@ -661,6 +662,8 @@ ct_status ct_prepare_run(const ct_prepare_opts *o, ct_prepare_report *rep) {
     if ((st = check_out(o))) goto done;
 
     /* nothing is written before this point */
+    struct stat sb;
+    created_out = stat(o->out_dir, &sb) != 0;
     if ((st = ct_mkdir_p(o->out_dir))) goto done;
     remove_stale_stages(o->out_dir);
     size_t stage_len = strlen(o->out_dir) + 32;
@@ -736,6 +739,7 @@ done:
     writer_free(&r.val);
     if (r.stage) remove_tree(r.stage);
     free(r.stage);
+    if (st && created_out) rmdir(o->out_dir); /* leave no trace of a failed run */
     if (r.states)
         for (int i = 0; i < r.threads; i++) ct_tok_state_free(r.states[i]);
     free(r.states);
