@@ -41,7 +41,7 @@ def check(label, ok, detail=""):
 
 
 def run(*args):
-    env = dict(os.environ, OMP_NUM_THREADS="2")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.run([CTRAIN, *args], capture_output=True, text=True, timeout=300, env=env)
     return p.returncode, p.stdout, p.stderr
 

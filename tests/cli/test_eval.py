@@ -49,7 +49,7 @@ def check(label, ok, detail=""):
 
 
 def run(*args):
-    env = dict(os.environ, OMP_NUM_THREADS="2")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.run([CTRAIN, *args], capture_output=True, text=True, timeout=300, env=env)
     return p.returncode, p.stdout, p.stderr
 
@@ -97,7 +97,7 @@ def val_losses(run_dir):
 
 
 def main():
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     tmp = tempfile.mkdtemp(prefix="ct_eval_")
     P = lambda *a: os.path.join(tmp, *a)  # noqa: E731
     try:

@@ -49,7 +49,7 @@ def eta_seconds(s):
 
 
 def run_piped(args):
-    env = dict(os.environ, OMP_NUM_THREADS="2")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.run([CTRAIN, *args], capture_output=True, text=True, timeout=300, env=env)
     return p.returncode, p.stderr
 
@@ -60,7 +60,7 @@ def run_tty(args):
     attrs = termios.tcgetattr(slave)
     attrs[1] &= ~termios.OPOST
     termios.tcsetattr(slave, termios.TCSANOW, attrs)
-    env = dict(os.environ, OMP_NUM_THREADS="2")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.Popen([CTRAIN, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=slave, env=env)
     os.close(slave)
@@ -125,8 +125,10 @@ def main():
         progress = [(line, bool(nl)) for line, nl, _ in draws if line.startswith("step")]
         kept = [line for line, nl in progress if nl]
         in_place = [line for line, nl in progress if not nl]
+        # an in-place draw (step 1 always is one) is overwritten by the next draw
         check("a terminal gets in-place updates (\\r, clear line) of the progress line",
-              len(in_place) >= 2, "%d draws, %d in place" % (len(progress), len(in_place)))
+              in_place and progress[0] == (in_place[0], False) and len(progress) > len(in_place),
+              "%d draws, %d in place" % (len(progress), len(in_place)))
         check("each draw is one complete progress line", all(LINE.match(x) for x, _ in progress),
               repr([x for x, _ in progress if not LINE.match(x)][:2]))
         first = LINE.match(progress[0][0]) if progress else None

@@ -155,8 +155,8 @@ def train_torch(params, tokens, s):
 
 def run_ctrain(rep, binary, args, label):
     cmd = [binary] + args
-    env = dict(os.environ, OMP_NUM_THREADS="2")
-    print("\n[%s] OMP_NUM_THREADS=2 %s" % (label, " ".join(shlex.quote(c) for c in cmd)), flush=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    print("\n[%s] OMP_NUM_THREADS=1 %s" % (label, " ".join(shlex.quote(c) for c in cmd)), flush=True)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         print(p.stdout[-2000:] + p.stderr[-4000:])
@@ -178,7 +178,9 @@ def main(argv):
         print(__doc__)
         return 1
     binary = os.path.abspath(argv[1])
-    torch.set_num_threads(2)
+    # one thread each: these models are tiny, and spinning thread pools make timings
+    # erratic on a loaded machine
+    torch.set_num_threads(1)
     rep = Report()
     t_start = time.time()
     tmp = tempfile.mkdtemp(prefix="ctrain_sched_")
