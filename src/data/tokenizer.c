@@ -137,9 +137,11 @@ void tok_set_jit(ct_tokenizer *t, bool on) {
 
 /* ------------------------------------------------------- per-thread state */
 
-/* Word cache: open addressing over slots; the key bytes and the ids live in
- * two arenas. When it is full it is emptied (bounded memory, no eviction
- * bookkeeping on the hot path). */
+/* Word cache: open addressing over 24-byte slots (1.5 MiB at most); the
+ * words and their ids live in two arenas (4 MiB each at most, touched as they
+ * fill). Words come in roughly by frequency, so the hot ones sit together at
+ * the arenas' start. When the slots are 3/4 full or an arena is full, the
+ * cache is emptied: bounded memory, no eviction bookkeeping on the hot path. */
 #define CACHE_MAX_WORD 255      /* longer words are not cached */
 #define CACHE_SLOTS_MIN 4096
 #define CACHE_SLOTS_MAX 65536   /* at most 3/4 used: ~49k words */
