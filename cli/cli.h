@@ -13,6 +13,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 /* Print ct_last_error() (and its hint) prefixed with "ctrain <cmd>: error:";
  * returns 2. */

@@ -26,6 +26,8 @@ static void usage(FILE *f) {
             "  plan    [--config FILE.yaml] [key=value ...] [--json]   memory plan of a run\n"
             "  synth   --out FILE [--tokens N] [--vocab V] [--seed S]   write a synthetic\n"
             "          token shard (demo data until text preparation is used)\n"
+            "  tokenize --tokenizer DIR [--allow-special] [--decode]   text on stdin to GPT-2\n"
+            "          token ids on stdout (or ids back to text)\n"
             "  version print the version\n"
             "\n"
             "`ctrain train --print-config` lists every configuration key with its default.\n",
@@ -64,6 +66,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "synth")) return cmd_synth(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("ctrain %s\n", ct_version());
         return 0;

@@ -1,0 +1,305 @@
+/*
+ * `ctrain tokenize --tokenizer DIR`: text on stdin -> token ids on stdout,
+ * space-separated on one line (no end-of-text token added). --decode turns
+ * ids back into text; --jsonl encodes one JSON string per input line into one
+ * line of ids each (a batch mode for tests and scripts).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ctrain/data.h"
+
+static const char *cmd = "tokenize";
+
+static void tokenize_usage(FILE *f) {
+    fprintf(f, "usage: ctrain tokenize --tokenizer DIR [--allow-special] [--lossy] [--jsonl | --decode] < input\n"
+               "  DIR holds encoder.json + vocab.bpe or tokenizer.json (or is a tokenizer.json)\n"
+               "  --allow-special  the text <|endoftext|> (and other special tokens) becomes its id\n"
+               "  --lossy          encode invalid UTF-8 byte by byte instead of refusing it\n"
+               "  --jsonl          each input line is a JSON string; one line of ids per line\n"
+               "  --decode         read whitespace-separated ids, write the text they stand for\n");
+}
+
+/* All of stdin; owned (release with free). NULL on failure (message printed). */
+static char *read_stdin(size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, stdin);
+        if (n < cap) break;
+        char *p = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+        if (!p) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = p;
+        cap *= 2;
+    }
+    if (!buf) {
+        fprintf(stderr, "ctrain %s: error: out of memory reading stdin\n", cmd);
+        return NULL;
+    }
+    if (ferror(stdin)) {
+        fprintf(stderr, "ctrain %s: error: reading stdin: %s\n", cmd, strerror(errno));
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* Write ids as decimal, space-separated, then a newline. 0 or -1 (EOF/error). */
+static int write_ids(const int32_t *ids, size_t n) {
+    char buf[1 << 14];
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (o + 16 > sizeof buf) {
+            if (fwrite(buf, 1, o, stdout) != o) return -1;
+            o = 0;
+        }
+        if (i) buf[o++] = ' ';
+        char tmp[12];
+        int k = 0;
+        uint32_t v = (uint32_t)ids[i];
+        do tmp[k++] = (char)('0' + v % 10);
+        while ((v /= 10) != 0);
+        while (k) buf[o++] = tmp[--k];
+    }
+    buf[o++] = '\n';
+    return fwrite(buf, 1, o, stdout) == o ? 0 : -1;
+}
+
+static int hex4(const char *p, uint32_t *v) {
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        *v = *v << 4 | (uint32_t)d;
+    }
+    return 0;
+}
+
+/* Decode the JSON string s[0..n) (surrounding whitespace allowed) into out,
+ * which has room for n bytes; NUL and astral characters included. Returns the
+ * byte count, or -1 with *why set. */
+static long json_string(const char *s, size_t n, char *out, const char **why) {
+    size_t i = 0, o = 0;
+    while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
+    if (i >= n || s[i] != '"') {
+        *why = "expected a JSON string";
+        return -1;
+    }
+    for (i++;; i++) {
+        if (i >= n) {
+            *why = "unterminated string";
+            return -1;
+        }
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"') break;
+        if (c < 0x20) {
+            *why = "raw control character in a string";
+            return -1;
+        }
+        if (c != '\\') {
+            out[o++] = (char)c;
+            continue;
+        }
+        if (++i >= n) {
+            *why = "unterminated escape";
+            return -1;
+        }
+        const char *simple = strchr("\"\\/bfnrt", s[i]);
+        if (simple && s[i]) {
+            static const char to[] = "\"\\/\b\f\n\r\t";
+            out[o++] = to[simple - "\"\\/bfnrt"];
+            continue;
+        }
+        uint32_t cp, lo;
+        if (s[i] != 'u' || i + 4 >= n || hex4(s + i + 1, &cp)) {
+            *why = "bad escape";
+            return -1;
+        }
+        i += 4;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (i + 6 >= n || s[i + 1] != '\\' || s[i + 2] != 'u' || hex4(s + i + 3, &lo) || lo < 0xDC00 ||
+                lo > 0xDFFF) {
+                *why = "unpaired surrogate escape";
+                return -1;
+            }
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            i += 6;
+        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            *why = "unpaired surrogate escape";
+            return -1;
+        }
+        /* an escape is at least 6 input bytes and at most 4 output bytes per code unit */
+        if (cp < 0x80) {
+            out[o++] = (char)cp;
+        } else if (cp < 0x800) {
+            out[o++] = (char)(0xC0 | cp >> 6);
+            out[o++] = (char)(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            out[o++] = (char)(0xE0 | cp >> 12);
+            out[o++] = (char)(0x80 | (cp >> 6 & 0x3F));
+            out[o++] = (char)(0x80 | (cp & 0x3F));
+        } else {
+            out[o++] = (char)(0xF0 | cp >> 18);
+            out[o++] = (char)(0x80 | (cp >> 12 & 0x3F));
+            out[o++] = (char)(0x80 | (cp >> 6 & 0x3F));
+            out[o++] = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    for (i++; i < n; i++) {
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r') {
+            *why = "text after the string";
+            return -1;
+        }
+    }
+    return (long)o;
+}
+
+static int tokenize_decode(const ct_tokenizer *tok, char *in, size_t len) {
+    ct_tokens ids = {0};
+    size_t i = 0, count = 0;
+    int rc = 0;
+    while (i < len && !rc) {
+        while (i < len && (in[i] == ' ' || in[i] == '\n' || in[i] == '\t' || in[i] == '\r')) i++;
+        if (i >= len) break;
+        size_t j = i;
+        while (j < len && !(in[j] == ' ' || in[j] == '\n' || in[j] == '\t' || in[j] == '\r')) j++;
+        long long v = -1;
+        if (j - i <= 10) {
+            char num[12];
+            memcpy(num, in + i, j - i);
+            num[j - i] = '\0';
+            char *end;
+            errno = 0;
+            v = strtoll(num, &end, 10);
+            if (errno || *end || end == num || num[0] == '+' || num[0] == '-') v = -1;
+        }
+        if (v < 0 || v > INT32_MAX) {
+            rc = cli_usage_error(cmd, "stdin: token %zu ('%.*s'): expected a non-negative integer id", count,
+                                 (int)(j - i > 40 ? 40 : j - i), in + i);
+        } else if (ct_tokens_push(&ids, (int32_t)v)) {
+            rc = cli_fail(cmd);
+        }
+        count++;
+        i = j;
+    }
+    char *text = NULL;
+    size_t n = 0;
+    if (!rc && ct_tokenizer_decode(tok, ids.ids, ids.n, &text, &n)) {
+        ct_error_prefix("stdin");
+        rc = cli_fail(cmd);
+    }
+    if (!rc && (fwrite(text, 1, n, stdout) != n || fflush(stdout))) {
+        fprintf(stderr, "ctrain %s: error: writing stdout: %s\n", cmd, strerror(errno));
+        rc = 2;
+    }
+    free(text);
+    ct_tokens_free(&ids);
+    return rc;
+}
+
+static int tokenize_jsonl(const ct_tokenizer *tok, ct_tok_state *st, char *in, size_t len, int flags) {
+    char *text = malloc(len + 1);
+    ct_tokens ids = {0};
+    int rc = 0;
+    if (!text) {
+        fprintf(stderr, "ctrain %s: error: out of memory\n", cmd);
+        return 2;
+    }
+    size_t line = 0;
+    for (size_t i = 0; i < len && !rc;) {
+        char *nl = memchr(in + i, '\n', len - i);
+        size_t e = nl ? (size_t)(nl - in) : len;
+        line++;
+        const char *why = NULL;
+        long n = json_string(in + i, e - i, text, &why);
+        if (n < 0) {
+            rc = cli_usage_error(cmd, "stdin line %zu: %s (--jsonl wants one JSON string per line)", line, why);
+            break;
+        }
+        ids.n = 0;
+        if (ct_tokenizer_encode(tok, st, text, (size_t)n, flags, &ids)) {
+            ct_error_prefix("stdin line %zu", line);
+            rc = cli_fail(cmd);
+        } else if (write_ids(ids.ids, ids.n)) {
+            fprintf(stderr, "ctrain %s: error: writing stdout: %s\n", cmd, strerror(errno));
+            rc = 2;
+        }
+        i = e + 1;
+    }
+    free(text);
+    ct_tokens_free(&ids);
+    return rc;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *dir = NULL;
+    bool decode = false, jsonl = false;
+    int flags = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            tokenize_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--tokenizer")) {
+            if (i + 1 >= argc) return cli_usage_error(cmd, "option '--tokenizer' needs a value");
+            dir = argv[++i];
+        } else if (!strcmp(a, "--allow-special")) {
+            flags |= CT_TOK_ALLOW_SPECIAL;
+        } else if (!strcmp(a, "--lossy")) {
+            flags |= CT_TOK_LOSSY;
+        } else if (!strcmp(a, "--decode")) {
+            decode = true;
+        } else if (!strcmp(a, "--jsonl")) {
+            jsonl = true;
+        } else {
+            return cli_usage_error(cmd, "unknown option '%s'", a);
+        }
+    }
+    if (!dir) return cli_usage_error(cmd, "--tokenizer DIR is required");
+    if (decode && jsonl) return cli_usage_error(cmd, "--decode and --jsonl do not go together");
+    ct_tokenizer *tok = NULL;
+    if (ct_tokenizer_load(&tok, dir)) return cli_fail(cmd);
+    size_t len = 0;
+    char *in = read_stdin(&len);
+    if (!in) {
+        ct_tokenizer_free(tok);
+        return 2;
+    }
+    int rc = 0;
+    ct_tok_state *st = NULL;
+    if (decode) {
+        rc = tokenize_decode(tok, in, len);
+    } else if (!(st = ct_tok_state_new(tok))) {
+        rc = cli_fail(cmd);
+    } else if (jsonl) {
+        rc = tokenize_jsonl(tok, st, in, len, flags);
+    } else {
+        ct_tokens ids = {0};
+        if (ct_tokenizer_encode(tok, st, in, len, flags, &ids)) {
+            ct_error_prefix("stdin");
+            rc = cli_fail(cmd);
+        } else if (write_ids(ids.ids, ids.n)) {
+            fprintf(stderr, "ctrain %s: error: writing stdout: %s\n", cmd, strerror(errno));
+            rc = 2;
+        }
+        ct_tokens_free(&ids);
+    }
+    if (!rc && fflush(stdout)) {
+        fprintf(stderr, "ctrain %s: error: writing stdout: %s\n", cmd, strerror(errno));
+        rc = 2;
+    }
+    ct_tok_state_free(st);
+    ct_tokenizer_free(tok);
+    free(in);
+    return rc;
+}
