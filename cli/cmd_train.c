@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "stop.h"
 #include "ctrain/train.h"
 
 int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool *print_only) {
@@ -69,9 +70,18 @@ int cmd_train(int argc, char **argv) {
     ct_ctx_params cp = ct_ctx_params_default();
     cp.n_threads = (int)cfg.run.threads;
     if (ct_ctx_init(&ctx, &cp)) return cli_fail("train");
-    ct_status st = ct_train_run(ctx, &cfg, print_progress, &cfg);
+    ct_train_hooks hooks = {print_progress, &cfg, cli_stop_install()};
+    ct_train_result res;
+    ct_status st = ct_train_run_with(ctx, &cfg, &hooks, &res);
+    cli_stop_restore();
     ct_ctx_free(ctx);
     if (st) return cli_fail("train");
+    if (res.end == CT_TRAIN_END_STOPPED) {
+        fprintf(stderr, "ctrain train: stopped by signal %d after step %lld; checkpoint %s; "
+                "continue with train.resume=auto\n", res.stop_value, (long long)res.last_step,
+                res.checkpoint);
+        return 128 + res.stop_value;
+    }
     fprintf(stderr, "ctrain train: done; model saved to %s (config.json, model.safetensors)\n",
             cfg.run.dir);
     return 0;
