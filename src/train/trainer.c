@@ -232,10 +232,7 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
         else
             ct_log(CT_LOG_WARN, "step %lld: %s, update skipped (%lld skipped so far)",
                    (long long)step, ct_guard_verdict_str(verdict), (long long)t->guard.skipped);
-        if (act == CT_GUARD_ROLLBACK) {
-            if ((st = rollback(t, step, &info->rollback_to))) return st;
-            info->rolled_back = true;
-        }
+        info->rolled_back = act == CT_GUARD_ROLLBACK; /* done by the caller */
     }
     double dt = ct_time_s() - t0;
     info->step_ms = dt * 1e3;
@@ -328,6 +325,10 @@ static ct_status run_loop(trainer *t) {
         info.val_loss = NAN;
         info.rollback_to = -1;
         if ((st = train_step(t, step, &info))) return st;
+        /* a failed rollback still leaves its step in the metrics */
+        ct_status rb = CT_OK;
+        if (info.rolled_back && (rb = rollback(t, step, &info.rollback_to)))
+            info.rolled_back = false;
         t->step = step;
         res->last_step = step;
         res->final_loss = info.loss;
@@ -338,6 +339,7 @@ static ct_status run_loop(trainer *t) {
         ct_ctx_memstats(t->ctx, &ms);
         info.mem_bytes = ms.total_current;
         if ((st = log_step(t, &info))) return st;
+        if (rb) return rb;
 
         bool last = step == cfg->train.steps, early = false;
         if (t->val && ((cfg->train.eval_every && step % cfg->train.eval_every == 0) || last) &&
