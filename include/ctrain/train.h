@@ -1,7 +1,11 @@
 /*
  * Training: AdamW over the flat buffers, learning-rate schedules, the data
- * loader over llm.c token shards, the metrics sink and the training loop that
- * `ctrain train` runs.
+ * loader over llm.c token shards, and the training loop that `ctrain train`
+ * runs (checkpoints with exact resume, the stability guard with rollback,
+ * early stopping, a caller-owned stop flag).
+ * Leaves out: LoRA and data-parallel training (refused with a clear error),
+ * and signal handling itself (the program installs handlers; the library
+ * only polls the flag it is given).
  */
 #ifndef CT_TRAIN_H
 #define CT_TRAIN_H

@@ -6,7 +6,8 @@
   losses and grad norms for steps 11-20, identical final weights, and a
   metrics.jsonl with exactly one line per step (the lines the killed run wrote
   after its checkpoint are dropped). Both with data.shuffle false and true,
-  data.prefetch > 0 and gradient accumulation.
+  data.prefetch > 0, gradient accumulation and periodic validation (and zstd
+  checkpoints in the shuffled case).
 - SIGINT and SIGTERM: the run finishes its step, writes a checkpoint and the
   final weights, exits 130 / 143; resuming reaches the unbroken run's weights.
 - train.resume=never on a run.dir with checkpoints, PATH, a damaged newest
@@ -85,9 +86,9 @@ def kill_after_checkpoint(args, run_dir, step, sig=signal.SIGKILL):
     return p.returncode, out
 
 
-def exact_resume(tmp, shard, shuffle):
+def exact_resume(tmp, shard, shuffle, extra):
     tag = "shuffle" if shuffle else "sequential"
-    common = ["model.preset=gpt2-tiny", f"data.train={shard}", "train.steps=20",
+    common = [*extra, "model.preset=gpt2-tiny", f"data.train={shard}", "train.steps=20",
               "train.batch_size=2", "train.seq_len=8", "train.grad_accum=2",
               f"data.shuffle={'true' if shuffle else 'false'}", "data.prefetch=3",
               "run.threads=2", "run.checkpoint_every=10", "optim.lr=3e-3",
@@ -118,9 +119,18 @@ def exact_resume(tmp, shard, shuffle):
     check(f"{tag}: final weights bit-identical",
           read(os.path.join(ref, "model.safetensors")) == read(os.path.join(killed,
                                                                             "model.safetensors")))
+    opt = "optimizer.bin.zst" if "run.checkpoint_compress=true" in extra else "optimizer.bin"
     check(f"{tag}: final checkpoints' optimizer state bit-identical",
-          read(os.path.join(ckpt(ref, 20), "optimizer.bin")) ==
-          read(os.path.join(ckpt(killed, 20), "optimizer.bin")))
+          read(os.path.join(ckpt(ref, 20), opt)) == read(os.path.join(ckpt(killed, 20), opt)))
+    va, _ = metrics(ref, "val")
+    vb, _ = metrics(killed, "val")
+    check(f"{tag}: validation losses after the resume bit-identical",
+          sorted(va) == sorted(vb) == [4, 8, 12, 16, 20] and
+          all(va[s]["loss"] == vb[s]["loss"] for s in (12, 16, 20)), f"{va} vs {vb}")
+    if "run.checkpoint_compress=true" in extra:
+        files = sorted(os.listdir(ckpt(killed, 20)))
+        check(f"{tag}: compressed state blobs", "optimizer.bin.zst" in files and
+              "state.bin.zst" in files, str(files))
     # the losses must actually move: a resume that restarted from scratch or
     # never trained would not match, but make sure the comparison has teeth
     check(f"{tag}: training changes the loss", a[20]["loss"] < a[1]["loss"],
@@ -278,8 +288,12 @@ def main():
         shard = os.path.join(tmp, "train.bin")
         rc, out = run("synth", "--out", shard, "--tokens", "30000", "--vocab", "64")
         assert rc == 0, out
-        exact_resume(tmp, shard, shuffle=False)
-        exact_resume(tmp, shard, shuffle=True)
+        val = os.path.join(tmp, "val.bin")
+        rc, out = run("synth", "--out", val, "--tokens", "5000", "--vocab", "64", "--seed", "2")
+        assert rc == 0, out
+        evals = [f"data.val={val}", "train.eval_every=4", "train.eval_batches=2"]
+        exact_resume(tmp, shard, False, evals)
+        exact_resume(tmp, shard, True, [*evals, "run.checkpoint_compress=true"])
         signals(tmp, shard)
         faults(tmp, shard)
         full_disk(tmp, shard)
