@@ -71,7 +71,9 @@ static void snapshot_state(trainer *t, ct_train_state *s) {
 static ct_status write_checkpoint(trainer *t) {
     ct_train_state *s = malloc(sizeof *s);
     if (!s) return CT_ERR(CT_ERR_OOM, "out of memory for the training state");
-    t->ckpt_pending = false; /* as recorded: this checkpoint is the one that was due */
+    /* a clean state settles a postponed checkpoint; one written inside a bad
+     * run (a stop, the end) leaves it due, as an unbroken run would */
+    if (t->guard.bad_run == 0) t->ckpt_pending = false;
     snapshot_state(t, s);
     ct_status st = ct_train_state_save(t->cfg->run.dir, t->model, &t->opt, s, &t->ckpt_opts,
                                        t->res->checkpoint, sizeof t->res->checkpoint);
