@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "stop.h"
 #include "ctrain/train.h"
 
 int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool *print_only) {
@@ -110,7 +111,7 @@ static void print_progress(const ct_step_info *s, void *user) {
     double mean = p->seen > 1 ? p->elapsed / (double)(p->seen - 1) : p->first;
     if (s->skipped) p->skipped++;
     bool val = !isnan(s->val_loss), last = s->step == s->steps;
-    bool keep = val || s->skipped || last; /* lines that must stay on a terminal */
+    bool keep = val || s->skipped || s->rolled_back || last; /* lines that stay on a tty */
     if (p->tty) {
         if (!keep && now - p->t_drawn < 0.1) return; /* at most ~10 redraws a second */
     } else if (s->step % p->cfg->run.log_every != 0 && s->step != 1 && !keep) {
@@ -129,8 +130,12 @@ static void print_progress(const ct_step_info *s, void *user) {
     if (val && n > 0 && (size_t)n < sizeof p->line)
         n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | val %.4f", s->val_loss);
     if (s->skipped && n > 0 && (size_t)n < sizeof p->line)
-        snprintf(p->line + n, sizeof p->line - (size_t)n, " | SKIPPED (%lld so far)",
-                 (long long)p->skipped);
+        n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | %s (%lld so far)",
+                      s->spike ? "SPIKE, SKIPPED" : "SKIPPED", (long long)p->skipped);
+    if (s->rolled_back && n > 0 && (size_t)n < sizeof p->line)
+        snprintf(p->line + n, sizeof p->line - (size_t)n,
+                 " | ROLLED BACK to step %lld, lr x%.3g (%lld rollbacks)",
+                 (long long)s->rollback_to, s->lr_factor, (long long)s->rollbacks);
     if (p->tty) {
         fprintf(stderr, "\r\033[K%s", p->line);
         p->pending = !keep;
@@ -172,11 +177,20 @@ int cmd_train(int argc, char **argv) {
     prog.ctx = ctx;
     prog.tty = isatty(STDERR_FILENO);
     ct_log_set(progress_log, &prog);
-    ct_status st = ct_train_run(ctx, &cfg, print_progress, &prog);
+    ct_train_hooks hooks = {print_progress, &prog, cli_stop_install()};
+    ct_train_result res;
+    ct_status st = ct_train_run_with(ctx, &cfg, &hooks, &res);
+    cli_stop_restore();
     ct_log_set(NULL, NULL);
     if (prog.pending) fputc('\n', stderr); /* keep the last line above what follows */
     ct_ctx_free(ctx);
     if (st) return cli_fail("train");
+    if (res.end == CT_TRAIN_END_STOPPED) {
+        fprintf(stderr, "ctrain train: stopped by signal %d after step %lld; checkpoint %s; "
+                "continue with train.resume=auto\n", res.stop_value, (long long)res.last_step,
+                res.checkpoint);
+        return 128 + res.stop_value;
+    }
     fprintf(stderr, "ctrain train: done; model saved to %s (config.json, model.safetensors)\n",
             cfg.run.dir);
     return 0;
