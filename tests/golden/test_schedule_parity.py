@@ -214,7 +214,9 @@ def main(argv):
                 "train.grad_accum=1", "train.steps=%d" % STEPS, "train.seed=0",
                 "optim.lr=%r" % LR, "optim.beta1=%r" % BETA1, "optim.beta2=%r" % BETA2,
                 "optim.eps=%r" % EPS, "optim.weight_decay=%r" % WD, "optim.grad_clip=%r" % CLIP,
-                "run.dir=%s" % run, "run.checkpoint_every=0"]
+                "run.dir=%s" % run, "run.checkpoint_every=0",
+                # torch applies every update: the spike guard must not skip one
+                "guard.zscore=0"]
         args += ["schedule.%s=%s" % (k, v if isinstance(v, str) else repr(v)) for k, v in s.items()]
         t0 = time.time()
         ref_lrs, ref_norms, ref_w = train_torch(params, tokens, s)
