@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all test test-fast demo asan clean
+.PHONY: all test test-fast demo asan clean bench-tokenizer
 
 all:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -20,6 +20,10 @@ asan:
 
 demo: all
 	scripts/demo.sh
+
+# Tokenizer throughput against the gpt-3-encoder reference (one thread each).
+bench-tokenizer: all
+	bench/bench_tokenizer.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) build-asan

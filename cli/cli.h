@@ -9,6 +9,7 @@
 #include "ctrain/core.h"
 
 int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_plan(int argc, char **argv);

@@ -1,14 +1,18 @@
 /*
  * `ctrain train [--config FILE.yaml] [key=value ...]`: builds the effective
- * configuration (defaults, then the YAML file, then overrides), prints a
- * progress line per step on stderr and runs ct_train_run.
+ * configuration (defaults, then the YAML file, then overrides), runs
+ * ct_train_run and shows its progress on stderr: step/total, loss, lr,
+ * tokens/s, ETA, peak memory, validation loss and skipped updates, redrawn in
+ * place on a terminal and as plain lines every run.log_every steps otherwise.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "stop.h"
 #include "ctrain/train.h"
 
 int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool *print_only) {
@@ -36,14 +40,111 @@ int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool
     return 0;
 }
 
+/* ------------------------------------------------------------ progress */
+
+/* The progress line's state. On a terminal the line is redrawn in place
+ * (\r, clear to end of line) and ended with a newline only when it must stay
+ * (an evaluation, a skipped step, the last step) or before a log message;
+ * elsewhere each shown step is one plain line. */
+typedef struct train_progress {
+    const ct_config *cfg;
+    ct_ctx *ctx;
+    bool tty;          /* stderr is a terminal */
+    bool pending;      /* an in-place line is on screen without its newline */
+    char line[512];    /* the last line drawn, redrawn after a log message */
+    int64_t seen;      /* steps reported so far */
+    int64_t skipped;   /* skipped updates so far */
+    double t_last;     /* wall time of the previous report, seconds */
+    double first;      /* step time of the first reported step, seconds */
+    double elapsed;    /* wall time of the reported steps after the first, seconds */
+    double t_drawn;    /* wall time of the last in-place redraw */
+} train_progress;
+
+/* "950 B", "12.3 KiB", "1.5 GiB" */
+static void fmt_bytes(char *buf, size_t cap, double bytes) {
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 4) {
+        bytes /= 1024.0;
+        u++;
+    }
+    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
+}
+
+/* "42s", "3m07s", "2h05m", "3d04h" */
+static void fmt_duration(char *buf, size_t cap, double s) {
+    if (!isfinite(s) || s < 0) {
+        snprintf(buf, cap, "?");
+        return;
+    }
+    long long t = (long long)(s + 0.5);
+    if (t < 60) snprintf(buf, cap, "%llds", t);
+    else if (t < 3600) snprintf(buf, cap, "%lldm%02llds", t / 60, t % 60);
+    else if (t < 86400) snprintf(buf, cap, "%lldh%02lldm", t / 3600, t % 3600 / 60);
+    else snprintf(buf, cap, "%lldd%02lldh", t / 86400, t % 86400 / 3600);
+}
+
+/* Log messages while the run is on: the default stderr format, but an
+ * in-place progress line is cleared first and redrawn after, so the message
+ * stays and the progress line stays at the bottom. */
+static void progress_log(ct_log_level level, const char *msg, void *user) {
+    train_progress *p = user;
+    if (level < CT_LOG_INFO) return;
+    static const char *names[CT_LOG_COUNT] = {"debug", "info", "warning", "error"};
+    if (p->pending) fputs("\r\033[K", stderr);
+    if (level == CT_LOG_INFO) fprintf(stderr, "%s\n", msg);
+    else fprintf(stderr, "%s: %s\n", names[level], msg);
+    if (p->pending) fputs(p->line, stderr);
+    fflush(stderr);
+}
+
 static void print_progress(const ct_step_info *s, void *user) {
-    const ct_config *cfg = user;
-    if (s->step % cfg->run.log_every != 0 && s->step != s->steps && s->step != 1) return;
-    fprintf(stderr, "step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms%s",
-            (long long)s->step, (long long)s->steps, s->loss, s->lr, s->grad_norm,
-            s->tokens_per_s, s->step_ms, s->skipped ? " | SKIPPED" : "");
-    if (!isnan(s->val_loss)) fprintf(stderr, " | val %.4f", s->val_loss);
-    fputc('\n', stderr);
+    train_progress *p = user;
+    double now = ct_time_s();
+    /* mean wall time per step, evaluations and checkpoints included. The
+     * first step reported (its own step time) warms caches, threads and pages
+     * up, so once later steps exist the mean is over those alone. */
+    if (p->seen) p->elapsed += now - p->t_last;
+    else p->first = s->step_ms * 1e-3;
+    p->t_last = now;
+    p->seen++;
+    double mean = p->seen > 1 ? p->elapsed / (double)(p->seen - 1) : p->first;
+    if (s->skipped) p->skipped++;
+    bool val = !isnan(s->val_loss), last = s->step == s->steps;
+    bool keep = val || s->skipped || s->rolled_back || last; /* lines that stay on a tty */
+    if (p->tty) {
+        if (!keep && now - p->t_drawn < 0.1) return; /* at most ~10 redraws a second */
+    } else if (s->step % p->cfg->run.log_every != 0 && s->step != 1 && !keep) {
+        return;
+    }
+    ct_memstats ms;
+    ct_ctx_memstats(p->ctx, &ms);
+    char eta[32], mem[32];
+    fmt_duration(eta, sizeof eta, mean * (double)(s->steps - s->step));
+    fmt_bytes(mem, sizeof mem, (double)ms.total_peak);
+    int n = snprintf(p->line, sizeof p->line,
+                     "step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | "
+                     "ETA %s | mem %s",
+                     (long long)s->step, (long long)s->steps, s->loss, s->lr, s->grad_norm,
+                     s->tokens_per_s, s->step_ms, eta, mem);
+    if (val && n > 0 && (size_t)n < sizeof p->line)
+        n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | val %.4f", s->val_loss);
+    if (s->skipped && n > 0 && (size_t)n < sizeof p->line)
+        n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | %s (%lld so far)",
+                      s->spike ? "SPIKE, SKIPPED" : "SKIPPED", (long long)p->skipped);
+    if (s->rolled_back && n > 0 && (size_t)n < sizeof p->line)
+        snprintf(p->line + n, sizeof p->line - (size_t)n,
+                 " | ROLLED BACK to step %lld, lr x%.3g (%lld rollbacks)",
+                 (long long)s->rollback_to, s->lr_factor, (long long)s->rollbacks);
+    if (p->tty) {
+        fprintf(stderr, "\r\033[K%s", p->line);
+        p->pending = !keep;
+        if (keep) fputc('\n', stderr);
+        p->t_drawn = now;
+    } else {
+        fprintf(stderr, "%s\n", p->line);
+    }
+    fflush(stderr);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -59,6 +160,8 @@ int cmd_train(int argc, char **argv) {
     int rc = cli_load_config("train", argc, argv, &cfg, &print_only);
     if (rc) return rc;
     if (print_only) {
+        /* a config that contradicts itself is refused here too, not only by a run */
+        if (ct_config_validate(&cfg)) return cli_fail("train");
         char *yaml = ct_config_to_yaml(&cfg);
         if (!yaml) return cli_fail("train");
         fputs(yaml, stdout);
@@ -69,9 +172,25 @@ int cmd_train(int argc, char **argv) {
     ct_ctx_params cp = ct_ctx_params_default();
     cp.n_threads = (int)cfg.run.threads;
     if (ct_ctx_init(&ctx, &cp)) return cli_fail("train");
-    ct_status st = ct_train_run(ctx, &cfg, print_progress, &cfg);
+    train_progress prog = {0};
+    prog.cfg = &cfg;
+    prog.ctx = ctx;
+    prog.tty = isatty(STDERR_FILENO);
+    ct_log_set(progress_log, &prog);
+    ct_train_hooks hooks = {print_progress, &prog, cli_stop_install()};
+    ct_train_result res;
+    ct_status st = ct_train_run_with(ctx, &cfg, &hooks, &res);
+    cli_stop_restore();
+    ct_log_set(NULL, NULL);
+    if (prog.pending) fputc('\n', stderr); /* keep the last line above what follows */
     ct_ctx_free(ctx);
     if (st) return cli_fail("train");
+    if (res.end == CT_TRAIN_END_STOPPED) {
+        fprintf(stderr, "ctrain train: stopped by signal %d after step %lld; checkpoint %s; "
+                "continue with train.resume=auto\n", res.stop_value, (long long)res.last_step,
+                res.checkpoint);
+        return 128 + res.stop_value;
+    }
     fprintf(stderr, "ctrain train: done; model saved to %s (config.json, model.safetensors)\n",
             cfg.run.dir);
     return 0;

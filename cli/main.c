@@ -18,6 +18,9 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  train   [--config FILE.yaml] [key=value ...]   train or fine-tune a model\n"
+            "  eval    --model DIR --data SPEC [--batches N] [--batch-size B] [--seq-len T]\n"
+            "          [--threads N] [--json]   mean loss and perplexity of a model or\n"
+            "          checkpoint on token shards\n"
             "  sample  --model DIR [--prompt IDS] [--tokens N] [--temperature X] [--top-k K]\n"
             "          generate token ids from a model directory (KV-cached)\n"
             "  prepare --tokenizer DIR --out DIR [options] INPUT...   tokenise text files,\n"
@@ -61,6 +64,7 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "synth")) return cmd_synth(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);

@@ -34,6 +34,7 @@ typedef struct ct_config {
         char resume[CT_PATH_MAX]; /* auto | never | PATH */
         int64_t eval_every;       /* steps between validation passes; 0 = end only */
         int64_t eval_batches;     /* micro-batches per validation pass */
+        int64_t early_stop_patience; /* evaluations without improvement; 0 = off */
     } train;
     struct {
         double lr, beta1, beta2, eps, weight_decay, grad_clip;
@@ -47,8 +48,17 @@ typedef struct ct_config {
     struct {
         char dir[CT_PATH_MAX];
         int64_t checkpoint_every, keep_last, threads, log_every;
+        bool checkpoint_compress; /* zstd the checkpoints' training-state blobs */
         char memory_limit[CT_NAME_MAX]; /* bytes with KB/MB/GB suffix, or N% */
     } run;
+    struct {
+        int64_t window;        /* good steps the z-scores look back on */
+        double zscore;         /* spike threshold; 0 = off */
+        int64_t min_steps;     /* good steps before spikes are judged */
+        int64_t max_bad;       /* consecutive bad steps before a rollback; 0 = never */
+        double lr_factor;      /* LR multiplier per rollback (cumulative) */
+        int64_t max_rollbacks; /* rollbacks before the run fails; 0 = unlimited */
+    } guard;
     struct {
         int64_t r;
         double alpha, dropout;
@@ -60,6 +70,11 @@ typedef struct ct_config {
     } dist;
     struct {
         int64_t dump_grads_step; /* write run.dir/grads_stepK.safetensors; 0 = off */
+        int64_t nan_step;        /* step whose gradient is made NaN; 0 = off */
+        int64_t spike_step;      /* step whose loss and gradient are scaled; 0 = off */
+        double spike_factor;     /* the scale of spike_step */
+        char bad_steps[CT_NAME_MAX]; /* "A-B": steps A..B get a NaN gradient; "" = off */
+        int64_t sleep_ms;        /* pause after every step (tests of kills and signals) */
     } debug;
 } ct_config;
 

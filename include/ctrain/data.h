@@ -31,10 +31,15 @@ typedef struct ct_tok_state ct_tok_state; /* per-thread encoder scratch */
 
 /* Load a tokenizer from `path`: a directory holding encoder.json + vocab.bpe
  * (tried first) or tokenizer.json, or the path of a tokenizer.json file.
+ * With encoder.json, <|endoftext|> (when present) is the special token; in a
+ * tokenizer.json the special added_tokens are (other added tokens decode but
+ * are not matched in text), and it must be GPT-2-like: model.type "BPE",
+ * ByteLevel pre-tokenizer without add_prefix_space, no normalizer.
  * Returns owned *out; release with ct_tokenizer_free. Errors name the file
  * and what was wrong: CT_ERR_IO (missing/unreadable), CT_ERR_FORMAT
  * (malformed JSON, a merge line that is not two symbols, a merge naming an
- * unknown symbol, duplicate ids, not a byte-level BPE model), CT_ERR_OOM. */
+ * unknown symbol, duplicate ids, not a byte-level BPE model; vocab.bpe
+ * errors give the line number), CT_ERR_OOM. */
 CT_API ct_status ct_tokenizer_load(ct_tokenizer **out, const char *path);
 CT_API void ct_tokenizer_free(ct_tokenizer *t); /* NULL is fine */
 
@@ -48,9 +53,11 @@ CT_API int32_t ct_tokenizer_eot(const ct_tokenizer *t);
  * as t. Used to key cached tokenisations and recorded in manifests. */
 CT_API const char *ct_tokenizer_identity(const ct_tokenizer *t);
 
-/* Per-thread scratch (PCRE2 match data, JIT stack, a word cache). One
- * tokenizer may be shared by many threads, each with its own state.
- * Returns owned; release with ct_tok_state_free. NULL on OOM (error set). */
+/* Per-thread scratch (PCRE2 match data, JIT stack, a word cache bounded at
+ * about 10 MiB). One tokenizer may be shared by many threads, each with its
+ * own state; reuse a state across calls (the cache makes later documents
+ * cheaper). Returns owned; release with ct_tok_state_free (after the last
+ * encode with it; the tokenizer must outlive it). NULL on OOM (error set). */
 CT_API ct_tok_state *ct_tok_state_new(const ct_tokenizer *t);
 CT_API void ct_tok_state_free(ct_tok_state *s); /* NULL is fine */
 
@@ -59,15 +66,23 @@ enum {
      * their ids; without this flag they are ordinary text, as in the
      * gpt-3-encoder reference and llm.c's encode_ordinary. */
     CT_TOK_ALLOW_SPECIAL = 1 << 0,
-    /* Invalid UTF-8 is encoded byte by byte instead of refused (byte-level
-     * BPE can represent any byte sequence). */
+    /* Invalid UTF-8 is encoded instead of refused (byte-level BPE can
+     * represent any bytes): each maximal run of bytes that start no valid
+     * UTF-8 sequence is a word of its own, BPE-merged like any word, and the
+     * valid text on either side is pre-tokenised as if the run were the end
+     * or the start of the text. Valid text encodes as without the flag, and
+     * decode gives back the exact input bytes. */
     CT_TOK_LOSSY = 1 << 1,
 };
 
-/* Append the ids of text[0..len) to out. state may be NULL (a temporary one
- * is made). Without CT_TOK_LOSSY, invalid UTF-8 returns CT_ERR_FORMAT with
- * "invalid UTF-8 at byte offset N" and appends nothing. Never reads past
- * len; text need not be NUL-terminated. Thread-safe with distinct states. */
+/* Append the ids of text[0..len) to out (borrows text; out keeps its ids
+ * and grows). state may be NULL (a temporary one is made: much slower for
+ * small texts). Without CT_TOK_LOSSY, invalid UTF-8 (truncated or overlong
+ * sequences, surrogates, bytes 0xC0, 0xC1, 0xF5..0xFF, code points above
+ * U+10FFFF) returns CT_ERR_FORMAT "invalid UTF-8 at byte offset N (byte 0xXX)",
+ * N counted from text, and appends nothing; so does any other error
+ * (CT_ERR_OOM). Never reads past len; text need not be NUL-terminated.
+ * Thread-safe with distinct states. */
 CT_API ct_status ct_tokenizer_encode(const ct_tokenizer *t, ct_tok_state *state, const char *text,
                                      size_t len, int flags, ct_tokens *out);
 

@@ -1,10 +1,16 @@
 /*
  * Training: AdamW over the flat buffers, learning-rate schedules, the data
- * loader over llm.c token shards, the metrics sink and the training loop that
- * `ctrain train` runs.
+ * loader over llm.c token shards, and the training loop that `ctrain train`
+ * runs (checkpoints with exact resume, the stability guard with rollback,
+ * early stopping, a caller-owned stop flag).
+ * Leaves out: LoRA and data-parallel training (refused with a clear error),
+ * and signal handling itself (the program installs handlers; the library
+ * only polls the flag it is given).
  */
 #ifndef CT_TRAIN_H
 #define CT_TRAIN_H
+
+#include <signal.h>
 
 #include "ctrain/config.h"
 #include "ctrain/core.h"
@@ -20,16 +26,19 @@ typedef struct ct_adamw_params {
     float beta1, beta2, eps, weight_decay;
 } ct_adamw_params;
 
-/* Moments m and v mirror the parameter buffer (tag optim). */
+/* Moments m and v mirror the parameter buffer (tag optim). They are one
+ * block: v == m + numel, so m[0 .. 2*numel) covers both. */
 typedef struct ct_adamw {
     ct_ctx *ctx;
-    float *m, *v; /* (numel) each */
+    float *m, *v; /* (numel) each, contiguous */
     size_t numel;
     int64_t t;    /* steps taken */
 } ct_adamw;
 
+/* Zeroed moments for numel parameters, t = 0. Fills *opt (owned; release with
+ * ct_adamw_free; borrows ctx). CT_ERR_OOM. */
 CT_API ct_status ct_adamw_init(ct_adamw *opt, ct_ctx *ctx, size_t numel);
-CT_API void ct_adamw_free(ct_adamw *opt);
+CT_API void ct_adamw_free(ct_adamw *opt); /* NULL and a zeroed struct are fine */
 /* One update with torch.optim.AdamW semantics; weight decay only on parameters
  * whose table entry has decay set (rank >= 2). grad_scale multiplies the
  * gradients first (clipping). */
@@ -177,19 +186,99 @@ CT_API int ct_loader_num_shards(const ct_loader *l);
 
 /* -------------------------------------------------------------- trainer */
 
+/*
+ * The training loop. Checkpoints (run.dir/checkpoints/step_NNNNNNNN, see
+ * src/train/checkpoint.h) hold the weights, the AdamW moments and a training
+ * state record (step, AdamW step count, loader position, guard, early
+ * stopping), so that a run resumed with train.resume=auto produces bit for
+ * bit the losses of an unbroken run at the same thread count.
+ *
+ * train.resume: "never" starts fresh and refuses a run.dir that already holds
+ * checkpoints (CT_ERR_ARG: resume with auto, or pick another run.dir); "auto"
+ * continues from the newest checkpoint that verifies (damaged newer ones are
+ * skipped with a warning) or starts fresh when there is none; a PATH names a
+ * checkpoint directory that must verify. A checkpoint of another model shape,
+ * or of another train.batch_size, seq_len, grad_accum, seed or data.shuffle,
+ * is refused (CT_ERR_ARG naming both values), and so is model.init_from with
+ * a PATH, or with an auto checkpoint that recorded another model.init_from.
+ * On resume, metrics.jsonl keeps its lines up to the checkpoint's step
+ * (rewritten atomically) and grows from there.
+ *
+ * Stability guard: a step whose loss or gradient is not finite, or whose loss
+ * or gradient norm is a z-score spike against recent good steps
+ * (guard.window, guard.zscore, guard.min_steps), is skipped: no update.
+ * guard.max_bad bad steps in a row roll back: the weights, moments and guard
+ * window of the newest valid checkpoint older than the bad run are restored
+ * (the initial weights and zero moments when there is none), the step counter
+ * and the data position stay where they are (the data since that checkpoint
+ * is not seen again), and the LR is multiplied by guard.lr_factor (cumulative).
+ * More than guard.max_rollbacks rollbacks end the run with CT_ERR_NUMERIC.
+ * Periodic checkpoints are postponed while a bad run is open, so every one of
+ * them is a state to roll back to.
+ */
+
 typedef struct ct_step_info {
     int64_t step, steps;
     double loss, lr, grad_norm, tokens_per_s, step_ms;
-    double val_loss; /* NaN when no validation ran this step */
-    bool skipped;    /* update skipped (non-finite loss or gradient) */
+    double val_loss;       /* NaN when no validation ran this step */
+    bool skipped;          /* update skipped (non-finite loss or gradient, or a spike) */
+    bool spike;            /* skipped as a loss or grad-norm spike */
+    bool rolled_back;      /* this step ended a bad run with a rollback */
+    bool checkpointed;     /* a checkpoint of this step was written */
+    int64_t rollback_to;   /* step of the restored checkpoint (0: initial state); -1: none */
+    int64_t skipped_total; /* bad steps so far in the run (resumes included) */
+    int64_t rollbacks;     /* rollbacks so far */
+    double lr_factor;      /* product of guard.lr_factor over the rollbacks */
+    double data_wait_ms;   /* time this step waited for its batches */
+    int64_t mem_bytes;     /* bytes held by the context's allocator after the step */
 } ct_step_info;
 
 typedef void (*ct_progress_fn)(const ct_step_info *info, void *user);
 
-/* Run `ctrain train`: build or load the model, open data, train, evaluate,
- * write run.dir/metrics.jsonl, run.dir/config.yaml and the final weights
- * (run.dir/config.json + model.safetensors). Everything the config names is
- * checked before anything is written. progress may be NULL. */
+/* What the caller hands the loop. Every field may be NULL. */
+typedef struct ct_train_hooks {
+    ct_progress_fn progress; /* called after every step (and its checkpoint) */
+    void *user;              /* passed to progress */
+    /* Polled after every step: when *stop is non-zero the loop writes a
+     * checkpoint of that step and the final weights, and returns CT_OK with
+     * result->end = CT_TRAIN_END_STOPPED. A signal handler may set it (the
+     * library installs no handlers and keeps no global state). */
+    volatile sig_atomic_t *stop;
+} ct_train_hooks;
+
+typedef enum ct_train_end {
+    CT_TRAIN_END_DONE = 0,       /* train.steps reached */
+    CT_TRAIN_END_STOPPED = 1,    /* *hooks->stop was set */
+    CT_TRAIN_END_EARLY_STOP = 2, /* validation loss stopped improving */
+    CT_TRAIN_END_COUNT
+} ct_train_end;
+
+typedef struct ct_train_result {
+    ct_train_end end;
+    int stop_value;        /* *hooks->stop as seen when stopping; 0 otherwise */
+    int64_t resumed_from;  /* checkpoint step the run continued from; -1: fresh */
+    int64_t last_step;     /* last step completed */
+    int64_t skipped, spikes, rollbacks; /* guard counters (resumes included) */
+    double final_loss;     /* training loss of the last step; NaN when none ran */
+    double best_val_loss;  /* best validation loss; NaN when none ran */
+    char checkpoint[CT_PATH_MAX + 64]; /* last checkpoint written; "" when none */
+} ct_train_result;
+
+/* Run `ctrain train`: build or load the model, resume when asked, open data,
+ * train, evaluate, write run.dir/metrics.jsonl, run.dir/config.yaml, the
+ * TensorBoard file, checkpoints (every run.checkpoint_every steps and at the
+ * end when that is set; on a stop or early stop always) and the final weights
+ * (run.dir/config.json + model.safetensors). Everything the config names and
+ * the checkpoint to resume from are checked before anything is written.
+ * hooks and result may be NULL; *result is filled also on error (as far as
+ * the run got). Borrows ctx and cfg. Errors: CT_ERR_ARG (bad or
+ * contradictory config, unusable checkpoint), CT_ERR_IO (files, full disk:
+ * the checkpoints already written stay valid), CT_ERR_FORMAT, CT_ERR_OOM,
+ * CT_ERR_NUMERIC (more than guard.max_rollbacks rollbacks). */
+CT_API ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_hooks *hooks,
+                                   ct_train_result *result);
+
+/* ct_train_run_with with only a progress callback (progress may be NULL). */
 CT_API ct_status ct_train_run(ct_ctx *ctx, const ct_config *cfg, ct_progress_fn progress,
                               void *user);
 

@@ -137,9 +137,11 @@ void tok_set_jit(ct_tokenizer *t, bool on) {
 
 /* ------------------------------------------------------- per-thread state */
 
-/* Word cache: open addressing over slots; the key bytes and the ids live in
- * two arenas. When it is full it is emptied (bounded memory, no eviction
- * bookkeeping on the hot path). */
+/* Word cache: open addressing over 24-byte slots (1.5 MiB at most); the
+ * words and their ids live in two arenas (4 MiB each at most, touched as they
+ * fill). Words come in roughly by frequency, so the hot ones sit together at
+ * the arenas' start. When the slots are 3/4 full or an arena is full, the
+ * cache is emptied: bounded memory, no eviction bookkeeping on the hot path. */
 #define CACHE_MAX_WORD 255      /* longer words are not cached */
 #define CACHE_SLOTS_MIN 4096
 #define CACHE_SLOTS_MAX 65536   /* at most 3/4 used: ~49k words */
@@ -178,9 +180,9 @@ struct ct_tok_state {
     int32_t *ids;
     size_t ids_n;
     bpe_sym *sym;     /* BPE scratch, [cap] each */
-    bpe_cand *heap, *deferred;
+    bpe_cand *heap, *pass; /* candidates; one pass's pairs */
     int32_t *word;
-    size_t cap, heap_n, def_n;
+    size_t cap, heap_n;
 };
 
 ct_tok_state *ct_tok_state_new(const ct_tokenizer *t) {
@@ -203,10 +205,10 @@ oom:
 static void state_drop_scratch(ct_tok_state *s) {
     free(s->sym);
     free(s->heap);
-    free(s->deferred);
+    free(s->pass);
     free(s->word);
     s->sym = NULL;
-    s->heap = s->deferred = NULL;
+    s->heap = s->pass = NULL;
     s->word = NULL;
     s->cap = 0;
 }
@@ -223,21 +225,22 @@ void ct_tok_state_free(ct_tok_state *s) {
     free(s);
 }
 
-/* Room for BPE of an n-byte word. */
+/* Room for BPE of an n-byte word. The heap takes the n - 1 first pairs and
+ * at most two more per merge (n - 1 merges at most), stale ones included. */
 static ct_status state_scratch(ct_tok_state *s, size_t n) {
     if (n <= s->cap) return CT_OK;
-    if (n > INT32_MAX / 2) return CT_ERR(CT_ERR_ARG, "tokenizer: a %zu-byte word is too long to encode", n);
+    if (n > INT32_MAX / 4) return CT_ERR(CT_ERR_ARG, "tokenizer: a %zu-byte word is too long to encode", n);
     size_t cap = s->cap ? s->cap : 64;
     while (cap < n) cap *= 2;
     bpe_sym *sym = realloc(s->sym, cap * sizeof *sym);
     if (sym) s->sym = sym;
-    bpe_cand *heap = realloc(s->heap, cap * sizeof *heap);
+    bpe_cand *heap = realloc(s->heap, 3 * cap * sizeof *heap);
     if (heap) s->heap = heap;
-    bpe_cand *def = realloc(s->deferred, cap * sizeof *def);
-    if (def) s->deferred = def;
+    bpe_cand *pass = realloc(s->pass, cap * sizeof *pass);
+    if (pass) s->pass = pass;
     int32_t *word = realloc(s->word, cap * sizeof *word);
     if (word) s->word = word;
-    if (!sym || !heap || !def || !word)
+    if (!sym || !heap || !pass || !word)
         return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory for a %zu-byte word", n);
     s->cap = cap;
     return CT_OK;
@@ -307,52 +310,54 @@ static bpe_cand heap_pop(bpe_cand *h, size_t *n) {
     return top;
 }
 
-/* Queue the pair at symbols (i, j) if it merges. A pair ranked below the
- * merge being applied waits in `deferred` until every occurrence of that merge
- * is done, as in the reference, which merges all occurrences of one pair per
- * pass. */
-static void bpe_queue(const ct_tokenizer *t, ct_tok_state *s, int32_t i, int32_t j, int32_t cur) {
+/* Queue the pair at symbols (i, j) if it merges. */
+static void bpe_queue(const ct_tokenizer *t, ct_tok_state *s, int32_t i, int32_t j) {
     const tok_pair *p = tok_pair_find(&t->pairs, s->sym[i].id, s->sym[j].id);
-    if (!p) return;
-    bpe_cand c = {p->rank, i, s->sym[i].id, s->sym[j].id, p->merged};
-    if (p->rank < cur) s->deferred[s->def_n++] = c;
-    else heap_push(s->heap, &s->heap_n, c);
+    if (p) heap_push(s->heap, &s->heap_n, (bpe_cand){p->rank, i, s->sym[i].id, s->sym[j].id, p->merged});
+}
+
+/* Whether candidate c still describes two adjacent symbols. */
+static bool bpe_live(const bpe_sym *sym, const bpe_cand *c) {
+    int32_t r = sym[c->pos].next;
+    return sym[c->pos].id == c->left && r >= 0 && sym[r].id == c->right;
 }
 
 /* Heap BPE over a linked list of symbols: O(n log n) instead of the
- * reference's O(n^2) passes. Returns the number of ids written to out, or 0
- * when two different pairs share the rank being applied (possible only with
- * the reference's comma aliases), in which case the caller uses
- * bpe_reference, whose choice between them is the reference's. */
+ * reference's O(n^2) passes. Like the reference, each pass takes every pair
+ * of the lowest rank at once (they leave the heap together, leftmost first)
+ * and merges them left to right, skipping ones an earlier merge of the pass
+ * used up; pairs the merges create wait in the heap for later passes.
+ * Returns the number of ids written to out, or 0 when two different pairs
+ * share the lowest rank (possible only through the reference's comma
+ * aliases): the caller then runs bpe_reference, which picks between them
+ * as the reference does. */
 static size_t bpe_heap(const ct_tokenizer *t, ct_tok_state *s, const uint8_t *w, size_t n, int32_t *out) {
     bpe_sym *sym = s->sym;
+    bpe_cand *pass = s->pass;
     for (size_t i = 0; i < n; i++)
         sym[i] = (bpe_sym){t->byte_id[w[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
-    s->heap_n = s->def_n = 0;
-    for (size_t i = 0; i + 1 < n; i++) bpe_queue(t, s, (int32_t)i, (int32_t)i + 1, -1);
-    int32_t cur = -1, gl = -1, gr = -1;
-    while (s->heap_n || s->def_n) {
-        if (s->def_n && (s->heap_n == 0 || s->heap[0].rank > cur)) {
-            for (size_t k = 0; k < s->def_n; k++) heap_push(s->heap, &s->heap_n, s->deferred[k]);
-            s->def_n = 0;
-            continue;
+    s->heap_n = 0;
+    for (size_t i = 0; i + 1 < n; i++) bpe_queue(t, s, (int32_t)i, (int32_t)i + 1);
+    while (s->heap_n) {
+        int32_t rank = s->heap[0].rank;
+        size_t np = 0;
+        while (s->heap_n && s->heap[0].rank == rank) {
+            bpe_cand c = heap_pop(s->heap, &s->heap_n);
+            if (bpe_live(sym, &c)) pass[np++] = c;
         }
-        bpe_cand c = heap_pop(s->heap, &s->heap_n);
-        int32_t r = sym[c.pos].next;
-        if (sym[c.pos].id != c.left || r < 0 || sym[r].id != c.right) continue; /* stale */
-        if (c.rank != cur) {
-            cur = c.rank;
-            gl = c.left;
-            gr = c.right;
-        } else if (c.left != gl || c.right != gr) {
-            return 0;
+        for (size_t k = 1; k < np; k++)
+            if (pass[k].left != pass[0].left || pass[k].right != pass[0].right) return 0;
+        for (size_t k = 0; k < np; k++) {
+            const bpe_cand *c = &pass[k];
+            if (!bpe_live(sym, c)) continue; /* overlaps the previous merge: "aaa" -> "aa" "a" */
+            int32_t r = sym[c->pos].next;
+            sym[c->pos].id = c->merged;
+            sym[r].id = -1;
+            sym[c->pos].next = sym[r].next;
+            if (sym[r].next >= 0) sym[sym[r].next].prev = c->pos;
+            if (sym[c->pos].prev >= 0) bpe_queue(t, s, sym[c->pos].prev, c->pos);
+            if (sym[c->pos].next >= 0) bpe_queue(t, s, c->pos, sym[c->pos].next);
         }
-        sym[c.pos].id = c.merged;
-        sym[r].id = -1;
-        sym[c.pos].next = sym[r].next;
-        if (sym[r].next >= 0) sym[sym[r].next].prev = c.pos;
-        if (sym[c.pos].prev >= 0) bpe_queue(t, s, sym[c.pos].prev, c.pos, cur);
-        if (sym[c.pos].next >= 0) bpe_queue(t, s, c.pos, sym[c.pos].next, cur);
     }
     size_t k = 0;
     for (int32_t i = 0; i >= 0; i = sym[i].next) out[k++] = sym[i].id;
@@ -593,7 +598,7 @@ ct_status ct_tokenizer_encode(const ct_tokenizer *t, ct_tok_state *state, const 
         size_t bad = utf8_valid_prefix(u, len);
         if (bad < len) {
             ct_status st = CT_ERR(CT_ERR_FORMAT, "invalid UTF-8 at byte offset %zu (byte 0x%02X)", bad, u[bad]);
-            ct_error_hint("fix the text's encoding, or encode its raw bytes with the lossy option");
+            ct_error_hint("fix the text's encoding, or encode its raw bytes anyway (CT_TOK_LOSSY, `ctrain tokenize --lossy`)");
             return st;
         }
     }

@@ -308,7 +308,13 @@ static void load_merge_site(char *buf, size_t cap, const load_builder *b, const 
  * merge ("\"", ",\""). Both halves of each alias join to the same token as
  * the merge itself. We add the aliases so that ranks are the reference's. */
 static ct_status load_merges(ct_tokenizer *t, const load_builder *b) {
-    ct_status st = load_pairs_init(&t->pairs, 2 * b->n_m);
+    /* each comma in a merge can give one alias */
+    size_t n_pairs = b->n_m;
+    for (size_t r = 0; r < b->n_m; r++) {
+        for (uint32_t i = 0; i < b->m[r].alen; i++) n_pairs += b->m[r].a[i] == ',';
+        for (uint32_t i = 0; i < b->m[r].blen; i++) n_pairs += b->m[r].b[i] == ',';
+    }
+    ct_status st = load_pairs_init(&t->pairs, n_pairs);
     if (st) return st;
     char *joined = NULL;
     size_t cap = 0;

@@ -69,6 +69,8 @@ static const key_def keys[] = {
     S("train.resume", train.resume, "auto | never | PATH"),
     I("train.eval_every", train.eval_every, 0, BIG, "steps between validations (0: at end)"),
     I("train.eval_batches", train.eval_batches, 1, BIG, "micro-batches per validation"),
+    I("train.early_stop_patience", train.early_stop_patience, 0, BIG,
+      "stop after this many validations without a better loss (0: off)"),
     F("optim.lr", optim.lr, 0, 10, "peak learning rate"),
     F("optim.beta1", optim.beta1, 0, 0.999999, "AdamW beta1"),
     F("optim.beta2", optim.beta2, 0, 0.999999999, "AdamW beta2"),
@@ -85,10 +87,20 @@ static const key_def keys[] = {
     E("schedule.anneal", schedule.anneal, "cos|linear", "onecycle annealing"),
     S("run.dir", run.dir, "output directory"),
     I("run.checkpoint_every", run.checkpoint_every, 0, BIG, "steps between checkpoints"),
-    I("run.keep_last", run.keep_last, 0, 1 << 20, "checkpoints to keep"),
+    I("run.keep_last", run.keep_last, 0, 1 << 20, "checkpoints to keep (0: all)"),
+    B("run.checkpoint_compress", run.checkpoint_compress,
+      "zstd the optimizer and state files of checkpoints"),
     I("run.threads", run.threads, 0, 4096, "threads (0: all cores)"),
     I("run.log_every", run.log_every, 1, BIG, "steps between progress lines"),
     S("run.memory_limit", run.memory_limit, "bytes (KB/MB/GB) or N% of RAM"),
+    I("guard.window", guard.window, 1, 1024, "good steps the spike z-scores look back on"),
+    F("guard.zscore", guard.zscore, 0, 1e6, "loss / grad-norm spike threshold (0: off)"),
+    I("guard.min_steps", guard.min_steps, 2, 1024, "good steps before spikes are judged"),
+    I("guard.max_bad", guard.max_bad, 0, 1 << 20,
+      "consecutive bad steps that trigger a rollback (0: never)"),
+    F("guard.lr_factor", guard.lr_factor, 1e-6, 1, "LR multiplier at each rollback"),
+    I("guard.max_rollbacks", guard.max_rollbacks, 0, 1 << 20,
+      "rollbacks before the run fails (0: unlimited)"),
     I("lora.r", lora.r, 0, 1 << 16, "LoRA rank (0: off)"),
     F("lora.alpha", lora.alpha, 0, 1e9, "LoRA alpha"),
     F("lora.dropout", lora.dropout, 0, 1, "LoRA dropout"),
@@ -97,6 +109,12 @@ static const key_def keys[] = {
     I("dist.zero", dist.zero, 0, 1, "ZeRO-1 optimizer sharding under mpirun"),
     I("debug.dump_grads_step", debug.dump_grads_step, 0, BIG,
       "write run.dir/grads_stepK.safetensors at step K (0: off)"),
+    I("debug.nan_step", debug.nan_step, 0, BIG, "make step K's gradient NaN (0: off)"),
+    I("debug.spike_step", debug.spike_step, 0, BIG,
+      "scale step K's loss and gradient by debug.spike_factor (0: off)"),
+    F("debug.spike_factor", debug.spike_factor, 0, 1e30, "scale of debug.spike_step"),
+    S("debug.bad_steps", debug.bad_steps, "\"A-B\": make steps A..B's gradients NaN"),
+    I("debug.sleep_ms", debug.sleep_ms, 0, 3600000, "pause after every step, in ms"),
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
@@ -127,6 +145,13 @@ void ct_config_default(ct_config *c) {
     snprintf(c->run.dir, sizeof c->run.dir, "runs/latest");
     c->run.keep_last = 3;
     c->run.log_every = 1;
+    c->guard.window = 50;
+    c->guard.zscore = 6.0;
+    c->guard.min_steps = 20;
+    c->guard.max_bad = 3;
+    c->guard.lr_factor = 0.5;
+    c->guard.max_rollbacks = 10;
+    c->debug.spike_factor = 1000.0;
     snprintf(c->run.memory_limit, sizeof c->run.memory_limit, "85%%");
     c->lora.alpha = 16;
 }
@@ -425,6 +450,21 @@ ct_status ct_config_validate(const ct_config *c) {
         return CT_ERR(CT_ERR_ARG, "schedule.min_lr = %g exceeds optim.lr = %g",
                       c->schedule.min_lr, c->optim.lr);
     if (!c->run.dir[0]) return CT_ERR(CT_ERR_ARG, "run.dir is empty: expected a directory");
+    if (c->guard.zscore > 0 && c->guard.min_steps > c->guard.window) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "guard.min_steps = %lld exceeds guard.window = %lld: "
+                              "spikes would never be judged", (long long)c->guard.min_steps,
+                              (long long)c->guard.window);
+        ct_error_hint("raise guard.window or lower guard.min_steps (guard.zscore=0 turns spike "
+                      "detection off)");
+        return st;
+    }
+    if (c->train.early_stop_patience > 0 && !c->data.val[0])
+        return CT_ERR(CT_ERR_ARG, "train.early_stop_patience = %lld needs validation data: "
+                      "set data.val", (long long)c->train.early_stop_patience);
+    if (c->train.early_stop_patience > 0 && c->train.eval_every == 0)
+        return CT_ERR(CT_ERR_ARG, "train.early_stop_patience = %lld needs periodic validation: "
+                      "train.eval_every is 0 (validation at the end only)",
+                      (long long)c->train.early_stop_patience);
     if (c->model.n_kv_head && c->model.n_head && c->model.n_head % c->model.n_kv_head)
         return CT_ERR(CT_ERR_ARG, "model.n_head = %lld is not a multiple of model.n_kv_head = %lld",
                       (long long)c->model.n_head, (long long)c->model.n_kv_head);

@@ -7,6 +7,7 @@
 #include "ctrain/train.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "core/ctx.h"
@@ -16,20 +17,18 @@ ct_status ct_adamw_init(ct_adamw *opt, ct_ctx *ctx, size_t numel) {
     memset(opt, 0, sizeof *opt);
     opt->ctx = ctx;
     opt->numel = numel;
-    opt->m = ct_alloc(ctx, numel * sizeof(float), CT_TAG_OPTIM);
-    opt->v = ct_alloc(ctx, numel * sizeof(float), CT_TAG_OPTIM);
-    if (!opt->m || !opt->v) {
-        ct_status st = ct_last_status();
-        ct_adamw_free(opt);
-        return st;
-    }
+    if (numel > SIZE_MAX / (2 * sizeof(float)))
+        return CT_ERR(CT_ERR_OOM, "AdamW moments for %zu parameters overflow size_t", numel);
+    /* one block, m then v, so a checkpoint writes both without a copy */
+    opt->m = ct_alloc(ctx, 2 * numel * sizeof(float), CT_TAG_OPTIM);
+    if (!opt->m) return ct_last_status();
+    opt->v = opt->m + numel;
     return CT_OK;
 }
 
 void ct_adamw_free(ct_adamw *opt) {
     if (!opt) return;
     ct_free(opt->ctx, opt->m);
-    ct_free(opt->ctx, opt->v);
     opt->m = opt->v = NULL;
 }
 

@@ -1,88 +1,25 @@
 /*
- * The training loop behind `ctrain train`: resolve and check everything the
- * config names (model, weights, data, keys not yet supported) before writing
- * anything, then run optimizer steps of grad_accum micro-batches, AdamW with
- * clipping, periodic validation, metrics.jsonl, weight snapshots and the final
- * Hugging Face directory in run.dir.
- * Leaves out: optimizer-state checkpoints and resume, the stability guard's
- * rollback, LoRA and MPI, which later work adds (their keys are refused
- * with a clear message rather than ignored).
+ * The training loop behind `ctrain train` (the rules are in train.h's
+ * trainer section): optimizer steps of grad_accum micro-batches judged by the
+ * stability guard before AdamW applies them, rollbacks to the last good
+ * checkpoint, periodic validation with early stopping, metrics.jsonl and
+ * TensorBoard, checkpoints through the store (checkpoint.h) with the
+ * training state (train_state.h), a stop flag polled after every step, and
+ * the final Hugging Face directory in run.dir. trainer_setup.c checks and
+ * builds everything before the loop writes anything.
+ * Leaves out: LoRA and MPI (their keys are refused with a clear message), and
+ * TensorBoard's purge of the steps a resumed run repeats (a new event file is
+ * started each time; metrics.jsonl is the trimmed record).
  */
-#include "ctrain/train.h"
+#include "train/trainer_int.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "io/fileio.h"
-#include "io/metrics.h"
-#include "io/tensorboard.h"
-
-ct_status ct_model_config_from(ct_model_config *out, const ct_config *cfg) {
-    const char *arch = cfg->model.arch;
-    if (strcmp(arch, "gpt2") != 0)
-        return CT_ERR(CT_ERR_ARG, "model.arch = %s is not available yet: only gpt2 is "
-                      "implemented", arch);
-    if (cfg->model.preset[0]) {
-        ct_status st = ct_model_config_preset(out, cfg->model.preset);
-        if (st) return st;
-    } else {
-        if (!cfg->model.n_layer || !cfg->model.n_head || !cfg->model.n_embd ||
-            !cfg->model.vocab_size || !cfg->model.n_ctx) {
-            ct_status st = CT_ERR(CT_ERR_ARG, "no model given: set model.init_from, model.preset, "
-                                  "or all of model.n_layer, model.n_head, model.n_embd, "
-                                  "model.vocab_size and model.n_ctx");
-            ct_error_hint("e.g. model.preset=gpt2-demo");
-            return st;
-        }
-        ct_model_config_gpt2(out, 1, 1, 1, 2, 1);
-    }
-    if (cfg->model.n_layer) out->n_layer = (int)cfg->model.n_layer;
-    if (cfg->model.n_head) out->n_head = out->n_kv_head = (int)cfg->model.n_head;
-    if (cfg->model.n_embd) {
-        out->n_embd = (int)cfg->model.n_embd;
-        out->n_ffn = 4 * out->n_embd;
-    }
-    if (cfg->model.n_ffn) out->n_ffn = (int)cfg->model.n_ffn;
-    if (cfg->model.vocab_size) out->vocab_size = (int)cfg->model.vocab_size;
-    if (cfg->model.n_ctx) out->n_ctx = (int)cfg->model.n_ctx;
-    if (cfg->model.n_kv_head && cfg->model.n_kv_head != out->n_head)
-        return CT_ERR(CT_ERR_ARG, "model.n_kv_head = %lld: grouped KV heads are not available "
-                      "for gpt2", (long long)cfg->model.n_kv_head);
-    return ct_model_config_validate(out);
-}
-
-/* Keys whose features are not built yet: refuse rather than silently ignore. */
-static ct_status refuse_unsupported(const ct_config *cfg) {
-    if (cfg->lora.r > 0 || cfg->lora.init_from[0])
-        return CT_ERR(CT_ERR_ARG, "lora.r / lora.init_from: LoRA fine-tuning is not available "
-                      "in this version");
-    if (cfg->dist.zero)
-        return CT_ERR(CT_ERR_ARG, "dist.zero = 1: data parallel training is not available in "
-                      "this version");
-    if (strcmp(cfg->train.resume, "never") != 0 && strcmp(cfg->train.resume, "auto") != 0)
-        return CT_ERR(CT_ERR_ARG, "train.resume = %s: resuming from a checkpoint is not "
-                      "available in this version (use auto or never)", cfg->train.resume);
-    return CT_OK;
-}
-
-static ct_status build_model(ct_model **out, ct_ctx *ctx, const ct_config *cfg) {
-    if (cfg->model.init_from[0]) {
-        if (cfg->model.preset[0] || cfg->model.n_layer || cfg->model.n_head ||
-            cfg->model.n_embd || cfg->model.vocab_size || cfg->model.n_ctx || cfg->model.n_ffn)
-            return CT_ERR(CT_ERR_ARG, "model.init_from is set, so the model's shape comes from "
-                          "%s/config.json: remove model.preset and model sizes",
-                          cfg->model.init_from);
-        return ct_model_load_hf(out, ctx, cfg->model.init_from);
-    }
-    ct_model_config mc;
-    ct_status st = ct_model_config_from(&mc, cfg);
-    if (st) return st;
-    if ((st = ct_model_init(out, ctx, &mc))) return st;
-    ct_model_init_weights(*out, (uint64_t)cfg->train.seed);
-    return CT_OK;
-}
 
 static ct_status save_config_yaml(const ct_config *cfg) {
     char *yaml = ct_config_to_yaml(cfg);
@@ -96,185 +33,394 @@ static ct_status save_config_yaml(const ct_config *cfg) {
 
 /* Mean loss over eval_batches micro-batches of the validation stream, always
  * the same ones (the loader restarts). */
-static ct_status evaluate(ct_model *model, ct_loader *val, const ct_config *cfg, int32_t *in,
-                          int32_t *tg, double *out) {
-    ct_loader_reset(val);
+static ct_status evaluate(trainer *t, double *out) {
+    ct_loader_reset(t->val);
     double sum = 0;
-    int B = (int)cfg->train.batch_size, T = (int)cfg->train.seq_len;
-    for (int64_t i = 0; i < cfg->train.eval_batches; i++) {
+    for (int64_t i = 0; i < t->cfg->train.eval_batches; i++) {
         float loss;
-        ct_status st = ct_loader_next(val, in, tg);
-        if (!st) st = ct_model_forward(model, in, tg, B, T, &loss);
+        ct_status st = ct_loader_next(t->val, t->in, t->tg);
+        if (!st) st = ct_model_forward(t->model, t->in, t->tg, t->B, t->T, &loss);
         if (st) return st;
         sum += loss;
     }
-    *out = sum / (double)cfg->train.eval_batches;
+    *out = sum / (double)t->cfg->train.eval_batches;
     return CT_OK;
 }
 
-/* Weights snapshot run.dir/checkpoints/step_NNNNNN (HF layout); keeps the last
- * run.keep_last of them. */
-static ct_status snapshot(ct_model *model, const ct_config *cfg, int64_t step) {
-    char dir[CT_PATH_MAX + 64];
-    snprintf(dir, sizeof dir, "%s/checkpoints/step_%06lld", cfg->run.dir, (long long)step);
-    ct_status st = ct_model_save_hf(model, dir, "model.safetensors", false, true);
+/* The state record of the run as it stands after step t->step. */
+static void snapshot_state(trainer *t, ct_train_state *s) {
+    memset(s, 0, sizeof *s);
+    const ct_config *cfg = t->cfg;
+    s->step = t->step;
+    s->adam_t = t->opt.t;
+    s->numel = t->opt.numel;
+    s->batch_size = cfg->train.batch_size;
+    s->seq_len = cfg->train.seq_len;
+    s->grad_accum = cfg->train.grad_accum;
+    s->seed = cfg->train.seed;
+    s->shuffle = cfg->data.shuffle;
+    ct_loader_get_pos(t->train, &s->pos);
+    s->total_steps = cfg->train.steps;
+    s->guard = t->guard;
+    s->best_val = t->best_val;
+    s->bad_evals = t->bad_evals;
+    s->ckpt_pending = t->ckpt_pending;
+    snprintf(s->init_from, sizeof s->init_from, "%s", cfg->model.init_from);
+}
+
+static ct_status write_checkpoint(trainer *t) {
+    ct_train_state *s = malloc(sizeof *s);
+    if (!s) return CT_ERR(CT_ERR_OOM, "out of memory for the training state");
+    /* a clean state settles a postponed checkpoint; one written inside a bad
+     * run (a stop, the end) leaves it due, as an unbroken run would */
+    if (t->guard.bad_run == 0) t->ckpt_pending = false;
+    snapshot_state(t, s);
+    ct_status st = ct_train_state_save(t->cfg->run.dir, t->model, &t->opt, s, &t->ckpt_opts,
+                                       t->res->checkpoint, sizeof t->res->checkpoint);
+    free(s);
     if (st) return st;
-    int64_t old = step - cfg->run.keep_last * cfg->run.checkpoint_every;
-    if (cfg->run.keep_last > 0 && old > 0) {
-        char path[CT_PATH_MAX + 96];
-        snprintf(dir, sizeof dir, "%s/checkpoints/step_%06lld", cfg->run.dir, (long long)old);
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        remove(path);
-        snprintf(path, sizeof path, "%s/config.json", dir);
-        remove(path);
-        remove(dir);
+    ct_log(CT_LOG_DEBUG, "checkpoint %s written", t->res->checkpoint);
+    return ct_tb_flush(t->tb);
+}
+
+/* ------------------------------------------------------------- rollback */
+
+/* The newest checkpoint that verifies and is older than step `before`; its
+ * directory goes to dir. false when there is none (each failure is a
+ * warning). */
+static bool rollback_target(trainer *t, int64_t before, char *dir, size_t cap, int64_t *step) {
+    int64_t *steps = NULL;
+    int n = 0;
+    if (ct_ckpt_list(t->cfg->run.dir, &steps, &n)) {
+        ct_log(CT_LOG_WARN, "cannot list checkpoints to roll back to: %s", ct_last_error());
+        return false;
+    }
+    bool found = false;
+    for (int i = n - 1; i >= 0 && !found; i--) {
+        if (steps[i] >= before) continue;
+        snprintf(dir, cap, "%s/checkpoints/step_%08lld", t->cfg->run.dir, (long long)steps[i]);
+        int64_t got = -1;
+        ct_status st = ct_ckpt_verify(dir, t->signature, &got);
+        if (!st && got != steps[i])
+            st = CT_ERR(CT_ERR_FORMAT, "%s: the manifest is for step %lld", dir, (long long)got);
+        if (!st) {
+            *step = got;
+            found = true;
+        } else {
+            ct_log(CT_LOG_WARN, "cannot roll back to %s, trying an older checkpoint: %s", dir,
+                   ct_last_error());
+        }
+    }
+    free(steps);
+    return found;
+}
+
+/* Restore the weights, moments, guard window and early-stopping state of the
+ * newest good checkpoint before the bad run (the initial state when there is
+ * none); keep the step, the data position and the counters; lower the LR.
+ * *to is the restored step (0: initial state). */
+static ct_status rollback(trainer *t, int64_t step, int64_t *to) {
+    const ct_config *cfg = t->cfg;
+    ct_guard *g = &t->guard;
+    int64_t bad_start = g->bad_start, bad_run = g->bad_run;
+    if (cfg->guard.max_rollbacks > 0 && g->rollbacks >= cfg->guard.max_rollbacks) {
+        ct_status st = CT_ERR(CT_ERR_NUMERIC, "step %lld: %lld bad steps in a row (from step %lld) "
+                              "after %lld rollbacks (guard.max_rollbacks): training keeps "
+                              "diverging", (long long)step, (long long)bad_run,
+                              (long long)bad_start, (long long)g->rollbacks);
+        ct_error_hint("lower optim.lr, check the data, or raise guard.max_rollbacks; the "
+                      "checkpoints in %s/checkpoints are intact", cfg->run.dir);
+        return st;
+    }
+    char dir[TRAINER_DIR_MAX];
+    int64_t target = 0;
+    ct_status st;
+    if (rollback_target(t, bad_start, dir, sizeof dir, &target)) {
+        ct_train_state *s = malloc(sizeof *s);
+        if (!s) return CT_ERR(CT_ERR_OOM, "out of memory for a rollback");
+        st = ct_train_state_load(dir, t->ctx, t->model, &t->opt, s);
+        if (!st) {
+            ct_guard_take_window(g, &s->guard);
+            t->best_val = s->best_val;
+            t->bad_evals = s->bad_evals;
+        }
+        free(s);
+        if (st) {
+            ct_error_prefix("rollback to %s", dir);
+            return st;
+        }
+    } else {
+        snprintf(dir, sizeof dir, "the initial state");
+        if (cfg->model.init_from[0]) {
+            if ((st = ct_train_state_load_weights(t->model, t->ctx, cfg->model.init_from)))
+                return st;
+        } else {
+            ct_model_init_weights(t->model, (uint64_t)cfg->train.seed);
+        }
+        memset(t->opt.m, 0, 2 * t->opt.numel * sizeof(float));
+        t->opt.t = 0;
+        ct_guard empty;
+        ct_guard_params gp = trainer_guard_params(cfg);
+        ct_guard_init(&empty, &gp);
+        ct_guard_take_window(g, &empty);
+        t->best_val = NAN;
+        t->bad_evals = 0;
+    }
+    ct_guard_rolled_back(g);
+    *to = target;
+    ct_log(CT_LOG_WARN, "step %lld: %lld bad steps in a row (from step %lld): rolled back to %s "
+           "(step %lld); the data of steps %lld..%lld is skipped, LR factor now %g",
+           (long long)step, (long long)bad_run, (long long)bad_start, dir, (long long)target,
+           (long long)target + 1, (long long)step, g->lr_factor);
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------- step */
+
+static void inject_faults(trainer *t, int64_t step, double *loss) {
+    const ct_config *cfg = t->cfg;
+    float *grads = ct_model_grads(t->model);
+    size_t n = ct_model_numel(t->model);
+    if (cfg->debug.nan_step == step || (step >= t->bad_first && step <= t->bad_last)) {
+        grads[0] = NAN;
+        ct_log(CT_LOG_INFO, "step %lld: debug: gradient made NaN", (long long)step);
+    }
+    if (cfg->debug.spike_step == step) {
+        float f = (float)cfg->debug.spike_factor;
+        for (size_t i = 0; i < n; i++) grads[i] *= f;
+        *loss *= cfg->debug.spike_factor;
+        ct_log(CT_LOG_INFO, "step %lld: debug: loss and gradient scaled by %g", (long long)step,
+               cfg->debug.spike_factor);
+    }
+}
+
+/* One optimizer step: micro-batches, guard, update (or skip, or rollback). */
+static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
+    const ct_config *cfg = t->cfg;
+    double t0 = ct_time_s(), loss_sum = 0, wait = 0;
+    ct_status st;
+    ct_model_zero_grads(t->model);
+    for (int64_t a = 0; a < t->accum; a++) {
+        float loss;
+        if ((st = ct_loader_next(t->train, t->in, t->tg))) return st;
+        wait += ct_loader_wait_s(t->train);
+        if ((st = ct_model_forward_backward(t->model, t->in, t->tg, t->B, t->T,
+                                            1.0f / (float)t->accum, &loss)))
+            return st;
+        loss_sum += loss;
+    }
+    info->loss = loss_sum / (double)t->accum;
+    if (cfg->debug.dump_grads_step == step) {
+        char name[64];
+        snprintf(name, sizeof name, "grads_step%lld.safetensors", (long long)step);
+        if ((st = ct_model_save_hf(t->model, cfg->run.dir, name, true, false))) return st;
+    }
+    inject_faults(t, step, &info->loss);
+    info->grad_norm = ct_grad_norm(t->model);
+    info->lr = ct_schedule_lr(&t->sched, step - 1) * t->guard.lr_factor;
+    ct_guard_verdict verdict;
+    ct_guard_action act = ct_guard_judge(&t->guard, step, info->loss, info->grad_norm, &verdict);
+    if (act == CT_GUARD_UPDATE) {
+        float scale = ct_clip_scale(info->grad_norm, cfg->optim.grad_clip);
+        ct_adamw_step(&t->opt, t->model, &t->ap, (float)info->lr, scale);
+    } else {
+        info->skipped = true;
+        info->spike = verdict == CT_GUARD_SPIKE_LOSS || verdict == CT_GUARD_SPIKE_NORM;
+        if (info->spike)
+            ct_log(CT_LOG_WARN, "step %lld: %s (loss %.4g z=%.1f, grad norm %.4g z=%.1f), update "
+                   "skipped (%lld skipped so far)", (long long)step, ct_guard_verdict_str(verdict),
+                   info->loss, t->guard.z_loss, info->grad_norm, t->guard.z_norm,
+                   (long long)t->guard.skipped);
+        else
+            ct_log(CT_LOG_WARN, "step %lld: %s, update skipped (%lld skipped so far)",
+                   (long long)step, ct_guard_verdict_str(verdict), (long long)t->guard.skipped);
+        info->rolled_back = act == CT_GUARD_ROLLBACK; /* done by the caller */
+    }
+    double dt = ct_time_s() - t0;
+    info->step_ms = dt * 1e3;
+    info->tokens_per_s = (double)t->B * t->T * (double)t->accum / (dt > 0 ? dt : 1e-9);
+    info->data_wait_ms = wait * 1e3;
+    return CT_OK;
+}
+
+/* metrics.jsonl and TensorBoard lines of a finished training step. */
+static ct_status log_step(trainer *t, const ct_step_info *info) {
+    ct_memstats ms;
+    ct_ctx_memstats(t->ctx, &ms);
+    const char *keys[] = {"loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "skipped",
+                          "spike", "rollback", "data_wait_ms", "mem_bytes", "rollback_to"};
+    double vals[] = {info->loss, info->lr, info->grad_norm, info->tokens_per_s, info->step_ms,
+                     (double)info->skipped, (double)info->spike, (double)info->rolled_back,
+                     info->data_wait_ms, (double)info->mem_bytes, (double)info->rollback_to};
+    int n = info->rolled_back ? 11 : 10;
+    ct_status st = ct_metrics_write(t->metrics, info->step, "train", n, keys, vals);
+    if (st) return st;
+    const char *tk[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s",
+                        "memory/peak_bytes", "memory/current_bytes", "guard/skipped",
+                        "guard/rollbacks"};
+    double tv[] = {info->loss, info->lr, info->grad_norm, info->tokens_per_s,
+                   (double)ms.total_peak, (double)ms.total_current,
+                   (double)info->skipped_total, (double)info->rollbacks};
+    return ct_tb_scalars(t->tb, info->step, ct_tb_wall_time(), 8, tk, tv);
+}
+
+/* Validate, log, and update early stopping; *stop when patience ran out. */
+static ct_status validate(trainer *t, ct_step_info *info, bool *stop) {
+    ct_status st = evaluate(t, &info->val_loss);
+    if (st) return st;
+    double v = info->val_loss;
+    if (isfinite(v) && (isnan(t->best_val) || v < t->best_val)) {
+        t->best_val = v;
+        t->bad_evals = 0;
+    } else {
+        t->bad_evals++;
+    }
+    const char *vk[] = {"loss", "best_loss"};
+    double vv[] = {v, t->best_val};
+    if ((st = ct_metrics_write(t->metrics, info->step, "val", 2, vk, vv))) return st;
+    if ((st = ct_tb_scalar(t->tb, "val/loss", info->step, v, ct_tb_wall_time())) ||
+        (st = ct_tb_flush(t->tb)))
+        return st;
+    int64_t patience = t->cfg->train.early_stop_patience;
+    if (patience > 0 && t->bad_evals >= patience) {
+        ct_log(CT_LOG_INFO, "step %lld: early stop: validation loss %.4f has not improved on "
+               "%.4f for %lld evaluations (train.early_stop_patience)", (long long)info->step, v,
+               t->best_val, (long long)t->bad_evals);
+        *stop = true;
     }
     return CT_OK;
 }
 
-ct_status ct_train_run(ct_ctx *ctx, const ct_config *cfg, ct_progress_fn progress, void *user) {
-    ct_model *model = NULL;
-    ct_loader *train = NULL, *val = NULL;
-    ct_metrics *metrics = NULL;
-    ct_tb *tb = NULL;
-    ct_adamw opt = {0};
-    int32_t *in = NULL, *tg = NULL;
-    ct_schedule sched;
+static void debug_sleep(int64_t ms) {
+    if (ms <= 0) return;
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL); /* a signal may cut it short: fine */
+}
+
+static bool stop_requested(const trainer *t) {
+    return t->hooks->stop && *t->hooks->stop != 0;
+}
+
+/* --------------------------------------------------------------- the run */
+
+static ct_status open_outputs(trainer *t) {
+    const ct_config *cfg = t->cfg;
     ct_status st;
-    int B = (int)cfg->train.batch_size, T = (int)cfg->train.seq_len;
-    int64_t accum = cfg->train.grad_accum;
+    if ((st = ct_mkdir_p(cfg->run.dir))) return st;
+    if ((st = save_config_yaml(cfg))) return st;
+    if (t->resume_step >= 0 && (st = ct_train_state_trim_metrics(cfg->run.dir, t->resume_step)))
+        return st;
+    if ((st = ct_metrics_open(&t->metrics, cfg->run.dir, t->resume_step >= 0))) return st;
+    return ct_tb_open(&t->tb, cfg->run.dir);
+}
 
-    /* 1. check everything before writing anything */
-    if ((st = ct_config_validate(cfg))) return st;
-    if ((st = refuse_unsupported(cfg))) return st;
-    if ((st = ct_schedule_from_config(&sched, cfg))) return st;
-    if ((st = build_model(&model, ctx, cfg))) goto done;
-    const ct_model_config *mc = ct_model_get_config(model);
-    if (T > mc->n_ctx) {
-        st = CT_ERR(CT_ERR_ARG, "train.seq_len = %d exceeds the model's context n_ctx = %d", T,
-                    mc->n_ctx);
-        goto done;
-    }
-    if ((st = ct_model_reserve(model, B, T, true))) goto done;
-    if ((st = ct_adamw_init(&opt, ctx, ct_model_numel(model)))) goto done;
-    ct_loader_opts lo = ct_loader_opts_default();
-    lo.spec = cfg->data.train;
-    lo.B = B;
-    lo.T = T;
-    lo.vocab_size = mc->vocab_size;
-    lo.shuffle = cfg->data.shuffle;
-    lo.seed = (uint64_t)cfg->train.seed;
-    lo.prefetch = (int)cfg->data.prefetch;
-    if ((st = ct_loader_init(&train, &lo))) {
-        ct_error_prefix("data.train");
-        goto done;
-    }
-    /* validation reads the same first batches every time: read them in place */
-    lo.spec = cfg->data.val;
-    lo.split = "val";
-    lo.shuffle = false;
-    lo.seed = 0;
-    lo.prefetch = 0;
-    if (cfg->data.val[0] && (st = ct_loader_init(&val, &lo))) {
-        ct_error_prefix("data.val");
-        goto done;
-    }
-    in = ct_alloc(ctx, (size_t)B * T * sizeof *in, CT_TAG_DATA);
-    tg = ct_alloc(ctx, (size_t)B * T * sizeof *tg, CT_TAG_DATA);
-    if (!in || !tg) {
-        st = ct_last_status();
-        goto done;
-    }
-
-    ct_log(CT_LOG_INFO, "ctrain train: %zu parameters (%d layers, %d heads, C=%d, V=%d), "
-           "%lld training tokens in %d shard(s), %d threads, run.dir %s", ct_model_numel(model),
-           mc->n_layer, mc->n_head, mc->n_embd, mc->vocab_size,
-           (long long)ct_loader_total_tokens(train), ct_loader_num_shards(train),
-           ct_ctx_threads(ctx), cfg->run.dir);
-
-    /* 2. the run directory */
-    if ((st = ct_mkdir_p(cfg->run.dir))) goto done;
-    if ((st = save_config_yaml(cfg))) goto done;
-    if ((st = ct_metrics_open(&metrics, cfg->run.dir, false))) goto done;
-    if ((st = ct_tb_open(&tb, cfg->run.dir))) goto done;
-
-    ct_adamw_params ap = {(float)cfg->optim.beta1, (float)cfg->optim.beta2,
-                          (float)cfg->optim.eps, (float)cfg->optim.weight_decay};
-    int64_t skipped = 0;
-    for (int64_t step = 1; step <= cfg->train.steps; step++) {
-        double t0 = ct_time_s();
-        ct_model_zero_grads(model);
-        double loss_sum = 0, data_wait = 0;
-        for (int64_t a = 0; a < accum; a++) {
-            float loss;
-            if ((st = ct_loader_next(train, in, tg))) goto done;
-            data_wait += ct_loader_wait_s(train);
-            if ((st = ct_model_forward_backward(model, in, tg, B, T, 1.0f / (float)accum, &loss)))
-                goto done;
-            loss_sum += loss;
-        }
+static ct_status run_loop(trainer *t) {
+    const ct_config *cfg = t->cfg;
+    ct_train_result *res = t->res;
+    int64_t every = cfg->run.checkpoint_every;
+    ct_status st;
+    while (t->step < cfg->train.steps) {
+        int64_t step = t->step + 1;
         ct_step_info info = {0};
         info.step = step;
         info.steps = cfg->train.steps;
-        info.loss = loss_sum / (double)accum;
-        info.grad_norm = ct_grad_norm(model);
-        info.lr = ct_schedule_lr(&sched, step - 1);
         info.val_loss = NAN;
-        if (cfg->debug.dump_grads_step == step) {
-            char name[64];
-            snprintf(name, sizeof name, "grads_step%lld.safetensors", (long long)step);
-            if ((st = ct_model_save_hf(model, cfg->run.dir, name, true, false))) goto done;
-        }
-        if (!isfinite(info.loss) || !isfinite(info.grad_norm)) {
-            /* never let a non-finite update reach the weights */
-            info.skipped = true;
-            skipped++;
-            ct_log(CT_LOG_WARN, "step %lld: non-finite %s, update skipped (%lld so far)",
-                   (long long)step, isfinite(info.loss) ? "gradient" : "loss", (long long)skipped);
-        } else {
-            float scale = ct_clip_scale(info.grad_norm, cfg->optim.grad_clip);
-            ct_adamw_step(&opt, model, &ap, (float)info.lr, scale);
-        }
-        double dt = ct_time_s() - t0;
-        info.step_ms = dt * 1e3;
-        info.tokens_per_s = (double)B * T * (double)accum / (dt > 0 ? dt : 1e-9);
-        const char *keys[] = {"loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "skipped",
-                              "data_wait_ms"};
-        double vals[] = {info.loss, info.lr, info.grad_norm, info.tokens_per_s, info.step_ms,
-                         (double)info.skipped, data_wait * 1e3};
-        if ((st = ct_metrics_write(metrics, step, "train", 7, keys, vals))) goto done;
+        info.rollback_to = -1;
+        if ((st = train_step(t, step, &info))) return st;
+        /* a failed rollback still leaves its step in the metrics */
+        ct_status rb = CT_OK;
+        if (info.rolled_back && (rb = rollback(t, step, &info.rollback_to)))
+            info.rolled_back = false;
+        t->step = step;
+        res->last_step = step;
+        res->final_loss = info.loss;
+        info.skipped_total = t->guard.skipped;
+        info.rollbacks = t->guard.rollbacks;
+        info.lr_factor = t->guard.lr_factor;
         ct_memstats ms;
-        ct_ctx_memstats(ctx, &ms);
-        const char *tk[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s",
-                            "memory/peak_bytes", "memory/current_bytes"};
-        double tv[] = {info.loss, info.lr, info.grad_norm, info.tokens_per_s,
-                       (double)ms.total_peak, (double)ms.total_current};
-        double wall = ct_tb_wall_time();
-        if ((st = ct_tb_scalars(tb, step, wall, 6, tk, tv))) goto done;
-        bool last = step == cfg->train.steps;
-        if (val && ((cfg->train.eval_every && step % cfg->train.eval_every == 0) || last)) {
-            if ((st = evaluate(model, val, cfg, in, tg, &info.val_loss))) goto done;
-            const char *vk[] = {"loss"};
-            if ((st = ct_metrics_write(metrics, step, "val", 1, vk, &info.val_loss))) goto done;
-            if ((st = ct_tb_scalar(tb, "val/loss", step, info.val_loss, ct_tb_wall_time())) ||
-                (st = ct_tb_flush(tb)))
-                goto done;
+        ct_ctx_memstats(t->ctx, &ms);
+        info.mem_bytes = ms.total_current;
+        if ((st = log_step(t, &info))) return st;
+        if (rb) return rb;
+
+        bool last = step == cfg->train.steps, early = false;
+        if (t->val && ((cfg->train.eval_every && step % cfg->train.eval_every == 0) || last) &&
+            (st = validate(t, &info, &early)))
+            return st;
+        if (early) res->end = CT_TRAIN_END_EARLY_STOP;
+        if (every > 0 && step % every == 0) t->ckpt_pending = true;
+        bool final = early || (last && every > 0) || stop_requested(t);
+        if (t->ckpt_pending && t->guard.bad_run > 0 && !final) {
+            ct_log(CT_LOG_INFO, "step %lld: checkpoint postponed until a good step (%lld bad "
+                   "steps in a row)", (long long)step, (long long)t->guard.bad_run);
+        } else if (t->ckpt_pending || final) {
+            if ((st = write_checkpoint(t))) return st;
+            info.checkpointed = true;
         }
-        if (cfg->run.checkpoint_every && step % cfg->run.checkpoint_every == 0 && !last &&
-            ((st = snapshot(model, cfg, step)) || (st = ct_tb_flush(tb))))
-            goto done;
-        if (progress) progress(&info, user);
+        if (t->hooks->progress) t->hooks->progress(&info, t->hooks->user);
+        debug_sleep(cfg->debug.sleep_ms);
+        if (stop_requested(t)) {
+            if (!info.checkpointed && (st = write_checkpoint(t))) return st;
+            res->end = CT_TRAIN_END_STOPPED;
+            res->stop_value = (int)*t->hooks->stop;
+            ct_log(CT_LOG_INFO, "stopped by signal after step %lld; checkpoint %s (continue with "
+                   "train.resume=auto)", (long long)step, res->checkpoint);
+            break;
+        }
+        if (early) break;
     }
-    if ((st = ct_tb_flush(tb))) goto done;
-    st = ct_model_save_hf(model, cfg->run.dir, "model.safetensors", false, true);
+    return CT_OK;
+}
+
+ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_hooks *hooks,
+                            ct_train_result *result) {
+    static const ct_train_hooks no_hooks = {0};
+    ct_train_result local;
+    trainer *t = calloc(1, sizeof *t);
+    if (!result) result = &local;
+    memset(result, 0, sizeof *result);
+    result->resumed_from = -1;
+    result->final_loss = result->best_val_loss = NAN;
+    if (!t) return CT_ERR(CT_ERR_OOM, "out of memory for the trainer");
+    t->ctx = ctx;
+    t->cfg = cfg;
+    t->hooks = hooks ? hooks : &no_hooks;
+    t->res = result;
+
+    /* 1. check everything before writing anything */
+    ct_status st = trainer_setup(t);
+    if (st) goto done;
+    const ct_model_config *mc = ct_model_get_config(t->model);
+    result->resumed_from = t->resume_step;
+    result->last_step = t->step;
+    ct_log(CT_LOG_INFO, "ctrain train: %zu parameters (%d layers, %d heads, C=%d, V=%d), "
+           "%lld training tokens in %d shard(s), %d threads, run.dir %s", ct_model_numel(t->model),
+           mc->n_layer, mc->n_head, mc->n_embd, mc->vocab_size,
+           (long long)ct_loader_total_tokens(t->train), ct_loader_num_shards(t->train),
+           ct_ctx_threads(ctx), cfg->run.dir);
+    if (t->resume_step >= 0)
+        ct_log(CT_LOG_INFO, "resuming from %s (step %lld of %lld)", t->resume_dir,
+               (long long)t->resume_step, (long long)cfg->train.steps);
+
+    /* 2. the run directory, the loop, the final weights */
+    if ((st = open_outputs(t))) goto done;
+    if (t->step >= cfg->train.steps)
+        ct_log(CT_LOG_INFO, "the checkpoint is at train.steps = %lld already: nothing to train; "
+               "writing the final weights", (long long)cfg->train.steps);
+    if ((st = run_loop(t))) goto done;
+    if ((st = ct_tb_flush(t->tb))) goto done;
+    st = ct_model_save_hf(t->model, cfg->run.dir, "model.safetensors", false, true);
 done:
-    ct_metrics_close(metrics);
-    ct_tb_close(tb);
-    ct_free(ctx, in);
-    ct_free(ctx, tg);
-    ct_loader_free(train);
-    ct_loader_free(val);
-    ct_adamw_free(&opt);
-    ct_model_free(model);
+    result->skipped = t->guard.skipped;
+    result->spikes = t->guard.spikes;
+    result->rollbacks = t->guard.rollbacks;
+    result->best_val_loss = t->best_val;
+    trainer_release(t);
+    free(t);
     return st;
+}
+
+ct_status ct_train_run(ct_ctx *ctx, const ct_config *cfg, ct_progress_fn progress, void *user) {
+    ct_train_hooks hooks = {.progress = progress, .user = user, .stop = NULL};
+    return ct_train_run_with(ctx, cfg, &hooks, NULL);
 }

@@ -187,6 +187,34 @@ def main():
         expect_fail("seq_len over n_ctx", ["train", *base, "train.seq_len=64", f"run.dir={rd}"],
                     ["train.seq_len", "n_ctx"], rd)
 
+        # --- trainer: run.dir, contradictions, guard and debug keys -----------
+        plain = os.path.join(tmp, "plain_file")
+        with open(plain, "w") as f:
+            f.write("not a directory\n")
+        under = os.path.join(plain, "run")
+        expect_fail("run.dir under a regular file", ["train", *base, f"run.dir={under}"],
+                    ["run.dir", under, plain, "not a directory"])
+        with open(plain) as f:
+            check_plain = f.read() == "not a directory\n"
+        if not check_plain:
+            failures.append("run.dir under a regular file: the file was changed")
+        expect_fail("early stopping without validation data",
+                    ["train", *base, "train.early_stop_patience=3", f"run.dir={rd}"],
+                    ["train.early_stop_patience", "data.val"], rd)
+        expect_fail("early stopping without periodic validation",
+                    ["train", *base, f"data.val={shard}", "train.early_stop_patience=3",
+                     f"run.dir={rd}"], ["train.early_stop_patience", "train.eval_every"], rd)
+        expect_fail("guard.min_steps above guard.window",
+                    ["train", *base, "guard.window=10", "guard.min_steps=20", f"run.dir={rd}"],
+                    ["guard.min_steps", "guard.window"], rd)
+        expect_fail("guard.lr_factor out of range", ["train", *base, "guard.lr_factor=1.5",
+                                                     f"run.dir={rd}"], ["guard.lr_factor"], rd)
+        expect_fail("malformed debug.bad_steps", ["train", *base, "debug.bad_steps=9-3",
+                                                  f"run.dir={rd}"], ["debug.bad_steps", "A-B"], rd)
+        expect_fail("train.resume names no checkpoint",
+                    ["train", *base, f"train.resume={tmp}/nothing", f"run.dir={rd}"],
+                    ["train.resume", f"{tmp}/nothing"], rd)
+
         # --- token shards -----------------------------------------------------
         bad_magic = os.path.join(tmp, "magic.bin")
         with open(shard, "rb") as f:

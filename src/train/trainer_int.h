@@ -1,0 +1,62 @@
+/*
+ * Internals of the training loop shared by trainer.c (the loop, checkpoints,
+ * rollbacks, evaluation, metrics) and trainer_setup.c (resolving the model,
+ * the checkpoint to resume from and the contradictions between the config
+ * and that checkpoint, before anything is written). Not installed.
+ */
+#ifndef CT_TRAINER_INT_H
+#define CT_TRAINER_INT_H
+
+#include "ctrain/train.h"
+#include "io/metrics.h"
+#include "io/tensorboard.h"
+#include "train/checkpoint.h"
+#include "train/guard.h"
+#include "train/train_state.h"
+
+#define TRAINER_SIG_MAX 512
+#define TRAINER_DIR_MAX (CT_PATH_MAX + 64)
+
+typedef struct trainer {
+    ct_ctx *ctx;                 /* borrowed */
+    const ct_config *cfg;        /* borrowed */
+    const ct_train_hooks *hooks; /* borrowed; never NULL (an empty one) */
+    ct_train_result *res;        /* borrowed; never NULL */
+    ct_model *model;
+    ct_loader *train, *val;
+    ct_metrics *metrics;
+    ct_tb *tb;
+    ct_adamw opt;
+    int32_t *in, *tg; /* (B,T) each */
+    ct_schedule sched;
+    ct_adamw_params ap;
+    ct_ckpt_opts ckpt_opts;
+    char signature[TRAINER_SIG_MAX]; /* ct_ckpt_signature of the model */
+    int B, T;
+    int64_t accum;
+    int64_t bad_first, bad_last; /* debug.bad_steps; 0, -1 when off */
+
+    /* the run's state: what a checkpoint stores */
+    int64_t step; /* loop steps done */
+    ct_guard guard;
+    double best_val;  /* NaN: no validation yet */
+    int64_t bad_evals;
+    bool ckpt_pending;
+
+    /* resume */
+    int64_t resume_step;            /* -1: fresh */
+    char resume_dir[TRAINER_DIR_MAX];
+    ct_train_state *resume_state;   /* owned; read during setup */
+} trainer;
+
+/* Check the config, resolve the model (built, loaded from model.init_from or
+ * from the checkpoint to resume from), pick that checkpoint and check it
+ * against the config; open the loaders and restore the state. Writes nothing.
+ * On error t holds what was acquired (trainer_release frees it). */
+ct_status trainer_setup(trainer *t);
+/* Free everything t holds (safe on a partly set-up trainer). */
+void trainer_release(trainer *t);
+/* Current guard parameters from the config. */
+ct_guard_params trainer_guard_params(const ct_config *cfg);
+
+#endif

@@ -1,0 +1,401 @@
+/*
+ * Everything `ctrain train` checks before it writes a byte: the config's keys
+ * and their contradictions, that run.dir can be created, the model (from
+ * sizes, model.init_from, or the checkpoint to resume from), which checkpoint
+ * train.resume names and whether it fits the config (model signature, batch
+ * shape, seed, shuffling, starting weights), the data, and the restored
+ * optimizer, loader, guard and early-stopping state.
+ * Leaves out: the loop itself (trainer.c).
+ */
+#include "train/trainer_int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+ct_status ct_model_config_from(ct_model_config *out, const ct_config *cfg) {
+    const char *arch = cfg->model.arch;
+    if (strcmp(arch, "gpt2") != 0)
+        return CT_ERR(CT_ERR_ARG, "model.arch = %s is not available yet: only gpt2 is "
+                      "implemented", arch);
+    if (cfg->model.preset[0]) {
+        ct_status st = ct_model_config_preset(out, cfg->model.preset);
+        if (st) return st;
+    } else {
+        if (!cfg->model.n_layer || !cfg->model.n_head || !cfg->model.n_embd ||
+            !cfg->model.vocab_size || !cfg->model.n_ctx) {
+            ct_status st = CT_ERR(CT_ERR_ARG, "no model given: set model.init_from, model.preset, "
+                                  "or all of model.n_layer, model.n_head, model.n_embd, "
+                                  "model.vocab_size and model.n_ctx");
+            ct_error_hint("e.g. model.preset=gpt2-demo");
+            return st;
+        }
+        ct_model_config_gpt2(out, 1, 1, 1, 2, 1);
+    }
+    if (cfg->model.n_layer) out->n_layer = (int)cfg->model.n_layer;
+    if (cfg->model.n_head) out->n_head = out->n_kv_head = (int)cfg->model.n_head;
+    if (cfg->model.n_embd) {
+        out->n_embd = (int)cfg->model.n_embd;
+        out->n_ffn = 4 * out->n_embd;
+    }
+    if (cfg->model.n_ffn) out->n_ffn = (int)cfg->model.n_ffn;
+    if (cfg->model.vocab_size) out->vocab_size = (int)cfg->model.vocab_size;
+    if (cfg->model.n_ctx) out->n_ctx = (int)cfg->model.n_ctx;
+    if (cfg->model.n_kv_head && cfg->model.n_kv_head != out->n_head)
+        return CT_ERR(CT_ERR_ARG, "model.n_kv_head = %lld: grouped KV heads are not available "
+                      "for gpt2", (long long)cfg->model.n_kv_head);
+    return ct_model_config_validate(out);
+}
+
+ct_guard_params trainer_guard_params(const ct_config *cfg) {
+    ct_guard_params p = {.window = (int)cfg->guard.window, .zscore = cfg->guard.zscore,
+                         .min_steps = (int)cfg->guard.min_steps, .max_bad = (int)cfg->guard.max_bad,
+                         .lr_factor = cfg->guard.lr_factor};
+    return p;
+}
+
+/* Keys whose features are not built yet: refuse rather than silently ignore. */
+static ct_status refuse_unsupported(const ct_config *cfg) {
+    if (cfg->lora.r > 0 || cfg->lora.init_from[0])
+        return CT_ERR(CT_ERR_ARG, "lora.r / lora.init_from: LoRA fine-tuning is not available "
+                      "in this version");
+    if (cfg->dist.zero)
+        return CT_ERR(CT_ERR_ARG, "dist.zero = 1: data parallel training is not available in "
+                      "this version");
+    return CT_OK;
+}
+
+/* debug.bad_steps "A-B" (1 <= A <= B) into first/last; "" gives 0, -1. */
+static ct_status parse_bad_steps(const char *v, int64_t *first, int64_t *last) {
+    *first = 0;
+    *last = -1;
+    if (!v[0]) return CT_OK;
+    long long a, b;
+    char tail;
+    if (sscanf(v, "%lld-%lld%c", &a, &b, &tail) != 2 || a < 1 || b < a)
+        return CT_ERR(CT_ERR_ARG, "debug.bad_steps = '%s': expected A-B with 1 <= A <= B "
+                      "(e.g. 5-8)", v);
+    *first = a;
+    *last = b;
+    return CT_OK;
+}
+
+/* run.dir must be a directory we can create (or write into), found without
+ * creating anything: walk up to the first path component that exists. */
+static ct_status check_run_dir(const char *dir) {
+    char p[CT_PATH_MAX];
+    snprintf(p, sizeof p, "%s", dir);
+    for (;;) {
+        struct stat sb;
+        if (stat(p, &sb) == 0) {
+            if (!S_ISDIR(sb.st_mode)) {
+                ct_status st = CT_ERR(CT_ERR_IO, "run.dir = %s: cannot create it: %s is not a "
+                                      "directory", dir, p);
+                ct_error_hint("set run.dir to a directory path");
+                return st;
+            }
+            if (access(p, W_OK | X_OK) != 0) {
+                ct_status st = CT_ERR(CT_ERR_IO, "run.dir = %s: %s is not writable: %s", dir, p,
+                                      strerror(errno));
+                ct_error_hint("check its permissions or set run.dir elsewhere");
+                return st;
+            }
+            return CT_OK;
+        }
+        if (errno != ENOENT && errno != ENOTDIR)
+            return CT_ERR(CT_ERR_IO, "run.dir = %s: cannot inspect %s: %s", dir, p,
+                          strerror(errno));
+        char *slash = strrchr(p, '/');
+        while (slash && slash > p && slash[1] == '\0') { /* trailing slashes */
+            *slash = '\0';
+            slash = strrchr(p, '/');
+        }
+        if (!slash) {
+            snprintf(p, sizeof p, ".");
+        } else if (slash == p) {
+            p[1] = '\0'; /* "/" */
+        } else {
+            *slash = '\0';
+        }
+    }
+}
+
+/* The model's shape, from model.init_from's config.json or the sizes. */
+static ct_status model_shape(const ct_config *cfg, ct_model_config *mc) {
+    if (cfg->model.init_from[0]) {
+        if (cfg->model.preset[0] || cfg->model.n_layer || cfg->model.n_head ||
+            cfg->model.n_embd || cfg->model.vocab_size || cfg->model.n_ctx || cfg->model.n_ffn)
+            return CT_ERR(CT_ERR_ARG, "model.init_from is set, so the model's shape comes from "
+                          "%s/config.json: remove model.preset and model sizes",
+                          cfg->model.init_from);
+        return ct_model_config_load_hf(mc, cfg->model.init_from);
+    }
+    return ct_model_config_from(mc, cfg);
+}
+
+/* Which checkpoint train.resume names, per the rules in train.h; sets
+ * t->resume_dir / resume_step (-1: fresh) and reads its state record. */
+static ct_status find_resume(trainer *t) {
+    const ct_config *cfg = t->cfg;
+    const char *mode = cfg->train.resume, *run = cfg->run.dir;
+    t->resume_step = -1;
+    int64_t *steps = NULL;
+    int n = 0;
+    ct_status st;
+    bool is_path = strcmp(mode, "never") != 0 && strcmp(mode, "auto") != 0;
+    if (!is_path) {
+        if ((st = ct_ckpt_list(run, &steps, &n))) return st;
+        int64_t newest = n ? steps[n - 1] : -1;
+        free(steps);
+        if (n == 0) {
+            if (!strcmp(mode, "auto"))
+                ct_log(CT_LOG_INFO, "train.resume = auto: no checkpoint in %s/checkpoints, "
+                       "starting a fresh run", run);
+            return CT_OK;
+        }
+        if (!strcmp(mode, "never")) {
+            st = CT_ERR(CT_ERR_ARG, "run.dir = %s already holds %d checkpoint(s) (the newest "
+                        "step_%08lld) and train.resume = never", run, n, (long long)newest);
+            ct_error_hint("continue that run with train.resume=auto, or set another run.dir "
+                          "(remove %s/checkpoints to start over there)", run);
+            return st;
+        }
+        st = ct_ckpt_latest(run, t->signature, t->resume_dir, sizeof t->resume_dir,
+                            &t->resume_step);
+        if (st == CT_ERR_ARG) {
+            ct_error_prefix("train.resume = auto");
+            ct_error_hint("run.dir %s belongs to a run of another model: set the same model keys, "
+                          "or use another run.dir", run);
+            return st;
+        }
+        if (st == CT_ERR_IO) {
+            ct_error_prefix("train.resume = auto");
+            ct_error_hint("every checkpoint failed to verify (see the warnings): move them away to "
+                          "start over, or name one with train.resume=PATH");
+        }
+        if (st) return st;
+    } else {
+        if (cfg->model.init_from[0]) {
+            st = CT_ERR(CT_ERR_ARG, "model.init_from = %s and train.resume = %s both name the "
+                        "starting weights", cfg->model.init_from, mode);
+            ct_error_hint("drop model.init_from to resume the checkpoint, or set "
+                          "train.resume=never to start from %s", cfg->model.init_from);
+            return st;
+        }
+        if (snprintf(t->resume_dir, sizeof t->resume_dir, "%s", mode) >= (int)sizeof t->resume_dir)
+            return CT_ERR(CT_ERR_ARG, "train.resume: path too long");
+        st = ct_ckpt_verify(t->resume_dir, t->signature, &t->resume_step);
+        if (st) {
+            ct_error_prefix("train.resume = %s", mode);
+            char manifest[TRAINER_DIR_MAX + 32];
+            snprintf(manifest, sizeof manifest, "%s/checkpoints", mode);
+            struct stat sb;
+            if (st == CT_ERR_IO && stat(manifest, &sb) == 0)
+                ct_error_hint("%s is a run directory: name one of %s/step_* or use "
+                              "train.resume=auto with run.dir=%s", mode, manifest, mode);
+            else if (st != CT_ERR_ARG)
+                ct_error_hint("name an intact checkpoint directory (run.dir/checkpoints/step_*)");
+            return st;
+        }
+    }
+    t->resume_state = malloc(sizeof *t->resume_state);
+    if (!t->resume_state) return CT_ERR(CT_ERR_OOM, "out of memory reading a checkpoint");
+    if ((st = ct_train_state_read(t->resume_dir, t->resume_state))) return st;
+    if (t->resume_state->step != t->resume_step)
+        return CT_ERR(CT_ERR_FORMAT, "%s: the training state is for step %lld, the manifest for "
+                      "step %lld", t->resume_dir, (long long)t->resume_state->step,
+                      (long long)t->resume_step);
+    return CT_OK;
+}
+
+/* The config against the checkpoint's record: what must not change. */
+static ct_status check_resume_fits(trainer *t) {
+    const ct_config *cfg = t->cfg;
+    const ct_train_state *s = t->resume_state;
+    struct {
+        const char *key;
+        int64_t now, then;
+    } same[] = {
+        {"train.batch_size", cfg->train.batch_size, s->batch_size},
+        {"train.seq_len", cfg->train.seq_len, s->seq_len},
+        {"train.grad_accum", cfg->train.grad_accum, s->grad_accum},
+        {"train.seed", cfg->train.seed, s->seed},
+        {"data.shuffle", cfg->data.shuffle ? 1 : 0, s->shuffle ? 1 : 0},
+    };
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+        if (same[i].now == same[i].then) continue;
+        ct_status st = CT_ERR(CT_ERR_ARG, "%s = %lld, but checkpoint %s was written with "
+                              "%s = %lld", same[i].key, (long long)same[i].now, t->resume_dir,
+                              same[i].key, (long long)same[i].then);
+        ct_error_hint("a resumed run must keep its batch shape, seed and data order: set %s=%lld, "
+                      "or start a new run in another run.dir", same[i].key,
+                      (long long)same[i].then);
+        return st;
+    }
+    if (cfg->model.init_from[0] && strcmp(cfg->model.init_from, s->init_from) != 0) {
+        ct_status st;
+        if (s->init_from[0])
+            st = CT_ERR(CT_ERR_ARG, "model.init_from = %s, but the run in %s started from %s",
+                        cfg->model.init_from, cfg->run.dir, s->init_from);
+        else
+            st = CT_ERR(CT_ERR_ARG, "model.init_from = %s, but the run in %s started from "
+                        "freshly initialised weights", cfg->model.init_from, cfg->run.dir);
+        ct_error_hint("drop model.init_from to continue that run, or use another run.dir");
+        return st;
+    }
+    if (s->step > cfg->train.steps) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "train.steps = %lld, but checkpoint %s is already at "
+                              "step %lld", (long long)cfg->train.steps, t->resume_dir,
+                              (long long)s->step);
+        ct_error_hint("set train.steps above %lld to continue training", (long long)s->step);
+        return st;
+    }
+    return CT_OK;
+}
+
+/* Build the model: fresh from sizes (seeded init), from model.init_from, or
+ * from the checkpoint (its weights, shape checked by the signature). */
+static ct_status build_model(trainer *t) {
+    const ct_config *cfg = t->cfg;
+    ct_model_config mc;
+    ct_status st = model_shape(cfg, &mc);
+    if (st) return st;
+    /* the signature needs a model; its zeroed weights are the fresh run's start */
+    if ((st = ct_model_init(&t->model, t->ctx, &mc))) return st;
+    if ((st = ct_ckpt_signature(t->model, t->signature, sizeof t->signature))) return st;
+    if ((st = find_resume(t))) return st;
+    if (t->resume_step >= 0) {
+        if ((st = check_resume_fits(t))) return st;
+        ct_model_free(t->model);
+        t->model = NULL;
+        if ((st = ct_model_load_hf(&t->model, t->ctx, t->resume_dir))) return st;
+        char got[TRAINER_SIG_MAX];
+        if ((st = ct_ckpt_signature(t->model, got, sizeof got))) return st;
+        if (strcmp(got, t->signature) != 0)
+            return CT_ERR(CT_ERR_FORMAT, "%s: config.json describes [%s], the manifest [%s]",
+                          t->resume_dir, got, t->signature);
+        return CT_OK;
+    }
+    if (cfg->model.init_from[0]) {
+        ct_model_free(t->model);
+        t->model = NULL;
+        return ct_model_load_hf(&t->model, t->ctx, cfg->model.init_from);
+    }
+    ct_model_init_weights(t->model, (uint64_t)cfg->train.seed);
+    return CT_OK;
+}
+
+static ct_status open_loaders(trainer *t) {
+    const ct_config *cfg = t->cfg;
+    ct_loader_opts lo = ct_loader_opts_default();
+    lo.spec = cfg->data.train;
+    lo.B = t->B;
+    lo.T = t->T;
+    lo.vocab_size = ct_model_get_config(t->model)->vocab_size;
+    lo.shuffle = cfg->data.shuffle;
+    lo.seed = (uint64_t)cfg->train.seed;
+    lo.prefetch = (int)cfg->data.prefetch;
+    ct_status st = ct_loader_init(&t->train, &lo);
+    if (st) {
+        ct_error_prefix("data.train");
+        return st;
+    }
+    /* validation reads the same first batches every time: read them in place */
+    lo.spec = cfg->data.val;
+    lo.split = "val";
+    lo.shuffle = false;
+    lo.seed = 0;
+    lo.prefetch = 0;
+    if (cfg->data.val[0] && (st = ct_loader_init(&t->val, &lo))) {
+        ct_error_prefix("data.val");
+        return st;
+    }
+    return CT_OK;
+}
+
+/* Moments, loader position, guard and early stopping from the checkpoint. */
+static ct_status restore_state(trainer *t) {
+    ct_train_state *s = t->resume_state;
+    ct_status st = ct_train_state_load(t->resume_dir, t->ctx, NULL, &t->opt, s);
+    if (st) return st;
+    if ((st = ct_loader_set_pos(t->train, &s->pos))) {
+        ct_error_prefix("checkpoint %s does not fit data.train = %s", t->resume_dir,
+                        t->cfg->data.train);
+        ct_error_hint("resume with the same training shards as the run that wrote it");
+        return st;
+    }
+    ct_guard_take_window(&t->guard, &s->guard);
+    t->guard.bad_run = s->guard.bad_run;
+    t->guard.bad_start = s->guard.bad_start;
+    t->guard.skipped = s->guard.skipped;
+    t->guard.spikes = s->guard.spikes;
+    t->guard.rollbacks = s->guard.rollbacks;
+    t->guard.lr_factor = s->guard.lr_factor;
+    t->best_val = s->best_val;
+    t->bad_evals = s->bad_evals;
+    t->ckpt_pending = s->ckpt_pending;
+    t->step = s->step;
+    if (s->total_steps != t->cfg->train.steps && strcmp(t->cfg->schedule.name, "constant") != 0)
+        ct_log(CT_LOG_WARN, "train.steps changed from %lld to %lld since the checkpoint: the "
+               "%s schedule now follows the new length", (long long)s->total_steps,
+               (long long)t->cfg->train.steps, t->cfg->schedule.name);
+    return CT_OK;
+}
+
+ct_status trainer_setup(trainer *t) {
+    const ct_config *cfg = t->cfg;
+    ct_status st;
+    t->B = (int)cfg->train.batch_size;
+    t->T = (int)cfg->train.seq_len;
+    t->accum = cfg->train.grad_accum;
+    t->resume_step = -1;
+    t->best_val = NAN;
+    if ((st = ct_config_validate(cfg))) return st;
+    if ((st = refuse_unsupported(cfg))) return st;
+    if ((st = ct_schedule_from_config(&t->sched, cfg))) return st;
+    if ((st = parse_bad_steps(cfg->debug.bad_steps, &t->bad_first, &t->bad_last))) return st;
+    if ((st = check_run_dir(cfg->run.dir))) return st;
+    ct_guard_params gp = trainer_guard_params(cfg);
+    ct_guard_init(&t->guard, &gp);
+    if ((st = build_model(t))) return st;
+    const ct_model_config *mc = ct_model_get_config(t->model);
+    if (t->T > mc->n_ctx)
+        return CT_ERR(CT_ERR_ARG, "train.seq_len = %d exceeds the model's context n_ctx = %d",
+                      t->T, mc->n_ctx);
+    if ((st = ct_model_reserve(t->model, t->B, t->T, true))) return st;
+    if ((st = ct_adamw_init(&t->opt, t->ctx, ct_model_numel(t->model)))) return st;
+    if ((st = open_loaders(t))) return st;
+    t->in = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->in, CT_TAG_DATA);
+    t->tg = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->tg, CT_TAG_DATA);
+    if (!t->in || !t->tg) return ct_last_status();
+    if (t->resume_step >= 0 && (st = restore_state(t))) return st;
+    t->ap = (ct_adamw_params){(float)cfg->optim.beta1, (float)cfg->optim.beta2,
+                              (float)cfg->optim.eps, (float)cfg->optim.weight_decay};
+    t->ckpt_opts = ct_ckpt_opts_default();
+    t->ckpt_opts.compress = cfg->run.checkpoint_compress;
+    t->ckpt_opts.keep_last = (int)cfg->run.keep_last;
+    t->ckpt_opts.signature = t->signature;
+    return CT_OK;
+}
+
+void trainer_release(trainer *t) {
+    ct_metrics_close(t->metrics);
+    ct_tb_close(t->tb);
+    ct_free(t->ctx, t->in);
+    ct_free(t->ctx, t->tg);
+    ct_loader_free(t->train);
+    ct_loader_free(t->val);
+    ct_adamw_free(&t->opt);
+    ct_model_free(t->model);
+    free(t->resume_state);
+    t->metrics = NULL;
+    t->tb = NULL;
+    t->in = t->tg = NULL;
+    t->train = t->val = NULL;
+    t->model = NULL;
+    t->resume_state = NULL;
+}
