@@ -10,6 +10,9 @@ build_pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libyaml-dev 
 test_pkgs=(python3 python3-torch python3-numpy)
 
 missing=()
+# node and npm fetch the reference data; Debian's packages only when absent
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 for p in "${build_pkgs[@]}" "${test_pkgs[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
