@@ -17,7 +17,7 @@
 
 ct_guard_params ct_guard_params_default(void) {
     ct_guard_params p = {.window = 50, .zscore = 6.0, .min_steps = 20, .max_bad = 3,
-                         .lr_factor = 0.5};
+                         .lr_factor = 0.5, .norm_spikes = true};
     return p;
 }
 
@@ -82,7 +82,7 @@ ct_guard_action ct_guard_judge(ct_guard *g, int64_t step, double loss, double no
         g->z_norm = guard_z(g, 1, norm);
         if (g->z_loss > g->p.zscore)
             v = CT_GUARD_SPIKE_LOSS;
-        else if (g->z_norm > g->p.zscore)
+        else if (g->p.norm_spikes && g->z_norm > g->p.zscore)
             v = CT_GUARD_SPIKE_NORM;
     }
     if (verdict) *verdict = v;

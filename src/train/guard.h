@@ -26,9 +26,13 @@ typedef struct ct_guard_params {
     int min_steps;    /* good steps in the window before spikes are judged (>= 2) */
     int max_bad;      /* consecutive bad steps that ask for a rollback; 0 = never */
     double lr_factor; /* LR multiplier applied at each rollback, (0, 1] */
+    bool norm_spikes; /* a grad-norm spike alone makes a bad step. The trainer
+                       * sets it only without clipping: clipping already bounds
+                       * the update, and early in training the norm jumps while
+                       * the loss falls, so skipping those would stall it. */
 } ct_guard_params;
 
-/* window 50, zscore 6, min_steps 20, max_bad 3, lr_factor 0.5. */
+/* window 50, zscore 6, min_steps 20, max_bad 3, lr_factor 0.5, norm_spikes. */
 ct_guard_params ct_guard_params_default(void);
 
 typedef enum ct_guard_verdict {

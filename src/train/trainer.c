@@ -116,9 +116,11 @@ static bool rollback_target(trainer *t, int64_t before, char *dir, size_t cap, i
 }
 
 /* Restore the weights, moments, guard window and early-stopping state of the
- * newest good checkpoint before the bad run (the initial state when there is
- * none); keep the step, the data position and the counters; lower the LR.
- * *to is the restored step (0: initial state). */
+ * newest good checkpoint before the bad run; keep the step, the data position
+ * and the counters; lower the LR. With no checkpoint yet, the current weights
+ * and moments stay: skipped updates never reached them, so they are those of
+ * the last good step (going back to the initial weights would throw away the
+ * whole run). *to is the step whose state training goes on from. */
 static ct_status rollback(trainer *t, int64_t step, int64_t *to) {
     const ct_config *cfg = t->cfg;
     ct_guard *g = &t->guard;
@@ -150,21 +152,9 @@ static ct_status rollback(trainer *t, int64_t step, int64_t *to) {
             return st;
         }
     } else {
-        snprintf(dir, sizeof dir, "the initial state");
-        if (cfg->model.init_from[0]) {
-            if ((st = ct_train_state_load_weights(t->model, t->ctx, cfg->model.init_from)))
-                return st;
-        } else {
-            ct_model_init_weights(t->model, (uint64_t)cfg->train.seed);
-        }
-        memset(t->opt.m, 0, 2 * t->opt.numel * sizeof(float));
-        t->opt.t = 0;
-        ct_guard empty;
-        ct_guard_params gp = trainer_guard_params(cfg);
-        ct_guard_init(&empty, &gp);
-        ct_guard_take_window(g, &empty);
-        t->best_val = NAN;
-        t->bad_evals = 0;
+        target = bad_start - 1;
+        snprintf(dir, sizeof dir, "the current weights (no checkpoint yet; the skipped updates "
+                 "never reached them)");
     }
     ct_guard_rolled_back(g);
     *to = target;

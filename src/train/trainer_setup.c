@@ -54,7 +54,8 @@ ct_status ct_model_config_from(ct_model_config *out, const ct_config *cfg) {
 ct_guard_params trainer_guard_params(const ct_config *cfg) {
     ct_guard_params p = {.window = (int)cfg->guard.window, .zscore = cfg->guard.zscore,
                          .min_steps = (int)cfg->guard.min_steps, .max_bad = (int)cfg->guard.max_bad,
-                         .lr_factor = cfg->guard.lr_factor};
+                         .lr_factor = cfg->guard.lr_factor,
+                         .norm_spikes = !(cfg->optim.grad_clip > 0)};
     return p;
 }
 

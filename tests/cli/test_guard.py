@@ -10,7 +10,9 @@ debug keys.
 - debug.bad_steps: a run of bad steps rolls back to the last good checkpoint
   (its weights restored exactly), lowers the LR, shows in the log, in
   metrics.jsonl and in TensorBoard, and training recovers; before any
-  checkpoint the initial weights come back; a resume after the rollback keeps
+  checkpoint the current weights stay (they hold only the good updates); a
+  grad-norm spike alone is not skipped while clipping is on; a resume after
+  the rollback keeps
   the lowered LR; guard.max_rollbacks ends a hopeless run with exit 2.
 - train.early_stop_patience stops a run whose validation loss stops improving,
   with a final checkpoint and weights.
@@ -170,13 +172,13 @@ def rollback(tmp):
           rc == 0 and "step_00000030" in out and weights(r) == weights(d), out[-400:])
     check("rollback: resumed run keeps the halved LR", mr[31]["lr"] == 1.5e-3, str(mr.get(31)))
 
-    # before any checkpoint: back to the initial weights
-    d0, rc0, out0 = train(tmp, "init0", "train.steps=0")
+    # before any checkpoint: the weights of the last good step stay
+    d0, rc0, out0 = train(tmp, "init2", "train.steps=2")
     d, rc, out = train(tmp, "rollback_init", "train.steps=5", "debug.bad_steps=3-5")
     m = metrics(d)
-    check("rollback without a checkpoint restores the initial weights",
-          rc0 == 0 and rc == 0 and m[5]["rollback"] == 1 and m[5].get("rollback_to") == 0 and
-          weights(d) == weights(d0) and "the initial state" in out, out[-400:])
+    check("rollback without a checkpoint keeps the last good step's weights",
+          rc0 == 0 and rc == 0 and m[5]["rollback"] == 1 and m[5].get("rollback_to") == 2 and
+          weights(d) == weights(d0) and "no checkpoint yet" in out, out[-400:])
 
     d, rc, out = train(tmp, "hopeless", "train.steps=20", "debug.bad_steps=3-14",
                        "guard.max_rollbacks=2")

@@ -96,6 +96,15 @@ static void test_zscore(void) {
     ct_guard_init(&g, &p);
     for (int i = 0; i < 10; i++) ct_guard_judge(&g, i + 1, 1.0, 1.0, NULL);
     CHECK(ct_guard_judge(&g, 11, 1e30, 1e30, &v) == CT_GUARD_UPDATE && v == CT_GUARD_GOOD);
+    /* norm_spikes off (clipping on): a grad-norm spike alone is an update,
+     * but a loss spike still is not */
+    p = params(10, 3.0, 4, 3);
+    p.norm_spikes = false;
+    ct_guard_init(&g, &p);
+    for (int i = 0; i < 4; i++) ct_guard_judge(&g, i + 1, loss[i], norm[i], NULL);
+    CHECK(ct_guard_judge(&g, 5, 2.0, 1e6, &v) == CT_GUARD_UPDATE && v == CT_GUARD_GOOD);
+    CHECK(g.z_norm > 3.0 && g.spikes == 0);
+    CHECK(ct_guard_judge(&g, 6, 100.0, 10, &v) == CT_GUARD_SKIP && v == CT_GUARD_SPIKE_LOSS);
 }
 
 static void test_ring(void) {
