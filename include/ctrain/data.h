@@ -86,6 +86,11 @@ enum {
 CT_API ct_status ct_tokenizer_encode(const ct_tokenizer *t, ct_tok_state *state, const char *text,
                                      size_t len, int flags, ct_tokens *out);
 
+/* Offset of the first byte of text[0..len) that starts no valid UTF-8
+ * sequence (overlongs, surrogates and code points above U+10FFFF are
+ * invalid), or len when all of it is valid. */
+CT_API size_t ct_utf8_valid_prefix(const char *text, size_t len);
+
 /* The bytes token `id` stands for (borrowed, *len set; not NUL-terminated).
  * NULL when id is out of range. A token may hold part of a UTF-8 character. */
 CT_API const char *ct_tokenizer_token_bytes(const ct_tokenizer *t, int32_t id, size_t *len);

@@ -7,11 +7,11 @@
 #include "data/cache_file.h"
 
 #include "core/dtype.h"
+#include "io/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,7 +289,7 @@ void ct_cache_file_stray(const char *path, const char *name) {
         if (!end || *end != '-') pid = 0;
     }
     bool live = false;
-    if (pid > 0) live = pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno == EPERM;
+    if (pid > 0) live = !ct_pid_gone(pid);
     struct stat sb;
     if (live && stat(path, &sb) == 0 && time(NULL) - sb.st_mtime < CACHE_FILE_STRAY_AGE_S) return;
     (void)unlink(path);

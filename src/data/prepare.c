@@ -10,7 +10,6 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <glob.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,17 +140,6 @@ static void writer_free(split_writer *sw) {
 
 /* ------------------------------------------------------- staging, publish */
 
-static void remove_tree(const char *dir) {
-    char pat[CT_PATH_MAX + 8];
-    snprintf(pat, sizeof pat, "%s/*", dir);
-    glob_t g;
-    if (glob(pat, GLOB_PERIOD, NULL, &g) == 0) {
-        for (size_t i = 0; i < g.gl_pathc; i++) remove(g.gl_pathv[i]);
-        globfree(&g);
-    }
-    rmdir(dir);
-}
-
 /* Remove staging directories of earlier runs whose process is gone. */
 static void remove_stale_stages(const char *out) {
     char pat[CT_PATH_MAX + 32];
@@ -161,7 +149,7 @@ static void remove_stale_stages(const char *out) {
     for (size_t i = 0; i < g.gl_pathc; i++) {
         const char *dash = strrchr(g.gl_pathv[i], '-');
         long pid = dash ? strtol(dash + 1, NULL, 10) : 0;
-        if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH) remove_tree(g.gl_pathv[i]);
+        if (ct_pid_gone(pid)) ct_remove_tree(g.gl_pathv[i]);
     }
     globfree(&g);
 }
@@ -345,7 +333,7 @@ static void chunk_run(prep_run *r, prep_chunk *c, ct_tok_state *ts) {
             st = ct_tokenizer_encode(r->tok, ts, text, len, o->lossy ? CT_TOK_LOSSY : 0,
                                      &c->toks);
         if (st == CT_ERR_FORMAT) {
-            size_t at = prep_utf8_valid_prefix(text, len);
+            size_t at = ct_utf8_valid_prefix(text, len);
             c->toks.n = mark;
             if (s->format == CT_PREP_FORMAT_JSONL) {
                 snprintf(why, sizeof why, "invalid UTF-8 in field \"%s\" at byte %zu of its text",
@@ -428,23 +416,19 @@ static ct_status fail_bad_lines(prep_run *r, int src) {
     const char *field = r->o->field ? r->o->field : "text";
     char list[1024] = "";
     size_t used = 0;
-    int64_t bad = 0, line = 0;
-    for (size_t pos = 0; pos < s->len;) {
-        const char *nl = memchr(s->data + pos, '\n', s->len - pos);
-        size_t end = nl ? (size_t)(nl - s->data) : s->len;
-        line++;
-        const char *p = s->data + pos;
-        size_t n = end - pos;
-        pos = nl ? end + 1 : s->len;
-        bool blank = true;
-        for (size_t i = 0; i < n && blank; i++) blank = strchr(" \t\r\n", p[i]) != NULL;
-        if (blank) continue;
+    int64_t bad = 0;
+    prep_source scan = *s; /* walk the lines again from the start */
+    scan.cursor = 0;
+    scan.line = 0;
+    scan.done = false;
+    prep_doc d;
+    while (prep_source_next(r->o, &scan, src, &d)) {
         cJSON *json;
         const char *text;
         size_t len;
         char why[160];
-        bool ok = prep_jsonl_text(p, n, field, &json, &text, &len, why, sizeof why);
-        if (ok && prep_utf8_valid_prefix(text, len) != len) {
+        bool ok = prep_jsonl_text(d.raw, d.len, field, &json, &text, &len, why, sizeof why);
+        if (ok && ct_utf8_valid_prefix(text, len) != len) {
             ok = false;
             snprintf(why, sizeof why, "invalid UTF-8 in field \"%s\"", field);
         }
@@ -452,7 +436,7 @@ static ct_status fail_bad_lines(prep_run *r, int src) {
         if (ok) continue;
         if (++bad <= PREP_BAD_KEEP && used < sizeof list)
             used += (size_t)snprintf(list + used, sizeof list - used, "%sline %lld: %s",
-                                     bad > 1 ? "; " : "", (long long)line, why);
+                                     bad > 1 ? "; " : "", (long long)d.line, why);
     }
     ct_status st = CT_ERR(CT_ERR_FORMAT, "%s: %lld bad JSONL line%s (%s%s)", s->path,
                           (long long)bad, bad == 1 ? "" : "s", list,
@@ -737,7 +721,7 @@ done:
     for (int i = 0; i < r.n_chunks; i++) ct_tokens_free(&r.chunks[i].toks);
     writer_free(&r.train);
     writer_free(&r.val);
-    if (r.stage) remove_tree(r.stage);
+    if (r.stage) ct_remove_tree(r.stage);
     free(r.stage);
     if (st && created_out) rmdir(o->out_dir); /* leave no trace of a failed run */
     if (r.states)

@@ -61,7 +61,4 @@ struct cJSON;
 bool prep_jsonl_text(const char *raw, size_t len, const char *field, struct cJSON **json,
                      const char **text, size_t *text_len, char *why, size_t cap);
 
-/* Offset of the first byte that is not valid UTF-8 (len when all valid). */
-size_t prep_utf8_valid_prefix(const char *s, size_t len);
-
 #endif

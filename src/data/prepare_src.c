@@ -316,34 +316,3 @@ bool prep_jsonl_text(const char *raw, size_t len, const char *field, cJSON **jso
     *text_len = strlen(v->valuestring);
     return true;
 }
-
-size_t prep_utf8_valid_prefix(const char *str, size_t len) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t n;
-        unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-        if (c >= 0xC2 && c <= 0xDF) n = 2;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            n = 3;
-            if (c == 0xE0) lo = 0xA0;      /* no overlongs */
-            else if (c == 0xED) hi = 0x9F; /* no surrogates */
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            n = 4;
-            if (c == 0xF0) lo = 0x90;
-            else if (c == 0xF4) hi = 0x8F; /* <= U+10FFFF */
-        } else {
-            return i;
-        }
-        if (i + n > len || s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (size_t k = 2; k < n; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-        i += n;
-    }
-    return len;
-}

@@ -550,6 +550,10 @@ static size_t utf8_valid_prefix(const uint8_t *s, size_t n) {
     return n;
 }
 
+size_t ct_utf8_valid_prefix(const char *text, size_t len) {
+    return utf8_valid_prefix((const uint8_t *)text, len);
+}
+
 /* Encode text[0..n), which is valid UTF-8 unless lossy. In lossy mode each
  * maximal run of bytes that start no valid sequence is one word of its own,
  * and the valid text on either side is pre-tokenised as if the run were the

@@ -7,7 +7,9 @@
  */
 #include "io/fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -369,4 +371,27 @@ ct_status ct_mkdir_p(const char *path) {
 fail:
     free(p);
     return st;
+}
+
+bool ct_remove_tree(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return errno == ENOENT;
+    if (!S_ISDIR(sb.st_mode)) return unlink(path) == 0;
+    bool ok = true;
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        char child[4096];
+        while ((e = readdir(d)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            int k = snprintf(child, sizeof child, "%s/%s", path, e->d_name);
+            if (k < 0 || (size_t)k >= sizeof child || !ct_remove_tree(child)) ok = false;
+        }
+        closedir(d);
+    }
+    return rmdir(path) == 0 && ok;
+}
+
+bool ct_pid_gone(long pid) {
+    return pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }

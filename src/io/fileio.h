@@ -71,4 +71,13 @@ void ct_file_unmap(const void *map, size_t len);
  * fails. */
 ct_status ct_mkdir_p(const char *path);
 
+/* rm -r path (a file or a directory; absent is fine). Best effort: false
+ * when something stayed. */
+bool ct_remove_tree(const char *path);
+
+/* True when no process `pid` (> 0) exists: what a temporary file or directory
+ * named after its writer's pid uses to tell a dead writer's leftovers from a
+ * live one's work. This process and pids we may not signal count as alive. */
+bool ct_pid_gone(long pid);
+
 #endif

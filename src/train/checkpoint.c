@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,26 +73,6 @@ static ct_status ckpt_sync_dir(const char *dir) {
         st = ckpt_errno("fsync of directory failed", dir, errno);
     close(fd);
     return st;
-}
-
-/* rm -r path (a file or a directory). Best effort; false when something stayed. */
-static bool ckpt_remove_tree(const char *path) {
-    struct stat sb;
-    if (lstat(path, &sb) != 0) return errno == ENOENT;
-    if (!S_ISDIR(sb.st_mode)) return unlink(path) == 0;
-    bool ok = true;
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        char child[CKPT_PATH_MAX];
-        while ((e = readdir(d)) != NULL) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            int k = snprintf(child, sizeof child, "%s/%s", path, e->d_name);
-            if (k < 0 || (size_t)k >= sizeof child || !ckpt_remove_tree(child)) ok = false;
-        }
-        closedir(d);
-    }
-    return rmdir(path) == 0 && ok;
 }
 
 /* Stream a file in CKPT_IO_CHUNK pieces through xxh64, handing each piece to
@@ -473,7 +452,7 @@ static bool ckpt_is_stale_tmp(const char *name, bool own_is_stale) {
     long pid = strtol(t + 5, &end, 10);
     if (end == t + 5 || pid <= 0 || (*end != '\0' && *end != '-')) return true; /* not ours */
     if ((pid_t)pid == getpid()) return own_is_stale;
-    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    return ct_pid_gone(pid);
 }
 
 static int ckpt_cmp_step(const void *a, const void *b) {
@@ -499,7 +478,7 @@ static ct_status ckpt_scan(const char *ckdir, bool own_is_stale, int64_t **steps
         const char *s = e->d_name;
         if (ckpt_is_stale_tmp(s, own_is_stale)) {
             if (ckpt_join(path, sizeof path, ckdir, s) == CT_OK) {
-                if (ckpt_remove_tree(path)) ct_log(CT_LOG_INFO, "removed unfinished checkpoint %s", path);
+                if (ct_remove_tree(path)) ct_log(CT_LOG_INFO, "removed unfinished checkpoint %s", path);
                 else ct_log(CT_LOG_WARN, "could not remove unfinished checkpoint %s", path);
             }
             continue;
@@ -551,7 +530,7 @@ static void ckpt_prune(const char *ckdir, int64_t keep, int keep_last) {
         int k1 = snprintf(dir, sizeof dir, "%s/step_%08lld", ckdir, (long long)steps[i]);
         int k2 = snprintf(gone, sizeof gone, "%s.tmp-%ld-pruned", dir, (long)getpid());
         if (k1 < 0 || k2 < 0 || (size_t)k2 >= sizeof gone) continue;
-        if (rename(dir, gone) != 0 || !ckpt_remove_tree(gone))
+        if (rename(dir, gone) != 0 || !ct_remove_tree(gone))
             ct_log(CT_LOG_WARN, "could not remove old checkpoint %s (errno %d)", dir, errno);
     }
     free(steps);
@@ -635,7 +614,7 @@ ct_status ct_ckpt_save(const char *run_dir, int64_t step, ct_model *model,
     }
     st = ckpt_sync_dir(ckdir);
     if (st == CT_OK) st = ckpt_sync_dir(run_dir); /* checkpoints/ may be new */
-    if (replacing && !ckpt_remove_tree(old))
+    if (replacing && !ct_remove_tree(old))
         ct_log(CT_LOG_WARN, "could not remove replaced checkpoint %s", old);
     free(man.files);
     if (st) return st; /* renamed, but its durability is not confirmed */
@@ -643,7 +622,7 @@ ct_status ct_ckpt_save(const char *run_dir, int64_t step, ct_model *model,
     if (o->keep_last > 0) ckpt_prune(ckdir, step, o->keep_last);
     return CT_OK;
 fail:
-    ckpt_remove_tree(tmp);
+    ct_remove_tree(tmp);
     free(man.files);
     ct_error_prefix("checkpoint step %lld not saved", (long long)step);
     return st;
