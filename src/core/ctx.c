@@ -76,6 +76,8 @@ int ct_ctx_threads(const ct_ctx *ctx) { return ctx->n_threads; }
 
 const ct_kernels *ct_ctx_kernels(const ct_ctx *ctx) { return ctx->kernels; }
 
+void ct_ctx_set_kernels(ct_ctx *ctx, const ct_kernels *k) { ctx->kernels = k; }
+
 void ct_ctx_memstats(const ct_ctx *ctx, ct_memstats *out) {
     for (int t = 0; t < CT_TAG_COUNT; t++) {
         out->current[t] = atomic_load(&ctx->current[t]);
