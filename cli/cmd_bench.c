@@ -96,24 +96,26 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
 }
 
 typedef struct roofs {
-    double gemm, fma, bw;
+    double gemm, fma, theo, mhz, bw;
 } roofs;
 
 static int run_peak(ct_ctx *ctx, const bench_args *a, roofs *r, bool print) {
     if (ct_bench_gemm_peak(ctx, (int)a->peak_n, (int)a->reps, &r->gemm)) return cli_fail("bench");
     r->fma = ct_bench_fma_peak(ctx);
+    r->theo = ct_bench_theoretical_gflops(ct_ctx_threads(ctx), &r->mhz);
     if (ct_bench_membw(ctx, 128, (int)a->reps, &r->bw)) return cli_fail("bench");
     if (!print) return 0;
     if (a->json)
         printf("{\"bench\": \"peak\", \"threads\": %d, \"gemm_peak_gflops\": %.2f, "
-               "\"fma_peak_gflops\": %.2f, \"theoretical_gflops\": %.2f, \"membw_gbps\": %.2f, "
-               "\"gemm_shape\": [%lld, %lld, %lld]}\n",
-               ct_ctx_threads(ctx), r->gemm, r->fma, r->fma, r->bw, a->peak_n, a->peak_n,
+               "\"fma_peak_gflops\": %.2f, \"theoretical_gflops\": %.2f, \"nominal_mhz\": %.0f, "
+               "\"membw_gbps\": %.2f, \"gemm_shape\": [%lld, %lld, %lld]}\n",
+               ct_ctx_threads(ctx), r->gemm, r->fma, r->theo, r->mhz, r->bw, a->peak_n, a->peak_n,
                a->peak_n);
     else
         printf("roofs (%d threads): sgemm %lldx%lldx%lld %.1f GFLOP/s | register FMA ceiling "
-               "%.1f GFLOP/s | triad bandwidth %.1f GB/s\n",
-               ct_ctx_threads(ctx), a->peak_n, a->peak_n, a->peak_n, r->gemm, r->fma, r->bw);
+               "%.1f GFLOP/s | theoretical %.1f GFLOP/s at %.0f MHz | triad bandwidth %.1f GB/s\n",
+               ct_ctx_threads(ctx), a->peak_n, a->peak_n, a->peak_n, r->gemm, r->fma, r->theo,
+               r->mhz, r->bw);
     return 0;
 }
 

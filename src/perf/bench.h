@@ -21,14 +21,18 @@
  * this, so MFU figures are comparable. */
 double ct_bench_step_flops(const ct_model_config *cfg, int B, int T);
 
-/* Sustained single-precision GEMM rate: median of reps runs of an n x n x n
+/* Sustained single-precision GEMM rate: the best of reps runs of an n x n x n
  * sgemm on all of ctx's threads. Writes GFLOP/s. CT_ERR_OOM. */
 ct_status ct_bench_gemm_peak(ct_ctx *ctx, int n, int reps, double *gflops);
 /* Register-only FMA loop on every thread: the boosted arithmetic ceiling of the
  * cores, in GFLOP/s. */
 double ct_bench_fma_peak(ct_ctx *ctx);
+/* ISA lanes x 2 FMA pipes x 2 FLOPs x threads x the nominal clock (the "cpu MHz"
+ * of /proc/cpuinfo, written to *mhz when non-NULL; 0 when unknown), GFLOP/s.
+ * Boosting cores run above it; ct_bench_fma_peak measures what they reach. */
+double ct_bench_theoretical_gflops(int threads, double *mhz);
 /* Streaming triad bandwidth (GB/s, 1e9 bytes) over three arrays of `mb` MiB each,
- * median of reps. CT_ERR_OOM. */
+ * the best of reps. CT_ERR_OOM. */
 ct_status ct_bench_membw(ct_ctx *ctx, size_t mb, int reps, double *gbps);
 
 /* GEMM-only step: every sgemm of one GPT-2 training step at (B,T), in the
