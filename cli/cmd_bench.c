@@ -51,6 +51,7 @@ static void bench_usage(void) {
            "  --reps R        repetitions (gemm, peak; default 3)\n"
            "  --filter TEXT   kernels whose name contains TEXT\n"
            "  --table cpu|ref kernel table to measure (default cpu)\n"
+           "  --attention-tiles QxK  attention tile: query rows x keys (default 64x128)\n"
            "  --json          one JSON object per benchmark on stdout\n");
 }
 
@@ -78,6 +79,13 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         int rc = 0;
         if (!strcmp(o, "--preset")) a->preset = v;
         else if (!strcmp(o, "--filter")) a->filter = v;
+        else if (!strcmp(o, "--attention-tiles")) {
+            int bq = 0, bk = 0;
+            char tail = 0;
+            if (sscanf(v, "%dx%d%c", &bq, &bk, &tail) != 2 || ct_attention_set_tiles(bq, bk))
+                return cli_usage_error("bench", "--attention-tiles = '%s': expected QxK with "
+                                       "Q in 1..128 and K in 1..256, like 64x128", v);
+        }
         else if (!strcmp(o, "--table")) {
             if (strcmp(v, "cpu") && strcmp(v, "ref"))
                 return cli_usage_error("bench", "--table = '%s': expected cpu or ref", v);

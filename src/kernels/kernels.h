@@ -90,6 +90,12 @@ typedef struct ct_kernels {
     double (*sumsq)(const float *x, size_t n);
 } ct_kernels;
 
+/* Tile sizes of the cpu table's attention: query rows (1..128) and keys
+ * (1..256) per tile; 64 x 128 by default. Not thread-safe: set them before
+ * training starts. Returns 0, or -1 (and changes nothing) when out of range. */
+int ct_attention_set_tiles(int bq, int bk);
+void ct_attention_get_tiles(int *bq, int *bk);
+
 /* The tables. ct_kernels_cpu falls back to ref for shapes it does not handle. */
 extern const ct_kernels ct_kernels_ref;
 extern const ct_kernels ct_kernels_cpu;

@@ -813,6 +813,19 @@ int main(void) {
     cmp_attention(2, 150, 48, 2);  // several query and key tiles, ragged last tiles
     cmp_attention(1, 300, 128, 2); // HS = 64 as in GPT-2, > 2 key tiles
     cmp_attention(1, 9, 600, 2);   // HS = 300: beyond the tiled kernel, falls back to ref
+    {
+        // other tile shapes, square, tall, wide and odd, then the defaults back
+        int bq0, bk0;
+        ct_attention_get_tiles(&bq0, &bk0);
+        const int tiles[][2] = {{16, 16}, {128, 256}, {7, 5}, {32, 16}, {1, 1}};
+        for (size_t i = 0; i < sizeof tiles / sizeof *tiles; i++) {
+            CHECK(ct_attention_set_tiles(tiles[i][0], tiles[i][1]) == 0);
+            cmp_attention(2, 70, 48, 2);
+        }
+        CHECK(ct_attention_set_tiles(0, 16) == -1);
+        CHECK(ct_attention_set_tiles(16, 257) == -1);
+        CHECK(ct_attention_set_tiles(bq0, bk0) == 0);
+    }
     cmp_elementwise(7);
     cmp_elementwise(100003);
     cmp_crossentropy(5, 37);

@@ -1,10 +1,12 @@
 /*
  * Threaded causal attention, flash-style: for each (batch, head), query rows
- * go in tiles of ATT_BQ and keys in tiles of ATT_BK; a tile's scores
+ * go in tiles of ATT_BQ and keys in tiles of ATT_BK (64 x 128 unless
+ * ct_attention_set_tiles says otherwise); a tile's scores
  * S = scale Q K^T and its products with V come from single-threaded sgemm
  * calls on the strided qkv rows, and the softmax is online (running max and
  * sum per row, earlier output rescaled when the max grows). No T x T matrix
- * exists: each thread holds one ATT_BQ x ATT_BK tile (on its stack). Tiles
+ * exists: each thread holds one tile and its gradient (on its stack, 256 KiB at
+ * the largest tile sizes). Tiles
  * entirely above the diagonal are skipped; the diagonal tile masks its upper
  * part to exact zeros. The backward recomputes each tile's probabilities from
  * the saved log-sum-exp (FlashAttention-2's loop order: key tile outer, so a
@@ -24,9 +26,24 @@
 #include "kernels/cpu/vmath.h"
 #include "kernels/ref/ref.h"
 
-#define ATT_BQ 64  /* query rows per tile */
-#define ATT_BK 128 /* keys per tile */
+#define ATT_BQ_MAX 128 /* query rows per tile, at most */
+#define ATT_BK_MAX 256 /* keys per tile, at most */
 #define ATT_HS_MAX 256 /* larger heads go to ref */
+
+/* Tile sizes, set once before training (ct_attention_set_tiles). */
+static int ATT_BQ = 64, ATT_BK = 128;
+
+int ct_attention_set_tiles(int bq, int bk) {
+    if (bq < 1 || bq > ATT_BQ_MAX || bk < 1 || bk > ATT_BK_MAX) return -1;
+    ATT_BQ = bq;
+    ATT_BK = bk;
+    return 0;
+}
+
+void ct_attention_get_tiles(int *bq, int *bk) {
+    *bq = ATT_BQ;
+    *bk = ATT_BK;
+}
 
 static float attention_dot(const float *a, const float *b, int n) {
     float acc = 0.0f;
@@ -47,9 +64,9 @@ static inline int visible(int r, int c0, int bc) {
  * (row stride ld); out at its first output row (stride C); lse (T). */
 static void attention_head_fwd(float *out, float *lse, const float *q, const float *k,
                                const float *v, int T, int HS, int ld, int C, float scale) {
-    float S[ATT_BQ * ATT_BK];
-    float O[ATT_BQ * ATT_HS_MAX];
-    float m[ATT_BQ], l[ATT_BQ];
+    float S[ATT_BQ_MAX * ATT_BK_MAX];
+    float O[ATT_BQ_MAX * ATT_HS_MAX];
+    float m[ATT_BQ_MAX], l[ATT_BQ_MAX];
     for (int r0 = 0; r0 < T; r0 += ATT_BQ) {
         int br = T - r0 < ATT_BQ ? T - r0 : ATT_BQ;
         int kend = r0 + br; /* keys 0..kend-1 are visible to some row of the tile */
@@ -92,7 +109,7 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
 static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, const float *k,
                                const float *v, const float *o, const float *dout,
                                const float *lse, int T, int HS, int ld, int C, float scale) {
-    float P[ATT_BQ * ATT_BK], dP[ATT_BQ * ATT_BK], D[ATT_BQ];
+    float P[ATT_BQ_MAX * ATT_BK_MAX], dP[ATT_BQ_MAX * ATT_BK_MAX], D[ATT_BQ_MAX];
     for (int c0 = 0; c0 < T; c0 += ATT_BK) {
         int bc = T - c0 < ATT_BK ? T - c0 : ATT_BK;
         // query tiles that see at least one key of this tile: rows >= c0

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/vmath.h"
 #include "kernels/ref/ref.h"
 
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL. */
@@ -46,13 +47,28 @@ void ct_matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const flo
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
                     1.0f, dweight, C);
     if (dbias) {
+        // column sums, 16 columns per block: rows are read whole, lanes flush to double
+        int ov = OC / V16 * V16, nblk = ov / V16;
 #ifdef CT_USE_OPENMP
-#pragma omp parallel for
+#pragma omp parallel for schedule(static)
 #endif
-        for (int o = 0; o < OC; o++) {
-            double acc = 0.0;
-            for (int n = 0; n < N; n++) acc += dout[(size_t)n * OC + o];
-            dbias[o] += (float)acc;
+        for (int blk = 0; blk < nblk + (OC - ov); blk++) {
+            if (blk < nblk) {
+                int o = blk * V16;
+                double acc[V16] = {0};
+                for (int n0 = 0; n0 < N; n0 += 64) {
+                    int n1 = N - n0 < 64 ? N : n0 + 64;
+                    v16f a = {0};
+                    for (int n = n0; n < n1; n++) a += v16_load(dout + (size_t)n * OC + o);
+                    for (int l = 0; l < V16; l++) acc[l] += a[l];
+                }
+                for (int l = 0; l < V16; l++) dbias[o + l] += (float)acc[l];
+            } else {
+                int o = ov + (blk - nblk);
+                double acc = 0.0;
+                for (int n = 0; n < N; n++) acc += dout[(size_t)n * OC + o];
+                dbias[o] += (float)acc;
+            }
         }
     }
 }
