@@ -111,11 +111,13 @@ typedef struct ct_model_opts {
     ct_act_dtype act_dtype;
 } ct_model_opts;
 CT_API ct_model_opts ct_model_opts_default(void); /* none, fp32 */
-/* "none" | "light" | "full", "fp32" | "bf16"; "?" outside the enums. */
+/* "none" | "light" | "full", "fp32" | "bf16"; "?" outside the enums. Static
+ * strings: never freed. */
 CT_API const char *ct_model_recompute_name(ct_recompute r);
 CT_API const char *ct_model_act_dtype_name(ct_act_dtype d);
 /* Parse the config words of train.recompute and train.activation_dtype into
- * *out. CT_ERR_ARG naming the key and listing the choices when unknown. */
+ * *out (borrows both strings; *out is untouched on error). CT_ERR_ARG naming
+ * the key and listing the choices when unknown. */
 CT_API ct_status ct_model_opts_from_names(ct_model_opts *out, const char *recompute,
                                           const char *act_dtype);
 /* Choose the policy and dtype; before ct_model_reserve (afterwards only the
@@ -139,8 +141,8 @@ typedef struct ct_model_plan {
 /* The plan for recompute none and fp32 activations. */
 CT_API ct_status ct_model_plan_memory(const ct_model_config *cfg, int B, int T, bool training,
                                       ct_model_plan *out);
-/* The plan for the given options (NULL: the defaults). CT_ERR_ARG for a bad
- * config, batch shape or option. */
+/* The plan for the given options (NULL: the defaults). Borrows cfg and o,
+ * fills *out. CT_ERR_ARG for a bad config, batch shape or option. */
 CT_API ct_status ct_model_plan_memory_opts(const ct_model_config *cfg, int B, int T,
                                            bool training, const ct_model_opts *o,
                                            ct_model_plan *out);

@@ -66,7 +66,8 @@ ct_status ct_convert_from_f32(void *dst, ct_dtype dt, const float *src, size_t n
 /* Native-endian, aligned arrays in memory (not file bytes). dst and src must
  * not overlap. Results equal the scalar conversions element by element
  * (nearest even; NaN stays a quiet NaN). Arrays of 64K elements and more are
- * split over the OpenMP threads; call from one thread at a time per array.
+ * split over the OpenMP threads (called inside a parallel region, they stay
+ * on the calling thread).
  * Both borrow their arguments and cannot fail. */
 void ct_f32_to_bf16_array(uint16_t *dst, const float *src, size_t n);
 void ct_bf16_to_f32_array(float *dst, const uint16_t *src, size_t n);
