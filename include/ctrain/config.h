@@ -35,6 +35,8 @@ typedef struct ct_config {
         int64_t eval_every;       /* steps between validation passes; 0 = end only */
         int64_t eval_batches;     /* micro-batches per validation pass */
         int64_t early_stop_patience; /* evaluations without improvement; 0 = off */
+        char recompute[CT_NAME_MAX];        /* none | light | full */
+        char activation_dtype[CT_NAME_MAX]; /* fp32 | bf16: storage of kept activations */
     } train;
     struct {
         double lr, beta1, beta2, eps, weight_decay, grad_clip;

@@ -6,8 +6,10 @@
  *
  * Memory: parameters, gradients live in flat buffers laid out by a parameter
  * table built from the config; activations in one arena sized by
- * ct_model_plan before the first step (ct_model_reserve). Nothing allocates
- * inside forward, backward or decode.
+ * ct_model_plan_memory_opts before the first step (ct_model_reserve), for a
+ * recompute policy and an activation storage dtype (ct_model_opts). Nothing
+ * allocates inside forward, backward or decode, and reserve makes every page
+ * resident, so a step takes no page faults either.
  */
 #ifndef CT_MODEL_H
 #define CT_MODEL_H
@@ -82,21 +84,72 @@ CT_API float *ct_model_params(ct_model *m);
 CT_API float *ct_model_grads(ct_model *m);
 CT_API void ct_model_zero_grads(ct_model *m);
 
+/* Memory levers: what the forward keeps for the backward, and in which type.
+ * Serialized by name only (train.recompute, train.activation_dtype). */
+typedef enum ct_recompute {
+    CT_RECOMPUTE_NONE = 0,  /* keep every activation the backward reads */
+    CT_RECOMPUTE_LIGHT = 1, /* drop LayerNorm outputs and the GELU output; the
+                             * backward re-derives them from the kept inputs
+                             * (bit-identical to none in fp32) */
+    CT_RECOMPUTE_FULL = 2,  /* keep only each block's input (the residual
+                             * stream) and the final norm; the backward re-runs
+                             * one block's forward at a time into one shared set
+                             * of fp32 buffers (bit-identical to none in fp32) */
+    CT_RECOMPUTE_COUNT
+} ct_recompute;
+typedef enum ct_act_dtype {
+    CT_ACT_FP32 = 0, /* kept activations in fp32 */
+    CT_ACT_BF16 = 1, /* kept activations rounded to bf16 (nearest even); all math
+                      * and the residual stream feeding the next block stay fp32,
+                      * so the loss equals fp32's and only gradients see the
+                      * rounding. LayerNorm statistics and attention log-sum-exps
+                      * stay fp32. */
+    CT_ACT_COUNT
+} ct_act_dtype;
+typedef struct ct_model_opts {
+    ct_recompute recompute;
+    ct_act_dtype act_dtype;
+} ct_model_opts;
+CT_API ct_model_opts ct_model_opts_default(void); /* none, fp32 */
+/* "none" | "light" | "full", "fp32" | "bf16"; "?" outside the enums. Static
+ * strings: never freed. */
+CT_API const char *ct_model_recompute_name(ct_recompute r);
+CT_API const char *ct_model_act_dtype_name(ct_act_dtype d);
+/* Parse the config words of train.recompute and train.activation_dtype into
+ * *out (borrows both strings; *out is untouched on error). CT_ERR_ARG naming
+ * the key and listing the choices when unknown. */
+CT_API ct_status ct_model_opts_from_names(ct_model_opts *out, const char *recompute,
+                                          const char *act_dtype);
+/* Choose the policy and dtype; before ct_model_reserve (afterwards only the
+ * same options are accepted: CT_ERR_ARG otherwise, or for values outside the
+ * enums). Borrows o. */
+CT_API ct_status ct_model_set_opts(ct_model *m, const ct_model_opts *o);
+
 /* Bytes of each memory category for a batch shape, computed without
- * allocating. */
+ * allocating, by the same code that lays out the arena (exact: the arena of
+ * ct_model_reserve is acts + work + scratch bytes). */
 typedef struct ct_model_plan {
     size_t params;  /* fp32 weights */
     size_t grads;   /* fp32 gradients (0 when not training) */
-    size_t acts;    /* activations kept for backward */
+    size_t acts;    /* activations kept for backward, in the activation dtype;
+                     * plus the final norm's output and the per-row losses */
+    size_t work;    /* one block's fp32 work set: recomputed activations and
+                     * fp32 copies of bf16 ones (0 for none/fp32) */
     size_t scratch; /* gradient activations, logits chunk */
     size_t total;
 } ct_model_plan;
+/* The plan for recompute none and fp32 activations. */
 CT_API ct_status ct_model_plan_memory(const ct_model_config *cfg, int B, int T, bool training,
                                       ct_model_plan *out);
+/* The plan for the given options (NULL: the defaults). Borrows cfg and o,
+ * fills *out. CT_ERR_ARG for a bad config, batch shape or option. */
+CT_API ct_status ct_model_plan_memory_opts(const ct_model_config *cfg, int B, int T,
+                                           bool training, const ct_model_opts *o,
+                                           ct_model_plan *out);
 
 /* Size the activation arena (and, when training, the gradient buffer) for
- * batch shape (B,T). Call once; a later call with a different shape returns
- * CT_ERR_ARG. */
+ * batch shape (B,T) and the model's options, and make their pages resident.
+ * Call once; a later call with a different shape returns CT_ERR_ARG. */
 CT_API ct_status ct_model_reserve(ct_model *m, int B, int T, bool training);
 
 /* Mean cross-entropy of targets(B,T) given inputs(B,T); no gradients.

@@ -1,7 +1,10 @@
 /*
  * Element types and fp32 <-> bf16 / f16 conversion. The scalar conversions
  * are exact bit manipulations (no FPU rounding mode involved), so results are
- * the same on every host. Leaves out: fp8 conversion and SIMD paths.
+ * the same on every host. The in-memory bf16 array converters use the same
+ * rounding written without branches, so the compiler vectorises them; with
+ * OpenMP, long arrays are split over threads. Leaves out: fp8 conversion and
+ * SIMD paths for the file formats.
  */
 #include "core/dtype.h"
 
@@ -67,19 +70,18 @@ static float f32_from_bits(uint32_t u) {
 
 float ct_bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
 
-uint16_t ct_f32_to_bf16(float f) {
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        /* NaN: keep sign and top payload bits, force the quiet bit so that
-         * truncating the payload can never turn it into inf */
-        return (uint16_t)((u >> 16) | 0x0040u);
-    }
+/* fp32 bits -> bf16 bits, without branches (a select), so loops vectorise. */
+static inline uint16_t bf16_round_bits(uint32_t u) {
     /* Add just under half an ulp, plus one when the kept lsb is odd: ties go
      * to even. A carry into the exponent is the correct rounding (up to inf). */
-    uint32_t lsb = (u >> 16) & 1u;
-    u += 0x7fffu + lsb;
-    return (uint16_t)(u >> 16);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    /* NaN: keep sign and top payload bits, force the quiet bit so that
+     * truncating the payload can never turn it into inf */
+    uint32_t nan = (u >> 16) | 0x0040u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
+
+uint16_t ct_f32_to_bf16(float f) { return bf16_round_bits(f32_bits(f)); }
 
 float ct_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
@@ -186,4 +188,30 @@ ct_status ct_convert_from_f32(void *dst, ct_dtype dt, const float *src, size_t n
     }
     return CT_ERR(CT_ERR_ARG, "cannot convert F32 to dtype %s (expected F32, F16 or BF16)",
                   ct_dtype_name(dt));
+}
+
+/* ------------------------------------------------------ in-memory bf16 arrays */
+
+/* Below this many elements a conversion stays on the calling thread. */
+#define BF16_PARALLEL_MIN ((size_t)1 << 16)
+
+void ct_f32_to_bf16_array(uint16_t *restrict dst, const float *restrict src, size_t n) {
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for simd schedule(static) if (n >= BF16_PARALLEL_MIN)
+#endif
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof u);
+        dst[i] = bf16_round_bits(u);
+    }
+}
+
+void ct_bf16_to_f32_array(float *restrict dst, const uint16_t *restrict src, size_t n) {
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for simd schedule(static) if (n >= BF16_PARALLEL_MIN)
+#endif
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, sizeof u);
+    }
 }

@@ -3,8 +3,10 @@
  * the 16-bit float formats (bf16, IEEE half). Scalar conversions round to
  * nearest, ties to even, and keep NaN a NaN. Also little-endian load/store
  * helpers for parsing files byte by byte (no unaligned or aliasing tricks).
+ * Also in-memory bf16 arrays (activation storage): branch-free converters that
+ * vectorise and, with OpenMP, split large arrays over threads.
  * Leaves out: fp8 arithmetic (the fp8 types are known by name and size only)
- * and any SIMD path; these loops are cheap next to file I/O.
+ * and SIMD paths for the file-format conversions; those are cheap next to I/O.
  */
 #ifndef CT_DTYPE_H
 #define CT_DTYPE_H
@@ -59,6 +61,16 @@ ct_status ct_convert_to_f32(float *dst, const void *src, ct_dtype dt, size_t n);
 /* The reverse: stores n fp32 values as little-endian dt (F32, F16 or BF16;
  * otherwise CT_ERR_ARG) into dst (may be unaligned). */
 ct_status ct_convert_from_f32(void *dst, ct_dtype dt, const float *src, size_t n);
+
+/* ------------------------------------------------------ in-memory bf16 arrays */
+/* Native-endian, aligned arrays in memory (not file bytes). dst and src must
+ * not overlap. Results equal the scalar conversions element by element
+ * (nearest even; NaN stays a quiet NaN). Arrays of 64K elements and more are
+ * split over the OpenMP threads (called inside a parallel region, they stay
+ * on the calling thread).
+ * Both borrow their arguments and cannot fail. */
+void ct_f32_to_bf16_array(uint16_t *dst, const float *src, size_t n);
+void ct_bf16_to_f32_array(float *dst, const uint16_t *src, size_t n);
 
 /* ---------------------------------------------------------------- byte order */
 static inline uint16_t ct_le_load_u16(const void *p) {

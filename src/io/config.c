@@ -71,6 +71,10 @@ static const key_def keys[] = {
     I("train.eval_batches", train.eval_batches, 1, BIG, "micro-batches per validation"),
     I("train.early_stop_patience", train.early_stop_patience, 0, BIG,
       "stop after this many validations without a better loss (0: off)"),
+    E("train.recompute", train.recompute, "none|light|full",
+      "activations re-derived in backward: none, light (norms, GELU), full (whole blocks)"),
+    E("train.activation_dtype", train.activation_dtype, "fp32|bf16",
+      "storage of the activations kept for backward (math stays fp32)"),
     F("optim.lr", optim.lr, 0, 10, "peak learning rate"),
     F("optim.beta1", optim.beta1, 0, 0.999999, "AdamW beta1"),
     F("optim.beta2", optim.beta2, 0, 0.999999999, "AdamW beta2"),
@@ -131,6 +135,8 @@ void ct_config_default(ct_config *c) {
     snprintf(c->train.resume, sizeof c->train.resume, "never");
     c->train.eval_every = 0;
     c->train.eval_batches = 8;
+    snprintf(c->train.recompute, sizeof c->train.recompute, "none");
+    snprintf(c->train.activation_dtype, sizeof c->train.activation_dtype, "fp32");
     c->optim.lr = 3e-4;
     c->optim.beta1 = 0.9;
     c->optim.beta2 = 0.999;

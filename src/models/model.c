@@ -1,9 +1,8 @@
 /*
  * The transformer family: config presets, the parameter table over one flat
- * buffer, the activation plan (the same function counts bytes for the planner
- * and carves the arena), and the training forward/backward of a GPT-2 style
- * model with the vocabulary projection and cross-entropy fused and chunked
- * over rows (B*T x V logits are never all in memory).
+ * buffer, the memory options (recompute policy, activation dtype) and the
+ * activation plan (the same function counts bytes for the planner and carves
+ * the arena). The forward and backward live in model_train.c.
  * Leaves out: the LLaMA switches' kernels (RMSNorm, RoPE, SwiGLU, GQA), which a
  * later change fills in; ct_model_config_validate rejects them until then.
  */
@@ -213,6 +212,64 @@ void ct_model_zero_grads(ct_model *m) {
     if (m->grads) memset(m->grads, 0, m->numel * sizeof(float));
 }
 
+/* ---------------------------------------------------- options */
+
+ct_model_opts ct_model_opts_default(void) {
+    ct_model_opts o = {CT_RECOMPUTE_NONE, CT_ACT_FP32};
+    return o;
+}
+
+static const char *const recompute_names[CT_RECOMPUTE_COUNT] = {"none", "light", "full"};
+static const char *const act_dtype_names[CT_ACT_COUNT] = {"fp32", "bf16"};
+
+const char *ct_model_recompute_name(ct_recompute r) {
+    return (int)r >= 0 && r < CT_RECOMPUTE_COUNT ? recompute_names[r] : "?";
+}
+
+const char *ct_model_act_dtype_name(ct_act_dtype d) {
+    return (int)d >= 0 && d < CT_ACT_COUNT ? act_dtype_names[d] : "?";
+}
+
+ct_status ct_model_opts_from_names(ct_model_opts *out, const char *recompute,
+                                   const char *act_dtype) {
+    ct_model_opts o = ct_model_opts_default();
+    int r = 0, d = 0;
+    while (r < CT_RECOMPUTE_COUNT && strcmp(recompute, recompute_names[r]) != 0) r++;
+    if (r == CT_RECOMPUTE_COUNT)
+        return CT_ERR(CT_ERR_ARG, "train.recompute = '%s' is unknown: expected none, light or "
+                      "full", recompute);
+    while (d < CT_ACT_COUNT && strcmp(act_dtype, act_dtype_names[d]) != 0) d++;
+    if (d == CT_ACT_COUNT)
+        return CT_ERR(CT_ERR_ARG, "train.activation_dtype = '%s' is unknown: expected fp32 or "
+                      "bf16", act_dtype);
+    o.recompute = (ct_recompute)r;
+    o.act_dtype = (ct_act_dtype)d;
+    *out = o;
+    return CT_OK;
+}
+
+static ct_status check_opts(const ct_model_opts *o) {
+    if ((int)o->recompute < 0 || o->recompute >= CT_RECOMPUTE_COUNT)
+        return CT_ERR(CT_ERR_ARG, "recompute policy %d is invalid: expected CT_RECOMPUTE_NONE, "
+                      "_LIGHT or _FULL", (int)o->recompute);
+    if ((int)o->act_dtype < 0 || o->act_dtype >= CT_ACT_COUNT)
+        return CT_ERR(CT_ERR_ARG, "activation dtype %d is invalid: expected CT_ACT_FP32 or "
+                      "CT_ACT_BF16", (int)o->act_dtype);
+    return CT_OK;
+}
+
+ct_status ct_model_set_opts(ct_model *m, const ct_model_opts *o) {
+    ct_status st = check_opts(o);
+    if (st) return st;
+    if (m->B && (o->recompute != m->opts.recompute || o->act_dtype != m->opts.act_dtype))
+        return CT_ERR(CT_ERR_ARG, "model already reserved with recompute %s, activations %s: "
+                      "options are set before ct_model_reserve",
+                      ct_model_recompute_name(m->opts.recompute),
+                      ct_model_act_dtype_name(m->opts.act_dtype));
+    m->opts = *o;
+    return CT_OK;
+}
+
 /* ---------------------------------------------------- activation plan */
 
 /* Carves buffers from a base pointer, or only counts bytes when base is NULL.
@@ -222,11 +279,19 @@ typedef struct carver {
     size_t used;
 } carver;
 
-static float *carve(carver *cv, size_t nfloats) {
-    size_t bytes = ct_arena_round(nfloats * sizeof(float));
-    float *p = cv->base ? (float *)(cv->base + cv->used) : NULL;
-    cv->used += bytes;
+static void *carve_bytes(carver *cv, size_t bytes) {
+    void *p = cv->base ? (void *)(cv->base + cv->used) : NULL;
+    cv->used += ct_arena_round(bytes);
     return p;
+}
+
+static float *carve(carver *cv, size_t nfloats) {
+    return carve_bytes(cv, nfloats * sizeof(float));
+}
+
+/* A kept activation of n elements in the activation dtype. */
+static void *carve_act(carver *cv, const ct_model_opts *o, size_t n) {
+    return carve_bytes(cv, n * (o->act_dtype == CT_ACT_BF16 ? sizeof(uint16_t) : sizeof(float)));
 }
 
 static int logits_chunk_rows(const ct_model_config *c, int N) {
@@ -238,37 +303,70 @@ static int logits_chunk_rows(const ct_model_config *c, int N) {
     return (int)rows;
 }
 
-/* Lays out the activations; acts may be NULL when only counting. Returns the
- * (acts, scratch) byte split through the out-params. */
-static void acts_layout(const ct_model_config *c, int B, int T, bool training, carver *cv,
-                        model_acts *a, size_t *acts_bytes, size_t *scratch_bytes) {
+/* Lays out the activations for the options; a may be NULL when only
+ * counting. Fills plan->acts, ->work and ->scratch (bytes). */
+static void acts_layout(const ct_model_config *c, const ct_model_opts *o, int B, int T,
+                        bool training, carver *cv, model_acts *a, ct_model_plan *plan) {
     size_t N = (size_t)B * T, C = (size_t)c->n_embd, F = (size_t)c->n_ffn;
     size_t NH = (size_t)c->n_head;
+    bool bf16 = o->act_dtype == CT_ACT_BF16;
+    bool keep_norm = o->recompute == CT_RECOMPUTE_NONE;  /* ln1, ln2, fch_gelu */
+    bool keep_inner = o->recompute != CT_RECOMPUTE_FULL; /* qkv..fch, statistics */
     model_acts dummy = {0};
     if (!a) a = &dummy;
-    a->encoded = carve(cv, N * C);
+    size_t start = cv->used;
+    /* kept for backward, in the activation dtype */
+    a->encoded = carve_act(cv, o, N * C);
     for (int l = 0; l < c->n_layer; l++) {
-        layer_acts la;
-        la.ln1 = carve(cv, N * C);
-        la.ln1_mean = carve(cv, N);
-        la.ln1_rstd = carve(cv, N);
-        la.qkv = carve(cv, N * 3 * C);
-        la.atty = carve(cv, N * C);
-        la.lse = carve(cv, (size_t)B * NH * T);
-        la.res2 = carve(cv, N * C);
-        la.ln2 = carve(cv, N * C);
-        la.ln2_mean = carve(cv, N);
-        la.ln2_rstd = carve(cv, N);
-        la.fch = carve(cv, N * F);
-        la.fch_gelu = carve(cv, N * F);
-        la.res3 = carve(cv, N * C);
+        layer_acts la = {0};
+        if (keep_norm) la.ln1 = carve_act(cv, o, N * C);
+        if (keep_inner) {
+            la.ln1_mean = carve(cv, N);
+            la.ln1_rstd = carve(cv, N);
+            la.qkv = carve_act(cv, o, N * 3 * C);
+            la.atty = carve_act(cv, o, N * C);
+            la.lse = carve(cv, (size_t)B * NH * T);
+            la.res2 = carve_act(cv, o, N * C);
+        }
+        if (keep_norm) la.ln2 = carve_act(cv, o, N * C);
+        if (keep_inner) {
+            la.ln2_mean = carve(cv, N);
+            la.ln2_rstd = carve(cv, N);
+            la.fch = carve_act(cv, o, N * F);
+        }
+        if (keep_norm) la.fch_gelu = carve_act(cv, o, N * F);
+        la.res3 = carve_act(cv, o, N * C);
         if (a->layers) a->layers[l] = la;
     }
     a->lnf = carve(cv, N * C);
     a->lnf_mean = carve(cv, N);
     a->lnf_rstd = carve(cv, N);
     a->losses = carve(cv, N);
-    *acts_bytes = cv->used;
+    plan->acts = cv->used - start;
+    /* one block's fp32 work set: for values that are not kept, or kept as bf16 */
+    size_t mark = cv->used;
+    block_f32 *w = &a->work;
+    memset(w, 0, sizeof *w);
+    a->res = bf16 ? carve(cv, N * C) : NULL;
+    bool work_norm = !keep_norm || bf16, work_inner = !keep_inner || bf16;
+    if (work_norm) w->ln1 = w->ln2 = carve(cv, N * C);
+    if (work_inner) {
+        w->qkv = carve(cv, N * 3 * C);
+        w->atty = carve(cv, N * C);
+        w->res2 = carve(cv, N * C);
+        w->fch = carve(cv, N * F);
+    }
+    if (!keep_inner) {
+        w->ln1_mean = carve(cv, N);
+        w->ln1_rstd = carve(cv, N);
+        w->lse = carve(cv, (size_t)B * NH * T);
+        w->ln2_mean = carve(cv, N);
+        w->ln2_rstd = carve(cv, N);
+    }
+    if (work_norm && !training) w->fch_gelu = carve(cv, N * F);
+    plan->work = cv->used - mark;
+    /* scratch: the logits chunk and the gradients of activations */
+    mark = cv->used;
     a->logits = carve(cv, (size_t)logits_chunk_rows(c, (int)N) * (size_t)c->vocab_size);
     if (training) {
         size_t big = F > 3 * C ? F : 3 * C;
@@ -277,8 +375,9 @@ static void acts_layout(const ct_model_config *c, int B, int T, bool training, c
         a->datty = carve(cv, N * C);
         a->dbig1 = carve(cv, N * big);
         a->dbig2 = carve(cv, N * F);
+        if (work_norm) w->fch_gelu = a->dbig2;
     }
-    *scratch_bytes = cv->used - *acts_bytes;
+    plan->scratch = cv->used - mark;
 }
 
 static ct_status check_batch_shape(const ct_model_config *cfg, int B, int T) {
@@ -288,11 +387,14 @@ static ct_status check_batch_shape(const ct_model_config *cfg, int B, int T) {
     return CT_OK;
 }
 
-ct_status ct_model_plan_memory(const ct_model_config *cfg, int B, int T, bool training,
-                               ct_model_plan *out) {
+ct_status ct_model_plan_memory_opts(const ct_model_config *cfg, int B, int T, bool training,
+                                    const ct_model_opts *o, ct_model_plan *out) {
+    ct_model_opts dflt = ct_model_opts_default();
+    if (!o) o = &dflt;
     ct_status st = ct_model_config_validate(cfg);
     if (st) return st;
     if ((st = check_batch_shape(cfg, B, T))) return st;
+    if ((st = check_opts(o))) return st;
     ct_model m = {0};
     m.cfg = *cfg;
     if ((st = model_build_table(&m))) return st;
@@ -300,11 +402,22 @@ ct_status ct_model_plan_memory(const ct_model_config *cfg, int B, int T, bool tr
     free(m.layers);
     carver cv = {0};
     memset(out, 0, sizeof *out);
-    acts_layout(cfg, B, T, training, &cv, NULL, &out->acts, &out->scratch);
+    acts_layout(cfg, o, B, T, training, &cv, NULL, out);
     out->params = m.numel * sizeof(float);
     out->grads = training ? out->params : 0;
-    out->total = out->params + out->grads + out->acts + out->scratch;
+    out->total = out->params + out->grads + out->acts + out->work + out->scratch;
     return CT_OK;
+}
+
+ct_status ct_model_plan_memory(const ct_model_config *cfg, int B, int T, bool training,
+                               ct_model_plan *out) {
+    return ct_model_plan_memory_opts(cfg, B, T, training, NULL, out);
+}
+
+void model_touch_pages(void *p, size_t bytes) {
+    volatile uint8_t *b = p;
+    for (size_t i = 0; i < bytes; i += 4096) b[i] = 0;
+    if (bytes) b[bytes - 1] = 0;
 }
 
 ct_status ct_model_reserve(ct_model *m, int B, int T, bool training) {
@@ -317,8 +430,8 @@ ct_status ct_model_reserve(ct_model *m, int B, int T, bool training) {
     ct_status st = check_batch_shape(&m->cfg, B, T);
     if (st) return st;
     carver cv = {0};
-    size_t acts_b, scratch_b;
-    acts_layout(&m->cfg, B, T, training, &cv, NULL, &acts_b, &scratch_b);
+    ct_model_plan plan;
+    acts_layout(&m->cfg, &m->opts, B, T, training, &cv, NULL, &plan);
     st = ct_arena_init(&m->arena, m->ctx, cv.used, CT_TAG_ACTS);
     if (st) return st;
     m->acts.layers = calloc((size_t)m->cfg.n_layer, sizeof *m->acts.layers);
@@ -328,171 +441,17 @@ ct_status ct_model_reserve(ct_model *m, int B, int T, bool training) {
     }
     cv.base = ct_arena_alloc(&m->arena, cv.used);
     cv.used = 0;
-    acts_layout(&m->cfg, B, T, training, &cv, &m->acts, &acts_b, &scratch_b);
+    acts_layout(&m->cfg, &m->opts, B, T, training, &cv, &m->acts, &plan);
+    /* first touch now, so that no step faults pages in */
+    model_touch_pages(cv.base, cv.used);
     if (training) {
         m->grads = ct_alloc(m->ctx, m->numel * sizeof(float), CT_TAG_GRADS);
         if (!m->grads) return ct_last_status();
+        model_touch_pages(m->grads, m->numel * sizeof(float));
     }
     m->B = B;
     m->T = T;
     m->chunk = logits_chunk_rows(&m->cfg, B * T);
     m->training = training;
-    return CT_OK;
-}
-
-/* ----------------------------------------------------- forward/backward */
-
-static ct_status check_tokens(const ct_model *m, const int32_t *tok, size_t n, const char *what) {
-    int V = m->cfg.vocab_size;
-    for (size_t i = 0; i < n; i++) {
-        if (tok[i] < 0 || tok[i] >= V)
-            return CT_ERR(CT_ERR_ARG, "%s token %d at position %zu is out of range: expected 0..%d "
-                          "(model vocab_size %d)", what, tok[i], i, V - 1, V);
-    }
-    return CT_OK;
-}
-
-static ct_status check_shape(const ct_model *m, int B, int T, bool training) {
-    if (!m->B) return CT_ERR(CT_ERR_ARG, "ct_model_reserve was not called");
-    if (training && !m->training)
-        return CT_ERR(CT_ERR_ARG, "model was reserved for inference, not training");
-    if (B < 1 || T < 1 || T > m->cfg.n_ctx || (size_t)B * T > (size_t)m->B * m->T)
-        return CT_ERR(CT_ERR_ARG, "batch B=%d T=%d does not fit the reserved B=%d T=%d", B, T,
-                      m->B, m->T);
-    return CT_OK;
-}
-
-/* Embedding, blocks and final norm; leaves the normalised rows in acts.lnf. */
-static void forward_body(ct_model *m, const int32_t *inputs, int B, int T) {
-    const ct_kernels *k = m->k;
-    const ct_model_config *c = &m->cfg;
-    int N = B * T, C = c->n_embd, F = c->n_ffn, NH = c->n_head;
-    model_acts *a = &m->acts;
-    k->encoder_forward(a->encoded, inputs, model_p(m, m->wte), model_p(m, m->wpe), B, T, C, 0);
-    const float *res = a->encoded;
-    for (int l = 0; l < c->n_layer; l++) {
-        const layer_idx *w = &m->layers[l];
-        layer_acts *la = &a->layers[l];
-        k->layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, res, model_p(m, w->ln1_w),
-                             model_p(m, w->ln1_b), N, C, c->norm_eps);
-        k->matmul_forward(la->qkv, la->ln1, model_p(m, w->qkv_w), model_p(m, w->qkv_b), N, C,
-                          3 * C);
-        k->attention_forward(la->atty, la->lse, la->qkv, B, T, C, NH);
-        k->matmul_forward(la->res2, la->atty, model_p(m, w->proj_w), model_p(m, w->proj_b), N, C,
-                          C);
-        k->residual_forward(la->res2, la->res2, res, (size_t)N * C);
-        k->layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, model_p(m, w->ln2_w),
-                             model_p(m, w->ln2_b), N, C, c->norm_eps);
-        k->matmul_forward(la->fch, la->ln2, model_p(m, w->fc_w), model_p(m, w->fc_b), N, C, F);
-        k->gelu_forward(la->fch_gelu, la->fch, (size_t)N * F);
-        k->matmul_forward(la->res3, la->fch_gelu, model_p(m, w->fcproj_w),
-                          model_p(m, w->fcproj_b), N, F, C);
-        k->residual_forward(la->res3, la->res3, la->res2, (size_t)N * C);
-        res = la->res3;
-    }
-    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, res, model_p(m, m->lnf_w),
-                         model_p(m, m->lnf_b), N, C, c->norm_eps);
-}
-
-/* The vocabulary projection and cross-entropy, chunked over rows. When
- * training, the head's backward runs in the same pass: dlogits overwrite the
- * chunk's logits, dlnf lands in acts.dln and the head weight's gradient is
- * accumulated. logits_out(N,V), when given, receives the logits. */
-static double head_forward(ct_model *m, const int32_t *targets, int N, bool training,
-                           float dloss, float *logits_out) {
-    const ct_kernels *k = m->k;
-    int C = m->cfg.n_embd, V = m->cfg.vocab_size;
-    model_acts *a = &m->acts;
-    const float *head = model_p(m, m->head_w);
-    if (training) memset(a->dln, 0, (size_t)N * C * sizeof(float));
-    double sum = 0.0;
-    for (int r0 = 0; r0 < N; r0 += m->chunk) {
-        int rows = N - r0 < m->chunk ? N - r0 : m->chunk;
-        const float *x = a->lnf + (size_t)r0 * C;
-        k->matmul_forward(a->logits, x, head, NULL, rows, C, V);
-        if (logits_out) memcpy(logits_out + (size_t)r0 * V, a->logits, (size_t)rows * V * 4);
-        if (!targets) continue;
-        k->crossentropy_forward(a->losses + r0, training ? a->logits : NULL, a->logits,
-                                targets + r0, rows, V, dloss);
-        for (int i = 0; i < rows; i++) sum += a->losses[r0 + i];
-        if (training)
-            k->matmul_backward(a->dln + (size_t)r0 * C, model_g(m, m->head_w), NULL, a->logits, x,
-                               head, rows, C, V);
-    }
-    return sum / N;
-}
-
-static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
-    const ct_kernels *k = m->k;
-    const ct_model_config *c = &m->cfg;
-    int N = B * T, C = c->n_embd, F = c->n_ffn, NH = c->n_head, L = c->n_layer;
-    size_t NC = (size_t)N * C, NF = (size_t)N * F;
-    model_acts *a = &m->acts;
-    /* final norm: dlnf sits in dln (written by the fused head) */
-    memset(a->dres, 0, NC * sizeof(float));
-    k->layernorm_backward(a->dres, model_g(m, m->lnf_w), model_g(m, m->lnf_b), a->dln,
-                          a->layers[L - 1].res3, model_p(m, m->lnf_w), a->lnf_mean, a->lnf_rstd,
-                          N, C);
-    for (int l = L - 1; l >= 0; l--) {
-        const layer_idx *w = &m->layers[l];
-        const layer_acts *la = &a->layers[l];
-        const float *res_in = l == 0 ? a->encoded : a->layers[l - 1].res3;
-        /* res3 = res2 + c_proj(gelu(c_fc(ln2(res2)))): dres passes through */
-        memset(a->dbig1, 0, NF * sizeof(float));
-        k->matmul_backward(a->dbig1, model_g(m, w->fcproj_w), model_g(m, w->fcproj_b), a->dres,
-                           la->fch_gelu, model_p(m, w->fcproj_w), N, F, C);
-        memset(a->dbig2, 0, NF * sizeof(float));
-        k->gelu_backward(a->dbig2, la->fch, a->dbig1, NF);
-        memset(a->dln, 0, NC * sizeof(float));
-        k->matmul_backward(a->dln, model_g(m, w->fc_w), model_g(m, w->fc_b), a->dbig2, la->ln2,
-                           model_p(m, w->fc_w), N, C, F);
-        k->layernorm_backward(a->dres, model_g(m, w->ln2_w), model_g(m, w->ln2_b), a->dln,
-                              la->res2, model_p(m, w->ln2_w), la->ln2_mean, la->ln2_rstd, N, C);
-        /* res2 = res_in + c_proj(attn(c_attn(ln1(res_in)))) */
-        memset(a->datty, 0, NC * sizeof(float));
-        k->matmul_backward(a->datty, model_g(m, w->proj_w), model_g(m, w->proj_b), a->dres,
-                           la->atty, model_p(m, w->proj_w), N, C, C);
-        memset(a->dbig1, 0, NC * 3 * sizeof(float));
-        k->attention_backward(a->dbig1, a->datty, la->qkv, la->atty, la->lse, B, T, C, NH);
-        memset(a->dln, 0, NC * sizeof(float));
-        k->matmul_backward(a->dln, model_g(m, w->qkv_w), model_g(m, w->qkv_b), a->dbig1, la->ln1,
-                           model_p(m, w->qkv_w), N, C, 3 * C);
-        k->layernorm_backward(a->dres, model_g(m, w->ln1_w), model_g(m, w->ln1_b), a->dln, res_in,
-                              model_p(m, w->ln1_w), la->ln1_mean, la->ln1_rstd, N, C);
-    }
-    k->encoder_backward(model_g(m, m->wte), model_g(m, m->wpe), a->dres, inputs, B, T, C);
-}
-
-ct_status ct_model_forward(ct_model *m, const int32_t *inputs, const int32_t *targets, int B,
-                           int T, float *mean_loss) {
-    ct_status st;
-    size_t N = (size_t)B * T;
-    if ((st = check_shape(m, B, T, false))) return st;
-    if ((st = check_tokens(m, inputs, N, "input"))) return st;
-    if ((st = check_tokens(m, targets, N, "target"))) return st;
-    forward_body(m, inputs, B, T);
-    *mean_loss = (float)head_forward(m, targets, (int)N, false, 0.0f, NULL);
-    return CT_OK;
-}
-
-ct_status ct_model_forward_backward(ct_model *m, const int32_t *inputs, const int32_t *targets,
-                                    int B, int T, float grad_weight, float *mean_loss) {
-    ct_status st;
-    size_t N = (size_t)B * T;
-    if ((st = check_shape(m, B, T, true))) return st;
-    if ((st = check_tokens(m, inputs, N, "input"))) return st;
-    if ((st = check_tokens(m, targets, N, "target"))) return st;
-    forward_body(m, inputs, B, T);
-    *mean_loss = (float)head_forward(m, targets, (int)N, true, grad_weight / (float)N, NULL);
-    backward_body(m, inputs, B, T);
-    return CT_OK;
-}
-
-ct_status ct_model_logits(ct_model *m, const int32_t *inputs, int B, int T, float *logits) {
-    ct_status st;
-    if ((st = check_shape(m, B, T, false))) return st;
-    if ((st = check_tokens(m, inputs, (size_t)B * T, "input"))) return st;
-    forward_body(m, inputs, B, T);
-    head_forward(m, NULL, B * T, false, 0.0f, logits);
     return CT_OK;
 }

@@ -1,7 +1,7 @@
 /*
- * Internal layout of ct_model, shared by model.c (table, memory, forward,
- * backward), decode.c (KV-cache inference) and hf.c (Hugging Face import and
- * export). Not installed.
+ * Internal layout of ct_model, shared by model.c (config, table, memory plan),
+ * model_train.c (forward, backward, recompute), decode.c (KV-cache inference)
+ * and hf.c (Hugging Face import and export). Not installed.
  */
 #ifndef CT_MODEL_IMPL_H
 #define CT_MODEL_IMPL_H
@@ -20,21 +20,50 @@ typedef struct layer_idx {
     int fcproj_w, fcproj_b; /* (C, F) */
 } layer_idx;
 
-/* Activations of one block kept for backward. Shapes use N = B*T, F = n_ffn. */
+/* Activations of one block kept for backward. Shapes use N = B*T, F = n_ffn.
+ * The tensors are stored in the model's activation dtype (opts.act_dtype):
+ * float when fp32, bf16 bit patterns (uint16_t) when bf16, hence void *.
+ * Which ones exist depends on the recompute policy (NULL when dropped):
+ *   none:  all of them;
+ *   light: all but ln1, ln2 and fch_gelu (re-derived in backward);
+ *   full:  only res3, the residual stream (the block input of the next block).
+ * The statistics are fp32 whatever the dtype (they are small and the
+ * backward divides by them); full drops them too. */
 typedef struct layer_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
-    float *qkv;                       /* (N,3C) */
-    float *atty;                      /* (N,C) attention output before c_proj */
-    float *lse;                       /* (B,NH,T) */
-    float *res2;                      /* (N,C) residual after attention */
-    float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
-    float *fch, *fch_gelu;            /* (N,F), (N,F) */
-    float *res3;                      /* (N,C) residual after the MLP */
+    void *ln1;                     /* (N,C) */
+    void *qkv;                     /* (N,3C) */
+    void *atty;                    /* (N,C) attention output before c_proj */
+    void *res2;                    /* (N,C) residual after attention */
+    void *ln2;                     /* (N,C) */
+    void *fch, *fch_gelu;          /* (N,F), (N,F) */
+    void *res3;                    /* (N,C) residual after the MLP */
+    float *ln1_mean, *ln1_rstd;    /* (N), (N) */
+    float *lse;                    /* (B,NH,T) */
+    float *ln2_mean, *ln2_rstd;    /* (N), (N) */
 } layer_acts;
 
+/* fp32 buffers one block's math runs on: what the kernels read and write.
+ * For a layer, each field is its kept fp32 buffer when there is one, else the
+ * shared work buffer (see block_view in model_train.c). */
+typedef struct block_f32 {
+    float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
+    float *qkv;                       /* (N,3C) */
+    float *atty, *lse;                /* (N,C), (B,NH,T) */
+    float *res2;                      /* (N,C) */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
+    float *fch, *fch_gelu;            /* (N,F), (N,F) */
+} block_f32;
+
 typedef struct model_acts {
-    float *encoded;                   /* (N,C) */
+    void *encoded;                    /* (N,C) act dtype: the first block's input */
     layer_acts *layers;               /* [L] */
+    /* One block's fp32 work set, shared by all layers: a field exists when
+     * some layer's value is not kept or kept as bf16. ln1 and ln2 share one
+     * buffer (each is re-derived or reloaded right before use); when
+     * training, fch_gelu is the dbig2 gradient scratch (the forward does not
+     * use it, and the backward reads gelu before it zeroes dbig2). */
+    block_f32 work;
+    float *res;                       /* (N,C) fp32 residual stream (bf16 storage only) */
     float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
     float *losses;                    /* (N) */
     float *logits;                    /* (chunk, V) */
@@ -65,6 +94,7 @@ struct ct_model {
     float *params;                      /* flat (numel) */
     float *grads;                       /* flat (numel) or NULL */
     /* activations */
+    ct_model_opts opts; /* recompute policy and activation dtype */
     int B, T, chunk; /* reserved shape; chunk = rows per logits chunk */
     bool training;
     ct_arena arena;
@@ -81,5 +111,11 @@ static inline float *model_g(ct_model *m, int idx) {
 
 /* Build the parameter table for cfg (allocates m->table, m->layers). */
 ct_status model_build_table(ct_model *m);
+
+/* Write one zero per 4 KiB across [p, p+bytes) so every page is resident
+ * before the first step (no page faults inside a step). The memory must
+ * already hold zeros (ct_alloc zero-fills), so contents do not change.
+ * Borrows p. */
+void model_touch_pages(void *p, size_t bytes);
 
 #endif

@@ -2,7 +2,8 @@
  * AdamW over the flat parameter buffer (torch.optim.AdamW semantics), global
  * gradient norm and the clip factor of torch.nn.utils.clip_grad_norm_.
  * Runs of adjacent tensors with the same decay rule go to the kernel as one
- * call, so the update is a handful of passes over contiguous memory.
+ * call, so the update is a handful of passes over contiguous memory. The
+ * moments are made resident at init, so a step takes no page faults.
  */
 #include "ctrain/train.h"
 
@@ -23,6 +24,8 @@ ct_status ct_adamw_init(ct_adamw *opt, ct_ctx *ctx, size_t numel) {
     opt->m = ct_alloc(ctx, 2 * numel * sizeof(float), CT_TAG_OPTIM);
     if (!opt->m) return ct_last_status();
     opt->v = opt->m + numel;
+    /* resident before step 1, so no step faults pages in */
+    model_touch_pages(opt->m, 2 * numel * sizeof(float));
     return CT_OK;
 }
 

@@ -1,7 +1,8 @@
 /*
  * Everything `ctrain train` checks before it writes a byte: the config's keys
  * and their contradictions, that run.dir can be created, the model (from
- * sizes, model.init_from, or the checkpoint to resume from), which checkpoint
+ * sizes, model.init_from, or the checkpoint to resume from; with the
+ * train.recompute policy and train.activation_dtype), which checkpoint
  * train.resume names and whether it fits the config (model signature, batch
  * shape, seed, shuffling, starting weights), the data, and the restored
  * optimizer, loader, guard and early-stopping state.
@@ -367,6 +368,10 @@ ct_status trainer_setup(trainer *t) {
     if (t->T > mc->n_ctx)
         return CT_ERR(CT_ERR_ARG, "train.seq_len = %d exceeds the model's context n_ctx = %d",
                       t->T, mc->n_ctx);
+    ct_model_opts mo;
+    if ((st = ct_model_opts_from_names(&mo, cfg->train.recompute, cfg->train.activation_dtype)))
+        return st;
+    if ((st = ct_model_set_opts(t->model, &mo))) return st;
     if ((st = ct_model_reserve(t->model, t->B, t->T, true))) return st;
     if ((st = ct_adamw_init(&t->opt, t->ctx, ct_model_numel(t->model)))) return st;
     if ((st = open_loaders(t))) return st;

@@ -170,6 +170,13 @@ def main():
                     ["optim.beta1", "range"], rd)
         expect_fail("bad enum", ["train", *base, "schedule.name=exponential", f"run.dir={rd}"],
                     ["schedule.name", "constant"], rd)
+        expect_fail("bad recompute policy", ["train", *base, "train.recompute=partial", f"run.dir={rd}"],
+                    ["train.recompute", "partial", "none", "light", "full"], rd)
+        expect_fail("bad activation dtype", ["train", *base, "train.activation_dtype=fp16",
+                                             f"run.dir={rd}"],
+                    ["train.activation_dtype", "fp16", "fp32", "bf16"], rd)
+        expect_fail("bad recompute policy (plan)", ["plan", *base, "train.recompute=all"],
+                    ["train.recompute", "none", "light", "full"])
         yml = os.path.join(tmp, "bad.yaml")
         with open(yml, "w") as f:
             f.write("train:\n  steps: 3\noptim:\n  lr: 1e-3\n  wd: 0.1\n")

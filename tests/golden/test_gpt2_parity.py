@@ -8,7 +8,9 @@ A tiny GPT-2 with random weights (every LayerNorm weight and bias random too) is
 HF directory; ctrain trains it for 10 steps on a small shard and its losses, grad norms,
 step-1 gradients, final weights and exported config are compared with torch.optim.AdamW
 driving the reference model in gpt2_ref.py. Further runs check gradient accumulation
-(B=2 x 2 == B=4 x 1), clipping, a BF16 init file and a version-2 shard.
+(B=2 x 2 == B=4 x 1), clipping, a BF16 init file, a version-2 shard, the recompute
+policies light and full (same tolerances as the first run) and bf16 activation storage
+(the same step-1 loss; gradients within 1e-2 of each tensor's largest).
 Set CT_KEEP_TMP=1 to keep the working directory (it is always kept when a check fails).
 """
 
@@ -89,6 +91,7 @@ W_ATOL = 1e-4           # final weights, per tensor max abs
 ACC_LOSS_RTOL = 1e-5    # ctrain B=2 x accum 2 vs ctrain B=4 x accum 1
 ACC_W_ATOL = 1e-5
 LR_RTOL = 1e-5          # logged lr vs optim.lr (constant schedule)
+ACT_BF16_GRAD_RTOL = 1e-2   # step-1 grads with bf16-stored activations (rounding 2^-9 per value)
 CTRAIN_TIMEOUT_S = 300
 
 
@@ -398,7 +401,7 @@ def main(argv):
     win_main = step_windows(N_TOKENS, B, T, 1, STEPS)
     win_acc = step_windows(N_TOKENS, B // 2, T, 2, STEPS)
 
-    def args_for(init, shard, run, b, accum, steps, clip, dump=False):
+    def args_for(init, shard, run, b, accum, steps, clip, dump=False, extra=()):
         a = ["train",
              "model.init_from=%s" % init,
              "data.train=%s" % shard,
@@ -420,7 +423,7 @@ def main(argv):
              "run.checkpoint_every=0"]
         if dump:
             a.append("debug.dump_grads_step=1")
-        return a
+        return a + list(extra)
 
     w_tol = lambda r: W_ATOL  # noqa: E731
     ref_w_main = ref_main.params
@@ -512,6 +515,39 @@ def main(argv):
         recs = read_metrics(rep, P("run_v2"), L, 1)
         compare_series(rep, L, "step-1 loss from a version-2 (uint32) shard", ref_main.losses[:1], recs,
                        "loss", LOSS_RTOL, [1])
+
+    # --- runs 6-7: recompute policies (must match torch exactly as run 1 does) -------------
+    for policy in ("light", "full"):
+        L = "run%d recompute=%s" % (6 if policy == "light" else 7, policy)
+        run = P("run_" + policy)
+        if not run_ctrain(rep, binary, args_for(P("init"), P("train.bin"), run, B, 1, STEPS, 0, dump=True,
+                                                extra=["train.recompute=" + policy]), L):
+            continue
+        recs = read_metrics(rep, run, L, STEPS)
+        compare_series(rep, L, "losses of steps 1..%d" % STEPS, ref_main.losses, recs, "loss",
+                       LOSS_RTOL, all_steps, win_main)
+        compare_series(rep, L, "pre-clip grad_norm of steps 1..%d" % STEPS, ref_main.grad_norms, recs,
+                       "grad_norm", GNORM_RTOL, all_steps, win_main)
+        g = read_weights(rep, os.path.join(run, "grads_step1.safetensors"), L, "grads_step1.safetensors")
+        compare_tensors(rep, L, g, ref_main.grads,
+                        lambda r: GRAD_RTOL * float(np.abs(r).max()) + GRAD_ATOL,
+                        "step-1 gradients, max|gc-gt| <= %g*max|gt| + %g per tensor" % (GRAD_RTOL, GRAD_ATOL))
+        w = read_weights(rep, os.path.join(run, "model.safetensors"), L, "model.safetensors")
+        compare_tensors(rep, L, w, ref_w_main, w_tol, "final weights, max abs diff <= %g per tensor" % W_ATOL)
+
+    # --- run 8: bf16 activation storage (fp32 math: the same loss, rounded gradients) -------
+    L = "run8 activation_dtype=bf16 recompute=full"
+    run = P("run_act_bf16")
+    if run_ctrain(rep, binary, args_for(P("init"), P("train.bin"), run, B, 1, 1, 0, dump=True,
+                                        extra=["train.activation_dtype=bf16", "train.recompute=full"]), L):
+        recs = read_metrics(rep, run, L, 1)
+        compare_series(rep, L, "step-1 loss (the forward stays fp32)", ref_main.losses[:1], recs, "loss",
+                       LOSS_RTOL, [1])
+        g = read_weights(rep, os.path.join(run, "grads_step1.safetensors"), L, "grads_step1.safetensors")
+        compare_tensors(rep, L, g, ref_main.grads,
+                        lambda r: ACT_BF16_GRAD_RTOL * float(np.abs(r).max()) + GRAD_ATOL,
+                        "step-1 gradients, max|gc-gt| <= %g*max|gt| + %g per tensor"
+                        % (ACT_BF16_GRAD_RTOL, GRAD_ATOL))
 
     return finish(rep, tmp, t_start)
 

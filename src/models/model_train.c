@@ -1,0 +1,295 @@
+/*
+ * The training forward and backward of a GPT-2 style model, with the
+ * vocabulary projection and cross-entropy fused and chunked over rows (B*T x V
+ * logits are never all in memory), under the memory options: the recompute
+ * policy (none | light | full) decides which block activations the forward
+ * keeps, and the activation dtype (fp32 | bf16) how. All math is fp32: bf16
+ * values are widened into the shared work set before a kernel reads them, and
+ * the residual stream that feeds the next block stays fp32.
+ * Leaves out: any inner loop (kernels only, through m->k) and allocation (the
+ * arena of ct_model_reserve holds every buffer).
+ */
+#include "core/dtype.h"
+#include "models/model_impl.h"
+
+#include <string.h>
+
+/* ------------------------------------------------------- kept buffers */
+
+static bool acts_bf16(const ct_model *m) { return m->opts.act_dtype == CT_ACT_BF16; }
+
+/* The fp32 buffer a value lives in: its kept buffer when that is fp32, else
+ * the shared work buffer. */
+static float *f32_or_work(const ct_model *m, void *kept, float *work) {
+    return kept && !acts_bf16(m) ? (float *)kept : work;
+}
+
+/* After the forward computed n values into src (fp32): keep them when the
+ * policy keeps them as bf16 (fp32 ones were computed in place). */
+static void act_store(const ct_model *m, void *kept, const float *src, size_t n) {
+    if (kept && acts_bf16(m)) ct_f32_to_bf16_array(kept, src, n);
+}
+
+/* Before the backward reads a kept value: widen bf16 into its work buffer
+ * (fp32 ones are read in place; values not kept are re-derived instead). */
+static void act_load(const ct_model *m, const void *kept, float *dst, size_t n) {
+    if (kept && acts_bf16(m)) ct_bf16_to_f32_array(dst, kept, n);
+}
+
+/* The fp32 buffers block l's math runs on. */
+static block_f32 block_view(ct_model *m, int l) {
+    layer_acts *la = &m->acts.layers[l];
+    const block_f32 *w = &m->acts.work;
+    block_f32 v;
+    v.ln1 = f32_or_work(m, la->ln1, w->ln1);
+    v.qkv = f32_or_work(m, la->qkv, w->qkv);
+    v.atty = f32_or_work(m, la->atty, w->atty);
+    v.res2 = f32_or_work(m, la->res2, w->res2);
+    v.ln2 = f32_or_work(m, la->ln2, w->ln2);
+    v.fch = f32_or_work(m, la->fch, w->fch);
+    v.fch_gelu = f32_or_work(m, la->fch_gelu, w->fch_gelu);
+    /* statistics are fp32 whenever they are kept */
+    v.ln1_mean = la->ln1_mean ? la->ln1_mean : w->ln1_mean;
+    v.ln1_rstd = la->ln1_rstd ? la->ln1_rstd : w->ln1_rstd;
+    v.lse = la->lse ? la->lse : w->lse;
+    v.ln2_mean = la->ln2_mean ? la->ln2_mean : w->ln2_mean;
+    v.ln2_rstd = la->ln2_rstd ? la->ln2_rstd : w->ln2_rstd;
+    return v;
+}
+
+/* Block l's input as fp32: the kept residual stream, widened into acts.res
+ * when it is bf16. */
+static const float *block_input(ct_model *m, int l, size_t NC) {
+    void *kept = l == 0 ? m->acts.encoded : m->acts.layers[l - 1].res3;
+    if (!acts_bf16(m)) return kept;
+    act_load(m, kept, m->acts.res, NC);
+    return m->acts.res;
+}
+
+/* ------------------------------------------------------------ forward */
+
+/* One block from res_in (fp32) into the buffers of v, keeping what la keeps
+ * (la may be NULL: keep nothing). With out NULL it stops after c_fc, which is
+ * all the backward's re-run of the block needs; otherwise it writes the
+ * block's output (res_in plus both branches) to out, which may alias res_in. */
+static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_acts *la,
+                          const float *res_in, float *out, int B, int T) {
+    const ct_kernels *k = m->k;
+    const ct_model_config *c = &m->cfg;
+    const layer_idx *w = &m->layers[l];
+    int N = B * T, C = c->n_embd, F = c->n_ffn, NH = c->n_head;
+    size_t NC = (size_t)N * C, NF = (size_t)N * F;
+    layer_acts none = {0};
+    if (!la) la = &none;
+    k->layernorm_forward(v->ln1, v->ln1_mean, v->ln1_rstd, res_in, model_p(m, w->ln1_w),
+                         model_p(m, w->ln1_b), N, C, c->norm_eps);
+    act_store(m, la->ln1, v->ln1, NC); /* before ln2 reuses a shared work buffer */
+    k->matmul_forward(v->qkv, v->ln1, model_p(m, w->qkv_w), model_p(m, w->qkv_b), N, C, 3 * C);
+    act_store(m, la->qkv, v->qkv, 3 * NC);
+    k->attention_forward(v->atty, v->lse, v->qkv, B, T, C, NH);
+    act_store(m, la->atty, v->atty, NC);
+    k->matmul_forward(v->res2, v->atty, model_p(m, w->proj_w), model_p(m, w->proj_b), N, C, C);
+    k->residual_forward(v->res2, v->res2, res_in, NC);
+    act_store(m, la->res2, v->res2, NC);
+    k->layernorm_forward(v->ln2, v->ln2_mean, v->ln2_rstd, v->res2, model_p(m, w->ln2_w),
+                         model_p(m, w->ln2_b), N, C, c->norm_eps);
+    act_store(m, la->ln2, v->ln2, NC);
+    k->matmul_forward(v->fch, v->ln2, model_p(m, w->fc_w), model_p(m, w->fc_b), N, C, F);
+    act_store(m, la->fch, v->fch, NF);
+    if (!out) return;
+    k->gelu_forward(v->fch_gelu, v->fch, NF);
+    act_store(m, la->fch_gelu, v->fch_gelu, NF);
+    /* res_in is dead from here on, so out may overwrite it */
+    k->matmul_forward(out, v->fch_gelu, model_p(m, w->fcproj_w), model_p(m, w->fcproj_b), N, F,
+                      C);
+    k->residual_forward(out, out, v->res2, NC);
+    act_store(m, la->res3, out, NC);
+}
+
+/* Embedding, blocks and final norm; leaves the normalised rows in acts.lnf.
+ * keep=false (no backward follows) skips the bf16 copies. */
+static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool keep) {
+    const ct_kernels *k = m->k;
+    const ct_model_config *c = &m->cfg;
+    int N = B * T, C = c->n_embd;
+    size_t NC = (size_t)N * C;
+    model_acts *a = &m->acts;
+    bool bf16 = acts_bf16(m);
+    /* the fp32 residual stream: the kept buffers themselves, or acts.res
+     * updated in place when they are bf16 */
+    float *res = bf16 ? a->res : (float *)a->encoded;
+    k->encoder_forward(res, inputs, model_p(m, m->wte), model_p(m, m->wpe), B, T, C, 0);
+    if (keep) act_store(m, a->encoded, res, NC);
+    for (int l = 0; l < c->n_layer; l++) {
+        layer_acts *la = &a->layers[l];
+        block_f32 v = block_view(m, l);
+        float *out = bf16 ? a->res : (float *)la->res3;
+        block_forward(m, l, &v, keep ? la : NULL, res, out, B, T);
+        res = out;
+    }
+    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, res, model_p(m, m->lnf_w),
+                         model_p(m, m->lnf_b), N, C, c->norm_eps);
+}
+
+/* The vocabulary projection and cross-entropy, chunked over rows. When
+ * training, the head's backward runs in the same pass: dlogits overwrite the
+ * chunk's logits, dlnf lands in acts.dln and the head weight's gradient is
+ * accumulated. logits_out(N,V), when given, receives the logits. */
+static double head_forward(ct_model *m, const int32_t *targets, int N, bool training,
+                           float dloss, float *logits_out) {
+    const ct_kernels *k = m->k;
+    int C = m->cfg.n_embd, V = m->cfg.vocab_size;
+    model_acts *a = &m->acts;
+    const float *head = model_p(m, m->head_w);
+    if (training) memset(a->dln, 0, (size_t)N * C * sizeof(float));
+    double sum = 0.0;
+    for (int r0 = 0; r0 < N; r0 += m->chunk) {
+        int rows = N - r0 < m->chunk ? N - r0 : m->chunk;
+        const float *x = a->lnf + (size_t)r0 * C;
+        k->matmul_forward(a->logits, x, head, NULL, rows, C, V);
+        if (logits_out) memcpy(logits_out + (size_t)r0 * V, a->logits, (size_t)rows * V * 4);
+        if (!targets) continue;
+        k->crossentropy_forward(a->losses + r0, training ? a->logits : NULL, a->logits,
+                                targets + r0, rows, V, dloss);
+        for (int i = 0; i < rows; i++) sum += a->losses[r0 + i];
+        if (training)
+            k->matmul_backward(a->dln + (size_t)r0 * C, model_g(m, m->head_w), NULL, a->logits, x,
+                               head, rows, C, V);
+    }
+    return sum / N;
+}
+
+/* ----------------------------------------------------------- backward */
+
+/* Block l's backward: dres holds the gradient of its output and receives the
+ * gradient of its input. Values the policy dropped are re-derived first:
+ * under full the block's forward re-runs (up to c_fc) into the work set;
+ * under light and full, ln2, gelu and ln1 are recomputed right before use,
+ * from the same inputs by the same kernels, so they equal the forward's bit
+ * for bit (LayerNorm keeps the statistics saved by the forward). */
+static void block_backward(ct_model *m, int l, int B, int T) {
+    const ct_kernels *k = m->k;
+    const ct_model_config *c = &m->cfg;
+    const layer_idx *w = &m->layers[l];
+    const layer_acts *la = &m->acts.layers[l];
+    model_acts *a = &m->acts;
+    int N = B * T, C = c->n_embd, F = c->n_ffn, NH = c->n_head;
+    size_t NC = (size_t)N * C, NF = (size_t)N * F;
+    const float *res_in = block_input(m, l, NC);
+    block_f32 v = block_view(m, l);
+    if (m->opts.recompute == CT_RECOMPUTE_FULL) block_forward(m, l, &v, NULL, res_in, NULL, B, T);
+    /* res3 = res2 + c_proj(gelu(c_fc(ln2(res2)))): dres passes through */
+    act_load(m, la->fch, v.fch, NF);
+    if (la->fch_gelu)
+        act_load(m, la->fch_gelu, v.fch_gelu, NF);
+    else
+        k->gelu_forward(v.fch_gelu, v.fch, NF);
+    memset(a->dbig1, 0, NF * sizeof(float));
+    k->matmul_backward(a->dbig1, model_g(m, w->fcproj_w), model_g(m, w->fcproj_b), a->dres,
+                       v.fch_gelu, model_p(m, w->fcproj_w), N, F, C);
+    /* v.fch_gelu may be dbig2 itself: it is not read after this point */
+    memset(a->dbig2, 0, NF * sizeof(float));
+    k->gelu_backward(a->dbig2, v.fch, a->dbig1, NF);
+    act_load(m, la->res2, v.res2, NC);
+    if (la->ln2)
+        act_load(m, la->ln2, v.ln2, NC);
+    else
+        k->layernorm_forward(v.ln2, NULL, NULL, v.res2, model_p(m, w->ln2_w),
+                             model_p(m, w->ln2_b), N, C, c->norm_eps);
+    memset(a->dln, 0, NC * sizeof(float));
+    k->matmul_backward(a->dln, model_g(m, w->fc_w), model_g(m, w->fc_b), a->dbig2, v.ln2,
+                       model_p(m, w->fc_w), N, C, F);
+    k->layernorm_backward(a->dres, model_g(m, w->ln2_w), model_g(m, w->ln2_b), a->dln, v.res2,
+                          model_p(m, w->ln2_w), v.ln2_mean, v.ln2_rstd, N, C);
+    /* res2 = res_in + c_proj(attn(c_attn(ln1(res_in)))) */
+    act_load(m, la->atty, v.atty, NC);
+    act_load(m, la->qkv, v.qkv, 3 * NC);
+    memset(a->datty, 0, NC * sizeof(float));
+    k->matmul_backward(a->datty, model_g(m, w->proj_w), model_g(m, w->proj_b), a->dres, v.atty,
+                       model_p(m, w->proj_w), N, C, C);
+    memset(a->dbig1, 0, NC * 3 * sizeof(float));
+    k->attention_backward(a->dbig1, a->datty, v.qkv, v.atty, v.lse, B, T, C, NH);
+    if (la->ln1)
+        act_load(m, la->ln1, v.ln1, NC);
+    else
+        k->layernorm_forward(v.ln1, NULL, NULL, res_in, model_p(m, w->ln1_w),
+                             model_p(m, w->ln1_b), N, C, c->norm_eps);
+    memset(a->dln, 0, NC * sizeof(float));
+    k->matmul_backward(a->dln, model_g(m, w->qkv_w), model_g(m, w->qkv_b), a->dbig1, v.ln1,
+                       model_p(m, w->qkv_w), N, C, 3 * C);
+    k->layernorm_backward(a->dres, model_g(m, w->ln1_w), model_g(m, w->ln1_b), a->dln, res_in,
+                          model_p(m, w->ln1_w), v.ln1_mean, v.ln1_rstd, N, C);
+}
+
+static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
+    const ct_kernels *k = m->k;
+    const ct_model_config *c = &m->cfg;
+    int N = B * T, C = c->n_embd, L = c->n_layer;
+    size_t NC = (size_t)N * C;
+    model_acts *a = &m->acts;
+    /* final norm: dlnf sits in dln (written by the fused head). Its input is
+     * the last block's output: with bf16 storage the forward's exact fp32
+     * copy is still in acts.res, so that is what it reads. */
+    const float *res_last = acts_bf16(m) ? a->res : (const float *)a->layers[L - 1].res3;
+    memset(a->dres, 0, NC * sizeof(float));
+    k->layernorm_backward(a->dres, model_g(m, m->lnf_w), model_g(m, m->lnf_b), a->dln, res_last,
+                          model_p(m, m->lnf_w), a->lnf_mean, a->lnf_rstd, N, C);
+    for (int l = L - 1; l >= 0; l--) block_backward(m, l, B, T);
+    k->encoder_backward(model_g(m, m->wte), model_g(m, m->wpe), a->dres, inputs, B, T, C);
+}
+
+/* ------------------------------------------------------- entry points */
+
+static ct_status check_tokens(const ct_model *m, const int32_t *tok, size_t n, const char *what) {
+    int V = m->cfg.vocab_size;
+    for (size_t i = 0; i < n; i++) {
+        if (tok[i] < 0 || tok[i] >= V)
+            return CT_ERR(CT_ERR_ARG, "%s token %d at position %zu is out of range: expected 0..%d "
+                          "(model vocab_size %d)", what, tok[i], i, V - 1, V);
+    }
+    return CT_OK;
+}
+
+static ct_status check_shape(const ct_model *m, int B, int T, bool training) {
+    if (!m->B) return CT_ERR(CT_ERR_ARG, "ct_model_reserve was not called");
+    if (training && !m->training)
+        return CT_ERR(CT_ERR_ARG, "model was reserved for inference, not training");
+    if (B < 1 || T < 1 || T > m->cfg.n_ctx || (size_t)B * T > (size_t)m->B * m->T)
+        return CT_ERR(CT_ERR_ARG, "batch B=%d T=%d does not fit the reserved B=%d T=%d", B, T,
+                      m->B, m->T);
+    return CT_OK;
+}
+
+ct_status ct_model_forward(ct_model *m, const int32_t *inputs, const int32_t *targets, int B,
+                           int T, float *mean_loss) {
+    ct_status st;
+    size_t N = (size_t)B * T;
+    if ((st = check_shape(m, B, T, false))) return st;
+    if ((st = check_tokens(m, inputs, N, "input"))) return st;
+    if ((st = check_tokens(m, targets, N, "target"))) return st;
+    forward_body(m, inputs, B, T, false);
+    *mean_loss = (float)head_forward(m, targets, (int)N, false, 0.0f, NULL);
+    return CT_OK;
+}
+
+ct_status ct_model_forward_backward(ct_model *m, const int32_t *inputs, const int32_t *targets,
+                                    int B, int T, float grad_weight, float *mean_loss) {
+    ct_status st;
+    size_t N = (size_t)B * T;
+    if ((st = check_shape(m, B, T, true))) return st;
+    if ((st = check_tokens(m, inputs, N, "input"))) return st;
+    if ((st = check_tokens(m, targets, N, "target"))) return st;
+    forward_body(m, inputs, B, T, true);
+    *mean_loss = (float)head_forward(m, targets, (int)N, true, grad_weight / (float)N, NULL);
+    backward_body(m, inputs, B, T);
+    return CT_OK;
+}
+
+ct_status ct_model_logits(ct_model *m, const int32_t *inputs, int B, int T, float *logits) {
+    ct_status st;
+    if ((st = check_shape(m, B, T, false))) return st;
+    if ((st = check_tokens(m, inputs, (size_t)B * T, "input"))) return st;
+    forward_body(m, inputs, B, T, false);
+    head_forward(m, NULL, B * T, false, 0.0f, logits);
+    return CT_OK;
+}
