@@ -17,7 +17,7 @@
 #include "perf/bench.h"
 
 typedef struct bench_args {
-    const char *sub, *preset, *filter, *table;
+    const char *sub, *preset, *filter, *table, *recompute, *act_dtype;
     long long B, T, threads, warmup, steps, reps, peak_n;
     bool json;
 } bench_args;
@@ -51,12 +51,14 @@ static void bench_usage(void) {
            "  --reps R        repetitions (gemm, peak; default 3)\n"
            "  --filter TEXT   kernels whose name contains TEXT\n"
            "  --table cpu|ref kernel table to measure (default cpu)\n"
+           "  --recompute none|light|full  step: what backward recomputes (default none)\n"
+           "  --activation-dtype fp32|bf16 step: storage of saved activations (default fp32)\n"
            "  --attention-tiles QxK  attention tile: query rows x keys (default 64x128)\n"
            "  --json          one JSON object per benchmark on stdout\n");
 }
 
 static int bench_parse(int argc, char **argv, bench_args *a) {
-    *a = (bench_args){NULL, "gpt2", NULL, "cpu", 4, 64, 0, 1, 3, 3, 2048, false};
+    *a = (bench_args){NULL, "gpt2", NULL, "cpu", "none", "fp32", 4, 64, 0, 1, 3, 3, 2048, false};
     int i = 0;
     if (argc > 0 && argv[0][0] != '-') a->sub = argv[i++];
     if (a->sub && strcmp(a->sub, "peak") && strcmp(a->sub, "kernels") && strcmp(a->sub, "step") &&
@@ -79,6 +81,8 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         int rc = 0;
         if (!strcmp(o, "--preset")) a->preset = v;
         else if (!strcmp(o, "--filter")) a->filter = v;
+        else if (!strcmp(o, "--recompute")) a->recompute = v;
+        else if (!strcmp(o, "--activation-dtype")) a->act_dtype = v;
         else if (!strcmp(o, "--attention-tiles")) {
             int bq = 0, bk = 0;
             char tail = 0;
@@ -193,7 +197,9 @@ static int run_gemm(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
 }
 
 static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc) {
-    ct_bench_step_opts o = {(int)a->B, (int)a->T, (int)a->warmup, (int)a->steps, 0, 0};
+    ct_bench_step_opts o = {(int)a->B, (int)a->T, (int)a->warmup, (int)a->steps,
+                            ct_model_opts_default()};
+    if (ct_model_opts_from_names(&o.model, a->recompute, a->act_dtype)) return cli_fail("bench");
     ct_bench_step_result *r = malloc(sizeof *r);
     if (!r) return cli_usage_error("bench", "out of memory");
     if (ct_bench_step(ctx, mc, &o, r)) {
@@ -206,8 +212,9 @@ static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
     double tps = (double)a->B * a->T / r->median_s;
     if (a->json) {
         printf("{\"bench\": \"step\", \"impl\": \"ctrain\", \"preset\": \"%s\", \"B\": %lld, "
-               "\"T\": %lld, \"threads\": %d, \"step_s\": [",
-               a->preset, a->B, a->T, ct_ctx_threads(ctx));
+               "\"T\": %lld, \"threads\": %d, \"recompute\": \"%s\", \"activation_dtype\": \"%s\", "
+               "\"step_s\": [",
+               a->preset, a->B, a->T, ct_ctx_threads(ctx), a->recompute, a->act_dtype);
         for (int i = 0; i < r->steps; i++) printf("%s%.6f", i ? ", " : "", r->step_s[i]);
         printf("], \"loss\": [");
         for (int i = 0; i < r->steps; i++) printf("%s%.6f", i ? ", " : "", (double)r->loss[i]);
@@ -220,9 +227,10 @@ static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
                    r->split.seconds[k] / r->steps);
         printf("\"untimed_glue\": %.6f}}\n", r->other_s / r->steps);
     } else {
-        printf("training step (%s, B=%lld T=%lld, %d threads): median %.3f s (min %.3f, max %.3f)"
+        printf("training step (%s, B=%lld T=%lld, recompute %s, %s activations, %d threads): median %.3f s (min %.3f, max %.3f)"
                ", %.0f tok/s, %.1f GFLOP/s, peak RSS %.2f GB (plan %.2f GB)\n",
-               a->preset, a->B, a->T, ct_ctx_threads(ctx), r->median_s, lo, hi, tps,
+               a->preset, a->B, a->T, a->recompute, a->act_dtype, ct_ctx_threads(ctx), r->median_s,
+               lo, hi, tps,
                r->flops / r->median_s / 1e9, r->peak_rss / 1e9, r->planned_bytes / 1e9);
         double total = 0;
         for (int i = 0; i < r->steps; i++) total += r->step_s[i];

@@ -66,8 +66,7 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
 typedef struct ct_bench_step_opts {
     int B, T;
     int warmup, steps; /* steps <= CT_BENCH_MAX_STEPS */
-    int recompute;     /* ct_model_opts-style policy, 0 = none */
-    int bf16_acts;     /* bf16 storage of saved activations */
+    ct_model_opts model; /* recompute policy and activation storage */
 } ct_bench_step_opts;
 #define CT_BENCH_MAX_STEPS 64
 
@@ -80,7 +79,7 @@ typedef struct ct_bench_step_result {
     ct_kprof_counts split;    /* per-kind seconds summed over the timed steps */
     double other_s;           /* timed time outside any kernel (zeroing, glue) */
     size_t peak_rss;          /* bytes, the process's high-water mark */
-    size_t planned_bytes;     /* the model's memory plan plus AdamW moments */
+    size_t planned_bytes;     /* the model's memory plan (these opts) plus AdamW moments */
 } ct_bench_step_result;
 
 /* Runs the steps on ctx (whose kernel table is wrapped for the split).

@@ -120,10 +120,11 @@ ct_status ct_bench_step(ct_ctx *ctx, const ct_model_config *cfg, const ct_bench_
     ct_status st = ct_model_init(&m, ctx, cfg);
     if (st) goto done;
     ct_model_init_weights(m, 1337);
+    if ((st = ct_model_set_opts(m, &o->model))) goto done;
     if ((st = ct_model_reserve(m, o->B, o->T, true))) goto done;
     if ((st = ct_adamw_init(&opt, ctx, ct_model_numel(m)))) goto done;
     ct_model_plan plan;
-    if ((st = ct_model_plan_memory(cfg, o->B, o->T, true, &plan))) goto done;
+    if ((st = ct_model_plan_memory_opts(cfg, o->B, o->T, true, &o->model, &plan))) goto done;
     out->planned_bytes = plan.total + 2 * ct_model_numel(m) * sizeof(float);
     in = malloc(N * sizeof *in);
     tg = malloc(N * sizeof *tg);

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""`ctrain bench` through the real program, on tiny shapes (a smoke test of the
+benchmarks' plumbing, not a timing test: no figure is compared with a speed).
+
+usage: /usr/bin/python3 tests/cli/test_bench.py path/to/ctrain
+
+Checks that every benchmark runs and reports what it claims:
+  * peak: positive GEMM peak, FMA ceiling, theoretical figure and bandwidth;
+  * kernels: every kernel of the table is reported once per linear and pass (15 GEMMs,
+    attention forward and backward, norms, GELU, residual, encoder, cross-entropy,
+    AdamW, sumsq) with positive time and a roofline time; FLOPs of each GEMM equal 2MNK
+    of its printed shape; --filter keeps only matching names; --table ref runs too;
+  * step: the per-kernel split plus the glue adds up to the summed step times, the
+    FLOPs equal the model formula, every recompute/activation-dtype setting runs and
+    gives the same first loss (the forward does not depend on them), and the planned
+    bytes shrink from none to full;
+  * gemm: the GEMM-only step's FLOPs equal 6 x tokens x the GEMM weights;
+  * bad options exit 2 with the option named.
+"""
+import json
+import re
+import subprocess
+import sys
+
+CTRAIN = sys.argv[1]
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("PASS: " if ok else "FAIL: ") + what)
+    if not ok:
+        failures += 1
+
+
+def run(*args, rc=0):
+    p = subprocess.run([CTRAIN, "bench", *args], capture_output=True, text=True, timeout=300)
+    if p.returncode != rc:
+        print("command: ctrain bench", " ".join(args))
+        print(p.stdout[-2000:], p.stderr[-2000:])
+    check(p.returncode == rc, "ctrain bench %s exits %d" % (" ".join(args), rc))
+    return p
+
+
+TINY = ["--preset", "gpt2-tiny", "--batch", "2", "--seq", "16", "--threads", "2"]
+L, C, V, NH = 2, 16, 64, 2  # gpt2-tiny
+F = 4 * C
+
+p = run("peak", "--peak-n", "256", "--reps", "2", "--threads", "2", "--json")
+peak = json.loads(p.stdout)
+for k in ("gemm_peak_gflops", "fma_peak_gflops", "theoretical_gflops", "membw_gbps"):
+    check(peak.get(k, 0) > 0, "peak reports %s > 0 (%s)" % (k, peak.get(k)))
+
+p = run("kernels", *TINY, "--json")
+ker = json.loads(p.stdout)
+names = [it["name"] for it in ker["items"]]
+want = ["gemm.%s.%s" % (l, s) for l in ("qkv", "attn_proj", "fc", "fc_proj", "head")
+        for s in ("fwd", "bwd_input", "bwd_weight")]
+want += ["attention.fwd", "attention.bwd", "layernorm.fwd", "layernorm.bwd", "residual.fwd",
+         "residual.bwd", "gelu.fwd", "gelu.bwd", "encoder.fwd", "encoder.bwd", "crossentropy",
+         "adamw", "sumsq"]
+check(sorted(names) == sorted(want), "kernels lists each kernel once: %s" % names)
+check(all(it["seconds"] > 0 and it["roofline_s"] > 0 for it in ker["items"]),
+      "every kernel has a positive time and roofline time")
+ok = True
+for it in ker["items"]:
+    if it["name"].startswith("gemm."):
+        m = re.match(r"M=(\d+) N=(\d+) K=(\d+)", it["shape"])
+        M, N, K = map(int, m.groups())
+        ok &= abs(it["flops"] - 2.0 * M * N * K) < 1e-6 * it["flops"]
+check(ok, "each GEMM's FLOPs are 2MNK of its shape")
+qkv = [it for it in ker["items"] if it["name"] == "gemm.qkv.fwd"][0]
+check(qkv["shape"] == "M=32 N=%d K=%d" % (3 * C, C), "qkv forward shape is N x 3C x C")
+
+p = run("kernels", *TINY, "--filter", "attention", "--json")
+check([it["name"] for it in json.loads(p.stdout)["items"]] == ["attention.fwd", "attention.bwd"],
+      "--filter keeps only the matching kernels")
+p = run("kernels", *TINY, "--filter", "gelu", "--table", "ref", "--json")
+check(json.loads(p.stdout)["table"] == "ref", "--table ref measures the ref table")
+
+Bt, Tt = 2, 16
+N = Bt * Tt
+gemm_w = L * (3 * C * C + C * C + 2 * C * F) + V * C
+model_flops = 6.0 * N * gemm_w + 12.0 * L * C * (Tt * (Tt + 1) / 2) * Bt
+first_losses, planned = {}, {}
+for rc in ("none", "light", "full"):
+    for dt in ("fp32", "bf16"):
+        p = run("step", *TINY, "--steps", "3", "--warmup", "1", "--recompute", rc,
+                "--activation-dtype", dt, "--json")
+        st = json.loads(p.stdout)
+        first_losses[(rc, dt)] = st["loss"][0]
+        planned[(rc, dt)] = st["planned_bytes"]
+        if rc == "none" and dt == "fp32":
+            total = sum(st["step_s"])
+            split = sum(st["split_s"].values()) * len(st["step_s"])
+            check(len(st["step_s"]) == 3 and all(s > 0 for s in st["step_s"]),
+                  "step: three positive step times")
+            check(abs(split - total) <= 0.02 * total + 1e-4,
+                  "step: split (%.6f s) adds up to the steps (%.6f s)" % (split, total))
+            check(abs(st["flops_per_step"] - model_flops) < 1e-6 * model_flops,
+                  "step: FLOPs per step follow the model formula")
+            check(st["split_s"]["matmul_fwd"] > 0 and st["split_s"]["attention_bwd"] > 0 and
+                  st["split_s"]["adamw"] > 0, "step: GEMM, attention and AdamW are timed")
+            check(st["peak_rss_bytes"] > 0 and st["median_s"] > 0, "step: RSS and median")
+base = first_losses[("none", "fp32")]
+check(all(abs(v - base) <= 1e-6 * abs(base) for v in first_losses.values()),
+      "step: the first loss is the same for every recompute / dtype: %s" % first_losses)
+check(planned[("none", "fp32")] > planned[("light", "fp32")] > planned[("full", "fp32")],
+      "step: the plan shrinks none > light > full")
+check(planned[("none", "fp32")] > planned[("none", "bf16")], "step: bf16 storage plans less")
+
+p = run("gemm", *TINY, "--reps", "2", "--json")
+g = json.loads(p.stdout)
+check(abs(g["flops"] - 6.0 * N * gemm_w) < 1e-6 * g["flops"],
+      "gemm: FLOPs are 6 x tokens x the GEMM weights")
+check(len(g["runs_s"]) == 2 and g["gemm_s_min"] <= g["gemm_s"] <= g["gemm_s_max"],
+      "gemm: median within min..max")
+
+for args, word in ((["bogus"], "bogus"), (["step", "--batch", "0"], "--batch"),
+                   (["step", "--recompute", "most"], "recompute"),
+                   (["kernels", "--table", "gpu"], "--table"),
+                   (["kernels", "--attention-tiles", "64x999"], "--attention-tiles"),
+                   (["step", "--preset", "gpt9"], "gpt9"),
+                   (["step", "--preset", "gpt2-tiny", "--seq", "33"], "--seq")):
+    p = run(*args, rc=2)
+    check(word in p.stderr, "bad option names %s: %s" % (word, p.stderr.strip()[:120]))
+
+print("%d failure(s)" % failures)
+sys.exit(1 if failures else 0)
