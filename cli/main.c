@@ -31,6 +31,9 @@ static void usage(FILE *f) {
             "          token shard (a learnable bigram stream, for tests)\n"
             "  tokenize --tokenizer DIR [--allow-special] [--decode]   text on stdin to GPT-2\n"
             "          token ids on stdout (or ids back to text)\n"
+            "  bench   [peak|kernels|step|gemm] [--preset P] [--batch B] [--seq T] [--json]\n"
+            "          benchmarks on this machine: roofs, every kernel against its roofline,\n"
+            "          training steps split by kernel, the step's GEMM-only time\n"
             "  version print the version\n"
             "\n"
             "`ctrain train --print-config` lists every configuration key with its default.\n",
@@ -71,6 +74,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "prepare")) return cmd_prepare(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("ctrain %s\n", ct_version());
         return 0;

@@ -103,13 +103,18 @@ typedef enum ct_backend {
 typedef struct ct_ctx_params {
     int n_threads;      /* 0: all available cores */
     ct_backend backend; /* kernel table to use */
+    bool pin_threads;   /* pin OpenMP (and so BLAS) threads to cores, one each;
+                           default on when there are no more threads than cores */
 } ct_ctx_params;
 CT_API ct_ctx_params ct_ctx_params_default(void);
 
 typedef struct ct_ctx ct_ctx; /* opaque: kernels, threads, allocator stats */
 
 /* Create a context. Returns owned *out; release with ct_ctx_free.
- * Sets the OpenMP and BLAS thread counts to params->n_threads. */
+ * Sets the OpenMP and BLAS thread counts to params->n_threads (0: the CPUs
+ * this process may run on) and, with pin_threads, binds OpenMP thread i to the
+ * i-th allowed CPU. OpenBLAS's OpenMP build runs on the same threads, so one
+ * pool serves both and nothing oversubscribes the cores. */
 CT_API ct_status ct_ctx_init(ct_ctx **out, const ct_ctx_params *params);
 CT_API void ct_ctx_free(ct_ctx *ctx); /* NULL is fine */
 CT_API int ct_ctx_threads(const ct_ctx *ctx);

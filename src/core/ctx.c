@@ -4,8 +4,10 @@
  * the tagged allocation counters. Leaves out: a thread pool of our own (OpenMP
  * provides it).
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_SET */
 #include "core/ctx.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +42,33 @@ const char *ct_tag_str(ct_tag t) {
     return (t >= 0 && t < CT_TAG_COUNT) ? names[t] : "?";
 }
 
+#ifdef CT_USE_OPENMP
+/* Binds OpenMP thread i of an n-thread team to the i-th CPU of allowed. The
+ * team's threads persist between parallel regions (libgomp keeps its pool), so
+ * the binding holds for every later kernel and BLAS call. Best effort: a
+ * refused binding leaves that thread free. */
+static void pin_pool(const cpu_set_t *allowed, int n) {
+    int cpus[CPU_SETSIZE], k = 0;
+    for (int c = 0; c < CPU_SETSIZE && k < n; c++)
+        if (CPU_ISSET(c, allowed)) cpus[k++] = c;
+#pragma omp parallel num_threads(n)
+    {
+        int i = omp_get_thread_num();
+        if (i < k) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpus[i], &one);
+            (void)sched_setaffinity(0, sizeof one, &one);
+        }
+    }
+}
+#endif
+
 ct_ctx_params ct_ctx_params_default(void) {
     ct_ctx_params p = {0};
     p.n_threads = 0;
     p.backend = CT_BACKEND_CPU;
+    p.pin_threads = true;
     return p;
 }
 
@@ -55,15 +80,20 @@ ct_status ct_ctx_init(ct_ctx **out, const ct_ctx_params *params) {
         return CT_ERR(CT_ERR_ARG, "unknown backend %d", (int)p.backend);
     ct_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return CT_ERR(CT_ERR_OOM, "out of memory allocating the context");
-    int n = p.n_threads;
-    if (n == 0) {
+    cpu_set_t allowed;
+    int n_allowed = 0;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) n_allowed = CPU_COUNT(&allowed);
+    if (n_allowed < 1) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        n = cores > 0 ? (int)cores : 1;
+        n_allowed = cores > 0 ? (int)cores : 1;
+        p.pin_threads = false;
     }
+    int n = p.n_threads ? p.n_threads : n_allowed;
     ctx->n_threads = n;
     ctx->kernels = p.backend == CT_BACKEND_REF ? &ct_kernels_ref : &ct_kernels_cpu;
 #ifdef CT_USE_OPENMP
     omp_set_num_threads(n);
+    if (p.pin_threads && n <= n_allowed) pin_pool(&allowed, n);
 #endif
     openblas_set_num_threads(n);
     *out = ctx;
@@ -75,6 +105,8 @@ void ct_ctx_free(ct_ctx *ctx) { free(ctx); }
 int ct_ctx_threads(const ct_ctx *ctx) { return ctx->n_threads; }
 
 const ct_kernels *ct_ctx_kernels(const ct_ctx *ctx) { return ctx->kernels; }
+
+void ct_ctx_set_kernels(ct_ctx *ctx, const ct_kernels *k) { ctx->kernels = k; }
 
 void ct_ctx_memstats(const ct_ctx *ctx, ct_memstats *out) {
     for (int t = 0; t < CT_TAG_COUNT; t++) {

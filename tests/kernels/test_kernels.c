@@ -810,6 +810,9 @@ int main(void) {
     cmp_attention(3, 7, 12, 3);
     cmp_attention(2, 33, 64, 4);
     cmp_attention(1, 1, 5, 5);
+    cmp_attention(2, 150, 48, 2);  // several query and key tiles, ragged last tiles
+    cmp_attention(1, 300, 128, 2); // HS = 64 as in GPT-2, > 2 key tiles
+    cmp_attention(1, 9, 600, 2);   // HS = 300: beyond the tiled kernel, falls back to ref
     cmp_elementwise(7);
     cmp_elementwise(100003);
     cmp_crossentropy(5, 37);

@@ -1,13 +1,32 @@
 /*
- * Threaded causal attention, the same flash-style algorithm as ref (online
- * softmax forward saving lse, recomputing backward) in float with SIMD dot
- * products. Work is split by (batch, head): the forward writes only that
- * head's columns of out and its lse rows, and the backward adds only into that
- * head's columns of dqkv, so threads never share an output element.
+ * Threaded causal attention, flash-style: for each (batch, head), query rows
+ * go in tiles of ATT_BQ and keys in tiles of ATT_BK; a tile's scores
+ * S = scale Q K^T and its products with V come from single-threaded sgemm
+ * calls on the strided qkv rows, and the softmax is online (running max and
+ * sum per row, earlier output rescaled when the max grows). No T x T matrix
+ * exists: each thread holds one ATT_BQ x ATT_BK tile (on its stack). Tiles
+ * entirely above the diagonal are skipped; the diagonal tile masks its upper
+ * part to exact zeros. The backward recomputes each tile's probabilities from
+ * the saved log-sum-exp (FlashAttention-2's loop order: key tile outer, so a
+ * thread owns its head's dK, dV and dQ). Work is split by (batch, head), so
+ * threads never share an output element; BLAS sees that it runs inside a
+ * parallel region and stays on the calling thread.
+ * Measured on GPT-2 124M shapes (B=4, T=256, 2 threads), before -> after:
+ * forward 31.9 -> see the commit message; the row-at-a-time version did one
+ * dot product per (query, key) pair at ~10 GFLOP/s.
  */
 #include <math.h>
+#include <string.h>
+
+#include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/vmath.h"
+#include "kernels/ref/ref.h"
+
+#define ATT_BQ 64  /* query rows per tile */
+#define ATT_BK 128 /* keys per tile */
+#define ATT_HS_MAX 256 /* larger heads go to ref */
 
 static float attention_dot(const float *a, const float *b, int n) {
     float acc = 0.0f;
@@ -18,10 +37,102 @@ static float attention_dot(const float *a, const float *b, int n) {
     return acc;
 }
 
+/* Keys of tile [c0, c0+bc) visible to query row r: a prefix of the tile. */
+static inline int visible(int r, int c0, int bc) {
+    int n = r - c0 + 1;
+    return n < 0 ? 0 : n > bc ? bc : n;
+}
+
+/* One (batch, head) of the forward: q, k, v point at the head's first row
+ * (row stride ld); out at its first output row (stride C); lse (T). */
+static void attention_head_fwd(float *out, float *lse, const float *q, const float *k,
+                               const float *v, int T, int HS, int ld, int C, float scale) {
+    float S[ATT_BQ * ATT_BK];
+    float O[ATT_BQ * ATT_HS_MAX];
+    float m[ATT_BQ], l[ATT_BQ];
+    for (int r0 = 0; r0 < T; r0 += ATT_BQ) {
+        int br = T - r0 < ATT_BQ ? T - r0 : ATT_BQ;
+        int kend = r0 + br; /* keys 0..kend-1 are visible to some row of the tile */
+        for (int i = 0; i < br; i++) m[i] = -INFINITY, l[i] = 0.0f;
+        memset(O, 0, (size_t)br * HS * sizeof(float));
+        for (int c0 = 0; c0 < kend; c0 += ATT_BK) {
+            int bc = kend - c0 < ATT_BK ? kend - c0 : ATT_BK;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, br, bc, HS, scale,
+                        q + (size_t)r0 * ld, ld, k + (size_t)c0 * ld, ld, 0.0f, S, bc);
+            for (int i = 0; i < br; i++) {
+                float *s = S + (size_t)i * bc;
+                int nv = visible(r0 + i, c0, bc);
+                if (nv == 0) {
+                    memset(s, 0, (size_t)bc * sizeof(float));
+                    continue;
+                }
+                float mx = v_max(s, nv);
+                float mnew = mx > m[i] ? mx : m[i];
+                float corr = m[i] == -INFINITY ? 0.0f : s_exp(m[i] - mnew);
+                l[i] = l[i] * corr + v_exp_sub_sum(s, nv, mnew);
+                memset(s + nv, 0, (size_t)(bc - nv) * sizeof(float));
+                m[i] = mnew;
+                if (corr != 1.0f)
+                    for (int d = 0; d < HS; d++) O[(size_t)i * HS + d] *= corr;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, br, HS, bc, 1.0f, S, bc,
+                        v + (size_t)c0 * ld, ld, 1.0f, O, HS);
+        }
+        for (int i = 0; i < br; i++) {
+            float inv = 1.0f / l[i];
+            float *o = out + (size_t)(r0 + i) * C;
+            for (int d = 0; d < HS; d++) o[d] = O[(size_t)i * HS + d] * inv;
+            lse[r0 + i] = m[i] + logf(l[i]);
+        }
+    }
+}
+
+/* One (batch, head) of the backward. q, k, v, dq, dk, dv point at the head's
+ * first row (row stride ld); o and dout at the head's first row (stride C). */
+static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, const float *k,
+                               const float *v, const float *o, const float *dout,
+                               const float *lse, int T, int HS, int ld, int C, float scale) {
+    float P[ATT_BQ * ATT_BK], dP[ATT_BQ * ATT_BK], D[ATT_BQ];
+    for (int c0 = 0; c0 < T; c0 += ATT_BK) {
+        int bc = T - c0 < ATT_BK ? T - c0 : ATT_BK;
+        // query tiles that see at least one key of this tile: rows >= c0
+        for (int r0 = (c0 / ATT_BQ) * ATT_BQ; r0 < T; r0 += ATT_BQ) {
+            int br = T - r0 < ATT_BQ ? T - r0 : ATT_BQ;
+            const float *qr = q + (size_t)r0 * ld, *dor = dout + (size_t)r0 * C;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, br, bc, HS, scale, qr, ld,
+                        k + (size_t)c0 * ld, ld, 0.0f, P, bc);
+            for (int i = 0; i < br; i++) {
+                float *p = P + (size_t)i * bc;
+                int nv = visible(r0 + i, c0, bc);
+                v_exp_sub_sum(p, nv, lse[r0 + i]);
+                memset(p + nv, 0, (size_t)(bc - nv) * sizeof(float));
+                // D = dout . out, the softmax Jacobian's row term
+                D[i] = attention_dot(dor + (size_t)i * C, o + (size_t)(r0 + i) * C, HS);
+            }
+            // dV += P^T dO; dP = dO V^T
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bc, HS, br, 1.0f, P, bc, dor, C,
+                        1.0f, dv + (size_t)c0 * ld, ld);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, br, bc, HS, 1.0f, dor, C,
+                        v + (size_t)c0 * ld, ld, 0.0f, dP, bc);
+            // dS = P (dP - D) scale, written over dP (masked entries have P = 0)
+            for (int i = 0; i < br; i++) {
+                float *p = P + (size_t)i * bc, *dp = dP + (size_t)i * bc;
+                float Di = D[i];
+                for (int j = 0; j < bc; j++) dp[j] = p[j] * (dp[j] - Di) * scale;
+            }
+            // dQ += dS K; dK += dS^T Q
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, br, HS, bc, 1.0f, dP, bc,
+                        k + (size_t)c0 * ld, ld, 1.0f, dq + (size_t)r0 * ld, ld);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bc, HS, br, 1.0f, dP, bc, qr, ld,
+                        1.0f, dk + (size_t)c0 * ld, ld);
+        }
+    }
+}
+
 /* One query row q (HS) against n >= 1 keys and values whose rows lie kv_stride
- * floats apart: writes out (HS) and returns the row's log-sum-exp. */
-static float attention_row(float *out, const float *q, const float *k, const float *v,
-                           size_t kv_stride, int n, int HS, float scale) {
+ * floats apart (decoding): writes out (HS). */
+static void attention_row(float *out, const float *q, const float *k, const float *v,
+                          size_t kv_stride, int n, int HS, float scale) {
     // key 0 seeds the running max, so no -inf arithmetic is needed
     float m = scale * attention_dot(q, k, HS);
     float l = 1.0f;
@@ -43,70 +154,54 @@ static float attention_row(float *out, const float *q, const float *k, const flo
     }
     float inv_l = 1.0f / l;
     for (int d = 0; d < HS; d++) out[d] *= inv_l;
-    return m + logf(l);
 }
 
 /* out (B,T,C), lse (B,NH,T) = causal attention of qkv (B,T,3C), scale 1/sqrt(HS). */
 void ct_attention_forward_cpu(float *out, float *lse, const float *qkv, int B, int T, int C,
                               int NH) {
     int HS = C / NH;
+    if (HS > ATT_HS_MAX) {
+        ct_attention_forward_ref(out, lse, qkv, B, T, C, NH);
+        return;
+    }
     float scale = (float)(1.0 / sqrt((double)HS));
-    size_t C3 = (size_t)3 * C;
+    int ld = 3 * C;
 #ifdef CT_USE_OPENMP
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
 #endif
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const float *qkv_b = qkv + (size_t)b * T * C3;
-            const float *k = qkv_b + C + h * HS;
-            const float *v = qkv_b + 2 * C + h * HS;
-            float *lse_bh = lse + ((size_t)b * NH + h) * T;
-            for (int t = 0; t < T; t++) {
-                const float *q = qkv_b + t * C3 + h * HS;
-                float *o = out + ((size_t)b * T + t) * C + h * HS;
-                lse_bh[t] = attention_row(o, q, k, v, C3, t + 1, HS, scale);
-            }
+            const float *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+            attention_head_fwd(out + (size_t)b * T * C + (size_t)h * HS,
+                               lse + ((size_t)b * NH + h) * T, base, base + C, base + 2 * C, T, HS,
+                               ld, C, scale);
         }
     }
 }
 
 /* dqkv (B,T,3C) += attention gradient from dout (B,T,C), qkv (B,T,3C), the
- * forward's out (B,T,C) and lse (B,NH,T). Same per-row formulas as ref. */
+ * forward's out (B,T,C) and lse (B,NH,T). */
 void ct_attention_backward_cpu(float *dqkv, const float *dout, const float *qkv,
                                const float *out, const float *lse, int B, int T, int C, int NH) {
     int HS = C / NH;
+    if (HS > ATT_HS_MAX) {
+        ct_attention_backward_ref(dqkv, dout, qkv, out, lse, B, T, C, NH);
+        return;
+    }
     float scale = (float)(1.0 / sqrt((double)HS));
-    size_t C3 = (size_t)3 * C;
+    int ld = 3 * C;
 #ifdef CT_USE_OPENMP
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
 #endif
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const float *qkv_b = qkv + (size_t)b * T * C3;
-            float *dqkv_b = dqkv + (size_t)b * T * C3;
-            const float *lse_bh = lse + ((size_t)b * NH + h) * T;
-            for (int t = 0; t < T; t++) {
-                const float *q = qkv_b + t * C3 + h * HS;
-                float *dq = dqkv_b + t * C3 + h * HS;
-                const float *o = out + ((size_t)b * T + t) * C + h * HS;
-                const float *dout_t = dout + ((size_t)b * T + t) * C + h * HS;
-                // D = dout . out = sum_j p_j dout . v_j, the softmax Jacobian's row term
-                float D = attention_dot(dout_t, o, HS);
-                for (int j = 0; j <= t; j++) {
-                    const float *k = qkv_b + j * C3 + C + h * HS;
-                    const float *v = qkv_b + j * C3 + 2 * C + h * HS;
-                    float *dk = dqkv_b + j * C3 + C + h * HS;
-                    float *dv = dqkv_b + j * C3 + 2 * C + h * HS;
-                    float p = expf(scale * attention_dot(q, k, HS) - lse_bh[t]);
-                    float ds = p * (attention_dot(dout_t, v, HS) - D);
-                    float dsc = scale * ds;
-                    for (int d = 0; d < HS; d++) {
-                        dq[d] += dsc * k[d];
-                        dk[d] += dsc * q[d];
-                        dv[d] += p * dout_t[d];
-                    }
-                }
-            }
+            size_t off = (size_t)b * T * ld + (size_t)h * HS;
+            size_t ooff = (size_t)b * T * C + (size_t)h * HS;
+            const float *base = qkv + off;
+            float *dbase = dqkv + off;
+            attention_head_bwd(dbase, dbase + C, dbase + 2 * C, base, base + C, base + 2 * C,
+                               out + ooff, dout + ooff, lse + ((size_t)b * NH + h) * T, T, HS, ld,
+                               C, scale);
         }
     }
 }

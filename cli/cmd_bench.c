@@ -1,0 +1,256 @@
+/*
+ * `ctrain bench [peak|kernels|step|gemm]`: the engine's benchmarks on this
+ * machine (src/perf/bench.h). With no subcommand it runs the roofs, the
+ * kernel suite and the end-to-end step. Human-readable tables by default, one
+ * JSON object per subcommand with --json. Benchmarks, not tests: the machine's
+ * load moves absolute times; compare ratios within one run.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "core/ctx.h"
+#include "ctrain/model.h"
+#include "perf/bench.h"
+
+typedef struct bench_args {
+    const char *sub, *preset, *filter, *table;
+    long long B, T, threads, warmup, steps, reps, peak_n;
+    bool json;
+} bench_args;
+
+static int bench_long(const char *opt, const char *s, long long lo, long long hi,
+                      long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return cli_usage_error("bench", "%s = '%s': expected an integer in %lld..%lld", opt, s,
+                               lo, hi);
+    *out = v;
+    return 0;
+}
+
+static void bench_usage(void) {
+    printf("usage: ctrain bench [peak|kernels|step|gemm] [options]\n"
+           "  peak     sustained sgemm GFLOP/s, register-only FMA ceiling, memory bandwidth\n"
+           "  kernels  every kernel at the model's training shapes against its roofline\n"
+           "  step     end-to-end training steps (forward, backward, AdamW), split by kernel\n"
+           "  gemm     the GEMM-only time of one training step (the step's own sgemm shapes)\n"
+           "  (none)   peak, kernels and step\n"
+           "options:\n"
+           "  --preset NAME   model preset (default gpt2; see `ctrain train --print-config`)\n"
+           "  --batch B       micro-batch (default 4)\n"
+           "  --seq T         sequence length (default 64)\n"
+           "  --threads N     threads (default: all cores)\n"
+           "  --warmup W      untimed steps first (step; default 1)\n"
+           "  --steps S       timed steps (step; default 3)\n"
+           "  --reps R        repetitions (gemm, peak; default 3)\n"
+           "  --filter TEXT   kernels whose name contains TEXT\n"
+           "  --table cpu|ref kernel table to measure (default cpu)\n"
+           "  --json          one JSON object per benchmark on stdout\n");
+}
+
+static int bench_parse(int argc, char **argv, bench_args *a) {
+    *a = (bench_args){NULL, "gpt2", NULL, "cpu", 4, 64, 0, 1, 3, 3, 2048, false};
+    int i = 0;
+    if (argc > 0 && argv[0][0] != '-') a->sub = argv[i++];
+    if (a->sub && strcmp(a->sub, "peak") && strcmp(a->sub, "kernels") && strcmp(a->sub, "step") &&
+        strcmp(a->sub, "gemm"))
+        return cli_usage_error("bench", "unknown benchmark '%s': expected peak, kernels, step or "
+                               "gemm", a->sub);
+    for (; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            bench_usage();
+            return 1;
+        }
+        if (!strcmp(o, "--json")) {
+            a->json = true;
+            continue;
+        }
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) return cli_usage_error("bench", "option '%s' needs a value", o);
+        i++;
+        int rc = 0;
+        if (!strcmp(o, "--preset")) a->preset = v;
+        else if (!strcmp(o, "--filter")) a->filter = v;
+        else if (!strcmp(o, "--table")) {
+            if (strcmp(v, "cpu") && strcmp(v, "ref"))
+                return cli_usage_error("bench", "--table = '%s': expected cpu or ref", v);
+            a->table = v;
+        } else if (!strcmp(o, "--batch")) rc = bench_long(o, v, 1, 1 << 16, &a->B);
+        else if (!strcmp(o, "--seq")) rc = bench_long(o, v, 1, 1 << 20, &a->T);
+        else if (!strcmp(o, "--threads")) rc = bench_long(o, v, 0, 4096, &a->threads);
+        else if (!strcmp(o, "--warmup")) rc = bench_long(o, v, 0, 1000, &a->warmup);
+        else if (!strcmp(o, "--steps")) rc = bench_long(o, v, 1, CT_BENCH_MAX_STEPS, &a->steps);
+        else if (!strcmp(o, "--reps")) rc = bench_long(o, v, 1, 64, &a->reps);
+        else if (!strcmp(o, "--peak-n")) rc = bench_long(o, v, 64, 8192, &a->peak_n);
+        else return cli_usage_error("bench", "unknown option '%s'", o);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+typedef struct roofs {
+    double gemm, fma, theo, mhz, bw;
+} roofs;
+
+static int run_peak(ct_ctx *ctx, const bench_args *a, roofs *r, bool print) {
+    if (ct_bench_gemm_peak(ctx, (int)a->peak_n, (int)a->reps, &r->gemm)) return cli_fail("bench");
+    r->fma = ct_bench_fma_peak(ctx);
+    r->theo = ct_bench_theoretical_gflops(ct_ctx_threads(ctx), &r->mhz);
+    if (ct_bench_membw(ctx, 128, (int)a->reps, &r->bw)) return cli_fail("bench");
+    if (!print) return 0;
+    if (a->json)
+        printf("{\"bench\": \"peak\", \"threads\": %d, \"gemm_peak_gflops\": %.2f, "
+               "\"fma_peak_gflops\": %.2f, \"theoretical_gflops\": %.2f, \"nominal_mhz\": %.0f, "
+               "\"membw_gbps\": %.2f, \"gemm_shape\": [%lld, %lld, %lld]}\n",
+               ct_ctx_threads(ctx), r->gemm, r->fma, r->theo, r->mhz, r->bw, a->peak_n, a->peak_n,
+               a->peak_n);
+    else
+        printf("roofs (%d threads): sgemm %lldx%lldx%lld %.1f GFLOP/s | register FMA ceiling "
+               "%.1f GFLOP/s | theoretical %.1f GFLOP/s at %.0f MHz | triad bandwidth %.1f GB/s\n",
+               ct_ctx_threads(ctx), a->peak_n, a->peak_n, a->peak_n, r->gemm, r->fma, r->theo,
+               r->mhz, r->bw);
+    return 0;
+}
+
+typedef struct item_out {
+    bool json;
+    int n;
+} item_out;
+
+static void print_item(const ct_bench_item *it, void *user) {
+    item_out *o = user;
+    double rate = it->flops > 0 ? it->flops / it->seconds / 1e9 : it->bytes / it->seconds / 1e9;
+    const char *unit = it->flops > 0 ? "GFLOP/s" : "GB/s";
+    double eff = it->roof_s / it->seconds;
+    if (o->json)
+        printf("%s{\"name\": \"%s\", \"shape\": \"%s\", \"seconds\": %.6e, \"flops\": %.6e, "
+               "\"bytes\": %.6e, \"rate\": %.3f, \"unit\": \"%s\", \"roofline_s\": %.6e, "
+               "\"of_roofline\": %.4f}",
+               o->n ? ", " : "", it->name, it->shape, it->seconds, it->flops, it->bytes, rate, unit,
+               it->roof_s, eff);
+    else
+        printf("  %-24s %-22s %10.3f ms %9.1f %-7s %5.1f%% of roofline\n", it->name, it->shape,
+               it->seconds * 1e3, rate, unit, 100.0 * eff);
+    fflush(stdout);
+    o->n++;
+}
+
+static int run_kernels(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc,
+                       const roofs *r) {
+    item_out o = {a->json, 0};
+    if (a->json)
+        printf("{\"bench\": \"kernels\", \"table\": \"%s\", \"preset\": \"%s\", \"B\": %lld, "
+               "\"T\": %lld, \"threads\": %d, \"gemm_peak_gflops\": %.2f, \"membw_gbps\": %.2f, "
+               "\"items\": [",
+               a->table, a->preset, a->B, a->T, ct_ctx_threads(ctx), r->gemm, r->bw);
+    else
+        printf("kernels (%s table, %s, B=%lld T=%lld); roofline = max(FLOPs / sgemm peak, "
+               "bytes / triad bandwidth)\n",
+               a->table, a->preset, a->B, a->T);
+    if (ct_bench_kernels(ctx, mc, (int)a->B, (int)a->T, r->gemm, r->bw, a->filter, print_item,
+                         &o)) {
+        if (a->json) printf("]}\n");
+        return cli_fail("bench");
+    }
+    if (a->json) printf("]}\n");
+    return 0;
+}
+
+static int run_gemm(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc) {
+    double t[64], flops = 0;
+    if (ct_bench_gemm_step(ctx, mc, (int)a->B, (int)a->T, (int)a->reps, t, &flops))
+        return cli_fail("bench");
+    double med = ct_bench_median(t, (int)a->reps), lo = t[0], hi = t[0];
+    for (int i = 1; i < a->reps; i++) lo = t[i] < lo ? t[i] : lo, hi = t[i] > hi ? t[i] : hi;
+    if (a->json) {
+        printf("{\"bench\": \"gemm\", \"preset\": \"%s\", \"B\": %lld, \"T\": %lld, "
+               "\"threads\": %d, \"gemm_s\": %.6f, \"gemm_s_min\": %.6f, \"gemm_s_max\": %.6f, "
+               "\"runs_s\": [",
+               a->preset, a->B, a->T, ct_ctx_threads(ctx), med, lo, hi);
+        for (int i = 0; i < a->reps; i++) printf("%s%.6f", i ? ", " : "", t[i]);
+        printf("], \"flops\": %.6e, \"gflops\": %.3f}\n", flops, flops / med / 1e9);
+    } else {
+        printf("GEMM-only step (%s, B=%lld T=%lld): median %.3f s (min %.3f, max %.3f), "
+               "%.1f GFLOP/s, %.0f tok/s\n",
+               a->preset, a->B, a->T, med, lo, hi, flops / med / 1e9, a->B * a->T / med);
+    }
+    return 0;
+}
+
+static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc) {
+    ct_bench_step_opts o = {(int)a->B, (int)a->T, (int)a->warmup, (int)a->steps, 0, 0};
+    ct_bench_step_result *r = malloc(sizeof *r);
+    if (!r) return cli_usage_error("bench", "out of memory");
+    if (ct_bench_step(ctx, mc, &o, r)) {
+        free(r);
+        return cli_fail("bench");
+    }
+    double lo = r->step_s[0], hi = r->step_s[0];
+    for (int i = 1; i < r->steps; i++)
+        lo = r->step_s[i] < lo ? r->step_s[i] : lo, hi = r->step_s[i] > hi ? r->step_s[i] : hi;
+    double tps = (double)a->B * a->T / r->median_s;
+    if (a->json) {
+        printf("{\"bench\": \"step\", \"impl\": \"ctrain\", \"preset\": \"%s\", \"B\": %lld, "
+               "\"T\": %lld, \"threads\": %d, \"step_s\": [",
+               a->preset, a->B, a->T, ct_ctx_threads(ctx));
+        for (int i = 0; i < r->steps; i++) printf("%s%.6f", i ? ", " : "", r->step_s[i]);
+        printf("], \"loss\": [");
+        for (int i = 0; i < r->steps; i++) printf("%s%.6f", i ? ", " : "", (double)r->loss[i]);
+        printf("], \"median_s\": %.6f, \"tokens_per_s\": %.3f, \"flops_per_step\": %.6e, "
+               "\"gflops\": %.3f, \"peak_rss_bytes\": %zu, \"planned_bytes\": %zu, \"split_s\": {",
+               r->median_s, tps, r->flops, r->flops / r->median_s / 1e9, r->peak_rss,
+               r->planned_bytes);
+        for (int k = 0; k < CT_KP_COUNT; k++)
+            printf("\"%s\": %.6f, ", ct_kprof_name((ct_kprof_kind)k),
+                   r->split.seconds[k] / r->steps);
+        printf("\"untimed_glue\": %.6f}}\n", r->other_s / r->steps);
+    } else {
+        printf("training step (%s, B=%lld T=%lld, %d threads): median %.3f s (min %.3f, max %.3f)"
+               ", %.0f tok/s, %.1f GFLOP/s, peak RSS %.2f GB (plan %.2f GB)\n",
+               a->preset, a->B, a->T, ct_ctx_threads(ctx), r->median_s, lo, hi, tps,
+               r->flops / r->median_s / 1e9, r->peak_rss / 1e9, r->planned_bytes / 1e9);
+        double total = 0;
+        for (int i = 0; i < r->steps; i++) total += r->step_s[i];
+        for (int k = 0; k < CT_KP_COUNT; k++) {
+            if (!r->split.calls[k]) continue;
+            printf("  %-14s %9.1f ms/step %5.1f%%\n", ct_kprof_name((ct_kprof_kind)k),
+                   r->split.seconds[k] / r->steps * 1e3, 100.0 * r->split.seconds[k] / total);
+        }
+        printf("  %-14s %9.1f ms/step %5.1f%%\n", "untimed glue", r->other_s / r->steps * 1e3,
+               100.0 * r->other_s / total);
+    }
+    free(r);
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_args a;
+    int rc = bench_parse(argc, argv, &a);
+    if (rc) return rc == 1 ? 0 : rc;
+    ct_model_config mc;
+    if (ct_model_config_preset(&mc, a.preset)) return cli_fail("bench");
+    if (a.T > mc.n_ctx)
+        return cli_usage_error("bench", "--seq %lld exceeds the context of %s (%d)", a.T, a.preset,
+                               mc.n_ctx);
+    ct_ctx_params cp = ct_ctx_params_default();
+    cp.n_threads = (int)a.threads;
+    cp.backend = !strcmp(a.table, "ref") ? CT_BACKEND_REF : CT_BACKEND_CPU;
+    ct_ctx *ctx;
+    if (ct_ctx_init(&ctx, &cp)) return cli_fail("bench");
+    roofs r = {0};
+    const char *s = a.sub;
+    if (!s || !strcmp(s, "peak")) rc = run_peak(ctx, &a, &r, true);
+    else if (!strcmp(s, "kernels")) rc = run_peak(ctx, &a, &r, !a.json);
+    if (!rc && (!s || !strcmp(s, "kernels"))) rc = run_kernels(ctx, &a, &mc, &r);
+    if (!rc && s && !strcmp(s, "gemm")) rc = run_gemm(ctx, &a, &mc);
+    if (!rc && (!s || !strcmp(s, "step"))) rc = run_step(ctx, &a, &mc);
+    ct_ctx_free(ctx);
+    return rc;
+}

@@ -1,0 +1,214 @@
+/*
+ * Engine benchmarks: roofs (GEMM peak, FMA ceiling, bandwidth), the kernel
+ * suite at GPT-2 shapes, the GEMM-only step and end-to-end steps. See bench.h.
+ */
+#include "perf/bench.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include <cblas.h>
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+#ifdef CT_USE_OPENMP
+#include <omp.h>
+#endif
+
+#include "core/ctx.h"
+#include "ctrain/train.h"
+
+/* ------------------------------------------------------------- helpers */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double ct_bench_median(const double *v, int n) {
+    double tmp[256];
+    if (n > 256) n = 256;
+    memcpy(tmp, v, (size_t)n * sizeof *v);
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
+    return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+}
+
+size_t ct_bench_peak_rss(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (size_t)ru.ru_maxrss * 1024;
+}
+
+static float *bench_alloc(size_t nfloats) {
+    void *p = NULL;
+    size_t bytes = (nfloats ? nfloats : 1) * sizeof(float);
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+    return p;
+}
+
+/* Small values of both signs, filled in parallel (also first-touches the pages
+ * on the threads that will use them). */
+static void bench_fill(float *x, size_t n, uint32_t seed) {
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for
+#endif
+    for (size_t i = 0; i < n; i++) {
+        uint32_t h = (uint32_t)i * 2654435761u + seed * 40503u;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        x[i] = ((float)(h & 0xffff) / 65536.0f - 0.5f) * 0.1f;
+    }
+}
+
+double ct_bench_step_flops(const ct_model_config *c, int B, int T) {
+    double N = (double)B * T, C = c->n_embd, F = c->n_ffn, V = c->vocab_size;
+    double per_layer = C * 3 * C + C * C + 2 * C * F; /* weights of the four linears */
+    double gemm = 6.0 * N * (c->n_layer * per_layer + V * C);
+    double attn = 12.0 * c->n_layer * C * ((double)T * (T + 1) / 2.0) * B;
+    return gemm + attn;
+}
+
+/* ----------------------------------------------------------------- roofs */
+
+ct_status ct_bench_gemm_peak(ct_ctx *ctx, int n, int reps, double *gflops) {
+    (void)ctx;
+    size_t nn = (size_t)n * n;
+    float *a = bench_alloc(nn), *b = bench_alloc(nn), *c = bench_alloc(nn);
+    if (!a || !b || !c) {
+        free(a), free(b), free(c);
+        return CT_ERR(CT_ERR_OOM, "out of memory for a %d x %d GEMM benchmark", n, n);
+    }
+    bench_fill(a, nn, 1), bench_fill(b, nn, 2), bench_fill(c, nn, 3);
+    double t[64];
+    if (reps > 64) reps = 64;
+    if (reps < 1) reps = 1;
+    for (int r = -1; r < reps; r++) {
+        double t0 = ct_time_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
+                    n);
+        if (r >= 0) t[r] = ct_time_s() - t0;
+    }
+    // the best run: a ceiling is what the library can reach, not what a busy moment allows
+    double best = t[0];
+    for (int r = 1; r < reps; r++) best = t[r] < best ? t[r] : best;
+    *gflops = 2.0 * n * (double)n * n / best / 1e9;
+    free(a), free(b), free(c);
+    return CT_OK;
+}
+
+/* Register-only multiply-adds: 12 independent chains hide the FMA latency.
+ * Returns the accumulators' sum, which the caller keeps so the loop stays. */
+#if defined(__AVX512F__)
+#define FMA_LANES 16
+static float fma_loop(long iters) {
+    __m512 acc[12], mul = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], mul, add);
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(acc[i]);
+    return s;
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+#define FMA_LANES 8
+static float fma_loop(long iters) {
+    __m256 acc[12], mul = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], mul, add);
+    float lanes[8], s = 0;
+    for (int i = 0; i < 12; i++) {
+        _mm256_storeu_ps(lanes, acc[i]);
+        for (int j = 0; j < 8; j++) s += lanes[j];
+    }
+    return s;
+}
+#else
+#define FMA_LANES 1
+static float fma_loop(long iters) {
+    float acc[12];
+    for (int i = 0; i < 12; i++) acc[i] = (float)i;
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < 12; i++) acc[i] = fmaf(acc[i], 0.999999f, 1e-7f);
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += acc[i];
+    return s;
+}
+#endif
+
+static volatile float fma_sink;
+
+double ct_bench_fma_peak(ct_ctx *ctx) {
+    int nt = ct_ctx_threads(ctx);
+    long iters = 20 * 1000 * 1000;
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        float sum = 0;
+        double t0 = ct_time_s();
+#ifdef CT_USE_OPENMP
+#pragma omp parallel num_threads(nt) reduction(+ : sum)
+#endif
+        sum += fma_loop(iters);
+        double dt = ct_time_s() - t0;
+        fma_sink = sum;
+        double flops = 2.0 * FMA_LANES * 12 * (double)iters * nt;
+        if (flops / dt > best) best = flops / dt;
+    }
+    return best / 1e9;
+}
+
+double ct_bench_theoretical_gflops(int threads, double *mhz_out) {
+    double mhz = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "cpu MHz", 7)) {
+                const char *colon = strchr(line, ':');
+                if (colon) mhz = atof(colon + 1);
+                break;
+            }
+        fclose(f);
+    }
+    if (mhz_out) *mhz_out = mhz;
+    int lanes = 1;
+#if defined(__x86_64__) || defined(__i386__)
+    if (__builtin_cpu_supports("avx512f")) lanes = 16;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) lanes = 8;
+    else lanes = 4; /* SSE: multiply and add, no FMA; counted as one 4-lane FMA pipe */
+#endif
+    // two FMA pipes per core (Haswell and Zen 2 onward), two FLOPs per FMA
+    return threads * (double)lanes * 2.0 * 2.0 * mhz / 1e3;
+}
+
+ct_status ct_bench_membw(ct_ctx *ctx, size_t mb, int reps, double *gbps) {
+    (void)ctx;
+    size_t n = mb * (1u << 20) / sizeof(float);
+    float *a = bench_alloc(n), *b = bench_alloc(n), *c = bench_alloc(n);
+    if (!a || !b || !c) {
+        free(a), free(b), free(c);
+        return CT_ERR(CT_ERR_OOM, "out of memory for a %zu MiB bandwidth benchmark", 3 * mb);
+    }
+    bench_fill(a, n, 1), bench_fill(b, n, 2), bench_fill(c, n, 3);
+    double t[64];
+    if (reps > 64) reps = 64;
+    if (reps < 1) reps = 1;
+    for (int r = -1; r < reps; r++) {
+        double t0 = ct_time_s();
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for simd
+#endif
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + 0.5f * c[i];
+        if (r >= 0) t[r] = ct_time_s() - t0;
+    }
+    double best = t[0];
+    for (int r = 1; r < reps; r++) best = t[r] < best ? t[r] : best;
+    *gbps = 3.0 * n * sizeof(float) / best / 1e9;
+    free(a), free(b), free(c);
+    return CT_OK;
+}

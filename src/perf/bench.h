@@ -1,0 +1,96 @@
+/*
+ * Benchmarks of the engine on its own shapes: the sustained GEMM peak and the
+ * memory bandwidth (the two roofs), every kernel at a GPT-2 shape against its
+ * roofline, the GEMM-only time of a training step (every sgemm the step makes,
+ * nothing else), and end-to-end training steps split by layer type. Results
+ * are plain structs; cli/cmd_bench.c prints them. Leaves out: baselines and
+ * regression comparison, multi-process runs.
+ */
+#ifndef CT_PERF_BENCH_H
+#define CT_PERF_BENCH_H
+
+#include <stddef.h>
+
+#include "ctrain/core.h"
+#include "ctrain/model.h"
+#include "perf/kprof.h"
+
+/* Model FLOPs of one training step (forward + backward) at batch (B,T): 6 per
+ * weight per token for every GEMM (the tied head included) plus causal
+ * attention's 12*L*C*T(T+1)/2 per sequence. Both sides of a comparison use
+ * this, so MFU figures are comparable. */
+double ct_bench_step_flops(const ct_model_config *cfg, int B, int T);
+
+/* Sustained single-precision GEMM rate: the best of reps runs of an n x n x n
+ * sgemm on all of ctx's threads. Writes GFLOP/s. CT_ERR_OOM. */
+ct_status ct_bench_gemm_peak(ct_ctx *ctx, int n, int reps, double *gflops);
+/* Register-only FMA loop on every thread: the boosted arithmetic ceiling of the
+ * cores, in GFLOP/s. */
+double ct_bench_fma_peak(ct_ctx *ctx);
+/* ISA lanes x 2 FMA pipes x 2 FLOPs x threads x the nominal clock (the "cpu MHz"
+ * of /proc/cpuinfo, written to *mhz when non-NULL; 0 when unknown), GFLOP/s.
+ * Boosting cores run above it; ct_bench_fma_peak measures what they reach. */
+double ct_bench_theoretical_gflops(int threads, double *mhz);
+/* Streaming triad bandwidth (GB/s, 1e9 bytes) over three arrays of `mb` MiB each,
+ * the best of reps. CT_ERR_OOM. */
+ct_status ct_bench_membw(ct_ctx *ctx, size_t mb, int reps, double *gbps);
+
+/* GEMM-only step: every sgemm of one GPT-2 training step at (B,T), in the
+ * step's order with the step's shapes and transposes, on distinct weights per
+ * layer. Runs it reps times; writes each run's seconds to times (reps) and the
+ * step's GEMM FLOPs to *flops. CT_ERR_OOM, CT_ERR_ARG on a bad shape. */
+ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int T, int reps,
+                             double *times, double *flops);
+
+/* One kernel measured at one shape. */
+typedef struct ct_bench_item {
+    char name[48];  /* "gemm.fc.bwd_weight", "attention.fwd", ... */
+    char shape[48]; /* "M=256 N=3072 K=768", "N=256 C=768", ... */
+    double seconds; /* median per call */
+    double flops;   /* per call (0 for memory-bound kernels) */
+    double bytes;   /* least memory traffic per call */
+    double roof_s;  /* roofline time: max(flops / gemm peak, bytes / bandwidth) */
+} ct_bench_item;
+
+typedef void (*ct_bench_item_fn)(const ct_bench_item *item, void *user);
+
+/* Runs every kernel of the context's table at the GPT-2 shapes of (cfg, B, T),
+ * calling fn after each. peak_gflops and gbps are the roofs. Kernels whose
+ * name does not contain filter (when non-NULL) are skipped. CT_ERR_OOM. */
+ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T,
+                           double peak_gflops, double gbps, const char *filter,
+                           ct_bench_item_fn fn, void *user);
+
+/* End-to-end training steps on random tokens: zero grads, forward+backward,
+ * AdamW. */
+typedef struct ct_bench_step_opts {
+    int B, T;
+    int warmup, steps; /* steps <= CT_BENCH_MAX_STEPS */
+    int recompute;     /* ct_model_opts-style policy, 0 = none */
+    int bf16_acts;     /* bf16 storage of saved activations */
+} ct_bench_step_opts;
+#define CT_BENCH_MAX_STEPS 64
+
+typedef struct ct_bench_step_result {
+    int steps;
+    double step_s[CT_BENCH_MAX_STEPS];
+    float loss[CT_BENCH_MAX_STEPS];
+    double median_s;
+    double flops;             /* ct_bench_step_flops */
+    ct_kprof_counts split;    /* per-kind seconds summed over the timed steps */
+    double other_s;           /* timed time outside any kernel (zeroing, glue) */
+    size_t peak_rss;          /* bytes, the process's high-water mark */
+    size_t planned_bytes;     /* the model's memory plan plus AdamW moments */
+} ct_bench_step_result;
+
+/* Runs the steps on ctx (whose kernel table is wrapped for the split).
+ * CT_ERR_OOM, CT_ERR_ARG. */
+ct_status ct_bench_step(ct_ctx *ctx, const ct_model_config *cfg, const ct_bench_step_opts *o,
+                        ct_bench_step_result *out);
+
+/* Peak resident set size of this process in bytes (getrusage). */
+size_t ct_bench_peak_rss(void);
+/* Median of n values (n >= 1); sorts a copy. */
+double ct_bench_median(const double *v, int n);
+
+#endif

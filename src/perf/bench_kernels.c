@@ -1,0 +1,218 @@
+/*
+ * The kernel suite: every entry of the context's kernel table at the shapes a
+ * GPT-2 training step gives it, each against its roofline. See bench.h.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ctx.h"
+#include "perf/bench.h"
+
+typedef struct suite {
+    const ct_kernels *k;
+    double peak_gflops, gbps;
+    const char *filter;
+    ct_bench_item_fn fn;
+    void *user;
+} suite;
+
+/* Times fn(arg) until at least 0.3 s or 20 runs (3 at least) after one warm
+ * call, and returns the median. */
+#define TIME_MEDIAN(result, body)                                  \
+    do {                                                           \
+        double ts_[20];                                            \
+        int n_ = 0;                                                \
+        body;                                                      \
+        double start_ = ct_time_s();                               \
+        while (n_ < 20 && (n_ < 3 || ct_time_s() - start_ < 0.3)) { \
+            double t0_ = ct_time_s();                              \
+            body;                                                  \
+            ts_[n_++] = ct_time_s() - t0_;                         \
+        }                                                          \
+        result = ct_bench_median(ts_, n_);                         \
+    } while (0)
+
+static int wanted(const suite *s, const char *name) {
+    return !s->filter || strstr(name, s->filter) != NULL;
+}
+
+static void report(const suite *s, const char *name, const char *shape, double sec, double flops,
+                   double bytes) {
+    ct_bench_item it;
+    memset(&it, 0, sizeof it);
+    snprintf(it.name, sizeof it.name, "%s", name);
+    snprintf(it.shape, sizeof it.shape, "%s", shape);
+    it.seconds = sec;
+    it.flops = flops;
+    it.bytes = bytes;
+    double tf = flops / (s->peak_gflops * 1e9), tb = bytes / (s->gbps * 1e9);
+    it.roof_s = tf > tb ? tf : tb;
+    s->fn(&it, s->user);
+}
+
+static void bench_linear(const suite *s, const char *lname, float *x, float *w, float *b, float *y,
+                         float *dy, float *dx, float *dw, float *db, int N, int C, int OC) {
+    char name[48], shape[48];
+    double sec, fl = 2.0 * N * (double)C * OC;
+    snprintf(name, sizeof name, "gemm.%s.fwd", lname);
+    if (wanted(s, name)) {
+        TIME_MEDIAN(sec, s->k->matmul_forward(y, x, w, b, N, C, OC));
+        snprintf(shape, sizeof shape, "M=%d N=%d K=%d", N, OC, C);
+        report(s, name, shape, sec, fl, 4.0 * ((double)N * C + (double)OC * C + (double)N * OC));
+    }
+    snprintf(name, sizeof name, "gemm.%s.bwd_input", lname);
+    if (wanted(s, name)) {
+        TIME_MEDIAN(sec, s->k->matmul_backward(dx, NULL, NULL, dy, x, w, N, C, OC));
+        snprintf(shape, sizeof shape, "M=%d N=%d K=%d", N, C, OC);
+        report(s, name, shape, sec, fl, 4.0 * ((double)N * OC + (double)OC * C + 2.0 * N * C));
+    }
+    snprintf(name, sizeof name, "gemm.%s.bwd_weight", lname);
+    if (wanted(s, name)) {
+        TIME_MEDIAN(sec, s->k->matmul_backward(NULL, dw, db, dy, x, w, N, C, OC));
+        snprintf(shape, sizeof shape, "M=%d N=%d K=%d", OC, C, N);
+        report(s, name, shape, sec, fl, 4.0 * ((double)N * OC + (double)N * C + 2.0 * OC * C));
+    }
+}
+
+ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T,
+                           double peak_gflops, double gbps, const char *filter,
+                           ct_bench_item_fn fn, void *user) {
+    ct_status st = ct_model_config_validate(cfg);
+    if (st) return st;
+    if (B < 1 || T < 1 || T > cfg->n_ctx)
+        return CT_ERR(CT_ERR_ARG, "batch B=%d T=%d is invalid for n_ctx %d", B, T, cfg->n_ctx);
+    suite s = {ct_ctx_kernels(ctx), peak_gflops, gbps, filter, fn, user};
+    int C = cfg->n_embd, F = cfg->n_ffn, V = cfg->vocab_size, NH = cfg->n_head, N = B * T;
+    int rows = (int)(((size_t)32 << 20) / ((size_t)V * sizeof(float)));
+    if (rows > N) rows = N;
+    if (rows < 1) rows = 1;
+    size_t big = (size_t)N * (F > 3 * C ? F : 3 * C);
+    size_t wbig = (size_t)C * (F > 3 * C ? F : 3 * C);
+    size_t head = (size_t)V * C;
+    if (head > wbig) wbig = head;
+    size_t lbig = (size_t)rows * V;
+    if (lbig < big) lbig = big;
+    float *x = malloc(big * 4), *y = malloc(lbig * 4), *dy = malloc(lbig * 4);
+    float *dx = malloc(big * 4), *w = malloc(wbig * 4), *dw = malloc(wbig * 4);
+    float *m1 = malloc(wbig * 4), *v1 = malloc(wbig * 4);
+    float *b = malloc((size_t)(F > 3 * C ? F : 3 * C) * 4), *db = malloc((size_t)(F > 3 * C ? F : 3 * C) * 4);
+    float *mean = malloc((size_t)N * 4), *rstd = malloc((size_t)N * 4);
+    float *lse = malloc((size_t)B * NH * T * 4), *losses = malloc((size_t)N * 4);
+    int32_t *tok = malloc((size_t)N * sizeof(int32_t));
+    if (!x || !y || !dy || !dx || !w || !dw || !m1 || !v1 || !b || !db || !mean || !rstd || !lse ||
+        !losses || !tok) {
+        st = CT_ERR(CT_ERR_OOM, "out of memory for the kernel benchmark");
+        goto done;
+    }
+    for (size_t i = 0; i < big; i++) x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < lbig; i++) y[i] = dy[i] = (float)((i * 40503u) % 997) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < wbig; i++) {
+        w[i] = (float)((i * 69069u) % 1009) * 1e-4f - 0.05f;
+        dw[i] = 0, m1[i] = 0, v1[i] = 0;
+    }
+    memset(dx, 0, big * 4);
+    for (int i = 0; i < (F > 3 * C ? F : 3 * C); i++) b[i] = 0.01f, db[i] = 0;
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 7919u) % (unsigned)V);
+
+    char shape[48];
+    double sec;
+    /* every linear of a block and the head (one chunk of rows) */
+    bench_linear(&s, "qkv", x, w, b, y, dy, dx, dw, db, N, C, 3 * C);
+    bench_linear(&s, "attn_proj", x, w, b, y, dy, dx, dw, db, N, C, C);
+    bench_linear(&s, "fc", x, w, b, y, dy, dx, dw, db, N, C, F);
+    bench_linear(&s, "fc_proj", x, w, b, y, dy, dx, dw, db, N, F, C);
+    bench_linear(&s, "head", x, w, NULL, y, dy, dx, dw, NULL, rows, C, V);
+
+    /* attention over qkv (B,T,3C) held in x; out in y, dout in dy, dqkv in dx */
+    double causal = (double)T * (T + 1) / 2.0;
+    snprintf(shape, sizeof shape, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    double qkv_bytes = 4.0 * N * 3 * C, out_bytes = 4.0 * N * C;
+    if (wanted(&s, "attention.fwd")) {
+        TIME_MEDIAN(sec, s.k->attention_forward(y, lse, x, B, T, C, NH));
+        report(&s, "attention.fwd", shape, sec, 4.0 * B * C * causal, qkv_bytes + out_bytes);
+    }
+    if (wanted(&s, "attention.bwd")) {
+        s.k->attention_forward(y, lse, x, B, T, C, NH);
+        TIME_MEDIAN(sec, s.k->attention_backward(dx, dy, x, y, lse, B, T, C, NH));
+        report(&s, "attention.bwd", shape, sec, 8.0 * B * C * causal,
+               2.0 * qkv_bytes + 2.0 * out_bytes + qkv_bytes);
+    }
+
+    /* memory-bound kernels at the block's sizes */
+    double nc = (double)N * C, nf = (double)N * F;
+    snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
+    if (wanted(&s, "layernorm.fwd")) {
+        TIME_MEDIAN(sec, s.k->layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f));
+        report(&s, "layernorm.fwd", shape, sec, 0, 8.0 * nc);
+    }
+    if (wanted(&s, "layernorm.bwd")) {
+        TIME_MEDIAN(sec, s.k->layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C));
+        report(&s, "layernorm.bwd", shape, sec, 0, 16.0 * nc);
+    }
+    if (wanted(&s, "residual.fwd")) {
+        TIME_MEDIAN(sec, s.k->residual_forward(y, x, dy, (size_t)nc));
+        report(&s, "residual.fwd", shape, sec, 0, 12.0 * nc);
+    }
+    if (wanted(&s, "residual.bwd")) {
+        TIME_MEDIAN(sec, s.k->residual_backward(dx, y, dy, (size_t)nc));
+        report(&s, "residual.bwd", shape, sec, 0, 20.0 * nc);
+    }
+    snprintf(shape, sizeof shape, "n=%d x %d", N, F);
+    if (wanted(&s, "gelu.fwd")) {
+        TIME_MEDIAN(sec, s.k->gelu_forward(y, x, (size_t)nf));
+        report(&s, "gelu.fwd", shape, sec, 0, 8.0 * nf);
+    }
+    if (wanted(&s, "gelu.bwd")) {
+        TIME_MEDIAN(sec, s.k->gelu_backward(dx, x, dy, (size_t)nf));
+        report(&s, "gelu.bwd", shape, sec, 0, 16.0 * nf);
+    }
+    snprintf(shape, sizeof shape, "B=%d T=%d C=%d", B, T, C);
+    if (wanted(&s, "encoder.fwd")) {
+        TIME_MEDIAN(sec, s.k->encoder_forward(y, tok, w, x, B, T, C, 0));
+        report(&s, "encoder.fwd", shape, sec, 0, 12.0 * nc);
+    }
+    if (wanted(&s, "encoder.bwd")) {
+        TIME_MEDIAN(sec, s.k->encoder_backward(dw, dx, dy, tok, B, T, C));
+        report(&s, "encoder.bwd", shape, sec, 0, 20.0 * nc);
+    }
+    snprintf(shape, sizeof shape, "N=%d V=%d", rows, V);
+    if (wanted(&s, "crossentropy")) {
+        /* forward and the fused gradient over one chunk of logits, in place */
+        double lv = (double)rows * V;
+        TIME_MEDIAN(sec, s.k->crossentropy_forward(losses, dy, dy, tok, rows, V, 1e-3f));
+        report(&s, "crossentropy", shape, sec, 0, 8.0 * lv);
+    }
+    {
+        /* AdamW and the norm over every parameter of the model */
+        ct_model_plan plan;
+        if ((st = ct_model_plan_memory(cfg, 1, 1, false, &plan))) goto done;
+        size_t n = plan.params / sizeof(float);
+        float *p = NULL, *g = NULL, *mv = NULL;
+        p = malloc(n * 4), g = malloc(n * 4), mv = malloc(2 * n * 4);
+        if (!p || !g || !mv) {
+            free(p), free(g), free(mv);
+            st = CT_ERR(CT_ERR_OOM, "out of memory for the AdamW benchmark");
+            goto done;
+        }
+        memset(p, 0, n * 4), memset(g, 0, n * 4), memset(mv, 0, 2 * n * 4);
+        snprintf(shape, sizeof shape, "n=%zu", n);
+        int64_t t = 1;
+        if (wanted(&s, "adamw")) {
+            TIME_MEDIAN(sec, s.k->adamw_update(p, g, mv, mv + n, n, 1e-4f, 0.9f, 0.95f, 1e-8f,
+                                               0.1f, 1.0f, t++));
+            report(&s, "adamw", shape, sec, 0, 28.0 * (double)n);
+        }
+        if (wanted(&s, "sumsq")) {
+            volatile double sink;
+            TIME_MEDIAN(sec, sink = s.k->sumsq(g, n));
+            (void)sink;
+            report(&s, "sumsq", shape, sec, 0, 4.0 * (double)n);
+        }
+        free(p), free(g), free(mv);
+    }
+done:
+    free(x), free(y), free(dy), free(dx), free(w), free(dw), free(m1), free(v1), free(b), free(db);
+    free(mean), free(rstd), free(lse), free(losses), free(tok);
+    return st;
+}
