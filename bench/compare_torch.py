@@ -46,9 +46,9 @@ class RunError(Exception):
 # Children
 
 def run_child(cmd, env, timeout_s):
-    """Run cmd to completion; returns (stdout, stderr, exit code, peak RSS bytes, wall s).
+    """Run cmd to completion; returns (stdout, stderr, exit code, rusage, wall s).
 
-    The child is reaped with wait4() so its own ru_maxrss comes back (Linux: KiB).
+    The child is reaped with wait4() so its own rusage comes back (ru_maxrss in KiB on Linux).
     """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
@@ -72,12 +72,17 @@ def run_child(cmd, env, timeout_s):
         out.seek(0)
         err.seek(0)
         return (out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"),
-                p.returncode, ru.ru_maxrss * 1024, wall)
+                p.returncode, ru, wall)
 
 
 def run_json(cmd, env, timeout_s, required):
-    """Run a benchmark child that prints one JSON object; returns (object, run record)."""
-    stdout, stderr, rc, rss, wall = run_child(cmd, env, timeout_s)
+    """Run a benchmark child that prints one JSON object; returns (object, run record).
+
+    The record keeps the 1-minute load average before the start and the child's CPU
+    seconds, so a run that shared the cores with other work can be told apart.
+    """
+    load = os.getloadavg()[0]
+    stdout, stderr, rc, ru, wall = run_child(cmd, env, timeout_s)
     shown = " ".join(cmd)
     if rc != 0:
         tail = "\n".join(stderr.strip().splitlines()[-8:])
@@ -103,7 +108,8 @@ def run_json(cmd, env, timeout_s, required):
             raise RunError("`%s`: JSON field '%s' is %r, expected %s" % (
                 shown, key, v, "a non-empty list of positive seconds" if key == "step_s"
                 else "a positive finite number"))
-    return obj, {"cmd": cmd, "wall_s": wall, "maxrss_bytes": rss, "json": obj}
+    return obj, {"cmd": cmd, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
+                 "loadavg_before": load, "maxrss_bytes": ru.ru_maxrss * 1024, "json": obj}
 
 
 # ----------------------------------------------------------------------------------------
@@ -258,7 +264,8 @@ def header_lines(m):
     if m["physical_cores"]:
         cores = "%d physical / %s" % (m["physical_cores"], cores)
     return [
-        "Machine: %s, %s cores; %d threads per side" % (m["cpu"], cores, m["threads"]),
+        "Machine: %s, %s cores; %d threads per side; load average before the runs %.1f-%.1f"
+        % (m["cpu"], cores, m["threads"], m["loadavg_before_runs"][0], m["loadavg_before_runs"][1]),
         "ctrain %s vs PyTorch %s; %s B=%d; %d round(s) x (%d warmup + %d timed steps); %s"
         % (m["ctrain_version"], m["torch_version"], m["preset"], m["B"], m["rounds"], m["warmup"],
            m["steps"], m["date"]),
@@ -266,7 +273,9 @@ def header_lines(m):
         "MFU = flops_per_step / step time / measured peak (theoretical in brackets)"
         % (m["gemm_peak_gflops"], "x".join(str(x) for x in m["gemm_shape"]) or "?",
            m["theoretical_gflops"]),
-    ]
+    ] + (["Note: the load average was above %d before some runs: other work shared the cores, "
+          "so the figures are rough" % (m["logical_cores"] + 1)]
+         if m["loadavg_before_runs"][1] > m["logical_cores"] + 1 else [])
 
 
 def render_text(m, results, goal_lines):
@@ -405,6 +414,8 @@ def main(argv):
         "threads": a.threads, "torch_version": ",".join(torch_versions),
         "ctrain_version": ctrain_version(a.ctrain, env),
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "loadavg_before_runs": [min(r["loadavg_before"] for r in raw),
+                                max(r["loadavg_before"] for r in raw)],
         "preset": a.preset, "B": a.batch, "rounds": a.rounds, "warmup": a.warmup, "steps": a.steps,
         "gemm_peak_gflops": peak["gemm_peak_gflops"], "theoretical_gflops": peak["theoretical_gflops"],
         "gemm_shape": peak.get("gemm_shape") or [],
