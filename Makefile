@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all test test-fast demo asan clean bench-tokenizer
+.PHONY: all test test-fast demo asan clean bench-tokenizer bench-train
 
 all:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -24,6 +24,13 @@ demo: all
 # Tokenizer throughput against the gpt-3-encoder reference (one thread each).
 bench-tokenizer: all
 	bench/bench_tokenizer.sh $(BUILD)
+
+# Training steps side by side with PyTorch: gpt2, B=4, T=64/256/1024, 3 rounds, 2 threads
+# (long: PyTorch alone needs about a minute per step at T=1024). Tables and raw numbers
+# go to $(BUILD)/bench_train.md and $(BUILD)/bench_train.json.
+bench-train: all
+	/usr/bin/python3 bench/compare_torch.py --ctrain $(BUILD)/ctrain \
+		--json-out $(BUILD)/bench_train.json --markdown $(BUILD)/bench_train.md
 
 clean:
 	rm -rf $(BUILD) build-asan
