@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+
 #include "cli.h"
 #include "core/ctx.h"
 #include "ctrain/model.h"
@@ -120,14 +122,15 @@ static int run_peak(ct_ctx *ctx, const bench_args *a, roofs *r, bool print) {
     if (a->json)
         printf("{\"bench\": \"peak\", \"threads\": %d, \"gemm_peak_gflops\": %.2f, "
                "\"fma_peak_gflops\": %.2f, \"theoretical_gflops\": %.2f, \"nominal_mhz\": %.0f, "
-               "\"membw_gbps\": %.2f, \"gemm_shape\": [%lld, %lld, %lld]}\n",
+               "\"membw_gbps\": %.2f, \"gemm_shape\": [%lld, %lld, %lld], \"blas\": \"%s\"}\n",
                ct_ctx_threads(ctx), r->gemm, r->fma, r->theo, r->mhz, r->bw, a->peak_n, a->peak_n,
-               a->peak_n);
+               a->peak_n, openblas_get_corename());
     else
         printf("roofs (%d threads): sgemm %lldx%lldx%lld %.1f GFLOP/s | register FMA ceiling "
-               "%.1f GFLOP/s | theoretical %.1f GFLOP/s at %.0f MHz | triad bandwidth %.1f GB/s\n",
+               "%.1f GFLOP/s | theoretical %.1f GFLOP/s at %.0f MHz | triad bandwidth %.1f GB/s | "
+               "OpenBLAS %s kernels\n",
                ct_ctx_threads(ctx), a->peak_n, a->peak_n, a->peak_n, r->gemm, r->fma, r->theo,
-               r->mhz, r->bw);
+               r->mhz, r->bw, openblas_get_corename());
     return 0;
 }
 
