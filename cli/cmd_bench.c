@@ -186,10 +186,10 @@ static int run_gemm(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
     for (int i = 1; i < a->reps; i++) lo = t[i] < lo ? t[i] : lo, hi = t[i] > hi ? t[i] : hi;
     if (a->json) {
         printf("{\"bench\": \"gemm\", \"preset\": \"%s\", \"B\": %lld, \"T\": %lld, "
-               "\"threads\": %d, \"gemm_s\": %.6f, \"gemm_s_min\": %.6f, \"gemm_s_max\": %.6f, "
+               "\"threads\": %d, \"gemm_s\": %.9g, \"gemm_s_min\": %.9g, \"gemm_s_max\": %.9g, "
                "\"runs_s\": [",
                a->preset, a->B, a->T, ct_ctx_threads(ctx), med, lo, hi);
-        for (int i = 0; i < a->reps; i++) printf("%s%.6f", i ? ", " : "", t[i]);
+        for (int i = 0; i < a->reps; i++) printf("%s%.9g", i ? ", " : "", t[i]);
         printf("], \"flops\": %.6e, \"gflops\": %.3f}\n", flops, flops / med / 1e9);
     } else {
         printf("GEMM-only step (%s, B=%lld T=%lld): median %.3f s (min %.3f, max %.3f), "
@@ -218,17 +218,17 @@ static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
                "\"T\": %lld, \"threads\": %d, \"recompute\": \"%s\", \"activation_dtype\": \"%s\", "
                "\"step_s\": [",
                a->preset, a->B, a->T, ct_ctx_threads(ctx), a->recompute, a->act_dtype);
-        for (int i = 0; i < r->steps; i++) printf("%s%.6f", i ? ", " : "", r->step_s[i]);
+        for (int i = 0; i < r->steps; i++) printf("%s%.9g", i ? ", " : "", r->step_s[i]);
         printf("], \"loss\": [");
-        for (int i = 0; i < r->steps; i++) printf("%s%.6f", i ? ", " : "", (double)r->loss[i]);
-        printf("], \"median_s\": %.6f, \"tokens_per_s\": %.3f, \"flops_per_step\": %.6e, "
+        for (int i = 0; i < r->steps; i++) printf("%s%.9g", i ? ", " : "", (double)r->loss[i]);
+        printf("], \"median_s\": %.9g, \"tokens_per_s\": %.3f, \"flops_per_step\": %.6e, "
                "\"gflops\": %.3f, \"peak_rss_bytes\": %zu, \"planned_bytes\": %zu, \"split_s\": {",
                r->median_s, tps, r->flops, r->flops / r->median_s / 1e9, r->peak_rss,
                r->planned_bytes);
         for (int k = 0; k < CT_KP_COUNT; k++)
-            printf("\"%s\": %.6f, ", ct_kprof_name((ct_kprof_kind)k),
+            printf("\"%s\": %.9g, ", ct_kprof_name((ct_kprof_kind)k),
                    r->split.seconds[k] / r->steps);
-        printf("\"untimed_glue\": %.6f}}\n", r->other_s / r->steps);
+        printf("\"untimed_glue\": %.9g}}\n", r->other_s / r->steps);
     } else {
         printf("training step (%s, B=%lld T=%lld, recompute %s, %s activations, %d threads): median %.3f s (min %.3f, max %.3f)"
                ", %.0f tok/s, %.1f GFLOP/s, peak RSS %.2f GB (plan %.2f GB)\n",
