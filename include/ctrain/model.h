@@ -109,8 +109,9 @@ typedef enum ct_act_dtype {
 typedef struct ct_model_opts {
     ct_recompute recompute;
     ct_act_dtype act_dtype;
+    int head_chunk_rows; /* logits rows per chunk of the fused head; 0: ct_model_head_chunk_rows */
 } ct_model_opts;
-CT_API ct_model_opts ct_model_opts_default(void); /* none, fp32 */
+CT_API ct_model_opts ct_model_opts_default(void); /* none, fp32, automatic head chunk */
 /* "none" | "light" | "full", "fp32" | "bf16"; "?" outside the enums. Static
  * strings: never freed. */
 CT_API const char *ct_model_recompute_name(ct_recompute r);
@@ -146,6 +147,10 @@ CT_API ct_status ct_model_plan_memory(const ct_model_config *cfg, int B, int T, 
 CT_API ct_status ct_model_plan_memory_opts(const ct_model_config *cfg, int B, int T,
                                            bool training, const ct_model_opts *o,
                                            ct_model_plan *out);
+
+/* Rows of logits the fused vocabulary projection + cross-entropy holds at once
+ * for N = B*T rows: up to 1024 rows and 256 MiB, at least 1, at most N. */
+CT_API int ct_model_head_chunk_rows(const ct_model_config *cfg, int N);
 
 /* Size the activation arena (and, when training, the gradient buffer) for
  * batch shape (B,T) and the model's options, and make their pages resident.

@@ -84,9 +84,7 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
         return CT_ERR(CT_ERR_ARG, "batch B=%d T=%d is invalid for n_ctx %d", B, T, cfg->n_ctx);
     suite s = {ct_ctx_kernels(ctx), peak_gflops, gbps, filter, fn, user};
     int C = cfg->n_embd, F = cfg->n_ffn, V = cfg->vocab_size, NH = cfg->n_head, N = B * T;
-    int rows = (int)(((size_t)32 << 20) / ((size_t)V * sizeof(float)));
-    if (rows > N) rows = N;
-    if (rows < 1) rows = 1;
+    int rows = ct_model_head_chunk_rows(cfg, N);
     size_t big = (size_t)N * (F > 3 * C ? F : 3 * C);
     size_t wbig = (size_t)C * (F > 3 * C ? F : 3 * C);
     size_t head = (size_t)V * C;

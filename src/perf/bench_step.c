@@ -26,15 +26,6 @@ static void linear_bwd(float *dinp, float *dw, const float *dout, const float *i
                 C);
 }
 
-/* Rows per chunk of the fused vocabulary projection: the model keeps one chunk
- * of logits near 32 MiB (models/model.c, logits_chunk_rows). */
-static int head_chunk_rows(int V, int N) {
-    size_t rows = ((size_t)32 << 20) / ((size_t)V * sizeof(float));
-    if (rows < 1) rows = 1;
-    if (rows > (size_t)N) rows = (size_t)N;
-    return (int)rows;
-}
-
 ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int T, int reps,
                              double *times, double *flops) {
     (void)ctx;
@@ -43,7 +34,7 @@ ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int
     if (B < 1 || T < 1 || T > cfg->n_ctx)
         return CT_ERR(CT_ERR_ARG, "batch B=%d T=%d is invalid for n_ctx %d", B, T, cfg->n_ctx);
     int L = cfg->n_layer, C = cfg->n_embd, F = cfg->n_ffn, V = cfg->vocab_size, N = B * T;
-    int rows = head_chunk_rows(V, N);
+    int rows = ct_model_head_chunk_rows(cfg, N);
     size_t per_layer = (size_t)3 * C * C + (size_t)C * C + 2 * (size_t)C * F;
     size_t nw = per_layer * L + (size_t)V * C;
     size_t big = (size_t)N * (F > 3 * C ? F : 3 * C);

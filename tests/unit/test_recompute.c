@@ -34,6 +34,9 @@ static const ct_act_dtype dtypes[] = {CT_ACT_FP32, CT_ACT_BF16};
 
 static void model_config(ct_model_config *c) { ct_model_config_gpt2(c, L, NH, C, V, T); }
 
+/* Rows per chunk of the fused head for make_model (0: automatic, one chunk here). */
+static int head_chunk_rows = 0;
+
 /* A model with every parameter random (norm weights and biases included), the
  * same for every call. */
 static ct_model *make_model(ct_ctx *ctx, ct_recompute r, ct_act_dtype d, int Bres) {
@@ -50,7 +53,7 @@ static ct_model *make_model(ct_ctx *ctx, ct_recompute r, ct_act_dtype d, int Bre
         for (size_t j = 0; j < q->numel; j++)
             p[q->offset + j] += (q->ndim == 1 ? 0.2f : 0.3f) * (ct_rng_float(&rng) - 0.5f);
     }
-    ct_model_opts o = {r, d};
+    ct_model_opts o = {r, d, head_chunk_rows};
     CHECK(ct_model_set_opts(m, &o) == CT_OK);
     CHECK(ct_model_reserve(m, Bres, T, true) == CT_OK);
     return m;
@@ -236,7 +239,7 @@ static void test_plan(void) {
     ct_model_plan plan[3][2];
     for (int r = 0; r < 3; r++) {
         for (int d = 0; d < 2; d++) {
-            ct_model_opts o = {policies[r], dtypes[d]};
+            ct_model_opts o = {policies[r], dtypes[d], 0};
             ct_model_plan *pl = &plan[r][d];
             CHECK(ct_model_plan_memory_opts(&c, B, T, true, &o, pl) == CT_OK);
             CHECK(pl->total == pl->params + pl->grads + pl->acts + pl->work + pl->scratch);
@@ -296,11 +299,12 @@ static void test_opts_errors(void) {
     CHECK(!strcmp(ct_model_recompute_name(CT_RECOMPUTE_LIGHT), "light"));
     CHECK(!strcmp(ct_model_act_dtype_name((ct_act_dtype)7), "?"));
     ct_model *m = make_model(ctx, CT_RECOMPUTE_LIGHT, CT_ACT_BF16, B);
-    ct_model_opts same = {CT_RECOMPUTE_LIGHT, CT_ACT_BF16}, other = {CT_RECOMPUTE_FULL, CT_ACT_BF16};
+    ct_model_opts same = {CT_RECOMPUTE_LIGHT, CT_ACT_BF16, 0},
+                  other = {CT_RECOMPUTE_FULL, CT_ACT_BF16, 0};
     CHECK(ct_model_set_opts(m, &same) == CT_OK);
     CHECK(ct_model_set_opts(m, &other) == CT_ERR_ARG);
     CHECK(strstr(ct_last_error(), "before ct_model_reserve") != NULL);
-    ct_model_opts bad = {(ct_recompute)3, CT_ACT_FP32};
+    ct_model_opts bad = {(ct_recompute)3, CT_ACT_FP32, 0};
     CHECK(ct_model_set_opts(m, &bad) == CT_ERR_ARG);
     ct_model_config c;
     model_config(&c);
@@ -359,8 +363,54 @@ static void test_bf16_arrays(void) {
     free(dst);
 }
 
+/* The fused head in several chunks (7 rows: ragged last chunk, and a second
+ * micro-batch of 16 rows) gives what one chunk gives, for none and full. */
+static void test_head_chunks(void) {
+    ct_ctx *ctx = NULL;
+    ct_ctx_params p = ct_ctx_params_default();
+    CHECK(ct_ctx_init(&ctx, &p) == CT_OK);
+    ct_model_config c;
+    model_config(&c);
+    CHECK(ct_model_head_chunk_rows(&c, B * T) == B * T); /* small vocab: one chunk */
+    ct_model *shape = make_model(ctx, CT_RECOMPUTE_NONE, CT_ACT_FP32, 1);
+    size_t n = ct_model_numel(shape);
+    ct_model_free(shape);
+    const ct_recompute pol[2] = {CT_RECOMPUTE_NONE, CT_RECOMPUTE_FULL};
+    for (int i = 0; i < 2; i++) {
+        head_chunk_rows = 0;
+        run_out one = run_config(ctx, pol[i], CT_ACT_FP32);
+        head_chunk_rows = 7;
+        run_out many = run_config(ctx, pol[i], CT_ACT_FP32);
+        head_chunk_rows = 0;
+        // the head-weight gradient sums its rows chunk by chunk: float reordering only
+        // (weights after AdamW are not compared: it turns ~1e-8 noise in a near-zero
+        // gradient into a full-size step)
+        double d1, s1, d2, s2;
+        tensor_diff(many.grads1, one.grads1, n, &d1, &s1);
+        tensor_diff(many.grads_acc, one.grads_acc, n, &d2, &s2);
+        printf("  cpu  %-5s head in 7-row chunks: loss %.9g vs %.9g, grads %.3g of %.3g\n",
+               ct_model_recompute_name(pol[i]), many.loss1, one.loss1, d1, s1);
+        CHECK(fabs(many.loss1 - one.loss1) <= 1e-6 * fabs(one.loss1));
+        CHECK(fabs(many.eval_loss - one.eval_loss) <= 1e-6 * fabs(one.eval_loss));
+        CHECK(d1 <= 1e-5 * s1 && d2 <= 1e-5 * s2);
+        run_free(&one);
+        run_free(&many);
+    }
+    /* a chunked plan holds fewer logits */
+    ct_model_opts o = ct_model_opts_default();
+    ct_model_plan whole, chunked;
+    CHECK(ct_model_plan_memory_opts(&c, B, T, true, &o, &whole) == CT_OK);
+    o.head_chunk_rows = 7;
+    CHECK(ct_model_plan_memory_opts(&c, B, T, true, &o, &chunked) == CT_OK);
+    CHECK(chunked.scratch < whole.scratch);
+    o.head_chunk_rows = -1;
+    CHECK(ct_model_plan_memory_opts(&c, B, T, true, &o, &chunked) == CT_ERR_ARG);
+    ct_ctx_free(ctx);
+}
+
 int main(void) {
     test_bf16_arrays();
+    test_head_chunks();
     test_opts_errors();
     test_plan();
     test_policies(CT_BACKEND_REF);
