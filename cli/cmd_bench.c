@@ -3,7 +3,9 @@
  * machine (src/perf/bench.h). With no subcommand it runs the roofs, the
  * kernel suite and the end-to-end step. Human-readable tables by default, one
  * JSON object per subcommand with --json. Benchmarks, not tests: the machine's
- * load moves absolute times; compare ratios within one run.
+ * load moves absolute times; compare ratios within one run. `bench kernels`
+ * also saves a baseline (--save-baseline) and gates on one (--baseline, exit 1
+ * on a regression; src/perf/baseline.h).
  */
 #include <errno.h>
 #include <math.h>
@@ -16,12 +18,16 @@
 #include "cli.h"
 #include "core/ctx.h"
 #include "ctrain/model.h"
+#include "perf/baseline.h"
 #include "perf/bench.h"
 
 typedef struct bench_args {
     const char *sub, *preset, *filter, *table, *recompute, *act_dtype;
-    long long B, T, threads, warmup, steps, reps, peak_n;
+    long long B, T, threads, warmup, steps, reps, peak_n, repeat;
     bool json;
+    const char *save_baseline, *baseline; /* the regression gate (kernels) */
+    char slow_name[48];                   /* --debug-slow NAME=FACTOR */
+    long long slow_factor;
 } bench_args;
 
 static int bench_long(const char *opt, const char *s, long long lo, long long hi,
@@ -51,16 +57,25 @@ static void bench_usage(void) {
            "  --warmup W      untimed steps first (step; default 1)\n"
            "  --steps S       timed steps (step; default 3)\n"
            "  --reps R        repetitions (gemm, peak; default 3)\n"
-           "  --filter TEXT   kernels whose name contains TEXT\n"
+           "  --filter TEXT   kernels whose name contains TEXT (comma-separated: any of them)\n"
            "  --table cpu|ref kernel table to measure (default cpu)\n"
            "  --recompute none|light|full  step: what backward recomputes (default none)\n"
            "  --activation-dtype fp32|bf16 step: storage of saved activations (default fp32)\n"
            "  --attention-tiles QxK  attention tile: query rows x keys (default 64x128)\n"
-           "  --json          one JSON object per benchmark on stdout\n");
+           "  --json          one JSON object per benchmark on stdout\n"
+           "regression gate (kernels):\n"
+           "  --repeat R      time each kernel R times (default 5); the median of the R medians\n"
+           "                  is the figure, (max - min) / median of them the noise band\n"
+           "  --save-baseline FILE  write the result as a baseline JSON for this host\n"
+           "  --baseline FILE compare with FILE: exit 1 when a kernel is slower than\n"
+           "                  base x (1 + 5%% + noise), 2 on a bad or mismatched baseline\n"
+           "  --debug-slow NAME=FACTOR  test knob: call kernel NAME FACTOR times per timed\n"
+           "                  call, so it measures about FACTOR x slower\n");
 }
 
 static int bench_parse(int argc, char **argv, bench_args *a) {
-    *a = (bench_args){NULL, "gpt2", NULL, "cpu", "none", "fp32", 4, 64, 0, 1, 3, 3, 2048, false};
+    *a = (bench_args){NULL, "gpt2", NULL, "cpu", "none", "fp32", 4, 64, 0, 1, 3, 3, 2048, 5,
+                      false, NULL, NULL, "", 1};
     int i = 0;
     if (argc > 0 && argv[0][0] != '-') a->sub = argv[i++];
     if (a->sub && strcmp(a->sub, "peak") && strcmp(a->sub, "kernels") && strcmp(a->sub, "step") &&
@@ -103,9 +118,29 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         else if (!strcmp(o, "--steps")) rc = bench_long(o, v, 1, CT_BENCH_MAX_STEPS, &a->steps);
         else if (!strcmp(o, "--reps")) rc = bench_long(o, v, 1, 64, &a->reps);
         else if (!strcmp(o, "--peak-n")) rc = bench_long(o, v, 64, 8192, &a->peak_n);
+        else if (!strcmp(o, "--repeat"))
+            rc = bench_long(o, v, 1, CT_BENCH_MAX_REPEAT, &a->repeat);
+        else if (!strcmp(o, "--save-baseline")) a->save_baseline = v;
+        else if (!strcmp(o, "--baseline")) a->baseline = v;
+        else if (!strcmp(o, "--debug-slow")) {
+            const char *eq = strrchr(v, '=');
+            size_t n = eq ? (size_t)(eq - v) : 0;
+            if (!n || n >= sizeof a->slow_name)
+                return cli_usage_error("bench", "--debug-slow = '%s': expected NAME=FACTOR, "
+                                       "like gelu.fwd=3", v);
+            memcpy(a->slow_name, v, n);
+            a->slow_name[n] = 0;
+            rc = bench_long("--debug-slow FACTOR", eq + 1, 1, 1000, &a->slow_factor);
+        }
         else return cli_usage_error("bench", "unknown option '%s'", o);
         if (rc) return rc;
     }
+    if ((a->save_baseline || a->baseline) && (!a->sub || strcmp(a->sub, "kernels")))
+        return cli_usage_error("bench", "--save-baseline and --baseline work with `bench "
+                               "kernels` only");
+    if ((a->save_baseline || a->baseline) && a->json)
+        return cli_usage_error("bench", "--json does not combine with --save-baseline or "
+                               "--baseline");
     return 0;
 }
 
@@ -169,13 +204,99 @@ static int run_kernels(ct_ctx *ctx, const bench_args *a, const ct_model_config *
         printf("kernels (%s table, %s, B=%lld T=%lld); roofline = max(FLOPs / sgemm peak, "
                "bytes / triad bandwidth)\n",
                a->table, a->preset, a->B, a->T);
-    if (ct_bench_kernels(ctx, mc, (int)a->B, (int)a->T, r->gemm, r->bw, a->filter, print_item,
-                         &o)) {
+    ct_bench_kernel_opts ko = {a->filter, (int)a->repeat, a->slow_name, (int)a->slow_factor};
+    if (ct_bench_kernels(ctx, mc, (int)a->B, (int)a->T, r->gemm, r->bw, &ko, print_item, &o)) {
         if (a->json) printf("]}\n");
         return cli_fail("bench");
     }
     if (a->json) printf("]}\n");
     return 0;
+}
+
+typedef struct gate_out {
+    ct_baseline *b;
+    ct_status st;
+} gate_out;
+
+static void collect_item(const ct_bench_item *it, void *user) {
+    gate_out *g = user;
+    if (!g->st) g->st = ct_baseline_add(g->b, it);
+}
+
+static const char *verdict_name(ct_baseline_verdict v) {
+    return v == CT_BASELINE_REGRESSED ? "REGRESSION" : v == CT_BASELINE_NEW ? "new" : "ok";
+}
+
+/* The regression gate: checks the baseline first (before spending time),
+ * measures, saves and/or compares. 0 clean, 1 on a regression, 2 on errors. */
+static int gate_compare(const bench_args *a, const ct_baseline *base, const ct_baseline *now) {
+    ct_baseline_row *rows = calloc((size_t)(now->n ? now->n : 1), sizeof *rows);
+    if (!rows) return cli_usage_error("bench", "out of memory");
+    int bad = ct_baseline_compare(base, now, rows);
+    printf("regression gate against %s (%s, B=%d T=%d, %d threads, %s table); regression: "
+           "now > base x (1 + %.0f%% + noise)\n",
+           a->baseline, now->preset, now->B, now->T, now->threads, now->table,
+           100.0 * CT_BASELINE_TOLERANCE);
+    printf("  %-24s %12s %12s %9s %9s  %s\n", "kernel", "base ms", "now ms", "change", "noise",
+           "verdict");
+    for (int i = 0; i < now->n; i++) {
+        const ct_baseline_row *r = &rows[i];
+        if (r->verdict == CT_BASELINE_NEW)
+            printf("  %-24s %12s %12.4f %9s %9s  %s\n", r->name, "-", r->now_s * 1e3, "-", "-",
+                   verdict_name(r->verdict));
+        else
+            printf("  %-24s %12.4f %12.4f %+8.1f%% %8.1f%%  %s\n", r->name, r->base_s * 1e3,
+                   r->now_s * 1e3, 100.0 * r->change, 100.0 * r->noise,
+                   verdict_name(r->verdict));
+    }
+    if (bad) {
+        printf("%d kernel(s) regressed:", bad);
+        for (int i = 0; i < now->n; i++)
+            if (rows[i].verdict == CT_BASELINE_REGRESSED) printf(" %s", rows[i].name);
+        printf("\n");
+    } else {
+        printf("no regression\n");
+    }
+    free(rows);
+    return bad ? 1 : 0;
+}
+
+static int run_gate(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc) {
+    ct_baseline *base = NULL, *now = malloc(sizeof *now);
+    if (!now) return cli_usage_error("bench", "out of memory");
+    ct_baseline_init(now, a->preset, a->table, (int)a->B, (int)a->T, ct_ctx_threads(ctx));
+    int rc = 0;
+    if (a->baseline) {
+        base = malloc(sizeof *base);
+        if (!base) rc = cli_usage_error("bench", "out of memory");
+        else if (ct_baseline_load(base, a->baseline) || ct_baseline_check(base, now, a->baseline))
+            rc = cli_fail("bench");
+    }
+    gate_out g = {now, CT_OK};
+    ct_bench_kernel_opts ko = {a->filter, (int)a->repeat, a->slow_name, (int)a->slow_factor};
+    /* the roofs are not part of the gate: unit roofs keep the suite's arithmetic finite */
+    if (!rc && (ct_bench_kernels(ctx, mc, (int)a->B, (int)a->T, 1.0, 1.0, &ko, collect_item, &g) ||
+                g.st != CT_OK))
+        rc = cli_fail("bench");
+    if (!rc && !now->n)
+        rc = cli_usage_error("bench", "--filter '%s' matches no kernel", a->filter ? a->filter
+                                                                                    : "");
+    if (!rc && a->save_baseline) {
+        if (ct_baseline_save(now, a->save_baseline)) {
+            rc = cli_fail("bench");
+        } else {
+            printf("baseline (%s, B=%d T=%d, %d threads, %s table, %lld repeats) written to %s\n",
+                   now->preset, now->B, now->T, now->threads, now->table, a->repeat,
+                   a->save_baseline);
+            for (int i = 0; i < now->n; i++)
+                printf("  %-24s %-22s %12.4f ms  noise %5.1f%%\n", now->k[i].name,
+                       now->k[i].shape, now->k[i].median_s * 1e3, 100.0 * now->k[i].noise);
+        }
+    }
+    if (!rc && a->baseline) rc = gate_compare(a, base, now);
+    free(base);
+    free(now);
+    return rc;
 }
 
 static int run_gemm(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc) {
@@ -266,8 +387,10 @@ int cmd_bench(int argc, char **argv) {
     roofs r = {0};
     const char *s = a.sub;
     if (!s || !strcmp(s, "peak")) rc = run_peak(ctx, &a, &r, true);
+    else if (a.save_baseline || a.baseline) rc = run_gate(ctx, &a, &mc);
     else if (!strcmp(s, "kernels")) rc = run_peak(ctx, &a, &r, !a.json);
-    if (!rc && (!s || !strcmp(s, "kernels"))) rc = run_kernels(ctx, &a, &mc, &r);
+    if (!rc && (!s || !strcmp(s, "kernels")) && !a.save_baseline && !a.baseline)
+        rc = run_kernels(ctx, &a, &mc, &r);
     if (!rc && s && !strcmp(s, "gemm")) rc = run_gemm(ctx, &a, &mc);
     if (!rc && (!s || !strcmp(s, "step"))) rc = run_step(ctx, &a, &mc);
     ct_ctx_free(ctx);

@@ -3,8 +3,8 @@
  * memory bandwidth (the two roofs), every kernel at a GPT-2 shape against its
  * roofline, the GEMM-only time of a training step (every sgemm the step makes,
  * nothing else), and end-to-end training steps split by layer type. Results
- * are plain structs; cli/cmd_bench.c prints them. Leaves out: baselines and
- * regression comparison, multi-process runs.
+ * are plain structs; cli/cmd_bench.c prints them; src/perf/baseline.h saves
+ * and compares kernel results. Leaves out: multi-process runs.
  */
 #ifndef CT_PERF_BENCH_H
 #define CT_PERF_BENCH_H
@@ -42,11 +42,16 @@ ct_status ct_bench_membw(ct_ctx *ctx, size_t mb, int reps, double *gbps);
 ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int T, int reps,
                              double *times, double *flops);
 
+#define CT_BENCH_MAX_REPEAT 32
+
 /* One kernel measured at one shape. */
 typedef struct ct_bench_item {
     char name[48];  /* "gemm.fc.bwd_weight", "attention.fwd", ... */
     char shape[48]; /* "M=256 N=3072 K=768", "N=256 C=768", ... */
-    double seconds; /* median per call */
+    double seconds; /* median of the repetitions' medians, per call */
+    int repeats;    /* repetitions of the timing (each the median of up to 20 calls) */
+    double rep_s[CT_BENCH_MAX_REPEAT]; /* each repetition's median */
+    double spread;  /* (max - min) / seconds over rep_s: the relative noise */
     double flops;   /* per call (0 for memory-bound kernels) */
     double bytes;   /* least memory traffic per call */
     double roof_s;  /* roofline time: max(flops / gemm peak, bytes / bandwidth) */
@@ -54,11 +59,23 @@ typedef struct ct_bench_item {
 
 typedef void (*ct_bench_item_fn)(const ct_bench_item *item, void *user);
 
+/* What the kernel suite measures and how. */
+typedef struct ct_bench_kernel_opts {
+    /* comma-separated name fragments: a kernel runs when its name contains any
+     * of them; NULL or "" runs every kernel */
+    const char *filter;
+    int repeat; /* timings per kernel, 1..CT_BENCH_MAX_REPEAT (0 counts as 1) */
+    /* test knob: the kernel named exactly slow_name is called slow_factor
+     * times per timed call, so it measures about slow_factor times slower */
+    const char *slow_name;
+    int slow_factor;
+} ct_bench_kernel_opts;
+
 /* Runs every kernel of the context's table at the GPT-2 shapes of (cfg, B, T),
- * calling fn after each. peak_gflops and gbps are the roofs. Kernels whose
- * name does not contain filter (when non-NULL) are skipped. CT_ERR_OOM. */
+ * calling fn after each. peak_gflops and gbps are the roofs. opts may be NULL
+ * (every kernel, one timing). Borrows everything. CT_ERR_OOM, CT_ERR_ARG. */
 ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T,
-                           double peak_gflops, double gbps, const char *filter,
+                           double peak_gflops, double gbps, const ct_bench_kernel_opts *opts,
                            ct_bench_item_fn fn, void *user);
 
 /* End-to-end training steps on random tokens: zero grads, forward+backward,

@@ -13,6 +13,10 @@ typedef struct suite {
     const ct_kernels *k;
     double peak_gflops, gbps;
     const char *filter;
+    int repeat;
+    const char *slow_name;
+    int slow_factor;
+    double rep[CT_BENCH_MAX_REPEAT]; /* the last kernel's repetition medians */
     ct_bench_item_fn fn;
     void *user;
 } suite;
@@ -33,8 +37,37 @@ typedef struct suite {
         result = ct_bench_median(ts_, n_);                         \
     } while (0)
 
+/* Times the kernel `name` s->repeat times with TIME_MEDIAN (each timed call
+ * making the kernel's slow factor calls), keeps each median in s->rep and
+ * sets result to their median. */
+#define TIME_KERNEL(s, name, result, body)                              \
+    do {                                                                \
+        int f_ = slow_factor(s, name);                                  \
+        for (int r_ = 0; r_ < (s)->repeat; r_++) {                      \
+            double m_;                                                  \
+            TIME_MEDIAN(m_, for (int k_ = 0; k_ < f_; k_++) { body; }); \
+            (s)->rep[r_] = m_;                                          \
+        }                                                               \
+        result = ct_bench_median((s)->rep, (s)->repeat);                \
+    } while (0)
+
+static int slow_factor(const suite *s, const char *name) {
+    return s->slow_name && s->slow_factor > 1 && !strcmp(s->slow_name, name) ? s->slow_factor : 1;
+}
+
+/* Whether name contains any comma-separated fragment of the filter. */
 static int wanted(const suite *s, const char *name) {
-    return !s->filter || strstr(name, s->filter) != NULL;
+    if (!s->filter || !s->filter[0]) return 1;
+    const char *p = s->filter;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        for (const char *q = name; n && *q; q++)
+            if (!strncmp(q, p, n)) return 1;
+        if (!end) break;
+        p = end + 1;
+    }
+    return 0;
 }
 
 static void report(const suite *s, const char *name, const char *shape, double sec, double flops,
@@ -44,6 +77,13 @@ static void report(const suite *s, const char *name, const char *shape, double s
     snprintf(it.name, sizeof it.name, "%s", name);
     snprintf(it.shape, sizeof it.shape, "%s", shape);
     it.seconds = sec;
+    it.repeats = s->repeat;
+    double lo = s->rep[0], hi = s->rep[0];
+    for (int r = 0; r < s->repeat; r++) {
+        it.rep_s[r] = s->rep[r];
+        lo = s->rep[r] < lo ? s->rep[r] : lo, hi = s->rep[r] > hi ? s->rep[r] : hi;
+    }
+    it.spread = sec > 0 ? (hi - lo) / sec : 0;
     it.flops = flops;
     it.bytes = bytes;
     double tf = flops / (s->peak_gflops * 1e9), tb = bytes / (s->gbps * 1e9);
@@ -51,38 +91,45 @@ static void report(const suite *s, const char *name, const char *shape, double s
     s->fn(&it, s->user);
 }
 
-static void bench_linear(const suite *s, const char *lname, float *x, float *w, float *b, float *y,
+static void bench_linear(suite *s, const char *lname, float *x, float *w, float *b, float *y,
                          float *dy, float *dx, float *dw, float *db, int N, int C, int OC) {
     char name[48], shape[48];
     double sec, fl = 2.0 * N * (double)C * OC;
     snprintf(name, sizeof name, "gemm.%s.fwd", lname);
     if (wanted(s, name)) {
-        TIME_MEDIAN(sec, s->k->matmul_forward(y, x, w, b, N, C, OC));
+        TIME_KERNEL(s, name, sec, s->k->matmul_forward(y, x, w, b, N, C, OC));
         snprintf(shape, sizeof shape, "M=%d N=%d K=%d", N, OC, C);
         report(s, name, shape, sec, fl, 4.0 * ((double)N * C + (double)OC * C + (double)N * OC));
     }
     snprintf(name, sizeof name, "gemm.%s.bwd_input", lname);
     if (wanted(s, name)) {
-        TIME_MEDIAN(sec, s->k->matmul_backward(dx, NULL, NULL, dy, x, w, N, C, OC));
+        TIME_KERNEL(s, name, sec,
+                    s->k->matmul_backward(dx, NULL, NULL, dy, x, w, N, C, OC));
         snprintf(shape, sizeof shape, "M=%d N=%d K=%d", N, C, OC);
         report(s, name, shape, sec, fl, 4.0 * ((double)N * OC + (double)OC * C + 2.0 * N * C));
     }
     snprintf(name, sizeof name, "gemm.%s.bwd_weight", lname);
     if (wanted(s, name)) {
-        TIME_MEDIAN(sec, s->k->matmul_backward(NULL, dw, db, dy, x, w, N, C, OC));
+        TIME_KERNEL(s, name, sec, s->k->matmul_backward(NULL, dw, db, dy, x, w, N, C, OC));
         snprintf(shape, sizeof shape, "M=%d N=%d K=%d", OC, C, N);
         report(s, name, shape, sec, fl, 4.0 * ((double)N * OC + (double)N * C + 2.0 * OC * C));
     }
 }
 
 ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T,
-                           double peak_gflops, double gbps, const char *filter,
+                           double peak_gflops, double gbps, const ct_bench_kernel_opts *opts,
                            ct_bench_item_fn fn, void *user) {
     ct_status st = ct_model_config_validate(cfg);
     if (st) return st;
     if (B < 1 || T < 1 || T > cfg->n_ctx)
         return CT_ERR(CT_ERR_ARG, "batch B=%d T=%d is invalid for n_ctx %d", B, T, cfg->n_ctx);
-    suite s = {ct_ctx_kernels(ctx), peak_gflops, gbps, filter, fn, user};
+    ct_bench_kernel_opts o = opts ? *opts : (ct_bench_kernel_opts){0};
+    if (o.repeat == 0) o.repeat = 1;
+    if (o.repeat < 1 || o.repeat > CT_BENCH_MAX_REPEAT)
+        return CT_ERR(CT_ERR_ARG, "kernel benchmark repeat %d: expected 1..%d", o.repeat,
+                      CT_BENCH_MAX_REPEAT);
+    suite s = {ct_ctx_kernels(ctx), peak_gflops, gbps, o.filter, o.repeat, o.slow_name,
+               o.slow_factor, {0}, fn, user};
     int C = cfg->n_embd, F = cfg->n_ffn, V = cfg->vocab_size, NH = cfg->n_head, N = B * T;
     int rows = ct_model_head_chunk_rows(cfg, N);
     size_t big = (size_t)N * (F > 3 * C ? F : 3 * C);
@@ -127,12 +174,13 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     snprintf(shape, sizeof shape, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
     double qkv_bytes = 4.0 * N * 3 * C, out_bytes = 4.0 * N * C;
     if (wanted(&s, "attention.fwd")) {
-        TIME_MEDIAN(sec, s.k->attention_forward(y, lse, x, B, T, C, NH));
+        TIME_KERNEL(&s, "attention.fwd", sec, s.k->attention_forward(y, lse, x, B, T, C, NH));
         report(&s, "attention.fwd", shape, sec, 4.0 * B * C * causal, qkv_bytes + out_bytes);
     }
     if (wanted(&s, "attention.bwd")) {
         s.k->attention_forward(y, lse, x, B, T, C, NH);
-        TIME_MEDIAN(sec, s.k->attention_backward(dx, dy, x, y, lse, B, T, C, NH));
+        TIME_KERNEL(&s, "attention.bwd", sec,
+                    s.k->attention_backward(dx, dy, x, y, lse, B, T, C, NH));
         report(&s, "attention.bwd", shape, sec, 8.0 * B * C * causal,
                2.0 * qkv_bytes + 2.0 * out_bytes + qkv_bytes);
     }
@@ -141,44 +189,47 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     double nc = (double)N * C, nf = (double)N * F;
     snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
     if (wanted(&s, "layernorm.fwd")) {
-        TIME_MEDIAN(sec, s.k->layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f));
+        TIME_KERNEL(&s, "layernorm.fwd", sec,
+                    s.k->layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f));
         report(&s, "layernorm.fwd", shape, sec, 0, 8.0 * nc);
     }
     if (wanted(&s, "layernorm.bwd")) {
-        TIME_MEDIAN(sec, s.k->layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C));
+        TIME_KERNEL(&s, "layernorm.bwd", sec,
+                    s.k->layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C));
         report(&s, "layernorm.bwd", shape, sec, 0, 16.0 * nc);
     }
     if (wanted(&s, "residual.fwd")) {
-        TIME_MEDIAN(sec, s.k->residual_forward(y, x, dy, (size_t)nc));
+        TIME_KERNEL(&s, "residual.fwd", sec, s.k->residual_forward(y, x, dy, (size_t)nc));
         report(&s, "residual.fwd", shape, sec, 0, 12.0 * nc);
     }
     if (wanted(&s, "residual.bwd")) {
-        TIME_MEDIAN(sec, s.k->residual_backward(dx, y, dy, (size_t)nc));
+        TIME_KERNEL(&s, "residual.bwd", sec, s.k->residual_backward(dx, y, dy, (size_t)nc));
         report(&s, "residual.bwd", shape, sec, 0, 20.0 * nc);
     }
     snprintf(shape, sizeof shape, "n=%d x %d", N, F);
     if (wanted(&s, "gelu.fwd")) {
-        TIME_MEDIAN(sec, s.k->gelu_forward(y, x, (size_t)nf));
+        TIME_KERNEL(&s, "gelu.fwd", sec, s.k->gelu_forward(y, x, (size_t)nf));
         report(&s, "gelu.fwd", shape, sec, 0, 8.0 * nf);
     }
     if (wanted(&s, "gelu.bwd")) {
-        TIME_MEDIAN(sec, s.k->gelu_backward(dx, x, dy, (size_t)nf));
+        TIME_KERNEL(&s, "gelu.bwd", sec, s.k->gelu_backward(dx, x, dy, (size_t)nf));
         report(&s, "gelu.bwd", shape, sec, 0, 16.0 * nf);
     }
     snprintf(shape, sizeof shape, "B=%d T=%d C=%d", B, T, C);
     if (wanted(&s, "encoder.fwd")) {
-        TIME_MEDIAN(sec, s.k->encoder_forward(y, tok, w, x, B, T, C, 0));
+        TIME_KERNEL(&s, "encoder.fwd", sec, s.k->encoder_forward(y, tok, w, x, B, T, C, 0));
         report(&s, "encoder.fwd", shape, sec, 0, 12.0 * nc);
     }
     if (wanted(&s, "encoder.bwd")) {
-        TIME_MEDIAN(sec, s.k->encoder_backward(dw, dx, dy, tok, B, T, C));
+        TIME_KERNEL(&s, "encoder.bwd", sec, s.k->encoder_backward(dw, dx, dy, tok, B, T, C));
         report(&s, "encoder.bwd", shape, sec, 0, 20.0 * nc);
     }
     snprintf(shape, sizeof shape, "N=%d V=%d", rows, V);
     if (wanted(&s, "crossentropy")) {
         /* forward and the fused gradient over one chunk of logits, in place */
         double lv = (double)rows * V;
-        TIME_MEDIAN(sec, s.k->crossentropy_forward(losses, dy, dy, tok, rows, V, 1e-3f));
+        TIME_KERNEL(&s, "crossentropy", sec,
+                    s.k->crossentropy_forward(losses, dy, dy, tok, rows, V, 1e-3f));
         report(&s, "crossentropy", shape, sec, 0, 8.0 * lv);
     }
     {
@@ -197,13 +248,14 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
         snprintf(shape, sizeof shape, "n=%zu", n);
         int64_t t = 1;
         if (wanted(&s, "adamw")) {
-            TIME_MEDIAN(sec, s.k->adamw_update(p, g, mv, mv + n, n, 1e-4f, 0.9f, 0.95f, 1e-8f,
-                                               0.1f, 1.0f, t++));
+            TIME_KERNEL(&s, "adamw", sec,
+                        s.k->adamw_update(p, g, mv, mv + n, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                                          1.0f, t++));
             report(&s, "adamw", shape, sec, 0, 28.0 * (double)n);
         }
         if (wanted(&s, "sumsq")) {
             volatile double sink;
-            TIME_MEDIAN(sec, sink = s.k->sumsq(g, n));
+            TIME_KERNEL(&s, "sumsq", sec, sink = s.k->sumsq(g, n));
             (void)sink;
             report(&s, "sumsq", shape, sec, 0, 4.0 * (double)n);
         }
