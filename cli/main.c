@@ -34,6 +34,8 @@ static void usage(FILE *f) {
             "  bench   [peak|kernels|step|gemm] [--preset P] [--batch B] [--seq T] [--json]\n"
             "          benchmarks on this machine: roofs, every kernel against its roofline,\n"
             "          training steps split by kernel, the step's GEMM-only time\n"
+            "  hw      [--json] [--quick] [--no-bench]   hardware profile: cores, caches, ISA,\n"
+            "          memory limits, GPU, machine signature and measured roofs\n"
             "  version print the version\n"
             "\n"
             "`ctrain train --print-config` lists every configuration key with its default.\n",
@@ -75,6 +77,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "prepare")) return cmd_prepare(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "hw")) return cmd_hw(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("ctrain %s\n", ct_version());
         return 0;

@@ -1,0 +1,159 @@
+/*
+ * `ctrain hw [--json] [--quick] [--no-bench]`: this machine's hardware profile
+ * (src/perf/hwinfo.h) and its measured roofs (src/perf/bench.h): sustained
+ * sgemm, the register-only FMA ceiling and the triad bandwidth. --quick runs
+ * small benchmarks (sgemm n=512, 32 MiB arrays) for tests; --no-bench skips
+ * them. A readable block by default, one JSON object with --json.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "cli.h"
+#include "perf/bench.h"
+#include "perf/hwinfo.h"
+
+static void hw_usage(void) {
+    printf("usage: ctrain hw [--json] [--quick] [--no-bench]\n"
+           "  cores, SMT, caches, ISA features, RAM and cgroup limits, allowed CPUs, GPU,\n"
+           "  the theoretical FP32 peak and the machine signature, then measured roofs\n"
+           "options:\n"
+           "  --json      one JSON object on stdout\n"
+           "  --quick     small benchmarks (sgemm n=512, 32 MiB bandwidth arrays)\n"
+           "  --no-bench  no benchmarks: only what the system files say\n");
+}
+
+/* Prints s as a JSON string (quotes, backslashes and control bytes escaped). */
+static void hw_json_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+static const char *hw_bool(bool b) { return b ? "true" : "false"; }
+
+/* "48 KiB", "2 MiB", "unknown" into buf. */
+static const char *hw_bytes(char *buf, size_t n, size_t v) {
+    if (!v) snprintf(buf, n, "unknown");
+    else if (v >= (1u << 30) && !(v % (1u << 30))) snprintf(buf, n, "%zu GiB", v >> 30);
+    else if (v >= (1u << 30)) snprintf(buf, n, "%.1f GiB", (double)v / (1u << 30));
+    else if (v >= (1u << 20) && !(v % (1u << 20))) snprintf(buf, n, "%zu MiB", v >> 20);
+    else if (v >= (1u << 10)) snprintf(buf, n, "%zu KiB", v >> 10);
+    else snprintf(buf, n, "%zu B", v);
+    return buf;
+}
+
+typedef struct hw_measured {
+    double gemm, fma, bw;
+    int threads, gemm_n;
+    size_t bw_mib;
+} hw_measured;
+
+static int hw_measure(bool quick, hw_measured *m) {
+    ct_ctx *ctx;
+    ct_ctx_params cp = ct_ctx_params_default();
+    if (ct_ctx_init(&ctx, &cp)) return cli_fail("hw");
+    m->threads = ct_ctx_threads(ctx);
+    m->gemm_n = quick ? 512 : 2048;
+    m->bw_mib = quick ? 32 : 128;
+    int reps = quick ? 2 : 3;
+    int rc = 0;
+    if (ct_bench_gemm_peak(ctx, m->gemm_n, reps, &m->gemm) ||
+        ct_bench_membw(ctx, m->bw_mib, reps, &m->bw))
+        rc = cli_fail("hw");
+    else
+        m->fma = ct_bench_fma_peak(ctx);
+    ct_ctx_free(ctx);
+    return rc;
+}
+
+static void hw_print_json(const ct_hwinfo *h, const hw_measured *m, const char *coretype) {
+    printf("{\"cpu_model\": ");
+    hw_json_str(h->cpu_model);
+    printf(", \"physical_cores\": %d, \"logical_cpus\": %d, \"threads_per_core\": %d, "
+           "\"allowed_cpus\": %d, \"cpu_quota\": %.3f, \"l1d_bytes\": %zu, \"l2_bytes\": %zu, "
+           "\"l3_bytes\": %zu, \"avx2\": %s, \"fma\": %s, \"avx512f\": %s, \"avx512_bf16\": %s, "
+           "\"amx\": %s, \"neon\": %s, \"ram_bytes\": %zu, \"cgroup_limit_bytes\": %zu, "
+           "\"memory_available_bytes\": %zu, \"gpu\": %s, \"gpu_name\": ",
+           h->physical_cores, h->logical_cpus, h->threads_per_core, h->allowed_cpus,
+           h->cpu_quota, h->l1d, h->l2, h->l3, hw_bool(h->avx2), hw_bool(h->fma),
+           hw_bool(h->avx512f), hw_bool(h->avx512_bf16), hw_bool(h->amx), hw_bool(h->neon),
+           h->ram_bytes, h->cgroup_limit_bytes, ct_hwinfo_memory_available(h), hw_bool(h->gpu));
+    hw_json_str(h->gpu_name);
+    printf(", \"nominal_mhz\": %.1f, \"theoretical_gflops\": %.2f, \"signature\": ",
+           h->nominal_mhz, h->theoretical_gflops);
+    hw_json_str(h->signature);
+    printf(", \"blas_corename\": ");
+    hw_json_str(openblas_get_corename());
+    printf(", \"openblas_coretype\": ");
+    if (coretype) hw_json_str(coretype);
+    else printf("null");
+    if (m)
+        printf(", \"threads\": %d, \"gemm_n\": %d, \"membw_mib\": %zu, \"gemm_peak_gflops\": %.2f, "
+               "\"fma_peak_gflops\": %.2f, \"membw_gbps\": %.2f",
+               m->threads, m->gemm_n, m->bw_mib, m->gemm, m->fma, m->bw);
+    printf("}\n");
+}
+
+static void hw_print_text(const ct_hwinfo *h, const hw_measured *m, const char *coretype) {
+    char a[32], b[32], c[32];
+    printf("cpu          %s\n", h->cpu_model[0] ? h->cpu_model : "unknown");
+    printf("cores        %d physical, %d logical (%d thread%s per core), %d allowed to this "
+           "process\n",
+           h->physical_cores, h->logical_cpus, h->threads_per_core,
+           h->threads_per_core == 1 ? "" : "s", h->allowed_cpus);
+    if (h->cpu_quota > 0) printf("cpu quota    %.2f CPUs (cgroup)\n", h->cpu_quota);
+    else printf("cpu quota    none\n");
+    printf("caches       L1d %s, L2 %s, L3 %s (per instance)\n", hw_bytes(a, sizeof a, h->l1d),
+           hw_bytes(b, sizeof b, h->l2), hw_bytes(c, sizeof c, h->l3));
+    printf("isa          avx2 %s, fma %s, avx512f %s, avx512_bf16 %s, amx %s, neon %s\n",
+           h->avx2 ? "yes" : "no", h->fma ? "yes" : "no", h->avx512f ? "yes" : "no",
+           h->avx512_bf16 ? "yes" : "no", h->amx ? "yes" : "no", h->neon ? "yes" : "no");
+    printf("memory       RAM %s, cgroup limit %s, available %s\n",
+           hw_bytes(a, sizeof a, h->ram_bytes),
+           h->cgroup_limit_bytes ? hw_bytes(b, sizeof b, h->cgroup_limit_bytes) : "none",
+           hw_bytes(c, sizeof c, ct_hwinfo_memory_available(h)));
+    printf("gpu          %s\n", !h->gpu ? "none" : h->gpu_name[0] ? h->gpu_name : "NVIDIA (model unknown)");
+    printf("peak fp32    %.1f GFLOP/s theoretical at %.0f MHz nominal\n", h->theoretical_gflops,
+           h->nominal_mhz);
+    printf("openblas     %s kernels, OPENBLAS_CORETYPE %s\n", openblas_get_corename(),
+           coretype ? coretype : "not set");
+    printf("signature    %s\n", h->signature);
+    if (m)
+        printf("measured     sgemm %dx%dx%d %.1f GFLOP/s, FMA ceiling %.1f GFLOP/s, triad "
+               "bandwidth %.1f GB/s (%d threads)\n",
+               m->gemm_n, m->gemm_n, m->gemm_n, m->gemm, m->fma, m->bw, m->threads);
+}
+
+int cmd_hw(int argc, char **argv) {
+    bool json = false, quick = false, bench = true;
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            hw_usage();
+            return 0;
+        }
+        if (!strcmp(o, "--json")) json = true;
+        else if (!strcmp(o, "--quick")) quick = true;
+        else if (!strcmp(o, "--no-bench")) bench = false;
+        else return cli_usage_error("hw", "unknown option '%s'", o);
+    }
+    ct_hwinfo h;
+    if (ct_hwinfo_read(&h)) return cli_fail("hw");
+    hw_measured m = {0};
+    if (bench) {
+        int rc = hw_measure(quick, &m);
+        if (rc) return rc;
+    }
+    const char *coretype = getenv("OPENBLAS_CORETYPE");
+    if (json) hw_print_json(&h, bench ? &m : NULL, coretype);
+    else hw_print_text(&h, bench ? &m : NULL, coretype);
+    return 0;
+}

@@ -1,0 +1,72 @@
+/*
+ * The hardware profile of this machine: cores and SMT, cache sizes, the SIMD
+ * features the kernels care about, RAM and the cgroup limits on memory and
+ * CPU, the CPUs this process may run on, whether an NVIDIA GPU is present, and
+ * a short signature naming the kind of machine (for tuned profiles keyed by
+ * it). Reading it runs no benchmark: only /proc, /sys and a few syscalls.
+ * Every source is optional; a missing or unreadable file leaves its fields
+ * unknown (0, false, "") and is never an error. The parsers take the file's
+ * text so they can be tested on samples. Leaves out: measured figures (see
+ * perf/bench.h), NUMA layout, frequencies beyond the nominal clock, GPU
+ * details beyond the model name.
+ */
+#ifndef CT_PERF_HWINFO_H
+#define CT_PERF_HWINFO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ctrain/core.h"
+
+typedef struct ct_hwinfo {
+    char cpu_model[128];     /* "AMD EPYC 9654 96-Core Processor"; "" unknown */
+    int physical_cores;      /* distinct (socket, core) pairs */
+    int logical_cpus;        /* online CPUs (hardware threads) */
+    int threads_per_core;    /* SMT ways: logical / physical */
+    int allowed_cpus;        /* CPUs in this process's affinity mask */
+    double cpu_quota;        /* cgroup CPU quota in CPUs; 0 = none */
+    size_t l1d, l2, l3;      /* bytes per cache instance; 0 unknown */
+    bool avx2, fma, avx512f, avx512_bf16, amx, neon;
+    size_t ram_bytes;          /* MemTotal; 0 unknown */
+    size_t cgroup_limit_bytes; /* cgroup memory limit; 0 = none */
+    bool gpu;                  /* an NVIDIA GPU is present */
+    char gpu_name[128];        /* its model when the driver says; "" otherwise */
+    double nominal_mhz;        /* "cpu MHz" of /proc/cpuinfo; 0 unknown */
+    double theoretical_gflops; /* fp32 FMA peak of the allowed cores at nominal_mhz */
+    char signature[64];        /* "<arch>-<16 hex digits>"; stable for a machine kind */
+} ct_hwinfo;
+
+/* Fills *out from this machine. Cheap (no benchmarks); never fails on missing
+ * files. Returns CT_OK; CT_ASSERTs out. */
+ct_status ct_hwinfo_read(ct_hwinfo *out);
+
+/* The memory this process can use: min(RAM, cgroup limit), ignoring unknown
+ * (0) values; 0 when both are unknown. Borrows h. */
+size_t ct_hwinfo_memory_available(const ct_hwinfo *h);
+
+/* Parses /proc/cpuinfo text into cpu_model, logical_cpus (the "processor"
+ * entries), physical_cores ("physical id" x "core id" pairs; falls back to
+ * "cpu cores" per socket, then to logical_cpus), threads_per_core,
+ * nominal_mhz and the ISA flags (x86 "flags", aarch64 "Features": asimd is
+ * NEON). Fields it cannot find are left as they were. Borrows text.
+ * CT_ERR_FORMAT when the text holds no "processor" entry. */
+ct_status ct_hwinfo_parse_cpuinfo(const char *text, ct_hwinfo *out);
+
+/* Parses /proc/meminfo text: MemTotal in bytes into *ram_bytes. Borrows text.
+ * CT_ERR_FORMAT when there is no "MemTotal: N kB" line. */
+ct_status ct_hwinfo_parse_meminfo(const char *text, size_t *ram_bytes);
+
+/* Parses a cgroup memory limit (v2 memory.max or v1 memory.limit_in_bytes):
+ * "max", or a value of 2^60 bytes or more (v1's "unlimited"), gives 0 = no
+ * limit; otherwise the byte count. Borrows text. CT_ERR_FORMAT otherwise. */
+ct_status ct_hwinfo_parse_cgroup_max(const char *text, size_t *out);
+
+/* Parses a cgroup v2 cpu.max ("QUOTA PERIOD" or "max PERIOD") into CPUs
+ * (quota / period; 0 = no quota). Borrows text. CT_ERR_FORMAT otherwise. */
+ct_status ct_hwinfo_parse_cpu_max(const char *text, double *cpus);
+
+/* Parses a sysfs cache size ("48K", "2048K", "32M", "1G", or plain bytes)
+ * into bytes. Borrows text. CT_ERR_FORMAT otherwise. */
+ct_status ct_hwinfo_parse_size(const char *text, size_t *bytes);
+
+#endif

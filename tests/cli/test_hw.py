@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""`ctrain hw` through the real program: the hardware profile and quick roofs.
+
+usage: /usr/bin/python3 tests/cli/test_hw.py path/to/ctrain
+
+Checks that `ctrain hw --json --quick` prints one object with every field; that
+the counts and measured figures are positive; that logical_cpus equals
+os.cpu_count() and ram_bytes equals /proc/meminfo's MemTotal; that the
+signature is the same across two runs; that --no-bench leaves the measured
+fields out; that the human block names the signature; and that a bad option
+exits 2 naming it.
+"""
+import json
+import os
+import subprocess
+import sys
+
+CTRAIN = sys.argv[1]
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("PASS: " if ok else "FAIL: ") + what)
+    if not ok:
+        failures += 1
+
+
+def run(*args, rc=0):
+    p = subprocess.run([CTRAIN, "hw", *args], capture_output=True, text=True, timeout=120)
+    if p.returncode != rc:
+        print("command: ctrain hw", " ".join(args))
+        print(p.stdout[-2000:], p.stderr[-2000:])
+    check(p.returncode == rc, "ctrain hw %s exits %d" % (" ".join(args), rc))
+    return p
+
+
+def meminfo_total():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+FIELDS = ["cpu_model", "physical_cores", "logical_cpus", "threads_per_core", "allowed_cpus",
+          "cpu_quota", "l1d_bytes", "l2_bytes", "l3_bytes", "avx2", "fma", "avx512f",
+          "avx512_bf16", "amx", "neon", "ram_bytes", "cgroup_limit_bytes",
+          "memory_available_bytes", "gpu", "gpu_name", "nominal_mhz", "theoretical_gflops",
+          "signature", "blas_corename", "openblas_coretype"]
+MEASURED = ["gemm_peak_gflops", "fma_peak_gflops", "membw_gbps"]
+
+p = run("--json", "--quick")
+hw = json.loads(p.stdout)
+missing = [k for k in FIELDS + MEASURED if k not in hw]
+check(not missing, "every field present (missing: %s)" % missing)
+for k in ["physical_cores", "logical_cpus", "threads_per_core", "allowed_cpus", "ram_bytes",
+          "memory_available_bytes"] + MEASURED:
+    check(isinstance(hw.get(k), (int, float)) and hw[k] > 0, "%s = %r is positive" % (k, hw.get(k)))
+for k in ["avx2", "fma", "avx512f", "avx512_bf16", "amx", "neon", "gpu"]:
+    check(isinstance(hw.get(k), bool), "%s is a boolean" % k)
+check(hw["logical_cpus"] == os.cpu_count(),
+      "logical_cpus %r == os.cpu_count() %r" % (hw["logical_cpus"], os.cpu_count()))
+check(hw["physical_cores"] * hw["threads_per_core"] <= hw["logical_cpus"],
+      "physical cores x SMT <= logical CPUs")
+check(hw["allowed_cpus"] == len(os.sched_getaffinity(0)), "allowed_cpus matches the affinity mask")
+check(hw["ram_bytes"] == meminfo_total(), "ram_bytes equals /proc/meminfo MemTotal")
+check(hw["memory_available_bytes"] <= hw["ram_bytes"], "available memory <= RAM")
+check(isinstance(hw["signature"], str) and len(hw["signature"]) >= 8, "signature is non-empty")
+check(hw["gemm_n"] == 512 and hw["membw_mib"] == 32, "--quick uses n=512 and 32 MiB")
+
+p2 = run("--json", "--no-bench")
+hw2 = json.loads(p2.stdout)
+check(hw2.get("signature") == hw["signature"], "signature stable across runs")
+check(not any(k in hw2 for k in MEASURED), "--no-bench leaves the measured fields out")
+check(all(k in hw2 for k in FIELDS), "--no-bench keeps every profile field")
+
+p3 = run("--no-bench")
+check(hw["signature"] in p3.stdout and "cores" in p3.stdout, "human block shows cores and signature")
+
+p4 = run("--bogus", rc=2)
+check("--bogus" in p4.stderr, "bad option is named in the error")
+
+print("%d failures" % failures)
+sys.exit(1 if failures else 0)
