@@ -1,13 +1,17 @@
 /*
  * `ctrain plan [--config F] [key=value ...] [--json]`: the memory plan of a
  * training run, computed from the configuration without allocating, for its
- * train.recompute policy and train.activation_dtype.
+ * train.recompute policy and train.activation_dtype, against run.memory_limit
+ * (batch_size=auto and recompute=auto are resolved here exactly as `train`
+ * resolves them). A plan over the limit is an error (exit 2) whose hint names
+ * settings that fit.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "ctrain/train.h"
+#include "perf/memplan.h"
 
 int cmd_plan(int argc, char **argv) {
     bool json = false, print_only;
@@ -28,36 +32,50 @@ int cmd_plan(int argc, char **argv) {
     } else if (ct_model_config_from(&mc, &cfg)) {
         return cli_fail("plan");
     }
-    ct_model_plan p;
-    ct_model_opts mo;
-    int B = (int)cfg.train.batch_size, T = (int)cfg.train.seq_len;
-    if (ct_model_opts_from_names(&mo, cfg.train.recompute, cfg.train.activation_dtype))
+    ct_fit_request r;
+    memset(&r, 0, sizeof r);
+    r.recompute_auto = strcmp(cfg.train.recompute, "auto") == 0;
+    if (ct_model_opts_from_names(&r.opts, r.recompute_auto ? "none" : cfg.train.recompute,
+                                 cfg.train.activation_dtype))
         return cli_fail("plan");
-    if (ct_model_plan_memory_opts(&mc, B, T, true, &mo, &p)) return cli_fail("plan");
-    const char *rc_name = ct_model_recompute_name(mo.recompute);
-    const char *dt_name = ct_model_act_dtype_name(mo.act_dtype);
-    size_t optim = 2 * p.params;
-    size_t data = 2 * (size_t)B * T * sizeof(int32_t);
-    size_t total = p.total + optim + data;
+    r.B = (int)cfg.train.batch_size;
+    r.T = (int)cfg.train.seq_len;
+    r.grad_accum = (int)cfg.train.grad_accum;
+    r.effective_batch = (int)cfg.train.effective_batch;
+    r.prefetch = (int)cfg.data.prefetch;
+    r.limit_spec = cfg.run.memory_limit;
+    if (ct_memory_limit_parse(cfg.run.memory_limit, ct_memory_available(), &r.limit))
+        return cli_fail("plan");
+    ct_run_plan rp;
+    if (ct_run_plan_fit(&mc, &r, &rp)) return cli_fail("plan");
+    const ct_model_plan *p = &rp.model;
+    int B = rp.B, T = rp.T;
+    const char *rc_name = ct_model_recompute_name(rp.opts.recompute);
+    const char *dt_name = ct_model_act_dtype_name(rp.opts.act_dtype);
+    size_t optim = rp.optim, data = rp.data, total = rp.total;
     if (json) {
-        printf("{\"recompute\": \"%s\", \"activation_dtype\": \"%s\", "
-               "\"params_bytes\": %zu, \"grads_bytes\": %zu, \"optim_bytes\": %zu, "
-               "\"acts_bytes\": %zu, \"work_bytes\": %zu, \"scratch_bytes\": %zu, "
-               "\"data_bytes\": %zu, \"total_bytes\": %zu}\n",
-               rc_name, dt_name, p.params, p.grads, optim, p.acts, p.work, p.scratch, data, total);
+        printf("{\"batch_size\": %d, \"grad_accum\": %d, \"recompute\": \"%s\", "
+               "\"activation_dtype\": \"%s\", \"params_bytes\": %zu, \"grads_bytes\": %zu, "
+               "\"optim_bytes\": %zu, \"acts_bytes\": %zu, \"work_bytes\": %zu, "
+               "\"scratch_bytes\": %zu, \"data_bytes\": %zu, \"total_bytes\": %zu, "
+               "\"limit_bytes\": %zu}\n",
+               B, rp.grad_accum, rc_name, dt_name, p->params, p->grads, optim, p->acts, p->work,
+               p->scratch, data, total, r.limit);
         return 0;
     }
     const double MiB = 1024.0 * 1024.0;
-    printf("memory plan (B=%d, T=%d, %d layers, C=%d, V=%d; recompute %s, activations %s)\n",
-           B, T, mc.n_layer, mc.n_embd, mc.vocab_size, rc_name, dt_name);
-    printf("  params   %10.1f MiB\n", p.params / MiB);
-    printf("  grads    %10.1f MiB\n", p.grads / MiB);
+    printf("memory plan (B=%d, grad_accum %d, T=%d, %d layers, C=%d, V=%d; recompute %s, "
+           "activations %s)\n",
+           B, rp.grad_accum, T, mc.n_layer, mc.n_embd, mc.vocab_size, rc_name, dt_name);
+    printf("  params   %10.1f MiB\n", p->params / MiB);
+    printf("  grads    %10.1f MiB\n", p->grads / MiB);
     printf("  optim    %10.1f MiB  (AdamW m, v)\n", optim / MiB);
-    printf("  acts     %10.1f MiB  (kept for backward, %s)\n", p.acts / MiB, dt_name);
+    printf("  acts     %10.1f MiB  (kept for backward, %s)\n", p->acts / MiB, dt_name);
     printf("  work     %10.1f MiB  (one block in fp32: recomputed and widened activations)\n",
-           p.work / MiB);
-    printf("  scratch  %10.1f MiB  (gradient activations, logits chunk)\n", p.scratch / MiB);
-    printf("  data     %10.1f MiB\n", data / MiB);
-    printf("  total    %10.1f MiB\n", total / MiB);
+           p->work / MiB);
+    printf("  scratch  %10.1f MiB  (gradient activations, logits chunk)\n", p->scratch / MiB);
+    printf("  data     %10.1f MiB  (token buffers: prefetch ring and the batch)\n", data / MiB);
+    printf("  total    %10.1f MiB  of run.memory_limit %.1f MiB (%s)\n", total / MiB,
+           r.limit / MiB, cfg.run.memory_limit);
     return 0;
 }

@@ -30,12 +30,14 @@ typedef struct ct_config {
         int64_t prefetch; /* batches read ahead by a background thread; 0: none */
     } data;
     struct {
-        int64_t batch_size, seq_len, grad_accum, steps, seed;
+        int64_t batch_size; /* 0: auto (the planner picks it under run.memory_limit) */
+        int64_t effective_batch; /* with batch_size auto: sequences per step (0: unset) */
+        int64_t seq_len, grad_accum, steps, seed;
         char resume[CT_PATH_MAX]; /* auto | never | PATH */
         int64_t eval_every;       /* steps between validation passes; 0 = end only */
         int64_t eval_batches;     /* micro-batches per validation pass */
         int64_t early_stop_patience; /* evaluations without improvement; 0 = off */
-        char recompute[CT_NAME_MAX];        /* none | light | full */
+        char recompute[CT_NAME_MAX];        /* none | light | full | auto */
         char activation_dtype[CT_NAME_MAX]; /* fp32 | bf16: storage of kept activations */
     } train;
     struct {

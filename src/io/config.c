@@ -32,7 +32,7 @@ typedef struct key_def {
     size_t offset;
     size_t size;         /* for strings: buffer size */
     double min, max;     /* numeric range, inclusive */
-    const char *words;   /* KEY_ENUM: "a|b|c" */
+    const char *words;   /* KEY_ENUM: "a|b|c"; KEY_INT: a word that is stored as 0 */
     const char *help;
 } key_def;
 
@@ -61,7 +61,10 @@ static const key_def keys[] = {
     B("data.shuffle", data.shuffle, "shuffle windows (false: sequential llm.c order)"),
     I("data.prefetch", data.prefetch, 0, 4096,
       "batches the background thread reads ahead (0: read on the training thread)"),
-    I("train.batch_size", train.batch_size, 1, 1 << 20, "micro-batch size B"),
+    {"train.batch_size", KEY_INT, OFF(train.batch_size), SZ(train.batch_size), 1, 1 << 20, "auto",
+     "micro-batch size B, or auto: the largest that fits run.memory_limit"},
+    I("train.effective_batch", train.effective_batch, 0, 1 << 30,
+      "sequences per optimizer step when batch_size is auto (0: grad_accum x the chosen B)"),
     I("train.seq_len", train.seq_len, 1, 1 << 20, "sequence length T"),
     I("train.grad_accum", train.grad_accum, 1, 1 << 20, "micro-batches per optimizer step"),
     I("train.steps", train.steps, 0, BIG, "optimizer steps"),
@@ -71,8 +74,9 @@ static const key_def keys[] = {
     I("train.eval_batches", train.eval_batches, 1, BIG, "micro-batches per validation"),
     I("train.early_stop_patience", train.early_stop_patience, 0, BIG,
       "stop after this many validations without a better loss (0: off)"),
-    E("train.recompute", train.recompute, "none|light|full",
-      "activations re-derived in backward: none, light (norms, GELU), full (whole blocks)"),
+    E("train.recompute", train.recompute, "none|light|full|auto",
+      "activations re-derived in backward: none, light (norms, GELU), full (whole blocks), "
+      "auto (the lightest that fits run.memory_limit)"),
     E("train.activation_dtype", train.activation_dtype, "fp32|bf16",
       "storage of the activations kept for backward (math stays fp32)"),
     F("optim.lr", optim.lr, 0, 10, "peak learning rate"),
@@ -246,12 +250,18 @@ static ct_status set_value(ct_config *cfg, const key_def *k, const char *v, cons
     char *base = (char *)cfg + k->offset;
     switch (k->type) {
     case KEY_INT: {
+        if (k->words && strcmp(v, k->words) == 0) { /* "auto", stored as 0 */
+            int64_t zero = 0;
+            memcpy(base, &zero, sizeof zero);
+            return CT_OK;
+        }
         errno = 0;
         char *end = NULL;
         double d = strtod(v, &end); /* accepts 1e6 too; must be integral */
         while (end && isspace((unsigned char)*end)) end++;
         if (!*v || errno || !end || *end || d != floor(d))
-            return CT_ERR(CT_ERR_ARG, "%s: %s = '%s': expected an integer", where, k->path, v);
+            return CT_ERR(CT_ERR_ARG, "%s: %s = '%s': expected an integer%s%s", where, k->path, v,
+                          k->words ? " or " : "", k->words ? k->words : "");
         if (d < k->min || d > k->max)
             return CT_ERR(CT_ERR_ARG, "%s: %s = %s is out of range: expected %.0f..%.0f", where,
                           k->path, v, k->min, k->max);
@@ -557,7 +567,10 @@ char *ct_config_to_yaml(const ct_config *cfg) {
         case KEY_INT: {
             int64_t v;
             memcpy(&v, base, sizeof v);
-            sb_printf(&b, "%lld", (long long)v);
+            if (k->words && v == 0)
+                sb_printf(&b, "%s", k->words);
+            else
+                sb_printf(&b, "%lld", (long long)v);
             break;
         }
         case KEY_FLOAT: {

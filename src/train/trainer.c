@@ -54,9 +54,9 @@ static void snapshot_state(trainer *t, ct_train_state *s) {
     s->step = t->step;
     s->adam_t = t->opt.t;
     s->numel = t->opt.numel;
-    s->batch_size = cfg->train.batch_size;
+    s->batch_size = t->B;
     s->seq_len = cfg->train.seq_len;
-    s->grad_accum = cfg->train.grad_accum;
+    s->grad_accum = t->accum;
     s->seed = cfg->train.seed;
     s->shuffle = cfg->data.shuffle;
     ct_loader_get_pos(t->train, &s->pos);

@@ -13,6 +13,7 @@
 #include "train/checkpoint.h"
 #include "train/guard.h"
 #include "train/train_state.h"
+#include "perf/memplan.h"
 
 #define TRAINER_SIG_MAX 512
 #define TRAINER_DIR_MAX (CT_PATH_MAX + 64)
@@ -34,6 +35,9 @@ typedef struct trainer {
     char signature[TRAINER_SIG_MAX]; /* ct_ckpt_signature of the model */
     int B, T;
     int64_t accum;
+    ct_model_opts mopts; /* recompute and activation storage, resolved by the planner */
+    ct_run_plan plan;    /* the memory plan the run fits under run.memory_limit */
+    size_t mem_limit;    /* bytes */
     int64_t bad_first, bad_last; /* debug.bad_steps; 0, -1 when off */
 
     /* the run's state: what a checkpoint stores */

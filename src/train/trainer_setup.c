@@ -222,9 +222,9 @@ static ct_status check_resume_fits(trainer *t) {
         const char *key;
         int64_t now, then;
     } same[] = {
-        {"train.batch_size", cfg->train.batch_size, s->batch_size},
+        {"train.batch_size", t->B, s->batch_size},
         {"train.seq_len", cfg->train.seq_len, s->seq_len},
-        {"train.grad_accum", cfg->train.grad_accum, s->grad_accum},
+        {"train.grad_accum", t->accum, s->grad_accum},
         {"train.seed", cfg->train.seed, s->seed},
         {"data.shuffle", cfg->data.shuffle ? 1 : 0, s->shuffle ? 1 : 0},
     };
@@ -259,6 +259,45 @@ static ct_status check_resume_fits(trainer *t) {
     return CT_OK;
 }
 
+/* Plans the run's memory for the model shape mc before anything is allocated:
+ * resolves batch_size=auto and recompute=auto and refuses a run that does not
+ * fit run.memory_limit. Sets t->B, t->accum, t->mopts, t->plan, t->mem_limit. */
+static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
+    const ct_config *cfg = t->cfg;
+    ct_fit_request r;
+    memset(&r, 0, sizeof r);
+    r.recompute_auto = strcmp(cfg->train.recompute, "auto") == 0;
+    ct_status st = ct_model_opts_from_names(&r.opts, r.recompute_auto ? "none" :
+                                            cfg->train.recompute, cfg->train.activation_dtype);
+    if (st) return st;
+    r.B = (int)cfg->train.batch_size;
+    r.T = t->T;
+    r.grad_accum = (int)cfg->train.grad_accum;
+    r.effective_batch = (int)cfg->train.effective_batch;
+    r.prefetch = (int)cfg->data.prefetch;
+    r.limit_spec = cfg->run.memory_limit;
+    if (r.B > 0 && r.effective_batch > 0)
+        return CT_ERR(CT_ERR_ARG, "train.effective_batch = %d applies to train.batch_size=auto "
+                      "only; with train.batch_size = %d set train.grad_accum instead",
+                      r.effective_batch, r.B);
+    if (r.T > mc->n_ctx)
+        return CT_ERR(CT_ERR_ARG, "train.seq_len = %d exceeds the model's context n_ctx = %d",
+                      r.T, mc->n_ctx);
+    if ((st = ct_memory_limit_parse(cfg->run.memory_limit, ct_memory_available(), &r.limit)))
+        return st;
+    if ((st = ct_run_plan_fit(mc, &r, &t->plan))) return st;
+    t->B = t->plan.B;
+    t->accum = t->plan.grad_accum;
+    t->mopts = t->plan.opts;
+    t->mem_limit = r.limit;
+    if (r.B == 0 || r.recompute_auto)
+        ct_log(CT_LOG_INFO, "memory plan: train.batch_size=%d train.grad_accum=%lld "
+               "train.recompute=%s, %.0f MiB of run.memory_limit %.0f MiB", t->B,
+               (long long)t->accum, ct_model_recompute_name(t->mopts.recompute),
+               t->plan.total / 1048576.0, r.limit / 1048576.0);
+    return CT_OK;
+}
+
 /* Build the model: fresh from sizes (seeded init), from model.init_from, or
  * from the checkpoint (its weights, shape checked by the signature). */
 static ct_status build_model(trainer *t) {
@@ -266,6 +305,7 @@ static ct_status build_model(trainer *t) {
     ct_model_config mc;
     ct_status st = model_shape(cfg, &mc);
     if (st) return st;
+    if ((st = plan_memory(t, &mc))) return st;
     /* the signature needs a model; its zeroed weights are the fresh run's start */
     if ((st = ct_model_init(&t->model, t->ctx, &mc))) return st;
     if ((st = ct_ckpt_signature(t->model, t->signature, sizeof t->signature))) return st;
@@ -368,10 +408,7 @@ ct_status trainer_setup(trainer *t) {
     if (t->T > mc->n_ctx)
         return CT_ERR(CT_ERR_ARG, "train.seq_len = %d exceeds the model's context n_ctx = %d",
                       t->T, mc->n_ctx);
-    ct_model_opts mo;
-    if ((st = ct_model_opts_from_names(&mo, cfg->train.recompute, cfg->train.activation_dtype)))
-        return st;
-    if ((st = ct_model_set_opts(t->model, &mo))) return st;
+    if ((st = ct_model_set_opts(t->model, &t->mopts))) return st;
     if ((st = ct_model_reserve(t->model, t->B, t->T, true))) return st;
     if ((st = ct_adamw_init(&t->opt, t->ctx, ct_model_numel(t->model)))) return st;
     if ((st = open_loaders(t))) return st;

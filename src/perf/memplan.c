@@ -1,0 +1,157 @@
+/*
+ * Run memory plan, the memory limit and the automatic batch and recompute
+ * choice. See memplan.h.
+ */
+#include "perf/memplan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "perf/hwinfo.h"
+
+ct_status ct_run_plan_make(const ct_model_config *mc, int B, int T, int grad_accum, int prefetch,
+                           const ct_model_opts *o, ct_run_plan *out) {
+    memset(out, 0, sizeof *out);
+    ct_status st = ct_model_plan_memory_opts(mc, B, T, true, o, &out->model);
+    if (st) return st;
+    out->B = B;
+    out->T = T;
+    out->grad_accum = grad_accum;
+    out->opts = *o;
+    out->optim = 2 * out->model.params;
+    /* inputs and targets: the prefetch ring's slots and the trainer's own pair */
+    out->data = (size_t)(prefetch + 1) * 2 * (size_t)B * T * sizeof(int32_t);
+    out->total = out->model.total + out->optim + out->data;
+    return CT_OK;
+}
+
+size_t ct_memory_available(void) {
+    ct_hwinfo h;
+    if (ct_hwinfo_read(&h)) return 0;
+    return ct_hwinfo_memory_available(&h);
+}
+
+ct_status ct_memory_limit_parse(const char *spec, size_t available, size_t *out) {
+    char *end;
+    double x = strtod(spec, &end);
+    if (end == spec || !isfinite(x) || x <= 0) goto bad;
+    while (*end == ' ') end++;
+    double bytes;
+    if (!strcmp(end, "%")) {
+        if (x > 100) goto bad;
+        if (!available)
+            return CT_ERR(CT_ERR_ARG, "run.memory_limit = '%s' is a share of RAM, but this "
+                          "machine's RAM could not be read: give bytes instead (e.g. 12GB)",
+                          spec);
+        bytes = (double)available * x / 100.0;
+    } else {
+        static const char *suffix[] = {"", "B", "KB", "MB", "GB", "TB"};
+        static const double scale[] = {1, 1, 1024.0, 1048576.0, 1073741824.0, 1099511627776.0};
+        size_t i = 0;
+        while (i < 6 && strcmp(end, suffix[i]) != 0) i++;
+        if (i == 6) goto bad;
+        bytes = x * scale[i];
+    }
+    *out = (size_t)bytes;
+    return CT_OK;
+bad:
+    return CT_ERR(CT_ERR_ARG, "run.memory_limit = '%s': expected bytes with an optional "
+                  "KB/MB/GB/TB suffix (e.g. 12GB) or a percentage of RAM (e.g. 85%%)", spec);
+}
+
+/* The largest micro-batch (a divisor of eff when eff > 0, else <= cap) whose
+ * plan fits the limit under opts; 0 when not even 1 does. */
+static int largest_fit(const ct_model_config *mc, const ct_fit_request *r, const ct_model_opts *o,
+                       ct_run_plan *best) {
+    int cap = r->effective_batch > 0 ? r->effective_batch : 1024;
+    int found = 0;
+    /* plans grow with B, so search upward and stop at the first miss */
+    for (int B = 1; B <= cap; B++) {
+        if (r->effective_batch > 0 && r->effective_batch % B) continue;
+        ct_run_plan p;
+        int accum = r->effective_batch > 0 ? r->effective_batch / B : r->grad_accum;
+        if (ct_run_plan_make(mc, B, r->T, accum, r->prefetch, o, &p)) break;
+        if (p.total > r->limit) break;
+        *best = p;
+        found = B;
+    }
+    return found;
+}
+
+static const double MiB = 1024.0 * 1024.0;
+
+/* Names, for the messages, of the smallest settings that fit, or says none do. */
+static void hint_fits(const ct_model_config *mc, const ct_fit_request *r) {
+    char hint[512] = "";
+    size_t n = 0;
+    static const ct_recompute pols[] = {CT_RECOMPUTE_NONE, CT_RECOMPUTE_LIGHT, CT_RECOMPUTE_FULL};
+    ct_fit_request q = *r;
+    q.effective_batch = 0;
+    for (int d = 0; d < CT_ACT_COUNT; d++) {
+        for (int i = 0; i < 3; i++) {
+            ct_model_opts o = r->opts;
+            o.recompute = pols[i];
+            o.act_dtype = (ct_act_dtype)d;
+            ct_run_plan p = {0};
+            int B = largest_fit(mc, &q, &o, &p);
+            if (!B || n >= sizeof hint - 120) continue;
+            n += (size_t)snprintf(hint + n, sizeof hint - n, "%strain.batch_size=%d "
+                                  "train.recompute=%s train.activation_dtype=%s (%.0f MiB)",
+                                  n ? "; " : "", B, ct_model_recompute_name(o.recompute),
+                                  ct_model_act_dtype_name(o.act_dtype), p.total / MiB);
+        }
+    }
+    if (n)
+        ct_error_hint("settings that fit: %s; or train.batch_size=auto, or raise "
+                      "run.memory_limit", hint);
+    else
+        ct_error_hint("not even train.batch_size=1 with train.recompute=full and bf16 "
+                      "activations fits: raise run.memory_limit, shorten train.seq_len or "
+                      "choose a smaller model");
+}
+
+ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct_run_plan *out) {
+    static const ct_recompute pols[] = {CT_RECOMPUTE_NONE, CT_RECOMPUTE_LIGHT, CT_RECOMPUTE_FULL};
+    ct_run_plan plans[3];
+    int fits[3] = {0, 0, 0}, npol = r->recompute_auto ? 3 : 1;
+    for (int i = 0; i < npol; i++) {
+        ct_model_opts o = r->opts;
+        if (r->recompute_auto) o.recompute = pols[i];
+        if (r->B > 0) {
+            ct_status st = ct_run_plan_make(mc, r->B, r->T, r->grad_accum, r->prefetch, &o,
+                                            &plans[i]);
+            if (st) return st;
+            fits[i] = plans[i].total <= r->limit ? r->B : 0;
+        } else {
+            fits[i] = largest_fit(mc, r, &o, &plans[i]);
+        }
+    }
+    int best = 0;
+    for (int i = 0; i < npol; i++) best = fits[i] > best ? fits[i] : best;
+    for (int i = 0; i < npol && best; i++) {
+        if (fits[i] && 2 * fits[i] >= best) {
+            *out = plans[i];
+            return CT_OK;
+        }
+    }
+    /* nothing fits: say what the asked-for settings need */
+    ct_run_plan need;
+    ct_model_opts o = r->opts;
+    if (r->recompute_auto) o.recompute = CT_RECOMPUTE_FULL;
+    ct_status st = ct_run_plan_make(mc, r->B > 0 ? r->B : 1, r->T, r->grad_accum, r->prefetch, &o,
+                                    &need);
+    if (st) return st;
+    st = CT_ERR(CT_ERR_ARG,
+                "the run needs %.0f MiB (params %.0f, grads %.0f, AdamW %.0f, activations %.0f, "
+                "work %.0f, scratch %.0f, data %.0f; B=%d T=%d recompute %s, %s activations) "
+                "but run.memory_limit = '%s' allows %.0f MiB",
+                need.total / MiB, need.model.params / MiB, need.model.grads / MiB,
+                need.optim / MiB, need.model.acts / MiB, need.model.work / MiB,
+                need.model.scratch / MiB, need.data / MiB, need.B, need.T,
+                ct_model_recompute_name(o.recompute), ct_model_act_dtype_name(o.act_dtype),
+                r->limit_spec ? r->limit_spec : "?", r->limit / MiB);
+    hint_fits(mc, r);
+    return st;
+}

@@ -1,0 +1,131 @@
+/*
+ * The run memory plan and the hard limit (src/perf/memplan.c): limit parsing,
+ * the plan's parts, the automatic batch and recompute choice, the refusal and
+ * its hint, and that what a model and AdamW then allocate is what was planned
+ * (so a run chosen under the limit stays under it without trying).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct_test.h"
+#include "ctrain/model.h"
+#include "ctrain/train.h"
+#include "perf/memplan.h"
+
+static void test_limit_parse(void) {
+    size_t v = 0;
+    CHECK(ct_memory_limit_parse("50%", 1000, &v) == CT_OK && v == 500);
+    CHECK(ct_memory_limit_parse("12GB", 0, &v) == CT_OK && v == (size_t)12 << 30);
+    CHECK(ct_memory_limit_parse("2.5MB", 0, &v) == CT_OK && v == (size_t)5 << 19);
+    CHECK(ct_memory_limit_parse("1048576", 0, &v) == CT_OK && v == 1048576);
+    CHECK(ct_memory_limit_parse("64KB", 0, &v) == CT_OK && v == 65536);
+    const char *bad[] = {"lots", "0", "-1GB", "150%", "12XB", "", "GB"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK(ct_memory_limit_parse(bad[i], 1000, &v) == CT_ERR_ARG);
+        CHECK(strstr(ct_last_error(), "run.memory_limit") != NULL);
+    }
+    CHECK(ct_memory_limit_parse("85%", 0, &v) == CT_ERR_ARG); /* RAM unknown */
+    CHECK(ct_memory_available() > 0);
+}
+
+static ct_model_config small(void) {
+    ct_model_config c;
+    ct_model_config_gpt2(&c, 2, 2, 32, 97, 64);
+    return c;
+}
+
+static ct_fit_request request(int B, size_t limit) {
+    ct_fit_request r;
+    memset(&r, 0, sizeof r);
+    r.B = B;
+    r.T = 32;
+    r.grad_accum = 1;
+    r.opts = ct_model_opts_default();
+    r.prefetch = 2;
+    r.limit = limit;
+    r.limit_spec = "test";
+    return r;
+}
+
+static size_t total_at(const ct_model_config *c, int B, ct_recompute rc) {
+    ct_model_opts o = ct_model_opts_default();
+    o.recompute = rc;
+    ct_run_plan p;
+    CHECK(ct_run_plan_make(c, B, 32, 1, 2, &o, &p) == CT_OK);
+    return p.total;
+}
+
+static void test_plan_and_fit(void) {
+    ct_model_config c = small();
+    ct_run_plan p;
+    ct_model_opts o = ct_model_opts_default();
+    CHECK(ct_run_plan_make(&c, 4, 32, 1, 2, &o, &p) == CT_OK);
+    CHECK(p.optim == 2 * p.model.params);
+    CHECK(p.data == 3 * 2 * 4 * 32 * sizeof(int32_t));
+    CHECK(p.total == p.model.total + p.optim + p.data);
+    /* a fixed batch: fits exactly at its own total, refused one byte below */
+    ct_fit_request r = request(4, p.total);
+    CHECK(ct_run_plan_fit(&c, &r, &p) == CT_OK && p.B == 4);
+    r.limit = p.total - 1;
+    CHECK(ct_run_plan_fit(&c, &r, &p) == CT_ERR_ARG);
+    CHECK(strstr(ct_last_error(), "run.memory_limit") != NULL);
+    CHECK(strstr(ct_last_hint(), "train.batch_size=3") != NULL); /* the next size down */
+    /* auto: the largest B whose plan fits */
+    size_t lim = total_at(&c, 6, CT_RECOMPUTE_NONE) + 100;
+    r = request(0, lim);
+    CHECK(ct_run_plan_fit(&c, &r, &p) == CT_OK);
+    CHECK(p.B == 6 && p.total <= lim && total_at(&c, 7, CT_RECOMPUTE_NONE) > lim);
+    /* auto with an effective batch: a divisor, the rest through accumulation */
+    r.effective_batch = 8;
+    CHECK(ct_run_plan_fit(&c, &r, &p) == CT_OK && p.B == 4 && p.grad_accum == 2);
+    /* recompute auto: the lightest policy whose B is at least half the best */
+    size_t lim2 = total_at(&c, 8, CT_RECOMPUTE_LIGHT);
+    CHECK(total_at(&c, 8, CT_RECOMPUTE_NONE) > lim2);
+    r = request(8, lim2);
+    r.recompute_auto = true;
+    CHECK(ct_run_plan_fit(&c, &r, &p) == CT_OK && p.opts.recompute == CT_RECOMPUTE_LIGHT);
+    r = request(8, total_at(&c, 8, CT_RECOMPUTE_NONE));
+    r.recompute_auto = true;
+    CHECK(ct_run_plan_fit(&c, &r, &p) == CT_OK && p.opts.recompute == CT_RECOMPUTE_NONE);
+    /* nothing fits: the hint says so */
+    r = request(0, 1000);
+    CHECK(ct_run_plan_fit(&c, &r, &p) == CT_ERR_ARG);
+    CHECK(strstr(ct_last_hint(), "not even train.batch_size=1") != NULL);
+}
+
+/* What reserve and AdamW allocate equals the plan's model and optimizer parts. */
+static void test_plan_is_allocation(void) {
+    ct_model_config c = small();
+    const ct_recompute pols[] = {CT_RECOMPUTE_NONE, CT_RECOMPUTE_LIGHT, CT_RECOMPUTE_FULL};
+    for (int i = 0; i < 3; i++) {
+        ct_ctx *ctx = NULL;
+        CHECK(ct_ctx_init(&ctx, NULL) == CT_OK);
+        ct_model_opts o = ct_model_opts_default();
+        o.recompute = pols[i];
+        ct_run_plan p;
+        CHECK(ct_run_plan_make(&c, 5, 32, 1, 2, &o, &p) == CT_OK);
+        ct_model *m = NULL;
+        CHECK(ct_model_init(&m, ctx, &c) == CT_OK);
+        CHECK(ct_model_set_opts(m, &o) == CT_OK);
+        CHECK(ct_model_reserve(m, 5, 32, true) == CT_OK);
+        ct_adamw opt;
+        CHECK(ct_adamw_init(&opt, ctx, ct_model_numel(m)) == CT_OK);
+        ct_memstats ms;
+        ct_ctx_memstats(ctx, &ms);
+        int64_t got = ms.current[CT_TAG_PARAMS] + ms.current[CT_TAG_GRADS] +
+                      ms.current[CT_TAG_ACTS] + ms.current[CT_TAG_OPTIM];
+        int64_t want = (int64_t)(p.model.total + p.optim);
+        CHECK_MSG(got == want, "recompute %d: allocated %lld bytes, planned %lld", i,
+                  (long long)got, (long long)want);
+        ct_adamw_free(&opt);
+        ct_model_free(m);
+        ct_ctx_free(ctx);
+    }
+}
+
+int main(void) {
+    test_limit_parse();
+    test_plan_and_fit();
+    test_plan_is_allocation();
+    return ct_test_result("test_memplan");
+}
