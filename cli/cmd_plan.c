@@ -32,22 +32,9 @@ int cmd_plan(int argc, char **argv) {
     } else if (ct_model_config_from(&mc, &cfg)) {
         return cli_fail("plan");
     }
-    ct_fit_request r;
-    memset(&r, 0, sizeof r);
-    r.recompute_auto = strcmp(cfg.train.recompute, "auto") == 0;
-    if (ct_model_opts_from_names(&r.opts, r.recompute_auto ? "none" : cfg.train.recompute,
-                                 cfg.train.activation_dtype))
-        return cli_fail("plan");
-    r.B = (int)cfg.train.batch_size;
-    r.T = (int)cfg.train.seq_len;
-    r.grad_accum = (int)cfg.train.grad_accum;
-    r.effective_batch = (int)cfg.train.effective_batch;
-    r.prefetch = (int)cfg.data.prefetch;
-    r.limit_spec = cfg.run.memory_limit;
-    if (ct_memory_limit_parse(cfg.run.memory_limit, ct_memory_available(), &r.limit))
-        return cli_fail("plan");
     ct_run_plan rp;
-    if (ct_run_plan_fit(&mc, &r, &rp)) return cli_fail("plan");
+    size_t limit;
+    if (ct_run_plan_for_config(&cfg, &mc, &rp, &limit)) return cli_fail("plan");
     const ct_model_plan *p = &rp.model;
     int B = rp.B, T = rp.T;
     const char *rc_name = ct_model_recompute_name(rp.opts.recompute);
@@ -60,7 +47,7 @@ int cmd_plan(int argc, char **argv) {
                "\"scratch_bytes\": %zu, \"data_bytes\": %zu, \"total_bytes\": %zu, "
                "\"limit_bytes\": %zu}\n",
                B, rp.grad_accum, rc_name, dt_name, p->params, p->grads, optim, p->acts, p->work,
-               p->scratch, data, total, r.limit);
+               p->scratch, data, total, limit);
         return 0;
     }
     const double MiB = 1024.0 * 1024.0;
@@ -76,6 +63,6 @@ int cmd_plan(int argc, char **argv) {
     printf("  scratch  %10.1f MiB  (gradient activations, logits chunk)\n", p->scratch / MiB);
     printf("  data     %10.1f MiB  (token buffers: prefetch ring and the batch)\n", data / MiB);
     printf("  total    %10.1f MiB  of run.memory_limit %.1f MiB (%s)\n", total / MiB,
-           r.limit / MiB, cfg.run.memory_limit);
+           limit / MiB, cfg.run.memory_limit);
     return 0;
 }

@@ -99,6 +99,9 @@ CT_API ct_status ct_config_set(ct_config *cfg, const char *key, const char *valu
 CT_API ct_status ct_config_apply_override(ct_config *cfg, const char *kv);
 
 /* Cross-key checks run once everything is applied (e.g. warmup <= steps). */
+/* run.memory_limit's text in bytes: "N%" of `available`, "N" bytes, or N with
+ * a KB/MB/GB/TB suffix (powers of 1024). CT_ERR_ARG naming the key. */
+CT_API ct_status ct_config_memory_limit(const char *spec, size_t available, size_t *out);
 CT_API ct_status ct_config_validate(const ct_config *cfg);
 
 /* Write the configuration as YAML with every key. Returns owned text; free().

@@ -441,23 +441,38 @@ ct_status ct_config_load_yaml(ct_config *cfg, const char *path) {
     return st;
 }
 
-/* run.memory_limit: "N" bytes, "N KB|MB|GB" (powers of 1024) or "N%" of RAM. */
-static bool memory_limit_ok(const char *v) {
+ct_status ct_config_memory_limit(const char *spec, size_t available, size_t *out) {
     char *end;
-    double x = strtod(v, &end);
-    if (end == v || !isfinite(x) || x <= 0) return false;
+    double x = strtod(spec, &end);
+    if (end == spec || !isfinite(x) || x <= 0) goto bad;
     while (*end == ' ') end++;
-    if (!*end) return true;
-    if (!strcmp(end, "%")) return x <= 100;
-    return !strcmp(end, "B") || !strcmp(end, "KB") || !strcmp(end, "MB") || !strcmp(end, "GB") ||
-           !strcmp(end, "TB");
+    double bytes;
+    if (!strcmp(end, "%")) {
+        if (x > 100) goto bad;
+        if (!available)
+            return CT_ERR(CT_ERR_ARG, "run.memory_limit = '%s' is a share of RAM, but this "
+                          "machine's RAM could not be read: give bytes instead (e.g. 12GB)",
+                          spec);
+        bytes = (double)available * x / 100.0;
+    } else {
+        static const char *suffix[] = {"", "B", "KB", "MB", "GB", "TB"};
+        static const double scale[] = {1, 1, 1024.0, 1048576.0, 1073741824.0, 1099511627776.0};
+        size_t i = 0;
+        while (i < 6 && strcmp(end, suffix[i]) != 0) i++;
+        if (i == 6) goto bad;
+        bytes = x * scale[i];
+    }
+    *out = (size_t)bytes;
+    return CT_OK;
+bad:
+    return CT_ERR(CT_ERR_ARG, "run.memory_limit = '%s': expected bytes with an optional "
+                  "KB/MB/GB/TB suffix (e.g. 12GB) or a percentage of RAM (e.g. 85%%)", spec);
 }
 
 ct_status ct_config_validate(const ct_config *c) {
-    if (!memory_limit_ok(c->run.memory_limit))
-        return CT_ERR(CT_ERR_ARG, "run.memory_limit = '%s': expected bytes with an optional "
-                      "KB/MB/GB suffix (e.g. 12GB) or a percentage of RAM (e.g. 85%%)",
-                      c->run.memory_limit);
+    size_t limit;
+    ct_status st0 = ct_config_memory_limit(c->run.memory_limit, 1, &limit);
+    if (st0) return st0;
     if (c->schedule.warmup_steps > c->train.steps && c->train.steps > 0)
         return CT_ERR(CT_ERR_ARG,
                       "schedule.warmup_steps = %lld exceeds train.steps = %lld",

@@ -33,34 +33,6 @@ size_t ct_memory_available(void) {
     return ct_hwinfo_memory_available(&h);
 }
 
-ct_status ct_memory_limit_parse(const char *spec, size_t available, size_t *out) {
-    char *end;
-    double x = strtod(spec, &end);
-    if (end == spec || !isfinite(x) || x <= 0) goto bad;
-    while (*end == ' ') end++;
-    double bytes;
-    if (!strcmp(end, "%")) {
-        if (x > 100) goto bad;
-        if (!available)
-            return CT_ERR(CT_ERR_ARG, "run.memory_limit = '%s' is a share of RAM, but this "
-                          "machine's RAM could not be read: give bytes instead (e.g. 12GB)",
-                          spec);
-        bytes = (double)available * x / 100.0;
-    } else {
-        static const char *suffix[] = {"", "B", "KB", "MB", "GB", "TB"};
-        static const double scale[] = {1, 1, 1024.0, 1048576.0, 1073741824.0, 1099511627776.0};
-        size_t i = 0;
-        while (i < 6 && strcmp(end, suffix[i]) != 0) i++;
-        if (i == 6) goto bad;
-        bytes = x * scale[i];
-    }
-    *out = (size_t)bytes;
-    return CT_OK;
-bad:
-    return CT_ERR(CT_ERR_ARG, "run.memory_limit = '%s': expected bytes with an optional "
-                  "KB/MB/GB/TB suffix (e.g. 12GB) or a percentage of RAM (e.g. 85%%)", spec);
-}
-
 /* The largest micro-batch (a divisor of eff when eff > 0, else <= cap) whose
  * plan fits the limit under opts; 0 when not even 1 does. */
 static int largest_fit(const ct_model_config *mc, const ct_fit_request *r, const ct_model_opts *o,
@@ -154,4 +126,32 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
                 r->limit_spec ? r->limit_spec : "?", r->limit / MiB);
     hint_fits(mc, r);
     return st;
+}
+
+ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc,
+                                 ct_run_plan *out, size_t *limit) {
+    ct_fit_request r;
+    memset(&r, 0, sizeof r);
+    r.recompute_auto = strcmp(cfg->train.recompute, "auto") == 0;
+    ct_status st = ct_model_opts_from_names(&r.opts, r.recompute_auto ? "none" :
+                                            cfg->train.recompute, cfg->train.activation_dtype);
+    if (st) return st;
+    r.B = (int)cfg->train.batch_size;
+    r.T = (int)cfg->train.seq_len;
+    r.grad_accum = (int)cfg->train.grad_accum;
+    r.effective_batch = (int)cfg->train.effective_batch;
+    r.prefetch = (int)cfg->data.prefetch;
+    r.limit_spec = cfg->run.memory_limit;
+    if (r.B > 0 && r.effective_batch > 0)
+        return CT_ERR(CT_ERR_ARG, "train.effective_batch = %d applies to train.batch_size=auto "
+                      "only; with train.batch_size = %d set train.grad_accum instead",
+                      r.effective_batch, r.B);
+    if (r.T > mc->n_ctx)
+        return CT_ERR(CT_ERR_ARG, "train.seq_len = %d exceeds the model's context n_ctx = %d",
+                      r.T, mc->n_ctx);
+    if ((st = ct_config_memory_limit(cfg->run.memory_limit, ct_memory_available(), &r.limit)))
+        return st;
+    if ((st = ct_run_plan_fit(mc, &r, out))) return st;
+    *limit = r.limit;
+    return CT_OK;
 }

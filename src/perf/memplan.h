@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "ctrain/config.h"
 #include "ctrain/core.h"
 #include "ctrain/model.h"
 
@@ -33,10 +34,6 @@ ct_status ct_run_plan_make(const ct_model_config *mc, int B, int T, int grad_acc
 
 /* Bytes this process may use: min(RAM, cgroup memory limit). 0 when unknown. */
 size_t ct_memory_available(void);
-
-/* run.memory_limit against `available` bytes: "N%" of it, "N" bytes, or N with
- * a KB/MB/GB/TB suffix (powers of 1024). CT_ERR_ARG naming the key. */
-ct_status ct_memory_limit_parse(const char *spec, size_t available, size_t *out);
 
 /* What the run asks for. B = 0 is batch_size=auto; recompute_auto lets the
  * planner choose the policy (opts.recompute is the choice otherwise). */
@@ -58,5 +55,12 @@ typedef struct ct_fit_request {
  * *out is the plan to run. When nothing fits: CT_ERR_ARG with the plan and the
  * limit in the message and the settings that would fit in the hint. */
 ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *req, ct_run_plan *out);
+
+/* The run's settings from cfg (batch size, recompute, activation dtype,
+ * accumulation, effective batch, prefetch, run.memory_limit against
+ * ct_memory_available) planned and fitted for the model shape mc, as `train`
+ * and `plan` both do. Writes the plan and the limit in bytes. CT_ERR_ARG. */
+ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc,
+                                 ct_run_plan *out, size_t *limit);
 
 #endif

@@ -264,37 +264,16 @@ static ct_status check_resume_fits(trainer *t) {
  * fit run.memory_limit. Sets t->B, t->accum, t->mopts, t->plan, t->mem_limit. */
 static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
     const ct_config *cfg = t->cfg;
-    ct_fit_request r;
-    memset(&r, 0, sizeof r);
-    r.recompute_auto = strcmp(cfg->train.recompute, "auto") == 0;
-    ct_status st = ct_model_opts_from_names(&r.opts, r.recompute_auto ? "none" :
-                                            cfg->train.recompute, cfg->train.activation_dtype);
+    ct_status st = ct_run_plan_for_config(cfg, mc, &t->plan, &t->mem_limit);
     if (st) return st;
-    r.B = (int)cfg->train.batch_size;
-    r.T = t->T;
-    r.grad_accum = (int)cfg->train.grad_accum;
-    r.effective_batch = (int)cfg->train.effective_batch;
-    r.prefetch = (int)cfg->data.prefetch;
-    r.limit_spec = cfg->run.memory_limit;
-    if (r.B > 0 && r.effective_batch > 0)
-        return CT_ERR(CT_ERR_ARG, "train.effective_batch = %d applies to train.batch_size=auto "
-                      "only; with train.batch_size = %d set train.grad_accum instead",
-                      r.effective_batch, r.B);
-    if (r.T > mc->n_ctx)
-        return CT_ERR(CT_ERR_ARG, "train.seq_len = %d exceeds the model's context n_ctx = %d",
-                      r.T, mc->n_ctx);
-    if ((st = ct_memory_limit_parse(cfg->run.memory_limit, ct_memory_available(), &r.limit)))
-        return st;
-    if ((st = ct_run_plan_fit(mc, &r, &t->plan))) return st;
     t->B = t->plan.B;
     t->accum = t->plan.grad_accum;
     t->mopts = t->plan.opts;
-    t->mem_limit = r.limit;
-    if (r.B == 0 || r.recompute_auto)
+    if (cfg->train.batch_size == 0 || strcmp(cfg->train.recompute, "auto") == 0)
         ct_log(CT_LOG_INFO, "memory plan: train.batch_size=%d train.grad_accum=%lld "
                "train.recompute=%s, %.0f MiB of run.memory_limit %.0f MiB", t->B,
                (long long)t->accum, ct_model_recompute_name(t->mopts.recompute),
-               t->plan.total / 1048576.0, r.limit / 1048576.0);
+               t->plan.total / 1048576.0, t->mem_limit / 1048576.0);
     return CT_OK;
 }
 
@@ -404,10 +383,6 @@ ct_status trainer_setup(trainer *t) {
     ct_guard_params gp = trainer_guard_params(cfg);
     ct_guard_init(&t->guard, &gp);
     if ((st = build_model(t))) return st;
-    const ct_model_config *mc = ct_model_get_config(t->model);
-    if (t->T > mc->n_ctx)
-        return CT_ERR(CT_ERR_ARG, "train.seq_len = %d exceeds the model's context n_ctx = %d",
-                      t->T, mc->n_ctx);
     if ((st = ct_model_set_opts(t->model, &t->mopts))) return st;
     if ((st = ct_model_reserve(t->model, t->B, t->T, true))) return st;
     if ((st = ct_adamw_init(&t->opt, t->ctx, ct_model_numel(t->model)))) return st;

@@ -8,23 +8,24 @@
 #include <string.h>
 
 #include "ct_test.h"
+#include "ctrain/config.h"
 #include "ctrain/model.h"
 #include "ctrain/train.h"
 #include "perf/memplan.h"
 
 static void test_limit_parse(void) {
     size_t v = 0;
-    CHECK(ct_memory_limit_parse("50%", 1000, &v) == CT_OK && v == 500);
-    CHECK(ct_memory_limit_parse("12GB", 0, &v) == CT_OK && v == (size_t)12 << 30);
-    CHECK(ct_memory_limit_parse("2.5MB", 0, &v) == CT_OK && v == (size_t)5 << 19);
-    CHECK(ct_memory_limit_parse("1048576", 0, &v) == CT_OK && v == 1048576);
-    CHECK(ct_memory_limit_parse("64KB", 0, &v) == CT_OK && v == 65536);
+    CHECK(ct_config_memory_limit("50%", 1000, &v) == CT_OK && v == 500);
+    CHECK(ct_config_memory_limit("12GB", 0, &v) == CT_OK && v == (size_t)12 << 30);
+    CHECK(ct_config_memory_limit("2.5MB", 0, &v) == CT_OK && v == (size_t)5 << 19);
+    CHECK(ct_config_memory_limit("1048576", 0, &v) == CT_OK && v == 1048576);
+    CHECK(ct_config_memory_limit("64KB", 0, &v) == CT_OK && v == 65536);
     const char *bad[] = {"lots", "0", "-1GB", "150%", "12XB", "", "GB"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        CHECK(ct_memory_limit_parse(bad[i], 1000, &v) == CT_ERR_ARG);
+        CHECK(ct_config_memory_limit(bad[i], 1000, &v) == CT_ERR_ARG);
         CHECK(strstr(ct_last_error(), "run.memory_limit") != NULL);
     }
-    CHECK(ct_memory_limit_parse("85%", 0, &v) == CT_ERR_ARG); /* RAM unknown */
+    CHECK(ct_config_memory_limit("85%", 0, &v) == CT_ERR_ARG); /* RAM unknown */
     CHECK(ct_memory_available() > 0);
 }
 
