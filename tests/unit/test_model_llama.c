@@ -15,6 +15,7 @@
 #include "ct_test.h"
 #include "ctrain/model.h"
 #include "ctrain/train.h"
+#include "perf/memplan.h"
 
 enum { B = 2, T = 7, V = 37 };
 
@@ -242,6 +243,36 @@ static void test_plan_is_allocation(void) {
     }
 }
 
+/* The run plan (model + AdamW) of the planner equals what a LLaMA and its
+ * optimizer allocate, for each recompute policy. */
+static void test_run_plan_is_allocation(void) {
+    ct_model_config c;
+    CHECK(ct_model_config_preset(&c, "llama-tiny") == CT_OK);
+    for (int r = 0; r < CT_RECOMPUTE_COUNT; r++) {
+        ct_ctx *ctx = NULL;
+        CHECK(ct_ctx_init(&ctx, NULL) == CT_OK);
+        ct_model_opts o = ct_model_opts_default();
+        o.recompute = (ct_recompute)r;
+        ct_run_plan p;
+        CHECK(ct_run_plan_make(&c, 5, 32, 1, 2, &o, &p) == CT_OK);
+        ct_model *m = NULL;
+        CHECK(ct_model_init(&m, ctx, &c) == CT_OK);
+        CHECK(ct_model_set_opts(m, &o) == CT_OK);
+        CHECK(ct_model_reserve(m, 5, 32, true) == CT_OK);
+        ct_adamw opt;
+        CHECK(ct_adamw_init(&opt, ctx, ct_model_numel(m)) == CT_OK);
+        ct_memstats ms;
+        ct_ctx_memstats(ctx, &ms);
+        int64_t got = ms.current[CT_TAG_PARAMS] + ms.current[CT_TAG_GRADS] +
+                      ms.current[CT_TAG_ACTS] + ms.current[CT_TAG_OPTIM];
+        CHECK_MSG(got == (int64_t)(p.model.total + p.optim), "recompute %d: allocated %lld, "
+                  "planned %zu", r, (long long)got, p.model.total + p.optim);
+        ct_adamw_free(&opt);
+        ct_model_free(m);
+        ct_ctx_free(ctx);
+    }
+}
+
 static void test_table_and_init(ct_ctx *ctx) {
     ct_model_config c;
     tiny_config(&c, false);
@@ -335,6 +366,7 @@ int main(void) {
     test_cpu_matches_ref();
     test_recompute_and_bf16();
     test_plan_is_allocation();
+    test_run_plan_is_allocation();
     test_table_and_init(ctx);
     test_presets_and_validation(ctx);
     ct_ctx_free(ctx);
