@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dtype.h"
 #include "ct_test.h"
+#include "ct_tmpdir.h"
 #include "ctrain/model.h"
 #include "ctrain/train.h"
 #include "perf/memplan.h"
@@ -319,6 +321,44 @@ static void test_table_and_init(ct_ctx *ctx) {
     ct_model_free(m);
 }
 
+/* Export and load back: F32 exactly, BF16 as each weight rounded to nearest even;
+ * the decoded logits of the reload equal the original's. */
+static void test_hf_round_trip(ct_ctx *ctx) {
+    char dir[96], sub[160];
+    CHECK(ct_tmpdir_make(dir, sizeof dir, "llama_hf") != NULL);
+    ct_model *m = make_model(ctx, false, NULL, 0), *back = NULL;
+    size_t n = ct_model_numel(m);
+    float *p = ct_model_params(m);
+    ct_tmpdir_join(sub, sizeof sub, dir, "f32");
+    CHECK(ct_model_export_hf(m, sub, false) == CT_OK);
+    CHECK(ct_model_load_hf(&back, ctx, sub) == CT_OK);
+    if (back) {
+        CHECK(ct_model_numel(back) == n);
+        CHECK(memcmp(ct_model_params(back), p, n * sizeof(float)) == 0);
+        const ct_model_config *a = ct_model_get_config(m), *b = ct_model_get_config(back);
+        CHECK(b->arch == CT_ARCH_LLAMA && b->n_kv_head == a->n_kv_head && b->n_ffn == a->n_ffn &&
+              b->rope_theta == a->rope_theta && b->norm_eps == a->norm_eps && !b->tied_head);
+        ct_model_free(back);
+        back = NULL;
+    }
+    ct_tmpdir_join(sub, sizeof sub, dir, "bf16");
+    CHECK(ct_model_export_hf(m, sub, true) == CT_OK);
+    CHECK(ct_model_load_hf(&back, ctx, sub) == CT_OK);
+    if (back) {
+        const float *q = ct_model_params(back);
+        size_t bad = 0, moved = 0;
+        for (size_t i = 0; i < n; i++) {
+            bad += q[i] != ct_bf16_to_f32(ct_f32_to_bf16(p[i]));
+            moved += q[i] != p[i];
+        }
+        CHECK_MSG(bad == 0 && moved > n / 2, "bf16 export: %zu weights not the rounded value, %zu "
+                  "moved", bad, moved);
+        ct_model_free(back);
+    }
+    ct_model_free(m);
+    CHECK(ct_tmpdir_remove(dir) == 0);
+}
+
 static void test_presets_and_validation(ct_ctx *ctx) {
     ct_model_config c;
     CHECK(ct_model_config_preset(&c, "tinyllama-1.1b") == CT_OK);
@@ -368,6 +408,7 @@ int main(void) {
     test_plan_is_allocation();
     test_run_plan_is_allocation();
     test_table_and_init(ctx);
+    test_hf_round_trip(ctx);
     test_presets_and_validation(ctx);
     ct_ctx_free(ctx);
     return ct_test_result("test_model_llama");
