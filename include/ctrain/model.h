@@ -1,8 +1,10 @@
 /*
  * The transformer family: one model code with switches (norm, positions, MLP,
- * KV heads, biases, tied head). GPT-2 is the first member; LLaMA's switches
- * are declared here and rejected by ct_model_config_validate until their
- * kernels land.
+ * KV heads, biases, tied head). Two members: GPT-2 (LayerNorm, learned
+ * positions, GELU, biases, tied head) and LLaMA (RMSNorm, rotary positions in
+ * Hugging Face's rotate_half convention, SwiGLU, grouped-query attention, no
+ * biases, untied head unless tie_word_embeddings). Other mixes of the
+ * switches are refused: they have no Hugging Face names to load or save.
  *
  * Memory: parameters, gradients live in flat buffers laid out by a parameter
  * table built from the config; activations in one arena sized by
@@ -44,17 +46,28 @@ typedef struct ct_model_config {
 } ct_model_config;
 
 /* Fill cfg from a preset name: "gpt2" (124M), "gpt2-medium" (350M),
- * "gpt2-large", "gpt2-xl", "gpt2-demo" (~7M, the demo), "gpt2-tiny" (tests).
- * CT_ERR_ARG for an unknown name (the message lists the presets). */
+ * "gpt2-large", "gpt2-xl", "gpt2-demo" (~7M, the demo), "gpt2-tiny" (tests),
+ * "tinyllama-1.1b" (TinyLlama-1.1B's shape: 22 layers, 32 heads, 4 KV heads,
+ * 2048 channels, ffn 5632, vocab 32000, ctx 2048), "llama-demo" (~3M),
+ * "llama-tiny" (tests). CT_ERR_ARG for an unknown name (the message lists the
+ * presets). Writes *cfg only on success. */
 CT_API ct_status ct_model_config_preset(ct_model_config *cfg, const char *name);
-/* GPT-2 defaults for the given sizes. */
+/* GPT-2 defaults for the given sizes. Writes *cfg. */
 CT_API void ct_model_config_gpt2(ct_model_config *cfg, int n_layer, int n_head, int n_embd,
                                  int vocab_size, int n_ctx);
+/* LLaMA defaults for the given sizes (HF LlamaConfig's): RMSNorm eps 1e-5,
+ * rope_theta 10000, no biases, untied head. Writes *cfg. */
+CT_API void ct_model_config_llama(ct_model_config *cfg, int n_layer, int n_head, int n_kv_head,
+                                  int n_embd, int n_ffn, int vocab_size, int n_ctx);
+/* CT_ERR_ARG naming the first broken rule: the arch's switches, positive
+ * sizes, n_head dividing n_embd, n_kv_head dividing n_head, an even head size
+ * and a positive rope_theta for RoPE, a positive norm eps. */
 CT_API ct_status ct_model_config_validate(const ct_model_config *cfg);
 
 /* One entry of the parameter table: a tensor inside the flat buffer. */
 typedef struct ct_param {
-    char name[64];    /* Hugging Face name, no "transformer." prefix */
+    char name[64];    /* Hugging Face name: GPT-2's without the "transformer."
+                       * prefix, LLaMA's in full ("model.layers.0...", "lm_head.weight") */
     int ndim;
     int64_t shape[2]; /* our layout: Linear weights are (out, in) */
     size_t offset;    /* elements from the start of the flat buffer */
@@ -71,7 +84,9 @@ CT_API ct_status ct_model_init(ct_model **out, ct_ctx *ctx, const ct_model_confi
 CT_API void ct_model_free(ct_model *m); /* NULL is fine */
 
 /* GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
- * biases 0, norm weights 1. Deterministic in seed (torch-compatible RNG). */
+ * biases 0, norm weights 1. LLaMA: every matrix N(0, 0.02) (HF's
+ * initializer_range), norm weights 1. Deterministic in seed (torch-compatible
+ * RNG), drawn in parameter-table order. */
 CT_API void ct_model_init_weights(ct_model *m, uint64_t seed);
 
 CT_API const ct_model_config *ct_model_get_config(const ct_model *m);
@@ -177,10 +192,14 @@ CT_API ct_status ct_model_decode_reserve(ct_model *m, int max_len);
 CT_API void ct_model_decode_reset(ct_model *m);
 CT_API ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits);
 
-/* Hugging Face directories (config.json + model.safetensors).
+/* Hugging Face directories: config.json (GPT2Config or LlamaConfig, told apart
+ * by model_type) and the weights, model.safetensors or, for LLaMA, shards
+ * named by model.safetensors.index.json.
  * load: builds the model from config.json and fills its weights; every tensor is
  * checked against the config (missing tensors, wrong shapes, dtypes, lying
- * offsets: CT_ERR_FORMAT naming the file and tensor). F32/F16/BF16 accepted.
+ * offsets: CT_ERR_FORMAT naming the file and tensor; an index naming a missing
+ * shard: CT_ERR_IO naming the index and the shard). F32/F16/BF16 accepted.
+ * Returns owned *out; release with ct_model_free.
  * save: writes the weights (or, with grads=true, the gradients) as F32 in HF
  * layout, atomically; `file` names the safetensors file in dir
  * ("model.safetensors"); config.json is written when write_config. */
@@ -189,6 +208,10 @@ CT_API ct_status ct_model_load_hf(ct_model **out, ct_ctx *ctx, const char *dir);
 CT_API ct_status ct_model_config_load_hf(ct_model_config *cfg, const char *dir);
 CT_API ct_status ct_model_save_hf(ct_model *m, const char *dir, const char *file, bool grads,
                                   bool write_config);
+/* As ct_model_save_hf of the weights with config.json, the tensors stored as
+ * BF16 (rounded to nearest even) when bf16, as HF TinyLlama ships them.
+ * Borrows m and dir. */
+CT_API ct_status ct_model_export_hf(ct_model *m, const char *dir, bool bf16);
 
 #ifdef __cplusplus
 }

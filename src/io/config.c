@@ -48,7 +48,7 @@ typedef struct key_def {
 static const key_def keys[] = {
     S("model.init_from", model.init_from, "HF model directory or ctrain run directory"),
     E("model.arch", model.arch, "gpt2|llama", "architecture when building from scratch"),
-    S("model.preset", model.preset, "size preset (gpt2, gpt2-medium, gpt2-small-test, ...)"),
+    S("model.preset", model.preset, "size preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt2-demo, gpt2-tiny, tinyllama-1.1b, llama-demo, llama-tiny)"),
     I("model.n_layer", model.n_layer, 0, 4096, "layers (0: from preset)"),
     I("model.n_head", model.n_head, 0, 4096, "attention heads (0: from preset)"),
     I("model.n_kv_head", model.n_kv_head, 0, 4096, "key/value heads (0: = n_head)"),

@@ -9,6 +9,11 @@
  *   B  batch size            T  sequence length        N  rows = B*T
  *   C  channels (n_embd)     NH attention heads        HS head size = C/NH
  *   OC output channels       V  vocabulary size        n  element count
+ *   NKV key/value heads (grouped-query attention: NH % NKV == 0, query head h
+ *       reads KV head h / (NH/NKV))                    F  MLP hidden size
+ * The fused qkv rows of grouped-query attention are (NH + 2*NKV)*HS wide: q at
+ * [0, NH*HS), k at [NH*HS, (NH+NKV)*HS), v at [(NH+NKV)*HS, (NH+2*NKV)*HS);
+ * with NKV == NH this is GPT-2's (3C) layout.
  * All tensors are row-major, fp32, contiguous. Weights are (OC, C) as in
  * torch.nn.Linear. Backward kernels ADD into gradient buffers (the caller
  * zeroes them), except where a comment says "writes".
@@ -23,7 +28,8 @@ typedef struct ct_kernels {
     const char *name; /* "ref", "cpu" */
 
     /* out(B,T,C) = wte[inp[b,t]] + wpe[t]; inp (B,T); wte (V,C); wpe (maxT,C).
-     * pos0 offsets the position (0 in training; the cache length in decoding). */
+     * pos0 offsets the position (0 in training; the cache length in decoding).
+     * wpe may be NULL: no learned positions (RoPE models), out = wte[inp]. */
     void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe,
                             int B, int T, int C, int pos0);
     /* dwte(V,C) += scatter of dout rows; dwpe(maxT,C) += sum over b. dwpe may be NULL. */
@@ -61,6 +67,45 @@ typedef struct ct_kernels {
      * Writes out(C). */
     void (*attention_decode)(float *out, const float *q, const float *kcache,
                              const float *vcache, int n, int C, int NH);
+
+    /* Grouped-query attention: as attention_forward, on fused rows of
+     * (NH + 2*NKV)*HS (see the legend); out (B,T,NH*HS), lse (B,NH,T).
+     * attention_forward is this with NKV == NH. */
+    void (*attention_gqa_forward)(float *out, float *lse, const float *qkv, int B, int T,
+                                  int NH, int NKV, int HS);
+    /* dqkv (B,T,(NH+2*NKV)*HS) += ...; the gradients of a KV head sum over the
+     * query heads of its group in a fixed order (deterministic). */
+    void (*attention_gqa_backward)(float *dqkv, const float *dout, const float *qkv,
+                                   const float *out, const float *lse, int B, int T, int NH,
+                                   int NKV, int HS);
+    /* One query row q (NH*HS) against kcache, vcache (n, NKV*HS). Writes out (NH*HS). */
+    void (*attention_gqa_decode)(float *out, const float *q, const float *kcache,
+                                 const float *vcache, int n, int NH, int NKV, int HS);
+
+    /* RMSNorm (LLaMA): out(N,C) = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps),
+     * statistics in fp32 or better; writes rstd(N) unless NULL. */
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *weight,
+                            int N, int C, float eps);
+    /* dinp(N,C), dweight(C) += ...; uses the saved rstd. */
+    void (*rmsnorm_backward)(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C);
+
+    /* Rotary position embedding in Hugging Face's convention (rotate_half), IN
+     * PLACE on the q and k heads of fused rows qkv (B,T,(NH+2*NKV)*HS); v is
+     * untouched. Row t has position pos0 + t; within a head, the pair
+     * (i, i + HS/2) turns by angle pos * theta^(-2i/HS), i < HS/2 (HS even). */
+    void (*rope_forward)(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                         float theta);
+    /* The transpose rotation, IN PLACE on dqkv (B,T,(NH+2*NKV)*HS): turns the
+     * gradient of the rotated q and k into that of the unrotated ones (writes). */
+    void (*rope_backward)(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                          float theta);
+
+    /* SwiGLU: inp (N,2F) holds gate at [0,F) and up at [F,2F) of each row;
+     * writes out(N,F) = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */
+    void (*swiglu_forward)(float *out, const float *inp, int N, int F);
+    /* dinp(N,2F) += ... given dout(N,F). */
+    void (*swiglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
 
     /* GELU, tanh form (HF "gelu_new"): writes out(n). */
     void (*gelu_forward)(float *out, const float *inp, size_t n);

@@ -2,7 +2,9 @@
  * Incremental decoding with a KV cache: each step embeds one token at the next
  * position, appends its keys and values to the per-layer cache and attends
  * over the cache, so generating n tokens costs O(n) block passes instead of
- * O(n^2). Leaves out: batched decoding (one sequence at a time).
+ * O(n^2). Rotary models cache keys after RoPE, at their own positions; grouped
+ * KV heads cache NKV heads per position. Leaves out: batched decoding (one
+ * sequence at a time).
  */
 #include "models/model_impl.h"
 
@@ -17,8 +19,10 @@ ct_status ct_model_decode_reserve(ct_model *m, int max_len) {
     ct_free(m->ctx, d->block);
     memset(d, 0, sizeof *d);
     size_t L = (size_t)c->n_layer, C = (size_t)c->n_embd, F = (size_t)c->n_ffn;
-    size_t cache = L * (size_t)max_len * C;
-    size_t total = 2 * cache + 4 * C + 3 * C + 2 * F;
+    size_t KC = (size_t)c->n_kv_head * (C / (size_t)c->n_head);
+    size_t QKV = (size_t)model_qkv_width(c), FW = (size_t)model_fc_width(c);
+    size_t cache = L * (size_t)max_len * KC;
+    size_t total = 2 * cache + 4 * C + QKV + FW + F;
     float *p = ct_alloc(m->ctx, total * sizeof(float), CT_TAG_ACTS);
     if (!p) return ct_last_status();
     d->block = p;
@@ -28,8 +32,8 @@ ct_status ct_model_decode_reserve(ct_model *m, int max_len) {
     d->ln = p, p += C;
     d->atty = p, p += C;
     d->tmp = p, p += C;
-    d->qkv = p, p += 3 * C;
-    d->fch = p, p += F;
+    d->qkv = p, p += QKV;
+    d->fch = p, p += FW;
     d->fch_gelu = p;
     d->max_len = max_len;
     d->len = 0;
@@ -42,7 +46,8 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
     const ct_kernels *k = m->k;
     const ct_model_config *c = &m->cfg;
     decode_state *d = &m->dec;
-    int C = c->n_embd, F = c->n_ffn, NH = c->n_head;
+    int C = c->n_embd, F = c->n_ffn, NH = c->n_head, NKV = c->n_kv_head, HS = C / NH;
+    int QKV = model_qkv_width(c), FW = model_fc_width(c), KC = NKV * HS;
     if (!d->block) return CT_ERR(CT_ERR_ARG, "ct_model_decode_reserve was not called");
     if (d->len >= d->max_len)
         return CT_ERR(CT_ERR_ARG, "KV cache full: %d positions (reserve more, up to n_ctx %d)",
@@ -54,26 +59,28 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
     k->encoder_forward(d->x, &token, model_p(m, m->wte), model_p(m, m->wpe), 1, 1, C, pos);
     for (int l = 0; l < c->n_layer; l++) {
         const layer_idx *w = &m->layers[l];
-        float *kc = d->kcache + ((size_t)l * d->max_len) * C;
-        float *vc = d->vcache + ((size_t)l * d->max_len) * C;
-        k->layernorm_forward(d->ln, NULL, NULL, d->x, model_p(m, w->ln1_w), model_p(m, w->ln1_b),
-                             1, C, c->norm_eps);
-        k->matmul_forward(d->qkv, d->ln, model_p(m, w->qkv_w), model_p(m, w->qkv_b), 1, C, 3 * C);
-        memcpy(kc + (size_t)pos * C, d->qkv + C, (size_t)C * sizeof(float));
-        memcpy(vc + (size_t)pos * C, d->qkv + 2 * C, (size_t)C * sizeof(float));
-        k->attention_decode(d->atty, d->qkv, kc, vc, pos + 1, C, NH);
+        float *kc = d->kcache + ((size_t)l * d->max_len) * KC;
+        float *vc = d->vcache + ((size_t)l * d->max_len) * KC;
+        model_norm_fwd(m, d->ln, NULL, NULL, d->x, w->ln1_w, w->ln1_b, 1);
+        k->matmul_forward(d->qkv, d->ln, model_p(m, w->qkv_w), model_p(m, w->qkv_b), 1, C, QKV);
+        /* the cache holds keys already turned to their position */
+        if (c->pos == CT_POS_ROPE) k->rope_forward(d->qkv, 1, 1, NH, NKV, HS, pos, c->rope_theta);
+        memcpy(kc + (size_t)pos * KC, d->qkv + C, (size_t)KC * sizeof(float));
+        memcpy(vc + (size_t)pos * KC, d->qkv + C + KC, (size_t)KC * sizeof(float));
+        if (c->arch == CT_ARCH_GPT2)
+            k->attention_decode(d->atty, d->qkv, kc, vc, pos + 1, C, NH);
+        else
+            k->attention_gqa_decode(d->atty, d->qkv, kc, vc, pos + 1, NH, NKV, HS);
         k->matmul_forward(d->tmp, d->atty, model_p(m, w->proj_w), model_p(m, w->proj_b), 1, C, C);
         k->residual_forward(d->x, d->x, d->tmp, (size_t)C);
-        k->layernorm_forward(d->ln, NULL, NULL, d->x, model_p(m, w->ln2_w), model_p(m, w->ln2_b),
-                             1, C, c->norm_eps);
-        k->matmul_forward(d->fch, d->ln, model_p(m, w->fc_w), model_p(m, w->fc_b), 1, C, F);
-        k->gelu_forward(d->fch_gelu, d->fch, (size_t)F);
+        model_norm_fwd(m, d->ln, NULL, NULL, d->x, w->ln2_w, w->ln2_b, 1);
+        k->matmul_forward(d->fch, d->ln, model_p(m, w->fc_w), model_p(m, w->fc_b), 1, C, FW);
+        model_mlp_act_fwd(m, d->fch_gelu, d->fch, 1);
         k->matmul_forward(d->tmp, d->fch_gelu, model_p(m, w->fcproj_w), model_p(m, w->fcproj_b),
                           1, F, C);
         k->residual_forward(d->x, d->x, d->tmp, (size_t)C);
     }
-    k->layernorm_forward(d->ln, NULL, NULL, d->x, model_p(m, m->lnf_w), model_p(m, m->lnf_b), 1,
-                         C, c->norm_eps);
+    model_norm_fwd(m, d->ln, NULL, NULL, d->x, m->lnf_w, m->lnf_b, 1);
     k->matmul_forward(logits, d->ln, model_p(m, m->head_w), NULL, 1, C, c->vocab_size);
     d->len++;
     return CT_OK;

@@ -1,11 +1,15 @@
 /*
- * Hugging Face GPT-2 directories: config.json (GPT2Config field names) and
- * model.safetensors. Import accepts a `transformer.` name prefix, ignores the
- * causal-mask buffers (attn.bias, attn.masked_bias) and a tied lm_head.weight,
- * converts F16/BF16 to fp32 and transposes Conv1D weights ([in, out] on disk)
- * to our (out, in). Export writes the reverse, F32, with {"format": "pt"}
+ * Hugging Face directories: the load and save entry points for the family,
+ * and GPT-2's side (GPT2Config field names). config.json's model_type picks
+ * the arch ("gpt2" here, "llama" in hf_llama.c); the weights are
+ * model.safetensors or the shards of model.safetensors.index.json (hf_llama.c
+ * opens either). GPT-2 import accepts a `transformer.` name prefix, ignores
+ * the causal-mask buffers (attn.bias, attn.masked_bias) and a tied
+ * lm_head.weight and transposes Conv1D weights ([in, out] on disk) to our
+ * (out, in); LLaMA's Linear weights are (out, in) already. F16/BF16 convert to
+ * fp32. Export writes the reverse, F32 (or BF16), with {"format": "pt"}
  * metadata so `transformers` loads it unchanged.
- * Leaves out: sharded checkpoints (model.safetensors.index.json) and LLaMA.
+ * Leaves out: writing shards.
  */
 #include "models/model_impl.h"
 
@@ -18,8 +22,9 @@
 
 #include "io/fileio.h"
 #include "io/safetensors.h"
+#include "models/hf_impl.h"
 
-#define CT_IO_PATH_MAX 4096
+#define CT_IO_PATH_MAX HF_PATH_MAX
 
 /* Read an integer field; *found tells whether it was present. */
 static ct_status json_int(const cJSON *root, const char *key, int *out, bool *found,
@@ -52,8 +57,12 @@ ct_status ct_model_config_load_hf(ct_model_config *cfg, const char *dir) {
         return CT_ERR(CT_ERR_FORMAT, "%s: not a JSON object", path);
     }
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (cJSON_IsString(mt) && strcmp(mt->valuestring, "llama") == 0) {
+        st = hf_llama_config(cfg, root, path);
+        goto done;
+    }
     if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "gpt2") != 0) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: model_type is %s%s%s, expected \"gpt2\"", path,
+        st = CT_ERR(CT_ERR_FORMAT, "%s: model_type is %s%s%s, expected \"gpt2\" or \"llama\"", path,
                     cJSON_IsString(mt) ? "\"" : "", cJSON_IsString(mt) ? mt->valuestring : "missing",
                     cJSON_IsString(mt) ? "\"" : "");
         goto done;
@@ -104,16 +113,23 @@ done:
     return st;
 }
 
-/* The tensor for our name, with or without the "transformer." prefix. */
-static const ct_st_tensor *find_tensor(const ct_safetensors *st, const char *name) {
-    const ct_st_tensor *t = ct_st_find(st, name);
-    if (t) return t;
+/* The tensor for our name; GPT-2's also with the "transformer." prefix. */
+static const ct_st_tensor *find_tensor(const ct_model *m, const hf_weights *w, const char *name,
+                                       const ct_safetensors **file) {
+    const ct_st_tensor *t = hf_weights_find(w, name, file);
+    if (t || m->cfg.arch != CT_ARCH_GPT2) return t;
     char prefixed[128];
     snprintf(prefixed, sizeof prefixed, "transformer.%s", name);
-    return ct_st_find(st, prefixed);
+    return hf_weights_find(w, prefixed, file);
 }
 
 static bool known_extra(const ct_model *m, const char *name) {
+    if (m->cfg.arch == CT_ARCH_LLAMA) {
+        /* a tied head saved anyway; RoPE frequency buffers of older exports */
+        const char *dot = strrchr(name, '.');
+        return strcmp(name, "lm_head.weight") == 0 ||
+               (dot && strcmp(dot, ".inv_freq") == 0) || ct_model_find_param(m, name) != NULL;
+    }
     if (strncmp(name, "transformer.", 12) == 0) name += 12;
     if (strcmp(name, "lm_head.weight") == 0) return true;
     const char *dot = strrchr(name, '.');
@@ -128,20 +144,22 @@ ct_status ct_model_load_hf(ct_model **out, ct_ctx *ctx, const char *dir) {
     ct_model_config cfg;
     ct_status st = ct_model_config_load_hf(&cfg, dir);
     if (st) return st;
-    char path[CT_IO_PATH_MAX];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    ct_safetensors *sf = NULL;
+    hf_weights w;
     ct_model *m = NULL;
-    if ((st = ct_st_open(&sf, path))) return st;
+    if ((st = hf_weights_open(&w, dir))) return st;
+    const char *where = hf_weights_where(&w);
     if ((st = ct_model_init(&m, ctx, &cfg))) goto fail;
     for (int i = 0; i < m->n_table; i++) {
         const ct_param *p = &m->table[i];
-        const ct_st_tensor *t = find_tensor(sf, p->name);
+        const ct_safetensors *sf = NULL;
+        const ct_st_tensor *t = find_tensor(m, &w, p->name, &sf);
         if (!t) {
             st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' is missing (config.json describes a "
-                        "%d-layer GPT-2)", path, p->name, cfg.n_layer);
+                        "%d-layer %s)", sf ? ct_st_path(sf) : where, p->name, cfg.n_layer,
+                        cfg.arch == CT_ARCH_LLAMA ? "LLaMA" : "GPT-2");
             goto fail;
         }
+        const char *path = ct_st_path(sf);
         /* expected shape on disk: Conv1D weights are [in, out] */
         int64_t e0 = p->hf_conv1d ? p->shape[1] : p->shape[0];
         int64_t e1 = p->hf_conv1d ? p->shape[0] : p->shape[1];
@@ -169,24 +187,28 @@ ct_status ct_model_load_hf(ct_model **out, ct_ctx *ctx, const char *dir) {
         }
         if ((st = ct_st_read_f32(sf, t, m->params + p->offset, p->hf_conv1d))) goto fail;
     }
-    for (int i = 0; i < ct_st_count(sf); i++) {
-        const ct_st_tensor *t = ct_st_tensor_at(sf, i);
-        if (!known_extra(m, t->name))
-            ct_log(CT_LOG_WARN, "%s: ignoring unexpected tensor '%s'", path, t->name);
+    for (int f = 0; f < w.n; f++) {
+        for (int i = 0; i < ct_st_count(w.files[f]); i++) {
+            const ct_st_tensor *t = ct_st_tensor_at(w.files[f], i);
+            if (!known_extra(m, t->name))
+                ct_log(CT_LOG_WARN, "%s: ignoring unexpected tensor '%s'", ct_st_path(w.files[f]),
+                       t->name);
+        }
     }
-    ct_st_close(sf);
+    hf_weights_close(&w);
     *out = m;
     return CT_OK;
 fail:
-    ct_st_close(sf);
+    hf_weights_close(&w);
     ct_model_free(m);
     return st;
 }
 
-static ct_status write_hf_config(const ct_model *m, const char *dir) {
+/* GPT2Config for m. Returns owned JSON, NULL when out of memory. */
+static cJSON *gpt2_config_json(const ct_model *m) {
     const ct_model_config *c = &m->cfg;
     cJSON *root = cJSON_CreateObject();
-    if (!root) return CT_ERR(CT_ERR_OOM, "out of memory writing config.json");
+    if (!root) return NULL;
     cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
     cJSON_AddStringToObject(root, "model_type", "gpt2");
@@ -211,6 +233,13 @@ static ct_status write_hf_config(const ct_model *m, const char *dir) {
     cJSON_AddBoolToObject(root, "tie_word_embeddings", true);
     cJSON_AddBoolToObject(root, "scale_attn_weights", true);
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
+    return root;
+}
+
+static ct_status write_hf_config(const ct_model *m, const char *dir, bool bf16) {
+    cJSON *root = m->cfg.arch == CT_ARCH_LLAMA ? hf_llama_config_json(m) : gpt2_config_json(m);
+    if (!root) return CT_ERR(CT_ERR_OOM, "out of memory writing config.json");
+    if (bf16) cJSON_ReplaceItemInObject(root, "torch_dtype", cJSON_CreateString("bfloat16"));
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text) return CT_ERR(CT_ERR_OOM, "out of memory writing config.json");
@@ -223,8 +252,8 @@ static ct_status write_hf_config(const ct_model *m, const char *dir) {
     return st;
 }
 
-ct_status ct_model_save_hf(ct_model *m, const char *dir, const char *file, bool grads,
-                           bool write_config) {
+static ct_status save_hf(ct_model *m, const char *dir, const char *file, bool grads,
+                         bool write_config, bool bf16) {
     const float *base = grads ? m->grads : m->params;
     if (!base) return CT_ERR(CT_ERR_ARG, "no gradient buffer to save");
     ct_status st = ct_mkdir_p(dir);
@@ -234,7 +263,7 @@ ct_status ct_model_save_hf(ct_model *m, const char *dir, const char *file, bool 
     for (int i = 0; i < m->n_table; i++) {
         const ct_param *p = &m->table[i];
         e[i].name = p->name;
-        e[i].dtype = CT_DTYPE_F32;
+        e[i].dtype = bf16 ? CT_DTYPE_BF16 : CT_DTYPE_F32;
         e[i].ndim = p->ndim;
         e[i].shape[0] = p->hf_conv1d ? p->shape[1] : p->shape[0];
         e[i].shape[1] = p->hf_conv1d ? p->shape[0] : p->shape[1];
@@ -246,6 +275,15 @@ ct_status ct_model_save_hf(ct_model *m, const char *dir, const char *file, bool 
     const char *meta[] = {"format", "pt"};
     st = ct_st_write(path, e, m->n_table, meta, 1);
     free(e);
-    if (st == CT_OK && write_config) st = write_hf_config(m, dir);
+    if (st == CT_OK && write_config) st = write_hf_config(m, dir, bf16);
     return st;
+}
+
+ct_status ct_model_save_hf(ct_model *m, const char *dir, const char *file, bool grads,
+                           bool write_config) {
+    return save_hf(m, dir, file, grads, write_config, false);
+}
+
+ct_status ct_model_export_hf(ct_model *m, const char *dir, bool bf16) {
+    return save_hf(m, dir, "model.safetensors", false, true, bf16);
 }

@@ -1,10 +1,12 @@
 /*
- * The transformer family: config presets, the parameter table over one flat
- * buffer, the memory options (recompute policy, activation dtype) and the
- * activation plan (the same function counts bytes for the planner and carves
- * the arena). The forward and backward live in model_train.c.
- * Leaves out: the LLaMA switches' kernels (RMSNorm, RoPE, SwiGLU, GQA), which a
- * later change fills in; ct_model_config_validate rejects them until then.
+ * The transformer family: config presets (GPT-2 and LLaMA), the parameter
+ * table over one flat buffer (Hugging Face names of each arch), the memory
+ * options (recompute policy, activation dtype) and the activation plan (the
+ * same function counts bytes for the planner and carves the arena). The
+ * forward and backward live in model_train.c.
+ * Leaves out: mixing the switches beyond the two archs (GPT-2: LayerNorm,
+ * learned positions, GELU, biases, tied head; LLaMA: RMSNorm, RoPE, SwiGLU,
+ * grouped KV heads, no biases), since only those two have HF names.
  */
 #include "models/model_impl.h"
 
@@ -35,27 +37,56 @@ void ct_model_config_gpt2(ct_model_config *c, int n_layer, int n_head, int n_emb
     c->rope_theta = 10000.0f;
 }
 
+void ct_model_config_llama(ct_model_config *c, int n_layer, int n_head, int n_kv_head,
+                           int n_embd, int n_ffn, int vocab_size, int n_ctx) {
+    memset(c, 0, sizeof *c);
+    c->arch = CT_ARCH_LLAMA;
+    c->norm = CT_NORM_RMSNORM;
+    c->pos = CT_POS_ROPE;
+    c->mlp = CT_MLP_SWIGLU;
+    c->n_layer = n_layer;
+    c->n_head = n_head;
+    c->n_kv_head = n_kv_head;
+    c->n_embd = n_embd;
+    c->n_ffn = n_ffn;
+    c->vocab_size = vocab_size;
+    c->n_ctx = n_ctx;
+    c->bias = false;
+    c->tied_head = false;
+    c->norm_eps = 1e-5f;
+    c->rope_theta = 10000.0f;
+}
+
 typedef struct preset {
     const char *name;
-    int n_layer, n_head, n_embd, vocab, n_ctx;
+    ct_arch arch;
+    int n_layer, n_head, n_kv_head, n_embd, n_ffn, vocab, n_ctx;
 } preset;
 
+/* n_ffn 0: GPT-2's 4 * n_embd. */
 static const preset presets[] = {
-    {"gpt2", 12, 12, 768, 50257, 1024},
-    {"gpt2-medium", 24, 16, 1024, 50257, 1024},
-    {"gpt2-large", 36, 20, 1280, 50257, 1024},
-    {"gpt2-xl", 48, 25, 1600, 50257, 1024},
-    {"gpt2-demo", 4, 4, 128, 512, 128},
-    {"gpt2-tiny", 2, 2, 16, 64, 32},
+    {"gpt2", CT_ARCH_GPT2, 12, 12, 12, 768, 0, 50257, 1024},
+    {"gpt2-medium", CT_ARCH_GPT2, 24, 16, 16, 1024, 0, 50257, 1024},
+    {"gpt2-large", CT_ARCH_GPT2, 36, 20, 20, 1280, 0, 50257, 1024},
+    {"gpt2-xl", CT_ARCH_GPT2, 48, 25, 25, 1600, 0, 50257, 1024},
+    {"gpt2-demo", CT_ARCH_GPT2, 4, 4, 4, 128, 0, 512, 128},
+    {"gpt2-tiny", CT_ARCH_GPT2, 2, 2, 2, 16, 0, 64, 32},
+    /* TinyLlama/TinyLlama-1.1B: LlamaConfig of its config.json */
+    {"tinyllama-1.1b", CT_ARCH_LLAMA, 22, 32, 4, 2048, 5632, 32000, 2048},
+    {"llama-demo", CT_ARCH_LLAMA, 4, 8, 4, 256, 688, 512, 256},
+    {"llama-tiny", CT_ARCH_LLAMA, 2, 4, 2, 32, 88, 64, 32},
 };
 
 ct_status ct_model_config_preset(ct_model_config *cfg, const char *name) {
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
         const preset *p = &presets[i];
-        if (strcmp(p->name, name) == 0) {
+        if (strcmp(p->name, name) != 0) continue;
+        if (p->arch == CT_ARCH_LLAMA)
+            ct_model_config_llama(cfg, p->n_layer, p->n_head, p->n_kv_head, p->n_embd, p->n_ffn,
+                                  p->vocab, p->n_ctx);
+        else
             ct_model_config_gpt2(cfg, p->n_layer, p->n_head, p->n_embd, p->vocab, p->n_ctx);
-            return CT_OK;
-        }
+        return CT_OK;
     }
     char list[256] = "";
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
@@ -66,10 +97,21 @@ ct_status ct_model_config_preset(ct_model_config *cfg, const char *name) {
 }
 
 ct_status ct_model_config_validate(const ct_model_config *c) {
-    if (c->arch != CT_ARCH_GPT2 || c->norm != CT_NORM_LAYERNORM || c->pos != CT_POS_LEARNED ||
-        c->mlp != CT_MLP_GELU || c->n_kv_head != c->n_head || !c->tied_head || !c->bias)
-        return CT_ERR(CT_ERR_ARG, "only the GPT-2 variant of the transformer family is "
-                                  "implemented so far (LLaMA switches are not available yet)");
+    if (c->arch == CT_ARCH_GPT2) {
+        if (c->norm != CT_NORM_LAYERNORM || c->pos != CT_POS_LEARNED || c->mlp != CT_MLP_GELU ||
+            c->n_kv_head != c->n_head || !c->tied_head || !c->bias)
+            return CT_ERR(CT_ERR_ARG, "a gpt2 model has LayerNorm, learned positions, GELU, "
+                          "biases, a tied head and n_kv_head == n_head (n_kv_head = %d, "
+                          "n_head = %d)", c->n_kv_head, c->n_head);
+    } else if (c->arch == CT_ARCH_LLAMA) {
+        if (c->norm != CT_NORM_RMSNORM || c->pos != CT_POS_ROPE || c->mlp != CT_MLP_SWIGLU ||
+            c->bias)
+            return CT_ERR(CT_ERR_ARG, "a llama model has RMSNorm, rotary positions, SwiGLU "
+                          "and no biases");
+    } else {
+        return CT_ERR(CT_ERR_ARG, "model arch %d is unknown: expected gpt2 or llama",
+                      (int)c->arch);
+    }
     if (c->n_layer < 1 || c->n_head < 1 || c->n_embd < 1 || c->vocab_size < 2 || c->n_ctx < 1 ||
         c->n_ffn < 1)
         return CT_ERR(CT_ERR_ARG,
@@ -79,6 +121,14 @@ ct_status ct_model_config_validate(const ct_model_config *c) {
     if (c->n_embd % c->n_head)
         return CT_ERR(CT_ERR_ARG, "n_embd = %d is not divisible by n_head = %d", c->n_embd,
                       c->n_head);
+    if (c->n_kv_head < 1 || c->n_kv_head > c->n_head || c->n_head % c->n_kv_head)
+        return CT_ERR(CT_ERR_ARG, "n_head = %d is not a multiple of n_kv_head = %d", c->n_head,
+                      c->n_kv_head);
+    if (c->pos == CT_POS_ROPE && ((c->n_embd / c->n_head) % 2 || !(c->rope_theta > 0) ||
+                                  !isfinite(c->rope_theta)))
+        return CT_ERR(CT_ERR_ARG, "rotary positions need an even head size (n_embd / n_head = "
+                      "%d) and rope_theta > 0 (%g)", c->n_embd / c->n_head,
+                      (double)c->rope_theta);
     if (!(c->norm_eps > 0) || !isfinite(c->norm_eps))
         return CT_ERR(CT_ERR_ARG, "norm epsilon %g must be positive", (double)c->norm_eps);
     return CT_OK;
@@ -101,6 +151,38 @@ static int table_add(ct_model *m, const char *name, int ndim, int64_t d0, int64_
     return m->n_table++;
 }
 
+/* LLaMA's table, HF names. q, k, v sit back to back, so the fused (QKVW, C)
+ * weight starts at q_proj's offset; gate and up likewise form one (2F, C). */
+static void build_llama_table(ct_model *m) {
+    const ct_model_config *c = &m->cfg;
+    int C = c->n_embd, F = c->n_ffn, HS = c->n_embd / c->n_head, KC = c->n_kv_head * HS;
+    char name[64];
+    m->wte = table_add(m, "model.embed_tokens.weight", 2, c->vocab_size, C, false);
+    m->wpe = -1;
+    for (int l = 0; l < c->n_layer; l++) {
+        layer_idx *li = &m->layers[l];
+        memset(li, -1, sizeof *li); /* every index -1: no biases */
+#define ADD(field, suffix, ndim, o, i)                                 \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);      \
+    field = table_add(m, name, ndim, o, i, false)
+        ADD(li->ln1_w, "input_layernorm.weight", 1, C, 1);
+        ADD(li->qkv_w, "self_attn.q_proj.weight", 2, C, C);
+        int k_idx, v_idx, up_idx;
+        ADD(k_idx, "self_attn.k_proj.weight", 2, KC, C);
+        ADD(v_idx, "self_attn.v_proj.weight", 2, KC, C);
+        ADD(li->proj_w, "self_attn.o_proj.weight", 2, C, C);
+        ADD(li->ln2_w, "post_attention_layernorm.weight", 1, C, 1);
+        ADD(li->fc_w, "mlp.gate_proj.weight", 2, F, C);
+        ADD(up_idx, "mlp.up_proj.weight", 2, F, C);
+        ADD(li->fcproj_w, "mlp.down_proj.weight", 2, C, F);
+#undef ADD
+        (void)k_idx, (void)v_idx, (void)up_idx;
+    }
+    m->lnf_w = table_add(m, "model.norm.weight", 1, C, 1, false);
+    m->lnf_b = -1;
+    m->head_w = c->tied_head ? m->wte : table_add(m, "lm_head.weight", 2, c->vocab_size, C, false);
+}
+
 ct_status model_build_table(ct_model *m) {
     const ct_model_config *c = &m->cfg;
     int L = c->n_layer, C = c->n_embd, F = c->n_ffn, V = c->vocab_size;
@@ -110,6 +192,10 @@ ct_status model_build_table(ct_model *m) {
     if (!m->table || !m->layers) return CT_ERR(CT_ERR_OOM, "out of memory for the parameter table");
     m->n_table = 0;
     m->numel = 0;
+    if (c->arch == CT_ARCH_LLAMA) {
+        build_llama_table(m);
+        return CT_OK;
+    }
     char name[64];
     m->wte = table_add(m, "wte.weight", 2, V, C, false);
     m->wpe = table_add(m, "wpe.weight", 2, c->n_ctx, C, false);
@@ -152,6 +238,16 @@ ct_status ct_model_init(ct_model **out, ct_ctx *ctx, const ct_model_config *cfg)
     m->k = ct_ctx_kernels(ctx);
     m->cfg = *cfg;
     if ((st = model_build_table(m))) goto fail;
+    if (cfg->arch == CT_ARCH_LLAMA) {
+        const ct_kernels *k = m->k;
+        if (!k->rmsnorm_forward || !k->rmsnorm_backward || !k->rope_forward ||
+            !k->rope_backward || !k->swiglu_forward || !k->swiglu_backward ||
+            !k->attention_gqa_forward || !k->attention_gqa_backward || !k->attention_gqa_decode) {
+            st = CT_ERR(CT_ERR_ARG, "kernel table '%s' lacks the LLaMA ops (rmsnorm, rope, "
+                        "swiglu, attention_gqa)", k->name);
+            goto fail;
+        }
+    }
     m->params = ct_alloc(ctx, m->numel * sizeof(float), CT_TAG_PARAMS);
     if (!m->params) {
         st = ct_last_status();
@@ -179,15 +275,20 @@ void ct_model_free(ct_model *m) {
 void ct_model_init_weights(ct_model *m, uint64_t seed) {
     ct_rng rng;
     ct_rng_init(&rng, seed);
+    /* GPT-2 scales its residual projections; HF LLaMA draws every matrix from
+     * N(0, initializer_range = 0.02) */
+    bool gpt2 = m->cfg.arch == CT_ARCH_GPT2;
     float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
     for (int i = 0; i < m->n_table; i++) {
         const ct_param *p = &m->table[i];
         float *w = m->params + p->offset;
         size_t n = p->numel;
+        size_t len = strlen(p->name);
         if (p->ndim == 2) {
-            bool resid = strstr(p->name, "c_proj.weight") != NULL;
+            bool resid = gpt2 && strstr(p->name, "c_proj.weight") != NULL;
             ct_rng_normal(&rng, w, n, 0.0f, resid ? resid_std : 0.02f);
-        } else if (strstr(p->name, "ln_") && strstr(p->name, ".weight")) {
+        } else if (len > 7 && strcmp(p->name + len - 7, ".weight") == 0) {
+            /* the only 1-D weights are norm weights (ln_*, *layernorm, norm) */
             for (size_t j = 0; j < n; j++) w[j] = 1.0f;
         } else {
             memset(w, 0, n * sizeof *w);
@@ -323,6 +424,8 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o, int B,
                         bool training, carver *cv, model_acts *a, ct_model_plan *plan) {
     size_t N = (size_t)B * T, C = (size_t)c->n_embd, F = (size_t)c->n_ffn;
     size_t NH = (size_t)c->n_head;
+    size_t QKV = (size_t)model_qkv_width(c), FW = (size_t)model_fc_width(c);
+    bool ln = c->norm == CT_NORM_LAYERNORM; /* RMSNorm keeps no mean */
     bool bf16 = o->act_dtype == CT_ACT_BF16;
     bool keep_norm = o->recompute == CT_RECOMPUTE_NONE;  /* ln1, ln2, fch_gelu */
     bool keep_inner = o->recompute != CT_RECOMPUTE_FULL; /* qkv..fch, statistics */
@@ -335,25 +438,25 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o, int B,
         layer_acts la = {0};
         if (keep_norm) la.ln1 = carve_act(cv, o, N * C);
         if (keep_inner) {
-            la.ln1_mean = carve(cv, N);
+            if (ln) la.ln1_mean = carve(cv, N);
             la.ln1_rstd = carve(cv, N);
-            la.qkv = carve_act(cv, o, N * 3 * C);
+            la.qkv = carve_act(cv, o, N * QKV);
             la.atty = carve_act(cv, o, N * C);
             la.lse = carve(cv, (size_t)B * NH * T);
             la.res2 = carve_act(cv, o, N * C);
         }
         if (keep_norm) la.ln2 = carve_act(cv, o, N * C);
         if (keep_inner) {
-            la.ln2_mean = carve(cv, N);
+            if (ln) la.ln2_mean = carve(cv, N);
             la.ln2_rstd = carve(cv, N);
-            la.fch = carve_act(cv, o, N * F);
+            la.fch = carve_act(cv, o, N * FW);
         }
         if (keep_norm) la.fch_gelu = carve_act(cv, o, N * F);
         la.res3 = carve_act(cv, o, N * C);
         if (a->layers) a->layers[l] = la;
     }
     a->lnf = carve(cv, N * C);
-    a->lnf_mean = carve(cv, N);
+    a->lnf_mean = ln ? carve(cv, N) : NULL;
     a->lnf_rstd = carve(cv, N);
     a->losses = carve(cv, N);
     plan->acts = cv->used - start;
@@ -365,16 +468,16 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o, int B,
     bool work_norm = !keep_norm || bf16, work_inner = !keep_inner || bf16;
     if (work_norm) w->ln1 = w->ln2 = carve(cv, N * C);
     if (work_inner) {
-        w->qkv = carve(cv, N * 3 * C);
+        w->qkv = carve(cv, N * QKV);
         w->atty = carve(cv, N * C);
         w->res2 = carve(cv, N * C);
-        w->fch = carve(cv, N * F);
+        w->fch = carve(cv, N * FW);
     }
     if (!keep_inner) {
-        w->ln1_mean = carve(cv, N);
+        if (ln) w->ln1_mean = carve(cv, N);
         w->ln1_rstd = carve(cv, N);
         w->lse = carve(cv, (size_t)B * NH * T);
-        w->ln2_mean = carve(cv, N);
+        if (ln) w->ln2_mean = carve(cv, N);
         w->ln2_rstd = carve(cv, N);
     }
     if (work_norm && !training) w->fch_gelu = carve(cv, N * F);
@@ -383,12 +486,12 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o, int B,
     mark = cv->used;
     a->logits = carve(cv, (size_t)head_chunk(c, o, (int)N) * (size_t)c->vocab_size);
     if (training) {
-        size_t big = F > 3 * C ? F : 3 * C;
+        size_t big = F > QKV ? F : QKV;
         a->dres = carve(cv, N * C);
         a->dln = carve(cv, N * C);
         a->datty = carve(cv, N * C);
         a->dbig1 = carve(cv, N * big);
-        a->dbig2 = carve(cv, N * F);
+        a->dbig2 = carve(cv, N * FW);
         if (work_norm) w->fch_gelu = a->dbig2;
     }
     plan->scratch = cv->used - mark;

@@ -13,12 +13,22 @@
  * such tensor (e.g. no biases). */
 typedef struct layer_idx {
     int ln1_w, ln1_b;
-    int qkv_w, qkv_b;   /* (3C, C) fused q,k,v as HF GPT-2's c_attn */
+    int qkv_w, qkv_b;   /* (QKVW, C) fused q,k,v: HF GPT-2's c_attn, or LLaMA's
+                         * q_proj, k_proj, v_proj back to back (qkv_w is q's) */
     int proj_w, proj_b; /* (C, C) */
     int ln2_w, ln2_b;
-    int fc_w, fc_b;         /* (F, C) */
+    int fc_w, fc_b;         /* (FW, C): c_fc, or LLaMA's gate_proj, up_proj back to back */
     int fcproj_w, fcproj_b; /* (C, F) */
 } layer_idx;
+
+/* Width of the fused q,k,v rows: (NH + 2*NKV) * HS (3C for GPT-2). */
+static inline int model_qkv_width(const ct_model_config *c) {
+    return (c->n_head + 2 * c->n_kv_head) * (c->n_embd / c->n_head);
+}
+/* Width of the first MLP GEMM's output: F, or 2F for SwiGLU's gate and up. */
+static inline int model_fc_width(const ct_model_config *c) {
+    return c->mlp == CT_MLP_SWIGLU ? 2 * c->n_ffn : c->n_ffn;
+}
 
 /* Activations of one block kept for backward. Shapes use N = B*T, F = n_ffn.
  * The tensors are stored in the model's activation dtype (opts.act_dtype):
@@ -31,13 +41,13 @@ typedef struct layer_idx {
  * backward divides by them); full drops them too. */
 typedef struct layer_acts {
     void *ln1;                     /* (N,C) */
-    void *qkv;                     /* (N,3C) */
+    void *qkv;                     /* (N,QKVW) after RoPE when rotary */
     void *atty;                    /* (N,C) attention output before c_proj */
     void *res2;                    /* (N,C) residual after attention */
     void *ln2;                     /* (N,C) */
-    void *fch, *fch_gelu;          /* (N,F), (N,F) */
+    void *fch, *fch_gelu;          /* (N,FW), (N,F): MLP pre-activation and activation */
     void *res3;                    /* (N,C) residual after the MLP */
-    float *ln1_mean, *ln1_rstd;    /* (N), (N) */
+    float *ln1_mean, *ln1_rstd;    /* (N), (N); no mean with RMSNorm */
     float *lse;                    /* (B,NH,T) */
     float *ln2_mean, *ln2_rstd;    /* (N), (N) */
 } layer_acts;
@@ -47,11 +57,11 @@ typedef struct layer_acts {
  * shared work buffer (see block_view in model_train.c). */
 typedef struct block_f32 {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
-    float *qkv;                       /* (N,3C) */
+    float *qkv;                       /* (N,QKVW) */
     float *atty, *lse;                /* (N,C), (B,NH,T) */
     float *res2;                      /* (N,C) */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
-    float *fch, *fch_gelu;            /* (N,F), (N,F) */
+    float *fch, *fch_gelu;            /* (N,FW), (N,F) */
 } block_f32;
 
 typedef struct model_acts {
@@ -71,13 +81,13 @@ typedef struct model_acts {
     float *dres;  /* (N,C) gradient of the residual stream */
     float *dln;   /* (N,C) */
     float *datty; /* (N,C) */
-    float *dbig1; /* (N, max(F,3C)) */
-    float *dbig2; /* (N,F) */
+    float *dbig1; /* (N, max(F,QKVW)) */
+    float *dbig2; /* (N,FW) */
 } model_acts;
 
 typedef struct decode_state {
     int max_len, len;
-    float *kcache, *vcache; /* (L, max_len, C) each */
+    float *kcache, *vcache; /* (L, max_len, NKV*HS) each; keys after RoPE */
     float *x, *ln, *qkv, *atty, *tmp, *fch, *fch_gelu; /* one row each */
     void *block; /* owns all of the above */
 } decode_state;
@@ -89,7 +99,7 @@ struct ct_model {
     ct_param *table;
     int n_table;
     size_t numel;
-    int wte, wpe, lnf_w, lnf_b, head_w; /* table indices; -1 if absent */
+    int wte, wpe, lnf_w, lnf_b, head_w; /* table indices; -1 if absent; head_w == wte when tied */
     layer_idx *layers;                  /* [L] */
     float *params;                      /* flat (numel) */
     float *grads;                       /* flat (numel) or NULL */
@@ -108,6 +118,26 @@ static inline float *model_p(ct_model *m, int idx) {
 static inline float *model_g(ct_model *m, int idx) {
     return idx < 0 || !m->grads ? NULL : m->grads + m->table[idx].offset;
 }
+
+/* The switches of the family, as calls into m->k (model_train.c):
+ * norm: LayerNorm (weight w, bias b; mean, rstd) or RMSNorm (weight; rstd
+ * only). Statistics may be NULL in the forward. w, b are table indices. */
+void model_norm_fwd(const ct_model *m, float *out, float *mean, float *rstd, const float *inp,
+                    int w, int b, int N);
+/* dinp += ...; parameter gradients accumulate into m->grads. */
+void model_norm_bwd(ct_model *m, float *dinp, const float *dout, const float *inp, int w, int b,
+                    const float *mean, const float *rstd, int N);
+/* Attention over fused qkv rows (model_qkv_width): plain multi-head through
+ * the GPT-2 entries (so wrapped tables that only know those still work),
+ * grouped-query for LLaMA. */
+void model_attn_fwd(const ct_model *m, float *out, float *lse, const float *qkv, int B, int T);
+void model_attn_bwd(const ct_model *m, float *dqkv, const float *dout, const float *qkv,
+                    const float *out, const float *lse, int B, int T);
+/* The MLP activation: GELU of fch (N,F), or SwiGLU of fch (N,2F) = [gate | up];
+ * out (N,F). The backward adds into dfch (N,FW). */
+void model_mlp_act_fwd(const ct_model *m, float *out, const float *fch, int N);
+void model_mlp_act_bwd(const ct_model *m, float *dfch, const float *fch, const float *dout,
+                       int N);
 
 /* Build the parameter table for cfg (allocates m->table, m->layers). */
 ct_status model_build_table(ct_model *m);

@@ -1,5 +1,7 @@
 /*
- * The training forward and backward of a GPT-2 style model, with the
+ * The training forward and backward of the transformer family (GPT-2 and
+ * LLaMA: the switches pick the norm, RoPE, the MLP activation and the KV
+ * heads through the small dispatchers below, one block code for both), with the
  * vocabulary projection and cross-entropy fused and chunked over rows (B*T x V
  * logits are never all in memory), under the memory options: the recompute
  * policy (none | light | full) decides which block activations the forward
@@ -66,6 +68,66 @@ static const float *block_input(ct_model *m, int l, size_t NC) {
     return m->acts.res;
 }
 
+/* ------------------------------------------------- switch dispatchers */
+
+/* Declared in model_impl.h (decode.c runs the same switches). */
+void model_norm_fwd(const ct_model *m, float *out, float *mean, float *rstd, const float *inp,
+                     int w, int b, int N) {
+    const ct_model_config *c = &m->cfg;
+    ct_model *mm = (ct_model *)m;
+    if (c->norm == CT_NORM_RMSNORM)
+        m->k->rmsnorm_forward(out, rstd, inp, model_p(mm, w), N, c->n_embd, c->norm_eps);
+    else
+        m->k->layernorm_forward(out, mean, rstd, inp, model_p(mm, w), model_p(mm, b), N,
+                                c->n_embd, c->norm_eps);
+}
+
+void model_norm_bwd(ct_model *m, float *dinp, const float *dout, const float *inp, int w, int b,
+                     const float *mean, const float *rstd, int N) {
+    const ct_model_config *c = &m->cfg;
+    if (c->norm == CT_NORM_RMSNORM)
+        m->k->rmsnorm_backward(dinp, model_g(m, w), dout, inp, model_p(m, w), rstd, N, c->n_embd);
+    else
+        m->k->layernorm_backward(dinp, model_g(m, w), model_g(m, b), dout, inp, model_p(m, w),
+                                 mean, rstd, N, c->n_embd);
+}
+
+void model_attn_fwd(const ct_model *m, float *out, float *lse, const float *qkv, int B, int T) {
+    const ct_model_config *c = &m->cfg;
+    int NH = c->n_head, NKV = c->n_kv_head;
+    if (c->arch == CT_ARCH_GPT2)
+        m->k->attention_forward(out, lse, qkv, B, T, c->n_embd, NH);
+    else
+        m->k->attention_gqa_forward(out, lse, qkv, B, T, NH, NKV, c->n_embd / NH);
+}
+
+void model_attn_bwd(const ct_model *m, float *dqkv, const float *dout, const float *qkv,
+                     const float *out, const float *lse, int B, int T) {
+    const ct_model_config *c = &m->cfg;
+    int NH = c->n_head, NKV = c->n_kv_head;
+    if (c->arch == CT_ARCH_GPT2)
+        m->k->attention_backward(dqkv, dout, qkv, out, lse, B, T, c->n_embd, NH);
+    else
+        m->k->attention_gqa_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, c->n_embd / NH);
+}
+
+void model_mlp_act_fwd(const ct_model *m, float *out, const float *fch, int N) {
+    int F = m->cfg.n_ffn;
+    if (m->cfg.mlp == CT_MLP_SWIGLU)
+        m->k->swiglu_forward(out, fch, N, F);
+    else
+        m->k->gelu_forward(out, fch, (size_t)N * F);
+}
+
+void model_mlp_act_bwd(const ct_model *m, float *dfch, const float *fch, const float *dout,
+                        int N) {
+    int F = m->cfg.n_ffn;
+    if (m->cfg.mlp == CT_MLP_SWIGLU)
+        m->k->swiglu_backward(dfch, fch, dout, N, F);
+    else
+        m->k->gelu_backward(dfch, fch, dout, (size_t)N * F);
+}
+
 /* ------------------------------------------------------------ forward */
 
 /* One block from res_in (fp32) into the buffers of v, keeping what la keeps
@@ -77,27 +139,28 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     const ct_kernels *k = m->k;
     const ct_model_config *c = &m->cfg;
     const layer_idx *w = &m->layers[l];
-    int N = B * T, C = c->n_embd, F = c->n_ffn, NH = c->n_head;
+    int N = B * T, C = c->n_embd, F = c->n_ffn, QKV = model_qkv_width(c);
+    int FW = model_fc_width(c);
     size_t NC = (size_t)N * C, NF = (size_t)N * F;
     layer_acts none = {0};
     if (!la) la = &none;
-    k->layernorm_forward(v->ln1, v->ln1_mean, v->ln1_rstd, res_in, model_p(m, w->ln1_w),
-                         model_p(m, w->ln1_b), N, C, c->norm_eps);
+    model_norm_fwd(m, v->ln1, v->ln1_mean, v->ln1_rstd, res_in, w->ln1_w, w->ln1_b, N);
     act_store(m, la->ln1, v->ln1, NC); /* before ln2 reuses a shared work buffer */
-    k->matmul_forward(v->qkv, v->ln1, model_p(m, w->qkv_w), model_p(m, w->qkv_b), N, C, 3 * C);
-    act_store(m, la->qkv, v->qkv, 3 * NC);
-    k->attention_forward(v->atty, v->lse, v->qkv, B, T, C, NH);
+    k->matmul_forward(v->qkv, v->ln1, model_p(m, w->qkv_w), model_p(m, w->qkv_b), N, C, QKV);
+    if (c->pos == CT_POS_ROPE)
+        k->rope_forward(v->qkv, B, T, c->n_head, c->n_kv_head, C / c->n_head, 0, c->rope_theta);
+    act_store(m, la->qkv, v->qkv, (size_t)N * QKV);
+    model_attn_fwd(m, v->atty, v->lse, v->qkv, B, T);
     act_store(m, la->atty, v->atty, NC);
     k->matmul_forward(v->res2, v->atty, model_p(m, w->proj_w), model_p(m, w->proj_b), N, C, C);
     k->residual_forward(v->res2, v->res2, res_in, NC);
     act_store(m, la->res2, v->res2, NC);
-    k->layernorm_forward(v->ln2, v->ln2_mean, v->ln2_rstd, v->res2, model_p(m, w->ln2_w),
-                         model_p(m, w->ln2_b), N, C, c->norm_eps);
+    model_norm_fwd(m, v->ln2, v->ln2_mean, v->ln2_rstd, v->res2, w->ln2_w, w->ln2_b, N);
     act_store(m, la->ln2, v->ln2, NC);
-    k->matmul_forward(v->fch, v->ln2, model_p(m, w->fc_w), model_p(m, w->fc_b), N, C, F);
-    act_store(m, la->fch, v->fch, NF);
+    k->matmul_forward(v->fch, v->ln2, model_p(m, w->fc_w), model_p(m, w->fc_b), N, C, FW);
+    act_store(m, la->fch, v->fch, (size_t)N * FW);
     if (!out) return;
-    k->gelu_forward(v->fch_gelu, v->fch, NF);
+    model_mlp_act_fwd(m, v->fch_gelu, v->fch, N);
     act_store(m, la->fch_gelu, v->fch_gelu, NF);
     /* res_in is dead from here on, so out may overwrite it */
     k->matmul_forward(out, v->fch_gelu, model_p(m, w->fcproj_w), model_p(m, w->fcproj_b), N, F,
@@ -127,8 +190,7 @@ static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool 
         block_forward(m, l, &v, keep ? la : NULL, res, out, B, T);
         res = out;
     }
-    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, res, model_p(m, m->lnf_w),
-                         model_p(m, m->lnf_b), N, C, c->norm_eps);
+    model_norm_fwd(m, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->lnf_w, m->lnf_b, N);
 }
 
 /* The vocabulary projection and cross-entropy, chunked over rows. When
@@ -164,61 +226,62 @@ static double head_forward(ct_model *m, const int32_t *targets, int N, bool trai
 /* Block l's backward: dres holds the gradient of its output and receives the
  * gradient of its input. Values the policy dropped are re-derived first:
  * under full the block's forward re-runs (up to c_fc) into the work set;
- * under light and full, ln2, gelu and ln1 are recomputed right before use,
- * from the same inputs by the same kernels, so they equal the forward's bit
- * for bit (LayerNorm keeps the statistics saved by the forward). */
+ * under light and full, norm2, the MLP activation and norm1 are recomputed
+ * right before use, from the same inputs by the same kernels, so they equal
+ * the forward's bit for bit (the norms keep the statistics saved by the
+ * forward). RoPE is undone on the q and k gradients in place. */
 static void block_backward(ct_model *m, int l, int B, int T) {
     const ct_kernels *k = m->k;
     const ct_model_config *c = &m->cfg;
     const layer_idx *w = &m->layers[l];
     const layer_acts *la = &m->acts.layers[l];
     model_acts *a = &m->acts;
-    int N = B * T, C = c->n_embd, F = c->n_ffn, NH = c->n_head;
-    size_t NC = (size_t)N * C, NF = (size_t)N * F;
+    int N = B * T, C = c->n_embd, F = c->n_ffn, QKV = model_qkv_width(c);
+    int FW = model_fc_width(c);
+    size_t NC = (size_t)N * C, NF = (size_t)N * F, NFW = (size_t)N * FW;
     const float *res_in = block_input(m, l, NC);
     block_f32 v = block_view(m, l);
     if (m->opts.recompute == CT_RECOMPUTE_FULL) block_forward(m, l, &v, NULL, res_in, NULL, B, T);
-    /* res3 = res2 + c_proj(gelu(c_fc(ln2(res2)))): dres passes through */
-    act_load(m, la->fch, v.fch, NF);
+    /* res3 = res2 + down(act(fc(norm2(res2)))): dres passes through */
+    act_load(m, la->fch, v.fch, NFW);
     if (la->fch_gelu)
         act_load(m, la->fch_gelu, v.fch_gelu, NF);
     else
-        k->gelu_forward(v.fch_gelu, v.fch, NF);
+        model_mlp_act_fwd(m, v.fch_gelu, v.fch, N);
     memset(a->dbig1, 0, NF * sizeof(float));
     k->matmul_backward(a->dbig1, model_g(m, w->fcproj_w), model_g(m, w->fcproj_b), a->dres,
                        v.fch_gelu, model_p(m, w->fcproj_w), N, F, C);
     /* v.fch_gelu may be dbig2 itself: it is not read after this point */
-    memset(a->dbig2, 0, NF * sizeof(float));
-    k->gelu_backward(a->dbig2, v.fch, a->dbig1, NF);
+    memset(a->dbig2, 0, NFW * sizeof(float));
+    model_mlp_act_bwd(m, a->dbig2, v.fch, a->dbig1, N);
     act_load(m, la->res2, v.res2, NC);
     if (la->ln2)
         act_load(m, la->ln2, v.ln2, NC);
     else
-        k->layernorm_forward(v.ln2, NULL, NULL, v.res2, model_p(m, w->ln2_w),
-                             model_p(m, w->ln2_b), N, C, c->norm_eps);
+        model_norm_fwd(m, v.ln2, NULL, NULL, v.res2, w->ln2_w, w->ln2_b, N);
     memset(a->dln, 0, NC * sizeof(float));
     k->matmul_backward(a->dln, model_g(m, w->fc_w), model_g(m, w->fc_b), a->dbig2, v.ln2,
-                       model_p(m, w->fc_w), N, C, F);
-    k->layernorm_backward(a->dres, model_g(m, w->ln2_w), model_g(m, w->ln2_b), a->dln, v.res2,
-                          model_p(m, w->ln2_w), v.ln2_mean, v.ln2_rstd, N, C);
-    /* res2 = res_in + c_proj(attn(c_attn(ln1(res_in)))) */
+                       model_p(m, w->fc_w), N, C, FW);
+    model_norm_bwd(m, a->dres, a->dln, v.res2, w->ln2_w, w->ln2_b, v.ln2_mean, v.ln2_rstd, N);
+    /* res2 = res_in + o(attn(rope(qkv(norm1(res_in))))) */
     act_load(m, la->atty, v.atty, NC);
-    act_load(m, la->qkv, v.qkv, 3 * NC);
+    act_load(m, la->qkv, v.qkv, (size_t)N * QKV);
     memset(a->datty, 0, NC * sizeof(float));
     k->matmul_backward(a->datty, model_g(m, w->proj_w), model_g(m, w->proj_b), a->dres, v.atty,
                        model_p(m, w->proj_w), N, C, C);
-    memset(a->dbig1, 0, NC * 3 * sizeof(float));
-    k->attention_backward(a->dbig1, a->datty, v.qkv, v.atty, v.lse, B, T, C, NH);
+    memset(a->dbig1, 0, (size_t)N * QKV * sizeof(float));
+    model_attn_bwd(m, a->dbig1, a->datty, v.qkv, v.atty, v.lse, B, T);
+    if (c->pos == CT_POS_ROPE)
+        k->rope_backward(a->dbig1, B, T, c->n_head, c->n_kv_head, C / c->n_head, 0,
+                         c->rope_theta);
     if (la->ln1)
         act_load(m, la->ln1, v.ln1, NC);
     else
-        k->layernorm_forward(v.ln1, NULL, NULL, res_in, model_p(m, w->ln1_w),
-                             model_p(m, w->ln1_b), N, C, c->norm_eps);
+        model_norm_fwd(m, v.ln1, NULL, NULL, res_in, w->ln1_w, w->ln1_b, N);
     memset(a->dln, 0, NC * sizeof(float));
     k->matmul_backward(a->dln, model_g(m, w->qkv_w), model_g(m, w->qkv_b), a->dbig1, v.ln1,
-                       model_p(m, w->qkv_w), N, C, 3 * C);
-    k->layernorm_backward(a->dres, model_g(m, w->ln1_w), model_g(m, w->ln1_b), a->dln, res_in,
-                          model_p(m, w->ln1_w), v.ln1_mean, v.ln1_rstd, N, C);
+                       model_p(m, w->qkv_w), N, C, QKV);
+    model_norm_bwd(m, a->dres, a->dln, res_in, w->ln1_w, w->ln1_b, v.ln1_mean, v.ln1_rstd, N);
 }
 
 static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
@@ -232,8 +295,7 @@ static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
      * copy is still in acts.res, so that is what it reads. */
     const float *res_last = acts_bf16(m) ? a->res : (const float *)a->layers[L - 1].res3;
     memset(a->dres, 0, NC * sizeof(float));
-    k->layernorm_backward(a->dres, model_g(m, m->lnf_w), model_g(m, m->lnf_b), a->dln, res_last,
-                          model_p(m, m->lnf_w), a->lnf_mean, a->lnf_rstd, N, C);
+    model_norm_bwd(m, a->dres, a->dln, res_last, m->lnf_w, m->lnf_b, a->lnf_mean, a->lnf_rstd, N);
     for (int l = L - 1; l >= 0; l--) block_backward(m, l, B, T);
     k->encoder_backward(model_g(m, m->wte), model_g(m, m->wpe), a->dres, inputs, B, T, C);
 }

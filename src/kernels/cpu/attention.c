@@ -11,7 +11,8 @@
  * part to exact zeros. The backward recomputes each tile's probabilities from
  * the saved log-sum-exp (FlashAttention-2's loop order: key tile outer, so a
  * thread owns its head's dK, dV and dQ). Work is split by (batch, head), so
- * threads never share an output element; BLAS sees that it runs inside a
+ * threads never share an output element (grouped-query attention: by (batch,
+ * KV head), the group's query heads in order); BLAS sees that it runs inside a
  * parallel region and stays on the calling thread.
  * Measured on GPT-2 124M shapes (B=4, 2 threads, `ctrain bench kernels --seq T
  * --filter attention`): the row-at-a-time version before it, one dot product per
@@ -176,66 +177,88 @@ static void attention_row(float *out, const float *q, const float *k, const floa
     for (int d = 0; d < HS; d++) out[d] *= inv_l;
 }
 
-/* out (B,T,C), lse (B,NH,T) = causal attention of qkv (B,T,3C), scale 1/sqrt(HS). */
+/* out (B,T,NH*HS), lse (B,NH,T) = causal attention of qkv (B,T,(NH+2*NKV)*HS),
+ * scale 1/sqrt(HS); query head h reads KV head h / (NH/NKV). */
+void ct_attention_gqa_forward_cpu(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                                  int NKV, int HS) {
+    if (HS > ATT_HS_MAX) {
+        ct_attention_gqa_forward_ref(out, lse, qkv, B, T, NH, NKV, HS);
+        return;
+    }
+    float scale = (float)(1.0 / sqrt((double)HS));
+    int C = NH * HS, KC = NKV * HS, ld = C + 2 * KC, group = NH / NKV;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+#endif
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const float *base = qkv + (size_t)b * T * ld;
+            const float *kb = base + C + (size_t)(h / group) * HS;
+            attention_head_fwd(out + (size_t)b * T * C + (size_t)h * HS,
+                               lse + ((size_t)b * NH + h) * T, base + (size_t)h * HS, kb, kb + KC,
+                               T, HS, ld, C, scale);
+        }
+    }
+}
+
 void ct_attention_forward_cpu(float *out, float *lse, const float *qkv, int B, int T, int C,
                               int NH) {
-    int HS = C / NH;
+    ct_attention_gqa_forward_cpu(out, lse, qkv, B, T, NH, NH, C / NH);
+}
+
+/* dqkv (B,T,(NH+2*NKV)*HS) += attention gradient from dout (B,T,NH*HS), qkv,
+ * the forward's out (B,T,NH*HS) and lse (B,NH,T). Work is split by (batch, KV
+ * head): one thread owns a KV head's dK and dV and runs the query heads of its
+ * group in order, so the sums are deterministic. */
+void ct_attention_gqa_backward_cpu(float *dqkv, const float *dout, const float *qkv,
+                                   const float *out, const float *lse, int B, int T, int NH,
+                                   int NKV, int HS) {
     if (HS > ATT_HS_MAX) {
-        ct_attention_forward_ref(out, lse, qkv, B, T, C, NH);
+        ct_attention_gqa_backward_ref(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS);
         return;
     }
     float scale = (float)(1.0 / sqrt((double)HS));
-    int ld = 3 * C;
+    int C = NH * HS, KC = NKV * HS, ld = C + 2 * KC, group = NH / NKV;
 #ifdef CT_USE_OPENMP
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
 #endif
     for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
-            attention_head_fwd(out + (size_t)b * T * C + (size_t)h * HS,
-                               lse + ((size_t)b * NH + h) * T, base, base + C, base + 2 * C, T, HS,
-                               ld, C, scale);
+        for (int g = 0; g < NKV; g++) {
+            size_t off = (size_t)b * T * ld;
+            size_t koff = off + C + (size_t)g * HS;
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                size_t qoff = off + (size_t)h * HS;
+                size_t ooff = (size_t)b * T * C + (size_t)h * HS;
+                attention_head_bwd(dqkv + qoff, dqkv + koff, dqkv + koff + KC, qkv + qoff,
+                                   qkv + koff, qkv + koff + KC, out + ooff, dout + ooff,
+                                   lse + ((size_t)b * NH + h) * T, T, HS, ld, C, scale);
+            }
         }
     }
 }
 
-/* dqkv (B,T,3C) += attention gradient from dout (B,T,C), qkv (B,T,3C), the
- * forward's out (B,T,C) and lse (B,NH,T). */
 void ct_attention_backward_cpu(float *dqkv, const float *dout, const float *qkv,
                                const float *out, const float *lse, int B, int T, int C, int NH) {
-    int HS = C / NH;
-    if (HS > ATT_HS_MAX) {
-        ct_attention_backward_ref(dqkv, dout, qkv, out, lse, B, T, C, NH);
-        return;
-    }
-    float scale = (float)(1.0 / sqrt((double)HS));
-    int ld = 3 * C;
-#ifdef CT_USE_OPENMP
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
-#endif
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            size_t off = (size_t)b * T * ld + (size_t)h * HS;
-            size_t ooff = (size_t)b * T * C + (size_t)h * HS;
-            const float *base = qkv + off;
-            float *dbase = dqkv + off;
-            attention_head_bwd(dbase, dbase + C, dbase + 2 * C, base, base + C, base + 2 * C,
-                               out + ooff, dout + ooff, lse + ((size_t)b * NH + h) * T, T, HS, ld,
-                               C, scale);
-        }
-    }
+    ct_attention_gqa_backward_cpu(dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH);
 }
 
-/* out (C) = attention of q (C) over kcache, vcache (n,C), all visible; heads in
- * parallel. */
-void ct_attention_decode_cpu(float *out, const float *q, const float *kcache,
-                             const float *vcache, int n, int C, int NH) {
-    int HS = C / NH;
+/* out (NH*HS) = attention of q (NH*HS) over kcache, vcache (n, NKV*HS), all
+ * visible; heads in parallel. */
+void ct_attention_gqa_decode_cpu(float *out, const float *q, const float *kcache,
+                                 const float *vcache, int n, int NH, int NKV, int HS) {
     float scale = (float)(1.0 / sqrt((double)HS));
+    int group = NH / NKV;
 #ifdef CT_USE_OPENMP
 #pragma omp parallel for
 #endif
-    for (int h = 0; h < NH; h++)
-        attention_row(out + h * HS, q + h * HS, kcache + h * HS, vcache + h * HS, (size_t)C, n,
-                      HS, scale);
+    for (int h = 0; h < NH; h++) {
+        size_t g = (size_t)(h / group) * HS;
+        attention_row(out + (size_t)h * HS, q + (size_t)h * HS, kcache + g, vcache + g,
+                      (size_t)NKV * HS, n, HS, scale);
+    }
+}
+
+void ct_attention_decode_cpu(float *out, const float *q, const float *kcache,
+                             const float *vcache, int n, int C, int NH) {
+    ct_attention_gqa_decode_cpu(out, q, kcache, vcache, n, NH, NH, C / NH);
 }

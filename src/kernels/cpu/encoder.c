@@ -10,7 +10,8 @@
  * threads mostly write different lines. */
 #define CT_ENCODER_BLOCK 16
 
-/* out (B,T,C) = wte[inp[b,t]] + wpe[pos0 + t]; inp (B,T); wte (V,C); wpe (maxT,C). */
+/* out (B,T,C) = wte[inp[b,t]] + wpe[pos0 + t]; inp (B,T); wte (V,C); wpe (maxT,C)
+ * or NULL (no position embedding). */
 void ct_encoder_forward_cpu(float *out, const int32_t *inp, const float *wte, const float *wpe,
                             int B, int T, int C, int pos0) {
     int N = B * T;
@@ -21,6 +22,10 @@ void ct_encoder_forward_cpu(float *out, const int32_t *inp, const float *wte, co
         int t = i % T;
         float *out_i = out + (size_t)i * C;
         const float *wte_ix = wte + (size_t)inp[i] * C;
+        if (!wpe) { // no learned positions (RoPE models)
+            for (int c = 0; c < C; c++) out_i[c] = wte_ix[c];
+            continue;
+        }
         const float *wpe_t = wpe + (size_t)(pos0 + t) * C;
         for (int c = 0; c < C; c++) out_i[c] = wte_ix[c] + wpe_t[c];
     }

@@ -3,7 +3,8 @@
  * forward keeps a running max and sum per query row (online softmax) and saves
  * each row's log-sum-exp; the backward recomputes the probabilities from it.
  * Dot products and the softmax statistics are in double; the output row itself
- * is the float accumulator. Leaves out: dropout, masks other than causal, GQA.
+ * is the float accumulator. Grouped-query attention (NKV < NH) reads each KV head from every query head of
+ * its group. Leaves out: dropout, masks other than causal.
  */
 #include <math.h>
 
@@ -43,57 +44,68 @@ static float attention_row(float *out, const float *q, const float *k, const flo
     return (float)(m + log(l));
 }
 
-/* out (B,T,C) = causal softmax(q k^T / sqrt(HS)) v per head; lse (B,NH,T).
- * qkv (B,T,3C) holds q, k, v side by side; head h is columns h*HS..h*HS+HS-1.
+/* out (B,T,NH*HS) = causal softmax(q k^T / sqrt(HS)) v per query head; lse
+ * (B,NH,T). qkv (B,T,(NH+2*NKV)*HS) holds q, k, v side by side; query head h
+ * reads KV head h / (NH/NKV) (grouped-query attention; NKV == NH is plain
+ * multi-head attention).
  * Ref: torch.nn.functional.scaled_dot_product_attention(is_causal=True);
- * FlashAttention-2 (Dao, 2023), Algorithm 1. */
-void ct_attention_forward_ref(float *out, float *lse, const float *qkv, int B, int T, int C,
-                              int NH) {
-    int HS = C / NH;
+ * FlashAttention-2 (Dao, 2023), Algorithm 1; HF LLaMA repeat_kv. */
+void ct_attention_gqa_forward_ref(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                                  int NKV, int HS) {
     double scale = 1.0 / sqrt((double)HS);
-    size_t C3 = (size_t)3 * C;
+    size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS, KC = (size_t)NKV * HS;
+    int group = NH / NKV;
     for (int b = 0; b < B; b++) {
-        const float *qkv_b = qkv + (size_t)b * T * C3;
+        const float *qkv_b = qkv + (size_t)b * T * W;
         for (int h = 0; h < NH; h++) {
-            const float *k = qkv_b + C + h * HS;
-            const float *v = qkv_b + 2 * C + h * HS;
+            int g = h / group;
+            const float *k = qkv_b + C + (size_t)g * HS;
+            const float *v = qkv_b + C + KC + (size_t)g * HS;
             for (int t = 0; t < T; t++) {
-                const float *q = qkv_b + t * C3 + h * HS;
-                float *o = out + ((size_t)b * T + t) * C + h * HS;
+                const float *q = qkv_b + t * W + (size_t)h * HS;
+                float *o = out + ((size_t)b * T + t) * C + (size_t)h * HS;
                 // causal: query t sees keys 0..t
-                lse[((size_t)b * NH + h) * T + t] = attention_row(o, q, k, v, C3, t + 1, HS, scale);
+                lse[((size_t)b * NH + h) * T + t] = attention_row(o, q, k, v, W, t + 1, HS, scale);
             }
         }
     }
 }
 
-/* dqkv (B,T,3C) += gradient of attention given dout (B,T,C), the forward's
- * qkv (B,T,3C), out (B,T,C) and lse (B,NH,T). Per query row t, with
+void ct_attention_forward_ref(float *out, float *lse, const float *qkv, int B, int T, int C,
+                              int NH) {
+    ct_attention_gqa_forward_ref(out, lse, qkv, B, T, NH, NH, C / NH);
+}
+
+/* dqkv (B,T,(NH+2*NKV)*HS) += gradient of attention given dout (B,T,NH*HS),
+ * the forward's qkv, out (B,T,NH*HS) and lse (B,NH,T). Per query row t, with
  * p_j = exp(s_j - lse) and D = dout . out (= sum_j p_j dout . v_j):
  *   ds_j = p_j (dout . v_j - D); dq += scale ds_j k_j; dk_j += scale ds_j q;
  *   dv_j += p_j dout.
+ * A KV head's dk, dv sum over the query heads of its group, in head order.
  * Ref: FlashAttention-2 (Dao, 2023), Algorithm 2. */
-void ct_attention_backward_ref(float *dqkv, const float *dout, const float *qkv,
-                               const float *out, const float *lse, int B, int T, int C, int NH) {
-    int HS = C / NH;
+void ct_attention_gqa_backward_ref(float *dqkv, const float *dout, const float *qkv,
+                                   const float *out, const float *lse, int B, int T, int NH,
+                                   int NKV, int HS) {
     double scale = 1.0 / sqrt((double)HS);
-    size_t C3 = (size_t)3 * C;
+    size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS, KC = (size_t)NKV * HS;
+    int group = NH / NKV;
     for (int b = 0; b < B; b++) {
-        const float *qkv_b = qkv + (size_t)b * T * C3;
-        float *dqkv_b = dqkv + (size_t)b * T * C3;
+        const float *qkv_b = qkv + (size_t)b * T * W;
+        float *dqkv_b = dqkv + (size_t)b * T * W;
         for (int h = 0; h < NH; h++) {
+            size_t ko = C + (size_t)(h / group) * HS, vo = ko + KC;
             for (int t = 0; t < T; t++) {
-                const float *q = qkv_b + t * C3 + h * HS;
-                float *dq = dqkv_b + t * C3 + h * HS;
-                const float *o = out + ((size_t)b * T + t) * C + h * HS;
-                const float *dout_t = dout + ((size_t)b * T + t) * C + h * HS;
+                const float *q = qkv_b + t * W + (size_t)h * HS;
+                float *dq = dqkv_b + t * W + (size_t)h * HS;
+                const float *o = out + ((size_t)b * T + t) * C + (size_t)h * HS;
+                const float *dout_t = dout + ((size_t)b * T + t) * C + (size_t)h * HS;
                 double lse_t = lse[((size_t)b * NH + h) * T + t];
                 double D = attention_dot(dout_t, o, HS);
                 for (int j = 0; j <= t; j++) {
-                    const float *k = qkv_b + j * C3 + C + h * HS;
-                    const float *v = qkv_b + j * C3 + 2 * C + h * HS;
-                    float *dk = dqkv_b + j * C3 + C + h * HS;
-                    float *dv = dqkv_b + j * C3 + 2 * C + h * HS;
+                    const float *k = qkv_b + j * W + ko;
+                    const float *v = qkv_b + j * W + vo;
+                    float *dk = dqkv_b + j * W + ko;
+                    float *dv = dqkv_b + j * W + vo;
                     double p = exp(scale * attention_dot(q, k, HS) - lse_t);
                     double ds = p * (attention_dot(dout_t, v, HS) - D);
                     for (int d = 0; d < HS; d++) {
@@ -107,14 +119,27 @@ void ct_attention_backward_ref(float *dqkv, const float *dout, const float *qkv,
     }
 }
 
-/* out (C) = attention of one query q (C) over kcache, vcache (n,C), all n
- * positions visible (the query's own included). The same row routine as the
- * forward, so decoding reproduces training's last row. */
+void ct_attention_backward_ref(float *dqkv, const float *dout, const float *qkv,
+                               const float *out, const float *lse, int B, int T, int C, int NH) {
+    ct_attention_gqa_backward_ref(dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH);
+}
+
+/* out (NH*HS) = attention of one query q (NH*HS) over kcache, vcache
+ * (n, NKV*HS), all n positions visible (the query's own included). The same
+ * row routine as the forward, so decoding reproduces training's last row. */
+void ct_attention_gqa_decode_ref(float *out, const float *q, const float *kcache,
+                                 const float *vcache, int n, int NH, int NKV, int HS) {
+    double scale = 1.0 / sqrt((double)HS);
+    size_t KC = (size_t)NKV * HS;
+    int group = NH / NKV;
+    for (int h = 0; h < NH; h++) {
+        size_t g = (size_t)(h / group) * HS;
+        attention_row(out + (size_t)h * HS, q + (size_t)h * HS, kcache + g, vcache + g, KC, n, HS,
+                      scale);
+    }
+}
+
 void ct_attention_decode_ref(float *out, const float *q, const float *kcache,
                              const float *vcache, int n, int C, int NH) {
-    int HS = C / NH;
-    double scale = 1.0 / sqrt((double)HS);
-    for (int h = 0; h < NH; h++)
-        attention_row(out + h * HS, q + h * HS, kcache + h * HS, vcache + h * HS, (size_t)C, n,
-                      HS, scale);
+    ct_attention_gqa_decode_ref(out, q, kcache, vcache, n, NH, NH, C / NH);
 }

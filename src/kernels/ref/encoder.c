@@ -7,7 +7,8 @@
 #include "kernels/ref/ref.h"
 
 /* out (B,T,C) = wte[inp[b,t]] + wpe[pos0 + t].
- * inp (B,T) token ids in [0,V); wte (V,C); wpe (maxT,C) with pos0 + T <= maxT.
+ * inp (B,T) token ids in [0,V); wte (V,C); wpe (maxT,C) with pos0 + T <= maxT,
+ * or NULL for no position embedding (out = wte[inp]).
  * Ref: torch.nn.Embedding; llm.c train_gpt2.c encoder_forward. */
 void ct_encoder_forward_ref(float *out, const int32_t *inp, const float *wte, const float *wpe,
                             int B, int T, int C, int pos0) {
@@ -15,6 +16,10 @@ void ct_encoder_forward_ref(float *out, const int32_t *inp, const float *wte, co
         for (int t = 0; t < T; t++) {
             float *out_bt = out + ((size_t)b * T + t) * C;
             const float *wte_ix = wte + (size_t)inp[(size_t)b * T + t] * C;
+            if (!wpe) { // no learned positions (RoPE models)
+                for (int c = 0; c < C; c++) out_bt[c] = wte_ix[c];
+                continue;
+            }
             const float *wpe_t = wpe + (size_t)(pos0 + t) * C;
             for (int c = 0; c < C; c++) out_bt[c] = wte_ix[c] + wpe_t[c];
         }

@@ -36,6 +36,27 @@ void ct_attention_backward_ref(float *dqkv, const float *dout, const float *qkv,
 void ct_attention_decode_ref(float *out, const float *q, const float *kcache,
                              const float *vcache, int n, int C, int NH);
 
+void ct_attention_gqa_forward_ref(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                                  int NKV, int HS);
+void ct_attention_gqa_backward_ref(float *dqkv, const float *dout, const float *qkv,
+                                   const float *out, const float *lse, int B, int T, int NH,
+                                   int NKV, int HS);
+void ct_attention_gqa_decode_ref(float *out, const float *q, const float *kcache,
+                                 const float *vcache, int n, int NH, int NKV, int HS);
+
+void ct_rmsnorm_forward_ref(float *out, float *rstd, const float *inp, const float *weight,
+                            int N, int C, float eps);
+void ct_rmsnorm_backward_ref(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C);
+/* cos, sin (HS/2) of RoPE's angles at position pos (shared by ref and cpu). */
+void ct_rope_cos_sin(float *cosv, float *sinv, int pos, int HS, float theta);
+void ct_rope_forward_ref(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                         float theta);
+void ct_rope_backward_ref(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                          float theta);
+void ct_swiglu_forward_ref(float *out, const float *inp, int N, int F);
+void ct_swiglu_backward_ref(float *dinp, const float *inp, const float *dout, int N, int F);
+
 void ct_gelu_forward_ref(float *out, const float *inp, size_t n);
 void ct_gelu_backward_ref(float *dinp, const float *inp, const float *dout, size_t n);
 void ct_residual_forward_ref(float *out, const float *a, const float *b, size_t n);

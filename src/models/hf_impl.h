@@ -1,0 +1,46 @@
+/*
+ * Internals of the Hugging Face import and export shared by hf.c (GPT-2,
+ * the load and save entry points) and hf_llama.c (LlamaConfig, sharded weight
+ * sets). Not installed.
+ */
+#ifndef CT_MODELS_HF_IMPL_H
+#define CT_MODELS_HF_IMPL_H
+
+#include <cJSON.h>
+
+#include "io/safetensors.h"
+#include "models/model_impl.h"
+
+#define HF_PATH_MAX 4096
+
+/* LlamaConfig fields of config.json (root, borrowed) into *cfg; path names the
+ * file in messages. CT_ERR_FORMAT naming the file and key. */
+ct_status hf_llama_config(ct_model_config *cfg, const cJSON *root, const char *path);
+/* LlamaConfig for m. Returns owned JSON (release with cJSON_Delete), NULL when
+ * out of memory. */
+cJSON *hf_llama_config_json(const ct_model *m);
+
+/* The weights of a model directory: model.safetensors, or the shards named by
+ * model.safetensors.index.json. */
+typedef struct hf_weights {
+    ct_safetensors **files;      /* [n], owned */
+    const char **names;          /* [n] shard file names (borrowed from index) */
+    int n;
+    cJSON *index;                /* parsed index (owned) or NULL */
+    const cJSON *map;            /* its weight_map, or NULL */
+    char index_path[HF_PATH_MAX]; /* "" when not sharded */
+} hf_weights;
+
+/* Open every file of the set. Fills *w (release with hf_weights_close, also
+ * after an error). CT_ERR_IO naming the index and the shard when a shard is
+ * missing; CT_ERR_FORMAT for a malformed index or file. */
+ct_status hf_weights_open(hf_weights *w, const char *dir);
+void hf_weights_close(hf_weights *w);
+/* The tensor called name (NULL when absent; *file then NULL), from the shard
+ * the index names for it. Borrowed from w. */
+const ct_st_tensor *hf_weights_find(const hf_weights *w, const char *name,
+                                    const ct_safetensors **file);
+/* The file to name in messages: the index when sharded, else the one file. */
+const char *hf_weights_where(const hf_weights *w);
+
+#endif

@@ -1,0 +1,220 @@
+"""Reference LLaMA in PyTorch for the golden tests, written to Hugging Face's
+LlamaForCausalLM semantics (no dropout, no rope scaling):
+
+- RMSNorm in float32: x * rsqrt(mean(x^2) + eps), then times the weight;
+- rotary embedding on q and k, rotate_half convention (pairs (i, i + d/2)),
+  inv_freq = 1 / theta^(2i/d) computed in float32, angles = position * inv_freq;
+- grouped-query attention: KV head g serves query heads g*n_rep .. (g+1)*n_rep - 1
+  (repeat_kv), causal softmax(q k^T / sqrt(d)) v;
+- SwiGLU MLP: down(silu(gate(x)) * up(x)); no biases anywhere;
+- lm_head untied unless tie_word_embeddings.
+
+Parameters are a plain dict {HF tensor name: tensor}, Linear weights [out, in].
+File helpers (safetensors, shards) come from gpt2_ref; this adds LlamaConfig and sharded
+model directories (model-0000i-of-0000n.safetensors + model.safetensors.index.json).
+"""
+
+import json
+import os
+from collections import namedtuple
+
+import numpy as np
+
+import gpt2_ref as G
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # pragma: no cover - reported by the caller
+    torch = None
+    F = None
+
+
+def head_dim(c):
+    return c["hidden_size"] // c["num_attention_heads"]
+
+
+def param_shapes(c):
+    """{name: shape} in HF order."""
+    C, Fd, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    KC = c["num_key_value_heads"] * head_dim(c)
+    out = {"model.embed_tokens.weight": (V, C)}
+    for l in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        out[p + "input_layernorm.weight"] = (C,)
+        out[p + "self_attn.q_proj.weight"] = (C, C)
+        out[p + "self_attn.k_proj.weight"] = (KC, C)
+        out[p + "self_attn.v_proj.weight"] = (KC, C)
+        out[p + "self_attn.o_proj.weight"] = (C, C)
+        out[p + "post_attention_layernorm.weight"] = (C,)
+        out[p + "mlp.gate_proj.weight"] = (Fd, C)
+        out[p + "mlp.up_proj.weight"] = (Fd, C)
+        out[p + "mlp.down_proj.weight"] = (C, Fd)
+    out["model.norm.weight"] = (C,)
+    if not c.get("tie_word_embeddings", False):
+        out["lm_head.weight"] = (V, C)
+    return out
+
+
+def init_params(c, seed=0):
+    """Random weights: matrices N(0, 0.08) (larger than HF's 0.02, so every path matters),
+    norm weights 1 + U(-0.3, 0.3) (random, so their gradients are tested)."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for n, shape in param_shapes(c).items():
+        if len(shape) == 1:
+            out[n] = 1.0 + 0.6 * (torch.rand(shape, generator=g) - 0.5)
+        else:
+            out[n] = 0.08 * torch.randn(shape, generator=g)
+    return out
+
+
+def rms_norm(x, w, eps):
+    x32 = x.float()
+    var = x32.pow(2).mean(-1, keepdim=True)
+    return w * (x32 * torch.rsqrt(var + eps)).to(x.dtype)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rope_cos_sin(T, d, theta, dtype):
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    t = torch.arange(T, dtype=torch.int64).float()
+    freqs = torch.outer(t, inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def forward(P, c, idx, targets=None):
+    """Logits (B, T, V) and the mean cross-entropy (or None) of token ids idx (B, T)."""
+    Bn, T = idx.shape
+    C, NH, NKV = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    d, rep = head_dim(c), NH // NKV
+    eps, theta = c["rms_norm_eps"], c["rope_theta"]
+    x = P["model.embed_tokens.weight"][idx]
+    cos, sin = rope_cos_sin(T, d, theta, x.dtype)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    for l in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        h = rms_norm(x, P[p + "input_layernorm.weight"], eps)
+        q = (h @ P[p + "self_attn.q_proj.weight"].T).view(Bn, T, NH, d).transpose(1, 2)
+        k = (h @ P[p + "self_attn.k_proj.weight"].T).view(Bn, T, NKV, d).transpose(1, 2)
+        v = (h @ P[p + "self_attn.v_proj.weight"].T).view(Bn, T, NKV, d).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        # repeat_kv: (B, NKV, T, d) -> (B, NKV * rep, T, d)
+        k = k[:, :, None].expand(Bn, NKV, rep, T, d).reshape(Bn, NH, T, d)
+        v = v[:, :, None].expand(Bn, NKV, rep, T, d).reshape(Bn, NH, T, d)
+        att = (q @ k.transpose(-2, -1)) / (d ** 0.5)
+        att = att.masked_fill(~mask, float("-inf"))
+        att = torch.softmax(att.float(), dim=-1).to(q.dtype)
+        y = (att @ v).transpose(1, 2).reshape(Bn, T, C)
+        x = x + y @ P[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
+        gate = h @ P[p + "mlp.gate_proj.weight"].T
+        up = h @ P[p + "mlp.up_proj.weight"].T
+        x = x + (F.silu(gate) * up) @ P[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, P["model.norm.weight"], eps)
+    head = P["model.embed_tokens.weight"] if c.get("tie_word_embeddings", False) else P["lm_head.weight"]
+    logits = x @ head.T
+    loss = None
+    if targets is not None:
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+    return logits, loss
+
+
+def loss_on_batch(params, c, x, y):
+    P = {n: torch.as_tensor(np.asarray(t) if not torch.is_tensor(t) else t).float()
+         for n, t in params.items()}
+    with torch.no_grad():
+        _, loss = forward(P, c, torch.as_tensor(np.asarray(x), dtype=torch.long),
+                          torch.as_tensor(np.asarray(y), dtype=torch.long))
+    return float(loss)
+
+
+def hf_config(c):
+    """A LlamaConfig dict as transformers writes it."""
+    out = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "rope_scaling": None,
+        "pretraining_tp": 1,
+        "use_cache": True,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "float32",
+    }
+    out.update(c)
+    return out
+
+
+def save_hf_dir(path, c, params, bf16=False, shards=1, config_extra=None):
+    """Write an HF LLaMA directory: config.json and model.safetensors (F32 or BF16), or
+    `shards` files model-0000i-of-0000n.safetensors with model.safetensors.index.json."""
+    os.makedirs(path, exist_ok=True)
+    cfg = hf_config(c)
+    cfg.update(config_extra or {})
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    names = list(param_shapes(c))
+    dtype = "BF16" if bf16 else "F32"
+    if shards <= 1:
+        G.write_safetensors(os.path.join(path, "model.safetensors"),
+                            {n: params[n] for n in names}, dtype=dtype)
+        return
+    weight_map, total = {}, 0
+    for i in range(shards):
+        fname = "model-%05d-of-%05d.safetensors" % (i + 1, shards)
+        part = names[i::shards]
+        G.write_safetensors(os.path.join(path, fname), {n: params[n] for n in part}, dtype=dtype)
+        for n in part:
+            weight_map[n] = fname
+            total += int(np.prod(param_shapes(c)[n])) * (2 if bf16 else 4)
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+
+TrainResult = namedtuple("TrainResult", "losses grad_norms grads params")
+
+
+def train_torch(params, c, tokens, B, T, steps, lr, beta1, beta2, eps, weight_decay,
+                grad_clip, grads_step=1):
+    """torch.optim.AdamW (foreach=False) on sequential batches (ctrain's data.shuffle=false
+    order), weight decay on tensors of rank >= 2 only; per step: loss, pre-clip global
+    grad norm, clipping when grad_clip > 0. Returns per-step losses and norms, the grads of
+    `grads_step` and the final parameters ({name: numpy float32})."""
+    torch.set_num_threads(2)
+    names = list(param_shapes(c))
+    P = {n: torch.as_tensor(np.asarray(params[n]) if not torch.is_tensor(params[n]) else params[n])
+         .detach().clone().float().contiguous().requires_grad_(True) for n in names}
+    decay = [P[n] for n in names if P[n].ndim >= 2]
+    no_decay = [P[n] for n in names if P[n].ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=(beta1, beta2), eps=eps, foreach=False)
+    plist = [P[n] for n in names]
+    batches = G.sequential_batches(tokens, B, T)
+    losses, norms, grads = [], [], None
+    for step in range(1, steps + 1):
+        opt.zero_grad(set_to_none=False)
+        x, y = next(batches)
+        _, loss = forward(P, c, torch.from_numpy(x), torch.from_numpy(y))
+        loss.backward()
+        losses.append(float(loss.detach()))
+        with torch.no_grad():
+            norms.append(float(torch.norm(torch.stack([p.grad.norm(2) for p in plist]), 2)))
+        if step == grads_step:
+            grads = {n: P[n].grad.detach().numpy().copy() for n in names}
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(plist, grad_clip)
+        opt.step()
+    return TrainResult(losses, norms, grads, {n: P[n].detach().numpy().copy() for n in names})
