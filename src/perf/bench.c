@@ -67,7 +67,12 @@ static void bench_fill(float *x, size_t n, uint32_t seed) {
 
 double ct_bench_step_flops(const ct_model_config *c, int B, int T) {
     double N = (double)B * T, C = c->n_embd, F = c->n_ffn, V = c->vocab_size;
-    double per_layer = C * 3 * C + C * C + 2 * C * F; /* weights of the four linears */
+    /* weights of the linears: fused qkv (keys and values are n_kv_head heads
+     * wide under grouped-query attention), the output projection, and the MLP
+     * (two matrices for GELU, three for SwiGLU's gate, up and down) */
+    double kv = c->n_head > 0 ? C * (c->n_kv_head > 0 ? c->n_kv_head : c->n_head) / c->n_head : C;
+    double mlp = (c->mlp == CT_MLP_SWIGLU ? 3.0 : 2.0) * C * F;
+    double per_layer = C * (C + 2 * kv) + C * C + mlp;
     double gemm = 6.0 * N * (c->n_layer * per_layer + V * C);
     double attn = 12.0 * c->n_layer * C * ((double)T * (T + 1) / 2.0) * B;
     return gemm + attn;

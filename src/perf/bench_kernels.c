@@ -131,9 +131,15 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     suite s = {ct_ctx_kernels(ctx), peak_gflops, gbps, o.filter, o.repeat, o.slow_name,
                o.slow_factor, {0}, fn, user};
     int C = cfg->n_embd, F = cfg->n_ffn, V = cfg->vocab_size, NH = cfg->n_head, N = B * T;
+    int NKV = cfg->n_kv_head, HS = C / NH;
+    bool llama = cfg->arch == CT_ARCH_LLAMA;
+    /* widths of the fused qkv rows and of the MLP's first linear (SwiGLU: gate and up) */
+    int QKV = (NH + 2 * NKV) * HS, UP = cfg->mlp == CT_MLP_SWIGLU ? 2 * F : F;
+    int wide = UP > QKV ? UP : QKV;
+    if (wide < C) wide = C;
     int rows = ct_model_head_chunk_rows(cfg, N);
-    size_t big = (size_t)N * (F > 3 * C ? F : 3 * C);
-    size_t wbig = (size_t)C * (F > 3 * C ? F : 3 * C);
+    size_t big = (size_t)N * wide;
+    size_t wbig = (size_t)C * wide;
     size_t head = (size_t)V * C;
     if (head > wbig) wbig = head;
     size_t lbig = (size_t)rows * V;
@@ -141,7 +147,7 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     float *x = malloc(big * 4), *y = malloc(lbig * 4), *dy = malloc(lbig * 4);
     float *dx = malloc(big * 4), *w = malloc(wbig * 4), *dw = malloc(wbig * 4);
     float *m1 = malloc(wbig * 4), *v1 = malloc(wbig * 4);
-    float *b = malloc((size_t)(F > 3 * C ? F : 3 * C) * 4), *db = malloc((size_t)(F > 3 * C ? F : 3 * C) * 4);
+    float *b = malloc((size_t)wide * 4), *db = malloc((size_t)wide * 4);
     float *mean = malloc((size_t)N * 4), *rstd = malloc((size_t)N * 4);
     float *lse = malloc((size_t)B * NH * T * 4), *losses = malloc((size_t)N * 4);
     int32_t *tok = malloc((size_t)N * sizeof(int32_t));
@@ -157,30 +163,32 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
         dw[i] = 0, m1[i] = 0, v1[i] = 0;
     }
     memset(dx, 0, big * 4);
-    for (int i = 0; i < (F > 3 * C ? F : 3 * C); i++) b[i] = 0.01f, db[i] = 0;
+    for (int i = 0; i < wide; i++) b[i] = 0.01f, db[i] = 0;
     for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 7919u) % (unsigned)V);
 
     char shape[48];
     double sec;
     /* every linear of a block and the head (one chunk of rows) */
-    bench_linear(&s, "qkv", x, w, b, y, dy, dx, dw, db, N, C, 3 * C);
-    bench_linear(&s, "attn_proj", x, w, b, y, dy, dx, dw, db, N, C, C);
-    bench_linear(&s, "fc", x, w, b, y, dy, dx, dw, db, N, C, F);
-    bench_linear(&s, "fc_proj", x, w, b, y, dy, dx, dw, db, N, F, C);
+    float *lb = cfg->bias ? b : NULL, *ldb = cfg->bias ? db : NULL;
+    bench_linear(&s, "qkv", x, w, lb, y, dy, dx, dw, ldb, N, C, QKV);
+    bench_linear(&s, "attn_proj", x, w, lb, y, dy, dx, dw, ldb, N, C, C);
+    bench_linear(&s, llama ? "gate_up" : "fc", x, w, lb, y, dy, dx, dw, ldb, N, C, UP);
+    bench_linear(&s, llama ? "down" : "fc_proj", x, w, lb, y, dy, dx, dw, ldb, N, F, C);
     bench_linear(&s, "head", x, w, NULL, y, dy, dx, dw, NULL, rows, C, V);
 
     /* attention over qkv (B,T,3C) held in x; out in y, dout in dy, dqkv in dx */
     double causal = (double)T * (T + 1) / 2.0;
-    snprintf(shape, sizeof shape, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    double qkv_bytes = 4.0 * N * 3 * C, out_bytes = 4.0 * N * C;
+    snprintf(shape, sizeof shape, "B=%d T=%d C=%d NH=%d NKV=%d", B, T, C, NH, NKV);
+    double qkv_bytes = 4.0 * N * QKV, out_bytes = 4.0 * N * C;
     if (wanted(&s, "attention.fwd")) {
-        TIME_KERNEL(&s, "attention.fwd", sec, s.k->attention_forward(y, lse, x, B, T, C, NH));
+        TIME_KERNEL(&s, "attention.fwd", sec,
+                    s.k->attention_gqa_forward(y, lse, x, B, T, NH, NKV, HS));
         report(&s, "attention.fwd", shape, sec, 4.0 * B * C * causal, qkv_bytes + out_bytes);
     }
     if (wanted(&s, "attention.bwd")) {
-        s.k->attention_forward(y, lse, x, B, T, C, NH);
+        s.k->attention_gqa_forward(y, lse, x, B, T, NH, NKV, HS);
         TIME_KERNEL(&s, "attention.bwd", sec,
-                    s.k->attention_backward(dx, dy, x, y, lse, B, T, C, NH));
+                    s.k->attention_gqa_backward(dx, dy, x, y, lse, B, T, NH, NKV, HS));
         report(&s, "attention.bwd", shape, sec, 8.0 * B * C * causal,
                2.0 * qkv_bytes + 2.0 * out_bytes + qkv_bytes);
     }
@@ -188,12 +196,21 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     /* memory-bound kernels at the block's sizes */
     double nc = (double)N * C, nf = (double)N * F;
     snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
-    if (wanted(&s, "layernorm.fwd")) {
+    if (llama && wanted(&s, "rmsnorm.fwd")) {
+        TIME_KERNEL(&s, "rmsnorm.fwd", sec, s.k->rmsnorm_forward(y, rstd, x, w, N, C, 1e-5f));
+        report(&s, "rmsnorm.fwd", shape, sec, 0, 8.0 * nc);
+    }
+    if (llama && wanted(&s, "rmsnorm.bwd")) {
+        TIME_KERNEL(&s, "rmsnorm.bwd", sec,
+                    s.k->rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C));
+        report(&s, "rmsnorm.bwd", shape, sec, 0, 16.0 * nc);
+    }
+    if (!llama && wanted(&s, "layernorm.fwd")) {
         TIME_KERNEL(&s, "layernorm.fwd", sec,
                     s.k->layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f));
         report(&s, "layernorm.fwd", shape, sec, 0, 8.0 * nc);
     }
-    if (wanted(&s, "layernorm.bwd")) {
+    if (!llama && wanted(&s, "layernorm.bwd")) {
         TIME_KERNEL(&s, "layernorm.bwd", sec,
                     s.k->layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C));
         report(&s, "layernorm.bwd", shape, sec, 0, 16.0 * nc);
@@ -207,21 +224,46 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
         report(&s, "residual.bwd", shape, sec, 0, 20.0 * nc);
     }
     snprintf(shape, sizeof shape, "n=%d x %d", N, F);
-    if (wanted(&s, "gelu.fwd")) {
+    if (llama && wanted(&s, "swiglu.fwd")) {
+        TIME_KERNEL(&s, "swiglu.fwd", sec, s.k->swiglu_forward(y, x, N, F));
+        report(&s, "swiglu.fwd", shape, sec, 0, 12.0 * nf);
+    }
+    if (llama && wanted(&s, "swiglu.bwd")) {
+        TIME_KERNEL(&s, "swiglu.bwd", sec, s.k->swiglu_backward(dx, x, dy, N, F));
+        report(&s, "swiglu.bwd", shape, sec, 0, 28.0 * nf);
+    }
+    if (llama) {
+        /* RoPE turns the q and k heads of the fused rows in place */
+        double qk = 4.0 * N * (NH + NKV) * HS;
+        snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+        if (wanted(&s, "rope.fwd")) {
+            TIME_KERNEL(&s, "rope.fwd", sec,
+                        s.k->rope_forward(x, B, T, NH, NKV, HS, 0, cfg->rope_theta));
+            report(&s, "rope.fwd", shape, sec, 0, 2.0 * qk);
+        }
+        if (wanted(&s, "rope.bwd")) {
+            TIME_KERNEL(&s, "rope.bwd", sec,
+                        s.k->rope_backward(dx, B, T, NH, NKV, HS, 0, cfg->rope_theta));
+            report(&s, "rope.bwd", shape, sec, 0, 2.0 * qk);
+        }
+    }
+    if (!llama && wanted(&s, "gelu.fwd")) {
         TIME_KERNEL(&s, "gelu.fwd", sec, s.k->gelu_forward(y, x, (size_t)nf));
         report(&s, "gelu.fwd", shape, sec, 0, 8.0 * nf);
     }
-    if (wanted(&s, "gelu.bwd")) {
+    if (!llama && wanted(&s, "gelu.bwd")) {
         TIME_KERNEL(&s, "gelu.bwd", sec, s.k->gelu_backward(dx, x, dy, (size_t)nf));
         report(&s, "gelu.bwd", shape, sec, 0, 16.0 * nf);
     }
     snprintf(shape, sizeof shape, "B=%d T=%d C=%d", B, T, C);
     if (wanted(&s, "encoder.fwd")) {
-        TIME_KERNEL(&s, "encoder.fwd", sec, s.k->encoder_forward(y, tok, w, x, B, T, C, 0));
+        TIME_KERNEL(&s, "encoder.fwd", sec,
+                    s.k->encoder_forward(y, tok, w, llama ? NULL : x, B, T, C, 0));
         report(&s, "encoder.fwd", shape, sec, 0, 12.0 * nc);
     }
     if (wanted(&s, "encoder.bwd")) {
-        TIME_KERNEL(&s, "encoder.bwd", sec, s.k->encoder_backward(dw, dx, dy, tok, B, T, C));
+        TIME_KERNEL(&s, "encoder.bwd", sec,
+                    s.k->encoder_backward(dw, llama ? NULL : dx, dy, tok, B, T, C));
         report(&s, "encoder.bwd", shape, sec, 0, 20.0 * nc);
     }
     snprintf(shape, sizeof shape, "N=%d V=%d", rows, V);

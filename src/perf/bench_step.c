@@ -35,9 +35,15 @@ ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int
         return CT_ERR(CT_ERR_ARG, "batch B=%d T=%d is invalid for n_ctx %d", B, T, cfg->n_ctx);
     int L = cfg->n_layer, C = cfg->n_embd, F = cfg->n_ffn, V = cfg->vocab_size, N = B * T;
     int rows = ct_model_head_chunk_rows(cfg, N);
-    size_t per_layer = (size_t)3 * C * C + (size_t)C * C + 2 * (size_t)C * F;
+    /* the model's own linears: fused qkv (grouped KV heads are narrower), the
+     * output projection, the MLP's up (gate and up fused for SwiGLU) and down */
+    int QKV = C + 2 * (C / cfg->n_head) * cfg->n_kv_head;
+    int UP = cfg->mlp == CT_MLP_SWIGLU ? 2 * F : F;
+    size_t o_proj = (size_t)QKV * C, o_fc = o_proj + (size_t)C * C, o_fp = o_fc + (size_t)UP * C;
+    size_t per_layer = o_fp + (size_t)F * C;
     size_t nw = per_layer * L + (size_t)V * C;
-    size_t big = (size_t)N * (F > 3 * C ? F : 3 * C);
+    int widest = UP > QKV ? UP : QKV;
+    size_t big = (size_t)N * (size_t)(widest > C ? widest : C);
     float *w = malloc(nw * sizeof(float)), *dw = malloc(nw * sizeof(float));
     float *x = malloc(big * sizeof(float)), *y = malloc(big * sizeof(float));
     float *dx = malloc(big * sizeof(float));
@@ -60,10 +66,10 @@ ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int
         double t0 = ct_time_s();
         for (int l = 0; l < L; l++) {
             const float *wl = w + per_layer * l;
-            linear_fwd(y, x, wl, N, C, 3 * C);
-            linear_fwd(y, x, wl + (size_t)3 * C * C, N, C, C);
-            linear_fwd(y, x, wl + (size_t)4 * C * C, N, C, F);
-            linear_fwd(y, x, wl + (size_t)4 * C * C + (size_t)C * F, N, F, C);
+            linear_fwd(y, x, wl, N, C, QKV);
+            linear_fwd(y, x, wl + o_proj, N, C, C);
+            linear_fwd(y, x, wl + o_fc, N, C, UP);
+            linear_fwd(y, x, wl + o_fp, N, F, C);
         }
         for (int r0 = 0; r0 < N; r0 += rows) {
             int n = N - r0 < rows ? N - r0 : rows;
@@ -73,11 +79,10 @@ ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int
         for (int l = L - 1; l >= 0; l--) {
             const float *wl = w + per_layer * l;
             float *dwl = dw + per_layer * l;
-            size_t o_fc = (size_t)4 * C * C, o_fp = o_fc + (size_t)C * F;
             linear_bwd(dx, dwl + o_fp, y, x, wl + o_fp, N, F, C);
-            linear_bwd(dx, dwl + o_fc, y, x, wl + o_fc, N, C, F);
-            linear_bwd(dx, dwl + (size_t)3 * C * C, y, x, wl + (size_t)3 * C * C, N, C, C);
-            linear_bwd(dx, dwl, y, x, wl, N, C, 3 * C);
+            linear_bwd(dx, dwl + o_fc, y, x, wl + o_fc, N, C, UP);
+            linear_bwd(dx, dwl + o_proj, y, x, wl + o_proj, N, C, C);
+            linear_bwd(dx, dwl, y, x, wl, N, C, QKV);
         }
         if (r >= 0) times[r] = ct_time_s() - t0;
     }

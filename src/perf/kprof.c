@@ -58,11 +58,47 @@ static void p_attention_decode(float *out, const float *q, const float *kcache,
                                const float *vcache, int n, int C, int NH) {
     TIMED(CT_KP_OTHER, base_k->attention_decode(out, q, kcache, vcache, n, C, NH));
 }
+static void p_attention_gqa_forward(float *out, float *lse, const float *qkv, int B, int T,
+                                    int NH, int NKV, int HS) {
+    TIMED(CT_KP_ATTN_FWD, base_k->attention_gqa_forward(out, lse, qkv, B, T, NH, NKV, HS));
+}
+static void p_attention_gqa_backward(float *dqkv, const float *dout, const float *qkv,
+                                     const float *out, const float *lse, int B, int T, int NH,
+                                     int NKV, int HS) {
+    TIMED(CT_KP_ATTN_BWD,
+          base_k->attention_gqa_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS));
+}
+static void p_attention_gqa_decode(float *out, const float *q, const float *kcache,
+                                   const float *vcache, int n, int NH, int NKV, int HS) {
+    TIMED(CT_KP_OTHER, base_k->attention_gqa_decode(out, q, kcache, vcache, n, NH, NKV, HS));
+}
+static void p_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
+                              int N, int C, float eps) {
+    TIMED(CT_KP_NORM_FWD, base_k->rmsnorm_forward(out, rstd, inp, weight, N, C, eps));
+}
+static void p_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                               const float *weight, const float *rstd, int N, int C) {
+    TIMED(CT_KP_NORM_BWD, base_k->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C));
+}
+static void p_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                           float theta) {
+    TIMED(CT_KP_ROPE, base_k->rope_forward(qkv, B, T, NH, NKV, HS, pos0, theta));
+}
+static void p_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                            float theta) {
+    TIMED(CT_KP_ROPE, base_k->rope_backward(dqkv, B, T, NH, NKV, HS, pos0, theta));
+}
+static void p_swiglu_forward(float *out, const float *inp, int N, int F) {
+    TIMED(CT_KP_ACT_FWD, base_k->swiglu_forward(out, inp, N, F));
+}
+static void p_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F) {
+    TIMED(CT_KP_ACT_BWD, base_k->swiglu_backward(dinp, inp, dout, N, F));
+}
 static void p_gelu_forward(float *out, const float *inp, size_t n) {
-    TIMED(CT_KP_GELU_FWD, base_k->gelu_forward(out, inp, n));
+    TIMED(CT_KP_ACT_FWD, base_k->gelu_forward(out, inp, n));
 }
 static void p_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    TIMED(CT_KP_GELU_BWD, base_k->gelu_backward(dinp, inp, dout, n));
+    TIMED(CT_KP_ACT_BWD, base_k->gelu_backward(dinp, inp, dout, n));
 }
 static void p_residual_forward(float *out, const float *a, const float *b, size_t n) {
     TIMED(CT_KP_RESIDUAL, base_k->residual_forward(out, a, b, n));
@@ -97,6 +133,15 @@ static const ct_kernels prof_table = {
     .attention_forward = p_attention_forward,
     .attention_backward = p_attention_backward,
     .attention_decode = p_attention_decode,
+    .attention_gqa_forward = p_attention_gqa_forward,
+    .attention_gqa_backward = p_attention_gqa_backward,
+    .attention_gqa_decode = p_attention_gqa_decode,
+    .rmsnorm_forward = p_rmsnorm_forward,
+    .rmsnorm_backward = p_rmsnorm_backward,
+    .rope_forward = p_rope_forward,
+    .rope_backward = p_rope_backward,
+    .swiglu_forward = p_swiglu_forward,
+    .swiglu_backward = p_swiglu_backward,
     .gelu_forward = p_gelu_forward,
     .gelu_backward = p_gelu_backward,
     .residual_forward = p_residual_forward,
@@ -120,7 +165,7 @@ void ct_kprof_read(ct_kprof_counts *out, int reset) {
 const char *ct_kprof_name(ct_kprof_kind k) {
     static const char *names[CT_KP_COUNT] = {
         "matmul_fwd", "matmul_bwd", "attention_fwd", "attention_bwd", "norm_fwd",
-        "norm_bwd",   "gelu_fwd",   "gelu_bwd",      "residual",      "encoder",
-        "crossentropy", "adamw",    "other"};
+        "norm_bwd",   "act_fwd",    "act_bwd",       "residual",      "encoder",
+        "rope",       "crossentropy", "adamw",     "other"};
     return (k >= 0 && k < CT_KP_COUNT) ? names[k] : "?";
 }

@@ -18,12 +18,13 @@ typedef enum ct_kprof_kind {
     CT_KP_MATMUL_BWD,
     CT_KP_ATTN_FWD,
     CT_KP_ATTN_BWD,
-    CT_KP_NORM_FWD,
+    CT_KP_NORM_FWD, /* LayerNorm or RMSNorm */
     CT_KP_NORM_BWD,
-    CT_KP_GELU_FWD,
-    CT_KP_GELU_BWD,
+    CT_KP_ACT_FWD, /* GELU or SwiGLU */
+    CT_KP_ACT_BWD,
     CT_KP_RESIDUAL,
     CT_KP_ENCODER,
+    CT_KP_ROPE,
     CT_KP_XENT,
     CT_KP_ADAMW,
     CT_KP_OTHER, /* sumsq, decode */

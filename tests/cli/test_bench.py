@@ -14,6 +14,7 @@ Checks that every benchmark runs and reports what it claims:
     FLOPs equal the model formula, every recompute/activation-dtype setting runs and
     gives the same first loss (the forward does not depend on them), and the planned
     bytes shrink from none to full;
+  * step on llama-tiny: FLOPs with grouped KV heads and SwiGLU, RoPE/RMSNorm/SwiGLU timed;
   * gemm: the GEMM-only step's FLOPs equal 6 x tokens x the GEMM weights;
   * bad options exit 2 with the option named.
 """
@@ -108,6 +109,31 @@ check(all(abs(v - base) <= 1e-6 * abs(base) for v in first_losses.values()),
 check(planned[("none", "fp32")] > planned[("light", "fp32")] > planned[("full", "fp32")],
       "step: the plan shrinks none > light > full")
 check(planned[("none", "fp32")] > planned[("none", "bf16")], "step: bf16 storage plans less")
+
+# LLaMA: grouped KV heads shrink the qkv weight, SwiGLU has three MLP matrices
+Ll, Cl, Fl, Vl, kvl = 2, 32, 88, 64, 32 * 2 // 4  # llama-tiny: 4 heads, 2 KV heads
+p = run("step", "--preset", "llama-tiny", "--batch", "2", "--seq", "16", "--threads", "2",
+        "--steps", "2", "--warmup", "1", "--json")
+st = json.loads(p.stdout)
+lw = Ll * (Cl * (Cl + 2 * kvl) + Cl * Cl + 3 * Cl * Fl) + Vl * Cl
+lflops = 6.0 * N * lw + 12.0 * Ll * Cl * (Tt * (Tt + 1) / 2) * Bt
+check(abs(st["flops_per_step"] - lflops) < 1e-6 * lflops,
+      "step llama-tiny: FLOPs per step follow the GQA + SwiGLU formula")
+check(st["split_s"]["rope"] > 0 and st["split_s"]["norm_fwd"] > 0 and
+      st["split_s"]["act_bwd"] > 0, "step llama-tiny: RoPE, RMSNorm and SwiGLU are timed")
+
+p = run("kernels", "--preset", "llama-tiny", "--batch", "2", "--seq", "16", "--threads", "2",
+        "--json")
+names = [it["name"] for it in json.loads(p.stdout)["items"]]
+check(all(n in names for n in ("rmsnorm.fwd", "rmsnorm.bwd", "swiglu.fwd", "swiglu.bwd",
+                               "rope.fwd", "rope.bwd", "gemm.gate_up.fwd", "gemm.down.bwd_weight"))
+      and not any(n.startswith(("layernorm", "gelu")) for n in names),
+      "kernels llama-tiny: the LLaMA kernels replace LayerNorm and GELU: %s" % names)
+
+p = run("gemm", "--preset", "llama-tiny", "--batch", "2", "--seq", "16", "--threads", "2",
+        "--reps", "1", "--json")
+check(abs(json.loads(p.stdout)["flops"] - 6.0 * N * lw) < 1e-6 * 6.0 * N * lw,
+      "gemm llama-tiny: the replay has the LLaMA linears' shapes")
 
 p = run("gemm", *TINY, "--reps", "2", "--json")
 g = json.loads(p.stdout)
