@@ -166,14 +166,18 @@ static ct_status report_alert_line(report_parse *p, const cJSON *o, int64_t step
 }
 
 /* One line of metrics.jsonl. Blank lines are fine; lines of an unknown split
- * are ignored (newer writers may add kinds). CT_ERR_FORMAT names the line. */
-static ct_status report_line(report_parse *p, const char *text, size_t n, int64_t line) {
+ * are ignored (newer writers may add kinds). CT_ERR_FORMAT names the line;
+ * *syntax says the line is not JSON at all (what a torn write looks like). */
+static ct_status report_line(report_parse *p, const char *text, size_t n, int64_t line,
+                             bool *syntax) {
+    *syntax = false;
     size_t i = 0;
     while (i < n && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) i++;
     if (i == n) return CT_OK;
     cJSON *o = cJSON_ParseWithLength(text, n);
     ct_status st = CT_OK;
     if (!o || !cJSON_IsObject(o)) {
+        *syntax = !o;
         st = CT_ERR(CT_ERR_FORMAT, "%s:%lld: not a JSON object: %.60s%s", p->path, (long long)line,
                     text + i, n - i > 60 ? "..." : "");
         ct_error_hint("every line of metrics.jsonl is one JSON object; fix or delete that line");
@@ -235,9 +239,10 @@ static void report_dedup(ct_report_data *d) {
     }
 }
 
-/* Read metrics.jsonl line by line. A bad line is held back: if another
- * non-blank line follows, it is an error; if it was the last, it is what a
- * crash mid-write leaves, and it is skipped with a warning. */
+/* Read metrics.jsonl line by line. A line that is not JSON is held back: if
+ * another non-blank line follows, it is an error; if it was the last, it is
+ * what a crash mid-write leaves, and it is skipped with a warning. Valid JSON
+ * with a wrong key is an error wherever it is. */
 static ct_status report_read_metrics(ct_report_data *d, const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -269,8 +274,9 @@ static ct_status report_read_metrics(ct_report_data *d, const char *path) {
             if (pend_hint[0]) ct_error_hint("%s", pend_hint);
             goto done;
         }
-        st = report_line(&p, line, (size_t)n, d->n_lines);
-        if (st == CT_ERR_FORMAT) {
+        bool syntax;
+        st = report_line(&p, line, (size_t)n, d->n_lines, &syntax);
+        if (st == CT_ERR_FORMAT && syntax) {
             pending = st;
             d->torn_line = d->n_lines;
             snprintf(pend_msg, sizeof pend_msg, "%s", ct_last_error());

@@ -206,8 +206,12 @@ static void summary(html_ctx *h) {
     snprintf(v, sizeof v, "%s ms", a);
     row(b, "median step time", usable(h, CT_REPORT_KEY_STEP_MS) ? v : "not recorded");
     if (usable(h, CT_REPORT_KEY_MFU) || usable(h, CT_REPORT_KEY_MFU_THEORY)) {
-        snprintf(v, sizeof v, "%.1f%% of the measured GEMM peak; %.1f%% of the theoretical peak",
-                 100 * median(h, CT_REPORT_KEY_MFU), 100 * median(h, CT_REPORT_KEY_MFU_THEORY));
+        double m1 = median(h, CT_REPORT_KEY_MFU), m2 = median(h, CT_REPORT_KEY_MFU_THEORY);
+        if (isfinite(m1)) snprintf(a, sizeof a, "%.1f%% of the measured GEMM peak", 100 * m1);
+        else snprintf(a, sizeof a, "no measured peak");
+        if (isfinite(m2)) snprintf(c, sizeof c, "%.1f%% of the theoretical peak", 100 * m2);
+        else snprintf(c, sizeof c, "no theoretical peak");
+        snprintf(v, sizeof v, "%s; %s", a, c);
         row(b, "median MFU", v);
     } else {
         row(b, "median MFU", "not recorded (this run's metrics have no mfu)");
@@ -584,7 +588,9 @@ static void hw_rows(ct_report_buf *b, const cJSON *o, const char *prefix) {
             snprintf(v, sizeof v, "%s", cJSON_IsTrue(it) ? "yes" : "no");
         } else if (cJSON_IsNumber(it)) {
             size_t kl = strlen(key);
-            report_fmt_num(v, sizeof v, it->valuedouble);
+            double x = it->valuedouble;
+            if (x == floor(x) && fabs(x) < 1e15) snprintf(v, sizeof v, "%.0f", x);
+            else report_fmt_num(v, sizeof v, x);
             if (kl > 6 && !strcmp(key + kl - 6, "_bytes") && it->valuedouble > 0) {
                 char hb[64];
                 fmt_bytes(hb, sizeof hb, it->valuedouble);
