@@ -178,8 +178,11 @@ static ct_status report_line(report_parse *p, const char *text, size_t n, int64_
     ct_status st = CT_OK;
     if (!o || !cJSON_IsObject(o)) {
         *syntax = !o;
-        st = CT_ERR(CT_ERR_FORMAT, "%s:%lld: not a JSON object: %.60s%s", p->path, (long long)line,
-                    text + i, n - i > 60 ? "..." : "");
+        size_t e = n; /* the excerpt without the line's end */
+        while (e > i && (text[e - 1] == '\n' || text[e - 1] == '\r' || text[e - 1] == ' ')) e--;
+        int show = e - i > 60 ? 60 : (int)(e - i);
+        st = CT_ERR(CT_ERR_FORMAT, "%s:%lld: not a JSON object: %.*s%s", p->path, (long long)line,
+                    show, text + i, e - i > 60 ? "..." : "");
         ct_error_hint("every line of metrics.jsonl is one JSON object; fix or delete that line");
         goto done;
     }

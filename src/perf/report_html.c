@@ -4,6 +4,7 @@
  * rollbacks, the config text and the hardware profile. Inline CSS only; a
  * Content-Security-Policy forbids every outside load and every script, so the
  * page is the same offline, and a stray reference shows as a console error.
+ * The page is also well-formed XML, so tests can parse it with any XML reader.
  * Leaves out: anything a browser would need script for.
  */
 #include "perf/report_int.h"
@@ -541,8 +542,13 @@ static void events(html_ctx *h) {
                              "<th>threshold</th><th>message</th></tr>\n");
         for (size_t i = 0; i < d->n_alerts; i++) {
             const ct_report_alert *al = &d->alerts[i];
-            report_fmt_num(a, sizeof a, al->value);
-            report_fmt_num(c, sizeof c, al->threshold);
+            if (!strcmp(al->kind, "memory")) { /* bytes */
+                fmt_bytes(a, sizeof a, al->value);
+                fmt_bytes(c, sizeof c, al->threshold);
+            } else {
+                report_fmt_num(a, sizeof a, al->value);
+                report_fmt_num(c, sizeof c, al->threshold);
+            }
             ct_report_buf_printf(b, "<tr><td class=\"n\">%lld</td><td class=\"%s\">",
                                  (long long)al->step, !strcmp(al->level, "critical") ? "crit" : "warn");
             esc(b, al->level);
@@ -685,16 +691,16 @@ ct_status ct_report_render(const ct_report_data *d, size_t max_points, char **ht
         for (size_t i = 0; i < d->n_train; i++) h.col[k][i] = d->train[i].v[k];
     }
     markers_make(&h);
-    ct_report_buf_printf(&b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+    ct_report_buf_printf(&b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
                          "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-                         "style-src 'unsafe-inline'\">\n<meta name=\"viewport\" "
-                         "content=\"width=device-width, initial-scale=1\">\n<title>ctrain report: ");
+                         "style-src 'unsafe-inline'\"/>\n<meta name=\"viewport\" "
+                         "content=\"width=device-width, initial-scale=1\"/>\n<title>ctrain report: ");
     esc(&b, d->run_dir);
     ct_report_buf_printf(&b, "</title>\n<style>%s</style>\n</head>\n<body>\n<h1>Run report: ",
                          report_css);
     esc(&b, d->run_dir);
-    ct_report_buf_printf(&b, "</h1>\n<p class=\"sub\">ctrain %s &middot; %lld lines of "
-                         "metrics.jsonl &middot; %zu training steps, %zu evaluations, %zu alerts, "
+    ct_report_buf_printf(&b, "</h1>\n<p class=\"sub\">ctrain %s &#183; %lld lines of "
+                         "metrics.jsonl &#183; %zu training steps, %zu evaluations, %zu alerts, "
                          "%zu rollbacks</p>\n", ct_version(), (long long)d->n_lines, d->n_train,
                          d->n_val, d->n_alerts, d->n_rollbacks);
     summary(&h);
