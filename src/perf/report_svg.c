@@ -342,6 +342,10 @@ void report_svg_lines(ct_report_buf *b, const report_plot *p) {
             if (dy[s][i] > y1) y1 = dy[s][i];
         }
     }
+    for (size_t i = 0; i < p->nm; i++) { /* an alert after the last recorded step stays visible */
+        if (p->m[i].x < x0) x0 = p->m[i].x;
+        if (p->m[i].x > x1) x1 = p->m[i].x;
+    }
     if (!isfinite(x0)) x0 = x1 = 0;
     if (!isfinite(y0)) y0 = y1 = 0;
     if (p->y_from_zero && y0 > 0) y0 = 0;
@@ -358,7 +362,7 @@ void report_svg_lines(ct_report_buf *b, const report_plot *p) {
                              se->color, wdt, dash);
         ct_report_svg_path(b, &f, dx[s], dy[s], dn[s]);
         ct_report_buf_append(b, "\"/>\n", 4);
-        if (se->style == REPORT_STYLE_DOTS) {
+        if (se->style == REPORT_STYLE_DOTS || dn[s] <= 3) { /* a line of 1-3 points hides them */
             for (size_t i = 0; i < dn[s]; i++)
                 if (isfinite(dy[s][i]))
                     ct_report_buf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>",
@@ -405,7 +409,12 @@ void report_svg_stack(ct_report_buf *b, const report_stack *p) {
     double ymax = 0;
     for (size_t i = 0; i < m; i++)
         if (cum[(size_t)nl * m + i] > ymax) ymax = cum[(size_t)nl * m + i];
-    ct_report_frame f = frame_make(x[0], x[m - 1], 0, ymax);
+    double x0 = x[0], x1 = x[m - 1];
+    for (size_t i = 0; i < p->nm; i++) {
+        if (p->m[i].x < x0) x0 = p->m[i].x;
+        if (p->m[i].x > x1) x1 = p->m[i].x;
+    }
+    ct_report_frame f = frame_make(x0, x1, 0, ymax);
     svg_open(b);
     svg_axes(b, &f, p->ylabel);
     for (int l = 0; l < nl; l++) {

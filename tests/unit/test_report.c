@@ -153,6 +153,29 @@ static void test_bad_input(void) {
     CHECK(ct_tmpdir_size(out) < 0);
 }
 
+/* One step: every plot still has a frame, and the lone points are drawn. An
+ * alert after the last train line widens the x range instead of vanishing. */
+static void test_single_step(void) {
+    put("metrics.jsonl", "{\"step\": 7, \"split\": \"train\", \"loss\": 3, \"lr\": 0.1, "
+                         "\"tokens_per_s\": 10, \"step_ms\": 5, \"data_wait_ms\": 1}\n"
+                         "{\"step\": 9, \"split\": \"alert\", \"level\": \"warning\", "
+                         "\"kind\": \"loss\", \"message\": \"late\"}\n");
+    ct_report_data *d = NULL;
+    CHECK(ct_report_load(&d, tmp) == CT_OK);
+    if (!d) return;
+    char *html = NULL;
+    size_t len = 0;
+    CHECK(ct_report_render(d, 0, &html, &len) == CT_OK);
+    if (html) {
+        CHECK(count(html, "<svg") == 4); /* loss, lr, tokens/s, data wait vs the rest */
+        CHECK(count(html, "<circle") >= 3);
+        CHECK(has(html, "step 9: warning loss alert: late"));
+        CHECK(has(html, "1 (steps 7 to 7)"));
+    }
+    free(html);
+    ct_report_free(d);
+}
+
 static void test_write(void) {
     put("metrics.jsonl", good_metrics);
     put("hw.json", "{\"cpu_model\": \"Test <CPU>\", \"ram_bytes\": 8589934592, \"avx2\": true, "
@@ -331,6 +354,7 @@ int main(void) {
     }
     test_load();
     test_bad_input();
+    test_single_step();
     test_write();
     test_escape();
     test_downsample();
