@@ -6,7 +6,9 @@
  * tables, the config as text and the hardware profile. The page loads nothing
  * from outside and runs no script. Keys an older run did not write leave their
  * plot out with a note. Long runs are reduced to a bounded number of points per
- * series, so the file stays small.
+ * series, so the file stays small. Every function is reentrant (no shared
+ * state); one ct_report_buf or ct_report_data is not to be shared between
+ * threads while it is being written.
  * Leaves out: live updates, interactivity, comparing runs.
  */
 #ifndef CT_PERF_REPORT_H

@@ -391,7 +391,8 @@ static void step_split_plot(html_ctx *h) {
             return;
         }
         for (size_t i = 0; i < h->d->n_train; i++)
-            rest[i] = h->col[CT_REPORT_KEY_STEP_MS][i] - h->col[CT_REPORT_KEY_DATA_WAIT_MS][i];
+            rest[i] = fmax(0.0, h->col[CT_REPORT_KEY_STEP_MS][i] -
+                                    h->col[CT_REPORT_KEY_DATA_WAIT_MS][i]);
         labels[0] = "data wait";
         colors[0] = C_GREY;
         ys[0] = h->col[CT_REPORT_KEY_DATA_WAIT_MS];
