@@ -16,6 +16,7 @@ line) and what to change, and nothing written.
 When chromium is not installed, the browser part is skipped with a printed reason (the bootstrap
 installs it).
 """
+import collections
 import json
 import math
 import os
@@ -48,7 +49,7 @@ def run(*args, timeout=300):
 # ---------------------------------------------------------------- PNG decoding (stdlib only)
 
 def png_pixels(path):
-    """(width, height, rows of RGB tuples) of an 8-bit RGB or RGBA PNG."""
+    """(width, height, bytes per pixel, rows of raw bytes) of an 8-bit RGB or RGBA PNG."""
     with open(path, "rb") as f:
         data = f.read()
     if data[:8] != b"\x89PNG\r\n\x1a\n":
@@ -69,46 +70,50 @@ def png_pixels(path):
             break
     raw = zlib.decompress(b"".join(idat))
     stride = w * bpp
-    rows, prev, i = [], bytearray(stride), 0
+    m7 = int.from_bytes(b"\x7f" * stride, "big")
+    m8 = int.from_bytes(b"\x80" * stride, "big")
+    rows, prev, i = [], bytes(stride), 0
     for _ in range(h):
-        ft, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
+        ft, line = raw[i], raw[i + 1:i + 1 + stride]
         i += 1 + stride
-        for x in range(stride):
-            a = line[x - bpp] if x >= bpp else 0
-            b = prev[x]
-            c = prev[x - bpp] if x >= bpp else 0
-            if ft == 1:
-                line[x] = (line[x] + a) & 255
-            elif ft == 2:
-                line[x] = (line[x] + b) & 255
-            elif ft == 3:
-                line[x] = (line[x] + (a + b) // 2) & 255
-            elif ft == 4:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        rows.append([tuple(line[x:x + 3]) for x in range(0, stride, bpp)])
+        if ft == 2:   # up: a bytewise sum mod 256 of two whole rows, without carries between bytes
+            x, y = int.from_bytes(line, "big"), int.from_bytes(prev, "big")
+            line = (((x & m7) + (y & m7)) ^ ((x ^ y) & m8)).to_bytes(stride, "big")
+        elif ft:
+            line = bytearray(line)
+            for k in range(stride):
+                a = line[k - bpp] if k >= bpp else 0
+                b = prev[k]
+                c = prev[k - bpp] if k >= bpp else 0
+                if ft == 1:
+                    line[k] = (line[k] + a) & 255
+                elif ft == 3:
+                    line[k] = (line[k] + (a + b) // 2) & 255
+                elif ft == 4:
+                    q = a + b - c
+                    pa, pb, pc = abs(q - a), abs(q - b), abs(q - c)
+                    line[k] = (line[k] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+            line = bytes(line)
+        rows.append(line)
         prev = line
-    return w, h, rows
+    return w, h, bpp, rows
 
 
 def png_stats(path):
     """(distinct colours, fraction of pixels that are not the background, pixels near C_BLUE)."""
-    w, h, rows = png_pixels(path)
-    counts = {}
+    w, h, bpp, rows = png_pixels(path)
+    counts = collections.Counter()
     for r in rows:
-        for px in r:
-            counts[px] = counts.get(px, 0) + 1
+        counts.update(zip(r[0::bpp], r[1::bpp], r[2::bpp]))
     bg = max(counts, key=counts.get)
-    total = w * h
     blue = sum(c for px, c in counts.items()
                if abs(px[0] - 31) + abs(px[1] - 119) + abs(px[2] - 180) < 40)
-    return len(counts), 1 - counts[bg] / total, blue
+    return len(counts), 1 - counts[bg] / (w * h), blue
 
 
 # ---------------------------------------------------------------- chromium
 
-def browse(page, png, workdir, height=3000):
+def browse(page, png, workdir, height=1800):
     """Screenshot page into png; returns (returncode, console lines)."""
     prof = tempfile.mkdtemp(prefix="prof_", dir=workdir)
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
@@ -147,10 +152,10 @@ def browser_checks(pages, tmp):
         check("%s: no console messages (errors, blocked loads)" % label, not console, repr(console[:3]))
         if not os.path.exists(png):
             continue
-        w, h, _ = png_pixels(png)
+        w, h, _, _ = png_pixels(png)
         ncol, ink, blue = png_stats(png)
         check("%s: the screenshot is %dx%d, not blank (%d colours, %.1f%% ink)" % (label, w, h, ncol, 100 * ink),
-              w == 1000 and h == 3000 and ncol > 50 and ink > 0.03)
+              w == 1000 and h == 1800 and ncol > 50 and ink > 0.03)
         check("%s: plot lines are drawn (%d pixels of the train/tokens colour)" % (label, blue), blue > 500)
 
 
