@@ -36,6 +36,9 @@ static void usage(FILE *f) {
             "          training steps split by kernel, the step's GEMM-only time\n"
             "  hw      [--json] [--quick] [--no-bench]   hardware profile: cores, caches, ISA,\n"
             "          memory limits, GPU, machine signature and measured roofs\n"
+            "  report  RUN_DIR [--out FILE]   one self-contained HTML page about a run: summary,\n"
+            "          plots (loss, lr, grad norm, tokens/s, MFU, memory, step-time split),\n"
+            "          alerts, rollbacks, config and hardware\n"
             "  version print the version\n"
             "\n"
             "`ctrain train --print-config` lists every configuration key with its default.\n",
@@ -78,6 +81,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "hw")) return cmd_hw(argc - 2, argv + 2);
+    if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("ctrain %s\n", ct_version());
         return 0;

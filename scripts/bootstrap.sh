@@ -6,8 +6,9 @@ set -euo pipefail
 
 build_pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libyaml-dev libcjson-dev
             libpcre2-dev libxxhash-dev libzstd-dev)
-# Test-time references only: PyTorch for parity, node for reference data.
-test_pkgs=(python3 python3-torch python3-numpy)
+# Test-time references only: PyTorch for parity, node for reference data,
+# headless Chromium to render `ctrain report` pages and check their console.
+test_pkgs=(python3 python3-torch python3-numpy chromium)
 
 missing=()
 # node and npm fetch the reference data; Debian's packages only when absent
