@@ -16,4 +16,9 @@ void ct_metrics_close(ct_metrics *m); /* NULL is fine */
 /* One line from alternating keys and values: keys[i] = vals[i]. */
 ct_status ct_metrics_write(ct_metrics *m, int64_t step, const char *split, int n,
                            const char *const *keys, const double *vals);
+/* An alert line: {"step": k, "split": "alert", "level": level, "kind": kind,
+ * "value": x, "threshold": y, "message": "..."} (message JSON-escaped). */
+ct_status ct_metrics_write_alert(ct_metrics *m, int64_t step, const char *level,
+                                 const char *kind, double value, double threshold,
+                                 const char *message);
 #endif
