@@ -115,31 +115,42 @@ static void fmt_bytes(char *buf, size_t cap, double b) {
     snprintf(buf, cap, b < 10 && u ? "%.1f %s" : "%.0f %s", b, units[u]);
 }
 
+/* The report's message, and its value and threshold in absolute units
+ * (bytes, tokens/s, loss, milliseconds) from the fractions v and thr that
+ * the levels were judged on. */
 static void describe(const ct_monitor *m, const ct_monitor_sample *s,
-                     const ct_monitor_figures *fig, ct_alert *a) {
+                     const ct_monitor_figures *fig, double v, double thr, ct_alert *a) {
     const ct_monitor_params *p = &m->p;
     const char *lv = a->level == CT_ALERT_CRITICAL ? "critical" : "warning";
     char x[32], y[32];
     switch (a->kind) {
     case CT_ALERT_MEMORY:
-        fmt_bytes(x, sizeof x, (double)s->rss_bytes);
+        a->value = (double)s->rss_bytes;
+        a->threshold = thr * p->mem_limit_bytes;
+        fmt_bytes(x, sizeof x, a->value);
         fmt_bytes(y, sizeof y, p->mem_limit_bytes);
-        snprintf(a->message, sizeof a->message, "RSS %s is %.0f%% of run.memory_limit %s "
-                 "(%s above %.0f%%)", x, 100 * a->value, y, lv, 100 * a->threshold);
+        snprintf(a->message, sizeof a->message, "RSS %s is %.3g%% of run.memory_limit %s "
+                 "(%s above %.3g%%)", x, 100 * v, y, lv, 100 * thr);
         break;
     case CT_ALERT_THROUGHPUT:
-        snprintf(a->message, sizeof a->message, "%.0f tokens/s is %.0f%% of the expected %.0f "
-                 "(%s below %.0f%%)", fig->tokens_per_s, 100 * a->value,
-                 p->expected_tokens_per_s, lv, 100 * a->threshold);
+        a->value = fig->tokens_per_s;
+        a->threshold = thr * p->expected_tokens_per_s;
+        snprintf(a->message, sizeof a->message, "%.0f tokens/s is %.3g%% of the expected %.0f "
+                 "(%s below %.3g%%)", fig->tokens_per_s, 100 * v, p->expected_tokens_per_s, lv,
+                 100 * thr);
         break;
     case CT_ALERT_LOSS:
-        snprintf(a->message, sizeof a->message, "loss %.4g %s the ceiling %.4g (%s)", a->value,
-                 isfinite(a->value) ? "is above" : "is not finite, against", a->threshold, lv);
+        a->value = v;
+        a->threshold = thr;
+        snprintf(a->message, sizeof a->message, "loss %.4g %s the ceiling %.4g (%s)", v,
+                 isfinite(v) ? "is above" : "is not finite, against", thr, lv);
         break;
     case CT_ALERT_DATA_WAIT:
-        snprintf(a->message, sizeof a->message, "waited %.1f ms for data, %.0f%% of the "
-                 "%.1f ms step (%s above %.0f%%)", s->data_s * 1e3, 100 * a->value,
-                 s->step_s * 1e3, lv, 100 * a->threshold);
+        a->value = s->data_s * 1e3;
+        a->threshold = thr * s->step_s * 1e3;
+        snprintf(a->message, sizeof a->message, "waited %.3g ms for data, %.3g%% of the "
+                 "%.3g ms step (%s above %.3g%%)", a->value, 100 * v, s->step_s * 1e3, lv,
+                 100 * thr);
         break;
     default: snprintf(a->message, sizeof a->message, "?"); break;
     }
@@ -164,16 +175,15 @@ int ct_monitor_update(ct_monitor *m, const ct_monitor_sample *s, ct_monitor_figu
         a->step = s->step;
         a->kind = (ct_alert_kind)k;
         a->level = lv;
-        a->value = v;
         if (lv == CT_ALERT_OK) {
             a->cleared = true;
+            a->value = v;
             a->threshold = m->last[k].threshold;
             snprintf(a->message, sizeof a->message, "%s back to normal after %s since step %lld",
                      kind_names[k], level_names[was], (long long)m->last[k].step);
         } else {
-            a->threshold = thr;
             a->repeat = lv == was;
-            describe(m, s, fig, a);
+            describe(m, s, fig, v, thr, a);
             if (lv != was) m->entered_at[k] = m->samples;
             m->last[k] = *a;
         }

@@ -51,9 +51,9 @@ const char *ct_alert_kind_str(ct_alert_kind k);
 const char *ct_alert_level_str(ct_alert_level l);
 
 /* What the monitor judges against; plain data. A threshold of 0 turns that
- * level of that kind off. Values and thresholds are in the unit of the
- * alerts.* keys: memory as a fraction of the limit, throughput as a fraction
- * of the expected rate, loss as a loss, data wait as a share of the step. */
+ * level of that kind off. Thresholds are in the unit of the alerts.* keys:
+ * memory as a fraction of the limit, throughput as a fraction of the expected
+ * rate, loss as a loss, data wait as a share of the step. */
 typedef struct ct_monitor_params {
     double step_flops;            /* model FLOPs of one optimizer step (all micro-batches) */
     double step_tokens;           /* tokens of one optimizer step */
@@ -99,7 +99,8 @@ typedef struct ct_monitor_figures {
     double gflops;      /* achieved model GFLOP/s: step_flops / step_s */
     double mfu;         /* gflops / gemm_peak_gflops */
     double mfu_theory;  /* gflops / theory_gflops */
-    double value[CT_ALERT_KIND_COUNT]; /* what each kind is judged on (NaN: not judged) */
+    double value[CT_ALERT_KIND_COUNT]; /* what each kind is judged on, in the unit of its
+                                        * thresholds (NaN: cannot be judged) */
 } ct_monitor_figures;
 
 /* One report: an alert entering or repeating a level, or clearing. */
@@ -109,6 +110,10 @@ typedef struct ct_alert {
     ct_alert_level level; /* CT_ALERT_OK only when cleared */
     bool cleared;         /* the kind fell back to ok (level is then CT_ALERT_OK) */
     bool repeat;          /* the same level reported again after repeat_every steps */
+    /* in absolute units, as metrics.jsonl's alert lines carry them: memory in
+     * bytes (RSS; the threshold's fraction of run.memory_limit), throughput in
+     * tokens/s, loss as the loss, data wait in milliseconds (the threshold is
+     * its share of this step's time). For a clear: the judged fraction. */
     double value, threshold;
     char message[192];    /* one line, no newline */
 } ct_alert;

@@ -266,7 +266,14 @@ static ct_status check_resume_fits(trainer *t) {
  * fit run.memory_limit. Sets t->B, t->accum, t->mopts, t->plan, t->mem_limit. */
 static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
     const ct_config *cfg = t->cfg;
-    ct_status st = ct_run_plan_for_config(cfg, mc, &t->plan, &t->mem_limit);
+    /* plan for the context's threads: run.threads = 0 would count the CPUs
+     * this thread may run on, and the context has pinned it to one */
+    ct_config *c = malloc(sizeof *c);
+    if (!c) return CT_ERR(CT_ERR_OOM, "out of memory planning the run");
+    *c = *cfg;
+    c->run.threads = ct_ctx_threads(t->ctx);
+    ct_status st = ct_run_plan_for_config(c, mc, &t->plan, &t->mem_limit);
+    free(c);
     if (st) return st;
     t->B = t->plan.B;
     t->accum = t->plan.grad_accum;
