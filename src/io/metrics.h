@@ -1,7 +1,8 @@
 /*
  * metrics.jsonl: one JSON object per line, flushed after every line so a
  * crashed run keeps what it logged. Non-finite numbers are written as null
- * (JSON has no NaN).
+ * (JSON has no NaN); integral values exactly (byte counts pass 1e9), others
+ * to 9 significant digits.
  */
 #ifndef CT_METRICS_H
 #define CT_METRICS_H

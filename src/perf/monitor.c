@@ -118,8 +118,8 @@ static void fmt_bytes(char *buf, size_t cap, double b) {
 /* The report's message, and its value and threshold in absolute units
  * (bytes, tokens/s, loss, milliseconds) from the fractions v and thr that
  * the levels were judged on. */
-static void describe(const ct_monitor *m, const ct_monitor_sample *s,
-                     const ct_monitor_figures *fig, double v, double thr, ct_alert *a) {
+static void describe(const ct_monitor *m, const ct_monitor_sample *s, double tps, double v,
+                     double thr, ct_alert *a) {
     const ct_monitor_params *p = &m->p;
     const char *lv = a->level == CT_ALERT_CRITICAL ? "critical" : "warning";
     char x[32], y[32];
@@ -133,11 +133,11 @@ static void describe(const ct_monitor *m, const ct_monitor_sample *s,
                  "(%s above %.3g%%)", x, 100 * v, y, lv, 100 * thr);
         break;
     case CT_ALERT_THROUGHPUT:
-        a->value = fig->tokens_per_s;
+        a->value = tps;
         a->threshold = thr * p->expected_tokens_per_s;
-        snprintf(a->message, sizeof a->message, "%.0f tokens/s is %.3g%% of the expected %.0f "
-                 "(%s below %.3g%%)", fig->tokens_per_s, 100 * v, p->expected_tokens_per_s, lv,
-                 100 * thr);
+        snprintf(a->message, sizeof a->message, "%.0f tokens/s (median of the last %d steps) is "
+                 "%.3g%% of the expected %.0f (%s below %.3g%%)", tps, m->n_tps, 100 * v,
+                 p->expected_tokens_per_s, lv, 100 * thr);
         break;
     case CT_ALERT_LOSS:
         a->value = v;
@@ -156,10 +156,31 @@ static void describe(const ct_monitor *m, const ct_monitor_sample *s,
     }
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Adds this step's tokens/s to the window; returns the window's median. */
+static double tps_median(ct_monitor *m, double tps) {
+    m->tps[(m->samples - m->p.warmup_steps - 1) % CT_MONITOR_WINDOW] = tps;
+    if (m->n_tps < CT_MONITOR_WINDOW) m->n_tps++;
+    double v[CT_MONITOR_WINDOW];
+    memcpy(v, m->tps, (size_t)m->n_tps * sizeof *v);
+    qsort(v, (size_t)m->n_tps, sizeof *v, cmp_double);
+    int n = m->n_tps;
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 int ct_monitor_update(ct_monitor *m, const ct_monitor_sample *s, ct_monitor_figures *fig,
                       ct_alert *events) {
     ct_monitor_figures_of(&m->p, s, fig);
     m->samples++;
+    double tps_judged = fig->tokens_per_s;
+    if (m->samples > m->p.warmup_steps && isfinite(fig->tokens_per_s)) {
+        tps_judged = tps_median(m, fig->tokens_per_s);
+        fig->value[CT_ALERT_THROUGHPUT] = ratio(tps_judged, m->p.expected_tokens_per_s);
+    }
     int n = 0;
     for (int k = 0; k < CT_ALERT_KIND_COUNT; k++) {
         double v = fig->value[k], thr = NAN;
@@ -183,7 +204,7 @@ int ct_monitor_update(ct_monitor *m, const ct_monitor_sample *s, ct_monitor_figu
                      kind_names[k], level_names[was], (long long)m->last[k].step);
         } else {
             a->repeat = lv == was;
-            describe(m, s, fig, v, thr, a);
+            describe(m, s, tps_judged, v, thr, a);
             if (lv != was) m->entered_at[k] = m->samples;
             m->last[k] = *a;
         }

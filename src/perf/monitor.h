@@ -7,6 +7,11 @@
  * judged against warning and critical thresholds (alerts.* keys) for four
  * kinds of alert: memory, throughput, loss and data wait.
  *
+ * Throughput is judged on the median tokens/s of the last
+ * CT_MONITOR_WINDOW steps after the warm-up (one slow step, e.g. a busy
+ * neighbour, does not raise it; a lasting slowdown does within a few steps);
+ * the other kinds on each step's own figure.
+ *
  * Reporting is without hysteresis but de-duplicated: an alert is reported
  * when its kind enters a level (ok -> warning, warning -> critical, critical
  * -> warning), again every repeat_every steps while it stays at that level
@@ -100,7 +105,10 @@ typedef struct ct_monitor_figures {
     double mfu;         /* gflops / gemm_peak_gflops */
     double mfu_theory;  /* gflops / theory_gflops */
     double value[CT_ALERT_KIND_COUNT]; /* what each kind is judged on, in the unit of its
-                                        * thresholds (NaN: cannot be judged) */
+                                        * thresholds (NaN: cannot be judged); from
+                                        * ct_monitor_figures_of, throughput is this
+                                        * step's alone, from ct_monitor_update the
+                                        * window's median after the warm-up */
 } ct_monitor_figures;
 
 /* One report: an alert entering or repeating a level, or clearing. */
@@ -118,9 +126,13 @@ typedef struct ct_alert {
     char message[192];    /* one line, no newline */
 } ct_alert;
 
+#define CT_MONITOR_WINDOW 5
+
 typedef struct ct_monitor {
     ct_monitor_params p;
     int64_t samples;                         /* samples seen */
+    double tps[CT_MONITOR_WINDOW];           /* tokens/s of the last judged steps (a ring) */
+    int n_tps;                               /* judged steps so far, up to the window */
     ct_alert_level level[CT_ALERT_KIND_COUNT];
     int64_t reported_at[CT_ALERT_KIND_COUNT]; /* step of the last report per kind */
     int64_t entered_at[CT_ALERT_KIND_COUNT];  /* sample index when the level was entered */

@@ -442,6 +442,7 @@ void trainer_monitor_init(trainer *t) {
     int cores = t->hw.physical_cores > 0 ? t->hw.physical_cores : 1;
     int threads = ct_ctx_threads(t->ctx);
     double theory = ct_bench_theoretical_gflops(threads < cores ? threads : cores, NULL);
+    t->hw.theoretical_gflops = theory; /* hw.json holds the peak mfu_theory uses */
     ct_monitor_params p;
     ct_monitor_params_for_run(&p, t->cfg, ct_model_get_config(t->model), t->B, t->T, t->accum,
                               t->gemm_peak, theory, t->mem_limit, t->plan.total);

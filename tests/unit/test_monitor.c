@@ -138,23 +138,39 @@ static void test_levels(void) {
     CHECK(n == 1 && ev[0].level == CT_ALERT_CRITICAL &&
           near(ev[0].threshold, 0.95 * p.mem_limit_bytes, 1e-12));
 
-    /* throughput is judged below its thresholds: 400 of 1000 is a warning,
-     * 200 critical; tokens/s in the report */
+    /* throughput is judged below its thresholds, on the median tokens/s of
+     * the last CT_MONITOR_WINDOW steps: 400 of 1000 is a warning, 200
+     * critical; tokens/s in the report */
+    CHECK(CT_MONITOR_WINDOW == 5);
     ct_monitor_init(&m, &p);
     s = quiet(1);
     s.step_s = 2.5; /* 400 tokens/s */
     n = ct_monitor_update(&m, &s, &fig, ev);
     CHECK(n == 1 && ev[0].kind == CT_ALERT_THROUGHPUT && ev[0].level == CT_ALERT_WARNING);
     CHECK(n == 1 && near(ev[0].value, 400, 1e-12) && near(ev[0].threshold, 500, 1e-12));
-    s = quiet(2);
-    s.step_s = 5; /* 200 tokens/s */
-    n = ct_monitor_update(&m, &s, &fig, ev);
-    CHECK(n == 1 && ev[0].level == CT_ALERT_CRITICAL && near(ev[0].threshold, 250, 1e-12));
-    /* exactly at a threshold is not past it */
-    s = quiet(3);
-    s.step_s = 2.0; /* 500 tokens/s = warning threshold */
-    n = ct_monitor_update(&m, &s, &fig, ev);
+    static const double secs[] = {5, 5, 2, 2, 2}; /* 200, 200, 500, 500, 500 tokens/s */
+    static const double medians[] = {300, 200, 300, 400, 500};
+    static const int levels[] = {1, 2, 1, 1, 0};
+    for (int i = 0; i < 5; i++) {
+        s = quiet(2 + i);
+        s.step_s = secs[i];
+        n = ct_monitor_update(&m, &s, &fig, ev);
+        CHECK_MSG(near(fig.value[CT_ALERT_THROUGHPUT] * 1000, medians[i], 1e-12),
+                  "step %d: median %g", 2 + i, fig.value[CT_ALERT_THROUGHPUT] * 1000);
+        CHECK_MSG(m.level[CT_ALERT_THROUGHPUT] == (ct_alert_level)levels[i], "step %d", 2 + i);
+        CHECK(n == (i == 0 || i == 3 ? 0 : 1)); /* reports only on changes */
+        if (i == 1) CHECK(n == 1 && near(ev[0].value, 200, 1e-12) && ev[0].threshold == 250);
+    }
+    /* the critical report carries the median; at exactly the threshold
+     * (500) it is not past it: cleared */
     CHECK(n == 1 && ev[0].cleared && ev[0].level == CT_ALERT_OK);
+    /* one slow step among fast ones raises nothing */
+    ct_monitor_init(&m, &p);
+    for (int i = 1; i <= 8; i++) {
+        s = quiet(i);
+        s.step_s = i == 5 ? 100 : 0.5; /* 10 tokens/s once, 2000 otherwise */
+        CHECK(ct_monitor_update(&m, &s, &fig, ev) == 0);
+    }
 
     /* loss: above 5 warns, above 10 critical, a non-finite loss is critical */
     ct_monitor_init(&m, &p);
