@@ -72,6 +72,7 @@ typedef struct ct_config {
         double loss_warning, loss_critical; /* loss above; both 0: 1.25 and 2 x ln(vocab) */
         double data_wait_warning, data_wait_critical; /* data wait above this share of the
                                                        * step time */
+        double data_wait_min_ms;      /* waits shorter than this are never judged */
         int64_t warmup_steps;         /* first steps of a run not judged on time */
         int64_t repeat_every;         /* steps between repeats of a standing alert; 0: never */
         double gemm_peak_gflops;      /* MFU's peak; 0: measured at the start of the run */

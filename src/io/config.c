@@ -125,6 +125,8 @@ static const key_def keys[] = {
       "warn when waiting for data takes more than this share of a step (0: off)"),
     F("alerts.data_wait_critical", alerts.data_wait_critical, 0, 1,
       "critical alert when waiting for data takes more than this share of a step (0: off)"),
+    F("alerts.data_wait_min_ms", alerts.data_wait_min_ms, 0, 1e9,
+      "data waits shorter than this (ms per step) raise no alert, whatever their share"),
     I("alerts.warmup_steps", alerts.warmup_steps, 0, BIG,
       "first steps of a run whose throughput and data wait are not judged"),
     I("alerts.repeat_every", alerts.repeat_every, 0, BIG,
@@ -195,6 +197,7 @@ void ct_config_default(ct_config *c) {
     c->alerts.throughput_critical = 0.25;
     c->alerts.data_wait_warning = 0.10;
     c->alerts.data_wait_critical = 0.30;
+    c->alerts.data_wait_min_ms = 1.0;
     c->alerts.warmup_steps = 5;
     c->alerts.repeat_every = 100;
     c->alerts.expected_mfu = 0.10;

@@ -57,6 +57,7 @@ void ct_monitor_params_for_run(ct_monitor_params *out, const ct_config *cfg,
     }
     out->warning[CT_ALERT_DATA_WAIT] = cfg->alerts.data_wait_warning;
     out->critical[CT_ALERT_DATA_WAIT] = cfg->alerts.data_wait_critical;
+    out->data_wait_min_s = cfg->alerts.data_wait_min_ms * 1e-3;
     out->warmup_steps = cfg->alerts.warmup_steps;
     out->repeat_every = cfg->alerts.repeat_every;
 }
@@ -186,7 +187,9 @@ int ct_monitor_update(ct_monitor *m, const ct_monitor_sample *s, ct_monitor_figu
         double v = fig->value[k], thr = NAN;
         bool timed = k == CT_ALERT_THROUGHPUT || k == CT_ALERT_DATA_WAIT;
         ct_alert_level lv = CT_ALERT_OK;
-        if (!timed || m->samples > m->p.warmup_steps) lv = judge(&m->p, (ct_alert_kind)k, v, &thr);
+        bool short_wait = k == CT_ALERT_DATA_WAIT && s->data_s < m->p.data_wait_min_s;
+        if ((!timed || m->samples > m->p.warmup_steps) && !short_wait)
+            lv = judge(&m->p, (ct_alert_kind)k, v, &thr);
         ct_alert_level was = m->level[k];
         bool due = lv != was || (lv != CT_ALERT_OK && m->p.repeat_every > 0 &&
                                  s->step - m->reported_at[k] >= m->p.repeat_every);
@@ -200,7 +203,7 @@ int ct_monitor_update(ct_monitor *m, const ct_monitor_sample *s, ct_monitor_figu
             a->cleared = true;
             a->value = v;
             a->threshold = m->last[k].threshold;
-            snprintf(a->message, sizeof a->message, "%s back to normal after %s since step %lld",
+            snprintf(a->message, sizeof a->message, "%s back to normal (%s since step %lld)",
                      kind_names[k], level_names[was], (long long)m->last[k].step);
         } else {
             a->repeat = lv == was;

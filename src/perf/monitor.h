@@ -68,6 +68,8 @@ typedef struct ct_monitor_params {
     double mem_limit_bytes;       /* <= 0: no memory alerts */
     double plan_bytes;            /* the memory plan's total (reported, not judged) */
     double warning[CT_ALERT_KIND_COUNT], critical[CT_ALERT_KIND_COUNT];
+    double data_wait_min_s; /* a step's data wait below this is not judged (sub-millisecond
+                             * waits of tiny steps are scheduling noise, not starvation) */
     int64_t warmup_steps; /* samples whose throughput and data wait are not judged */
     int64_t repeat_every; /* steps between repeats of a standing alert; 0: never */
 } ct_monitor_params;

@@ -38,6 +38,7 @@ static ct_monitor_params simple_params(void) {
     p.critical[CT_ALERT_DATA_WAIT] = 0.3;
     p.warmup_steps = 0;
     p.repeat_every = 0;
+    p.data_wait_min_s = 0;
     return p;
 }
 
@@ -77,6 +78,7 @@ static void test_params_for_run(void) {
     CHECK(near(p.critical[CT_ALERT_LOSS], 2 * log(1000.0), 1e-12));
     CHECK(p.warning[CT_ALERT_MEMORY] == 0.90 && p.critical[CT_ALERT_MEMORY] == 0.95);
     CHECK(p.mem_limit_bytes == 1000 && p.plan_bytes == 700);
+    CHECK(near(p.data_wait_min_s, cfg.alerts.data_wait_min_ms * 1e-3, 1e-12));
     CHECK(p.gemm_peak_gflops == 50 && p.theory_gflops == 80);
     /* overrides: a set rate wins; one loss key set keeps the other off */
     cfg.alerts.expected_tokens_per_s = 1234;
@@ -197,6 +199,13 @@ static void test_levels(void) {
     s.data_s = 0.05; /* 50% */
     n = ct_monitor_update(&m, &s, &fig, ev);
     CHECK(n == 1 && ev[0].level == CT_ALERT_CRITICAL && near(ev[0].threshold, 30, 1e-9));
+    /* waits under data_wait_min_s are not judged, whatever their share */
+    p.data_wait_min_s = 0.06;
+    ct_monitor_init(&m, &p);
+    CHECK(ct_monitor_update(&m, &s, &fig, ev) == 0);
+    s.data_s = 0.07;
+    CHECK(ct_monitor_update(&m, &s, &fig, ev) == 1);
+    p = simple_params();
 
     /* a threshold of 0 is off: only the critical level of memory remains */
     p.warning[CT_ALERT_MEMORY] = 0;
@@ -366,6 +375,7 @@ static void test_config_checks(void) {
     CHECK(ct_config_set(&cfg, "alerts.expected_mfu", "0", "test") == CT_ERR_ARG);
     CHECK(ct_config_set(&cfg, "alerts.throughput_critical", "-0.1", "test") == CT_ERR_ARG);
     CHECK(ct_config_set(&cfg, "alerts.warmup_steps", "2.5", "test") == CT_ERR_ARG);
+    CHECK(ct_config_set(&cfg, "alerts.data_wait_min_ms", "-1", "test") == CT_ERR_ARG);
     CHECK(ct_config_has_key("alerts.gemm_peak_gflops") &&
           ct_config_has_key("alerts.expected_tokens_per_s") &&
           ct_config_has_key("alerts.repeat_every"));
