@@ -299,7 +299,7 @@ static ct_status monitor_step(trainer *t, ct_step_info *info) {
         const ct_alert *a = &ev[i];
         const char *kind = ct_alert_kind_str(a->kind);
         if (a->cleared) {
-            ct_log(CT_LOG_INFO, "monitor: %s (step %lld)", a->message, (long long)a->step);
+            ct_log(CT_LOG_INFO, "monitor: step %lld: %s", (long long)a->step, a->message);
             continue;
         }
         ct_log(CT_LOG_WARN, "step %lld: %s %s alert%s: %s", (long long)a->step,
