@@ -204,11 +204,11 @@ int ct_monitor_update(ct_monitor *m, const ct_monitor_sample *s, ct_monitor_figu
             a->value = v;
             a->threshold = m->last[k].threshold;
             snprintf(a->message, sizeof a->message, "%s back to normal (%s since step %lld)",
-                     kind_names[k], level_names[was], (long long)m->last[k].step);
+                     kind_names[k], level_names[was], (long long)m->entered_at[k]);
         } else {
             a->repeat = lv == was;
             describe(m, s, tps_judged, v, thr, a);
-            if (lv != was) m->entered_at[k] = m->samples;
+            if (lv != was) m->entered_at[k] = s->step;
             m->last[k] = *a;
         }
         m->level[k] = lv;

@@ -137,7 +137,7 @@ typedef struct ct_monitor {
     int n_tps;                               /* judged steps so far, up to the window */
     ct_alert_level level[CT_ALERT_KIND_COUNT];
     int64_t reported_at[CT_ALERT_KIND_COUNT]; /* step of the last report per kind */
-    int64_t entered_at[CT_ALERT_KIND_COUNT];  /* sample index when the level was entered */
+    int64_t entered_at[CT_ALERT_KIND_COUNT];  /* step at which the level was entered */
     ct_alert last[CT_ALERT_KIND_COUNT];       /* the latest report of each standing alert */
 } ct_monitor;
 
