@@ -6,8 +6,9 @@
  * it). Reading it runs no benchmark: only /proc, /sys and a few syscalls.
  * Every source is optional; a missing or unreadable file leaves its fields
  * unknown (0, false, "") and is never an error. The parsers take the file's
- * text so they can be tested on samples. Leaves out: measured figures (see
- * perf/bench.h), NUMA layout, frequencies beyond the nominal clock, GPU
+ * text so they can be tested on samples. ct_hwinfo_to_json writes a profile
+ * with the measured roofs a caller hands it (`ctrain hw --json`, run.dir/hw.json).
+ * Leaves out: taking measurements (see perf/bench.h), NUMA layout, frequencies beyond the nominal clock, GPU
  * details beyond the model name.
  */
 #ifndef CT_PERF_HWINFO_H
