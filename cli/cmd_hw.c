@@ -25,20 +25,6 @@ static void hw_usage(void) {
            "  --no-bench  no benchmarks: only what the system files say\n");
 }
 
-/* Prints s as a JSON string (quotes, backslashes and control bytes escaped). */
-static void hw_json_str(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20) printf("\\u%04x", c);
-        else putchar(c);
-    }
-    putchar('"');
-}
-
-static const char *hw_bool(bool b) { return b ? "true" : "false"; }
-
 /* "48 KiB", "2 MiB", "unknown" into buf. */
 static const char *hw_bytes(char *buf, size_t n, size_t v) {
     if (!v) snprintf(buf, n, "unknown");
@@ -74,32 +60,17 @@ static int hw_measure(bool quick, hw_measured *m) {
     return rc;
 }
 
-static void hw_print_json(const ct_hwinfo *h, const hw_measured *m, const char *coretype) {
-    printf("{\"cpu_model\": ");
-    hw_json_str(h->cpu_model);
-    printf(", \"physical_cores\": %d, \"logical_cpus\": %d, \"threads_per_core\": %d, "
-           "\"allowed_cpus\": %d, \"cpu_quota\": %.3f, \"l1d_bytes\": %zu, \"l2_bytes\": %zu, "
-           "\"l3_bytes\": %zu, \"avx2\": %s, \"fma\": %s, \"avx512f\": %s, \"avx512_bf16\": %s, "
-           "\"amx\": %s, \"neon\": %s, \"ram_bytes\": %zu, \"cgroup_limit_bytes\": %zu, "
-           "\"memory_available_bytes\": %zu, \"gpu\": %s, \"gpu_name\": ",
-           h->physical_cores, h->logical_cpus, h->threads_per_core, h->allowed_cpus,
-           h->cpu_quota, h->l1d, h->l2, h->l3, hw_bool(h->avx2), hw_bool(h->fma),
-           hw_bool(h->avx512f), hw_bool(h->avx512_bf16), hw_bool(h->amx), hw_bool(h->neon),
-           h->ram_bytes, h->cgroup_limit_bytes, ct_hwinfo_memory_available(h), hw_bool(h->gpu));
-    hw_json_str(h->gpu_name);
-    printf(", \"nominal_mhz\": %.1f, \"theoretical_gflops\": %.2f, \"signature\": ",
-           h->nominal_mhz, h->theoretical_gflops);
-    hw_json_str(h->signature);
-    printf(", \"blas_corename\": ");
-    hw_json_str(openblas_get_corename());
-    printf(", \"openblas_coretype\": ");
-    if (coretype) hw_json_str(coretype);
-    else printf("null");
+/* The profile and roofs as ct_hwinfo_to_json writes them (one line). */
+static int hw_print_json(const ct_hwinfo *h, const hw_measured *m) {
+    ct_hw_roofs r = {0};
     if (m)
-        printf(", \"threads\": %d, \"gemm_n\": %d, \"membw_mib\": %zu, \"gemm_peak_gflops\": %.2f, "
-               "\"fma_peak_gflops\": %.2f, \"membw_gbps\": %.2f",
-               m->threads, m->gemm_n, m->bw_mib, m->gemm, m->fma, m->bw);
-    printf("}\n");
+        r = (ct_hw_roofs){.threads = m->threads, .gemm_n = m->gemm_n, .membw_mib = m->bw_mib,
+                          .gemm_gflops = m->gemm, .fma_gflops = m->fma, .membw_gbps = m->bw};
+    char *json = ct_hwinfo_to_json(h, m ? &r : NULL);
+    if (!json) return cli_fail("hw");
+    fputs(json, stdout);
+    free(json);
+    return 0;
 }
 
 static void hw_print_text(const ct_hwinfo *h, const hw_measured *m, const char *coretype) {
@@ -153,7 +124,7 @@ int cmd_hw(int argc, char **argv) {
         if (rc) return rc;
     }
     const char *coretype = getenv("OPENBLAS_CORETYPE");
-    if (json) hw_print_json(&h, bench ? &m : NULL, coretype);
-    else hw_print_text(&h, bench ? &m : NULL, coretype);
+    if (json) return hw_print_json(&h, bench ? &m : NULL);
+    hw_print_text(&h, bench ? &m : NULL, coretype);
     return 0;
 }

@@ -44,10 +44,10 @@ int cmd_plan(int argc, char **argv) {
         printf("{\"batch_size\": %d, \"grad_accum\": %d, \"recompute\": \"%s\", "
                "\"activation_dtype\": \"%s\", \"params_bytes\": %zu, \"grads_bytes\": %zu, "
                "\"optim_bytes\": %zu, \"acts_bytes\": %zu, \"work_bytes\": %zu, "
-               "\"scratch_bytes\": %zu, \"data_bytes\": %zu, \"total_bytes\": %zu, "
-               "\"limit_bytes\": %zu}\n",
+               "\"scratch_bytes\": %zu, \"data_bytes\": %zu, \"runtime_bytes\": %zu, "
+               "\"threads\": %d, \"total_bytes\": %zu, \"limit_bytes\": %zu}\n",
                B, rp.grad_accum, rc_name, dt_name, p->params, p->grads, optim, p->acts, p->work,
-               p->scratch, data, total, limit);
+               p->scratch, data, rp.runtime, rp.threads, total, limit);
         return 0;
     }
     const double MiB = 1024.0 * 1024.0;
@@ -62,6 +62,8 @@ int cmd_plan(int argc, char **argv) {
            p->work / MiB);
     printf("  scratch  %10.1f MiB  (gradient activations, logits chunk)\n", p->scratch / MiB);
     printf("  data     %10.1f MiB  (token buffers: prefetch ring and the batch)\n", data / MiB);
+    printf("  runtime  %10.1f MiB  (program, libraries, BLAS buffers of %d threads)\n",
+           rp.runtime / MiB, rp.threads);
     printf("  total    %10.1f MiB  of run.memory_limit %.1f MiB (%s)\n", total / MiB,
            limit / MiB, cfg.run.memory_limit);
     return 0;

@@ -2,7 +2,8 @@
  * `ctrain train [--config FILE.yaml] [key=value ...]`: builds the effective
  * configuration (defaults, then the YAML file, then overrides), runs
  * ct_train_run and shows its progress on stderr: step/total, loss, lr,
- * tokens/s, ETA, peak memory, validation loss and skipped updates, redrawn in
+ * tokens/s, ETA, peak memory, MFU, validation loss, skipped updates and the
+ * monitor's standing alert, redrawn in
  * place on a terminal and as plain lines every run.log_every steps otherwise.
  */
 #include <math.h>
@@ -122,20 +123,27 @@ static void print_progress(const ct_step_info *s, void *user) {
     char eta[32], mem[32];
     fmt_duration(eta, sizeof eta, mean * (double)(s->steps - s->step));
     fmt_bytes(mem, sizeof mem, (double)ms.total_peak);
+    char mfu[16];
+    if (isfinite(s->mfu)) snprintf(mfu, sizeof mfu, "%.1f%%", 100 * s->mfu);
+    else snprintf(mfu, sizeof mfu, "n/a");
     int n = snprintf(p->line, sizeof p->line,
                      "step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | "
-                     "ETA %s | mem %s",
+                     "ETA %s | mem %s | MFU %s",
                      (long long)s->step, (long long)s->steps, s->loss, s->lr, s->grad_norm,
-                     s->tokens_per_s, s->step_ms, eta, mem);
+                     s->tokens_per_s, s->step_ms, eta, mem, mfu);
     if (val && n > 0 && (size_t)n < sizeof p->line)
         n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | val %.4f", s->val_loss);
     if (s->skipped && n > 0 && (size_t)n < sizeof p->line)
         n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | %s (%lld so far)",
                       s->spike ? "SPIKE, SKIPPED" : "SKIPPED", (long long)p->skipped);
     if (s->rolled_back && n > 0 && (size_t)n < sizeof p->line)
-        snprintf(p->line + n, sizeof p->line - (size_t)n,
-                 " | ROLLED BACK to step %lld, lr x%.3g (%lld rollbacks)",
-                 (long long)s->rollback_to, s->lr_factor, (long long)s->rollbacks);
+        n += snprintf(p->line + n, sizeof p->line - (size_t)n,
+                      " | ROLLED BACK to step %lld, lr x%.3g (%lld rollbacks)",
+                      (long long)s->rollback_to, s->lr_factor, (long long)s->rollbacks);
+    /* the standing alert last, so a long message only runs off the end */
+    if (s->alert_level > 0 && n > 0 && (size_t)n < sizeof p->line)
+        snprintf(p->line + n, sizeof p->line - (size_t)n, " | %s %s",
+                 s->alert_level > 1 ? "CRITICAL" : "WARNING", s->alert);
     if (p->tty) {
         fprintf(stderr, "\r\033[K%s", p->line);
         p->pending = !keep;

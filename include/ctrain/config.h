@@ -64,6 +64,22 @@ typedef struct ct_config {
         int64_t max_rollbacks; /* rollbacks before the run fails; 0 = unlimited */
     } guard;
     struct {
+        /* warning and critical thresholds of the training monitor (perf/monitor.h);
+         * a threshold of 0 is off unless said otherwise */
+        double memory_warning, memory_critical; /* RSS as a fraction of run.memory_limit */
+        double throughput_warning, throughput_critical; /* tokens/s below this fraction of
+                                                         * the expected rate */
+        double loss_warning, loss_critical; /* loss above; both 0: 1.25 and 2 x ln(vocab) */
+        double data_wait_warning, data_wait_critical; /* data wait above this share of the
+                                                       * step time */
+        double data_wait_min_ms;      /* waits shorter than this are never judged */
+        int64_t warmup_steps;         /* first steps of a run not judged on time */
+        int64_t repeat_every;         /* steps between repeats of a standing alert; 0: never */
+        double gemm_peak_gflops;      /* MFU's peak; 0: measured at the start of the run */
+        double expected_mfu;          /* the planner's expected share of the GEMM peak */
+        double expected_tokens_per_s; /* overrides the derived expectation; 0: derived */
+    } alerts;
+    struct {
         int64_t r;
         double alpha, dropout;
         char targets[CT_PATH_MAX];

@@ -181,6 +181,19 @@ CT_API ct_status ct_model_forward(ct_model *m, const int32_t *inputs, const int3
 CT_API ct_status ct_model_forward_backward(ct_model *m, const int32_t *inputs,
                                            const int32_t *targets, int B, int T,
                                            float grad_weight, float *mean_loss);
+/* Where the time of one forward_backward went (seconds): forward is the
+ * embedding, the blocks, the final norm and the fused head (loss and the head
+ * weight's gradient come from the same chunked pass); backward is everything
+ * after it (final norm, blocks and embedding backward). */
+typedef struct ct_model_timing {
+    double forward_s, backward_s;
+} ct_model_timing;
+/* ct_model_forward_backward that also writes its time split to *timing
+ * (caller-owned; NULL is fine). Same errors. */
+CT_API ct_status ct_model_forward_backward_timed(ct_model *m, const int32_t *inputs,
+                                                 const int32_t *targets, int B, int T,
+                                                 float grad_weight, float *mean_loss,
+                                                 ct_model_timing *timing);
 /* Logits(B,T,V) of a full forward (for tests and evaluation tools). */
 CT_API ct_status ct_model_logits(ct_model *m, const int32_t *inputs, int B, int T,
                                  float *logits);

@@ -231,6 +231,16 @@ typedef struct ct_step_info {
     double lr_factor;      /* product of guard.lr_factor over the rollbacks */
     double data_wait_ms;   /* time this step waited for its batches */
     int64_t mem_bytes;     /* bytes held by the context's allocator after the step */
+    /* the monitor's figures (metrics.jsonl's train-line keys of the same names) */
+    double t_data_ms, t_fwd_ms, t_bwd_ms, t_opt_ms; /* the step time split */
+    double t_comm_ms;      /* gradient communication; 0 without data parallelism */
+    double gflops;         /* achieved model GFLOP/s */
+    double mfu;            /* gflops / measured GEMM peak; NaN when unknown */
+    double mfu_theory;     /* gflops / theoretical ISA x cores x clock peak; NaN when unknown */
+    int64_t rss_bytes, rss_peak_bytes; /* resident set after the step and its high-water mark */
+    int64_t major_faults;  /* major page faults during the step */
+    int alert_level;       /* the standing alert shown: 0 none, 1 warning, 2 critical */
+    char alert[224];       /* "memory: RSS ... (warning above 90%)"; "" when none */
 } ct_step_info;
 
 typedef void (*ct_progress_fn)(const ct_step_info *info, void *user);

@@ -109,6 +109,34 @@ static const key_def keys[] = {
     F("guard.lr_factor", guard.lr_factor, 1e-6, 1, "LR multiplier at each rollback"),
     I("guard.max_rollbacks", guard.max_rollbacks, 0, 1 << 20,
       "rollbacks before the run fails (0: unlimited)"),
+    F("alerts.memory_warning", alerts.memory_warning, 0, 100,
+      "warn when RSS exceeds this fraction of run.memory_limit (0: off)"),
+    F("alerts.memory_critical", alerts.memory_critical, 0, 100,
+      "critical alert when RSS exceeds this fraction of run.memory_limit (0: off)"),
+    F("alerts.throughput_warning", alerts.throughput_warning, 0, 1,
+      "warn when tokens/s falls below this fraction of the expected rate (0: off)"),
+    F("alerts.throughput_critical", alerts.throughput_critical, 0, 1,
+      "critical alert when tokens/s falls below this fraction of the expected rate (0: off)"),
+    F("alerts.loss_warning", alerts.loss_warning, 0, 1e9,
+      "warn when the step's loss exceeds this (both loss keys 0: 1.25 x ln(vocab_size))"),
+    F("alerts.loss_critical", alerts.loss_critical, 0, 1e9,
+      "critical alert when the loss exceeds this (both loss keys 0: 2 x ln(vocab_size))"),
+    F("alerts.data_wait_warning", alerts.data_wait_warning, 0, 1,
+      "warn when waiting for data takes more than this share of a step (0: off)"),
+    F("alerts.data_wait_critical", alerts.data_wait_critical, 0, 1,
+      "critical alert when waiting for data takes more than this share of a step (0: off)"),
+    F("alerts.data_wait_min_ms", alerts.data_wait_min_ms, 0, 1e9,
+      "data waits shorter than this (ms per step) raise no alert, whatever their share"),
+    I("alerts.warmup_steps", alerts.warmup_steps, 0, BIG,
+      "first steps of a run whose throughput and data wait are not judged"),
+    I("alerts.repeat_every", alerts.repeat_every, 0, BIG,
+      "steps between repeats of an alert that stays at its level (0: only changes)"),
+    F("alerts.gemm_peak_gflops", alerts.gemm_peak_gflops, 0, 1e9,
+      "GEMM peak for MFU in GFLOP/s (0: a short sgemm benchmark at the start)"),
+    F("alerts.expected_mfu", alerts.expected_mfu, 1e-6, 1,
+      "expected share of the GEMM peak a step reaches (sets the expected tokens/s)"),
+    F("alerts.expected_tokens_per_s", alerts.expected_tokens_per_s, 0, 1e15,
+      "expected tokens/s for the throughput alerts (0: from the GEMM peak and expected_mfu)"),
     I("lora.r", lora.r, 0, 1 << 16, "LoRA rank (0: off)"),
     F("lora.alpha", lora.alpha, 0, 1e9, "LoRA alpha"),
     F("lora.dropout", lora.dropout, 0, 1, "LoRA dropout"),
@@ -163,6 +191,16 @@ void ct_config_default(ct_config *c) {
     c->guard.max_rollbacks = 10;
     c->debug.spike_factor = 1000.0;
     snprintf(c->run.memory_limit, sizeof c->run.memory_limit, "85%%");
+    c->alerts.memory_warning = 0.90;
+    c->alerts.memory_critical = 0.95;
+    c->alerts.throughput_warning = 0.5;
+    c->alerts.throughput_critical = 0.25;
+    c->alerts.data_wait_warning = 0.10;
+    c->alerts.data_wait_critical = 0.30;
+    c->alerts.data_wait_min_ms = 1.0;
+    c->alerts.warmup_steps = 5;
+    c->alerts.repeat_every = 100;
+    c->alerts.expected_mfu = 0.10;
     c->lora.alpha = 16;
 }
 
@@ -469,6 +507,36 @@ bad:
                   "KB/MB/GB/TB suffix (e.g. 12GB) or a percentage of RAM (e.g. 85%%)", spec);
 }
 
+/* A warning level must come before its critical level: for "above" alerts
+ * warning <= critical, for throughput ("below") warning >= critical. Levels
+ * set to 0 are off and not compared. */
+static ct_status validate_alerts(const ct_config *c) {
+    static const struct {
+        const char *name;
+        size_t warn, crit;
+        bool below;
+    } pairs[] = {
+        {"memory", OFF(alerts.memory_warning), OFF(alerts.memory_critical), false},
+        {"throughput", OFF(alerts.throughput_warning), OFF(alerts.throughput_critical), true},
+        {"loss", OFF(alerts.loss_warning), OFF(alerts.loss_critical), false},
+        {"data_wait", OFF(alerts.data_wait_warning), OFF(alerts.data_wait_critical), false},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+        double w, k;
+        memcpy(&w, (const char *)c + pairs[i].warn, sizeof w);
+        memcpy(&k, (const char *)c + pairs[i].crit, sizeof k);
+        if (w <= 0 || k <= 0 || (pairs[i].below ? w >= k : w <= k)) continue;
+        ct_status st = CT_ERR(CT_ERR_ARG, "alerts.%s_warning = %g %s alerts.%s_critical = %g: "
+                              "the warning must come before the critical alert",
+                              pairs[i].name, w, pairs[i].below ? "is below" : "exceeds",
+                              pairs[i].name, k);
+        ct_error_hint("%s alerts.%s_warning, or set either to 0 to turn that level off",
+                      pairs[i].below ? "raise" : "lower", pairs[i].name);
+        return st;
+    }
+    return CT_OK;
+}
+
 ct_status ct_config_validate(const ct_config *c) {
     size_t limit;
     ct_status st0 = ct_config_memory_limit(c->run.memory_limit, 1, &limit);
@@ -496,6 +564,7 @@ ct_status ct_config_validate(const ct_config *c) {
         return CT_ERR(CT_ERR_ARG, "train.early_stop_patience = %lld needs periodic validation: "
                       "train.eval_every is 0 (validation at the end only)",
                       (long long)c->train.early_stop_patience);
+    if ((st0 = validate_alerts(c))) return st0;
     if (c->model.n_kv_head && c->model.n_head && c->model.n_head % c->model.n_kv_head)
         return CT_ERR(CT_ERR_ARG, "model.n_head = %lld is not a multiple of model.n_kv_head = %lld",
                       (long long)c->model.n_head, (long long)c->model.n_kv_head);

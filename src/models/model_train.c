@@ -336,14 +336,24 @@ ct_status ct_model_forward(ct_model *m, const int32_t *inputs, const int32_t *ta
 
 ct_status ct_model_forward_backward(ct_model *m, const int32_t *inputs, const int32_t *targets,
                                     int B, int T, float grad_weight, float *mean_loss) {
+    return ct_model_forward_backward_timed(m, inputs, targets, B, T, grad_weight, mean_loss, NULL);
+}
+
+ct_status ct_model_forward_backward_timed(ct_model *m, const int32_t *inputs,
+                                          const int32_t *targets, int B, int T,
+                                          float grad_weight, float *mean_loss,
+                                          ct_model_timing *timing) {
     ct_status st;
     size_t N = (size_t)B * T;
     if ((st = check_shape(m, B, T, true))) return st;
     if ((st = check_tokens(m, inputs, N, "input"))) return st;
     if ((st = check_tokens(m, targets, N, "target"))) return st;
+    double t0 = ct_time_s();
     forward_body(m, inputs, B, T, true);
     *mean_loss = (float)head_forward(m, targets, (int)N, true, grad_weight / (float)N, NULL);
+    double t1 = ct_time_s();
     backward_body(m, inputs, B, T);
+    if (timing) *timing = (ct_model_timing){t1 - t0, ct_time_s() - t1};
     return CT_OK;
 }
 

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cblas.h>
 #include <xxhash.h>
 
 #include "perf/bench.h"
@@ -385,4 +386,71 @@ size_t ct_hwinfo_memory_available(const ct_hwinfo *h) {
     if (!a) return b;
     if (!b) return a;
     return a < b ? a : b;
+}
+
+/* ----------------------------------------------------------------- JSON */
+
+/* s as a JSON string (quotes, backslashes and control bytes escaped). */
+static void hw_json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static const char *hw_bool(bool b) { return b ? "true" : "false"; }
+
+char *ct_hwinfo_to_json(const ct_hwinfo *h, const ct_hw_roofs *r) {
+    CT_ASSERT(h);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) {
+        CT_ERR(CT_ERR_OOM, "out of memory for the hardware profile's JSON");
+        return NULL;
+    }
+    fprintf(f, "{\"cpu_model\": ");
+    hw_json_str(f, h->cpu_model);
+    fprintf(f, ", \"physical_cores\": %d, \"logical_cpus\": %d, \"threads_per_core\": %d, "
+            "\"allowed_cpus\": %d, \"cpu_quota\": %.3f, \"l1d_bytes\": %zu, \"l2_bytes\": %zu, "
+            "\"l3_bytes\": %zu, \"avx2\": %s, \"fma\": %s, \"avx512f\": %s, \"avx512_bf16\": %s, "
+            "\"amx\": %s, \"neon\": %s, \"ram_bytes\": %zu, \"cgroup_limit_bytes\": %zu, "
+            "\"memory_available_bytes\": %zu, \"gpu\": %s, \"gpu_name\": ",
+            h->physical_cores, h->logical_cpus, h->threads_per_core, h->allowed_cpus,
+            h->cpu_quota, h->l1d, h->l2, h->l3, hw_bool(h->avx2), hw_bool(h->fma),
+            hw_bool(h->avx512f), hw_bool(h->avx512_bf16), hw_bool(h->amx), hw_bool(h->neon),
+            h->ram_bytes, h->cgroup_limit_bytes, ct_hwinfo_memory_available(h), hw_bool(h->gpu));
+    hw_json_str(f, h->gpu_name);
+    fprintf(f, ", \"nominal_mhz\": %.1f, \"theoretical_gflops\": %.2f, \"signature\": ",
+            h->nominal_mhz, h->theoretical_gflops);
+    hw_json_str(f, h->signature);
+    fprintf(f, ", \"blas_corename\": ");
+    hw_json_str(f, openblas_get_corename());
+    fprintf(f, ", \"openblas_coretype\": ");
+    const char *coretype = getenv("OPENBLAS_CORETYPE");
+    if (coretype) hw_json_str(f, coretype);
+    else fprintf(f, "null");
+    if (r) {
+        fprintf(f, ", \"threads\": %d", r->threads);
+        if (r->gemm_n > 0) fprintf(f, ", \"gemm_n\": %d", r->gemm_n);
+        if (r->membw_mib > 0) fprintf(f, ", \"membw_mib\": %zu", r->membw_mib);
+        if (r->gemm_gflops > 0) fprintf(f, ", \"gemm_peak_gflops\": %.2f", r->gemm_gflops);
+        if (r->fma_gflops > 0) fprintf(f, ", \"fma_peak_gflops\": %.2f", r->fma_gflops);
+        if (r->membw_gbps > 0) fprintf(f, ", \"membw_gbps\": %.2f", r->membw_gbps);
+        if (r->gemm_source) {
+            fprintf(f, ", \"gemm_peak_source\": ");
+            hw_json_str(f, r->gemm_source);
+        }
+    }
+    fprintf(f, "}\n");
+    if (fclose(f) != 0 || !buf) {
+        free(buf);
+        CT_ERR(CT_ERR_OOM, "out of memory for the hardware profile's JSON");
+        return NULL;
+    }
+    return buf;
 }

@@ -6,8 +6,9 @@
  * it). Reading it runs no benchmark: only /proc, /sys and a few syscalls.
  * Every source is optional; a missing or unreadable file leaves its fields
  * unknown (0, false, "") and is never an error. The parsers take the file's
- * text so they can be tested on samples. Leaves out: measured figures (see
- * perf/bench.h), NUMA layout, frequencies beyond the nominal clock, GPU
+ * text so they can be tested on samples. ct_hwinfo_to_json writes a profile
+ * with the measured roofs a caller hands it (`ctrain hw --json`, run.dir/hw.json).
+ * Leaves out: taking measurements (see perf/bench.h), NUMA layout, frequencies beyond the nominal clock, GPU
  * details beyond the model name.
  */
 #ifndef CT_PERF_HWINFO_H
@@ -35,6 +36,26 @@ typedef struct ct_hwinfo {
     double theoretical_gflops; /* fp32 FMA peak of the allowed cores at nominal_mhz */
     char signature[64];        /* "<arch>-<16 hex digits>"; stable for a machine kind */
 } ct_hwinfo;
+
+/* Measured roofs that go with a profile in its JSON form. A field that was
+ * not measured is 0 (the JSON leaves it out). */
+typedef struct ct_hw_roofs {
+    int threads;             /* threads the benchmarks ran on */
+    int gemm_n;              /* sgemm size n (n x n x n); 0: the peak was not measured */
+    size_t membw_mib;        /* MiB per bandwidth array */
+    double gemm_gflops;      /* sustained sgemm GFLOP/s */
+    double fma_gflops;       /* register-only FMA ceiling GFLOP/s */
+    double membw_gbps;       /* triad bandwidth GB/s */
+    const char *gemm_source; /* where gemm_gflops came from ("measured", "config"); NULL: not
+                              * written */
+} ct_hw_roofs;
+
+/* The profile as one JSON object with a trailing newline, the form `ctrain hw
+ * --json` prints and run.dir/hw.json holds: every ct_hwinfo field, the BLAS
+ * core name and OPENBLAS_CORETYPE (null when unset), then the roofs when r is
+ * non-NULL. Borrows h and r. Returns owned text (release with free); NULL and
+ * CT_ERR_OOM on failure. */
+char *ct_hwinfo_to_json(const ct_hwinfo *h, const ct_hw_roofs *r);
 
 /* Fills *out from this machine. Cheap (no benchmarks); never fails on missing
  * files. Returns CT_OK; CT_ASSERTs out. */

@@ -2,9 +2,11 @@
  * Run memory plan, the memory limit and the automatic batch and recompute
  * choice. See memplan.h.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "perf/memplan.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +25,39 @@ ct_status ct_run_plan_make(const ct_model_config *mc, int B, int T, int grad_acc
     out->optim = 2 * out->model.params;
     /* inputs and targets: the prefetch ring's slots and the trainer's own pair */
     out->data = (size_t)(prefetch + 1) * 2 * (size_t)B * T * sizeof(int32_t);
-    out->total = out->model.total + out->optim + out->data;
+    ct_run_plan_set_threads(out, 0);
     return CT_OK;
+}
+
+/* threads, or when <= 0 the CPUs this process may run on (what a context
+ * with n_threads = 0 uses) */
+static int plan_threads(int threads) {
+    if (threads > 0) return threads;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    threads = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    return threads < 1 ? 1 : threads;
+}
+
+size_t ct_run_plan_runtime(int threads) {
+    threads = plan_threads(threads);
+    double mib = CT_RUNTIME_BASE_MIB +
+                 (threads == 1 ? CT_RUNTIME_BLAS1_MIB : CT_RUNTIME_BLAS_MIB * threads);
+    return (size_t)(mib * 1048576.0);
+}
+
+void ct_run_plan_set_threads(ct_run_plan *p, int threads) {
+    p->threads = plan_threads(threads);
+    p->runtime = ct_run_plan_runtime(p->threads);
+    p->total = p->model.total + p->optim + p->data + p->runtime;
+}
+
+/* ct_run_plan_make for the request's thread count. */
+static ct_status plan_for(const ct_model_config *mc, const ct_fit_request *r, int B, int accum,
+                          const ct_model_opts *o, ct_run_plan *out) {
+    ct_status st = ct_run_plan_make(mc, B, r->T, accum, r->prefetch, o, out);
+    if (!st) ct_run_plan_set_threads(out, r->threads);
+    return st;
 }
 
 size_t ct_memory_available(void) {
@@ -44,7 +77,7 @@ static int largest_fit(const ct_model_config *mc, const ct_fit_request *r, const
         if (r->effective_batch > 0 && r->effective_batch % B) continue;
         ct_run_plan p;
         int accum = r->effective_batch > 0 ? r->effective_batch / B : r->grad_accum;
-        if (ct_run_plan_make(mc, B, r->T, accum, r->prefetch, o, &p)) break;
+        if (plan_for(mc, r, B, accum, o, &p)) break;
         if (p.total > r->limit) break;
         *best = p;
         found = B;
@@ -92,8 +125,7 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
         ct_model_opts o = r->opts;
         if (r->recompute_auto) o.recompute = pols[i];
         if (r->B > 0) {
-            ct_status st = ct_run_plan_make(mc, r->B, r->T, r->grad_accum, r->prefetch, &o,
-                                            &plans[i]);
+            ct_status st = plan_for(mc, r, r->B, r->grad_accum, &o, &plans[i]);
             if (st) return st;
             fits[i] = plans[i].total <= r->limit ? r->B : 0;
         } else {
@@ -112,16 +144,16 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
     ct_run_plan need;
     ct_model_opts o = r->opts;
     if (r->recompute_auto) o.recompute = CT_RECOMPUTE_FULL;
-    ct_status st = ct_run_plan_make(mc, r->B > 0 ? r->B : 1, r->T, r->grad_accum, r->prefetch, &o,
-                                    &need);
+    ct_status st = plan_for(mc, r, r->B > 0 ? r->B : 1, r->grad_accum, &o, &need);
     if (st) return st;
     st = CT_ERR(CT_ERR_ARG,
                 "the run needs %.0f MiB (params %.0f, grads %.0f, AdamW %.0f, activations %.0f, "
-                "work %.0f, scratch %.0f, data %.0f; B=%d T=%d recompute %s, %s activations) "
+                "work %.0f, scratch %.0f, data %.0f, runtime %.0f; B=%d T=%d recompute %s, %s "
+                "activations) "
                 "but run.memory_limit = '%s' allows %.0f MiB",
                 need.total / MiB, need.model.params / MiB, need.model.grads / MiB,
                 need.optim / MiB, need.model.acts / MiB, need.model.work / MiB,
-                need.model.scratch / MiB, need.data / MiB, need.B, need.T,
+                need.model.scratch / MiB, need.data / MiB, need.runtime / MiB, need.B, need.T,
                 ct_model_recompute_name(o.recompute), ct_model_act_dtype_name(o.act_dtype),
                 r->limit_spec ? r->limit_spec : "?", r->limit / MiB);
     hint_fits(mc, r);
@@ -141,6 +173,7 @@ ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc
     r.grad_accum = (int)cfg->train.grad_accum;
     r.effective_batch = (int)cfg->train.effective_batch;
     r.prefetch = (int)cfg->data.prefetch;
+    r.threads = (int)cfg->run.threads;
     r.limit_spec = cfg->run.memory_limit;
     if (r.B > 0 && r.effective_batch > 0)
         return CT_ERR(CT_ERR_ARG, "train.effective_batch = %d applies to train.batch_size=auto "

@@ -5,8 +5,11 @@
  * scratch), AdamW's moments and the token buffers of the loader's prefetch
  * ring and the trainer. run.memory_limit ("85%", "12GB", bytes) caps it;
  * batch_size=auto and recompute=auto pick settings under the cap by planning,
- * never by trying an allocation. Leaves out: checkpoint I/O buffers, the
- * program's code and the BLAS library's own buffers (tens of MiB).
+ * never by trying an allocation. The process itself (code, libraries, heap,
+ * thread stacks and OpenBLAS's per-thread packing buffers) is one measured
+ * constant, the runtime baseline (ct_run_plan_runtime). Leaves out:
+ * checkpoint I/O buffers and the pages of the memory-mapped token shards
+ * (file-backed and reclaimable, though they show in RSS once read).
  */
 #ifndef CT_PERF_MEMPLAN_H
 #define CT_PERF_MEMPLAN_H
@@ -24,13 +27,33 @@ typedef struct ct_run_plan {
     ct_model_plan model; /* params, grads, acts, work, scratch */
     size_t optim;        /* AdamW m and v */
     size_t data;         /* token buffers: prefetch ring + the trainer's batch */
+    size_t runtime;      /* process baseline for `threads` threads (ct_run_plan_runtime) */
+    int threads;         /* the thread count runtime was planned for */
     size_t total;
 } ct_run_plan;
 
 /* Plans a training run of mc at micro-batch (B,T) with the options o and a
- * prefetch ring of `prefetch` batches. CT_ERR_ARG on a bad shape. */
+ * prefetch ring of `prefetch` batches, on all the CPUs this process may run
+ * on (ct_run_plan_set_threads changes that). CT_ERR_ARG on a bad shape. */
 ct_status ct_run_plan_make(const ct_model_config *mc, int B, int T, int grad_accum, int prefetch,
                            const ct_model_opts *o, ct_run_plan *out);
+
+/* Re-plans p's runtime baseline (and so its total) for `threads` threads
+ * (<= 0: the CPUs this process may run on). */
+void ct_run_plan_set_threads(ct_run_plan *p, int threads);
+
+/* The process baseline of a training run on `threads` threads (<= 0: the
+ * CPUs this process may run on), in bytes: CT_RUNTIME_BASE_MIB for the
+ * program, its libraries, the heap and the loader thread, plus OpenBLAS's
+ * packing buffers, as much of them as sgemm touches: CT_RUNTIME_BLAS1_MIB on
+ * one thread, CT_RUNTIME_BLAS_MIB per thread when it runs threaded (the
+ * OpenMP worker stacks included). Measured as peak RSS minus the rest of the
+ * plan over GPT-2 shapes from C=128 to C=384 with OpenBLAS 0.3.21 (OpenMP
+ * build) on x86_64; tests/cli/test_plan_rss.py checks it. */
+#define CT_RUNTIME_BASE_MIB 8.5
+#define CT_RUNTIME_BLAS1_MIB 1.5
+#define CT_RUNTIME_BLAS_MIB 5.5
+size_t ct_run_plan_runtime(int threads);
 
 /* Bytes this process may use: min(RAM, cgroup memory limit). 0 when unknown. */
 size_t ct_memory_available(void);
@@ -43,6 +66,7 @@ typedef struct ct_fit_request {
     bool recompute_auto;
     ct_model_opts opts;
     int prefetch;
+    int threads;         /* threads the run uses; 0: the CPUs this process may run on */
     size_t limit;        /* bytes */
     const char *limit_spec; /* for messages: the run.memory_limit text */
 } ct_fit_request;
@@ -57,7 +81,7 @@ typedef struct ct_fit_request {
 ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *req, ct_run_plan *out);
 
 /* The run's settings from cfg (batch size, recompute, activation dtype,
- * accumulation, effective batch, prefetch, run.memory_limit against
+ * accumulation, effective batch, prefetch, run.threads, run.memory_limit against
  * ct_memory_available) planned and fitted for the model shape mc, as `train`
  * and `plan` both do. Writes the plan and the limit in bytes. CT_ERR_ARG. */
 ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc,

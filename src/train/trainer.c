@@ -184,21 +184,29 @@ static void inject_faults(trainer *t, int64_t step, double *loss) {
     }
 }
 
-/* One optimizer step: micro-batches, guard, update (or skip, or rollback). */
+/* One optimizer step: micro-batches, guard, update (or skip, or rollback).
+ * The time split: data is ct_loader_next, forward and backward come from the
+ * model, optimizer is the rest (zeroing gradients, the norm, the guard,
+ * clipping, AdamW). */
 static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
     const ct_config *cfg = t->cfg;
-    double t0 = ct_time_s(), loss_sum = 0, wait = 0;
+    double t0 = ct_time_s(), loss_sum = 0, wait = 0, fwd = 0, bwd = 0;
     ct_status st;
     ct_model_zero_grads(t->model);
+    double opt = ct_time_s() - t0;
     for (int64_t a = 0; a < t->accum; a++) {
         float loss;
+        ct_model_timing mt = {0, 0};
         if ((st = ct_loader_next(t->train, t->in, t->tg))) return st;
         wait += ct_loader_wait_s(t->train);
-        if ((st = ct_model_forward_backward(t->model, t->in, t->tg, t->B, t->T,
-                                            1.0f / (float)t->accum, &loss)))
+        if ((st = ct_model_forward_backward_timed(t->model, t->in, t->tg, t->B, t->T,
+                                                  1.0f / (float)t->accum, &loss, &mt)))
             return st;
+        fwd += mt.forward_s;
+        bwd += mt.backward_s;
         loss_sum += loss;
     }
+    double t_opt = ct_time_s();
     info->loss = loss_sum / (double)t->accum;
     if (cfg->debug.dump_grads_step == step) {
         char name[64];
@@ -226,32 +234,133 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
                    (long long)step, ct_guard_verdict_str(verdict), (long long)t->guard.skipped);
         info->rolled_back = act == CT_GUARD_ROLLBACK; /* done by the caller */
     }
-    double dt = ct_time_s() - t0;
+    double t1 = ct_time_s(), dt = t1 - t0;
+    opt += t1 - t_opt;
     info->step_ms = dt * 1e3;
     info->tokens_per_s = (double)t->B * t->T * (double)t->accum / (dt > 0 ? dt : 1e-9);
     info->data_wait_ms = wait * 1e3;
+    info->t_data_ms = wait * 1e3;
+    info->t_fwd_ms = fwd * 1e3;
+    info->t_bwd_ms = bwd * 1e3;
+    info->t_opt_ms = opt * 1e3;
+    info->t_comm_ms = 0; /* no data parallelism yet */
     return CT_OK;
 }
 
-/* metrics.jsonl and TensorBoard lines of a finished training step. */
-static ct_status log_step(trainer *t, const ct_step_info *info) {
+/* ------------------------------------------------------------- monitor */
+
+/* run.dir/hw.json: the hardware profile as `ctrain hw --json` prints it, with
+ * the GEMM peak MFU is measured against and where it came from. */
+static ct_status write_hw_json(trainer *t) {
+    ct_hw_roofs r = {.threads = ct_ctx_threads(t->ctx), .gemm_n = t->gemm_n,
+                     .gemm_gflops = t->gemm_peak,
+                     .gemm_source = t->gemm_n ? "measured" : "config"};
+    if (t->gemm_peak <= 0) r.gemm_source = "unknown";
+    char *json = ct_hwinfo_to_json(&t->hw, &r);
+    if (!json) return ct_last_status();
+    char path[CT_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/hw.json", t->cfg->run.dir);
+    ct_status st = ct_file_write_atomic(path, json, strlen(json));
+    free(json);
+    return st;
+}
+
+/* Feed the finished step to the monitor: process counters, derived figures
+ * into info, alert reports to metrics.jsonl and the log, the alert to show
+ * into info. */
+static ct_status monitor_step(trainer *t, ct_step_info *info) {
+    ct_monitor_sample s = {0};
+    size_t rss = 0, peak = 0;
+    int64_t faults = t->faults_prev;
+    if (ct_monitor_read_process(&rss, &peak, &faults)) ct_error_clear(); /* figures stay 0 */
+    s.step = info->step;
+    s.loss = info->loss;
+    s.step_s = info->step_ms * 1e-3;
+    s.data_s = info->t_data_ms * 1e-3;
+    s.fwd_s = info->t_fwd_ms * 1e-3;
+    s.bwd_s = info->t_bwd_ms * 1e-3;
+    s.opt_s = info->t_opt_ms * 1e-3;
+    s.comm_s = info->t_comm_ms * 1e-3;
+    s.rss_bytes = rss;
+    s.rss_peak_bytes = peak;
+    s.arena_bytes = (size_t)info->mem_bytes;
+    s.major_faults = faults - t->faults_prev;
+    t->faults_prev = faults;
+    ct_monitor_figures fig;
+    ct_alert ev[CT_ALERT_KIND_COUNT];
+    int n = ct_monitor_update(&t->mon, &s, &fig, ev);
+    info->gflops = fig.gflops;
+    info->mfu = fig.mfu;
+    info->mfu_theory = fig.mfu_theory;
+    info->rss_bytes = (int64_t)rss;
+    info->rss_peak_bytes = (int64_t)peak;
+    info->major_faults = s.major_faults;
+    for (int i = 0; i < n; i++) {
+        const ct_alert *a = &ev[i];
+        const char *kind = ct_alert_kind_str(a->kind);
+        if (a->cleared) {
+            ct_log(CT_LOG_INFO, "monitor: step %lld: %s", (long long)a->step, a->message);
+            continue;
+        }
+        ct_log(CT_LOG_WARN, "step %lld: %s %s alert%s: %s", (long long)a->step,
+               ct_alert_level_str(a->level), kind, a->repeat ? " (still)" : "", a->message);
+        ct_status st = ct_metrics_write_alert(t->metrics, a->step, ct_alert_level_str(a->level),
+                                              kind, a->value, a->threshold, a->message);
+        if (st) return st;
+    }
+    const ct_alert *a = ct_monitor_active(&t->mon);
+    info->alert_level = a ? (int)a->level : 0;
+    if (a) snprintf(info->alert, sizeof info->alert, "%s: %s", ct_alert_kind_str(a->kind),
+                    a->message);
+    return CT_OK;
+}
+
+/* metrics.jsonl and TensorBoard lines of a finished training step, after
+ * the monitor has judged it (its alert lines come first). */
+static ct_status log_step(trainer *t, ct_step_info *info) {
+    ct_status st = monitor_step(t, info);
+    if (st) return st;
     ct_memstats ms;
     ct_ctx_memstats(t->ctx, &ms);
     const char *keys[] = {"loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "skipped",
-                          "spike", "rollback", "data_wait_ms", "mem_bytes", "rollback_to"};
+                          "spike", "rollback", "data_wait_ms", "mem_bytes", "t_data_ms",
+                          "t_fwd_ms", "t_bwd_ms", "t_opt_ms", "t_comm_ms", "gflops", "mfu",
+                          "mfu_theory", "rss_bytes", "rss_peak_bytes", "arena_bytes",
+                          "mem_limit_bytes", "plan_bytes", "major_faults", "rollback_to"};
     double vals[] = {info->loss, info->lr, info->grad_norm, info->tokens_per_s, info->step_ms,
                      (double)info->skipped, (double)info->spike, (double)info->rolled_back,
-                     info->data_wait_ms, (double)info->mem_bytes, (double)info->rollback_to};
-    int n = info->rolled_back ? 11 : 10;
-    ct_status st = ct_metrics_write(t->metrics, info->step, "train", n, keys, vals);
-    if (st) return st;
+                     info->data_wait_ms, (double)info->mem_bytes, info->t_data_ms,
+                     info->t_fwd_ms, info->t_bwd_ms, info->t_opt_ms, info->t_comm_ms,
+                     info->gflops, info->mfu, info->mfu_theory, (double)info->rss_bytes,
+                     (double)info->rss_peak_bytes, (double)ms.total_current,
+                     (double)t->mem_limit, (double)t->plan.total, (double)info->major_faults,
+                     (double)info->rollback_to};
+    int n = (int)(sizeof keys / sizeof *keys) - (info->rolled_back ? 0 : 1);
+    if ((st = ct_metrics_write(t->metrics, info->step, "train", n, keys, vals))) return st;
     const char *tk[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s",
                         "memory/peak_bytes", "memory/current_bytes", "guard/skipped",
-                        "guard/rollbacks"};
+                        "guard/rollbacks", "perf/step_ms", "perf/t_data_ms", "perf/t_fwd_ms",
+                        "perf/t_bwd_ms", "perf/t_opt_ms", "perf/t_comm_ms", "perf/gflops",
+                        "memory/rss_bytes", "memory/rss_peak_bytes", "memory/arena_bytes",
+                        "memory/major_faults", "alerts/memory", "alerts/throughput",
+                        "alerts/loss", "alerts/data_wait", "perf/mfu", "perf/mfu_theory"};
     double tv[] = {info->loss, info->lr, info->grad_norm, info->tokens_per_s,
                    (double)ms.total_peak, (double)ms.total_current,
-                   (double)info->skipped_total, (double)info->rollbacks};
-    return ct_tb_scalars(t->tb, info->step, ct_tb_wall_time(), 8, tk, tv);
+                   (double)info->skipped_total, (double)info->rollbacks, info->step_ms,
+                   info->t_data_ms, info->t_fwd_ms, info->t_bwd_ms, info->t_opt_ms,
+                   info->t_comm_ms, info->gflops, (double)info->rss_bytes,
+                   (double)info->rss_peak_bytes, (double)ms.total_current,
+                   (double)info->major_faults, (double)t->mon.level[CT_ALERT_MEMORY],
+                   (double)t->mon.level[CT_ALERT_THROUGHPUT], (double)t->mon.level[CT_ALERT_LOSS],
+                   (double)t->mon.level[CT_ALERT_DATA_WAIT], info->mfu, info->mfu_theory};
+    /* the MFU figures are left out while their peaks are unknown (NaN) */
+    int nt = (int)(sizeof tk / sizeof *tk) - 2;
+    for (int i = nt; i < (int)(sizeof tk / sizeof *tk); i++) {
+        if (!isfinite(tv[i])) continue;
+        tk[nt] = tk[i];
+        tv[nt++] = tv[i];
+    }
+    return ct_tb_scalars(t->tb, info->step, ct_tb_wall_time(), nt, tk, tv);
 }
 
 /* Validate, log, and update early stopping; *stop when patience ran out. */
@@ -393,7 +502,7 @@ ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_ho
                (long long)t->resume_step, (long long)cfg->train.steps);
 
     /* 2. the run directory, the loop, the final weights */
-    if ((st = open_outputs(t))) goto done;
+    if ((st = open_outputs(t)) || (st = write_hw_json(t))) goto done;
     if (t->step >= cfg->train.steps)
         ct_log(CT_LOG_INFO, "the checkpoint is at train.steps = %lld already: nothing to train; "
                "writing the final weights", (long long)cfg->train.steps);

@@ -13,7 +13,9 @@
 #include "train/checkpoint.h"
 #include "train/guard.h"
 #include "train/train_state.h"
+#include "perf/hwinfo.h"
 #include "perf/memplan.h"
+#include "perf/monitor.h"
 
 #define TRAINER_SIG_MAX 512
 #define TRAINER_DIR_MAX (CT_PATH_MAX + 64)
@@ -40,6 +42,13 @@ typedef struct trainer {
     size_t mem_limit;    /* bytes */
     int64_t bad_first, bad_last; /* debug.bad_steps; 0, -1 when off */
 
+    /* the monitor (perf/monitor.h) */
+    ct_hwinfo hw;        /* this machine, read during setup */
+    double gemm_peak;    /* GFLOP/s MFU is measured against; 0: unknown */
+    int gemm_n;          /* sgemm size of the measured peak; 0: from alerts.gemm_peak_gflops */
+    ct_monitor mon;
+    int64_t faults_prev; /* major page faults before the current step */
+
     /* the run's state: what a checkpoint stores */
     int64_t step; /* loop steps done */
     ct_guard guard;
@@ -58,6 +67,12 @@ typedef struct trainer {
  * against the config; open the loaders and restore the state. Writes nothing.
  * On error t holds what was acquired (trainer_release frees it). */
 ct_status trainer_setup(trainer *t);
+/* The GEMM peak for MFU (alerts.gemm_peak_gflops, else a short sgemm
+ * benchmark on t->ctx) and the hardware profile; before the model allocates,
+ * so the benchmark's buffers are gone before the run's memory is. */
+ct_status trainer_measure_peak(trainer *t);
+/* The monitor's parameters from the config, the model and the plan. */
+void trainer_monitor_init(trainer *t);
 /* Free everything t holds (safe on a partly set-up trainer). */
 void trainer_release(trainer *t);
 /* Current guard parameters from the config. */

@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "perf/bench.h"
+
 ct_status ct_model_config_from(ct_model_config *out, const ct_config *cfg) {
     const char *arch = cfg->model.arch;
     if (strcmp(arch, "gpt2") != 0)
@@ -264,7 +266,14 @@ static ct_status check_resume_fits(trainer *t) {
  * fit run.memory_limit. Sets t->B, t->accum, t->mopts, t->plan, t->mem_limit. */
 static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
     const ct_config *cfg = t->cfg;
-    ct_status st = ct_run_plan_for_config(cfg, mc, &t->plan, &t->mem_limit);
+    /* plan for the context's threads: run.threads = 0 would count the CPUs
+     * this thread may run on, and the context has pinned it to one */
+    ct_config *c = malloc(sizeof *c);
+    if (!c) return CT_ERR(CT_ERR_OOM, "out of memory planning the run");
+    *c = *cfg;
+    c->run.threads = ct_ctx_threads(t->ctx);
+    ct_status st = ct_run_plan_for_config(c, mc, &t->plan, &t->mem_limit);
+    free(c);
     if (st) return st;
     t->B = t->plan.B;
     t->accum = t->plan.grad_accum;
@@ -382,6 +391,7 @@ ct_status trainer_setup(trainer *t) {
     if ((st = check_run_dir(cfg->run.dir))) return st;
     ct_guard_params gp = trainer_guard_params(cfg);
     ct_guard_init(&t->guard, &gp);
+    if ((st = trainer_measure_peak(t))) return st;
     if ((st = build_model(t))) return st;
     if ((st = ct_model_set_opts(t->model, &t->mopts))) return st;
     if ((st = ct_model_reserve(t->model, t->B, t->T, true))) return st;
@@ -397,7 +407,52 @@ ct_status trainer_setup(trainer *t) {
     t->ckpt_opts.compress = cfg->run.checkpoint_compress;
     t->ckpt_opts.keep_last = (int)cfg->run.keep_last;
     t->ckpt_opts.signature = t->signature;
+    trainer_monitor_init(t);
     return CT_OK;
+}
+
+/* sgemm size of the start-up peak measurement: 3 runs of 2.1 GFLOP, about
+ * 0.1 s at 60 GFLOP/s, its 12 MiB of buffers freed before the run allocates */
+#define TRAINER_PEAK_N 1024
+
+ct_status trainer_measure_peak(trainer *t) {
+    ct_hwinfo_read(&t->hw);
+    t->gemm_n = 0;
+    t->gemm_peak = t->cfg->alerts.gemm_peak_gflops;
+    if (t->gemm_peak > 0) return CT_OK;
+    double t0 = ct_time_s();
+    if (ct_bench_gemm_peak(t->ctx, TRAINER_PEAK_N, 2, &t->gemm_peak)) {
+        ct_log(CT_LOG_WARN, "cannot measure the GEMM peak (%s): MFU is not reported; set "
+               "alerts.gemm_peak_gflops", ct_last_error());
+        ct_error_clear();
+        t->gemm_peak = 0;
+        return CT_OK;
+    }
+    t->gemm_n = TRAINER_PEAK_N;
+    ct_log(CT_LOG_DEBUG, "GEMM peak %.1f GFLOP/s (sgemm n=%d, %.2f s)", t->gemm_peak,
+           TRAINER_PEAK_N, ct_time_s() - t0);
+    return CT_OK;
+}
+
+void trainer_monitor_init(trainer *t) {
+    /* the theoretical peak of the cores the run's threads occupy (SMT
+     * siblings share their core's FMA pipes). Not t->hw.theoretical_gflops:
+     * the context pinned this thread to one CPU, so the profile read here
+     * sees an affinity mask of one. */
+    int cores = t->hw.physical_cores > 0 ? t->hw.physical_cores : 1;
+    int threads = ct_ctx_threads(t->ctx);
+    double theory = ct_bench_theoretical_gflops(threads < cores ? threads : cores, NULL);
+    t->hw.theoretical_gflops = theory; /* hw.json holds the peak mfu_theory uses */
+    ct_monitor_params p;
+    ct_monitor_params_for_run(&p, t->cfg, ct_model_get_config(t->model), t->B, t->T, t->accum,
+                              t->gemm_peak, theory, t->mem_limit, t->plan.total);
+    ct_monitor_init(&t->mon, &p);
+    size_t rss, peak;
+    if (ct_monitor_read_process(&rss, &peak, &t->faults_prev)) ct_error_clear();
+    ct_log(CT_LOG_INFO, "monitor: GEMM peak %.1f GFLOP/s (%s), theoretical %.1f GFLOP/s, "
+           "%.3g model GFLOP per step, expected %.0f tokens/s", t->gemm_peak,
+           t->gemm_n ? "measured" : t->gemm_peak > 0 ? "alerts.gemm_peak_gflops" : "unknown",
+           theory, p.step_flops / 1e9, p.expected_tokens_per_s);
 }
 
 void trainer_release(trainer *t) {

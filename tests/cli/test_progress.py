@@ -6,7 +6,8 @@ usage: /usr/bin/python3 tests/cli/test_progress.py path/to/ctrain
 Piped: one plain line per shown step, shown at step 1, every run.log_every steps, at each
 evaluation and at the last step (and nothing else); each line holds "step k/N", loss, lr,
 tok/s, an ETA, the peak memory in human units (at least the parameters, gradients and
-AdamW moments), and "val" on evaluation steps; no carriage returns.
+AdamW moments), MFU, "val" on evaluation steps and the monitor's standing alert when there
+is one; no carriage returns.
 On a terminal (a pty): lines are redrawn in place ("\\r" + clear to end of line) and only
 evaluation, skipped and last-step lines are ended with a newline.
 Skipped updates (weights holding a NaN make every loss non-finite) are marked on their
@@ -28,8 +29,9 @@ import gpt2_ref as R  # noqa: E402  (numpy only for the file helpers)
 CTRAIN = os.path.abspath(sys.argv[1])
 failures = []
 LINE = re.compile(r"^step\s+(\d+)/(\d+) \| loss (\S+) \| lr (\S+) \| norm (\S+) \| (\d+) tok/s \| "
-                  r"(\d+) ms \| ETA (\S+) \| mem ([0-9.]+) (B|KiB|MiB|GiB)( \| val (\S+))?"
-                  r"( \| SKIPPED \((\d+) so far\))?$")
+                  r"(\d+) ms \| ETA (\S+) \| mem ([0-9.]+) (B|KiB|MiB|GiB) \| MFU (?:[0-9.]+%|n/a)"
+                  r"( \| val (\S+))?( \| SKIPPED \((\d+) so far\))?"
+                  r"(?: \| ROLLED BACK [^|]*)?(?: \| (?:WARNING|CRITICAL) [a-z_]+: .*)?$")
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
 
 
@@ -174,7 +176,8 @@ def main():
             check("on a terminal, warnings start on a line of their own",
                   "non-finite" in out and not bad, repr(bad[:2]) if bad else repr(out[:300]))
             check("on a terminal, skipped-step lines stay (end with a newline)",
-                  re.search(r"\r\x1b\[Kstep +1/3 [^\r\n]* \| SKIPPED \(1 so far\)\n", out) is not None,
+                  re.search(r"\r\x1b\[Kstep +1/3 [^\r\n]* \| SKIPPED \(1 so far\)[^\r\n]*\n", out)
+                  is not None,
                   repr(out[:400]))
     finally:
         if failures or os.environ.get("CT_KEEP_TMP"):

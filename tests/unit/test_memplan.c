@@ -63,7 +63,18 @@ static void test_plan_and_fit(void) {
     CHECK(ct_run_plan_make(&c, 4, 32, 1, 2, &o, &p) == CT_OK);
     CHECK(p.optim == 2 * p.model.params);
     CHECK(p.data == 3 * 2 * 4 * 32 * sizeof(int32_t));
-    CHECK(p.total == p.model.total + p.optim + p.data);
+    CHECK(p.total == p.model.total + p.optim + p.data + p.runtime);
+    /* the process baseline: the measured constants, per BLAS thread when threaded */
+    ct_run_plan_set_threads(&p, 1);
+    CHECK(p.threads == 1 && p.runtime == (size_t)((CT_RUNTIME_BASE_MIB + CT_RUNTIME_BLAS1_MIB) *
+                                                  1048576.0));
+    size_t one = p.total;
+    ct_run_plan_set_threads(&p, 4);
+    CHECK(p.threads == 4 && p.runtime == (size_t)((CT_RUNTIME_BASE_MIB + 4 * CT_RUNTIME_BLAS_MIB) *
+                                                  1048576.0));
+    CHECK(p.total == one - ct_run_plan_runtime(1) + ct_run_plan_runtime(4));
+    ct_run_plan_set_threads(&p, 0); /* back to this process's CPUs */
+    CHECK(p.threads >= 1 && p.runtime == ct_run_plan_runtime(p.threads));
     /* a fixed batch: fits exactly at its own total, refused one byte below */
     ct_fit_request r = request(4, p.total);
     CHECK(ct_run_plan_fit(&c, &r, &p) == CT_OK && p.B == 4);
