@@ -3,8 +3,8 @@
 
 usage: /usr/bin/python3 tests/cli/test_report.py path/to/ctrain
 
-Builds two runs: a short real `ctrain train` of gpt2-tiny on synthetic shards (only the keys
-today's trainer writes), and a hand-written metrics.jsonl with every key of the metrics schema,
+Builds two runs: a short real `ctrain train` of gpt2-tiny on synthetic shards (every plot must
+be drawn from what the trainer's monitor writes, hw.json included), and a hand-written metrics.jsonl with every key of the metrics schema,
 alerts of each kind, a rollback, validation points, steps written twice by a resume, nulls and a
 torn last line. For both: the command prints the path it wrote, the page is well-formed (parsed
 as XML), holds the expected plots, notes and tables, and refers to nothing outside itself. Then
@@ -237,7 +237,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="ct_report_")
     P = lambda *a: os.path.join(tmp, *a)  # noqa: E731
     try:
-        # --- a real run of today's trainer -------------------------------------------------
+        # --- a real run of the trainer --------------------------------------------------------
         for name, n, seed in (("tr.bin", 40000, 1), ("va.bin", 2000, 5)):
             p = run("synth", "--out", P(name), "--tokens", str(n), "--vocab", "64", "--seed", str(seed))
             assert p.returncode == 0, p.stderr
@@ -250,11 +250,15 @@ def main():
               p.returncode == 0 and p.stdout.strip() == P("real", "report.html"), p.stdout + p.stderr)
         real = page_checks("real run", P("real", "report.html"),
                            ["Run report: " + P("real"), "40 (steps 1 to 40)", "4 evaluations",
-                            "Not plotted: this run", "mfu, mfu_theory", "hw.json: not recorded",
-                            "preset: gpt2-tiny", "No alerts.", "No rollbacks.", "data wait"], 6)
+                            "of the measured GEMM peak", "<th>signature</th>", "forward",
+                            "backward", "optimizer", "peak RSS", "arena", "limit",
+                            "preset: gpt2-tiny", "No rollbacks.", "data wait"], 7)
+        # the trainer's monitor writes every key now: nothing is left unplotted
+        check("real run: every plot drawn", "Not plotted" not in real and "not recorded" not in real)
         check("real run: tokens trained = 40 steps x 64 tokens", "<th>tokens trained</th><td>2560</td>" in real)
         check("real run: no stray temporary files", sorted(os.listdir(P("real"))) == sorted(
-            ["config.json", "config.yaml", "metrics.jsonl", "model.safetensors", "report.html"]
+            ["config.json", "config.yaml", "hw.json", "metrics.jsonl", "model.safetensors",
+             "report.html"]
             + [x for x in os.listdir(P("real")) if x.startswith("events.out.tfevents")]))
 
         # --- a hand-written run with every key -----------------------------------------------
