@@ -271,8 +271,9 @@ static ct_status spm_tokens(ct_tokenizer *t, const load_builder *b) {
     spm->split_safe = true;
     for (size_t k = 0; k < b->n_e && spm->split_safe; k++) {
         const load_entry *e = &b->e[k];
-        for (size_t i = 3; i + 3 <= e->len; i++)
-            if (memcmp(e->s + i, SPM_MARK, 3) == 0 && memcmp(e->s + i - 3, SPM_MARK, 3) != 0) spm->split_safe = false;
+        for (size_t i = 1; i + 3 <= e->len; i++)
+            if (memcmp(e->s + i, SPM_MARK, 3) == 0 && (i < 3 || memcmp(e->s + i - 3, SPM_MARK, 3) != 0))
+                spm->split_safe = false;
     }
     return CT_OK;
 }
