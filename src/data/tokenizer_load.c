@@ -693,7 +693,8 @@ ct_status ct_tokenizer_load(ct_tokenizer **out, const char *path) {
         if (strerror_r(errno, ebuf, sizeof ebuf) != 0) snprintf(ebuf, sizeof ebuf, "error %d", errno);
         ct_status st = CT_ERR(CT_ERR_IO, "tokenizer %s: %s", path, ebuf);
         ct_error_hint("give a directory holding encoder.json + vocab.bpe or tokenizer.json "
-                      "(scripts/fetch_data.sh puts GPT-2's in data/gpt2-tokenizer)");
+                      "(scripts/fetch_data.sh puts GPT-2's in data/gpt2-tokenizer, LLaMA's in "
+                      "data/llama-tokenizer)");
         return st;
     }
     ct_tokenizer *t = calloc(1, sizeof *t);

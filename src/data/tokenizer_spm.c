@@ -372,7 +372,9 @@ static ct_status spm_bos_eos(ct_tokenizer *t, const load_builder *b, const cJSON
         if (cJSON_IsString(name)) {
             const cJSON *ids = spm_get(spm_get(spm_get(pp, "special_tokens"), name->valuestring), "ids");
             const cJSON *id0 = cJSON_GetArrayItem(ids, 0);
-            int32_t id = cJSON_IsNumber(id0) ? (int32_t)id0->valuedouble : spm_find(b, name->valuestring);
+            int32_t id = !cJSON_IsNumber(id0) ? spm_find(b, name->valuestring)
+                         : id0->valuedouble >= 0 && id0->valuedouble < t->n_ids ? (int32_t)id0->valuedouble
+                                                                                 : -1;
             if (id < 0 || id >= t->n_ids || t->tok_len[id] == TOK_NO_TOKEN) {
                 char q[96];
                 return CT_ERR(CT_ERR_FORMAT, "%s: post_processor.single[0].SpecialToken.id %s is not a token", path,
