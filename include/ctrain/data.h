@@ -1,12 +1,18 @@
 /*
- * ctrain data: the GPT-2 byte-level BPE tokenizer (encode and decode) and the
- * growable token vector it fills.
- * Loads the files OpenAI and Hugging Face ship: encoder.json + vocab.bpe, or a
- * tokenizer.json holding a GPT-2-style byte-level BPE model. Pre-tokenisation
- * runs GPT-2's pattern through PCRE2 (JIT, UTF, UCP), and the output is
- * token-for-token the npm package gpt-3-encoder's.
- * Leaves out: SentencePiece/LLaMA tokenizers (later work), shard writing and
- * the tokenised-data cache (data/prepare.c, data/cache.c).
+ * ctrain data: the tokenizers (encode and decode) and the growable token
+ * vector they fill. Two kinds behind one interface:
+ *  - GPT-2 byte-level BPE, from OpenAI's encoder.json + vocab.bpe or a Hugging
+ *    Face tokenizer.json with a ByteLevel pre-tokenizer. Pre-tokenisation runs
+ *    GPT-2's pattern through PCRE2 (JIT, UTF, UCP); the output is
+ *    token-for-token the npm package gpt-3-encoder's.
+ *  - SentencePiece-style BPE with byte fallback (LLaMA, LLaMA 2, TinyLlama,
+ *    Mistral), from the tokenizer.json those models ship: "▁" for spaces and
+ *    before each text, <0xXX> tokens for characters outside the vocabulary,
+ *    BOS/EOS. The output is token-for-token the npm package
+ *    llama-tokenizer-js's (and Hugging Face tokenizers').
+ * Leaves out: WordPiece and Unigram models, other normalizers (refused with
+ * CT_ERR_FORMAT), shard writing and the tokenised-data cache
+ * (data/prepare.c, data/cache.c).
  */
 #ifndef CT_DATA_H
 #define CT_DATA_H
@@ -29,28 +35,52 @@ CT_API void ct_tokens_free(ct_tokens *v);
 typedef struct ct_tokenizer ct_tokenizer; /* opaque, read-only once loaded */
 typedef struct ct_tok_state ct_tok_state; /* per-thread encoder scratch */
 
+typedef enum ct_tok_kind {
+    CT_TOK_KIND_GPT2_BPE = 0, /* GPT-2 byte-level BPE */
+    CT_TOK_KIND_SPM_BPE = 1,  /* SentencePiece-style BPE with byte fallback (LLaMA) */
+    CT_TOK_KIND_COUNT
+} ct_tok_kind;
+
 /* Load a tokenizer from `path`: a directory holding encoder.json + vocab.bpe
  * (tried first) or tokenizer.json, or the path of a tokenizer.json file.
+ * The kind comes from the files: encoder.json + vocab.bpe, or a tokenizer.json
+ * with model.type "BPE" and either
+ *  - model.byte_fallback true: SentencePiece-style. The normalizer is absent,
+ *    Prepend "▁", Replace " " -> "▁", or a Sequence of those two; the
+ *    pre_tokenizer is absent or Metaspace ("▁"; add_prefix_space, or
+ *    prepend_scheme always | first | never; split). BOS/EOS come from
+ *    tokenizer_config.json beside the file (bos_token, eos_token) when it has
+ *    them, else from post_processor (a TemplateProcessing that starts with a
+ *    special token) and the tokens <s> and </s>;
+ *  - a ByteLevel pre_tokenizer without add_prefix_space and no normalizer:
+ *    GPT-2-style.
  * With encoder.json, <|endoftext|> (when present) is the special token; in a
  * tokenizer.json the special added_tokens are (other added tokens decode but
- * are not matched in text), and it must be GPT-2-like: model.type "BPE",
- * ByteLevel pre-tokenizer without add_prefix_space, no normalizer.
+ * are not matched in text).
  * Returns owned *out; release with ct_tokenizer_free. Errors name the file
  * and what was wrong: CT_ERR_IO (missing/unreadable), CT_ERR_FORMAT
  * (malformed JSON, a merge line that is not two symbols, a merge naming an
- * unknown symbol, duplicate ids, not a byte-level BPE model; vocab.bpe
- * errors give the line number), CT_ERR_OOM. */
+ * unknown symbol, duplicate ids, a kind not supported: the message names the
+ * JSON key, e.g. model.type, normalizer.normalizers[0].type, and the kinds
+ * that are; vocab.bpe errors give the line number), CT_ERR_OOM. */
 CT_API ct_status ct_tokenizer_load(ct_tokenizer **out, const char *path);
 CT_API void ct_tokenizer_free(ct_tokenizer *t); /* NULL is fine */
 
+CT_API ct_tok_kind ct_tokenizer_kind(const ct_tokenizer *t);
 /* Number of ids (largest id + 1). */
 CT_API int ct_tokenizer_vocab_size(const ct_tokenizer *t);
-/* Id of <|endoftext|>, or -1 when the vocabulary has none. */
+/* Id of the end-of-text token: <|endoftext|> for GPT-2, EOS (</s>) for
+ * SentencePiece; -1 when the vocabulary has none. */
 CT_API int32_t ct_tokenizer_eot(const ct_tokenizer *t);
+/* Id of the token that starts a document, as the model was trained:
+ * <|endoftext|> for GPT-2 (as llm.c's preparation puts it), BOS (<s>) for
+ * SentencePiece; -1 when there is none. */
+CT_API int32_t ct_tokenizer_bos(const ct_tokenizer *t);
 /* Identity string, stable across runs and machines, that changes whenever
- * the vocabulary, merges or special tokens change:
- * "gpt2-bpe:<16 hex digits of a hash over them>". Borrowed; lives as long
- * as t. Used to key cached tokenisations and recorded in manifests. */
+ * the vocabulary, merges, special tokens or (SentencePiece) the way spaces
+ * are marked change: "gpt2-bpe:" or "spm-bpe:" + 16 hex digits of a hash
+ * over them. Borrowed; lives as long as t. Used to key cached tokenisations
+ * and recorded in manifests. */
 CT_API const char *ct_tokenizer_identity(const ct_tokenizer *t);
 
 /* Per-thread scratch (PCRE2 match data, JIT stack, a word cache bounded at
@@ -76,7 +106,11 @@ enum {
 };
 
 /* Append the ids of text[0..len) to out (borrows text; out keeps its ids
- * and grows). state may be NULL (a temporary one is made: much slower for
+ * and grows). No BOS or EOS is added. SentencePiece: spaces become "▁" and
+ * the text (or, with CT_TOK_ALLOW_SPECIAL, each piece between special tokens)
+ * gets the "▁" prefix its tokenizer.json asks for; the merges then run over
+ * the whole text as Hugging Face's normalizer form and llama-tokenizer-js do
+ * (or within the pieces of a Metaspace split); empty text gives no ids. state may be NULL (a temporary one is made: much slower for
  * small texts). Without CT_TOK_LOSSY, invalid UTF-8 (truncated or overlong
  * sequences, surrogates, bytes 0xC0, 0xC1, 0xF5..0xFF, code points above
  * U+10FFFF) returns CT_ERR_FORMAT "invalid UTF-8 at byte offset N (byte 0xXX)",
@@ -92,10 +126,16 @@ CT_API ct_status ct_tokenizer_encode(const ct_tokenizer *t, ct_tok_state *state,
 CT_API size_t ct_utf8_valid_prefix(const char *text, size_t len);
 
 /* The bytes token `id` stands for (borrowed, *len set; not NUL-terminated).
- * NULL when id is out of range. A token may hold part of a UTF-8 character. */
+ * NULL when id is out of range. A token may hold part of a UTF-8 character.
+ * SentencePiece: decoded ("▁" as a space; no prefix space is dropped). */
 CT_API const char *ct_tokenizer_token_bytes(const ct_tokenizer *t, int32_t id, size_t *len);
-/* Decode ids[0..n) into a NUL-terminated byte string (returned owned through
- * *text, release with free; *len excludes the NUL). Errors: CT_ERR_ARG for an
+/* Decode ids[0..n) into a NUL-terminated byte string. SentencePiece: "▁"
+ * becomes a space, byte tokens are reassembled into the bytes they stand
+ * for (invalid UTF-8 is kept as it is), special tokens give their text, and
+ * the space of the "▁" prefix is dropped where encode added one (the start,
+ * and after special tokens when every piece gets one), so that
+ * decode(encode(x)) == x for the normaliser form. Returned owned through
+ * *text (release with free; *len excludes the NUL). Errors: CT_ERR_ARG for an
  * id out of range (naming it and its position), CT_ERR_OOM. */
 CT_API ct_status ct_tokenizer_decode(const ct_tokenizer *t, const int32_t *ids, size_t n,
                                      char **text, size_t *len);

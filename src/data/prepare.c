@@ -42,7 +42,7 @@ typedef struct bad_line {
 typedef struct prep_chunk {
     int first, n;       /* documents [first, first+n) of the batch */
     ct_cache_key key;
-    ct_tokens toks;     /* <|endoftext|> before each good document */
+    ct_tokens toks;     /* the document token before each good document */
     bool cached;
     int64_t tokenized;  /* documents that went through the encoder */
     int n_bad;
@@ -70,7 +70,7 @@ typedef struct split_writer {
 typedef struct prep_run {
     const ct_prepare_opts *o;
     ct_tokenizer *tok;
-    int32_t eot;
+    int32_t doc;  /* the token before each document: <|endoftext|> (GPT-2), <s> (LLaMA) */
     ct_cache *cache;
     char ns[256]; /* cache namespace: tokenizer identity and how text is read */
     ct_tok_state **states;
@@ -212,7 +212,11 @@ static ct_status write_manifest(prep_run *r) {
         cJSON_AddStringToObject(tk, "path", o->tokenizer);
         cJSON_AddStringToObject(tk, "identity", ct_tokenizer_identity(r->tok));
         cJSON_AddNumberToObject(tk, "vocab_size", ct_tokenizer_vocab_size(r->tok));
-        cJSON_AddNumberToObject(tk, "eot", r->eot);
+        cJSON_AddStringToObject(tk, "kind",
+                                ct_tokenizer_kind(r->tok) == CT_TOK_KIND_SPM_BPE ? "spm-bpe" : "gpt2-bpe");
+        cJSON_AddNumberToObject(tk, "eot", ct_tokenizer_eot(r->tok));
+        cJSON_AddNumberToObject(tk, "bos", ct_tokenizer_bos(r->tok));
+        cJSON_AddNumberToObject(tk, "document_token", r->doc);
     }
     cJSON *op = cJSON_AddObjectToObject(m, "options");
     if (op) {
@@ -328,7 +332,7 @@ static void chunk_run(prep_run *r, prep_chunk *c, ct_tok_state *ts) {
             continue;
         }
         size_t mark = c->toks.n;
-        ct_status st = ct_tokens_push(&c->toks, r->eot);
+        ct_status st = ct_tokens_push(&c->toks, r->doc);
         if (!st)
             st = ct_tokenizer_encode(r->tok, ts, text, len, o->lossy ? CT_TOK_LOSSY : 0,
                                      &c->toks);
@@ -485,13 +489,14 @@ static ct_status run_batch(prep_run *r) {
         r->rep.chunks++;
         r->rep.chunks_cached += c->cached;
         r->rep.docs_tokenized += c->tokenized;
-        /* documents are the segments that start with <|endoftext|> */
+        /* documents are the segments that start with the document token (the
+         * encoder never emits it: special tokens are not matched in text) */
         const int32_t *t = c->toks.ids;
         size_t m = c->toks.n, a = 0;
         int doc = c->first;
         while (a < m) {
             size_t b = a + 1;
-            while (b < m && t[b] != r->eot) b++;
+            while (b < m && t[b] != r->doc) b++;
             while (r->docs[doc].bad) doc++; /* bad documents made no segment */
             const prep_doc *d = &r->docs[doc];
             bool val = to_val(r, d);
@@ -589,7 +594,7 @@ static ct_status check_opts(const ct_prepare_opts *o) {
         return CT_ERR(CT_ERR_ARG, "--out DIR is required: where the shards go");
     if (!o->tokenizer || !o->tokenizer[0])
         return CT_ERR(CT_ERR_ARG, "--tokenizer DIR is required (encoder.json + vocab.bpe, or "
-                      "tokenizer.json)");
+                      "tokenizer.json: GPT-2 byte-level or SentencePiece-BPE)");
     if (o->val_tokens < 0) return CT_ERR(CT_ERR_ARG, "--val-tokens %lld: expected >= 0",
                                          (long long)o->val_tokens);
     if (!(o->val_fraction >= 0 && o->val_fraction < 1))
@@ -636,10 +641,12 @@ ct_status ct_prepare_run(const ct_prepare_opts *o, ct_prepare_report *rep) {
     ct_status st;
     if ((st = check_opts(o))) goto done;
     if ((st = ct_tokenizer_load(&r.tok, o->tokenizer))) goto done;
-    r.eot = ct_tokenizer_eot(r.tok);
-    if (r.eot < 0) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: the tokenizer has no <|endoftext|> token, which "
-                    "separates documents", o->tokenizer);
+    r.doc = ct_tokenizer_bos(r.tok);
+    if (r.doc < 0) {
+        bool spm = ct_tokenizer_kind(r.tok) == CT_TOK_KIND_SPM_BPE;
+        st = CT_ERR(CT_ERR_FORMAT, "%s: the tokenizer has no %s token, which starts each document",
+                    o->tokenizer, spm ? "BOS (<s>)" : "<|endoftext|>");
+        if (spm) ct_error_hint("name it in tokenizer_config.json (\"bos_token\") beside tokenizer.json");
         goto done;
     }
     if ((st = prep_sources_list(o, &r.src, &r.n_src, &r.rep.bytes_total))) goto done;

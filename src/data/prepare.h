@@ -5,7 +5,9 @@
  * entries skipped), globs, JSONL files (one document per line, the text in a
  * chosen field) and stdin ("-"). A document is a whole text file, one JSONL
  * line, or a piece of a text file between separators. Each document becomes
- * <|endoftext|> followed by its tokens, in input order.
+ * the tokenizer's document token followed by its tokens, in input order:
+ * <|endoftext|> for GPT-2 (as llm.c), BOS <s> for SentencePiece-BPE (LLaMA),
+ * as their pretraining does.
  *
  * Documents are grouped into content-defined chunks (a chunk ends after a
  * document whose hash has its low 6 bits zero, at 1 MB, or at the end of a
@@ -21,7 +23,7 @@
  * and moved into place only after every input was read and tokenised, the
  * manifest last: a failed or interrupted prepare leaves OUT's previous
  * contents as they were.
- * Leaves out: tokenizers other than GPT-2 BPE, and deduplication.
+ * Leaves out: tokenizers other than ct_tokenizer_load's, and deduplication.
  */
 #ifndef CT_PREPARE_H
 #define CT_PREPARE_H
@@ -40,7 +42,7 @@ typedef enum ct_prep_format {
 typedef struct ct_prepare_report {
     int64_t bytes_total;  /* input bytes (known once the inputs are listed) */
     int64_t bytes_done;   /* input bytes read and tokenised so far */
-    int64_t documents, tokens;            /* tokens include one <|endoftext|> per document */
+    int64_t documents, tokens;            /* tokens include one document token per document */
     int64_t train_tokens, val_tokens, val_documents;
     int64_t docs_tokenized;  /* documents that went through the encoder */
     int64_t chunks, chunks_cached;

@@ -2,9 +2,11 @@
  * GPT-2 byte-level BPE, encode and decode, token-for-token the npm package
  * gpt-3-encoder's (the reference): UTF-8 check, optional special-token split,
  * GPT-2's pre-tokenisation pattern run by PCRE2 (JIT when available), then
- * BPE of each word on token ids with a per-state word cache.
+ * BPE of each word on token ids with a per-state word cache. The entry points
+ * (encode, decode) and the per-thread state serve both kinds; SentencePiece
+ * segments go to tokenizer_spm.c.
  * Leaves out: loading the files (tokenizer_load.c), normalisation (GPT-2 has
- * none), SentencePiece models.
+ * none), SentencePiece's own encoding (tokenizer_spm.c).
  */
 #include "data/tokenizer_impl.h"
 #include "data/tokenizer_unicode.h"
@@ -18,7 +20,7 @@
 
 /* ------------------------------------------------------- token vectors */
 
-static ct_status tokens_reserve(ct_tokens *v, size_t more) {
+ct_status tok_tokens_reserve(ct_tokens *v, size_t more) {
     if (v->n + more <= v->cap) return CT_OK;
     size_t cap = v->cap ? v->cap : 256;
     while (cap < v->n + more) {
@@ -33,7 +35,7 @@ static ct_status tokens_reserve(ct_tokens *v, size_t more) {
 }
 
 ct_status ct_tokens_push(ct_tokens *v, int32_t id) {
-    ct_status st = tokens_reserve(v, 1);
+    ct_status st = tok_tokens_reserve(v, 1);
     if (st) return st;
     v->ids[v->n++] = id;
     return CT_OK;
@@ -142,54 +144,17 @@ void tok_set_jit(ct_tokenizer *t, bool on) {
  * fill). Words come in roughly by frequency, so the hot ones sit together at
  * the arenas' start. When the slots are 3/4 full or an arena is full, the
  * cache is emptied: bounded memory, no eviction bookkeeping on the hot path. */
-#define CACHE_MAX_WORD 255      /* longer words are not cached */
 #define CACHE_SLOTS_MIN 4096
 #define CACHE_SLOTS_MAX 65536   /* at most 3/4 used: ~49k words */
 #define CACHE_KEY_BYTES (4u << 20)
 #define CACHE_ID_COUNT (1u << 20)
-
-typedef struct cache_slot {
-    uint64_t hash;    /* XXH3 of the word; 0 marks a free slot */
-    uint32_t key_off; /* into keys */
-    uint32_t ids_off; /* into ids */
-    uint16_t key_len; /* bytes */
-    uint16_t n_ids;
-} cache_slot;
-
-typedef struct bpe_sym {
-    int32_t id;   /* -1 once merged into its left neighbour */
-    int32_t prev; /* index of the symbol to the left, -1 at the start */
-    int32_t next; /* index of the symbol to the right, -1 at the end */
-} bpe_sym;
-
-typedef struct bpe_cand {
-    int32_t rank, pos;    /* heap order: lowest rank, then leftmost */
-    int32_t left, right;  /* the ids the pair had when it was queued */
-    int32_t merged;
-} bpe_cand;
-
-struct ct_tok_state {
-    const ct_tokenizer *t;
-    pcre2_match_data *md;
-    pcre2_match_context *mctx;
-    pcre2_jit_stack *jstack;
-    cache_slot *slots; /* [mask + 1], NULL until first use */
-    size_t mask, used;
-    uint8_t *keys;
-    size_t keys_n;
-    int32_t *ids;
-    size_t ids_n;
-    bpe_sym *sym;     /* BPE scratch, [cap] each */
-    bpe_cand *heap, *pass; /* candidates; one pass's pairs */
-    int32_t *word;
-    size_t cap, heap_n;
-};
 
 ct_tok_state *ct_tok_state_new(const ct_tokenizer *t) {
     CT_ASSERT(t);
     ct_tok_state *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->t = t;
+    if (!t->re) return s; /* SentencePiece: no pattern */
     s->md = pcre2_match_data_create_from_pattern(t->re, NULL);
     s->mctx = pcre2_match_context_create(NULL);
     s->jstack = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, NULL);
@@ -221,13 +186,14 @@ void ct_tok_state_free(ct_tok_state *s) {
     free(s->slots);
     free(s->keys);
     free(s->ids);
+    free(s->norm);
     state_drop_scratch(s);
     free(s);
 }
 
 /* Room for BPE of an n-byte word. The heap takes the n - 1 first pairs and
  * at most two more per merge (n - 1 merges at most), stale ones included. */
-static ct_status state_scratch(ct_tok_state *s, size_t n) {
+ct_status tok_state_scratch(ct_tok_state *s, size_t n) {
     if (n <= s->cap) return CT_OK;
     if (n > INT32_MAX / 4) return CT_ERR(CT_ERR_ARG, "tokenizer: a %zu-byte word is too long to encode", n);
     size_t cap = s->cap ? s->cap : 64;
@@ -244,6 +210,15 @@ static ct_status state_scratch(ct_tok_state *s, size_t n) {
         return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory for a %zu-byte word", n);
     s->cap = cap;
     return CT_OK;
+}
+
+void tok_state_trim(ct_tok_state *s) {
+    if (s->cap > (1u << 20)) state_drop_scratch(s); /* do not keep a huge word's scratch */
+    if (s->norm_cap > (16u << 20)) {
+        free(s->norm);
+        s->norm = NULL;
+        s->norm_cap = 0;
+    }
 }
 
 /* ------------------------------------------------------- BPE */
@@ -280,29 +255,29 @@ static size_t bpe_reference(const ct_tokenizer *t, int32_t *a, size_t n) {
     return n;
 }
 
-static bool cand_less(const bpe_cand *x, const bpe_cand *y) {
+bool tok_cand_less(const bpe_cand *x, const bpe_cand *y) {
     return x->rank < y->rank || (x->rank == y->rank && x->pos < y->pos);
 }
 
-static void heap_push(bpe_cand *h, size_t *n, bpe_cand c) {
+void tok_heap_push(bpe_cand *h, size_t *n, bpe_cand c) {
     size_t i = (*n)++;
     while (i > 0) {
         size_t up = (i - 1) / 2;
-        if (!cand_less(&c, &h[up])) break;
+        if (!tok_cand_less(&c, &h[up])) break;
         h[i] = h[up];
         i = up;
     }
     h[i] = c;
 }
 
-static bpe_cand heap_pop(bpe_cand *h, size_t *n) {
+bpe_cand tok_heap_pop(bpe_cand *h, size_t *n) {
     bpe_cand top = h[0], last = h[--*n];
     size_t i = 0;
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= *n) break;
-        if (c + 1 < *n && cand_less(&h[c + 1], &h[c])) c++;
-        if (!cand_less(&h[c], &last)) break;
+        if (c + 1 < *n && tok_cand_less(&h[c + 1], &h[c])) c++;
+        if (!tok_cand_less(&h[c], &last)) break;
         h[i] = h[c];
         i = c;
     }
@@ -313,7 +288,7 @@ static bpe_cand heap_pop(bpe_cand *h, size_t *n) {
 /* Queue the pair at symbols (i, j) if it merges. */
 static void bpe_queue(const ct_tokenizer *t, ct_tok_state *s, int32_t i, int32_t j) {
     const tok_pair *p = tok_pair_find(&t->pairs, s->sym[i].id, s->sym[j].id);
-    if (p) heap_push(s->heap, &s->heap_n, (bpe_cand){p->rank, i, s->sym[i].id, s->sym[j].id, p->merged});
+    if (p) tok_heap_push(s->heap, &s->heap_n, (bpe_cand){p->rank, i, s->sym[i].id, s->sym[j].id, p->merged});
 }
 
 /* Whether candidate c still describes two adjacent symbols. */
@@ -342,7 +317,7 @@ static size_t bpe_heap(const ct_tokenizer *t, ct_tok_state *s, const uint8_t *w,
         int32_t rank = s->heap[0].rank;
         size_t np = 0;
         while (s->heap_n && s->heap[0].rank == rank) {
-            bpe_cand c = heap_pop(s->heap, &s->heap_n);
+            bpe_cand c = tok_heap_pop(s->heap, &s->heap_n);
             if (bpe_live(sym, &c)) pass[np++] = c;
         }
         for (size_t k = 1; k < np; k++)
@@ -366,7 +341,7 @@ static size_t bpe_heap(const ct_tokenizer *t, ct_tok_state *s, const uint8_t *w,
 
 /* BPE of word w[0..n) into s->word[0..*k). */
 static ct_status bpe_word(const ct_tokenizer *t, ct_tok_state *s, const uint8_t *w, size_t n, size_t *k) {
-    ct_status st = state_scratch(s, n);
+    ct_status st = tok_state_scratch(s, n);
     if (st) return st;
     *k = bpe_heap(t, s, w, n, s->word);
     if (*k == 0) {
@@ -412,7 +387,7 @@ static bool cache_clear(ct_tok_state *s, size_t slots) {
 /* Double the slots, keeping the entries. */
 static bool cache_grow(ct_tok_state *s) {
     size_t slots = s->mask + 1, want = 2 * slots;
-    cache_slot *neu = calloc(want, sizeof *neu);
+    tok_cache_slot *neu = calloc(want, sizeof *neu);
     if (!neu) return false;
     for (size_t i = 0; i < slots; i++) {
         if (!s->slots[i].hash) continue;
@@ -426,15 +401,15 @@ static bool cache_grow(ct_tok_state *s) {
     return true;
 }
 
-static uint64_t cache_hash(const uint8_t *w, size_t n) {
+uint64_t tok_cache_hash(const uint8_t *w, size_t n) {
     uint64_t h = XXH3_64bits(w, n);
     return h ? h : 1;
 }
 
-static const cache_slot *cache_find(const ct_tok_state *s, const uint8_t *w, size_t n, uint64_t h) {
+const tok_cache_slot *tok_cache_find(const ct_tok_state *s, const uint8_t *w, size_t n, uint64_t h) {
     if (!s->slots) return NULL;
     for (size_t i = (size_t)h & s->mask;; i = (i + 1) & s->mask) {
-        const cache_slot *c = &s->slots[i];
+        const tok_cache_slot *c = &s->slots[i];
         if (c->hash == 0) return NULL;
         if (c->hash == h && c->key_len == n && memcmp(s->keys + c->key_off, w, n) == 0) return c;
     }
@@ -442,7 +417,7 @@ static const cache_slot *cache_find(const ct_tok_state *s, const uint8_t *w, siz
 
 /* Remember word w -> ids: grows the slots up to CACHE_SLOTS_MAX, then empties
  * the cache when the slots or either arena are full. */
-static void cache_put(ct_tok_state *s, const uint8_t *w, size_t n, uint64_t h, const int32_t *ids, size_t k) {
+void tok_cache_put(ct_tok_state *s, const uint8_t *w, size_t n, uint64_t h, const int32_t *ids, size_t k) {
     if (!s->slots && !cache_clear(s, CACHE_SLOTS_MIN)) return;
     size_t slots = s->mask + 1;
     if (4 * (s->used + 1) > 3 * slots) {
@@ -453,7 +428,7 @@ static void cache_put(ct_tok_state *s, const uint8_t *w, size_t n, uint64_t h, c
     while (s->slots[i].hash) i = (i + 1) & s->mask;
     memcpy(s->keys + s->keys_n, w, n);
     memcpy(s->ids + s->ids_n, ids, k * sizeof *ids);
-    s->slots[i] = (cache_slot){h, (uint32_t)s->keys_n, (uint32_t)s->ids_n, (uint16_t)n, (uint16_t)k};
+    s->slots[i] = (tok_cache_slot){h, (uint32_t)s->keys_n, (uint32_t)s->ids_n, (uint16_t)n, (uint16_t)k};
     s->keys_n += n;
     s->ids_n += k;
     s->used++;
@@ -463,16 +438,16 @@ static void cache_put(ct_tok_state *s, const uint8_t *w, size_t n, uint64_t h, c
 
 /* Append the ids of one pre-tokenised word. */
 static ct_status enc_word(const ct_tokenizer *t, ct_tok_state *s, const uint8_t *w, size_t n, ct_tokens *out) {
-    ct_status st = tokens_reserve(out, n);
+    ct_status st = tok_tokens_reserve(out, n);
     if (st) return st;
     if (n == 1) {
         out->ids[out->n++] = t->byte_id[w[0]];
         return CT_OK;
     }
     uint64_t h = 0;
-    if (n <= CACHE_MAX_WORD) {
-        h = cache_hash(w, n);
-        const cache_slot *c = cache_find(s, w, n, h);
+    if (n <= TOK_CACHE_MAX_WORD) {
+        h = tok_cache_hash(w, n);
+        const tok_cache_slot *c = tok_cache_find(s, w, n, h);
         if (c) {
             memcpy(out->ids + out->n, s->ids + c->ids_off, c->n_ids * sizeof *out->ids);
             out->n += c->n_ids;
@@ -483,8 +458,8 @@ static ct_status enc_word(const ct_tokenizer *t, ct_tok_state *s, const uint8_t 
     if ((st = bpe_word(t, s, w, n, &k))) return st;
     memcpy(out->ids + out->n, s->word, k * sizeof *out->ids);
     out->n += k;
-    if (n <= CACHE_MAX_WORD) cache_put(s, w, n, h, s->word, k);
-    if (s->cap > (1u << 20)) state_drop_scratch(s); /* do not keep a huge word's scratch */
+    if (n <= TOK_CACHE_MAX_WORD) tok_cache_put(s, w, n, h, s->word, k);
+    tok_state_trim(s);
     return CT_OK;
 }
 
@@ -514,7 +489,7 @@ static ct_status enc_valid(const ct_tokenizer *t, ct_tok_state *s, const uint8_t
 /* Length of the valid UTF-8 sequence at s[0..n), or 0 when none starts there
  * (a stray continuation byte, 0xC0/0xC1/0xF5..0xFF, a truncated sequence, an
  * overlong form, a surrogate, or a code point above U+10FFFF). */
-static size_t utf8_seq(const uint8_t *s, size_t n) {
+size_t tok_utf8_seq(const uint8_t *s, size_t n) {
     uint8_t c = s[0];
     if (c < 0x80) return 1;
     if (c < 0xC2 || c > 0xF4) return 0;
@@ -543,7 +518,7 @@ static size_t utf8_valid_prefix(const uint8_t *s, size_t n) {
             i += 8;
         }
         if (i >= n) break;
-        size_t k = utf8_seq(s + i, n - i);
+        size_t k = tok_utf8_seq(s + i, n - i);
         if (!k) return i;
         i += k;
     }
@@ -568,7 +543,7 @@ static ct_status enc_text(const ct_tokenizer *t, ct_tok_state *s, const uint8_t 
         if (st) return st;
         i += v;
         size_t j = i;
-        while (j < n && utf8_seq(text + j, n - j) == 0) j++;
+        while (j < n && tok_utf8_seq(text + j, n - j) == 0) j++;
         if (j > i && (st = enc_word(t, s, text + i, j - i, out))) return st;
         i = j;
     }
@@ -613,7 +588,8 @@ ct_status ct_tokenizer_encode(const ct_tokenizer *t, ct_tok_state *state, const 
     while (pos < len && !st) {
         int32_t sp = -1;
         size_t at = (flags & CT_TOK_ALLOW_SPECIAL) && t->n_special ? enc_find_special(t, u, len, pos, &sp) : len;
-        st = enc_text(t, s, u + pos, at - pos, lossy, out);
+        if (t->kind == CT_TOK_KIND_SPM_BPE) st = tok_spm_encode(t, s, u + pos, at - pos, pos == 0, out);
+        else st = enc_text(t, s, u + pos, at - pos, lossy, out);
         if (!st && sp >= 0) {
             st = ct_tokens_push(out, sp);
             at += t->tok_len[sp];
@@ -652,9 +628,13 @@ ct_status ct_tokenizer_decode(const ct_tokenizer *t, const int32_t *ids, size_t 
     char *p = malloc(total + 1);
     if (!p) return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory decoding %zu bytes", total);
     size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        memcpy(p + o, t->tok_bytes + t->tok_off[ids[i]], t->tok_len[ids[i]]);
-        o += t->tok_len[ids[i]];
+    if (t->kind == CT_TOK_KIND_SPM_BPE) {
+        o = tok_spm_decode(t, ids, n, p);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            memcpy(p + o, t->tok_bytes + t->tok_off[ids[i]], t->tok_len[ids[i]]);
+            o += t->tok_len[ids[i]];
+        }
     }
     p[o] = '\0';
     *text = p;

@@ -22,6 +22,9 @@
 
 #define TOK_MAX_IDS (1 << 24) /* ids above this are refused as implausible */
 #define TOK_EOT_TEXT "<|endoftext|>"
+#define TOK_KINDS                                                                             \
+    "supported: GPT-2-style byte-level BPE with a ByteLevel pre_tokenizer, or SentencePiece-style " \
+    "BPE with model.byte_fallback true"
 
 /* ------------------------------------------------------- the byte alphabet */
 
@@ -40,34 +43,6 @@ static void load_byte_alphabet(uint32_t cp_of[256], int16_t byte_of[324]) {
 }
 
 /* ------------------------------------------------------- building blocks */
-
-typedef struct load_entry {
-    const char *s; /* the token as the file spells it (borrowed from the parsed file) */
-    uint32_t len;  /* bytes of s */
-    int32_t id;
-    bool special;  /* matched as a whole with CT_TOK_ALLOW_SPECIAL; bytes are s as is */
-    bool raw;      /* bytes are s as is (added tokens), not byte-alphabet text */
-} load_entry;
-
-typedef struct load_merge {
-    const char *a, *b; /* the two symbols, borrowed */
-    uint32_t alen, blen;
-    int64_t where;     /* vocab.bpe line number, or model.merges index */
-} load_merge;
-
-/* Everything a file said, before it becomes tables. */
-typedef struct load_builder {
-    const char *vocab_file;  /* for messages: where the tokens came from */
-    const char *merges_file; /* where the merges came from */
-    bool merges_by_line;     /* where = line number (vocab.bpe) or index (model.merges) */
-    load_entry *e;
-    size_t n_e, cap_e;
-    load_merge *m;
-    size_t n_m, cap_m;
-    /* string -> entry index, open addressing over [mask + 1] (-1 = free) */
-    int32_t *index;
-    size_t mask;
-} load_builder;
 
 static ct_status load_grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return CT_OK;
@@ -99,7 +74,7 @@ static ct_status load_add_merge(load_builder *b, const char *a, size_t alen, con
 static size_t load_hash(const char *s, size_t len) { return (size_t)XXH3_64bits(s, len); }
 
 /* Index of the entry spelled s[0..len), or -1. */
-static int32_t load_find(const load_builder *b, const char *s, size_t len) {
+int32_t tok_load_find(const load_builder *b, const char *s, size_t len) {
     for (size_t i = load_hash(s, len) & b->mask;; i = (i + 1) & b->mask) {
         int32_t k = b->index[i];
         if (k < 0) return -1;
@@ -109,7 +84,7 @@ static int32_t load_find(const load_builder *b, const char *s, size_t len) {
 
 /* Quote a token for a message: control bytes, quotes and backslashes
  * escaped, whole characters only, "..." when it does not fit (cap >= 16). */
-static const char *load_quote(char *buf, size_t cap, const char *s, size_t len) {
+const char *tok_load_quote(char *buf, size_t cap, const char *s, size_t len) {
     size_t o = 0, i = 0;
     buf[o++] = '"';
     while (i < len) {
@@ -148,7 +123,7 @@ static ct_status load_index(load_builder *b) {
             if (o->len == e->len && memcmp(o->s, e->s, e->len) == 0) {
                 char q[96];
                 return CT_ERR(CT_ERR_FORMAT, "%s: token %s appears twice (ids %d and %d)", b->vocab_file,
-                              load_quote(q, sizeof q, e->s, e->len), (int)o->id, (int)e->id);
+                              tok_load_quote(q, sizeof q, e->s, e->len), (int)o->id, (int)e->id);
             }
         }
         b->index[i] = (int32_t)k;
@@ -173,7 +148,7 @@ static uint32_t load_next_cp(const char *s, size_t len, size_t *i) {
 
 /* ------------------------------------------------------- tables from a builder */
 
-static ct_status load_pairs_init(tok_pair_map *m, size_t n) {
+ct_status tok_pairs_init(tok_pair_map *m, size_t n) {
     size_t slots = 16;
     while (slots < 2 * n + 16) slots *= 2;
     m->slots = malloc(slots * sizeof *m->slots);
@@ -186,7 +161,7 @@ static ct_status load_pairs_init(tok_pair_map *m, size_t n) {
 
 /* Set pair (left, right) -> (rank, merged). keep_max: keep the larger rank
  * when the pair is already there (else the new rank replaces it). */
-static void load_pairs_set(tok_pair_map *m, int32_t left, int32_t right, int32_t rank, int32_t merged,
+void tok_pairs_set(tok_pair_map *m, int32_t left, int32_t right, int32_t rank, int32_t merged,
                            bool keep_max) {
     uint64_t key = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
     size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & m->mask;
@@ -233,8 +208,8 @@ static ct_status load_tokens(ct_tokenizer *t, const load_builder *b) {
             for (size_t j = 0; j < k && !o; j++)
                 if (b->e[j].id == e->id) o = &b->e[j];
             return CT_ERR(CT_ERR_FORMAT, "%s: id %d is given to two tokens, %s and %s", b->vocab_file,
-                          (int)e->id, load_quote(q1, sizeof q1, o->s, o->len),
-                          load_quote(q2, sizeof q2, e->s, e->len));
+                          (int)e->id, tok_load_quote(q1, sizeof q1, o->s, o->len),
+                          tok_load_quote(q2, sizeof q2, e->s, e->len));
         }
         t->tok_off[e->id] = (uint32_t)off;
         if (e->raw) {
@@ -248,7 +223,7 @@ static ct_status load_tokens(ct_tokenizer *t, const load_builder *b) {
                     ct_status st = CT_ERR(CT_ERR_FORMAT,
                                           "%s: token %s (id %d) holds U+%04" PRIX32
                                           ", which is not in GPT-2's byte alphabet: not a byte-level BPE vocabulary",
-                                          b->vocab_file, load_quote(q, sizeof q, e->s, e->len), (int)e->id, cp);
+                                          b->vocab_file, tok_load_quote(q, sizeof q, e->s, e->len), (int)e->id, cp);
                     return st;
                 }
                 t->tok_bytes[off++] = (char)byte_of[cp];
@@ -268,12 +243,12 @@ static ct_status load_tokens(ct_tokenizer *t, const load_builder *b) {
             s[n++] = (char)(0xC0 | (cp >> 6));
             s[n++] = (char)(0x80 | (cp & 0x3F));
         }
-        int32_t k = load_find(b, s, n);
+        int32_t k = tok_load_find(b, s, n);
         if (k < 0 || b->e[k].raw) {
             char q[16];
             return CT_ERR(CT_ERR_FORMAT,
                           "%s: no token for byte 0x%02X (spelled %s): not a byte-level BPE vocabulary",
-                          b->vocab_file, v, load_quote(q, sizeof q, s, n));
+                          b->vocab_file, v, tok_load_quote(q, sizeof q, s, n));
         }
         t->byte_id[v] = b->e[k].id;
     }
@@ -314,19 +289,19 @@ static ct_status load_merges(ct_tokenizer *t, const load_builder *b) {
         for (uint32_t i = 0; i < b->m[r].alen; i++) n_pairs += b->m[r].a[i] == ',';
         for (uint32_t i = 0; i < b->m[r].blen; i++) n_pairs += b->m[r].b[i] == ',';
     }
-    ct_status st = load_pairs_init(&t->pairs, n_pairs);
+    ct_status st = tok_pairs_init(&t->pairs, n_pairs);
     if (st) return st;
     char *joined = NULL;
     size_t cap = 0;
     for (size_t r = 0; r < b->n_m; r++) {
         const load_merge *m = &b->m[r];
-        int32_t ka = load_find(b, m->a, m->alen), kb = load_find(b, m->b, m->blen);
+        int32_t ka = tok_load_find(b, m->a, m->alen), kb = tok_load_find(b, m->b, m->blen);
         char site[512], q[96];
         if (ka < 0 || kb < 0 || b->e[ka].raw || b->e[kb].raw) {
             bool left = ka < 0 || b->e[ka].raw;
             load_merge_site(site, sizeof site, b, m);
             st = CT_ERR(CT_ERR_FORMAT, "%s: merge symbol %s is not a token of %s", site,
-                        left ? load_quote(q, sizeof q, m->a, m->alen) : load_quote(q, sizeof q, m->b, m->blen),
+                        left ? tok_load_quote(q, sizeof q, m->a, m->alen) : tok_load_quote(q, sizeof q, m->b, m->blen),
                         b->vocab_file);
             goto fail;
         }
@@ -342,14 +317,14 @@ static ct_status load_merges(ct_tokenizer *t, const load_builder *b) {
         }
         memcpy(joined, m->a, m->alen);
         memcpy(joined + m->alen, m->b, m->blen);
-        int32_t kab = load_find(b, joined, (size_t)m->alen + m->blen);
+        int32_t kab = tok_load_find(b, joined, (size_t)m->alen + m->blen);
         if (kab < 0 || b->e[kab].raw) {
             load_merge_site(site, sizeof site, b, m);
             st = CT_ERR(CT_ERR_FORMAT, "%s: merged symbol %s is not a token of %s", site,
-                        load_quote(q, sizeof q, joined, (size_t)m->alen + m->blen), b->vocab_file);
+                        tok_load_quote(q, sizeof q, joined, (size_t)m->alen + m->blen), b->vocab_file);
             goto fail;
         }
-        load_pairs_set(&t->pairs, b->e[ka].id, b->e[kb].id, (int32_t)r, b->e[kab].id, false);
+        tok_pairs_set(&t->pairs, b->e[ka].id, b->e[kb].id, (int32_t)r, b->e[kab].id, false);
     }
     /* the comma aliases */
     for (size_t r = 0; r < b->n_m; r++) {
@@ -370,7 +345,7 @@ static ct_status load_merges(ct_tokenizer *t, const load_builder *b) {
         memcpy(joined + m->alen + 1, m->b, m->blen);
         for (size_t c = 0; c < n; c++) {
             if (joined[c] != ',' || c == m->alen) continue;
-            int32_t kx = load_find(b, joined, c), ky = load_find(b, joined + c + 1, n - c - 1);
+            int32_t kx = tok_load_find(b, joined, c), ky = tok_load_find(b, joined + c + 1, n - c - 1);
             if (kx < 0 || ky < 0 || b->e[kx].raw || b->e[ky].raw) continue;
             /* x + y: the key without the comma at c */
             char *xy = malloc(n);
@@ -380,10 +355,10 @@ static ct_status load_merges(ct_tokenizer *t, const load_builder *b) {
             }
             memcpy(xy, joined, c);
             memcpy(xy + c, joined + c + 1, n - c - 1);
-            int32_t kxy = load_find(b, xy, n - 1);
+            int32_t kxy = tok_load_find(b, xy, n - 1);
             free(xy);
             if (kxy < 0 || b->e[kxy].raw) continue; /* the reference would emit no id here */
-            load_pairs_set(&t->pairs, b->e[kx].id, b->e[ky].id, (int32_t)r, b->e[kxy].id, true);
+            tok_pairs_set(&t->pairs, b->e[kx].id, b->e[ky].id, (int32_t)r, b->e[kxy].id, true);
         }
     }
     t->n_merges = (int64_t)b->n_m;
@@ -399,14 +374,17 @@ static int load_cmp_id(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* "gpt2-bpe:" + XXH64 over the canonical content: every (id, bytes) by id,
- * the merges in order as id pairs, the special ids in increasing order. */
-static ct_status load_identity(ct_tokenizer *t, const load_builder *b) {
+/* prefix + ":" + XXH64 over the canonical content: every (id, bytes) by id,
+ * the merges in order as id pairs, the special ids in increasing order, then
+ * extra. GPT-2's ("gpt2-bpe", no extra) is what it always was. */
+ct_status tok_load_identity(ct_tokenizer *t, const load_builder *b, const char *prefix, const void *extra,
+                            size_t n_extra) {
     XXH64_state_t *h = XXH64_createState();
     if (!h) return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory hashing the identity");
     XXH64_reset(h, 0);
-    static const char tag[] = "ctrain gpt2-bpe identity v1";
-    XXH64_update(h, tag, sizeof tag);
+    char tag[64];
+    snprintf(tag, sizeof tag, "ctrain %s identity v1", prefix);
+    XXH64_update(h, tag, strlen(tag) + 1);
     for (int32_t id = 0; id < t->n_ids; id++) {
         if (t->tok_len[id] == TOK_NO_TOKEN) continue;
         uint8_t hdr[8];
@@ -421,8 +399,8 @@ static ct_status load_identity(ct_tokenizer *t, const load_builder *b) {
     static const char mtag[] = "merges";
     XXH64_update(h, mtag, sizeof mtag);
     for (size_t r = 0; r < b->n_m; r++) {
-        int32_t ids[2] = {b->e[load_find(b, b->m[r].a, b->m[r].alen)].id,
-                          b->e[load_find(b, b->m[r].b, b->m[r].blen)].id};
+        int32_t ids[2] = {b->e[tok_load_find(b, b->m[r].a, b->m[r].alen)].id,
+                          b->e[tok_load_find(b, b->m[r].b, b->m[r].blen)].id};
         uint8_t le[8];
         for (int k = 0; k < 4; k++) {
             le[k] = (uint8_t)((uint32_t)ids[0] >> (8 * k));
@@ -444,7 +422,8 @@ static ct_status load_identity(ct_tokenizer *t, const load_builder *b) {
         XXH64_update(h, le, sizeof le);
     }
     free(sp);
-    snprintf(t->identity, sizeof t->identity, "gpt2-bpe:%016" PRIx64, (uint64_t)XXH64_digest(h));
+    if (n_extra) XXH64_update(h, extra, n_extra);
+    snprintf(t->identity, sizeof t->identity, "%s:%016" PRIx64, prefix, (uint64_t)XXH64_digest(h));
     XXH64_freeState(h);
     return CT_OK;
 }
@@ -453,8 +432,9 @@ static ct_status load_build(ct_tokenizer *t, load_builder *b) {
     ct_status st = load_index(b);
     if (!st) st = load_tokens(t, b);
     if (!st) st = load_merges(t, b);
-    if (!st) st = load_identity(t, b);
+    if (!st) st = tok_load_identity(t, b, "gpt2-bpe", NULL, 0);
     if (!st) st = tok_compile_pattern(t);
+    t->bos = t->eot; /* GPT-2 starts documents with <|endoftext|> */
     return st;
 }
 
@@ -499,7 +479,7 @@ static ct_status load_vocab_object(load_builder *b, const cJSON *obj, const char
         if (!load_json_id(c, &id)) {
             char q[96];
             return CT_ERR(CT_ERR_FORMAT, "%s: %s: the id of token %s is not an integer in 0..%d",
-                          b->vocab_file, what, load_quote(q, sizeof q, c->string, strlen(c->string)),
+                          b->vocab_file, what, tok_load_quote(q, sizeof q, c->string, strlen(c->string)),
                           TOK_MAX_IDS - 1);
         }
         ct_status st = load_add_entry(b, c->string, strlen(c->string), id, false, false);
@@ -554,7 +534,7 @@ static ct_status load_gpt2_files(ct_tokenizer *t, const char *enc_path, const ch
         const char *sp = memchr(p, ' ', n);
         if (!sp || sp == p || sp == p + n - 1 || memchr(sp + 1, ' ', (size_t)(p + n - sp - 1))) {
             st = CT_ERR(CT_ERR_FORMAT, "%s:%" PRId64 ": expected two symbols separated by one space, got %s",
-                        bpe_path, line, load_quote(q, sizeof q, p, n));
+                        bpe_path, line, tok_load_quote(q, sizeof q, p, n));
             break;
         }
         st = load_add_merge(&b, p, (size_t)(sp - p), sp + 1, (size_t)(p + n - sp - 1), line);
@@ -580,8 +560,8 @@ static ct_status load_check_pretok(const char *path, const cJSON *pt) {
         if (cJSON_GetArraySize(steps) == 1) pt = cJSON_GetArrayItem(steps, 0);
     }
     if (!load_json_is(cJSON_GetObjectItemCaseSensitive(pt, "type"), "ByteLevel"))
-        return CT_ERR(CT_ERR_FORMAT, "%s: pre_tokenizer is not ByteLevel: not a GPT-2-style byte-level BPE tokenizer",
-                      path);
+        return CT_ERR(CT_ERR_FORMAT, "%s: pre_tokenizer is not ByteLevel and model.byte_fallback is not true (" TOK_KINDS
+                      ")", path);
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pt, "add_prefix_space")))
         return CT_ERR(CT_ERR_FORMAT, "%s: pre_tokenizer.add_prefix_space is true; only GPT-2's false is supported",
                       path);
@@ -592,7 +572,8 @@ static ct_status load_check_pretok(const char *path, const cJSON *pt) {
 
 /* Hugging Face tokenizer.json: model {type "BPE", vocab {token: id}, merges
  * ["a b", ...] or [["a", "b"], ...]}, added_tokens [{id, content, special}],
- * pre_tokenizer ByteLevel, no normalizer. */
+ * and either pre_tokenizer ByteLevel without a normalizer (GPT-2), or
+ * model.byte_fallback true (SentencePiece: tok_spm_build checks the rest). */
 static ct_status load_hf_file(ct_tokenizer *t, const char *path) {
     char *text = NULL;
     size_t len = 0;
@@ -607,13 +588,16 @@ static ct_status load_hf_file(ct_tokenizer *t, const char *path) {
     const cJSON *ignore = cJSON_GetObjectItemCaseSensitive(model, "ignore_merges");
     const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(model, "continuing_subword_prefix");
     const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(model, "end_of_word_suffix");
+    bool spm = tok_spm_detect(root);
     if (!cJSON_IsObject(model)) {
         st = CT_ERR(CT_ERR_FORMAT, "%s: no \"model\" object", path);
     } else if (type && !load_json_is(type, "BPE")) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: model.type is %s, expected \"BPE\"", path,
+        st = CT_ERR(CT_ERR_FORMAT, "%s: model.type is %s, expected \"BPE\" (" TOK_KINDS ")", path,
                     cJSON_IsString(type) ? type->valuestring : "not a string");
+    } else if (spm) {
+        st = CT_OK; /* tok_spm_build checks the rest */
     } else if (norm && !cJSON_IsNull(norm)) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: has a normalizer; GPT-2's byte-level BPE has none", path);
+        st = CT_ERR(CT_ERR_FORMAT, "%s: has a normalizer; GPT-2's byte-level BPE has none (" TOK_KINDS ")", path);
     } else if (cJSON_IsTrue(ignore)) {
         st = CT_ERR(CT_ERR_FORMAT, "%s: model.ignore_merges is true; only GPT-2's merging is supported", path);
     } else if ((cJSON_IsString(prefix) && prefix->valuestring[0]) || (cJSON_IsString(suffix) && suffix->valuestring[0])) {
@@ -636,7 +620,7 @@ static ct_status load_hf_file(ct_tokenizer *t, const char *path) {
             size_t n = strlen(s);
             if (!sp || sp == s || !sp[1] || strchr(sp + 1, ' ')) {
                 st = CT_ERR(CT_ERR_FORMAT, "%s: model.merges[%" PRId64 "]: expected \"a b\" (two symbols, one space), got %s",
-                            path, i, load_quote(q, sizeof q, s, n));
+                            path, i, tok_load_quote(q, sizeof q, s, n));
                 goto done;
             }
             st = load_add_merge(&b, s, (size_t)(sp - s), sp + 1, n - (size_t)(sp - s) - 1, i);
@@ -671,7 +655,7 @@ static ct_status load_hf_file(ct_tokenizer *t, const char *path) {
             if (b.e[k].id != id) {
                 char q[96];
                 st = CT_ERR(CT_ERR_FORMAT, "%s: added_tokens[%" PRId64 "]: %s has id %d, but model.vocab gives it %d",
-                            path, i, load_quote(q, sizeof q, content->valuestring, n), (int)id, (int)b.e[k].id);
+                            path, i, tok_load_quote(q, sizeof q, content->valuestring, n), (int)id, (int)b.e[k].id);
                 goto done;
             }
             b.e[k].raw = true;
@@ -681,7 +665,11 @@ static ct_status load_hf_file(ct_tokenizer *t, const char *path) {
             if (st) goto done;
         }
     }
-    st = load_build(t, &b);
+    if (!spm) {
+        st = load_build(t, &b);
+    } else if (!(st = load_index(&b))) {
+        st = tok_spm_build(t, &b, root, path);
+    }
 done:
     load_builder_free(&b);
     cJSON_Delete(root);
@@ -705,7 +693,8 @@ ct_status ct_tokenizer_load(ct_tokenizer **out, const char *path) {
         if (strerror_r(errno, ebuf, sizeof ebuf) != 0) snprintf(ebuf, sizeof ebuf, "error %d", errno);
         ct_status st = CT_ERR(CT_ERR_IO, "tokenizer %s: %s", path, ebuf);
         ct_error_hint("give a directory holding encoder.json + vocab.bpe or tokenizer.json "
-                      "(scripts/fetch_data.sh puts GPT-2's in data/gpt2-tokenizer)");
+                      "(scripts/fetch_data.sh puts GPT-2's in data/gpt2-tokenizer, LLaMA's in "
+                      "data/llama-tokenizer)");
         return st;
     }
     ct_tokenizer *t = calloc(1, sizeof *t);
@@ -745,6 +734,7 @@ ct_status ct_tokenizer_load(ct_tokenizer **out, const char *path) {
 
 void ct_tokenizer_free(ct_tokenizer *t) {
     if (!t) return;
+    tok_spm_free(&t->spm);
     free(t->tok_off);
     free(t->tok_len);
     free(t->tok_bytes);
@@ -756,4 +746,6 @@ void ct_tokenizer_free(ct_tokenizer *t) {
 
 int ct_tokenizer_vocab_size(const ct_tokenizer *t) { return t->n_ids; }
 int32_t ct_tokenizer_eot(const ct_tokenizer *t) { return t->eot; }
+int32_t ct_tokenizer_bos(const ct_tokenizer *t) { return t->bos; }
+ct_tok_kind ct_tokenizer_kind(const ct_tokenizer *t) { return t->kind; }
 const char *ct_tokenizer_identity(const ct_tokenizer *t) { return t->identity; }

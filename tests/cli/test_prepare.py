@@ -4,7 +4,9 @@ stdin, separators), the token stream against `ctrain tokenize`, validation
 splits, shard limits, the manifest, the tokenised-data cache (a second run
 tokenises nothing; eviction keeps the limit), and bad input (exit 2, the file
 and line or offset named, the output directory left as it was, also when the
-disk fills up or the run is killed).
+disk fills up or the run is killed). With LLaMA's tokenizer: BOS before each
+document, and a tokenizer.json of a kind not supported refused by prepare and
+tokenize with the file and key named.
 
 usage: test_prepare.py path/to/ctrain
 """
@@ -22,6 +24,7 @@ import time
 CTRAIN = os.path.abspath(sys.argv[1])
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TOK = os.path.join(ROOT, "data", "gpt2-tokenizer")
+LLAMA = os.path.join(ROOT, "data", "llama-tokenizer")
 BROWN = os.path.join(ROOT, "data", "brown", "text")
 EOT = 50256
 failures = []
@@ -336,6 +339,61 @@ def tests(tmp):
     check(rc == 0 and not [f for f in os.listdir(kout) if f.startswith(".staging")],
           "the next run removes the killed run's staging directory", str(listing(kout)))
     print(f"(Brown corpus: {brown_tokens} tokens)")
+    llama_tests(tmp, src, docs)
+
+
+def llama_tests(tmp, src, docs):
+    """prepare and tokenize with LLaMA's SentencePiece-BPE tokenizer."""
+    present = os.path.isfile(os.path.join(LLAMA, "tokenizer.json"))
+    check(present, "LLaMA tokenizer present", f"{LLAMA} is missing: run scripts/fetch_data.sh")
+    if not present:
+        return
+    ids = {}
+    for d in docs:
+        p = subprocess.run([CTRAIN, "tokenize", "--tokenizer", LLAMA], input=d.encode(),
+                           capture_output=True, timeout=120)
+        ids[d] = [int(x) for x in p.stdout.split()] if p.returncode == 0 else None
+    check(ids["Hello world.\n"] == [15043, 3186, 29889, 13], "tokenize with LLaMA's tokenizer",
+          str(ids["Hello world.\n"]))
+    p = subprocess.run([CTRAIN, "tokenize", "--tokenizer", LLAMA, "--bos"], input=b"Hello world.\n",
+                       capture_output=True, timeout=120)
+    check(p.returncode == 0 and p.stdout.split() == [b"1", b"15043", b"3186", b"29889", b"13"],
+          "tokenize --bos puts <s> first", p.stdout.decode()[:100] + p.stderr.decode()[:200])
+    out = os.path.join(tmp, "llama")
+    rc, msg = run(["prepare", "--tokenizer", LLAMA, "--out", out, "--quiet", "--no-cache", src])
+    want = [t for d in docs for t in [1] + (ids[d] or [])]
+    names, toks = shards(out, "train") if rc == 0 else ([], [])
+    check(rc == 0 and names == ["train_000000.bin"] and toks == want,
+          "prepare with LLaMA's tokenizer: <s> and the tokenize ids per document", f"rc={rc} {msg[:300]}")
+    if rc == 0:
+        man = json.load(open(os.path.join(out, "manifest.json")))
+        tk = man["tokenizer"]
+        check(tk["kind"] == "spm-bpe" and tk["identity"].startswith("spm-bpe:") and tk["vocab_size"] == 32000
+              and tk["bos"] == 1 and tk["eot"] == 2 and tk["document_token"] == 1 and
+              all(s["version"] == 1 for s in man["shards"]),
+              "manifest: SentencePiece tokenizer, BOS as the document token, uint16 shards", json.dumps(tk))
+
+    # a tokenizer.json of a kind not supported: exit 2, the file and the key named
+    for kind, key in (("WordPiece", "model.type"), ("Unigram", "model.type")):
+        bad = os.path.join(tmp, "tok_" + kind)
+        write(os.path.join(bad, "tokenizer.json"),
+              json.dumps({"model": {"type": kind, "vocab": {"a": 0}}, "normalizer": None}))
+        p = subprocess.run([CTRAIN, "tokenize", "--tokenizer", bad], input=b"a", capture_output=True,
+                           timeout=60)
+        expect_fail(f"tokenize refuses a {kind} tokenizer.json", p.returncode,
+                    (p.stdout + p.stderr).decode(), [os.path.join(bad, "tokenizer.json"), key, "supported"])
+        outb = os.path.join(tmp, "out_" + kind)
+        rc, msg = run(["prepare", "--tokenizer", bad, "--out", outb, "--quiet", "--no-cache", src])
+        expect_fail(f"prepare refuses a {kind} tokenizer.json", rc, msg,
+                    [os.path.join(bad, "tokenizer.json"), key], outb, None)
+    with open(os.path.join(LLAMA, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    tj["normalizer"]["normalizers"].append({"type": "NFKC"})
+    bad = os.path.join(tmp, "tok_nfkc")
+    write(os.path.join(bad, "tokenizer.json"), json.dumps(tj))
+    p = subprocess.run([CTRAIN, "tokenize", "--tokenizer", bad], input=b"a", capture_output=True, timeout=60)
+    expect_fail("tokenize refuses an unknown normalizer", p.returncode, (p.stdout + p.stderr).decode(),
+                [os.path.join(bad, "tokenizer.json"), "normalizer.normalizers[2].type", "NFKC"])
 
 
 if __name__ == "__main__":
