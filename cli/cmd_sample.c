@@ -131,7 +131,7 @@ int cmd_sample(int argc, char **argv) {
             goto done;
         }
     }
-    /* prompt ids; default: the end-of-text id (last of the vocabulary) */
+    /* prompt ids (the default is set below) */
     ids = calloc((size_t)mc->n_ctx, sizeof *ids);
     logits = calloc((size_t)V, sizeof *logits);
     probs = calloc((size_t)V, sizeof *probs);
@@ -145,7 +145,10 @@ int cmd_sample(int argc, char **argv) {
             rc = cli_fail(cmd);
             goto done;
         }
-        if (ptoks.n > (size_t)mc->n_ctx) {
+        /* LLaMA documents start with BOS in training, as Hugging Face's tokenizer adds it */
+        bool bos = ct_tokenizer_kind(tok) == CT_TOK_KIND_SPM_BPE && ct_tokenizer_bos(tok) >= 0;
+        if (bos) ids[n_prompt++] = ct_tokenizer_bos(tok);
+        if (ptoks.n + (size_t)n_prompt > (size_t)mc->n_ctx) {
             rc = cli_usage_error(cmd, "--prompt is %zu tokens, longer than the context (%d)",
                                  ptoks.n, mc->n_ctx);
             goto done;
@@ -172,7 +175,9 @@ int cmd_sample(int argc, char **argv) {
             p = end;
         }
     }
-    if (n_prompt == 0) ids[n_prompt++] = tok && ct_tokenizer_eot(tok) >= 0 ? ct_tokenizer_eot(tok)
+    /* no prompt: the token that starts every training document (GPT-2's end-of-text,
+     * LLaMA's BOS), or the last id of the vocabulary without a tokenizer */
+    if (n_prompt == 0) ids[n_prompt++] = tok && ct_tokenizer_bos(tok) >= 0 ? ct_tokenizer_bos(tok)
                                                                          : V - 1;
     long total = n_prompt + n_tokens;
     if (total > mc->n_ctx) total = mc->n_ctx;
