@@ -87,9 +87,11 @@ CT_API double ct_schedule_lr(const ct_schedule *s, int64_t step);
  * one.
  *
  * data.shuffle=false (llm.c's order): micro-batch m reads the window at token
- * (m*world + rank)*B*T of the current shard; when B*T+1 tokens no longer fit,
- * the loader moves to the next shard (wrapping to the first) and starts again
- * at rank*B*T. Shards too short for this rank's first window are passed over.
+ * (m*world + rank)*B*T of the current shard; when the world*B*T+1 tokens of
+ * the next step of all ranks no longer fit, every rank moves to the next shard
+ * (wrapping to the first) and starts again at rank*B*T. So world ranks at B
+ * read exactly the rows one rank at world*B reads. Shards shorter than
+ * world*B*T+1 tokens are passed over.
  *
  * data.shuffle=true: each epoch visits the shards in a seeded permutation of
  * their order and, within each shard, its windows in a seeded permutation;
@@ -164,7 +166,8 @@ CT_API void ct_loader_reset(ct_loader *l);
  * ct_loader_next (it updates a cache inside l). */
 CT_API void ct_loader_get_pos(ct_loader *l, ct_loader_pos *out);
 /* Continue from pos (from ct_loader_get_pos of a loader over the same shards,
- * B, T, seed, rank, world and mode): from here on the batches are exactly
+ * B, T, seed, world and mode, of this rank or of rank 0, since (epoch, index)
+ * is the same on every rank): from here on the batches are exactly
  * those an uninterrupted loader would have returned. Drops batches read ahead
  * and restarts the prefetch thread. Borrows pos.
  * Errors: CT_ERR_ARG when pos does not fit this loader (negative epoch, index

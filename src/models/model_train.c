@@ -221,6 +221,19 @@ static void block_backward(ct_model *m, int l, int B, int T) {
                           model_p(m, w->ln1_w), v.ln1_mean, v.ln1_rstd, N, C);
 }
 
+/* Tell the gradient hook that table entries first..last (adjacent in the
+ * flat buffer) are final. */
+static void grad_ready(ct_model *m, int first, int last) {
+    if (!m->grad_hook) return;
+    const ct_param *a = &m->table[first], *z = &m->table[last];
+    m->grad_hook(a->offset, z->offset + z->numel, m->grad_hook_user);
+}
+
+void ct_model_set_grad_hook(ct_model *m, ct_grad_ready_fn fn, void *user) {
+    m->grad_hook = fn;
+    m->grad_hook_user = fn ? user : NULL;
+}
+
 static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
     const ct_kernels *k = m->k;
     const ct_model_config *c = &m->cfg;
@@ -234,8 +247,13 @@ static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
     memset(a->dres, 0, NC * sizeof(float));
     k->layernorm_backward(a->dres, model_g(m, m->lnf_w), model_g(m, m->lnf_b), a->dln, res_last,
                           model_p(m, m->lnf_w), a->lnf_mean, a->lnf_rstd, N, C);
-    for (int l = L - 1; l >= 0; l--) block_backward(m, l, B, T);
+    grad_ready(m, m->lnf_w, m->lnf_b);
+    for (int l = L - 1; l >= 0; l--) {
+        block_backward(m, l, B, T);
+        grad_ready(m, m->layers[l].ln1_w, m->layers[l].fcproj_b);
+    }
     k->encoder_backward(model_g(m, m->wte), model_g(m, m->wpe), a->dres, inputs, B, T, C);
+    grad_ready(m, m->wte, m->wpe); /* the tied head's part came first */
 }
 
 /* ------------------------------------------------------- entry points */
