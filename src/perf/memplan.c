@@ -21,10 +21,29 @@ ct_status ct_run_plan_make(const ct_model_config *mc, int B, int T, int grad_acc
     out->grad_accum = grad_accum;
     out->opts = *o;
     out->optim = 2 * out->model.params;
+    out->optim_shards = 1;
     /* inputs and targets: the prefetch ring's slots and the trainer's own pair */
     out->data = (size_t)(prefetch + 1) * 2 * (size_t)B * T * sizeof(int32_t);
     out->total = out->model.total + out->optim + out->data;
     return CT_OK;
+}
+
+void ct_run_plan_shard_optim(ct_run_plan *p, int shards) {
+    if (shards <= 1) return;
+    size_t numel = p->model.params / sizeof(float);
+    size_t shard = (numel + (size_t)shards - 1) / (size_t)shards; /* padded, as the trainer */
+    p->total -= p->optim;
+    p->optim = 2 * shard * sizeof(float);
+    p->total += p->optim;
+    p->optim_shards = shards;
+}
+
+/* ct_run_plan_make for the request's options and its ZeRO sharding. */
+static ct_status plan_make(const ct_model_config *mc, const ct_fit_request *r, int B, int accum,
+                           const ct_model_opts *o, ct_run_plan *out) {
+    ct_status st = ct_run_plan_make(mc, B, r->T, accum, r->prefetch, o, out);
+    if (!st) ct_run_plan_shard_optim(out, r->optim_shards);
+    return st;
 }
 
 size_t ct_memory_available(void) {
@@ -44,7 +63,7 @@ static int largest_fit(const ct_model_config *mc, const ct_fit_request *r, const
         if (r->effective_batch > 0 && r->effective_batch % B) continue;
         ct_run_plan p;
         int accum = r->effective_batch > 0 ? r->effective_batch / B : r->grad_accum;
-        if (ct_run_plan_make(mc, B, r->T, accum, r->prefetch, o, &p)) break;
+        if (plan_make(mc, r, B, accum, o, &p)) break;
         if (p.total > r->limit) break;
         *best = p;
         found = B;
@@ -92,8 +111,7 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
         ct_model_opts o = r->opts;
         if (r->recompute_auto) o.recompute = pols[i];
         if (r->B > 0) {
-            ct_status st = ct_run_plan_make(mc, r->B, r->T, r->grad_accum, r->prefetch, &o,
-                                            &plans[i]);
+            ct_status st = plan_make(mc, r, r->B, r->grad_accum, &o, &plans[i]);
             if (st) return st;
             fits[i] = plans[i].total <= r->limit ? r->B : 0;
         } else {
@@ -112,8 +130,7 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
     ct_run_plan need;
     ct_model_opts o = r->opts;
     if (r->recompute_auto) o.recompute = CT_RECOMPUTE_FULL;
-    ct_status st = ct_run_plan_make(mc, r->B > 0 ? r->B : 1, r->T, r->grad_accum, r->prefetch, &o,
-                                    &need);
+    ct_status st = plan_make(mc, r, r->B > 0 ? r->B : 1, r->grad_accum, &o, &need);
     if (st) return st;
     st = CT_ERR(CT_ERR_ARG,
                 "the run needs %.0f MiB (params %.0f, grads %.0f, AdamW %.0f, activations %.0f, "
@@ -130,8 +147,15 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
 
 ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc,
                                  ct_run_plan *out, size_t *limit) {
+    return ct_run_plan_for_world(cfg, mc, cfg->dist.world > 0 ? (int)cfg->dist.world : 1, out,
+                                 limit);
+}
+
+ct_status ct_run_plan_for_world(const ct_config *cfg, const ct_model_config *mc, int world,
+                                ct_run_plan *out, size_t *limit) {
     ct_fit_request r;
     memset(&r, 0, sizeof r);
+    r.optim_shards = cfg->dist.zero ? world : 1;
     r.recompute_auto = strcmp(cfg->train.recompute, "auto") == 0;
     ct_status st = ct_model_opts_from_names(&r.opts, r.recompute_auto ? "none" :
                                             cfg->train.recompute, cfg->train.activation_dtype);
