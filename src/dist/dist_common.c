@@ -61,5 +61,23 @@ void dist_describe_diff(const char *root, const char *mine, int rank, char *out,
     char la[200], lb[200];
     copy_line(a, la, sizeof la);
     copy_line(b, lb, sizeof lb);
-    snprintf(out, cap, "line %d: rank 0 has '%s', rank %d has '%s'", line, la, rank, lb);
+    /* a YAML key under a section: name it by its dotted path */
+    char key[160] = "";
+    size_t ind = strspn(la, " ");
+    size_t klen = strcspn(la + ind, ":");
+    if (ind > 0 && la[ind + klen] == ':' && klen < 64) {
+        for (const char *q = a; q > root;) {
+            /* back to the previous line's start */
+            const char *e = q - 1, *st = e;
+            while (st > root && st[-1] != '\n') st--;
+            if (st < e && *st != ' ' && *st != '#') {
+                size_t sl = strcspn(st, ":\n");
+                if (sl < 64 && st[sl] == ':')
+                    snprintf(key, sizeof key, "%.*s.%.*s, ", (int)sl, st, (int)klen, la + ind);
+                break;
+            }
+            q = st;
+        }
+    }
+    snprintf(out, cap, "%sline %d: rank 0 has '%s', rank %d has '%s'", key, line, la, rank, lb);
 }
