@@ -4,9 +4,9 @@
  * ct_train_run and shows its progress on stderr: step/total, loss, lr,
  * tokens/s, ETA, peak memory, validation loss and skipped updates, redrawn in
  * place on a terminal and as plain lines every run.log_every steps otherwise.
- * Under mpirun every rank runs this; rank 0 alone shows progress and
- * information, the others only warnings and errors (prefixed "rank R"), and
- * a failure the other ranks do not know of aborts the job.
+ * Under mpirun every rank runs this; rank 0 alone shows progress, information
+ * and warnings, every rank its own final error (naming the rank), and a
+ * failure the other ranks do not know of aborts the job.
  */
 #include <math.h>
 #include <signal.h>
@@ -103,12 +103,12 @@ static void progress_log(ct_log_level level, const char *msg, void *user) {
     fflush(stderr);
 }
 
-/* Other ranks than 0: warnings and errors only, naming the rank. */
+/* Other ranks than 0: logged errors only, naming the rank (their warnings
+ * repeat rank 0's, since the ranks take the same decisions). */
 static void rank_log(ct_log_level level, const char *msg, void *user) {
     const train_progress *p = user;
-    if (level < CT_LOG_WARN) return;
-    fprintf(stderr, "rank %d: %s: %s\n", p->rank, level == CT_LOG_WARN ? "warning" : "error",
-            msg);
+    if (level < CT_LOG_ERROR) return;
+    fprintf(stderr, "rank %d: error: %s\n", p->rank, msg);
 }
 
 /* debug.kill_step / debug.hang_step: the failures a multi-rank test needs. */

@@ -147,12 +147,12 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
 
 ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc,
                                  ct_run_plan *out, size_t *limit) {
-    return ct_run_plan_for_world(cfg, mc, cfg->dist.world > 0 ? (int)cfg->dist.world : 1, out,
-                                 limit);
+    return ct_run_plan_for_world(cfg, mc, cfg->dist.world > 0 ? (int)cfg->dist.world : 1, 1,
+                                 out, limit);
 }
 
 ct_status ct_run_plan_for_world(const ct_config *cfg, const ct_model_config *mc, int world,
-                                ct_run_plan *out, size_t *limit) {
+                                int local, ct_run_plan *out, size_t *limit) {
     ct_fit_request r;
     memset(&r, 0, sizeof r);
     r.optim_shards = cfg->dist.zero ? world : 1;
@@ -173,7 +173,8 @@ ct_status ct_run_plan_for_world(const ct_config *cfg, const ct_model_config *mc,
     if (r.T > mc->n_ctx)
         return CT_ERR(CT_ERR_ARG, "train.seq_len = %d exceeds the model's context n_ctx = %d",
                       r.T, mc->n_ctx);
-    if ((st = ct_config_memory_limit(cfg->run.memory_limit, ct_memory_available(), &r.limit)))
+    size_t avail = ct_memory_available() / (size_t)(local > 1 ? local : 1);
+    if ((st = ct_config_memory_limit(cfg->run.memory_limit, avail, &r.limit)))
         return st;
     if ((st = ct_run_plan_fit(mc, &r, out))) return st;
     *limit = r.limit;

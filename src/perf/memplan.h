@@ -70,8 +70,11 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *req, 
  * Writes the plan and the limit in bytes. CT_ERR_ARG. */
 ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc,
                                  ct_run_plan *out, size_t *limit);
-/* The same for a run of `world` ranks (the trainer passes the launcher's). */
+/* The same for one rank of a run of `world` ranks, `local` of them on this
+ * machine (the trainer passes the launcher's counts): ranks that share a
+ * machine share its memory, so a percentage run.memory_limit is of the
+ * available memory divided by local (a byte count stays per rank). */
 ct_status ct_run_plan_for_world(const ct_config *cfg, const ct_model_config *mc, int world,
-                                ct_run_plan *out, size_t *limit);
+                                int local, ct_run_plan *out, size_t *limit);
 
 #endif

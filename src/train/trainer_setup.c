@@ -281,7 +281,8 @@ static ct_status check_resume_fits(trainer *t) {
  * fit run.memory_limit. Sets t->B, t->accum, t->mopts, t->plan, t->mem_limit. */
 static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
     const ct_config *cfg = t->cfg;
-    ct_status st = ct_run_plan_for_world(cfg, mc, t->world, &t->plan, &t->mem_limit);
+    ct_status st = ct_run_plan_for_world(cfg, mc, t->world, ct_dist_local_size(t->dist),
+                                         &t->plan, &t->mem_limit);
     if (st) return st;
     t->B = t->plan.B;
     t->accum = t->plan.grad_accum;
