@@ -216,8 +216,9 @@ CT_API int ct_loader_num_shards(const ct_loader *l);
  * continues from the newest checkpoint that verifies (damaged newer ones are
  * skipped with a warning) or starts fresh when there is none; a PATH names a
  * checkpoint directory that must verify. A checkpoint of another model shape,
- * or of another train.batch_size, seq_len, grad_accum, seed or data.shuffle,
- * is refused (CT_ERR_ARG naming both values), and so is model.init_from with
+ * or of another global batch (train.batch_size x ranks), seq_len, grad_accum,
+ * seed or data.shuffle, is refused (CT_ERR_ARG naming both values), and so is
+ * model.init_from with
  * a PATH, or with an auto checkpoint that recorded another model.init_from.
  * On resume, metrics.jsonl keeps its lines up to the checkpoint's step
  * (rewritten atomically) and grows from there.

@@ -8,7 +8,8 @@
   metrics.jsonl carries t_comm_ms.
 - ZeRO-1 on 2 ranks equals ZeRO off bit for bit (losses, final weights, the
   checkpoint's optimizer state), and the AdamW moments per rank are halved
-  (the ranks' own count, and `ctrain plan dist.world=2 dist.zero=1`).
+  (the ranks' own count, and `ctrain plan dist.world=2 dist.zero=1`); on 3
+  ranks, which do not divide the parameter count, the shards are padded.
 - A run whose rank 1 is killed after step 10's checkpoint resumes under 2
   ranks with bit-identical losses and weights (ZeRO on); the checkpoint
   resumes on 1 process at twice the batch (to 1e-5); another global batch is
@@ -188,6 +189,16 @@ def zero(tmp, shard):
     check("ZeRO off: every rank holds all the moments", full == [2 * 4 * numel] * 2, str(full))
     check("ZeRO-1: the moments per rank are halved", shard_bytes == [4 * numel] * 2,
           str(shard_bytes))
+    # 3 ranks: 8128 parameters do not split evenly; the shards are padded
+    z3, o3 = os.path.join(tmp, "zero3_on"), os.path.join(tmp, "zero3_off")
+    rc1, out1 = mpi(3, *base(shard, 2, steps=3), "dist.zero=1", f"run.dir={z3}")
+    rc2, out2 = mpi(3, *base(shard, 2, steps=3), f"run.dir={o3}")
+    check("ZeRO-1 on 3 ranks: shards of ceil(8128 / 3) = 2710, the last 2708",
+          rc1 == 0 and rc2 == 0 and per_rank(out1) == [8 * 2710, 8 * 2710, 8 * 2708],
+          f"{per_rank(out1)} {out1[-300:]}")
+    check("ZeRO-1 on 3 ranks = ZeRO off: final weights bit-identical",
+          rc1 == 0 and rc2 == 0 and read(os.path.join(z3, "model.safetensors")) ==
+          read(os.path.join(o3, "model.safetensors")))
     # the planner knows, without mpirun
     plans = []
     for args in ([], ["dist.world=2"], ["dist.world=2", "dist.zero=1"],
