@@ -11,7 +11,8 @@
   (the ranks' own count, and `ctrain plan dist.world=2 dist.zero=1`); on 3
   ranks, which do not divide the parameter count, the shards are padded.
 - A run whose rank 1 is killed after step 10's checkpoint resumes under 2
-  ranks with bit-identical losses and weights (ZeRO on); the checkpoint
+  ranks with bit-identical losses and weights (ZeRO on), and so does a
+  shuffled run from its checkpoint; the sequential checkpoint
   resumes on 1 process at twice the batch (to 1e-5); another global batch is
   refused.
 - Failures end every rank within a bounded time, never as a hang: a rank
@@ -250,6 +251,17 @@ def resume(tmp, shard):
         bad = [s for s in range(11, 17) if not close(a[s]["loss"], c[s]["loss"])]
         check("resume on 1 process: steps 11-16 equal the 2-rank run's to 1e-5", not bad,
               str([(s, a[s]["loss"], c[s]["loss"]) for s in bad]))
+    # shuffled data: every rank's loader position comes back from rank 0's
+    sh = ["data.shuffle=true", "run.checkpoint_every=4"]
+    sref, sres = os.path.join(tmp, "shuf_ref"), os.path.join(tmp, "shuf_res")
+    rc1, out1 = mpi(2, *base(shard, 2, steps=8, extra=sh), f"run.dir={sref}")
+    rc2, out2 = mpi(2, *base(shard, 2, steps=8, extra=sh), f"train.resume={ckpt(sref, 4)}",
+                    f"run.dir={sres}")
+    ok = rc1 == 0 and rc2 == 0
+    if ok:
+        a, b = metrics(sref), metrics(sres)
+        ok = sorted(b) == [5, 6, 7, 8] and all(a[s]["loss"] == b[s]["loss"] for s in b)
+    check("resume of shuffled data under 2 ranks is exact", ok, out1[-300:] + out2[-300:])
     rc, out = mpi(2, *base(shard, 1, steps=16, extra=extra), f"train.resume={ckpt(ref, 10)}",
                   f"run.dir={os.path.join(tmp, 'res_other')}")
     check("resume with another global batch is refused, naming both",
