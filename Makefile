@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all test test-fast demo asan clean bench-tokenizer bench-train
+.PHONY: all test test-fast demo asan nompi clean bench-tokenizer bench-train
 
 all:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -32,5 +32,10 @@ bench-train: all
 	/usr/bin/python3 bench/compare_torch.py --ctrain $(BUILD)/ctrain \
 		--json-out $(BUILD)/bench_train.json --markdown $(BUILD)/bench_train.md
 
+# The one-process build (no MPI), as on a machine without libopenmpi-dev.
+nompi:
+	cmake -S . -B build-nompi -DCMAKE_BUILD_TYPE=Release -DCT_MPI=OFF -DCT_TESTS=OFF -DCT_BENCH=OFF >/dev/null
+	cmake --build build-nompi -j $(JOBS)
+
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-nompi

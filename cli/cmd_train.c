@@ -5,8 +5,12 @@
  * tokens/s, ETA, peak memory, MFU, validation loss, skipped updates and the
  * monitor's standing alert, redrawn in
  * place on a terminal and as plain lines every run.log_every steps otherwise.
+ * Under mpirun every rank runs this; rank 0 alone shows progress, information
+ * and warnings, every rank its own final error (naming the rank), and a
+ * failure the other ranks do not know of aborts the job.
  */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +54,7 @@ int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool
 typedef struct train_progress {
     const ct_config *cfg;
     ct_ctx *ctx;
+    int rank;          /* MPI rank; only rank 0 shows progress */
     bool tty;          /* stderr is a terminal */
     bool pending;      /* an in-place line is on screen without its newline */
     char line[512];    /* the last line drawn, redrawn after a log message */
@@ -99,8 +104,34 @@ static void progress_log(ct_log_level level, const char *msg, void *user) {
     fflush(stderr);
 }
 
+/* Other ranks than 0: logged errors only, naming the rank (their warnings
+ * repeat rank 0's, since the ranks take the same decisions). */
+static void rank_log(ct_log_level level, const char *msg, void *user) {
+    const train_progress *p = user;
+    if (level < CT_LOG_ERROR) return;
+    fprintf(stderr, "rank %d: error: %s\n", p->rank, msg);
+}
+
+/* debug.kill_step / debug.hang_step: the failures a multi-rank test needs. */
+static void debug_rank_faults(const train_progress *p, int64_t step) {
+    const ct_config *c = p->cfg;
+    if (p->rank != c->debug.rank) return;
+    if (c->debug.kill_step && step == c->debug.kill_step) {
+        fprintf(stderr, "rank %d: debug.kill_step: killing myself after step %lld\n", p->rank,
+                (long long)step);
+        raise(SIGKILL);
+    }
+    if (c->debug.hang_step && step == c->debug.hang_step) {
+        fprintf(stderr, "rank %d: debug.hang_step: hanging after step %lld\n", p->rank,
+                (long long)step);
+        for (;;) sleep(1000); /* until something kills us */
+    }
+}
+
 static void print_progress(const ct_step_info *s, void *user) {
     train_progress *p = user;
+    debug_rank_faults(p, s->step);
+    if (p->rank != 0) return;
     double now = ct_time_s();
     /* mean wall time per step, evaluations and checkpoints included. The
      * first step reported (its own step time) warms caches, threads and pages
@@ -163,9 +194,20 @@ int cmd_train(int argc, char **argv) {
             return 0;
         }
     }
+    /* join the mpirun job first (one process when not launched by it), so
+     * that even a config one rank cannot read ends every rank */
+    ct_dist *dist = NULL;
+    if (ct_dist_init(&dist)) return cli_fail("train");
+    int rank = ct_dist_rank(dist), world = ct_dist_world(dist);
     ct_config cfg;
     bool print_only;
     int rc = cli_load_config("train", argc, argv, &cfg, &print_only);
+    if (world > 1 && ct_dist_agree(dist, rc ? CT_ERR_ARG : CT_OK, "reading the configuration")) {
+        if (!rc) rc = cli_fail("train"); /* a failed rank has printed its own error */
+        ct_dist_free(dist);
+        return rc;
+    }
+    if (rc || print_only) ct_dist_free(dist);
     if (rc) return rc;
     if (print_only) {
         /* a config that contradicts itself is refused here too, not only by a run */
@@ -179,20 +221,46 @@ int cmd_train(int argc, char **argv) {
     ct_ctx *ctx = NULL;
     ct_ctx_params cp = ct_ctx_params_default();
     cp.n_threads = (int)cfg.run.threads;
-    if (ct_ctx_init(&ctx, &cp)) return cli_fail("train");
+    int local = ct_dist_local_size(dist);
+    if (local > 1) {
+        /* ranks sharing a machine share its cores: split them, and leave
+         * placement to the launcher (pinning would stack every rank's
+         * threads on the same first cores) */
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        if (!cp.n_threads) cp.n_threads = cpus > local ? (int)(cpus / local) : 1;
+        cp.pin_threads = false;
+    }
+    ct_status st = ct_ctx_init(&ctx, &cp);
+    if (world > 1) st = ct_dist_agree(dist, st, "creating the context");
+    if (st) {
+        rc = cli_fail("train");
+        ct_dist_free(dist);
+        return rc;
+    }
     train_progress prog = {0};
     prog.cfg = &cfg;
     prog.ctx = ctx;
-    prog.tty = isatty(STDERR_FILENO);
-    ct_log_set(progress_log, &prog);
-    ct_train_hooks hooks = {print_progress, &prog, cli_stop_install()};
+    prog.rank = rank;
+    prog.tty = rank == 0 && isatty(STDERR_FILENO);
+    ct_log_set(rank == 0 ? progress_log : rank_log, &prog);
+    ct_train_hooks hooks = {print_progress, &prog, cli_stop_install(), dist};
     ct_train_result res;
-    ct_status st = ct_train_run_with(ctx, &cfg, &hooks, &res);
+    st = ct_train_run_with(ctx, &cfg, &hooks, &res);
     cli_stop_restore();
     ct_log_set(NULL, NULL);
     if (prog.pending) fputc('\n', stderr); /* keep the last line above what follows */
     ct_ctx_free(ctx);
-    if (st) return cli_fail("train");
+    if (st) {
+        char who[48];
+        snprintf(who, sizeof who, world > 1 ? "train (rank %d)" : "train", rank);
+        rc = cli_fail(who);
+        /* the others may wait on this rank in a collective: end the job */
+        if (world > 1 && !ct_dist_failed_together(dist)) ct_dist_abort(dist, rc);
+        ct_dist_free(dist);
+        return rc;
+    }
+    ct_dist_free(dist);
+    if (rank != 0) return res.end == CT_TRAIN_END_STOPPED ? 128 + res.stop_value : 0;
     if (res.end == CT_TRAIN_END_STOPPED) {
         fprintf(stderr, "ctrain train: stopped by signal %d after step %lld; checkpoint %s; "
                 "continue with train.resume=auto\n", res.stop_value, (long long)res.last_step,

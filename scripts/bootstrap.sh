@@ -4,8 +4,10 @@
 # Runs apt-get as root (directly, or through sudo when available).
 set -euo pipefail
 
+# libopenmpi-dev + openmpi-bin: data parallel under mpirun (the build runs as one
+# process without them).
 build_pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libyaml-dev libcjson-dev
-            libpcre2-dev libxxhash-dev libzstd-dev)
+            libpcre2-dev libxxhash-dev libzstd-dev libopenmpi-dev openmpi-bin)
 # Test-time references only: PyTorch for parity, node for reference data,
 # headless Chromium to render `ctrain report` pages and check their console.
 test_pkgs=(python3 python3-torch python3-numpy chromium)

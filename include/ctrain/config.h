@@ -86,7 +86,11 @@ typedef struct ct_config {
         char init_from[CT_PATH_MAX];
     } lora;
     struct {
-        int64_t zero;
+        int64_t zero;      /* 1: ZeRO-1, each rank keeps the AdamW moments of its shard */
+        int64_t world;     /* ranks to plan for (ctrain plan); 0: the launcher's */
+        double timeout_s;  /* longest wait in one collective; 0: forever */
+        double bucket_mb;  /* MiB of gradients per allreduce */
+        bool overlap;      /* start allreduces during the backward pass */
     } dist;
     struct {
         int64_t dump_grads_step; /* write run.dir/grads_stepK.safetensors; 0 = off */
@@ -95,6 +99,9 @@ typedef struct ct_config {
         double spike_factor;     /* the scale of spike_step */
         char bad_steps[CT_NAME_MAX]; /* "A-B": steps A..B get a NaN gradient; "" = off */
         int64_t sleep_ms;        /* pause after every step (tests of kills and signals) */
+        int64_t rank;            /* the rank kill_step and hang_step act on */
+        int64_t kill_step;       /* after step K, rank debug.rank kills itself (SIGKILL) */
+        int64_t hang_step;       /* after step K, rank debug.rank stops answering */
     } debug;
 } ct_config;
 

@@ -194,6 +194,18 @@ CT_API ct_status ct_model_forward_backward_timed(ct_model *m, const int32_t *inp
                                                  const int32_t *targets, int B, int T,
                                                  float grad_weight, float *mean_loss,
                                                  ct_model_timing *timing);
+
+/* Gradient hook: while set, ct_model_forward_backward calls fn(lo, hi, user)
+ * during its backward pass each time the gradients of the flat-buffer range
+ * [lo, hi) (elements) are final for that pass: the final norm (with an untied
+ * head), then each
+ * block from the last to the first, then the embeddings. The ranges are
+ * disjoint and cover the buffer; fn runs on the calling thread. Data parallel
+ * training uses it to start the allreduce of finished layers while earlier
+ * layers are still in the backward. fn NULL removes it. Borrows user. */
+typedef void (*ct_grad_ready_fn)(size_t lo, size_t hi, void *user);
+CT_API void ct_model_set_grad_hook(ct_model *m, ct_grad_ready_fn fn, void *user);
+
 /* Logits(B,T,V) of a full forward (for tests and evaluation tools). */
 CT_API ct_status ct_model_logits(ct_model *m, const int32_t *inputs, int B, int T,
                                  float *logits);

@@ -3,9 +3,11 @@
  * loader over llm.c token shards, and the training loop that `ctrain train`
  * runs (checkpoints with exact resume, the stability guard with rollback,
  * early stopping, a caller-owned stop flag).
- * Leaves out: LoRA and data-parallel training (refused with a clear error),
- * and signal handling itself (the program installs handlers; the library
- * only polls the flag it is given).
+ * Data-parallel training runs the same loop on every rank of an mpirun job
+ * (ct_train_hooks.dist, see ctrain/dist.h).
+ * Leaves out: LoRA (refused with a clear error), and signal handling itself
+ * (the program installs handlers; the library only polls the flag it is
+ * given).
  */
 #ifndef CT_TRAIN_H
 #define CT_TRAIN_H
@@ -14,6 +16,7 @@
 
 #include "ctrain/config.h"
 #include "ctrain/core.h"
+#include "ctrain/dist.h"
 #include "ctrain/model.h"
 
 #ifdef __cplusplus
@@ -26,26 +29,38 @@ typedef struct ct_adamw_params {
     float beta1, beta2, eps, weight_decay;
 } ct_adamw_params;
 
-/* Moments m and v mirror the parameter buffer (tag optim). They are one
- * block: v == m + numel, so m[0 .. 2*numel) covers both. */
+/* Moments m and v mirror the parameter range [lo, lo + n) of the flat buffer
+ * (tag optim): all of it, or one rank's ZeRO-1 shard. They are one block:
+ * v == m + n, so m[0 .. 2*n) covers both; m[i] belongs to parameter lo + i. */
 typedef struct ct_adamw {
     ct_ctx *ctx;
-    float *m, *v; /* (numel) each, contiguous */
-    size_t numel;
+    float *m, *v; /* (n) each, contiguous */
+    size_t numel; /* parameters of the model */
+    size_t lo, n; /* the range this optimizer updates: [lo, lo + n) of numel */
     int64_t t;    /* steps taken */
 } ct_adamw;
 
 /* Zeroed moments for numel parameters, t = 0. Fills *opt (owned; release with
  * ct_adamw_free; borrows ctx). CT_ERR_OOM. */
 CT_API ct_status ct_adamw_init(ct_adamw *opt, ct_ctx *ctx, size_t numel);
+/* The same for the range [lo, lo + n) of numel parameters only (ZeRO-1: one
+ * rank's shard; n may be 0): moments of n elements, and ct_adamw_step
+ * updates that range alone. CT_ASSERT lo + n <= numel. CT_ERR_OOM. */
+CT_API ct_status ct_adamw_init_range(ct_adamw *opt, ct_ctx *ctx, size_t numel, size_t lo,
+                                     size_t n);
 CT_API void ct_adamw_free(ct_adamw *opt); /* NULL and a zeroed struct are fine */
-/* One update with torch.optim.AdamW semantics; weight decay only on parameters
- * whose table entry has decay set (rank >= 2). grad_scale multiplies the
- * gradients first (clipping). */
+/* One update with torch.optim.AdamW semantics of the optimizer's range;
+ * weight decay only on parameters whose table entry has decay set (rank >=
+ * 2). grad_scale multiplies the gradients first (clipping). Each element's
+ * update is the same arithmetic whatever the range, so shards updated
+ * separately equal one full update bit for bit. */
 CT_API void ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, float lr,
                           float grad_scale);
 /* Global L2 norm of the gradient buffer (double accumulation). */
 CT_API double ct_grad_norm(ct_model *model);
+/* Sum of squares of the gradients [lo, lo + n) (double accumulation): one
+ * rank's part of the global norm. */
+CT_API double ct_grad_sumsq_range(ct_model *model, size_t lo, size_t n);
 /* torch.nn.utils.clip_grad_norm_'s factor: min(1, max_norm / (norm + 1e-6)); 1 when
  * max_norm <= 0. */
 CT_API float ct_clip_scale(double norm, double max_norm);
@@ -87,9 +102,11 @@ CT_API double ct_schedule_lr(const ct_schedule *s, int64_t step);
  * one.
  *
  * data.shuffle=false (llm.c's order): micro-batch m reads the window at token
- * (m*world + rank)*B*T of the current shard; when B*T+1 tokens no longer fit,
- * the loader moves to the next shard (wrapping to the first) and starts again
- * at rank*B*T. Shards too short for this rank's first window are passed over.
+ * (m*world + rank)*B*T of the current shard; when the world*B*T+1 tokens of
+ * the next step of all ranks no longer fit, every rank moves to the next shard
+ * (wrapping to the first) and starts again at rank*B*T. So world ranks at B
+ * read exactly the rows one rank at world*B reads. Shards shorter than
+ * world*B*T+1 tokens are passed over.
  *
  * data.shuffle=true: each epoch visits the shards in a seeded permutation of
  * their order and, within each shard, its windows in a seeded permutation;
@@ -164,7 +181,8 @@ CT_API void ct_loader_reset(ct_loader *l);
  * ct_loader_next (it updates a cache inside l). */
 CT_API void ct_loader_get_pos(ct_loader *l, ct_loader_pos *out);
 /* Continue from pos (from ct_loader_get_pos of a loader over the same shards,
- * B, T, seed, rank, world and mode): from here on the batches are exactly
+ * B, T, seed, world and mode, of this rank or of rank 0, since (epoch, index)
+ * is the same on every rank): from here on the batches are exactly
  * those an uninterrupted loader would have returned. Drops batches read ahead
  * and restarts the prefetch thread. Borrows pos.
  * Errors: CT_ERR_ARG when pos does not fit this loader (negative epoch, index
@@ -198,8 +216,9 @@ CT_API int ct_loader_num_shards(const ct_loader *l);
  * continues from the newest checkpoint that verifies (damaged newer ones are
  * skipped with a warning) or starts fresh when there is none; a PATH names a
  * checkpoint directory that must verify. A checkpoint of another model shape,
- * or of another train.batch_size, seq_len, grad_accum, seed or data.shuffle,
- * is refused (CT_ERR_ARG naming both values), and so is model.init_from with
+ * or of another global batch (train.batch_size x ranks), seq_len, grad_accum,
+ * seed or data.shuffle, is refused (CT_ERR_ARG naming both values), and so is
+ * model.init_from with
  * a PATH, or with an auto checkpoint that recorded another model.init_from.
  * On resume, metrics.jsonl keeps its lines up to the checkpoint's step
  * (rewritten atomically) and grows from there.
@@ -215,6 +234,30 @@ CT_API int ct_loader_num_shards(const ct_loader *l);
  * More than guard.max_rollbacks rollbacks end the run with CT_ERR_NUMERIC.
  * Periodic checkpoints are postponed while a bad run is open, so every one of
  * them is a state to roll back to.
+ *
+ * Data parallel (hooks->dist with more than one rank; every rank calls
+ * ct_train_run_with with the same config): the ranks first compare their
+ * resolved configs (a difference is CT_ERR_ARG on every rank, naming the
+ * first differing line) and agree on the outcome of setup, so a bad input on
+ * any rank ends every rank with the reason before anything is written. All
+ * ranks start from rank 0's weights. train.batch_size is per rank: rank r
+ * of w reads its own window of each global batch (see the loader), weights
+ * its loss by 1/w, and the gradients are summed by allreduces over buckets of
+ * dist.bucket_mb, started during the last micro-batch's backward
+ * (dist.overlap) and finished before the guard, so the loss, the gradient,
+ * the norm, the guard's verdicts and the stop flag are the same on every
+ * rank; N ranks at batch B train like one process at N*B (sequential data).
+ * dist.zero=1 (ZeRO-1): each rank keeps the AdamW moments of its
+ * ceil(numel/N) shard and updates only that shard, then the parameters are
+ * all-gathered (bit-identical to ZeRO off). Rank 0 alone writes run.dir
+ * (config.yaml, metrics.jsonl, TensorBoard, checkpoints, the final weights);
+ * for a checkpoint it gathers the ZeRO moments, so checkpoints have the
+ * one-process format. A resume may change the rank count when the global
+ * batch (train.batch_size x ranks) stays and data.shuffle is false (a
+ * shuffled run keeps both); run.dir must be visible to every rank (the
+ * ranks check they resume the same step). Every wait for other ranks ends
+ * after dist.timeout_s with CT_ERR_DIST; errors no other rank knows of (see
+ * ct_dist_failed_together) leave the job to be aborted by the program.
  */
 
 typedef struct ct_step_info {
@@ -233,7 +276,9 @@ typedef struct ct_step_info {
     int64_t mem_bytes;     /* bytes held by the context's allocator after the step */
     /* the monitor's figures (metrics.jsonl's train-line keys of the same names) */
     double t_data_ms, t_fwd_ms, t_bwd_ms, t_opt_ms; /* the step time split */
-    double t_comm_ms;      /* gradient communication; 0 without data parallelism */
+    double t_comm_ms;      /* time spent communicating with the other ranks (gradient
+                            * allreduce, exchanges, ZeRO gathers; the part overlapping
+                            * the backward counts in both); 0 alone */
     double gflops;         /* achieved model GFLOP/s */
     double mfu;            /* gflops / measured GEMM peak; NaN when unknown */
     double mfu_theory;     /* gflops / theoretical ISA x cores x clock peak; NaN when unknown */
@@ -254,6 +299,10 @@ typedef struct ct_train_hooks {
      * result->end = CT_TRAIN_END_STOPPED. A signal handler may set it (the
      * library installs no handlers and keeps no global state). */
     volatile sig_atomic_t *stop;
+    /* The ranks of an mpirun job (ctrain/dist.h); NULL: one process. Every
+     * rank calls ct_train_run_with with the same config; see "Data parallel"
+     * above. */
+    ct_dist *dist;
 } ct_train_hooks;
 
 typedef enum ct_train_end {

@@ -195,23 +195,29 @@ static int upper_index(const int64_t *a, int n, int64_t k) {
     return lo;
 }
 
-void loader_locate(const ct_loader *l, loader_locator *loc, int64_t epoch, int64_t index,
-                   int32_t *shard, int64_t *offset) {
+/* loader_locate for any rank of the loader's world. */
+static void locate_rank(const ct_loader *l, loader_locator *loc, int rank, int64_t epoch,
+                        int64_t index, int32_t *shard, int64_t *offset) {
     CT_ASSERT(epoch >= 0 && index >= 0 && index < l->per_epoch);
     if (!l->shuffle) {
         /* this rank's k-th window of shard s is at (k*world + rank)*B*T */
         int s = upper_index(l->seq_cum, l->n_shards, index);
         *shard = s;
-        *offset = ((index - l->seq_cum[s]) * l->world + l->rank) * l->BT;
+        *offset = ((index - l->seq_cum[s]) * l->world + rank) * l->BT;
         return;
     }
     if (loc->epoch != epoch) locator_set_epoch(l, loc, epoch);
-    int64_t g = index * l->world + l->rank; /* global window index in the epoch */
+    int64_t g = index * l->world + rank; /* global window index in the epoch */
     int j = upper_index(loc->start, l->n_shards, g);
     int32_t s = loc->order[j];
     int64_t w = feistel_permute(g - loc->start[j], l->wins[s], order_key(l->seed, epoch, s + 1));
     *shard = s;
     *offset = w * l->BT;
+}
+
+void loader_locate(const ct_loader *l, loader_locator *loc, int64_t epoch, int64_t index,
+                   int32_t *shard, int64_t *offset) {
+    locate_rank(l, loc, l->rank, epoch, index, shard, offset);
 }
 
 void loader_advance(const ct_loader *l, int64_t *epoch, int64_t *index, int64_t n) {
@@ -269,7 +275,7 @@ static ct_status open_shards(ct_loader *l, const ct_loader_opts *o) {
     l->seq_cum = calloc((size_t)n + 1, sizeof *l->seq_cum);
     if (!l->shards || !l->wins || !l->seq_cum)
         return CT_ERR(CT_ERR_OOM, "out of memory for the loader");
-    int64_t BT = l->BT, stride = BT * l->world, first = (int64_t)l->rank * BT;
+    int64_t BT = l->BT, stride = BT * l->world;
     for (int i = 0; i < n; i++) {
         if ((st = ct_shard_open(&l->shards[i], l->paths[i]))) return st;
         int64_t ntok = ct_shard_ntokens(l->shards[i]);
@@ -285,8 +291,10 @@ static ct_status open_shards(ct_loader *l, const ct_loader_opts *o) {
         l->total_tokens += ntok;
         l->wins[i] = (ntok - 1) / BT;
         l->n_windows += l->wins[i];
-        /* sequential windows of this rank: offsets first + k*stride with B*T+1 tokens */
-        int64_t seq = ntok >= first + BT + 1 ? (ntok - 1 - BT - first) / stride + 1 : 0;
+        /* sequential: the k-th global window of world*B*T tokens (+1) holds one
+         * window of every rank, so all ranks take the same number from a
+         * shard, as one rank at world*B would */
+        int64_t seq = (ntok - 1) / stride;
         l->seq_cum[i + 1] = l->seq_cum[i] + seq;
     }
     if (l->shuffle) {
@@ -297,9 +305,9 @@ static ct_status open_shards(ct_loader *l, const ct_loader_opts *o) {
     } else {
         l->per_epoch = l->seq_cum[n];
         if (l->per_epoch < 1)
-            return CT_ERR(CT_ERR_ARG, "%s: no shard holds the %" PRId64 " tokens rank %d of %d "
-                          "needs for its first batch ((rank + 1) * B*T + 1)", o->spec,
-                          first + BT + 1, l->rank, l->world);
+            return CT_ERR(CT_ERR_ARG, "%s: no shard holds the %" PRId64 " tokens one "
+                          "sequential step of %d rank(s) needs (ranks * B*T + 1)", o->spec,
+                          stride + 1, l->world);
     }
     return CT_OK;
 }
@@ -395,6 +403,16 @@ ct_status ct_loader_set_pos(ct_loader *l, const ct_loader_pos *pos) {
     int32_t s;
     int64_t off;
     loader_locate(l, &l->cons_loc, pos->epoch, pos->index, &s, &off);
+    if ((s != pos->shard || off != pos->offset) && l->rank != 0) {
+        /* a position rank 0 took (the one a checkpoint keeps) fits too */
+        int32_t s0;
+        int64_t off0;
+        locate_rank(l, &l->cons_loc, 0, pos->epoch, pos->index, &s0, &off0);
+        if (s0 == pos->shard && off0 == pos->offset) {
+            s = s0;
+            off = off0;
+        }
+    }
     if (s != pos->shard || off != pos->offset) {
         ct_status st = CT_ERR(CT_ERR_ARG, "loader position: epoch %" PRId64 " index %" PRId64
                               " is the window at token %" PRId64 " of %s here, but the position "

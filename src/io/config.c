@@ -142,7 +142,15 @@ static const key_def keys[] = {
     F("lora.dropout", lora.dropout, 0, 1, "LoRA dropout"),
     S("lora.targets", lora.targets, "modules to adapt, comma-separated"),
     S("lora.init_from", lora.init_from, "PEFT adapter directory"),
-    I("dist.zero", dist.zero, 0, 1, "ZeRO-1 optimizer sharding under mpirun"),
+    I("dist.zero", dist.zero, 0, 1,
+      "1: ZeRO-1 under mpirun, each rank keeps and updates the AdamW moments of 1/N"),
+    I("dist.world", dist.world, 0, 1 << 20,
+      "ranks to plan memory for (ctrain plan); 0: the launcher's; under mpirun it must match"),
+    F("dist.timeout_s", dist.timeout_s, 0, 1e7,
+      "longest wait for the other ranks in one collective, seconds (0: forever)"),
+    F("dist.bucket_mb", dist.bucket_mb, 0, 1e6, "MiB of gradients per allreduce (0: one)"),
+    B("dist.overlap", dist.overlap,
+      "start each bucket's allreduce during the backward pass, as soon as it is final"),
     I("debug.dump_grads_step", debug.dump_grads_step, 0, BIG,
       "write run.dir/grads_stepK.safetensors at step K (0: off)"),
     I("debug.nan_step", debug.nan_step, 0, BIG, "make step K's gradient NaN (0: off)"),
@@ -151,6 +159,11 @@ static const key_def keys[] = {
     F("debug.spike_factor", debug.spike_factor, 0, 1e30, "scale of debug.spike_step"),
     S("debug.bad_steps", debug.bad_steps, "\"A-B\": make steps A..B's gradients NaN"),
     I("debug.sleep_ms", debug.sleep_ms, 0, 3600000, "pause after every step, in ms"),
+    I("debug.rank", debug.rank, 0, 1 << 20, "the rank debug.kill_step and hang_step act on"),
+    I("debug.kill_step", debug.kill_step, 0, BIG,
+      "after step K, rank debug.rank kills itself with SIGKILL (0: off)"),
+    I("debug.hang_step", debug.hang_step, 0, BIG,
+      "after step K, rank debug.rank stops answering (0: off)"),
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
@@ -190,6 +203,9 @@ void ct_config_default(ct_config *c) {
     c->guard.lr_factor = 0.5;
     c->guard.max_rollbacks = 10;
     c->debug.spike_factor = 1000.0;
+    c->dist.timeout_s = 600;
+    c->dist.bucket_mb = 8;
+    c->dist.overlap = true;
     snprintf(c->run.memory_limit, sizeof c->run.memory_limit, "85%%");
     c->alerts.memory_warning = 0.90;
     c->alerts.memory_critical = 0.95;

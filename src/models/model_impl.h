@@ -110,6 +110,8 @@ struct ct_model {
     ct_arena arena;
     model_acts acts;
     decode_state dec;
+    ct_grad_ready_fn grad_hook; /* ct_model_set_grad_hook; NULL: none */
+    void *grad_hook_user;
 };
 
 static inline float *model_p(ct_model *m, int idx) {

@@ -284,6 +284,27 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     model_norm_bwd(m, a->dres, a->dln, res_in, w->ln1_w, w->ln1_b, v.ln1_mean, v.ln1_rstd, N);
 }
 
+/* Tell the gradient hook that the flat-buffer span of table entries idx[0..n)
+ * is final (-1 entries are tensors the variant lacks). The span runs from the
+ * lowest offset to the highest end, so it also takes the entries laid out
+ * between them (LLaMA's k, v and up projections, which no index names). */
+static void grad_ready(ct_model *m, const int *idx, int n) {
+    if (!m->grad_hook) return;
+    size_t lo = SIZE_MAX, hi = 0;
+    for (int i = 0; i < n; i++) {
+        if (idx[i] < 0) continue;
+        const ct_param *p = &m->table[idx[i]];
+        if (p->offset < lo) lo = p->offset;
+        if (p->offset + p->numel > hi) hi = p->offset + p->numel;
+    }
+    if (hi > lo) m->grad_hook(lo, hi, m->grad_hook_user);
+}
+
+void ct_model_set_grad_hook(ct_model *m, ct_grad_ready_fn fn, void *user) {
+    m->grad_hook = fn;
+    m->grad_hook_user = fn ? user : NULL;
+}
+
 static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
     const ct_kernels *k = m->k;
     const ct_model_config *c = &m->cfg;
@@ -296,8 +317,16 @@ static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
     const float *res_last = acts_bf16(m) ? a->res : (const float *)a->layers[L - 1].res3;
     memset(a->dres, 0, NC * sizeof(float));
     model_norm_bwd(m, a->dres, a->dln, res_last, m->lnf_w, m->lnf_b, a->lnf_mean, a->lnf_rstd, N);
-    for (int l = L - 1; l >= 0; l--) block_backward(m, l, B, T);
+    /* the final norm and an untied head (its gradient came with the fused loss) */
+    int fin[3] = {m->lnf_w, m->lnf_b, m->head_w != m->wte ? m->head_w : -1};
+    grad_ready(m, fin, 3);
+    for (int l = L - 1; l >= 0; l--) {
+        block_backward(m, l, B, T);
+        grad_ready(m, (const int *)&m->layers[l], (int)(sizeof(layer_idx) / sizeof(int)));
+    }
     k->encoder_backward(model_g(m, m->wte), model_g(m, m->wpe), a->dres, inputs, B, T, C);
+    int emb[2] = {m->wte, m->wpe};
+    grad_ready(m, emb, 2); /* the tied head's part came first */
 }
 
 /* ------------------------------------------------------- entry points */

@@ -23,6 +23,7 @@ ct_status ct_run_plan_make(const ct_model_config *mc, int B, int T, int grad_acc
     out->grad_accum = grad_accum;
     out->opts = *o;
     out->optim = 2 * out->model.params;
+    out->optim_shards = 1;
     /* inputs and targets: the prefetch ring's slots and the trainer's own pair */
     out->data = (size_t)(prefetch + 1) * 2 * (size_t)B * T * sizeof(int32_t);
     ct_run_plan_set_threads(out, 0);
@@ -52,11 +53,24 @@ void ct_run_plan_set_threads(ct_run_plan *p, int threads) {
     p->total = p->model.total + p->optim + p->data + p->runtime;
 }
 
-/* ct_run_plan_make for the request's thread count. */
+void ct_run_plan_shard_optim(ct_run_plan *p, int shards) {
+    if (shards <= 1) return;
+    size_t numel = p->model.params / sizeof(float);
+    size_t shard = (numel + (size_t)shards - 1) / (size_t)shards; /* padded, as the trainer */
+    p->total -= p->optim;
+    p->optim = 2 * shard * sizeof(float);
+    p->total += p->optim;
+    p->optim_shards = shards;
+}
+
+/* ct_run_plan_make for the request's thread count and its ZeRO sharding. */
 static ct_status plan_for(const ct_model_config *mc, const ct_fit_request *r, int B, int accum,
                           const ct_model_opts *o, ct_run_plan *out) {
     ct_status st = ct_run_plan_make(mc, B, r->T, accum, r->prefetch, o, out);
-    if (!st) ct_run_plan_set_threads(out, r->threads);
+    if (!st) {
+        ct_run_plan_set_threads(out, r->threads);
+        ct_run_plan_shard_optim(out, r->optim_shards);
+    }
     return st;
 }
 
@@ -162,8 +176,15 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
 
 ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc,
                                  ct_run_plan *out, size_t *limit) {
+    return ct_run_plan_for_world(cfg, mc, cfg->dist.world > 0 ? (int)cfg->dist.world : 1, 1,
+                                 out, limit);
+}
+
+ct_status ct_run_plan_for_world(const ct_config *cfg, const ct_model_config *mc, int world,
+                                int local, ct_run_plan *out, size_t *limit) {
     ct_fit_request r;
     memset(&r, 0, sizeof r);
+    r.optim_shards = cfg->dist.zero ? world : 1;
     r.recompute_auto = strcmp(cfg->train.recompute, "auto") == 0;
     ct_status st = ct_model_opts_from_names(&r.opts, r.recompute_auto ? "none" :
                                             cfg->train.recompute, cfg->train.activation_dtype);
@@ -182,7 +203,8 @@ ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc
     if (r.T > mc->n_ctx)
         return CT_ERR(CT_ERR_ARG, "train.seq_len = %d exceeds the model's context n_ctx = %d",
                       r.T, mc->n_ctx);
-    if ((st = ct_config_memory_limit(cfg->run.memory_limit, ct_memory_available(), &r.limit)))
+    size_t avail = ct_memory_available() / (size_t)(local > 1 ? local : 1);
+    if ((st = ct_config_memory_limit(cfg->run.memory_limit, avail, &r.limit)))
         return st;
     if ((st = ct_run_plan_fit(mc, &r, out))) return st;
     *limit = r.limit;

@@ -2,7 +2,7 @@
  * The run's memory plan and the hard memory limit. Every byte a training run
  * allocates in bulk is counted from the model config and the settings before
  * anything is allocated: the model's plan (params, grads, activations, work,
- * scratch), AdamW's moments and the token buffers of the loader's prefetch
+ * scratch), AdamW's moments (one rank's shard under ZeRO-1) and the token buffers of the loader's prefetch
  * ring and the trainer. run.memory_limit ("85%", "12GB", bytes) caps it;
  * batch_size=auto and recompute=auto pick settings under the cap by planning,
  * never by trying an allocation. The process itself (code, libraries, heap,
@@ -25,7 +25,8 @@ typedef struct ct_run_plan {
     int B, T, grad_accum;
     ct_model_opts opts;
     ct_model_plan model; /* params, grads, acts, work, scratch */
-    size_t optim;        /* AdamW m and v */
+    size_t optim;        /* AdamW m and v of this rank (its shard under ZeRO-1) */
+    int optim_shards;    /* ranks the moments are split over (ZeRO-1); 1: none */
     size_t data;         /* token buffers: prefetch ring + the trainer's batch */
     size_t runtime;      /* process baseline for `threads` threads (ct_run_plan_runtime) */
     int threads;         /* the thread count runtime was planned for */
@@ -55,6 +56,11 @@ void ct_run_plan_set_threads(ct_run_plan *p, int threads);
 #define CT_RUNTIME_BLAS_MIB 5.5
 size_t ct_run_plan_runtime(int threads);
 
+/* Split the plan's AdamW moments over `shards` ranks (ZeRO-1): each keeps
+ * ceil(numel / shards) elements of m and v; total follows. shards <= 1 is a
+ * no-op. */
+void ct_run_plan_shard_optim(ct_run_plan *p, int shards);
+
 /* Bytes this process may use: min(RAM, cgroup memory limit). 0 when unknown. */
 size_t ct_memory_available(void);
 
@@ -69,6 +75,7 @@ typedef struct ct_fit_request {
     int threads;         /* threads the run uses; 0: the CPUs this process may run on */
     size_t limit;        /* bytes */
     const char *limit_spec; /* for messages: the run.memory_limit text */
+    int optim_shards;    /* ZeRO-1: ranks the AdamW moments are split over; 0 or 1: none */
 } ct_fit_request;
 
 /* Resolves the automatic settings and checks the plan against the limit.
@@ -82,9 +89,16 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *req, 
 
 /* The run's settings from cfg (batch size, recompute, activation dtype,
  * accumulation, effective batch, prefetch, run.threads, run.memory_limit against
- * ct_memory_available) planned and fitted for the model shape mc, as `train`
- * and `plan` both do. Writes the plan and the limit in bytes. CT_ERR_ARG. */
+ * ct_memory_available, dist.zero over dist.world ranks, 0 counting as 1)
+ * planned and fitted for the model shape mc, as `train` and `plan` both do.
+ * Writes the plan and the limit in bytes. CT_ERR_ARG. */
 ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc,
                                  ct_run_plan *out, size_t *limit);
+/* The same for one rank of a run of `world` ranks, `local` of them on this
+ * machine (the trainer passes the launcher's counts): ranks that share a
+ * machine share its memory, so a percentage run.memory_limit is of the
+ * available memory divided by local (a byte count stays per rank). */
+ct_status ct_run_plan_for_world(const ct_config *cfg, const ct_model_config *mc, int world,
+                                int local, ct_run_plan *out, size_t *limit);
 
 #endif

@@ -14,19 +14,28 @@
 #include "core/ctx.h"
 #include "models/model_impl.h"
 
-ct_status ct_adamw_init(ct_adamw *opt, ct_ctx *ctx, size_t numel) {
+ct_status ct_adamw_init_range(ct_adamw *opt, ct_ctx *ctx, size_t numel, size_t lo, size_t n) {
+    CT_ASSERT(lo <= numel && n <= numel - lo);
     memset(opt, 0, sizeof *opt);
     opt->ctx = ctx;
     opt->numel = numel;
-    if (numel > SIZE_MAX / (2 * sizeof(float)))
-        return CT_ERR(CT_ERR_OOM, "AdamW moments for %zu parameters overflow size_t", numel);
-    /* one block, m then v, so a checkpoint writes both without a copy */
-    opt->m = ct_alloc(ctx, 2 * numel * sizeof(float), CT_TAG_OPTIM);
+    opt->lo = lo;
+    opt->n = n;
+    if (n > SIZE_MAX / (2 * sizeof(float)))
+        return CT_ERR(CT_ERR_OOM, "AdamW moments for %zu parameters overflow size_t", n);
+    /* one block, m then v, so a checkpoint writes both without a copy; an
+     * empty shard still gets a block, so m is never NULL */
+    size_t bytes = 2 * n * sizeof(float);
+    opt->m = ct_alloc(ctx, bytes ? bytes : sizeof(float), CT_TAG_OPTIM);
     if (!opt->m) return ct_last_status();
-    opt->v = opt->m + numel;
+    opt->v = opt->m + n;
     /* resident before step 1, so no step faults pages in */
-    model_touch_pages(opt->m, 2 * numel * sizeof(float));
+    model_touch_pages(opt->m, bytes);
     return CT_OK;
+}
+
+ct_status ct_adamw_init(ct_adamw *opt, ct_ctx *ctx, size_t numel) {
+    return ct_adamw_init_range(opt, ctx, numel, 0, numel);
 }
 
 void ct_adamw_free(ct_adamw *opt) {
@@ -41,6 +50,7 @@ void ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, flo
     opt->t++;
     int n = ct_model_num_params(model);
     float *w = ct_model_params(model), *g = ct_model_grads(model);
+    size_t lo = opt->lo, hi = opt->lo + opt->n;
     int i = 0;
     while (i < n) {
         const ct_param *first = ct_model_param(model, i);
@@ -52,16 +62,26 @@ void ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, flo
             end += q->numel;
             j++;
         }
-        k->adamw_update(w + begin, g + begin, opt->m + begin, opt->v + begin, end - begin, lr,
-                        p->beta1, p->beta2, p->eps, first->decay ? p->weight_decay : 0.0f,
-                        grad_scale, opt->t);
         i = j;
+        /* the part of this run inside the optimizer's range */
+        if (begin < lo) begin = lo;
+        if (end > hi) end = hi;
+        if (end <= begin) continue;
+        k->adamw_update(w + begin, g + begin, opt->m + (begin - lo), opt->v + (begin - lo),
+                        end - begin, lr, p->beta1, p->beta2, p->eps,
+                        first->decay ? p->weight_decay : 0.0f, grad_scale, opt->t);
     }
 }
 
 double ct_grad_norm(ct_model *model) {
     const ct_kernels *k = model->k;
     return sqrt(k->sumsq(ct_model_grads(model), ct_model_numel(model)));
+}
+
+double ct_grad_sumsq_range(ct_model *model, size_t lo, size_t n) {
+    CT_ASSERT(lo <= ct_model_numel(model) && n <= ct_model_numel(model) - lo);
+    if (!n) return 0.0;
+    return model->k->sumsq(ct_model_grads(model) + lo, n);
 }
 
 float ct_clip_scale(double norm, double max_norm) {

@@ -157,6 +157,7 @@ ct_status ct_train_state_encode(const ct_train_state *s, uint8_t **out, size_t *
     size_t n = strnlen(s->init_from, sizeof s->init_from);
     put_u32(&w, (uint32_t)n);
     put_bytes(&w, s->init_from, n);
+    put_i64(&w, s->world);
     if (w.oom) {
         free(w.p);
         return CT_ERR(CT_ERR_OOM, "out of memory encoding the training state");
@@ -176,9 +177,9 @@ ct_status ct_train_state_decode(ct_train_state *s, const uint8_t *data, size_t l
         r.st = CT_ERR(CT_ERR_FORMAT, "%s: not a training-state record (magic 0x%08x, expected "
                       "0x%08x)", where, magic, CT_TRAIN_STATE_MAGIC);
     uint32_t version = get_u32(&r, "version");
-    if (!r.st && version != CT_TRAIN_STATE_VERSION) {
-        r.st = CT_ERR(CT_ERR_FORMAT, "%s: training-state version %u, this build reads version %d",
-                      where, version, CT_TRAIN_STATE_VERSION);
+    if (!r.st && (version < 1 || version > CT_TRAIN_STATE_VERSION)) {
+        r.st = CT_ERR(CT_ERR_FORMAT, "%s: training-state version %u, this build reads versions "
+                      "1..%d", where, version, CT_TRAIN_STATE_VERSION);
         ct_error_hint("resume it with the ctrain version that wrote it");
     }
     t.step = get_i64(&r, "step");
@@ -240,6 +241,8 @@ ct_status ct_train_state_decode(ct_train_state *s, const uint8_t *data, size_t l
         bad_field(&r, "init_from.length", "a path shorter than CT_PATH_MAX", (double)n);
     const uint8_t *name = take(&r, n, "init_from");
     if (name) memcpy(t.init_from, name, n);
+    t.world = version >= 2 ? get_i64(&r, "world") : 1; /* version 1: one process */
+    if (t.world < 1) bad_field(&r, "world", ">= 1", (double)t.world);
     if (!r.st && (g->bad_run < 0 || g->skipped < 0 || g->spikes < 0 || g->rollbacks < 0 ||
                   t.bad_evals < 0))
         bad_field(&r, "guard counters", ">= 0", -1);
@@ -259,6 +262,7 @@ ct_status ct_train_state_save(const char *run_dir, ct_model *model, const ct_ada
                               const ct_train_state *s, const ct_ckpt_opts *o, char *out_dir,
                               size_t cap) {
     CT_ASSERT(opt->numel == ct_model_numel(model) && s->numel == opt->numel);
+    CT_ASSERT(opt->lo == 0 && opt->n == opt->numel); /* a ZeRO shard is gathered first */
     uint8_t *state = NULL;
     size_t state_len = 0;
     ct_status st = ct_train_state_encode(s, &state, &state_len);
@@ -327,6 +331,8 @@ ct_status ct_train_state_load(const char *dir, ct_ctx *ctx, ct_model *model, ct_
         goto done;
     }
     if ((st = ct_ckpt_read_blob(dir, "optimizer", &moments, &len))) goto done;
+    /* the blob always holds every parameter's moments; a ZeRO-1 optimizer
+     * takes its range of m and of v */
     if (len != 2 * opt->numel * sizeof(float)) {
         st = CT_ERR(CT_ERR_FORMAT, "%s: the optimizer state is %zu bytes, expected %zu (m and v "
                     "of %zu parameters as float32)", dir, len, 2 * opt->numel * sizeof(float),
@@ -335,13 +341,15 @@ ct_status ct_train_state_load(const char *dir, ct_ctx *ctx, ct_model *model, ct_
     }
     /* the weights last: they change the model, so nothing may fail after */
     if (model && (st = ct_train_state_load_weights(model, ctx, dir))) goto done;
-    if (host_little_endian()) {
-        memcpy(opt->m, moments, len);
-    } else {
-        const uint8_t *src = moments;
-        uint8_t *dst = (uint8_t *)opt->m;
-        for (size_t i = 0; i < 2 * opt->numel; i++)
-            for (int b = 0; b < 4; b++) dst[4 * i + (size_t)b] = src[4 * i + 3 - (size_t)b];
+    for (int half = 0; half < 2; half++) {
+        const uint8_t *src = (const uint8_t *)moments + (half * opt->numel + opt->lo) * 4;
+        uint8_t *dst = (uint8_t *)(half ? opt->v : opt->m);
+        if (host_little_endian()) {
+            memcpy(dst, src, opt->n * sizeof(float));
+        } else {
+            for (size_t i = 0; i < opt->n; i++)
+                for (int b = 0; b < 4; b++) dst[4 * i + (size_t)b] = src[4 * i + 3 - (size_t)b];
+        }
     }
     opt->t = t->adam_t;
     *s = *t;

@@ -7,11 +7,13 @@
  * Blobs of a checkpoint:
  *   "optimizer"  AdamW's moments: m then v, 2*numel little-endian float32,
  *                written straight from the optimizer's block (no copy on
- *                little-endian hosts). Its step count is in "state".
+ *                little-endian hosts); under ZeRO-1 rank 0 gathers the shards
+ *                first, so the format does not depend on the rank count. Its
+ *                step count is in "state".
  *   "state"      a versioned record, all integers and floats little-endian,
  *                field by field (format below).
  *
- * "state" format, version 1 (i64/u64: 8 bytes, i32/u32: 4, f64: IEEE double):
+ * "state" format, version 2 (i64/u64: 8 bytes, i32/u32: 4, f64: IEEE double):
  *   u32 magic 0x53545443 (the bytes "CTTS"), u32 version 1,
  *   i64 step (loop steps done), i64 adam_t (updates applied), u64 numel,
  *   i64 batch_size, i64 seq_len, i64 grad_accum, i64 seed, i64 shuffle (0|1),
@@ -23,7 +25,9 @@
  *          i64 rollbacks, f64 lr_factor (the product so far),
  *   early stopping: f64 best_val (NaN: no validation yet), i64 bad_evals,
  *   i64 ckpt_pending (1: a periodic checkpoint was postponed and is due),
- *   u32 length + bytes: model.init_from of the run ("" when none).
+ *   u32 length + bytes: model.init_from of the run ("" when none),
+ *   version 2 on: i64 world (ranks of the run; batch_size is per rank, and
+ *   the loader position is rank 0's). Version 1 records read as world 1.
  * No random-number state is stored: the loop draws no random numbers after
  * initialisation, and the shuffled order follows from (seed, loader position).
  *
@@ -38,7 +42,7 @@
 #include "train/guard.h"
 
 #define CT_TRAIN_STATE_MAGIC 0x53545443u
-#define CT_TRAIN_STATE_VERSION 1
+#define CT_TRAIN_STATE_VERSION 2
 
 typedef struct ct_train_state {
     int64_t step;   /* loop steps done (the checkpoint's step) */
@@ -53,6 +57,7 @@ typedef struct ct_train_state {
     int64_t bad_evals;   /* validations since the best one */
     bool ckpt_pending;   /* a periodic checkpoint is postponed (guard's bad run) */
     char init_from[CT_PATH_MAX]; /* model.init_from of the run */
+    int64_t world;               /* ranks of the run (batch_size is per rank) */
 } ct_train_state;
 
 /* Encode s as the "state" blob. Returns owned *out (release with free) and
@@ -66,7 +71,8 @@ ct_status ct_train_state_decode(ct_train_state *s, const uint8_t *data, size_t l
                                 const char *where);
 
 /* Save a checkpoint of step s->step into run_dir/checkpoints: the weights of
- * model, the moments of opt (opt->numel must equal the model's) and s. Borrows
+ * model, the moments of opt (opt->numel must equal the model's, and opt must
+ * cover all of it: gather a ZeRO-1 shard first) and s. Borrows
  * everything; o as for ct_ckpt_save. The directory goes to out_dir (cap
  * bytes) when not NULL. Errors as ct_ckpt_save's (nothing of a failed save
  * remains). */
@@ -79,8 +85,8 @@ ct_status ct_train_state_save(const char *run_dir, ct_model *model, const ct_ada
 ct_status ct_train_state_read(const char *dir, ct_train_state *s);
 
 /* Load checkpoint directory dir (verified by the caller) into model (its
- * weights; model NULL: the weights are not read), opt (moments and
- * t = adam_t) and *s. Everything is read and checked first: on error model,
+ * weights; model NULL: the weights are not read), opt (the moments of its
+ * range [lo, lo + n), and t = adam_t) and *s. Everything is read and checked first: on error model,
  * opt and *s are unchanged. Borrows all.
  * Errors: CT_ERR_FORMAT (a blob of the wrong size, another parameter count),
  * and those of ct_model_load_hf and ct_ckpt_read_blob. */

@@ -43,7 +43,10 @@ static ct_status evaluate(trainer *t, double *out) {
         if (st) return st;
         sum += loss;
     }
-    *out = sum / (double)t->cfg->train.eval_batches;
+    /* under mpirun each rank scored its own windows: the mean over all */
+    ct_status st = trainer_dist_sum(t, &sum);
+    if (st) return st;
+    *out = sum / ((double)t->cfg->train.eval_batches * t->world);
     return CT_OK;
 }
 
@@ -66,6 +69,7 @@ static void snapshot_state(trainer *t, ct_train_state *s) {
     s->bad_evals = t->bad_evals;
     s->ckpt_pending = t->ckpt_pending;
     snprintf(s->init_from, sizeof s->init_from, "%s", cfg->model.init_from);
+    s->world = t->world;
 }
 
 static ct_status write_checkpoint(trainer *t) {
@@ -75,12 +79,11 @@ static ct_status write_checkpoint(trainer *t) {
      * run (a stop, the end) leaves it due, as an unbroken run would */
     if (t->guard.bad_run == 0) t->ckpt_pending = false;
     snapshot_state(t, s);
-    ct_status st = ct_train_state_save(t->cfg->run.dir, t->model, &t->opt, s, &t->ckpt_opts,
-                                       t->res->checkpoint, sizeof t->res->checkpoint);
+    ct_status st = trainer_save_state(t, s); /* rank 0 writes; every rank agrees */
     free(s);
     if (st) return st;
     ct_log(CT_LOG_DEBUG, "checkpoint %s written", t->res->checkpoint);
-    return ct_tb_flush(t->tb);
+    return t->tb ? ct_tb_flush(t->tb) : CT_OK;
 }
 
 /* ------------------------------------------------------------- rollback */
@@ -193,8 +196,11 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
     double t0 = ct_time_s(), loss_sum = 0, wait = 0, fwd = 0, bwd = 0;
     ct_status st;
     ct_model_zero_grads(t->model);
-    double opt = ct_time_s() - t0;
-    for (int64_t a = 0; a < t->accum; a++) {
+    if (t->world > 1) {
+        /* every rank's part of the global batch and the averaged gradient */
+        if ((st = trainer_dist_micro_batches(t, step, &loss_sum, &wait, &fwd, &bwd))) return st;
+    }
+    for (int64_t a = 0; a < t->accum && t->world == 1; a++) {
         float loss;
         ct_model_timing mt = {0, 0};
         if ((st = ct_loader_next(t->train, t->in, t->tg))) return st;
@@ -206,21 +212,28 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
         bwd += mt.backward_s;
         loss_sum += loss;
     }
-    double t_opt = ct_time_s();
     info->loss = loss_sum / (double)t->accum;
-    if (cfg->debug.dump_grads_step == step) {
+    if (cfg->debug.dump_grads_step == step && trainer_root(t)) {
         char name[64];
         snprintf(name, sizeof name, "grads_step%lld.safetensors", (long long)step);
         if ((st = ct_model_save_hf(t->model, cfg->run.dir, name, true, false))) return st;
     }
     inject_faults(t, step, &info->loss);
-    info->grad_norm = ct_grad_norm(t->model);
+    if (t->world > 1) {
+        if ((st = trainer_dist_grad_norm(t, &info->grad_norm))) return st;
+    } else {
+        info->grad_norm = ct_grad_norm(t->model);
+    }
     info->lr = ct_schedule_lr(&t->sched, step - 1) * t->guard.lr_factor;
     ct_guard_verdict verdict;
     ct_guard_action act = ct_guard_judge(&t->guard, step, info->loss, info->grad_norm, &verdict);
     if (act == CT_GUARD_UPDATE) {
         float scale = ct_clip_scale(info->grad_norm, cfg->optim.grad_clip);
-        ct_adamw_step(&t->opt, t->model, &t->ap, (float)info->lr, scale);
+        if (t->world > 1) {
+            if ((st = trainer_dist_update(t, (float)info->lr, scale))) return st;
+        } else {
+            ct_adamw_step(&t->opt, t->model, &t->ap, (float)info->lr, scale);
+        }
     } else {
         info->skipped = true;
         info->spike = verdict == CT_GUARD_SPIKE_LOSS || verdict == CT_GUARD_SPIKE_NORM;
@@ -234,16 +247,20 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
                    (long long)step, ct_guard_verdict_str(verdict), (long long)t->guard.skipped);
         info->rolled_back = act == CT_GUARD_ROLLBACK; /* done by the caller */
     }
-    double t1 = ct_time_s(), dt = t1 - t0;
-    opt += t1 - t_opt;
+    double dt = ct_time_s() - t0;
     info->step_ms = dt * 1e3;
-    info->tokens_per_s = (double)t->B * t->T * (double)t->accum / (dt > 0 ? dt : 1e-9);
+    /* the whole job's tokens: every rank's part of the global batch */
+    info->tokens_per_s = (double)t->B * t->T * (double)t->accum * t->world / (dt > 0 ? dt : 1e-9);
     info->data_wait_ms = wait * 1e3;
+    double comm = ct_dist_take_comm_s(t->dist);
     info->t_data_ms = wait * 1e3;
     info->t_fwd_ms = fwd * 1e3;
     info->t_bwd_ms = bwd * 1e3;
-    info->t_opt_ms = opt * 1e3;
-    info->t_comm_ms = 0; /* no data parallelism yet */
+    info->t_comm_ms = comm * 1e3;
+    /* the rest: zeroing the gradients, the norm, the guard, clipping, AdamW
+     * (and, across ranks, the exchange of losses and the parameter gather) */
+    double opt = dt - wait - fwd - bwd - comm;
+    info->t_opt_ms = (opt > 0 ? opt : 0) * 1e3;
     return CT_OK;
 }
 
@@ -376,9 +393,10 @@ static ct_status validate(trainer *t, ct_step_info *info, bool *stop) {
     }
     const char *vk[] = {"loss", "best_loss"};
     double vv[] = {v, t->best_val};
-    if ((st = ct_metrics_write(t->metrics, info->step, "val", 2, vk, vv))) return st;
-    if ((st = ct_tb_scalar(t->tb, "val/loss", info->step, v, ct_tb_wall_time())) ||
-        (st = ct_tb_flush(t->tb)))
+    if (trainer_root(t) &&
+        ((st = ct_metrics_write(t->metrics, info->step, "val", 2, vk, vv)) ||
+         (st = ct_tb_scalar(t->tb, "val/loss", info->step, v, ct_tb_wall_time())) ||
+         (st = ct_tb_flush(t->tb))))
         return st;
     int64_t patience = t->cfg->train.early_stop_patience;
     if (patience > 0 && t->bad_evals >= patience) {
@@ -397,6 +415,7 @@ static void debug_sleep(int64_t ms) {
 }
 
 static bool stop_requested(const trainer *t) {
+    if (t->world > 1) return t->stop_seen; /* agreed at the step, so all ranks stop together */
     return t->hooks->stop && *t->hooks->stop != 0;
 }
 
@@ -405,6 +424,7 @@ static bool stop_requested(const trainer *t) {
 static ct_status open_outputs(trainer *t) {
     const ct_config *cfg = t->cfg;
     ct_status st;
+    if (!trainer_root(t)) return CT_OK; /* one voice: rank 0 writes run.dir */
     if ((st = ct_mkdir_p(cfg->run.dir))) return st;
     if ((st = save_config_yaml(cfg))) return st;
     if (t->resume_step >= 0 && (st = ct_train_state_trim_metrics(cfg->run.dir, t->resume_step)))
@@ -439,7 +459,7 @@ static ct_status run_loop(trainer *t) {
         ct_memstats ms;
         ct_ctx_memstats(t->ctx, &ms);
         info.mem_bytes = ms.total_current;
-        if ((st = log_step(t, &info))) return st;
+        if (trainer_root(t) && (st = log_step(t, &info))) return st;
         if (rb) return rb;
 
         bool last = step == cfg->train.steps, early = false;
@@ -461,7 +481,7 @@ static ct_status run_loop(trainer *t) {
         if (stop_requested(t)) {
             if (!info.checkpointed && (st = write_checkpoint(t))) return st;
             res->end = CT_TRAIN_END_STOPPED;
-            res->stop_value = (int)*t->hooks->stop;
+            res->stop_value = t->world > 1 ? t->stop_value : (int)*t->hooks->stop;
             ct_log(CT_LOG_INFO, "stopped by signal after step %lld; checkpoint %s (continue with "
                    "train.resume=auto)", (long long)step, res->checkpoint);
             break;
@@ -486,9 +506,10 @@ ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_ho
     t->hooks = hooks ? hooks : &no_hooks;
     t->res = result;
 
-    /* 1. check everything before writing anything */
+    /* 1. check everything before writing anything, on every rank */
     ct_status st = trainer_setup(t);
-    if (st) goto done;
+    if ((st = ct_dist_agree(t->dist, st, "setup")) || (st = trainer_dist_after_setup(t)))
+        goto done;
     const ct_model_config *mc = ct_model_get_config(t->model);
     result->resumed_from = t->resume_step;
     result->last_step = t->step;
@@ -502,13 +523,15 @@ ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_ho
                (long long)t->resume_step, (long long)cfg->train.steps);
 
     /* 2. the run directory, the loop, the final weights */
-    if ((st = open_outputs(t)) || (st = write_hw_json(t))) goto done;
+    if ((st = ct_dist_agree(t->dist, open_outputs(t), "opening run.dir"))) goto done;
+    if (trainer_root(t) && (st = write_hw_json(t))) goto done;
     if (t->step >= cfg->train.steps)
         ct_log(CT_LOG_INFO, "the checkpoint is at train.steps = %lld already: nothing to train; "
                "writing the final weights", (long long)cfg->train.steps);
     if ((st = run_loop(t))) goto done;
-    if ((st = ct_tb_flush(t->tb))) goto done;
-    st = ct_model_save_hf(t->model, cfg->run.dir, "model.safetensors", false, true);
+    if (trainer_root(t) && !(st = ct_tb_flush(t->tb)))
+        st = ct_model_save_hf(t->model, cfg->run.dir, "model.safetensors", false, true);
+    st = ct_dist_agree(t->dist, st, "writing the final weights");
 done:
     result->skipped = t->guard.skipped;
     result->spikes = t->guard.spikes;

@@ -7,6 +7,7 @@
 #ifndef CT_TRAINER_INT_H
 #define CT_TRAINER_INT_H
 
+#include "ctrain/dist.h"
 #include "ctrain/train.h"
 #include "io/metrics.h"
 #include "io/tensorboard.h"
@@ -49,6 +50,16 @@ typedef struct trainer {
     ct_monitor mon;
     int64_t faults_prev; /* major page faults before the current step */
 
+    /* data parallel (trainer_dist.c); one process: dist NULL or world 1 */
+    ct_dist *dist;        /* borrowed from the hooks */
+    int rank, world;
+    bool zero;            /* dist.zero=1: opt holds this rank's shard */
+    size_t shard_lo, shard_n; /* this rank's part of the flat buffer */
+    size_t bucket;        /* gradient elements per allreduce */
+    bool stop_seen;       /* the stop flag, agreed at the last step */
+    int stop_value;
+    double *xbuf;         /* (3 * world) values exchanged between ranks */
+
     /* the run's state: what a checkpoint stores */
     int64_t step; /* loop steps done */
     ct_guard guard;
@@ -77,5 +88,31 @@ void trainer_monitor_init(trainer *t);
 void trainer_release(trainer *t);
 /* Current guard parameters from the config. */
 ct_guard_params trainer_guard_params(const ct_config *cfg);
+
+/* trainer_dist.c: the data-parallel parts of setup and of a step. */
+/* True on the rank that writes run.dir (rank 0). */
+bool trainer_root(const trainer *t);
+/* Rank, world and shard of the run from the hooks' communicator, and the
+ * first collective: every rank's resolved config must be rank 0's. */
+ct_status trainer_dist_begin(trainer *t);
+/* After a setup every rank agreed on: the ranks resume the same checkpoint,
+ * start from rank 0's weights, and rank 0 says how the run is split. */
+ct_status trainer_dist_after_setup(trainer *t);
+/* One step's micro-batches on every rank, the gradient average (allreduces
+ * started during the last backward) and the agreement on the outcome:
+ * *loss_sum is the sum over micro-batches of the ranks' mean loss; an error
+ * on any rank is returned on every rank. *wait, *fwd and *bwd gain this
+ * rank's data wait, forward and backward seconds. */
+ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum, double *wait,
+                                     double *fwd, double *bwd);
+/* Global gradient norm from every rank's shard (the same on every rank). */
+ct_status trainer_dist_grad_norm(trainer *t, double *norm);
+/* AdamW on this rank's range, then (ZeRO-1) the parameters all-gathered. */
+ct_status trainer_dist_update(trainer *t, float lr, float scale);
+/* Save the checkpoint of s on rank 0 (the ZeRO-1 moments gathered there
+ * first); every rank returns the agreed outcome. */
+ct_status trainer_save_state(trainer *t, const ct_train_state *s);
+/* Sum of x over the ranks (validation losses), the same on every rank. */
+ct_status trainer_dist_sum(trainer *t, double *x);
 
 #endif

@@ -67,9 +67,6 @@ static ct_status refuse_unsupported(const ct_config *cfg) {
     if (cfg->lora.r > 0 || cfg->lora.init_from[0])
         return CT_ERR(CT_ERR_ARG, "lora.r / lora.init_from: LoRA fine-tuning is not available "
                       "in this version");
-    if (cfg->dist.zero)
-        return CT_ERR(CT_ERR_ARG, "dist.zero = 1: data parallel training is not available in "
-                      "this version");
     return CT_OK;
 }
 
@@ -220,11 +217,31 @@ static ct_status find_resume(trainer *t) {
 static ct_status check_resume_fits(trainer *t) {
     const ct_config *cfg = t->cfg;
     const ct_train_state *s = t->resume_state;
+    /* the global batch must stay; the rank count may change with it (2 ranks
+     * x B resume as 1 x 2B: the same rows, the same sequential position) */
+    if ((int64_t)t->B * t->world != s->batch_size * s->world ||
+        (cfg->data.shuffle && s->world != t->world)) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "train.batch_size = %d on %d rank(s), but checkpoint "
+                              "%s was written with train.batch_size = %lld on %lld rank(s)",
+                              t->B, t->world, t->resume_dir, (long long)s->batch_size,
+                              (long long)s->world);
+        if (cfg->data.shuffle)
+            ct_error_hint("with data.shuffle=true resume with the same batch size and rank "
+                          "count (the shuffled windows are batch-sized)");
+        else
+            ct_error_hint("keep train.batch_size x ranks = %lld (e.g. train.batch_size=%lld "
+                          "on one process)", (long long)(s->batch_size * s->world),
+                          (long long)(s->batch_size * s->world));
+        return st;
+    }
+    if (s->world != t->world)
+        ct_log(CT_LOG_INFO, "resuming a run of %lld rank(s) on %d: the global batch of %lld "
+               "sequences is unchanged", (long long)s->world, t->world,
+               (long long)(s->batch_size * s->world));
     struct {
         const char *key;
         int64_t now, then;
     } same[] = {
-        {"train.batch_size", t->B, s->batch_size},
         {"train.seq_len", cfg->train.seq_len, s->seq_len},
         {"train.grad_accum", t->accum, s->grad_accum},
         {"train.seed", cfg->train.seed, s->seed},
@@ -272,7 +289,8 @@ static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
     if (!c) return CT_ERR(CT_ERR_OOM, "out of memory planning the run");
     *c = *cfg;
     c->run.threads = ct_ctx_threads(t->ctx);
-    ct_status st = ct_run_plan_for_config(c, mc, &t->plan, &t->mem_limit);
+    ct_status st = ct_run_plan_for_world(c, mc, t->world, ct_dist_local_size(t->dist), &t->plan,
+                                         &t->mem_limit);
     free(c);
     if (st) return st;
     t->B = t->plan.B;
@@ -329,12 +347,16 @@ static ct_status open_loaders(trainer *t) {
     lo.shuffle = cfg->data.shuffle;
     lo.seed = (uint64_t)cfg->train.seed;
     lo.prefetch = (int)cfg->data.prefetch;
+    lo.rank = t->rank; /* rank r of w reads window (m*w + r) of every step */
+    lo.world = t->world;
     ct_status st = ct_loader_init(&t->train, &lo);
     if (st) {
         ct_error_prefix("data.train");
         return st;
     }
-    /* validation reads the same first batches every time: read them in place */
+    /* validation reads the same first batches every time: read them in place;
+     * the ranks split them as they split training batches, so N ranks at B
+     * score the rows of one rank at N*B */
     lo.spec = cfg->data.val;
     lo.split = "val";
     lo.shuffle = false;
@@ -384,6 +406,8 @@ ct_status trainer_setup(trainer *t) {
     t->accum = cfg->train.grad_accum;
     t->resume_step = -1;
     t->best_val = NAN;
+    /* first, on every rank: the ranks' configs must agree (a collective) */
+    if ((st = trainer_dist_begin(t))) return st;
     if ((st = ct_config_validate(cfg))) return st;
     if ((st = refuse_unsupported(cfg))) return st;
     if ((st = ct_schedule_from_config(&t->sched, cfg))) return st;
@@ -395,7 +419,16 @@ ct_status trainer_setup(trainer *t) {
     if ((st = build_model(t))) return st;
     if ((st = ct_model_set_opts(t->model, &t->mopts))) return st;
     if ((st = ct_model_reserve(t->model, t->B, t->T, true))) return st;
-    if ((st = ct_adamw_init(&t->opt, t->ctx, ct_model_numel(t->model)))) return st;
+    size_t numel = ct_model_numel(t->model);
+    ct_dist_shard(numel, t->world, t->rank, &t->shard_lo, &t->shard_n);
+    if (t->zero)
+        st = ct_adamw_init_range(&t->opt, t->ctx, numel, t->shard_lo, t->shard_n);
+    else
+        st = ct_adamw_init(&t->opt, t->ctx, numel);
+    if (st) return st;
+    /* the gradient buckets exist from here on, so no step allocates them */
+    if ((st = ct_dist_grad_begin(t->dist, ct_model_grads(t->model), numel, t->bucket)))
+        return st;
     if ((st = open_loaders(t))) return st;
     t->in = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->in, CT_TAG_DATA);
     t->tg = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->tg, CT_TAG_DATA);
@@ -465,6 +498,8 @@ void trainer_release(trainer *t) {
     ct_adamw_free(&t->opt);
     ct_model_free(t->model);
     free(t->resume_state);
+    free(t->xbuf);
+    t->xbuf = NULL;
     t->metrics = NULL;
     t->tb = NULL;
     t->in = t->tg = NULL;

@@ -163,6 +163,7 @@ static void fill_state(ct_train_state *s) {
     s->bad_evals = 2;
     s->ckpt_pending = true;
     snprintf(s->init_from, sizeof s->init_from, "models/gpt2");
+    s->world = 2;
 }
 
 static void test_state_round_trip(void) {
@@ -175,7 +176,7 @@ static void test_state_round_trip(void) {
     CHECK(b->step == 1234 && b->adam_t == 1200 && b->numel == 8128 && b->batch_size == 4 &&
           b->seq_len == 64 && b->grad_accum == 2 && b->seed == 1337 && b->shuffle &&
           b->total_steps == 5000 && b->best_val == 2.75 && b->bad_evals == 2 &&
-          b->ckpt_pending && !strcmp(b->init_from, "models/gpt2"));
+          b->ckpt_pending && !strcmp(b->init_from, "models/gpt2") && b->world == 2);
     CHECK(!memcmp(&a->pos, &b->pos, sizeof a->pos));
     CHECK(b->guard.p.window == 5 && b->guard.p.zscore == 4.5 && b->guard.p.min_steps == 3 &&
           b->guard.p.max_bad == 2 && b->guard.count == 5 && b->guard.head == 0);
@@ -204,8 +205,14 @@ static void test_state_round_trip(void) {
     free(buf);
     CHECK(ct_train_state_encode(a, &buf, &len) == CT_OK);
     CHECK(ct_train_state_decode(b, buf, len, "mem") == CT_OK && isnan(b->best_val));
-    /* little-endian on disk: the magic's bytes spell CTTS, version 1 follows */
-    CHECK(!memcmp(buf, "CTTS", 4) && buf[4] == 1 && buf[5] == 0 && buf[6] == 0 && buf[7] == 0);
+    /* little-endian on disk: the magic's bytes spell CTTS, version 2 follows */
+    CHECK(!memcmp(buf, "CTTS", 4) && buf[4] == 2 && buf[5] == 0 && buf[6] == 0 && buf[7] == 0);
+    /* a version 1 record (no world field) still reads, as one process */
+    buf[4] = 1;
+    CHECK(ct_train_state_decode(b, buf, len - 8, "v1") == CT_OK && b->world == 1 &&
+          b->step == 1234);
+    CHECK(ct_train_state_decode(b, buf, len, "v1") == CT_ERR_FORMAT);
+    buf[4] = 2;
     CHECK(buf[8] == (1234 & 0xff) && buf[9] == (1234 >> 8)); /* step 1234 */
     free(buf);
     free(buf2);
@@ -240,9 +247,9 @@ static void test_state_refusals(void) {
     CHECK(ct_train_state_decode(b, bad, len, "x") == CT_ERR_FORMAT &&
           strstr(ct_last_error(), "magic"));
     memcpy(bad, buf, len);
-    bad[4] = 2;
+    bad[4] = 3;
     CHECK(ct_train_state_decode(b, bad, len, "x") == CT_ERR_FORMAT &&
-          strstr(ct_last_error(), "version 2"));
+          strstr(ct_last_error(), "version 3"));
     /* a negative step (byte 15 is the step's top byte) */
     memcpy(bad, buf, len);
     bad[15] = 0x80;

@@ -85,26 +85,29 @@ static bool same(const int64_t *a, const int64_t *b, int n) {
     return memcmp(a, b, (size_t)n * sizeof *a) == 0;
 }
 
-/* Batches rank takes per sequential epoch: windows at rank*BT + k*world*BT. */
+/* Batches rank takes per sequential epoch: windows at rank*BT + k*world*BT,
+ * while the whole step of all ranks (world*BT + 1 tokens from k*world*BT)
+ * fits, so every rank takes the same number. */
 static int64_t seq_per_epoch(int rank, int world) {
     int64_t n = 0;
     for (int s = 0; s < NSH; s++)
-        for (int64_t p = (int64_t)rank * BT; p + BT + 1 <= shard_len[s]; p += (int64_t)world * BT)
+        for (int64_t p = (int64_t)rank * BT; p - rank * BT + (int64_t)world * BT + 1 <=
+             shard_len[s]; p += (int64_t)world * BT)
             n++;
     return n;
 }
 
 /* ------------------------------------------------------------ sequential */
 
-/* llm.c's loop, as the loader ran it before positions existed: move on (and
- * wrap) only when the window at the current position no longer fits. */
+/* llm.c's loop: move on (and wrap) only when the next step of all ranks
+ * (world*BT + 1 tokens from the step's start) no longer fits. */
 typedef struct ref_seq {
     int shard, rank, world;
     int64_t pos;
 } ref_seq;
 
 static int64_t ref_seq_next(ref_seq *r) {
-    while (r->pos + BT + 1 > shard_len[r->shard]) {
+    while (r->pos - (int64_t)r->rank * BT + (int64_t)BT * r->world + 1 > shard_len[r->shard]) {
         r->shard = (r->shard + 1) % NSH;
         r->pos = (int64_t)r->rank * BT;
     }
@@ -142,11 +145,13 @@ static void test_sequential(void) {
                 CHECK_MSG(bad_pos == 0, "world %d rank %d: %d positions wrong", world, rank,
                           bad_pos);
                 /* the 40-token shard holds windows at 0 and 16 only (two epochs read it
-                 * twice): both for world 1, one each for ranks 0 and 1, none for rank 2 */
+                 * twice): both for world 1, one each for both ranks of world 2 (one
+                 * step of 2*BT + 1 tokens), none for world 3 (3*BT + 1 > 40) */
                 int short_wins = 0;
-                for (int64_t p = (int64_t)rank * BT; p + BT + 1 <= 40; p += (int64_t)world * BT)
+                for (int64_t p = (int64_t)rank * BT; p - rank * BT + (int64_t)world * BT + 1 <= 40;
+                     p += (int64_t)world * BT)
                     short_wins++;
-                CHECK(short_wins == (world == 1 ? 2 : rank == 2 ? 0 : 1));
+                CHECK(short_wins == (world == 1 ? 2 : world == 2 ? 1 : 0));
                 CHECK(saw_short == 2 * short_wins);
                 ct_loader_free(l);
             }
@@ -441,7 +446,7 @@ static void test_init_errors(void) {
     x.T = 600; /* B*T+1 = 1201 > every shard */
     INIT_FAIL(&x, CT_ERR_ARG, "train_000000.bin", "fewer than one batch");
     x = o;
-    x.world = 70; /* rank 69's first window starts at token 1104 */
+    x.world = 70; /* one step of 70 ranks needs 70*16 + 1 tokens */
     x.rank = 69;
     INIT_FAIL(&x, CT_ERR_ARG, "no shard holds the 1121 tokens", NULL);
     x.shuffle = true;

@@ -135,8 +135,51 @@ static void test_plan_is_allocation(void) {
     }
 }
 
+/* ZeRO-1: each rank plans ceil(numel / world) elements of m and v, and the
+ * fit sees the smaller total. */
+static void test_zero_shards(void) {
+    ct_model_config c = small();
+    ct_model_opts o = ct_model_opts_default();
+    ct_run_plan full, half, third;
+    CHECK(ct_run_plan_make(&c, 4, 32, 1, 2, &o, &full) == CT_OK);
+    size_t numel = full.model.params / sizeof(float);
+    CHECK(full.optim == 2 * numel * sizeof(float) && full.optim_shards == 1);
+    half = full;
+    ct_run_plan_shard_optim(&half, 2);
+    CHECK(half.optim == 2 * ((numel + 1) / 2) * sizeof(float));
+    CHECK(half.total == full.total - full.optim + half.optim && half.optim_shards == 2);
+    third = full;
+    ct_run_plan_shard_optim(&third, 3);
+    CHECK_MSG(third.optim == 2 * ((numel + 2) / 3) * sizeof(float),
+              "numel %zu: 3 shards of %zu bytes", numel, third.optim);
+    ct_run_plan same = full;
+    ct_run_plan_shard_optim(&same, 1);
+    CHECK(memcmp(&same, &full, sizeof same) == 0);
+    /* a limit between the sharded and the full total: only ZeRO fits */
+    ct_fit_request r = request(4, half.total);
+    ct_run_plan p;
+    CHECK(ct_run_plan_fit(&c, &r, &p) == CT_ERR_ARG);
+    r.optim_shards = 2;
+    CHECK(ct_run_plan_fit(&c, &r, &p) == CT_OK && p.optim == half.optim);
+    /* the config path: dist.zero over dist.world */
+    ct_config cfg;
+    ct_config_default(&cfg);
+    cfg.model.n_layer = 2;
+    cfg.train.batch_size = 4;
+    cfg.train.seq_len = 32;
+    snprintf(cfg.run.memory_limit, sizeof cfg.run.memory_limit, "100%%");
+    ct_run_plan a, b;
+    size_t lim;
+    CHECK(ct_run_plan_for_config(&cfg, &c, &a, &lim) == CT_OK);
+    cfg.dist.world = 2;
+    CHECK(ct_run_plan_for_config(&cfg, &c, &b, &lim) == CT_OK && b.optim == a.optim);
+    cfg.dist.zero = 1;
+    CHECK(ct_run_plan_for_config(&cfg, &c, &b, &lim) == CT_OK && b.optim == half.optim);
+}
+
 int main(void) {
     test_limit_parse();
+    test_zero_shards();
     test_plan_and_fit();
     test_plan_is_allocation();
     return ct_test_result("test_memplan");

@@ -1,0 +1,215 @@
+/*
+ * The data-parallel side of the training loop (the rules are in train.h's
+ * trainer section): every rank checks its config against rank 0's, starts
+ * from rank 0's weights, reads its own windows of each global batch, and
+ * weights its loss by 1/world so that the summed gradient (bucketed
+ * allreduces, started from the model's per-block hook during the last
+ * micro-batch's backward) is the gradient of the global mean loss. The loss,
+ * the gradient norm and the stop flag are exchanged so that the guard's
+ * verdict is the same on every rank. Under ZeRO-1 each rank updates only its
+ * shard and the parameters are all-gathered; rank 0 gathers the moments for a
+ * checkpoint, whose format stays that of one process.
+ * Leaves out: the single-process step (trainer.c runs it unchanged).
+ */
+#include "train/trainer_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool trainer_root(const trainer *t) { return t->rank == 0; }
+
+static bool parallel(const trainer *t) { return t->world > 1; }
+
+ct_status trainer_dist_begin(trainer *t) {
+    const ct_config *cfg = t->cfg;
+    t->dist = t->hooks->dist;
+    t->rank = ct_dist_rank(t->dist);
+    t->world = ct_dist_world(t->dist);
+    t->zero = cfg->dist.zero != 0;
+    ct_dist_set_timeout(t->dist, cfg->dist.timeout_s);
+    double bucket = cfg->dist.bucket_mb * 1048576.0 / sizeof(float);
+    t->bucket = bucket >= 1 ? (size_t)bucket : 0;
+    if (!parallel(t)) {
+        if (cfg->dist.world > 1) {
+            ct_status st = CT_ERR(CT_ERR_ARG, "dist.world = %lld, but this run is one process",
+                                  (long long)cfg->dist.world);
+            ct_error_hint("start it with mpirun -np %lld (dist.world only plans memory for "
+                          "`ctrain plan`)", (long long)cfg->dist.world);
+            return st;
+        }
+        return CT_OK;
+    }
+    /* the exchanges of small per-rank values: 3 doubles per rank at most */
+    t->xbuf = calloc((size_t)t->world * 3, sizeof *t->xbuf);
+    /* the first collective: the same config everywhere, or a clear refusal */
+    char *yaml = ct_config_to_yaml(cfg);
+    ct_status st = yaml && t->xbuf ? CT_OK : CT_ERR(CT_ERR_OOM, "out of memory comparing "
+                                                    "configurations");
+    /* every rank must reach the comparison; a rank without its text sends "" */
+    ct_status cmp = ct_dist_check_same(t->dist, yaml ? yaml : "", "configuration");
+    free(yaml);
+    if (st) return st;
+    if (cmp) return cmp;
+    if (cfg->dist.world > 0 && cfg->dist.world != t->world) {
+        st = CT_ERR(CT_ERR_ARG, "dist.world = %lld, but mpirun started %d ranks",
+                    (long long)cfg->dist.world, t->world);
+        ct_error_hint("drop dist.world (it plans memory for `ctrain plan`), or start %lld ranks",
+                      (long long)cfg->dist.world);
+        return st;
+    }
+    return CT_OK;
+}
+
+ct_status trainer_dist_after_setup(trainer *t) {
+    if (!parallel(t)) return CT_OK;
+    /* one checkpoint for all: run.dir must look the same from every rank */
+    double mine[2] = {(double)t->resume_step, (double)(t->opt.n * 2 * sizeof(float))};
+    double *all = t->xbuf;
+    ct_status st = ct_dist_allgather_f64(t->dist, mine, 2, all);
+    int other = -1;
+    for (int r = 1; !st && r < t->world && other < 0; r++)
+        if (all[2 * r] != all[0]) other = r;
+    if (!st && other >= 0) {
+        st = CT_ERR(CT_ERR_ARG, "the ranks disagree on the checkpoint to resume: rank 0 %s%.0f, "
+                    "rank %d %s%.0f", all[0] < 0 ? "starts fresh " : "step ", all[0], other,
+                    all[2 * other] < 0 ? "starts fresh " : "step ", all[2 * other]);
+        ct_error_hint("run.dir (%s) must be one directory that every rank sees, on a shared "
+                      "filesystem", t->cfg->run.dir);
+    }
+    if (!st && trainer_root(t)) {
+        char per[256] = "";
+        size_t n = 0;
+        for (int r = 0; r < t->world && n < sizeof per - 32; r++)
+            n += (size_t)snprintf(per + n, sizeof per - n, "%s%.0f", r ? " " : "",
+                                  all[2 * r + 1]);
+        if (n >= sizeof per - 32) snprintf(per + n, sizeof per - n, " ...");
+        ct_log(CT_LOG_INFO, "data parallel: %d ranks x batch %d = %d sequences per micro-batch; "
+               "AdamW moments per rank: %s bytes%s", t->world, t->B, t->B * t->world, per,
+               t->zero ? " (ZeRO-1 shards)" : "");
+    }
+    if (st) return st;
+    /* the same starting weights, whatever each rank read or initialised */
+    return ct_dist_bcast(t->dist, ct_model_params(t->model),
+                         ct_model_numel(t->model) * sizeof(float), 0);
+}
+
+static void grad_hook(size_t lo, size_t hi, void *user) {
+    ct_dist_grad_ready(user, lo, hi);
+}
+
+ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum, double *wait,
+                                     double *fwd, double *bwd) {
+    ct_status local = CT_OK, st;
+    float weight = 1.0f / ((float)t->accum * (float)t->world);
+    float *grads = ct_model_grads(t->model);
+    size_t numel = ct_model_numel(t->model);
+    bool begun = false;
+    for (int64_t a = 0; a < t->accum && !local; a++) {
+        float loss;
+        if ((local = ct_loader_next(t->train, t->in, t->tg))) break;
+        *wait += ct_loader_wait_s(t->train);
+        if (a == t->accum - 1) {
+            /* the last backward finishes each block's gradient: start its
+             * allreduce then (never fails: the buckets exist since setup) */
+            if ((st = ct_dist_grad_begin(t->dist, grads, numel, t->bucket))) return st;
+            begun = true;
+            if (t->cfg->dist.overlap) ct_model_set_grad_hook(t->model, grad_hook, t->dist);
+        }
+        ct_model_timing mt = {0, 0};
+        local = ct_model_forward_backward_timed(t->model, t->in, t->tg, t->B, t->T, weight, &loss,
+                                                &mt);
+        *fwd += mt.forward_s;
+        *bwd += mt.backward_s;
+        ct_model_set_grad_hook(t->model, NULL, NULL);
+        *loss_sum += loss;
+    }
+    /* a rank that failed still joins the allreduces, so nobody waits on it */
+    if (!begun && (st = ct_dist_grad_begin(t->dist, grads, numel, t->bucket))) return st;
+    if ((st = ct_dist_grad_finish(t->dist))) return st;
+    bool stop = t->hooks->stop && *t->hooks->stop != 0;
+    double mine[3] = {(double)local, *loss_sum, stop ? (double)*t->hooks->stop : 0.0};
+    double *all = t->xbuf;
+    st = ct_dist_allgather_f64(t->dist, mine, 3, all);
+    bool failed = false;
+    double sum = 0, stop_value = 0;
+    for (int r = 0; !st && r < t->world; r++) {
+        failed |= all[3 * r] != 0;
+        sum += all[3 * r + 1];
+        stop_value = all[3 * r + 2] > stop_value ? all[3 * r + 2] : stop_value;
+    }
+    if (st) return st;
+    if (failed) {
+        char what[64];
+        snprintf(what, sizeof what, "step %lld", (long long)step);
+        return ct_dist_agree(t->dist, local, what);
+    }
+    /* the mean over ranks of each rank's micro-batch loss sum, summed in
+     * rank order: the same bits everywhere */
+    *loss_sum = sum / (double)t->world;
+    t->stop_seen = stop_value != 0;
+    t->stop_value = (int)stop_value;
+    return CT_OK;
+}
+
+ct_status trainer_dist_grad_norm(trainer *t, double *norm) {
+    double mine = ct_grad_sumsq_range(t->model, t->shard_lo, t->shard_n);
+    double *all = t->xbuf;
+    ct_status st = ct_dist_allgather_f64(t->dist, &mine, 1, all);
+    double sum = 0;
+    for (int r = 0; !st && r < t->world; r++) sum += all[r];
+    *norm = sqrt(sum);
+    return st;
+}
+
+ct_status trainer_dist_update(trainer *t, float lr, float scale) {
+    ct_adamw_step(&t->opt, t->model, &t->ap, lr, scale);
+    if (!t->zero) return CT_OK; /* every rank updated everything, identically */
+    return ct_dist_allgather_shards(t->dist, ct_model_params(t->model), ct_model_numel(t->model));
+}
+
+ct_status trainer_save_state(trainer *t, const ct_train_state *s) {
+    const ct_config *cfg = t->cfg;
+    char *out = t->res->checkpoint;
+    size_t cap = sizeof t->res->checkpoint;
+    if (!parallel(t))
+        return ct_train_state_save(cfg->run.dir, t->model, &t->opt, s, &t->ckpt_opts, out, cap);
+    ct_adamw full = t->opt;
+    float *buf = NULL;
+    ct_status st = CT_OK;
+    if (t->zero) {
+        /* rank 0 holds every moment for the moment of the write */
+        size_t numel = t->opt.numel;
+        if (trainer_root(t) && !(buf = malloc(2 * numel * sizeof *buf + 1)))
+            st = CT_ERR(CT_ERR_OOM, "out of memory gathering %zu optimizer moments", 2 * numel);
+        if ((st = ct_dist_agree(t->dist, st, "checkpoint buffer"))) {
+            free(buf);
+            return st;
+        }
+        if (!(st = ct_dist_gather_shards(t->dist, t->opt.m, buf, numel)))
+            st = ct_dist_gather_shards(t->dist, t->opt.v, buf ? buf + numel : NULL, numel);
+        if (st) {
+            free(buf);
+            return st;
+        }
+        full.m = buf;
+        full.v = buf ? buf + numel : NULL;
+        full.lo = 0;
+        full.n = numel;
+    }
+    if (trainer_root(t))
+        st = ct_train_state_save(cfg->run.dir, t->model, &full, s, &t->ckpt_opts, out, cap);
+    free(buf);
+    return ct_dist_agree(t->dist, st, "writing a checkpoint");
+}
+
+ct_status trainer_dist_sum(trainer *t, double *x) {
+    if (!parallel(t)) return CT_OK;
+    double *all = t->xbuf;
+    ct_status st = ct_dist_allgather_f64(t->dist, x, 1, all);
+    double sum = 0;
+    for (int r = 0; !st && r < t->world; r++) sum += all[r];
+    if (!st) *x = sum;
+    return st;
+}
