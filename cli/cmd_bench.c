@@ -63,14 +63,15 @@ static void bench_usage(void) {
            "  --activation-dtype fp32|bf16 step: storage of saved activations (default fp32)\n"
            "  --attention-tiles QxK  attention tile: query rows x keys (default 64x128)\n"
            "  --json          one JSON object per benchmark on stdout\n"
-           "regression gate (kernels):\n"
-           "  --repeat R      time each kernel R times (default 5); the median of the R medians\n"
-           "                  is the figure, (max - min) / median of them the noise band\n"
+           "regression gate (kernels and step):\n"
+           "  --repeat R      time each kernel (step: run the steps) R times (default 5); the\n"
+           "                  median of the R medians is the figure, (max - min) / median of\n"
+           "                  them the noise band; step rows: the whole step and its split\n"
            "  --save-baseline FILE  write the result as a baseline JSON for this host\n"
            "  --baseline FILE compare with FILE: exit 1 when a kernel is slower than\n"
            "                  base x (1 + 5%% + noise), 2 on a bad or mismatched baseline\n"
-           "  --debug-slow NAME=FACTOR  test knob: call kernel NAME FACTOR times per timed\n"
-           "                  call, so it measures about FACTOR x slower\n");
+           "  --debug-slow NAME=FACTOR  test knob: call kernel NAME (step: every kernel of\n"
+           "                  the kind NAME, like attention_fwd) FACTOR times per timed call\n");
 }
 
 static int bench_parse(int argc, char **argv, bench_args *a) {
@@ -135,9 +136,10 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         else return cli_usage_error("bench", "unknown option '%s'", o);
         if (rc) return rc;
     }
-    if ((a->save_baseline || a->baseline) && (!a->sub || strcmp(a->sub, "kernels")))
+    if ((a->save_baseline || a->baseline) &&
+        (!a->sub || (strcmp(a->sub, "kernels") && strcmp(a->sub, "step"))))
         return cli_usage_error("bench", "--save-baseline and --baseline work with `bench "
-                               "kernels` only");
+                               "kernels` and `bench step` only");
     if ((a->save_baseline || a->baseline) && a->json)
         return cli_usage_error("bench", "--json does not combine with --save-baseline or "
                                "--baseline");
@@ -237,7 +239,8 @@ static int gate_compare(const bench_args *a, const ct_baseline *base, const ct_b
            "now > base x (1 + %.0f%% + noise)\n",
            a->baseline, now->preset, now->B, now->T, now->threads, now->table,
            100.0 * CT_BASELINE_TOLERANCE);
-    printf("  %-24s %12s %12s %9s %9s  %s\n", "kernel", "base ms", "now ms", "change", "noise",
+    const char *what = strcmp(now->bench, "step") ? "kernel" : "figure";
+    printf("  %-24s %12s %12s %9s %9s  %s\n", what, "base ms", "now ms", "change", "noise",
            "verdict");
     for (int i = 0; i < now->n; i++) {
         const ct_baseline_row *r = &rows[i];
@@ -250,7 +253,7 @@ static int gate_compare(const bench_args *a, const ct_baseline *base, const ct_b
                    verdict_name(r->verdict));
     }
     if (bad) {
-        printf("%d kernel(s) regressed:", bad);
+        printf("%d %s(s) regressed:", bad, what);
         for (int i = 0; i < now->n; i++)
             if (rows[i].verdict == CT_BASELINE_REGRESSED) printf(" %s", rows[i].name);
         printf("\n");
@@ -261,10 +264,66 @@ static int gate_compare(const bench_args *a, const ct_baseline *base, const ct_b
     return bad ? 1 : 0;
 }
 
+/* One gate row from the repetitions' values (each already a median). */
+static ct_status gate_row(ct_baseline *b, const char *name, const char *shape, const double *v,
+                          int n) {
+    ct_bench_item it;
+    memset(&it, 0, sizeof it);
+    snprintf(it.name, sizeof it.name, "%s", name);
+    snprintf(it.shape, sizeof it.shape, "%s", shape);
+    it.repeats = n;
+    double lo = v[0], hi = v[0];
+    for (int r = 0; r < n; r++) {
+        it.rep_s[r] = v[r];
+        lo = v[r] < lo ? v[r] : lo, hi = v[r] > hi ? v[r] : hi;
+    }
+    it.seconds = ct_bench_median(v, n);
+    it.spread = it.seconds > 0 ? (hi - lo) / it.seconds : 0;
+    return ct_baseline_add(b, &it);
+}
+
+/* The end-to-end rows: R runs of the step benchmark; each gives its median
+ * step time and its per-step seconds of every kernel kind (and the glue). */
+static ct_status gate_measure_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc,
+                                   ct_baseline *now) {
+    ct_bench_step_opts o = {(int)a->B, (int)a->T, (int)a->warmup, (int)a->steps,
+                            ct_model_opts_default(), a->slow_name, (int)a->slow_factor};
+    ct_status st = ct_model_opts_from_names(&o.model, a->recompute, a->act_dtype);
+    ct_bench_step_result *r = malloc(sizeof *r);
+    int R = (int)a->repeat;
+    double step[CT_BENCH_MAX_REPEAT], kind[CT_KP_COUNT + 1][CT_BENCH_MAX_REPEAT];
+    if (!st && !r) st = CT_ERR(CT_ERR_OOM, "out of memory for the step benchmark");
+    for (int i = 0; !st && i < R; i++) {
+        if ((st = ct_bench_step(ctx, mc, &o, r))) break;
+        step[i] = r->median_s;
+        for (int k = 0; k < CT_KP_COUNT; k++) kind[k][i] = r->split.seconds[k] / r->steps;
+        kind[CT_KP_COUNT][i] = r->other_s / r->steps;
+    }
+    free(r);
+    char shape[48], name[48];
+    snprintf(shape, sizeof shape, "B=%lld T=%lld", a->B, a->T);
+    if (!st) st = gate_row(now, "step", shape, step, R);
+    for (int k = 0; !st && k <= CT_KP_COUNT; k++) {
+        double most = 0;
+        for (int i = 0; i < R; i++) most = kind[k][i] > most ? kind[k][i] : most;
+        if (most <= 0) continue; /* a kind this model never calls */
+        snprintf(name, sizeof name, "step.%s",
+                 k < CT_KP_COUNT ? ct_kprof_name((ct_kprof_kind)k) : "glue");
+        st = gate_row(now, name, "per step", kind[k], R);
+    }
+    return st;
+}
+
 static int run_gate(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc) {
     ct_baseline *base = NULL, *now = malloc(sizeof *now);
     if (!now) return cli_usage_error("bench", "out of memory");
-    ct_baseline_init(now, a->preset, a->table, (int)a->B, (int)a->T, ct_ctx_threads(ctx));
+    bool step = !strcmp(a->sub, "step");
+    char options[48] = "";
+    if (step)
+        snprintf(options, sizeof options, "recompute %s, activations %s, %lld steps",
+                 a->recompute, a->act_dtype, a->steps);
+    ct_baseline_init(now, step ? "step" : "kernels", options, a->preset, a->table, (int)a->B,
+                     (int)a->T, ct_ctx_threads(ctx));
     int rc = 0;
     if (a->baseline) {
         base = malloc(sizeof *base);
@@ -275,8 +334,10 @@ static int run_gate(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
     gate_out g = {now, CT_OK};
     ct_bench_kernel_opts ko = {a->filter, (int)a->repeat, a->slow_name, (int)a->slow_factor};
     /* the roofs are not part of the gate: unit roofs keep the suite's arithmetic finite */
-    if (!rc && (ct_bench_kernels(ctx, mc, (int)a->B, (int)a->T, 1.0, 1.0, &ko, collect_item, &g) ||
-                g.st != CT_OK))
+    if (!rc && step && gate_measure_step(ctx, a, mc, now)) rc = cli_fail("bench");
+    if (!rc && !step &&
+        (ct_bench_kernels(ctx, mc, (int)a->B, (int)a->T, 1.0, 1.0, &ko, collect_item, &g) ||
+         g.st != CT_OK))
         rc = cli_fail("bench");
     if (!rc && !now->n)
         rc = cli_usage_error("bench", "--filter '%s' matches no kernel", a->filter ? a->filter
@@ -322,7 +383,7 @@ static int run_gemm(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
 
 static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc) {
     ct_bench_step_opts o = {(int)a->B, (int)a->T, (int)a->warmup, (int)a->steps,
-                            ct_model_opts_default()};
+                            ct_model_opts_default(), NULL, 0};
     if (ct_model_opts_from_names(&o.model, a->recompute, a->act_dtype)) return cli_fail("bench");
     ct_bench_step_result *r = malloc(sizeof *r);
     if (!r) return cli_usage_error("bench", "out of memory");
@@ -392,7 +453,8 @@ int cmd_bench(int argc, char **argv) {
     if (!rc && (!s || !strcmp(s, "kernels")) && !a.save_baseline && !a.baseline)
         rc = run_kernels(ctx, &a, &mc, &r);
     if (!rc && s && !strcmp(s, "gemm")) rc = run_gemm(ctx, &a, &mc);
-    if (!rc && (!s || !strcmp(s, "step"))) rc = run_step(ctx, &a, &mc);
+    if (!rc && (!s || !strcmp(s, "step")) && !a.save_baseline && !a.baseline)
+        rc = run_step(ctx, &a, &mc);
     ct_ctx_free(ctx);
     return rc;
 }

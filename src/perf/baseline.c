@@ -41,10 +41,12 @@ static void bench_host_signature(char *out, size_t cap) {
     snprintf(out, cap, "%s | %ld cpus | OpenBLAS %s", model, cpus, openblas_get_corename());
 }
 
-void ct_baseline_init(ct_baseline *b, const char *preset, const char *table, int B, int T,
-                      int threads) {
+void ct_baseline_init(ct_baseline *b, const char *bench, const char *options, const char *preset,
+                      const char *table, int B, int T, int threads) {
     memset(b, 0, sizeof *b);
     bench_host_signature(b->host, sizeof b->host);
+    snprintf(b->bench, sizeof b->bench, "%s", bench);
+    snprintf(b->options, sizeof b->options, "%s", options ? options : "");
     snprintf(b->preset, sizeof b->preset, "%s", preset);
     snprintf(b->table, sizeof b->table, "%s", table);
     b->B = B, b->T = T, b->threads = threads;
@@ -70,6 +72,8 @@ ct_status ct_baseline_save(const ct_baseline *b, const char *path) {
     ok = ok && cJSON_AddStringToObject(root, "format", CT_BASELINE_FORMAT);
     ok = ok && cJSON_AddNumberToObject(root, "version", CT_BASELINE_VERSION);
     ok = ok && cJSON_AddStringToObject(root, "host", b->host);
+    ok = ok && cJSON_AddStringToObject(root, "bench", b->bench);
+    ok = ok && cJSON_AddStringToObject(root, "options", b->options);
     ok = ok && cJSON_AddStringToObject(root, "preset", b->preset);
     ok = ok && cJSON_AddNumberToObject(root, "B", b->B);
     ok = ok && cJSON_AddNumberToObject(root, "T", b->T);
@@ -119,6 +123,16 @@ static ct_status get_str(const cJSON *o, const char *key, const char *path, char
         return bad_field(path, key, "a string");
     snprintf(out, cap, "%s", v->valuestring);
     return CT_OK;
+}
+
+/* As get_str, with fallback when the key is absent (files of older writers). */
+static ct_status get_opt_str(const cJSON *o, const char *key, const char *path,
+                             const char *fallback, char *out, size_t cap) {
+    if (!cJSON_GetObjectItemCaseSensitive(o, key)) {
+        snprintf(out, cap, "%s", fallback);
+        return CT_OK;
+    }
+    return get_str(o, key, path, out, cap);
 }
 
 static ct_status get_int(const cJSON *o, const char *key, const char *path, int lo, int *out) {
@@ -186,6 +200,8 @@ ct_status ct_baseline_load(ct_baseline *b, const char *path) {
         st = CT_ERR(CT_ERR_FORMAT, "baseline %s: version %g is not supported: expected %d", path,
                     cJSON_IsNumber(ver) ? ver->valuedouble : -1.0, CT_BASELINE_VERSION);
     } else if (!(st = get_str(root, "host", path, b->host, sizeof b->host)) &&
+               !(st = get_opt_str(root, "bench", path, "kernels", b->bench, sizeof b->bench)) &&
+               !(st = get_opt_str(root, "options", path, "", b->options, sizeof b->options)) &&
                !(st = get_str(root, "preset", path, b->preset, sizeof b->preset)) &&
                !(st = get_str(root, "table", path, b->table, sizeof b->table)) &&
                !(st = get_int(root, "B", path, 1, &b->B)) &&
@@ -216,7 +232,17 @@ ct_status ct_baseline_check(const ct_baseline *base, const ct_baseline *now, con
     }
     const char *field = NULL;
     char bv[64], nv[64];
-    if (strcmp(base->preset, now->preset)) {
+    if (strcmp(base->bench, now->bench)) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "baseline %s holds `bench %s` figures, this run is "
+                              "`bench %s`", path, base->bench, now->bench);
+        ct_error_hint("compare like with like: `ctrain bench %s ... --baseline %s`", base->bench,
+                      path);
+        return st;
+    }
+    if (strcmp(base->options, now->options)) {
+        field = "options";
+        snprintf(bv, sizeof bv, "%s", base->options), snprintf(nv, sizeof nv, "%s", now->options);
+    } else if (strcmp(base->preset, now->preset)) {
         field = "preset";
         snprintf(bv, sizeof bv, "%s", base->preset), snprintf(nv, sizeof nv, "%s", now->preset);
     } else if (strcmp(base->table, now->table)) {

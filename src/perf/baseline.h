@@ -1,13 +1,16 @@
 /*
- * The benchmark regression gate: a kernel-suite result saved as a baseline
- * JSON file (format "ctrain-bench-baseline", version 1) and a later run
- * compared with it kernel by kernel. A baseline names the host it was measured
- * on, the run's settings (preset, B, T, threads, kernel table) and, per kernel,
- * the median seconds and the noise: the relative spread (max - min) / median
- * of the repetitions' medians. Comparisons refuse a baseline from another host
- * or other settings. Leaves out: step benchmarks, history of many baselines,
- * a proper hardware signature (bench_host_signature in baseline.c is the one
- * place to swap it in).
+ * The benchmark regression gate: a kernel-suite or training-step result
+ * saved as a baseline JSON file (format "ctrain-bench-baseline", version 1)
+ * and a later run compared with it row by row. A baseline names the host it
+ * was measured on, which benchmark it holds ("kernels": one row per kernel;
+ * "step": end-to-end rows, the whole step and its split by kernel type), the
+ * run's settings (preset, B, T, threads, kernel table, step options) and, per
+ * row, the median seconds and the noise: the relative spread (max - min) /
+ * median of the repetitions' medians. Comparisons refuse a baseline from
+ * another host, of another benchmark or with other settings. Files written
+ * before step baselines existed have no "bench" key and read as kernels.
+ * Leaves out: history of many baselines, a proper hardware signature
+ * (bench_host_signature in baseline.c is the one place to swap it in).
  */
 #ifndef CT_PERF_BASELINE_H
 #define CT_PERF_BASELINE_H
@@ -32,6 +35,8 @@ typedef struct ct_baseline_kernel {
 
 typedef struct ct_baseline {
     char host[256]; /* bench_host_signature of the measuring machine */
+    char bench[16]; /* "kernels" | "step" */
+    char options[48]; /* the step's "recompute R, activations D"; "" for kernels */
     char preset[64];
     char table[16];
     int B, T, threads;
@@ -39,10 +44,11 @@ typedef struct ct_baseline {
     ct_baseline_kernel k[CT_BASELINE_MAX_KERNELS];
 } ct_baseline;
 
-/* Start a baseline for these settings on this host (no kernels yet).
- * Borrows the strings (copied). */
-void ct_baseline_init(ct_baseline *b, const char *preset, const char *table, int B, int T,
-                      int threads);
+/* Start a baseline of benchmark `bench` ("kernels" or "step") for these
+ * settings on this host (no rows yet). Borrows the strings (copied); options
+ * may be NULL. */
+void ct_baseline_init(ct_baseline *b, const char *bench, const char *options, const char *preset,
+                      const char *table, int B, int T, int threads);
 /* Append one measured kernel. CT_ERR_ARG when the baseline is full. */
 ct_status ct_baseline_add(ct_baseline *b, const ct_bench_item *it);
 /* Write b to path as JSON, atomically. CT_ERR_IO, CT_ERR_OOM. */
@@ -52,7 +58,7 @@ ct_status ct_baseline_save(const ct_baseline *b, const char *path);
  * path and the field). */
 ct_status ct_baseline_load(ct_baseline *b, const char *path);
 /* Whether base (read from path) may be compared with now: the same host
- * signature and the same preset, B, T, threads and table. CT_ERR_ARG naming
+ * signature, benchmark and options, and the same preset, B, T, threads and table. CT_ERR_ARG naming
  * path and what differs otherwise. */
 ct_status ct_baseline_check(const ct_baseline *base, const ct_baseline *now, const char *path);
 

@@ -84,6 +84,10 @@ typedef struct ct_bench_step_opts {
     int B, T;
     int warmup, steps; /* steps <= CT_BENCH_MAX_STEPS */
     ct_model_opts model; /* recompute policy and activation storage */
+    /* test knob of the regression gate: kernels of the kind named slow_kind
+     * (a ct_kprof_name) run slow_factor times per call; NULL: off */
+    const char *slow_kind;
+    int slow_factor;
 } ct_bench_step_opts;
 #define CT_BENCH_MAX_STEPS 64
 

@@ -108,7 +108,17 @@ ct_status ct_bench_step(ct_ctx *ctx, const ct_model_config *cfg, const ct_bench_
         return CT_ERR(CT_ERR_ARG, "steps = %d must be 1..%d and warmup = %d >= 0", o->steps,
                       CT_BENCH_MAX_STEPS, o->warmup);
     const ct_kernels *base = ct_ctx_kernels(ctx);
+    int slow = -1;
+    if (o->slow_kind && o->slow_kind[0] && (slow = ct_kprof_kind_of(o->slow_kind)) < 0) {
+        char kinds[256] = "";
+        for (int k = 0; k < CT_KP_COUNT; k++)
+            snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%s%s", k ? ", " : "",
+                     ct_kprof_name((ct_kprof_kind)k));
+        return CT_ERR(CT_ERR_ARG, "no kernel kind is called '%s': expected one of %s",
+                      o->slow_kind, kinds);
+    }
     ct_ctx_set_kernels(ctx, ct_kprof_wrap(base));
+    ct_kprof_set_slow(slow, o->slow_factor);
     ct_model *m = NULL;
     ct_adamw opt = {0};
     int32_t *in = NULL, *tg = NULL;

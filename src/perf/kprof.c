@@ -10,13 +10,15 @@
 
 static const ct_kernels *base_k;
 static ct_kprof_counts counts;
+static int slow_kind = -1, slow_factor = 1;
 
-#define TIMED(kind, call)                         \
-    do {                                          \
-        double t0_ = ct_time_s();                 \
-        call;                                     \
-        counts.seconds[kind] += ct_time_s() - t0_; \
-        counts.calls[kind]++;                     \
+#define TIMED(kind, call)                                           \
+    do {                                                            \
+        double t0_ = ct_time_s();                                   \
+        int n_ = (int)(kind) == slow_kind ? slow_factor : 1;         \
+        for (int r_ = 0; r_ < n_; r_++) call;                       \
+        counts.seconds[kind] += ct_time_s() - t0_;                  \
+        counts.calls[kind]++;                                       \
     } while (0)
 
 static void p_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe,
@@ -117,7 +119,7 @@ static void p_adamw_update(float *params, const float *grads, float *m, float *v
                                             weight_decay, grad_scale, t));
 }
 static double p_sumsq(const float *x, size_t n) {
-    double r;
+    double r = 0;
     TIMED(CT_KP_OTHER, r = base_k->sumsq(x, n));
     return r;
 }
@@ -153,6 +155,7 @@ static const ct_kernels prof_table = {
 
 const ct_kernels *ct_kprof_wrap(const ct_kernels *base) {
     base_k = base;
+    slow_kind = -1, slow_factor = 1;
     memset(&counts, 0, sizeof counts);
     return &prof_table;
 }
@@ -168,4 +171,15 @@ const char *ct_kprof_name(ct_kprof_kind k) {
         "norm_bwd",   "act_fwd",    "act_bwd",       "residual",      "encoder",
         "rope",       "crossentropy", "adamw",     "other"};
     return (k >= 0 && k < CT_KP_COUNT) ? names[k] : "?";
+}
+
+int ct_kprof_kind_of(const char *name) {
+    for (int k = 0; k < CT_KP_COUNT; k++)
+        if (name && !strcmp(name, ct_kprof_name((ct_kprof_kind)k))) return k;
+    return -1;
+}
+
+void ct_kprof_set_slow(int kind, int factor) {
+    slow_kind = factor > 1 ? kind : -1;
+    slow_factor = factor > 1 ? factor : 1;
 }

@@ -43,5 +43,11 @@ const ct_kernels *ct_kprof_wrap(const ct_kernels *base);
 void ct_kprof_read(ct_kprof_counts *out, int reset);
 /* Short name of a kind ("matmul_fwd", "attention_bwd", ...). */
 const char *ct_kprof_name(ct_kprof_kind k);
+/* The kind of a short name; -1 when no kind has it. */
+int ct_kprof_kind_of(const char *name);
+/* Test knob of the regression gate: every call of a kernel of `kind` runs
+ * factor times inside its timing (kind -1 or factor <= 1: off). Reset by
+ * ct_kprof_wrap. */
+void ct_kprof_set_slow(int kind, int factor);
 
 #endif

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The benchmark regression gate (`ctrain bench kernels --save-baseline/--baseline`)
+"""The benchmark regression gate (`ctrain bench kernels|step --save-baseline/--baseline`)
 through the real program.
 
 usage: /usr/bin/python3 tests/cli/test_bench_gate.py path/to/ctrain
@@ -9,7 +9,10 @@ median = median of the repetitions and noise = (max - min) / median); a rerun wi
 the same settings passes (exit 0); --debug-slow gelu.fwd=4 makes gelu.fwd a
 regression (exit 1, named); a missing, corrupt or wrong-version baseline, one from
 another host and one for another T or thread count exit 2 naming the file and what
-is wrong; the gate flags work with `bench kernels` only.
+is wrong. The end-to-end gate (`bench step`): rows for the whole step and its split by
+kernel kind, a rerun passes, --debug-slow matmul_fwd=6 makes the step and its matmul_fwd
+share regress, other step options or an unknown kind exit 2, and a kernels baseline is
+refused by `bench step`.
 
 Timing on a shared machine: one thread, a few kernels of gpt2-demo at B=4 T=64 and
 15 repetitions each. The same-settings rerun may be retried (up to 3 runs) because a
@@ -27,6 +30,10 @@ failures = 0
 KERNELS = ["gemm.fc.fwd", "attention.fwd", "layernorm.fwd", "gelu.fwd"]
 ARGS = ["kernels", "--preset", "gpt2-demo", "--batch", "4", "--seq", "64", "--threads", "1",
         "--filter", ",".join(KERNELS), "--repeat", "15"]
+
+
+STEP = ["step", "--preset", "gpt2-demo", "--batch", "2", "--seq", "64", "--threads", "1",
+        "--steps", "5", "--warmup", "1", "--recompute", "none", "--repeat", "7"]
 
 
 def check(ok, what):
@@ -146,7 +153,51 @@ with tempfile.TemporaryDirectory() as d:
     expect_error(bad, ["kernels"], "baseline without kernels")
 
     p = run("step", "--baseline", base)
-    check(p.returncode == 2 and "kernels" in p.stderr, "--baseline with `bench step` exits 2")
+    check(p.returncode == 2 and "bench kernels" in p.stderr and "bench step" in p.stderr,
+          "a kernels baseline given to `bench step` exits 2 naming both benchmarks")
+    p = run("gemm", "--baseline", base)
+    check(p.returncode == 2 and "bench step" in p.stderr, "the gate flags refuse `bench gemm`")
+
+    # the end-to-end gate: whole steps and their split by kernel kind
+    sbase = os.path.join(d, "step.json")
+    p = run(*STEP, "--save-baseline", sbase)
+    check(p.returncode == 0, "bench step --save-baseline exits 0 (%d)" % p.returncode)
+    if p.returncode:
+        show(p)
+    with open(sbase) as f:
+        sb = json.load(f)
+    snames = [k["name"] for k in sb.get("kernels", [])]
+    check(sb.get("bench") == "step" and "recompute none" in sb.get("options", ""),
+          "a step baseline says so, with its options (%s, %s)" % (sb.get("bench"),
+                                                                   sb.get("options")))
+    check(snames[:1] == ["step"] and all(n in snames for n in
+                                         ("step.matmul_fwd", "step.attention_bwd", "step.adamw")),
+          "rows: the whole step, then its split (%s)" % snames)
+    for k in sb.get("kernels", []):
+        check(len(k["repeats_s"]) == 7 and abs(k["median_s"] - median(k["repeats_s"])) <=
+              1e-12 * max(1.0, k["median_s"]), "%s: 7 repetitions and their median" % k["name"])
+    for attempt in range(3):
+        p = run(*STEP, "--baseline", sbase)
+        if p.returncode == 0:
+            break
+        print("attempt %d of the step rerun exited %d:" % (attempt + 1, p.returncode))
+        show(p)
+    check(p.returncode == 0 and "no regression" in p.stdout,
+          "bench step against its own baseline: no regression (%d)" % p.returncode)
+    p = run(*STEP, "--baseline", sbase, "--debug-slow", "matmul_fwd=6")
+    regressed = [line for line in p.stdout.splitlines() if "regressed:" in line]
+    named = regressed[0].split(":")[1].split() if regressed else []
+    check(p.returncode == 1 and "step" in named and "step.matmul_fwd" in named,
+          "--debug-slow matmul_fwd=6: exit 1, the step and step.matmul_fwd regressed (%d, %s)"
+          % (p.returncode, regressed))
+    if p.returncode != 1:
+        show(p)
+    p = run(*[a if a != "none" else "full" for a in STEP], "--baseline", sbase)
+    check(p.returncode == 2 and "options" in p.stderr and "recompute full" in p.stderr,
+          "a step baseline with other options exits 2 naming them")
+    p = run(*STEP, "--baseline", sbase, "--debug-slow", "gemm=2")
+    check(p.returncode == 2 and "matmul_fwd" in p.stderr,
+          "an unknown kind for --debug-slow exits 2 listing the kinds")
     p = run(*ARGS, "--debug-slow", "gelu.fwd")
     check(p.returncode == 2 and "NAME=FACTOR" in p.stderr, "a malformed --debug-slow exits 2")
 
