@@ -36,6 +36,10 @@ static void usage(FILE *f) {
             "          training steps split by kernel, the step's GEMM-only time\n"
             "  hw      [--json] [--quick] [--no-bench]   hardware profile: cores, caches, ISA,\n"
             "          memory limits, GPU, machine signature and measured roofs\n"
+            "  tune    --config RUN.yaml [--level basic|advanced|ultra] [--out FILE] [--json]\n"
+            "          [key=value ...]   time real training steps over threads, micro-batch,\n"
+            "          recompute, bf16 activations and attention tiles under the memory\n"
+            "          limit; writes a profile for `ctrain train --config`\n"
             "  version print the version\n"
             "\n"
             "`ctrain train --print-config` lists every configuration key with its default.\n",
@@ -78,6 +82,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "hw")) return cmd_hw(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tune")) return cmd_tune(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("ctrain %s\n", ct_version());
         return 0;
