@@ -143,6 +143,9 @@ ct_status ct_tune_profile_apply(ct_config *cfg, const char *machine_sig, const c
     ct_config c = *cfg;
     int64_t want = config_effective_batch(cfg);
     ct_status st = apply_settings(&c, cfg->tune.settings, where);
+    int bq, bk;
+    if (!st && (st = ct_config_attention_tiles(c.run.attention_tiles, &bq, &bk)))
+        ct_error_prefix("%s", where);
     if (st) return st;
     if (c.train.batch_size > 0 && want > 0) {
         int64_t B = c.train.batch_size, got = B * c.train.grad_accum;
