@@ -187,7 +187,7 @@ ct_status ct_tune_profile_apply_here(ct_config *cfg, const char *source, bool *a
 
 enum { DIM_THREADS = 1, DIM_BATCH = 2, DIM_RECOMPUTE = 4, DIM_DTYPE = 8, DIM_TILES = 16 };
 #define MAX_TILES 16
-#define MAX_DIVISORS 64
+#define MAX_DIVISORS 256
 
 typedef struct tune_state {
     const ct_config *cfg;
