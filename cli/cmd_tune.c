@@ -211,9 +211,10 @@ int cmd_tune(int argc, char **argv) {
         print_json(&r, out_path, settings);
     } else {
         const ct_tune_trial *w = &r.trials[r.best], *b = &r.trials[0];
-        printf("best: %s\n  %.1f tokens/s, MFU %.1f%% (%.2fx the starting settings, "
-               "%.1f tokens/s)\n", settings, w->tokens_per_s, 100.0 * w->mfu,
-               w->tokens_per_s / b->tokens_per_s, b->tokens_per_s);
+        printf("best: %s\n  %.1f tokens/s, MFU %.1f%% of the sgemm peak %.1f GFLOP/s "
+               "(%.2fx the starting settings, %.1f tokens/s)\n", settings, w->tokens_per_s,
+               100.0 * w->mfu, r.gemm_peak_gflops, w->tokens_per_s / b->tokens_per_s,
+               b->tokens_per_s);
         printf("%d trial(s) in %.0f s%s; profile written to %s\n"
                "run it: ctrain train --config %s\n", r.n_trials, r.elapsed_s,
                r.budget_hit ? " (tune.budget_s reached: raise it to search further)" : "",

@@ -89,7 +89,8 @@ typedef struct ct_tune_result {
     int n_trials, cap;
     int best;              /* index of the winner (the fastest measured trial) */
     int cores;             /* CPUs this process may use: threads tried are 1..cores */
-    double gemm_peak_gflops; /* sustained sgemm on all cores (the MFU denominator) */
+    double gemm_peak_gflops; /* sustained sgemm on all cores, the higher of a measurement
+                              * before and after the search (the MFU denominator) */
     double membw_gbps;     /* triad bandwidth */
     size_t limit;          /* run.memory_limit in bytes */
     int effective_batch;   /* sequences per optimizer step, held fixed */
