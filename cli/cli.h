@@ -18,6 +18,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_hw(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 
 /* Print ct_last_error() (and its hint) prefixed with "ctrain <cmd>: error:";
  * returns 2. */
@@ -25,7 +26,9 @@ int cli_fail(const char *cmd);
 /* Print a usage error; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) CT_PRINTF(2, 3);
 
-/* Parse --config FILE, --print-config and key=value arguments into cfg.
+/* Parse --config FILE, --print-config and key=value arguments into cfg. A
+ * tuned profile's settings (tune.signature, tune.settings) apply after the
+ * file and before the key=value overrides.
  * Returns 0 to go on, 1 when the config was printed (caller exits 0), 2 on
  * error (already printed). */
 int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool *print_only);

@@ -4,7 +4,8 @@
  * train.recompute policy and train.activation_dtype, against run.memory_limit
  * (batch_size=auto and recompute=auto are resolved here exactly as `train`
  * resolves them). A plan over the limit is an error (exit 2) whose hint names
- * settings that fit.
+ * settings that fit. A tuned profile given as --config plans its settings on the
+ * machine it was tuned on, as train runs them (cli_load_config).
  */
 #include <stdio.h>
 #include <string.h>

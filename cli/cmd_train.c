@@ -19,6 +19,7 @@
 #include "cli.h"
 #include "stop.h"
 #include "ctrain/train.h"
+#include "perf/tune.h"
 
 int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool *print_only) {
     ct_config_default(cfg);
@@ -33,6 +34,9 @@ int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool
         }
     }
     if (config_path && ct_config_load_yaml(cfg, config_path)) return cli_fail(cmd);
+    bool tuned; /* a tuned profile: its settings apply here, so overrides still win */
+    if (config_path && ct_tune_profile_apply_here(cfg, config_path, &tuned))
+        return cli_fail(cmd);
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--config")) {
             i++;

@@ -39,6 +39,10 @@ static void usage(FILE *f) {
             "  report  RUN_DIR [--out FILE]   one self-contained HTML page about a run: summary,\n"
             "          plots (loss, lr, grad norm, tokens/s, MFU, memory, step-time split),\n"
             "          alerts, rollbacks, config and hardware\n"
+            "  tune    --config RUN.yaml [--level basic|advanced|ultra] [--out FILE] [--json]\n"
+            "          [key=value ...]   time real training steps over threads, micro-batch,\n"
+            "          recompute, bf16 activations and attention tiles under the memory\n"
+            "          limit; writes a profile for `ctrain train --config`\n"
             "  version print the version\n"
             "\n"
             "`ctrain train --print-config` lists every configuration key with its default.\n",
@@ -82,6 +86,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "hw")) return cmd_hw(argc - 2, argv + 2);
     if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tune")) return cmd_tune(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("ctrain %s\n", ct_version());
         return 0;

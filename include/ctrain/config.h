@@ -54,6 +54,7 @@ typedef struct ct_config {
         int64_t checkpoint_every, keep_last, threads, log_every;
         bool checkpoint_compress; /* zstd the checkpoints' training-state blobs */
         char memory_limit[CT_NAME_MAX]; /* bytes with KB/MB/GB suffix, or N% */
+        char attention_tiles[CT_NAME_MAX]; /* "QxK" query rows x keys per tile, or auto */
     } run;
     struct {
         int64_t window;        /* good steps the z-scores look back on */
@@ -103,6 +104,20 @@ typedef struct ct_config {
         int64_t kill_step;       /* after step K, rank debug.rank kills itself (SIGKILL) */
         int64_t hang_step;       /* after step K, rank debug.rank stops answering */
     } debug;
+    struct {
+        /* a tuned profile (written by `ctrain tune`, read by train and plan) */
+        char signature[CT_NAME_MAX]; /* machine signature it was measured on; "" = none */
+        char level[CT_NAME_MAX];     /* basic | advanced | ultra | custom */
+        char settings[CT_PATH_MAX];  /* "key=value ..." applied on a matching machine */
+        double tokens_per_s;         /* measured with the settings */
+        double mfu;                  /* fraction 0..1 of the measured GEMM peak */
+        char date[CT_NAME_MAX];      /* UTC time of the measurement */
+        /* the search of `ctrain tune` */
+        char search[CT_NAME_MAX];           /* dimensions: threads,batch,recompute,dtype,tiles */
+        char tile_candidates[CT_PATH_MAX];  /* "QxK,QxK,...": attention tiles tried */
+        int64_t trial_steps;                /* timed steps per trial, after one warm-up */
+        double budget_s;                    /* seconds the whole search may take */
+    } tune;
 } ct_config;
 
 /* Every key at its default value. */
@@ -126,6 +141,11 @@ CT_API ct_status ct_config_apply_override(ct_config *cfg, const char *kv);
  * a KB/MB/GB/TB suffix (powers of 1024). CT_ERR_ARG naming the key. */
 CT_API ct_status ct_config_memory_limit(const char *spec, size_t available, size_t *out);
 CT_API ct_status ct_config_validate(const ct_config *cfg);
+
+/* run.attention_tiles's text: "auto" gives 0 x 0 (the kernel's built-in
+ * tiles), "QxK" its query rows (1..128) and keys (1..256) per tile. Borrows
+ * spec. CT_ERR_ARG naming the key and the expected form. */
+CT_API ct_status ct_config_attention_tiles(const char *spec, int *bq, int *bk);
 
 /* Write the configuration as YAML with every key. Returns owned text; free().
  * NULL on out of memory. */

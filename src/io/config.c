@@ -101,6 +101,8 @@ static const key_def keys[] = {
     I("run.threads", run.threads, 0, 4096, "threads (0: all cores)"),
     I("run.log_every", run.log_every, 1, BIG, "steps between progress lines"),
     S("run.memory_limit", run.memory_limit, "bytes (KB/MB/GB) or N% of RAM"),
+    S("run.attention_tiles", run.attention_tiles,
+      "attention tile: QxK query rows (1..128) x keys (1..256), or auto (64x128)"),
     I("guard.window", guard.window, 1, 1024, "good steps the spike z-scores look back on"),
     F("guard.zscore", guard.zscore, 0, 1e6, "loss / grad-norm spike threshold (0: off)"),
     I("guard.min_steps", guard.min_steps, 2, 1024, "good steps before spikes are judged"),
@@ -164,6 +166,23 @@ static const key_def keys[] = {
       "after step K, rank debug.rank kills itself with SIGKILL (0: off)"),
     I("debug.hang_step", debug.hang_step, 0, BIG,
       "after step K, rank debug.rank stops answering (0: off)"),
+    S("tune.signature", tune.signature,
+      "tuned profile: machine signature it was measured on (`ctrain hw`); \"\": not a profile"),
+    E("tune.level", tune.level, "basic|advanced|ultra|custom",
+      "tuned profile: the search space it came from (set by ctrain tune --level)"),
+    S("tune.settings", tune.settings,
+      "tuned profile: key=value settings applied when tune.signature is this machine's"),
+    F("tune.tokens_per_s", tune.tokens_per_s, 0, 1e15,
+      "tuned profile: measured training tokens/s with tune.settings"),
+    F("tune.mfu", tune.mfu, 0, 100, "tuned profile: measured MFU (fraction of the GEMM peak)"),
+    S("tune.date", tune.date, "tuned profile: UTC time of the measurement"),
+    S("tune.search", tune.search,
+      "ctrain tune: dimensions searched, comma-separated: threads,batch,recompute,dtype,tiles"),
+    S("tune.tile_candidates", tune.tile_candidates,
+      "ctrain tune: attention tiles tried when tune.search has tiles (QxK,QxK,...)"),
+    I("tune.trial_steps", tune.trial_steps, 1, 64,
+      "ctrain tune: timed steps per trial after one untimed warm-up (the median counts)"),
+    F("tune.budget_s", tune.budget_s, 0.001, 1e7, "ctrain tune: seconds the search may take"),
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
@@ -217,6 +236,13 @@ void ct_config_default(ct_config *c) {
     c->alerts.warmup_steps = 5;
     c->alerts.repeat_every = 100;
     c->alerts.expected_mfu = 0.10;
+    snprintf(c->run.attention_tiles, sizeof c->run.attention_tiles, "auto");
+    /* the tune.* search keys default to the basic level (perf/tune.c) */
+    snprintf(c->tune.level, sizeof c->tune.level, "basic");
+    snprintf(c->tune.search, sizeof c->tune.search, "threads,batch");
+    snprintf(c->tune.tile_candidates, sizeof c->tune.tile_candidates, "32x64,64x64,64x128,128x128");
+    c->tune.trial_steps = 2;
+    c->tune.budget_s = 300;
     c->lora.alpha = 16;
 }
 
@@ -553,10 +579,28 @@ static ct_status validate_alerts(const ct_config *c) {
     return CT_OK;
 }
 
+ct_status ct_config_attention_tiles(const char *spec, int *bq, int *bk) {
+    *bq = *bk = 0;
+    if (!strcmp(spec, "auto")) return CT_OK;
+    int q = 0, k = 0;
+    char tail = 0;
+    if (sscanf(spec, "%dx%d%c", &q, &k, &tail) != 2 || q < 1 || q > 128 || k < 1 || k > 256) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "run.attention_tiles = '%s': expected auto or QxK with "
+                              "Q query rows in 1..128 and K keys in 1..256", spec);
+        ct_error_hint("e.g. run.attention_tiles=64x128 (the built-in tile)");
+        return st;
+    }
+    *bq = q;
+    *bk = k;
+    return CT_OK;
+}
+
 ct_status ct_config_validate(const ct_config *c) {
     size_t limit;
     ct_status st0 = ct_config_memory_limit(c->run.memory_limit, 1, &limit);
     if (st0) return st0;
+    int bq, bk;
+    if ((st0 = ct_config_attention_tiles(c->run.attention_tiles, &bq, &bk))) return st0;
     if (c->schedule.warmup_steps > c->train.steps && c->train.steps > 0)
         return CT_ERR(CT_ERR_ARG,
                       "schedule.warmup_steps = %lld exceeds train.steps = %lld",

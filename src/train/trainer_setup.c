@@ -10,6 +10,8 @@
  */
 #include "train/trainer_int.h"
 
+#include "kernels/kernels.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -410,6 +412,11 @@ ct_status trainer_setup(trainer *t) {
     if ((st = trainer_dist_begin(t))) return st;
     if ((st = ct_config_validate(cfg))) return st;
     if ((st = refuse_unsupported(cfg))) return st;
+    int bq, bk; /* run.attention_tiles; auto keeps the kernel's built-in tile */
+    if ((st = ct_config_attention_tiles(cfg->run.attention_tiles, &bq, &bk))) return st;
+    if (bq && ct_attention_set_tiles(bq, bk))
+        return CT_ERR(CT_ERR_ARG, "run.attention_tiles = %s: the attention kernel refused it",
+                      cfg->run.attention_tiles);
     if ((st = ct_schedule_from_config(&t->sched, cfg))) return st;
     if ((st = parse_bad_steps(cfg->debug.bad_steps, &t->bad_first, &t->bad_last))) return st;
     if ((st = check_run_dir(cfg->run.dir))) return st;

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""`ctrain tune` and tuned profiles through the real program.
+
+usage: /usr/bin/python3 tests/cli/test_tune.py path/to/ctrain
+
+  * `ctrain tune` on a tiny model with a budget of a few seconds exits 0, prints the trial
+    table and the winner, and writes run.dir/profile.yaml: the config as given (batch
+    4 x 2), plus tune.signature (this machine's, as `ctrain hw` prints it), tune.settings
+    naming all six tuned keys, tune.tokens_per_s and tune.mfu of the best trial;
+    `--json --out F` reports the same trials, every one with the effective batch kept;
+  * `ctrain train --config profile.yaml` runs the tuned settings (the log says so and
+    run.dir/config.yaml holds them), key=value overrides still win, and `ctrain plan`
+    plans them;
+  * the same profile with an edited signature warns, naming both signatures and "re-run
+    ctrain tune", and runs the base settings;
+  * `--level NAME` and `--level configs/levels/NAME.yaml` give the same configuration for
+    every ready level, and the levels differ;
+  * bad input exits 2 naming what is wrong: an unknown level, a level file with other
+    keys, a bad tune.search, a memory limit nothing fits (no profile written), a bad
+    tune.settings in a profile.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LEVELS = os.path.normpath(os.path.join(HERE, "..", "..", "configs", "levels"))
+CTRAIN = os.path.abspath(sys.argv[1])
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("PASS: " if ok else "FAIL: ") + what, flush=True)
+    if not ok:
+        failures += 1
+    return ok
+
+
+def run(*args):
+    p = subprocess.run([CTRAIN, *args], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def settings_dict(text):
+    return dict(kv.split("=", 1) for kv in text.split())
+
+
+def flat(path):
+    with open(path) as fh:
+        d = yaml.safe_load(fh)
+    return {"%s.%s" % (s, k): v for s, keys in d.items() for k, v in keys.items()}
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    P = lambda *a: os.path.join(tmp, *a)  # noqa: E731
+    rc, _, err = run("synth", "--out", P("s.bin"), "--tokens", "20000", "--vocab", "64")
+    check(rc == 0, "synth")
+    base = P("run.yaml")
+    with open(base, "w") as fh:
+        fh.write("model:\n  preset: gpt2-tiny\ndata:\n  train: %s\ntrain:\n  batch_size: 4\n"
+                 "  seq_len: 16\n  grad_accum: 2\n  steps: 2\nrun:\n  dir: %s\n"
+                 % (P("s.bin"), P("run")))
+    rc, out, err = run("hw", "--json", "--no-bench")
+    sig = json.loads(out)["signature"] if rc == 0 else None
+    check(bool(sig), "ctrain hw gives the machine signature")
+
+    # ------------------------------------------------------------ tune
+    rc, out, err = run("tune", "--config", base, "--level", "basic", "tune.budget_s=4")
+    check(rc == 0, "tune exits 0: %s" % err.strip()[-300:])
+    check("best: run.threads=" in out and "profile written to" in out and "tokens/s" in out,
+          "tune prints the table and the winner: %s" % out[-300:])
+    prof = P("run", "profile.yaml")
+    check(os.path.isfile(prof), "the profile is written to run.dir/profile.yaml")
+    check(not [f for f in os.listdir(P("run")) if ".tmp." in f], "no temporary file is left")
+    f = flat(prof)
+    s = settings_dict(f["tune.settings"])
+    check(f["tune.signature"] == sig, "tune.signature is this machine's (%s)" % f["tune.signature"])
+    check(set(s) == {"run.threads", "train.batch_size", "train.grad_accum", "train.recompute",
+                     "train.activation_dtype", "run.attention_tiles"},
+          "tune.settings names the six tuned keys: %s" % f["tune.settings"])
+    check(int(s["train.batch_size"]) * int(s["train.grad_accum"]) == 8,
+          "the tuned batch keeps 4 x 2 = 8 sequences per step")
+    check(f["tune.tokens_per_s"] > 0 and 0 < f["tune.mfu"] < 1.5 and f["tune.level"] == "basic",
+          "tune.tokens_per_s, tune.mfu and tune.level are recorded")
+    check(f["train.batch_size"] == 4 and f["train.grad_accum"] == 2 and f["data.train"] == P("s.bin"),
+          "the profile holds the config as given")
+    with open(prof) as fh:
+        text = fh.read()
+    check(re.search(r"^#\s+\d+\s+\d+\s+\d+ none\s+fp32 .*<- best$", text, re.M) is not None,
+          "the profile's comment block lists the trials and marks the best")
+
+    rc, out, err = run("tune", "--config", base, "tune.budget_s=4", "--json", "--out", P("p2.yaml"))
+    j = json.loads(out) if rc == 0 else {}
+    check(rc == 0 and j.get("trials"), "tune --json exits 0 with trials: %s" % err.strip()[-200:])
+    if j.get("trials"):
+        t = j["trials"]
+        check(all(x["batch_size"] * x["grad_accum"] == 8 for x in t), "every trial keeps the batch")
+        check(len({x["threads"] for x in t}) == j["cores"] and len({x["batch_size"] for x in t}) >= 2,
+              "threads 1..cores and several micro-batches were tried")
+        best = t[j["best"]]
+        check(best["measured"] and best["tokens_per_s"] == max(x["tokens_per_s"] for x in t),
+              "the winner is the fastest trial")
+        check(settings_dict(flat(P("p2.yaml"))["tune.settings"]) == settings_dict(j["settings"]),
+              "--out holds the reported settings")
+
+    # ------------------------------------------------------------ train with the profile
+    rc, out, err = run("train", "--config", prof, "run.dir=" + P("t1"))
+    check(rc == 0 and "tuned profile for this machine" in err,
+          "train --config profile applies it: %s" % err.strip()[-300:])
+    c = flat(P("t1", "config.yaml"))
+    check(all(str(c[k]) == v for k, v in s.items()),
+          "run.dir/config.yaml holds the tuned settings: %s" % {k: c[k] for k in s})
+    rc, out, err = run("train", "--config", prof, "run.dir=" + P("t2"), "train.batch_size=8",
+                       "train.grad_accum=1")
+    c = flat(P("t2", "config.yaml")) if rc == 0 else {}
+    check(rc == 0 and c.get("train.batch_size") == 8, "key=value overrides win over the profile")
+    rc, out, err = run("plan", "--config", prof, "--json")
+    check(rc == 0 and json.loads(out)["batch_size"] == int(s["train.batch_size"]),
+          "plan --config profile plans the tuned batch")
+
+    # ------------------------------------------------------------ another machine
+    other = P("other.yaml")
+    with open(other, "w") as fh:
+        fh.write(text.replace(sig, "x86_64-0123456789abcdef"))
+    rc, out, err = run("train", "--config", other, "run.dir=" + P("t3"))
+    check(rc == 0 and "x86_64-0123456789abcdef" in err and sig in err
+          and "re-run ctrain tune on this machine" in err,
+          "a profile from another machine warns: %s" % err.strip()[:300])
+    c = flat(P("t3", "config.yaml")) if rc == 0 else {}
+    check(c.get("train.batch_size") == 4 and c.get("train.grad_accum") == 2
+          and c.get("run.threads") == 0 and c.get("run.attention_tiles") == "auto",
+          "... and runs the base settings")
+
+    # ------------------------------------------------------------ levels
+    printed = {}
+    for name in ("basic", "advanced", "ultra"):
+        path = os.path.join(LEVELS, name + ".yaml")
+        rc1, a, e1 = run("tune", "--level", name, "--print-config")
+        rc2, b, e2 = run("tune", "--level", path, "--print-config")
+        check(rc1 == 0 and rc2 == 0 and a == b,
+              "--level %s and configs/levels/%s.yaml agree %s" % (name, name, (e1 + e2).strip()[:200]))
+        printed[name] = a
+    check(len(set(printed.values())) == 3, "the three levels differ")
+
+    # ------------------------------------------------------------ bad input
+    rc, out, err = run("tune", "--config", base, "--level", "turbo")
+    check(rc == 2 and "turbo" in err and "advanced" in err, "an unknown level exits 2: %s" % err.strip())
+    rc, out, err = run("tune", "--config", base, "--level", base)
+    check(rc == 2 and "tune.* keys only" in err, "a level file with other keys exits 2: %s" % err.strip())
+    rc, out, err = run("tune", "--config", base, "tune.search=threads,warp")
+    check(rc == 2 and "tune.search" in err and "warp" in err, "a bad tune.search exits 2")
+    rc, out, err = run("tune", "--config", base, "run.memory_limit=1KB", "--out", P("none.yaml"))
+    check(rc == 2 and "run.memory_limit" in err and not os.path.exists(P("none.yaml")),
+          "a limit nothing fits exits 2 and writes nothing: %s" % err.strip()[:200])
+    bad = P("bad.yaml")
+    with open(bad, "w") as fh:
+        fh.write(re.sub(r"^  settings: .*$", '  settings: "train.recompute=medium"', text, flags=re.M))
+    rc, out, err = run("train", "--config", bad, "run.dir=" + P("t4"))
+    check(rc == 2 and "bad.yaml: tune.settings" in err and "train.recompute" in err
+          and not os.path.exists(P("t4")),
+          "a bad tune.settings exits 2 naming the file and the key: %s" % err.strip()[:200])
+
+print("%d failure(s)" % failures)
+sys.exit(1 if failures else 0)
