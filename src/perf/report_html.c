@@ -509,10 +509,16 @@ static void plots(html_ctx *h) {
     static const report_style smem[] = {REPORT_STYLE_LINE, REPORT_STYLE_LINE, REPORT_STYLE_LINE,
                                         REPORT_STYLE_DASHED, REPORT_STYLE_LINE, REPORT_STYLE_DASHED};
     double mx = 0;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 5; i++) {
         double m = col_max(h, kmem[i], NULL);
         if (isfinite(m) && m > mx) mx = m;
     }
+    /* a limit far above what the run used would flatten every other line:
+     * then it is named in a note instead of drawn */
+    double lim = col_max(h, CT_REPORT_KEY_MEM_LIMIT_BYTES, NULL);
+    int nmem = 6;
+    if (isfinite(lim) && mx > 0 && lim > 4 * mx) nmem = 5;
+    else if (isfinite(lim) && lim > mx) mx = lim;
     double sc = 1.0 / (1024.0 * 1024 * 1024);
     const char *ul = "memory (GiB)";
     if (mx < 1024.0 * 1024 * 1024) {
@@ -524,7 +530,15 @@ static void plots(html_ctx *h) {
         ul = "memory (KiB)";
     }
     static const char *const memk[] = {"memory", NULL};
-    line_plot(h, "Memory", ul, kmem, lmem, cmem, smem, 6, sc, true, memk, false, false);
+    line_plot(h, "Memory", ul, kmem, lmem, cmem, smem, nmem, sc, true, memk, false, false);
+    if (nmem == 5) {
+        char a[64], c[64];
+        fmt_bytes(a, sizeof a, mx);
+        fmt_bytes(c, sizeof c, lim);
+        ct_report_buf_printf(h->b, "<p class=\"note\">run.memory_limit (%s) is off this plot's "
+                             "scale: the highest line above reaches %s (%.1f%% of the limit).</p>\n",
+                             c, a, 100.0 * mx / lim);
+    }
 
     step_split_plot(h);
 }

@@ -255,6 +255,9 @@ def main():
                             "preset: gpt2-tiny", "No rollbacks.", "data wait"], 7)
         # the trainer's monitor writes every key now: nothing is left unplotted
         check("real run: every plot drawn", "Not plotted" not in real and "not recorded" not in real)
+        # a tiny run under a limit of 85% of RAM: the limit is named, not drawn flat
+        check("real run: the far-away memory limit is a note, not a line",
+              "is off this plot's scale" in real)
         check("real run: tokens trained = 40 steps x 64 tokens", "<th>tokens trained</th><td>2560</td>" in real)
         check("real run: no stray temporary files", sorted(os.listdir(P("real"))) == sorted(
             ["config.json", "config.yaml", "hw.json", "metrics.jsonl", "model.safetensors",
@@ -281,6 +284,7 @@ def main():
                            "lines were written again", "could not be read (a crash mid-write)",
                            "forward", "backward", "optimizer", "peak RSS", "arena", "limit",
                            "4 (1 critical)", "RSS at 87% of run.memory_limit"], 7)
+        check("full run: a limit near the RSS is drawn", "is off this plot's scale" not in syn)
         check("full run: replayed steps replaced the first timeline (final loss from the resume)",
               "final %.4g (step 200)" % (10 * math.exp(-200 / 60) + 1.85) in syn)
         check("full run: the rollback line is kept although its step was replayed",
