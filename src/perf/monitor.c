@@ -65,6 +65,7 @@ void ct_monitor_params_for_run(ct_monitor_params *out, const ct_config *cfg,
 void ct_monitor_init(ct_monitor *m, const ct_monitor_params *p) {
     memset(m, 0, sizeof *m);
     m->p = *p;
+    m->peak_measured = p->gemm_peak_gflops;
 }
 
 static double ratio(double num, double den) { return den > 0 ? num / den : NAN; }
@@ -176,6 +177,16 @@ static double tps_median(ct_monitor *m, double tps) {
 int ct_monitor_update(ct_monitor *m, const ct_monitor_sample *s, ct_monitor_figures *fig,
                       ct_alert *events) {
     ct_monitor_figures_of(&m->p, s, fig);
+    if (m->p.gemm_peak_gflops > 0 && fig->gflops > m->p.gemm_peak_gflops) {
+        if (!m->peak_raised_at)
+            ct_log(CT_LOG_INFO, "step %lld reached %.1f GFLOP/s, above the GEMM peak of %.1f "
+                   "measured at the start (the machine was busy then): MFU now counts against "
+                   "the best step (set alerts.gemm_peak_gflops to fix the figure)",
+                   (long long)s->step, fig->gflops, m->peak_measured);
+        m->p.gemm_peak_gflops = fig->gflops;
+        m->peak_raised_at = s->step;
+        ct_monitor_figures_of(&m->p, s, fig);
+    }
     m->samples++;
     double tps_judged = fig->tokens_per_s;
     if (m->samples > m->p.warmup_steps && isfinite(fig->tokens_per_s)) {

@@ -139,9 +139,15 @@ typedef struct ct_monitor {
     int64_t reported_at[CT_ALERT_KIND_COUNT]; /* step of the last report per kind */
     int64_t entered_at[CT_ALERT_KIND_COUNT];  /* step at which the level was entered */
     ct_alert last[CT_ALERT_KIND_COUNT];       /* the latest report of each standing alert */
+    /* a whole step cannot run faster than GEMMs alone: when one does, the
+     * peak was measured in a busy moment, and MFU's denominator becomes the
+     * best step's GFLOP/s (so MFU stays <= 100%) */
+    double peak_measured;                     /* the peak given at init */
+    int64_t peak_raised_at;                   /* last step that raised it; 0: never */
 } ct_monitor;
 
-/* Start with every kind at ok. Borrows p (copied). */
+/* Start with every kind at ok. Borrows p (copied). m->p.gemm_peak_gflops
+ * rises to a step's achieved GFLOP/s when a step beats it (logged once). */
 void ct_monitor_init(ct_monitor *m, const ct_monitor_params *p);
 
 /* Figures of sample s under p. Borrows both; fills *out. */

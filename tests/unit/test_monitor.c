@@ -110,6 +110,28 @@ static void test_figures(void) {
     CHECK(isnan(fig.mfu) && isnan(fig.mfu_theory)); /* unknown peaks: n/a, not 0 or inf */
 }
 
+/* A step faster than the measured GEMM peak: the peak was low (a busy
+ * moment); MFU counts against the best step from then on, never above 100%. */
+static void test_peak_raised(void) {
+    ct_monitor_params p = simple_params();
+    p.gemm_peak_gflops = 2; /* the simple step does 1 GFLOP */
+    ct_monitor m;
+    ct_monitor_init(&m, &p);
+    ct_alert ev[CT_ALERT_KIND_COUNT];
+    ct_monitor_figures fig;
+    ct_monitor_sample s = quiet(1); /* 1 GFLOP/s: below the peak */
+    ct_monitor_update(&m, &s, &fig, ev);
+    CHECK(near(fig.mfu, 0.5, 1e-12) && m.peak_raised_at == 0);
+    s = quiet(2);
+    s.step_s = 0.25; /* 4 GFLOP/s */
+    ct_monitor_update(&m, &s, &fig, ev);
+    CHECK(near(fig.mfu, 1.0, 1e-12) && near(m.p.gemm_peak_gflops, 4, 1e-12));
+    CHECK(m.peak_raised_at == 2 && m.peak_measured == 2);
+    s = quiet(3); /* back to 1 GFLOP/s: a quarter of the best step */
+    ct_monitor_update(&m, &s, &fig, ev);
+    CHECK(near(fig.mfu, 0.25, 1e-12) && near(fig.mfu_theory, 1.0 / 200, 1e-12));
+}
+
 static int find_kind(const ct_alert *ev, int n, ct_alert_kind k) {
     for (int i = 0; i < n; i++)
         if (ev[i].kind == k) return i;
@@ -386,6 +408,7 @@ static void test_config_checks(void) {
 int main(void) {
     test_params_for_run();
     test_figures();
+    test_peak_raised();
     test_levels();
     test_warmup();
     test_dedup();
