@@ -20,35 +20,47 @@
 
 ct_status ct_model_config_from(ct_model_config *out, const ct_config *cfg) {
     const char *arch = cfg->model.arch;
-    if (strcmp(arch, "gpt2") != 0)
-        return CT_ERR(CT_ERR_ARG, "model.arch = %s is not available yet: only gpt2 is "
-                      "implemented", arch);
+    bool llama = strcmp(arch, "llama") == 0;
+    if (!llama && strcmp(arch, "gpt2") != 0)
+        return CT_ERR(CT_ERR_ARG, "model.arch = %s is unknown: expected gpt2 or llama", arch);
     if (cfg->model.preset[0]) {
         ct_status st = ct_model_config_preset(out, cfg->model.preset);
         if (st) return st;
     } else {
         if (!cfg->model.n_layer || !cfg->model.n_head || !cfg->model.n_embd ||
-            !cfg->model.vocab_size || !cfg->model.n_ctx) {
+            !cfg->model.vocab_size || !cfg->model.n_ctx || (llama && !cfg->model.n_ffn)) {
             ct_status st = CT_ERR(CT_ERR_ARG, "no model given: set model.init_from, model.preset, "
                                   "or all of model.n_layer, model.n_head, model.n_embd, "
-                                  "model.vocab_size and model.n_ctx");
-            ct_error_hint("e.g. model.preset=gpt2-demo");
+                                  "model.vocab_size and model.n_ctx%s",
+                                  llama ? " (and model.n_ffn for model.arch=llama)" : "");
+            ct_error_hint(llama ? "e.g. model.preset=llama-demo" : "e.g. model.preset=gpt2-demo");
             return st;
         }
-        ct_model_config_gpt2(out, 1, 1, 1, 2, 1);
+        if (llama)
+            ct_model_config_llama(out, 1, 1, 1, 2, 1, 2, 1);
+        else
+            ct_model_config_gpt2(out, 1, 1, 1, 2, 1);
     }
+    bool is_llama = out->arch == CT_ARCH_LLAMA; /* a preset decides the arch */
     if (cfg->model.n_layer) out->n_layer = (int)cfg->model.n_layer;
-    if (cfg->model.n_head) out->n_head = out->n_kv_head = (int)cfg->model.n_head;
+    if (cfg->model.n_head) {
+        out->n_head = (int)cfg->model.n_head;
+        if (!is_llama || !cfg->model.n_kv_head) out->n_kv_head = out->n_head;
+    }
     if (cfg->model.n_embd) {
         out->n_embd = (int)cfg->model.n_embd;
-        out->n_ffn = 4 * out->n_embd;
+        if (!is_llama) out->n_ffn = 4 * out->n_embd;
     }
     if (cfg->model.n_ffn) out->n_ffn = (int)cfg->model.n_ffn;
     if (cfg->model.vocab_size) out->vocab_size = (int)cfg->model.vocab_size;
     if (cfg->model.n_ctx) out->n_ctx = (int)cfg->model.n_ctx;
-    if (cfg->model.n_kv_head && cfg->model.n_kv_head != out->n_head)
-        return CT_ERR(CT_ERR_ARG, "model.n_kv_head = %lld: grouped KV heads are not available "
-                      "for gpt2", (long long)cfg->model.n_kv_head);
+    if (cfg->model.n_kv_head) {
+        if (!is_llama && cfg->model.n_kv_head != out->n_head)
+            return CT_ERR(CT_ERR_ARG, "model.n_kv_head = %lld: grouped KV heads are not "
+                          "available for gpt2 (n_head = %d)", (long long)cfg->model.n_kv_head,
+                          out->n_head);
+        out->n_kv_head = (int)cfg->model.n_kv_head;
+    }
     return ct_model_config_validate(out);
 }
 
