@@ -83,7 +83,55 @@ typedef struct model_acts {
     float *datty; /* (N,C) */
     float *dbig1; /* (N, max(F,QKVW)) */
     float *dbig2; /* (N,FW) */
+    /* LoRA (NULL without adapters) */
+    float *lora_h;    /* (L, nmod, N, r): A x of every adapter, kept for backward */
+    float *lora_tmp;  /* (N, max adapted out): B h rows, then scaled dY rows */
+    float *lora_dh;   /* (N, r) */
+    float *lora_xd;   /* (N, max adapted in): the dropped-out input (dropout > 0) */
+    float *lora_sink; /* (2C): where frozen norms' weight gradients go (never read) */
 } model_acts;
+
+/* The fused GEMMs of a block an adapter can sit on. */
+enum { LORA_GEMM_QKV = 0, LORA_GEMM_PROJ = 1, LORA_GEMM_FC = 2, LORA_GEMM_FCPROJ = 3 };
+
+/* Where module kind k sits: its GEMM, its columns of that GEMM's fused output
+ * [col0, col0+out), its input width and its base weight's table suffix. */
+typedef struct lora_mod {
+    const char *path; /* below the layer: "self_attn.q_proj", "attn.c_attn" */
+    int gemm, col0, out, in;
+} lora_mod;
+
+/* The attached adapters. Adapter table entry 2*(l*nmod + s) is A of layer l,
+ * slot s (the s-th targeted kind), entry 2*(...)+1 its B. */
+typedef struct model_lora {
+    ct_lora_opts o;
+    float scale;          /* alpha / r */
+    int nmod;             /* targeted kinds per layer */
+    int kinds[8];         /* [nmod] the kinds, ascending */
+    lora_mod mods[8];     /* [nmod] */
+    int max_out, max_in;  /* over the targeted modules */
+    ct_param *table;
+    int n_table;
+    size_t numel;
+    float *params, *grads;
+    bool dropping;        /* inside forward_backward: dropout applies */
+    uint64_t pass;        /* forward_backward calls: the dropout stream's counter */
+} model_lora;
+
+/* Kind k of cfg's arch; false when k is out of range. */
+bool lora_mod_of(const ct_model_config *c, int k, lora_mod *out);
+/* Free the attached adapters (model_free; merge). */
+void model_lora_free(ct_model *m);
+/* Numel of the adapter for cfg and lo (0 when r == 0). */
+size_t lora_numel(const ct_model_config *c, const ct_lora_opts *lo);
+/* Add the adapters on GEMM `gemm` of layer l to its output out (N, OUTW),
+ * given its input x (N, in); keeps A x in acts.lora_h. */
+void model_lora_forward(ct_model *m, int l, int gemm, float *out, int OUTW, const float *x,
+                        int N);
+/* Backward of those adapters: dA, dB += ...; dx (N, in) += the adapters'
+ * input gradient, given dout (N, OUTW) and the forward's x. */
+void model_lora_backward(ct_model *m, int l, int gemm, float *dx, const float *dout, int OUTW,
+                         const float *x, int N);
 
 typedef struct decode_state {
     int max_len, len;
@@ -102,7 +150,8 @@ struct ct_model {
     int wte, wpe, lnf_w, lnf_b, head_w; /* table indices; -1 if absent; head_w == wte when tied */
     layer_idx *layers;                  /* [L] */
     float *params;                      /* flat (numel) */
-    float *grads;                       /* flat (numel) or NULL */
+    float *grads;                       /* flat (numel) or NULL (always with LoRA) */
+    model_lora *lora;                   /* attached adapters or NULL */
     /* activations */
     ct_model_opts opts; /* recompute policy and activation dtype */
     int B, T, chunk; /* reserved shape; chunk = rows per logits chunk */

@@ -13,14 +13,23 @@
 
 ct_status ct_run_plan_make(const ct_model_config *mc, int B, int T, int grad_accum, int prefetch,
                            const ct_model_opts *o, ct_run_plan *out) {
+    return ct_run_plan_make_lora(mc, B, T, grad_accum, prefetch, o, NULL, out);
+}
+
+ct_status ct_run_plan_make_lora(const ct_model_config *mc, int B, int T, int grad_accum,
+                                int prefetch, const ct_model_opts *o, const ct_lora_opts *lo,
+                                ct_run_plan *out) {
     memset(out, 0, sizeof *out);
-    ct_status st = ct_model_plan_memory_opts(mc, B, T, true, o, &out->model);
+    if (lo && lo->r <= 0) lo = NULL;
+    ct_status st = ct_model_plan_memory_lora(mc, B, T, true, o, lo, &out->model);
     if (st) return st;
     out->B = B;
     out->T = T;
     out->grad_accum = grad_accum;
     out->opts = *o;
-    out->optim = 2 * out->model.params;
+    if (lo) out->lora = *lo;
+    /* moments of what trains: the whole model, or only the adapters */
+    out->optim = 2 * out->model.trainable;
     /* inputs and targets: the prefetch ring's slots and the trainer's own pair */
     out->data = (size_t)(prefetch + 1) * 2 * (size_t)B * T * sizeof(int32_t);
     out->total = out->model.total + out->optim + out->data;
@@ -44,7 +53,7 @@ static int largest_fit(const ct_model_config *mc, const ct_fit_request *r, const
         if (r->effective_batch > 0 && r->effective_batch % B) continue;
         ct_run_plan p;
         int accum = r->effective_batch > 0 ? r->effective_batch / B : r->grad_accum;
-        if (ct_run_plan_make(mc, B, r->T, accum, r->prefetch, o, &p)) break;
+        if (ct_run_plan_make_lora(mc, B, r->T, accum, r->prefetch, o, &r->lora, &p)) break;
         if (p.total > r->limit) break;
         *best = p;
         found = B;
@@ -92,8 +101,8 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
         ct_model_opts o = r->opts;
         if (r->recompute_auto) o.recompute = pols[i];
         if (r->B > 0) {
-            ct_status st = ct_run_plan_make(mc, r->B, r->T, r->grad_accum, r->prefetch, &o,
-                                            &plans[i]);
+            ct_status st = ct_run_plan_make_lora(mc, r->B, r->T, r->grad_accum, r->prefetch,
+                                                 &o, &r->lora, &plans[i]);
             if (st) return st;
             fits[i] = plans[i].total <= r->limit ? r->B : 0;
         } else {
@@ -112,8 +121,8 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
     ct_run_plan need;
     ct_model_opts o = r->opts;
     if (r->recompute_auto) o.recompute = CT_RECOMPUTE_FULL;
-    ct_status st = ct_run_plan_make(mc, r->B > 0 ? r->B : 1, r->T, r->grad_accum, r->prefetch, &o,
-                                    &need);
+    ct_status st = ct_run_plan_make_lora(mc, r->B > 0 ? r->B : 1, r->T, r->grad_accum,
+                                         r->prefetch, &o, &r->lora, &need);
     if (st) return st;
     st = CT_ERR(CT_ERR_ARG,
                 "the run needs %.0f MiB (params %.0f, grads %.0f, AdamW %.0f, activations %.0f, "

@@ -21,8 +21,9 @@
 typedef struct ct_run_plan {
     int B, T, grad_accum;
     ct_model_opts opts;
+    ct_lora_opts lora;   /* r == 0: no adapters */
     ct_model_plan model; /* params, grads, acts, work, scratch */
-    size_t optim;        /* AdamW m and v */
+    size_t optim;        /* AdamW m and v of the trainable parameters */
     size_t data;         /* token buffers: prefetch ring + the trainer's batch */
     size_t total;
 } ct_run_plan;
@@ -31,6 +32,11 @@ typedef struct ct_run_plan {
  * prefetch ring of `prefetch` batches. CT_ERR_ARG on a bad shape. */
 ct_status ct_run_plan_make(const ct_model_config *mc, int B, int T, int grad_accum, int prefetch,
                            const ct_model_opts *o, ct_run_plan *out);
+/* The same with LoRA adapters lo (NULL or r == 0: none): the frozen base has
+ * no gradients and no moments. Borrows lo. */
+ct_status ct_run_plan_make_lora(const ct_model_config *mc, int B, int T, int grad_accum,
+                                int prefetch, const ct_model_opts *o, const ct_lora_opts *lo,
+                                ct_run_plan *out);
 
 /* Bytes this process may use: min(RAM, cgroup memory limit). 0 when unknown. */
 size_t ct_memory_available(void);
@@ -42,6 +48,7 @@ typedef struct ct_fit_request {
     int effective_batch; /* with B = 0: sequences per optimizer step (0: unset) */
     bool recompute_auto;
     ct_model_opts opts;
+    ct_lora_opts lora;   /* r == 0: no adapters */
     int prefetch;
     size_t limit;        /* bytes */
     const char *limit_spec; /* for messages: the run.memory_limit text */
@@ -58,8 +65,8 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *req, 
 
 /* The run's settings from cfg (batch size, recompute, activation dtype,
  * accumulation, effective batch, prefetch, run.memory_limit against
- * ct_memory_available) planned and fitted for the model shape mc, as `train`
- * and `plan` both do. Writes the plan and the limit in bytes. CT_ERR_ARG. */
+ * ct_memory_available, the lora.* adapters) planned and fitted for the model
+ * shape mc, as `train` and `plan` both do. Writes the plan and the limit in bytes. CT_ERR_ARG. */
 ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc,
                                  ct_run_plan *out, size_t *limit);
 

@@ -1,5 +1,6 @@
 /*
- * AdamW over the flat parameter buffer (torch.optim.AdamW semantics), global
+ * AdamW over the model's trainable flat buffer (torch.optim.AdamW semantics;
+ * the whole model, or only its LoRA adapters when the base is frozen), global
  * gradient norm and the clip factor of torch.nn.utils.clip_grad_norm_.
  * Runs of adjacent tensors with the same decay rule go to the kernel as one
  * call, so the update is a handful of passes over contiguous memory. The
@@ -39,15 +40,15 @@ void ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, flo
                    float grad_scale) {
     const ct_kernels *k = ct_ctx_kernels(opt->ctx);
     opt->t++;
-    int n = ct_model_num_params(model);
-    float *w = ct_model_params(model), *g = ct_model_grads(model);
+    int n = ct_model_num_trainable(model);
+    float *w = ct_model_trainable_params(model), *g = ct_model_trainable_grads(model);
     int i = 0;
     while (i < n) {
-        const ct_param *first = ct_model_param(model, i);
+        const ct_param *first = ct_model_trainable_param(model, i);
         size_t begin = first->offset, end = first->offset + first->numel;
         int j = i + 1;
         while (j < n) {
-            const ct_param *q = ct_model_param(model, j);
+            const ct_param *q = ct_model_trainable_param(model, j);
             if (q->decay != first->decay || q->offset != end) break;
             end += q->numel;
             j++;
@@ -61,7 +62,7 @@ void ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, flo
 
 double ct_grad_norm(ct_model *model) {
     const ct_kernels *k = model->k;
-    return sqrt(k->sumsq(ct_model_grads(model), ct_model_numel(model)));
+    return sqrt(k->sumsq(ct_model_trainable_grads(model), ct_model_trainable_numel(model)));
 }
 
 float ct_clip_scale(double norm, double max_norm) {
