@@ -137,6 +137,47 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
     return st;
 }
 
+ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *mc,
+                                   ct_lora_opts *out) {
+    memset(out, 0, sizeof *out);
+    const char *dir = cfg->lora.init_from;
+    if (cfg->lora.r <= 0 && !dir[0]) return CT_OK;
+    ct_lora_opts o = {0};
+    ct_status st;
+    if (dir[0]) {
+        if ((st = ct_lora_config_load_peft(mc, dir, &o))) {
+            ct_error_prefix("lora.init_from = %s", dir);
+            return st;
+        }
+        if (cfg->lora.r > 0 && cfg->lora.r != o.r)
+            return CT_ERR(CT_ERR_ARG, "lora.r = %lld, but lora.init_from = %s has r = %d "
+                          "(adapter_config.json)", (long long)cfg->lora.r, dir, o.r);
+        if (cfg->lora.targets[0]) {
+            uint32_t mask = 0;
+            if ((st = ct_lora_targets_parse(mc, cfg->lora.targets, "lora.targets", &mask)))
+                return st;
+            if (mask != o.targets) {
+                char got[256];
+                ct_lora_targets_format(mc, o.targets, got, sizeof got);
+                return CT_ERR(CT_ERR_ARG, "lora.targets = %s, but lora.init_from = %s adapts "
+                              "%s (adapter_config.json target_modules)", cfg->lora.targets, dir,
+                              got);
+            }
+        }
+    } else {
+        o.r = (int)cfg->lora.r;
+        o.alpha = (float)cfg->lora.alpha;
+        const char *t = cfg->lora.targets[0] ? cfg->lora.targets
+                        : mc->arch == CT_ARCH_LLAMA ? "q_proj,v_proj" : "c_attn";
+        if ((st = ct_lora_targets_parse(mc, t, "lora.targets", &o.targets))) return st;
+    }
+    o.dropout = (float)cfg->lora.dropout;
+    o.seed = (uint64_t)cfg->train.seed;
+    if ((st = ct_lora_opts_validate(mc, &o))) return st;
+    *out = o;
+    return CT_OK;
+}
+
 ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc,
                                  ct_run_plan *out, size_t *limit) {
     ct_fit_request r;
@@ -151,6 +192,7 @@ ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc
     r.effective_batch = (int)cfg->train.effective_batch;
     r.prefetch = (int)cfg->data.prefetch;
     r.limit_spec = cfg->run.memory_limit;
+    if ((st = ct_lora_opts_from_config(cfg, mc, &r.lora))) return st;
     if (r.B > 0 && r.effective_batch > 0)
         return CT_ERR(CT_ERR_ARG, "train.effective_batch = %d applies to train.batch_size=auto "
                       "only; with train.batch_size = %d set train.grad_accum instead",

@@ -63,6 +63,16 @@ typedef struct ct_fit_request {
  * limit in the message and the settings that would fit in the hint. */
 ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *req, ct_run_plan *out);
 
+/* The LoRA adapters the lora.* keys ask for on a model of shape mc: r = 0
+ * when neither lora.r nor lora.init_from is set. With lora.init_from, its
+ * adapter_config.json decides r, alpha and the targets (lora.r and
+ * lora.targets, when set, must agree with it); otherwise lora.r, lora.alpha
+ * and lora.targets (default: q_proj,v_proj for llama, c_attn for gpt2, as
+ * PEFT's defaults). lora.dropout and train.seed (the dropout stream) come
+ * from cfg. CT_ERR_ARG naming the key, or the adapter file's errors. */
+ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *mc,
+                                   ct_lora_opts *out);
+
 /* The run's settings from cfg (batch size, recompute, activation dtype,
  * accumulation, effective batch, prefetch, run.memory_limit against
  * ct_memory_available, the lora.* adapters) planned and fitted for the model

@@ -5,7 +5,8 @@
  * train.recompute policy and train.activation_dtype), which checkpoint
  * train.resume names and whether it fits the config (model signature, batch
  * shape, seed, shuffling, starting weights), the data, and the restored
- * optimizer, loader, guard and early-stopping state.
+ * optimizer, loader, guard and early-stopping state. LoRA runs (lora.*) load
+ * the frozen base, attach the adapters and train only those.
  * Leaves out: the loop itself (trainer.c).
  */
 #include "train/trainer_int.h"
@@ -74,9 +75,6 @@ ct_guard_params trainer_guard_params(const ct_config *cfg) {
 
 /* Keys whose features are not built yet: refuse rather than silently ignore. */
 static ct_status refuse_unsupported(const ct_config *cfg) {
-    if (cfg->lora.r > 0 || cfg->lora.init_from[0])
-        return CT_ERR(CT_ERR_ARG, "lora.r / lora.init_from: LoRA fine-tuning is not available "
-                      "in this version");
     if (cfg->dist.zero)
         return CT_ERR(CT_ERR_ARG, "dist.zero = 1: data parallel training is not available in "
                       "this version");
@@ -193,7 +191,9 @@ static ct_status find_resume(trainer *t) {
         }
         if (st) return st;
     } else {
-        if (cfg->model.init_from[0]) {
+        /* a LoRA run's checkpoint holds only the adapter: the base comes from
+         * model.init_from (checked against the checkpoint's base hash) */
+        if (cfg->model.init_from[0] && !t->plan.lora.r) {
             st = CT_ERR(CT_ERR_ARG, "model.init_from = %s and train.resume = %s both name the "
                         "starting weights", cfg->model.init_from, mode);
             ct_error_hint("drop model.init_from to resume the checkpoint, or set "
@@ -289,6 +289,40 @@ static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
     return CT_OK;
 }
 
+/* A LoRA run: the frozen base first (model.init_from, or the seeded
+ * initialisation: either way what every resume rebuilds), then the adapters,
+ * whose signature includes the base's hash; their weights come from the
+ * checkpoint, lora.init_from, or PEFT's seeded initialisation. */
+static ct_status build_lora_model(trainer *t, const ct_model_config *mc) {
+    const ct_config *cfg = t->cfg;
+    ct_status st;
+    if (cfg->model.init_from[0]) {
+        if ((st = ct_model_load_hf(&t->model, t->ctx, cfg->model.init_from))) return st;
+    } else {
+        if ((st = ct_model_init(&t->model, t->ctx, mc))) return st;
+        ct_model_init_weights(t->model, (uint64_t)cfg->train.seed);
+    }
+    if ((st = ct_model_lora_attach(t->model, &t->plan.lora))) return st;
+    if ((st = ct_ckpt_signature(t->model, t->signature, sizeof t->signature))) return st;
+    if ((st = find_resume(t))) return st;
+    const ct_lora_opts *lo = &t->plan.lora;
+    ct_log(CT_LOG_INFO, "LoRA: r=%d alpha=%g dropout=%g on %d modules per layer, %zu trainable "
+           "parameters, base frozen (%zu)", lo->r, (double)lo->alpha, (double)lo->dropout,
+           ct_model_num_trainable(t->model) / (2 * mc->n_layer),
+           ct_model_trainable_numel(t->model), ct_model_numel(t->model));
+    if (t->resume_step >= 0) {
+        if ((st = check_resume_fits(t))) return st;
+        return ct_train_state_load_weights(t->model, t->ctx, t->resume_dir);
+    }
+    if (cfg->lora.init_from[0]) {
+        st = ct_model_lora_load_peft(t->model, cfg->lora.init_from);
+        if (st) ct_error_prefix("lora.init_from = %s", cfg->lora.init_from);
+        return st;
+    }
+    ct_model_lora_init_weights(t->model, (uint64_t)cfg->train.seed);
+    return CT_OK;
+}
+
 /* Build the model: fresh from sizes (seeded init), from model.init_from, or
  * from the checkpoint (its weights, shape checked by the signature). */
 static ct_status build_model(trainer *t) {
@@ -297,6 +331,7 @@ static ct_status build_model(trainer *t) {
     ct_status st = model_shape(cfg, &mc);
     if (st) return st;
     if ((st = plan_memory(t, &mc))) return st;
+    if (t->plan.lora.r > 0) return build_lora_model(t, &mc);
     /* the signature needs a model; its zeroed weights are the fresh run's start */
     if ((st = ct_model_init(&t->model, t->ctx, &mc))) return st;
     if ((st = ct_ckpt_signature(t->model, t->signature, sizeof t->signature))) return st;
@@ -397,7 +432,7 @@ ct_status trainer_setup(trainer *t) {
     if ((st = build_model(t))) return st;
     if ((st = ct_model_set_opts(t->model, &t->mopts))) return st;
     if ((st = ct_model_reserve(t->model, t->B, t->T, true))) return st;
-    if ((st = ct_adamw_init(&t->opt, t->ctx, ct_model_numel(t->model)))) return st;
+    if ((st = ct_adamw_init(&t->opt, t->ctx, ct_model_trainable_numel(t->model)))) return st;
     if ((st = open_loaders(t))) return st;
     t->in = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->in, CT_TAG_DATA);
     t->tg = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->tg, CT_TAG_DATA);
