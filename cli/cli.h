@@ -17,6 +17,7 @@ int cmd_prepare(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_hw(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 
 /* Print ct_last_error() (and its hint) prefixed with "ctrain <cmd>: error:";
  * returns 2. */

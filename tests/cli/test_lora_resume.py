@@ -175,8 +175,20 @@ def bad_inputs(tmp, adapter, base):
                   "run.dir=" + os.path.join(tmp, "x6"))
     check("missing adapter directory refused", rc == 2 and "adapter_config.json" in out,
           "rc=%d %s" % (rc, out[-600:]))
+    # ctrain merge: a good adapter, then the same refusals
+    rc, out = run("merge", "--base", base, "--adapter", adapter, "--out",
+                  os.path.join(tmp, "merged"))
+    check("merge writes an HF directory", rc == 0 and
+          os.path.exists(os.path.join(tmp, "merged", "model.safetensors")) and
+          os.path.exists(os.path.join(tmp, "merged", "config.json")), out[-400:])
+    rc, out = run("merge", "--base", base, "--adapter", d, "--out", os.path.join(tmp, "x7"))
+    check("merge of an adapter for another arch refused", rc == 2 and
+          "adapter_config.json" in out and "c_attn" in out, "rc=%d %s" % (rc, out[-400:]))
+    rc, out = run("merge", "--base", base, "--adapter", adapter, "--out", base)
+    check("merge onto the base directory refused", rc == 2 and "--out" in out,
+          "rc=%d %s" % (rc, out[-400:]))
     check("refusals touch nothing",
-          not any(os.path.exists(os.path.join(tmp, "x%d" % i)) for i in range(1, 7)))
+          not any(os.path.exists(os.path.join(tmp, "x%d" % i)) for i in range(1, 8)))
 
 
 def main():
