@@ -94,7 +94,10 @@ CT_API int ct_model_num_params(const ct_model *m); /* entries in the table */
 CT_API const ct_param *ct_model_param(const ct_model *m, int i);
 CT_API const ct_param *ct_model_find_param(const ct_model *m, const char *name);
 CT_API size_t ct_model_numel(const ct_model *m); /* elements of the flat buffer */
+/* The fp32 weights; NULL when a LoRA base is stored as bf16 (see below). */
 CT_API float *ct_model_params(ct_model *m);
+/* The bf16 bits of a base stored as bf16, else NULL. Borrowed. */
+CT_API const uint16_t *ct_model_params_bf16(const ct_model *m);
 /* The gradient buffer (same layout); NULL until ct_model_reserve(..., true),
  * and always NULL with LoRA adapters (the base is frozen: see below). */
 CT_API float *ct_model_grads(ct_model *m);
@@ -233,6 +236,8 @@ typedef struct ct_lora_opts {
     float dropout;    /* probability of zeroing an adapter input element, training only */
     uint32_t targets; /* bit k: module kind k of the arch (ct_lora_targets_parse) */
     uint64_t seed;    /* the dropout masks' stream */
+    bool base_bf16;   /* store the frozen base's matrices as bf16 (1-D weights stay fp32);
+                       * each GEMM widens its weight into an fp32 work buffer first */
 } ct_lora_opts;
 
 /* The module kinds of cfg's arch: their count, and kind k's path below a
@@ -254,7 +259,9 @@ CT_API ct_status ct_lora_opts_validate(const ct_model_config *cfg, const ct_lora
 
 /* Attach adapters (A and B zero) before ct_model_reserve; once per model.
  * Afterwards the base is frozen: ct_model_reserve allocates no base gradient
- * buffer and the trainable view below is the adapter's. Borrows o.
+ * buffer and the trainable view below is the adapter's. With o->base_bf16 the
+ * base's matrices are rounded to bf16 (nearest even) and the fp32 buffer is
+ * freed: ct_model_params returns NULL from then on. Borrows o.
  * CT_ERR_ARG for bad options, a second attach or a model already reserved. */
 CT_API ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o);
 /* PEFT's initialisation: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming-uniform,
@@ -263,7 +270,8 @@ CT_API void ct_model_lora_init_weights(ct_model *m, uint64_t seed);
 /* The attached options, or NULL without adapters. */
 CT_API const ct_lora_opts *ct_model_lora(const ct_model *m);
 /* Fold the adapters into the base weights (W += alpha/r * B A, in double)
- * and detach them: afterwards m is a plain model. CT_ERR_ARG without adapters. */
+ * and detach them: afterwards m is a plain model. CT_ERR_ARG without adapters
+ * or with a bf16 base (merge into an fp32 base). */
 CT_API ct_status ct_model_lora_merge(ct_model *m);
 
 /* The trainable view: what AdamW, gradient norm and clipping, the guard and

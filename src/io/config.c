@@ -114,6 +114,8 @@ static const key_def keys[] = {
     F("lora.dropout", lora.dropout, 0, 1, "LoRA dropout"),
     S("lora.targets", lora.targets, "modules to adapt, comma-separated"),
     S("lora.init_from", lora.init_from, "PEFT adapter directory"),
+    E("lora.base_dtype", lora.base_dtype, "fp32|bf16",
+      "storage of the frozen base weights (bf16 halves them; math stays fp32)"),
     I("dist.zero", dist.zero, 0, 1, "ZeRO-1 optimizer sharding under mpirun"),
     I("debug.dump_grads_step", debug.dump_grads_step, 0, BIG,
       "write run.dir/grads_stepK.safetensors at step K (0: off)"),
@@ -164,6 +166,7 @@ void ct_config_default(ct_config *c) {
     c->debug.spike_factor = 1000.0;
     snprintf(c->run.memory_limit, sizeof c->run.memory_limit, "85%%");
     c->lora.alpha = 16;
+    snprintf(c->lora.base_dtype, sizeof c->lora.base_dtype, "fp32");
 }
 
 static const key_def *find_key(const char *path) {

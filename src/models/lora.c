@@ -10,6 +10,7 @@
  * output) are O(N*out) loops next to O(N*out*r) GEMMs; the GEMMs go through
  * the kernel table like every other model GEMM.
  */
+#include "core/dtype.h"
 #include "models/model_impl.h"
 
 #include <math.h>
@@ -188,6 +189,77 @@ static void lora_add(model_lora *a, const char *name, int64_t d0, int64_t d1) {
     a->numel += p->numel;
 }
 
+/* ---------------------------------------------------------- bf16 base */
+
+size_t lora_max_span(const ct_model_config *c) {
+    size_t C = (size_t)c->n_embd, QKV = (size_t)model_qkv_width(c);
+    size_t FW = (size_t)model_fc_width(c), F = (size_t)c->n_ffn, V = (size_t)c->vocab_size;
+    size_t s = V * C;
+    if (QKV * C > s) s = QKV * C;
+    if (FW * C > s) s = FW * C;
+    if (C * F > s) s = C * F;
+    return s;
+}
+
+size_t lora_base_bf16_bytes(const ct_model *t) {
+    size_t small = 0;
+    for (int i = 0; i < t->n_table; i++)
+        if (t->table[i].ndim == 1) small += t->table[i].numel;
+    return t->numel * sizeof(uint16_t) + small * sizeof(float);
+}
+
+float *model_p_bf16(ct_model *m, int idx) {
+    const ct_param *p = &m->table[idx];
+    if (p->ndim == 1) return m->small + m->small_off[idx];
+    float *dst = idx == m->wpe ? m->acts.base_wpe : m->acts.base_w;
+    CT_ASSERT(dst != NULL); /* the arena of ct_model_reserve holds the widened matrix */
+    ct_bf16_to_f32_array(dst, m->params16 + p->offset, m->span[idx]);
+    return dst;
+}
+
+/* Round the base to bf16 storage: matrices to params16, 1-D weights kept
+ * fp32 in small; the fp32 buffer is freed. */
+static ct_status base_to_bf16(ct_model *m) {
+    const ct_model_config *c = &m->cfg;
+    size_t small = 0;
+    m->small_off = calloc((size_t)m->n_table, sizeof *m->small_off);
+    m->span = calloc((size_t)m->n_table, sizeof *m->span);
+    if (!m->small_off || !m->span) return CT_ERR(CT_ERR_OOM, "out of memory for the bf16 base");
+    for (int i = 0; i < m->n_table; i++) {
+        m->span[i] = m->table[i].numel;
+        if (m->table[i].ndim == 1) {
+            m->small_off[i] = small;
+            small += m->table[i].numel;
+        }
+    }
+    /* a fused GEMM reads q,k,v (gate,up) from the first entry's offset on */
+    size_t C = (size_t)c->n_embd;
+    for (int l = 0; l < c->n_layer; l++) {
+        m->span[m->layers[l].qkv_w] = (size_t)model_qkv_width(c) * C;
+        m->span[m->layers[l].fc_w] = (size_t)model_fc_width(c) * C;
+    }
+    m->params16 = ct_alloc(m->ctx, m->numel * sizeof(uint16_t), CT_TAG_PARAMS);
+    m->small = ct_alloc(m->ctx, (small ? small : 1) * sizeof(float), CT_TAG_PARAMS);
+    if (!m->params16 || !m->small) {
+        ct_status st = ct_last_status();
+        ct_free(m->ctx, m->params16);
+        ct_free(m->ctx, m->small);
+        m->params16 = NULL;
+        m->small = NULL;
+        return st;
+    }
+    ct_f32_to_bf16_array(m->params16, m->params, m->numel);
+    for (int i = 0; i < m->n_table; i++)
+        if (m->table[i].ndim == 1)
+            memcpy(m->small + m->small_off[i], m->params + m->table[i].offset,
+                   m->table[i].numel * sizeof(float));
+    ct_free(m->ctx, m->params);
+    m->params = NULL;
+    return CT_OK;
+}
+
+const uint16_t *ct_model_params_bf16(const ct_model *m) { return m->params16; }
+
 ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o) {
     const ct_model_config *c = &m->cfg;
     if (m->lora) return CT_ERR(CT_ERR_ARG, "LoRA adapters are already attached to this model");
@@ -232,6 +304,10 @@ ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o) {
         return st;
     }
     m->lora = a;
+    if (o->base_bf16 && (st = base_to_bf16(m))) {
+        lora_free(m);
+        return st;
+    }
     return CT_OK;
 }
 
@@ -385,6 +461,9 @@ static int gemm_weight(const ct_model *m, int l, int gemm) {
 ct_status ct_model_lora_merge(ct_model *m) {
     model_lora *a = m->lora;
     if (!a) return CT_ERR(CT_ERR_ARG, "ct_model_lora_merge: the model has no LoRA adapters");
+    if (m->params16)
+        return CT_ERR(CT_ERR_ARG, "ct_model_lora_merge: the base is stored as bf16; merge into "
+                      "an fp32 base (load it again without lora.base_dtype=bf16)");
     int r = a->o.r;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         for (int s = 0; s < a->nmod; s++) {

@@ -264,6 +264,10 @@ void ct_model_free(ct_model *m) {
     if (!m) return;
     ct_free(m->ctx, m->dec.block);
     model_lora_free(m);
+    ct_free(m->ctx, m->params16);
+    ct_free(m->ctx, m->small);
+    free(m->small_off);
+    free(m->span);
     ct_arena_free(&m->arena, m->ctx);
     free(m->acts.layers);
     ct_free(m->ctx, m->grads);
@@ -496,6 +500,12 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
         w->ln2_rstd = carve(cv, N);
     }
     if (work_norm && !training) w->fch_gelu = carve(cv, N * F);
+    /* a bf16 base: the fp32 copy of the one matrix a GEMM reads (and of GPT-2's
+     * positions, read beside the token embedding) */
+    if (lo && lo->r > 0 && lo->base_bf16) {
+        a->base_w = carve(cv, lora_max_span(c));
+        a->base_wpe = c->pos == CT_POS_LEARNED ? carve(cv, (size_t)c->n_ctx * C) : NULL;
+    }
     plan->work = cv->used - mark;
     /* scratch: the logits chunk and the gradients of activations */
     mark = cv->used;
@@ -539,13 +549,14 @@ ct_status ct_model_plan_memory_lora(const ct_model_config *cfg, int B, int T, bo
     ct_model m = {0};
     m.cfg = *cfg;
     if ((st = model_build_table(&m))) return st;
-    free(m.table);
-    free(m.layers);
     carver cv = {0};
     memset(out, 0, sizeof *out);
     acts_layout(cfg, o, lo, B, T, training, &cv, NULL, out);
     size_t adapter = lora_numel(cfg, lo) * sizeof(float);
-    out->params = m.numel * sizeof(float) + adapter;
+    size_t base = lo && lo->base_bf16 ? lora_base_bf16_bytes(&m) : m.numel * sizeof(float);
+    free(m.table);
+    free(m.layers);
+    out->params = base + adapter;
     /* a frozen base has no gradients: only the adapter trains */
     out->trainable = lo ? adapter : out->params;
     out->grads = training ? out->trainable : 0;

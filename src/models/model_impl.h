@@ -89,6 +89,8 @@ typedef struct model_acts {
     float *lora_dh;   /* (N, r) */
     float *lora_xd;   /* (N, max adapted in): the dropped-out input (dropout > 0) */
     float *lora_sink; /* (2C): where frozen norms' weight gradients go (never read) */
+    float *base_w;    /* (max GEMM weight span): a bf16 base matrix widened for one call */
+    float *base_wpe;  /* (n_ctx, C): GPT-2's positions, widened beside wte */
 } model_acts;
 
 /* The fused GEMMs of a block an adapter can sit on. */
@@ -122,6 +124,10 @@ typedef struct model_lora {
 bool lora_mod_of(const ct_model_config *c, int k, lora_mod *out);
 /* Free the attached adapters (model_free; merge). */
 void model_lora_free(ct_model *m);
+/* Bytes of a bf16-stored base for cfg (matrices bf16, 1-D fp32) and the
+ * largest span one GEMM reads from the table (elements). */
+size_t lora_base_bf16_bytes(const ct_model *table_only);
+size_t lora_max_span(const ct_model_config *c);
 /* Numel of the adapter for cfg and lo (0 when r == 0). */
 size_t lora_numel(const ct_model_config *c, const ct_lora_opts *lo);
 /* Add the adapters on GEMM `gemm` of layer l to its output out (N, OUTW),
@@ -152,6 +158,13 @@ struct ct_model {
     float *params;                      /* flat (numel) */
     float *grads;                       /* flat (numel) or NULL (always with LoRA) */
     model_lora *lora;                   /* attached adapters or NULL */
+    /* bf16 base storage (LoRA): params is NULL, the matrices live in params16,
+     * the 1-D weights in fp32 in small */
+    uint16_t *params16;                 /* (numel) bf16 bits, or NULL */
+    float *small;                       /* fp32 1-D weights */
+    size_t *small_off;                  /* [n_table] offset of a 1-D entry in small */
+    size_t *span;                       /* [n_table] elements one GEMM reads from the entry:
+                                         * the fused q,k,v or gate,up rows from the first */
     /* activations */
     ct_model_opts opts; /* recompute policy and activation dtype */
     int B, T, chunk; /* reserved shape; chunk = rows per logits chunk */
@@ -161,8 +174,12 @@ struct ct_model {
     decode_state dec;
 };
 
+/* An fp32 view of a bf16-stored base entry: 1-D weights from small, a matrix
+ * widened into acts.base_w (acts.base_wpe for wpe), valid until the next call. */
+float *model_p_bf16(ct_model *m, int idx);
 static inline float *model_p(ct_model *m, int idx) {
-    return idx < 0 ? NULL : m->params + m->table[idx].offset;
+    if (idx < 0) return NULL;
+    return m->params16 ? model_p_bf16(m, idx) : m->params + m->table[idx].offset;
 }
 static inline float *model_g(ct_model *m, int idx) {
     return idx < 0 || !m->grads ? NULL : m->grads + m->table[idx].offset;

@@ -141,7 +141,13 @@ ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *
                                    ct_lora_opts *out) {
     memset(out, 0, sizeof *out);
     const char *dir = cfg->lora.init_from;
-    if (cfg->lora.r <= 0 && !dir[0]) return CT_OK;
+    bool bf16 = strcmp(cfg->lora.base_dtype, "bf16") == 0;
+    if (cfg->lora.r <= 0 && !dir[0]) {
+        if (bf16)
+            return CT_ERR(CT_ERR_ARG, "lora.base_dtype = bf16 stores a frozen LoRA base: set "
+                          "lora.r (or lora.init_from) too; a full run trains fp32 weights");
+        return CT_OK;
+    }
     ct_lora_opts o = {0};
     ct_status st;
     if (dir[0]) {
@@ -173,6 +179,7 @@ ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *
     }
     o.dropout = (float)cfg->lora.dropout;
     o.seed = (uint64_t)cfg->train.seed;
+    o.base_bf16 = bf16;
     if ((st = ct_lora_opts_validate(mc, &o))) return st;
     *out = o;
     return CT_OK;

@@ -382,12 +382,16 @@ ct_status ct_ckpt_signature(const ct_model *m, char *buf, size_t cap) {
     if (lo && k >= 0 && (size_t)k < cap) {
         /* the frozen base is part of what a LoRA run is: its hash, so that a
          * resume on other base weights is refused */
-        uint64_t h = XXH64(ct_model_params((ct_model *)m), ct_model_numel(m) * sizeof(float), 0);
+        const uint16_t *b16 = ct_model_params_bf16(m);
+        uint64_t h = b16 ? XXH64(b16, ct_model_numel(m) * sizeof *b16, 0)
+                         : XXH64(ct_model_params((ct_model *)m),
+                                 ct_model_numel(m) * sizeof(float), 0);
         char targets[128];
         ct_lora_targets_format(c, lo->targets, targets, sizeof targets);
         int k2 = snprintf(buf + k, cap - (size_t)k, " lora r=%d alpha=%g dropout=%g targets=%s "
-                          "base_xxh64=%016llx", lo->r, (double)lo->alpha, (double)lo->dropout,
-                          targets, (unsigned long long)h);
+                          "base=%s base_xxh64=%016llx", lo->r, (double)lo->alpha,
+                          (double)lo->dropout, targets, b16 ? "bf16" : "fp32",
+                          (unsigned long long)h);
         k = k2 < 0 ? k2 : k + k2;
     }
     if (k < 0 || (size_t)k >= cap)

@@ -58,11 +58,11 @@ def read(path):
         return f.read()
 
 
-def case(tmp, name, base_args, targets, want_names):
+def case(tmp, name, base_args, targets, want_names, extra=()):
     shard = os.path.join(tmp, "t.bin")
     common = ["data.train=" + shard, "train.batch_size=2", "train.seq_len=16",
               "lora.r=4", "lora.alpha=8", "lora.targets=" + targets, "optim.lr=1e-2",
-              "run.checkpoint_every=3"]
+              "run.checkpoint_every=3"] + list(extra)
     # the base: a short full run's HF directory
     base = os.path.join(tmp, name + "_base")
     rc, out = run("train", *base_args, "data.train=" + shard, "train.batch_size=2",
@@ -213,6 +213,29 @@ def main():
                     names.add("base_model.model.transformer.h.%d.%s.lora_%s.weight"
                               % (l, mod, ab))
         case(tmp, "gpt2", ["model.preset=gpt2-tiny"], "c_attn,c_proj", names)
+        llama_names = set()
+        for l in range(2):
+            for mod in ("q_proj", "v_proj"):
+                for ab in ("A", "B"):
+                    llama_names.add("base_model.model.model.layers.%d.self_attn.%s.lora_%s.weight"
+                                    % (l, mod, ab))
+        bf = case(tmp, "llama_bf16", ["model.preset=llama-tiny"], "q_proj,v_proj", llama_names,
+                  ["lora.base_dtype=bf16"])
+        if bf:
+            # the same run.dir resumed with an fp32 base is another run: refused
+            shard = os.path.join(tmp, "t.bin")
+            rc, out = run("train", "model.init_from=" + bf[1], "data.train=" + shard,
+                          "train.batch_size=2", "train.seq_len=16", "lora.r=4", "lora.alpha=8",
+                          "lora.targets=q_proj,v_proj", "optim.lr=1e-2",
+                          "run.checkpoint_every=3", "train.steps=9", "train.resume=auto",
+                          "run.dir=" + os.path.join(tmp, "llama_bf16_b"))
+            check("bf16-base run resumed with an fp32 base refused", rc == 2 and
+                  "base=bf16" in out, "rc=%d %s" % (rc, out[-400:]))
+        rc, out = run("train", "model.preset=llama-tiny", "data.train=" + shard,
+                      "lora.base_dtype=bf16", "train.steps=1", "train.batch_size=2",
+                      "train.seq_len=16", "run.dir=" + os.path.join(tmp, "x9"))
+        check("lora.base_dtype=bf16 without LoRA refused", rc == 2 and "lora.base_dtype" in out,
+              "rc=%d %s" % (rc, out[-400:]))
         if got:
             bad_inputs(tmp, *got)
     finally:

@@ -15,7 +15,8 @@ directory is bit-unchanged and `ctrain merge` of the written adapter leaves ever
 non-adapted tensor bit-identical to the base and every adapted one equal to
 W + alpha/r * B A computed from the ORIGINAL base (so the run never moved the base), (e)
 the merged model's logits (torch, loading ctrain's merged directory) equal base + adapter
-logits, and `ctrain eval` of the merged directory gives base + adapter's loss.
+logits, and `ctrain eval` of the merged directory gives base + adapter's loss; (f) with
+lora.base_dtype=bf16 the losses follow torch on the base with bf16-rounded matrices.
 Set CT_KEEP_TMP=1 to keep the working directory (kept anyway when a check fails).
 """
 
@@ -57,7 +58,7 @@ CASES = [
 ]
 
 
-def train_args(base, adapter, shard, run, clip):
+def train_args(base, adapter, shard, run, clip, extra=()):
     return ["train", "model.init_from=%s" % base, "lora.init_from=%s" % adapter,
             "lora.dropout=0", "data.train=%s" % shard, "data.shuffle=false",
             "train.batch_size=%d" % B, "train.seq_len=%d" % T, "train.grad_accum=1",
@@ -65,7 +66,7 @@ def train_args(base, adapter, shard, run, clip):
             "optim.beta1=%r" % BETA1, "optim.beta2=%r" % BETA2, "optim.eps=%r" % EPS,
             "optim.weight_decay=%r" % WD, "optim.grad_clip=%r" % clip,
             "schedule.name=constant", "schedule.warmup_steps=0", "run.dir=%s" % run,
-            "run.checkpoint_every=0"]
+            "run.checkpoint_every=0"] + list(extra)
 
 
 def read_bytes(path):
@@ -152,6 +153,30 @@ def run_case(rep, binary, tmp, arch, cfg, r, alpha, targets, kinds, clip):
     d = float((la - lm).abs().max()) / max(float(la.abs().max()), 1e-30)
     rep.check("%s: (e) merged logits = base + adapter logits" % label, d <= LOGIT_RTOL,
               "max rel diff %.2e" % d)
+    # (f) lora.base_dtype=bf16: torch on the base with its matrices rounded to bf16
+    base_r = {n: torch.from_numpy(G.bf16_round(t.numpy())) if t.ndim == 2 else t
+              for n, t in base.items()}
+    ref_b = L.train(arch, base_r, cfg, adapter, scale, tokens, B, T, STEPS, LR, BETA1, BETA2,
+                    EPS, WD, clip)
+    lb = label + ", bf16 base"
+    if TP.run_ctrain(rep, binary, train_args(P("base"), P("adapter"), P("train.bin"),
+                                             P("run_bf16"), clip, ["lora.base_dtype=bf16"]), lb):
+        recs = TP.read_metrics(P("run_bf16", "metrics.jsonl"))
+        TP.compare_series(rep, lb, "(f) per-step losses vs torch on the bf16-rounded base",
+                          ref_b.losses, recs, "loss", LOSS_RTOL)
+        want_b = {}
+        for p, (A, Bm) in ref_b.adapter.items():
+            want_b["base_model.model.%s.lora_A.weight" % p] = A.numpy().astype(np.float64)
+            want_b["base_model.model.%s.lora_B.weight" % p] = Bm.numpy().astype(np.float64)
+        TP.compare_tensors(rep, lb, "(f) written adapter = torch's on the bf16-rounded base",
+                           P("run_bf16", "adapter_model.safetensors"), want_b,
+                           lambda x: AD_ATOL)
+        # the comparisons above must be able to tell a bf16 base from an fp32 one
+        dl = max(TP.rel(a, b) for a, b in zip(ref_b.losses, ref.losses))
+        da = max(float(np.abs(want_b[n] - want[n]).max()) for n in want)
+        rep.check("%s: test setup: the rounding moves the losses or the adapter beyond "
+                  "tolerance" % lb, dl > 2 * LOSS_RTOL or da > 2 * AD_ATOL,
+                  "losses by %.2e, adapter by %.2e" % (dl, da))
     env = dict(os.environ, OMP_NUM_THREADS="2")
     proc = subprocess.run([binary, "eval", "--model", P("merged"), "--data", P("train.bin"),
                            "--batches", "1", "--batch-size", str(B), "--seq-len", str(T),

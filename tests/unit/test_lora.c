@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dtype.h"
 #include "ct_test.h"
 #include "ctrain/model.h"
 #include "ctrain/train.h"
@@ -33,9 +34,10 @@ static uint32_t all_kinds(const ct_model_config *c) {
 }
 
 /* A model with perturbed base weights and adapters of rank 3 on `targets`,
- * B drawn non-zero; reserved for training at (B,T) when reserve. */
-static ct_model *make_model(ct_ctx *ctx, bool llama, uint32_t targets, float dropout,
-                            const ct_model_opts *o, bool reserve) {
+ * B drawn non-zero; reserved for training at (B,T) when reserve. round16:
+ * the base's matrices rounded to bf16 values (kept fp32); bf16: stored as bf16. */
+static ct_model *make_model_ex(ct_ctx *ctx, bool llama, uint32_t targets, float dropout,
+                               const ct_model_opts *o, bool reserve, bool round16, bool bf16) {
     ct_model_config c;
     config_of(&c, llama);
     ct_model *m = NULL;
@@ -46,7 +48,18 @@ static ct_model *make_model(ct_ctx *ctx, bool llama, uint32_t targets, float dro
     ct_rng_init(&r, 99);
     float *p = ct_model_params(m);
     for (size_t j = 0; j < ct_model_numel(m); j++) p[j] += 0.3f * (ct_rng_float(&r) - 0.5f);
-    ct_lora_opts lo = {.r = 3, .alpha = 6.0f, .dropout = dropout, .targets = targets, .seed = 5};
+    if (round16) {
+        for (int i = 0; i < ct_model_num_params(m); i++) {
+            const ct_param *q = ct_model_param(m, i);
+            if (q->ndim != 2) continue;
+            uint16_t *tmp = malloc(q->numel * sizeof *tmp);
+            ct_f32_to_bf16_array(tmp, p + q->offset, q->numel);
+            ct_bf16_to_f32_array(p + q->offset, tmp, q->numel);
+            free(tmp);
+        }
+    }
+    ct_lora_opts lo = {.r = 3, .alpha = 6.0f, .dropout = dropout, .targets = targets, .seed = 5,
+                       .base_bf16 = bf16};
     CHECK(ct_model_lora_attach(m, &lo) == CT_OK);
     ct_model_lora_init_weights(m, 11);
     float *a = ct_model_trainable_params(m);
@@ -58,6 +71,11 @@ static ct_model *make_model(ct_ctx *ctx, bool llama, uint32_t targets, float dro
     if (o) CHECK(ct_model_set_opts(m, o) == CT_OK);
     if (reserve) CHECK(ct_model_reserve(m, B, T, true) == CT_OK);
     return m;
+}
+
+static ct_model *make_model(ct_ctx *ctx, bool llama, uint32_t targets, float dropout,
+                            const ct_model_opts *o, bool reserve) {
+    return make_model_ex(ctx, llama, targets, dropout, o, reserve, false, false);
 }
 
 static void make_tokens(int32_t *in, int32_t *tg, int n, uint64_t seed) {
@@ -234,6 +252,48 @@ static void test_zero_b_and_merge(ct_ctx *ctx, bool llama) {
     ct_model_free(m);
 }
 
+/* A bf16-stored base computes exactly what an fp32 base holding the same
+ * bf16-rounded matrices does: losses and adapter gradients bit-identical,
+ * under recompute none and full; the fp32 base buffer is gone. */
+static void test_bf16_base(ct_ctx *ctx) {
+    for (int llama = 0; llama < 2; llama++) {
+        for (int rc = 0; rc < 3; rc += 2) {
+            ct_model_config c;
+            config_of(&c, llama);
+            ct_model_opts o = ct_model_opts_default();
+            o.recompute = (ct_recompute)rc;
+            ct_model *a = make_model_ex(ctx, llama, all_kinds(&c), 0.0f, &o, true, true, false);
+            ct_model *b = make_model_ex(ctx, llama, all_kinds(&c), 0.0f, &o, true, false, true);
+            CHECK(ct_model_params(b) == NULL && ct_model_params_bf16(b) != NULL);
+            CHECK(ct_model_params_bf16(a) == NULL);
+            int32_t in[B * T], tg[B * T];
+            make_tokens(in, tg, B * T, 41);
+            float la, lb;
+            ct_model_zero_grads(a);
+            ct_model_zero_grads(b);
+            CHECK(ct_model_forward_backward(a, in, tg, B, T, 1.0f, &la) == CT_OK);
+            CHECK(ct_model_forward_backward(b, in, tg, B, T, 1.0f, &lb) == CT_OK);
+            CHECK_MSG(la == lb, "%s recompute %d: bf16 base loss %.9g vs rounded fp32 %.9g",
+                      llama ? "llama" : "gpt2", rc, lb, la);
+            size_t n = ct_model_trainable_numel(a);
+            CHECK(n == ct_model_trainable_numel(b));
+            CHECK_MSG(memcmp(ct_model_trainable_grads(a), ct_model_trainable_grads(b),
+                             n * sizeof(float)) == 0,
+                      "%s recompute %d: bf16 base adapter gradients differ",
+                      llama ? "llama" : "gpt2", rc);
+            /* and the rounding matters: the unrounded base gives another loss */
+            ct_model *f = make_model(ctx, llama, all_kinds(&c), 0.0f, &o, true);
+            float lf;
+            CHECK(ct_model_forward_backward(f, in, tg, B, T, 1.0f, &lf) == CT_OK);
+            CHECK(lf != lb);
+            CHECK(ct_model_lora_merge(b) == CT_ERR_ARG && strstr(ct_last_error(), "bf16"));
+            ct_model_free(f);
+            ct_model_free(a);
+            ct_model_free(b);
+        }
+    }
+}
+
 static void test_targets(void) {
     ct_model_config g, l;
     config_of(&g, false);
@@ -280,15 +340,17 @@ static void test_targets(void) {
  * base has no gradients and no moments. */
 static void test_plan_is_allocation(void) {
     for (int llama = 0; llama < 2; llama++) {
-        for (int rc = 0; rc < 3; rc += 2) {
+        for (int rc = 0; rc < 4; rc++) {
             ct_ctx *ctx = NULL;
             CHECK(ct_ctx_init(&ctx, NULL) == CT_OK);
             ct_model_config c;
             config_of(&c, llama);
             ct_model_opts o = ct_model_opts_default();
-            o.recompute = (ct_recompute)rc;
+            o.recompute = (ct_recompute)(rc % 3);
+            bool bf16 = rc >= 2; /* full recompute with a bf16 base, and none with one */
             ct_lora_opts lo = {.r = 4, .alpha = 8, .dropout = rc ? 0.1f : 0.0f,
-                               .targets = llama ? 0x0F : 0x3};
+                               .targets = llama ? 0x0F : 0x3, .base_bf16 = bf16};
+            if (rc == 3) o.recompute = CT_RECOMPUTE_NONE;
             ct_run_plan p;
             CHECK(ct_run_plan_make_lora(&c, B, T, 1, 2, &o, &lo, &p) == CT_OK);
             ct_model *m = NULL;
@@ -308,7 +370,10 @@ static void test_plan_is_allocation(void) {
             size_t adapter = ct_model_trainable_numel(m) * sizeof(float);
             CHECK(p.model.grads == adapter && p.optim == 2 * adapter);
             CHECK(ms.current[CT_TAG_GRADS] == (int64_t)adapter);
-            CHECK(p.model.params == (ct_model_numel(m)) * sizeof(float) + adapter);
+            if (bf16) /* matrices bf16: a bit over half of the fp32 base */
+                CHECK(p.model.params < ct_model_numel(m) * sizeof(float) * 6 / 10 + adapter);
+            else
+                CHECK(p.model.params == (ct_model_numel(m)) * sizeof(float) + adapter);
             ct_adamw_free(&opt);
             ct_model_free(m);
             ct_ctx_free(ctx);
@@ -328,6 +393,7 @@ int main(void) {
     test_zero_b_and_merge(ctx, true);
     test_zero_b_and_merge(ctx, false);
     test_plan_is_allocation();
+    test_bf16_base(ctx);
     ct_ctx_free(ctx);
     return ct_test_result("test_lora");
 }
