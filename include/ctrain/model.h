@@ -264,6 +264,13 @@ CT_API ct_status ct_lora_opts_validate(const ct_model_config *cfg, const ct_lora
  * freed: ct_model_params returns NULL from then on. Borrows o.
  * CT_ERR_ARG for bad options, a second attach or a model already reserved. */
 CT_API ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o);
+/* ct_model_load_hf followed by ct_model_lora_attach(o), except that a base
+ * with o->base_bf16 is read straight into bf16 storage, tensor by tensor
+ * (no fp32 copy of the whole base exists at any time; BF16 files are copied
+ * bit for bit). Returns owned *out; release with ct_model_free. Errors as the
+ * two calls'. */
+CT_API ct_status ct_model_load_hf_lora(ct_model **out, ct_ctx *ctx, const char *dir,
+                                       const ct_lora_opts *o);
 /* PEFT's initialisation: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming-uniform,
  * a = sqrt(5)), B = 0; deterministic in seed, in adapter-table order. */
 CT_API void ct_model_lora_init_weights(ct_model *m, uint64_t seed);

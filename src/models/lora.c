@@ -217,9 +217,7 @@ float *model_p_bf16(ct_model *m, int idx) {
     return dst;
 }
 
-/* Round the base to bf16 storage: matrices to params16, 1-D weights kept
- * fp32 in small; the fp32 buffer is freed. */
-static ct_status base_to_bf16(ct_model *m) {
+ct_status lora_base16_alloc(ct_model *m) {
     const ct_model_config *c = &m->cfg;
     size_t small = 0;
     m->small_off = calloc((size_t)m->n_table, sizeof *m->small_off);
@@ -248,6 +246,14 @@ static ct_status base_to_bf16(ct_model *m) {
         m->small = NULL;
         return st;
     }
+    return CT_OK;
+}
+
+/* Round the fp32 base to bf16 storage: matrices to params16, 1-D weights kept
+ * fp32 in small; the fp32 buffer is freed. */
+static ct_status base_to_bf16(ct_model *m) {
+    ct_status st = lora_base16_alloc(m);
+    if (st) return st;
     ct_f32_to_bf16_array(m->params16, m->params, m->numel);
     for (int i = 0; i < m->n_table; i++)
         if (m->table[i].ndim == 1)
@@ -304,7 +310,7 @@ ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o) {
         return st;
     }
     m->lora = a;
-    if (o->base_bf16 && (st = base_to_bf16(m))) {
+    if (o->base_bf16 && !m->params16 && (st = base_to_bf16(m))) {
         lora_free(m);
         return st;
     }

@@ -229,6 +229,11 @@ ct_status model_build_table(ct_model *m) {
 }
 
 ct_status ct_model_init(ct_model **out, ct_ctx *ctx, const ct_model_config *cfg) {
+    return model_init_impl(out, ctx, cfg, true);
+}
+
+ct_status model_init_impl(ct_model **out, ct_ctx *ctx, const ct_model_config *cfg,
+                          bool alloc_params) {
     *out = NULL;
     ct_status st = ct_model_config_validate(cfg);
     if (st) return st;
@@ -248,8 +253,8 @@ ct_status ct_model_init(ct_model **out, ct_ctx *ctx, const ct_model_config *cfg)
             goto fail;
         }
     }
-    m->params = ct_alloc(ctx, m->numel * sizeof(float), CT_TAG_PARAMS);
-    if (!m->params) {
+    m->params = alloc_params ? ct_alloc(ctx, m->numel * sizeof(float), CT_TAG_PARAMS) : NULL;
+    if (alloc_params && !m->params) {
         st = ct_last_status();
         goto fail;
     }

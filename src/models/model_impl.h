@@ -205,6 +205,13 @@ void model_mlp_act_fwd(const ct_model *m, float *out, const float *fch, int N);
 void model_mlp_act_bwd(const ct_model *m, float *dfch, const float *fch, const float *dout,
                        int N);
 
+/* ct_model_init, with the fp32 parameter buffer only when alloc_params (a
+ * bf16 LoRA base is read straight into lora_base16_alloc's buffers). */
+ct_status model_init_impl(ct_model **out, ct_ctx *ctx, const ct_model_config *cfg,
+                          bool alloc_params);
+/* Allocate the bf16 base storage of m (params16, small, small_off, span). */
+ct_status lora_base16_alloc(ct_model *m);
+
 /* Build the parameter table for cfg (allocates m->table, m->layers). */
 ct_status model_build_table(ct_model *m);
 

@@ -297,12 +297,14 @@ static ct_status build_lora_model(trainer *t, const ct_model_config *mc) {
     const ct_config *cfg = t->cfg;
     ct_status st;
     if (cfg->model.init_from[0]) {
-        if ((st = ct_model_load_hf(&t->model, t->ctx, cfg->model.init_from))) return st;
+        /* a bf16 base is read straight into bf16: no fp32 copy of it ever exists */
+        st = ct_model_load_hf_lora(&t->model, t->ctx, cfg->model.init_from, &t->plan.lora);
+        if (st) return st;
     } else {
         if ((st = ct_model_init(&t->model, t->ctx, mc))) return st;
         ct_model_init_weights(t->model, (uint64_t)cfg->train.seed);
+        if ((st = ct_model_lora_attach(t->model, &t->plan.lora))) return st;
     }
-    if ((st = ct_model_lora_attach(t->model, &t->plan.lora))) return st;
     if ((st = ct_ckpt_signature(t->model, t->signature, sizeof t->signature))) return st;
     if ((st = find_resume(t))) return st;
     const ct_lora_opts *lo = &t->plan.lora;

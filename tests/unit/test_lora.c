@@ -14,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "ct_test.h"
+#include "ct_tmpdir.h"
 #include "ctrain/model.h"
 #include "ctrain/train.h"
 #include "perf/memplan.h"
@@ -294,6 +295,60 @@ static void test_bf16_base(ct_ctx *ctx) {
     }
 }
 
+/* Loading a base straight into bf16 storage gives the bits that rounding the
+ * fp32 model gives, from F32 files (GPT-2's transposed Conv1D included) and
+ * from BF16 files (copied as they are); the PEFT files round-trip. */
+static void test_load_bf16_direct(ct_ctx *ctx) {
+    for (int llama = 0; llama < 2; llama++) {
+        char dir[256], sub[300];
+        ct_tmpdir_make(dir, sizeof dir, "lora_load");
+        ct_model_config c;
+        config_of(&c, llama);
+        ct_model *src = make_model(ctx, llama, 0x3, 0.0f, NULL, false);
+        for (int bf16_file = 0; bf16_file < 2; bf16_file++) {
+            ct_tmpdir_join(sub, sizeof sub, dir, bf16_file ? "b16" : "f32");
+            /* the base as a file: the source's weights (its adapters are not part of it) */
+            CHECK(ct_model_export_hf(src, sub, bf16_file) == CT_OK);
+            ct_lora_opts lo = {.r = 2, .alpha = 4, .targets = 0x1, .base_bf16 = true};
+            ct_model *a = NULL, *b = NULL;
+            CHECK(ct_model_load_hf(&a, ctx, sub) == CT_OK);
+            CHECK(ct_model_lora_attach(a, &lo) == CT_OK);
+            CHECK(ct_model_load_hf_lora(&b, ctx, sub, &lo) == CT_OK);
+            CHECK(a && b && ct_model_params(b) == NULL);
+            if (!a || !b) continue;
+            CHECK_MSG(memcmp(ct_model_params_bf16(a), ct_model_params_bf16(b),
+                             ct_model_numel(a) * sizeof(uint16_t)) == 0,
+                      "%s from %s: direct bf16 load differs from rounding the fp32 load",
+                      llama ? "llama" : "gpt2", bf16_file ? "BF16" : "F32");
+            /* same logits (the 1-D weights too) */
+            ct_model_lora_init_weights(a, 3);
+            ct_model_lora_init_weights(b, 3);
+            CHECK(ct_model_reserve(a, B, T, false) == CT_OK);
+            CHECK(ct_model_reserve(b, B, T, false) == CT_OK);
+            int32_t in[B * T], tg[B * T];
+            make_tokens(in, tg, B * T, 9);
+            float la = 0, lb = 1;
+            CHECK(ct_model_forward(a, in, tg, B, T, &la) == CT_OK);
+            CHECK(ct_model_forward(b, in, tg, B, T, &lb) == CT_OK);
+            CHECK(la == lb);
+            /* PEFT files: saved and loaded back bit for bit */
+            ct_tmpdir_join(sub, sizeof sub, dir, "peft");
+            CHECK(ct_model_lora_save_peft(a, sub, "base") == CT_OK);
+            ct_lora_opts back;
+            CHECK(ct_lora_config_load_peft(&c, sub, &back) == CT_OK);
+            CHECK(back.r == 2 && back.alpha == 4.0f && back.targets == 0x1);
+            memset(ct_model_trainable_params(b), 0, ct_model_trainable_numel(b) * sizeof(float));
+            CHECK(ct_model_lora_load_peft(b, sub) == CT_OK);
+            CHECK(memcmp(ct_model_trainable_params(a), ct_model_trainable_params(b),
+                         ct_model_trainable_numel(a) * sizeof(float)) == 0);
+            ct_model_free(a);
+            ct_model_free(b);
+        }
+        ct_model_free(src);
+        ct_tmpdir_remove(dir);
+    }
+}
+
 static void test_targets(void) {
     ct_model_config g, l;
     config_of(&g, false);
@@ -394,6 +449,7 @@ int main(void) {
     test_zero_b_and_merge(ctx, false);
     test_plan_is_allocation();
     test_bf16_base(ctx);
+    test_load_bf16_direct(ctx);
     ct_ctx_free(ctx);
     return ct_test_result("test_lora");
 }
