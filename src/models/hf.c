@@ -331,7 +331,12 @@ static ct_status write_hf_config(const ct_model *m, const char *dir, bool bf16) 
 static ct_status save_hf(ct_model *m, const char *dir, const char *file, bool grads,
                          bool write_config, bool bf16) {
     const float *base = grads ? m->grads : m->params;
-    if (!base) return CT_ERR(CT_ERR_ARG, "no gradient buffer to save");
+    if (!base && !grads)
+        return CT_ERR(CT_ERR_ARG, "the base weights are stored as bf16 (LoRA, lora.base_dtype = "
+                      "bf16): save the adapter, or merge into an fp32 base");
+    if (!base)
+        return CT_ERR(CT_ERR_ARG, "no gradient buffer to save%s",
+                      m->lora ? " (LoRA: the base is frozen and has none)" : "");
     ct_status st = ct_mkdir_p(dir);
     if (st) return st;
     ct_st_entry *e = calloc((size_t)m->n_table, sizeof *e);

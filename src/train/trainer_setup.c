@@ -75,6 +75,9 @@ ct_guard_params trainer_guard_params(const ct_config *cfg) {
 
 /* Keys whose features are not built yet: refuse rather than silently ignore. */
 static ct_status refuse_unsupported(const ct_config *cfg) {
+    if (cfg->debug.dump_grads_step && (cfg->lora.r > 0 || cfg->lora.init_from[0]))
+        return CT_ERR(CT_ERR_ARG, "debug.dump_grads_step writes the model's gradients, and a "
+                      "LoRA run's frozen base has none: unset it for lora.* runs");
     if (cfg->dist.zero)
         return CT_ERR(CT_ERR_ARG, "dist.zero = 1: data parallel training is not available in "
                       "this version");
