@@ -146,6 +146,10 @@ ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *
         if (bf16)
             return CT_ERR(CT_ERR_ARG, "lora.base_dtype = bf16 stores a frozen LoRA base: set "
                           "lora.r (or lora.init_from) too; a full run trains fp32 weights");
+        if (cfg->lora.targets[0] || cfg->lora.dropout > 0)
+            return CT_ERR(CT_ERR_ARG, "lora.%s is set but LoRA is off: set lora.r (or "
+                          "lora.init_from) to train adapters", cfg->lora.targets[0] ? "targets"
+                          : "dropout");
         return CT_OK;
     }
     ct_lora_opts o = {0};

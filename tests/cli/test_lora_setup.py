@@ -2,8 +2,8 @@
 """The model from explicit sizes through the real program: model.arch=llama with
 model.n_layer/n_head/n_kv_head/n_embd/n_ffn/vocab_size/n_ctx trains and saves a
 LlamaConfig with exactly those sizes (grouped KV heads included); GPT-2 sizes keep
-n_ffn = 4 * n_embd; a GPT-2 with n_kv_head != n_head, a llama without n_ffn and an
-unknown arch are refused with exit 2 naming the key.
+n_ffn = 4 * n_embd; a GPT-2 with n_kv_head != n_head, a llama without n_ffn, and
+lora.targets without LoRA switched on are refused with exit 2 naming the key.
 
 usage: test_lora_setup.py path/to/ctrain
 """
@@ -70,8 +70,13 @@ def main():
                       "run.dir=" + os.path.join(tmp, "bad2"))
         check("llama without n_ffn refused", rc == 2 and "model.n_ffn" in out,
               "rc=%d %s" % (rc, out[-400:]))
+        rc, out = run("train", "model.preset=llama-tiny", "lora.targets=q_proj", *common,
+                      "run.dir=" + os.path.join(tmp, "bad3"))
+        check("lora.targets without lora.r refused", rc == 2 and "lora.targets" in out and
+              "lora.r" in out, "rc=%d %s" % (rc, out[-400:]))
         check("refusals touch nothing", not os.path.exists(os.path.join(tmp, "bad1")) and
-              not os.path.exists(os.path.join(tmp, "bad2")))
+              not os.path.exists(os.path.join(tmp, "bad2")) and
+              not os.path.exists(os.path.join(tmp, "bad3")))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for f in failures:
