@@ -19,6 +19,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_hw(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 
 /* Print ct_last_error() (and its hint) prefixed with "ctrain <cmd>: error:";
  * returns 2. */

@@ -271,7 +271,11 @@ int cmd_train(int argc, char **argv) {
                 res.checkpoint);
         return 128 + res.stop_value;
     }
-    fprintf(stderr, "ctrain train: done; model saved to %s (config.json, model.safetensors)\n",
-            cfg.run.dir);
+    if (cfg.lora.r > 0 || cfg.lora.init_from[0])
+        fprintf(stderr, "ctrain train: done; LoRA adapter saved to %s (adapter_config.json, "
+                "adapter_model.safetensors)\n", cfg.run.dir);
+    else
+        fprintf(stderr, "ctrain train: done; model saved to %s (config.json, model.safetensors)\n",
+                cfg.run.dir);
     return 0;
 }

@@ -26,6 +26,8 @@ static void usage(FILE *f) {
             "          token ids, or text with --tokenizer\n"
             "  prepare --tokenizer DIR --out DIR [options] INPUT...   tokenise text files,\n"
             "          directories, globs, JSONL or stdin into training shards\n"
+            "  merge   --base DIR --adapter DIR --out DIR [--bf16]   fold a PEFT LoRA adapter\n"
+            "          into its base model and write the merged HF directory\n"
             "  plan    [--config FILE.yaml] [key=value ...] [--json]   memory plan of a run\n"
             "  synth   --out FILE [--tokens N] [--vocab V] [--seed S]   write a synthetic\n"
             "          token shard (a learnable bigram stream, for tests)\n"
@@ -87,6 +89,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "hw")) return cmd_hw(argc - 2, argv + 2);
     if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
     if (!strcmp(cmd, "tune")) return cmd_tune(argc - 2, argv + 2);
+    if (!strcmp(cmd, "merge")) return cmd_merge(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("ctrain %s\n", ct_version());
         return 0;

@@ -94,8 +94,12 @@ CT_API int ct_model_num_params(const ct_model *m); /* entries in the table */
 CT_API const ct_param *ct_model_param(const ct_model *m, int i);
 CT_API const ct_param *ct_model_find_param(const ct_model *m, const char *name);
 CT_API size_t ct_model_numel(const ct_model *m); /* elements of the flat buffer */
+/* The fp32 weights; NULL when a LoRA base is stored as bf16 (see below). */
 CT_API float *ct_model_params(ct_model *m);
-/* The gradient buffer (same layout); NULL until ct_model_reserve(..., true). */
+/* The bf16 bits of a base stored as bf16, else NULL. Borrowed. */
+CT_API const uint16_t *ct_model_params_bf16(const ct_model *m);
+/* The gradient buffer (same layout); NULL until ct_model_reserve(..., true),
+ * and always NULL with LoRA adapters (the base is frozen: see below). */
 CT_API float *ct_model_grads(ct_model *m);
 CT_API void ct_model_zero_grads(ct_model *m);
 
@@ -152,6 +156,7 @@ typedef struct ct_model_plan {
     size_t work;    /* one block's fp32 work set: recomputed activations and
                      * fp32 copies of bf16 ones (0 for none/fp32) */
     size_t scratch; /* gradient activations, logits chunk */
+    size_t trainable; /* bytes of the trainable parameters: params, or the adapter's */
     size_t total;
 } ct_model_plan;
 /* The plan for recompute none and fp32 activations. */
@@ -237,6 +242,104 @@ CT_API ct_status ct_model_save_hf(ct_model *m, const char *dir, const char *file
  * BF16 (rounded to nearest even) when bf16, as HF TinyLlama ships them.
  * Borrows m and dir. */
 CT_API ct_status ct_model_export_hf(ct_model *m, const char *dir, bool bf16);
+
+/* ------------------------------------------------------------------ LoRA
+ * Low-rank adapters in PEFT's semantics: an adapted linear layer computes
+ * y = x W^T + (dropout(x) A^T B^T) * alpha / r, with A (r, in) and B (out, r)
+ * in their own parameter table and flat buffers; the base weights are frozen
+ * (no gradient buffer, no optimizer moments; the backward still carries dX
+ * through them to earlier adapters). Targets are module names matched as PEFT
+ * does: a module is adapted when its path equals a target or ends with
+ * "." + target (GPT-2's "c_proj" hits attn.c_proj and mlp.c_proj). Modules:
+ * LLaMA q_proj k_proj v_proj o_proj gate_proj up_proj down_proj; GPT-2
+ * attn.c_attn attn.c_proj mlp.c_fc mlp.c_proj. Leaves out: biases in the
+ * adapter, rsLoRA/DoRA, adapters on embeddings or the head, and the KV-cache
+ * decoder (decode a merged model: ct_model_lora_merge). */
+typedef struct ct_lora_opts {
+    int r;            /* rank; 0: no adapter */
+    float alpha;      /* scale = alpha / r */
+    float dropout;    /* probability of zeroing an adapter input element, training only */
+    uint32_t targets; /* bit k: module kind k of the arch (ct_lora_targets_parse) */
+    uint64_t seed;    /* the dropout masks' stream */
+    bool base_bf16;   /* store the frozen base's matrices as bf16 (1-D weights stay fp32);
+                       * each GEMM widens its weight into an fp32 work buffer first */
+} ct_lora_opts;
+
+/* The module kinds of cfg's arch: their count, and kind k's path below a
+ * layer ("self_attn.q_proj", "attn.c_attn"). NULL for k out of range. Static
+ * strings. */
+CT_API int ct_lora_num_kinds(const ct_model_config *cfg);
+CT_API const char *ct_lora_kind_path(const ct_model_config *cfg, int k);
+/* Parse a comma-separated target list (borrowed) into a kind mask for cfg's
+ * arch. CT_ERR_ARG naming `key` (e.g. "lora.targets") when the list is empty
+ * or a name adapts no module (the message lists the modules). */
+CT_API ct_status ct_lora_targets_parse(const ct_model_config *cfg, const char *list,
+                                       const char *key, uint32_t *mask);
+/* The target list PEFT's adapter_config.json gets for mask (shortest suffixes
+ * that select exactly these modules), comma-separated into buf (cap bytes). */
+CT_API void ct_lora_targets_format(const ct_model_config *cfg, uint32_t mask, char *buf,
+                                   size_t cap);
+/* CT_ERR_ARG naming the lora.* key of the first bad field for cfg. */
+CT_API ct_status ct_lora_opts_validate(const ct_model_config *cfg, const ct_lora_opts *o);
+
+/* Attach adapters (A and B zero) before ct_model_reserve; once per model.
+ * Afterwards the base is frozen: ct_model_reserve allocates no base gradient
+ * buffer and the trainable view below is the adapter's. With o->base_bf16 the
+ * base's matrices are rounded to bf16 (nearest even) and the fp32 buffer is
+ * freed: ct_model_params returns NULL from then on. Borrows o.
+ * CT_ERR_ARG for bad options, a second attach or a model already reserved. */
+CT_API ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o);
+/* ct_model_load_hf followed by ct_model_lora_attach(o), except that a base
+ * with o->base_bf16 is read straight into bf16 storage, tensor by tensor
+ * (no fp32 copy of the whole base exists at any time; BF16 files are copied
+ * bit for bit). Returns owned *out; release with ct_model_free. Errors as the
+ * two calls'. */
+CT_API ct_status ct_model_load_hf_lora(ct_model **out, ct_ctx *ctx, const char *dir,
+                                       const ct_lora_opts *o);
+/* PEFT's initialisation: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming-uniform,
+ * a = sqrt(5)), B = 0; deterministic in seed, in adapter-table order. */
+CT_API void ct_model_lora_init_weights(ct_model *m, uint64_t seed);
+/* The attached options, or NULL without adapters. */
+CT_API const ct_lora_opts *ct_model_lora(const ct_model *m);
+/* Fold the adapters into the base weights (W += alpha/r * B A, in double)
+ * and detach them: afterwards m is a plain model. CT_ERR_ARG without adapters
+ * or with a bf16 base (merge into an fp32 base). */
+CT_API ct_status ct_model_lora_merge(ct_model *m);
+
+/* The trainable view: what AdamW, gradient norm and clipping, the guard and
+ * checkpoints walk. Without adapters: the whole table and flat buffers; with
+ * them: the adapter's table ("model.layers.0.self_attn.q_proj.lora_A.weight",
+ * PEFT's names without "base_model.model.") and buffers. Borrowed pointers;
+ * grads NULL before ct_model_reserve(..., true). */
+CT_API int ct_model_num_trainable(const ct_model *m);
+CT_API const ct_param *ct_model_trainable_param(const ct_model *m, int i);
+CT_API size_t ct_model_trainable_numel(const ct_model *m);
+CT_API float *ct_model_trainable_params(ct_model *m);
+CT_API float *ct_model_trainable_grads(ct_model *m);
+
+/* The plan with adapters lo attached (NULL or r == 0: none): params holds
+ * the base and the adapter, grads only the adapter's, trainable the bytes
+ * AdamW keeps two moments of; acts and scratch include the adapter's kept
+ * A x rows and its work rows. */
+CT_API ct_status ct_model_plan_memory_lora(const ct_model_config *cfg, int B, int T,
+                                           bool training, const ct_model_opts *o,
+                                           const ct_lora_opts *lo, ct_model_plan *out);
+
+/* PEFT adapter directories: adapter_config.json (peft_type LORA, r,
+ * lora_alpha, lora_dropout, target_modules, fan_in_fan_out for GPT-2's
+ * Conv1D, task_type CAUSAL_LM) and adapter_model.safetensors (F32,
+ * "base_model.model.<module path>.lora_A.weight" (r, in) and ".lora_B.weight"
+ * (out, r); GPT-2 paths start with "transformer."). save: atomic writes,
+ * base_model_name_or_path = base (may be ""). Borrows everything. */
+CT_API ct_status ct_model_lora_save_peft(ct_model *m, const char *dir, const char *base);
+/* Read dir/adapter_config.json into *o for a model of cfg (r, alpha,
+ * dropout, targets; seed 0). CT_ERR_IO / CT_ERR_FORMAT naming the file and key. */
+CT_API ct_status ct_lora_config_load_peft(const ct_model_config *cfg, const char *dir,
+                                          ct_lora_opts *o);
+/* Fill the attached adapters from dir/adapter_model.safetensors: every tensor
+ * of the adapter table must be there with its shape, and no other lora
+ * tensor: CT_ERR_FORMAT naming the file and the tensor otherwise. */
+CT_API ct_status ct_model_lora_load_peft(ct_model *m, const char *dir);
 
 #ifdef __cplusplus
 }

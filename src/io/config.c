@@ -144,6 +144,8 @@ static const key_def keys[] = {
     F("lora.dropout", lora.dropout, 0, 1, "LoRA dropout"),
     S("lora.targets", lora.targets, "modules to adapt, comma-separated"),
     S("lora.init_from", lora.init_from, "PEFT adapter directory"),
+    E("lora.base_dtype", lora.base_dtype, "fp32|bf16",
+      "storage of the frozen base weights (bf16 halves them; math stays fp32)"),
     I("dist.zero", dist.zero, 0, 1,
       "1: ZeRO-1 under mpirun, each rank keeps and updates the AdamW moments of 1/N"),
     I("dist.world", dist.world, 0, 1 << 20,
@@ -244,6 +246,7 @@ void ct_config_default(ct_config *c) {
     c->tune.trial_steps = 2;
     c->tune.budget_s = 300;
     c->lora.alpha = 16;
+    snprintf(c->lora.base_dtype, sizeof c->lora.base_dtype, "fp32");
 }
 
 static const key_def *find_key(const char *path) {

@@ -12,6 +12,9 @@
 
 ct_status ct_model_decode_reserve(ct_model *m, int max_len) {
     const ct_model_config *c = &m->cfg;
+    if (m->lora)
+        return CT_ERR(CT_ERR_ARG, "the KV-cache decoder runs plain models: merge the LoRA "
+                      "adapters first (ct_model_lora_merge, ctrain merge)");
     if (max_len < 1 || max_len > c->n_ctx)
         return CT_ERR(CT_ERR_ARG, "decode length %d is invalid: expected 1..%d (n_ctx)", max_len,
                       c->n_ctx);

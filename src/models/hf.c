@@ -9,8 +9,12 @@
  * (out, in); LLaMA's Linear weights are (out, in) already. F16/BF16 convert to
  * fp32. Export writes the reverse, F32 (or BF16), with {"format": "pt"}
  * metadata so `transformers` loads it unchanged.
+ * A LoRA base stored as bf16 is read straight into its bf16 buffer, tensor by
+ * tensor (ct_model_load_hf_lora): the fp32 model is never built, and the file
+ * pages already converted are dropped from the mapping.
  * Leaves out: writing shards.
  */
+#define _DEFAULT_SOURCE /* madvise(MADV_DONTNEED) */
 #include "models/model_impl.h"
 
 #include <math.h>
@@ -18,8 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cJSON.h>
 
+#include "core/dtype.h"
 #include "io/fileio.h"
 #include "io/safetensors.h"
 #include "models/hf_impl.h"
@@ -139,16 +147,65 @@ static bool known_extra(const ct_model *m, const char *name) {
     return ct_model_find_param(m, name) != NULL;
 }
 
-ct_status ct_model_load_hf(ct_model **out, ct_ctx *ctx, const char *dir) {
+/* Drop the resident pages of [p, p+n) of a read-only file mapping from this
+ * process (the page cache keeps them): a tensor already converted is not read
+ * again, so the mapping stops counting towards the peak RSS. */
+static void drop_mapped(const void *p, size_t n) {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    uintptr_t b = ((uintptr_t)p + n) & ~((uintptr_t)pg - 1);
+    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+static bool host_le(void) {
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+/* Tensor p of the table into m's bf16 base: BF16 matrices in our layout are
+ * copied bit for bit, others go through fp32 scratch (*scratch grows as
+ * needed; the caller frees it); 1-D weights stay fp32. */
+static ct_status read_bf16_base(ct_model *m, int i, const ct_safetensors *sf,
+                                const ct_st_tensor *t, float **scratch, size_t *cap) {
+    const ct_param *p = &m->table[i];
+    ct_status st = CT_OK;
+    if (p->ndim == 1) { /* fp32 for the math; bf16 bits too, as base_to_bf16 leaves them */
+        float *w = m->small + m->small_off[i];
+        st = ct_st_read_f32(sf, t, w, false);
+        if (!st) ct_f32_to_bf16_array(m->params16 + p->offset, w, p->numel);
+    } else if (t->dtype == CT_DTYPE_BF16 && !p->hf_conv1d && host_le()) {
+        memcpy(m->params16 + p->offset, t->data, p->numel * sizeof(uint16_t));
+    } else {
+        if (*cap < p->numel) {
+            free(*scratch);
+            *scratch = malloc(p->numel * sizeof(float));
+            *cap = *scratch ? p->numel : 0;
+            if (!*scratch) return CT_ERR(CT_ERR_OOM, "out of memory reading '%s'", t->name);
+        }
+        st = ct_st_read_f32(sf, t, *scratch, p->hf_conv1d);
+        if (!st) ct_f32_to_bf16_array(m->params16 + p->offset, *scratch, p->numel);
+    }
+    drop_mapped(t->data, t->nbytes);
+    return st;
+}
+
+/* Load dir's weights into a new model: fp32 (lo NULL), or straight into the
+ * bf16 storage of a LoRA base (lo->base_bf16). */
+static ct_status load_hf(ct_model **out, ct_ctx *ctx, const char *dir, const ct_lora_opts *lo) {
     *out = NULL;
     ct_model_config cfg;
     ct_status st = ct_model_config_load_hf(&cfg, dir);
     if (st) return st;
     hf_weights w;
     ct_model *m = NULL;
+    float *scratch = NULL;
+    size_t cap = 0;
+    bool b16 = lo && lo->base_bf16;
     if ((st = hf_weights_open(&w, dir))) return st;
     const char *where = hf_weights_where(&w);
-    if ((st = ct_model_init(&m, ctx, &cfg))) goto fail;
+    if ((st = model_init_impl(&m, ctx, &cfg, !b16))) goto fail;
+    if (b16 && (st = lora_base16_alloc(m))) goto fail;
     for (int i = 0; i < m->n_table; i++) {
         const ct_param *p = &m->table[i];
         const ct_safetensors *sf = NULL;
@@ -185,7 +242,11 @@ ct_status ct_model_load_hf(ct_model **out, ct_ctx *ctx, const char *dir) {
                         path, t->name, ct_dtype_name(t->dtype));
             goto fail;
         }
-        if ((st = ct_st_read_f32(sf, t, m->params + p->offset, p->hf_conv1d))) goto fail;
+        if (b16)
+            st = read_bf16_base(m, i, sf, t, &scratch, &cap);
+        else
+            st = ct_st_read_f32(sf, t, m->params + p->offset, p->hf_conv1d);
+        if (st) goto fail;
     }
     for (int f = 0; f < w.n; f++) {
         for (int i = 0; i < ct_st_count(w.files[f]); i++) {
@@ -196,12 +257,27 @@ ct_status ct_model_load_hf(ct_model **out, ct_ctx *ctx, const char *dir) {
         }
     }
     hf_weights_close(&w);
+    free(scratch);
+    if (lo && (st = ct_model_lora_attach(m, lo))) {
+        ct_model_free(m);
+        return st;
+    }
     *out = m;
     return CT_OK;
 fail:
     hf_weights_close(&w);
+    free(scratch);
     ct_model_free(m);
     return st;
+}
+
+ct_status ct_model_load_hf(ct_model **out, ct_ctx *ctx, const char *dir) {
+    return load_hf(out, ctx, dir, NULL);
+}
+
+ct_status ct_model_load_hf_lora(ct_model **out, ct_ctx *ctx, const char *dir,
+                                const ct_lora_opts *lo) {
+    return load_hf(out, ctx, dir, lo);
 }
 
 /* GPT2Config for m. Returns owned JSON, NULL when out of memory. */
@@ -255,7 +331,12 @@ static ct_status write_hf_config(const ct_model *m, const char *dir, bool bf16) 
 static ct_status save_hf(ct_model *m, const char *dir, const char *file, bool grads,
                          bool write_config, bool bf16) {
     const float *base = grads ? m->grads : m->params;
-    if (!base) return CT_ERR(CT_ERR_ARG, "no gradient buffer to save");
+    if (!base && !grads)
+        return CT_ERR(CT_ERR_ARG, "the base weights are stored as bf16 (LoRA, lora.base_dtype = "
+                      "bf16): save the adapter, or merge into an fp32 base");
+    if (!base)
+        return CT_ERR(CT_ERR_ARG, "no gradient buffer to save%s",
+                      m->lora ? " (LoRA: the base is frozen and has none)" : "");
     ct_status st = ct_mkdir_p(dir);
     if (st) return st;
     ct_st_entry *e = calloc((size_t)m->n_table, sizeof *e);

@@ -229,6 +229,11 @@ ct_status model_build_table(ct_model *m) {
 }
 
 ct_status ct_model_init(ct_model **out, ct_ctx *ctx, const ct_model_config *cfg) {
+    return model_init_impl(out, ctx, cfg, true);
+}
+
+ct_status model_init_impl(ct_model **out, ct_ctx *ctx, const ct_model_config *cfg,
+                          bool alloc_params) {
     *out = NULL;
     ct_status st = ct_model_config_validate(cfg);
     if (st) return st;
@@ -248,8 +253,8 @@ ct_status ct_model_init(ct_model **out, ct_ctx *ctx, const ct_model_config *cfg)
             goto fail;
         }
     }
-    m->params = ct_alloc(ctx, m->numel * sizeof(float), CT_TAG_PARAMS);
-    if (!m->params) {
+    m->params = alloc_params ? ct_alloc(ctx, m->numel * sizeof(float), CT_TAG_PARAMS) : NULL;
+    if (alloc_params && !m->params) {
         st = ct_last_status();
         goto fail;
     }
@@ -263,6 +268,11 @@ fail:
 void ct_model_free(ct_model *m) {
     if (!m) return;
     ct_free(m->ctx, m->dec.block);
+    model_lora_free(m);
+    ct_free(m->ctx, m->params16);
+    ct_free(m->ctx, m->small);
+    free(m->small_off);
+    free(m->span);
     ct_arena_free(&m->arena, m->ctx);
     free(m->acts.layers);
     ct_free(m->ctx, m->grads);
@@ -311,6 +321,7 @@ float *ct_model_params(ct_model *m) { return m->params; }
 float *ct_model_grads(ct_model *m) { return m->grads; }
 void ct_model_zero_grads(ct_model *m) {
     if (m->grads) memset(m->grads, 0, m->numel * sizeof(float));
+    if (m->lora && m->lora->grads) memset(m->lora->grads, 0, m->lora->numel * sizeof(float));
 }
 
 /* ---------------------------------------------------- options */
@@ -420,8 +431,9 @@ int ct_model_head_chunk_rows(const ct_model_config *c, int N) {
 
 /* Lays out the activations for the options; a may be NULL when only
  * counting. Fills plan->acts, ->work and ->scratch (bytes). */
-static void acts_layout(const ct_model_config *c, const ct_model_opts *o, int B, int T,
-                        bool training, carver *cv, model_acts *a, ct_model_plan *plan) {
+static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
+                        const ct_lora_opts *lo, int B, int T, bool training, carver *cv,
+                        model_acts *a, ct_model_plan *plan) {
     size_t N = (size_t)B * T, C = (size_t)c->n_embd, F = (size_t)c->n_ffn;
     size_t NH = (size_t)c->n_head;
     size_t QKV = (size_t)model_qkv_width(c), FW = (size_t)model_fc_width(c);
@@ -459,6 +471,18 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o, int B,
     a->lnf_mean = ln ? carve(cv, N) : NULL;
     a->lnf_rstd = carve(cv, N);
     a->losses = carve(cv, N);
+    /* LoRA: every adapter's A x rows (N, r), kept for its backward */
+    int nmod = 0, max_out = 0, max_in = 0;
+    if (lo && lo->r > 0) {
+        for (int k = 0; k < ct_lora_num_kinds(c); k++) {
+            lora_mod md;
+            if (!(lo->targets & (1u << k)) || !lora_mod_of(c, k, &md)) continue;
+            nmod++;
+            if (md.out > max_out) max_out = md.out;
+            if (md.in > max_in) max_in = md.in;
+        }
+        a->lora_h = carve(cv, (size_t)c->n_layer * nmod * N * (size_t)lo->r);
+    }
     plan->acts = cv->used - start;
     /* one block's fp32 work set: for values that are not kept, or kept as bf16 */
     size_t mark = cv->used;
@@ -481,6 +505,12 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o, int B,
         w->ln2_rstd = carve(cv, N);
     }
     if (work_norm && !training) w->fch_gelu = carve(cv, N * F);
+    /* a bf16 base: the fp32 copy of the one matrix a GEMM reads (and of GPT-2's
+     * positions, read beside the token embedding) */
+    if (lo && lo->r > 0 && lo->base_bf16) {
+        a->base_w = carve(cv, lora_max_span(c));
+        a->base_wpe = c->pos == CT_POS_LEARNED ? carve(cv, (size_t)c->n_ctx * C) : NULL;
+    }
     plan->work = cv->used - mark;
     /* scratch: the logits chunk and the gradients of activations */
     mark = cv->used;
@@ -494,6 +524,12 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o, int B,
         a->dbig2 = carve(cv, N * FW);
         if (work_norm) w->fch_gelu = a->dbig2;
     }
+    if (nmod) {
+        a->lora_tmp = carve(cv, N * (size_t)max_out);
+        a->lora_dh = carve(cv, N * (size_t)lo->r);
+        a->lora_xd = lo->dropout > 0 ? carve(cv, N * (size_t)max_in) : NULL;
+        a->lora_sink = training ? carve(cv, 2 * C) : NULL;
+    }
     plan->scratch = cv->used - mark;
 }
 
@@ -504,26 +540,38 @@ static ct_status check_batch_shape(const ct_model_config *cfg, int B, int T) {
     return CT_OK;
 }
 
-ct_status ct_model_plan_memory_opts(const ct_model_config *cfg, int B, int T, bool training,
-                                    const ct_model_opts *o, ct_model_plan *out) {
+ct_status ct_model_plan_memory_lora(const ct_model_config *cfg, int B, int T, bool training,
+                                    const ct_model_opts *o, const ct_lora_opts *lo,
+                                    ct_model_plan *out) {
     ct_model_opts dflt = ct_model_opts_default();
     if (!o) o = &dflt;
+    if (lo && lo->r <= 0) lo = NULL;
     ct_status st = ct_model_config_validate(cfg);
     if (st) return st;
     if ((st = check_batch_shape(cfg, B, T))) return st;
     if ((st = check_opts(o))) return st;
+    if (lo && (st = ct_lora_opts_validate(cfg, lo))) return st;
     ct_model m = {0};
     m.cfg = *cfg;
     if ((st = model_build_table(&m))) return st;
-    free(m.table);
-    free(m.layers);
     carver cv = {0};
     memset(out, 0, sizeof *out);
-    acts_layout(cfg, o, B, T, training, &cv, NULL, out);
-    out->params = m.numel * sizeof(float);
-    out->grads = training ? out->params : 0;
+    acts_layout(cfg, o, lo, B, T, training, &cv, NULL, out);
+    size_t adapter = lora_numel(cfg, lo) * sizeof(float);
+    size_t base = lo && lo->base_bf16 ? lora_base_bf16_bytes(&m) : m.numel * sizeof(float);
+    free(m.table);
+    free(m.layers);
+    out->params = base + adapter;
+    /* a frozen base has no gradients: only the adapter trains */
+    out->trainable = lo ? adapter : out->params;
+    out->grads = training ? out->trainable : 0;
     out->total = out->params + out->grads + out->acts + out->work + out->scratch;
     return CT_OK;
+}
+
+ct_status ct_model_plan_memory_opts(const ct_model_config *cfg, int B, int T, bool training,
+                                    const ct_model_opts *o, ct_model_plan *out) {
+    return ct_model_plan_memory_lora(cfg, B, T, training, o, NULL, out);
 }
 
 ct_status ct_model_plan_memory(const ct_model_config *cfg, int B, int T, bool training,
@@ -548,7 +596,8 @@ ct_status ct_model_reserve(ct_model *m, int B, int T, bool training) {
     if (st) return st;
     carver cv = {0};
     ct_model_plan plan;
-    acts_layout(&m->cfg, &m->opts, B, T, training, &cv, NULL, &plan);
+    const ct_lora_opts *lo = m->lora ? &m->lora->o : NULL;
+    acts_layout(&m->cfg, &m->opts, lo, B, T, training, &cv, NULL, &plan);
     st = ct_arena_init(&m->arena, m->ctx, cv.used, CT_TAG_ACTS);
     if (st) return st;
     m->acts.layers = calloc((size_t)m->cfg.n_layer, sizeof *m->acts.layers);
@@ -558,13 +607,19 @@ ct_status ct_model_reserve(ct_model *m, int B, int T, bool training) {
     }
     cv.base = ct_arena_alloc(&m->arena, cv.used);
     cv.used = 0;
-    acts_layout(&m->cfg, &m->opts, B, T, training, &cv, &m->acts, &plan);
+    acts_layout(&m->cfg, &m->opts, lo, B, T, training, &cv, &m->acts, &plan);
     /* first touch now, so that no step faults pages in */
     model_touch_pages(cv.base, cv.used);
     if (training) {
-        m->grads = ct_alloc(m->ctx, m->numel * sizeof(float), CT_TAG_GRADS);
-        if (!m->grads) return ct_last_status();
-        model_touch_pages(m->grads, m->numel * sizeof(float));
+        /* with adapters the base is frozen: only the adapter gets gradients */
+        size_t n = m->lora ? m->lora->numel : m->numel;
+        float *g = ct_alloc(m->ctx, n * sizeof(float), CT_TAG_GRADS);
+        if (!g) return ct_last_status();
+        model_touch_pages(g, n * sizeof(float));
+        if (m->lora)
+            m->lora->grads = g;
+        else
+            m->grads = g;
     }
     m->B = B;
     m->T = T;

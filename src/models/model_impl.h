@@ -83,7 +83,61 @@ typedef struct model_acts {
     float *datty; /* (N,C) */
     float *dbig1; /* (N, max(F,QKVW)) */
     float *dbig2; /* (N,FW) */
+    /* LoRA (NULL without adapters) */
+    float *lora_h;    /* (L, nmod, N, r): A x of every adapter, kept for backward */
+    float *lora_tmp;  /* (N, max adapted out): B h rows, then scaled dY rows */
+    float *lora_dh;   /* (N, r) */
+    float *lora_xd;   /* (N, max adapted in): the dropped-out input (dropout > 0) */
+    float *lora_sink; /* (2C): where frozen norms' weight gradients go (never read) */
+    float *base_w;    /* (max GEMM weight span): a bf16 base matrix widened for one call */
+    float *base_wpe;  /* (n_ctx, C): GPT-2's positions, widened beside wte */
 } model_acts;
+
+/* The fused GEMMs of a block an adapter can sit on. */
+enum { LORA_GEMM_QKV = 0, LORA_GEMM_PROJ = 1, LORA_GEMM_FC = 2, LORA_GEMM_FCPROJ = 3 };
+
+/* Where module kind k sits: its GEMM, its columns of that GEMM's fused output
+ * [col0, col0+out), its input width and its base weight's table suffix. */
+typedef struct lora_mod {
+    const char *path; /* below the layer: "self_attn.q_proj", "attn.c_attn" */
+    int gemm, col0, out, in;
+} lora_mod;
+
+/* The attached adapters. Adapter table entry 2*(l*nmod + s) is A of layer l,
+ * slot s (the s-th targeted kind), entry 2*(...)+1 its B. */
+typedef struct model_lora {
+    ct_lora_opts o;
+    float scale;          /* alpha / r */
+    int nmod;             /* targeted kinds per layer */
+    int kinds[8];         /* [nmod] the kinds, ascending */
+    lora_mod mods[8];     /* [nmod] */
+    int max_out, max_in;  /* over the targeted modules */
+    ct_param *table;
+    int n_table;
+    size_t numel;
+    float *params, *grads;
+    bool dropping;        /* inside forward_backward: dropout applies */
+    uint64_t pass;        /* forward_backward calls: the dropout stream's counter */
+} model_lora;
+
+/* Kind k of cfg's arch; false when k is out of range. */
+bool lora_mod_of(const ct_model_config *c, int k, lora_mod *out);
+/* Free the attached adapters (model_free; merge). */
+void model_lora_free(ct_model *m);
+/* Bytes of a bf16-stored base for cfg (matrices bf16, 1-D fp32) and the
+ * largest span one GEMM reads from the table (elements). */
+size_t lora_base_bf16_bytes(const ct_model *table_only);
+size_t lora_max_span(const ct_model_config *c);
+/* Numel of the adapter for cfg and lo (0 when r == 0). */
+size_t lora_numel(const ct_model_config *c, const ct_lora_opts *lo);
+/* Add the adapters on GEMM `gemm` of layer l to its output out (N, OUTW),
+ * given its input x (N, in); keeps A x in acts.lora_h. */
+void model_lora_forward(ct_model *m, int l, int gemm, float *out, int OUTW, const float *x,
+                        int N);
+/* Backward of those adapters: dA, dB += ...; dx (N, in) += the adapters'
+ * input gradient, given dout (N, OUTW) and the forward's x. */
+void model_lora_backward(ct_model *m, int l, int gemm, float *dx, const float *dout, int OUTW,
+                         const float *x, int N);
 
 typedef struct decode_state {
     int max_len, len;
@@ -102,7 +156,15 @@ struct ct_model {
     int wte, wpe, lnf_w, lnf_b, head_w; /* table indices; -1 if absent; head_w == wte when tied */
     layer_idx *layers;                  /* [L] */
     float *params;                      /* flat (numel) */
-    float *grads;                       /* flat (numel) or NULL */
+    float *grads;                       /* flat (numel) or NULL (always with LoRA) */
+    model_lora *lora;                   /* attached adapters or NULL */
+    /* bf16 base storage (LoRA): params is NULL, the matrices live in params16,
+     * the 1-D weights in fp32 in small */
+    uint16_t *params16;                 /* (numel) bf16 bits, or NULL */
+    float *small;                       /* fp32 1-D weights */
+    size_t *small_off;                  /* [n_table] offset of a 1-D entry in small */
+    size_t *span;                       /* [n_table] elements one GEMM reads from the entry:
+                                         * the fused q,k,v or gate,up rows from the first */
     /* activations */
     ct_model_opts opts; /* recompute policy and activation dtype */
     int B, T, chunk; /* reserved shape; chunk = rows per logits chunk */
@@ -114,8 +176,12 @@ struct ct_model {
     void *grad_hook_user;
 };
 
+/* An fp32 view of a bf16-stored base entry: 1-D weights from small, a matrix
+ * widened into acts.base_w (acts.base_wpe for wpe), valid until the next call. */
+float *model_p_bf16(ct_model *m, int idx);
 static inline float *model_p(ct_model *m, int idx) {
-    return idx < 0 ? NULL : m->params + m->table[idx].offset;
+    if (idx < 0) return NULL;
+    return m->params16 ? model_p_bf16(m, idx) : m->params + m->table[idx].offset;
 }
 static inline float *model_g(ct_model *m, int idx) {
     return idx < 0 || !m->grads ? NULL : m->grads + m->table[idx].offset;
@@ -140,6 +206,13 @@ void model_attn_bwd(const ct_model *m, float *dqkv, const float *dout, const flo
 void model_mlp_act_fwd(const ct_model *m, float *out, const float *fch, int N);
 void model_mlp_act_bwd(const ct_model *m, float *dfch, const float *fch, const float *dout,
                        int N);
+
+/* ct_model_init, with the fp32 parameter buffer only when alloc_params (a
+ * bf16 LoRA base is read straight into lora_base16_alloc's buffers). */
+ct_status model_init_impl(ct_model **out, ct_ctx *ctx, const ct_model_config *cfg,
+                          bool alloc_params);
+/* Allocate the bf16 base storage of m (params16, small, small_off, span). */
+ct_status lora_base16_alloc(ct_model *m);
 
 /* Build the parameter table for cfg (allocates m->table, m->layers). */
 ct_status model_build_table(ct_model *m);

@@ -85,11 +85,15 @@ void model_norm_fwd(const ct_model *m, float *out, float *mean, float *rstd, con
 void model_norm_bwd(ct_model *m, float *dinp, const float *dout, const float *inp, int w, int b,
                      const float *mean, const float *rstd, int N) {
     const ct_model_config *c = &m->cfg;
+    /* a frozen norm's weight gradient goes to a sink nobody reads (the
+     * kernels always write one); dinp is what the adapters below need */
+    float *dw = m->grads ? model_g(m, w) : m->acts.lora_sink;
+    float *db = m->grads ? model_g(m, b) : m->acts.lora_sink + c->n_embd;
     if (c->norm == CT_NORM_RMSNORM)
-        m->k->rmsnorm_backward(dinp, model_g(m, w), dout, inp, model_p(m, w), rstd, N, c->n_embd);
+        m->k->rmsnorm_backward(dinp, dw, dout, inp, model_p(m, w), rstd, N, c->n_embd);
     else
-        m->k->layernorm_backward(dinp, model_g(m, w), model_g(m, b), dout, inp, model_p(m, w),
-                                 mean, rstd, N, c->n_embd);
+        m->k->layernorm_backward(dinp, dw, db, dout, inp, model_p(m, w), mean, rstd, N,
+                                 c->n_embd);
 }
 
 void model_attn_fwd(const ct_model *m, float *out, float *lse, const float *qkv, int B, int T) {
@@ -147,17 +151,20 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     model_norm_fwd(m, v->ln1, v->ln1_mean, v->ln1_rstd, res_in, w->ln1_w, w->ln1_b, N);
     act_store(m, la->ln1, v->ln1, NC); /* before ln2 reuses a shared work buffer */
     k->matmul_forward(v->qkv, v->ln1, model_p(m, w->qkv_w), model_p(m, w->qkv_b), N, C, QKV);
+    model_lora_forward(m, l, LORA_GEMM_QKV, v->qkv, QKV, v->ln1, N);
     if (c->pos == CT_POS_ROPE)
         k->rope_forward(v->qkv, B, T, c->n_head, c->n_kv_head, C / c->n_head, 0, c->rope_theta);
     act_store(m, la->qkv, v->qkv, (size_t)N * QKV);
     model_attn_fwd(m, v->atty, v->lse, v->qkv, B, T);
     act_store(m, la->atty, v->atty, NC);
     k->matmul_forward(v->res2, v->atty, model_p(m, w->proj_w), model_p(m, w->proj_b), N, C, C);
+    model_lora_forward(m, l, LORA_GEMM_PROJ, v->res2, C, v->atty, N);
     k->residual_forward(v->res2, v->res2, res_in, NC);
     act_store(m, la->res2, v->res2, NC);
     model_norm_fwd(m, v->ln2, v->ln2_mean, v->ln2_rstd, v->res2, w->ln2_w, w->ln2_b, N);
     act_store(m, la->ln2, v->ln2, NC);
     k->matmul_forward(v->fch, v->ln2, model_p(m, w->fc_w), model_p(m, w->fc_b), N, C, FW);
+    model_lora_forward(m, l, LORA_GEMM_FC, v->fch, FW, v->ln2, N);
     act_store(m, la->fch, v->fch, (size_t)N * FW);
     if (!out) return;
     model_mlp_act_fwd(m, v->fch_gelu, v->fch, N);
@@ -165,6 +172,7 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     /* res_in is dead from here on, so out may overwrite it */
     k->matmul_forward(out, v->fch_gelu, model_p(m, w->fcproj_w), model_p(m, w->fcproj_b), N, F,
                       C);
+    model_lora_forward(m, l, LORA_GEMM_FCPROJ, out, C, v->fch_gelu, N);
     k->residual_forward(out, out, v->res2, NC);
     act_store(m, la->res3, out, NC);
 }
@@ -251,6 +259,7 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     memset(a->dbig1, 0, NF * sizeof(float));
     k->matmul_backward(a->dbig1, model_g(m, w->fcproj_w), model_g(m, w->fcproj_b), a->dres,
                        v.fch_gelu, model_p(m, w->fcproj_w), N, F, C);
+    model_lora_backward(m, l, LORA_GEMM_FCPROJ, a->dbig1, a->dres, C, v.fch_gelu, N);
     /* v.fch_gelu may be dbig2 itself: it is not read after this point */
     memset(a->dbig2, 0, NFW * sizeof(float));
     model_mlp_act_bwd(m, a->dbig2, v.fch, a->dbig1, N);
@@ -262,6 +271,7 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     memset(a->dln, 0, NC * sizeof(float));
     k->matmul_backward(a->dln, model_g(m, w->fc_w), model_g(m, w->fc_b), a->dbig2, v.ln2,
                        model_p(m, w->fc_w), N, C, FW);
+    model_lora_backward(m, l, LORA_GEMM_FC, a->dln, a->dbig2, FW, v.ln2, N);
     model_norm_bwd(m, a->dres, a->dln, v.res2, w->ln2_w, w->ln2_b, v.ln2_mean, v.ln2_rstd, N);
     /* res2 = res_in + o(attn(rope(qkv(norm1(res_in))))) */
     act_load(m, la->atty, v.atty, NC);
@@ -269,6 +279,7 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     memset(a->datty, 0, NC * sizeof(float));
     k->matmul_backward(a->datty, model_g(m, w->proj_w), model_g(m, w->proj_b), a->dres, v.atty,
                        model_p(m, w->proj_w), N, C, C);
+    model_lora_backward(m, l, LORA_GEMM_PROJ, a->datty, a->dres, C, v.atty, N);
     memset(a->dbig1, 0, (size_t)N * QKV * sizeof(float));
     model_attn_bwd(m, a->dbig1, a->datty, v.qkv, v.atty, v.lse, B, T);
     if (c->pos == CT_POS_ROPE)
@@ -281,6 +292,7 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     memset(a->dln, 0, NC * sizeof(float));
     k->matmul_backward(a->dln, model_g(m, w->qkv_w), model_g(m, w->qkv_b), a->dbig1, v.ln1,
                        model_p(m, w->qkv_w), N, C, QKV);
+    model_lora_backward(m, l, LORA_GEMM_QKV, a->dln, a->dbig1, QKV, v.ln1, N);
     model_norm_bwd(m, a->dres, a->dln, res_in, w->ln1_w, w->ln1_b, v.ln1_mean, v.ln1_rstd, N);
 }
 
@@ -289,7 +301,9 @@ static void block_backward(ct_model *m, int l, int B, int T) {
  * lowest offset to the highest end, so it also takes the entries laid out
  * between them (LLaMA's k, v and up projections, which no index names). */
 static void grad_ready(ct_model *m, const int *idx, int n) {
-    if (!m->grad_hook) return;
+    /* with LoRA the trainable gradients are the adapter's own buffer, not
+     * these spans of the base: its allreduce runs after the backward */
+    if (!m->grad_hook || m->lora) return;
     size_t lo = SIZE_MAX, hi = 0;
     for (int i = 0; i < n; i++) {
         if (idx[i] < 0) continue;
@@ -324,9 +338,11 @@ static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
         block_backward(m, l, B, T);
         grad_ready(m, (const int *)&m->layers[l], (int)(sizeof(layer_idx) / sizeof(int)));
     }
-    k->encoder_backward(model_g(m, m->wte), model_g(m, m->wpe), a->dres, inputs, B, T, C);
-    int emb[2] = {m->wte, m->wpe};
-    grad_ready(m, emb, 2); /* the tied head's part came first */
+    if (m->grads) { /* a frozen base (LoRA) has no embedding gradient */
+        k->encoder_backward(model_g(m, m->wte), model_g(m, m->wpe), a->dres, inputs, B, T, C);
+        int emb[2] = {m->wte, m->wpe};
+        grad_ready(m, emb, 2); /* the tied head's part came first */
+    }
 }
 
 /* ------------------------------------------------------- entry points */
@@ -378,10 +394,15 @@ ct_status ct_model_forward_backward_timed(ct_model *m, const int32_t *inputs,
     if ((st = check_tokens(m, inputs, N, "input"))) return st;
     if ((st = check_tokens(m, targets, N, "target"))) return st;
     double t0 = ct_time_s();
+    if (m->lora) { /* adapter dropout applies in this pass, with its own masks */
+        m->lora->dropping = true;
+        m->lora->pass++;
+    }
     forward_body(m, inputs, B, T, true);
     *mean_loss = (float)head_forward(m, targets, (int)N, true, grad_weight / (float)N, NULL);
     double t1 = ct_time_s();
     backward_body(m, inputs, B, T);
+    if (m->lora) m->lora->dropping = false;
     if (timing) *timing = (ct_model_timing){t1 - t0, ct_time_s() - t1};
     return CT_OK;
 }

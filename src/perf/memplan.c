@@ -15,14 +15,23 @@
 
 ct_status ct_run_plan_make(const ct_model_config *mc, int B, int T, int grad_accum, int prefetch,
                            const ct_model_opts *o, ct_run_plan *out) {
+    return ct_run_plan_make_lora(mc, B, T, grad_accum, prefetch, o, NULL, out);
+}
+
+ct_status ct_run_plan_make_lora(const ct_model_config *mc, int B, int T, int grad_accum,
+                                int prefetch, const ct_model_opts *o, const ct_lora_opts *lo,
+                                ct_run_plan *out) {
     memset(out, 0, sizeof *out);
-    ct_status st = ct_model_plan_memory_opts(mc, B, T, true, o, &out->model);
+    if (lo && lo->r <= 0) lo = NULL;
+    ct_status st = ct_model_plan_memory_lora(mc, B, T, true, o, lo, &out->model);
     if (st) return st;
     out->B = B;
     out->T = T;
     out->grad_accum = grad_accum;
     out->opts = *o;
-    out->optim = 2 * out->model.params;
+    if (lo) out->lora = *lo;
+    /* moments of what trains: the whole model, or only the adapters */
+    out->optim = 2 * out->model.trainable;
     out->optim_shards = 1;
     /* inputs and targets: the prefetch ring's slots and the trainer's own pair */
     out->data = (size_t)(prefetch + 1) * 2 * (size_t)B * T * sizeof(int32_t);
@@ -55,7 +64,7 @@ void ct_run_plan_set_threads(ct_run_plan *p, int threads) {
 
 void ct_run_plan_shard_optim(ct_run_plan *p, int shards) {
     if (shards <= 1) return;
-    size_t numel = p->model.params / sizeof(float);
+    size_t numel = p->model.trainable / sizeof(float); /* the adapters alone under LoRA */
     size_t shard = (numel + (size_t)shards - 1) / (size_t)shards; /* padded, as the trainer */
     p->total -= p->optim;
     p->optim = 2 * shard * sizeof(float);
@@ -66,7 +75,7 @@ void ct_run_plan_shard_optim(ct_run_plan *p, int shards) {
 /* ct_run_plan_make for the request's thread count and its ZeRO sharding. */
 static ct_status plan_for(const ct_model_config *mc, const ct_fit_request *r, int B, int accum,
                           const ct_model_opts *o, ct_run_plan *out) {
-    ct_status st = ct_run_plan_make(mc, B, r->T, accum, r->prefetch, o, out);
+    ct_status st = ct_run_plan_make_lora(mc, B, r->T, accum, r->prefetch, o, &r->lora, out);
     if (!st) {
         ct_run_plan_set_threads(out, r->threads);
         ct_run_plan_shard_optim(out, r->optim_shards);
@@ -174,6 +183,58 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
     return st;
 }
 
+ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *mc,
+                                   ct_lora_opts *out) {
+    memset(out, 0, sizeof *out);
+    const char *dir = cfg->lora.init_from;
+    bool bf16 = strcmp(cfg->lora.base_dtype, "bf16") == 0;
+    if (cfg->lora.r <= 0 && !dir[0]) {
+        if (bf16)
+            return CT_ERR(CT_ERR_ARG, "lora.base_dtype = bf16 stores a frozen LoRA base: set "
+                          "lora.r (or lora.init_from) too; a full run trains fp32 weights");
+        if (cfg->lora.targets[0] || cfg->lora.dropout > 0)
+            return CT_ERR(CT_ERR_ARG, "lora.%s is set but LoRA is off: set lora.r (or "
+                          "lora.init_from) to train adapters", cfg->lora.targets[0] ? "targets"
+                          : "dropout");
+        return CT_OK;
+    }
+    ct_lora_opts o = {0};
+    ct_status st;
+    if (dir[0]) {
+        if ((st = ct_lora_config_load_peft(mc, dir, &o))) {
+            ct_error_prefix("lora.init_from = %s", dir);
+            return st;
+        }
+        if (cfg->lora.r > 0 && cfg->lora.r != o.r)
+            return CT_ERR(CT_ERR_ARG, "lora.r = %lld, but lora.init_from = %s has r = %d "
+                          "(adapter_config.json)", (long long)cfg->lora.r, dir, o.r);
+        if (cfg->lora.targets[0]) {
+            uint32_t mask = 0;
+            if ((st = ct_lora_targets_parse(mc, cfg->lora.targets, "lora.targets", &mask)))
+                return st;
+            if (mask != o.targets) {
+                char got[256];
+                ct_lora_targets_format(mc, o.targets, got, sizeof got);
+                return CT_ERR(CT_ERR_ARG, "lora.targets = %s, but lora.init_from = %s adapts "
+                              "%s (adapter_config.json target_modules)", cfg->lora.targets, dir,
+                              got);
+            }
+        }
+    } else {
+        o.r = (int)cfg->lora.r;
+        o.alpha = (float)cfg->lora.alpha;
+        const char *t = cfg->lora.targets[0] ? cfg->lora.targets
+                        : mc->arch == CT_ARCH_LLAMA ? "q_proj,v_proj" : "c_attn";
+        if ((st = ct_lora_targets_parse(mc, t, "lora.targets", &o.targets))) return st;
+    }
+    o.dropout = (float)cfg->lora.dropout;
+    o.seed = (uint64_t)cfg->train.seed;
+    o.base_bf16 = bf16;
+    if ((st = ct_lora_opts_validate(mc, &o))) return st;
+    *out = o;
+    return CT_OK;
+}
+
 ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc,
                                  ct_run_plan *out, size_t *limit) {
     return ct_run_plan_for_world(cfg, mc, cfg->dist.world > 0 ? (int)cfg->dist.world : 1, 1,
@@ -196,6 +257,7 @@ ct_status ct_run_plan_for_world(const ct_config *cfg, const ct_model_config *mc,
     r.prefetch = (int)cfg->data.prefetch;
     r.threads = (int)cfg->run.threads;
     r.limit_spec = cfg->run.memory_limit;
+    if ((st = ct_lora_opts_from_config(cfg, mc, &r.lora))) return st;
     if (r.B > 0 && r.effective_batch > 0)
         return CT_ERR(CT_ERR_ARG, "train.effective_batch = %d applies to train.batch_size=auto "
                       "only; with train.batch_size = %d set train.grad_accum instead",

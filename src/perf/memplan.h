@@ -24,8 +24,10 @@
 typedef struct ct_run_plan {
     int B, T, grad_accum;
     ct_model_opts opts;
+    ct_lora_opts lora;   /* r == 0: no adapters */
     ct_model_plan model; /* params, grads, acts, work, scratch */
-    size_t optim;        /* AdamW m and v of this rank (its shard under ZeRO-1) */
+    size_t optim;        /* AdamW m and v of this rank's trainable parameters (all of
+                          * them, or its shard under ZeRO-1) */
     int optim_shards;    /* ranks the moments are split over (ZeRO-1); 1: none */
     size_t data;         /* token buffers: prefetch ring + the trainer's batch */
     size_t runtime;      /* process baseline for `threads` threads (ct_run_plan_runtime) */
@@ -38,6 +40,11 @@ typedef struct ct_run_plan {
  * on (ct_run_plan_set_threads changes that). CT_ERR_ARG on a bad shape. */
 ct_status ct_run_plan_make(const ct_model_config *mc, int B, int T, int grad_accum, int prefetch,
                            const ct_model_opts *o, ct_run_plan *out);
+/* The same with LoRA adapters lo (NULL or r == 0: none): the frozen base has
+ * no gradients and no moments. Borrows lo. */
+ct_status ct_run_plan_make_lora(const ct_model_config *mc, int B, int T, int grad_accum,
+                                int prefetch, const ct_model_opts *o, const ct_lora_opts *lo,
+                                ct_run_plan *out);
 
 /* Re-plans p's runtime baseline (and so its total) for `threads` threads
  * (<= 0: the CPUs this process may run on). */
@@ -71,6 +78,7 @@ typedef struct ct_fit_request {
     int effective_batch; /* with B = 0: sequences per optimizer step (0: unset) */
     bool recompute_auto;
     ct_model_opts opts;
+    ct_lora_opts lora;   /* r == 0: no adapters */
     int prefetch;
     int threads;         /* threads the run uses; 0: the CPUs this process may run on */
     size_t limit;        /* bytes */
@@ -87,11 +95,21 @@ typedef struct ct_fit_request {
  * limit in the message and the settings that would fit in the hint. */
 ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *req, ct_run_plan *out);
 
+/* The LoRA adapters the lora.* keys ask for on a model of shape mc: r = 0
+ * when neither lora.r nor lora.init_from is set. With lora.init_from, its
+ * adapter_config.json decides r, alpha and the targets (lora.r and
+ * lora.targets, when set, must agree with it); otherwise lora.r, lora.alpha
+ * and lora.targets (default: q_proj,v_proj for llama, c_attn for gpt2, as
+ * PEFT's defaults). lora.dropout and train.seed (the dropout stream) come
+ * from cfg. CT_ERR_ARG naming the key, or the adapter file's errors. */
+ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *mc,
+                                   ct_lora_opts *out);
+
 /* The run's settings from cfg (batch size, recompute, activation dtype,
  * accumulation, effective batch, prefetch, run.threads, run.memory_limit against
- * ct_memory_available, dist.zero over dist.world ranks, 0 counting as 1)
- * planned and fitted for the model shape mc, as `train` and `plan` both do.
- * Writes the plan and the limit in bytes. CT_ERR_ARG. */
+ * ct_memory_available, dist.zero over dist.world ranks, 0 counting as 1, the
+ * lora.* adapters) planned and fitted for the model shape mc, as `train` and
+ * `plan` both do. Writes the plan and the limit in bytes. CT_ERR_ARG. */
 ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc,
                                  ct_run_plan *out, size_t *limit);
 /* The same for one rank of a run of `world` ranks, `local` of them on this

@@ -29,6 +29,9 @@
 #define CKPT_MANIFEST "MANIFEST.json"
 #define CKPT_WEIGHTS "model.safetensors"
 #define CKPT_CONFIG "config.json"
+/* a LoRA run's checkpoint holds the adapter (PEFT files), not the frozen base */
+#define CKPT_ADAPTER "adapter_model.safetensors"
+#define CKPT_ADAPTER_CONFIG "adapter_config.json"
 #define CKPT_HASH_KEY "\"manifest_xxh64\""
 #define CKPT_MAX_EXACT 9007199254740992.0 /* 2^53: larger JSON numbers lose digits */
 
@@ -338,12 +341,13 @@ static ct_status manifest_read(const char *dir, ckpt_manifest *m) {
                 goto fail;
             }
         }
-        has_weights |= !strcmp(f->name, CKPT_WEIGHTS);
-        has_config |= !strcmp(f->name, CKPT_CONFIG);
+        has_weights |= !strcmp(f->name, CKPT_WEIGHTS) || !strcmp(f->name, CKPT_ADAPTER);
+        has_config |= !strcmp(f->name, CKPT_CONFIG) || !strcmp(f->name, CKPT_ADAPTER_CONFIG);
     }
     if (!has_weights || !has_config) {
         st = CT_ERR(CT_ERR_FORMAT, "%s: does not list %s", path,
-                    has_weights ? CKPT_CONFIG : CKPT_WEIGHTS);
+                    has_weights ? CKPT_CONFIG " (or " CKPT_ADAPTER_CONFIG ")"
+                                : CKPT_WEIGHTS " (or " CKPT_ADAPTER ")");
         goto fail;
     }
     cJSON_Delete(root);
@@ -374,6 +378,22 @@ ct_status ct_ckpt_signature(const ct_model *m, char *buf, size_t cap) {
                      arch[c->arch], c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->n_ffn,
                      c->vocab_size, c->n_ctx, norm[c->norm], pos[c->pos], mlp[c->mlp],
                      (int)c->bias, (int)c->tied_head, ct_model_numel(m));
+    const ct_lora_opts *lo = ct_model_lora(m);
+    if (lo && k >= 0 && (size_t)k < cap) {
+        /* the frozen base is part of what a LoRA run is: its hash, so that a
+         * resume on other base weights is refused */
+        const uint16_t *b16 = ct_model_params_bf16(m);
+        uint64_t h = b16 ? XXH64(b16, ct_model_numel(m) * sizeof *b16, 0)
+                         : XXH64(ct_model_params((ct_model *)m),
+                                 ct_model_numel(m) * sizeof(float), 0);
+        char targets[128];
+        ct_lora_targets_format(c, lo->targets, targets, sizeof targets);
+        int k2 = snprintf(buf + k, cap - (size_t)k, " lora r=%d alpha=%g dropout=%g targets=%s "
+                          "base=%s base_xxh64=%016llx", lo->r, (double)lo->alpha,
+                          (double)lo->dropout, targets, b16 ? "bf16" : "fp32",
+                          (unsigned long long)h);
+        k = k2 < 0 ? k2 : k + k2;
+    }
     if (k < 0 || (size_t)k >= cap)
         return CT_ERR(CT_ERR_ARG, "model signature needs %d bytes, the buffer holds %zu", k + 1,
                       cap);
@@ -585,13 +605,19 @@ ct_status ct_ckpt_save(const char *run_dir, int64_t step, ct_model *model,
         return st;
     }
 
-    /* 1. weights (HF layout), then each blob */
-    if ((st = ct_model_save_hf(model, tmp, CKPT_WEIGHTS, false, true))) goto fail;
+    /* 1. weights (HF layout; a LoRA run's adapter in PEFT's), then each blob */
+    bool lora = ct_model_lora(model) != NULL;
+    if (lora)
+        st = ct_model_lora_save_peft(model, tmp, "");
+    else
+        st = ct_model_save_hf(model, tmp, CKPT_WEIGHTS, false, true);
+    if (st) goto fail;
     static const char *hf_files[2] = {CKPT_CONFIG, CKPT_WEIGHTS};
+    static const char *peft_files[2] = {CKPT_ADAPTER_CONFIG, CKPT_ADAPTER};
     for (int i = 0; i < 2; i++) {
         ckpt_file *f = &man.files[man.n_files++];
         char path[CKPT_PATH_MAX];
-        snprintf(f->name, sizeof f->name, "%s", hf_files[i]);
+        snprintf(f->name, sizeof f->name, "%s", lora ? peft_files[i] : hf_files[i]);
         if ((st = ckpt_join(path, sizeof path, tmp, f->name))) goto fail;
         if ((st = ckpt_stream_file(path, true, NULL, NULL, &f->size, &f->hash))) goto fail; /* fsyncs again */
     }

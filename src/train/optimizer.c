@@ -1,5 +1,6 @@
 /*
- * AdamW over the flat parameter buffer (torch.optim.AdamW semantics), global
+ * AdamW over the model's trainable flat buffer (torch.optim.AdamW semantics;
+ * the whole model, or only its LoRA adapters when the base is frozen), global
  * gradient norm and the clip factor of torch.nn.utils.clip_grad_norm_.
  * Runs of adjacent tensors with the same decay rule go to the kernel as one
  * call, so the update is a handful of passes over contiguous memory. The
@@ -48,16 +49,16 @@ void ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, flo
                    float grad_scale) {
     const ct_kernels *k = ct_ctx_kernels(opt->ctx);
     opt->t++;
-    int n = ct_model_num_params(model);
-    float *w = ct_model_params(model), *g = ct_model_grads(model);
+    int n = ct_model_num_trainable(model);
+    float *w = ct_model_trainable_params(model), *g = ct_model_trainable_grads(model);
     size_t lo = opt->lo, hi = opt->lo + opt->n;
     int i = 0;
     while (i < n) {
-        const ct_param *first = ct_model_param(model, i);
+        const ct_param *first = ct_model_trainable_param(model, i);
         size_t begin = first->offset, end = first->offset + first->numel;
         int j = i + 1;
         while (j < n) {
-            const ct_param *q = ct_model_param(model, j);
+            const ct_param *q = ct_model_trainable_param(model, j);
             if (q->decay != first->decay || q->offset != end) break;
             end += q->numel;
             j++;
@@ -75,13 +76,14 @@ void ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, flo
 
 double ct_grad_norm(ct_model *model) {
     const ct_kernels *k = model->k;
-    return sqrt(k->sumsq(ct_model_grads(model), ct_model_numel(model)));
+    return sqrt(k->sumsq(ct_model_trainable_grads(model), ct_model_trainable_numel(model)));
 }
 
 double ct_grad_sumsq_range(ct_model *model, size_t lo, size_t n) {
-    CT_ASSERT(lo <= ct_model_numel(model) && n <= ct_model_numel(model) - lo);
+    size_t numel = ct_model_trainable_numel(model);
+    CT_ASSERT(lo <= numel && n <= numel - lo);
     if (!n) return 0.0;
-    return model->k->sumsq(ct_model_grads(model) + lo, n);
+    return model->k->sumsq(ct_model_trainable_grads(model) + lo, n);
 }
 
 float ct_clip_scale(double norm, double max_norm) {

@@ -261,7 +261,7 @@ ct_status ct_train_state_decode(ct_train_state *s, const uint8_t *data, size_t l
 ct_status ct_train_state_save(const char *run_dir, ct_model *model, const ct_adamw *opt,
                               const ct_train_state *s, const ct_ckpt_opts *o, char *out_dir,
                               size_t cap) {
-    CT_ASSERT(opt->numel == ct_model_numel(model) && s->numel == opt->numel);
+    CT_ASSERT(opt->numel == ct_model_trainable_numel(model) && s->numel == opt->numel);
     CT_ASSERT(opt->lo == 0 && opt->n == opt->numel); /* a ZeRO shard is gathered first */
     uint8_t *state = NULL;
     size_t state_len = 0;
@@ -301,7 +301,21 @@ ct_status ct_train_state_read(const char *dir, ct_train_state *s) {
     return st;
 }
 
+/* A LoRA run's checkpoint holds the adapter: read it into the attached
+ * adapters, restoring them when the file does not fit. */
+static ct_status load_adapter(ct_model *model, const char *dir) {
+    size_t n = ct_model_trainable_numel(model);
+    float *keep = malloc(n * sizeof *keep + 1);
+    if (!keep) return CT_ERR(CT_ERR_OOM, "out of memory reading the adapter of %s", dir);
+    memcpy(keep, ct_model_trainable_params(model), n * sizeof *keep);
+    ct_status st = ct_model_lora_load_peft(model, dir);
+    if (st) memcpy(ct_model_trainable_params(model), keep, n * sizeof *keep);
+    free(keep);
+    return st;
+}
+
 ct_status ct_train_state_load_weights(ct_model *model, ct_ctx *ctx, const char *dir) {
+    if (ct_model_lora(model)) return load_adapter(model, dir);
     ct_model *tmp = NULL;
     ct_status st = ct_model_load_hf(&tmp, ctx, dir);
     if (st) return st;

@@ -5,7 +5,8 @@
  * resume.
  *
  * Blobs of a checkpoint:
- *   "optimizer"  AdamW's moments: m then v, 2*numel little-endian float32,
+ *   "optimizer"  AdamW's moments: m then v, 2*numel little-endian float32
+ *                (numel of the trainable parameters: a LoRA run's adapter),
  *                written straight from the optimizer's block (no copy on
  *                little-endian hosts); under ZeRO-1 rank 0 gathers the shards
  *                first, so the format does not depend on the rank count. Its
@@ -96,7 +97,9 @@ ct_status ct_train_state_load(const char *dir, ct_ctx *ctx, ct_model *model, ct_
 /* Replace model's weights by those of the Hugging Face directory dir
  * (config.json + model.safetensors), which must have model's shape (a
  * temporary model holds them meanwhile: twice the weights' memory for a
- * moment). Unchanged on error. CT_ERR_ARG (another shape, naming both
+ * moment). With LoRA adapters attached only the adapter is replaced, from
+ * dir's PEFT files (the frozen base is the run's own; the signature hashes
+ * it). Unchanged on error. CT_ERR_ARG (another shape, naming both
  * signatures) and the errors of ct_model_load_hf. */
 ct_status ct_train_state_load_weights(ct_model *model, ct_ctx *ctx, const char *dir);
 

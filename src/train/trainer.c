@@ -7,7 +7,8 @@
  * training state (train_state.h), a stop flag polled after every step, and
  * the final Hugging Face directory in run.dir. trainer_setup.c checks and
  * builds everything before the loop writes anything.
- * Leaves out: LoRA and MPI (their keys are refused with a clear message), and
+ * A LoRA run trains only the adapters and ends with a PEFT adapter directory.
+ * Leaves out: MPI (its keys are refused with a clear message), and
  * TensorBoard's purge of the steps a resumed run repeats (a new event file is
  * started each time; metrics.jsonl is the trimmed record).
  */
@@ -172,8 +173,8 @@ static ct_status rollback(trainer *t, int64_t step, int64_t *to) {
 
 static void inject_faults(trainer *t, int64_t step, double *loss) {
     const ct_config *cfg = t->cfg;
-    float *grads = ct_model_grads(t->model);
-    size_t n = ct_model_numel(t->model);
+    float *grads = ct_model_trainable_grads(t->model);
+    size_t n = ct_model_trainable_numel(t->model);
     if (cfg->debug.nan_step == step || (step >= t->bad_first && step <= t->bad_last)) {
         grads[0] = NAN;
         ct_log(CT_LOG_INFO, "step %lld: debug: gradient made NaN", (long long)step);
@@ -529,8 +530,17 @@ ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_ho
         ct_log(CT_LOG_INFO, "the checkpoint is at train.steps = %lld already: nothing to train; "
                "writing the final weights", (long long)cfg->train.steps);
     if ((st = run_loop(t))) goto done;
-    if (trainer_root(t) && !(st = ct_tb_flush(t->tb)))
-        st = ct_model_save_hf(t->model, cfg->run.dir, "model.safetensors", false, true);
+    if (trainer_root(t) && !(st = ct_tb_flush(t->tb))) {
+        if (ct_model_lora(t->model)) { /* the adapter, in PEFT's format; the base is unchanged */
+            st = ct_model_lora_save_peft(t->model, cfg->run.dir, cfg->model.init_from);
+            if (!st)
+                ct_log(CT_LOG_INFO, "LoRA adapter saved to %s (adapter_config.json, "
+                       "adapter_model.safetensors); `ctrain merge` folds it into the base",
+                       cfg->run.dir);
+        } else {
+            st = ct_model_save_hf(t->model, cfg->run.dir, "model.safetensors", false, true);
+        }
+    }
     st = ct_dist_agree(t->dist, st, "writing the final weights");
 done:
     result->skipped = t->guard.skipped;

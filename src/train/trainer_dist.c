@@ -90,9 +90,11 @@ ct_status trainer_dist_after_setup(trainer *t) {
                t->zero ? " (ZeRO-1 shards)" : "");
     }
     if (st) return st;
-    /* the same starting weights, whatever each rank read or initialised */
-    return ct_dist_bcast(t->dist, ct_model_params(t->model),
-                         ct_model_numel(t->model) * sizeof(float), 0);
+    /* the same starting weights, whatever each rank read or initialised (a
+     * frozen LoRA base comes from the same files or seed on every rank; its
+     * adapters are what trains) */
+    return ct_dist_bcast(t->dist, ct_model_trainable_params(t->model),
+                         ct_model_trainable_numel(t->model) * sizeof(float), 0);
 }
 
 static void grad_hook(size_t lo, size_t hi, void *user) {
@@ -103,8 +105,8 @@ ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum,
                                      double *fwd, double *bwd) {
     ct_status local = CT_OK, st;
     float weight = 1.0f / ((float)t->accum * (float)t->world);
-    float *grads = ct_model_grads(t->model);
-    size_t numel = ct_model_numel(t->model);
+    float *grads = ct_model_trainable_grads(t->model);
+    size_t numel = ct_model_trainable_numel(t->model);
     bool begun = false;
     for (int64_t a = 0; a < t->accum && !local; a++) {
         float loss;
@@ -166,7 +168,8 @@ ct_status trainer_dist_grad_norm(trainer *t, double *norm) {
 ct_status trainer_dist_update(trainer *t, float lr, float scale) {
     ct_adamw_step(&t->opt, t->model, &t->ap, lr, scale);
     if (!t->zero) return CT_OK; /* every rank updated everything, identically */
-    return ct_dist_allgather_shards(t->dist, ct_model_params(t->model), ct_model_numel(t->model));
+    return ct_dist_allgather_shards(t->dist, ct_model_trainable_params(t->model),
+                                    ct_model_trainable_numel(t->model));
 }
 
 ct_status trainer_save_state(trainer *t, const ct_train_state *s) {

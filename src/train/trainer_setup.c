@@ -5,7 +5,8 @@
  * train.recompute policy and train.activation_dtype), which checkpoint
  * train.resume names and whether it fits the config (model signature, batch
  * shape, seed, shuffling, starting weights), the data, and the restored
- * optimizer, loader, guard and early-stopping state.
+ * optimizer, loader, guard and early-stopping state. LoRA runs (lora.*) load
+ * the frozen base, attach the adapters and train only those.
  * Leaves out: the loop itself (trainer.c).
  */
 #include "train/trainer_int.h"
@@ -24,35 +25,47 @@
 
 ct_status ct_model_config_from(ct_model_config *out, const ct_config *cfg) {
     const char *arch = cfg->model.arch;
-    if (strcmp(arch, "gpt2") != 0)
-        return CT_ERR(CT_ERR_ARG, "model.arch = %s is not available yet: only gpt2 is "
-                      "implemented", arch);
+    bool llama = strcmp(arch, "llama") == 0;
+    if (!llama && strcmp(arch, "gpt2") != 0)
+        return CT_ERR(CT_ERR_ARG, "model.arch = %s is unknown: expected gpt2 or llama", arch);
     if (cfg->model.preset[0]) {
         ct_status st = ct_model_config_preset(out, cfg->model.preset);
         if (st) return st;
     } else {
         if (!cfg->model.n_layer || !cfg->model.n_head || !cfg->model.n_embd ||
-            !cfg->model.vocab_size || !cfg->model.n_ctx) {
+            !cfg->model.vocab_size || !cfg->model.n_ctx || (llama && !cfg->model.n_ffn)) {
             ct_status st = CT_ERR(CT_ERR_ARG, "no model given: set model.init_from, model.preset, "
                                   "or all of model.n_layer, model.n_head, model.n_embd, "
-                                  "model.vocab_size and model.n_ctx");
-            ct_error_hint("e.g. model.preset=gpt2-demo");
+                                  "model.vocab_size and model.n_ctx%s",
+                                  llama ? " (and model.n_ffn for model.arch=llama)" : "");
+            ct_error_hint(llama ? "e.g. model.preset=llama-demo" : "e.g. model.preset=gpt2-demo");
             return st;
         }
-        ct_model_config_gpt2(out, 1, 1, 1, 2, 1);
+        if (llama)
+            ct_model_config_llama(out, 1, 1, 1, 2, 1, 2, 1);
+        else
+            ct_model_config_gpt2(out, 1, 1, 1, 2, 1);
     }
+    bool is_llama = out->arch == CT_ARCH_LLAMA; /* a preset decides the arch */
     if (cfg->model.n_layer) out->n_layer = (int)cfg->model.n_layer;
-    if (cfg->model.n_head) out->n_head = out->n_kv_head = (int)cfg->model.n_head;
+    if (cfg->model.n_head) {
+        out->n_head = (int)cfg->model.n_head;
+        if (!is_llama || !cfg->model.n_kv_head) out->n_kv_head = out->n_head;
+    }
     if (cfg->model.n_embd) {
         out->n_embd = (int)cfg->model.n_embd;
-        out->n_ffn = 4 * out->n_embd;
+        if (!is_llama) out->n_ffn = 4 * out->n_embd;
     }
     if (cfg->model.n_ffn) out->n_ffn = (int)cfg->model.n_ffn;
     if (cfg->model.vocab_size) out->vocab_size = (int)cfg->model.vocab_size;
     if (cfg->model.n_ctx) out->n_ctx = (int)cfg->model.n_ctx;
-    if (cfg->model.n_kv_head && cfg->model.n_kv_head != out->n_head)
-        return CT_ERR(CT_ERR_ARG, "model.n_kv_head = %lld: grouped KV heads are not available "
-                      "for gpt2", (long long)cfg->model.n_kv_head);
+    if (cfg->model.n_kv_head) {
+        if (!is_llama && cfg->model.n_kv_head != out->n_head)
+            return CT_ERR(CT_ERR_ARG, "model.n_kv_head = %lld: grouped KV heads are not "
+                          "available for gpt2 (n_head = %d)", (long long)cfg->model.n_kv_head,
+                          out->n_head);
+        out->n_kv_head = (int)cfg->model.n_kv_head;
+    }
     return ct_model_config_validate(out);
 }
 
@@ -66,9 +79,9 @@ ct_guard_params trainer_guard_params(const ct_config *cfg) {
 
 /* Keys whose features are not built yet: refuse rather than silently ignore. */
 static ct_status refuse_unsupported(const ct_config *cfg) {
-    if (cfg->lora.r > 0 || cfg->lora.init_from[0])
-        return CT_ERR(CT_ERR_ARG, "lora.r / lora.init_from: LoRA fine-tuning is not available "
-                      "in this version");
+    if (cfg->debug.dump_grads_step && (cfg->lora.r > 0 || cfg->lora.init_from[0]))
+        return CT_ERR(CT_ERR_ARG, "debug.dump_grads_step writes the model's gradients, and a "
+                      "LoRA run's frozen base has none: unset it for lora.* runs");
     return CT_OK;
 }
 
@@ -182,7 +195,9 @@ static ct_status find_resume(trainer *t) {
         }
         if (st) return st;
     } else {
-        if (cfg->model.init_from[0]) {
+        /* a LoRA run's checkpoint holds only the adapter: the base comes from
+         * model.init_from (checked against the checkpoint's base hash) */
+        if (cfg->model.init_from[0] && !t->plan.lora.r) {
             st = CT_ERR(CT_ERR_ARG, "model.init_from = %s and train.resume = %s both name the "
                         "starting weights", cfg->model.init_from, mode);
             ct_error_hint("drop model.init_from to resume the checkpoint, or set "
@@ -306,6 +321,42 @@ static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
     return CT_OK;
 }
 
+/* A LoRA run: the frozen base first (model.init_from, or the seeded
+ * initialisation: either way what every resume rebuilds), then the adapters,
+ * whose signature includes the base's hash; their weights come from the
+ * checkpoint, lora.init_from, or PEFT's seeded initialisation. */
+static ct_status build_lora_model(trainer *t, const ct_model_config *mc) {
+    const ct_config *cfg = t->cfg;
+    ct_status st;
+    if (cfg->model.init_from[0]) {
+        /* a bf16 base is read straight into bf16: no fp32 copy of it ever exists */
+        st = ct_model_load_hf_lora(&t->model, t->ctx, cfg->model.init_from, &t->plan.lora);
+        if (st) return st;
+    } else {
+        if ((st = ct_model_init(&t->model, t->ctx, mc))) return st;
+        ct_model_init_weights(t->model, (uint64_t)cfg->train.seed);
+        if ((st = ct_model_lora_attach(t->model, &t->plan.lora))) return st;
+    }
+    if ((st = ct_ckpt_signature(t->model, t->signature, sizeof t->signature))) return st;
+    if ((st = find_resume(t))) return st;
+    const ct_lora_opts *lo = &t->plan.lora;
+    ct_log(CT_LOG_INFO, "LoRA: r=%d alpha=%g dropout=%g on %d modules per layer, %zu trainable "
+           "parameters, base frozen (%zu)", lo->r, (double)lo->alpha, (double)lo->dropout,
+           ct_model_num_trainable(t->model) / (2 * mc->n_layer),
+           ct_model_trainable_numel(t->model), ct_model_numel(t->model));
+    if (t->resume_step >= 0) {
+        if ((st = check_resume_fits(t))) return st;
+        return ct_train_state_load_weights(t->model, t->ctx, t->resume_dir);
+    }
+    if (cfg->lora.init_from[0]) {
+        st = ct_model_lora_load_peft(t->model, cfg->lora.init_from);
+        if (st) ct_error_prefix("lora.init_from = %s", cfg->lora.init_from);
+        return st;
+    }
+    ct_model_lora_init_weights(t->model, (uint64_t)cfg->train.seed);
+    return CT_OK;
+}
+
 /* Build the model: fresh from sizes (seeded init), from model.init_from, or
  * from the checkpoint (its weights, shape checked by the signature). */
 static ct_status build_model(trainer *t) {
@@ -314,6 +365,7 @@ static ct_status build_model(trainer *t) {
     ct_status st = model_shape(cfg, &mc);
     if (st) return st;
     if ((st = plan_memory(t, &mc))) return st;
+    if (t->plan.lora.r > 0) return build_lora_model(t, &mc);
     /* the signature needs a model; its zeroed weights are the fresh run's start */
     if ((st = ct_model_init(&t->model, t->ctx, &mc))) return st;
     if ((st = ct_ckpt_signature(t->model, t->signature, sizeof t->signature))) return st;
@@ -426,7 +478,8 @@ ct_status trainer_setup(trainer *t) {
     if ((st = build_model(t))) return st;
     if ((st = ct_model_set_opts(t->model, &t->mopts))) return st;
     if ((st = ct_model_reserve(t->model, t->B, t->T, true))) return st;
-    size_t numel = ct_model_numel(t->model);
+    /* what trains: the whole model, or only the LoRA adapters */
+    size_t numel = ct_model_trainable_numel(t->model);
     ct_dist_shard(numel, t->world, t->rank, &t->shard_lo, &t->shard_n);
     if (t->zero)
         st = ct_adamw_init_range(&t->opt, t->ctx, numel, t->shard_lo, t->shard_n);
@@ -434,7 +487,7 @@ ct_status trainer_setup(trainer *t) {
         st = ct_adamw_init(&t->opt, t->ctx, numel);
     if (st) return st;
     /* the gradient buckets exist from here on, so no step allocates them */
-    if ((st = ct_dist_grad_begin(t->dist, ct_model_grads(t->model), numel, t->bucket)))
+    if ((st = ct_dist_grad_begin(t->dist, ct_model_trainable_grads(t->model), numel, t->bucket)))
         return st;
     if ((st = open_loaders(t))) return st;
     t->in = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->in, CT_TAG_DATA);

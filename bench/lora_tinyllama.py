@@ -1,0 +1,299 @@
+#!/usr/bin/python3
+"""LoRA fine-tuning memory and speed: ctrain side by side with PyTorch, TinyLlama-1.1B shapes.
+
+usage: /usr/bin/python3 bench/lora_tinyllama.py [--ctrain build/ctrain] [--layers 22]
+           [--seq 512] [--steps 3] [--threads 2] [--base-dtype bf16] [--workdir DIR]
+           [--markdown FILE] [--json-out FILE]
+
+Writes a TinyLlama-1.1B-shaped LLaMA directory with random BF16 weights (22 layers, 32
+heads, 4 KV heads, C=2048, ffn 5632, vocab 32000; --layers shrinks it for a quick try) and
+a random token shard, then trains LoRA r=8, alpha=16 on q_proj,k_proj,v_proj,o_proj at B=1,
+T=--seq for --steps AdamW steps, in two fresh processes:
+  ctrain   `ctrain train model.init_from=DIR lora.* lora.base_dtype=--base-dtype`
+  PyTorch  the --torch-worker mode of this file: the same model in plain torch ops
+           (HF LlamaForCausalLM math, attention spelled out), base weights loaded as
+           fp32 with requires_grad=False, LoRA A/B as fp32 parameters, AdamW on them only.
+Peak RSS of each child is read with wait4() (the same way for both); tokens/s is the
+median over the steps after the first (warm-up). Prints a markdown table and PASS/MISS
+for the goals (ctrain peak RSS <= 0.5 x PyTorch's, tokens/s >= PyTorch's). Exit 0 unless a
+child fails.
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+NAME = "lora_tinyllama.py"
+CFG = dict(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+           num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=2048,
+           rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
+R, ALPHA, TARGETS = 8, 16, ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+def shapes(c):
+    C, Fd, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    KC = c["num_key_value_heads"] * C // c["num_attention_heads"]
+    out = [("model.embed_tokens.weight", (V, C))]
+    for l in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        out += [(p + "input_layernorm.weight", (C,)), (p + "self_attn.q_proj.weight", (C, C)),
+                (p + "self_attn.k_proj.weight", (KC, C)), (p + "self_attn.v_proj.weight", (KC, C)),
+                (p + "self_attn.o_proj.weight", (C, C)),
+                (p + "post_attention_layernorm.weight", (C,)),
+                (p + "mlp.gate_proj.weight", (Fd, C)), (p + "mlp.up_proj.weight", (Fd, C)),
+                (p + "mlp.down_proj.weight", (C, Fd))]
+    out += [("model.norm.weight", (C,)), ("lm_head.weight", (V, C))]
+    return out
+
+
+def write_base(path, c, seed=0):
+    """config.json + model.safetensors in BF16, streamed tensor by tensor (never the whole
+    model in memory): matrices N(0, 0.02), norm weights 1."""
+    import numpy as np
+    os.makedirs(path, exist_ok=True)
+    cfg = dict(c, architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
+               rope_scaling=None, attention_bias=False, mlp_bias=False, torch_dtype="bfloat16")
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    header, off = {}, 0
+    for n, s in shapes(c):
+        nb = 2 * int(np.prod(s))
+        header[n] = {"dtype": "BF16", "shape": list(s), "data_offsets": [off, off + nb]}
+        off += nb
+    hb = json.dumps(header).encode()
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    rng = np.random.default_rng(seed)
+    tmp = os.path.join(path, "model.safetensors.tmp")
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)) + hb)
+        for n, s in shapes(c):
+            a = (np.ones(s, np.float32) if len(s) == 1
+                 else rng.standard_normal(s, dtype=np.float32) * np.float32(0.02))
+            bits = a.view(np.uint32)
+            # round to nearest even, as the bf16 of a real checkpoint
+            bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")
+            f.write(bits.tobytes())
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, os.path.join(path, "model.safetensors"))
+
+
+def write_shard(path, n, vocab, seed=1):
+    import numpy as np
+    toks = np.random.default_rng(seed).integers(0, vocab, n).astype("<u2")
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *([20240520, 1, n] + [0] * 253)))
+        f.write(toks.tobytes())
+
+
+def run_child(cmd, env):
+    """(exit status, peak RSS bytes, wall s, stdout, stderr) of one child, RSS by wait4."""
+    t0 = time.time()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.time() - t0
+        out.seek(0)
+        err.seek(0)
+        return (os.waitstatus_to_exitcode(status), ru.ru_maxrss * 1024, wall,
+                out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"))
+
+
+# ------------------------------------------------------------------ PyTorch side
+
+def torch_worker(a):
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    with open(os.path.join(a.base, "config.json")) as f:
+        c = json.load(f)
+    path = os.path.join(a.base, "model.safetensors")
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        start = 8 + n
+        P = {}
+        for name, h in header.items():
+            if name == "__metadata__":
+                continue
+            b, e = h["data_offsets"]
+            f.seek(start + b)
+            bits = np.frombuffer(f.read(e - b), dtype="<u2").astype(np.uint32) << 16
+            P[name] = torch.from_numpy(bits.view(np.float32).reshape(h["shape"]))  # frozen fp32
+    C, NH, NKV = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    d, rep, eps = C // NH, NH // NKV, c["rms_norm_eps"]
+    scale = ALPHA / R
+    ad = {}
+    for l in range(c["num_hidden_layers"]):
+        for t in TARGETS:
+            w = P["model.layers.%d.self_attn.%s.weight" % (l, t)]
+            A = ((torch.rand(R, w.shape[1]) * 2 - 1) / math.sqrt(w.shape[1])).requires_grad_(True)
+            Bm = torch.zeros(w.shape[0], R, requires_grad=True)
+            ad["model.layers.%d.self_attn.%s" % (l, t)] = (A, Bm)
+    params = [x for pair in ad.values() for x in pair]
+    opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.0)
+
+    def rms(x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    def lin(x, name):
+        y = x @ P[name + ".weight"].T
+        if name in ad:
+            A, Bm = ad[name]
+            y = y + (x @ A.T) @ Bm.T * scale
+        return y
+
+    def rot(x):
+        h = x.shape[-1] // 2
+        return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+    T = a.seq
+    inv = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2).float() / d))
+    fr = torch.outer(torch.arange(T).float(), inv)
+    cos, sin = torch.cat((fr, fr), -1).cos(), torch.cat((fr, fr), -1).sin()
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    toks = np.fromfile(a.shard, dtype="<u2", offset=1024).astype(np.int64)
+    times = []
+    for step in range(a.steps):
+        x_ids = torch.from_numpy(toks[step * T:(step + 1) * T].copy()).view(1, T)
+        y_ids = torch.from_numpy(toks[step * T + 1:(step + 1) * T + 1].copy()).view(1, T)
+        t0 = time.time()
+        opt.zero_grad(set_to_none=True)
+        x = P["model.embed_tokens.weight"][x_ids]
+        for l in range(c["num_hidden_layers"]):
+            p = "model.layers.%d." % l
+            h = rms(x, P[p + "input_layernorm.weight"])
+            q = lin(h, p + "self_attn.q_proj").view(1, T, NH, d).transpose(1, 2)
+            k = lin(h, p + "self_attn.k_proj").view(1, T, NKV, d).transpose(1, 2)
+            v = lin(h, p + "self_attn.v_proj").view(1, T, NKV, d).transpose(1, 2)
+            q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
+            k = k[:, :, None].expand(1, NKV, rep, T, d).reshape(1, NH, T, d)
+            v = v[:, :, None].expand(1, NKV, rep, T, d).reshape(1, NH, T, d)
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(d)
+            att = torch.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+            x = x + lin((att @ v).transpose(1, 2).reshape(1, T, C), p + "self_attn.o_proj")
+            h = rms(x, P[p + "post_attention_layernorm.weight"])
+            x = x + lin(F.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"),
+                        p + "mlp.down_proj")
+        logits = rms(x, P["model.norm.weight"]) @ P["lm_head.weight"].T
+        loss = F.cross_entropy(logits.view(T, -1), y_ids.view(T))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        times.append(time.time() - t0)
+        print(json.dumps({"step": step + 1, "loss": float(loss), "s": times[-1]}), flush=True)
+
+
+# ------------------------------------------------------------------ driver
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ctrain", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                     "..", "build", "ctrain"))
+    ap.add_argument("--layers", type=int, default=22)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--base-dtype", default="bf16", choices=["bf16", "fp32"])
+    ap.add_argument("--workdir", default="")
+    ap.add_argument("--markdown", default="")
+    ap.add_argument("--json-out", default="")
+    ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--base", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--shard", default="", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.torch_worker:
+        torch_worker(a)
+        return 0
+    if a.steps < 2:
+        ap.error("--steps must be at least 2 (the first is warm-up)")
+    c = dict(CFG, num_hidden_layers=a.layers)
+    work = a.workdir or tempfile.mkdtemp(prefix="ctrain_lora_bench_")
+    base, shard = os.path.join(work, "base"), os.path.join(work, "train.bin")
+    if not os.path.exists(os.path.join(base, "model.safetensors")):
+        t0 = time.time()
+        write_base(base, c)
+        print("wrote %s (%.0fs)" % (base, time.time() - t0), flush=True)
+    write_shard(shard, (a.steps + 1) * a.seq + 1, c["vocab_size"])
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    load = os.getloadavg()
+
+    run_dir = os.path.join(work, "run_ctrain")
+    cmd = [os.path.abspath(a.ctrain), "train", "model.init_from=" + base, "data.train=" + shard,
+           "data.shuffle=false", "train.batch_size=1", "train.seq_len=%d" % a.seq,
+           "train.steps=%d" % a.steps, "lora.r=%d" % R, "lora.alpha=%d" % ALPHA,
+           "lora.targets=" + ",".join(TARGETS), "lora.base_dtype=" + a.base_dtype,
+           "optim.lr=1e-4", "optim.weight_decay=0", "optim.grad_clip=1", "run.dir=" + run_dir,
+           "run.checkpoint_every=0", "train.resume=never", "run.threads=%d" % a.threads]
+    rc, c_rss, c_wall, out, err = run_child(cmd, env)
+    if rc != 0:
+        print(err[-3000:], file=sys.stderr)
+        print("%s: ctrain failed (exit %d)" % (NAME, rc), file=sys.stderr)
+        return 1
+    steps = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))
+             if '"split": "train"' in l]
+    c_tps = statistics.median(s["tokens_per_s"] for s in steps[1:])
+
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", "--base", base,
+           "--shard", shard, "--seq", str(a.seq), "--steps", str(a.steps),
+           "--threads", str(a.threads)]
+    rc, t_rss, t_wall, out, err = run_child(cmd, env)
+    if rc != 0:
+        print(err[-3000:], file=sys.stderr)
+        print("%s: the PyTorch worker failed (exit %d)" % (NAME, rc), file=sys.stderr)
+        return 1
+    tsteps = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    t_tps = statistics.median(a.seq / s["s"] for s in tsteps[1:])
+    load_after = os.getloadavg()
+
+    res = {"layers": a.layers, "seq": a.seq, "steps": a.steps, "threads": a.threads,
+           "base_dtype": a.base_dtype, "r": R, "alpha": ALPHA, "targets": TARGETS,
+           "ctrain": {"peak_rss_bytes": c_rss, "tokens_per_s": c_tps, "wall_s": c_wall,
+                      "losses": [s["loss"] for s in steps]},
+           "torch": {"peak_rss_bytes": t_rss, "tokens_per_s": t_tps, "wall_s": t_wall,
+                     "losses": [s["loss"] for s in tsteps]},
+           "loadavg_before": load, "loadavg_after": load_after, "cores": os.cpu_count(),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    G = 1024.0 ** 3
+    md = ["| LoRA r=%d q,k,v,o, %d layers, B=1 T=%d, %d threads | peak RSS | tokens/s |"
+          % (R, a.layers, a.seq, a.threads), "|---|---|---|",
+          "| ctrain (base %s) | %.2f GiB | %.1f |" % (a.base_dtype, c_rss / G, c_tps),
+          "| PyTorch %s (base fp32, frozen) | %.2f GiB | %.1f |"
+          % (_torch_version(), t_rss / G, t_tps),
+          "| ratio ctrain / PyTorch | %.2f | %.2f |" % (c_rss / t_rss, c_tps / t_tps),
+          "", "load average before %.1f, after %.1f on %d cores; %s"
+          % (load[0], load_after[0], os.cpu_count(), res["date"])]
+    print("\n".join(md))
+    print("%s  peak RSS <= 0.5 x PyTorch's (%.2f)" % ("PASS" if c_rss <= 0.5 * t_rss else "MISS",
+                                                     c_rss / t_rss))
+    print("%s  tokens/s >= PyTorch's (%.2f x)" % ("PASS" if c_tps >= t_tps else "MISS",
+                                                 c_tps / t_tps))
+    if a.markdown:
+        with open(a.markdown, "w") as f:
+            f.write("\n".join(md) + "\n")
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump(res, f, indent=2)
+    return 0
+
+
+def _torch_version():
+    try:
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+        return out or "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,496 @@
+/*
+ * LoRA adapters on the transformer family (PEFT's semantics, see model.h):
+ * the module kinds of each arch and where they sit in the fused GEMMs of a
+ * block, target matching, the adapter's parameter table and flat buffers, its
+ * initialisation, the trainable view, the adapter forward and backward that
+ * model_train.c calls right after each base GEMM, and merging into the base.
+ * Leaves out: PEFT files (lora_peft.c) and the base GEMMs themselves (the
+ * frozen base runs through the ordinary block code with no weight gradients).
+ * The strided copies below (an adapter owns a column range of a fused GEMM's
+ * output) are O(N*out) loops next to O(N*out*r) GEMMs; the GEMMs go through
+ * the kernel table like every other model GEMM.
+ */
+#include "core/dtype.h"
+#include "models/model_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ module kinds */
+
+static const char *const llama_paths[] = {"self_attn.q_proj", "self_attn.k_proj",
+                                          "self_attn.v_proj", "self_attn.o_proj",
+                                          "mlp.gate_proj",    "mlp.up_proj",
+                                          "mlp.down_proj"};
+static const char *const gpt2_paths[] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc",
+                                         "mlp.c_proj"};
+
+int ct_lora_num_kinds(const ct_model_config *c) {
+    return c->arch == CT_ARCH_LLAMA ? 7 : 4;
+}
+
+const char *ct_lora_kind_path(const ct_model_config *c, int k) {
+    if (k < 0 || k >= ct_lora_num_kinds(c)) return NULL;
+    return c->arch == CT_ARCH_LLAMA ? llama_paths[k] : gpt2_paths[k];
+}
+
+bool lora_mod_of(const ct_model_config *c, int k, lora_mod *out) {
+    const char *path = ct_lora_kind_path(c, k);
+    if (!path) return false;
+    int C = c->n_embd, F = c->n_ffn, HS = c->n_embd / c->n_head, KC = c->n_kv_head * HS;
+    lora_mod md = {path, 0, 0, 0, 0};
+    if (c->arch == CT_ARCH_LLAMA) {
+        static const int gemm[7] = {LORA_GEMM_QKV, LORA_GEMM_QKV, LORA_GEMM_QKV, LORA_GEMM_PROJ,
+                                    LORA_GEMM_FC, LORA_GEMM_FC, LORA_GEMM_FCPROJ};
+        int col0[7] = {0, C, C + KC, 0, 0, F, 0};
+        int outw[7] = {C, KC, KC, C, F, F, C};
+        int inw[7] = {C, C, C, C, C, C, F};
+        md.gemm = gemm[k];
+        md.col0 = col0[k];
+        md.out = outw[k];
+        md.in = inw[k];
+    } else {
+        static const int gemm[4] = {LORA_GEMM_QKV, LORA_GEMM_PROJ, LORA_GEMM_FC,
+                                    LORA_GEMM_FCPROJ};
+        int outw[4] = {3 * C, C, F, C};
+        int inw[4] = {C, C, C, F};
+        md.gemm = gemm[k];
+        md.out = outw[k];
+        md.in = inw[k];
+    }
+    *out = md;
+    return true;
+}
+
+/* PEFT's rule for a string target: the module's path equals it or ends with
+ * "." + target. Paths are compared below the layer, the part every layer
+ * shares. */
+static bool target_matches(const char *path, const char *t, size_t tn) {
+    size_t pn = strlen(path);
+    if (tn == 0 || tn > pn) return false;
+    if (memcmp(path + pn - tn, t, tn) != 0) return false;
+    return tn == pn || path[pn - tn - 1] == '.';
+}
+
+ct_status ct_lora_targets_parse(const ct_model_config *c, const char *list, const char *key,
+                                uint32_t *mask) {
+    uint32_t m = 0;
+    int nk = ct_lora_num_kinds(c);
+    const char *p = list;
+    bool any = false;
+    while (*p) {
+        while (*p == ' ' || *p == ',') p++;
+        const char *e = p;
+        while (*e && *e != ',') e++;
+        size_t n = (size_t)(e - p);
+        while (n && p[n - 1] == ' ') n--;
+        if (n) {
+            any = true;
+            uint32_t hit = 0;
+            for (int k = 0; k < nk; k++)
+                if (target_matches(ct_lora_kind_path(c, k), p, n)) hit |= 1u << k;
+            if (!hit) {
+                char mods[256] = "";
+                for (int k = 0; k < nk; k++) {
+                    if (k) strcat(mods, ", ");
+                    strcat(mods, ct_lora_kind_path(c, k));
+                }
+                return CT_ERR(CT_ERR_ARG, "%s: '%.*s' matches no module of this %s model: "
+                              "expected one of %s (or a suffix after a dot)", key, (int)n, p,
+                              c->arch == CT_ARCH_LLAMA ? "llama" : "gpt2", mods);
+            }
+            m |= hit;
+        }
+        p = e;
+    }
+    if (!any)
+        return CT_ERR(CT_ERR_ARG, "%s is empty: expected module names such as %s", key,
+                      c->arch == CT_ARCH_LLAMA ? "q_proj,v_proj" : "c_attn");
+    *mask = m;
+    return CT_OK;
+}
+
+void ct_lora_targets_format(const ct_model_config *c, uint32_t mask, char *buf, size_t cap) {
+    int nk = ct_lora_num_kinds(c);
+    size_t n = 0;
+    uint32_t done = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < nk; k++) {
+        if (!(mask & (1u << k)) || (done & (1u << k))) continue;
+        const char *path = ct_lora_kind_path(c, k);
+        const char *leaf = strrchr(path, '.');
+        leaf = leaf ? leaf + 1 : path;
+        /* the leaf alone when every kind it selects is targeted */
+        uint32_t sel = 0;
+        for (int j = 0; j < nk; j++)
+            if (target_matches(ct_lora_kind_path(c, j), leaf, strlen(leaf))) sel |= 1u << j;
+        const char *name = (sel & mask) == sel ? leaf : path;
+        if ((sel & mask) == sel) done |= sel;
+        int w = snprintf(buf + n, cap - n, "%s%s", n ? "," : "", name);
+        if (w < 0 || (size_t)w >= cap - n) return;
+        n += (size_t)w;
+    }
+}
+
+ct_status ct_lora_opts_validate(const ct_model_config *c, const ct_lora_opts *o) {
+    if (o->r < 1 || o->r > 65536)
+        return CT_ERR(CT_ERR_ARG, "lora.r = %d: expected a rank from 1 to 65536", o->r);
+    if (!(o->alpha > 0) || !isfinite(o->alpha))
+        return CT_ERR(CT_ERR_ARG, "lora.alpha = %g: expected a positive number",
+                      (double)o->alpha);
+    if (!(o->dropout >= 0 && o->dropout < 1))
+        return CT_ERR(CT_ERR_ARG, "lora.dropout = %g: expected 0 <= p < 1", (double)o->dropout);
+    uint32_t all = (1u << ct_lora_num_kinds(c)) - 1;
+    if (!o->targets || (o->targets & ~all))
+        return CT_ERR(CT_ERR_ARG, "lora.targets: mask 0x%x names no module of this model "
+                      "(valid bits 0x%x)", (unsigned)o->targets, (unsigned)all);
+    return CT_OK;
+}
+
+size_t lora_numel(const ct_model_config *c, const ct_lora_opts *lo) {
+    if (!lo || lo->r <= 0) return 0;
+    size_t per_layer = 0;
+    for (int k = 0; k < ct_lora_num_kinds(c); k++) {
+        lora_mod md;
+        if (!(lo->targets & (1u << k)) || !lora_mod_of(c, k, &md)) continue;
+        per_layer += (size_t)lo->r * ((size_t)md.in + (size_t)md.out);
+    }
+    return per_layer * (size_t)c->n_layer;
+}
+
+/* ------------------------------------------------------------ attach */
+
+static void lora_free(ct_model *m) {
+    if (!m->lora) return;
+    ct_free(m->ctx, m->lora->grads);
+    ct_free(m->ctx, m->lora->params);
+    free(m->lora->table);
+    free(m->lora);
+    m->lora = NULL;
+}
+
+void model_lora_free(ct_model *m) { lora_free(m); }
+
+static void lora_add(model_lora *a, const char *name, int64_t d0, int64_t d1) {
+    ct_param *p = &a->table[a->n_table++];
+    size_t n = strlen(name); /* at most 49 bytes for n_layer <= 4096 */
+    if (n >= sizeof p->name) n = sizeof p->name - 1;
+    memcpy(p->name, name, n);
+    p->name[n] = '\0';
+    p->ndim = 2;
+    p->shape[0] = d0;
+    p->shape[1] = d1;
+    p->numel = (size_t)d0 * (size_t)d1;
+    p->offset = a->numel;
+    p->decay = true; /* torch's AdamW decays both factors; they are matrices */
+    p->hf_conv1d = false;
+    a->numel += p->numel;
+}
+
+/* ---------------------------------------------------------- bf16 base */
+
+size_t lora_max_span(const ct_model_config *c) {
+    size_t C = (size_t)c->n_embd, QKV = (size_t)model_qkv_width(c);
+    size_t FW = (size_t)model_fc_width(c), F = (size_t)c->n_ffn, V = (size_t)c->vocab_size;
+    size_t s = V * C;
+    if (QKV * C > s) s = QKV * C;
+    if (FW * C > s) s = FW * C;
+    if (C * F > s) s = C * F;
+    return s;
+}
+
+size_t lora_base_bf16_bytes(const ct_model *t) {
+    size_t small = 0;
+    for (int i = 0; i < t->n_table; i++)
+        if (t->table[i].ndim == 1) small += t->table[i].numel;
+    return t->numel * sizeof(uint16_t) + small * sizeof(float);
+}
+
+float *model_p_bf16(ct_model *m, int idx) {
+    const ct_param *p = &m->table[idx];
+    if (p->ndim == 1) return m->small + m->small_off[idx];
+    float *dst = idx == m->wpe ? m->acts.base_wpe : m->acts.base_w;
+    CT_ASSERT(dst != NULL); /* the arena of ct_model_reserve holds the widened matrix */
+    ct_bf16_to_f32_array(dst, m->params16 + p->offset, m->span[idx]);
+    return dst;
+}
+
+ct_status lora_base16_alloc(ct_model *m) {
+    const ct_model_config *c = &m->cfg;
+    size_t small = 0;
+    m->small_off = calloc((size_t)m->n_table, sizeof *m->small_off);
+    m->span = calloc((size_t)m->n_table, sizeof *m->span);
+    if (!m->small_off || !m->span) return CT_ERR(CT_ERR_OOM, "out of memory for the bf16 base");
+    for (int i = 0; i < m->n_table; i++) {
+        m->span[i] = m->table[i].numel;
+        if (m->table[i].ndim == 1) {
+            m->small_off[i] = small;
+            small += m->table[i].numel;
+        }
+    }
+    /* a fused GEMM reads q,k,v (gate,up) from the first entry's offset on */
+    size_t C = (size_t)c->n_embd;
+    for (int l = 0; l < c->n_layer; l++) {
+        m->span[m->layers[l].qkv_w] = (size_t)model_qkv_width(c) * C;
+        m->span[m->layers[l].fc_w] = (size_t)model_fc_width(c) * C;
+    }
+    m->params16 = ct_alloc(m->ctx, m->numel * sizeof(uint16_t), CT_TAG_PARAMS);
+    m->small = ct_alloc(m->ctx, (small ? small : 1) * sizeof(float), CT_TAG_PARAMS);
+    if (!m->params16 || !m->small) {
+        ct_status st = ct_last_status();
+        ct_free(m->ctx, m->params16);
+        ct_free(m->ctx, m->small);
+        m->params16 = NULL;
+        m->small = NULL;
+        return st;
+    }
+    return CT_OK;
+}
+
+/* Round the fp32 base to bf16 storage: matrices to params16, 1-D weights kept
+ * fp32 in small; the fp32 buffer is freed. */
+static ct_status base_to_bf16(ct_model *m) {
+    ct_status st = lora_base16_alloc(m);
+    if (st) return st;
+    ct_f32_to_bf16_array(m->params16, m->params, m->numel);
+    for (int i = 0; i < m->n_table; i++)
+        if (m->table[i].ndim == 1)
+            memcpy(m->small + m->small_off[i], m->params + m->table[i].offset,
+                   m->table[i].numel * sizeof(float));
+    ct_free(m->ctx, m->params);
+    m->params = NULL;
+    return CT_OK;
+}
+
+const uint16_t *ct_model_params_bf16(const ct_model *m) { return m->params16; }
+
+ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o) {
+    const ct_model_config *c = &m->cfg;
+    if (m->lora) return CT_ERR(CT_ERR_ARG, "LoRA adapters are already attached to this model");
+    if (m->B) return CT_ERR(CT_ERR_ARG, "LoRA adapters are attached before ct_model_reserve");
+    ct_status st = ct_lora_opts_validate(c, o);
+    if (st) return st;
+    model_lora *a = calloc(1, sizeof *a);
+    if (!a) return CT_ERR(CT_ERR_OOM, "out of memory for the LoRA adapters");
+    a->o = *o;
+    a->scale = o->alpha / (float)o->r;
+    for (int k = 0; k < ct_lora_num_kinds(c); k++) {
+        if (!(o->targets & (1u << k))) continue;
+        a->kinds[a->nmod] = k;
+        lora_mod_of(c, k, &a->mods[a->nmod]);
+        const lora_mod *md = &a->mods[a->nmod];
+        if (md->out > a->max_out) a->max_out = md->out;
+        if (md->in > a->max_in) a->max_in = md->in;
+        a->nmod++;
+    }
+    int L = c->n_layer;
+    a->table = calloc((size_t)(2 * L * a->nmod), sizeof *a->table);
+    if (!a->table) {
+        free(a);
+        return CT_ERR(CT_ERR_OOM, "out of memory for the LoRA parameter table");
+    }
+    const char *prefix = c->arch == CT_ARCH_LLAMA ? "model.layers" : "transformer.h";
+    char name[96];
+    for (int l = 0; l < L; l++) {
+        for (int s = 0; s < a->nmod; s++) {
+            const lora_mod *md = &a->mods[s];
+            snprintf(name, sizeof name, "%s.%d.%s.lora_A.weight", prefix, l, md->path);
+            lora_add(a, name, o->r, md->in);
+            snprintf(name, sizeof name, "%s.%d.%s.lora_B.weight", prefix, l, md->path);
+            lora_add(a, name, md->out, o->r);
+        }
+    }
+    a->params = ct_alloc(m->ctx, a->numel * sizeof(float), CT_TAG_PARAMS);
+    if (!a->params) {
+        st = ct_last_status();
+        free(a->table);
+        free(a);
+        return st;
+    }
+    m->lora = a;
+    if (o->base_bf16 && !m->params16 && (st = base_to_bf16(m))) {
+        lora_free(m);
+        return st;
+    }
+    return CT_OK;
+}
+
+void ct_model_lora_init_weights(ct_model *m, uint64_t seed) {
+    model_lora *a = m->lora;
+    if (!a) return;
+    ct_rng rng;
+    ct_rng_init(&rng, seed);
+    for (int i = 0; i < a->n_table; i++) {
+        const ct_param *p = &a->table[i];
+        float *w = a->params + p->offset;
+        if (i % 2 == 0) {
+            /* kaiming_uniform_(a=sqrt(5)) on (r, in): bound = 1/sqrt(in) */
+            float bound = 1.0f / sqrtf((float)p->shape[1]);
+            for (size_t j = 0; j < p->numel; j++)
+                w[j] = (2.0f * ct_rng_float(&rng) - 1.0f) * bound;
+        } else {
+            memset(w, 0, p->numel * sizeof *w);
+        }
+    }
+}
+
+const ct_lora_opts *ct_model_lora(const ct_model *m) { return m->lora ? &m->lora->o : NULL; }
+
+/* ------------------------------------------------------- trainable view */
+
+int ct_model_num_trainable(const ct_model *m) {
+    return m->lora ? m->lora->n_table : m->n_table;
+}
+
+const ct_param *ct_model_trainable_param(const ct_model *m, int i) {
+    if (!m->lora) return ct_model_param(m, i);
+    return (i >= 0 && i < m->lora->n_table) ? &m->lora->table[i] : NULL;
+}
+
+size_t ct_model_trainable_numel(const ct_model *m) {
+    return m->lora ? m->lora->numel : m->numel;
+}
+
+float *ct_model_trainable_params(ct_model *m) {
+    return m->lora ? m->lora->params : m->params;
+}
+
+float *ct_model_trainable_grads(ct_model *m) { return m->lora ? m->lora->grads : m->grads; }
+
+/* ------------------------------------------------------ forward, backward */
+
+/* The dropout mask of element i of adapter unit u in forward pass `pass`: a
+ * counter-based hash, so the backward (and a recomputing re-run) draws the
+ * same mask without storing it. */
+static bool lora_keep(const model_lora *a, uint64_t unit, size_t i) {
+    uint64_t x = a->o.seed * 0x9E3779B97F4A7C15ull ^ a->pass * 0xBF58476D1CE4E5B9ull ^
+                 unit * 0x94D049BB133111EBull ^ (uint64_t)i;
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    float u = (float)(x >> 40) * (1.0f / 16777216.0f);
+    return u >= a->o.dropout;
+}
+
+/* The adapter input of unit u: x itself, or dropout(x) written to lora_xd. */
+static const float *lora_input(ct_model *m, uint64_t unit, const float *x, size_t n) {
+    model_lora *a = m->lora;
+    if (!(a->dropping && a->o.dropout > 0)) return x;
+    float *xd = m->acts.lora_xd, inv = 1.0f / (1.0f - a->o.dropout);
+    for (size_t i = 0; i < n; i++) xd[i] = lora_keep(a, unit, i) ? x[i] * inv : 0.0f;
+    return xd;
+}
+
+void model_lora_forward(ct_model *m, int l, int gemm, float *out, int OUTW, const float *x,
+                        int N) {
+    model_lora *a = m->lora;
+    if (!a) return;
+    const ct_kernels *k = m->k;
+    int r = a->o.r;
+    for (int s = 0; s < a->nmod; s++) {
+        const lora_mod *md = &a->mods[s];
+        if (md->gemm != gemm) continue;
+        size_t unit = (size_t)l * a->nmod + s;
+        const float *A = a->params + a->table[2 * unit].offset;
+        const float *Bw = a->params + a->table[2 * unit + 1].offset;
+        float *h = m->acts.lora_h + unit * (size_t)N * r, *u = m->acts.lora_tmp;
+        const float *xin = lora_input(m, unit, x, (size_t)N * md->in);
+        k->matmul_forward(h, xin, A, NULL, N, md->in, r);
+        k->matmul_forward(u, h, Bw, NULL, N, r, md->out);
+        /* out[:, col0:col0+out] += scale * u */
+        for (int n = 0; n < N; n++) {
+            float *o = out + (size_t)n * OUTW + md->col0;
+            const float *un = u + (size_t)n * md->out;
+            for (int j = 0; j < md->out; j++) o[j] += a->scale * un[j];
+        }
+    }
+}
+
+void model_lora_backward(ct_model *m, int l, int gemm, float *dx, const float *dout, int OUTW,
+                         const float *x, int N) {
+    model_lora *a = m->lora;
+    if (!a) return;
+    const ct_kernels *k = m->k;
+    int r = a->o.r;
+    bool drop = a->dropping && a->o.dropout > 0;
+    for (int s = 0; s < a->nmod; s++) {
+        const lora_mod *md = &a->mods[s];
+        if (md->gemm != gemm) continue;
+        size_t unit = (size_t)l * a->nmod + s;
+        const ct_param *pa = &a->table[2 * unit], *pb = &a->table[2 * unit + 1];
+        const float *A = a->params + pa->offset, *Bw = a->params + pb->offset;
+        float *dA = a->grads + pa->offset, *dB = a->grads + pb->offset;
+        const float *h = m->acts.lora_h + unit * (size_t)N * r;
+        float *g = m->acts.lora_tmp, *dh = m->acts.lora_dh;
+        /* g = scale * dout[:, col0:col0+out] */
+        for (int n = 0; n < N; n++) {
+            const float *d = dout + (size_t)n * OUTW + md->col0;
+            float *gn = g + (size_t)n * md->out;
+            for (int j = 0; j < md->out; j++) gn[j] = a->scale * d[j];
+        }
+        /* u = h B^T: dB += g^T h, dh = g B */
+        memset(dh, 0, (size_t)N * r * sizeof *dh);
+        k->matmul_backward(dh, dB, NULL, g, h, Bw, N, r, md->out);
+        /* h = xin A^T: dA += dh^T xin, dxin = dh A */
+        const float *xin = lora_input(m, unit, x, (size_t)N * md->in);
+        if (!drop) {
+            k->matmul_backward(dx, dA, NULL, dh, xin, A, N, md->in, r);
+            continue;
+        }
+        k->matmul_backward(NULL, dA, NULL, dh, xin, A, N, md->in, r);
+        float *dxd = m->acts.lora_xd, inv = 1.0f / (1.0f - a->o.dropout);
+        size_t n_in = (size_t)N * md->in;
+        memset(dxd, 0, n_in * sizeof *dxd);
+        k->matmul_backward(dxd, NULL, NULL, dh, NULL, A, N, md->in, r);
+        for (size_t i = 0; i < n_in; i++)
+            if (lora_keep(a, unit, i)) dx[i] += dxd[i] * inv;
+    }
+}
+
+/* ------------------------------------------------------------- merge */
+
+/* The table index of the base weight of GEMM `gemm` in layer l. */
+static int gemm_weight(const ct_model *m, int l, int gemm) {
+    const layer_idx *li = &m->layers[l];
+    switch (gemm) {
+    case LORA_GEMM_QKV: return li->qkv_w;
+    case LORA_GEMM_PROJ: return li->proj_w;
+    case LORA_GEMM_FC: return li->fc_w;
+    default: return li->fcproj_w;
+    }
+}
+
+ct_status ct_model_lora_merge(ct_model *m) {
+    model_lora *a = m->lora;
+    if (!a) return CT_ERR(CT_ERR_ARG, "ct_model_lora_merge: the model has no LoRA adapters");
+    if (m->params16)
+        return CT_ERR(CT_ERR_ARG, "ct_model_lora_merge: the base is stored as bf16; merge into "
+                      "an fp32 base (load it again without lora.base_dtype=bf16)");
+    int r = a->o.r;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        for (int s = 0; s < a->nmod; s++) {
+            const lora_mod *md = &a->mods[s];
+            size_t unit = (size_t)l * a->nmod + s;
+            const float *A = a->params + a->table[2 * unit].offset;
+            const float *Bw = a->params + a->table[2 * unit + 1].offset;
+            /* rows col0.. of the fused (OUTW, in) weight are this module's (out, in) */
+            float *W = m->params + m->table[gemm_weight(m, l, md->gemm)].offset +
+                       (size_t)md->col0 * md->in;
+            for (int o = 0; o < md->out; o++) {
+                for (int i = 0; i < md->in; i++) {
+                    double acc = 0.0;
+                    for (int j = 0; j < r; j++)
+                        acc += (double)Bw[(size_t)o * r + j] * (double)A[(size_t)j * md->in + i];
+                    W[(size_t)o * md->in + i] = (float)((double)W[(size_t)o * md->in + i] +
+                                                        (double)a->scale * acc);
+                }
+            }
+        }
+    }
+    lora_free(m);
+    return CT_OK;
+}

@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""LoRA runs through the real program (a LLaMA with grouped KV heads and a GPT-2):
+the run ends with a PEFT adapter directory (adapter_config.json with r, lora_alpha and
+target_modules; adapter_model.safetensors with base_model.model.<module>.lora_A/B names
+and [r, in] / [out, r] shapes); checkpoints hold the adapter, not the base; 6 steps
+straight and 3 steps + train.resume=auto to 6 give bit-identical losses and adapters;
+a resume on changed base weights, an adapter whose targets or shapes do not fit the
+model, and lora.targets naming no module are refused with exit 2 naming the key, file
+and tensor, and touch nothing.
+
+usage: test_lora_resume.py path/to/ctrain
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+CTRAIN = os.path.abspath(sys.argv[1])
+failures = []
+
+
+def check(label, ok, detail=""):
+    if ok:
+        print("ok   %s" % label)
+    else:
+        failures.append("%s: %s" % (label, detail))
+
+
+def run(*args):
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    p = subprocess.run([CTRAIN, *args], capture_output=True, text=True, timeout=120, env=env)
+    return p.returncode, p.stdout + p.stderr
+
+
+def losses(run_dir):
+    out = {}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            o = json.loads(line)
+            if o.get("split") == "train":
+                out[o["step"]] = o["loss"]
+    return out
+
+
+def st_header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+    h.pop("__metadata__", None)
+    return h
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def case(tmp, name, base_args, targets, want_names, extra=()):
+    shard = os.path.join(tmp, "t.bin")
+    common = ["data.train=" + shard, "train.batch_size=2", "train.seq_len=16",
+              "lora.r=4", "lora.alpha=8", "lora.targets=" + targets, "optim.lr=1e-2",
+              "run.checkpoint_every=3"] + list(extra)
+    # the base: a short full run's HF directory
+    base = os.path.join(tmp, name + "_base")
+    rc, out = run("train", *base_args, "data.train=" + shard, "train.batch_size=2",
+                  "train.seq_len=16", "train.steps=1", "run.dir=" + base)
+    check(name + " base built", rc == 0, out[-600:])
+    if rc:
+        return
+    base_bytes = read(os.path.join(base, "model.safetensors"))
+    a = os.path.join(tmp, name + "_a")
+    rc, out = run("train", "model.init_from=" + base, *common, "train.steps=6", "run.dir=" + a)
+    check(name + " LoRA run", rc == 0, out[-800:])
+    if rc:
+        return
+    cfg = json.load(open(os.path.join(a, "adapter_config.json")))
+    check(name + " adapter_config", cfg.get("peft_type") == "LORA" and cfg.get("r") == 4 and
+          cfg.get("lora_alpha") == 8 and cfg.get("task_type") == "CAUSAL_LM" and
+          cfg.get("base_model_name_or_path") == base, str(cfg))
+    h = st_header(os.path.join(a, "adapter_model.safetensors"))
+    check(name + " adapter tensor names", set(h) == want_names,
+          str(sorted(set(h) ^ want_names))[:400])
+    shapes_ok = all(v["dtype"] == "F32" and len(v["shape"]) == 2 and
+                    (v["shape"][0] == 4 if ".lora_A." in k else v["shape"][1] == 4)
+                    for k, v in h.items())
+    check(name + " adapter shapes [r, in] / [out, r]", shapes_ok, str(h)[:400])
+    ck = os.path.join(a, "checkpoints", "step_00000003")
+    check(name + " checkpoint holds the adapter, not the base",
+          os.path.exists(os.path.join(ck, "adapter_model.safetensors")) and
+          not os.path.exists(os.path.join(ck, "model.safetensors")), str(os.listdir(ck)))
+    check(name + " no model.safetensors in run.dir",
+          not os.path.exists(os.path.join(a, "model.safetensors")))
+    check(name + " base file untouched", read(os.path.join(base, "model.safetensors")) ==
+          base_bytes)
+    # 3 steps, then resume to 6
+    b = os.path.join(tmp, name + "_b")
+    rc, out = run("train", "model.init_from=" + base, *common, "train.steps=3", "run.dir=" + b)
+    check(name + " first half", rc == 0, out[-600:])
+    rc, out = run("train", "model.init_from=" + base, *common, "train.steps=6",
+                  "train.resume=auto", "run.dir=" + b)
+    check(name + " resumed half", rc == 0 and "resuming from" in out, out[-600:])
+    la, lb = losses(a), losses(b)
+    check(name + " resumed losses bit-identical", la == lb and len(la) == 6, "%s vs %s" % (la, lb))
+    check(name + " resumed adapter bit-identical",
+          read(os.path.join(a, "adapter_model.safetensors")) ==
+          read(os.path.join(b, "adapter_model.safetensors")))
+    check(name + " the adapter moved", losses(a)[1] != losses(a)[6])
+    # other base weights under the same path: the checkpoint's base hash refuses it
+    moved = os.path.join(tmp, name + "_base_kept")
+    shutil.copytree(base, moved)
+    p = os.path.join(base, "model.safetensors")
+    data = bytearray(base_bytes)
+    n = struct.unpack("<Q", data[:8])[0]
+    data[8 + n + 4:8 + n + 8] = struct.pack("<f", 0.5)  # one weight changed
+    with open(p, "wb") as f:
+        f.write(data)
+    before = sorted(os.listdir(os.path.join(b, "checkpoints")))
+    rc, out = run("train", "model.init_from=" + base, *common, "train.steps=9",
+                  "train.resume=auto", "run.dir=" + b)
+    check(name + " resume on another base refused", rc == 2 and "base_xxh64" in out,
+          "rc=%d %s" % (rc, out[-600:]))
+    check(name + " refusal wrote nothing",
+          sorted(os.listdir(os.path.join(b, "checkpoints"))) == before)
+    shutil.rmtree(base)
+    shutil.move(moved, base)
+    # lora.init_from: the finished adapter starts a new run
+    c = os.path.join(tmp, name + "_c")
+    rc, out = run("train", "model.init_from=" + base, *common, "train.steps=1",
+                  "lora.init_from=" + a, "run.dir=" + c)
+    check(name + " lora.init_from run", rc == 0, out[-600:])
+    return a, base
+
+
+def bad_inputs(tmp, adapter, base):
+    shard = os.path.join(tmp, "t.bin")
+    common = ["model.init_from=" + base, "data.train=" + shard, "train.batch_size=2",
+              "train.seq_len=16", "train.steps=1"]
+    # targets that are not the adapter's
+    d = os.path.join(tmp, "bad_targets")
+    shutil.copytree(adapter, d)
+    cfg = json.load(open(os.path.join(d, "adapter_config.json")))
+    cfg["target_modules"] = ["q_proj", "k_proj", "v_proj"]
+    json.dump(cfg, open(os.path.join(d, "adapter_config.json"), "w"))
+    rc, out = run("train", *common, "lora.init_from=" + d, "run.dir=" + os.path.join(tmp, "x1"))
+    check("adapter missing a target's tensor refused",
+          rc == 2 and "adapter_model.safetensors" in out and "k_proj.lora_A.weight" in out,
+          "rc=%d %s" % (rc, out[-600:]))
+    # a rank that is not the tensors'
+    cfg["target_modules"] = ["q_proj", "v_proj"]
+    cfg["r"] = 2
+    json.dump(cfg, open(os.path.join(d, "adapter_config.json"), "w"))
+    rc, out = run("train", *common, "lora.init_from=" + d, "run.dir=" + os.path.join(tmp, "x2"))
+    check("adapter shape mismatch refused",
+          rc == 2 and "has shape [4, 32]" in out and "lora_A.weight" in out,
+          "rc=%d %s" % (rc, out[-600:]))
+    # a module the model does not have
+    cfg["r"] = 4
+    cfg["target_modules"] = ["c_attn"]
+    json.dump(cfg, open(os.path.join(d, "adapter_config.json"), "w"))
+    rc, out = run("train", *common, "lora.init_from=" + d, "run.dir=" + os.path.join(tmp, "x3"))
+    check("adapter for another arch refused", rc == 2 and "adapter_config.json" in out and
+          "target_modules" in out and "c_attn" in out, "rc=%d %s" % (rc, out[-600:]))
+    rc, out = run("train", *common, "lora.r=4", "lora.targets=q_proj,wq",
+                  "run.dir=" + os.path.join(tmp, "x4"))
+    check("lora.targets naming no module refused", rc == 2 and "lora.targets" in out and
+          "wq" in out, "rc=%d %s" % (rc, out[-600:]))
+    rc, out = run("train", *common, "lora.r=8", "lora.init_from=" + adapter,
+                  "run.dir=" + os.path.join(tmp, "x5"))
+    check("lora.r disagreeing with the adapter refused", rc == 2 and "lora.r = 8" in out,
+          "rc=%d %s" % (rc, out[-600:]))
+    rc, out = run("train", *common, "lora.init_from=" + os.path.join(tmp, "nowhere"),
+                  "run.dir=" + os.path.join(tmp, "x6"))
+    check("missing adapter directory refused", rc == 2 and "adapter_config.json" in out,
+          "rc=%d %s" % (rc, out[-600:]))
+    # ctrain merge: a good adapter, then the same refusals
+    rc, out = run("merge", "--base", base, "--adapter", adapter, "--out",
+                  os.path.join(tmp, "merged"))
+    check("merge writes an HF directory", rc == 0 and
+          os.path.exists(os.path.join(tmp, "merged", "model.safetensors")) and
+          os.path.exists(os.path.join(tmp, "merged", "config.json")), out[-400:])
+    rc, out = run("merge", "--base", base, "--adapter", d, "--out", os.path.join(tmp, "x7"))
+    check("merge of an adapter for another arch refused", rc == 2 and
+          "adapter_config.json" in out and "c_attn" in out, "rc=%d %s" % (rc, out[-400:]))
+    rc, out = run("merge", "--base", base, "--adapter", adapter, "--out", base)
+    check("merge onto the base directory refused", rc == 2 and "--out" in out,
+          "rc=%d %s" % (rc, out[-400:]))
+    check("refusals touch nothing",
+          not any(os.path.exists(os.path.join(tmp, "x%d" % i)) for i in range(1, 8)))
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="ctrain_lora_resume_")
+    try:
+        shard = os.path.join(tmp, "t.bin")
+        toks = [(i * 7 + i // 5) % 64 for i in range(4000)]
+        with open(shard, "wb") as f:
+            f.write(struct.pack("<256i", *([20240520, 1, len(toks)] + [0] * 253)))
+            f.write(struct.pack("<%dH" % len(toks), *toks))
+        names = set()
+        for l in range(2):
+            for mod in ("q_proj", "v_proj"):
+                for ab in ("A", "B"):
+                    names.add("base_model.model.model.layers.%d.self_attn.%s.lora_%s.weight"
+                              % (l, mod, ab))
+        got = case(tmp, "llama", ["model.preset=llama-tiny"], "q_proj,v_proj", names)
+        names = set()
+        for l in range(2):
+            for mod in ("attn.c_attn", "attn.c_proj", "mlp.c_proj"):
+                for ab in ("A", "B"):
+                    names.add("base_model.model.transformer.h.%d.%s.lora_%s.weight"
+                              % (l, mod, ab))
+        case(tmp, "gpt2", ["model.preset=gpt2-tiny"], "c_attn,c_proj", names)
+        llama_names = set()
+        for l in range(2):
+            for mod in ("q_proj", "v_proj"):
+                for ab in ("A", "B"):
+                    llama_names.add("base_model.model.model.layers.%d.self_attn.%s.lora_%s.weight"
+                                    % (l, mod, ab))
+        bf = case(tmp, "llama_bf16", ["model.preset=llama-tiny"], "q_proj,v_proj", llama_names,
+                  ["lora.base_dtype=bf16"])
+        if bf:
+            # the same run.dir resumed with an fp32 base is another run: refused
+            shard = os.path.join(tmp, "t.bin")
+            rc, out = run("train", "model.init_from=" + bf[1], "data.train=" + shard,
+                          "train.batch_size=2", "train.seq_len=16", "lora.r=4", "lora.alpha=8",
+                          "lora.targets=q_proj,v_proj", "optim.lr=1e-2",
+                          "run.checkpoint_every=3", "train.steps=9", "train.resume=auto",
+                          "run.dir=" + os.path.join(tmp, "llama_bf16_b"))
+            check("bf16-base run resumed with an fp32 base refused", rc == 2 and
+                  "base=bf16" in out, "rc=%d %s" % (rc, out[-400:]))
+        rc, out = run("train", "model.preset=llama-tiny", "data.train=" + shard,
+                      "lora.base_dtype=bf16", "train.steps=1", "train.batch_size=2",
+                      "train.seq_len=16", "run.dir=" + os.path.join(tmp, "x9"))
+        check("lora.base_dtype=bf16 without LoRA refused", rc == 2 and "lora.base_dtype" in out,
+              "rc=%d %s" % (rc, out[-400:]))
+        if got:
+            bad_inputs(tmp, *got)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for f in failures:
+        print("FAIL " + f)
+    sys.exit(1 if failures else 0)
+
+
+main()
