@@ -187,9 +187,9 @@ CT_API ct_status ct_model_forward_backward(ct_model *m, const int32_t *inputs,
                                            const int32_t *targets, int B, int T,
                                            float grad_weight, float *mean_loss);
 /* Where the time of one forward_backward went (seconds): forward is the
- * embedding, the blocks, the final norm and the fused head (loss and the head
- * weight's gradient come from the same chunked pass); backward is everything
- * after it (final norm, blocks and embedding backward). */
+ * embedding, the blocks, the final norm and the fused head's logits and loss;
+ * backward is the head's two gradient GEMMs (timed inside the same chunked
+ * pass) and everything after it (final norm, blocks and embedding backward). */
 typedef struct ct_model_timing {
     double forward_s, backward_s;
 } ct_model_timing;

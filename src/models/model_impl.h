@@ -174,6 +174,8 @@ struct ct_model {
     decode_state dec;
     ct_grad_ready_fn grad_hook; /* ct_model_set_grad_hook; NULL: none */
     void *grad_hook_user;
+    double head_bwd_s; /* seconds of the fused head's backward GEMMs in the last
+                        * forward_backward (its time split counts them as backward) */
 };
 
 /* An fp32 view of a bf16-stored base entry: 1-D weights from small, a matrix
