@@ -208,6 +208,10 @@ ct_status tok_pairs_init(tok_pair_map *m, size_t n);
 void tok_pairs_set(tok_pair_map *m, int32_t left, int32_t right, int32_t rank, int32_t merged, bool keep_max);
 /* The identity hash over t's tables and b's merges: "<prefix>:<16 hex>";
  * extra[0..n_extra) is hashed after them (the SentencePiece settings). */
+/* Sort t's special tokens longest first (so the longest one matches at a
+ * position) and mark their first bytes; CT_ERR_FORMAT naming b's file for an
+ * empty one. */
+ct_status tok_load_specials(ct_tokenizer *t, const load_builder *b);
 ct_status tok_load_identity(ct_tokenizer *t, const load_builder *b, const char *prefix, const void *extra,
                             size_t n_extra);
 /* Check a SentencePiece-style tokenizer.json (root, parsed from path) and

@@ -177,6 +177,25 @@ void tok_pairs_set(tok_pair_map *m, int32_t left, int32_t right, int32_t rank, i
     }
 }
 
+ct_status tok_load_specials(ct_tokenizer *t, const load_builder *b) {
+    /* longest special token first, so the longest one matches at a position */
+    for (size_t i = 1; i < t->n_special; i++) {
+        int32_t x = t->special[i];
+        size_t j = i;
+        while (j > 0 && t->tok_len[t->special[j - 1]] < t->tok_len[x]) {
+            t->special[j] = t->special[j - 1];
+            j--;
+        }
+        t->special[j] = x;
+    }
+    for (size_t i = 0; i < t->n_special; i++) {
+        if (t->tok_len[t->special[i]] == 0)
+            return CT_ERR(CT_ERR_FORMAT, "%s: special token %d is empty", b->vocab_file, (int)t->special[i]);
+        t->special_first[(unsigned char)t->tok_bytes[t->tok_off[t->special[i]]]] = true;
+    }
+    return CT_OK;
+}
+
 /* Token bytes of every id, the byte table, the special list and eot. */
 static ct_status load_tokens(ct_tokenizer *t, const load_builder *b) {
     uint32_t cp_of[256];
@@ -252,22 +271,7 @@ static ct_status load_tokens(ct_tokenizer *t, const load_builder *b) {
         }
         t->byte_id[v] = b->e[k].id;
     }
-    /* longest special token first, so the longest one matches at a position */
-    for (size_t i = 1; i < t->n_special; i++) {
-        int32_t x = t->special[i];
-        size_t j = i;
-        while (j > 0 && t->tok_len[t->special[j - 1]] < t->tok_len[x]) {
-            t->special[j] = t->special[j - 1];
-            j--;
-        }
-        t->special[j] = x;
-    }
-    for (size_t i = 0; i < t->n_special; i++) {
-        if (t->tok_len[t->special[i]] == 0)
-            return CT_ERR(CT_ERR_FORMAT, "%s: special token %d is empty", b->vocab_file, (int)t->special[i]);
-        t->special_first[(unsigned char)t->tok_bytes[t->tok_off[t->special[i]]]] = true;
-    }
-    return CT_OK;
+    return tok_load_specials(t, b);
 }
 
 /* Where a merge came from, for messages: "vocab.bpe:12" or "tokenizer.json: model.merges[11]". */

@@ -252,21 +252,8 @@ static ct_status spm_tokens(ct_tokenizer *t, const load_builder *b) {
         }
         t->tok_len[e->id] = (uint32_t)(off - t->tok_off[e->id]);
     }
-    /* longest special token first, so the longest one matches at a position */
-    for (size_t i = 1; i < t->n_special; i++) {
-        int32_t x = t->special[i];
-        size_t j = i;
-        while (j > 0 && t->tok_len[t->special[j - 1]] < t->tok_len[x]) {
-            t->special[j] = t->special[j - 1];
-            j--;
-        }
-        t->special[j] = x;
-    }
-    for (size_t i = 0; i < t->n_special; i++) {
-        if (t->tok_len[t->special[i]] == 0)
-            return CT_ERR(CT_ERR_FORMAT, "%s: special token %d is empty", b->vocab_file, (int)t->special[i]);
-        t->special_first[(unsigned char)t->tok_bytes[t->tok_off[t->special[i]]]] = true;
-    }
+    ct_status sp = tok_load_specials(t, b);
+    if (sp) return sp;
     /* pieces may start at a "▁" after another character when no token holds that */
     spm->split_safe = true;
     for (size_t k = 0; k < b->n_e && spm->split_safe; k++) {
