@@ -18,6 +18,8 @@
 
 #include <yaml.h>
 
+#include "core/strbuf.h"
+
 typedef enum key_type {
     KEY_INT = 0,
     KEY_FLOAT = 1,
@@ -636,41 +638,8 @@ ct_status ct_config_validate(const ct_config *c) {
 
 /* --------------------------------------------------------------- output */
 
-typedef struct strbuf {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} strbuf;
-
-static void sb_printf(strbuf *b, const char *fmt, ...) CT_PRINTF(2, 3);
-static void sb_printf(strbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = true;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = (b->cap + (size_t)n + 1) * 2;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->oom = true;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-}
-
 /* Quote a string when plain YAML would misread it. */
-static void sb_yaml_string(strbuf *b, const char *v) {
+static void sb_yaml_string(ct_strbuf *b, const char *v) {
     bool plain = *v && !strpbrk(v, ":#{}[],&*!|>'\"%@`\\") && !isspace((unsigned char)v[0]) &&
                  !isspace((unsigned char)v[strlen(v) - 1]);
     bool b_dummy;
@@ -678,26 +647,22 @@ static void sb_yaml_string(strbuf *b, const char *v) {
         char *end;
         strtod(v, &end);
         if (*end) {
-            sb_printf(b, "%s", v);
+            ct_strbuf_printf(b, "%s", v);
             return;
         }
     }
-    sb_printf(b, "\"");
+    ct_strbuf_printf(b, "\"");
     for (const char *p = v; *p; p++) {
         if (*p == '"' || *p == '\\')
-            sb_printf(b, "\\%c", *p);
+            ct_strbuf_printf(b, "\\%c", *p);
         else
-            sb_printf(b, "%c", *p);
+            ct_strbuf_printf(b, "%c", *p);
     }
-    sb_printf(b, "\"");
+    ct_strbuf_printf(b, "\"");
 }
 
 char *ct_config_to_yaml(const ct_config *cfg) {
-    strbuf b = {0};
-    b.cap = 4096;
-    b.s = malloc(b.cap);
-    if (!b.s) return NULL;
-    b.s[0] = '\0';
+    ct_strbuf b = {0};
     char section[CT_NAME_MAX] = "";
     for (size_t i = 0; i < N_KEYS; i++) {
         const key_def *k = &keys[i];
@@ -706,18 +671,18 @@ char *ct_config_to_yaml(const ct_config *cfg) {
         if (strlen(section) != slen || strncmp(section, k->path, slen) != 0) {
             memcpy(section, k->path, slen);
             section[slen] = '\0';
-            sb_printf(&b, "%s:\n", section);
+            ct_strbuf_printf(&b, "%s:\n", section);
         }
-        sb_printf(&b, "  %s: ", dot + 1);
+        ct_strbuf_printf(&b, "  %s: ", dot + 1);
         const char *base = (const char *)cfg + k->offset;
         switch (k->type) {
         case KEY_INT: {
             int64_t v;
             memcpy(&v, base, sizeof v);
             if (k->words && v == 0)
-                sb_printf(&b, "%s", k->words);
+                ct_strbuf_printf(&b, "%s", k->words);
             else
-                sb_printf(&b, "%lld", (long long)v);
+                ct_strbuf_printf(&b, "%lld", (long long)v);
             break;
         }
         case KEY_FLOAT: {
@@ -726,23 +691,23 @@ char *ct_config_to_yaml(const ct_config *cfg) {
             char num[64];
             snprintf(num, sizeof num, "%.15g", v); /* shortest that reads back exactly */
             if (strtod(num, NULL) != v) snprintf(num, sizeof num, "%.17g", v);
-            sb_printf(&b, "%s", num);
+            ct_strbuf_printf(&b, "%s", num);
             break;
         }
         case KEY_BOOL: {
             bool v;
             memcpy(&v, base, sizeof v);
-            sb_printf(&b, "%s", v ? "true" : "false");
+            ct_strbuf_printf(&b, "%s", v ? "true" : "false");
             break;
         }
         case KEY_STRING:
         case KEY_ENUM: sb_yaml_string(&b, base); break;
         }
-        sb_printf(&b, "    # %s\n", k->help);
+        ct_strbuf_printf(&b, "    # %s\n", k->help);
     }
     if (b.oom) {
-        free(b.s);
+        ct_strbuf_free(&b);
         return NULL;
     }
-    return b.s;
+    return b.p;
 }

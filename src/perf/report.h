@@ -7,7 +7,7 @@
  * from outside and runs no script. Keys an older run did not write leave their
  * plot out with a note. Long runs are reduced to a bounded number of points per
  * series, so the file stays small. Every function is reentrant (no shared
- * state); one ct_report_buf or ct_report_data is not to be shared between
+ * state); one ct_strbuf or ct_report_data is not to be shared between
  * threads while it is being written.
  * Leaves out: live updates, interactivity, comparing runs.
  */
@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "ctrain/core.h"
+#include "core/strbuf.h"
 
 /* The train-line keys the report reads (metrics.jsonl schema, src/io/metrics.h).
  * Serialized as names only, so the order may change. */
@@ -131,20 +132,9 @@ ct_status ct_report_write(const char *run_dir, const char *out_path, char *writt
 /* ------------------------------------------------------------ building blocks
  * Exposed for the tests; the renderer is made of them. */
 
-/* A growable text buffer. Zero-initialise; release with ct_report_buf_free.
- * After an allocation failure it keeps what it had and sets oom. */
-typedef struct ct_report_buf {
-    char *p;    /* NUL-terminated when len > 0 */
-    size_t len; /* bytes */
-    size_t cap; /* bytes */
-    bool oom;
-} ct_report_buf;
-void ct_report_buf_printf(ct_report_buf *b, const char *fmt, ...) CT_PRINTF(2, 3);
-void ct_report_buf_append(ct_report_buf *b, const char *s, size_t n);
 /* Append text with &, <, >, " and ' as character references and NUL bytes
  * dropped, so it is safe in element content and quoted attributes. */
-void ct_report_buf_escape(ct_report_buf *b, const char *s, size_t n);
-void ct_report_buf_free(ct_report_buf *b);
+void ct_report_escape(ct_strbuf *b, const char *s, size_t n);
 
 /* Reduce n points (xs ascending) to at most max_out (>= 2) for drawing:
  * n <= max_out copies them; otherwise max_out/2 buckets of consecutive points
@@ -171,7 +161,7 @@ typedef struct ct_report_frame {
 /* Append SVG path data ("M x y L x y ...", one decimal) for the points; a
  * non-finite y ends a run of line segments, and a point alone between gaps
  * becomes a zero-length segment (a dot with round caps). Borrows the inputs. */
-void ct_report_svg_path(ct_report_buf *b, const ct_report_frame *f, const double *xs,
+void ct_report_svg_path(ct_strbuf *b, const ct_report_frame *f, const double *xs,
                         const double *ys, size_t n);
 
 /* Round tick values for an axis over [lo, hi]: a step of 1, 2 or 5 times a

@@ -43,7 +43,7 @@ static const char report_css[] =
 
 typedef struct html_ctx {
     const ct_report_data *d;
-    ct_report_buf *b;
+    ct_strbuf *b;
     size_t maxp;
     double *x;                         /* [n_train] steps */
     double *col[CT_REPORT_KEY_COUNT];  /* [n_train] values, NULL when the key never appears */
@@ -51,7 +51,7 @@ typedef struct html_ctx {
     size_t n_alert_mk, n_mk;
 } html_ctx;
 
-static void esc(ct_report_buf *b, const char *s) { ct_report_buf_escape(b, s, strlen(s)); }
+static void esc(ct_strbuf *b, const char *s) { ct_report_escape(b, s, strlen(s)); }
 
 /* Whether the key has at least one finite value. */
 static bool usable(const html_ctx *h, ct_report_key k) {
@@ -130,21 +130,21 @@ static void fmt_duration(char *buf, size_t cap, double s) {
     else snprintf(buf, cap, "%dh %02dm %02ds", (int)(s / 3600), (int)fmod(s / 60, 60), (int)fmod(s, 60));
 }
 
-static void row(ct_report_buf *b, const char *key, const char *val) {
-    ct_report_buf_append(b, "<tr><th>", 8);
+static void row(ct_strbuf *b, const char *key, const char *val) {
+    ct_strbuf_append(b, "<tr><th>", 8);
     esc(b, key);
-    ct_report_buf_append(b, "</th><td>", 9);
+    ct_strbuf_append(b, "</th><td>", 9);
     esc(b, val);
-    ct_report_buf_append(b, "</td></tr>\n", 11);
+    ct_strbuf_append(b, "</td></tr>\n", 11);
 }
 
 /* ----------------------------------------------------------------- summary */
 
 static void summary(html_ctx *h) {
     const ct_report_data *d = h->d;
-    ct_report_buf *b = h->b;
+    ct_strbuf *b = h->b;
     char v[256], a[64], c[64];
-    ct_report_buf_printf(b, "<h2>Summary</h2>\n<table class=\"summary\">\n");
+    ct_strbuf_printf(b, "<h2>Summary</h2>\n<table class=\"summary\">\n");
     snprintf(v, sizeof v, "%zu (steps %lld to %lld)", d->n_train, (long long)d->train[0].step,
              (long long)d->train[d->n_train - 1].step);
     row(b, "steps recorded", v);
@@ -267,21 +267,21 @@ static void summary(html_ctx *h) {
                  (long long)d->torn_line);
         row(b, "last line", v);
     }
-    ct_report_buf_append(b, "</table>\n", 9);
+    ct_strbuf_append(b, "</table>\n", 9);
 }
 
 /* ------------------------------------------------------------------- plots */
 
-static void note(ct_report_buf *b, const char *text) {
-    ct_report_buf_append(b, "<p class=\"note\">", 16);
+static void note(ct_strbuf *b, const char *text) {
+    ct_strbuf_append(b, "<p class=\"note\">", 16);
     esc(b, text);
-    ct_report_buf_append(b, "</p>\n", 5);
+    ct_strbuf_append(b, "</p>\n", 5);
 }
 
-static void fig_title(ct_report_buf *b, const char *t) {
-    ct_report_buf_append(b, "<h3>", 4);
+static void fig_title(ct_strbuf *b, const char *t) {
+    ct_strbuf_append(b, "<h3>", 4);
     esc(b, t);
-    ct_report_buf_append(b, "</h3>\n", 6);
+    ct_strbuf_append(b, "</h3>\n", 6);
 }
 
 /* The markers of alerts whose kind is one of kinds (NULL: any other kind),
@@ -428,11 +428,11 @@ static void step_split_plot(html_ctx *h) {
 }
 
 static void plots(html_ctx *h) {
-    ct_report_buf *b = h->b;
+    ct_strbuf *b = h->b;
     const ct_report_data *d = h->d;
-    ct_report_buf_printf(b, "<h2>Plots</h2>\n");
+    ct_strbuf_printf(b, "<h2>Plots</h2>\n");
     if (d->n_train > h->maxp)
-        ct_report_buf_printf(b, "<p class=\"sub\">%zu steps, drawn as at most %zu points per "
+        ct_strbuf_printf(b, "<p class=\"sub\">%zu steps, drawn as at most %zu points per "
                              "series (the smallest and largest value of each stretch of steps, "
                              "so spikes stay visible).</p>\n", d->n_train, h->maxp);
     /* loss: train line plus validation points */
@@ -535,7 +535,7 @@ static void plots(html_ctx *h) {
         char a[64], c[64];
         fmt_bytes(a, sizeof a, mx);
         fmt_bytes(c, sizeof c, lim);
-        ct_report_buf_printf(h->b, "<p class=\"note\">run.memory_limit (%s) is off this plot's "
+        ct_strbuf_printf(h->b, "<p class=\"note\">run.memory_limit (%s) is off this plot's "
                              "scale: the highest line above reaches %s (%.1f%% of the limit).</p>\n",
                              c, a, 100.0 * mx / lim);
     }
@@ -547,13 +547,13 @@ static void plots(html_ctx *h) {
 
 static void events(html_ctx *h) {
     const ct_report_data *d = h->d;
-    ct_report_buf *b = h->b;
+    ct_strbuf *b = h->b;
     char a[64], c[64];
-    ct_report_buf_printf(b, "<h2>Alerts</h2>\n");
+    ct_strbuf_printf(b, "<h2>Alerts</h2>\n");
     if (!d->n_alerts) {
-        ct_report_buf_printf(b, "<p>No alerts.</p>\n");
+        ct_strbuf_printf(b, "<p>No alerts.</p>\n");
     } else {
-        ct_report_buf_printf(b, "<table><tr><th>step</th><th>level</th><th>kind</th><th>value</th>"
+        ct_strbuf_printf(b, "<table><tr><th>step</th><th>level</th><th>kind</th><th>value</th>"
                              "<th>threshold</th><th>message</th></tr>\n");
         for (size_t i = 0; i < d->n_alerts; i++) {
             const ct_report_alert *al = &d->alerts[i];
@@ -564,38 +564,38 @@ static void events(html_ctx *h) {
                 report_fmt_num(a, sizeof a, al->value);
                 report_fmt_num(c, sizeof c, al->threshold);
             }
-            ct_report_buf_printf(b, "<tr><td class=\"n\">%lld</td><td class=\"%s\">",
+            ct_strbuf_printf(b, "<tr><td class=\"n\">%lld</td><td class=\"%s\">",
                                  (long long)al->step, !strcmp(al->level, "critical") ? "crit" : "warn");
             esc(b, al->level);
-            ct_report_buf_append(b, "</td><td>", 9);
+            ct_strbuf_append(b, "</td><td>", 9);
             esc(b, al->kind);
-            ct_report_buf_printf(b, "</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td>", a, c);
+            ct_strbuf_printf(b, "</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td>", a, c);
             esc(b, al->message);
-            ct_report_buf_append(b, "</td></tr>\n", 11);
+            ct_strbuf_append(b, "</td></tr>\n", 11);
         }
-        ct_report_buf_append(b, "</table>\n", 9);
+        ct_strbuf_append(b, "</table>\n", 9);
     }
-    ct_report_buf_printf(b, "<h2>Rollbacks</h2>\n");
+    ct_strbuf_printf(b, "<h2>Rollbacks</h2>\n");
     if (!d->n_rollbacks) {
-        ct_report_buf_printf(b, "<p>No rollbacks.</p>\n");
+        ct_strbuf_printf(b, "<p>No rollbacks.</p>\n");
         return;
     }
-    ct_report_buf_printf(b, "<table><tr><th>at step</th><th>back to step</th><th>metrics line</th>"
+    ct_strbuf_printf(b, "<table><tr><th>at step</th><th>back to step</th><th>metrics line</th>"
                          "</tr>\n");
     for (size_t i = 0; i < d->n_rollbacks; i++) {
         const ct_report_rollback *r = &d->rollbacks[i];
         if (r->to >= 0) snprintf(a, sizeof a, "%lld", (long long)r->to);
         else snprintf(a, sizeof a, "not recorded");
-        ct_report_buf_printf(b, "<tr><td class=\"n\">%lld</td><td class=\"n\">%s</td>"
+        ct_strbuf_printf(b, "<tr><td class=\"n\">%lld</td><td class=\"n\">%s</td>"
                              "<td class=\"n\">%lld</td></tr>\n", (long long)r->step, a,
                              (long long)r->line);
     }
-    ct_report_buf_append(b, "</table>\n", 9);
+    ct_strbuf_append(b, "</table>\n", 9);
 }
 
 /* ------------------------------------------------------ config, hardware */
 
-static void hw_rows(ct_report_buf *b, const cJSON *o, const char *prefix) {
+static void hw_rows(ct_strbuf *b, const cJSON *o, const char *prefix) {
     for (const cJSON *it = o ? o->child : NULL; it; it = it->next) {
         char key[256], v[256];
         snprintf(key, sizeof key, "%s%s%s", prefix, prefix[0] ? "." : "", it->string ? it->string : "?");
@@ -631,16 +631,16 @@ static void hw_rows(ct_report_buf *b, const cJSON *o, const char *prefix) {
 
 static void config_hw(html_ctx *h) {
     const ct_report_data *d = h->d;
-    ct_report_buf *b = h->b;
-    ct_report_buf_printf(b, "<h2>Configuration</h2>\n");
+    ct_strbuf *b = h->b;
+    ct_strbuf_printf(b, "<h2>Configuration</h2>\n");
     if (d->config_text) {
-        ct_report_buf_append(b, "<pre class=\"config\">", 20);
-        ct_report_buf_escape(b, d->config_text, d->config_len);
-        ct_report_buf_append(b, "</pre>\n", 7);
+        ct_strbuf_append(b, "<pre class=\"config\">", 20);
+        ct_report_escape(b, d->config_text, d->config_len);
+        ct_strbuf_append(b, "</pre>\n", 7);
     } else {
         note(b, "config.yaml: not recorded in this run directory.");
     }
-    ct_report_buf_printf(b, "<h2>Hardware</h2>\n");
+    ct_strbuf_printf(b, "<h2>Hardware</h2>\n");
     if (!d->hw_text) {
         note(b, "hw.json: not recorded (runs before the hardware profile was saved with the run).");
         return;
@@ -648,13 +648,13 @@ static void config_hw(html_ctx *h) {
     cJSON *o = cJSON_Parse(d->hw_text);
     if (!cJSON_IsObject(o)) {
         note(b, "hw.json is not a JSON object; shown as it is.");
-        ct_report_buf_append(b, "<pre>", 5);
+        ct_strbuf_append(b, "<pre>", 5);
         esc(b, d->hw_text);
-        ct_report_buf_append(b, "</pre>\n", 7);
+        ct_strbuf_append(b, "</pre>\n", 7);
     } else {
-        ct_report_buf_append(b, "<table class=\"hw\">\n", 19);
+        ct_strbuf_append(b, "<table class=\"hw\">\n", 19);
         hw_rows(b, o, "");
-        ct_report_buf_append(b, "</table>\n", 9);
+        ct_strbuf_append(b, "</table>\n", 9);
     }
     cJSON_Delete(o);
 }
@@ -691,7 +691,7 @@ ct_status ct_report_render(const ct_report_data *d, size_t max_points, char **ht
     *html = NULL;
     *len = 0;
     CT_ASSERT(d && d->n_train > 0);
-    ct_report_buf b = {0};
+    ct_strbuf b = {0};
     html_ctx h = {.d = d, .b = &b, .maxp = max_points ? max_points : 1000};
     if (h.maxp < 8) h.maxp = 8;
     ct_status st = CT_OK;
@@ -706,15 +706,15 @@ ct_status ct_report_render(const ct_report_data *d, size_t max_points, char **ht
         for (size_t i = 0; i < d->n_train; i++) h.col[k][i] = d->train[i].v[k];
     }
     markers_make(&h);
-    ct_report_buf_printf(&b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
+    ct_strbuf_printf(&b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
                          "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
                          "style-src 'unsafe-inline'\"/>\n<meta name=\"viewport\" "
                          "content=\"width=device-width, initial-scale=1\"/>\n<title>ctrain report: ");
     esc(&b, d->run_dir);
-    ct_report_buf_printf(&b, "</title>\n<style>%s</style>\n</head>\n<body>\n<h1>Run report: ",
+    ct_strbuf_printf(&b, "</title>\n<style>%s</style>\n</head>\n<body>\n<h1>Run report: ",
                          report_css);
     esc(&b, d->run_dir);
-    ct_report_buf_printf(&b, "</h1>\n<p class=\"sub\">ctrain %s &#183; %lld lines of "
+    ct_strbuf_printf(&b, "</h1>\n<p class=\"sub\">ctrain %s &#183; %lld lines of "
                          "metrics.jsonl &#183; %zu training steps, %zu evaluations, %zu alerts, "
                          "%zu rollbacks</p>\n", ct_version(), (long long)d->n_lines, d->n_train,
                          d->n_val, d->n_alerts, d->n_rollbacks);
@@ -722,7 +722,7 @@ ct_status ct_report_render(const ct_report_data *d, size_t max_points, char **ht
     plots(&h);
     events(&h);
     config_hw(&h);
-    ct_report_buf_printf(&b, "</body>\n</html>\n");
+    ct_strbuf_printf(&b, "</body>\n</html>\n");
     if (b.oom) goto oom;
     *html = b.p;
     *len = b.len;
@@ -732,7 +732,7 @@ oom:
     st = CT_ERR(CT_ERR_OOM, "out of memory rendering the report of %s (%zu steps)", d->run_dir,
                 d->n_train);
 done:
-    ct_report_buf_free(&b);
+    ct_strbuf_free(&b);
     free(h.x);
     free(h.mk);
     for (int k = 0; k < CT_REPORT_KEY_COUNT; k++) free(h.col[k]);

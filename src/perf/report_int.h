@@ -55,7 +55,7 @@ typedef struct report_plot {
 } report_plot;
 
 /* Append one <svg> line plot. Borrows p. Sets b->oom on allocation failure. */
-void report_svg_lines(ct_report_buf *b, const report_plot *p);
+void report_svg_lines(ct_strbuf *b, const report_plot *p);
 
 typedef struct report_stack {
     const char *ylabel;
@@ -73,7 +73,7 @@ typedef struct report_stack {
 } report_stack;
 
 /* Append one <svg> stacked-area plot. Borrows p. */
-void report_svg_stack(ct_report_buf *b, const report_stack *p);
+void report_svg_stack(ct_strbuf *b, const report_stack *p);
 
 /* Format v for a tick label or a table cell: "%.4g" style, trimmed. */
 void report_fmt_num(char *buf, size_t cap, double v);

@@ -7,54 +7,13 @@
 #include "perf/report_int.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ buffer */
 
-static bool buf_reserve(ct_report_buf *b, size_t extra) {
-    if (b->oom) return false;
-    if (b->len + extra + 1 <= b->cap) return true;
-    size_t nc = b->cap ? b->cap : 4096;
-    while (nc < b->len + extra + 1) nc *= 2;
-    char *p = realloc(b->p, nc);
-    if (!p) {
-        b->oom = true;
-        return false;
-    }
-    b->p = p;
-    b->cap = nc;
-    return true;
-}
-
-void ct_report_buf_append(ct_report_buf *b, const char *s, size_t n) {
-    if (!buf_reserve(b, n)) return;
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-void ct_report_buf_printf(ct_report_buf *b, const char *fmt, ...) {
-    char small[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (k < 0) return;
-    if ((size_t)k < sizeof small) {
-        ct_report_buf_append(b, small, (size_t)k);
-        return;
-    }
-    if (!buf_reserve(b, (size_t)k)) return;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)k;
-}
-
-void ct_report_buf_escape(ct_report_buf *b, const char *s, size_t n) {
+void ct_report_escape(ct_strbuf *b, const char *s, size_t n) {
     size_t run = 0; /* start of the pending plain run */
     for (size_t i = 0; i < n; i++) {
         const char *rep = NULL;
@@ -67,20 +26,14 @@ void ct_report_buf_escape(ct_report_buf *b, const char *s, size_t n) {
         case '\0': rep = ""; break;
         default: continue;
         }
-        ct_report_buf_append(b, s + run, i - run);
-        ct_report_buf_append(b, rep, strlen(rep));
+        ct_strbuf_append(b, s + run, i - run);
+        ct_strbuf_append(b, rep, strlen(rep));
         run = i + 1;
     }
-    ct_report_buf_append(b, s + run, n - run);
+    ct_strbuf_append(b, s + run, n - run);
 }
 
-void ct_report_buf_free(ct_report_buf *b) {
-    if (!b) return;
-    free(b->p);
-    *b = (ct_report_buf){0};
-}
-
-static void buf_esc(ct_report_buf *b, const char *s) { ct_report_buf_escape(b, s, strlen(s)); }
+static void buf_esc(ct_strbuf *b, const char *s) { ct_report_escape(b, s, strlen(s)); }
 
 /* ------------------------------------------------------------ downsampling */
 
@@ -202,20 +155,20 @@ static double frame_y(const ct_report_frame *f, double y) {
     return f->py + f->ph - (d > 0 ? (y - f->y0) / d : 0.5) * f->ph;
 }
 
-void ct_report_svg_path(ct_report_buf *b, const ct_report_frame *f, const double *xs,
+void ct_report_svg_path(ct_strbuf *b, const ct_report_frame *f, const double *xs,
                         const double *ys, size_t n) {
     size_t run = 0; /* points in the current run */
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(ys[i]) || !isfinite(xs[i])) {
-            if (run == 1) ct_report_buf_append(b, "h0", 2);
+            if (run == 1) ct_strbuf_append(b, "h0", 2);
             run = 0;
             continue;
         }
-        ct_report_buf_printf(b, "%s%.1f %.1f", run ? "L" : "M", frame_x(f, xs[i]),
+        ct_strbuf_printf(b, "%s%.1f %.1f", run ? "L" : "M", frame_x(f, xs[i]),
                              frame_y(f, ys[i]));
         run++;
     }
-    if (run == 1) ct_report_buf_append(b, "h0", 2);
+    if (run == 1) ct_strbuf_append(b, "h0", 2);
 }
 
 /* ------------------------------------------------------------------ frames */
@@ -245,8 +198,8 @@ static ct_report_frame frame_make(double x0, double x1, double y0, double y1) {
 }
 
 /* The frame, grid, ticks and axis labels. */
-static void svg_axes(ct_report_buf *b, const ct_report_frame *f, const char *ylabel) {
-    ct_report_buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+static void svg_axes(ct_strbuf *b, const ct_report_frame *f, const char *ylabel) {
+    ct_strbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
                          "class=\"frame\"/>\n", f->px, f->py, f->pw, f->ph);
     double t[16];
     char lab[48];
@@ -255,7 +208,7 @@ static void svg_axes(ct_report_buf *b, const ct_report_frame *f, const char *yla
     for (int i = 0; i < ny; i++) {
         double y = frame_y(f, t[i]);
         fmt_tick(lab, sizeof lab, t[i], ystep);
-        ct_report_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+        ct_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
                              "class=\"grid\"/><text x=\"%.1f\" y=\"%.1f\" class=\"yt\">%s</text>\n",
                              f->px, y, f->px + f->pw, y, f->px - 6, y + 4, lab);
     }
@@ -266,56 +219,56 @@ static void svg_axes(ct_report_buf *b, const ct_report_frame *f, const char *yla
         if (xstep < 1 && t[i] != floor(t[i])) continue;
         double x = frame_x(f, t[i]);
         fmt_tick(lab, sizeof lab, t[i], xstep < 1 ? 1 : xstep);
-        ct_report_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+        ct_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
                              "class=\"tick\"/><text x=\"%.1f\" y=\"%.1f\" class=\"xt\">%s</text>\n",
                              x, f->py + f->ph, x, f->py + f->ph + 5, x, f->py + f->ph + 18, lab);
     }
-    ct_report_buf_printf(b, "<text x=\"%.1f\" y=\"%d\" class=\"xl\">step</text>\n",
+    ct_strbuf_printf(b, "<text x=\"%.1f\" y=\"%d\" class=\"xl\">step</text>\n",
                          f->px + f->pw / 2, REPORT_SVG_H - 6);
-    ct_report_buf_printf(b, "<text transform=\"translate(14 %.1f) rotate(-90)\" class=\"yl\">",
+    ct_strbuf_printf(b, "<text transform=\"translate(14 %.1f) rotate(-90)\" class=\"yl\">",
                          f->py + f->ph / 2);
     buf_esc(b, ylabel);
-    ct_report_buf_append(b, "</text>\n", 8);
+    ct_strbuf_append(b, "</text>\n", 8);
 }
 
 /* A legend entry at *x along the top; advances *x by a width from the text. */
-static void svg_legend_item(ct_report_buf *b, double *x, const char *label, const char *color,
+static void svg_legend_item(ct_strbuf *b, double *x, const char *label, const char *color,
                             report_style style, bool area) {
     if (area)
-        ct_report_buf_printf(b, "<rect x=\"%.1f\" y=\"8\" width=\"14\" height=\"10\" fill=\"%s\"/>",
+        ct_strbuf_printf(b, "<rect x=\"%.1f\" y=\"8\" width=\"14\" height=\"10\" fill=\"%s\"/>",
                              *x, color);
     else
-        ct_report_buf_printf(b, "<line x1=\"%.1f\" y1=\"13\" x2=\"%.1f\" y2=\"13\" stroke=\"%s\" "
+        ct_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"13\" x2=\"%.1f\" y2=\"13\" stroke=\"%s\" "
                              "stroke-width=\"2.5\"%s/>", *x, *x + 18, color,
                              style == REPORT_STYLE_DASHED ? " stroke-dasharray=\"5 3\"" : "");
-    ct_report_buf_printf(b, "<text x=\"%.1f\" y=\"17\" class=\"lg\">", *x + 22);
+    ct_strbuf_printf(b, "<text x=\"%.1f\" y=\"17\" class=\"lg\">", *x + 22);
     buf_esc(b, label);
-    ct_report_buf_append(b, "</text>\n", 8);
+    ct_strbuf_append(b, "</text>\n", 8);
     *x += 34 + 6.6 * (double)strlen(label);
 }
 
-static void svg_markers(ct_report_buf *b, const ct_report_frame *f, const report_marker *m,
+static void svg_markers(ct_strbuf *b, const ct_report_frame *f, const report_marker *m,
                         size_t nm) {
     for (size_t i = 0; i < nm; i++) {
         if (!(m[i].x >= f->x0 && m[i].x <= f->x1)) continue;
         double x = frame_x(f, m[i].x);
-        ct_report_buf_printf(b, "<g class=\"mk\"><title>");
+        ct_strbuf_printf(b, "<g class=\"mk\"><title>");
         buf_esc(b, m[i].text);
-        ct_report_buf_printf(b, "</title><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+        ct_strbuf_printf(b, "</title><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
                              "stroke=\"%s\" stroke-width=\"1.5\"%s/><path d=\"M%.1f %.1fl-5 -7h10z\" "
                              "fill=\"%s\"/></g>\n", x, f->py, x, f->py + f->ph, m[i].color,
                              m[i].dashed ? " stroke-dasharray=\"4 3\"" : "", x, f->py, m[i].color);
     }
 }
 
-static void svg_open(ct_report_buf *b) {
-    ct_report_buf_printf(b, "<svg class=\"plot\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+static void svg_open(ct_strbuf *b) {
+    ct_strbuf_printf(b, "<svg class=\"plot\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                          "role=\"img\">\n", REPORT_SVG_W, REPORT_SVG_H, REPORT_SVG_W, REPORT_SVG_H);
 }
 
 /* --------------------------------------------------------------- line plot */
 
-void report_svg_lines(ct_report_buf *b, const report_plot *p) {
+void report_svg_lines(ct_strbuf *b, const report_plot *p) {
     size_t maxp = p->max_points < 8 ? 8 : p->max_points;
     double *dx[16], *dy[16];
     size_t dn[16];
@@ -357,17 +310,17 @@ void report_svg_lines(ct_report_buf *b, const report_plot *p) {
         if (!dn[s]) continue;
         const char *dash = se->style == REPORT_STYLE_DASHED ? " stroke-dasharray=\"6 4\"" : "";
         double wdt = se->style == REPORT_STYLE_DOTS ? 1.2 : 1.8;
-        ct_report_buf_printf(b, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\" "
+        ct_strbuf_printf(b, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\" "
                              "stroke-linejoin=\"round\" stroke-linecap=\"round\"%s d=\"",
                              se->color, wdt, dash);
         ct_report_svg_path(b, &f, dx[s], dy[s], dn[s]);
-        ct_report_buf_append(b, "\"/>\n", 4);
+        ct_strbuf_append(b, "\"/>\n", 4);
         if (se->style == REPORT_STYLE_DOTS || dn[s] <= 3) { /* a line of 1-3 points hides them */
             for (size_t i = 0; i < dn[s]; i++)
                 if (isfinite(dy[s][i]))
-                    ct_report_buf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>",
+                    ct_strbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>",
                                          frame_x(&f, dx[s][i]), frame_y(&f, dy[s][i]), se->color);
-            ct_report_buf_append(b, "\n", 1);
+            ct_strbuf_append(b, "\n", 1);
         }
     }
     svg_markers(b, &f, p->m, p->nm);
@@ -376,7 +329,7 @@ void report_svg_lines(ct_report_buf *b, const report_plot *p) {
     for (int e = 0; e < p->nextra; e++)
         svg_legend_item(b, &lx, p->extra[e].label, p->extra[e].color,
                         p->extra[e].dashed ? REPORT_STYLE_DASHED : REPORT_STYLE_LINE, false);
-    ct_report_buf_append(b, "</svg>\n", 7);
+    ct_strbuf_append(b, "</svg>\n", 7);
     for (int s = 0; s < ns; s++) {
         free(dx[s]);
         free(dy[s]);
@@ -385,7 +338,7 @@ void report_svg_lines(ct_report_buf *b, const report_plot *p) {
 
 /* ------------------------------------------------------------ stacked plot */
 
-void report_svg_stack(ct_report_buf *b, const report_stack *p) {
+void report_svg_stack(ct_strbuf *b, const report_stack *p) {
     size_t nb = p->max_points < 4 ? 4 : p->max_points;
     if (nb > p->n) nb = p->n;
     int nl = p->nl < 8 ? p->nl : 8;
@@ -419,14 +372,14 @@ void report_svg_stack(ct_report_buf *b, const report_stack *p) {
     svg_axes(b, &f, p->ylabel);
     for (int l = 0; l < nl; l++) {
         const double *lo = cum + (size_t)l * m, *hi = cum + (size_t)(l + 1) * m;
-        ct_report_buf_printf(b, "<path fill=\"%s\" fill-opacity=\"0.85\" stroke=\"none\" d=\"",
+        ct_strbuf_printf(b, "<path fill=\"%s\" fill-opacity=\"0.85\" stroke=\"none\" d=\"",
                              p->colors[l]);
         for (size_t i = 0; i < m; i++)
-            ct_report_buf_printf(b, "%s%.1f %.1f", i ? "L" : "M", frame_x(&f, x[i]),
+            ct_strbuf_printf(b, "%s%.1f %.1f", i ? "L" : "M", frame_x(&f, x[i]),
                                  frame_y(&f, hi[i]));
         for (size_t i = m; i-- > 0;)
-            ct_report_buf_printf(b, "L%.1f %.1f", frame_x(&f, x[i]), frame_y(&f, lo[i]));
-        ct_report_buf_append(b, "Z\"/>\n", 5);
+            ct_strbuf_printf(b, "L%.1f %.1f", frame_x(&f, x[i]), frame_y(&f, lo[i]));
+        ct_strbuf_append(b, "Z\"/>\n", 5);
     }
     svg_markers(b, &f, p->m, p->nm);
     double lx = f.px;
@@ -435,7 +388,7 @@ void report_svg_stack(ct_report_buf *b, const report_stack *p) {
     for (int e = 0; e < p->nextra; e++)
         svg_legend_item(b, &lx, p->extra[e].label, p->extra[e].color,
                         p->extra[e].dashed ? REPORT_STYLE_DASHED : REPORT_STYLE_LINE, false);
-    ct_report_buf_append(b, "</svg>\n", 7);
+    ct_strbuf_append(b, "</svg>\n", 7);
 done:
     free(x);
     free(tmp);

@@ -4,50 +4,20 @@
  * with its tune: section filled in, which is what `--config` reads back.
  * Leaves out: writing the file (the caller writes it atomically). See tune.h.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/strbuf.h"
 #include "perf/tune.h"
 
-typedef struct text {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} text;
-
-static void put(text *b, const char *fmt, ...) CT_PRINTF(2, 3);
-static void put(text *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = true;
-            return;
-        }
-        if (b->s && (size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = (b->cap + (size_t)n + 1) * 2;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->oom = true;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-}
+/* the profile is a few dozen lines of printf into one buffer */
+#define put ct_strbuf_printf
 
 static const double MiB = 1024.0 * 1024.0;
 
 char *ct_tune_profile_yaml(const ct_config *base, const ct_tune_result *r) {
-    text b = {0};
+    ct_strbuf b = {0};
     put(&b, "# ctrain tuned profile, measured by `ctrain tune` at %s\n", r->date);
     put(&b, "# machine %s (%s), %d CPUs for this process\n", r->signature,
         r->cpu_model[0] ? r->cpu_model : "unknown CPU", r->cores);
@@ -91,9 +61,9 @@ char *ct_tune_profile_yaml(const ct_config *base, const ct_tune_result *r) {
     else put(&b, "%s", yaml);
     free(yaml);
     if (b.oom) {
-        free(b.s);
+        ct_strbuf_free(&b);
         CT_ERR(CT_ERR_OOM, "out of memory writing the tuned profile");
         return NULL;
     }
-    return b.s;
+    return b.p;
 }

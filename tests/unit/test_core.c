@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "ct_test.h"
+#include "core/strbuf.h"
 #include "ctrain/core.h"
 
 static void test_alloc_counters(void) {
@@ -109,10 +110,30 @@ static void test_rng(void) {
     CHECK(f >= 0.0f && f < 1.0f);
 }
 
+/* The growable text buffer: short and long printf, raw appends with NULs
+ * inside, growth across its first 4096 bytes, free. */
+static void test_strbuf(void) {
+    ct_strbuf b = {0};
+    ct_strbuf_printf(&b, "%s=%d;", "x", 42);
+    CHECK(b.len == 5 && !strcmp(b.p, "x=42;"));
+    char big[1000];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    for (int i = 0; i < 10; i++) ct_strbuf_printf(&b, "[%s]", big); /* > 256: the long path */
+    CHECK(b.len == 5 + 10 * 1001 && b.cap > b.len && b.p[b.len] == 0 && !b.oom);
+    CHECK(b.p[5] == '[' && b.p[5 + 1000] == ']' && b.p[6] == 'a');
+    ct_strbuf_append(&b, "z\0z", 3);
+    CHECK(b.len == 5 + 10 * 1001 + 3 && b.p[b.len - 2] == 0 && b.p[b.len - 1] == 'z');
+    ct_strbuf_free(&b);
+    CHECK(b.p == NULL && b.len == 0 && b.cap == 0);
+    ct_strbuf_free(NULL);
+}
+
 int main(void) {
     test_alloc_counters();
     test_arena();
     test_errors();
     test_rng();
+    test_strbuf();
     return ct_test_result("test_core");
 }

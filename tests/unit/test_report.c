@@ -206,18 +206,18 @@ static void test_write(void) {
 }
 
 static void test_escape(void) {
-    ct_report_buf b = {0};
+    ct_strbuf b = {0};
     const char s[] = "a<b & c>\"d'e\0f";
-    ct_report_buf_escape(&b, s, sizeof s - 1);
+    ct_report_escape(&b, s, sizeof s - 1);
     CHECK(b.p && !strcmp(b.p, "a&lt;b &amp; c&gt;&quot;d&#39;ef"));
-    ct_report_buf_printf(&b, "|%d|%s", 42, "x");
+    ct_strbuf_printf(&b, "|%d|%s", 42, "x");
     CHECK(b.p && !strcmp(b.p, "a&lt;b &amp; c&gt;&quot;d&#39;ef|42|x"));
     char big[1000];
     memset(big, 'z', sizeof big - 1);
     big[sizeof big - 1] = '\0';
-    ct_report_buf_printf(&b, "%s", big); /* longer than the small-format path */
+    ct_strbuf_printf(&b, "%s", big); /* longer than the small-format path */
     CHECK(b.len == strlen(b.p) && b.len == 37 + 999);
-    ct_report_buf_free(&b);
+    ct_strbuf_free(&b);
     CHECK(b.p == NULL && b.len == 0);
 }
 
@@ -297,20 +297,20 @@ static void test_ticks(void) {
 
 static void test_path(void) {
     ct_report_frame f = {.x0 = 0, .x1 = 10, .y0 = 0, .y1 = 10, .px = 0, .py = 0, .pw = 100, .ph = 100};
-    ct_report_buf b = {0};
+    ct_strbuf b = {0};
     double x[] = {0, 5, 10}, y[] = {0, 5, 10};
     ct_report_svg_path(&b, &f, x, y, 3);
     CHECK(b.p && !strcmp(b.p, "M0.0 100.0L50.0 50.0L100.0 0.0"));
-    ct_report_buf_free(&b);
+    ct_strbuf_free(&b);
     /* a NaN breaks the line; a lone point is a zero-length segment */
     double x2[] = {0, 2, 4, 6, 8}, y2[] = {1, NAN, 3, NAN, NAN};
     ct_report_svg_path(&b, &f, x2, y2, 5);
     CHECK(b.p && !strcmp(b.p, "M0.0 90.0h0M40.0 70.0h0"));
-    ct_report_buf_free(&b);
+    ct_strbuf_free(&b);
     double x3[] = {0, 2, 4}, y3[] = {NAN, 2, 8};
     ct_report_svg_path(&b, &f, x3, y3, 3);
     CHECK(b.p && !strcmp(b.p, "M20.0 80.0L40.0 20.0"));
-    ct_report_buf_free(&b);
+    ct_strbuf_free(&b);
 }
 
 /* A long run stays a small page: the points drawn are bounded. */
