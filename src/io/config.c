@@ -280,11 +280,25 @@ static size_t edit_distance(const char *a, const char *b) {
 static const char *closest_key(const char *path) {
     const char *best = NULL;
     size_t best_d = (size_t)-1;
+    /* a close key of the same section first: "lora.rank" -> "lora.r", not "debug.rank" */
+    const char *pdot = strrchr(path, '.');
+    for (size_t i = 0; pdot && i < N_KEYS; i++) {
+        const char *dot = strrchr(keys[i].path, '.');
+        size_t sec = dot ? (size_t)(dot - keys[i].path) : 0;
+        if (!dot || sec != (size_t)(pdot - path) || strncmp(keys[i].path, path, sec)) continue;
+        size_t d = edit_distance(pdot + 1, dot + 1);
+        if (d < best_d) {
+            best_d = d;
+            best = keys[i].path;
+        }
+    }
+    if (best && best_d <= 3) return best;
+    best = NULL;
+    best_d = (size_t)-1;
     for (size_t i = 0; i < N_KEYS; i++) {
         size_t d = edit_distance(path, keys[i].path);
         /* also compare the last segment alone: "lr" -> "optim.lr" */
         const char *dot = strrchr(keys[i].path, '.');
-        const char *pdot = strrchr(path, '.');
         if (dot) {
             size_t d2 = edit_distance(pdot ? pdot + 1 : path, dot + 1) + (pdot ? 1 : 0);
             if (d2 < d) d = d2;

@@ -49,6 +49,12 @@ int main(void) {
     CHECK(strstr(ct_last_hint(), "optim.lr") != NULL);
     CHECK(ct_config_apply_override(&c, "train.batch=1") == CT_ERR_ARG);
     CHECK(strstr(ct_last_hint(), "train.batch_size") != NULL);
+    /* a close key of the same section wins over an equal leaf elsewhere */
+    CHECK(ct_config_apply_override(&c, "lora.rank=8") == CT_ERR_ARG);
+    CHECK(strstr(ct_last_hint(), "'lora.r'") != NULL);
+    /* ... but a leaf that only exists in another section is still found */
+    CHECK(ct_config_apply_override(&c, "train.lr=1") == CT_ERR_ARG);
+    CHECK(strstr(ct_last_hint(), "'optim.lr'") != NULL);
     /* wrong types and ranges */
     CHECK(ct_config_apply_override(&c, "train.batch_size=four") == CT_ERR_ARG);
     CHECK(strstr(ct_last_error(), "expected an integer") != NULL);
