@@ -65,17 +65,30 @@ static void bench_fill(float *x, size_t n, uint32_t seed) {
     }
 }
 
-double ct_bench_step_flops(const ct_model_config *c, int B, int T) {
-    double N = (double)B * T, C = c->n_embd, F = c->n_ffn, V = c->vocab_size;
-    /* weights of the linears: fused qkv (keys and values are n_kv_head heads
-     * wide under grouped-query attention), the output projection, and the MLP
-     * (two matrices for GELU, three for SwiGLU's gate, up and down) */
+/* Weights of the model's GEMMs: fused qkv (keys and values are n_kv_head
+ * heads wide under grouped-query attention), the output projection, the MLP
+ * (two matrices for GELU, three for SwiGLU's gate, up and down) and the head. */
+static double gemm_weights(const ct_model_config *c) {
+    double C = c->n_embd, F = c->n_ffn, V = c->vocab_size;
     double kv = c->n_head > 0 ? C * (c->n_kv_head > 0 ? c->n_kv_head : c->n_head) / c->n_head : C;
     double mlp = (c->mlp == CT_MLP_SWIGLU ? 3.0 : 2.0) * C * F;
-    double per_layer = C * (C + 2 * kv) + C * C + mlp;
-    double gemm = 6.0 * N * (c->n_layer * per_layer + V * C);
-    double attn = 12.0 * c->n_layer * C * ((double)T * (T + 1) / 2.0) * B;
-    return gemm + attn;
+    return c->n_layer * (C * (C + 2 * kv) + C * C + mlp) + V * C;
+}
+
+static double attention_flops(const ct_model_config *c, int B, int T) {
+    return 12.0 * c->n_layer * c->n_embd * ((double)T * (T + 1) / 2.0) * B;
+}
+
+double ct_bench_step_flops(const ct_model_config *c, int B, int T) {
+    return 6.0 * (double)B * T * gemm_weights(c) + attention_flops(c, B, T);
+}
+
+double ct_bench_step_flops_lora(const ct_model_config *c, int B, int T, size_t adapter_numel) {
+    if (!adapter_numel) return ct_bench_step_flops(c, B, T);
+    double N = (double)B * T;
+    /* a frozen weight does its forward and its input gradient (2 + 2 per
+     * token), never its weight gradient; the adapters do all three */
+    return 4.0 * N * gemm_weights(c) + 6.0 * N * (double)adapter_numel + attention_flops(c, B, T);
 }
 
 /* ----------------------------------------------------------------- roofs */

@@ -20,6 +20,10 @@
  * attention's 12*L*C*T(T+1)/2 per sequence. Both sides of a comparison use
  * this, so MFU figures are comparable. */
 double ct_bench_step_flops(const ct_model_config *cfg, int B, int T);
+/* The same for a LoRA run with adapter_numel trainable adapter elements: the
+ * frozen base's GEMMs skip their weight gradient (4 FLOPs per weight per
+ * token), the adapters do 6. adapter_numel 0 is ct_bench_step_flops. */
+double ct_bench_step_flops_lora(const ct_model_config *cfg, int B, int T, size_t adapter_numel);
 
 /* Sustained single-precision GEMM rate: the best of reps runs of an n x n x n
  * sgemm on all of ctx's threads. Writes GFLOP/s. CT_ERR_OOM. */

@@ -27,10 +27,10 @@ const char *ct_alert_level_str(ct_alert_level l) {
 
 void ct_monitor_params_for_run(ct_monitor_params *out, const ct_config *cfg,
                                const ct_model_config *mc, int B, int T, int64_t accum,
-                               double gemm_peak_gflops, double theory_gflops,
+                               size_t lora_numel, double gemm_peak_gflops, double theory_gflops,
                                size_t mem_limit, size_t plan_bytes) {
     memset(out, 0, sizeof *out);
-    out->step_flops = ct_bench_step_flops(mc, B, T) * (double)accum;
+    out->step_flops = ct_bench_step_flops_lora(mc, B, T, lora_numel) * (double)accum;
     out->step_tokens = (double)B * T * (double)accum;
     out->gemm_peak_gflops = gemm_peak_gflops;
     out->theory_gflops = theory_gflops;

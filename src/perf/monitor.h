@@ -76,14 +76,15 @@ typedef struct ct_monitor_params {
 
 /* The parameters of a training run: thresholds from cfg->alerts (both loss
  * levels 0: 1.25 and 2 x ln(vocab_size)); step FLOPs from the model's shape
- * by ct_bench_step_flops at (B, T) times accum; the expected rate is
+ * by ct_bench_step_flops_lora at (B, T) times accum (lora_numel: the adapter
+ * elements of a LoRA run, 0 otherwise); the expected rate is
  * alerts.expected_tokens_per_s when set, else expected_mfu x gemm_peak /
  * (FLOPs per token), i.e. the rate at which a step would reach that share
  * of the measured GEMM peak (0 when the peak is unknown). Borrows cfg and mc;
  * fills *out. */
 void ct_monitor_params_for_run(ct_monitor_params *out, const ct_config *cfg,
                                const ct_model_config *mc, int B, int T, int64_t accum,
-                               double gemm_peak_gflops, double theory_gflops,
+                               size_t lora_numel, double gemm_peak_gflops, double theory_gflops,
                                size_t mem_limit, size_t plan_bytes);
 
 /* One optimizer step's measurements. */

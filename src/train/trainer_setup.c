@@ -537,8 +537,9 @@ void trainer_monitor_init(trainer *t) {
     double theory = ct_bench_theoretical_gflops(threads < cores ? threads : cores, NULL);
     t->hw.theoretical_gflops = theory; /* hw.json holds the peak mfu_theory uses */
     ct_monitor_params p;
+    size_t adapters = ct_model_lora(t->model) ? ct_model_trainable_numel(t->model) : 0;
     ct_monitor_params_for_run(&p, t->cfg, ct_model_get_config(t->model), t->B, t->T, t->accum,
-                              t->gemm_peak, theory, t->mem_limit, t->plan.total);
+                              adapters, t->gemm_peak, theory, t->mem_limit, t->plan.total);
     ct_monitor_init(&t->mon, &p);
     size_t rss, peak;
     if (ct_monitor_read_process(&rss, &peak, &t->faults_prev)) ct_error_clear();

@@ -65,7 +65,7 @@ static void test_params_for_run(void) {
     ct_model_config mc;
     ct_model_config_gpt2(&mc, 2, 2, 64, 1000, 128);
     ct_monitor_params p;
-    ct_monitor_params_for_run(&p, &cfg, &mc, 4, 32, 3, 50.0, 80.0, 1000, 700);
+    ct_monitor_params_for_run(&p, &cfg, &mc, 4, 32, 3, 0, 50.0, 80.0, 1000, 700);
     double f = ct_bench_step_flops(&mc, 4, 32);
     CHECK(f > 0 && near(p.step_flops, 3 * f, 1e-12));
     CHECK(p.step_tokens == 4 * 32 * 3);
@@ -80,15 +80,22 @@ static void test_params_for_run(void) {
     CHECK(p.mem_limit_bytes == 1000 && p.plan_bytes == 700);
     CHECK(near(p.data_wait_min_s, cfg.alerts.data_wait_min_ms * 1e-3, 1e-12));
     CHECK(p.gemm_peak_gflops == 50 && p.theory_gflops == 80);
+    /* LoRA: the frozen base skips its weight gradients (4 per weight per token
+     * instead of 6), the adapters do all 6 */
+    ct_monitor_params pl;
+    ct_monitor_params_for_run(&pl, &cfg, &mc, 4, 32, 3, 1000, 50.0, 80.0, 1000, 700);
+    double attn = 12.0 * mc.n_layer * mc.n_embd * (32.0 * 33 / 2) * 4;
+    double w6 = f - attn; /* 6 x tokens x the GEMM weights */
+    CHECK(near(pl.step_flops, 3 * (w6 * 4 / 6 + 6.0 * 4 * 32 * 1000 + attn), 1e-12));
     /* overrides: a set rate wins; one loss key set keeps the other off */
     cfg.alerts.expected_tokens_per_s = 1234;
     cfg.alerts.loss_critical = 7;
-    ct_monitor_params_for_run(&p, &cfg, &mc, 4, 32, 1, 0.0, 0.0, 1000, 700);
+    ct_monitor_params_for_run(&p, &cfg, &mc, 4, 32, 1, 0, 0.0, 0.0, 1000, 700);
     CHECK(p.expected_tokens_per_s == 1234);
     CHECK(p.warning[CT_ALERT_LOSS] == 0 && p.critical[CT_ALERT_LOSS] == 7);
     /* no peak and no override: no expectation (no throughput alerts) */
     cfg.alerts.expected_tokens_per_s = 0;
-    ct_monitor_params_for_run(&p, &cfg, &mc, 4, 32, 1, 0.0, 0.0, 1000, 700);
+    ct_monitor_params_for_run(&p, &cfg, &mc, 4, 32, 1, 0, 0.0, 0.0, 1000, 700);
     CHECK(p.expected_tokens_per_s == 0);
 }
 
