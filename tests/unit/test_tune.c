@@ -215,6 +215,8 @@ static void test_search(void) {
         if (t->p.B == 2 && t->measured) saw2 = true;
         if (t->measured) {
             CHECK(t->tokens_per_s > 0 && t->mfu > 0 && t->opt_step_s >= t->step_s);
+            /* the peak is at least every trial's rate: MFU never above 100% */
+            CHECK(t->mfu <= 1.0 + 1e-12 && t->gflops <= r.gemm_peak_gflops * (1 + 1e-12));
             CHECK(t->tokens_per_s <= r.trials[r.best].tokens_per_s);
         }
         CHECK(t->p.threads >= 1 && t->p.threads <= r.cores);
