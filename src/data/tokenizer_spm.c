@@ -380,21 +380,11 @@ static ct_status spm_bos_eos(ct_tokenizer *t, const load_builder *b, const cJSON
     struct stat sb;
     ct_status st = CT_OK;
     if (stat(cfg_path, &sb) == 0) {
-        char *text = NULL;
-        size_t len = 0;
         cJSON *cfg = NULL;
-        st = ct_file_read_all(cfg_path, &text, &len);
-        if (!st) {
-            const char *end = NULL;
-            cfg = cJSON_ParseWithLengthOpts(text, len, &end, false);
-            if (!cJSON_IsObject(cfg))
-                st = CT_ERR(CT_ERR_FORMAT, "%s: not a JSON object (parsing stopped at byte offset %zu)", cfg_path,
-                            end && end >= text && end <= text + len ? (size_t)(end - text) : (size_t)0);
-        }
+        st = ct_json_read_object(cfg_path, &cfg);
         if (!st) st = spm_config_token(b, cfg_path, cfg, "bos_token", &t->bos);
         if (!st) st = spm_config_token(b, cfg_path, cfg, "eos_token", &t->eot);
         cJSON_Delete(cfg);
-        free(text);
     }
     free(cfg_path);
     return st;

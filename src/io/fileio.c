@@ -7,6 +7,8 @@
  */
 #include "io/fileio.h"
 
+#include <cJSON.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -394,4 +396,26 @@ bool ct_remove_tree(const char *path) {
 
 bool ct_pid_gone(long pid) {
     return pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+ct_status ct_json_read_object(const char *path, cJSON **out) {
+    *out = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    ct_status st = ct_file_read_all(path, &text, &len);
+    if (st) return st;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!root) {
+        size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+        st = CT_ERR(CT_ERR_FORMAT, "%s: not a JSON object (parsing stopped at byte offset %zu)",
+                    path, at);
+    } else if (!cJSON_IsObject(root)) {
+        st = CT_ERR(CT_ERR_FORMAT, "%s: not a JSON object (found another JSON value)", path);
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    free(text);
+    *out = root;
+    return st;
 }

@@ -45,6 +45,14 @@ ct_status ct_file_write_atomic(const char *path, const void *data, size_t bytes)
  * Errors: CT_ERR_IO (missing, unreadable, a directory), CT_ERR_OOM. */
 ct_status ct_file_read_all(const char *path, char **out, size_t *len);
 
+/* Read a whole (small) file holding one JSON object (config.json,
+ * adapter_config.json, index and baseline files). Returns owned *out (release
+ * with cJSON_Delete). Errors: those of ct_file_read_all, and CT_ERR_FORMAT
+ * "PATH: not a JSON object" with the byte offset where parsing stopped, or
+ * saying another JSON value was found. */
+struct cJSON;
+ct_status ct_json_read_object(const char *path, struct cJSON **out);
+
 /* How ct_file_map words its errors, so each reader keeps its own messages.
  * Every field may be NULL. */
 typedef struct ct_file_map_msgs {

@@ -51,18 +51,11 @@ static ct_status json_int(const cJSON *root, const char *key, int *out, bool *fo
 ct_status ct_model_config_load_hf(ct_model_config *cfg, const char *dir) {
     char path[CT_IO_PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text = NULL;
-    size_t len = 0;
-    ct_status st = ct_file_read_all(path, &text, &len);
+    cJSON *root = NULL;
+    ct_status st = ct_json_read_object(path, &root);
     if (st) {
         ct_error_hint("expected a Hugging Face model directory holding config.json and model.safetensors");
         return st;
-    }
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return CT_ERR(CT_ERR_FORMAT, "%s: not a JSON object", path);
     }
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (cJSON_IsString(mt) && strcmp(mt->valuestring, "llama") == 0) {

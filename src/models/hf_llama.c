@@ -182,11 +182,10 @@ ct_status hf_weights_open(hf_weights *w, const char *dir) {
         w->n = 1;
         return CT_OK;
     }
-    char *text = NULL;
-    size_t len = 0;
-    if ((st = ct_file_read_all(w->index_path, &text, &len))) return st;
-    w->index = cJSON_ParseWithLength(text, len);
-    free(text);
+    if ((st = ct_json_read_object(w->index_path, &w->index))) {
+        hf_weights_close(w);
+        return st;
+    }
     const cJSON *map = w->index ? cJSON_GetObjectItemCaseSensitive(w->index, "weight_map") : NULL;
     if (!cJSON_IsObject(map)) {
         hf_weights_close(w);

@@ -111,19 +111,12 @@ ct_status ct_lora_config_load_peft(const ct_model_config *cfg, const char *dir,
                                    ct_lora_opts *o) {
     char path[PEFT_PATH_MAX];
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    char *text = NULL;
-    size_t len = 0;
-    ct_status st = ct_file_read_all(path, &text, &len);
+    cJSON *root = NULL;
+    ct_status st = ct_json_read_object(path, &root);
     if (st) {
         ct_error_hint("lora.init_from names a PEFT adapter directory (adapter_config.json and "
                       "adapter_model.safetensors)");
         return st;
-    }
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return CT_ERR(CT_ERR_FORMAT, "%s: not a JSON object", path);
     }
     ct_lora_opts r = {0};
     double v = 0;

@@ -179,19 +179,11 @@ static ct_status load_kernel(const cJSON *o, const char *path, int i, ct_baselin
 
 ct_status ct_baseline_load(ct_baseline *b, const char *path) {
     memset(b, 0, sizeof *b);
-    char *text = NULL;
-    size_t len = 0;
-    ct_status st = ct_file_read_all(path, &text, &len);
-    if (st) return st;
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        st = CT_ERR(CT_ERR_FORMAT, "baseline %s: expected a JSON object, found invalid JSON or "
-                    "another value", path);
+    cJSON *root = NULL;
+    ct_status st = ct_json_read_object(path, &root);
+    if (st == CT_ERR_FORMAT)
         ct_error_hint("save a new one with `ctrain bench kernels ... --save-baseline FILE`");
-        return st;
-    }
+    if (st) return st;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CT_BASELINE_FORMAT)) {

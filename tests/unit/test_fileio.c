@@ -9,6 +9,8 @@
 #include "ct_tmpdir.h"
 #include "io/fileio.h"
 
+#include <cJSON.h>
+
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -213,6 +215,29 @@ static void test_mkdir_p(void) {
     CHECK(ct_mkdir_p("/") == CT_OK);
 }
 
+/* A JSON object file: read, or refused naming the path and what was found. */
+static void test_json_object(void) {
+    char p[512];
+    cJSON *o = NULL;
+    ct_tmpdir_join(p, sizeof p, tmpdir, "o.json");
+    const char *good = "{\"a\": 1}";
+    CHECK(ct_file_write_atomic(p, good, strlen(good)) == CT_OK);
+    CHECK(ct_json_read_object(p, &o) == CT_OK && cJSON_IsObject(o));
+    CHECK(cJSON_GetObjectItemCaseSensitive(o, "a")->valuedouble == 1);
+    cJSON_Delete(o);
+    const char *torn = "{\"a\": 1, \"b\"";
+    CHECK(ct_file_write_atomic(p, torn, strlen(torn)) == CT_OK);
+    CHECK(ct_json_read_object(p, &o) == CT_ERR_FORMAT && o == NULL);
+    CHECK(strstr(ct_last_error(), p) && strstr(ct_last_error(), "byte offset"));
+    CHECK(ct_file_write_atomic(p, "[1, 2]", 6) == CT_OK);
+    CHECK(ct_json_read_object(p, &o) == CT_ERR_FORMAT && o == NULL);
+    CHECK(strstr(ct_last_error(), "another JSON value") != NULL);
+    ct_tmpdir_join(p, sizeof p, tmpdir, "missing.json");
+    CHECK(ct_json_read_object(p, &o) == CT_ERR_IO && o == NULL);
+    ct_tmpdir_join(p, sizeof p, tmpdir, "o.json");
+    CHECK(remove(p) == 0);
+}
+
 int main(void) {
     if (!ct_tmpdir_make(tmpdir, sizeof tmpdir, "fileio")) {
         fprintf(stderr, "mkdtemp failed\n");
@@ -224,6 +249,7 @@ int main(void) {
     test_errors();
     test_file_map();
     test_mkdir_p();
+    test_json_object();
     CHECK(ct_tmpdir_remove(tmpdir) == 0);
     return ct_test_result("test_fileio");
 }
