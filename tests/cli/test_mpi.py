@@ -162,28 +162,37 @@ def equivalence(tmp, shard, val):
           str([(m["step"], m["split"]) for m in lines]))
 
 
+def one_vs_two(tmp, label, args, variant, variant_what):
+    """1 process at batch 4 against 2 ranks at batch 2 (to 1e-5), and 2 ranks
+    against 2 ranks with `variant` set (bit for bit). Returns the run dirs of
+    the 2-rank runs, or None when a run failed."""
+    one, two = os.path.join(tmp, label + "_one"), os.path.join(tmp, label + "_two")
+    var = os.path.join(tmp, label + "_variant")
+    rc1, out1 = single(*args, "train.batch_size=4", f"run.dir={one}")
+    rc2, out2 = mpi(2, *args, "train.batch_size=2", f"run.dir={two}")
+    rc3, out3 = mpi(2, *args, "train.batch_size=2", variant, f"run.dir={var}")
+    check(f"{label} trains on 1 process and on 2 ranks (and with {variant})",
+          rc1 == 0 and rc2 == 0 and rc3 == 0, out1[-300:] + out2[-300:] + out3[-300:])
+    if rc1 or rc2 or rc3:
+        return None
+    a, b, c = metrics(one), metrics(two), metrics(var)
+    check(f"{label}: 2 ranks x B = 1 rank x 2B to 1e-5",
+          all(close(a[s]["loss"], b[s]["loss"]) and close(a[s]["grad_norm"], b[s]["grad_norm"])
+              for s in range(1, 5)), f"{a} {b}")
+    check(f"{label}: {variant_what}, bit for bit",
+          all(b[s]["loss"] == c[s]["loss"] and b[s]["grad_norm"] == c[s]["grad_norm"]
+              for s in range(1, 5)), f"{b} {c}")
+    return two, var
+
+
 def llama_equivalence(tmp, shard):
     """LLaMA's backward reports spans that include its unnamed k, v and up
     projections and the untied head: tiny buckets must still all be summed
     during the backward, and the numbers must match one process at 2B."""
     args = ["model.preset=llama-tiny", f"data.train={shard}", "train.steps=4", "train.seq_len=16",
             "run.threads=1", "optim.lr=3e-3", "optim.grad_clip=1.0", "dist.bucket_mb=0.002"]
-    one, two = os.path.join(tmp, "llama_one"), os.path.join(tmp, "llama_two")
-    off = os.path.join(tmp, "llama_two_nooverlap")
-    rc1, out1 = single(*args, "train.batch_size=4", f"run.dir={one}")
-    rc2, out2 = mpi(2, *args, "train.batch_size=2", f"run.dir={two}")
-    rc3, out3 = mpi(2, *args, "train.batch_size=2", "dist.overlap=false", f"run.dir={off}")
-    check("llama-tiny trains on 1 process and on 2 ranks (overlap on and off)",
-          rc1 == 0 and rc2 == 0 and rc3 == 0, out1[-300:] + out2[-300:] + out3[-300:])
-    if rc1 or rc2 or rc3:
-        return
-    a, b, c = metrics(one), metrics(two), metrics(off)
-    check("llama-tiny: 2 ranks x B = 1 rank x 2B to 1e-5",
-          all(close(a[s]["loss"], b[s]["loss"]) and close(a[s]["grad_norm"], b[s]["grad_norm"])
-              for s in range(1, 5)), f"{a} {b}")
-    check("llama-tiny: allreduce during the backward = after it, bit for bit",
-          all(b[s]["loss"] == c[s]["loss"] and b[s]["grad_norm"] == c[s]["grad_norm"]
-              for s in range(1, 5)), f"{b} {c}")
+    one_vs_two(tmp, "llama-tiny", args, "dist.overlap=false",
+               "allreduce during the backward = after it")
 
 
 def lora_equivalence(tmp, shard):
@@ -191,26 +200,11 @@ def lora_equivalence(tmp, shard):
     frozen base's spans) are what is averaged and what ZeRO shards."""
     args = ["model.preset=llama-tiny", f"data.train={shard}", "train.steps=4", "train.seq_len=16",
             "run.threads=1", "optim.lr=1e-2", "lora.r=4", "lora.targets=q_proj,v_proj,down_proj"]
-    one, two = os.path.join(tmp, "lora_one"), os.path.join(tmp, "lora_two")
-    zero = os.path.join(tmp, "lora_zero")
-    rc1, out1 = single(*args, "train.batch_size=4", f"run.dir={one}")
-    rc2, out2 = mpi(2, *args, "train.batch_size=2", f"run.dir={two}")
-    rc3, out3 = mpi(2, *args, "train.batch_size=2", "dist.zero=1", f"run.dir={zero}")
-    check("LoRA trains on 1 process and on 2 ranks (ZeRO off and on)",
-          rc1 == 0 and rc2 == 0 and rc3 == 0, out1[-300:] + out2[-300:] + out3[-300:])
-    if rc1 or rc2 or rc3:
-        return
-    a, b, c = metrics(one), metrics(two), metrics(zero)
-    check("LoRA: 2 ranks x B = 1 rank x 2B to 1e-5",
-          all(close(a[s]["loss"], b[s]["loss"]) and close(a[s]["grad_norm"], b[s]["grad_norm"])
-              for s in range(1, 5)), f"{a} {b}")
-    check("LoRA: ZeRO-1 = ZeRO off, bit for bit",
-          all(b[s]["loss"] == c[s]["loss"] and b[s]["grad_norm"] == c[s]["grad_norm"]
-              for s in range(1, 5)), f"{b} {c}")
-    check("LoRA under 2 ranks writes the adapter once, in rank 0's run.dir",
-          os.path.exists(os.path.join(two, "adapter_model.safetensors")) and
-          read(os.path.join(two, "adapter_model.safetensors")) ==
-          read(os.path.join(zero, "adapter_model.safetensors")))
+    dirs = one_vs_two(tmp, "LoRA", args, "dist.zero=1", "ZeRO-1 = ZeRO off")
+    if dirs:
+        adapter = [read(os.path.join(d, "adapter_model.safetensors")) for d in dirs]
+        check("LoRA under 2 ranks writes the adapter once, in rank 0's run.dir",
+              adapter[0] == adapter[1])
 
 
 def zero(tmp, shard):
