@@ -1,11 +1,12 @@
 /*
  * `ctrain bench [peak|kernels|step|gemm]`: the engine's benchmarks on this
- * machine (src/perf/bench.h). With no subcommand it runs the roofs, the
- * kernel suite and the end-to-end step. Human-readable tables by default, one
- * JSON object per subcommand with --json. Benchmarks, not tests: the machine's
- * load moves absolute times; compare ratios within one run. `bench kernels`
- * also saves a baseline (--save-baseline) and gates on one (--baseline, exit 1
- * on a regression; src/perf/baseline.h).
+ * machine (roofs: src/perf/bench.h; kernel suite and steps:
+ * src/tools/bench_tools.h). With no subcommand it runs the roofs, the kernel
+ * suite and the end-to-end step. Human-readable tables by default, one JSON
+ * object per subcommand with --json. Benchmarks, not tests: the machine's load
+ * moves absolute times; compare ratios within one run. `bench kernels` also
+ * saves a baseline (--save-baseline) and gates on one (--baseline, exit 1 on a
+ * regression; src/tools/baseline.h).
  */
 #include <errno.h>
 #include <math.h>
@@ -16,10 +17,11 @@
 #include <cblas.h>
 
 #include "cli.h"
-#include "core/ctx.h"
+#include "backend/ctx.h"
 #include "ctrain/model.h"
-#include "perf/baseline.h"
 #include "perf/bench.h"
+#include "tools/baseline.h"
+#include "tools/bench_tools.h"
 
 typedef struct bench_args {
     const char *sub, *preset, *filter, *table, *recompute, *act_dtype;
@@ -28,6 +30,7 @@ typedef struct bench_args {
     const char *save_baseline, *baseline; /* the regression gate (kernels) */
     char slow_name[48];                   /* --debug-slow NAME=FACTOR */
     long long slow_factor;
+    int tile_q, tile_k; /* --attention-tiles; 0: the backend's default */
 } bench_args;
 
 static int bench_long(const char *opt, const char *s, long long lo, long long hi,
@@ -76,7 +79,7 @@ static void bench_usage(void) {
 
 static int bench_parse(int argc, char **argv, bench_args *a) {
     *a = (bench_args){NULL, "gpt2", NULL, "cpu", "none", "fp32", 4, 64, 0, 1, 3, 3, 2048, 5,
-                      false, NULL, NULL, "", 1};
+                      false, NULL, NULL, "", 1, 0, 0};
     int i = 0;
     if (argc > 0 && argv[0][0] != '-') a->sub = argv[i++];
     if (a->sub && strcmp(a->sub, "peak") && strcmp(a->sub, "kernels") && strcmp(a->sub, "step") &&
@@ -104,9 +107,12 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         else if (!strcmp(o, "--attention-tiles")) {
             int bq = 0, bk = 0;
             char tail = 0;
-            if (sscanf(v, "%dx%d%c", &bq, &bk, &tail) != 2 || ct_attention_set_tiles(bq, bk))
+            if (sscanf(v, "%dx%d%c", &bq, &bk, &tail) != 2 || bq < 1 || bq > CT_ATT_BQ_MAX ||
+                bk < 1 || bk > CT_ATT_BK_MAX)
                 return cli_usage_error("bench", "--attention-tiles = '%s': expected QxK with "
-                                       "Q in 1..128 and K in 1..256, like 64x128", v);
+                                       "Q in 1..%d and K in 1..%d, like 64x128", v,
+                                       CT_ATT_BQ_MAX, CT_ATT_BK_MAX);
+            a->tile_q = bq, a->tile_k = bk; /* set on the context's backend once made */
         }
         else if (!strcmp(o, "--table")) {
             if (strcmp(v, "cpu") && strcmp(v, "ref"))
@@ -445,6 +451,11 @@ int cmd_bench(int argc, char **argv) {
     cp.backend = !strcmp(a.table, "ref") ? CT_BACKEND_REF : CT_BACKEND_CPU;
     ct_ctx *ctx;
     if (ct_ctx_init(&ctx, &cp)) return cli_fail("bench");
+    if (a.tile_q && ct_backend_set_tiles(ct_ctx_base_backend(ctx), a.tile_q, a.tile_k)) {
+        ct_ctx_free(ctx);
+        return cli_usage_error("bench", "--attention-tiles %dx%d is out of range", a.tile_q,
+                               a.tile_k);
+    }
     roofs r = {0};
     const char *s = a.sub;
     if (!s || !strcmp(s, "peak")) rc = run_peak(ctx, &a, &r, true);

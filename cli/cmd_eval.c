@@ -101,6 +101,7 @@ int cmd_eval(int argc, char **argv) {
     int rc = 2;
     ct_ctx_params cp = ct_ctx_params_default();
     cp.n_threads = (int)threads;
+    if (cli_device_from_env(&cp)) return cli_fail("eval");
     char resolved[CT_PATH_MAX + 64];
     int64_t step = -1;
     if (ct_ctx_init(&ctx, &cp) ||

@@ -1,6 +1,6 @@
 /*
  * `ctrain report RUN_DIR [--out FILE]`: one self-contained HTML page about a
- * run (src/perf/report.h), written atomically to RUN_DIR/report.html or FILE;
+ * run (src/tools/report.h), written atomically to RUN_DIR/report.html or FILE;
  * prints the path written. Exit 2 and nothing written when the run directory,
  * its metrics or an output path is wrong.
  */
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "perf/report.h"
+#include "tools/report.h"
 
 static void report_usage(void) {
     printf("usage: ctrain report RUN_DIR [--out FILE]\n"

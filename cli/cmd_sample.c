@@ -114,6 +114,7 @@ int cmd_sample(int argc, char **argv) {
     int rc = 2;
     ct_ctx_params cp = ct_ctx_params_default();
     cp.n_threads = (int)threads;
+    if (cli_device_from_env(&cp)) return cli_fail("sample");
     if (ct_ctx_init(&ctx, &cp) || ct_model_load_hf(&m, ctx, model_dir)) {
         rc = cli_fail(cmd);
         goto done;

@@ -19,10 +19,13 @@
 #include "cli.h"
 #include "stop.h"
 #include "ctrain/train.h"
-#include "perf/tune.h"
+#include "tools/tune.h"
 
 int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool *print_only) {
     ct_config_default(cfg);
+    /* CTRAIN_DEVICE: the default of run.device (the test suite runs on sim) */
+    const char *dev = getenv("CTRAIN_DEVICE");
+    if (dev && *dev) snprintf(cfg->run.device, sizeof cfg->run.device, "%s", dev);
     *print_only = false;
     const char *config_path = NULL;
     for (int i = 0; i < argc; i++) {
@@ -225,6 +228,13 @@ int cmd_train(int argc, char **argv) {
     ct_ctx *ctx = NULL;
     ct_ctx_params cp = ct_ctx_params_default();
     cp.n_threads = (int)cfg.run.threads;
+    int kind, index;
+    if (ct_config_device(cfg.run.device, &kind, &index)) {
+        rc = cli_fail("train");
+        ct_dist_free(dist);
+        return rc;
+    }
+    cp.backend = (ct_backend_kind)kind;
     int local = ct_dist_local_size(dist);
     if (local > 1) {
         /* ranks sharing a machine share its cores: split them, and leave

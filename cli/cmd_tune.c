@@ -2,7 +2,7 @@
  * `ctrain tune --config RUN.yaml [--level basic|advanced|ultra|FILE.yaml]
  * [--out FILE] [--json] [--print-config] [key=value ...]`: measures the roofs,
  * then times real training steps of the run's model over the level's search
- * space under run.memory_limit (src/perf/tune.h), prints every trial as it
+ * space under run.memory_limit (src/tools/tune.h), prints every trial as it
  * finishes and writes the profile (default run.dir/profile.yaml) that
  * `ctrain train --config` reads. The config is read as given: a profile's own
  * tune.settings are not applied here, so re-tuning starts from the base.
@@ -14,7 +14,7 @@
 #include "cli.h"
 #include "ctrain/train.h"
 #include "io/fileio.h"
-#include "perf/tune.h"
+#include "tools/tune.h"
 
 static void tune_usage(void) {
     printf("usage: ctrain tune --config RUN.yaml [--level basic|advanced|ultra|FILE.yaml]\n"

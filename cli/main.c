@@ -51,6 +51,16 @@ static void usage(FILE *f) {
             ct_version());
 }
 
+ct_status cli_device_from_env(ct_ctx_params *cp) {
+    const char *dev = getenv("CTRAIN_DEVICE");
+    if (!dev || !*dev) return CT_OK;
+    int kind, index;
+    ct_status st = ct_config_device(dev, &kind, &index);
+    if (st) return st;
+    cp->backend = (ct_backend_kind)kind;
+    return CT_OK;
+}
+
 int cli_fail(const char *cmd) {
     fprintf(stderr, "ctrain %s: error: %s\n", cmd, ct_last_error());
     if (ct_last_hint()[0]) fprintf(stderr, "  hint: %s\n", ct_last_hint());

@@ -55,6 +55,8 @@ typedef struct ct_config {
         bool checkpoint_compress; /* zstd the checkpoints' training-state blobs */
         char memory_limit[CT_NAME_MAX]; /* bytes with KB/MB/GB suffix, or N% */
         char attention_tiles[CT_NAME_MAX]; /* "QxK" query rows x keys per tile, or auto */
+        char device[CT_NAME_MAX];          /* cpu | cuda | cuda:N | ref | sim */
+        char trace[CT_NAME_MAX];           /* "steps:A-B" traced into trace.json, or "" */
     } run;
     struct {
         int64_t window;        /* good steps the z-scores look back on */
@@ -147,6 +149,13 @@ CT_API ct_status ct_config_validate(const ct_config *cfg);
  * tiles), "QxK" its query rows (1..128) and keys (1..256) per tile. Borrows
  * spec. CT_ERR_ARG naming the key and the expected form. */
 CT_API ct_status ct_config_attention_tiles(const char *spec, int *bq, int *bk);
+/* run.trace's text "steps:A-B" or "steps:A" (1 <= A <= B) as the first and
+ * last traced step. CT_ERR_ARG naming the key. */
+CT_API ct_status ct_config_trace_steps(const char *spec, int64_t *first, int64_t *last);
+/* run.device's text as a backend kind (ct_backend_kind) and device index:
+ * cpu, ref, sim; cuda and cuda:N are refused (CT_ERR_ARG, "no CUDA device:
+ * ...") by a build without the CUDA backend. */
+CT_API ct_status ct_config_device(const char *spec, int *kind, int *index);
 
 /* Write the configuration as YAML with every key. Returns owned text; free().
  * NULL on out of memory. */

@@ -94,21 +94,27 @@ typedef enum ct_tag {
 } ct_tag;
 CT_API const char *ct_tag_str(ct_tag t);
 
-typedef enum ct_backend {
+/* The backends a context can run on (run.device). */
+typedef enum ct_backend_kind {
     CT_BACKEND_CPU = 0, /* OpenMP + BLAS kernels */
     CT_BACKEND_REF = 1, /* plain scalar references */
+    CT_BACKEND_SIM = 2, /* ref kernels on memory the host cannot dereference (tests) */
     CT_BACKEND_COUNT
-} ct_backend;
+} ct_backend_kind;
+/* "cpu", "ref", "sim"; "?" outside the enum. Static strings. */
+CT_API const char *ct_backend_kind_name(ct_backend_kind k);
+/* The kind named name (a run.device word); -1 when none is. */
+CT_API int ct_backend_kind_of(const char *name);
 
 typedef struct ct_ctx_params {
-    int n_threads;      /* 0: all available cores */
-    ct_backend backend; /* kernel table to use */
+    int n_threads;           /* 0: all available cores */
+    ct_backend_kind backend; /* where tensors live and kernels run */
     bool pin_threads;   /* pin OpenMP (and so BLAS) threads to cores, one each;
                            default on when there are no more threads than cores */
 } ct_ctx_params;
 CT_API ct_ctx_params ct_ctx_params_default(void);
 
-typedef struct ct_ctx ct_ctx; /* opaque: kernels, threads, allocator stats */
+typedef struct ct_ctx ct_ctx; /* opaque: the backend, threads, allocator stats */
 
 /* Create a context. Returns owned *out; release with ct_ctx_free.
  * Sets the OpenMP and BLAS thread counts to params->n_threads (0: the CPUs

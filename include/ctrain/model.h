@@ -87,13 +87,33 @@ CT_API void ct_model_free(ct_model *m); /* NULL is fine */
  * biases 0, norm weights 1. LLaMA: every matrix N(0, 0.02) (HF's
  * initializer_range), norm weights 1. Deterministic in seed (torch-compatible
  * RNG), drawn in parameter-table order. */
-CT_API void ct_model_init_weights(ct_model *m, uint64_t seed);
+CT_API ct_status ct_model_init_weights(ct_model *m, uint64_t seed);
 
 CT_API const ct_model_config *ct_model_get_config(const ct_model *m);
 CT_API int ct_model_num_params(const ct_model *m); /* entries in the table */
 CT_API const ct_param *ct_model_param(const ct_model *m, int i);
 CT_API const ct_param *ct_model_find_param(const ct_model *m, const char *name);
 CT_API size_t ct_model_numel(const ct_model *m); /* elements of the flat buffer */
+/* Tensor memory (weights, gradients, adapters) lives on the context's
+ * backend: the pointers below are device memory, readable and writable on the
+ * host only when ct_model_host_visible (the cpu and ref backends); otherwise
+ * copy with ct_model_download / ct_model_upload (bytes; src and dst are
+ * borrowed; a download waits for the work before it). */
+CT_API bool ct_model_host_visible(const ct_model *m);
+/* XXH64 (seed 0) of the base weights' bytes as stored (fp32, or the bf16
+ * bits of a bf16 base), streamed through the backend without a full host
+ * copy. CT_ERR_OOM. */
+CT_API ct_status ct_model_base_xxh64(ct_model *m, uint64_t *out);
+CT_API void ct_model_download(ct_model *m, void *host_dst, const void *dev_src, size_t bytes);
+CT_API void ct_model_upload(ct_model *m, void *dev_dst, const void *host_src, size_t bytes);
+/* Sum of squares (in double, a fixed order for a given backend and thread
+ * count) of the trainable gradients [lo, lo + n) (elements); the count of
+ * non-finite trainable gradients; scaling all of them by a; and making the
+ * first one NaN (the debug.nan_step fault). All through the backend. */
+CT_API double ct_model_grad_sumsq(ct_model *m, size_t lo, size_t n);
+CT_API size_t ct_model_grad_nonfinite(ct_model *m);
+CT_API void ct_model_grads_scale(ct_model *m, float a);
+CT_API void ct_model_grads_poison(ct_model *m);
 /* The fp32 weights; NULL when a LoRA base is stored as bf16 (see below). */
 CT_API float *ct_model_params(ct_model *m);
 /* The bf16 bits of a base stored as bf16, else NULL. Borrowed. */
@@ -234,6 +254,11 @@ CT_API ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits)
  * layout, atomically; `file` names the safetensors file in dir
  * ("model.safetensors"); config.json is written when write_config. */
 CT_API ct_status ct_model_load_hf(ct_model **out, ct_ctx *ctx, const char *dir);
+/* Read dir's weights into m in place (its fp32 weights, or its bf16 base),
+ * with no second model: CT_ERR_ARG when dir/config.json describes another
+ * shape (nothing read), the load's errors otherwise (m may then hold part of
+ * the new weights). Borrows m and dir. */
+CT_API ct_status ct_model_load_hf_weights(ct_model *m, const char *dir);
 /* Only the model's shape, from dir/config.json (no weights are read). */
 CT_API ct_status ct_model_config_load_hf(ct_model_config *cfg, const char *dir);
 CT_API ct_status ct_model_save_hf(ct_model *m, const char *dir, const char *file, bool grads,
@@ -298,7 +323,7 @@ CT_API ct_status ct_model_load_hf_lora(ct_model **out, ct_ctx *ctx, const char *
                                        const ct_lora_opts *o);
 /* PEFT's initialisation: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming-uniform,
  * a = sqrt(5)), B = 0; deterministic in seed, in adapter-table order. */
-CT_API void ct_model_lora_init_weights(ct_model *m, uint64_t seed);
+CT_API ct_status ct_model_lora_init_weights(ct_model *m, uint64_t seed);
 /* The attached options, or NULL without adapters. */
 CT_API const ct_lora_opts *ct_model_lora(const ct_model *m);
 /* Fold the adapters into the base weights (W += alpha/r * B A, in double)

@@ -78,7 +78,8 @@ void ct_error_clear(void) {
     err_slot.msg[0] = err_slot.hint[0] = err_slot.site[0] = '\0';
 }
 
-/* Process-wide by design (STYLE.md section 10): set once by the program. */
+/* Process-wide by design, like the log callback: the one handler the program
+ * installs before anything runs (the library holds no other mutable global). */
 static ct_abort_fn abort_handler = NULL;
 
 void ct_set_abort_handler(ct_abort_fn fn) { abort_handler = fn; }

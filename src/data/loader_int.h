@@ -1,13 +1,13 @@
 /*
  * Loader internals shared by loader.c (shards, order, positions, the public
  * calls) and loader_ring.c (the prefetch thread and its ring of batches).
- * Leaves out: anything a user of ct_loader sees; include/ctrain/train.h holds
+ * Leaves out: anything a user of ct_loader sees; include/ctrain/loader.h holds
  * the public contract.
  */
 #ifndef CT_LOADER_INT_H
 #define CT_LOADER_INT_H
 
-#include "ctrain/train.h"
+#include "ctrain/loader.h"
 
 #include <pthread.h>
 

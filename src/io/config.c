@@ -105,6 +105,10 @@ static const key_def keys[] = {
     S("run.memory_limit", run.memory_limit, "bytes (KB/MB/GB) or N% of RAM"),
     S("run.attention_tiles", run.attention_tiles,
       "attention tile: QxK query rows (1..128) x keys (1..256), or auto (64x128)"),
+    S("run.device", run.device, "where tensors live and kernels run: cpu | cuda | cuda:N "
+      "(ref and sim: the test backends)"),
+    S("run.trace", run.trace, "steps to trace into run.dir/trace.json (Chrome trace "
+      "format), e.g. steps:5-7 or steps:3; empty: off"),
     I("guard.window", guard.window, 1, 1024, "good steps the spike z-scores look back on"),
     F("guard.zscore", guard.zscore, 0, 1e6, "loss / grad-norm spike threshold (0: off)"),
     I("guard.min_steps", guard.min_steps, 2, 1024, "good steps before spikes are judged"),
@@ -241,7 +245,8 @@ void ct_config_default(ct_config *c) {
     c->alerts.repeat_every = 100;
     c->alerts.expected_mfu = 0.10;
     snprintf(c->run.attention_tiles, sizeof c->run.attention_tiles, "auto");
-    /* the tune.* search keys default to the basic level (perf/tune.c) */
+    snprintf(c->run.device, sizeof c->run.device, "cpu");
+    /* the tune.* search keys default to the basic level (tools/tune.c) */
     snprintf(c->tune.level, sizeof c->tune.level, "basic");
     snprintf(c->tune.search, sizeof c->tune.search, "threads,batch");
     snprintf(c->tune.tile_candidates, sizeof c->tune.tile_candidates, "32x64,64x64,64x128,128x128");
@@ -614,12 +619,55 @@ ct_status ct_config_attention_tiles(const char *spec, int *bq, int *bk) {
     return CT_OK;
 }
 
+ct_status ct_config_trace_steps(const char *spec, int64_t *first, int64_t *last) {
+    long long a = 0, b = 0;
+    char tail = 0;
+    int n = sscanf(spec, "steps:%lld-%lld%c", &a, &b, &tail);
+    if (n == 1) {
+        n = sscanf(spec, "steps:%lld%c", &a, &tail);
+        b = a;
+        n = n == 1 ? 2 : 0;
+    }
+    if (n != 2 || a < 1 || b < a) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "run.trace = '%s': expected steps:A-B (1 <= A <= B) "
+                              "or steps:A", spec);
+        ct_error_hint("e.g. run.trace=steps:5-7 traces steps 5, 6 and 7 into run.dir/trace.json");
+        return st;
+    }
+    *first = a;
+    *last = b;
+    return CT_OK;
+}
+
+ct_status ct_config_device(const char *spec, int *kind, int *index) {
+    *index = 0;
+    int k = ct_backend_kind_of(spec);
+    if (k >= 0) {
+        *kind = k;
+        return CT_OK;
+    }
+    char tail = 0;
+    if (!strcmp(spec, "cuda") || (sscanf(spec, "cuda:%d%c", index, &tail) == 1 && *index >= 0)) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "run.device = %s: no CUDA device: this ctrain was built "
+                              "without the CUDA backend", spec);
+        ct_error_hint("train on the CPU with run.device=cpu");
+        return st;
+    }
+    ct_status st = CT_ERR(CT_ERR_ARG, "run.device = '%s': expected cpu, cuda or cuda:N (ref and "
+                          "sim are the test backends)", spec);
+    return st;
+}
+
 ct_status ct_config_validate(const ct_config *c) {
     size_t limit;
     ct_status st0 = ct_config_memory_limit(c->run.memory_limit, 1, &limit);
     if (st0) return st0;
     int bq, bk;
     if ((st0 = ct_config_attention_tiles(c->run.attention_tiles, &bq, &bk))) return st0;
+    int dev_kind, dev_index;
+    if ((st0 = ct_config_device(c->run.device, &dev_kind, &dev_index))) return st0;
+    int64_t tr0, tr1;
+    if (c->run.trace[0] && (st0 = ct_config_trace_steps(c->run.trace, &tr0, &tr1))) return st0;
     if (c->schedule.warmup_steps > c->train.steps && c->train.steps > 0)
         return CT_ERR(CT_ERR_ARG,
                       "schedule.warmup_steps = %lld exceeds train.steps = %lld",

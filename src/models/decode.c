@@ -8,8 +8,6 @@
  */
 #include "models/model_impl.h"
 
-#include <string.h>
-
 ct_status ct_model_decode_reserve(ct_model *m, int max_len) {
     const ct_model_config *c = &m->cfg;
     if (m->lora)
@@ -19,14 +17,16 @@ ct_status ct_model_decode_reserve(ct_model *m, int max_len) {
         return CT_ERR(CT_ERR_ARG, "decode length %d is invalid: expected 1..%d (n_ctx)", max_len,
                       c->n_ctx);
     decode_state *d = &m->dec;
-    ct_free(m->ctx, d->block);
-    memset(d, 0, sizeof *d);
+    model_buf_free(m, d->block);
+    *d = (decode_state){0};
     size_t L = (size_t)c->n_layer, C = (size_t)c->n_embd, F = (size_t)c->n_ffn;
     size_t KC = (size_t)c->n_kv_head * (C / (size_t)c->n_head);
     size_t QKV = (size_t)model_qkv_width(c), FW = (size_t)model_fc_width(c);
     size_t cache = L * (size_t)max_len * KC;
-    size_t total = 2 * cache + 4 * C + QKV + FW + F;
-    float *p = ct_alloc(m->ctx, total * sizeof(float), CT_TAG_ACTS);
+    size_t V = (size_t)c->vocab_size;
+    /* + the logits row and one slot for the token id (int32 beside floats) */
+    size_t total = 2 * cache + 4 * C + QKV + FW + F + V + 1;
+    float *p = model_buf_alloc(m, total * sizeof(float), CT_TAG_ACTS);
     if (!p) return ct_last_status();
     d->block = p;
     d->kcache = p, p += cache;
@@ -37,7 +37,9 @@ ct_status ct_model_decode_reserve(ct_model *m, int max_len) {
     d->tmp = p, p += C;
     d->qkv = p, p += QKV;
     d->fch = p, p += FW;
-    d->fch_gelu = p;
+    d->fch_gelu = p, p += F;
+    d->logits = p, p += V;
+    d->token = (int32_t *)p;
     d->max_len = max_len;
     d->len = 0;
     return CT_OK;
@@ -46,7 +48,8 @@ ct_status ct_model_decode_reserve(ct_model *m, int max_len) {
 void ct_model_decode_reset(ct_model *m) { m->dec.len = 0; }
 
 ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
-    const ct_kernels *k = m->k;
+    ct_backend *be = m->be;
+    const ct_backend_i *k = be->i;
     const ct_model_config *c = &m->cfg;
     decode_state *d = &m->dec;
     int C = c->n_embd, F = c->n_ffn, NH = c->n_head, NKV = c->n_kv_head, HS = C / NH;
@@ -59,32 +62,31 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
         return CT_ERR(CT_ERR_ARG, "token %d is out of range: expected 0..%d", token,
                       c->vocab_size - 1);
     int pos = d->len;
-    k->encoder_forward(d->x, &token, model_p(m, m->wte), model_p(m, m->wpe), 1, 1, C, pos);
+    ct_be_upload(be, d->token, &token, sizeof token);
+    k->encoder_forward(be, d->x, d->token, model_p(m, m->wte), model_p(m, m->wpe), 1, 1, C, pos);
     for (int l = 0; l < c->n_layer; l++) {
         const layer_idx *w = &m->layers[l];
         float *kc = d->kcache + ((size_t)l * d->max_len) * KC;
         float *vc = d->vcache + ((size_t)l * d->max_len) * KC;
         model_norm_fwd(m, d->ln, NULL, NULL, d->x, w->ln1_w, w->ln1_b, 1);
-        k->matmul_forward(d->qkv, d->ln, model_p(m, w->qkv_w), model_p(m, w->qkv_b), 1, C, QKV);
+        k->matmul_forward(be, d->qkv, d->ln, model_p(m, w->qkv_w), model_p(m, w->qkv_b), 1, C, QKV);
         /* the cache holds keys already turned to their position */
-        if (c->pos == CT_POS_ROPE) k->rope_forward(d->qkv, 1, 1, NH, NKV, HS, pos, c->rope_theta);
-        memcpy(kc + (size_t)pos * KC, d->qkv + C, (size_t)KC * sizeof(float));
-        memcpy(vc + (size_t)pos * KC, d->qkv + C + KC, (size_t)KC * sizeof(float));
-        if (c->arch == CT_ARCH_GPT2)
-            k->attention_decode(d->atty, d->qkv, kc, vc, pos + 1, C, NH);
-        else
-            k->attention_gqa_decode(d->atty, d->qkv, kc, vc, pos + 1, NH, NKV, HS);
-        k->matmul_forward(d->tmp, d->atty, model_p(m, w->proj_w), model_p(m, w->proj_b), 1, C, C);
-        k->residual_forward(d->x, d->x, d->tmp, (size_t)C);
+        if (c->pos == CT_POS_ROPE) k->rope_forward(be, d->qkv, 1, 1, NH, NKV, HS, pos, c->rope_theta);
+        k->copy(be, kc + (size_t)pos * KC, d->qkv + C, (size_t)KC * sizeof(float));
+        k->copy(be, vc + (size_t)pos * KC, d->qkv + C + KC, (size_t)KC * sizeof(float));
+        k->attention_decode(be, d->atty, d->qkv, kc, vc, pos + 1, NH, NKV, HS);
+        k->matmul_forward(be, d->tmp, d->atty, model_p(m, w->proj_w), model_p(m, w->proj_b), 1, C, C);
+        k->residual_forward(be, d->x, d->x, d->tmp, (size_t)C);
         model_norm_fwd(m, d->ln, NULL, NULL, d->x, w->ln2_w, w->ln2_b, 1);
-        k->matmul_forward(d->fch, d->ln, model_p(m, w->fc_w), model_p(m, w->fc_b), 1, C, FW);
+        k->matmul_forward(be, d->fch, d->ln, model_p(m, w->fc_w), model_p(m, w->fc_b), 1, C, FW);
         model_mlp_act_fwd(m, d->fch_gelu, d->fch, 1);
-        k->matmul_forward(d->tmp, d->fch_gelu, model_p(m, w->fcproj_w), model_p(m, w->fcproj_b),
+        k->matmul_forward(be, d->tmp, d->fch_gelu, model_p(m, w->fcproj_w), model_p(m, w->fcproj_b),
                           1, F, C);
-        k->residual_forward(d->x, d->x, d->tmp, (size_t)C);
+        k->residual_forward(be, d->x, d->x, d->tmp, (size_t)C);
     }
     model_norm_fwd(m, d->ln, NULL, NULL, d->x, m->lnf_w, m->lnf_b, 1);
-    k->matmul_forward(logits, d->ln, model_p(m, m->head_w), NULL, 1, C, c->vocab_size);
+    k->matmul_forward(be, d->logits, d->ln, model_p(m, m->head_w), NULL, 1, C, c->vocab_size);
+    ct_be_download(be, logits, d->logits, (size_t)c->vocab_size * sizeof(float));
     d->len++;
-    return CT_OK;
+    return k->synchronize(be);
 }

@@ -162,52 +162,53 @@ static bool host_le(void) {
 static ct_status read_bf16_base(ct_model *m, int i, const ct_safetensors *sf,
                                 const ct_st_tensor *t, float **scratch, size_t *cap) {
     const ct_param *p = &m->table[i];
+    ct_backend *be = m->be;
     ct_status st = CT_OK;
-    if (p->ndim == 1) { /* fp32 for the math; bf16 bits too, as base_to_bf16 leaves them */
-        float *w = m->small + m->small_off[i];
-        st = ct_st_read_f32(sf, t, w, false);
-        if (!st) ct_f32_to_bf16_array(m->params16 + p->offset, w, p->numel);
-    } else if (t->dtype == CT_DTYPE_BF16 && !p->hf_conv1d && host_le()) {
-        memcpy(m->params16 + p->offset, t->data, p->numel * sizeof(uint16_t));
-    } else {
-        if (*cap < p->numel) {
-            free(*scratch);
-            *scratch = malloc(p->numel * sizeof(float));
-            *cap = *scratch ? p->numel : 0;
-            if (!*scratch) return CT_ERR(CT_ERR_OOM, "out of memory reading '%s'", t->name);
-        }
-        st = ct_st_read_f32(sf, t, *scratch, p->hf_conv1d);
-        if (!st) ct_f32_to_bf16_array(m->params16 + p->offset, *scratch, p->numel);
+    if (t->dtype == CT_DTYPE_BF16 && p->ndim == 2 && !p->hf_conv1d && host_le()) {
+        ct_be_upload(be, m->params16 + p->offset, t->data, p->numel * sizeof(uint16_t));
+        drop_mapped(t->data, t->nbytes);
+        return CT_OK;
+    }
+    /* fp32 on the host (bf16 bits after it), then up to the device */
+    size_t need = p->numel + (p->numel + 1) / 2;
+    if (*cap < need) {
+        free(*scratch);
+        *scratch = malloc(need * sizeof(float));
+        *cap = *scratch ? need : 0;
+        if (!*scratch) return CT_ERR(CT_ERR_OOM, "out of memory reading '%s'", t->name);
+    }
+    float *w = *scratch;
+    uint16_t *w16 = (uint16_t *)(w + p->numel);
+    st = ct_st_read_f32(sf, t, w, p->hf_conv1d);
+    if (!st) {
+        ct_f32_to_bf16_array(w16, w, p->numel);
+        ct_be_upload(be, m->params16 + p->offset, w16, p->numel * sizeof(uint16_t));
+        /* 1-D weights: fp32 for the math; bf16 bits too, as base_to_bf16 leaves them */
+        if (p->ndim == 1)
+            ct_be_upload(be, m->small + m->small_off[i], w, p->numel * sizeof(float));
     }
     drop_mapped(t->data, t->nbytes);
     return st;
 }
 
-/* Load dir's weights into a new model: fp32 (lo NULL), or straight into the
- * bf16 storage of a LoRA base (lo->base_bf16). */
-static ct_status load_hf(ct_model **out, ct_ctx *ctx, const char *dir, const ct_lora_opts *lo) {
-    *out = NULL;
-    ct_model_config cfg;
-    ct_status st = ct_model_config_load_hf(&cfg, dir);
-    if (st) return st;
-    hf_weights w;
-    ct_model *m = NULL;
+/* Read every tensor of the opened set w into m (fp32, or m's bf16 base),
+ * each checked against m's table; warn about tensors the model lacks. */
+static ct_status read_weights(ct_model *m, hf_weights *w) {
+    const ct_model_config cfg = m->cfg;
+    bool b16 = m->params16 != NULL;
     float *scratch = NULL;
     size_t cap = 0;
-    bool b16 = lo && lo->base_bf16;
-    if ((st = hf_weights_open(&w, dir))) return st;
-    const char *where = hf_weights_where(&w);
-    if ((st = model_init_impl(&m, ctx, &cfg, !b16))) goto fail;
-    if (b16 && (st = lora_base16_alloc(m))) goto fail;
+    ct_status st = CT_OK;
+    const char *where = hf_weights_where(w);
     for (int i = 0; i < m->n_table; i++) {
         const ct_param *p = &m->table[i];
         const ct_safetensors *sf = NULL;
-        const ct_st_tensor *t = find_tensor(m, &w, p->name, &sf);
+        const ct_st_tensor *t = find_tensor(m, w, p->name, &sf);
         if (!t) {
             st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' is missing (config.json describes a "
                         "%d-layer %s)", sf ? ct_st_path(sf) : where, p->name, cfg.n_layer,
                         cfg.arch == CT_ARCH_LLAMA ? "LLaMA" : "GPT-2");
-            goto fail;
+            goto done;
         }
         const char *path = ct_st_path(sf);
         /* expected shape on disk: Conv1D weights are [in, out] */
@@ -228,29 +229,52 @@ static ct_status load_hf(ct_model **out, ct_ctx *ctx, const char *dir, const ct_
             else
                 st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected [%lld] from "
                             "config.json", path, t->name, got, (long long)e0);
-            goto fail;
+            goto done;
         }
         if (t->dtype != CT_DTYPE_F32 && t->dtype != CT_DTYPE_F16 && t->dtype != CT_DTYPE_BF16) {
             st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16",
                         path, t->name, ct_dtype_name(t->dtype));
-            goto fail;
+            goto done;
         }
-        if (b16)
+        if (b16) {
             st = read_bf16_base(m, i, sf, t, &scratch, &cap);
-        else
-            st = ct_st_read_f32(sf, t, m->params + p->offset, p->hf_conv1d);
-        if (st) goto fail;
+        } else {
+            void *stage;
+            float *dst = model_host_write(m, m->params + p->offset, p->numel * sizeof(float),
+                                          &stage);
+            st = dst ? ct_st_read_f32(sf, t, dst, p->hf_conv1d) : ct_last_status();
+            model_host_done(m, m->params + p->offset, p->numel * sizeof(float), stage, !st);
+        }
+        if (st) goto done;
     }
-    for (int f = 0; f < w.n; f++) {
-        for (int i = 0; i < ct_st_count(w.files[f]); i++) {
-            const ct_st_tensor *t = ct_st_tensor_at(w.files[f], i);
+    for (int f = 0; f < w->n; f++) {
+        for (int i = 0; i < ct_st_count(w->files[f]); i++) {
+            const ct_st_tensor *t = ct_st_tensor_at(w->files[f], i);
             if (!known_extra(m, t->name))
-                ct_log(CT_LOG_WARN, "%s: ignoring unexpected tensor '%s'", ct_st_path(w.files[f]),
+                ct_log(CT_LOG_WARN, "%s: ignoring unexpected tensor '%s'", ct_st_path(w->files[f]),
                        t->name);
         }
     }
-    hf_weights_close(&w);
+done:
     free(scratch);
+    return st;
+}
+
+/* Load dir's weights into a new model: fp32 (lo NULL), or straight into the
+ * bf16 storage of a LoRA base (lo->base_bf16). */
+static ct_status load_hf(ct_model **out, ct_ctx *ctx, const char *dir, const ct_lora_opts *lo) {
+    *out = NULL;
+    ct_model_config cfg;
+    ct_status st = ct_model_config_load_hf(&cfg, dir);
+    if (st) return st;
+    hf_weights w;
+    ct_model *m = NULL;
+    bool b16 = lo && lo->base_bf16;
+    if ((st = hf_weights_open(&w, dir))) return st;
+    if ((st = model_init_impl(&m, ctx, &cfg, !b16))) goto fail;
+    if (b16 && (st = lora_base16_alloc(m))) goto fail;
+    if ((st = read_weights(m, &w))) goto fail;
+    hf_weights_close(&w);
     if (lo && (st = ct_model_lora_attach(m, lo))) {
         ct_model_free(m);
         return st;
@@ -259,8 +283,32 @@ static ct_status load_hf(ct_model **out, ct_ctx *ctx, const char *dir, const ct_
     return CT_OK;
 fail:
     hf_weights_close(&w);
-    free(scratch);
     ct_model_free(m);
+    return st;
+}
+
+ct_status ct_model_load_hf_weights(ct_model *m, const char *dir) {
+    ct_model_config cfg;
+    ct_status st = ct_model_config_load_hf(&cfg, dir);
+    if (st) return st;
+    const ct_model_config *c = &m->cfg;
+    if (cfg.arch != c->arch || cfg.n_layer != c->n_layer || cfg.n_head != c->n_head ||
+        cfg.n_kv_head != c->n_kv_head || cfg.n_embd != c->n_embd || cfg.n_ffn != c->n_ffn ||
+        cfg.vocab_size != c->vocab_size || cfg.n_ctx != c->n_ctx || cfg.norm != c->norm ||
+        cfg.pos != c->pos || cfg.mlp != c->mlp || cfg.bias != c->bias ||
+        cfg.tied_head != c->tied_head)
+        return CT_ERR(CT_ERR_ARG, "%s holds a model of another shape: it is %s n_layer=%d "
+                      "n_head=%d n_embd=%d vocab_size=%d n_ctx=%d, this model is %s n_layer=%d "
+                      "n_head=%d n_embd=%d vocab_size=%d n_ctx=%d", dir,
+                      cfg.arch == CT_ARCH_LLAMA ? "llama" : "gpt2", cfg.n_layer, cfg.n_head,
+                      cfg.n_embd, cfg.vocab_size, cfg.n_ctx,
+                      c->arch == CT_ARCH_LLAMA ? "llama" : "gpt2", c->n_layer, c->n_head,
+                      c->n_embd, c->vocab_size, c->n_ctx);
+    hf_weights w;
+    if ((st = hf_weights_open(&w, dir))) return st;
+    st = read_weights(m, &w);
+    hf_weights_close(&w);
+    if (!st) st = m->be->i->synchronize(m->be);
     return st;
 }
 
@@ -332,8 +380,14 @@ static ct_status save_hf(ct_model *m, const char *dir, const char *file, bool gr
                       m->lora ? " (LoRA: the base is frozen and has none)" : "");
     ct_status st = ct_mkdir_p(dir);
     if (st) return st;
+    void *stage;
+    base = model_host_read(m, base, m->numel * sizeof(float), &stage);
+    if (!base) return ct_last_status();
     ct_st_entry *e = calloc((size_t)m->n_table, sizeof *e);
-    if (!e) return CT_ERR(CT_ERR_OOM, "out of memory saving the model");
+    if (!e) {
+        model_host_done(m, NULL, 0, stage, false);
+        return CT_ERR(CT_ERR_OOM, "out of memory saving the model");
+    }
     for (int i = 0; i < m->n_table; i++) {
         const ct_param *p = &m->table[i];
         e[i].name = p->name;
@@ -349,6 +403,7 @@ static ct_status save_hf(ct_model *m, const char *dir, const char *file, bool gr
     const char *meta[] = {"format", "pt"};
     st = ct_st_write(path, e, m->n_table, meta, 1);
     free(e);
+    model_host_done(m, NULL, 0, stage, false);
     if (st == CT_OK && write_config) st = write_hf_config(m, dir, bf16);
     return st;
 }

@@ -6,11 +6,11 @@
  * model_train.c calls right after each base GEMM, and merging into the base.
  * Leaves out: PEFT files (lora_peft.c) and the base GEMMs themselves (the
  * frozen base runs through the ordinary block code with no weight gradients).
- * The strided copies below (an adapter owns a column range of a fused GEMM's
- * output) are O(N*out) loops next to O(N*out*r) GEMMs; the GEMMs go through
- * the kernel table like every other model GEMM.
+ * The strided scale-adds (an adapter owns a column range of a fused GEMM's
+ * output), the dropout and the GEMMs all go through the backend like every
+ * other model op; merging stages the adapter and the base rows through host
+ * memory (a one-off, in double, as before).
  */
-#include "core/dtype.h"
 #include "models/model_impl.h"
 
 #include <math.h>
@@ -164,8 +164,8 @@ size_t lora_numel(const ct_model_config *c, const ct_lora_opts *lo) {
 
 static void lora_free(ct_model *m) {
     if (!m->lora) return;
-    ct_free(m->ctx, m->lora->grads);
-    ct_free(m->ctx, m->lora->params);
+    model_buf_free(m, m->lora->grads);
+    model_buf_free(m, m->lora->params);
     free(m->lora->table);
     free(m->lora);
     m->lora = NULL;
@@ -213,7 +213,7 @@ float *model_p_bf16(ct_model *m, int idx) {
     if (p->ndim == 1) return m->small + m->small_off[idx];
     float *dst = idx == m->wpe ? m->acts.base_wpe : m->acts.base_w;
     CT_ASSERT(dst != NULL); /* the arena of ct_model_reserve holds the widened matrix */
-    ct_bf16_to_f32_array(dst, m->params16 + p->offset, m->span[idx]);
+    m->be->i->bf16_to_f32(m->be, dst, m->params16 + p->offset, m->span[idx]);
     return dst;
 }
 
@@ -236,12 +236,12 @@ ct_status lora_base16_alloc(ct_model *m) {
         m->span[m->layers[l].qkv_w] = (size_t)model_qkv_width(c) * C;
         m->span[m->layers[l].fc_w] = (size_t)model_fc_width(c) * C;
     }
-    m->params16 = ct_alloc(m->ctx, m->numel * sizeof(uint16_t), CT_TAG_PARAMS);
-    m->small = ct_alloc(m->ctx, (small ? small : 1) * sizeof(float), CT_TAG_PARAMS);
+    m->params16 = model_buf_alloc(m, m->numel * sizeof(uint16_t), CT_TAG_PARAMS);
+    m->small = model_buf_alloc(m, (small ? small : 1) * sizeof(float), CT_TAG_PARAMS);
     if (!m->params16 || !m->small) {
         ct_status st = ct_last_status();
-        ct_free(m->ctx, m->params16);
-        ct_free(m->ctx, m->small);
+        model_buf_free(m, m->params16);
+        model_buf_free(m, m->small);
         m->params16 = NULL;
         m->small = NULL;
         return st;
@@ -254,12 +254,13 @@ ct_status lora_base16_alloc(ct_model *m) {
 static ct_status base_to_bf16(ct_model *m) {
     ct_status st = lora_base16_alloc(m);
     if (st) return st;
-    ct_f32_to_bf16_array(m->params16, m->params, m->numel);
+    ct_backend *be = m->be;
+    be->i->f32_to_bf16(be, m->params16, m->params, m->numel);
     for (int i = 0; i < m->n_table; i++)
         if (m->table[i].ndim == 1)
-            memcpy(m->small + m->small_off[i], m->params + m->table[i].offset,
-                   m->table[i].numel * sizeof(float));
-    ct_free(m->ctx, m->params);
+            be->i->copy(be, m->small + m->small_off[i], m->params + m->table[i].offset,
+                        m->table[i].numel * sizeof(float));
+    model_buf_free(m, m->params);
     m->params = NULL;
     return CT_OK;
 }
@@ -302,7 +303,7 @@ ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o) {
             lora_add(a, name, md->out, o->r);
         }
     }
-    a->params = ct_alloc(m->ctx, a->numel * sizeof(float), CT_TAG_PARAMS);
+    a->params = model_buf_alloc(m, a->numel * sizeof(float), CT_TAG_PARAMS);
     if (!a->params) {
         st = ct_last_status();
         free(a->table);
@@ -317,23 +318,35 @@ ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o) {
     return CT_OK;
 }
 
-void ct_model_lora_init_weights(ct_model *m, uint64_t seed) {
-    model_lora *a = m->lora;
-    if (!a) return;
+/* kaiming_uniform_(a=sqrt(5)) on A (r, in): bound = 1/sqrt(in), drawn in order */
+typedef struct lora_init {
     ct_rng rng;
-    ct_rng_init(&rng, seed);
+    float bound;
+} lora_init;
+
+static void lora_fill_a(float *w, size_t n, size_t offset, void *user) {
+    lora_init *li = user;
+    (void)offset;
+    for (size_t j = 0; j < n; j++) w[j] = (2.0f * ct_rng_float(&li->rng) - 1.0f) * li->bound;
+}
+
+ct_status ct_model_lora_init_weights(ct_model *m, uint64_t seed) {
+    model_lora *a = m->lora;
+    if (!a) return CT_OK;
+    lora_init li;
+    ct_rng_init(&li.rng, seed);
     for (int i = 0; i < a->n_table; i++) {
         const ct_param *p = &a->table[i];
         float *w = a->params + p->offset;
         if (i % 2 == 0) {
-            /* kaiming_uniform_(a=sqrt(5)) on (r, in): bound = 1/sqrt(in) */
-            float bound = 1.0f / sqrtf((float)p->shape[1]);
-            for (size_t j = 0; j < p->numel; j++)
-                w[j] = (2.0f * ct_rng_float(&rng) - 1.0f) * bound;
+            li.bound = 1.0f / sqrtf((float)p->shape[1]);
+            ct_status st = model_stage_fill(m, w, p->numel, lora_fill_a, &li);
+            if (st) return st;
         } else {
-            memset(w, 0, p->numel * sizeof *w);
+            m->be->i->memset(m->be, w, 0, p->numel * sizeof *w);
         }
     }
+    return CT_OK;
 }
 
 const ct_lora_opts *ct_model_lora(const ct_model *m) { return m->lora ? &m->lora->o : NULL; }
@@ -361,35 +374,28 @@ float *ct_model_trainable_grads(ct_model *m) { return m->lora ? m->lora->grads :
 
 /* ------------------------------------------------------ forward, backward */
 
-/* The dropout mask of element i of adapter unit u in forward pass `pass`: a
- * counter-based hash, so the backward (and a recomputing re-run) draws the
- * same mask without storing it. */
-static bool lora_keep(const model_lora *a, uint64_t unit, size_t i) {
-    uint64_t x = a->o.seed * 0x9E3779B97F4A7C15ull ^ a->pass * 0xBF58476D1CE4E5B9ull ^
-                 unit * 0x94D049BB133111EBull ^ (uint64_t)i;
-    x ^= x >> 30;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 27;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 31;
-    float u = (float)(x >> 40) * (1.0f / 16777216.0f);
-    return u >= a->o.dropout;
+/* The dropout key of adapter unit u in forward pass `pass` (see
+ * ct_dropout_keep): the backward (and a recomputing re-run) draws the same
+ * mask again without storing it. */
+static uint64_t lora_key(const model_lora *a, uint64_t unit) {
+    return a->o.seed * 0x9E3779B97F4A7C15ull ^ a->pass * 0xBF58476D1CE4E5B9ull ^
+           unit * 0x94D049BB133111EBull;
 }
 
 /* The adapter input of unit u: x itself, or dropout(x) written to lora_xd. */
 static const float *lora_input(ct_model *m, uint64_t unit, const float *x, size_t n) {
     model_lora *a = m->lora;
     if (!(a->dropping && a->o.dropout > 0)) return x;
-    float *xd = m->acts.lora_xd, inv = 1.0f / (1.0f - a->o.dropout);
-    for (size_t i = 0; i < n; i++) xd[i] = lora_keep(a, unit, i) ? x[i] * inv : 0.0f;
-    return xd;
+    m->be->i->dropout_forward(m->be, m->acts.lora_xd, x, n, a->o.dropout, lora_key(a, unit));
+    return m->acts.lora_xd;
 }
 
 void model_lora_forward(ct_model *m, int l, int gemm, float *out, int OUTW, const float *x,
                         int N) {
     model_lora *a = m->lora;
     if (!a) return;
-    const ct_kernels *k = m->k;
+    ct_backend *be = m->be;
+    const ct_backend_i *k = be->i;
     int r = a->o.r;
     for (int s = 0; s < a->nmod; s++) {
         const lora_mod *md = &a->mods[s];
@@ -399,14 +405,10 @@ void model_lora_forward(ct_model *m, int l, int gemm, float *out, int OUTW, cons
         const float *Bw = a->params + a->table[2 * unit + 1].offset;
         float *h = m->acts.lora_h + unit * (size_t)N * r, *u = m->acts.lora_tmp;
         const float *xin = lora_input(m, unit, x, (size_t)N * md->in);
-        k->matmul_forward(h, xin, A, NULL, N, md->in, r);
-        k->matmul_forward(u, h, Bw, NULL, N, r, md->out);
+        k->matmul_forward(be, h, xin, A, NULL, N, md->in, r);
+        k->matmul_forward(be, u, h, Bw, NULL, N, r, md->out);
         /* out[:, col0:col0+out] += scale * u */
-        for (int n = 0; n < N; n++) {
-            float *o = out + (size_t)n * OUTW + md->col0;
-            const float *un = u + (size_t)n * md->out;
-            for (int j = 0; j < md->out; j++) o[j] += a->scale * un[j];
-        }
+        k->scale_add(be, out + md->col0, OUTW, u, md->out, N, md->out, a->scale, true);
     }
 }
 
@@ -414,7 +416,8 @@ void model_lora_backward(ct_model *m, int l, int gemm, float *dx, const float *d
                          const float *x, int N) {
     model_lora *a = m->lora;
     if (!a) return;
-    const ct_kernels *k = m->k;
+    ct_backend *be = m->be;
+    const ct_backend_i *k = be->i;
     int r = a->o.r;
     bool drop = a->dropping && a->o.dropout > 0;
     for (int s = 0; s < a->nmod; s++) {
@@ -427,27 +430,22 @@ void model_lora_backward(ct_model *m, int l, int gemm, float *dx, const float *d
         const float *h = m->acts.lora_h + unit * (size_t)N * r;
         float *g = m->acts.lora_tmp, *dh = m->acts.lora_dh;
         /* g = scale * dout[:, col0:col0+out] */
-        for (int n = 0; n < N; n++) {
-            const float *d = dout + (size_t)n * OUTW + md->col0;
-            float *gn = g + (size_t)n * md->out;
-            for (int j = 0; j < md->out; j++) gn[j] = a->scale * d[j];
-        }
+        k->scale_add(be, g, md->out, dout + md->col0, OUTW, N, md->out, a->scale, false);
         /* u = h B^T: dB += g^T h, dh = g B */
-        memset(dh, 0, (size_t)N * r * sizeof *dh);
-        k->matmul_backward(dh, dB, NULL, g, h, Bw, N, r, md->out);
+        k->memset(be, dh, 0, (size_t)N * r * sizeof *dh);
+        k->matmul_backward(be, dh, dB, NULL, g, h, Bw, N, r, md->out);
         /* h = xin A^T: dA += dh^T xin, dxin = dh A */
         const float *xin = lora_input(m, unit, x, (size_t)N * md->in);
         if (!drop) {
-            k->matmul_backward(dx, dA, NULL, dh, xin, A, N, md->in, r);
+            k->matmul_backward(be, dx, dA, NULL, dh, xin, A, N, md->in, r);
             continue;
         }
-        k->matmul_backward(NULL, dA, NULL, dh, xin, A, N, md->in, r);
-        float *dxd = m->acts.lora_xd, inv = 1.0f / (1.0f - a->o.dropout);
+        k->matmul_backward(be, NULL, dA, NULL, dh, xin, A, N, md->in, r);
+        float *dxd = m->acts.lora_xd;
         size_t n_in = (size_t)N * md->in;
-        memset(dxd, 0, n_in * sizeof *dxd);
-        k->matmul_backward(dxd, NULL, NULL, dh, NULL, A, N, md->in, r);
-        for (size_t i = 0; i < n_in; i++)
-            if (lora_keep(a, unit, i)) dx[i] += dxd[i] * inv;
+        k->memset(be, dxd, 0, n_in * sizeof *dxd);
+        k->matmul_backward(be, dxd, NULL, NULL, dh, NULL, A, N, md->in, r);
+        k->dropout_backward(be, dx, dxd, n_in, a->o.dropout, lora_key(a, unit));
     }
 }
 
@@ -470,16 +468,31 @@ ct_status ct_model_lora_merge(ct_model *m) {
     if (m->params16)
         return CT_ERR(CT_ERR_ARG, "ct_model_lora_merge: the base is stored as bf16; merge into "
                       "an fp32 base (load it again without lora.base_dtype=bf16)");
+    ct_backend *be = m->be;
     int r = a->o.r;
+    /* host staging for one module: its A, B and base rows */
+    size_t most = 0;
+    for (int s = 0; s < a->nmod; s++) {
+        size_t n = (size_t)r * (a->mods[s].in + a->mods[s].out) +
+                   (size_t)a->mods[s].out * a->mods[s].in;
+        if (n > most) most = n;
+    }
+    float *stage = be->i->host_alloc(be, most * sizeof(float), CT_TAG_IO);
+    if (!stage) return ct_last_status();
     for (int l = 0; l < m->cfg.n_layer; l++) {
         for (int s = 0; s < a->nmod; s++) {
             const lora_mod *md = &a->mods[s];
             size_t unit = (size_t)l * a->nmod + s;
-            const float *A = a->params + a->table[2 * unit].offset;
-            const float *Bw = a->params + a->table[2 * unit + 1].offset;
+            size_t na = (size_t)r * md->in, nb = (size_t)md->out * r;
+            size_t nw = (size_t)md->out * md->in;
+            float *A = stage, *Bw = stage + na, *W = stage + na + nb;
             /* rows col0.. of the fused (OUTW, in) weight are this module's (out, in) */
-            float *W = m->params + m->table[gemm_weight(m, l, md->gemm)].offset +
-                       (size_t)md->col0 * md->in;
+            float *Wdev = m->params + m->table[gemm_weight(m, l, md->gemm)].offset +
+                          (size_t)md->col0 * md->in;
+            ct_be_download(be, A, a->params + a->table[2 * unit].offset, na * sizeof(float));
+            ct_be_download(be, Bw, a->params + a->table[2 * unit + 1].offset,
+                           nb * sizeof(float));
+            ct_be_download(be, W, Wdev, nw * sizeof(float));
             for (int o = 0; o < md->out; o++) {
                 for (int i = 0; i < md->in; i++) {
                     double acc = 0.0;
@@ -489,8 +502,10 @@ ct_status ct_model_lora_merge(ct_model *m) {
                                                         (double)a->scale * acc);
                 }
             }
+            ct_be_upload(be, Wdev, W, nw * sizeof(float));
         }
     }
+    be->i->host_free(be, stage);
     lora_free(m);
-    return CT_OK;
+    return be->i->synchronize(be);
 }

@@ -30,11 +30,15 @@ ct_status ct_model_lora_save_peft(ct_model *m, const char *dir, const char *base
     if (!a) return CT_ERR(CT_ERR_ARG, "the model has no LoRA adapters to save");
     ct_status st = ct_mkdir_p(dir);
     if (st) return st;
+    void *stage;
+    const float *params = model_host_read(m, a->params, a->numel * sizeof(float), &stage);
+    if (!params) return ct_last_status();
     ct_st_entry *e = calloc((size_t)a->n_table, sizeof *e);
     char(*names)[PEFT_NAME_MAX] = calloc((size_t)a->n_table, sizeof *names);
     if (!e || !names) {
         free(e);
         free(names);
+        model_host_done(m, NULL, 0, stage, false);
         return CT_ERR(CT_ERR_OOM, "out of memory saving the LoRA adapters");
     }
     for (int i = 0; i < a->n_table; i++) {
@@ -45,7 +49,7 @@ ct_status ct_model_lora_save_peft(ct_model *m, const char *dir, const char *base
         e[i].ndim = 2;
         e[i].shape[0] = p->shape[0];
         e[i].shape[1] = p->shape[1];
-        e[i].data = a->params + p->offset;
+        e[i].data = params + p->offset;
     }
     char path[PEFT_PATH_MAX];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
@@ -53,6 +57,7 @@ ct_status ct_model_lora_save_peft(ct_model *m, const char *dir, const char *base
     st = ct_st_write(path, e, a->n_table, meta, 1);
     free(e);
     free(names);
+    model_host_done(m, NULL, 0, stage, false);
     if (st) return st;
 
     cJSON *root = cJSON_CreateObject();
@@ -209,7 +214,11 @@ ct_status ct_model_lora_load_peft(ct_model *m, const char *dir) {
             st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16",
                         path, name, ct_dtype_name(t->dtype));
         } else {
-            st = ct_st_read_f32(sf, t, a->params + p->offset, false);
+            void *stage;
+            float *dev = a->params + p->offset;
+            float *dst = model_host_write(m, dev, p->numel * sizeof(float), &stage);
+            st = dst ? ct_st_read_f32(sf, t, dst, false) : ct_last_status();
+            model_host_done(m, dev, p->numel * sizeof(float), stage, !st);
         }
     }
     /* a tensor the adapter table does not hold: a module this model lacks */

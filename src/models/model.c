@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 /* ------------------------------------------------------------- config */
 
 void ct_model_config_gpt2(ct_model_config *c, int n_layer, int n_head, int n_embd,
@@ -240,20 +242,19 @@ ct_status model_init_impl(ct_model **out, ct_ctx *ctx, const ct_model_config *cf
     ct_model *m = calloc(1, sizeof *m);
     if (!m) return CT_ERR(CT_ERR_OOM, "out of memory allocating the model");
     m->ctx = ctx;
-    m->k = ct_ctx_kernels(ctx);
+    m->be = ct_ctx_backend(ctx);
     m->cfg = *cfg;
     if ((st = model_build_table(m))) goto fail;
     if (cfg->arch == CT_ARCH_LLAMA) {
-        const ct_kernels *k = m->k;
+        const ct_backend_i *k = m->be->i;
         if (!k->rmsnorm_forward || !k->rmsnorm_backward || !k->rope_forward ||
-            !k->rope_backward || !k->swiglu_forward || !k->swiglu_backward ||
-            !k->attention_gqa_forward || !k->attention_gqa_backward || !k->attention_gqa_decode) {
-            st = CT_ERR(CT_ERR_ARG, "kernel table '%s' lacks the LLaMA ops (rmsnorm, rope, "
-                        "swiglu, attention_gqa)", k->name);
+            !k->rope_backward || !k->swiglu_forward || !k->swiglu_backward) {
+            st = CT_ERR(CT_ERR_ARG, "backend '%s' lacks the LLaMA ops (rmsnorm, rope, swiglu)",
+                        k->name);
             goto fail;
         }
     }
-    m->params = alloc_params ? ct_alloc(ctx, m->numel * sizeof(float), CT_TAG_PARAMS) : NULL;
+    m->params = alloc_params ? model_buf_alloc(m, m->numel * sizeof(float), CT_TAG_PARAMS) : NULL;
     if (alloc_params && !m->params) {
         st = ct_last_status();
         goto fail;
@@ -267,24 +268,36 @@ fail:
 
 void ct_model_free(ct_model *m) {
     if (!m) return;
-    ct_free(m->ctx, m->dec.block);
+    model_buf_free(m, m->dec.block);
     model_lora_free(m);
-    ct_free(m->ctx, m->params16);
-    ct_free(m->ctx, m->small);
+    model_buf_free(m, m->params16);
+    model_buf_free(m, m->small);
     free(m->small_off);
     free(m->span);
-    ct_arena_free(&m->arena, m->ctx);
+    model_buf_free(m, m->arena.base);
     free(m->acts.layers);
-    ct_free(m->ctx, m->grads);
-    ct_free(m->ctx, m->params);
+    model_buf_free(m, m->grads);
+    model_buf_free(m, m->params);
     free(m->layers);
     free(m->table);
     free(m);
 }
 
-void ct_model_init_weights(ct_model *m, uint64_t seed) {
+typedef struct init_fill {
+    ct_rng *rng;
+    float std;
+} init_fill;
+
+static void fill_normal(float *w, size_t n, size_t offset, void *user) {
+    init_fill *f = user;
+    (void)offset;
+    ct_rng_normal(f->rng, w, n, 0.0f, f->std);
+}
+
+ct_status ct_model_init_weights(ct_model *m, uint64_t seed) {
     ct_rng rng;
     ct_rng_init(&rng, seed);
+    ct_backend *be = m->be;
     /* GPT-2 scales its residual projections; HF LLaMA draws every matrix from
      * N(0, initializer_range = 0.02) */
     bool gpt2 = m->cfg.arch == CT_ARCH_GPT2;
@@ -296,14 +309,17 @@ void ct_model_init_weights(ct_model *m, uint64_t seed) {
         size_t len = strlen(p->name);
         if (p->ndim == 2) {
             bool resid = gpt2 && strstr(p->name, "c_proj.weight") != NULL;
-            ct_rng_normal(&rng, w, n, 0.0f, resid ? resid_std : 0.02f);
+            init_fill f = {&rng, resid ? resid_std : 0.02f};
+            ct_status st = model_stage_fill(m, w, n, fill_normal, &f);
+            if (st) return st;
         } else if (len > 7 && strcmp(p->name + len - 7, ".weight") == 0) {
             /* the only 1-D weights are norm weights (ln_*, *layernorm, norm) */
-            for (size_t j = 0; j < n; j++) w[j] = 1.0f;
+            be->i->fill(be, w, 1.0f, n);
         } else {
-            memset(w, 0, n * sizeof *w);
+            be->i->memset(be, w, 0, n * sizeof *w);
         }
     }
+    return be->i->synchronize(be);
 }
 
 const ct_model_config *ct_model_get_config(const ct_model *m) { return &m->cfg; }
@@ -320,8 +336,104 @@ size_t ct_model_numel(const ct_model *m) { return m->numel; }
 float *ct_model_params(ct_model *m) { return m->params; }
 float *ct_model_grads(ct_model *m) { return m->grads; }
 void ct_model_zero_grads(ct_model *m) {
-    if (m->grads) memset(m->grads, 0, m->numel * sizeof(float));
-    if (m->lora && m->lora->grads) memset(m->lora->grads, 0, m->lora->numel * sizeof(float));
+    ct_backend *be = m->be;
+    if (m->grads) be->i->memset(be, m->grads, 0, m->numel * sizeof(float));
+    if (m->lora && m->lora->grads)
+        be->i->memset(be, m->lora->grads, 0, m->lora->numel * sizeof(float));
+}
+
+double ct_model_grad_sumsq(ct_model *m, size_t lo, size_t n) {
+    size_t numel = ct_model_trainable_numel(m);
+    CT_ASSERT(lo <= numel && n <= numel - lo);
+    if (!n) return 0.0;
+    return m->be->i->sumsq(m->be, ct_model_trainable_grads(m) + lo, n);
+}
+
+size_t ct_model_grad_nonfinite(ct_model *m) {
+    return m->be->i->nonfinite(m->be, ct_model_trainable_grads(m), ct_model_trainable_numel(m));
+}
+
+void ct_model_grads_scale(ct_model *m, float a) {
+    m->be->i->scale(m->be, ct_model_trainable_grads(m), a, ct_model_trainable_numel(m));
+}
+
+void ct_model_grads_poison(ct_model *m) {
+    m->be->i->fill(m->be, ct_model_trainable_grads(m), NAN, 1);
+}
+
+ct_status ct_model_base_xxh64(ct_model *m, uint64_t *out) {
+    const void *base = m->params16 ? (const void *)m->params16 : (const void *)m->params;
+    size_t bytes = m->numel * (m->params16 ? sizeof(uint16_t) : sizeof(float));
+    if (m->be->host_visible) {
+        *out = XXH64(base, bytes, 0);
+        return CT_OK;
+    }
+    /* streamed through a bounded staging buffer: the same hash as one pass */
+    size_t piece = (size_t)4 << 20;
+    uint8_t *stage = m->be->i->host_alloc(m->be, piece, CT_TAG_IO);
+    XXH64_state_t *xs = XXH64_createState();
+    if (!stage || !xs) {
+        if (stage) m->be->i->host_free(m->be, stage);
+        XXH64_freeState(xs);
+        return CT_ERR(CT_ERR_OOM, "out of memory hashing the base weights");
+    }
+    XXH64_reset(xs, 0);
+    for (size_t at = 0; at < bytes; at += piece) {
+        size_t n = bytes - at < piece ? bytes - at : piece;
+        ct_be_download(m->be, stage, (const uint8_t *)base + at, n);
+        XXH64_update(xs, stage, n);
+    }
+    *out = XXH64_digest(xs);
+    XXH64_freeState(xs);
+    m->be->i->host_free(m->be, stage);
+    return CT_OK;
+}
+
+bool ct_model_host_visible(const ct_model *m) { return m->be->host_visible; }
+
+void ct_model_download(ct_model *m, void *host_dst, const void *dev_src, size_t bytes) {
+    ct_be_download(m->be, host_dst, dev_src, bytes);
+}
+
+void ct_model_upload(ct_model *m, void *dev_dst, const void *host_src, size_t bytes) {
+    ct_be_upload(m->be, dev_dst, host_src, bytes);
+}
+
+const void *model_host_read(ct_model *m, const void *dev, size_t bytes, void **stage) {
+    *stage = NULL;
+    if (m->be->host_visible) return dev;
+    *stage = m->be->i->host_alloc(m->be, bytes, CT_TAG_IO);
+    if (*stage) ct_be_download(m->be, *stage, dev, bytes);
+    return *stage;
+}
+
+void *model_host_write(ct_model *m, void *dev, size_t bytes, void **stage) {
+    *stage = NULL;
+    if (m->be->host_visible) return dev;
+    *stage = m->be->i->host_alloc(m->be, bytes, CT_TAG_IO);
+    return *stage;
+}
+
+void model_host_done(ct_model *m, void *dev, size_t bytes, void *stage, bool upload) {
+    if (!stage) return;
+    if (upload) ct_be_upload(m->be, dev, stage, bytes);
+    m->be->i->host_free(m->be, stage);
+}
+
+ct_status model_stage_fill(ct_model *m, float *dst, size_t n, model_fill_fn fill, void *user) {
+    ct_backend *be = m->be;
+    if (be->host_visible) { /* device memory is host memory: no staging */
+        fill(dst, n, 0, user);
+        return CT_OK;
+    }
+    /* one piece: the draws of a tensor (torch's normal_ included) depend on
+     * how many are asked for at once */
+    float *stage = be->i->host_alloc(be, n * sizeof(float), CT_TAG_IO);
+    if (!stage) return ct_last_status();
+    fill(stage, n, 0, user);
+    ct_be_upload(be, dst, stage, n * sizeof(float));
+    be->i->host_free(be, stage);
+    return CT_OK;
 }
 
 /* ---------------------------------------------------- options */
@@ -471,6 +583,8 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     a->lnf_mean = ln ? carve(cv, N) : NULL;
     a->lnf_rstd = carve(cv, N);
     a->losses = carve(cv, N);
+    a->tok_in = carve_bytes(cv, N * sizeof(int32_t));
+    a->tok_tg = carve_bytes(cv, N * sizeof(int32_t));
     /* LoRA: every adapter's A x rows (N, r), kept for its backward */
     int nmod = 0, max_out = 0, max_in = 0;
     if (lo && lo->r > 0) {
@@ -579,12 +693,6 @@ ct_status ct_model_plan_memory(const ct_model_config *cfg, int B, int T, bool tr
     return ct_model_plan_memory_opts(cfg, B, T, training, NULL, out);
 }
 
-void model_touch_pages(void *p, size_t bytes) {
-    volatile uint8_t *b = p;
-    for (size_t i = 0; i < bytes; i += 4096) b[i] = 0;
-    if (bytes) b[bytes - 1] = 0;
-}
-
 ct_status ct_model_reserve(ct_model *m, int B, int T, bool training) {
     if (m->B) {
         if (B == m->B && T == m->T && (!training || m->training)) return CT_OK;
@@ -598,24 +706,24 @@ ct_status ct_model_reserve(ct_model *m, int B, int T, bool training) {
     ct_model_plan plan;
     const ct_lora_opts *lo = m->lora ? &m->lora->o : NULL;
     acts_layout(&m->cfg, &m->opts, lo, B, T, training, &cv, NULL, &plan);
-    st = ct_arena_init(&m->arena, m->ctx, cv.used, CT_TAG_ACTS);
-    if (st) return st;
+    /* the arena carves one device buffer, resident from the start (the
+     * backend's buffers take no page faults inside a step) */
+    void *block = model_buf_alloc(m, cv.used ? cv.used : 64, CT_TAG_ACTS);
+    if (!block) return ct_last_status();
     m->acts.layers = calloc((size_t)m->cfg.n_layer, sizeof *m->acts.layers);
     if (!m->acts.layers) {
-        ct_arena_free(&m->arena, m->ctx);
+        model_buf_free(m, block);
         return CT_ERR(CT_ERR_OOM, "out of memory for activation pointers");
     }
+    ct_arena_wrap(&m->arena, block, cv.used ? cv.used : 64, CT_TAG_ACTS);
     cv.base = ct_arena_alloc(&m->arena, cv.used);
     cv.used = 0;
     acts_layout(&m->cfg, &m->opts, lo, B, T, training, &cv, &m->acts, &plan);
-    /* first touch now, so that no step faults pages in */
-    model_touch_pages(cv.base, cv.used);
     if (training) {
         /* with adapters the base is frozen: only the adapter gets gradients */
         size_t n = m->lora ? m->lora->numel : m->numel;
-        float *g = ct_alloc(m->ctx, n * sizeof(float), CT_TAG_GRADS);
+        float *g = model_buf_alloc(m, n * sizeof(float), CT_TAG_GRADS);
         if (!g) return ct_last_status();
-        model_touch_pages(g, n * sizeof(float));
         if (m->lora)
             m->lora->grads = g;
         else

@@ -6,7 +6,7 @@
 #ifndef CT_MODEL_IMPL_H
 #define CT_MODEL_IMPL_H
 
-#include "core/ctx.h"
+#include "backend/ctx.h"
 #include "ctrain/model.h"
 
 /* Indices into the parameter table for one block; -1 where the variant has no
@@ -77,6 +77,7 @@ typedef struct model_acts {
     float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
     float *losses;                    /* (N) */
     float *logits;                    /* (chunk, V) */
+    int32_t *tok_in, *tok_tg;         /* (N), (N): the batch's token ids, uploaded */
     /* gradient scratch (training only) */
     float *dres;  /* (N,C) gradient of the residual stream */
     float *dln;   /* (N,C) */
@@ -143,12 +144,15 @@ typedef struct decode_state {
     int max_len, len;
     float *kcache, *vcache; /* (L, max_len, NKV*HS) each; keys after RoPE */
     float *x, *ln, *qkv, *atty, *tmp, *fch, *fch_gelu; /* one row each */
+    float *logits;  /* (V) */
+    int32_t *token; /* (1) the step's token id, uploaded */
     void *block; /* owns all of the above */
 } decode_state;
 
 struct ct_model {
     ct_ctx *ctx;
-    const ct_kernels *k;
+    ct_backend *be; /* the context's backend when the model was made: every
+                     * tensor below is its device memory */
     ct_model_config cfg;
     ct_param *table;
     int n_table;
@@ -178,6 +182,34 @@ struct ct_model {
                         * forward_backward (its time split counts them as backward) */
 };
 
+/* Device memory of the model's backend (zero-filled, counted under tag;
+ * NULL and ct_last_error on failure) and its release (NULL is fine). */
+static inline void *model_buf_alloc(ct_model *m, size_t bytes, ct_tag tag) {
+    return m->be->i->buf_alloc(m->be, bytes, tag);
+}
+static inline void model_buf_free(ct_model *m, void *p) {
+    if (p) m->be->i->buf_free(m->be, p);
+}
+
+/* Initialise a tensor of n floats at device dst from the host: fill runs
+ * fill(x, n, user) on a host staging buffer, which is then uploaded. The
+ * staging holds at most CT_STAGE_FLOATS floats at a time, so fill is called
+ * once per slice (offset first). CT_ERR_OOM when staging fails. */
+#define CT_STAGE_FLOATS ((size_t)1 << 20)
+typedef void (*model_fill_fn)(float *x, size_t n, size_t offset, void *user);
+ct_status model_stage_fill(ct_model *m, float *dst, size_t n, model_fill_fn fill, void *user);
+
+/* Host access to device memory for the edges (files, PEFT, hashing).
+ * model_host_read: bytes at dev readable on the host: dev itself on a
+ * host-visible backend, else a downloaded staging copy (*stage owns it).
+ * model_host_write: where to write bytes bound for dev: dev itself, or a
+ * staging buffer (*stage) that model_host_done uploads. model_host_done
+ * (upload when writing) releases *stage; NULL stage does nothing. The
+ * accessors return NULL (with ct_last_error) when staging fails. */
+const void *model_host_read(ct_model *m, const void *dev, size_t bytes, void **stage);
+void *model_host_write(ct_model *m, void *dev, size_t bytes, void **stage);
+void model_host_done(ct_model *m, void *dev, size_t bytes, void *stage, bool upload);
+
 /* An fp32 view of a bf16-stored base entry: 1-D weights from small, a matrix
  * widened into acts.base_w (acts.base_wpe for wpe), valid until the next call. */
 float *model_p_bf16(ct_model *m, int idx);
@@ -189,7 +221,7 @@ static inline float *model_g(ct_model *m, int idx) {
     return idx < 0 || !m->grads ? NULL : m->grads + m->table[idx].offset;
 }
 
-/* The switches of the family, as calls into m->k (model_train.c):
+/* The switches of the family, as calls into m->be (model_train.c):
  * norm: LayerNorm (weight w, bias b; mean, rstd) or RMSNorm (weight; rstd
  * only). Statistics may be NULL in the forward. w, b are table indices. */
 void model_norm_fwd(const ct_model *m, float *out, float *mean, float *rstd, const float *inp,
@@ -197,9 +229,8 @@ void model_norm_fwd(const ct_model *m, float *out, float *mean, float *rstd, con
 /* dinp += ...; parameter gradients accumulate into m->grads. */
 void model_norm_bwd(ct_model *m, float *dinp, const float *dout, const float *inp, int w, int b,
                     const float *mean, const float *rstd, int N);
-/* Attention over fused qkv rows (model_qkv_width): plain multi-head through
- * the GPT-2 entries (so wrapped tables that only know those still work),
- * grouped-query for LLaMA. */
+/* Attention over fused qkv rows (model_qkv_width): GPT-2's multi-head is
+ * grouped-query attention with as many KV heads as query heads. */
 void model_attn_fwd(const ct_model *m, float *out, float *lse, const float *qkv, int B, int T);
 void model_attn_bwd(const ct_model *m, float *dqkv, const float *dout, const float *qkv,
                     const float *out, const float *lse, int B, int T);
@@ -219,10 +250,5 @@ ct_status lora_base16_alloc(ct_model *m);
 /* Build the parameter table for cfg (allocates m->table, m->layers). */
 ct_status model_build_table(ct_model *m);
 
-/* Write one zero per 4 KiB across [p, p+bytes) so every page is resident
- * before the first step (no page faults inside a step). The memory must
- * already hold zeros (ct_alloc zero-fills), so contents do not change.
- * Borrows p. */
-void model_touch_pages(void *p, size_t bytes);
 
 #endif

@@ -8,13 +8,14 @@
  * keeps, and the activation dtype (fp32 | bf16) how. All math is fp32: bf16
  * values are widened into the shared work set before a kernel reads them, and
  * the residual stream that feeds the next block stays fp32.
- * Leaves out: any inner loop (kernels only, through m->k) and allocation (the
+ * Every tensor lives in the backend's device memory and is touched only
+ * through m->be: kernels, memsets, bf16 conversions, the loss sum, uploads of
+ * the token ids and downloads of logits.
+ * Leaves out: any inner loop (kernels only, through m->be) and allocation (the
  * arena of ct_model_reserve holds every buffer).
  */
-#include "core/dtype.h"
 #include "models/model_impl.h"
 
-#include <string.h>
 
 /* ------------------------------------------------------- kept buffers */
 
@@ -29,13 +30,18 @@ static float *f32_or_work(const ct_model *m, void *kept, float *work) {
 /* After the forward computed n values into src (fp32): keep them when the
  * policy keeps them as bf16 (fp32 ones were computed in place). */
 static void act_store(const ct_model *m, void *kept, const float *src, size_t n) {
-    if (kept && acts_bf16(m)) ct_f32_to_bf16_array(kept, src, n);
+    if (kept && acts_bf16(m)) m->be->i->f32_to_bf16(m->be, kept, src, n);
 }
 
 /* Before the backward reads a kept value: widen bf16 into its work buffer
  * (fp32 ones are read in place; values not kept are re-derived instead). */
 static void act_load(const ct_model *m, const void *kept, float *dst, size_t n) {
-    if (kept && acts_bf16(m)) ct_bf16_to_f32_array(dst, kept, n);
+    if (kept && acts_bf16(m)) m->be->i->bf16_to_f32(m->be, dst, kept, n);
+}
+
+/* Zero n floats of device memory (gradient scratch the backward adds into). */
+static void zero(const ct_model *m, float *p, size_t n) {
+    m->be->i->memset(m->be, p, 0, n * sizeof(float));
 }
 
 /* The fp32 buffers block l's math runs on. */
@@ -76,9 +82,9 @@ void model_norm_fwd(const ct_model *m, float *out, float *mean, float *rstd, con
     const ct_model_config *c = &m->cfg;
     ct_model *mm = (ct_model *)m;
     if (c->norm == CT_NORM_RMSNORM)
-        m->k->rmsnorm_forward(out, rstd, inp, model_p(mm, w), N, c->n_embd, c->norm_eps);
+        m->be->i->rmsnorm_forward(m->be, out, rstd, inp, model_p(mm, w), N, c->n_embd, c->norm_eps);
     else
-        m->k->layernorm_forward(out, mean, rstd, inp, model_p(mm, w), model_p(mm, b), N,
+        m->be->i->layernorm_forward(m->be, out, mean, rstd, inp, model_p(mm, w), model_p(mm, b), N,
                                 c->n_embd, c->norm_eps);
 }
 
@@ -90,46 +96,40 @@ void model_norm_bwd(ct_model *m, float *dinp, const float *dout, const float *in
     float *dw = m->grads ? model_g(m, w) : m->acts.lora_sink;
     float *db = m->grads ? model_g(m, b) : m->acts.lora_sink + c->n_embd;
     if (c->norm == CT_NORM_RMSNORM)
-        m->k->rmsnorm_backward(dinp, dw, dout, inp, model_p(m, w), rstd, N, c->n_embd);
+        m->be->i->rmsnorm_backward(m->be, dinp, dw, dout, inp, model_p(m, w), rstd, N, c->n_embd);
     else
-        m->k->layernorm_backward(dinp, dw, db, dout, inp, model_p(m, w), mean, rstd, N,
+        m->be->i->layernorm_backward(m->be, dinp, dw, db, dout, inp, model_p(m, w), mean, rstd, N,
                                  c->n_embd);
 }
 
 void model_attn_fwd(const ct_model *m, float *out, float *lse, const float *qkv, int B, int T) {
     const ct_model_config *c = &m->cfg;
-    int NH = c->n_head, NKV = c->n_kv_head;
-    if (c->arch == CT_ARCH_GPT2)
-        m->k->attention_forward(out, lse, qkv, B, T, c->n_embd, NH);
-    else
-        m->k->attention_gqa_forward(out, lse, qkv, B, T, NH, NKV, c->n_embd / NH);
+    m->be->i->attention_forward(m->be, out, lse, qkv, B, T, c->n_head, c->n_kv_head,
+                                c->n_embd / c->n_head);
 }
 
 void model_attn_bwd(const ct_model *m, float *dqkv, const float *dout, const float *qkv,
-                     const float *out, const float *lse, int B, int T) {
+                    const float *out, const float *lse, int B, int T) {
     const ct_model_config *c = &m->cfg;
-    int NH = c->n_head, NKV = c->n_kv_head;
-    if (c->arch == CT_ARCH_GPT2)
-        m->k->attention_backward(dqkv, dout, qkv, out, lse, B, T, c->n_embd, NH);
-    else
-        m->k->attention_gqa_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, c->n_embd / NH);
+    m->be->i->attention_backward(m->be, dqkv, dout, qkv, out, lse, B, T, c->n_head,
+                                 c->n_kv_head, c->n_embd / c->n_head);
 }
 
 void model_mlp_act_fwd(const ct_model *m, float *out, const float *fch, int N) {
     int F = m->cfg.n_ffn;
     if (m->cfg.mlp == CT_MLP_SWIGLU)
-        m->k->swiglu_forward(out, fch, N, F);
+        m->be->i->swiglu_forward(m->be, out, fch, N, F);
     else
-        m->k->gelu_forward(out, fch, (size_t)N * F);
+        m->be->i->gelu_forward(m->be, out, fch, (size_t)N * F);
 }
 
 void model_mlp_act_bwd(const ct_model *m, float *dfch, const float *fch, const float *dout,
                         int N) {
     int F = m->cfg.n_ffn;
     if (m->cfg.mlp == CT_MLP_SWIGLU)
-        m->k->swiglu_backward(dfch, fch, dout, N, F);
+        m->be->i->swiglu_backward(m->be, dfch, fch, dout, N, F);
     else
-        m->k->gelu_backward(dfch, fch, dout, (size_t)N * F);
+        m->be->i->gelu_backward(m->be, dfch, fch, dout, (size_t)N * F);
 }
 
 /* ------------------------------------------------------------ forward */
@@ -140,7 +140,8 @@ void model_mlp_act_bwd(const ct_model *m, float *dfch, const float *fch, const f
  * block's output (res_in plus both branches) to out, which may alias res_in. */
 static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_acts *la,
                           const float *res_in, float *out, int B, int T) {
-    const ct_kernels *k = m->k;
+    ct_backend *be = m->be;
+    const ct_backend_i *k = be->i;
     const ct_model_config *c = &m->cfg;
     const layer_idx *w = &m->layers[l];
     int N = B * T, C = c->n_embd, F = c->n_ffn, QKV = model_qkv_width(c);
@@ -150,37 +151,38 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     if (!la) la = &none;
     model_norm_fwd(m, v->ln1, v->ln1_mean, v->ln1_rstd, res_in, w->ln1_w, w->ln1_b, N);
     act_store(m, la->ln1, v->ln1, NC); /* before ln2 reuses a shared work buffer */
-    k->matmul_forward(v->qkv, v->ln1, model_p(m, w->qkv_w), model_p(m, w->qkv_b), N, C, QKV);
+    k->matmul_forward(be, v->qkv, v->ln1, model_p(m, w->qkv_w), model_p(m, w->qkv_b), N, C, QKV);
     model_lora_forward(m, l, LORA_GEMM_QKV, v->qkv, QKV, v->ln1, N);
     if (c->pos == CT_POS_ROPE)
-        k->rope_forward(v->qkv, B, T, c->n_head, c->n_kv_head, C / c->n_head, 0, c->rope_theta);
+        k->rope_forward(be, v->qkv, B, T, c->n_head, c->n_kv_head, C / c->n_head, 0, c->rope_theta);
     act_store(m, la->qkv, v->qkv, (size_t)N * QKV);
     model_attn_fwd(m, v->atty, v->lse, v->qkv, B, T);
     act_store(m, la->atty, v->atty, NC);
-    k->matmul_forward(v->res2, v->atty, model_p(m, w->proj_w), model_p(m, w->proj_b), N, C, C);
+    k->matmul_forward(be, v->res2, v->atty, model_p(m, w->proj_w), model_p(m, w->proj_b), N, C, C);
     model_lora_forward(m, l, LORA_GEMM_PROJ, v->res2, C, v->atty, N);
-    k->residual_forward(v->res2, v->res2, res_in, NC);
+    k->residual_forward(be, v->res2, v->res2, res_in, NC);
     act_store(m, la->res2, v->res2, NC);
     model_norm_fwd(m, v->ln2, v->ln2_mean, v->ln2_rstd, v->res2, w->ln2_w, w->ln2_b, N);
     act_store(m, la->ln2, v->ln2, NC);
-    k->matmul_forward(v->fch, v->ln2, model_p(m, w->fc_w), model_p(m, w->fc_b), N, C, FW);
+    k->matmul_forward(be, v->fch, v->ln2, model_p(m, w->fc_w), model_p(m, w->fc_b), N, C, FW);
     model_lora_forward(m, l, LORA_GEMM_FC, v->fch, FW, v->ln2, N);
     act_store(m, la->fch, v->fch, (size_t)N * FW);
     if (!out) return;
     model_mlp_act_fwd(m, v->fch_gelu, v->fch, N);
     act_store(m, la->fch_gelu, v->fch_gelu, NF);
     /* res_in is dead from here on, so out may overwrite it */
-    k->matmul_forward(out, v->fch_gelu, model_p(m, w->fcproj_w), model_p(m, w->fcproj_b), N, F,
+    k->matmul_forward(be, out, v->fch_gelu, model_p(m, w->fcproj_w), model_p(m, w->fcproj_b), N, F,
                       C);
     model_lora_forward(m, l, LORA_GEMM_FCPROJ, out, C, v->fch_gelu, N);
-    k->residual_forward(out, out, v->res2, NC);
+    k->residual_forward(be, out, out, v->res2, NC);
     act_store(m, la->res3, out, NC);
 }
 
 /* Embedding, blocks and final norm; leaves the normalised rows in acts.lnf.
  * keep=false (no backward follows) skips the bf16 copies. */
 static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool keep) {
-    const ct_kernels *k = m->k;
+    ct_backend *be = m->be;
+    const ct_backend_i *k = be->i;
     const ct_model_config *c = &m->cfg;
     int N = B * T, C = c->n_embd;
     size_t NC = (size_t)N * C;
@@ -189,7 +191,7 @@ static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool 
     /* the fp32 residual stream: the kept buffers themselves, or acts.res
      * updated in place when they are bf16 */
     float *res = bf16 ? a->res : (float *)a->encoded;
-    k->encoder_forward(res, inputs, model_p(m, m->wte), model_p(m, m->wpe), B, T, C, 0);
+    k->encoder_forward(be, res, inputs, model_p(m, m->wte), model_p(m, m->wpe), B, T, C, 0);
     if (keep) act_store(m, a->encoded, res, NC);
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts *la = &a->layers[l];
@@ -207,29 +209,32 @@ static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool 
  * accumulated. logits_out(N,V), when given, receives the logits. */
 static double head_forward(ct_model *m, const int32_t *targets, int N, bool training,
                            float dloss, float *logits_out) {
-    const ct_kernels *k = m->k;
+    ct_backend *be = m->be;
+    const ct_backend_i *k = be->i;
     int C = m->cfg.n_embd, V = m->cfg.vocab_size;
     model_acts *a = &m->acts;
     const float *head = model_p(m, m->head_w);
-    if (training) memset(a->dln, 0, (size_t)N * C * sizeof(float));
-    double sum = 0.0;
+    if (training) zero(m, a->dln, (size_t)N * C);
     for (int r0 = 0; r0 < N; r0 += m->chunk) {
         int rows = N - r0 < m->chunk ? N - r0 : m->chunk;
         const float *x = a->lnf + (size_t)r0 * C;
-        k->matmul_forward(a->logits, x, head, NULL, rows, C, V);
-        if (logits_out) memcpy(logits_out + (size_t)r0 * V, a->logits, (size_t)rows * V * 4);
+        k->matmul_forward(be, a->logits, x, head, NULL, rows, C, V);
+        if (logits_out)
+            ct_be_download(be, logits_out + (size_t)r0 * V, a->logits, (size_t)rows * V * 4);
         if (!targets) continue;
-        k->crossentropy_forward(a->losses + r0, training ? a->logits : NULL, a->logits,
+        k->crossentropy_forward(be, a->losses + r0, training ? a->logits : NULL, a->logits,
                                 targets + r0, rows, V, dloss);
-        for (int i = 0; i < rows; i++) sum += a->losses[r0 + i];
         if (training) {
-            double t0 = ct_time_s();
-            k->matmul_backward(a->dln + (size_t)r0 * C, model_g(m, m->head_w), NULL, a->logits, x,
-                               head, rows, C, V);
-            m->head_bwd_s += ct_time_s() - t0;
+            ct_event e0, e1;
+            k->event_record(be, &e0);
+            k->matmul_backward(be, a->dln + (size_t)r0 * C, model_g(m, m->head_w), NULL,
+                               a->logits, x, head, rows, C, V);
+            k->event_record(be, &e1);
+            m->head_bwd_s += k->event_elapsed(be, &e0, &e1);
         }
     }
-    return sum / N;
+    /* one serial sum in row order, as the losses came */
+    return targets ? k->sum(be, a->losses, (size_t)N) / N : 0.0;
 }
 
 /* ----------------------------------------------------------- backward */
@@ -242,7 +247,8 @@ static double head_forward(ct_model *m, const int32_t *targets, int N, bool trai
  * the forward's bit for bit (the norms keep the statistics saved by the
  * forward). RoPE is undone on the q and k gradients in place. */
 static void block_backward(ct_model *m, int l, int B, int T) {
-    const ct_kernels *k = m->k;
+    ct_backend *be = m->be;
+    const ct_backend_i *k = be->i;
     const ct_model_config *c = &m->cfg;
     const layer_idx *w = &m->layers[l];
     const layer_acts *la = &m->acts.layers[l];
@@ -259,41 +265,41 @@ static void block_backward(ct_model *m, int l, int B, int T) {
         act_load(m, la->fch_gelu, v.fch_gelu, NF);
     else
         model_mlp_act_fwd(m, v.fch_gelu, v.fch, N);
-    memset(a->dbig1, 0, NF * sizeof(float));
-    k->matmul_backward(a->dbig1, model_g(m, w->fcproj_w), model_g(m, w->fcproj_b), a->dres,
+    zero(m, a->dbig1, NF);
+    k->matmul_backward(be, a->dbig1, model_g(m, w->fcproj_w), model_g(m, w->fcproj_b), a->dres,
                        v.fch_gelu, model_p(m, w->fcproj_w), N, F, C);
     model_lora_backward(m, l, LORA_GEMM_FCPROJ, a->dbig1, a->dres, C, v.fch_gelu, N);
     /* v.fch_gelu may be dbig2 itself: it is not read after this point */
-    memset(a->dbig2, 0, NFW * sizeof(float));
+    zero(m, a->dbig2, NFW);
     model_mlp_act_bwd(m, a->dbig2, v.fch, a->dbig1, N);
     act_load(m, la->res2, v.res2, NC);
     if (la->ln2)
         act_load(m, la->ln2, v.ln2, NC);
     else
         model_norm_fwd(m, v.ln2, NULL, NULL, v.res2, w->ln2_w, w->ln2_b, N);
-    memset(a->dln, 0, NC * sizeof(float));
-    k->matmul_backward(a->dln, model_g(m, w->fc_w), model_g(m, w->fc_b), a->dbig2, v.ln2,
+    zero(m, a->dln, NC);
+    k->matmul_backward(be, a->dln, model_g(m, w->fc_w), model_g(m, w->fc_b), a->dbig2, v.ln2,
                        model_p(m, w->fc_w), N, C, FW);
     model_lora_backward(m, l, LORA_GEMM_FC, a->dln, a->dbig2, FW, v.ln2, N);
     model_norm_bwd(m, a->dres, a->dln, v.res2, w->ln2_w, w->ln2_b, v.ln2_mean, v.ln2_rstd, N);
     /* res2 = res_in + o(attn(rope(qkv(norm1(res_in))))) */
     act_load(m, la->atty, v.atty, NC);
     act_load(m, la->qkv, v.qkv, (size_t)N * QKV);
-    memset(a->datty, 0, NC * sizeof(float));
-    k->matmul_backward(a->datty, model_g(m, w->proj_w), model_g(m, w->proj_b), a->dres, v.atty,
+    zero(m, a->datty, NC);
+    k->matmul_backward(be, a->datty, model_g(m, w->proj_w), model_g(m, w->proj_b), a->dres, v.atty,
                        model_p(m, w->proj_w), N, C, C);
     model_lora_backward(m, l, LORA_GEMM_PROJ, a->datty, a->dres, C, v.atty, N);
-    memset(a->dbig1, 0, (size_t)N * QKV * sizeof(float));
+    zero(m, a->dbig1, (size_t)N * QKV);
     model_attn_bwd(m, a->dbig1, a->datty, v.qkv, v.atty, v.lse, B, T);
     if (c->pos == CT_POS_ROPE)
-        k->rope_backward(a->dbig1, B, T, c->n_head, c->n_kv_head, C / c->n_head, 0,
+        k->rope_backward(be, a->dbig1, B, T, c->n_head, c->n_kv_head, C / c->n_head, 0,
                          c->rope_theta);
     if (la->ln1)
         act_load(m, la->ln1, v.ln1, NC);
     else
         model_norm_fwd(m, v.ln1, NULL, NULL, res_in, w->ln1_w, w->ln1_b, N);
-    memset(a->dln, 0, NC * sizeof(float));
-    k->matmul_backward(a->dln, model_g(m, w->qkv_w), model_g(m, w->qkv_b), a->dbig1, v.ln1,
+    zero(m, a->dln, NC);
+    k->matmul_backward(be, a->dln, model_g(m, w->qkv_w), model_g(m, w->qkv_b), a->dbig1, v.ln1,
                        model_p(m, w->qkv_w), N, C, QKV);
     model_lora_backward(m, l, LORA_GEMM_QKV, a->dln, a->dbig1, QKV, v.ln1, N);
     model_norm_bwd(m, a->dres, a->dln, res_in, w->ln1_w, w->ln1_b, v.ln1_mean, v.ln1_rstd, N);
@@ -323,7 +329,8 @@ void ct_model_set_grad_hook(ct_model *m, ct_grad_ready_fn fn, void *user) {
 }
 
 static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
-    const ct_kernels *k = m->k;
+    ct_backend *be = m->be;
+    const ct_backend_i *k = be->i;
     const ct_model_config *c = &m->cfg;
     int N = B * T, C = c->n_embd, L = c->n_layer;
     size_t NC = (size_t)N * C;
@@ -332,7 +339,7 @@ static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
      * the last block's output: with bf16 storage the forward's exact fp32
      * copy is still in acts.res, so that is what it reads. */
     const float *res_last = acts_bf16(m) ? a->res : (const float *)a->layers[L - 1].res3;
-    memset(a->dres, 0, NC * sizeof(float));
+    zero(m, a->dres, NC);
     model_norm_bwd(m, a->dres, a->dln, res_last, m->lnf_w, m->lnf_b, a->lnf_mean, a->lnf_rstd, N);
     /* the final norm and an untied head (its gradient came with the fused loss) */
     int fin[3] = {m->lnf_w, m->lnf_b, m->head_w != m->wte ? m->head_w : -1};
@@ -342,7 +349,7 @@ static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
         grad_ready(m, (const int *)&m->layers[l], (int)(sizeof(layer_idx) / sizeof(int)));
     }
     if (m->grads) { /* a frozen base (LoRA) has no embedding gradient */
-        k->encoder_backward(model_g(m, m->wte), model_g(m, m->wpe), a->dres, inputs, B, T, C);
+        k->encoder_backward(be, model_g(m, m->wte), model_g(m, m->wpe), a->dres, inputs, B, T, C);
         int emb[2] = {m->wte, m->wpe};
         grad_ready(m, emb, 2); /* the tied head's part came first */
     }
@@ -370,6 +377,24 @@ static ct_status check_shape(const ct_model *m, int B, int T, bool training) {
     return CT_OK;
 }
 
+/* Upload the batch's token ids into the arena; *din, *dtg are their device
+ * copies (dtg NULL when targets is). */
+static void upload_tokens(ct_model *m, const int32_t *inputs, const int32_t *targets, size_t N,
+                          const int32_t **din, const int32_t **dtg) {
+    ct_be_upload(m->be, m->acts.tok_in, inputs, N * sizeof(int32_t));
+    *din = m->acts.tok_in;
+    *dtg = NULL;
+    if (targets) {
+        ct_be_upload(m->be, m->acts.tok_tg, targets, N * sizeof(int32_t));
+        *dtg = m->acts.tok_tg;
+    }
+}
+
+/* Seconds between two points of the backend's stream. */
+static double be_seconds(ct_model *m, const ct_event *a, const ct_event *b) {
+    return m->be->i->event_elapsed(m->be, a, b);
+}
+
 ct_status ct_model_forward(ct_model *m, const int32_t *inputs, const int32_t *targets, int B,
                            int T, float *mean_loss) {
     ct_status st;
@@ -377,9 +402,11 @@ ct_status ct_model_forward(ct_model *m, const int32_t *inputs, const int32_t *ta
     if ((st = check_shape(m, B, T, false))) return st;
     if ((st = check_tokens(m, inputs, N, "input"))) return st;
     if ((st = check_tokens(m, targets, N, "target"))) return st;
-    forward_body(m, inputs, B, T, false);
-    *mean_loss = (float)head_forward(m, targets, (int)N, false, 0.0f, NULL);
-    return CT_OK;
+    const int32_t *din, *dtg;
+    upload_tokens(m, inputs, targets, N, &din, &dtg);
+    forward_body(m, din, B, T, false);
+    *mean_loss = (float)head_forward(m, dtg, (int)N, false, 0.0f, NULL);
+    return m->be->i->synchronize(m->be);
 }
 
 ct_status ct_model_forward_backward(ct_model *m, const int32_t *inputs, const int32_t *targets,
@@ -396,20 +423,34 @@ ct_status ct_model_forward_backward_timed(ct_model *m, const int32_t *inputs,
     if ((st = check_shape(m, B, T, true))) return st;
     if ((st = check_tokens(m, inputs, N, "input"))) return st;
     if ((st = check_tokens(m, targets, N, "target"))) return st;
-    double t0 = ct_time_s();
+    ct_backend *be = m->be;
+    ct_event e0, e1, e2, e3;
+    be->i->event_record(be, &e0);
     m->head_bwd_s = 0;
     if (m->lora) { /* adapter dropout applies in this pass, with its own masks */
         m->lora->dropping = true;
         m->lora->pass++;
     }
-    forward_body(m, inputs, B, T, true);
-    *mean_loss = (float)head_forward(m, targets, (int)N, true, grad_weight / (float)N, NULL);
-    double t1 = ct_time_s();
-    backward_body(m, inputs, B, T);
+    const int32_t *din, *dtg;
+    upload_tokens(m, inputs, targets, N, &din, &dtg);
+    forward_body(m, din, B, T, true);
+    be->i->event_record(be, &e1);
+    *mean_loss = (float)head_forward(m, dtg, (int)N, true, grad_weight / (float)N, NULL);
+    be->i->event_record(be, &e2);
+    backward_body(m, din, B, T);
     if (m->lora) m->lora->dropping = false;
+    be->i->event_record(be, &e3);
+    if ((st = be->i->synchronize(be))) return st;
+    double fwd = be_seconds(m, &e0, &e2), bwd = be_seconds(m, &e2, &e3);
     /* the head's dX and dW GEMMs ran inside the forward's chunk loop: they are backward work */
-    if (timing) *timing = (ct_model_timing){t1 - t0 - m->head_bwd_s,
-                                            ct_time_s() - t1 + m->head_bwd_s};
+    if (timing) *timing = (ct_model_timing){fwd - m->head_bwd_s, bwd + m->head_bwd_s};
+    ct_trace *tr = ct_ctx_trace(m->ctx);
+    if (tr) {
+        double t1 = e0.t + be_seconds(m, &e0, &e1), t2 = e0.t + fwd;
+        ct_trace_span(tr, "forward", "model", CT_TRACE_TID_MAIN, e0.t, t1, -1);
+        ct_trace_span(tr, "head", "model", CT_TRACE_TID_MAIN, t1, t2, -1);
+        ct_trace_span(tr, "backward", "model", CT_TRACE_TID_MAIN, t2, t2 + bwd, -1);
+    }
     return CT_OK;
 }
 
@@ -417,7 +458,9 @@ ct_status ct_model_logits(ct_model *m, const int32_t *inputs, int B, int T, floa
     ct_status st;
     if ((st = check_shape(m, B, T, false))) return st;
     if ((st = check_tokens(m, inputs, (size_t)B * T, "input"))) return st;
-    forward_body(m, inputs, B, T, false);
+    const int32_t *din, *dtg;
+    upload_tokens(m, inputs, NULL, (size_t)B * T, &din, &dtg);
+    forward_body(m, din, B, T, false);
     head_forward(m, NULL, B * T, false, 0.0f, logits);
-    return CT_OK;
+    return m->be->i->synchronize(m->be);
 }

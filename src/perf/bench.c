@@ -1,6 +1,7 @@
 /*
- * Engine benchmarks: roofs (GEMM peak, FMA ceiling, bandwidth), the kernel
- * suite at GPT-2 shapes, the GEMM-only step and end-to-end steps. See bench.h.
+ * What the trainer measures with: the FLOP model, the roofs (GEMM peak, FMA
+ * ceiling, nominal peak, bandwidth), the GEMM-only step, the median and the
+ * peak RSS. See bench.h.
  */
 #include "perf/bench.h"
 
@@ -18,8 +19,7 @@
 #include <omp.h>
 #endif
 
-#include "core/ctx.h"
-#include "ctrain/train.h"
+#include "backend/ctx.h"
 
 /* ------------------------------------------------------------- helpers */
 
@@ -159,10 +159,9 @@ static float fma_loop(long iters) {
 }
 #endif
 
-static volatile float fma_sink;
-
 double ct_bench_fma_peak(ct_ctx *ctx) {
     int nt = ct_ctx_threads(ctx);
+    volatile float fma_sink; /* keeps the loops' result alive */
     long iters = 20 * 1000 * 1000;
     double best = 0;
     for (int r = 0; r < 3; r++) {
@@ -177,6 +176,7 @@ double ct_bench_fma_peak(ct_ctx *ctx) {
         double flops = 2.0 * FMA_LANES * 12 * (double)iters * nt;
         if (flops / dt > best) best = flops / dt;
     }
+    (void)fma_sink;
     return best / 1e9;
 }
 
@@ -228,5 +228,88 @@ ct_status ct_bench_membw(ct_ctx *ctx, size_t mb, int reps, double *gbps) {
     for (int r = 1; r < reps; r++) best = t[r] < best ? t[r] : best;
     *gbps = 3.0 * n * sizeof(float) / best / 1e9;
     free(a), free(b), free(c);
+    return CT_OK;
+}
+
+/* ------------------------------------------------------- GEMM-only step */
+
+/* The sgemms of one linear layer exactly as backend/cpu/matmul.c issues them:
+ * forward out(N,OC) = in(N,C) W(OC,C)^T, backward dinp += dout W and
+ * dW += dout^T in. */
+static void linear_fwd(float *out, const float *in, const float *w, int N, int C, int OC) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, in, C, w, C, 1.0f, out,
+                OC);
+}
+static void linear_bwd(float *dinp, float *dw, const float *dout, const float *in,
+                       const float *w, int N, int C, int OC) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f,
+                dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, in, C, 1.0f, dw,
+                C);
+}
+
+ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int T, int reps,
+                             double *times, double *flops) {
+    (void)ctx;
+    ct_status st = ct_model_config_validate(cfg);
+    if (st) return st;
+    if (B < 1 || T < 1 || T > cfg->n_ctx)
+        return CT_ERR(CT_ERR_ARG, "batch B=%d T=%d is invalid for n_ctx %d", B, T, cfg->n_ctx);
+    int L = cfg->n_layer, C = cfg->n_embd, F = cfg->n_ffn, V = cfg->vocab_size, N = B * T;
+    int rows = ct_model_head_chunk_rows(cfg, N);
+    /* the model's own linears: fused qkv (grouped KV heads are narrower), the
+     * output projection, the MLP's up (gate and up fused for SwiGLU) and down */
+    int QKV = C + 2 * (C / cfg->n_head) * cfg->n_kv_head;
+    int UP = cfg->mlp == CT_MLP_SWIGLU ? 2 * F : F;
+    size_t o_proj = (size_t)QKV * C, o_fc = o_proj + (size_t)C * C, o_fp = o_fc + (size_t)UP * C;
+    size_t per_layer = o_fp + (size_t)F * C;
+    size_t nw = per_layer * L + (size_t)V * C;
+    int widest = UP > QKV ? UP : QKV;
+    size_t big = (size_t)N * (size_t)(widest > C ? widest : C);
+    float *w = malloc(nw * sizeof(float)), *dw = malloc(nw * sizeof(float));
+    float *x = malloc(big * sizeof(float)), *y = malloc(big * sizeof(float));
+    float *dx = malloc(big * sizeof(float));
+    float *logits = malloc((size_t)rows * V * sizeof(float));
+    if (!w || !dw || !x || !y || !dx || !logits) {
+        free(w), free(dw), free(x), free(y), free(dx), free(logits);
+        return CT_ERR(CT_ERR_OOM, "out of memory for the GEMM-only step (%.1f GB)",
+                      (2.0 * nw + 3.0 * big + (double)rows * V) * 4 / 1e9);
+    }
+    memset(w, 0, nw * sizeof(float));
+    memset(dw, 0, nw * sizeof(float));
+    for (size_t i = 0; i < nw; i += 97) w[i] = 0.01f;
+    memset(x, 0, big * sizeof(float));
+    memset(y, 0, big * sizeof(float));
+    memset(dx, 0, big * sizeof(float));
+    memset(logits, 0, (size_t)rows * V * sizeof(float));
+    const float *head = w + per_layer * L;
+    float *dhead = dw + per_layer * L;
+    for (int r = -1; r < reps; r++) {
+        double t0 = ct_time_s();
+        for (int l = 0; l < L; l++) {
+            const float *wl = w + per_layer * l;
+            linear_fwd(y, x, wl, N, C, QKV);
+            linear_fwd(y, x, wl + o_proj, N, C, C);
+            linear_fwd(y, x, wl + o_fc, N, C, UP);
+            linear_fwd(y, x, wl + o_fp, N, F, C);
+        }
+        for (int r0 = 0; r0 < N; r0 += rows) {
+            int n = N - r0 < rows ? N - r0 : rows;
+            linear_fwd(logits, x + (size_t)r0 * C, head, n, C, V);
+            linear_bwd(dx + (size_t)r0 * C, dhead, logits, x + (size_t)r0 * C, head, n, C, V);
+        }
+        for (int l = L - 1; l >= 0; l--) {
+            const float *wl = w + per_layer * l;
+            float *dwl = dw + per_layer * l;
+            linear_bwd(dx, dwl + o_fp, y, x, wl + o_fp, N, F, C);
+            linear_bwd(dx, dwl + o_fc, y, x, wl + o_fc, N, C, UP);
+            linear_bwd(dx, dwl + o_proj, y, x, wl + o_proj, N, C, C);
+            linear_bwd(dx, dwl, y, x, wl, N, C, QKV);
+        }
+        if (r >= 0) times[r] = ct_time_s() - t0;
+    }
+    double per_layer_flops = 6.0 * N * (double)per_layer;
+    *flops = L * per_layer_flops + 6.0 * N * (double)V * C;
+    free(w), free(dw), free(x), free(y), free(dx), free(logits);
     return CT_OK;
 }

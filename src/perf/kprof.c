@@ -1,131 +1,271 @@
 /*
- * The profiling kernel table: each entry times its call to the wrapped table.
+ * The profiling backend: each kernel entry times its call on the wrapped
+ * backend between two of that backend's events, counts it under its kind and,
+ * while tracing, records it as a span. Memory, stream and timing entries
+ * forward untimed; the reductions (sum, sumsq, nonfinite) count as "other".
  * See kprof.h.
  */
 #include "perf/kprof.h"
 
+#include <stdlib.h>
 #include <string.h>
 
-#include "ctrain/core.h"
+#include "backend/ctx.h"
+#include "core/trace.h"
 
-static const ct_kernels *base_k;
-static ct_kprof_counts counts;
-static int slow_kind = -1, slow_factor = 1;
+struct ct_kprof {
+    ct_backend be;        /* the wrapper handed out; be.state == this */
+    ct_backend *inner;    /* borrowed: where every call runs */
+    ct_kprof_counts counts;
+    int slow_kind;        /* -1: off */
+    int slow_factor;      /* calls per timed call of slow_kind (>= 1) */
+};
 
-#define TIMED(kind, call)                                           \
-    do {                                                            \
-        double t0_ = ct_time_s();                                   \
-        int n_ = (int)(kind) == slow_kind ? slow_factor : 1;         \
-        for (int r_ = 0; r_ < n_; r_++) call;                       \
-        counts.seconds[kind] += ct_time_s() - t0_;                  \
-        counts.calls[kind]++;                                       \
+static ct_kprof *kp_of(ct_backend *be) { return (ct_kprof *)be->state; }
+
+/* Starts the timing of a kernel call: the inner backend's event a (whose
+ * host time t is the call's start on a synchronous backend). Returns the
+ * profiler. */
+static ct_kprof *kp_begin(ct_backend *be, ct_event *a) {
+    ct_kprof *kp = kp_of(be);
+    a->t = ct_time_s(); /* the span's start where the backend's event keeps no host time */
+    a->handle = NULL;
+    kp->inner->i->event_record(kp->inner, a);
+    return kp;
+}
+
+/* Calls of one timed call of kind: the slow knob's factor, or 1. */
+static int kp_reps(const ct_kprof *kp, ct_kprof_kind kind) {
+    return (int)kind == kp->slow_kind ? kp->slow_factor : 1;
+}
+
+/* Ends the timing begun at a: adds the elapsed seconds to kind and records
+ * the span `entry` when a trace recorder is active. */
+static void kp_end(ct_kprof *kp, ct_kprof_kind kind, const char *entry, const ct_event *a) {
+    ct_backend *in = kp->inner;
+    ct_event b = {0};
+    in->i->event_record(in, &b);
+    double dt = in->i->event_elapsed(in, a, &b);
+    kp->counts.seconds[kind] += dt;
+    kp->counts.calls[kind]++;
+    ct_trace *tr = in->ctx ? ct_ctx_trace(in->ctx) : NULL;
+    if (tr) ct_trace_span(tr, entry, "kernel", CT_TRACE_TID_MAIN, a->t, a->t + dt, -1);
+}
+
+/* Times inner's `entry` under kind (the wrapper's parameter is `be`). */
+#define TIMED(kind, entry, ...)                                          \
+    do {                                                                 \
+        ct_event a_;                                                     \
+        ct_kprof *kp_ = kp_begin(be, &a_);                               \
+        ct_backend *in_ = kp_->inner;                                    \
+        for (int r_ = 0, n_ = kp_reps(kp_, kind); r_ < n_; r_++)         \
+            in_->i->entry(in_, __VA_ARGS__);                             \
+        kp_end(kp_, kind, #entry, &a_);                                  \
     } while (0)
 
-static void p_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe,
-                              int B, int T, int C, int pos0) {
-    TIMED(CT_KP_ENCODER, base_k->encoder_forward(out, inp, wte, wpe, B, T, C, pos0));
+/* The same for an entry that returns a value, stored in res. */
+#define TIMED_RET(res, kind, entry, ...)                                 \
+    do {                                                                 \
+        ct_event a_;                                                     \
+        ct_kprof *kp_ = kp_begin(be, &a_);                               \
+        ct_backend *in_ = kp_->inner;                                    \
+        for (int r_ = 0, n_ = kp_reps(kp_, kind); r_ < n_; r_++)         \
+            res = in_->i->entry(in_, __VA_ARGS__);                       \
+        kp_end(kp_, kind, #entry, &a_);                                  \
+    } while (0)
+
+/* The wrapped backend of the wrapper be (the untimed entries forward to it). */
+#define INNER(be) (kp_of(be)->inner)
+
+/* ------------------------------------------------------------ memory */
+
+static void *p_buf_alloc(ct_backend *be, size_t bytes, ct_tag tag) {
+    return INNER(be)->i->buf_alloc(INNER(be), bytes, tag);
 }
-static void p_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
-                               int B, int T, int C) {
-    TIMED(CT_KP_ENCODER, base_k->encoder_backward(dwte, dwpe, dout, inp, B, T, C));
+static void p_buf_free(ct_backend *be, void *p) { INNER(be)->i->buf_free(INNER(be), p); }
+static void *p_host_alloc(ct_backend *be, size_t bytes, ct_tag tag) {
+    return INNER(be)->i->host_alloc(INNER(be), bytes, tag);
 }
-static void p_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                const float *weight, const float *bias, int N, int C, float eps) {
-    TIMED(CT_KP_NORM_FWD, base_k->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps));
+static void p_host_free(ct_backend *be, void *p) { INNER(be)->i->host_free(INNER(be), p); }
+static void p_memset(ct_backend *be, void *dst, int value, size_t bytes) {
+    INNER(be)->i->memset(INNER(be), dst, value, bytes);
 }
-static void p_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                 const float *inp, const float *weight, const float *mean,
-                                 const float *rstd, int N, int C) {
-    TIMED(CT_KP_NORM_BWD, base_k->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean,
-                                                     rstd, N, C));
+static void p_upload(ct_backend *be, void *dst, const void *src, size_t bytes) {
+    INNER(be)->i->upload(INNER(be), dst, src, bytes);
 }
-static void p_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
-                             int N, int C, int OC) {
-    TIMED(CT_KP_MATMUL_FWD, base_k->matmul_forward(out, inp, weight, bias, N, C, OC));
+static void p_download(ct_backend *be, void *dst, const void *src, size_t bytes) {
+    INNER(be)->i->download(INNER(be), dst, src, bytes);
 }
-static void p_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                              const float *inp, const float *weight, int N, int C, int OC) {
-    TIMED(CT_KP_MATMUL_BWD,
-          base_k->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC));
+static void p_copy(ct_backend *be, void *dst, const void *src, size_t bytes) {
+    INNER(be)->i->copy(INNER(be), dst, src, bytes);
 }
-static void p_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                int NH) {
-    TIMED(CT_KP_ATTN_FWD, base_k->attention_forward(out, lse, qkv, B, T, C, NH));
+static void p_f32_to_bf16(ct_backend *be, uint16_t *dst, const float *src, size_t n) {
+    INNER(be)->i->f32_to_bf16(INNER(be), dst, src, n);
 }
-static void p_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                 const float *out, const float *lse, int B, int T, int C, int NH) {
-    TIMED(CT_KP_ATTN_BWD, base_k->attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH));
+static void p_bf16_to_f32(ct_backend *be, float *dst, const uint16_t *src, size_t n) {
+    INNER(be)->i->bf16_to_f32(INNER(be), dst, src, n);
 }
-static void p_attention_decode(float *out, const float *q, const float *kcache,
-                               const float *vcache, int n, int C, int NH) {
-    TIMED(CT_KP_OTHER, base_k->attention_decode(out, q, kcache, vcache, n, C, NH));
+static void p_scale_add(ct_backend *be, float *y, int ldy, const float *x, int ldx, int rows,
+                        int cols, float a, bool accumulate) {
+    INNER(be)->i->scale_add(INNER(be), y, ldy, x, ldx, rows, cols, a, accumulate);
 }
-static void p_attention_gqa_forward(float *out, float *lse, const float *qkv, int B, int T,
-                                    int NH, int NKV, int HS) {
-    TIMED(CT_KP_ATTN_FWD, base_k->attention_gqa_forward(out, lse, qkv, B, T, NH, NKV, HS));
+static void p_fill(ct_backend *be, float *x, float value, size_t n) {
+    INNER(be)->i->fill(INNER(be), x, value, n);
 }
-static void p_attention_gqa_backward(float *dqkv, const float *dout, const float *qkv,
-                                     const float *out, const float *lse, int B, int T, int NH,
-                                     int NKV, int HS) {
-    TIMED(CT_KP_ATTN_BWD,
-          base_k->attention_gqa_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS));
+static void p_scale(ct_backend *be, float *x, float a, size_t n) {
+    INNER(be)->i->scale(INNER(be), x, a, n);
 }
-static void p_attention_gqa_decode(float *out, const float *q, const float *kcache,
-                                   const float *vcache, int n, int NH, int NKV, int HS) {
-    TIMED(CT_KP_OTHER, base_k->attention_gqa_decode(out, q, kcache, vcache, n, NH, NKV, HS));
-}
-static void p_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
-                              int N, int C, float eps) {
-    TIMED(CT_KP_NORM_FWD, base_k->rmsnorm_forward(out, rstd, inp, weight, N, C, eps));
-}
-static void p_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                               const float *weight, const float *rstd, int N, int C) {
-    TIMED(CT_KP_NORM_BWD, base_k->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C));
-}
-static void p_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0,
-                           float theta) {
-    TIMED(CT_KP_ROPE, base_k->rope_forward(qkv, B, T, NH, NKV, HS, pos0, theta));
-}
-static void p_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
-                            float theta) {
-    TIMED(CT_KP_ROPE, base_k->rope_backward(dqkv, B, T, NH, NKV, HS, pos0, theta));
-}
-static void p_swiglu_forward(float *out, const float *inp, int N, int F) {
-    TIMED(CT_KP_ACT_FWD, base_k->swiglu_forward(out, inp, N, F));
-}
-static void p_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F) {
-    TIMED(CT_KP_ACT_BWD, base_k->swiglu_backward(dinp, inp, dout, N, F));
-}
-static void p_gelu_forward(float *out, const float *inp, size_t n) {
-    TIMED(CT_KP_ACT_FWD, base_k->gelu_forward(out, inp, n));
-}
-static void p_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    TIMED(CT_KP_ACT_BWD, base_k->gelu_backward(dinp, inp, dout, n));
-}
-static void p_residual_forward(float *out, const float *a, const float *b, size_t n) {
-    TIMED(CT_KP_RESIDUAL, base_k->residual_forward(out, a, b, n));
-}
-static void p_residual_backward(float *da, float *db, const float *dout, size_t n) {
-    TIMED(CT_KP_RESIDUAL, base_k->residual_backward(da, db, dout, n));
-}
-static void p_crossentropy_forward(float *losses, float *dlogits, const float *logits,
-                                   const int32_t *targets, int N, int V, float dloss) {
-    TIMED(CT_KP_XENT, base_k->crossentropy_forward(losses, dlogits, logits, targets, N, V, dloss));
-}
-static void p_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
-                           float lr, float beta1, float beta2, float eps, float weight_decay,
-                           float grad_scale, int64_t t) {
-    TIMED(CT_KP_ADAMW, base_k->adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps,
-                                            weight_decay, grad_scale, t));
-}
-static double p_sumsq(const float *x, size_t n) {
+static double p_sum(ct_backend *be, const float *x, size_t n) {
     double r = 0;
-    TIMED(CT_KP_OTHER, r = base_k->sumsq(x, n));
+    TIMED_RET(r, CT_KP_OTHER, sum, x, n);
     return r;
 }
+static double p_sumsq(ct_backend *be, const float *x, size_t n) {
+    double r = 0;
+    TIMED_RET(r, CT_KP_OTHER, sumsq, x, n);
+    return r;
+}
+static size_t p_nonfinite(ct_backend *be, const float *x, size_t n) {
+    size_t r = 0;
+    TIMED_RET(r, CT_KP_OTHER, nonfinite, x, n);
+    return r;
+}
+static void p_dropout_forward(ct_backend *be, float *out, const float *inp, size_t n, float p,
+                              uint64_t key) {
+    INNER(be)->i->dropout_forward(INNER(be), out, inp, n, p, key);
+}
+static void p_dropout_backward(ct_backend *be, float *dinp, const float *dout, size_t n, float p,
+                               uint64_t key) {
+    INNER(be)->i->dropout_backward(INNER(be), dinp, dout, n, p, key);
+}
 
-static const ct_kernels prof_table = {
+/* ----------------------------------------------------- stream, timing */
+
+static ct_status p_synchronize(ct_backend *be) { return INNER(be)->i->synchronize(INNER(be)); }
+static void p_event_record(ct_backend *be, ct_event *ev) {
+    INNER(be)->i->event_record(INNER(be), ev);
+}
+static double p_event_elapsed(ct_backend *be, const ct_event *a, const ct_event *b) {
+    return INNER(be)->i->event_elapsed(INNER(be), a, b);
+}
+
+/* ----------------------------------------------------------- kernels */
+
+static void p_encoder_forward(ct_backend *be, float *out, const int32_t *inp, const float *wte,
+                              const float *wpe, int B, int T, int C, int pos0) {
+    TIMED(CT_KP_ENCODER, encoder_forward, out, inp, wte, wpe, B, T, C, pos0);
+}
+static void p_encoder_backward(ct_backend *be, float *dwte, float *dwpe, const float *dout,
+                               const int32_t *inp, int B, int T, int C) {
+    TIMED(CT_KP_ENCODER, encoder_backward, dwte, dwpe, dout, inp, B, T, C);
+}
+static void p_layernorm_forward(ct_backend *be, float *out, float *mean, float *rstd,
+                                const float *inp, const float *weight, const float *bias, int N,
+                                int C, float eps) {
+    TIMED(CT_KP_NORM_FWD, layernorm_forward, out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+static void p_layernorm_backward(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const float *inp, const float *weight,
+                                 const float *mean, const float *rstd, int N, int C) {
+    TIMED(CT_KP_NORM_BWD, layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+          N, C);
+}
+static void p_matmul_forward(ct_backend *be, float *out, const float *inp, const float *weight,
+                             const float *bias, int N, int C, int OC) {
+    TIMED(CT_KP_MATMUL_FWD, matmul_forward, out, inp, weight, bias, N, C, OC);
+}
+static void p_matmul_backward(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                              const float *dout, const float *inp, const float *weight, int N,
+                              int C, int OC) {
+    TIMED(CT_KP_MATMUL_BWD, matmul_backward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+static void p_attention_forward(ct_backend *be, float *out, float *lse, const float *qkv, int B,
+                                int T, int NH, int NKV, int HS) {
+    TIMED(CT_KP_ATTN_FWD, attention_forward, out, lse, qkv, B, T, NH, NKV, HS);
+}
+static void p_attention_backward(ct_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                 const float *out, const float *lse, int B, int T, int NH,
+                                 int NKV, int HS) {
+    TIMED(CT_KP_ATTN_BWD, attention_backward, dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS);
+}
+static void p_attention_decode(ct_backend *be, float *out, const float *q, const float *kcache,
+                               const float *vcache, int n, int NH, int NKV, int HS) {
+    TIMED(CT_KP_OTHER, attention_decode, out, q, kcache, vcache, n, NH, NKV, HS);
+}
+static void p_rmsnorm_forward(ct_backend *be, float *out, float *rstd, const float *inp,
+                              const float *weight, int N, int C, float eps) {
+    TIMED(CT_KP_NORM_FWD, rmsnorm_forward, out, rstd, inp, weight, N, C, eps);
+}
+static void p_rmsnorm_backward(ct_backend *be, float *dinp, float *dweight, const float *dout,
+                               const float *inp, const float *weight, const float *rstd, int N,
+                               int C) {
+    TIMED(CT_KP_NORM_BWD, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+static void p_rope_forward(ct_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS,
+                           int pos0, float theta) {
+    TIMED(CT_KP_ROPE, rope_forward, qkv, B, T, NH, NKV, HS, pos0, theta);
+}
+static void p_rope_backward(ct_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS,
+                            int pos0, float theta) {
+    TIMED(CT_KP_ROPE, rope_backward, dqkv, B, T, NH, NKV, HS, pos0, theta);
+}
+static void p_swiglu_forward(ct_backend *be, float *out, const float *inp, int N, int F) {
+    TIMED(CT_KP_ACT_FWD, swiglu_forward, out, inp, N, F);
+}
+static void p_swiglu_backward(ct_backend *be, float *dinp, const float *inp, const float *dout,
+                              int N, int F) {
+    TIMED(CT_KP_ACT_BWD, swiglu_backward, dinp, inp, dout, N, F);
+}
+static void p_gelu_forward(ct_backend *be, float *out, const float *inp, size_t n) {
+    TIMED(CT_KP_ACT_FWD, gelu_forward, out, inp, n);
+}
+static void p_gelu_backward(ct_backend *be, float *dinp, const float *inp, const float *dout,
+                            size_t n) {
+    TIMED(CT_KP_ACT_BWD, gelu_backward, dinp, inp, dout, n);
+}
+static void p_residual_forward(ct_backend *be, float *out, const float *a, const float *b,
+                               size_t n) {
+    TIMED(CT_KP_RESIDUAL, residual_forward, out, a, b, n);
+}
+static void p_residual_backward(ct_backend *be, float *da, float *db, const float *dout,
+                                size_t n) {
+    TIMED(CT_KP_RESIDUAL, residual_backward, da, db, dout, n);
+}
+static void p_crossentropy_forward(ct_backend *be, float *losses, float *dlogits,
+                                   const float *logits, const int32_t *targets, int N, int V,
+                                   float dloss) {
+    TIMED(CT_KP_XENT, crossentropy_forward, losses, dlogits, logits, targets, N, V, dloss);
+}
+static void p_adamw_update(ct_backend *be, float *params, const float *grads, float *m, float *v,
+                           size_t n, float lr, float beta1, float beta2, float eps,
+                           float weight_decay, float grad_scale, int64_t t) {
+    TIMED(CT_KP_ADAMW, adamw_update, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
+          grad_scale, t);
+}
+
+static const ct_backend_i prof_i = {
     .name = "profiled",
+    .buf_alloc = p_buf_alloc,
+    .buf_free = p_buf_free,
+    .host_alloc = p_host_alloc,
+    .host_free = p_host_free,
+    .memset = p_memset,
+    .upload = p_upload,
+    .download = p_download,
+    .copy = p_copy,
+    .f32_to_bf16 = p_f32_to_bf16,
+    .bf16_to_f32 = p_bf16_to_f32,
+    .scale_add = p_scale_add,
+    .fill = p_fill,
+    .scale = p_scale,
+    .sum = p_sum,
+    .sumsq = p_sumsq,
+    .nonfinite = p_nonfinite,
+    .dropout_forward = p_dropout_forward,
+    .dropout_backward = p_dropout_backward,
+    .synchronize = p_synchronize,
+    .event_record = p_event_record,
+    .event_elapsed = p_event_elapsed,
     .encoder_forward = p_encoder_forward,
     .encoder_backward = p_encoder_backward,
     .layernorm_forward = p_layernorm_forward,
@@ -135,9 +275,6 @@ static const ct_kernels prof_table = {
     .attention_forward = p_attention_forward,
     .attention_backward = p_attention_backward,
     .attention_decode = p_attention_decode,
-    .attention_gqa_forward = p_attention_gqa_forward,
-    .attention_gqa_backward = p_attention_gqa_backward,
-    .attention_gqa_decode = p_attention_gqa_decode,
     .rmsnorm_forward = p_rmsnorm_forward,
     .rmsnorm_backward = p_rmsnorm_backward,
     .rope_forward = p_rope_forward,
@@ -150,26 +287,52 @@ static const ct_kernels prof_table = {
     .residual_backward = p_residual_backward,
     .crossentropy_forward = p_crossentropy_forward,
     .adamw_update = p_adamw_update,
-    .sumsq = p_sumsq,
 };
 
-const ct_kernels *ct_kprof_wrap(const ct_kernels *base) {
-    base_k = base;
-    slow_kind = -1, slow_factor = 1;
-    memset(&counts, 0, sizeof counts);
-    return &prof_table;
+/* ------------------------------------------------------------ object */
+
+ct_status ct_kprof_init(ct_kprof **out, ct_backend *inner) {
+    *out = NULL;
+    if (!inner || !inner->i)
+        return CT_ERR(CT_ERR_ARG, "the kernel profiler needs a backend to wrap");
+    ct_kprof *kp = calloc(1, sizeof *kp);
+    if (!kp) return CT_ERR(CT_ERR_OOM, "out of memory for the kernel profiler");
+    kp->inner = inner;
+    kp->slow_kind = -1;
+    kp->slow_factor = 1;
+    kp->be.i = &prof_i;
+    kp->be.ctx = inner->ctx;
+    kp->be.host_visible = inner->host_visible;
+    kp->be.n_threads = inner->n_threads;
+    kp->be.att_bq = inner->att_bq;
+    kp->be.att_bk = inner->att_bk;
+    kp->be.state = kp;
+    *out = kp;
+    return CT_OK;
 }
 
-void ct_kprof_read(ct_kprof_counts *out, int reset) {
-    *out = counts;
-    if (reset) memset(&counts, 0, sizeof counts);
+void ct_kprof_free(ct_kprof *kp) { free(kp); }
+
+ct_backend *ct_kprof_backend(ct_kprof *kp) { return &kp->be; }
+
+ct_backend *ct_kprof_inner(ct_kprof *kp) { return kp->inner; }
+
+void ct_kprof_read(ct_kprof *kp, ct_kprof_counts *out, int reset) {
+    *out = kp->counts;
+    if (reset) memset(&kp->counts, 0, sizeof kp->counts);
+}
+
+void ct_kprof_set_slow(ct_kprof *kp, int kind, int factor) {
+    bool on = factor > 1 && kind >= 0 && kind < CT_KP_COUNT;
+    kp->slow_kind = on ? kind : -1;
+    kp->slow_factor = on ? factor : 1;
 }
 
 const char *ct_kprof_name(ct_kprof_kind k) {
-    static const char *names[CT_KP_COUNT] = {
+    static const char *const names[CT_KP_COUNT] = {
         "matmul_fwd", "matmul_bwd", "attention_fwd", "attention_bwd", "norm_fwd",
         "norm_bwd",   "act_fwd",    "act_bwd",       "residual",      "encoder",
-        "rope",       "crossentropy", "adamw",     "other"};
+        "rope",       "crossentropy", "adamw",       "other"};
     return (k >= 0 && k < CT_KP_COUNT) ? names[k] : "?";
 }
 
@@ -177,9 +340,4 @@ int ct_kprof_kind_of(const char *name) {
     for (int k = 0; k < CT_KP_COUNT; k++)
         if (name && !strcmp(name, ct_kprof_name((ct_kprof_kind)k))) return k;
     return -1;
-}
-
-void ct_kprof_set_slow(int kind, int factor) {
-    slow_kind = factor > 1 ? kind : -1;
-    slow_factor = factor > 1 ? factor : 1;
 }

@@ -383,9 +383,9 @@ ct_status ct_ckpt_signature(const ct_model *m, char *buf, size_t cap) {
         /* the frozen base is part of what a LoRA run is: its hash, so that a
          * resume on other base weights is refused */
         const uint16_t *b16 = ct_model_params_bf16(m);
-        uint64_t h = b16 ? XXH64(b16, ct_model_numel(m) * sizeof *b16, 0)
-                         : XXH64(ct_model_params((ct_model *)m),
-                                 ct_model_numel(m) * sizeof(float), 0);
+        uint64_t h;
+        ct_status hs = ct_model_base_xxh64((ct_model *)m, &h);
+        if (hs) return hs;
         char targets[128];
         ct_lora_targets_format(c, lo->targets, targets, sizeof targets);
         int k2 = snprintf(buf + k, cap - (size_t)k, " lora r=%d alpha=%g dropout=%g targets=%s "

@@ -4,20 +4,19 @@
  * gradient norm and the clip factor of torch.nn.utils.clip_grad_norm_.
  * Runs of adjacent tensors with the same decay rule go to the kernel as one
  * call, so the update is a handful of passes over contiguous memory. The
- * moments are made resident at init, so a step takes no page faults.
+ * moments are device buffers of the context's backend (resident from the
+ * start, so a step takes no page faults); the update and the norm run there.
  */
-#include "ctrain/train.h"
+#include "ctrain/optim.h"
 
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
-#include "core/ctx.h"
-#include "models/model_impl.h"
+#include "backend/ctx.h"
 
 ct_status ct_adamw_init_range(ct_adamw *opt, ct_ctx *ctx, size_t numel, size_t lo, size_t n) {
     CT_ASSERT(lo <= numel && n <= numel - lo);
-    memset(opt, 0, sizeof *opt);
+    *opt = (ct_adamw){0};
     opt->ctx = ctx;
     opt->numel = numel;
     opt->lo = lo;
@@ -27,11 +26,10 @@ ct_status ct_adamw_init_range(ct_adamw *opt, ct_ctx *ctx, size_t numel, size_t l
     /* one block, m then v, so a checkpoint writes both without a copy; an
      * empty shard still gets a block, so m is never NULL */
     size_t bytes = 2 * n * sizeof(float);
-    opt->m = ct_alloc(ctx, bytes ? bytes : sizeof(float), CT_TAG_OPTIM);
+    ct_backend *be = ct_ctx_backend(ctx);
+    opt->m = be->i->buf_alloc(be, bytes ? bytes : sizeof(float), CT_TAG_OPTIM);
     if (!opt->m) return ct_last_status();
     opt->v = opt->m + n;
-    /* resident before step 1, so no step faults pages in */
-    model_touch_pages(opt->m, bytes);
     return CT_OK;
 }
 
@@ -41,13 +39,17 @@ ct_status ct_adamw_init(ct_adamw *opt, ct_ctx *ctx, size_t numel) {
 
 void ct_adamw_free(ct_adamw *opt) {
     if (!opt) return;
-    ct_free(opt->ctx, opt->m);
+    if (opt->m) {
+        ct_backend *be = ct_ctx_backend(opt->ctx);
+        be->i->buf_free(be, opt->m);
+    }
     opt->m = opt->v = NULL;
 }
 
 void ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, float lr,
                    float grad_scale) {
-    const ct_kernels *k = ct_ctx_kernels(opt->ctx);
+    ct_backend *be = ct_ctx_backend(opt->ctx);
+    const ct_backend_i *k = be->i;
     opt->t++;
     int n = ct_model_num_trainable(model);
     float *w = ct_model_trainable_params(model), *g = ct_model_trainable_grads(model);
@@ -68,22 +70,18 @@ void ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, flo
         if (begin < lo) begin = lo;
         if (end > hi) end = hi;
         if (end <= begin) continue;
-        k->adamw_update(w + begin, g + begin, opt->m + (begin - lo), opt->v + (begin - lo),
+        k->adamw_update(be, w + begin, g + begin, opt->m + (begin - lo), opt->v + (begin - lo),
                         end - begin, lr, p->beta1, p->beta2, p->eps,
                         first->decay ? p->weight_decay : 0.0f, grad_scale, opt->t);
     }
 }
 
 double ct_grad_norm(ct_model *model) {
-    const ct_kernels *k = model->k;
-    return sqrt(k->sumsq(ct_model_trainable_grads(model), ct_model_trainable_numel(model)));
+    return sqrt(ct_model_grad_sumsq(model, 0, ct_model_trainable_numel(model)));
 }
 
 double ct_grad_sumsq_range(ct_model *model, size_t lo, size_t n) {
-    size_t numel = ct_model_trainable_numel(model);
-    CT_ASSERT(lo <= numel && n <= numel - lo);
-    if (!n) return 0.0;
-    return model->k->sumsq(ct_model_trainable_grads(model) + lo, n);
+    return ct_model_grad_sumsq(model, lo, n);
 }
 
 float ct_clip_scale(double norm, double max_norm) {

@@ -3,7 +3,7 @@
  * warmup and a floor), and OneCycle with the phase arithmetic of
  * torch.optim.lr_scheduler.OneCycleLR (two phases, cos or linear annealing).
  */
-#include "ctrain/train.h"
+#include "ctrain/optim.h"
 
 #include <math.h>
 #include <string.h>

@@ -6,6 +6,8 @@
  */
 #include "train/train_state.h"
 
+#include "backend/ctx.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,15 +270,24 @@ ct_status ct_train_state_save(const char *run_dir, ct_model *model, const ct_ada
     ct_status st = ct_train_state_encode(s, &state, &state_len);
     if (st) return st;
     size_t moment_bytes = 2 * opt->numel * sizeof(float);
+    ct_backend *be = ct_ctx_backend(opt->ctx);
     float *moments = opt->m; /* v follows m in one block */
     float *swapped = NULL;
-    if (!host_little_endian()) {
+    if (!host_little_endian() || (!be->host_visible && !opt->host)) {
+        /* a host copy: for the byte swap, or staged from device memory */
         swapped = malloc(moment_bytes ? moment_bytes : 1);
         if (!swapped) {
             free(state);
-            return CT_ERR(CT_ERR_OOM, "out of memory byte-swapping the optimizer state");
+            return CT_ERR(CT_ERR_OOM, "out of memory staging the optimizer state");
         }
-        const uint8_t *src = (const uint8_t *)opt->m;
+        if (opt->host)
+            memcpy(swapped, opt->m, moment_bytes);
+        else
+            ct_be_download(be, swapped, opt->m, moment_bytes);
+        moments = swapped;
+    }
+    if (!host_little_endian()) {
+        const uint8_t *src = (const uint8_t *)moments;
         uint8_t *dst = (uint8_t *)swapped;
         for (size_t i = 0; i < 2 * opt->numel; i++)
             for (int b = 0; b < 4; b++) dst[4 * i + (size_t)b] = src[4 * i + 3 - (size_t)b];
@@ -307,28 +318,18 @@ static ct_status load_adapter(ct_model *model, const char *dir) {
     size_t n = ct_model_trainable_numel(model);
     float *keep = malloc(n * sizeof *keep + 1);
     if (!keep) return CT_ERR(CT_ERR_OOM, "out of memory reading the adapter of %s", dir);
-    memcpy(keep, ct_model_trainable_params(model), n * sizeof *keep);
+    ct_model_download(model, keep, ct_model_trainable_params(model), n * sizeof *keep);
     ct_status st = ct_model_lora_load_peft(model, dir);
-    if (st) memcpy(ct_model_trainable_params(model), keep, n * sizeof *keep);
+    if (st) ct_model_upload(model, ct_model_trainable_params(model), keep, n * sizeof *keep);
     free(keep);
     return st;
 }
 
 ct_status ct_train_state_load_weights(ct_model *model, ct_ctx *ctx, const char *dir) {
+    (void)ctx;
     if (ct_model_lora(model)) return load_adapter(model, dir);
-    ct_model *tmp = NULL;
-    ct_status st = ct_model_load_hf(&tmp, ctx, dir);
-    if (st) return st;
-    char want[512], got[512];
-    if (!(st = ct_ckpt_signature(model, want, sizeof want)) &&
-        !(st = ct_ckpt_signature(tmp, got, sizeof got)) && strcmp(want, got) != 0)
-        st = CT_ERR(CT_ERR_ARG, "%s holds a model of another shape: it is [%s], this run's model "
-                    "is [%s]", dir, got, want);
-    if (!st)
-        memcpy(ct_model_params(model), ct_model_params(tmp),
-               ct_model_numel(model) * sizeof(float));
-    ct_model_free(tmp);
-    return st;
+    /* in place: a rollback or resume never holds a second copy of the weights */
+    return ct_model_load_hf_weights(model, dir);
 }
 
 ct_status ct_train_state_load(const char *dir, ct_ctx *ctx, ct_model *model, ct_adamw *opt,
@@ -355,15 +356,18 @@ ct_status ct_train_state_load(const char *dir, ct_ctx *ctx, ct_model *model, ct_
     }
     /* the weights last: they change the model, so nothing may fail after */
     if (model && (st = ct_train_state_load_weights(model, ctx, dir))) goto done;
+    if (!host_little_endian()) { /* file order to host order, in place */
+        uint8_t *b = moments;
+        for (size_t i = 0; i < 2 * opt->numel; i++) {
+            uint8_t x0 = b[4 * i], x1 = b[4 * i + 1];
+            b[4 * i] = b[4 * i + 3], b[4 * i + 1] = b[4 * i + 2];
+            b[4 * i + 2] = x1, b[4 * i + 3] = x0;
+        }
+    }
+    ct_backend *be = ct_ctx_backend(opt->ctx);
     for (int half = 0; half < 2; half++) {
         const uint8_t *src = (const uint8_t *)moments + (half * opt->numel + opt->lo) * 4;
-        uint8_t *dst = (uint8_t *)(half ? opt->v : opt->m);
-        if (host_little_endian()) {
-            memcpy(dst, src, opt->n * sizeof(float));
-        } else {
-            for (size_t i = 0; i < opt->n; i++)
-                for (int b = 0; b < 4; b++) dst[4 * i + (size_t)b] = src[4 * i + 3 - (size_t)b];
-        }
+        ct_be_upload(be, half ? opt->v : opt->m, src, opt->n * sizeof(float));
     }
     opt->t = t->adam_t;
     *s = *t;

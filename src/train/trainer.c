@@ -7,9 +7,10 @@
  * training state (train_state.h), a stop flag polled after every step, and
  * the final Hugging Face directory in run.dir. trainer_setup.c checks and
  * builds everything before the loop writes anything.
- * A LoRA run trains only the adapters and ends with a PEFT adapter directory.
- * Leaves out: MPI (its keys are refused with a clear message), and
- * TensorBoard's purge of the steps a resumed run repeats (a new event file is
+ * A LoRA run trains only the adapters and ends with a PEFT adapter directory;
+ * under mpirun every rank runs this loop (trainer_dist.c), and run.trace
+ * records chosen steps as a Chrome trace.
+ * Leaves out: TensorBoard's purge of the steps a resumed run repeats (a new event file is
  * started each time; metrics.jsonl is the trimmed record).
  */
 #include "train/trainer_int.h"
@@ -20,6 +21,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/ctx.h"
+#include "core/strbuf.h"
 #include "io/fileio.h"
 
 static ct_status save_config_yaml(const ct_config *cfg) {
@@ -173,15 +176,12 @@ static ct_status rollback(trainer *t, int64_t step, int64_t *to) {
 
 static void inject_faults(trainer *t, int64_t step, double *loss) {
     const ct_config *cfg = t->cfg;
-    float *grads = ct_model_trainable_grads(t->model);
-    size_t n = ct_model_trainable_numel(t->model);
     if (cfg->debug.nan_step == step || (step >= t->bad_first && step <= t->bad_last)) {
-        grads[0] = NAN;
+        ct_model_grads_poison(t->model);
         ct_log(CT_LOG_INFO, "step %lld: debug: gradient made NaN", (long long)step);
     }
     if (cfg->debug.spike_step == step) {
-        float f = (float)cfg->debug.spike_factor;
-        for (size_t i = 0; i < n; i++) grads[i] *= f;
+        ct_model_grads_scale(t->model, (float)cfg->debug.spike_factor);
         *loss *= cfg->debug.spike_factor;
         ct_log(CT_LOG_INFO, "step %lld: debug: loss and gradient scaled by %g", (long long)step,
                cfg->debug.spike_factor);
@@ -192,23 +192,34 @@ static void inject_faults(trainer *t, int64_t step, double *loss) {
  * The time split: data is ct_loader_next, forward and backward come from the
  * model, optimizer is the rest (zeroing gradients, the norm, the guard,
  * clipping, AdamW). */
+/* Record the span [t0, now] when this step is traced; returns now. */
+static double span(trainer *t, const char *name, double t0, int64_t step) {
+    double now = ct_time_s();
+    ct_trace_span(ct_ctx_trace(t->ctx), name, "train", CT_TRACE_TID_MAIN, t0, now, step);
+    return now;
+}
+
 static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
     const ct_config *cfg = t->cfg;
     double t0 = ct_time_s(), loss_sum = 0, wait = 0, fwd = 0, bwd = 0;
     ct_status st;
     ct_model_zero_grads(t->model);
+    double ts = span(t, "zero_grads", t0, step);
     if (t->world > 1) {
         /* every rank's part of the global batch and the averaged gradient */
         if ((st = trainer_dist_micro_batches(t, step, &loss_sum, &wait, &fwd, &bwd))) return st;
+        ts = span(t, "micro_batches+allreduce", ts, step);
     }
     for (int64_t a = 0; a < t->accum && t->world == 1; a++) {
         float loss;
         ct_model_timing mt = {0, 0};
         if ((st = ct_loader_next(t->train, t->in, t->tg))) return st;
         wait += ct_loader_wait_s(t->train);
+        ts = span(t, "data", ts, step);
         if ((st = ct_model_forward_backward_timed(t->model, t->in, t->tg, t->B, t->T,
                                                   1.0f / (float)t->accum, &loss, &mt)))
             return st;
+        ts = ct_time_s(); /* the model recorded its forward, head and backward */
         fwd += mt.forward_s;
         bwd += mt.backward_s;
         loss_sum += loss;
@@ -225,6 +236,7 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
     } else {
         info->grad_norm = ct_grad_norm(t->model);
     }
+    ts = span(t, "grad_norm", ts, step);
     info->lr = ct_schedule_lr(&t->sched, step - 1) * t->guard.lr_factor;
     ct_guard_verdict verdict;
     ct_guard_action act = ct_guard_judge(&t->guard, step, info->loss, info->grad_norm, &verdict);
@@ -248,7 +260,8 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
                    (long long)step, ct_guard_verdict_str(verdict), (long long)t->guard.skipped);
         info->rolled_back = act == CT_GUARD_ROLLBACK; /* done by the caller */
     }
-    double dt = ct_time_s() - t0;
+    span(t, act == CT_GUARD_UPDATE ? "optimizer" : "guard", ts, step);
+    double dt = span(t, "step", t0, step) - t0;
     info->step_ms = dt * 1e3;
     /* the whole job's tokens: every rank's part of the global batch */
     info->tokens_per_s = (double)t->B * t->T * (double)t->accum * t->world / (dt > 0 ? dt : 1e-9);
@@ -434,6 +447,26 @@ static ct_status open_outputs(trainer *t) {
     return ct_tb_open(&t->tb, cfg->run.dir);
 }
 
+/* run.dir/trace.json: the recorded steps in the Trace Event Format (rank 0). */
+static ct_status write_trace(trainer *t) {
+    if (!trainer_root(t)) return CT_OK;
+    ct_strbuf b = {0};
+    ct_trace_to_json(t->trace, &b);
+    if (b.oom) {
+        ct_strbuf_free(&b);
+        return CT_ERR(CT_ERR_OOM, "out of memory writing the trace");
+    }
+    char path[CT_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/trace.json", t->cfg->run.dir);
+    ct_status st = ct_file_write_atomic(path, b.p, b.len);
+    ct_strbuf_free(&b);
+    if (!st)
+        ct_log(CT_LOG_INFO, "trace of steps %lld..%lld: %s (%zu spans; open in Perfetto or "
+               "chrome://tracing)", (long long)t->trace_first, (long long)t->trace_last, path,
+               ct_trace_count(t->trace));
+    return st;
+}
+
 static ct_status run_loop(trainer *t) {
     const ct_config *cfg = t->cfg;
     ct_train_result *res = t->res;
@@ -446,6 +479,8 @@ static ct_status run_loop(trainer *t) {
         info.steps = cfg->train.steps;
         info.val_loss = NAN;
         info.rollback_to = -1;
+        bool traced = t->trace && step >= t->trace_first && step <= t->trace_last;
+        ct_ctx_set_trace(t->ctx, traced ? t->trace : NULL);
         if ((st = train_step(t, step, &info))) return st;
         /* a failed rollback still leaves its step in the metrics */
         ct_status rb = CT_OK;
@@ -464,9 +499,11 @@ static ct_status run_loop(trainer *t) {
         if (rb) return rb;
 
         bool last = step == cfg->train.steps, early = false;
-        if (t->val && ((cfg->train.eval_every && step % cfg->train.eval_every == 0) || last) &&
-            (st = validate(t, &info, &early)))
-            return st;
+        double te = ct_time_s();
+        if (t->val && ((cfg->train.eval_every && step % cfg->train.eval_every == 0) || last)) {
+            if ((st = validate(t, &info, &early))) return st;
+            span(t, "evaluation", te, step);
+        }
         if (early) res->end = CT_TRAIN_END_EARLY_STOP;
         if (every > 0 && step % every == 0) t->ckpt_pending = true;
         bool final = early || (last && every > 0) || stop_requested(t);
@@ -474,8 +511,14 @@ static ct_status run_loop(trainer *t) {
             ct_log(CT_LOG_INFO, "step %lld: checkpoint postponed until a good step (%lld bad "
                    "steps in a row)", (long long)step, (long long)t->guard.bad_run);
         } else if (t->ckpt_pending || final) {
+            double tc = ct_time_s();
             if ((st = write_checkpoint(t))) return st;
+            span(t, "checkpoint", tc, step);
             info.checkpointed = true;
+        }
+        if (traced && (step == t->trace_last || last || stop_requested(t))) {
+            ct_ctx_set_trace(t->ctx, NULL);
+            if ((st = write_trace(t))) return st;
         }
         if (t->hooks->progress) t->hooks->progress(&info, t->hooks->user);
         debug_sleep(cfg->debug.sleep_ms);

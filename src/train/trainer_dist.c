@@ -93,8 +93,14 @@ ct_status trainer_dist_after_setup(trainer *t) {
     /* the same starting weights, whatever each rank read or initialised (a
      * frozen LoRA base comes from the same files or seed on every rank; its
      * adapters are what trains) */
-    return ct_dist_bcast(t->dist, ct_model_trainable_params(t->model),
-                         ct_model_trainable_numel(t->model) * sizeof(float), 0);
+    float *w = ct_model_trainable_params(t->model);
+    size_t bytes = ct_model_trainable_numel(t->model) * sizeof(float);
+    if (!t->stage) return ct_dist_bcast(t->dist, w, bytes, 0);
+    /* MPI reads host memory: through the host mirror */
+    ct_model_download(t->model, t->stage, w, bytes);
+    if ((st = ct_dist_bcast(t->dist, t->stage, bytes, 0))) return st;
+    ct_model_upload(t->model, w, t->stage, bytes);
+    return CT_OK;
 }
 
 static void grad_hook(size_t lo, size_t hi, void *user) {
@@ -105,14 +111,18 @@ ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum,
                                      double *fwd, double *bwd) {
     ct_status local = CT_OK, st;
     float weight = 1.0f / ((float)t->accum * (float)t->world);
-    float *grads = ct_model_trainable_grads(t->model);
+    float *dgrads = ct_model_trainable_grads(t->model);
     size_t numel = ct_model_trainable_numel(t->model);
+    /* on a backend whose memory is not the host's, the allreduce runs on the
+     * host mirror after the backward (no overlap) */
+    float *grads = t->stage ? t->stage : dgrads;
+    bool staged = t->stage != NULL;
     bool begun = false;
     for (int64_t a = 0; a < t->accum && !local; a++) {
         float loss;
         if ((local = ct_loader_next(t->train, t->in, t->tg))) break;
         *wait += ct_loader_wait_s(t->train);
-        if (a == t->accum - 1) {
+        if (a == t->accum - 1 && !staged) {
             /* the last backward finishes each block's gradient: start its
              * allreduce then (never fails: the buckets exist since setup) */
             if ((st = ct_dist_grad_begin(t->dist, grads, numel, t->bucket))) return st;
@@ -127,9 +137,16 @@ ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum,
         ct_model_set_grad_hook(t->model, NULL, NULL);
         *loss_sum += loss;
     }
+    if (staged) ct_model_download(t->model, grads, dgrads, numel * sizeof(float));
     /* a rank that failed still joins the allreduces, so nobody waits on it */
     if (!begun && (st = ct_dist_grad_begin(t->dist, grads, numel, t->bucket))) return st;
-    if ((st = ct_dist_grad_finish(t->dist))) return st;
+    if (staged) {
+        ct_dist_grad_ready(t->dist, 0, numel);
+        if ((st = ct_dist_grad_finish(t->dist))) return st;
+        ct_model_upload(t->model, dgrads, grads, numel * sizeof(float));
+    } else if ((st = ct_dist_grad_finish(t->dist))) {
+        return st;
+    }
     bool stop = t->hooks->stop && *t->hooks->stop != 0;
     double mine[3] = {(double)local, *loss_sum, stop ? (double)*t->hooks->stop : 0.0};
     double *all = t->xbuf;
@@ -168,8 +185,13 @@ ct_status trainer_dist_grad_norm(trainer *t, double *norm) {
 ct_status trainer_dist_update(trainer *t, float lr, float scale) {
     ct_adamw_step(&t->opt, t->model, &t->ap, lr, scale);
     if (!t->zero) return CT_OK; /* every rank updated everything, identically */
-    return ct_dist_allgather_shards(t->dist, ct_model_trainable_params(t->model),
-                                    ct_model_trainable_numel(t->model));
+    float *w = ct_model_trainable_params(t->model);
+    size_t n = ct_model_trainable_numel(t->model);
+    if (!t->stage) return ct_dist_allgather_shards(t->dist, w, n);
+    ct_model_download(t->model, t->stage, w, n * sizeof(float));
+    ct_status st = ct_dist_allgather_shards(t->dist, t->stage, n);
+    if (!st) ct_model_upload(t->model, w, t->stage, n * sizeof(float));
+    return st;
 }
 
 ct_status trainer_save_state(trainer *t, const ct_train_state *s) {
@@ -184,26 +206,36 @@ ct_status trainer_save_state(trainer *t, const ct_train_state *s) {
     if (t->zero) {
         /* rank 0 holds every moment for the moment of the write */
         size_t numel = t->opt.numel;
-        if (trainer_root(t) && !(buf = malloc(2 * numel * sizeof *buf + 1)))
-            st = CT_ERR(CT_ERR_OOM, "out of memory gathering %zu optimizer moments", 2 * numel);
+        /* counted (tag io), so the memory figures show it */
+        if (trainer_root(t) && !(buf = ct_alloc(t->ctx, 2 * numel * sizeof *buf + 1, CT_TAG_IO)))
+            st = ct_last_status();
         if ((st = ct_dist_agree(t->dist, st, "checkpoint buffer"))) {
-            free(buf);
+            ct_free(t->ctx, buf);
             return st;
         }
-        if (!(st = ct_dist_gather_shards(t->dist, t->opt.m, buf, numel)))
-            st = ct_dist_gather_shards(t->dist, t->opt.v, buf ? buf + numel : NULL, numel);
+        /* this rank's moments as host memory (the mirror holds numel floats,
+         * enough for both halves of a shard) */
+        float *m = t->opt.m, *v = t->opt.v;
+        if (t->stage) {
+            ct_model_download(t->model, t->stage, t->opt.m, 2 * t->opt.n * sizeof(float));
+            m = t->stage;
+            v = t->stage + t->opt.n;
+        }
+        if (!(st = ct_dist_gather_shards(t->dist, m, buf, numel)))
+            st = ct_dist_gather_shards(t->dist, v, buf ? buf + numel : NULL, numel);
         if (st) {
-            free(buf);
+            ct_free(t->ctx, buf);
             return st;
         }
         full.m = buf;
         full.v = buf ? buf + numel : NULL;
         full.lo = 0;
         full.n = numel;
+        full.host = true;
     }
     if (trainer_root(t))
         st = ct_train_state_save(cfg->run.dir, t->model, &full, s, &t->ckpt_opts, out, cap);
-    free(buf);
+    ct_free(t->ctx, buf);
     return ct_dist_agree(t->dist, st, "writing a checkpoint");
 }
 

@@ -17,6 +17,7 @@
 #include "perf/hwinfo.h"
 #include "perf/memplan.h"
 #include "perf/monitor.h"
+#include "core/trace.h"
 
 #define TRAINER_SIG_MAX 512
 #define TRAINER_DIR_MAX (CT_PATH_MAX + 64)
@@ -59,6 +60,14 @@ typedef struct trainer {
     bool stop_seen;       /* the stop flag, agreed at the last step */
     int stop_value;
     double *xbuf;         /* (3 * world) values exchanged between ranks */
+    float *stage;         /* (numel) host mirror of the trainable weights or
+                           * gradients for MPI, when the backend's memory is
+                           * not host memory; NULL otherwise */
+
+    /* run.trace: the recorder and the profiling wrapper feeding it kernel spans */
+    ct_trace *trace;               /* owned; NULL when run.trace is off */
+    struct ct_kprof *kprof;        /* owned; NULL when run.trace is off */
+    int64_t trace_first, trace_last; /* the traced steps, inclusive */
 
     /* the run's state: what a checkpoint stores */
     int64_t step; /* loop steps done */

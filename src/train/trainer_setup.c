@@ -11,7 +11,9 @@
  */
 #include "train/trainer_int.h"
 
-#include "kernels/kernels.h"
+#include "backend/backend.h"
+#include "backend/ctx.h"
+#include "perf/kprof.h"
 
 #include <errno.h>
 #include <math.h>
@@ -334,7 +336,7 @@ static ct_status build_lora_model(trainer *t, const ct_model_config *mc) {
         if (st) return st;
     } else {
         if ((st = ct_model_init(&t->model, t->ctx, mc))) return st;
-        ct_model_init_weights(t->model, (uint64_t)cfg->train.seed);
+        if ((st = ct_model_init_weights(t->model, (uint64_t)cfg->train.seed))) return st;
         if ((st = ct_model_lora_attach(t->model, &t->plan.lora))) return st;
     }
     if ((st = ct_ckpt_signature(t->model, t->signature, sizeof t->signature))) return st;
@@ -353,8 +355,7 @@ static ct_status build_lora_model(trainer *t, const ct_model_config *mc) {
         if (st) ct_error_prefix("lora.init_from = %s", cfg->lora.init_from);
         return st;
     }
-    ct_model_lora_init_weights(t->model, (uint64_t)cfg->train.seed);
-    return CT_OK;
+    return ct_model_lora_init_weights(t->model, (uint64_t)cfg->train.seed);
 }
 
 /* Build the model: fresh from sizes (seeded init), from model.init_from, or
@@ -387,8 +388,7 @@ static ct_status build_model(trainer *t) {
         t->model = NULL;
         return ct_model_load_hf(&t->model, t->ctx, cfg->model.init_from);
     }
-    ct_model_init_weights(t->model, (uint64_t)cfg->train.seed);
-    return CT_OK;
+    return ct_model_init_weights(t->model, (uint64_t)cfg->train.seed);
 }
 
 static ct_status open_loaders(trainer *t) {
@@ -452,6 +452,19 @@ static ct_status restore_state(trainer *t) {
     return CT_OK;
 }
 
+/* run.trace: a recorder for the chosen steps, and the kernel profiler in
+ * front of the backend (before the model is made, so its kernels are timed). */
+static ct_status trace_setup(trainer *t) {
+    const char *spec = t->cfg->run.trace;
+    if (!spec[0]) return CT_OK;
+    ct_status st = ct_config_trace_steps(spec, &t->trace_first, &t->trace_last);
+    if (st) return st;
+    if ((st = ct_trace_init(&t->trace))) return st;
+    if ((st = ct_kprof_init(&t->kprof, ct_ctx_backend(t->ctx)))) return st;
+    ct_ctx_set_backend(t->ctx, ct_kprof_backend(t->kprof));
+    return CT_OK;
+}
+
 ct_status trainer_setup(trainer *t) {
     const ct_config *cfg = t->cfg;
     ct_status st;
@@ -466,7 +479,7 @@ ct_status trainer_setup(trainer *t) {
     if ((st = refuse_unsupported(cfg))) return st;
     int bq, bk; /* run.attention_tiles; auto keeps the kernel's built-in tile */
     if ((st = ct_config_attention_tiles(cfg->run.attention_tiles, &bq, &bk))) return st;
-    if (bq && ct_attention_set_tiles(bq, bk))
+    if (bq && ct_backend_set_tiles(ct_ctx_base_backend(t->ctx), bq, bk))
         return CT_ERR(CT_ERR_ARG, "run.attention_tiles = %s: the attention kernel refused it",
                       cfg->run.attention_tiles);
     if ((st = ct_schedule_from_config(&t->sched, cfg))) return st;
@@ -475,6 +488,7 @@ ct_status trainer_setup(trainer *t) {
     ct_guard_params gp = trainer_guard_params(cfg);
     ct_guard_init(&t->guard, &gp);
     if ((st = trainer_measure_peak(t))) return st;
+    if ((st = trace_setup(t))) return st;
     if ((st = build_model(t))) return st;
     if ((st = ct_model_set_opts(t->model, &t->mopts))) return st;
     if ((st = ct_model_reserve(t->model, t->B, t->T, true))) return st;
@@ -486,9 +500,14 @@ ct_status trainer_setup(trainer *t) {
     else
         st = ct_adamw_init(&t->opt, t->ctx, numel);
     if (st) return st;
+    /* MPI reads host memory: a host mirror when the backend's is not */
+    if (t->world > 1 && !ct_model_host_visible(t->model)) {
+        size_t n = numel > 2 * t->shard_n ? numel : 2 * t->shard_n;
+        if (!(t->stage = ct_alloc(t->ctx, n * sizeof(float), CT_TAG_IO))) return ct_last_status();
+    }
     /* the gradient buckets exist from here on, so no step allocates them */
-    if ((st = ct_dist_grad_begin(t->dist, ct_model_trainable_grads(t->model), numel, t->bucket)))
-        return st;
+    float *grads = t->stage ? t->stage : ct_model_trainable_grads(t->model);
+    if ((st = ct_dist_grad_begin(t->dist, grads, numel, t->bucket))) return st;
     if ((st = open_loaders(t))) return st;
     t->in = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->in, CT_TAG_DATA);
     t->tg = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->tg, CT_TAG_DATA);
@@ -558,6 +577,15 @@ void trainer_release(trainer *t) {
     ct_loader_free(t->val);
     ct_adamw_free(&t->opt);
     ct_model_free(t->model);
+    /* the wrapper goes after what was allocated through it */
+    ct_ctx_set_trace(t->ctx, NULL);
+    if (t->kprof) ct_ctx_set_backend(t->ctx, NULL);
+    ct_kprof_free(t->kprof);
+    ct_trace_free(t->trace);
+    t->kprof = NULL;
+    t->trace = NULL;
+    ct_free(t->ctx, t->stage);
+    t->stage = NULL;
     free(t->resume_state);
     free(t->xbuf);
     t->xbuf = NULL;

@@ -1,140 +1,30 @@
 /*
- * Tests of the LLaMA switches' kernels: RMSNorm, RoPE (Hugging Face's
- * rotate_half convention), SwiGLU and grouped-query attention. Each table (ref
- * and cpu) is checked against double-precision forwards written here, from the
- * papers' formulas, and its backwards against central finite differences of
- * them (loss L = sum(out * R), gradient buffers pre-filled to check that
- * backwards add). Then cpu is checked against ref on odd shapes, GQA with
- * NKV == NH against the plain attention entries, and GQA decode against the
- * forward's rows. Set CT_TEST_VERBOSE=1 to print every measured error.
+ * Tests of attention, the LLaMA kernels and AdamW as backend tests, on the
+ * harness shared with test_kernels.c (harness.h): each backend runs through its
+ * own buffers, and adding one to under_test[] in harness.c holds it to ref.
+ * Attention is one entry for grouped-query and plain multi-head (NKV == NH)
+ * attention; the LLaMA kernels are RMSNorm, RoPE (Hugging Face's rotate_half
+ * convention) and SwiGLU. Every backend, ref included, is checked against
+ * double-precision forwards written here from the papers' formulas and its
+ * backwards against central finite differences of them (loss L = sum(out * R),
+ * gradient buffers pre-filled to check that backwards add); attention against a
+ * naive softmax with the KV heads repeated, decode against the forward's rows,
+ * GQA against MHA over repeated KV heads, AdamW against torch's formula over 3
+ * steps. Then every backend under test against ref on odd shapes, attention
+ * also on several tile shapes, on head sizes that fall back to ref, and for
+ * determinism. CT_TEST_VERBOSE=1 prints every measured error.
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "ct_test.h"
-#include "kernels/kernels.h"
+#include "ctrain/core.h"
+#include "harness.h"
 
-#define TOL_EXACT 1e-6 /* float result of a double-exact formula */
 #define TOL_ROPE 2e-6  /* RoPE angles are rounded to fp32 as HF does */
-#define TOL_FD 1e-5    /* float kernel gradient vs double finite differences */
-#define TOL_CPU 1e-5   /* cpu table vs ref table */
-
-static int verbose = 0;
-
-/* ------------------------------------------------------------ helpers */
-
-static uint64_t rng_state = 0x243F6A8885A308D3ULL;
-
-static uint64_t rng_next(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545F4914F6CDD1DULL;
-}
-
-static float rng_float(void) {
-    return (float)((rng_next() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
-
-static void *pool[256];
-static int pool_len = 0;
-
-static void *pool_alloc(size_t bytes) {
-    if (pool_len == (int)(sizeof pool / sizeof *pool)) abort();
-    void *p = calloc(bytes ? bytes : 1, 1);
-    if (!p) abort();
-    pool[pool_len++] = p;
-    return p;
-}
-
-static void pool_free(void) {
-    while (pool_len > 0) free(pool[--pool_len]);
-}
-
-static float *falloc(size_t n) { return pool_alloc(n * sizeof(float)); }
-static double *dalloc(size_t n) { return pool_alloc(n * sizeof(double)); }
-
-static float *frand(size_t n, float scale) {
-    float *x = falloc(n);
-    for (size_t i = 0; i < n; i++) x[i] = scale * rng_float();
-    return x;
-}
-
-static float *fcopy(const float *x, size_t n) {
-    float *y = falloc(n);
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
-
-static float *ffill(size_t n, float value) {
-    float *x = falloc(n);
-    for (size_t i = 0; i < n; i++) x[i] = value;
-    return x;
-}
-
-static double *to_double(const float *x, size_t n) {
-    double *y = dalloc(n);
-    for (size_t i = 0; i < n; i++) y[i] = x[i];
-    return y;
-}
-
-static float *fsub(const float *got, float offset, size_t n) {
-    float *y = falloc(n);
-    for (size_t i = 0; i < n; i++) y[i] = got[i] - offset;
-    return y;
-}
-
-/* max |got - want| / max |want| (infinite on NaN). */
-static double rel_err(const float *got, const double *want, size_t n) {
-    double maxdiff = 0.0, maxwant = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs(got[i] - want[i]);
-        if (isnan(d)) maxdiff = INFINITY;
-        if (d > maxdiff) maxdiff = d;
-        if (fabs(want[i]) > maxwant) maxwant = fabs(want[i]);
-    }
-    return maxdiff / (maxwant > 0.0 ? maxwant : 1.0);
-}
-
-static char label_buf[160];
-
-static const char *label(const ct_kernels *k, const char *what) {
-    snprintf(label_buf, sizeof label_buf, "%s %s", k->name, what);
-    return label_buf;
-}
-
-#define CHECK_CLOSE_D(what, got, want, n, tol)                                             \
-    do {                                                                                   \
-        double err_ = rel_err((got), (want), (n));                                         \
-        if (verbose) printf("  %-48s err %.2e (tol %.0e)\n", (what), err_, (double)(tol)); \
-        CHECK_MSG(err_ <= (tol), "%s: err %.3g > tol %.3g", (what), err_, (double)(tol));  \
-    } while (0)
-#define CHECK_CLOSE_F(what, got, want, n, tol) \
-    CHECK_CLOSE_D(what, got, to_double((want), (n)), n, tol)
-
-typedef double (*loss_fn)(void *ctx);
-
-/* Central differences of loss with respect to each x[i] into g (n). */
-static void fd_grad(double *g, double *x, size_t n, loss_fn loss, void *ctx) {
-    const double h = 1e-5;
-    for (size_t i = 0; i < n; i++) {
-        double xi = x[i];
-        x[i] = xi + h;
-        double lp = loss(ctx);
-        x[i] = xi - h;
-        double lm = loss(ctx);
-        x[i] = xi;
-        g[i] = (lp - lm) / (2.0 * h);
-    }
-}
-
-static double dot_d(const double *a, const double *b, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
 
 /* ------------------------------------------------------------ rmsnorm */
 
@@ -155,39 +45,39 @@ static void rmsnorm_d(double *out, double *rstd, const rms_ctx *r) {
     }
 }
 
-static double rms_loss(void *ctx) {
-    rms_ctx *r = ctx;
+static double rms_loss(void *ctx_) {
+    rms_ctx *r = ctx_;
     size_t n = (size_t)r->N * r->C;
     double *out = malloc(n * sizeof *out);
     rmsnorm_d(out, NULL, r);
-    double L = dot_d(out, r->R, n);
-    free(out);
-    return L;
+    return dot_loss(out, r->R, n);
 }
 
-static void test_rmsnorm(const ct_kernels *k, int N, int C, float eps) {
+static void test_rmsnorm(int N, int C, float eps) {
     size_t NC = (size_t)N * C;
     float *inp = frand(NC, 2.0f), *w = frand(C, 1.0f), *R = frand(NC, 1.0f);
     rms_ctx r = {to_double(inp, NC), to_double(w, C), to_double(R, NC), N, C, eps};
-    float *out = ffill(NC, NAN), *rstd = falloc(N);
-    double *want = dalloc(NC), *want_rstd = dalloc(N);
-    k->rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+    double *want = dalloc(NC), *want_rstd = dalloc(N), *g_inp = dalloc(NC), *g_w = dalloc(C);
     rmsnorm_d(want, want_rstd, &r);
-    CHECK_CLOSE_D(label(k, "rmsnorm_forward out vs double"), out, want, NC, TOL_EXACT);
-    CHECK_CLOSE_D(label(k, "rmsnorm_forward rstd vs double"), rstd, want_rstd, N, TOL_EXACT);
-    float *out2 = falloc(NC);
-    k->rmsnorm_forward(out2, NULL, inp, w, N, C, eps);
-    CHECK_MSG(memcmp(out, out2, NC * sizeof(float)) == 0, "%s",
-              label(k, "rmsnorm_forward with rstd NULL"));
-
-    float *dinp = ffill(NC, 0.5f), *dw = ffill(C, -1.0f);
-    k->rmsnorm_backward(dinp, dw, R, inp, w, rstd, N, C);
-    double *g_inp = dalloc(NC), *g_w = dalloc(C);
     fd_grad(g_inp, r.inp, NC, rms_loss, &r);
     fd_grad(g_w, r.w, C, rms_loss, &r);
-    CHECK_CLOSE_D(label(k, "rmsnorm_backward dinp vs FD"), fsub(dinp, 0.5f, NC), g_inp, NC,
-                  TOL_FD);
-    CHECK_CLOSE_D(label(k, "rmsnorm_backward dweight vs FD"), fsub(dw, -1.0f, C), g_w, C, TOL_FD);
+
+    karg f[] = {ARG(ffill(NC, NAN), NC), ARG(falloc(N), N), ARG(inp, NC), ARG(w, C)};
+    karg f2[] = {ARG(falloc(NC), NC), ARG(inp, NC), ARG(w, C)};
+    FOR_ALL(be) {
+        RUN(be, f, be->i->rmsnorm_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, N, C, eps));
+        CHECK_EXACT(be, "rmsnorm_forward out", f[0].got, want, NC);
+        CHECK_EXACT(be, "rmsnorm_forward rstd", f[1].got, want_rstd, N);
+        RUN(be, f2, be->i->rmsnorm_forward(be, f2[0].dev, NULL, f2[1].dev, f2[2].dev, N, C, eps));
+        CHECK_MSG(same_floats(f[0].got, f2[0].got, NC), "%s",
+                  label(be, "rmsnorm_forward with rstd NULL"));
+        karg g[] = {ARG(ffill(NC, 0.5f), NC), ARG(ffill(C, -1.0f), C), ARG(R, NC),
+                    ARG(inp, NC),            ARG(w, C),               ARG(f[1].got, N)};
+        RUN(be, g, be->i->rmsnorm_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev, g[4].dev,
+                                           g[5].dev, N, C));
+        CHECK_FD(be, "rmsnorm_backward dinp", g[0].got, 0.5f, g_inp, NC);
+        CHECK_FD(be, "rmsnorm_backward dweight", g[1].got, -1.0f, g_w, C);
+    }
     pool_free();
 }
 
@@ -218,42 +108,43 @@ static void rope_d(double *out, const rope_ctx *r) {
         }
 }
 
-static double rope_loss(void *ctx) {
-    rope_ctx *r = ctx;
+static double rope_loss(void *ctx_) {
+    rope_ctx *r = ctx_;
     size_t n = (size_t)r->B * r->T * (r->NH + 2 * r->NKV) * r->HS;
     double *out = malloc(n * sizeof *out);
     rope_d(out, r);
-    double L = dot_d(out, r->R, n);
-    free(out);
-    return L;
+    return dot_loss(out, r->R, n);
 }
 
-static void test_rope(const ct_kernels *k, int B, int T, int NH, int NKV, int HS, int pos0,
-                      float theta) {
+static void test_rope(int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
     size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
     float *x = frand(n, 1.0f), *R = frand(n, 1.0f);
     rope_ctx r = {to_double(x, n), to_double(R, n), B, T, NH, NKV, HS, pos0, theta};
-    float *y = fcopy(x, n);
-    double *want = dalloc(n);
-    k->rope_forward(y, B, T, NH, NKV, HS, pos0, theta);
+    double *want = dalloc(n), *g = dalloc(n);
     rope_d(want, &r);
-    CHECK_CLOSE_D(label(k, "rope_forward vs double"), y, want, n, TOL_ROPE);
-    // v is untouched bit for bit
-    int W = (NH + 2 * NKV) * HS, voff = (NH + NKV) * HS;
-    int v_same = 1;
-    for (int row = 0; row < B * T; row++)
-        v_same &= memcmp(y + (size_t)row * W + voff, x + (size_t)row * W + voff,
-                         (size_t)NKV * HS * sizeof(float)) == 0;
-    CHECK_MSG(v_same, "%s", label(k, "rope_forward leaves v alone"));
-    // backward writes the transpose rotation: dx = J^T R
-    float *dx = fcopy(R, n);
-    k->rope_backward(dx, B, T, NH, NKV, HS, pos0, theta);
-    double *g = dalloc(n);
     fd_grad(g, r.x, n, rope_loss, &r);
-    CHECK_CLOSE_D(label(k, "rope_backward vs FD"), dx, g, n, TOL_FD);
-    // backward undoes forward (the rotation is orthogonal)
-    k->rope_backward(y, B, T, NH, NKV, HS, pos0, theta);
-    CHECK_CLOSE_F(label(k, "rope_backward(rope_forward(x)) == x"), y, x, n, 1e-6);
+    int W = (NH + 2 * NKV) * HS, voff = (NH + NKV) * HS;
+
+    karg f[] = {ARG(x, n)}, b[] = {ARG(R, n)};
+    FOR_ALL(be) {
+        RUN(be, f, be->i->rope_forward(be, f[0].dev, B, T, NH, NKV, HS, pos0, theta));
+        CHECK_CLOSE_D(label(be, "rope_forward vs double"), f[0].got, want, n, TOL_ROPE);
+        // v is untouched bit for bit
+        int v_same = 1;
+        for (int row = 0; row < B * T; row++)
+            v_same &= same_floats(f[0].got + (size_t)row * W + voff, x + (size_t)row * W + voff,
+                                  (size_t)NKV * HS);
+        CHECK_MSG(v_same, "%s", label(be, "rope_forward leaves v alone"));
+        // backward writes the transpose rotation: dx = J^T R
+        RUN(be, b, be->i->rope_backward(be, b[0].dev, B, T, NH, NKV, HS, pos0, theta));
+        CHECK_FD(be, "rope_backward", b[0].got, 0.0f, g, n);
+        // backward undoes forward (the rotation is orthogonal)
+        RUN(be, f, {
+            be->i->rope_forward(be, f[0].dev, B, T, NH, NKV, HS, pos0, theta);
+            be->i->rope_backward(be, f[0].dev, B, T, NH, NKV, HS, pos0, theta);
+        });
+        CHECK_CLOSE_F(label(be, "rope_backward(rope_forward(x)) == x"), f[0].got, x, n, 1e-6);
+    }
     pool_free();
 }
 
@@ -272,43 +163,48 @@ static void swiglu_d(double *out, const swiglu_ctx *s) {
         }
 }
 
-static double swiglu_loss(void *ctx) {
-    swiglu_ctx *s = ctx;
+static double swiglu_loss(void *ctx_) {
+    swiglu_ctx *s = ctx_;
     size_t n = (size_t)s->N * s->F;
     double *out = malloc(n * sizeof *out);
     swiglu_d(out, s);
-    double L = dot_d(out, s->R, n);
-    free(out);
-    return L;
+    return dot_loss(out, s->R, n);
 }
 
-static void test_swiglu(const ct_kernels *k, int N, int F) {
+static void test_swiglu(int N, int F) {
     size_t NF = (size_t)N * F;
     float *inp = frand(2 * NF, 4.0f), *R = frand(NF, 1.0f);
     swiglu_ctx s = {to_double(inp, 2 * NF), to_double(R, NF), N, F};
-    float *out = ffill(NF, NAN);
-    double *want = dalloc(NF);
-    k->swiglu_forward(out, inp, N, F);
+    double *want = dalloc(NF), *g = dalloc(2 * NF);
     swiglu_d(want, &s);
-    CHECK_CLOSE_D(label(k, "swiglu_forward vs double"), out, want, NF, TOL_EXACT);
-    float *dinp = ffill(2 * NF, 0.25f);
-    k->swiglu_backward(dinp, inp, R, N, F);
-    double *g = dalloc(2 * NF);
     fd_grad(g, s.inp, 2 * NF, swiglu_loss, &s);
-    CHECK_CLOSE_D(label(k, "swiglu_backward vs FD"), fsub(dinp, 0.25f, 2 * NF), g, 2 * NF, TOL_FD);
+    karg f[] = {ARG(ffill(NF, NAN), NF), ARG(inp, 2 * NF)};
+    karg b[] = {ARG(ffill(2 * NF, 0.25f), 2 * NF), ARG(inp, 2 * NF), ARG(R, NF)};
+    FOR_ALL(be) {
+        RUN(be, f, be->i->swiglu_forward(be, f[0].dev, f[1].dev, N, F));
+        CHECK_EXACT(be, "swiglu_forward", f[0].got, want, NF);
+        RUN(be, b, be->i->swiglu_backward(be, b[0].dev, b[1].dev, b[2].dev, N, F));
+        CHECK_FD(be, "swiglu_backward", b[0].got, 0.25f, g, 2 * NF);
+    }
     pool_free();
 }
 
-/* ------------------------------------------------------------ GQA attention */
+/* ------------------------------------------------------------ attention */
 
 typedef struct {
     double *qkv, *R;
     int B, T, NH, NKV, HS;
-} gqa_ctx;
+} att_ctx;
+
+static double dot_d(const double *a, const double *b, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
 
 /* Naive causal attention in double with a full score row, KV heads repeated
- * over their groups (HF repeat_kv). out (B,T,NH*HS). */
-static void gqa_d(double *out, const gqa_ctx *a) {
+ * over their groups (HF repeat_kv). out (B,T,NH*HS); lse (B,NH,T) unless NULL. */
+static void att_d(double *out, double *lse, const att_ctx *a) {
     int W = (a->NH + 2 * a->NKV) * a->HS, C = a->NH * a->HS, group = a->NH / a->NKV;
     double *p = malloc((size_t)a->T * sizeof *p);
     for (int b = 0; b < a->B; b++)
@@ -318,11 +214,12 @@ static void gqa_d(double *out, const gqa_ctx *a) {
                 const double *q = a->qkv + ((size_t)b * a->T + t) * W + h * a->HS;
                 double mx = -INFINITY, sum = 0.0;
                 for (int j = 0; j <= t; j++) {
-                    p[j] = dot_d(q, a->qkv + ((size_t)b * a->T + j) * W + ko, (size_t)a->HS) /
+                    p[j] = dot_d(q, a->qkv + ((size_t)b * a->T + j) * W + ko, a->HS) /
                            sqrt((double)a->HS);
                     if (p[j] > mx) mx = p[j];
                 }
                 for (int j = 0; j <= t; j++) sum += (p[j] = exp(p[j] - mx));
+                if (lse) lse[((size_t)b * a->NH + h) * a->T + t] = mx + log(sum);
                 double *o = out + ((size_t)b * a->T + t) * C + h * a->HS;
                 for (int d = 0; d < a->HS; d++) {
                     double acc = 0.0;
@@ -335,143 +232,302 @@ static void gqa_d(double *out, const gqa_ctx *a) {
     free(p);
 }
 
-static double gqa_loss(void *ctx) {
-    gqa_ctx *a = ctx;
+static double att_loss(void *ctx_) {
+    att_ctx *a = ctx_;
     size_t n = (size_t)a->B * a->T * a->NH * a->HS;
     double *out = malloc(n * sizeof *out);
-    gqa_d(out, a);
-    double L = dot_d(out, a->R, n);
-    free(out);
-    return L;
+    att_d(out, NULL, a);
+    return dot_loss(out, a->R, n);
 }
 
-static void test_gqa(const ct_kernels *k, int B, int T, int NH, int NKV, int HS) {
-    size_t W = (size_t)(NH + 2 * NKV) * HS, nqkv = (size_t)B * T * W;
-    size_t nout = (size_t)B * T * NH * HS;
+static void test_attention(int B, int T, int NH, int NKV, int HS) {
+    int C = NH * HS, KV = NKV * HS, W = (NH + 2 * NKV) * HS;
+    size_t rows = (size_t)B * T, nqkv = rows * W, nout = rows * C, NL = (size_t)B * NH * T;
     float *qkv = frand(nqkv, 1.5f), *R = frand(nout, 1.0f);
-    gqa_ctx a = {to_double(qkv, nqkv), to_double(R, nout), B, T, NH, NKV, HS};
-    float *out = ffill(nout, NAN), *lse = falloc((size_t)B * NH * T);
-    double *want = dalloc(nout);
-    k->attention_gqa_forward(out, lse, qkv, B, T, NH, NKV, HS);
-    gqa_d(want, &a);
-    CHECK_CLOSE_D(label(k, "attention_gqa_forward vs naive double"), out, want, nout, TOL_FD);
-    float *dqkv = ffill(nqkv, 0.5f);
-    k->attention_gqa_backward(dqkv, R, qkv, out, lse, B, T, NH, NKV, HS);
-    double *g = dalloc(nqkv);
-    fd_grad(g, a.qkv, nqkv, gqa_loss, &a);
-    CHECK_CLOSE_D(label(k, "attention_gqa_backward vs FD"), fsub(dqkv, 0.5f, nqkv), g, nqkv,
-                  TOL_FD);
-    // decode of the last position of batch 0 reproduces the forward's row
-    float *kc = falloc((size_t)T * NKV * HS), *vc = falloc((size_t)T * NKV * HS);
-    for (int t = 0; t < T; t++) {
-        memcpy(kc + (size_t)t * NKV * HS, qkv + t * W + NH * HS, (size_t)NKV * HS * 4);
-        memcpy(vc + (size_t)t * NKV * HS, qkv + t * W + (NH + NKV) * HS, (size_t)NKV * HS * 4);
+    att_ctx a = {to_double(qkv, nqkv), to_double(R, nout), B, T, NH, NKV, HS};
+    double *want = dalloc(nout), *want_lse = dalloc(NL), *g = dalloc(nqkv);
+    att_d(want, want_lse, &a);
+    fd_grad(g, a.qkv, nqkv, att_loss, &a);
+    // the decode caches: the key and value rows of every position
+    float *kc = falloc(rows * KV), *vc = falloc(rows * KV);
+    for (size_t r = 0; r < rows; r++) {
+        memcpy(kc + r * KV, qkv + r * W + C, (size_t)KV * sizeof(float));
+        memcpy(vc + r * KV, qkv + r * W + C + KV, (size_t)KV * sizeof(float));
     }
-    float *dec = falloc((size_t)NH * HS);
-    k->attention_gqa_decode(dec, qkv + (size_t)(T - 1) * W, kc, vc, T, NH, NKV, HS);
-    CHECK_CLOSE_F(label(k, "attention_gqa_decode vs forward row"), dec,
-                  out + (size_t)(T - 1) * NH * HS, (size_t)NH * HS, 1e-5);
+
+    karg f[] = {ARG(ffill(nout, NAN), nout), ARG(ffill(NL, NAN), NL), ARG(qkv, nqkv)};
+    FOR_ALL(be) {
+        RUN(be, f, be->i->attention_forward(be, f[0].dev, f[1].dev, f[2].dev, B, T, NH, NKV, HS));
+        CHECK_EXACT(be, "attention_forward out", f[0].got, want, nout);
+        CHECK_EXACT(be, "attention_forward lse", f[1].got, want_lse, NL);
+        karg bw[] = {ARG(ffill(nqkv, 0.5f), nqkv), ARG(R, nout), ARG(qkv, nqkv),
+                     ARG(f[0].got, nout), ARG(f[1].got, NL)};
+        RUN(be, bw, be->i->attention_backward(be, bw[0].dev, bw[1].dev, bw[2].dev, bw[3].dev,
+                                              bw[4].dev, B, T, NH, NKV, HS));
+        CHECK_FD(be, "attention_backward dqkv", bw[0].got, 0.5f, g, nqkv);
+        // decode: query row t over exactly the cached rows 0..t equals forward row t
+        double maxerr = 0.0;
+        for (size_t r = 0; r < rows; r++) {
+            size_t t = r % T, n = (t + 1) * KV;
+            karg d[] = {ARG(falloc(C), C), ARG(qkv + r * W, C), ARG(kc + (r - t) * KV, n),
+                        ARG(vc + (r - t) * KV, n)};
+            RUN(be, d, be->i->attention_decode(be, d[0].dev, d[1].dev, d[2].dev, d[3].dev,
+                                               (int)t + 1, NH, NKV, HS));
+            double err = rel_err(d[0].got, to_double(f[0].got + r * C, C), C, NULL);
+            if (err > maxerr) maxerr = err;
+        }
+        if (verbose)
+            printf("  %-50s err %.2e  (tol %.0e)\n", label(be, "attention_decode vs forward rows"),
+                   maxerr, TOL_EXACT);
+        CHECK_MSG(maxerr <= TOL_EXACT, "%s: err %.3g",
+                  label(be, "attention_decode vs forward rows"), maxerr);
+    }
     pool_free();
 }
 
-/* NKV == NH must be exactly the plain multi-head entries. */
-static void test_gqa_is_mha(const ct_kernels *k, int B, int T, int NH, int HS) {
-    int C = NH * HS;
-    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
-    float *qkv = frand(nqkv, 1.0f), *dout = frand(nout, 1.0f);
-    float *o1 = falloc(nout), *o2 = falloc(nout);
-    float *l1 = falloc((size_t)B * NH * T), *l2 = falloc((size_t)B * NH * T);
-    k->attention_forward(o1, l1, qkv, B, T, C, NH);
-    k->attention_gqa_forward(o2, l2, qkv, B, T, NH, NH, HS);
-    CHECK_MSG(memcmp(o1, o2, nout * 4) == 0 && memcmp(l1, l2, (size_t)B * NH * T * 4) == 0,
-              "%s", label(k, "gqa forward with NKV == NH equals attention_forward"));
-    float *d1 = falloc(nqkv), *d2 = falloc(nqkv);
-    k->attention_backward(d1, dout, qkv, o1, l1, B, T, C, NH);
-    k->attention_gqa_backward(d2, dout, qkv, o1, l1, B, T, NH, NH, HS);
-    CHECK_MSG(memcmp(d1, d2, nqkv * 4) == 0, "%s",
-              label(k, "gqa backward with NKV == NH equals attention_backward"));
+/* Grouped-query attention is multi-head attention over the KV heads repeated
+ * across their groups: the same outputs and dq bit for bit, and dk, dv the
+ * sums of the repeated heads' gradients over each group. */
+static void test_repeat_kv(int B, int T, int NH, int NKV, int HS) {
+    int C = NH * HS, KV = NKV * HS, W = (NH + 2 * NKV) * HS, group = NH / NKV;
+    size_t rows = (size_t)B * T, NL = (size_t)B * NH * T;
+    float *qkv = frand(rows * W, 1.5f), *rep = falloc(rows * 3 * C), *dout = frand(rows * C, 1.0f);
+    for (size_t r = 0; r < rows; r++) {
+        memcpy(rep + r * 3 * C, qkv + r * W, (size_t)C * sizeof(float));
+        for (int h = 0; h < NH; h++)
+            for (int kv = 0; kv < 2; kv++) // k, then v
+                memcpy(rep + r * 3 * C + (1 + kv) * C + h * HS,
+                       qkv + r * W + C + kv * KV + (h / group) * HS, (size_t)HS * sizeof(float));
+    }
+    karg g[] = {ARG(falloc(rows * C), rows * C), ARG(falloc(NL), NL), ARG(qkv, rows * W),
+                ARG(falloc(rows * W), rows * W), ARG(dout, rows * C)};
+    karg m[] = {ARG(falloc(rows * C), rows * C), ARG(falloc(NL), NL), ARG(rep, rows * 3 * C),
+                ARG(falloc(rows * 3 * C), rows * 3 * C), ARG(dout, rows * C)};
+    FOR_ALL(be) {
+        RUN(be, g, {
+            be->i->attention_forward(be, g[0].dev, g[1].dev, g[2].dev, B, T, NH, NKV, HS);
+            be->i->attention_backward(be, g[3].dev, g[4].dev, g[2].dev, g[0].dev, g[1].dev, B, T,
+                                      NH, NKV, HS);
+        });
+        RUN(be, m, {
+            be->i->attention_forward(be, m[0].dev, m[1].dev, m[2].dev, B, T, NH, NH, HS);
+            be->i->attention_backward(be, m[3].dev, m[4].dev, m[2].dev, m[0].dev, m[1].dev, B, T,
+                                      NH, NH, HS);
+        });
+        CHECK_MSG(same_floats(g[0].got, m[0].got, rows * C) && same_floats(g[1].got, m[1].got, NL),
+                  "%s", label(be, "attention_forward GQA == MHA over repeated KV heads"));
+        // the MHA gradients folded back onto the GQA layout
+        double *want = dalloc(rows * W);
+        for (size_t r = 0; r < rows; r++) {
+            const float *dm = m[3].got + r * 3 * C;
+            for (int c = 0; c < C; c++) want[r * W + c] = dm[c];
+            for (int h = 0; h < NH; h++)
+                for (int kv = 0; kv < 2; kv++)
+                    for (int d = 0; d < HS; d++)
+                        want[r * W + C + kv * KV + (h / group) * HS + d] +=
+                            dm[(1 + kv) * C + h * HS + d];
+        }
+        int dq_same = 1;
+        for (size_t r = 0; r < rows; r++)
+            dq_same &= same_floats(g[3].got + r * W, m[3].got + r * 3 * C, (size_t)C);
+        CHECK_MSG(dq_same, "%s", label(be, "attention_backward GQA dq == MHA dq"));
+        CHECK_CLOSE_D(label(be, "attention_backward GQA dk, dv == MHA group sums"), g[3].got, want,
+                      rows * W, TOL_EXACT);
+    }
     pool_free();
 }
 
-/* ------------------------------------------------------------ cpu vs ref */
+/* ------------------------------------------------------------ adamw */
 
-static const ct_kernels *ref_k = &ct_kernels_ref;
-static const ct_kernels *cpu_k = &ct_kernels_cpu;
+static void test_adamw(size_t n) {
+    const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.5f;
+    float *p0 = frand(n, 1.0f), *grad[3];
+    double *pd = to_double(p0, n), *md = dalloc(n), *vd = dalloc(n);
+    for (int64_t t = 1; t <= 3; t++) {
+        float *g = grad[t - 1] = frand(n, 1e-2f);
+        g[0] = 0.0f; // zero gradient: v stays 0 and only eps keeps denom finite
+        g[1] = 1e-6f;
+        // torch.optim.AdamW (1.13, single tensor), transcribed in double
+        double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
+        for (size_t i = 0; i < n; i++) {
+            double gi = (double)g[i] * scale;
+            pd[i] *= 1.0 - (double)lr * wd;
+            md[i] = md[i] * beta1 + gi * (1.0 - beta1);
+            vd[i] = vd[i] * beta2 + (1.0 - beta2) * gi * gi;
+            double denom = sqrt(vd[i]) / sqrt(bc2) + eps;
+            pd[i] += -((double)lr / bc1) * md[i] / denom;
+        }
+    }
+    // the update itself, which is ~1e-2 of the parameters
+    double *upd_d = dalloc(n);
+    for (size_t i = 0; i < n; i++) upd_d[i] = pd[i] - p0[i];
+
+    karg d[] = {ARG(p0, n),      ARG(falloc(n), n), ARG(falloc(n), n),
+                ARG(grad[0], n), ARG(grad[1], n),   ARG(grad[2], n)};
+    FOR_ALL(be) {
+        RUN(be, d, {
+            for (int t = 1; t <= 3; t++)
+                be->i->adamw_update(be, d[0].dev, d[2 + t].dev, d[1].dev, d[2].dev, n, lr, beta1,
+                                    beta2, eps, wd, scale, t);
+        });
+        CHECK_EXACT(be, "adamw params", d[0].got, pd, n);
+        CHECK_EXACT(be, "adamw m", d[1].got, md, n);
+        CHECK_EXACT(be, "adamw v", d[2].got, vd, n);
+        float *upd = falloc(n);
+        for (size_t i = 0; i < n; i++) upd[i] = d[0].got[i] - p0[i];
+        CHECK_CLOSE_D(label(be, "adamw update p - p0 vs double"), upd, upd_d, n, 1e-4);
+    }
+    pool_free();
+}
+
+/* ------------------------------------------------------------ backends vs ref */
+
+static void cmp_attention(int B, int T, int NH, int NKV, int HS) {
+    int C = NH * HS, KV = NKV * HS;
+    size_t rows = (size_t)B * T, nqkv = rows * (C + 2 * KV), nout = rows * C;
+    size_t NL = (size_t)B * NH * T;
+    float *qkv = frand(nqkv, 2.0f), *dout = frand(nout, 1.0f);
+    karg f[] = {OUT("attention_forward out", falloc(nout), nout),
+                OUT("attention_forward lse", falloc(NL), NL), ARG(qkv, nqkv)};
+    VS_REF(be, f, be->i->attention_forward(be, f[0].dev, f[1].dev, f[2].dev, B, T, NH, NKV, HS));
+    karg g[] = {OUT("attention_backward dqkv", ffill(nqkv, 0.25f), nqkv), ARG(dout, nout),
+                ARG(qkv, nqkv), ARG(f[0].want, nout), ARG(f[1].want, NL)};
+    VS_REF(be, g, be->i->attention_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev, g[4].dev,
+                                            B, T, NH, NKV, HS));
+    // deterministic: a second run gives the same bits
+    FOR_TESTED(be) {
+        float *first = NULL;
+        for (int rep = 0; rep < 2; rep++) {
+            RUN(be, g, be->i->attention_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev,
+                                                 g[4].dev, B, T, NH, NKV, HS));
+            if (!first) first = g[0].got;
+        }
+        CHECK_MSG(same_floats(first, g[0].got, nqkv), "%s",
+                  label(be, "attention_backward is deterministic"));
+    }
+    // decode of one query over T cached rows
+    float *q = frand(C, 2.0f), *kc = frand((size_t)T * KV, 2.0f), *vc = frand((size_t)T * KV, 1.0f);
+    karg d[] = {OUT("attention_decode", falloc(C), C), ARG(q, C), ARG(kc, (size_t)T * KV),
+                ARG(vc, (size_t)T * KV)};
+    VS_REF(be, d, be->i->attention_decode(be, d[0].dev, d[1].dev, d[2].dev, d[3].dev, T, NH, NKV,
+                                          HS));
+    pool_free();
+}
+
+/* Other tile shapes on every backend under test (tiles are the cpu's; others
+ * ignore them): square, tall, wide and odd, then the defaults back. */
+static void cmp_attention_tiles(void) {
+    const int tiles[][2] = {{16, 16}, {128, 256}, {7, 5}, {32, 16}, {1, 1}};
+    int defaults[1 + N_UNDER_TEST][2];
+    FOR_TESTED(be) {
+        defaults[be - bes][0] = be->att_bq;
+        defaults[be - bes][1] = be->att_bk;
+    }
+    for (size_t i = 0; i < sizeof tiles / sizeof *tiles; i++) {
+        FOR_TESTED(be) {
+            CHECK(ct_backend_set_tiles(be, tiles[i][0], tiles[i][1]) == 0);
+            CHECK(be->att_bq == tiles[i][0] && be->att_bk == tiles[i][1]);
+        }
+        cmp_attention(2, 70, 2, 2, 24);
+        cmp_attention(1, 45, 4, 2, 16);
+    }
+    FOR_TESTED(be) {
+        CHECK(ct_backend_set_tiles(be, 0, 16) == -1);
+        CHECK(ct_backend_set_tiles(be, 16, CT_ATT_BK_MAX + 1) == -1);
+        CHECK(ct_backend_set_tiles(be, CT_ATT_BQ_MAX + 1, 16) == -1);
+        CHECK(be->att_bq == 1 && be->att_bk == 1); // unchanged by the refusals
+        CHECK(ct_backend_set_tiles(be, defaults[be - bes][0], defaults[be - bes][1]) == 0);
+    }
+}
 
 static void cmp_llama(int B, int T, int NH, int NKV, int HS, int F) {
     int C = NH * HS, N = B * T;
-    size_t NC = (size_t)N * C, W = (size_t)(NH + 2 * NKV) * HS, nqkv = (size_t)N * W;
+    size_t NC = (size_t)N * C, nqkv = (size_t)N * (NH + 2 * NKV) * HS, NF = (size_t)N * F;
     float *x = frand(NC, 3.0f), *w = frand(C, 1.0f), *dy = frand(NC, 1.0f);
-    float *o1 = falloc(NC), *o2 = falloc(NC), *r1 = falloc(N), *r2 = falloc(N);
-    ref_k->rmsnorm_forward(o1, r1, x, w, N, C, 1e-6f);
-    cpu_k->rmsnorm_forward(o2, r2, x, w, N, C, 1e-6f);
-    CHECK_CLOSE_F("cpu rmsnorm_forward vs ref", o2, o1, NC, TOL_CPU);
-    float *dx1 = ffill(NC, 1.0f), *dx2 = ffill(NC, 1.0f), *dw1 = falloc(C), *dw2 = falloc(C);
-    ref_k->rmsnorm_backward(dx1, dw1, dy, x, w, r1, N, C);
-    cpu_k->rmsnorm_backward(dx2, dw2, dy, x, w, r1, N, C);
-    CHECK_CLOSE_F("cpu rmsnorm_backward dinp vs ref", dx2, dx1, NC, TOL_CPU);
-    CHECK_CLOSE_F("cpu rmsnorm_backward dweight vs ref", dw2, dw1, C, TOL_CPU);
+    karg f[] = {OUT("rmsnorm_forward out", falloc(NC), NC),
+                OUT("rmsnorm_forward rstd", falloc(N), N), ARG(x, NC), ARG(w, C)};
+    VS_REF(be, f, be->i->rmsnorm_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, N, C, 1e-6f));
+    karg g[] = {OUT("rmsnorm_backward dinp", ffill(NC, 1.0f), NC),
+                OUT("rmsnorm_backward dweight", falloc(C), C), ARG(dy, NC), ARG(x, NC), ARG(w, C),
+                ARG(f[1].want, N)};
+    VS_REF(be, g, be->i->rmsnorm_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev, g[4].dev,
+                                          g[5].dev, N, C));
 
-    float *q1 = frand(nqkv, 1.0f), *q2 = fcopy(q1, nqkv);
-    ref_k->rope_forward(q1, B, T, NH, NKV, HS, 3, 10000.0f);
-    cpu_k->rope_forward(q2, B, T, NH, NKV, HS, 3, 10000.0f);
-    CHECK_CLOSE_F("cpu rope_forward vs ref", q2, q1, nqkv, TOL_CPU);
-    ref_k->rope_backward(q1, B, T, NH, NKV, HS, 3, 10000.0f);
-    cpu_k->rope_backward(q2, B, T, NH, NKV, HS, 3, 10000.0f);
-    CHECK_CLOSE_F("cpu rope_backward vs ref", q2, q1, nqkv, TOL_CPU);
+    karg r[] = {OUT("rope_forward", frand(nqkv, 1.0f), nqkv)};
+    VS_REF(be, r, be->i->rope_forward(be, r[0].dev, B, T, NH, NKV, HS, 3, 10000.0f));
+    karg rb[] = {OUT("rope_backward", r[0].want, nqkv)};
+    VS_REF(be, rb, be->i->rope_backward(be, rb[0].dev, B, T, NH, NKV, HS, 3, 10000.0f));
 
-    size_t NF = (size_t)N * F;
     float *h = frand(2 * NF, 6.0f), *dh = frand(NF, 1.0f);
-    float *s1 = falloc(NF), *s2 = falloc(NF);
-    ref_k->swiglu_forward(s1, h, N, F);
-    cpu_k->swiglu_forward(s2, h, N, F);
-    CHECK_CLOSE_F("cpu swiglu_forward vs ref", s2, s1, NF, TOL_CPU);
-    float *ds1 = ffill(2 * NF, -0.5f), *ds2 = ffill(2 * NF, -0.5f);
-    ref_k->swiglu_backward(ds1, h, dh, N, F);
-    cpu_k->swiglu_backward(ds2, h, dh, N, F);
-    CHECK_CLOSE_F("cpu swiglu_backward vs ref", ds2, ds1, 2 * NF, TOL_CPU);
+    karg s[] = {OUT("swiglu_forward", falloc(NF), NF), ARG(h, 2 * NF)};
+    VS_REF(be, s, be->i->swiglu_forward(be, s[0].dev, s[1].dev, N, F));
+    karg sb[] = {OUT("swiglu_backward", ffill(2 * NF, -0.5f), 2 * NF), ARG(h, 2 * NF), ARG(dh, NF)};
+    VS_REF(be, sb, be->i->swiglu_backward(be, sb[0].dev, sb[1].dev, sb[2].dev, N, F));
+    pool_free();
+    cmp_attention(B, T, NH, NKV, HS);
+}
 
-    float *qkv = frand(nqkv, 1.0f), *dout = frand(NC, 1.0f);
-    float *a1 = falloc(NC), *a2 = falloc(NC);
-    float *l1 = falloc((size_t)B * NH * T), *l2 = falloc((size_t)B * NH * T);
-    ref_k->attention_gqa_forward(a1, l1, qkv, B, T, NH, NKV, HS);
-    cpu_k->attention_gqa_forward(a2, l2, qkv, B, T, NH, NKV, HS);
-    CHECK_CLOSE_F("cpu attention_gqa_forward vs ref", a2, a1, NC, TOL_CPU);
-    CHECK_CLOSE_F("cpu attention_gqa_forward lse vs ref", l2, l1, (size_t)B * NH * T, TOL_CPU);
-    float *g1 = ffill(nqkv, 0.25f), *g2 = ffill(nqkv, 0.25f), *g3 = ffill(nqkv, 0.25f);
-    ref_k->attention_gqa_backward(g1, dout, qkv, a1, l1, B, T, NH, NKV, HS);
-    cpu_k->attention_gqa_backward(g2, dout, qkv, a1, l1, B, T, NH, NKV, HS);
-    CHECK_CLOSE_F("cpu attention_gqa_backward vs ref", g2, g1, nqkv, TOL_CPU);
-    // deterministic: a second run gives the same bits
-    cpu_k->attention_gqa_backward(g3, dout, qkv, a1, l1, B, T, NH, NKV, HS);
-    CHECK_MSG(memcmp(g2, g3, nqkv * 4) == 0, "cpu attention_gqa_backward is deterministic");
+static void cmp_adamw(size_t n) {
+    float *v = falloc(n);
+    karg d[] = {OUT("adamw params", frand(n, 1.0f), n), OUT("adamw m", frand(n, 1e-2f), n),
+                OUT("adamw v", v, n), ARG(frand(n, 1e-2f), n), ARG(frand(n, 1e-2f), n)};
+    for (size_t i = 0; i < n; i++) v[i] = 1e-4f * fabsf(rng_float());
+    VS_REF(be, d, {
+        for (int t = 1; t <= 2; t++)
+            be->i->adamw_update(be, d[0].dev, d[2 + t].dev, d[1].dev, d[2].dev, n, 6e-4f, 0.9f,
+                                0.999f, 1e-8f, 0.0f, 1.0f, t);
+    });
+    // sumsq: ref straight on host memory (ref's buffers are host memory)
+    float *x = frand(n, 2.0f);
+    double s1 = ref_be->i->sumsq(ref_be, x, n);
+    karg s[] = {ARG(x, n)};
+    FOR_TESTED(be) {
+        double s2 = 0.0;
+        RUN(be, s, s2 = be->i->sumsq(be, s[0].dev, n));
+        CHECK_MSG(fabs(s1 - s2) <= 1e-11 * s1, "%s: %.17g vs %.17g", label(be, "sumsq vs ref"),
+                  s2, s1);
+    }
     pool_free();
 }
 
 int main(void) {
-    const char *env = getenv("CT_TEST_VERBOSE");
-    verbose = env && env[0] && env[0] != '0';
-    const ct_kernels *tables[2] = {ref_k, cpu_k};
-    for (int i = 0; i < 2; i++) {
-        const ct_kernels *k = tables[i];
-        if (verbose) printf("%s vs double / finite differences:\n", k->name);
-        test_rmsnorm(k, 6, 13, 1e-5f);
-        test_rmsnorm(k, 3, 32, 1e-6f);
-        test_rmsnorm(k, 2, 1, 0.5f); // C = 1 (a large eps keeps the gradient away from 0)
-        test_rope(k, 2, 5, 2, 1, 8, 0, 10000.0f);
-        test_rope(k, 1, 4, 3, 3, 6, 7, 500000.0f); // pos0 > 0 (decoding), other theta
-        test_rope(k, 1, 3, 1, 1, 2, 0, 10.0f);     // HS = 2
-        test_swiglu(k, 5, 11);
-        test_swiglu(k, 2, 33);
-        test_gqa(k, 2, 6, 4, 2, 3);
-        test_gqa(k, 1, 5, 3, 1, 4); // multi-query
-        test_gqa(k, 1, 4, 2, 2, 2); // NKV == NH
-        test_gqa_is_mha(k, 2, 9, 3, 4);
+    if (harness_init(0x243F6A8885A308D3ULL) != CT_OK) {
+        fprintf(stderr, "test_kernels_llama: %s\n", ct_last_error());
+        return 1;
     }
-    if (verbose) printf("cpu vs ref:\n");
+    if (verbose) printf("every backend vs double / finite differences:\n");
+    test_rmsnorm(6, 13, 1e-5f);
+    test_rmsnorm(3, 32, 1e-6f);
+    test_rmsnorm(2, 1, 0.5f); // C = 1 (a large eps keeps the gradient away from 0)
+    test_rope(2, 5, 2, 1, 8, 0, 10000.0f);
+    test_rope(1, 4, 3, 3, 6, 7, 500000.0f); // pos0 > 0 (decoding), other theta
+    test_rope(1, 3, 1, 1, 2, 0, 10.0f);     // HS = 2
+    test_swiglu(5, 11);
+    test_swiglu(2, 33);
+    test_attention(2, 7, 3, 3, 4); // multi-head: NKV == NH
+    test_attention(1, 5, 1, 1, 8);
+    test_attention(2, 4, 3, 3, 1); // HS = 1
+    test_attention(2, 6, 4, 2, 3); // grouped-query
+    test_attention(1, 5, 3, 1, 4); // multi-query
+    test_attention(1, 4, 2, 2, 2);
+    test_repeat_kv(2, 9, 4, 2, 4);
+    test_repeat_kv(1, 7, 3, 1, 5);
+    test_adamw(1003);
+
+    if (verbose) printf("backends vs ref:\n");
     cmp_llama(2, 7, 4, 2, 8, 21);
     cmp_llama(2, 33, 4, 1, 16, 40);
     cmp_llama(1, 150, 8, 2, 32, 172); // several attention tiles, ragged tails
     cmp_llama(3, 5, 6, 3, 4, 7);
-    return ct_test_result("test_kernels_llama");
+    cmp_attention(3, 7, 3, 3, 4);
+    cmp_attention(2, 33, 4, 4, 16);
+    cmp_attention(1, 1, 5, 5, 1);
+    cmp_attention(2, 150, 2, 2, 24);  // several query and key tiles, ragged last tiles
+    cmp_attention(1, 300, 2, 2, 64);  // HS = 64 as in GPT-2, > 2 key tiles
+    cmp_attention(1, 9, 2, 2, 300);   // HS = 300: beyond the tiled kernel, falls back to ref
+    cmp_attention_tiles();
+    cmp_adamw(13);
+    cmp_adamw(100003);
+
+    return harness_finish("test_kernels_llama");
 }

@@ -185,7 +185,7 @@ static double check_bf16(ct_model *shape, const char *backend, const char *what,
     return worst;
 }
 
-static void test_policies(ct_backend backend) {
+static void test_policies(ct_backend_kind backend) {
     const char *bname = backend == CT_BACKEND_REF ? "ref" : "cpu";
     ct_ctx *ctx = NULL;
     ct_ctx_params p = ct_ctx_params_default();
@@ -228,7 +228,8 @@ static size_t expected_acts(ct_recompute r, ct_act_dtype d, size_t Bv, size_t Tv
         per += 4 * r64(N * 4) + r64(Bv * NH * Tv * 4) /* statistics, lse */
                + r64(3 * N * C * es) + 2 * r64(N * C * es) + r64(N * F * es); /* qkv atty res2 fch */
     per += r64(N * C * es);                                                   /* res3 */
-    return r64(N * C * es) + L * per + r64(N * C * 4) + 3 * r64(N * 4); /* + lnf, stats, losses */
+    /* + lnf, stats, losses, and the uploaded token ids (inputs, targets) */
+    return r64(N * C * es) + L * per + r64(N * C * 4) + 3 * r64(N * 4) + 2 * r64(N * 4);
 }
 
 static void test_plan(void) {

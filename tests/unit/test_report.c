@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "ct_test.h"
-#include "perf/report.h"
+#include "tools/report.h"
 #include "unit/ct_tmpdir.h"
 
 static char tmp[256];

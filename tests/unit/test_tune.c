@@ -1,5 +1,5 @@
 /*
- * The tuner (src/perf/tune.c): ready levels, the profile hook (a matching
+ * The tuner (src/tools/tune.c): ready levels, the profile hook (a matching
  * signature applies tune.settings, another one warns and changes nothing, a
  * bad settings string is an error naming the key, the effective batch is
  * kept), a real search on a tiny model under a memory limit that rules some
@@ -13,7 +13,7 @@
 #include "ctrain/config.h"
 #include "ctrain/train.h"
 #include "perf/memplan.h"
-#include "perf/tune.h"
+#include "tools/tune.h"
 
 /* Log capture: the last warning and info lines. */
 typedef struct log_catch {

@@ -1,0 +1,129 @@
+/*
+ * The data loader over llm.c token shards (see below). Needs only the core
+ * types: the trainer, the evaluator and tools use it alike.
+ */
+#ifndef CT_LOADER_H
+#define CT_LOADER_H
+
+#include "ctrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* --------------------------------------------------------------- loader */
+
+/*
+ * Batches of B x T tokens from llm.c token shards, streamed from read-only
+ * mappings (shards need not fit in RAM), optionally read ahead by a background
+ * thread, with an exact, serialisable position.
+ *
+ * A window is B*T+1 consecutive tokens of one shard starting at a multiple of
+ * B*T; row b of the batch is tokens [p + b*T, p + b*T + T), targets shifted by
+ * one.
+ *
+ * data.shuffle=false (llm.c's order): micro-batch m reads the window at token
+ * (m*world + rank)*B*T of the current shard; when the world*B*T+1 tokens of
+ * the next step of all ranks no longer fit, every rank moves to the next shard
+ * (wrapping to the first) and starts again at rank*B*T. So world ranks at B
+ * read exactly the rows one rank at world*B reads. Shards shorter than
+ * world*B*T+1 tokens are passed over.
+ *
+ * data.shuffle=true: each epoch visits the shards in a seeded permutation of
+ * their order and, within each shard, its windows in a seeded permutation;
+ * both depend only on (seed, epoch, shard). Window i of that epoch order goes
+ * to rank i % world; when the window count N is not a multiple of world, the
+ * last N % world windows of the epoch's order are left out (a different set
+ * each epoch), so every rank takes N / world batches per epoch and all ranks
+ * change epoch together.
+ *
+ * One loader is used by one thread at a time (its own prefetch thread aside).
+ */
+typedef struct ct_loader ct_loader; /* opaque */
+
+typedef struct ct_loader_opts {
+    const char *spec;  /* shard file, glob or directory (borrowed during init) */
+    const char *split; /* "train" | "val": a directory's <split>_*.bin; names data.<split>
+                        * in errors */
+    int B, T;          /* rows per micro-batch, tokens per row */
+    int vocab_size;    /* every token must be < vocab_size; 0: unchecked */
+    bool shuffle;      /* false: sequential llm.c order */
+    uint64_t seed;     /* shuffle seed */
+    int rank, world;   /* 0 <= rank < world */
+    int prefetch;      /* batches a background thread reads ahead; 0: read on the
+                        * caller's thread */
+} ct_loader_opts;
+
+/* split "train", B = T = 1, no vocabulary check, sequential, seed 0, rank 0 of
+ * 1, prefetch 2; spec NULL (must be set). */
+CT_API ct_loader_opts ct_loader_opts_default(void);
+
+/* The exact position of a loader: plain data, fixed size (32 bytes, no
+ * padding); a checkpoint stores its five fields. (epoch, index) alone fix the
+ * next batch; shard and offset say where it lies and let ct_loader_set_pos
+ * check that the position belongs to these shards, this batch shape, seed,
+ * rank and mode. */
+typedef struct ct_loader_pos {
+    int64_t epoch;    /* completed passes over the data */
+    int64_t index;    /* micro-batches this rank has taken in this epoch */
+    int64_t offset;   /* first token of the next batch's window in its shard */
+    int32_t shard;    /* that shard's index in the sorted shard list */
+    int32_t shuffled; /* 1: taken from a shuffled loader; 0: sequential */
+} ct_loader_pos;
+
+/* Open the shards named by opts->spec (a file, a glob, or a directory, where
+ * <split>_*.bin files are taken, else every *.bin; sorted by path). Every
+ * shard's header is validated and, when vocab_size > 0, every token is checked
+ * to be < vocab_size (one pass over the mapped tokens). Starts the prefetch
+ * thread when opts->prefetch > 0. Returns owned *out; release with
+ * ct_loader_free. Borrows opts.
+ * Errors: CT_ERR_ARG (bad options; a shard shorter than one window; a token
+ * >= vocab_size, naming the shard and the token's index; no window for this
+ * rank; fewer shuffled windows than ranks), CT_ERR_IO (missing file, no match,
+ * cannot start the thread), CT_ERR_FORMAT (bad shard, naming the path),
+ * CT_ERR_OOM. */
+CT_API ct_status ct_loader_init(ct_loader **out, const ct_loader_opts *opts);
+/* Stop and join the prefetch thread, unmap the shards, free l. NULL is fine. */
+CT_API void ct_loader_free(ct_loader *l);
+/* Fill inputs(B,T) and targets(B,T) (caller-owned, B*T int32 each) with the
+ * next batch and move past it. Blocks only while the prefetch ring is empty.
+ * An error while reading (also one met by the prefetch thread, carried over
+ * with its message) is returned when the failing batch is reached; the
+ * position stays on that batch, so later calls return the same error until
+ * ct_loader_set_pos, ct_loader_skip or ct_loader_reset moves it.
+ * Errors: CT_ERR_FORMAT (a version 2 token above INT32_MAX when vocab_size
+ * is 0), CT_ERR_ARG. */
+CT_API ct_status ct_loader_next(ct_loader *l, int32_t *inputs, int32_t *targets);
+/* Back to the first batch of epoch 0 (what init starts with); drops batches
+ * read ahead and restarts the prefetch thread there. */
+CT_API void ct_loader_reset(ct_loader *l);
+/* The position of the next batch ct_loader_next returns (never counting
+ * batches only read ahead). Call it from the thread that calls
+ * ct_loader_next (it updates a cache inside l). */
+CT_API void ct_loader_get_pos(ct_loader *l, ct_loader_pos *out);
+/* Continue from pos (from ct_loader_get_pos of a loader over the same shards,
+ * B, T, seed, world and mode, of this rank or of rank 0, since (epoch, index)
+ * is the same on every rank): from here on the batches are exactly
+ * those an uninterrupted loader would have returned. Drops batches read ahead
+ * and restarts the prefetch thread. Borrows pos.
+ * Errors: CT_ERR_ARG when pos does not fit this loader (negative epoch, index
+ * past the epoch, shard out of range, shard/offset not where (epoch, index)
+ * lead, other mode); the loader is then unchanged. */
+CT_API ct_status ct_loader_set_pos(ct_loader *l, const ct_loader_pos *pos);
+/* Skip n >= 0 micro-batches: the same position as taking n batches, without
+ * reading them (batches already read ahead are reused). CT_ERR_ARG for n < 0. */
+CT_API ct_status ct_loader_skip(ct_loader *l, int64_t n);
+/* Seconds the last ct_loader_next spent before returning (waiting for the
+ * prefetch thread, or reading when prefetch is 0), and the total over all
+ * calls since init. */
+CT_API double ct_loader_wait_s(const ct_loader *l);
+CT_API double ct_loader_wait_total_s(const ct_loader *l);
+/* Micro-batches this rank takes per epoch. */
+CT_API int64_t ct_loader_batches_per_epoch(const ct_loader *l);
+CT_API int64_t ct_loader_total_tokens(const ct_loader *l);
+CT_API int ct_loader_num_shards(const ct_loader *l);
+
+
+#ifdef __cplusplus
+}
+#endif
+#endif

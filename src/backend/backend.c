@@ -1,0 +1,77 @@
+/*
+ * The registry of backends: ct_backend_init fills a ct_backend for a kind.
+ * The host-side thread pool belongs here: the cpu kernels, OpenBLAS's OpenMP
+ * build and the library's own OpenMP loops (bf16 arrays, data preparation)
+ * share one pool, sized and pinned once when the backend is made.
+ */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_SET */
+#include "backend/backend.h"
+
+#include <sched.h>
+#include <string.h>
+
+#include <cblas.h>
+#ifdef CT_USE_OPENMP
+#include <omp.h>
+#endif
+
+#ifdef CT_USE_OPENMP
+/* Binds OpenMP thread i of an n-thread team to the i-th allowed CPU. The
+ * team's threads persist between parallel regions (libgomp keeps its pool), so
+ * the binding holds for every later kernel and BLAS call. Best effort: a
+ * refused binding leaves that thread free. */
+static void pin_pool(int n) {
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+    int cpus[CPU_SETSIZE], k = 0;
+    for (int c = 0; c < CPU_SETSIZE && k < n; c++)
+        if (CPU_ISSET(c, &allowed)) cpus[k++] = c;
+#pragma omp parallel num_threads(n)
+    {
+        int i = omp_get_thread_num();
+        if (i < k) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpus[i], &one);
+            (void)sched_setaffinity(0, sizeof one, &one);
+        }
+    }
+}
+#endif
+
+ct_status ct_backend_init(ct_backend *be, ct_ctx *ctx, ct_backend_kind kind, int n_threads,
+                          bool pin) {
+    memset(be, 0, sizeof *be);
+    switch (kind) {
+    case CT_BACKEND_CPU: be->i = &ct_backend_cpu_i; break;
+    case CT_BACKEND_REF: be->i = &ct_backend_ref_i; break;
+    case CT_BACKEND_SIM: be->i = &ct_backend_sim_i; break;
+    default: return CT_ERR(CT_ERR_ARG, "unknown backend %d", (int)kind);
+    }
+    be->ctx = ctx;
+    be->host_visible = kind != CT_BACKEND_SIM;
+    be->n_threads = n_threads > 0 ? n_threads : 1;
+    be->att_bq = 64;
+    be->att_bk = 128;
+    /* every kind runs host code on the pool (the sim and ref kernels are
+     * serial, the bf16 converters and data preparation are not) */
+#ifdef CT_USE_OPENMP
+    omp_set_num_threads(be->n_threads);
+    if (pin) pin_pool(be->n_threads);
+#else
+    (void)pin;
+#endif
+    openblas_set_num_threads(be->n_threads);
+    return CT_OK;
+}
+
+void ct_backend_free(ct_backend *be) {
+    if (be) memset(be, 0, sizeof *be);
+}
+
+int ct_backend_set_tiles(ct_backend *be, int bq, int bk) {
+    if (bq < 1 || bq > CT_ATT_BQ_MAX || bk < 1 || bk > CT_ATT_BK_MAX) return -1;
+    be->att_bq = bq;
+    be->att_bk = bk;
+    return 0;
+}

@@ -1,0 +1,263 @@
+/*
+ * The backend seam: everything models/ and train/ do to tensor memory goes
+ * through one table of functions, ct_backend_i, filled in once per backend:
+ *   ref  plain scalar C, the readable truth (kernels in backend/ref);
+ *   cpu  OpenMP over rows, BLAS for GEMMs (backend/cpu), ref on odd shapes;
+ *   sim  ref's kernels over "device" memory the host cannot dereference
+ *        (backend/sim): a test backend that proves nothing above the seam
+ *        touches a tensor behind the backend's back.
+ * A CUDA backend fills in the same table. In the spirit of ggml's
+ * ggml_backend_i and llm.c's launchers, every entry takes the backend itself
+ * first (its threads, tiles, streams and library handles live behind it);
+ * entries are enqueued in order on the backend's one stream, and synchronize
+ * returns the first late error as a status. Results that land in host memory
+ * (sum, sumsq, nonfinite, download) wait for the work before them.
+ *
+ * Memory: "device" buffers hold tensors (parameters, gradients, moments,
+ * activations, token ids); only the backend's entries read or write them.
+ * "host" buffers are staging memory (pinned on a GPU) for the edges that need
+ * the host: loading and saving weights, checkpoints, initialisation, hashing,
+ * MPI. On ref and cpu both kinds are ordinary host memory (host_visible).
+ *
+ * Dimension legend (used in every comment below):
+ *   B  batch size            T  sequence length        N  rows = B*T
+ *   C  channels (n_embd)     NH attention heads        HS head size
+ *   OC output channels       V  vocabulary size        n  element count
+ *   NKV key/value heads (grouped-query attention: NH % NKV == 0, query head h
+ *       reads KV head h / (NH/NKV))                    F  MLP hidden size
+ * The fused qkv rows of attention are (NH + 2*NKV)*HS wide: q at [0, NH*HS),
+ * k at [NH*HS, (NH+NKV)*HS), v at [(NH+NKV)*HS, (NH+2*NKV)*HS); with NKV == NH
+ * this is GPT-2's (3C) layout.
+ * All tensors are row-major, fp32, contiguous. Weights are (OC, C) as in
+ * torch.nn.Linear. Backward kernels ADD into gradient buffers (the caller
+ * zeroes them with memset), except where a comment says "writes".
+ */
+#ifndef CT_BACKEND_H
+#define CT_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctrain/core.h"
+
+typedef struct ct_backend ct_backend;
+
+/* A point on the backend's stream, for timing work that may run
+ * asynchronously. t is the host clock at record (seconds, ct_time_s) on
+ * synchronous backends; handle is the backend's own event otherwise. */
+typedef struct ct_event {
+    double t;
+    void *handle;
+} ct_event;
+
+typedef struct ct_backend_i {
+    const char *name; /* "ref", "cpu", "sim", ... */
+
+    /* ------------------------------------------------------------ memory */
+    /* A zero-filled device buffer of bytes, resident (no page faults later),
+     * counted under tag in the context's statistics. NULL and ct_last_error
+     * on failure. Release with buf_free (NULL is fine). */
+    void *(*buf_alloc)(ct_backend *be, size_t bytes, ct_tag tag);
+    void (*buf_free)(ct_backend *be, void *p);
+    /* A zero-filled host staging buffer (pinned where that speeds copies). */
+    void *(*host_alloc)(ct_backend *be, size_t bytes, ct_tag tag);
+    void (*host_free)(ct_backend *be, void *p);
+    /* dst(bytes) = value, on the device. */
+    void (*memset)(ct_backend *be, void *dst, int value, size_t bytes);
+    /* host -> device, device -> host (waits), device -> device. */
+    void (*upload)(ct_backend *be, void *dst, const void *src, size_t bytes);
+    void (*download)(ct_backend *be, void *dst, const void *src, size_t bytes);
+    void (*copy)(ct_backend *be, void *dst, const void *src, size_t bytes);
+    /* dst(n) = bf16(src) rounded to nearest even, NaN kept quiet; and back. */
+    void (*f32_to_bf16)(ct_backend *be, uint16_t *dst, const float *src, size_t n);
+    void (*bf16_to_f32)(ct_backend *be, float *dst, const uint16_t *src, size_t n);
+    /* y[r*ldy + c] (+)= a * x[r*ldx + c] for r < rows, c < cols: adds when
+     * accumulate, else writes. A strided scale-add (LoRA's column slices). */
+    void (*scale_add)(ct_backend *be, float *y, int ldy, const float *x, int ldx, int rows,
+                      int cols, float a, bool accumulate);
+    /* x(n) = value; x(n) *= a. */
+    void (*fill)(ct_backend *be, float *x, float value, size_t n);
+    void (*scale)(ct_backend *be, float *x, float a, size_t n);
+    /* Reductions to the host (they wait): the sum and the sum of squares of
+     * x(n), accumulated in double in a fixed order; the count of non-finite
+     * elements. */
+    double (*sum)(ct_backend *be, const float *x, size_t n);
+    double (*sumsq)(ct_backend *be, const float *x, size_t n);
+    size_t (*nonfinite)(ct_backend *be, const float *x, size_t n);
+    /* Inverted dropout with a counter-based mask: element i is kept when
+     * hash(key ^ i) >= p (see ct_dropout_keep); forward writes
+     * out(n) = keep ? inp * 1/(1-p) : 0; backward ADDS
+     * dinp(n) += keep ? dout * 1/(1-p) : 0. The mask is drawn again from the
+     * key, never stored. */
+    void (*dropout_forward)(ct_backend *be, float *out, const float *inp, size_t n, float p,
+                            uint64_t key);
+    void (*dropout_backward)(ct_backend *be, float *dinp, const float *dout, size_t n, float p,
+                             uint64_t key);
+
+    /* ----------------------------------------------------- stream, timing */
+    /* Wait for all enqueued work; a late device error comes back here. */
+    ct_status (*synchronize)(ct_backend *be);
+    /* Record an event at the current point of the stream. */
+    void (*event_record)(ct_backend *be, ct_event *ev);
+    /* Seconds from a to b (waits for b). */
+    double (*event_elapsed)(ct_backend *be, const ct_event *a, const ct_event *b);
+
+    /* ----------------------------------------------------------- kernels */
+    /* out(B,T,C) = wte[inp[b,t]] + wpe[t]; inp (B,T); wte (V,C); wpe (maxT,C).
+     * pos0 offsets the position (0 in training; the cache length in decoding).
+     * wpe may be NULL: no learned positions (RoPE models), out = wte[inp]. */
+    void (*encoder_forward)(ct_backend *be, float *out, const int32_t *inp, const float *wte,
+                            const float *wpe, int B, int T, int C, int pos0);
+    /* dwte(V,C) += scatter of dout rows; dwpe(maxT,C) += sum over b. dwpe may be NULL. */
+    void (*encoder_backward)(ct_backend *be, float *dwte, float *dwpe, const float *dout,
+                             const int32_t *inp, int B, int T, int C);
+
+    /* out(N,C) = (inp - mean) * rstd * weight + bias; writes mean(N), rstd(N)
+     * (either may be NULL when not training). Biased variance, as torch. */
+    void (*layernorm_forward)(ct_backend *be, float *out, float *mean, float *rstd,
+                              const float *inp, const float *weight, const float *bias, int N,
+                              int C, float eps);
+    /* dinp(N,C), dweight(C), dbias(C) += ...; uses the saved mean and rstd. */
+    void (*layernorm_backward)(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C);
+
+    /* out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be NULL. Writes out. */
+    void (*matmul_forward)(ct_backend *be, float *out, const float *inp, const float *weight,
+                           const float *bias, int N, int C, int OC);
+    /* dinp(N,C) += dout @ weight; dweight(OC,C) += dout^T @ inp; dbias(OC) += colsum(dout).
+     * Any of dinp, dweight, dbias may be NULL to skip it. */
+    void (*matmul_backward)(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight, int N,
+                            int C, int OC);
+
+    /* Causal self-attention without a T x T matrix in memory, on fused rows
+     * qkv (B,T,(NH+2*NKV)*HS) (see the legend); scale 1/sqrt(HS). Writes
+     * out (B,T,NH*HS) and lse (B,NH,T), the log-sum-exp of each row's scaled
+     * scores. Plain multi-head attention is NKV == NH. */
+    void (*attention_forward)(ct_backend *be, float *out, float *lse, const float *qkv, int B,
+                              int T, int NH, int NKV, int HS);
+    /* dqkv (B,T,(NH+2*NKV)*HS) += ...; recomputes probabilities from qkv and
+     * lse (out is the forward's). The gradients of a KV head sum over the
+     * query heads of its group in a fixed order (deterministic). */
+    void (*attention_backward)(ct_backend *be, float *dqkv, const float *dout,
+                               const float *qkv, const float *out, const float *lse, int B,
+                               int T, int NH, int NKV, int HS);
+    /* One query row q (NH*HS) against kcache, vcache (n, NKV*HS) holding the
+     * keys and values of positions 0..n-1 (the query's own included).
+     * Writes out (NH*HS). */
+    void (*attention_decode)(ct_backend *be, float *out, const float *q, const float *kcache,
+                             const float *vcache, int n, int NH, int NKV, int HS);
+
+    /* RMSNorm (LLaMA): out(N,C) = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps),
+     * statistics in fp32 or better; writes rstd(N) unless NULL. */
+    void (*rmsnorm_forward)(ct_backend *be, float *out, float *rstd, const float *inp,
+                            const float *weight, int N, int C, float eps);
+    /* dinp(N,C), dweight(C) += ...; uses the saved rstd. */
+    void (*rmsnorm_backward)(ct_backend *be, float *dinp, float *dweight, const float *dout,
+                             const float *inp, const float *weight, const float *rstd, int N,
+                             int C);
+
+    /* Rotary position embedding in Hugging Face's convention (rotate_half), IN
+     * PLACE on the q and k heads of fused rows qkv (B,T,(NH+2*NKV)*HS); v is
+     * untouched. Row t has position pos0 + t; within a head, the pair
+     * (i, i + HS/2) turns by angle pos * theta^(-2i/HS), i < HS/2 (HS even). */
+    void (*rope_forward)(ct_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS,
+                         int pos0, float theta);
+    /* The transpose rotation, IN PLACE on dqkv (B,T,(NH+2*NKV)*HS): turns the
+     * gradient of the rotated q and k into that of the unrotated ones (writes). */
+    void (*rope_backward)(ct_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS,
+                          int pos0, float theta);
+
+    /* SwiGLU: inp (N,2F) holds gate at [0,F) and up at [F,2F) of each row;
+     * writes out(N,F) = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */
+    void (*swiglu_forward)(ct_backend *be, float *out, const float *inp, int N, int F);
+    /* dinp(N,2F) += ... given dout(N,F). */
+    void (*swiglu_backward)(ct_backend *be, float *dinp, const float *inp, const float *dout,
+                            int N, int F);
+
+    /* GELU, tanh form (HF "gelu_new"): writes out(n). */
+    void (*gelu_forward)(ct_backend *be, float *out, const float *inp, size_t n);
+    /* dinp(n) += gelu'(inp) * dout. */
+    void (*gelu_backward)(ct_backend *be, float *dinp, const float *inp, const float *dout,
+                          size_t n);
+
+    /* out(n) = a + b. Writes out (may alias a or b). */
+    void (*residual_forward)(ct_backend *be, float *out, const float *a, const float *b,
+                             size_t n);
+    /* da(n) += dout; db(n) += dout. */
+    void (*residual_backward)(ct_backend *be, float *da, float *db, const float *dout, size_t n);
+
+    /* Softmax cross-entropy over logits(N,V) with targets(N) in [0,V).
+     * Writes losses(N) = -log softmax(logits)[target]. If dlogits is non-NULL it
+     * WRITES dlogits(N,V) = (softmax - onehot(target)) * dloss; dlogits may alias
+     * logits. Targets < 0 are ignored (loss 0, zero gradient). */
+    void (*crossentropy_forward)(ct_backend *be, float *losses, float *dlogits,
+                                 const float *logits, const int32_t *targets, int N, int V,
+                                 float dloss);
+
+    /* Fused AdamW over n elements, torch.optim.AdamW semantics:
+     *   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     *   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+     * grad_scale multiplies g first (1 for none). t is the 1-based step. */
+    void (*adamw_update)(ct_backend *be, float *params, const float *grads, float *m, float *v,
+                         size_t n, float lr, float beta1, float beta2, float eps,
+                         float weight_decay, float grad_scale, int64_t t);
+} ct_backend_i;
+
+/* Attention tiles of the cpu backend: query rows (1..CT_ATT_BQ_MAX) and keys
+ * (1..CT_ATT_BK_MAX) per tile. */
+#define CT_ATT_BQ_MAX 128
+#define CT_ATT_BK_MAX 256
+
+/* A backend: its table and its state. Owned by the context that made it
+ * (ct_ctx_backend); wrappers (the kernel profiler) own theirs. */
+struct ct_backend {
+    const ct_backend_i *i;
+    ct_ctx *ctx;       /* borrowed: the allocation counters */
+    bool host_visible; /* device buffers are host memory (ref, cpu) */
+    int n_threads;     /* cpu: OpenMP threads of the kernels and BLAS */
+    int att_bq, att_bk; /* cpu: attention tile sizes (64 x 128 by default) */
+    void *state;       /* the implementation's own (streams, handles, the wrapped backend) */
+};
+
+/* The registered backends, by kind. ct_backend_init fills *be (caller-owned)
+ * for kind (CT_BACKEND_CPU, _REF, _SIM) with n_threads threads; the cpu kind
+ * sizes and pins the OpenMP pool and BLAS (pin: bind thread i to the i-th
+ * allowed CPU). CT_ERR_ARG for an unknown kind. ct_backend_free releases
+ * what init acquired (not be itself). */
+ct_status ct_backend_init(ct_backend *be, ct_ctx *ctx, ct_backend_kind kind, int n_threads,
+                          bool pin);
+void ct_backend_free(ct_backend *be);
+extern const ct_backend_i ct_backend_ref_i;
+extern const ct_backend_i ct_backend_cpu_i;
+extern const ct_backend_i ct_backend_sim_i;
+
+/* Set the cpu attention tiles; -1 (and nothing changed) when out of range. */
+int ct_backend_set_tiles(ct_backend *be, int bq, int bk);
+
+/* The dropout mask bit of element i under key (see dropout_forward): a
+ * counter-based hash, shared by every implementation. */
+static inline bool ct_dropout_keep(uint64_t key, size_t i, float p) {
+    uint64_t x = key ^ (uint64_t)i;
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    float u = (float)(x >> 40) * (1.0f / 16777216.0f);
+    return u >= p;
+}
+
+/* Staged transfers through a bounded host buffer (the edges): copy n bytes
+ * at device src to host dst, or host src to device dst. On host-visible
+ * backends these are plain copies. */
+static inline void ct_be_download(ct_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) be->i->download(be, dst, src, bytes);
+}
+static inline void ct_be_upload(ct_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) be->i->upload(be, dst, src, bytes);
+}
+
+#endif

@@ -1,0 +1,62 @@
+/*
+ * The cpu kernels: OpenMP over rows (or heads, or elements) and CBLAS for the
+ * GEMMs. Every function has the shapes and semantics of its ct_backend_i entry and
+ * its ref twin in backend/ref; awkward shapes fall back to ref. OpenMP pragmas
+ * are compiled only under CT_USE_OPENMP; without it everything runs serially.
+ * Internal to src/backend; never installed.
+ */
+#ifndef CT_KERNELS_CPU_H
+#define CT_KERNELS_CPU_H
+
+#include "backend/backend.h"
+
+void ct_encoder_forward_cpu(ct_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe,
+                            int B, int T, int C, int pos0);
+void ct_encoder_backward_cpu(ct_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                             int B, int T, int C);
+
+void ct_layernorm_forward_cpu(ct_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C, float eps);
+void ct_layernorm_backward_cpu(ct_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+
+void ct_matmul_forward_cpu(ct_backend *be, float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int C, int OC);
+void ct_matmul_backward_cpu(ct_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int C, int OC);
+
+
+void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH,
+                                  int NKV, int HS);
+void ct_attention_backward_cpu(ct_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                   const float *out, const float *lse, int B, int T, int NH,
+                                   int NKV, int HS);
+void ct_attention_decode_cpu(ct_backend *be, float *out, const float *q, const float *kcache,
+                                 const float *vcache, int n, int NH, int NKV, int HS);
+
+void ct_rmsnorm_forward_cpu(ct_backend *be, float *out, float *rstd, const float *inp, const float *weight,
+                            int N, int C, float eps);
+void ct_rmsnorm_backward_cpu(ct_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C);
+void ct_rope_forward_cpu(ct_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                         float theta);
+void ct_rope_backward_cpu(ct_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                          float theta);
+void ct_swiglu_forward_cpu(ct_backend *be, float *out, const float *inp, int N, int F);
+void ct_swiglu_backward_cpu(ct_backend *be, float *dinp, const float *inp, const float *dout, int N, int F);
+
+void ct_gelu_forward_cpu(ct_backend *be, float *out, const float *inp, size_t n);
+void ct_gelu_backward_cpu(ct_backend *be, float *dinp, const float *inp, const float *dout, size_t n);
+void ct_residual_forward_cpu(ct_backend *be, float *out, const float *a, const float *b, size_t n);
+void ct_residual_backward_cpu(ct_backend *be, float *da, float *db, const float *dout, size_t n);
+
+void ct_crossentropy_forward_cpu(ct_backend *be, float *losses, float *dlogits, const float *logits,
+                                 const int32_t *targets, int N, int V, float dloss);
+
+void ct_adamw_update_cpu(ct_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
+                         float lr, float beta1, float beta2, float eps, float weight_decay,
+                         float grad_scale, int64_t t);
+double ct_sumsq_cpu(ct_backend *be, const float *x, size_t n);
+
+#endif

@@ -1,0 +1,88 @@
+/*
+ * Threaded elementwise ops: GELU (tanh form) and the residual add, forward and
+ * backward, parallel over elements. GELU runs 16 lanes at a time through
+ * vmath.h's exp (tanh u = 1 - 2 / (e^2u + 1)); a tail shorter than a vector
+ * goes through a zero-padded vector, so every element sees the same math.
+ * Before the vector exp, GELU's tanhf was scalar and cost 6% of a GPT-2 step.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/vmath.h"
+#include "backend/ref/ref.h"
+
+static inline v16f v16_tanh(v16f u) { return 1.0f - 2.0f / (v16_exp(u * 2.0f) + 1.0f); }
+
+static inline v16f gelu_fwd16(v16f x) {
+    const float beta = (float)CT_GELU_BETA, kappa = (float)CT_GELU_KAPPA;
+    v16f th = v16_tanh(beta * (x + kappa * (x * x * x)));
+    return 0.5f * x * (1.0f + th);
+}
+
+static inline v16f gelu_grad16(v16f x) {
+    const float beta = (float)CT_GELU_BETA, kappa = (float)CT_GELU_KAPPA;
+    v16f x2 = x * x;
+    v16f th = v16_tanh(beta * (x + kappa * (x2 * x)));
+    v16f inner_grad = beta * (1.0f + 3.0f * kappa * x2);
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * inner_grad;
+}
+
+/* out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x = inp (n). */
+void ct_gelu_forward_cpu(ct_backend *be, float *out, const float *inp, size_t n) {
+    (void)be;
+    size_t nv = n / V16;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (size_t b = 0; b < nv; b++) v16_store(out + b * V16, gelu_fwd16(v16_load(inp + b * V16)));
+    size_t tail = n - nv * V16;
+    if (tail) {
+        float buf[V16] = {0};
+        memcpy(buf, inp + nv * V16, tail * sizeof(float));
+        v16_store(buf, gelu_fwd16(v16_load(buf)));
+        memcpy(out + nv * V16, buf, tail * sizeof(float));
+    }
+}
+
+/* dinp (n) += gelu'(inp) * dout; inp, dout (n). */
+void ct_gelu_backward_cpu(ct_backend *be, float *dinp, const float *inp, const float *dout, size_t n) {
+    (void)be;
+    size_t nv = n / V16;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (size_t b = 0; b < nv; b++) {
+        size_t i = b * V16;
+        v16f d = v16_load(dinp + i) + gelu_grad16(v16_load(inp + i)) * v16_load(dout + i);
+        v16_store(dinp + i, d);
+    }
+    size_t tail = n - nv * V16;
+    if (tail) {
+        float x[V16] = {0}, g[V16] = {0};
+        memcpy(x, inp + nv * V16, tail * sizeof(float));
+        v16_store(g, gelu_grad16(v16_load(x)));
+        for (size_t i = 0; i < tail; i++) dinp[nv * V16 + i] += g[i] * dout[nv * V16 + i];
+    }
+}
+
+/* out (n) = a (n) + b (n); out may alias a or b (same index in, same index out). */
+void ct_residual_forward_cpu(ct_backend *be, float *out, const float *a, const float *b, size_t n) {
+    (void)be;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for simd
+#endif
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+/* da (n) += dout (n); db (n) += dout (n). */
+void ct_residual_backward_cpu(ct_backend *be, float *da, float *db, const float *dout, size_t n) {
+    (void)be;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for simd
+#endif
+    for (size_t i = 0; i < n; i++) {
+        da[i] += dout[i];
+        db[i] += dout[i];
+    }
+}

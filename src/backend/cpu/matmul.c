@@ -1,0 +1,76 @@
+/*
+ * Dense layer through CBLAS sgemm (OpenBLAS, sharing our OpenMP pool). Weights
+ * are (OC,C) as in torch.nn.Linear, so the transposes are sgemm flags, never
+ * copies. The bias is fused by pre-filling out and using beta = 1, which is
+ * also how torch's addmm adds it. Degenerate shapes (a zero dimension, which
+ * BLAS rejects through its leading dimensions) go to ref.
+ */
+#include <cblas.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/vmath.h"
+#include "backend/ref/ref.h"
+
+/* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL. */
+void ct_matmul_forward_cpu(ct_backend *be, float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int C, int OC) {
+    (void)be;
+    if (N <= 0 || C <= 0 || OC <= 0) {
+        ct_matmul_forward_ref(be, out, inp, weight, bias, N, C, OC);
+        return;
+    }
+    float beta = 0.0f;
+    if (bias) {
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for
+#endif
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta,
+                out, OC);
+}
+
+/* dinp (N,C) += dout (N,OC) @ weight (OC,C); dweight (OC,C) += dout^T @ inp (N,C);
+ * dbias (OC) += column sums of dout. A NULL gradient buffer is skipped. */
+void ct_matmul_backward_cpu(ct_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int C, int OC) {
+    (void)be;
+    if (N <= 0 || C <= 0 || OC <= 0) {
+        ct_matmul_backward_ref(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        return;
+    }
+    // beta = 1: the GEMMs add into the gradient buffers
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight,
+                    C, 1.0f, dinp, C);
+    if (dweight)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
+                    1.0f, dweight, C);
+    if (dbias) {
+        // column sums, 16 columns per block: rows are read whole, lanes flush to double
+        int ov = OC / V16 * V16, nblk = ov / V16;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+        for (int blk = 0; blk < nblk + (OC - ov); blk++) {
+            if (blk < nblk) {
+                int o = blk * V16;
+                double acc[V16] = {0};
+                for (int n0 = 0; n0 < N; n0 += 64) {
+                    int n1 = N - n0 < 64 ? N : n0 + 64;
+                    v16f a = {0};
+                    for (int n = n0; n < n1; n++) a += v16_load(dout + (size_t)n * OC + o);
+                    for (int l = 0; l < V16; l++) acc[l] += a[l];
+                }
+                for (int l = 0; l < V16; l++) dbias[o + l] += (float)acc[l];
+            } else {
+                int o = ov + (blk - nblk);
+                double acc = 0.0;
+                for (int n = 0; n < N; n++) acc += dout[(size_t)n * OC + o];
+                dbias[o] += (float)acc;
+            }
+        }
+    }
+}

@@ -1,0 +1,35 @@
+/*
+ * The cpu backend: OpenMP threads and CBLAS, same semantics as ref, over host
+ * memory. Every kernel entry is a cpu kernel; those that meet shapes they do
+ * not handle call their ref twin themselves (see matmul.c). The sum of squares
+ * is a threaded reduction (deterministic for a given thread count).
+ */
+#include "backend/cpu/cpu.h"
+#include "backend/host/host.h"
+
+const ct_backend_i ct_backend_cpu_i = {
+    .name = "cpu",
+    CT_HOST_MEMORY_OPS,
+    .encoder_forward = ct_encoder_forward_cpu,
+    .encoder_backward = ct_encoder_backward_cpu,
+    .layernorm_forward = ct_layernorm_forward_cpu,
+    .layernorm_backward = ct_layernorm_backward_cpu,
+    .matmul_forward = ct_matmul_forward_cpu,
+    .matmul_backward = ct_matmul_backward_cpu,
+    .attention_forward = ct_attention_forward_cpu,
+    .attention_backward = ct_attention_backward_cpu,
+    .attention_decode = ct_attention_decode_cpu,
+    .rmsnorm_forward = ct_rmsnorm_forward_cpu,
+    .rmsnorm_backward = ct_rmsnorm_backward_cpu,
+    .rope_forward = ct_rope_forward_cpu,
+    .rope_backward = ct_rope_backward_cpu,
+    .swiglu_forward = ct_swiglu_forward_cpu,
+    .swiglu_backward = ct_swiglu_backward_cpu,
+    .gelu_forward = ct_gelu_forward_cpu,
+    .gelu_backward = ct_gelu_backward_cpu,
+    .residual_forward = ct_residual_forward_cpu,
+    .residual_backward = ct_residual_backward_cpu,
+    .crossentropy_forward = ct_crossentropy_forward_cpu,
+    .adamw_update = ct_adamw_update_cpu,
+    .sumsq = ct_sumsq_cpu,
+};

@@ -1,0 +1,136 @@
+/*
+ * Reference causal multi-head attention, flash style: no T x T matrix. The
+ * forward keeps a running max and sum per query row (online softmax) and saves
+ * each row's log-sum-exp; the backward recomputes the probabilities from it.
+ * Dot products and the softmax statistics are in double; the output row itself
+ * is the float accumulator. Grouped-query attention (NKV < NH) reads each KV head from every query head of
+ * its group. Leaves out: dropout, masks other than causal.
+ */
+#include <math.h>
+
+#include "backend/ref/ref.h"
+
+static double attention_dot(const float *a, const float *b, int n) {
+    double acc = 0.0;
+    for (int i = 0; i < n; i++) acc += (double)a[i] * b[i];
+    return acc;
+}
+
+/* One query row against n keys and values whose rows lie kv_stride floats
+ * apart: writes out (HS) = softmax(scale * q k^T) v and returns the log-sum-exp
+ * of the scaled scores. q (HS); k, v (n rows of HS); n >= 1. */
+static float attention_row(float *out, const float *q, const float *k, const float *v,
+                           size_t kv_stride, int n, int HS, double scale) {
+    // key 0 seeds the running max, so no -inf arithmetic is needed
+    double m = scale * attention_dot(q, k, HS);
+    double l = 1.0;
+    for (int d = 0; d < HS; d++) out[d] = v[d];
+    for (int j = 1; j < n; j++) {
+        const float *kj = k + j * kv_stride;
+        const float *vj = v + j * kv_stride;
+        double s = scale * attention_dot(q, kj, HS);
+        if (s > m) {
+            // new max: rescale what was summed against the old one
+            double corr = exp(m - s);
+            l *= corr;
+            for (int d = 0; d < HS; d++) out[d] = (float)(out[d] * corr);
+            m = s;
+        }
+        double p = exp(s - m);
+        l += p;
+        for (int d = 0; d < HS; d++) out[d] = (float)(out[d] + p * vj[d]);
+    }
+    for (int d = 0; d < HS; d++) out[d] = (float)(out[d] / l);
+    return (float)(m + log(l));
+}
+
+/* out (B,T,NH*HS) = causal softmax(q k^T / sqrt(HS)) v per query head; lse
+ * (B,NH,T). qkv (B,T,(NH+2*NKV)*HS) holds q, k, v side by side; query head h
+ * reads KV head h / (NH/NKV) (grouped-query attention; NKV == NH is plain
+ * multi-head attention).
+ * Ref: torch.nn.functional.scaled_dot_product_attention(is_causal=True);
+ * FlashAttention-2 (Dao, 2023), Algorithm 1; HF LLaMA repeat_kv. */
+void ct_attention_forward_ref(ct_backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH,
+                                  int NKV, int HS) {
+    (void)be;
+    double scale = 1.0 / sqrt((double)HS);
+    size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS, KC = (size_t)NKV * HS;
+    int group = NH / NKV;
+    for (int b = 0; b < B; b++) {
+        const float *qkv_b = qkv + (size_t)b * T * W;
+        for (int h = 0; h < NH; h++) {
+            int g = h / group;
+            const float *k = qkv_b + C + (size_t)g * HS;
+            const float *v = qkv_b + C + KC + (size_t)g * HS;
+            for (int t = 0; t < T; t++) {
+                const float *q = qkv_b + t * W + (size_t)h * HS;
+                float *o = out + ((size_t)b * T + t) * C + (size_t)h * HS;
+                // causal: query t sees keys 0..t
+                lse[((size_t)b * NH + h) * T + t] = attention_row(o, q, k, v, W, t + 1, HS, scale);
+            }
+        }
+    }
+}
+
+
+/* dqkv (B,T,(NH+2*NKV)*HS) += gradient of attention given dout (B,T,NH*HS),
+ * the forward's qkv, out (B,T,NH*HS) and lse (B,NH,T). Per query row t, with
+ * p_j = exp(s_j - lse) and D = dout . out (= sum_j p_j dout . v_j):
+ *   ds_j = p_j (dout . v_j - D); dq += scale ds_j k_j; dk_j += scale ds_j q;
+ *   dv_j += p_j dout.
+ * A KV head's dk, dv sum over the query heads of its group, in head order.
+ * Ref: FlashAttention-2 (Dao, 2023), Algorithm 2. */
+void ct_attention_backward_ref(ct_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                   const float *out, const float *lse, int B, int T, int NH,
+                                   int NKV, int HS) {
+    (void)be;
+    double scale = 1.0 / sqrt((double)HS);
+    size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS, KC = (size_t)NKV * HS;
+    int group = NH / NKV;
+    for (int b = 0; b < B; b++) {
+        const float *qkv_b = qkv + (size_t)b * T * W;
+        float *dqkv_b = dqkv + (size_t)b * T * W;
+        for (int h = 0; h < NH; h++) {
+            size_t ko = C + (size_t)(h / group) * HS, vo = ko + KC;
+            for (int t = 0; t < T; t++) {
+                const float *q = qkv_b + t * W + (size_t)h * HS;
+                float *dq = dqkv_b + t * W + (size_t)h * HS;
+                const float *o = out + ((size_t)b * T + t) * C + (size_t)h * HS;
+                const float *dout_t = dout + ((size_t)b * T + t) * C + (size_t)h * HS;
+                double lse_t = lse[((size_t)b * NH + h) * T + t];
+                double D = attention_dot(dout_t, o, HS);
+                for (int j = 0; j <= t; j++) {
+                    const float *k = qkv_b + j * W + ko;
+                    const float *v = qkv_b + j * W + vo;
+                    float *dk = dqkv_b + j * W + ko;
+                    float *dv = dqkv_b + j * W + vo;
+                    double p = exp(scale * attention_dot(q, k, HS) - lse_t);
+                    double ds = p * (attention_dot(dout_t, v, HS) - D);
+                    for (int d = 0; d < HS; d++) {
+                        dq[d] += (float)(scale * ds * k[d]);
+                        dk[d] += (float)(scale * ds * q[d]);
+                        dv[d] += (float)(p * dout_t[d]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+
+/* out (NH*HS) = attention of one query q (NH*HS) over kcache, vcache
+ * (n, NKV*HS), all n positions visible (the query's own included). The same
+ * row routine as the forward, so decoding reproduces training's last row. */
+void ct_attention_decode_ref(ct_backend *be, float *out, const float *q, const float *kcache,
+                                 const float *vcache, int n, int NH, int NKV, int HS) {
+    (void)be;
+    double scale = 1.0 / sqrt((double)HS);
+    size_t KC = (size_t)NKV * HS;
+    int group = NH / NKV;
+    for (int h = 0; h < NH; h++) {
+        size_t g = (size_t)(h / group) * HS;
+        attention_row(out + (size_t)h * HS, q + (size_t)h * HS, kcache + g, vcache + g, KC, n, HS,
+                      scale);
+    }
+}
+

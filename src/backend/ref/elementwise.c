@@ -1,0 +1,50 @@
+/*
+ * Reference elementwise ops: GELU (tanh form, HF "gelu_new", torch
+ * approximate="tanh") and the residual add, forward and backward. GELU is
+ * evaluated in double and rounded once.
+ * Leaves out: the exact erf GELU and SwiGLU (LLaMA).
+ */
+#include <math.h>
+
+#include "backend/ref/ref.h"
+
+/* out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x = inp (n).
+ * Ref: https://pytorch.org/docs/stable/generated/torch.nn.GELU.html */
+void ct_gelu_forward_ref(ct_backend *be, float *out, const float *inp, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) {
+        double x = inp[i];
+        double inner = CT_GELU_BETA * (x + CT_GELU_KAPPA * x * x * x);
+        out[i] = (float)(0.5 * x * (1.0 + tanh(inner)));
+    }
+}
+
+/* dinp (n) += gelu'(inp) * dout; inp, dout (n). Product rule on 0.5 x (1 + th):
+ *   0.5 (1 + th) + 0.5 x (1 - th^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+ * Ref: torch GeluBackwardKernelImpl, approximate == tanh. */
+void ct_gelu_backward_ref(ct_backend *be, float *dinp, const float *inp, const float *dout, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) {
+        double x = inp[i];
+        double x2 = x * x;
+        double th = tanh(CT_GELU_BETA * (x + CT_GELU_KAPPA * x2 * x));
+        double inner_grad = CT_GELU_BETA * (1.0 + 3.0 * CT_GELU_KAPPA * x2);
+        double grad = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * inner_grad;
+        dinp[i] += (float)(grad * dout[i]);
+    }
+}
+
+/* out (n) = a (n) + b (n); out may alias a or b. */
+void ct_residual_forward_ref(ct_backend *be, float *out, const float *a, const float *b, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+/* da (n) += dout (n); db (n) += dout (n). */
+void ct_residual_backward_ref(ct_backend *be, float *da, float *db, const float *dout, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) {
+        da[i] += dout[i];
+        db[i] += dout[i];
+    }
+}

@@ -1,0 +1,47 @@
+/*
+ * Reference token + position embedding (GPT-2's wte and wpe lookups), forward
+ * and backward, as plain loops in the order of the math.
+ * Leaves out: range checks on token ids (a bad id is the caller's bug) and
+ * threading (see cpu/encoder.c).
+ */
+#include "backend/ref/ref.h"
+
+/* out (B,T,C) = wte[inp[b,t]] + wpe[pos0 + t].
+ * inp (B,T) token ids in [0,V); wte (V,C); wpe (maxT,C) with pos0 + T <= maxT,
+ * or NULL for no position embedding (out = wte[inp]).
+ * Ref: torch.nn.Embedding; llm.c train_gpt2.c encoder_forward. */
+void ct_encoder_forward_ref(ct_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe,
+                            int B, int T, int C, int pos0) {
+    (void)be;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            float *out_bt = out + ((size_t)b * T + t) * C;
+            const float *wte_ix = wte + (size_t)inp[(size_t)b * T + t] * C;
+            if (!wpe) { // no learned positions (RoPE models)
+                for (int c = 0; c < C; c++) out_bt[c] = wte_ix[c];
+                continue;
+            }
+            const float *wpe_t = wpe + (size_t)(pos0 + t) * C;
+            for (int c = 0; c < C; c++) out_bt[c] = wte_ix[c] + wpe_t[c];
+        }
+    }
+}
+
+/* dwte (V,C) += dout rows scattered by token id; dwpe (maxT,C) rows 0..T-1 +=
+ * dout summed over b, skipped when dwpe is NULL (e.g. positions from RoPE).
+ * dout (B,T,C); inp (B,T). Ref: llm.c train_gpt2.c encoder_backward. */
+void ct_encoder_backward_ref(ct_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                             int B, int T, int C) {
+    (void)be;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            const float *dout_bt = dout + ((size_t)b * T + t) * C;
+            float *dwte_ix = dwte + (size_t)inp[(size_t)b * T + t] * C;
+            for (int c = 0; c < C; c++) dwte_ix[c] += dout_bt[c];
+            if (dwpe) {
+                float *dwpe_t = dwpe + (size_t)t * C;
+                for (int c = 0; c < C; c++) dwpe_t[c] += dout_bt[c];
+            }
+        }
+    }
+}

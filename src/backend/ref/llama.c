@@ -1,0 +1,138 @@
+/*
+ * Reference kernels of the LLaMA switches of the transformer family: RMSNorm,
+ * rotary position embedding (Hugging Face's rotate_half convention) and the
+ * SwiGLU gate, forward and backward, evaluated in double and rounded once.
+ * Leaves out: rope scaling variants (linear, dynamic NTK, llama3) and the
+ * interleaved-pairs RoPE layout of the original Meta checkpoints.
+ */
+#include <math.h>
+
+#include "backend/ref/ref.h"
+
+/* out (N,C) = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps) per row;
+ * writes rstd (N) unless NULL. Ref: Zhang & Sennrich (2019); HF LlamaRMSNorm
+ * (variance in fp32, eps inside the square root, weight applied last). */
+void ct_rmsnorm_forward_ref(ct_backend *be, float *out, float *rstd, const float *inp, const float *weight,
+                            int N, int C, float eps) {
+    (void)be;
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        double ss = 0.0;
+        for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
+        double s = 1.0 / sqrt(ss / C + eps);
+        for (int c = 0; c < C; c++) y[c] = (float)(x[c] * s * weight[c]);
+        if (rstd) rstd[n] = (float)s;
+    }
+}
+
+/* dinp (N,C), dweight (C) += RMSNorm gradients from dout (N,C), the forward's
+ * inp (N,C), weight (C) and rstd (N). With xhat = x * rstd and g = weight * dout:
+ *   dinp = rstd * (g - xhat * mean(g * xhat)), dweight = sum over rows of dout * xhat
+ * (LayerNorm's formula without the mean terms). */
+void ct_rmsnorm_backward_ref(ct_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C) {
+    (void)be;
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        const float *dy = dout + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        double s = rstd[n], gx_mean = 0.0;
+        for (int c = 0; c < C; c++) gx_mean += (double)weight[c] * dy[c] * x[c] * s;
+        gx_mean /= C;
+        for (int c = 0; c < C; c++) {
+            double xhat = x[c] * s;
+            dx[c] += (float)(s * ((double)weight[c] * dy[c] - xhat * gx_mean));
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        double dw = 0.0;
+        for (int n = 0; n < N; n++) {
+            size_t i = (size_t)n * C + c;
+            dw += (double)inp[i] * rstd[n] * dout[i];
+        }
+        dweight[c] += (float)dw;
+    }
+}
+
+/* cos, sin (HS/2) of the angles at position pos, as HF LlamaRotaryEmbedding
+ * computes them: inv_freq_i = 1 / theta^(2i/HS) in fp32, angle = pos * inv_freq_i
+ * rounded to fp32, then cosine and sine (here in double, rounded once). */
+void ct_rope_cos_sin(float *cosv, float *sinv, int pos, int HS, float theta) {
+    for (int i = 0; i < HS / 2; i++) {
+        float inv_freq = (float)(1.0 / (double)powf(theta, (float)(2 * i) / (float)HS));
+        float angle = (float)pos * inv_freq;
+        cosv[i] = (float)cos((double)angle);
+        sinv[i] = (float)sin((double)angle);
+    }
+}
+
+/* Turn each q and k head of qkv (B,T,(NH+2*NKV)*HS) by the position's angles:
+ * dir = +1 rotates (forward), -1 applies the transpose (backward). */
+static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta,
+                       double dir) {
+    int half = HS / 2, heads = NH + NKV; // q heads then k heads, contiguous
+    size_t W = (size_t)(NH + 2 * NKV) * HS;
+    float cosv[half > 0 ? half : 1], sinv[half > 0 ? half : 1];
+    for (int t = 0; t < T; t++) {
+        ct_rope_cos_sin(cosv, sinv, pos0 + t, HS, theta);
+        for (int b = 0; b < B; b++) {
+            float *row = qkv + ((size_t)b * T + t) * W;
+            for (int h = 0; h < heads; h++) {
+                float *x = row + (size_t)h * HS;
+                for (int i = 0; i < half; i++) {
+                    // x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1)
+                    double x1 = x[i], x2 = x[i + half], c = cosv[i], s = dir * sinv[i];
+                    x[i] = (float)(x1 * c - x2 * s);
+                    x[i + half] = (float)(x2 * c + x1 * s);
+                }
+            }
+        }
+    }
+}
+
+/* In place on the q and k heads of qkv (B,T,(NH+2*NKV)*HS); HS even.
+ * Ref: Su et al., RoFormer (2021); HF modeling_llama apply_rotary_pos_emb. */
+void ct_rope_forward_ref(ct_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                         float theta) {
+    (void)be;
+    rope_apply(qkv, B, T, NH, NKV, HS, pos0, theta, 1.0);
+}
+
+/* The rotation is orthogonal: its gradient is the rotation by -angle. Writes
+ * dqkv's q and k parts in place. */
+void ct_rope_backward_ref(ct_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                          float theta) {
+    (void)be;
+    rope_apply(dqkv, B, T, NH, NKV, HS, pos0, theta, -1.0);
+}
+
+/* out (N,F) = silu(gate) * up, inp (N,2F) = [gate | up] per row.
+ * Ref: Shazeer, GLU Variants Improve Transformer (2020); HF LlamaMLP. */
+void ct_swiglu_forward_ref(ct_backend *be, float *out, const float *inp, int N, int F) {
+    (void)be;
+    for (int n = 0; n < N; n++) {
+        const float *g = inp + (size_t)n * 2 * F, *u = g + F;
+        float *y = out + (size_t)n * F;
+        for (int i = 0; i < F; i++) {
+            double x = g[i];
+            y[i] = (float)(x / (1.0 + exp(-x)) * u[i]);
+        }
+    }
+}
+
+/* dinp (N,2F) += gradient given dout (N,F). With s = sigmoid(gate):
+ *   dgate = dout * up * s (1 + gate (1 - s)), dup = dout * gate * s. */
+void ct_swiglu_backward_ref(ct_backend *be, float *dinp, const float *inp, const float *dout, int N, int F) {
+    (void)be;
+    for (int n = 0; n < N; n++) {
+        const float *g = inp + (size_t)n * 2 * F, *u = g + F;
+        const float *dy = dout + (size_t)n * F;
+        float *dg = dinp + (size_t)n * 2 * F, *du = dg + F;
+        for (int i = 0; i < F; i++) {
+            double x = g[i], s = 1.0 / (1.0 + exp(-x));
+            dg[i] += (float)(dy[i] * u[i] * s * (1.0 + x * (1.0 - s)));
+            du[i] += (float)(dy[i] * x * s);
+        }
+    }
+}

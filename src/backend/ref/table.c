@@ -1,0 +1,34 @@
+/*
+ * The ref backend: plain scalar C kernels, single-threaded, the readable truth
+ * that tests/kernels holds every other backend to, over host memory (the
+ * host-visible memory operations of backend/host).
+ */
+#include "backend/ref/ref.h"
+#include "backend/host/host.h"
+
+const ct_backend_i ct_backend_ref_i = {
+    .name = "ref",
+    CT_HOST_MEMORY_OPS,
+    .encoder_forward = ct_encoder_forward_ref,
+    .encoder_backward = ct_encoder_backward_ref,
+    .layernorm_forward = ct_layernorm_forward_ref,
+    .layernorm_backward = ct_layernorm_backward_ref,
+    .matmul_forward = ct_matmul_forward_ref,
+    .matmul_backward = ct_matmul_backward_ref,
+    .attention_forward = ct_attention_forward_ref,
+    .attention_backward = ct_attention_backward_ref,
+    .attention_decode = ct_attention_decode_ref,
+    .rmsnorm_forward = ct_rmsnorm_forward_ref,
+    .rmsnorm_backward = ct_rmsnorm_backward_ref,
+    .rope_forward = ct_rope_forward_ref,
+    .rope_backward = ct_rope_backward_ref,
+    .swiglu_forward = ct_swiglu_forward_ref,
+    .swiglu_backward = ct_swiglu_backward_ref,
+    .gelu_forward = ct_gelu_forward_ref,
+    .gelu_backward = ct_gelu_backward_ref,
+    .residual_forward = ct_residual_forward_ref,
+    .residual_backward = ct_residual_backward_ref,
+    .crossentropy_forward = ct_crossentropy_forward_ref,
+    .adamw_update = ct_adamw_update_ref,
+    .sumsq = ct_sumsq_ref,
+};

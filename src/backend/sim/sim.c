@@ -1,0 +1,228 @@
+/*
+ * The sim backend: ref's kernels over "device" memory that the host cannot
+ * dereference. A device buffer is a counted host allocation handed out at an
+ * address moved by SIM_OFFSET (2^62) into the non-canonical half of the x86-64
+ * (and AArch64) address space, so any code above the seam that reads or
+ * writes a tensor without going through the backend faults at once (ASan
+ * reports it as a SEGV on an unknown address); a host pointer passed where a
+ * device one belongs fails an assertion. Each entry translates its pointers
+ * and calls ref. Uploads and downloads really copy. It exists for the tests:
+ * the training suite runs on it (run.device=sim) to prove the seam is whole,
+ * as a GPU's separate memory would. Leaves out: asynchrony (every entry
+ * completes before it returns) and speed.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/host/host.h"
+#include "backend/ref/ref.h"
+#include "core/dtype.h"
+
+#define SIM_OFFSET ((uintptr_t)1 << 62)
+
+/* device -> host address; NULL stays NULL */
+static void *H(const void *p) {
+    if (!p) return NULL;
+    CT_ASSERT((uintptr_t)p >= SIM_OFFSET); /* a host pointer where a device one belongs */
+    return (void *)((uintptr_t)p - SIM_OFFSET);
+}
+#define HF(p) ((float *)H(p))
+#define HI(p) ((int32_t *)H(p))
+
+static void *sim_buf_alloc(ct_backend *be, size_t bytes, ct_tag tag) {
+    uint8_t *p = ct_alloc(be->ctx, bytes ? bytes : 1, tag);
+    return p ? (void *)((uintptr_t)p + SIM_OFFSET) : NULL;
+}
+static void sim_buf_free(ct_backend *be, void *p) { ct_free(be->ctx, H(p)); }
+static void sim_memset(ct_backend *be, void *dst, int value, size_t bytes) {
+    ct_host_memset(be, H(dst), value, bytes);
+}
+static void sim_upload(ct_backend *be, void *dst, const void *src, size_t bytes) {
+    CT_ASSERT(!src || (uintptr_t)src < SIM_OFFSET);
+    ct_host_copy(be, H(dst), src, bytes);
+}
+static void sim_download(ct_backend *be, void *dst, const void *src, size_t bytes) {
+    CT_ASSERT(!dst || (uintptr_t)dst < SIM_OFFSET);
+    ct_host_copy(be, dst, H(src), bytes);
+}
+static void sim_copy(ct_backend *be, void *dst, const void *src, size_t bytes) {
+    ct_host_copy(be, H(dst), H(src), bytes);
+}
+static void sim_f32_to_bf16(ct_backend *be, uint16_t *dst, const float *src, size_t n) {
+    ct_host_f32_to_bf16(be, H(dst), HF(src), n);
+}
+static void sim_bf16_to_f32(ct_backend *be, float *dst, const uint16_t *src, size_t n) {
+    ct_host_bf16_to_f32(be, HF(dst), H(src), n);
+}
+static void sim_scale_add(ct_backend *be, float *y, int ldy, const float *x, int ldx, int rows,
+                          int cols, float a, bool accumulate) {
+    ct_host_scale_add(be, HF(y), ldy, HF(x), ldx, rows, cols, a, accumulate);
+}
+static void sim_fill(ct_backend *be, float *x, float value, size_t n) {
+    ct_host_fill(be, HF(x), value, n);
+}
+static void sim_scale(ct_backend *be, float *x, float a, size_t n) {
+    ct_host_scale(be, HF(x), a, n);
+}
+static double sim_sum(ct_backend *be, const float *x, size_t n) {
+    return ct_host_sum(be, HF(x), n);
+}
+static double sim_sumsq(ct_backend *be, const float *x, size_t n) {
+    return ct_sumsq_ref(be, HF(x), n);
+}
+static size_t sim_nonfinite(ct_backend *be, const float *x, size_t n) {
+    return ct_host_nonfinite(be, HF(x), n);
+}
+static void sim_dropout_forward(ct_backend *be, float *out, const float *inp, size_t n, float p,
+                                uint64_t key) {
+    ct_host_dropout_forward(be, HF(out), HF(inp), n, p, key);
+}
+static void sim_dropout_backward(ct_backend *be, float *dinp, const float *dout, size_t n,
+                                 float p, uint64_t key) {
+    ct_host_dropout_backward(be, HF(dinp), HF(dout), n, p, key);
+}
+
+/* ------------------------------------------------------------- kernels */
+
+static void sim_encoder_forward(ct_backend *be, float *out, const int32_t *inp, const float *wte,
+                                const float *wpe, int B, int T, int C, int pos0) {
+    ct_encoder_forward_ref(be, HF(out), HI(inp), HF(wte), HF(wpe), B, T, C, pos0);
+}
+static void sim_encoder_backward(ct_backend *be, float *dwte, float *dwpe, const float *dout,
+                                 const int32_t *inp, int B, int T, int C) {
+    ct_encoder_backward_ref(be, HF(dwte), HF(dwpe), HF(dout), HI(inp), B, T, C);
+}
+static void sim_layernorm_forward(ct_backend *be, float *out, float *mean, float *rstd,
+                                  const float *inp, const float *weight, const float *bias, int N,
+                                  int C, float eps) {
+    ct_layernorm_forward_ref(be, HF(out), HF(mean), HF(rstd), HF(inp), HF(weight), HF(bias), N,
+                             C, eps);
+}
+static void sim_layernorm_backward(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const float *weight,
+                                   const float *mean, const float *rstd, int N, int C) {
+    ct_layernorm_backward_ref(be, HF(dinp), HF(dweight), HF(dbias), HF(dout), HF(inp),
+                              HF(weight), HF(mean), HF(rstd), N, C);
+}
+static void sim_matmul_forward(ct_backend *be, float *out, const float *inp, const float *weight,
+                               const float *bias, int N, int C, int OC) {
+    ct_matmul_forward_ref(be, HF(out), HF(inp), HF(weight), HF(bias), N, C, OC);
+}
+static void sim_matmul_backward(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const float *inp, const float *weight, int N,
+                                int C, int OC) {
+    ct_matmul_backward_ref(be, HF(dinp), HF(dweight), HF(dbias), HF(dout), HF(inp), HF(weight),
+                           N, C, OC);
+}
+static void sim_attention_forward(ct_backend *be, float *out, float *lse, const float *qkv, int B,
+                                  int T, int NH, int NKV, int HS) {
+    ct_attention_forward_ref(be, HF(out), HF(lse), HF(qkv), B, T, NH, NKV, HS);
+}
+static void sim_attention_backward(ct_backend *be, float *dqkv, const float *dout,
+                                   const float *qkv, const float *out, const float *lse, int B,
+                                   int T, int NH, int NKV, int HS) {
+    ct_attention_backward_ref(be, HF(dqkv), HF(dout), HF(qkv), HF(out), HF(lse), B, T, NH, NKV,
+                              HS);
+}
+static void sim_attention_decode(ct_backend *be, float *out, const float *q, const float *kcache,
+                                 const float *vcache, int n, int NH, int NKV, int HS) {
+    ct_attention_decode_ref(be, HF(out), HF(q), HF(kcache), HF(vcache), n, NH, NKV, HS);
+}
+static void sim_rmsnorm_forward(ct_backend *be, float *out, float *rstd, const float *inp,
+                                const float *weight, int N, int C, float eps) {
+    ct_rmsnorm_forward_ref(be, HF(out), HF(rstd), HF(inp), HF(weight), N, C, eps);
+}
+static void sim_rmsnorm_backward(ct_backend *be, float *dinp, float *dweight, const float *dout,
+                                 const float *inp, const float *weight, const float *rstd, int N,
+                                 int C) {
+    ct_rmsnorm_backward_ref(be, HF(dinp), HF(dweight), HF(dout), HF(inp), HF(weight), HF(rstd),
+                            N, C);
+}
+static void sim_rope_forward(ct_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS,
+                             int pos0, float theta) {
+    ct_rope_forward_ref(be, HF(qkv), B, T, NH, NKV, HS, pos0, theta);
+}
+static void sim_rope_backward(ct_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS,
+                              int pos0, float theta) {
+    ct_rope_backward_ref(be, HF(dqkv), B, T, NH, NKV, HS, pos0, theta);
+}
+static void sim_swiglu_forward(ct_backend *be, float *out, const float *inp, int N, int F) {
+    ct_swiglu_forward_ref(be, HF(out), HF(inp), N, F);
+}
+static void sim_swiglu_backward(ct_backend *be, float *dinp, const float *inp, const float *dout,
+                                int N, int F) {
+    ct_swiglu_backward_ref(be, HF(dinp), HF(inp), HF(dout), N, F);
+}
+static void sim_gelu_forward(ct_backend *be, float *out, const float *inp, size_t n) {
+    ct_gelu_forward_ref(be, HF(out), HF(inp), n);
+}
+static void sim_gelu_backward(ct_backend *be, float *dinp, const float *inp, const float *dout,
+                              size_t n) {
+    ct_gelu_backward_ref(be, HF(dinp), HF(inp), HF(dout), n);
+}
+static void sim_residual_forward(ct_backend *be, float *out, const float *a, const float *b,
+                                 size_t n) {
+    ct_residual_forward_ref(be, HF(out), HF(a), HF(b), n);
+}
+static void sim_residual_backward(ct_backend *be, float *da, float *db, const float *dout,
+                                  size_t n) {
+    ct_residual_backward_ref(be, HF(da), HF(db), HF(dout), n);
+}
+static void sim_crossentropy_forward(ct_backend *be, float *losses, float *dlogits,
+                                     const float *logits, const int32_t *targets, int N, int V,
+                                     float dloss) {
+    ct_crossentropy_forward_ref(be, HF(losses), HF(dlogits), HF(logits), HI(targets), N, V,
+                                dloss);
+}
+static void sim_adamw_update(ct_backend *be, float *params, const float *grads, float *m,
+                             float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, float grad_scale, int64_t t) {
+    ct_adamw_update_ref(be, HF(params), HF(grads), HF(m), HF(v), n, lr, beta1, beta2, eps,
+                        weight_decay, grad_scale, t);
+}
+
+const ct_backend_i ct_backend_sim_i = {
+    .name = "sim",
+    .buf_alloc = sim_buf_alloc,
+    .buf_free = sim_buf_free,
+    .host_alloc = ct_host_buf_alloc,
+    .host_free = ct_host_buf_free,
+    .memset = sim_memset,
+    .upload = sim_upload,
+    .download = sim_download,
+    .copy = sim_copy,
+    .f32_to_bf16 = sim_f32_to_bf16,
+    .bf16_to_f32 = sim_bf16_to_f32,
+    .scale_add = sim_scale_add,
+    .fill = sim_fill,
+    .scale = sim_scale,
+    .sum = sim_sum,
+    .sumsq = sim_sumsq,
+    .nonfinite = sim_nonfinite,
+    .dropout_forward = sim_dropout_forward,
+    .dropout_backward = sim_dropout_backward,
+    .synchronize = ct_host_synchronize,
+    .event_record = ct_host_event_record,
+    .event_elapsed = ct_host_event_elapsed,
+    .encoder_forward = sim_encoder_forward,
+    .encoder_backward = sim_encoder_backward,
+    .layernorm_forward = sim_layernorm_forward,
+    .layernorm_backward = sim_layernorm_backward,
+    .matmul_forward = sim_matmul_forward,
+    .matmul_backward = sim_matmul_backward,
+    .attention_forward = sim_attention_forward,
+    .attention_backward = sim_attention_backward,
+    .attention_decode = sim_attention_decode,
+    .rmsnorm_forward = sim_rmsnorm_forward,
+    .rmsnorm_backward = sim_rmsnorm_backward,
+    .rope_forward = sim_rope_forward,
+    .rope_backward = sim_rope_backward,
+    .swiglu_forward = sim_swiglu_forward,
+    .swiglu_backward = sim_swiglu_backward,
+    .gelu_forward = sim_gelu_forward,
+    .gelu_backward = sim_gelu_backward,
+    .residual_forward = sim_residual_forward,
+    .residual_backward = sim_residual_backward,
+    .crossentropy_forward = sim_crossentropy_forward,
+    .adamw_update = sim_adamw_update,
+};

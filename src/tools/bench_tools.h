@@ -1,0 +1,84 @@
+/*
+ * Benchmarks that run the library as a whole over perf/: the kernel suite
+ * (every kernel of the context's backend at GPT-2 shapes, each against its
+ * roofline) and end-to-end training steps (model + AdamW) split by kernel kind.
+ * Results are plain structs; cli/cmd_bench.c prints them, baseline.h saves and
+ * compares them, tune.c times its trials with ct_bench_step.
+ */
+#ifndef CT_TOOLS_BENCH_TOOLS_H
+#define CT_TOOLS_BENCH_TOOLS_H
+
+#include <stddef.h>
+
+#include "ctrain/core.h"
+#include "ctrain/model.h"
+#include "perf/bench.h"
+#include "perf/kprof.h"
+
+#define CT_BENCH_MAX_REPEAT 32
+
+/* One kernel measured at one shape. */
+typedef struct ct_bench_item {
+    char name[48];  /* "gemm.fc.bwd_weight", "attention.fwd", ... */
+    char shape[48]; /* "M=256 N=3072 K=768", "N=256 C=768", ... */
+    double seconds; /* median of the repetitions' medians, per call */
+    int repeats;    /* repetitions of the timing (each the median of up to 20 calls) */
+    double rep_s[CT_BENCH_MAX_REPEAT]; /* each repetition's median */
+    double spread;  /* (max - min) / seconds over rep_s: the relative noise */
+    double flops;   /* per call (0 for memory-bound kernels) */
+    double bytes;   /* least memory traffic per call */
+    double roof_s;  /* roofline time: max(flops / gemm peak, bytes / bandwidth) */
+} ct_bench_item;
+
+typedef void (*ct_bench_item_fn)(const ct_bench_item *item, void *user);
+
+/* What the kernel suite measures and how. */
+typedef struct ct_bench_kernel_opts {
+    /* comma-separated name fragments: a kernel runs when its name contains any
+     * of them; NULL or "" runs every kernel */
+    const char *filter;
+    int repeat; /* timings per kernel, 1..CT_BENCH_MAX_REPEAT (0 counts as 1) */
+    /* test knob: the kernel named exactly slow_name is called slow_factor
+     * times per timed call, so it measures about slow_factor times slower */
+    const char *slow_name;
+    int slow_factor;
+} ct_bench_kernel_opts;
+
+/* Runs every kernel of the context's table at the GPT-2 shapes of (cfg, B, T),
+ * calling fn after each. peak_gflops and gbps are the roofs. opts may be NULL
+ * (every kernel, one timing). Borrows everything. CT_ERR_OOM, CT_ERR_ARG. */
+ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T,
+                           double peak_gflops, double gbps, const ct_bench_kernel_opts *opts,
+                           ct_bench_item_fn fn, void *user);
+
+/* End-to-end training steps on random tokens: zero grads, forward+backward,
+ * AdamW. */
+typedef struct ct_bench_step_opts {
+    int B, T;
+    int warmup, steps; /* steps <= CT_BENCH_MAX_STEPS */
+    ct_model_opts model; /* recompute policy and activation storage */
+    /* test knob of the regression gate: kernels of the kind named slow_kind
+     * (a ct_kprof_name) run slow_factor times per call; NULL: off */
+    const char *slow_kind;
+    int slow_factor;
+} ct_bench_step_opts;
+#define CT_BENCH_MAX_STEPS 64
+
+typedef struct ct_bench_step_result {
+    int steps;
+    double step_s[CT_BENCH_MAX_STEPS];
+    float loss[CT_BENCH_MAX_STEPS];
+    double median_s;
+    double flops;             /* ct_bench_step_flops */
+    ct_kprof_counts split;    /* per-kind seconds summed over the timed steps */
+    double other_s;           /* timed time outside any kernel (zeroing, glue) */
+    size_t peak_rss;          /* bytes, the process's high-water mark */
+    size_t planned_bytes;     /* the model's memory plan (these opts) plus AdamW moments */
+} ct_bench_step_result;
+
+/* Runs the steps on ctx (whose backend is wrapped by the kernel profiler for the split).
+ * CT_ERR_OOM, CT_ERR_ARG. */
+ct_status ct_bench_step(ct_ctx *ctx, const ct_model_config *cfg, const ct_bench_step_opts *o,
+                        ct_bench_step_result *out);
+
+#endif

@@ -1,0 +1,229 @@
+/*
+ * The backend seam, through the public API:
+ * - the sim backend's device memory cannot be touched from the host: a child
+ *   process that reads a device buffer, or a model's weights, dies;
+ * - training on sim (ref's kernels behind device memory, every tensor staged
+ *   through uploads and downloads) gives the same bits as training on ref,
+ *   for GPT-2 and LLaMA, with LoRA (dropout, bf16 base), bf16 activations and
+ *   full recompute: nothing above the seam computes on tensors itself;
+ * - HF save and load, the base hash and KV-cache decoding agree across the
+ *   two, and the context's counters return to zero after everything is freed.
+ */
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend/ctx.h"
+#include "ct_test.h"
+#include "ct_tmpdir.h"
+#include "ctrain/model.h"
+#include "ctrain/train.h"
+
+/* Run fn(arg) in a child; true when the child did not exit normally with 0
+ * (a signal, or ASan's report and non-zero exit). */
+static bool child_dies(void (*fn)(void *), void *arg) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fn(arg);
+        _exit(0);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return false;
+    return WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
+}
+
+static void read_float(void *p) {
+    volatile float x = *(volatile float *)p;
+    (void)x;
+}
+
+static void read_weights(void *m) { read_float(ct_model_params(m)); }
+
+static void test_sim_memory_is_not_host_memory(void) {
+    ct_ctx_params cp = ct_ctx_params_default();
+    cp.backend = CT_BACKEND_SIM;
+    cp.n_threads = 1;
+    ct_ctx *ctx;
+    CHECK(ct_ctx_init(&ctx, &cp) == CT_OK);
+    ct_backend *be = ct_ctx_backend(ctx);
+    CHECK(!be->host_visible);
+    float *d = be->i->buf_alloc(be, 64 * sizeof(float), CT_TAG_SCRATCH);
+    CHECK(d != NULL);
+    float in[64], out[64];
+    for (int i = 0; i < 64; i++) in[i] = (float)i * 0.5f;
+    be->i->upload(be, d, in, sizeof in);
+    be->i->download(be, out, d, sizeof out);
+    CHECK(!memcmp(in, out, sizeof in));
+    CHECK_MSG(child_dies(read_float, d), "reading a sim device buffer on the host did not fault");
+    CHECK_MSG(!child_dies(read_float, out), "the harness itself faults on host memory");
+    be->i->buf_free(be, d);
+
+    ct_model_config cfg;
+    CHECK(ct_model_config_preset(&cfg, "gpt2-tiny") == CT_OK);
+    ct_model *m;
+    CHECK(ct_model_init(&m, ctx, &cfg) == CT_OK);
+    CHECK(!ct_model_host_visible(m));
+    CHECK_MSG(child_dies(read_weights, m), "reading sim weights on the host did not fault");
+    ct_model_free(m);
+    ct_memstats ms;
+    ct_ctx_memstats(ctx, &ms);
+    CHECK_MSG(ms.total_current == 0, "%lld bytes still counted", (long long)ms.total_current);
+    ct_ctx_free(ctx);
+}
+
+typedef struct run_cfg {
+    const char *preset;
+    bool lora, bf16_acts, full;
+} run_cfg;
+
+typedef struct run_out {
+    float loss[4];
+    float *weights; /* trainable, after the steps */
+    size_t n;
+    float logits[64];
+    float decoded[64];
+    uint64_t base_hash;
+} run_out;
+
+static void train_on(ct_backend_kind kind, const run_cfg *rc, run_out *out) {
+    ct_ctx_params cp = ct_ctx_params_default();
+    cp.backend = kind;
+    cp.n_threads = 1;
+    ct_ctx *ctx;
+    CHECK(ct_ctx_init(&ctx, &cp) == CT_OK);
+    ct_model_config cfg;
+    CHECK(ct_model_config_preset(&cfg, rc->preset) == CT_OK);
+    ct_model *m;
+    CHECK(ct_model_init(&m, ctx, &cfg) == CT_OK);
+    CHECK(ct_model_init_weights(m, 7) == CT_OK);
+    if (rc->lora) {
+        ct_lora_opts lo = {.r = 4, .alpha = 8.0f, .dropout = 0.25f, .seed = 5,
+                           .targets = (1u << ct_lora_num_kinds(&cfg)) - 1, .base_bf16 = true};
+        CHECK(ct_model_lora_attach(m, &lo) == CT_OK);
+        CHECK(ct_model_lora_init_weights(m, 9) == CT_OK);
+        /* a non-zero B so the adapters change the loss from the first step */
+        size_t n = ct_model_trainable_numel(m);
+        float *w = malloc(n * sizeof *w);
+        ct_model_download(m, w, ct_model_trainable_params(m), n * sizeof *w);
+        for (size_t i = 0; i < n; i++) w[i] += 0.01f * (float)((i * 7919) % 13) - 0.06f;
+        ct_model_upload(m, ct_model_trainable_params(m), w, n * sizeof *w);
+        free(w);
+        CHECK(ct_model_base_xxh64(m, &out->base_hash) == CT_OK);
+    }
+    ct_model_opts o = ct_model_opts_default();
+    if (rc->bf16_acts) o.act_dtype = CT_ACT_BF16;
+    if (rc->full) o.recompute = CT_RECOMPUTE_FULL;
+    CHECK(ct_model_set_opts(m, &o) == CT_OK);
+    int B = 2, T = 8, V = cfg.vocab_size;
+    CHECK(ct_model_reserve(m, B, T, true) == CT_OK);
+    ct_adamw opt;
+    size_t n = ct_model_trainable_numel(m);
+    CHECK(ct_adamw_init(&opt, ctx, n) == CT_OK);
+    ct_adamw_params ap = {0.9f, 0.95f, 1e-8f, 0.1f};
+    int32_t in[16], tg[16];
+    for (int s = 0; s < 4; s++) {
+        for (int i = 0; i < B * T; i++) {
+            in[i] = (i * 31 + s * 17) % V;
+            tg[i] = (i * 13 + s * 5 + 1) % V;
+        }
+        ct_model_zero_grads(m);
+        CHECK(ct_model_forward_backward(m, in, tg, B, T, 1.0f, &out->loss[s]) == CT_OK);
+        float clip = ct_clip_scale(ct_grad_norm(m), 1.0);
+        ct_adamw_step(&opt, m, &ap, 1e-2f, clip);
+    }
+    out->n = n;
+    out->weights = malloc(n * sizeof(float));
+    ct_model_download(m, out->weights, ct_model_trainable_params(m), n * sizeof(float));
+    float *logits = malloc((size_t)B * T * V * sizeof(float));
+    CHECK(ct_model_logits(m, in, B, T, logits) == CT_OK);
+    memcpy(out->logits, logits, sizeof out->logits);
+    free(logits);
+    if (!rc->lora) {
+        CHECK(ct_model_decode_reserve(m, 8) == CT_OK);
+        float *row = malloc((size_t)V * sizeof(float));
+        for (int i = 0; i < 3; i++) CHECK(ct_model_decode_step(m, in[i], row) == CT_OK);
+        memcpy(out->decoded, row, sizeof out->decoded);
+        free(row);
+    }
+    ct_adamw_free(&opt);
+    ct_model_free(m);
+    ct_memstats ms;
+    ct_ctx_memstats(ctx, &ms);
+    CHECK_MSG(ms.total_current == 0, "%s on %s: %lld bytes still counted", rc->preset,
+              ct_backend_kind_name(kind), (long long)ms.total_current);
+    ct_ctx_free(ctx);
+}
+
+static void test_sim_equals_ref(const run_cfg *rc) {
+    run_out a = {0}, b = {0};
+    train_on(CT_BACKEND_REF, rc, &a);
+    train_on(CT_BACKEND_SIM, rc, &b);
+    const char *what = rc->preset;
+    CHECK_MSG(!memcmp(a.loss, b.loss, sizeof a.loss), "%s%s: losses differ (%.9g vs %.9g)", what,
+              rc->lora ? " lora" : "", a.loss[3], b.loss[3]);
+    CHECK_MSG(a.loss[3] != a.loss[0], "%s: training did not move the loss", what);
+    CHECK_MSG(a.n == b.n && !memcmp(a.weights, b.weights, a.n * sizeof(float)),
+              "%s%s: trained weights differ", what, rc->lora ? " lora" : "");
+    CHECK_MSG(!memcmp(a.logits, b.logits, sizeof a.logits), "%s: logits differ", what);
+    CHECK_MSG(!memcmp(a.decoded, b.decoded, sizeof a.decoded), "%s: decoded logits differ", what);
+    CHECK_MSG(a.base_hash == b.base_hash, "%s: base hashes differ", what);
+    printf("  %-10s lora=%d bf16=%d full=%d: sim == ref over 4 steps (loss %.6f -> %.6f)\n",
+           what, rc->lora, rc->bf16_acts, rc->full, a.loss[0], a.loss[3]);
+    free(a.weights);
+    free(b.weights);
+}
+
+/* Save on sim, load on ref and on sim: the same weights. */
+static void test_hf_round_trip(void) {
+    char dir[256];
+    CHECK(ct_tmpdir_make(dir, sizeof dir, "seam") != NULL);
+    ct_ctx_params cp = ct_ctx_params_default();
+    cp.n_threads = 1;
+    ct_ctx *sim, *ref;
+    cp.backend = CT_BACKEND_SIM;
+    CHECK(ct_ctx_init(&sim, &cp) == CT_OK);
+    cp.backend = CT_BACKEND_REF;
+    CHECK(ct_ctx_init(&ref, &cp) == CT_OK);
+    ct_model_config cfg;
+    CHECK(ct_model_config_preset(&cfg, "llama-tiny") == CT_OK);
+    ct_model *m, *a, *b;
+    CHECK(ct_model_init(&m, sim, &cfg) == CT_OK);
+    CHECK(ct_model_init_weights(m, 3) == CT_OK);
+    CHECK(ct_model_export_hf(m, dir, false) == CT_OK);
+    CHECK(ct_model_load_hf(&a, ref, dir) == CT_OK);
+    CHECK(ct_model_load_hf(&b, sim, dir) == CT_OK);
+    size_t n = ct_model_numel(m);
+    float *wm = malloc(n * sizeof *wm), *wb = malloc(n * sizeof *wb);
+    ct_model_download(m, wm, ct_model_params(m), n * sizeof *wm);
+    ct_model_download(b, wb, ct_model_params(b), n * sizeof *wb);
+    CHECK(!memcmp(wm, ct_model_params(a), n * sizeof *wm));
+    CHECK(!memcmp(wm, wb, n * sizeof *wm));
+    free(wm);
+    free(wb);
+    ct_model_free(m);
+    ct_model_free(a);
+    ct_model_free(b);
+    ct_ctx_free(sim);
+    ct_ctx_free(ref);
+    ct_tmpdir_remove(dir);
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    test_sim_memory_is_not_host_memory();
+    const run_cfg runs[] = {
+        {"gpt2-tiny", false, false, false},
+        {"gpt2-tiny", false, true, true},
+        {"llama-tiny", false, false, false},
+        {"llama-tiny", false, true, false},
+        {"llama-tiny", true, false, false},
+        {"gpt2-tiny", true, false, true},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) test_sim_equals_ref(&runs[i]);
+    test_hf_round_trip();
+    return ct_test_result("test_seam");
+}
