@@ -19,38 +19,6 @@
 #include "cli.h"
 #include "stop.h"
 #include "ctrain/train.h"
-#include "tools/tune.h"
-
-int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool *print_only) {
-    ct_config_default(cfg);
-    /* CTRAIN_DEVICE: the default of run.device (the test suite runs on sim) */
-    const char *dev = getenv("CTRAIN_DEVICE");
-    if (dev && *dev) snprintf(cfg->run.device, sizeof cfg->run.device, "%s", dev);
-    *print_only = false;
-    const char *config_path = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--config")) {
-            if (i + 1 >= argc) return cli_usage_error(cmd, "--config needs a file");
-            config_path = argv[++i];
-        } else if (!strcmp(argv[i], "--print-config")) {
-            *print_only = true;
-        }
-    }
-    if (config_path && ct_config_load_yaml(cfg, config_path)) return cli_fail(cmd);
-    bool tuned; /* a tuned profile: its settings apply here, so overrides still win */
-    if (config_path && ct_tune_profile_apply_here(cfg, config_path, &tuned))
-        return cli_fail(cmd);
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--config")) {
-            i++;
-            continue;
-        }
-        if (!strcmp(argv[i], "--print-config") || !strcmp(argv[i], "--json")) continue;
-        if (argv[i][0] == '-') return cli_usage_error(cmd, "unknown option '%s'", argv[i]);
-        if (ct_config_apply_override(cfg, argv[i])) return cli_fail(cmd);
-    }
-    return 0;
-}
 
 /* ------------------------------------------------------------ progress */
 

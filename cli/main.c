@@ -3,7 +3,6 @@
  * cmd_*.c; this is the only code that exits. Exit status 2 means the input
  * (a file, a key, a value) was wrong and nothing was written.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,32 +48,6 @@ static void usage(FILE *f) {
             "\n"
             "`ctrain train --print-config` lists every configuration key with its default.\n",
             ct_version());
-}
-
-ct_status cli_device_from_env(ct_ctx_params *cp) {
-    const char *dev = getenv("CTRAIN_DEVICE");
-    if (!dev || !*dev) return CT_OK;
-    int kind, index;
-    ct_status st = ct_config_device(dev, &kind, &index);
-    if (st) return st;
-    cp->backend = (ct_backend_kind)kind;
-    return CT_OK;
-}
-
-int cli_fail(const char *cmd) {
-    fprintf(stderr, "ctrain %s: error: %s\n", cmd, ct_last_error());
-    if (ct_last_hint()[0]) fprintf(stderr, "  hint: %s\n", ct_last_hint());
-    return 2;
-}
-
-int cli_usage_error(const char *cmd, const char *fmt, ...) {
-    va_list ap;
-    fprintf(stderr, "ctrain %s: error: ", cmd);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n  hint: run `ctrain %s --help`\n", cmd);
-    return 2;
 }
 
 static void abort_handler(const char *msg) {

@@ -3,8 +3,9 @@
  * and validating the shards, the sequential (llm.c) and shuffled orders, exact
  * positions, and the public calls. The order is a pure function of
  * (epoch, index), so a position is two integers and resuming, skipping and the
- * prefetch thread all compute batches the same way. loader_ring.c holds the
- * prefetch thread.
+ * prefetch thread all compute batches the same way. loader_order.c computes
+ * the order and reads windows; loader_ring.c holds the prefetch thread; both
+ * sit below this file.
  * Leaves out: document boundaries (windows cross them, as in llm.c) and
  * sharding by anything but windows.
  */
@@ -110,141 +111,6 @@ static ct_status check_shard_tokens(const ct_shard *s, const char *path, int voc
 
 /* ------------------------------------------------------------------ order */
 
-/* splitmix64's finaliser: a bijective 64-bit mix. */
-static uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-/* Key of one permutation: the shard order of an epoch (what = 0) or the
- * windows of shard what - 1 in that epoch. */
-static uint64_t order_key(uint64_t seed, int64_t epoch, int64_t what) {
-    return mix64(mix64(mix64(seed) ^ (uint64_t)epoch) ^ (uint64_t)what);
-}
-
-#define FEISTEL_ROUNDS 6
-
-/* Image of i under a keyed permutation of [0, n): a balanced Feistel network
- * over the smallest even bit width that holds n, walking the cycle until the
- * value falls back inside [0, n) (a bijection of [0, n) since the network is
- * one of [0, 2^bits)). Random access in O(1) memory, so no shard's window
- * order is ever stored. */
-static int64_t feistel_permute(int64_t i, int64_t n, uint64_t key) {
-    if (n <= 1) return 0;
-    int bits = 0;
-    while (bits < 62 && ((uint64_t)1 << bits) < (uint64_t)n) bits++;
-    bits += bits & 1;
-    int h = bits / 2;
-    uint64_t mask = ((uint64_t)1 << h) - 1;
-    uint64_t rk[FEISTEL_ROUNDS];
-    for (int r = 0; r < FEISTEL_ROUNDS; r++) rk[r] = mix64(key + (uint64_t)r);
-    uint64_t x = (uint64_t)i;
-    do {
-        uint64_t left = x >> h, right = x & mask;
-        for (int r = 0; r < FEISTEL_ROUNDS; r++) {
-            uint64_t t = left ^ (mix64(rk[r] ^ right) & mask);
-            left = right;
-            right = t;
-        }
-        x = left << h | right;
-    } while (x >= (uint64_t)n);
-    return (int64_t)x;
-}
-
-/* Fill loc with epoch's shard order (Fisher-Yates driven by splitmix64) and
- * where each shard's windows begin in that epoch's global window order. */
-static void locator_set_epoch(const ct_loader *l, loader_locator *loc, int64_t epoch) {
-    int n = l->n_shards;
-    for (int i = 0; i < n; i++) loc->order[i] = i;
-    uint64_t state = order_key(l->seed, epoch, 0);
-    for (int i = n - 1; i > 0; i--) {
-        state += 0x9e3779b97f4a7c15ull;
-        int j = (int)(mix64(state) % (uint64_t)(i + 1));
-        int32_t t = loc->order[i];
-        loc->order[i] = loc->order[j];
-        loc->order[j] = t;
-    }
-    loc->start[0] = 0;
-    for (int j = 0; j < n; j++) loc->start[j + 1] = loc->start[j] + l->wins[loc->order[j]];
-    loc->epoch = epoch;
-}
-
-static ct_status locator_init(loader_locator *loc, int n_shards) {
-    loc->epoch = -1;
-    loc->order = calloc((size_t)n_shards, sizeof *loc->order);
-    loc->start = calloc((size_t)n_shards + 1, sizeof *loc->start);
-    if (!loc->order || !loc->start) return CT_ERR(CT_ERR_OOM, "out of memory for the loader");
-    return CT_OK;
-}
-
-static void locator_free(loader_locator *loc) {
-    free(loc->order);
-    free(loc->start);
-}
-
-/* Largest j in [0, n) with a[j] <= k, for ascending a with a[0] <= k < a[n]. */
-static int upper_index(const int64_t *a, int n, int64_t k) {
-    int lo = 0, hi = n; /* a[lo] <= k < a[hi] */
-    while (hi - lo > 1) {
-        int mid = lo + (hi - lo) / 2;
-        if (a[mid] <= k) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
-
-/* loader_locate for any rank of the loader's world. */
-static void locate_rank(const ct_loader *l, loader_locator *loc, int rank, int64_t epoch,
-                        int64_t index, int32_t *shard, int64_t *offset) {
-    CT_ASSERT(epoch >= 0 && index >= 0 && index < l->per_epoch);
-    if (!l->shuffle) {
-        /* this rank's k-th window of shard s is at (k*world + rank)*B*T */
-        int s = upper_index(l->seq_cum, l->n_shards, index);
-        *shard = s;
-        *offset = ((index - l->seq_cum[s]) * l->world + rank) * l->BT;
-        return;
-    }
-    if (loc->epoch != epoch) locator_set_epoch(l, loc, epoch);
-    int64_t g = index * l->world + rank; /* global window index in the epoch */
-    int j = upper_index(loc->start, l->n_shards, g);
-    int32_t s = loc->order[j];
-    int64_t w = feistel_permute(g - loc->start[j], l->wins[s], order_key(l->seed, epoch, s + 1));
-    *shard = s;
-    *offset = w * l->BT;
-}
-
-void loader_locate(const ct_loader *l, loader_locator *loc, int64_t epoch, int64_t index,
-                   int32_t *shard, int64_t *offset) {
-    locate_rank(l, loc, l->rank, epoch, index, shard, offset);
-}
-
-void loader_advance(const ct_loader *l, int64_t *epoch, int64_t *index, int64_t n) {
-    CT_ASSERT(n >= 0);
-    *epoch += n / l->per_epoch;
-    *index += n % l->per_epoch;
-    if (*index >= l->per_epoch) {
-        *index -= l->per_epoch;
-        (*epoch)++;
-    }
-}
-
-ct_status loader_read_at(ct_loader *l, loader_locator *loc, int64_t epoch, int64_t index,
-                         int32_t *in, int32_t *tg) {
-    int32_t s;
-    int64_t off;
-    loader_locate(l, loc, epoch, index, &s, &off);
-    const ct_shard *sh = l->shards[s];
-    /* targets are the inputs moved by one, plus the window's last token */
-    ct_status st = ct_shard_read(sh, off, l->BT, in);
-    if (st) return st;
-    memcpy(tg, in + 1, (size_t)(l->BT - 1) * sizeof *tg);
-    return ct_shard_read(sh, off + l->BT, 1, tg + l->BT - 1);
-}
-
-/* ------------------------------------------------------------ init / free */
-
 static ct_status check_opts(const ct_loader_opts *o) {
     const char *split = o->split ? o->split : "train";
     if (o->B < 1 || o->T < 1)
@@ -328,8 +194,8 @@ ct_status ct_loader_init(ct_loader **out, const ct_loader_opts *opts) {
     l->seed = opts->seed;
     snprintf(l->split_name, sizeof l->split_name, "%s", opts->split ? opts->split : "train");
     if ((st = open_shards(l, opts))) goto fail;
-    if ((st = locator_init(&l->cons_loc, l->n_shards))) goto fail;
-    if ((st = locator_init(&l->read_loc, l->n_shards))) goto fail;
+    if ((st = loader_locator_init(&l->cons_loc, l->n_shards))) goto fail;
+    if ((st = loader_locator_init(&l->read_loc, l->n_shards))) goto fail;
     if (l->prefetch > 0 && (st = loader_ring_start(l))) goto fail;
     *out = l;
     return CT_OK;
@@ -349,8 +215,8 @@ void ct_loader_free(ct_loader *l) {
     free(l->paths);
     free(l->wins);
     free(l->seq_cum);
-    locator_free(&l->cons_loc);
-    locator_free(&l->read_loc);
+    loader_locator_free(&l->cons_loc);
+    loader_locator_free(&l->read_loc);
     free(l);
 }
 
@@ -407,7 +273,7 @@ ct_status ct_loader_set_pos(ct_loader *l, const ct_loader_pos *pos) {
         /* a position rank 0 took (the one a checkpoint keeps) fits too */
         int32_t s0;
         int64_t off0;
-        locate_rank(l, &l->cons_loc, 0, pos->epoch, pos->index, &s0, &off0);
+        loader_locate_rank(l, &l->cons_loc, 0, pos->epoch, pos->index, &s0, &off0);
         if (s0 == pos->shard && off0 == pos->offset) {
             s = s0;
             off = off0;

@@ -1,6 +1,7 @@
 /*
- * Loader internals shared by loader.c (shards, order, positions, the public
- * calls) and loader_ring.c (the prefetch thread and its ring of batches).
+ * Loader internals shared by loader.c (shards, positions, the public calls),
+ * loader_order.c (the order and the reads, below both others) and
+ * loader_ring.c (the prefetch thread and its ring of batches).
  * Leaves out: anything a user of ct_loader sees; include/ctrain/loader.h holds
  * the public contract.
  */
@@ -66,12 +67,19 @@ struct ct_loader {
     pthread_t thread;
 };
 
+/* loader_order.c: the order and the reads. A locator for n_shards shards
+ * (release with loader_locator_free, also after a failed init). */
+ct_status loader_locator_init(loader_locator *loc, int n_shards);
+void loader_locator_free(loader_locator *loc);
 /* Read the batch at (epoch, index) into in and tg (B*T each). */
 ct_status loader_read_at(ct_loader *l, loader_locator *loc, int64_t epoch, int64_t index,
                          int32_t *in, int32_t *tg);
 /* Locate (epoch, index): the shard and the token offset of its window. */
 void loader_locate(const ct_loader *l, loader_locator *loc, int64_t epoch, int64_t index,
                    int32_t *shard, int64_t *offset);
+/* loader_locate for any rank of the loader's world. */
+void loader_locate_rank(const ct_loader *l, loader_locator *loc, int rank, int64_t epoch,
+                        int64_t index, int32_t *shard, int64_t *offset);
 /* Move (epoch, index) forward by n >= 0 batches. */
 void loader_advance(const ct_loader *l, int64_t *epoch, int64_t *index, int64_t n);
 

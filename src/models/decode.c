@@ -52,8 +52,7 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
     const ct_backend_i *k = be->i;
     const ct_model_config *c = &m->cfg;
     decode_state *d = &m->dec;
-    int C = c->n_embd, F = c->n_ffn, NH = c->n_head, NKV = c->n_kv_head, HS = C / NH;
-    int QKV = model_qkv_width(c), FW = model_fc_width(c), KC = NKV * HS;
+    int C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, HS = C / NH, KC = NKV * HS;
     if (!d->block) return CT_ERR(CT_ERR_ARG, "ct_model_decode_reserve was not called");
     if (d->len >= d->max_len)
         return CT_ERR(CT_ERR_ARG, "KV cache full: %d positions (reserve more, up to n_ctx %d)",
@@ -69,19 +68,18 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
         float *kc = d->kcache + ((size_t)l * d->max_len) * KC;
         float *vc = d->vcache + ((size_t)l * d->max_len) * KC;
         model_norm_fwd(m, d->ln, NULL, NULL, d->x, w->ln1_w, w->ln1_b, 1);
-        k->matmul_forward(be, d->qkv, d->ln, model_p(m, w->qkv_w), model_p(m, w->qkv_b), 1, C, QKV);
+        model_linear_fwd(m, l, LIN_QKV, d->qkv, d->ln, 1);
         /* the cache holds keys already turned to their position */
         if (c->pos == CT_POS_ROPE) k->rope_forward(be, d->qkv, 1, 1, NH, NKV, HS, pos, c->rope_theta);
         k->copy(be, kc + (size_t)pos * KC, d->qkv + C, (size_t)KC * sizeof(float));
         k->copy(be, vc + (size_t)pos * KC, d->qkv + C + KC, (size_t)KC * sizeof(float));
         k->attention_decode(be, d->atty, d->qkv, kc, vc, pos + 1, NH, NKV, HS);
-        k->matmul_forward(be, d->tmp, d->atty, model_p(m, w->proj_w), model_p(m, w->proj_b), 1, C, C);
+        model_linear_fwd(m, l, LIN_PROJ, d->tmp, d->atty, 1);
         k->residual_forward(be, d->x, d->x, d->tmp, (size_t)C);
         model_norm_fwd(m, d->ln, NULL, NULL, d->x, w->ln2_w, w->ln2_b, 1);
-        k->matmul_forward(be, d->fch, d->ln, model_p(m, w->fc_w), model_p(m, w->fc_b), 1, C, FW);
+        model_linear_fwd(m, l, LIN_FC, d->fch, d->ln, 1);
         model_mlp_act_fwd(m, d->fch_gelu, d->fch, 1);
-        k->matmul_forward(be, d->tmp, d->fch_gelu, model_p(m, w->fcproj_w), model_p(m, w->fcproj_b),
-                          1, F, C);
+        model_linear_fwd(m, l, LIN_FCPROJ, d->tmp, d->fch_gelu, 1);
         k->residual_forward(be, d->x, d->x, d->tmp, (size_t)C);
     }
     model_norm_fwd(m, d->ln, NULL, NULL, d->x, m->lnf_w, m->lnf_b, 1);

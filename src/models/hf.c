@@ -183,7 +183,7 @@ static ct_status read_bf16_base(ct_model *m, int i, const ct_safetensors *sf,
     if (!st) {
         ct_f32_to_bf16_array(w16, w, p->numel);
         ct_be_upload(be, m->params16 + p->offset, w16, p->numel * sizeof(uint16_t));
-        /* 1-D weights: fp32 for the math; bf16 bits too, as base_to_bf16 leaves them */
+        /* 1-D weights: fp32 for the math; bf16 bits too, as weights_to_bf16 leaves them */
         if (p->ndim == 1)
             ct_be_upload(be, m->small + m->small_off[i], w, p->numel * sizeof(float));
     }
@@ -272,7 +272,7 @@ static ct_status load_hf(ct_model **out, ct_ctx *ctx, const char *dir, const ct_
     bool b16 = lo && lo->base_bf16;
     if ((st = hf_weights_open(&w, dir))) return st;
     if ((st = model_init_impl(&m, ctx, &cfg, !b16))) goto fail;
-    if (b16 && (st = lora_base16_alloc(m))) goto fail;
+    if (b16 && (st = weights_bf16_alloc(m))) goto fail;
     if ((st = read_weights(m, &w))) goto fail;
     hf_weights_close(&w);
     if (lo && (st = ct_model_lora_attach(m, lo))) {

@@ -42,8 +42,8 @@ bool lora_mod_of(const ct_model_config *c, int k, lora_mod *out) {
     int C = c->n_embd, F = c->n_ffn, HS = c->n_embd / c->n_head, KC = c->n_kv_head * HS;
     lora_mod md = {path, 0, 0, 0, 0};
     if (c->arch == CT_ARCH_LLAMA) {
-        static const int gemm[7] = {LORA_GEMM_QKV, LORA_GEMM_QKV, LORA_GEMM_QKV, LORA_GEMM_PROJ,
-                                    LORA_GEMM_FC, LORA_GEMM_FC, LORA_GEMM_FCPROJ};
+        static const int gemm[7] = {LIN_QKV, LIN_QKV, LIN_QKV, LIN_PROJ,
+                                    LIN_FC, LIN_FC, LIN_FCPROJ};
         int col0[7] = {0, C, C + KC, 0, 0, F, 0};
         int outw[7] = {C, KC, KC, C, F, F, C};
         int inw[7] = {C, C, C, C, C, C, F};
@@ -52,8 +52,8 @@ bool lora_mod_of(const ct_model_config *c, int k, lora_mod *out) {
         md.out = outw[k];
         md.in = inw[k];
     } else {
-        static const int gemm[4] = {LORA_GEMM_QKV, LORA_GEMM_PROJ, LORA_GEMM_FC,
-                                    LORA_GEMM_FCPROJ};
+        static const int gemm[4] = {LIN_QKV, LIN_PROJ, LIN_FC,
+                                    LIN_FCPROJ};
         int outw[4] = {3 * C, C, F, C};
         int inw[4] = {C, C, C, F};
         md.gemm = gemm[k];
@@ -189,84 +189,6 @@ static void lora_add(model_lora *a, const char *name, int64_t d0, int64_t d1) {
     a->numel += p->numel;
 }
 
-/* ---------------------------------------------------------- bf16 base */
-
-size_t lora_max_span(const ct_model_config *c) {
-    size_t C = (size_t)c->n_embd, QKV = (size_t)model_qkv_width(c);
-    size_t FW = (size_t)model_fc_width(c), F = (size_t)c->n_ffn, V = (size_t)c->vocab_size;
-    size_t s = V * C;
-    if (QKV * C > s) s = QKV * C;
-    if (FW * C > s) s = FW * C;
-    if (C * F > s) s = C * F;
-    return s;
-}
-
-size_t lora_base_bf16_bytes(const ct_model *t) {
-    size_t small = 0;
-    for (int i = 0; i < t->n_table; i++)
-        if (t->table[i].ndim == 1) small += t->table[i].numel;
-    return t->numel * sizeof(uint16_t) + small * sizeof(float);
-}
-
-float *model_p_bf16(ct_model *m, int idx) {
-    const ct_param *p = &m->table[idx];
-    if (p->ndim == 1) return m->small + m->small_off[idx];
-    float *dst = idx == m->wpe ? m->acts.base_wpe : m->acts.base_w;
-    CT_ASSERT(dst != NULL); /* the arena of ct_model_reserve holds the widened matrix */
-    m->be->i->bf16_to_f32(m->be, dst, m->params16 + p->offset, m->span[idx]);
-    return dst;
-}
-
-ct_status lora_base16_alloc(ct_model *m) {
-    const ct_model_config *c = &m->cfg;
-    size_t small = 0;
-    m->small_off = calloc((size_t)m->n_table, sizeof *m->small_off);
-    m->span = calloc((size_t)m->n_table, sizeof *m->span);
-    if (!m->small_off || !m->span) return CT_ERR(CT_ERR_OOM, "out of memory for the bf16 base");
-    for (int i = 0; i < m->n_table; i++) {
-        m->span[i] = m->table[i].numel;
-        if (m->table[i].ndim == 1) {
-            m->small_off[i] = small;
-            small += m->table[i].numel;
-        }
-    }
-    /* a fused GEMM reads q,k,v (gate,up) from the first entry's offset on */
-    size_t C = (size_t)c->n_embd;
-    for (int l = 0; l < c->n_layer; l++) {
-        m->span[m->layers[l].qkv_w] = (size_t)model_qkv_width(c) * C;
-        m->span[m->layers[l].fc_w] = (size_t)model_fc_width(c) * C;
-    }
-    m->params16 = model_buf_alloc(m, m->numel * sizeof(uint16_t), CT_TAG_PARAMS);
-    m->small = model_buf_alloc(m, (small ? small : 1) * sizeof(float), CT_TAG_PARAMS);
-    if (!m->params16 || !m->small) {
-        ct_status st = ct_last_status();
-        model_buf_free(m, m->params16);
-        model_buf_free(m, m->small);
-        m->params16 = NULL;
-        m->small = NULL;
-        return st;
-    }
-    return CT_OK;
-}
-
-/* Round the fp32 base to bf16 storage: matrices to params16, 1-D weights kept
- * fp32 in small; the fp32 buffer is freed. */
-static ct_status base_to_bf16(ct_model *m) {
-    ct_status st = lora_base16_alloc(m);
-    if (st) return st;
-    ct_backend *be = m->be;
-    be->i->f32_to_bf16(be, m->params16, m->params, m->numel);
-    for (int i = 0; i < m->n_table; i++)
-        if (m->table[i].ndim == 1)
-            be->i->copy(be, m->small + m->small_off[i], m->params + m->table[i].offset,
-                        m->table[i].numel * sizeof(float));
-    model_buf_free(m, m->params);
-    m->params = NULL;
-    return CT_OK;
-}
-
-const uint16_t *ct_model_params_bf16(const ct_model *m) { return m->params16; }
-
 ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o) {
     const ct_model_config *c = &m->cfg;
     if (m->lora) return CT_ERR(CT_ERR_ARG, "LoRA adapters are already attached to this model");
@@ -311,7 +233,7 @@ ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o) {
         return st;
     }
     m->lora = a;
-    if (o->base_bf16 && !m->params16 && (st = base_to_bf16(m))) {
+    if (o->base_bf16 && !m->params16 && (st = weights_to_bf16(m))) {
         lora_free(m);
         return st;
     }
@@ -451,17 +373,6 @@ void model_lora_backward(ct_model *m, int l, int gemm, float *dx, const float *d
 
 /* ------------------------------------------------------------- merge */
 
-/* The table index of the base weight of GEMM `gemm` in layer l. */
-static int gemm_weight(const ct_model *m, int l, int gemm) {
-    const layer_idx *li = &m->layers[l];
-    switch (gemm) {
-    case LORA_GEMM_QKV: return li->qkv_w;
-    case LORA_GEMM_PROJ: return li->proj_w;
-    case LORA_GEMM_FC: return li->fc_w;
-    default: return li->fcproj_w;
-    }
-}
-
 ct_status ct_model_lora_merge(ct_model *m) {
     model_lora *a = m->lora;
     if (!a) return CT_ERR(CT_ERR_ARG, "ct_model_lora_merge: the model has no LoRA adapters");
@@ -487,7 +398,7 @@ ct_status ct_model_lora_merge(ct_model *m) {
             size_t nw = (size_t)md->out * md->in;
             float *A = stage, *Bw = stage + na, *W = stage + na + nb;
             /* rows col0.. of the fused (OUTW, in) weight are this module's (out, in) */
-            float *Wdev = m->params + m->table[gemm_weight(m, l, md->gemm)].offset +
+            float *Wdev = m->params + m->table[model_linear_shape(m, l, md->gemm).w].offset +
                           (size_t)md->col0 * md->in;
             ct_be_download(be, A, a->params + a->table[2 * unit].offset, na * sizeof(float));
             ct_be_download(be, Bw, a->params + a->table[2 * unit + 1].offset,

@@ -622,7 +622,7 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     /* a bf16 base: the fp32 copy of the one matrix a GEMM reads (and of GPT-2's
      * positions, read beside the token embedding) */
     if (lo && lo->r > 0 && lo->base_bf16) {
-        a->base_w = carve(cv, lora_max_span(c));
+        a->base_w = carve(cv, weights_max_span(c));
         a->base_wpe = c->pos == CT_POS_LEARNED ? carve(cv, (size_t)c->n_ctx * C) : NULL;
     }
     plan->work = cv->used - mark;
@@ -672,7 +672,7 @@ ct_status ct_model_plan_memory_lora(const ct_model_config *cfg, int B, int T, bo
     memset(out, 0, sizeof *out);
     acts_layout(cfg, o, lo, B, T, training, &cv, NULL, out);
     size_t adapter = lora_numel(cfg, lo) * sizeof(float);
-    size_t base = lo && lo->base_bf16 ? lora_base_bf16_bytes(&m) : m.numel * sizeof(float);
+    size_t base = lo && lo->base_bf16 ? weights_bf16_bytes(&m) : m.numel * sizeof(float);
     free(m.table);
     free(m.layers);
     out->params = base + adapter;

@@ -94,8 +94,23 @@ typedef struct model_acts {
     float *base_wpe;  /* (n_ctx, C): GPT-2's positions, widened beside wte */
 } model_acts;
 
-/* The fused GEMMs of a block an adapter can sit on. */
-enum { LORA_GEMM_QKV = 0, LORA_GEMM_PROJ = 1, LORA_GEMM_FC = 2, LORA_GEMM_FCPROJ = 3 };
+/* The four linear layers of a block (fused GEMMs; adapters sit on them). */
+enum { LIN_QKV = 0, LIN_PROJ = 1, LIN_FC = 2, LIN_FCPROJ = 3 };
+
+/* Linear layer `lin` of block l: its weight and bias table indices (bias -1
+ * when the arch has none), input and output widths. */
+typedef struct linear_shape {
+    int w, b, in, out;
+} linear_shape;
+linear_shape model_linear_shape(const ct_model *m, int l, int lin);
+/* out(N, out) = x(N, in) W^T + b, plus the layer's LoRA adapters: the one
+ * place a block's GEMMs run (a bf16 base is widened by model_p). */
+void model_linear_fwd(ct_model *m, int l, int lin, float *out, const float *x, int N);
+/* dx(N, in) += dout W (+ the adapters' input gradient); dW, db += ... into
+ * the gradient buffer (none for a frozen base); the adapters' dA, dB += ...;
+ * x is the forward's input. */
+void model_linear_bwd(ct_model *m, int l, int lin, float *dx, const float *dout, const float *x,
+                      int N);
 
 /* Where module kind k sits: its GEMM, its columns of that GEMM's fused output
  * [col0, col0+out), its input width and its base weight's table suffix. */
@@ -125,10 +140,7 @@ typedef struct model_lora {
 bool lora_mod_of(const ct_model_config *c, int k, lora_mod *out);
 /* Free the attached adapters (model_free; merge). */
 void model_lora_free(ct_model *m);
-/* Bytes of a bf16-stored base for cfg (matrices bf16, 1-D fp32) and the
- * largest span one GEMM reads from the table (elements). */
-size_t lora_base_bf16_bytes(const ct_model *table_only);
-size_t lora_max_span(const ct_model_config *c);
+
 /* Numel of the adapter for cfg and lo (0 when r == 0). */
 size_t lora_numel(const ct_model_config *c, const ct_lora_opts *lo);
 /* Add the adapters on GEMM `gemm` of layer l to its output out (N, OUTW),
@@ -212,10 +224,10 @@ void model_host_done(ct_model *m, void *dev, size_t bytes, void *stage, bool upl
 
 /* An fp32 view of a bf16-stored base entry: 1-D weights from small, a matrix
  * widened into acts.base_w (acts.base_wpe for wpe), valid until the next call. */
-float *model_p_bf16(ct_model *m, int idx);
+float *weights_bf16_view(ct_model *m, int idx);
 static inline float *model_p(ct_model *m, int idx) {
     if (idx < 0) return NULL;
-    return m->params16 ? model_p_bf16(m, idx) : m->params + m->table[idx].offset;
+    return m->params16 ? weights_bf16_view(m, idx) : m->params + m->table[idx].offset;
 }
 static inline float *model_g(ct_model *m, int idx) {
     return idx < 0 || !m->grads ? NULL : m->grads + m->table[idx].offset;
@@ -244,8 +256,16 @@ void model_mlp_act_bwd(const ct_model *m, float *dfch, const float *fch, const f
  * bf16 LoRA base is read straight into lora_base16_alloc's buffers). */
 ct_status model_init_impl(ct_model **out, ct_ctx *ctx, const ct_model_config *cfg,
                           bool alloc_params);
+/* The weight store (weights.c). Bytes of a bf16-stored base for cfg
+ * (matrices bf16, 1-D fp32) and the largest span one GEMM reads from the
+ * table (elements). */
+size_t weights_bf16_bytes(const ct_model *table_only);
+size_t weights_max_span(const ct_model_config *c);
 /* Allocate the bf16 base storage of m (params16, small, small_off, span). */
-ct_status lora_base16_alloc(ct_model *m);
+ct_status weights_bf16_alloc(ct_model *m);
+/* Round m's fp32 weights to the bf16 store: matrices to params16, 1-D
+ * weights kept fp32 in small; the fp32 buffer is freed. */
+ct_status weights_to_bf16(ct_model *m);
 
 /* Build the parameter table for cfg (allocates m->table, m->layers). */
 ct_status model_build_table(ct_model *m);

@@ -151,29 +151,24 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     if (!la) la = &none;
     model_norm_fwd(m, v->ln1, v->ln1_mean, v->ln1_rstd, res_in, w->ln1_w, w->ln1_b, N);
     act_store(m, la->ln1, v->ln1, NC); /* before ln2 reuses a shared work buffer */
-    k->matmul_forward(be, v->qkv, v->ln1, model_p(m, w->qkv_w), model_p(m, w->qkv_b), N, C, QKV);
-    model_lora_forward(m, l, LORA_GEMM_QKV, v->qkv, QKV, v->ln1, N);
+    model_linear_fwd(m, l, LIN_QKV, v->qkv, v->ln1, N);
     if (c->pos == CT_POS_ROPE)
         k->rope_forward(be, v->qkv, B, T, c->n_head, c->n_kv_head, C / c->n_head, 0, c->rope_theta);
     act_store(m, la->qkv, v->qkv, (size_t)N * QKV);
     model_attn_fwd(m, v->atty, v->lse, v->qkv, B, T);
     act_store(m, la->atty, v->atty, NC);
-    k->matmul_forward(be, v->res2, v->atty, model_p(m, w->proj_w), model_p(m, w->proj_b), N, C, C);
-    model_lora_forward(m, l, LORA_GEMM_PROJ, v->res2, C, v->atty, N);
+    model_linear_fwd(m, l, LIN_PROJ, v->res2, v->atty, N);
     k->residual_forward(be, v->res2, v->res2, res_in, NC);
     act_store(m, la->res2, v->res2, NC);
     model_norm_fwd(m, v->ln2, v->ln2_mean, v->ln2_rstd, v->res2, w->ln2_w, w->ln2_b, N);
     act_store(m, la->ln2, v->ln2, NC);
-    k->matmul_forward(be, v->fch, v->ln2, model_p(m, w->fc_w), model_p(m, w->fc_b), N, C, FW);
-    model_lora_forward(m, l, LORA_GEMM_FC, v->fch, FW, v->ln2, N);
+    model_linear_fwd(m, l, LIN_FC, v->fch, v->ln2, N);
     act_store(m, la->fch, v->fch, (size_t)N * FW);
     if (!out) return;
     model_mlp_act_fwd(m, v->fch_gelu, v->fch, N);
     act_store(m, la->fch_gelu, v->fch_gelu, NF);
     /* res_in is dead from here on, so out may overwrite it */
-    k->matmul_forward(be, out, v->fch_gelu, model_p(m, w->fcproj_w), model_p(m, w->fcproj_b), N, F,
-                      C);
-    model_lora_forward(m, l, LORA_GEMM_FCPROJ, out, C, v->fch_gelu, N);
+    model_linear_fwd(m, l, LIN_FCPROJ, out, v->fch_gelu, N);
     k->residual_forward(be, out, out, v->res2, NC);
     act_store(m, la->res3, out, NC);
 }
@@ -266,9 +261,7 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     else
         model_mlp_act_fwd(m, v.fch_gelu, v.fch, N);
     zero(m, a->dbig1, NF);
-    k->matmul_backward(be, a->dbig1, model_g(m, w->fcproj_w), model_g(m, w->fcproj_b), a->dres,
-                       v.fch_gelu, model_p(m, w->fcproj_w), N, F, C);
-    model_lora_backward(m, l, LORA_GEMM_FCPROJ, a->dbig1, a->dres, C, v.fch_gelu, N);
+    model_linear_bwd(m, l, LIN_FCPROJ, a->dbig1, a->dres, v.fch_gelu, N);
     /* v.fch_gelu may be dbig2 itself: it is not read after this point */
     zero(m, a->dbig2, NFW);
     model_mlp_act_bwd(m, a->dbig2, v.fch, a->dbig1, N);
@@ -278,17 +271,13 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     else
         model_norm_fwd(m, v.ln2, NULL, NULL, v.res2, w->ln2_w, w->ln2_b, N);
     zero(m, a->dln, NC);
-    k->matmul_backward(be, a->dln, model_g(m, w->fc_w), model_g(m, w->fc_b), a->dbig2, v.ln2,
-                       model_p(m, w->fc_w), N, C, FW);
-    model_lora_backward(m, l, LORA_GEMM_FC, a->dln, a->dbig2, FW, v.ln2, N);
+    model_linear_bwd(m, l, LIN_FC, a->dln, a->dbig2, v.ln2, N);
     model_norm_bwd(m, a->dres, a->dln, v.res2, w->ln2_w, w->ln2_b, v.ln2_mean, v.ln2_rstd, N);
     /* res2 = res_in + o(attn(rope(qkv(norm1(res_in))))) */
     act_load(m, la->atty, v.atty, NC);
     act_load(m, la->qkv, v.qkv, (size_t)N * QKV);
     zero(m, a->datty, NC);
-    k->matmul_backward(be, a->datty, model_g(m, w->proj_w), model_g(m, w->proj_b), a->dres, v.atty,
-                       model_p(m, w->proj_w), N, C, C);
-    model_lora_backward(m, l, LORA_GEMM_PROJ, a->datty, a->dres, C, v.atty, N);
+    model_linear_bwd(m, l, LIN_PROJ, a->datty, a->dres, v.atty, N);
     zero(m, a->dbig1, (size_t)N * QKV);
     model_attn_bwd(m, a->dbig1, a->datty, v.qkv, v.atty, v.lse, B, T);
     if (c->pos == CT_POS_ROPE)
@@ -299,9 +288,7 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     else
         model_norm_fwd(m, v.ln1, NULL, NULL, res_in, w->ln1_w, w->ln1_b, N);
     zero(m, a->dln, NC);
-    k->matmul_backward(be, a->dln, model_g(m, w->qkv_w), model_g(m, w->qkv_b), a->dbig1, v.ln1,
-                       model_p(m, w->qkv_w), N, C, QKV);
-    model_lora_backward(m, l, LORA_GEMM_QKV, a->dln, a->dbig1, QKV, v.ln1, N);
+    model_linear_bwd(m, l, LIN_QKV, a->dln, a->dbig1, v.ln1, N);
     model_norm_bwd(m, a->dres, a->dln, res_in, w->ln1_w, w->ln1_b, v.ln1_mean, v.ln1_rstd, N);
 }
 

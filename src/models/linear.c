@@ -1,0 +1,33 @@
+/*
+ * The linear layers of a block: the base GEMM (fp32 weights, or a bf16 base
+ * widened by the weight store) followed by the layer's LoRA adapters, so the
+ * block code (model_train.c, decode.c) and the adapters meet in one place.
+ * Leaves out: the vocabulary head (fused with the loss in model_train.c).
+ */
+#include "models/model_impl.h"
+
+linear_shape model_linear_shape(const ct_model *m, int l, int lin) {
+    const ct_model_config *c = &m->cfg;
+    const layer_idx *w = &m->layers[l];
+    int C = c->n_embd;
+    switch (lin) {
+    case LIN_QKV: return (linear_shape){w->qkv_w, w->qkv_b, C, model_qkv_width(c)};
+    case LIN_PROJ: return (linear_shape){w->proj_w, w->proj_b, C, C};
+    case LIN_FC: return (linear_shape){w->fc_w, w->fc_b, C, model_fc_width(c)};
+    default: return (linear_shape){w->fcproj_w, w->fcproj_b, c->n_ffn, C};
+    }
+}
+
+void model_linear_fwd(ct_model *m, int l, int lin, float *out, const float *x, int N) {
+    linear_shape s = model_linear_shape(m, l, lin);
+    m->be->i->matmul_forward(m->be, out, x, model_p(m, s.w), model_p(m, s.b), N, s.in, s.out);
+    model_lora_forward(m, l, lin, out, s.out, x, N);
+}
+
+void model_linear_bwd(ct_model *m, int l, int lin, float *dx, const float *dout, const float *x,
+                      int N) {
+    linear_shape s = model_linear_shape(m, l, lin);
+    m->be->i->matmul_backward(m->be, dx, model_g(m, s.w), model_g(m, s.b), dout, x,
+                              model_p(m, s.w), N, s.in, s.out);
+    model_lora_backward(m, l, lin, dx, dout, s.out, x, N);
+}
