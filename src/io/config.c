@@ -1,42 +1,23 @@
 /*
  * Configuration keys, one table: path, type, where it lives in ct_config, range
- * and allowed words. The YAML reader (libyaml events), the key=value override
- * path, --print-config and the saved config.yaml all walk this table, so a key
- * is added in exactly one place. Leaves out: YAML anchors, sequences and
- * multi-document files (rejected with a clear error).
+ * and allowed words, with the defaults, key lookup and "did you mean", value
+ * parsing (ct_config_set, key=value overrides) and the validators. The YAML
+ * reader, --print-config and the saved config.yaml walk the same table, so a
+ * key is added in exactly one place. Leaves out: reading and writing YAML
+ * (config_yaml.c, through config_int.h).
  */
 #include "ctrain/config.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <yaml.h>
-
-#include "core/strbuf.h"
-
-typedef enum key_type {
-    KEY_INT = 0,
-    KEY_FLOAT = 1,
-    KEY_BOOL = 2,
-    KEY_STRING = 3,
-    KEY_ENUM = 4, /* a string from a fixed list */
-} key_type;
-
-typedef struct key_def {
-    const char *path;
-    key_type type;
-    size_t offset;
-    size_t size;         /* for strings: buffer size */
-    double min, max;     /* numeric range, inclusive */
-    const char *words;   /* KEY_ENUM: "a|b|c"; KEY_INT: a word that is stored as 0 */
-    const char *help;
-} key_def;
+#include "io/config_int.h"
 
 #define OFF(field) offsetof(ct_config, field)
 #define SZ(field) sizeof(((ct_config *)0)->field)
@@ -47,7 +28,7 @@ typedef struct key_def {
 #define E(p, f, w, h) {p, KEY_ENUM, OFF(f), SZ(f), 0, 0, w, h}
 #define BIG 9.0e15
 
-static const key_def keys[] = {
+const key_def config_keys[] = {
     S("model.init_from", model.init_from, "HF model directory or ctrain run directory"),
     E("model.arch", model.arch, "gpt2|llama", "architecture when building from scratch"),
     S("model.preset", model.preset, "size preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt2-demo, gpt2-tiny, tinyllama-1.1b, llama-demo, llama-tiny)"),
@@ -192,7 +173,8 @@ static const key_def keys[] = {
       "ctrain tune: timed steps per trial after one untimed warm-up (the median counts)"),
     F("tune.budget_s", tune.budget_s, 0.001, 1e7, "ctrain tune: seconds the search may take"),
 };
-#define N_KEYS (sizeof keys / sizeof keys[0])
+#define N_KEYS (sizeof config_keys / sizeof config_keys[0])
+const size_t config_n_keys = N_KEYS;
 
 void ct_config_default(ct_config *c) {
     memset(c, 0, sizeof *c);
@@ -256,13 +238,13 @@ void ct_config_default(ct_config *c) {
     snprintf(c->lora.base_dtype, sizeof c->lora.base_dtype, "fp32");
 }
 
-static const key_def *find_key(const char *path) {
+const key_def *config_find_key(const char *path) {
     for (size_t i = 0; i < N_KEYS; i++)
-        if (strcmp(keys[i].path, path) == 0) return &keys[i];
+        if (strcmp(config_keys[i].path, path) == 0) return &config_keys[i];
     return NULL;
 }
 
-bool ct_config_has_key(const char *key) { return find_key(key) != NULL; }
+bool ct_config_has_key(const char *key) { return config_find_key(key) != NULL; }
 
 /* Levenshtein distance, for "did you mean". */
 static size_t edit_distance(const char *a, const char *b) {
@@ -288,36 +270,38 @@ static const char *closest_key(const char *path) {
     /* a close key of the same section first: "lora.rank" -> "lora.r", not "debug.rank" */
     const char *pdot = strrchr(path, '.');
     for (size_t i = 0; pdot && i < N_KEYS; i++) {
-        const char *dot = strrchr(keys[i].path, '.');
-        size_t sec = dot ? (size_t)(dot - keys[i].path) : 0;
-        if (!dot || sec != (size_t)(pdot - path) || strncmp(keys[i].path, path, sec)) continue;
+        const char *dot = strrchr(config_keys[i].path, '.');
+        size_t sec = dot ? (size_t)(dot - config_keys[i].path) : 0;
+        if (!dot || sec != (size_t)(pdot - path) || strncmp(config_keys[i].path, path, sec))
+            continue;
         size_t d = edit_distance(pdot + 1, dot + 1);
         if (d < best_d) {
             best_d = d;
-            best = keys[i].path;
+            best = config_keys[i].path;
         }
     }
     if (best && best_d <= 3) return best;
     best = NULL;
     best_d = (size_t)-1;
     for (size_t i = 0; i < N_KEYS; i++) {
-        size_t d = edit_distance(path, keys[i].path);
+        size_t d = edit_distance(path, config_keys[i].path);
         /* also compare the last segment alone: "lr" -> "optim.lr" */
-        const char *dot = strrchr(keys[i].path, '.');
+        const char *dot = strrchr(config_keys[i].path, '.');
         if (dot) {
             size_t d2 = edit_distance(pdot ? pdot + 1 : path, dot + 1) + (pdot ? 1 : 0);
             if (d2 < d) d = d2;
         }
-        if (strncmp(keys[i].path, path, strlen(path)) == 0) d = 1; /* a prefix: train.batch */
+        /* a prefix: train.batch */
+        if (strncmp(config_keys[i].path, path, strlen(path)) == 0) d = 1;
         if (d < best_d) {
             best_d = d;
-            best = keys[i].path;
+            best = config_keys[i].path;
         }
     }
     return best_d <= 4 ? best : NULL;
 }
 
-static ct_status unknown_key(const char *path, const char *where) {
+ct_status config_unknown_key(const char *path, const char *where) {
     const char *near = closest_key(path);
     ct_status st = CT_ERR(CT_ERR_ARG, "%s: unknown config key '%s'", where, path);
     if (near)
@@ -350,7 +334,66 @@ static bool word_in(const char *words, const char *v) {
     return false;
 }
 
-static ct_status set_value(ct_config *cfg, const key_def *k, const char *v, const char *where) {
+/* Length of the well-formed UTF-8 sequence at p (1..4) and its code point in
+ * *cp; 0 for a stray, truncated, overlong or surrogate sequence, or one past
+ * U+10FFFF. */
+size_t config_utf8_seq(const unsigned char *p, uint32_t *cp) {
+    uint32_t c = p[0];
+    size_t n;
+    uint32_t min;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    } else if ((c & 0xE0) == 0xC0) {
+        n = 2, c &= 0x1F, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+        n = 3, c &= 0x0F, min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+        n = 4, c &= 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xC0) != 0x80) return 0; /* also stops at the NUL */
+        c = (c << 6) | (p[i] & 0x3F);
+    }
+    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+    *cp = c;
+    return n;
+}
+
+/* s (n bytes) quoted for an error message: control bytes, bytes that are not
+ * UTF-8 and NULs (also NUL_MARK) shown as escapes, cut at about out_n. */
+const char *config_shown(const char *s, size_t n, char *out, size_t out_n) {
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 8 < out_n;) {
+        const unsigned char *p = (const unsigned char *)s + i;
+        uint32_t cp = 0;
+        size_t len = p[0] ? config_utf8_seq(p, &cp) : 1;
+        if (n - i >= 3 && !memcmp(p, NUL_MARK, 3)) {
+            o += (size_t)snprintf(out + o, out_n - o, "\\0");
+            len = 3;
+        } else if (!p[0]) {
+            o += (size_t)snprintf(out + o, out_n - o, "\\0");
+        } else if (p[0] == '\n') {
+            o += (size_t)snprintf(out + o, out_n - o, "\\n");
+        } else if (p[0] == '\t') {
+            o += (size_t)snprintf(out + o, out_n - o, "\\t");
+        } else if (!len || i + len > n || cp < 0x20 || cp == 0x7F) {
+            o += (size_t)snprintf(out + o, out_n - o, "\\x%02X", p[0]);
+            len = 1;
+        } else {
+            memcpy(out + o, p, len);
+            o += len;
+        }
+        i += len;
+        if (i < n && o + 8 >= out_n) o += (size_t)snprintf(out + o, out_n - o, "...");
+    }
+    out[o < out_n ? o : out_n - 1] = '\0';
+    return out;
+}
+
+ct_status config_set_value(ct_config *cfg, const key_def *k, const char *v, const char *where) {
     char *base = (char *)cfg + k->offset;
     switch (k->type) {
     case KEY_INT: {
@@ -399,6 +442,18 @@ static ct_status set_value(ct_config *cfg, const key_def *k, const char *v, cons
                           k->words);
         /* fall through */
     case KEY_STRING:
+        /* config.yaml records every value, and YAML text is UTF-8 */
+        for (const unsigned char *p = (const unsigned char *)v; *p;) {
+            uint32_t cp;
+            size_t len = config_utf8_seq(p, &cp);
+            if (!len) {
+                char show[128];
+                return CT_ERR(CT_ERR_ARG, "%s: %s = '%s': expected UTF-8 text (config.yaml "
+                              "records it)", where, k->path,
+                              config_shown(v, strlen(v), show, sizeof show));
+            }
+            p += len;
+        }
         if (strlen(v) >= k->size)
             return CT_ERR(CT_ERR_ARG, "%s: %s is too long (%zu characters, at most %zu)", where,
                           k->path, strlen(v), k->size - 1);
@@ -409,9 +464,9 @@ static ct_status set_value(ct_config *cfg, const key_def *k, const char *v, cons
 }
 
 ct_status ct_config_set(ct_config *cfg, const char *key, const char *value, const char *source) {
-    const key_def *k = find_key(key);
-    if (!k) return unknown_key(key, source);
-    return set_value(cfg, k, value, source);
+    const key_def *k = config_find_key(key);
+    if (!k) return config_unknown_key(key, source);
+    return config_set_value(cfg, k, value, source);
 }
 
 ct_status ct_config_apply_override(ct_config *cfg, const char *kv) {
@@ -424,125 +479,6 @@ ct_status ct_config_apply_override(ct_config *cfg, const char *kv) {
     memcpy(key, kv, n);
     key[n] = '\0';
     return ct_config_set(cfg, key, eq + 1, "command line");
-}
-
-/* ------------------------------------------------------------------ YAML */
-
-#define YAML_DEPTH 8
-
-ct_status ct_config_load_yaml(ct_config *cfg, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        ct_status st = CT_ERR(CT_ERR_IO, "%s: cannot open config file: %s", path, strerror(errno));
-        ct_error_hint("check the --config path");
-        return st;
-    }
-    yaml_parser_t parser;
-    yaml_event_t ev;
-    ct_status st = CT_OK;
-    if (!yaml_parser_initialize(&parser)) {
-        fclose(f);
-        return CT_ERR(CT_ERR_OOM, "%s: cannot initialise the YAML parser", path);
-    }
-    yaml_parser_set_input_file(&parser, f);
-
-    /* Stack of mapping keys; `expect_key[d]` says whether the next scalar at
-     * depth d is a key or a value. */
-    char stack[YAML_DEPTH][CT_NAME_MAX];
-    bool expect_key[YAML_DEPTH + 1];
-    int depth = 0; /* number of open mappings */
-    int docs = 0;
-    bool done = false;
-    expect_key[0] = true;
-    while (!done) {
-        if (!yaml_parser_parse(&parser, &ev)) {
-            st = CT_ERR(CT_ERR_FORMAT, "%s:%zu: invalid YAML: %s", path,
-                        parser.problem_mark.line + 1,
-                        parser.problem ? parser.problem : "parse error");
-            break;
-        }
-        size_t line = ev.start_mark.line + 1;
-        char where[CT_PATH_MAX + 32];
-        snprintf(where, sizeof where, "%s:%zu", path, line);
-        switch (ev.type) {
-        case YAML_STREAM_END_EVENT: done = true; break;
-        case YAML_DOCUMENT_START_EVENT:
-            if (++docs > 1) st = CT_ERR(CT_ERR_FORMAT, "%s: only one YAML document allowed", where);
-            break;
-        case YAML_MAPPING_START_EVENT:
-            if (depth > 0 && expect_key[depth]) {
-                st = CT_ERR(CT_ERR_FORMAT, "%s: a mapping cannot be a key", where);
-                break;
-            }
-            if (depth >= YAML_DEPTH) {
-                st = CT_ERR(CT_ERR_FORMAT, "%s: nesting deeper than %d levels", where, YAML_DEPTH);
-                break;
-            }
-            depth++;
-            expect_key[depth] = true;
-            break;
-        case YAML_MAPPING_END_EVENT:
-            depth--;
-            if (depth > 0) expect_key[depth] = true;
-            break;
-        case YAML_SEQUENCE_START_EVENT: {
-            char full[512] = "";
-            for (int d = 1; d < depth; d++) {
-                strcat(full, stack[d]);
-                strcat(full, ".");
-            }
-            if (depth > 0) strcat(full, stack[depth]);
-            st = CT_ERR(CT_ERR_ARG, "%s: %s: lists are not supported; use a comma-separated string",
-                        where, full);
-            break;
-        }
-        case YAML_ALIAS_EVENT:
-            st = CT_ERR(CT_ERR_FORMAT, "%s: YAML aliases are not supported", where);
-            break;
-        case YAML_SCALAR_EVENT: {
-            const char *text = (const char *)ev.data.scalar.value;
-            if (depth == 0) {
-                if (ev.data.scalar.length > 0)
-                    st = CT_ERR(CT_ERR_FORMAT, "%s: expected a mapping of keys, found '%s'",
-                                where, text);
-                break;
-            }
-            if (expect_key[depth]) {
-                if (strlen(text) >= CT_NAME_MAX || strchr(text, '.') == text) {
-                    st = CT_ERR(CT_ERR_ARG, "%s: bad key '%s'", where, text);
-                    break;
-                }
-                strcpy(stack[depth], text);
-                expect_key[depth] = false;
-            } else {
-                char full[512] = "";
-                for (int d = 1; d <= depth; d++) {
-                    if (d > 1) strcat(full, ".");
-                    strcat(full, stack[d]);
-                }
-                /* YAML null (~ or empty) leaves the default */
-                bool is_null = ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-                               (strcmp(text, "~") == 0 || strcmp(text, "null") == 0 ||
-                                ev.data.scalar.length == 0);
-                const key_def *k = find_key(full);
-                if (!k)
-                    st = unknown_key(full, where);
-                else if (!is_null)
-                    st = set_value(cfg, k, text, where);
-                expect_key[depth] = true;
-            }
-            break;
-        }
-        default: break;
-        }
-        /* a mapping that was a value completes its parent's key */
-        if (ev.type == YAML_MAPPING_END_EVENT && depth > 0) expect_key[depth] = true;
-        yaml_event_delete(&ev);
-        if (st != CT_OK) break;
-    }
-    yaml_parser_delete(&parser);
-    fclose(f);
-    return st;
 }
 
 ct_status ct_config_memory_limit(const char *spec, size_t available, size_t *out) {
@@ -696,80 +632,4 @@ ct_status ct_config_validate(const ct_config *c) {
         return CT_ERR(CT_ERR_ARG, "model.n_head = %lld is not a multiple of model.n_kv_head = %lld",
                       (long long)c->model.n_head, (long long)c->model.n_kv_head);
     return CT_OK;
-}
-
-/* --------------------------------------------------------------- output */
-
-/* Quote a string when plain YAML would misread it. */
-static void sb_yaml_string(ct_strbuf *b, const char *v) {
-    bool plain = *v && !strpbrk(v, ":#{}[],&*!|>'\"%@`\\") && !isspace((unsigned char)v[0]) &&
-                 !isspace((unsigned char)v[strlen(v) - 1]);
-    bool b_dummy;
-    if (plain && !parse_bool(v, &b_dummy) && strcmp(v, "null") && strcmp(v, "~")) {
-        char *end;
-        strtod(v, &end);
-        if (*end) {
-            ct_strbuf_printf(b, "%s", v);
-            return;
-        }
-    }
-    ct_strbuf_printf(b, "\"");
-    for (const char *p = v; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            ct_strbuf_printf(b, "\\%c", *p);
-        else
-            ct_strbuf_printf(b, "%c", *p);
-    }
-    ct_strbuf_printf(b, "\"");
-}
-
-char *ct_config_to_yaml(const ct_config *cfg) {
-    ct_strbuf b = {0};
-    char section[CT_NAME_MAX] = "";
-    for (size_t i = 0; i < N_KEYS; i++) {
-        const key_def *k = &keys[i];
-        const char *dot = strchr(k->path, '.');
-        size_t slen = (size_t)(dot - k->path);
-        if (strlen(section) != slen || strncmp(section, k->path, slen) != 0) {
-            memcpy(section, k->path, slen);
-            section[slen] = '\0';
-            ct_strbuf_printf(&b, "%s:\n", section);
-        }
-        ct_strbuf_printf(&b, "  %s: ", dot + 1);
-        const char *base = (const char *)cfg + k->offset;
-        switch (k->type) {
-        case KEY_INT: {
-            int64_t v;
-            memcpy(&v, base, sizeof v);
-            if (k->words && v == 0)
-                ct_strbuf_printf(&b, "%s", k->words);
-            else
-                ct_strbuf_printf(&b, "%lld", (long long)v);
-            break;
-        }
-        case KEY_FLOAT: {
-            double v;
-            memcpy(&v, base, sizeof v);
-            char num[64];
-            snprintf(num, sizeof num, "%.15g", v); /* shortest that reads back exactly */
-            if (strtod(num, NULL) != v) snprintf(num, sizeof num, "%.17g", v);
-            ct_strbuf_printf(&b, "%s", num);
-            break;
-        }
-        case KEY_BOOL: {
-            bool v;
-            memcpy(&v, base, sizeof v);
-            ct_strbuf_printf(&b, "%s", v ? "true" : "false");
-            break;
-        }
-        case KEY_STRING:
-        case KEY_ENUM: sb_yaml_string(&b, base); break;
-        }
-        ct_strbuf_printf(&b, "    # %s\n", k->help);
-    }
-    if (b.oom) {
-        ct_strbuf_free(&b);
-        return NULL;
-    }
-    return b.p;
 }
