@@ -9,6 +9,9 @@
  * (out, in); LLaMA's Linear weights are (out, in) already. F16/BF16 convert to
  * fp32. Export writes the reverse, F32 (or BF16), with {"format": "pt"}
  * metadata so `transformers` loads it unchanged.
+ * Every tensor's presence, shape and dtype is checked against the weight
+ * files' headers before the parameter memory config.json declares is
+ * allocated, so a config.json that lies about the sizes costs nothing.
  * A LoRA base stored as bf16 is read straight into its bf16 buffer, tensor by
  * tensor (ct_model_load_hf_lora): the fp32 model is never built, and the file
  * pages already converted are dropped from the mapping.
@@ -34,17 +37,24 @@
 
 #define CT_IO_PATH_MAX HF_PATH_MAX
 
-/* Read an integer field; *found tells whether it was present. */
-static ct_status json_int(const cJSON *root, const char *key, int *out, bool *found,
-                          const char *path) {
+ct_status hf_json_int(const cJSON *root, const char *key, int lo, int hi, int *out, bool *found,
+                      const char *path) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    *found = false;
-    if (!v || cJSON_IsNull(v)) return CT_OK;
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
-        v->valuedouble > 1e9)
-        return CT_ERR(CT_ERR_FORMAT, "%s: field \"%s\" must be a non-negative integer", path, key);
+    if (found) *found = false;
+    if (!v || cJSON_IsNull(v)) {
+        if (found) return CT_OK;
+        return CT_ERR(CT_ERR_FORMAT, "%s: field \"%s\" is missing, expected an integer in %d..%d",
+                      path, key, lo, hi);
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+        return CT_ERR(CT_ERR_FORMAT, "%s: field \"%s\" must be an integer in %d..%d", path, key,
+                      lo, hi);
+    /* compared as doubles: no conversion of an out-of-range value to int */
+    if (v->valuedouble < lo || v->valuedouble > hi)
+        return CT_ERR(CT_ERR_FORMAT, "%s: field \"%s\" = %.17g is out of range: expected an "
+                      "integer in %d..%d", path, key, v->valuedouble, lo, hi);
     *out = (int)v->valuedouble;
-    *found = true;
+    if (found) *found = true;
     return CT_OK;
 }
 
@@ -68,23 +78,20 @@ ct_status ct_model_config_load_hf(ct_model_config *cfg, const char *dir) {
                     cJSON_IsString(mt) ? "\"" : "");
         goto done;
     }
+    /* required (n_inner aside: absent, null or 0 is 4 * n_embd) */
     struct {
         const char *key;
-        int value;
-        bool found;
-    } f[] = {{"n_layer", 0, 0}, {"n_head", 0, 0},      {"n_embd", 0, 0},
-             {"vocab_size", 0, 0}, {"n_positions", 0, 0}, {"n_inner", 0, 0}};
+        int lo, hi, value;
+    } f[] = {{"n_layer", 1, HF_MAX_LAYERS, 0},  {"n_head", 1, HF_MAX_HEADS, 0},
+             {"n_embd", 1, HF_MAX_EMBD, 0},     {"vocab_size", 2, HF_MAX_VOCAB, 0},
+             {"n_positions", 1, HF_MAX_CTX, 0}, {"n_inner", 0, HF_MAX_FFN, 0}};
+    bool inner = false;
     for (size_t i = 0; i < sizeof f / sizeof *f; i++)
-        if ((st = json_int(root, f[i].key, &f[i].value, &f[i].found, path))) goto done;
-    for (size_t i = 0; i < 5; i++) {
-        if (!f[i].found || f[i].value == 0) {
-            st = CT_ERR(CT_ERR_FORMAT, "%s: field \"%s\" is missing, expected a positive integer",
-                        path, f[i].key);
+        if ((st = hf_json_int(root, f[i].key, f[i].lo, f[i].hi, &f[i].value, i == 5 ? &inner : NULL,
+                              path)))
             goto done;
-        }
-    }
     ct_model_config_gpt2(cfg, f[0].value, f[1].value, f[2].value, f[3].value, f[4].value);
-    if (f[5].found && f[5].value > 0) cfg->n_ffn = f[5].value;
+    if (inner && f[5].value > 0) cfg->n_ffn = f[5].value;
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(root, "layer_norm_epsilon");
     if (eps) {
         if (!cJSON_IsNumber(eps) || !(eps->valuedouble > 0)) {
@@ -191,25 +198,22 @@ static ct_status read_bf16_base(ct_model *m, int i, const ct_safetensors *sf,
     return st;
 }
 
-/* Read every tensor of the opened set w into m (fp32, or m's bf16 base),
- * each checked against m's table; warn about tensors the model lacks. */
-static ct_status read_weights(ct_model *m, hf_weights *w) {
-    const ct_model_config cfg = m->cfg;
-    bool b16 = m->params16 != NULL;
-    float *scratch = NULL;
-    size_t cap = 0;
-    ct_status st = CT_OK;
+/* Check the headers of the opened set w against m's table, before anything of
+ * the size config.json declares is allocated: every tensor present, with the
+ * shape the table expects (Conv1D weights [in, out] on disk) and a float
+ * dtype. Reads the table only (m may have no parameter memory yet).
+ * CT_ERR_FORMAT naming the file and the tensor. */
+static ct_status check_weights(const ct_model *m, const hf_weights *w) {
+    const ct_model_config *cfg = &m->cfg;
     const char *where = hf_weights_where(w);
     for (int i = 0; i < m->n_table; i++) {
         const ct_param *p = &m->table[i];
         const ct_safetensors *sf = NULL;
         const ct_st_tensor *t = find_tensor(m, w, p->name, &sf);
-        if (!t) {
-            st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' is missing (config.json describes a "
-                        "%d-layer %s)", sf ? ct_st_path(sf) : where, p->name, cfg.n_layer,
-                        cfg.arch == CT_ARCH_LLAMA ? "LLaMA" : "GPT-2");
-            goto done;
-        }
+        if (!t)
+            return CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' is missing (config.json describes a "
+                          "%d-layer %s)", sf ? ct_st_path(sf) : where, p->name, cfg->n_layer,
+                          cfg->arch == CT_ARCH_LLAMA ? "LLaMA" : "GPT-2");
         const char *path = ct_st_path(sf);
         /* expected shape on disk: Conv1D weights are [in, out] */
         int64_t e0 = p->hf_conv1d ? p->shape[1] : p->shape[0];
@@ -224,18 +228,32 @@ static ct_status read_weights(ct_model *m, hf_weights *w) {
             }
             strcat(got, "]");
             if (p->ndim == 2)
-                st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected [%lld, %lld] "
-                            "from config.json", path, t->name, got, (long long)e0, (long long)e1);
-            else
-                st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected [%lld] from "
-                            "config.json", path, t->name, got, (long long)e0);
-            goto done;
+                return CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected [%lld, %lld] "
+                              "from config.json", path, t->name, got, (long long)e0,
+                              (long long)e1);
+            return CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected [%lld] from "
+                          "config.json", path, t->name, got, (long long)e0);
         }
-        if (t->dtype != CT_DTYPE_F32 && t->dtype != CT_DTYPE_F16 && t->dtype != CT_DTYPE_BF16) {
-            st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16",
-                        path, t->name, ct_dtype_name(t->dtype));
-            goto done;
-        }
+        if (t->dtype != CT_DTYPE_F32 && t->dtype != CT_DTYPE_F16 && t->dtype != CT_DTYPE_BF16)
+            return CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16",
+                          path, t->name, ct_dtype_name(t->dtype));
+    }
+    return CT_OK;
+}
+
+/* Read every tensor of the opened set w into m (fp32, or m's bf16 base); w
+ * passed check_weights against m's table. Warns about tensors the model
+ * lacks. */
+static ct_status read_weights(ct_model *m, hf_weights *w) {
+    bool b16 = m->params16 != NULL;
+    float *scratch = NULL;
+    size_t cap = 0;
+    ct_status st = CT_OK;
+    for (int i = 0; i < m->n_table; i++) {
+        const ct_param *p = &m->table[i];
+        const ct_safetensors *sf = NULL;
+        const ct_st_tensor *t = find_tensor(m, w, p->name, &sf);
+        CT_ASSERT(t); /* check_weights found it */
         if (b16) {
             st = read_bf16_base(m, i, sf, t, &scratch, &cap);
         } else {
@@ -261,7 +279,10 @@ done:
 }
 
 /* Load dir's weights into a new model: fp32 (lo NULL), or straight into the
- * bf16 storage of a LoRA base (lo->base_bf16). */
+ * bf16 storage of a LoRA base (lo->base_bf16). Order: config.json, the weight
+ * files' headers checked against the table (no parameter memory yet), then
+ * the parameter memory, then the data; a directory whose config.json
+ * declares more than its weights hold fails before the allocation. */
 static ct_status load_hf(ct_model **out, ct_ctx *ctx, const char *dir, const ct_lora_opts *lo) {
     *out = NULL;
     ct_model_config cfg;
@@ -271,8 +292,21 @@ static ct_status load_hf(ct_model **out, ct_ctx *ctx, const char *dir, const ct_
     ct_model *m = NULL;
     bool b16 = lo && lo->base_bf16;
     if ((st = hf_weights_open(&w, dir))) return st;
-    if ((st = model_init_impl(&m, ctx, &cfg, !b16))) goto fail;
-    if (b16 && (st = weights_bf16_alloc(m))) goto fail;
+    if ((st = model_init_impl(&m, ctx, &cfg, false))) {
+        ct_error_prefix("%s", dir);
+        goto fail;
+    }
+    if ((st = check_weights(m, &w))) goto fail;
+    if (b16) {
+        st = weights_bf16_alloc(m);
+    } else {
+        m->params = model_buf_alloc(m, m->numel * sizeof(float), CT_TAG_PARAMS);
+        st = m->params ? CT_OK : ct_last_status();
+    }
+    if (st) {
+        ct_error_prefix("%s (%zu parameters)", dir, m->numel);
+        goto fail;
+    }
     if ((st = read_weights(m, &w))) goto fail;
     hf_weights_close(&w);
     if (lo && (st = ct_model_lora_attach(m, lo))) {
@@ -306,7 +340,8 @@ ct_status ct_model_load_hf_weights(ct_model *m, const char *dir) {
                       c->n_embd, c->vocab_size, c->n_ctx);
     hf_weights w;
     if ((st = hf_weights_open(&w, dir))) return st;
-    st = read_weights(m, &w);
+    st = check_weights(m, &w);
+    if (!st) st = read_weights(m, &w);
     hf_weights_close(&w);
     if (!st) st = m->be->i->synchronize(m->be);
     return st;

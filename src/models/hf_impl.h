@@ -13,6 +13,22 @@
 
 #define HF_PATH_MAX 4096
 
+/* The ranges config.json's sizes may take: the caps of the YAML keys model.*
+ * (src/io/config.c's key table), so a directory cannot ask for a model the
+ * config file could not. */
+#define HF_MAX_LAYERS 4096     /* model.n_layer */
+#define HF_MAX_HEADS 4096      /* model.n_head, model.n_kv_head */
+#define HF_MAX_EMBD (1 << 20)  /* model.n_embd */
+#define HF_MAX_FFN (1 << 22)   /* model.n_ffn */
+#define HF_MAX_VOCAB (1 << 24) /* model.vocab_size */
+#define HF_MAX_CTX (1 << 20)   /* model.n_ctx */
+
+/* An integer field of config.json (root, borrowed) in lo..hi into *out.
+ * Absent or null: *found false (when found is NULL, that is an error naming
+ * the key as missing). CT_ERR_FORMAT naming path, the key and the range. */
+ct_status hf_json_int(const cJSON *root, const char *key, int lo, int hi, int *out, bool *found,
+                      const char *path);
+
 /* LlamaConfig fields of config.json (root, borrowed) into *cfg; path names the
  * file in messages. CT_ERR_FORMAT naming the file and key. */
 ct_status hf_llama_config(ct_model_config *cfg, const cJSON *root, const char *path);

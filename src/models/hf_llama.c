@@ -25,22 +25,13 @@
 
 /* ------------------------------------------------------------ config */
 
-/* A positive integer field; dflt < 0: required. */
-static ct_status cfg_int(const cJSON *root, const char *key, int dflt, int *out,
+/* An integer field in lo..hi; dflt < 0: required. */
+static ct_status cfg_int(const cJSON *root, const char *key, int dflt, int lo, int hi, int *out,
                          const char *path) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!v || cJSON_IsNull(v)) {
-        if (dflt < 0)
-            return CT_ERR(CT_ERR_FORMAT, "%s: field \"%s\" is missing, expected a positive integer",
-                          path, key);
-        *out = dflt;
-        return CT_OK;
-    }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 ||
-        v->valuedouble > 1e9)
-        return CT_ERR(CT_ERR_FORMAT, "%s: field \"%s\" must be a positive integer", path, key);
-    *out = (int)v->valuedouble;
-    return CT_OK;
+    bool found = false;
+    ct_status st = hf_json_int(root, key, lo, hi, out, dflt < 0 ? NULL : &found, path);
+    if (!st && dflt >= 0 && !found) *out = dflt;
+    return st;
 }
 
 static ct_status cfg_num(const cJSON *root, const char *key, double dflt, double *out,
@@ -68,13 +59,14 @@ static ct_status cfg_false(const cJSON *root, const char *key, const char *what,
 ct_status hf_llama_config(ct_model_config *cfg, const cJSON *root, const char *path) {
     ct_status st;
     int L = 0, C = 0, F = 0, NH = 0, NKV = 0, V = 0, ctx = 0;
-    if ((st = cfg_int(root, "num_hidden_layers", -1, &L, path)) ||
-        (st = cfg_int(root, "hidden_size", -1, &C, path)) ||
-        (st = cfg_int(root, "intermediate_size", -1, &F, path)) ||
-        (st = cfg_int(root, "num_attention_heads", -1, &NH, path)) ||
-        (st = cfg_int(root, "num_key_value_heads", NH, &NKV, path)) ||
-        (st = cfg_int(root, "vocab_size", -1, &V, path)) ||
-        (st = cfg_int(root, "max_position_embeddings", 2048, &ctx, path)))
+    /* the ranges of the YAML keys model.* (hf_impl.h) */
+    if ((st = cfg_int(root, "num_hidden_layers", -1, 1, HF_MAX_LAYERS, &L, path)) ||
+        (st = cfg_int(root, "hidden_size", -1, 1, HF_MAX_EMBD, &C, path)) ||
+        (st = cfg_int(root, "intermediate_size", -1, 1, HF_MAX_FFN, &F, path)) ||
+        (st = cfg_int(root, "num_attention_heads", -1, 1, HF_MAX_HEADS, &NH, path)) ||
+        (st = cfg_int(root, "num_key_value_heads", NH, 1, HF_MAX_HEADS, &NKV, path)) ||
+        (st = cfg_int(root, "vocab_size", -1, 2, HF_MAX_VOCAB, &V, path)) ||
+        (st = cfg_int(root, "max_position_embeddings", 2048, 1, HF_MAX_CTX, &ctx, path)))
         return st;
     if (C % NH)
         return CT_ERR(CT_ERR_FORMAT, "%s: \"num_attention_heads\" = %d does not divide "
@@ -188,17 +180,21 @@ ct_status hf_weights_open(hf_weights *w, const char *dir) {
     }
     const cJSON *map = w->index ? cJSON_GetObjectItemCaseSensitive(w->index, "weight_map") : NULL;
     if (!cJSON_IsObject(map)) {
+        /* the message first: closing clears w->index_path */
+        st = CT_ERR(CT_ERR_FORMAT, "%s: expected a JSON object with a \"weight_map\" object "
+                    "(tensor name -> shard file)%s", w->index_path,
+                    map ? ", but \"weight_map\" is not an object" : "");
         hf_weights_close(w);
-        return CT_ERR(CT_ERR_FORMAT, "%s: expected a JSON object with a \"weight_map\" object",
-                      w->index_path);
+        return st;
     }
     w->map = map;
     int n = cJSON_GetArraySize(map);
     w->files = calloc((size_t)(n ? n : 1), sizeof *w->files);
     w->names = calloc((size_t)(n ? n : 1), sizeof *w->names);
     if (!w->files || !w->names) {
+        st = CT_ERR(CT_ERR_OOM, "out of memory reading %s", w->index_path);
         hf_weights_close(w);
-        return CT_ERR(CT_ERR_OOM, "out of memory reading %s", w->index_path);
+        return st;
     }
     const cJSON *e;
     cJSON_ArrayForEach(e, map) {

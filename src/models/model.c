@@ -10,7 +10,9 @@
  */
 #include "models/model_impl.h"
 
+#include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,8 @@ void ct_model_config_gpt2(ct_model_config *c, int n_layer, int n_head, int n_emb
     c->n_head = n_head;
     c->n_kv_head = n_head;
     c->n_embd = n_embd;
-    c->n_ffn = 4 * n_embd;
+    /* 0 for a width whose 4x overflows: ct_model_config_validate refuses it */
+    c->n_ffn = n_embd > 0 && n_embd <= INT32_MAX / 4 ? 4 * n_embd : 0;
     c->vocab_size = vocab_size;
     c->n_ctx = n_ctx;
     c->bias = true;
@@ -98,6 +101,51 @@ ct_status ct_model_config_preset(ct_model_config *cfg, const char *name) {
     return CT_ERR(CT_ERR_ARG, "model.preset = '%s' is unknown: expected one of %s", name, list);
 }
 
+/* s + k * a * b in size_t; *over is set (and stays set) once anything wraps. */
+static size_t add_mul(size_t s, size_t k, size_t a, size_t b, bool *over) {
+    if (*over || (b && a > SIZE_MAX / b) || (k && a * b > SIZE_MAX / k) ||
+        k * a * b > SIZE_MAX - s) {
+        *over = true;
+        return 0;
+    }
+    return s + k * a * b;
+}
+
+/* The parameter count of c's table (the sum model_build_table reaches),
+ * computed with overflow checks; false when it does not fit in size_t. c's
+ * sizes are positive and n_embd % n_head == 0. */
+static bool config_numel(const ct_model_config *c, size_t *out) {
+    size_t L = (size_t)c->n_layer, C = (size_t)c->n_embd, F = (size_t)c->n_ffn;
+    size_t V = (size_t)c->vocab_size;
+    bool over = false;
+    size_t layer = 0, n = 0;
+    if (c->arch == CT_ARCH_LLAMA) {
+        size_t KC = (size_t)c->n_kv_head * (C / (size_t)c->n_head); /* <= C */
+        layer = add_mul(layer, 2, C, 1, &over);  /* the two norm weights */
+        layer = add_mul(layer, 2, C, C, &over);  /* q_proj, o_proj */
+        layer = add_mul(layer, 2, KC, C, &over); /* k_proj, v_proj */
+        layer = add_mul(layer, 3, F, C, &over);  /* gate, up, down */
+        n = add_mul(n, c->tied_head ? 1 : 2, V, C, &over); /* embed_tokens, lm_head */
+        n = add_mul(n, 1, C, 1, &over);                    /* model.norm */
+    } else {
+        layer = add_mul(layer, 9, C, 1, &over); /* ln_1, ln_2 (2C each), c_attn bias (3C),
+                                                 * both c_proj biases */
+        layer = add_mul(layer, 4, C, C, &over); /* c_attn (3C, C), attn.c_proj */
+        layer = add_mul(layer, 2, F, C, &over); /* c_fc, mlp.c_proj */
+        layer = add_mul(layer, 1, F, 1, &over); /* c_fc bias */
+        n = add_mul(n, 1, V, C, &over);                   /* wte */
+        n = add_mul(n, 1, (size_t)c->n_ctx, C, &over);    /* wpe */
+        n = add_mul(n, 2, C, 1, &over);                   /* ln_f */
+    }
+    n = add_mul(n, 1, L, layer, &over);
+    *out = n;
+    return !over;
+}
+
+/* The most parameters a model may have: the byte counts of its weights,
+ * gradients and AdamW's two moments (fp32 each) all fit in size_t. */
+#define MODEL_MAX_NUMEL (SIZE_MAX / (4 * sizeof(float)))
+
 ct_status ct_model_config_validate(const ct_model_config *c) {
     if (c->arch == CT_ARCH_GPT2) {
         if (c->norm != CT_NORM_LAYERNORM || c->pos != CT_POS_LEARNED || c->mlp != CT_MLP_GELU ||
@@ -133,6 +181,26 @@ ct_status ct_model_config_validate(const ct_model_config *c) {
                       (double)c->rope_theta);
     if (!(c->norm_eps > 0) || !isfinite(c->norm_eps))
         return CT_ERR(CT_ERR_ARG, "norm epsilon %g must be positive", (double)c->norm_eps);
+    /* the widths the table and the kernels hold in int, the table's entry count
+     * (int), and the parameter count (size_t): none may wrap */
+    int64_t qkv_w = ((int64_t)c->n_head + 2 * (int64_t)c->n_kv_head) * (c->n_embd / c->n_head);
+    int64_t fc_w = (c->mlp == CT_MLP_SWIGLU ? 2 : 1) * (int64_t)c->n_ffn;
+    if (qkv_w > INT_MAX || fc_w > INT_MAX || 3 * (int64_t)c->n_embd > INT_MAX)
+        return CT_ERR(CT_ERR_ARG, "model widths overflow an int: the fused q,k,v width is "
+                      "%lld, the first MLP width %lld (n_embd=%d n_head=%d n_kv_head=%d "
+                      "n_ffn=%d; at most %d)", (long long)qkv_w, (long long)fc_w, c->n_embd,
+                      c->n_head, c->n_kv_head, c->n_ffn, INT_MAX);
+    if (c->n_layer > (INT_MAX - 8) / 16)
+        return CT_ERR(CT_ERR_ARG, "n_layer = %d is too large: at most %d", c->n_layer,
+                      (INT_MAX - 8) / 16);
+    size_t numel;
+    if (!config_numel(c, &numel) || numel > MODEL_MAX_NUMEL)
+        return CT_ERR(CT_ERR_ARG, "the parameter count of n_layer=%d n_embd=%d n_ffn=%d "
+                      "vocab_size=%d n_ctx=%d is %s: at most %zu parameters (whose weights, "
+                      "gradients and optimizer state fit in memory sizes)", c->n_layer,
+                      c->n_embd, c->n_ffn, c->vocab_size, c->n_ctx,
+                      numel > MODEL_MAX_NUMEL ? "too large" : "beyond size_t",
+                      (size_t)MODEL_MAX_NUMEL);
     return CT_OK;
 }
 
@@ -157,7 +225,7 @@ static int table_add(ct_model *m, const char *name, int ndim, int64_t d0, int64_
  * weight starts at q_proj's offset; gate and up likewise form one (2F, C). */
 static void build_llama_table(ct_model *m) {
     const ct_model_config *c = &m->cfg;
-    int C = c->n_embd, F = c->n_ffn, HS = c->n_embd / c->n_head, KC = c->n_kv_head * HS;
+    int64_t C = c->n_embd, F = c->n_ffn, HS = c->n_embd / c->n_head, KC = c->n_kv_head * HS;
     char name[64];
     m->wte = table_add(m, "model.embed_tokens.weight", 2, c->vocab_size, C, false);
     m->wpe = -1;
@@ -187,15 +255,25 @@ static void build_llama_table(ct_model *m) {
 
 ct_status model_build_table(ct_model *m) {
     const ct_model_config *c = &m->cfg;
-    int L = c->n_layer, C = c->n_embd, F = c->n_ffn, V = c->vocab_size;
-    int max_entries = 4 + 16 * L + 4;
-    m->table = calloc((size_t)max_entries, sizeof *m->table);
+    /* sizes in int64 (table_add's dims): 3 * C and the like cannot wrap; the
+     * sum is checked by validate (config_numel), which the table must match */
+    ct_status st = ct_model_config_validate(c);
+    if (st) return st;
+    size_t want = 0;
+    CT_ASSERT(config_numel(c, &want));
+    int L = c->n_layer;
+    int64_t C = c->n_embd, F = c->n_ffn, V = c->vocab_size;
+    size_t max_entries = 8 + 16 * (size_t)L;
+    m->table = calloc(max_entries, sizeof *m->table);
     m->layers = calloc((size_t)L, sizeof *m->layers);
-    if (!m->table || !m->layers) return CT_ERR(CT_ERR_OOM, "out of memory for the parameter table");
+    if (!m->table || !m->layers)
+        return CT_ERR(CT_ERR_OOM, "out of memory for the parameter table (%zu entries of %d "
+                      "layers)", max_entries, L);
     m->n_table = 0;
     m->numel = 0;
     if (c->arch == CT_ARCH_LLAMA) {
         build_llama_table(m);
+        CT_ASSERT(m->numel == want);
         return CT_OK;
     }
     char name[64];
@@ -227,6 +305,7 @@ ct_status model_build_table(ct_model *m) {
     m->lnf_w = table_add(m, "ln_f.weight", 1, C, 1, false);
     m->lnf_b = table_add(m, "ln_f.bias", 1, C, 1, false);
     m->head_w = m->wte; /* tied */
+    CT_ASSERT(m->numel == want);
     return CT_OK;
 }
 

@@ -153,6 +153,11 @@ def main():
         cfg["n_embd"] = 24
         d, p = model_dir("cfgembd", config=json.dumps(cfg))
         train_from("config.json n_embd unlike the weights", d, [p, "wte.weight", "expected"])
+        cfg = json.load(open(os.path.join(good, "config.json")))
+        cfg["n_layer"] = 1000000000
+        d, p = model_dir("cfgcap", config=json.dumps(cfg))
+        train_from("config.json n_layer beyond model.n_layer's cap", d,
+                   [os.path.join(d, "config.json"), "n_layer", "1..4096"])
         d, p = model_dir("cfgbroken", config="{\"n_layer\": 2,")
         train_from("config.json not JSON", d, [os.path.join(d, "config.json")])
         cfg = json.load(open(os.path.join(good, "config.json")))
