@@ -41,6 +41,7 @@ typedef struct cache_node {
     int64_t n;                        /* tokens */
     int64_t bytes;                    /* charged against the tier's limit */
     bool pending;                     /* disk tier: a put of this process is writing it */
+    bool served;                      /* disk tier: a get returned this file's tokens */
 } cache_node;
 
 /* the node and its share of a bucket and of two allocations' headers */
@@ -433,9 +434,11 @@ static void get_promote(ct_cache *c, ct_cache_key key, const int32_t *tokens, in
     cache_node *d = tier_find(&c->disk, key);
     if (d) {
         tier_touch(&c->disk, d);
+        if (!d->pending) d->served = true;
     } else if (dn && file_bytes <= c->disk.limit) {
         dn->key = key;
         dn->bytes = file_bytes;
+        dn->served = true;
         tier_add(&c->disk, dn);
         disk_evict(c, dn);
         dn = NULL;
@@ -568,7 +571,11 @@ static ct_status put_mem(ct_cache *c, ct_cache_key key, const int32_t *tokens, i
 
 /* Write the entry's file unless this process already has it. The entry is
  * indexed (as pending) and room made before writing, so the files stay
- * within the limit at every moment. Failures only skip the disk tier. */
+ * within the limit at every moment. Failures only skip the disk tier.
+ * One exception to "already has it": a file whose tokens a get returned and
+ * whose key is put again. A caller puts a key it just got only when it
+ * refused what the file held (prepare checks the ids against the vocabulary;
+ * the checksum only says the file is whole), so that file is rewritten. */
 static ct_status put_disk(ct_cache *c, ct_cache_key key, const int32_t *tokens, int64_t n) {
     char path[CT_CACHE_FILE_PATH_CAP];
     int64_t fbytes = CT_CACHE_DISK_HEADER_BYTES + 4 * n;
@@ -576,6 +583,11 @@ static ct_status put_disk(ct_cache *c, ct_cache_key key, const int32_t *tokens, 
     if (!node) return CT_ERR(CT_ERR_OOM, "cache: out of memory storing %" PRId64 " tokens", n);
     cache_lock(c);
     cache_node *have = tier_find(&c->disk, key);
+    if (have && have->served && !have->pending) { /* refused by its reader: index it anew */
+        tier_remove(&c->disk, have);
+        free(have);
+        have = NULL;
+    }
     if (have) { /* same key, same content: a use, not a new write */
         tier_touch(&c->disk, have);
         bool pending = have->pending;

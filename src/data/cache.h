@@ -64,7 +64,9 @@ ct_status ct_cache_get(ct_cache *c, ct_cache_key key, int32_t **tokens, int64_t 
 /* Store n tokens under key in both tiers (borrows tokens), evicting least
  * recently used entries to stay within the limits. An entry larger than a
  * tier's limit is not stored in that tier. A key is a content hash, so one
- * this process already has on disk is only marked used, not rewritten. Disk write failures (full disk,
+ * this process already has on disk is only marked used, not rewritten, unless
+ * a lookup handed that file out and the caller refused it (a put after a
+ * lookup of the same key rewrites it). Disk write failures (full disk,
  * read-only dir) are not errors: the entry is skipped, a warning logged once.
  * Errors: CT_ERR_OOM. */
 ct_status ct_cache_put(ct_cache *c, ct_cache_key key, const int32_t *tokens, int64_t n);

@@ -44,6 +44,7 @@ typedef struct prep_chunk {
     ct_cache_key key;
     ct_tokens toks;     /* the document token before each good document */
     bool cached;
+    char refused[256];  /* why a cache entry for this chunk was refused; "" when none was */
     int64_t tokenized;  /* documents that went through the encoder */
     int n_bad;
     bad_line bad[PREP_BAD_KEEP];
@@ -299,6 +300,34 @@ static void chunk_bad(prep_chunk *c, int64_t line, const char *why) {
     c->n_bad++;
 }
 
+/* Whether tokens from the cache can stand for chunk c: every id a token of
+ * the vocabulary, and one document token per document, the first at the
+ * start (what chunk_run stores). An entry's checksum only says its file is
+ * whole; a file written by hand or by another program can be whole and
+ * still hold ids this tokenizer never produces, which would reach the
+ * shards (and the model's embedding lookup). Says why not into why. */
+static bool chunk_cached_ok(const prep_run *r, const prep_chunk *c, const int32_t *ids, int64_t n,
+                            char *why, size_t cap) {
+    int vocab = ct_tokenizer_vocab_size(r->tok);
+    int64_t docs = 0;
+    for (int64_t i = 0; i < n; i++) {
+        size_t len;
+        if (!ct_tokenizer_token_bytes(r->tok, ids[i], &len)) {
+            snprintf(why, cap, "token id %lld at position %lld is not in the vocabulary (ids 0..%d)",
+                     (long long)ids[i], (long long)i, vocab - 1);
+            return false;
+        }
+        docs += ids[i] == r->doc;
+    }
+    if (n == 0 || ids[0] != r->doc || docs != c->n) {
+        snprintf(why, cap, "%lld tokens holding %lld document starts (id %d)%s, expected %d documents",
+                 (long long)n, (long long)docs, (int)r->doc,
+                 n > 0 && ids[0] != r->doc ? ", not one at the start" : "", c->n);
+        return false;
+    }
+    return true;
+}
+
 /* Tokenise one chunk (on a worker thread), or take it from the cache. */
 static void chunk_run(prep_run *r, prep_chunk *c, ct_tok_state *ts) {
     const ct_prepare_opts *o = r->o;
@@ -311,12 +340,13 @@ static void chunk_run(prep_run *r, prep_chunk *c, ct_tok_state *ts) {
             chunk_fail(c);
             return;
         }
-        if (found) {
+        if (found && chunk_cached_ok(r, c, ids, n, c->refused, sizeof c->refused)) {
             c->toks.ids = ids;
             c->toks.n = c->toks.cap = (size_t)n;
             c->cached = true;
             return;
         }
+        free(ids); /* refused: a miss; the put below replaces the entry */
     }
     for (int i = c->first; i < c->first + c->n; i++) {
         const prep_doc *d = &r->docs[i];
@@ -485,6 +515,13 @@ static ct_status run_batch(prep_run *r) {
                            (long long)c->bad[k].line, c->bad[k].why);
             s->bad_lines += c->n_bad;
             r->rep.bad_lines += c->n_bad;
+        }
+        if (c->refused[0]) {
+            const prep_doc *d = &r->docs[c->first];
+            ct_log(CT_LOG_WARN, "cache: the entry %016llx%016llx (for %s from %s %lld) was refused "
+                   "and the text tokenised again: %s",
+                   (unsigned long long)c->key.hi, (unsigned long long)c->key.lo, r->src[d->src].path,
+                   d->line ? "line" : "byte offset", (long long)(d->line ? d->line : d->offset), c->refused);
         }
         r->rep.chunks++;
         r->rep.chunks_cached += c->cached;

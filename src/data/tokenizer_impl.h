@@ -203,6 +203,8 @@ typedef struct load_builder {
 int32_t tok_load_find(const load_builder *b, const char *s, size_t len);
 /* Quote a token for a message into buf[cap >= 16]; returns buf. */
 const char *tok_load_quote(char *buf, size_t cap, const char *s, size_t len);
+/* CT_ERR_FORMAT naming merge m (of b's merges file) as a repeat of first. */
+ct_status tok_load_dup_merge(const load_builder *b, const load_merge *m, const load_merge *first);
 /* Merge table helpers (tokenizer_load.c). */
 ct_status tok_pairs_init(tok_pair_map *m, size_t n);
 void tok_pairs_set(tok_pair_map *m, int32_t left, int32_t right, int32_t rank, int32_t merged, bool keep_max);

@@ -5,6 +5,16 @@
  * merge ranks keyed by pairs of ids, special tokens), plus the identity hash.
  * Both formats go through one builder, so the same vocabulary gives the same
  * tables and identity whichever files it came from.
+ * What a vocabulary must be, in both formats and both kinds (GPT-2 and
+ * SentencePiece-style): every token at least one byte (the encoder never
+ * emits an empty token, and BPE cannot build one); every spelling and every
+ * id used once; ids whole numbers below TOK_MAX_IDS (2^24) and few gaps: at
+ * least half of the ids 0..largest name a token. The tables, the model's
+ * embedding (ct_tokenizer_vocab_size rows) and the shards' id width all
+ * follow the largest id, so a single stray id like 16,000,000 in a file of
+ * 50,000 tokens is refused rather than costing gigabytes. An id without a
+ * token is never produced and does not decode (tokenizer.c checks
+ * TOK_NO_TOKEN). Each merge (pair of symbols) is listed once.
  * Leaves out: encoding and decoding (tokenizer.c); normalizers, other
  * pre-tokenizers and SentencePiece models (refused with CT_ERR_FORMAT).
  */
@@ -20,7 +30,7 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 
-#define TOK_MAX_IDS (1 << 24) /* ids above this are refused as implausible */
+#define TOK_MAX_IDS (1 << 24) /* ids from this on are refused as implausible */
 #define TOK_EOT_TEXT "<|endoftext|>"
 #define TOK_KINDS                                                                             \
     "supported: GPT-2-style byte-level BPE with a ByteLevel pre_tokenizer, or SentencePiece-style " \
@@ -107,8 +117,31 @@ const char *tok_load_quote(char *buf, size_t cap, const char *s, size_t len) {
     return buf;
 }
 
-/* Index every entry by its spelling; refuses a spelling seen twice. */
+/* The largest id against the number of tokens: at least half of the ids
+ * 0..largest must name a token (the header's rule). Names the token holding
+ * the largest id. */
+static ct_status load_check_ids(const load_builder *b) {
+    size_t top = 0;
+    for (size_t k = 1; k < b->n_e; k++)
+        if (b->e[k].id > b->e[top].id) top = k;
+    if (b->n_e == 0 || (uint64_t)b->e[top].id + 1 <= 2 * (uint64_t)b->n_e) return CT_OK;
+    char q[96];
+    const load_entry *e = &b->e[top];
+    ct_status st = CT_ERR(CT_ERR_FORMAT,
+                          "%s: token %s has id %d, but the file holds only %zu tokens: expected ids that "
+                          "number the tokens from 0 with few gaps (at least half of the ids 0..%d naming a "
+                          "token, so the largest id may be at most %zu here)",
+                          b->vocab_file, tok_load_quote(q, sizeof q, e->s, e->len), (int)e->id, b->n_e,
+                          (int)e->id, 2 * b->n_e - 1);
+    ct_error_hint("a vocabulary of N tokens uses ids 0..N-1; renumber the stray id");
+    return st;
+}
+
+/* Index every entry by its spelling; refuses a spelling seen twice, and ids
+ * too sparse (load_check_ids). */
 static ct_status load_index(load_builder *b) {
+    ct_status cst = load_check_ids(b);
+    if (cst) return cst;
     size_t slots = 16;
     while (slots < 2 * b->n_e) slots *= 2;
     b->index = malloc(slots * sizeof *b->index);
@@ -280,6 +313,18 @@ static void load_merge_site(char *buf, size_t cap, const load_builder *b, const 
     else snprintf(buf, cap, "%s: model.merges[%" PRId64 "]", b->merges_file, m->where);
 }
 
+ct_status tok_load_dup_merge(const load_builder *b, const load_merge *m, const load_merge *first) {
+    char site[512], at[64], qa[96], qb[96];
+    load_merge_site(site, sizeof site, b, m);
+    if (b->merges_by_line) snprintf(at, sizeof at, "line %" PRId64, first->where);
+    else snprintf(at, sizeof at, "model.merges[%" PRId64 "]", first->where);
+    ct_status st = CT_ERR(CT_ERR_FORMAT, "%s: merge %s %s is listed twice (first at %s); expected each pair of "
+                          "symbols once", site, tok_load_quote(qa, sizeof qa, m->a, m->alen),
+                          tok_load_quote(qb, sizeof qb, m->b, m->blen), at);
+    ct_error_hint("delete the repeated merge");
+    return st;
+}
+
 /* The merge table. gpt-3-encoder keys its ranks by the pair joined with a
  * comma (a JavaScript array used as an object key), so a pair of symbols whose
  * comma-joined spelling equals a merge's, split at another comma, gets that
@@ -326,6 +371,11 @@ static ct_status load_merges(ct_tokenizer *t, const load_builder *b) {
             load_merge_site(site, sizeof site, b, m);
             st = CT_ERR(CT_ERR_FORMAT, "%s: merged symbol %s is not a token of %s", site,
                         tok_load_quote(q, sizeof q, joined, (size_t)m->alen + m->blen), b->vocab_file);
+            goto fail;
+        }
+        const tok_pair *dup = tok_pair_find(&t->pairs, b->e[ka].id, b->e[kb].id);
+        if (dup) {
+            st = tok_load_dup_merge(b, m, &b->m[dup->rank]);
             goto fail;
         }
         tok_pairs_set(&t->pairs, b->e[ka].id, b->e[kb].id, (int32_t)r, b->e[kab].id, false);
@@ -486,6 +536,9 @@ static ct_status load_vocab_object(load_builder *b, const cJSON *obj, const char
                           b->vocab_file, what, tok_load_quote(q, sizeof q, c->string, strlen(c->string)),
                           TOK_MAX_IDS - 1);
         }
+        if (!c->string[0])
+            return CT_ERR(CT_ERR_FORMAT, "%s: %s: token \"\" (id %d) is the empty string; expected every token "
+                          "to hold at least one character", b->vocab_file, what, (int)id);
         ct_status st = load_add_entry(b, c->string, strlen(c->string), id, false, false);
         if (st) return st;
     }

@@ -324,7 +324,12 @@ static ct_status spm_merges(ct_tokenizer *t, const load_builder *b) {
                         b->merges_file, m->where, tok_load_quote(q, sizeof q, joined, need));
             break;
         }
-        /* a pair listed twice takes its later rank, as Hugging Face and the reference do */
+        /* a pair listed twice is refused (Hugging Face would keep its later rank) */
+        const tok_pair *dup = tok_pair_find(&t->pairs, b->e[ka].id, b->e[kb].id);
+        if (dup) {
+            st = tok_load_dup_merge(b, m, &b->m[dup->rank]);
+            break;
+        }
         tok_pairs_set(&t->pairs, b->e[ka].id, b->e[kb].id, (int32_t)r, b->e[kab].id, false);
     }
     free(joined);

@@ -1,7 +1,7 @@
 /*
  * Atomic file writes (temp file, fsync, rename, fsync of the directory, as
- * redis does for its RDB files), whole-file reads, read-only whole-file mmap
- * and mkdir -p.
+ * redis does for its RDB files) and the removal of temp files that killed
+ * writers left, whole-file reads, read-only whole-file mmap and mkdir -p.
  * Leaves out: locking against concurrent writers of the same path (each
  * writer uses its own pid-named temp file; the last rename wins).
  */
@@ -107,6 +107,37 @@ ct_status ct_afile_open(ct_afile **out, const char *path) {
 fail:
     afile_release(f);
     return st;
+}
+
+/* The writer pid in a name of ct_afile_open's pattern "<name>.tmp.<pid>"
+ * (at least one byte of name, pid all digits and > 0), or 0. */
+static long afile_tmp_pid(const char *name) {
+    const char *tag = NULL;
+    for (const char *p = strstr(name, ".tmp."); p; p = strstr(p + 1, ".tmp.")) tag = p;
+    if (!tag || tag == name) return 0;
+    const char *d = tag + 5;
+    size_t n = strspn(d, "0123456789");
+    if (n == 0 || n > 9 || d[n] != '\0') return 0; /* pids fit in 9 digits (pid_max <= 2^22) */
+    long pid = strtol(d, NULL, 10);
+    return pid > 0 ? pid : 0;
+}
+
+int ct_afile_remove_stale(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d)) != NULL) {
+        long pid = afile_tmp_pid(e->d_name);
+        if (!pid || !ct_pid_gone(pid)) continue;
+        int k = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (k < 0 || (size_t)k >= sizeof path || lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+        if (unlink(path) == 0) removed++;
+    }
+    closedir(d);
+    return removed;
 }
 
 ct_status ct_afile_write(ct_afile *f, const void *data, size_t bytes) {

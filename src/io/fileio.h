@@ -37,6 +37,14 @@ ct_status ct_afile_commit(ct_afile *f);
 /* Drop the write: close and remove the temp file, free f. NULL is fine. */
 void ct_afile_abort(ct_afile *f);
 
+/* Remove what interrupted atomic writes (a SIGKILL, a crash between
+ * ct_afile_open and commit or abort) left in dir: files named
+ * "<name>.tmp.<pid>", ct_afile_open's pattern, whose writer `pid` is gone
+ * (ct_pid_gone). A live pid's file, this process's, every other name,
+ * symlinks and subdirectories are left alone. Not recursive. Best effort:
+ * returns the number of files removed (0 when dir cannot be read). */
+int ct_afile_remove_stale(const char *dir);
+
 /* One-shot atomic write of a memory buffer (borrows data). CT_ERR_IO. */
 ct_status ct_file_write_atomic(const char *path, const void *data, size_t bytes);
 

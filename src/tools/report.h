@@ -109,7 +109,9 @@ typedef struct ct_report_data {
 /* Read run_dir/metrics.jsonl (required), run_dir/config.yaml and
  * run_dir/hw.json (both optional). Returns owned *out; release with
  * ct_report_free. An unparseable LAST line (what a crash mid-write leaves) is
- * skipped with a warning through ct_log; any other bad line is an error.
+ * skipped with a warning through ct_log; any other bad line is an error. A
+ * malformed hw.json (not one JSON object) is a warning naming it, and the page
+ * leaves the hardware out.
  * Errors: CT_ERR_IO (run_dir is not a directory, a file cannot be read),
  * CT_ERR_FORMAT (a line is not a JSON object with a numeric "step" and a
  * string "split", a known key has the wrong type; names the file and line;

@@ -1,7 +1,8 @@
 /*
  * The run report's data: reading a run directory (metrics.jsonl line by line,
- * config.yaml and hw.json as text) into ct_report_data. The page (report.c,
- * report_html.c) reads it; nothing here knows the page.
+ * config.yaml as text, hw.json as text checked to be a JSON object) into
+ * ct_report_data. The page (report.c, report_html.c) reads it; nothing here
+ * knows the page.
  * Leaves out: any interpretation of config.yaml beyond showing it.
  */
 #include "tools/report.h"
@@ -320,6 +321,35 @@ static ct_status report_read_optional(const char *path, char **out, size_t *len)
     return ct_file_read_all(path, out, len);
 }
 
+/* hw.json must be one JSON object (what `ctrain train` writes, atomically:
+ * a damaged one is not a crash's leftover). It is optional and nothing in
+ * the report is computed from it, so unlike a damaged metrics line it is no
+ * error: a warning names the file and where parsing stopped, and the page
+ * leaves the hardware section out. Returns whether it is one object. */
+static bool report_check_hw(const char *path, const char *text, size_t len) {
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+    if (o && cJSON_IsObject(o)) {
+        size_t i = at;
+        while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) i++;
+        if (i == len) {
+            cJSON_Delete(o);
+            return true;
+        }
+        ct_log(CT_LOG_WARN, "%s: expected one JSON object, found more after byte offset %zu; the report "
+               "leaves the hardware section out", path, at);
+    } else if (o) {
+        ct_log(CT_LOG_WARN, "%s: expected a JSON object, found another JSON value; the report leaves the "
+               "hardware section out", path);
+    } else {
+        ct_log(CT_LOG_WARN, "%s: expected a JSON object, but it is not valid JSON (parsing stopped at byte "
+               "offset %zu); the report leaves the hardware section out", path, at);
+    }
+    cJSON_Delete(o);
+    return false;
+}
+
 ct_status ct_report_load(ct_report_data **out, const char *run_dir) {
     *out = NULL;
     struct stat sb;
@@ -351,6 +381,8 @@ ct_status ct_report_load(ct_report_data **out, const char *run_dir) {
     size_t hl;
     snprintf(path, rl + 32, "%s/hw.json", d->run_dir);
     if ((st = report_read_optional(path, &d->hw_text, &hl))) goto fail;
+    if (d->hw_text && !report_check_hw(path, d->hw_text, hl))
+        d->hw_text[0] = '\0'; /* the page then says it is damaged, whatever bytes it held */
     free(path);
     *out = d;
     return CT_OK;

@@ -645,12 +645,14 @@ static void config_hw(html_ctx *h) {
         note(b, "hw.json: not recorded (runs before the hardware profile was saved with the run).");
         return;
     }
-    cJSON *o = cJSON_Parse(d->hw_text);
-    if (!cJSON_IsObject(o)) {
-        note(b, "hw.json is not a JSON object; shown as it is.");
-        ct_strbuf_append(b, "<pre>", 5);
-        esc(b, d->hw_text);
-        ct_strbuf_append(b, "</pre>\n", 7);
+    const char *end = NULL;
+    size_t len = strlen(d->hw_text);
+    cJSON *o = cJSON_ParseWithLengthOpts(d->hw_text, len, &end, false);
+    size_t at = o && end && end >= d->hw_text && end <= d->hw_text + len ? (size_t)(end - d->hw_text) : len;
+    at += strspn(d->hw_text + at, " \t\r\n");
+    if (!cJSON_IsObject(o) || at != len) {
+        /* ct_report_load warned, naming the file, and emptied the text */
+        note(b, "hw.json is damaged (not one JSON object); the hardware section is left out.");
     } else {
         ct_strbuf_append(b, "<table class=\"hw\">\n", 19);
         hw_rows(b, o, "");

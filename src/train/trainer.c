@@ -440,6 +440,12 @@ static ct_status open_outputs(trainer *t) {
     ct_status st;
     if (!trainer_root(t)) return CT_OK; /* one voice: rank 0 writes run.dir */
     if ((st = ct_mkdir_p(cfg->run.dir))) return st;
+    /* config.yaml.tmp.<pid>, metrics.jsonl.tmp.<pid> and the like of a run
+     * killed mid-rewrite: nothing else would ever remove them */
+    int stale = ct_afile_remove_stale(cfg->run.dir);
+    if (stale)
+        ct_log(CT_LOG_INFO, "%s: removed %d temp file%s left by an interrupted write", cfg->run.dir, stale,
+               stale == 1 ? "" : "s");
     if ((st = save_config_yaml(cfg))) return st;
     if (t->resume_step >= 0 && (st = ct_train_state_trim_metrics(cfg->run.dir, t->resume_step)))
         return st;
