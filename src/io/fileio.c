@@ -425,8 +425,24 @@ bool ct_remove_tree(const char *path) {
     return rmdir(path) == 0 && ok;
 }
 
+/* A zombie (killed, not yet reaped: mpirun may leave one for seconds) is
+ * gone too: it will never finish its writes. */
+static bool pid_zombie(long pid) {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* the name may hold spaces and ')' */
+    return paren && paren[1] == ' ' && paren[2] == 'Z';
+}
+
 bool ct_pid_gone(long pid) {
-    return pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    if (pid <= 0 || pid == (long)getpid()) return false;
+    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+    return pid_zombie(pid);
 }
 
 ct_status ct_json_read_object(const char *path, cJSON **out) {

@@ -556,6 +556,12 @@ static void ckpt_prune(const char *ckdir, int64_t keep, int keep_last) {
     free(steps);
 }
 
+void ct_ckpt_prune(const char *run_dir, int64_t keep, int keep_last) {
+    char ckdir[CKPT_PATH_MAX];
+    int k = snprintf(ckdir, sizeof ckdir, "%s/checkpoints", run_dir);
+    if (keep_last > 0 && k > 0 && (size_t)k < sizeof ckdir) ckpt_prune(ckdir, keep, keep_last);
+}
+
 ct_status ct_ckpt_save(const char *run_dir, int64_t step, ct_model *model,
                        const ct_ckpt_blob *blobs, int n_blobs, const ct_ckpt_opts *o,
                        char *out_dir, size_t cap) {

@@ -99,6 +99,10 @@ ct_status ct_ckpt_save(const char *run_dir, int64_t step, ct_model *model,
  * hash mismatch, a malformed manifest: naming the file and what was expected),
  * CT_ERR_ARG (signature), CT_ERR_OOM. */
 ct_status ct_ckpt_verify(const char *ckpt_dir, const char *signature, int64_t *step);
+/* Prune run_dir's checkpoints as a save does (keep the keep_last highest
+ * steps, `keep` among them; 0 keeps all): a resume that finds its work done
+ * finishes a prune its killed predecessor never reached. Failures warn. */
+void ct_ckpt_prune(const char *run_dir, int64_t keep, int keep_last);
 
 /* Steps of the checkpoint directories in run_dir/checkpoints (step_<digits>
  * only, temporary directories excluded), ascending; they are not verified.

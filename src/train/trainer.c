@@ -575,9 +575,13 @@ ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_ho
     /* 2. the run directory, the loop, the final weights */
     if ((st = ct_dist_agree(t->dist, open_outputs(t), "opening run.dir"))) goto done;
     if (trainer_root(t) && (st = write_hw_json(t))) goto done;
-    if (t->step >= cfg->train.steps)
+    if (t->step >= cfg->train.steps) {
         ct_log(CT_LOG_INFO, "the checkpoint is at train.steps = %lld already: nothing to train; "
                "writing the final weights", (long long)cfg->train.steps);
+        /* a kill between that checkpoint's rename and its pruning left one too many */
+        if (trainer_root(t) && t->resume_step >= 0)
+            ct_ckpt_prune(cfg->run.dir, t->resume_step, (int)cfg->run.keep_last);
+    }
     if ((st = run_loop(t))) goto done;
     if (trainer_root(t) && !(st = ct_tb_flush(t->tb))) {
         if (ct_model_lora(t->model)) { /* the adapter, in PEFT's format; the base is unchanged */
