@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all test test-fast demo asan nompi clean bench-tokenizer bench-train
+.PHONY: all test test-fast demo asan nompi clean bench-tokenizer bench-train fuzz fuzz-build fuzz-corpus
 
 all:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -37,5 +37,67 @@ nompi:
 	cmake -S . -B build-nompi -DCMAKE_BUILD_TYPE=Release -DCT_MPI=OFF -DCT_TESTS=OFF -DCT_BENCH=OFF >/dev/null
 	cmake --build build-nompi -j $(JOBS)
 
+# Fuzzing (tests/fuzz/): every reader's libFuzzer harness, built with clang,
+# ASan and UBSan against an instrumented library in $(FUZZ_BUILD), runs
+# FUZZ_SECONDS each on a copy of its seed corpus, FUZZ_JOBS at a time; findings
+# go to tests/fuzz/reproducers/ (which `make test` replays). FUZZ_KEEP_GOING=1
+# goes on after a finding; FUZZ_HARNESSES="yaml shard" runs only those.
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD ?= build-fuzz
+FUZZ_JOBS ?= 1
+FUZZ_HARNESSES ?=
+FUZZ_KEEP_GOING ?= 0
+fuzz-build:
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+		-DCT_SANITIZE=ON -DCT_FUZZ=ON -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link \
+		-DCT_OPENMP=OFF -DCT_MPI=OFF -DCT_BENCH=OFF >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_all
+
+fuzz: fuzz-build
+	FUZZ_KEEP_GOING=$(FUZZ_KEEP_GOING) tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_JOBS) $(FUZZ_HARNESSES)
+
+# Rewrite the seed corpora (tests/fuzz/corpus/) from the library and a tiny run.
+fuzz-corpus: all
+	tests/fuzz/make_corpus.sh $(BUILD)
+
+# The soak (tests/soak/soak.py): SOAK_KILLS SIGKILLs (default 100) at random
+# moments of a small training run, about half aimed at checkpoint writes, each
+# followed by train.resume=auto; every run that reaches its end must equal an
+# uninterrupted one (weights, checkpoints, metrics.jsonl) and leave nothing
+# behind in run.dir. SOAK_SEED=S repeats a soak (default: random, printed);
+# SOAK_ARGS passes more options (soak.py --help). `make soak-mpi`: the same
+# under `mpirun -np 2` with dist.zero=1, killing rank 0, rank 1 or both.
+SOAK_KILLS ?= 100
+SOAK_SEED ?=
+SOAK_ARGS ?=
+.PHONY: soak soak-mpi valgrind
+soak: all
+	/usr/bin/python3 tests/soak/soak.py --ctrain $(BUILD)/ctrain --kills $(SOAK_KILLS) \
+		$(if $(SOAK_SEED),--seed $(SOAK_SEED)) $(SOAK_ARGS)
+
+soak-mpi: all
+	@command -v mpirun >/dev/null 2>&1 || { echo "make soak-mpi: mpirun is not on PATH"; \
+		echo "(Debian/Ubuntu: apt-get install openmpi-bin libopenmpi-dev); nothing was run"; exit 1; }
+	/usr/bin/python3 tests/soak/soak.py --mpirun --ctrain $(BUILD)/ctrain --kills $(SOAK_KILLS) \
+		$(if $(SOAK_SEED),--seed $(SOAK_SEED)) $(SOAK_ARGS)
+
+# The CLI tests again with ctrain under valgrind's memcheck (--error-exitcode=1,
+# --leak-check=full, definite leaks are errors), built without -march=native
+# (valgrind does not decode every AVX-512 instruction) in $(VALGRIND_BUILD).
+# Prints each error once with its file:line and a command that hits it; logs
+# in $(VALGRIND_BUILD)/valgrind-logs. VALGRIND_TESTS="resume eval" runs only
+# those (default: tests/soak/valgrind_run.py's list); about 20 min on 2 cores.
+VALGRIND_BUILD ?= build-valgrind
+VALGRIND_TESTS ?=
+VALGRIND_JOBS ?= 2
+valgrind:
+	@command -v valgrind >/dev/null 2>&1 || { echo "make valgrind: valgrind is not installed"; \
+		echo "(Debian/Ubuntu: apt-get install valgrind); nothing was run"; exit 1; }
+	cmake -S . -B $(VALGRIND_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCT_NATIVE=OFF -DCT_TESTS=OFF \
+		-DCT_BENCH=OFF >/dev/null
+	cmake --build $(VALGRIND_BUILD) -j $(JOBS) --target ctrain
+	/usr/bin/python3 tests/soak/valgrind_run.py --ctrain $(VALGRIND_BUILD)/ctrain \
+		--jobs $(VALGRIND_JOBS) --logs $(VALGRIND_BUILD)/valgrind-logs $(VALGRIND_TESTS)
+
 clean:
-	rm -rf $(BUILD) build-asan build-nompi
+	rm -rf $(BUILD) build-asan build-nompi build-valgrind

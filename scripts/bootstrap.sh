@@ -5,9 +5,11 @@
 set -euo pipefail
 
 # libopenmpi-dev + openmpi-bin: data parallel under mpirun (the build runs as one
-# process without them).
+# process without them). clang + libclang-rt-14-dev (libFuzzer's runtime,
+# libclang_rt.fuzzer-x86_64.a; only recommended by clang, so named here): `make fuzz`.
 build_pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libyaml-dev libcjson-dev
-            libpcre2-dev libxxhash-dev libzstd-dev libopenmpi-dev openmpi-bin)
+            libpcre2-dev libxxhash-dev libzstd-dev libopenmpi-dev openmpi-bin
+            clang libclang-rt-14-dev)
 # Test-time references only: PyTorch for parity, node for reference data,
 # headless Chromium to render `ctrain report` pages and check their console.
 test_pkgs=(python3 python3-torch python3-numpy chromium)

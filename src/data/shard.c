@@ -142,8 +142,8 @@ uint32_t ct_shard_token(const ct_shard *s, int64_t i) {
 
 ct_status ct_shard_read(const ct_shard *s, int64_t start, int64_t count, int32_t *out) {
     if (start < 0 || count < 0 || start > s->ntok || count > s->ntok - start)
-        return CT_ERR(CT_ERR_ARG, "%s: cannot read tokens [%" PRId64 ", %" PRId64 "): the shard "
-                      "holds %" PRId64, s->path, start, start + count, s->ntok);
+        return CT_ERR(CT_ERR_ARG, "%s: cannot read %" PRId64 " tokens from %" PRId64 ": the "
+                      "shard holds %" PRId64, s->path, count, start, s->ntok);
     const uint8_t *p = s->tokens + (size_t)start * (size_t)s->tsize;
     if (s->tsize == 2) {
         for (int64_t i = 0; i < count; i++) out[i] = (int32_t)ct_le_load_u16(p + 2 * i);

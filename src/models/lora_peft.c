@@ -151,7 +151,8 @@ ct_status ct_lora_config_load_peft(const ct_model_config *cfg, const char *dir,
         if (v < 1 || v > 65536 || v != floor(v))
             st = CT_ERR(CT_ERR_FORMAT, "%s: key \"r\" = %g: expected an integer rank 1..65536",
                         path, v);
-        r.r = (int)v;
+        else /* only a checked value is converted: 1e10 or inf would be undefined */
+            r.r = (int)v;
     }
     if (!st && !(st = json_num(root, path, "lora_alpha", 8.0, &v))) r.alpha = (float)v;
     if (!st && !(st = json_num(root, path, "lora_dropout", 0.0, &v))) r.dropout = (float)v;

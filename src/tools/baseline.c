@@ -170,8 +170,8 @@ static ct_status load_kernel(const cJSON *o, const char *path, int i, ct_baselin
     k->repeats = nr;
     for (int r = 0; r < nr; r++) {
         const cJSON *v = cJSON_GetArrayItem(reps, r);
-        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0))
-            return bad_field(path, "repeats_s", "an array of 1..32 seconds");
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !(v->valuedouble >= 0))
+            return bad_field(path, "repeats_s", "an array of 1..32 finite seconds >= 0");
         k->rep_s[r] = v->valuedouble;
     }
     return CT_OK;

@@ -676,6 +676,12 @@ static ct_status verify_files(const char *dir, const ckpt_manifest *m) {
         if (hash != f->hash)
             return CT_ERR(CT_ERR_FORMAT, "%s: xxh64 %016" PRIx64 ", the manifest says %016" PRIx64
                           " (the file is damaged)", path, hash, f->hash);
+        /* a stored blob is its raw bytes: the raw fields must say the same,
+         * or a checkpoint would verify and then fail to load */
+        if (f->is_blob && !f->zstd && (f->raw_size != f->size || f->raw_hash != f->hash))
+            return CT_ERR(CT_ERR_FORMAT, "%s: raw size %" PRIu64 " and raw_xxh64 %016" PRIx64
+                          " differ from the stored file's (uncompressed)", path, f->raw_size,
+                          f->raw_hash);
     }
     return CT_OK;
 }
