@@ -246,9 +246,8 @@ typedef struct lora_init {
     float bound;
 } lora_init;
 
-static void lora_fill_a(float *w, size_t n, size_t offset, void *user) {
+static void lora_fill_a(float *w, size_t n, void *user) {
     lora_init *li = user;
-    (void)offset;
     for (size_t j = 0; j < n; j++) w[j] = (2.0f * ct_rng_float(&li->rng) - 1.0f) * li->bound;
 }
 

@@ -367,9 +367,8 @@ typedef struct init_fill {
     float std;
 } init_fill;
 
-static void fill_normal(float *w, size_t n, size_t offset, void *user) {
+static void fill_normal(float *w, size_t n, void *user) {
     init_fill *f = user;
-    (void)offset;
     ct_rng_normal(f->rng, w, n, 0.0f, f->std);
 }
 
@@ -502,14 +501,14 @@ void model_host_done(ct_model *m, void *dev, size_t bytes, void *stage, bool upl
 ct_status model_stage_fill(ct_model *m, float *dst, size_t n, model_fill_fn fill, void *user) {
     ct_backend *be = m->be;
     if (be->host_visible) { /* device memory is host memory: no staging */
-        fill(dst, n, 0, user);
+        fill(dst, n, user);
         return CT_OK;
     }
     /* one piece: the draws of a tensor (torch's normal_ included) depend on
      * how many are asked for at once */
     float *stage = be->i->host_alloc(be, n * sizeof(float), CT_TAG_IO);
     if (!stage) return ct_last_status();
-    fill(stage, n, 0, user);
+    fill(stage, n, user);
     ct_be_upload(be, dst, stage, n * sizeof(float));
     be->i->host_free(be, stage);
     return CT_OK;

@@ -203,12 +203,11 @@ static inline void model_buf_free(ct_model *m, void *p) {
     if (p) m->be->i->buf_free(m->be, p);
 }
 
-/* Initialise a tensor of n floats at device dst from the host: fill runs
- * fill(x, n, user) on a host staging buffer, which is then uploaded. The
- * staging holds at most CT_STAGE_FLOATS floats at a time, so fill is called
- * once per slice (offset first). CT_ERR_OOM when staging fails. */
-#define CT_STAGE_FLOATS ((size_t)1 << 20)
-typedef void (*model_fill_fn)(float *x, size_t n, size_t offset, void *user);
+/* Initialise a tensor of n floats at device dst from the host: fill(x, n,
+ * user) writes all n at once (the draws of torch's normal_ depend on how many
+ * are asked for), into dst itself on a host-visible backend, else into a host
+ * staging buffer that is then uploaded. CT_ERR_OOM when staging fails. */
+typedef void (*model_fill_fn)(float *x, size_t n, void *user);
 ct_status model_stage_fill(ct_model *m, float *dst, size_t n, model_fill_fn fill, void *user);
 
 /* Host access to device memory for the edges (files, PEFT, hashing).

@@ -325,14 +325,13 @@ static ct_status load_adapter(ct_model *model, const char *dir) {
     return st;
 }
 
-ct_status ct_train_state_load_weights(ct_model *model, ct_ctx *ctx, const char *dir) {
-    (void)ctx;
+ct_status ct_train_state_load_weights(ct_model *model, const char *dir) {
     if (ct_model_lora(model)) return load_adapter(model, dir);
     /* in place: a rollback or resume never holds a second copy of the weights */
     return ct_model_load_hf_weights(model, dir);
 }
 
-ct_status ct_train_state_load(const char *dir, ct_ctx *ctx, ct_model *model, ct_adamw *opt,
+ct_status ct_train_state_load(const char *dir, ct_model *model, ct_adamw *opt,
                               ct_train_state *s) {
     ct_train_state *t = malloc(sizeof *t);
     if (!t) return CT_ERR(CT_ERR_OOM, "out of memory reading a checkpoint");
@@ -355,7 +354,7 @@ ct_status ct_train_state_load(const char *dir, ct_ctx *ctx, ct_model *model, ct_
         goto done;
     }
     /* the weights last: they change the model, so nothing may fail after */
-    if (model && (st = ct_train_state_load_weights(model, ctx, dir))) goto done;
+    if (model && (st = ct_train_state_load_weights(model, dir))) goto done;
     if (!host_little_endian()) { /* file order to host order, in place */
         uint8_t *b = moments;
         for (size_t i = 0; i < 2 * opt->numel; i++) {

@@ -87,21 +87,23 @@ ct_status ct_train_state_read(const char *dir, ct_train_state *s);
 
 /* Load checkpoint directory dir (verified by the caller) into model (its
  * weights; model NULL: the weights are not read), opt (the moments of its
- * range [lo, lo + n), and t = adam_t) and *s. Everything is read and checked first: on error model,
- * opt and *s are unchanged. Borrows all.
+ * range [lo, lo + n), and t = adam_t) and *s. The state and the moments are
+ * read and checked first, the weights last: on error opt and *s are
+ * unchanged (and model, unless the weights' read itself failed). Borrows all.
  * Errors: CT_ERR_FORMAT (a blob of the wrong size, another parameter count),
  * and those of ct_model_load_hf and ct_ckpt_read_blob. */
-ct_status ct_train_state_load(const char *dir, ct_ctx *ctx, ct_model *model, ct_adamw *opt,
+ct_status ct_train_state_load(const char *dir, ct_model *model, ct_adamw *opt,
                               ct_train_state *s);
 
 /* Replace model's weights by those of the Hugging Face directory dir
- * (config.json + model.safetensors), which must have model's shape (a
- * temporary model holds them meanwhile: twice the weights' memory for a
- * moment). With LoRA adapters attached only the adapter is replaced, from
- * dir's PEFT files (the frozen base is the run's own; the signature hashes
- * it). Unchanged on error. CT_ERR_ARG (another shape, naming both
- * signatures) and the errors of ct_model_load_hf. */
-ct_status ct_train_state_load_weights(ct_model *model, ct_ctx *ctx, const char *dir);
+ * (config.json + model.safetensors), which must have model's shape, read in
+ * place (ct_model_load_hf_weights: every tensor's name, shape and dtype is
+ * checked first, so only a read error part-way leaves the weights mixed).
+ * With LoRA adapters attached only the adapter is replaced, from dir's PEFT
+ * files (the frozen base is the run's own; the signature hashes it), and it
+ * is restored on error. CT_ERR_ARG (another shape) and the errors of
+ * ct_model_load_hf_weights. */
+ct_status ct_train_state_load_weights(ct_model *model, const char *dir);
 
 /* Keep the lines of run_dir/metrics.jsonl whose step is <= max_step (and
  * drop a torn last line), rewriting the file atomically when anything goes.

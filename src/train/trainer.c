@@ -147,7 +147,7 @@ static ct_status rollback(trainer *t, int64_t step, int64_t *to) {
     if (rollback_target(t, bad_start, dir, sizeof dir, &target)) {
         ct_train_state *s = malloc(sizeof *s);
         if (!s) return CT_ERR(CT_ERR_OOM, "out of memory for a rollback");
-        st = ct_train_state_load(dir, t->ctx, t->model, &t->opt, s);
+        st = ct_train_state_load(dir, t->model, &t->opt, s);
         if (!st) {
             ct_guard_take_window(g, &s->guard);
             t->best_val = s->best_val;

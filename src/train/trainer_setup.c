@@ -348,7 +348,7 @@ static ct_status build_lora_model(trainer *t, const ct_model_config *mc) {
            ct_model_trainable_numel(t->model), ct_model_numel(t->model));
     if (t->resume_step >= 0) {
         if ((st = check_resume_fits(t))) return st;
-        return ct_train_state_load_weights(t->model, t->ctx, t->resume_dir);
+        return ct_train_state_load_weights(t->model, t->resume_dir);
     }
     if (cfg->lora.init_from[0]) {
         st = ct_model_lora_load_peft(t->model, cfg->lora.init_from);
@@ -426,7 +426,7 @@ static ct_status open_loaders(trainer *t) {
 /* Moments, loader position, guard and early stopping from the checkpoint. */
 static ct_status restore_state(trainer *t) {
     ct_train_state *s = t->resume_state;
-    ct_status st = ct_train_state_load(t->resume_dir, t->ctx, NULL, &t->opt, s);
+    ct_status st = ct_train_state_load(t->resume_dir, NULL, &t->opt, s);
     if (st) return st;
     if ((st = ct_loader_set_pos(t->train, &s->pos))) {
         ct_error_prefix("checkpoint %s does not fit data.train = %s", t->resume_dir,
