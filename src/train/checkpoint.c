@@ -662,28 +662,114 @@ fail:
 
 /* ---------------------------------------------------------------- read */
 
+/* Where a blob's stored bytes go while they are read: copied or decoded
+ * through zstd into `out` (read_blob), or, with out NULL, decoded through the
+ * small window `win` and only hashed and counted (verify: the raw bytes are
+ * checked without holding them). */
+typedef struct blob_sink {
+    uint8_t *out;
+    size_t cap, pos;    /* cap: the manifest's raw_size (either mode) */
+    uint8_t *win;       /* verify: ZSTD_DStreamOutSize() bytes */
+    size_t wcap;
+    XXH64_state_t *xh;  /* verify: the running hash of the decoded bytes */
+    ZSTD_DCtx *dc;      /* NULL: copy */
+    size_t zr;          /* zstd: 0 once the frame is complete */
+    const char *err;    /* the first decoding problem (reported after the hash check) */
+} blob_sink;
+
+static void blob_sink_put(void *user, const uint8_t *p, size_t n) {
+    blob_sink *b = user;
+    if (b->err) return;
+    if (!b->dc) {
+        if (n > b->cap - b->pos) b->err = "larger than the manifest's raw_size";
+        else memcpy(b->out + b->pos, p, n);
+        b->pos += b->err ? 0 : n;
+        return;
+    }
+    ZSTD_inBuffer zi = {p, n, 0};
+    while (!b->err && zi.pos < zi.size) {
+        /* read_blob decodes into place; verify into the window, never
+         * further than raw_size in all */
+        size_t room = b->out ? b->cap - b->pos : b->cap - b->pos + 1;
+        ZSTD_outBuffer zo = b->out ? (ZSTD_outBuffer){b->out + b->pos, room, 0}
+                                   : (ZSTD_outBuffer){b->win, room < b->wcap ? room : b->wcap, 0};
+        size_t in0 = zi.pos;
+        if (b->zr == 0) b->err = "data after the end of the zstd frame";
+        else if (ZSTD_isError(b->zr = ZSTD_decompressStream(b->dc, &zo, &zi)))
+            b->err = ZSTD_getErrorName(b->zr);
+        else if (zi.pos == in0 && zo.pos == 0) /* stuck: the output is full */
+            b->err = zo.size ? "the zstd decoder made no progress"
+                             : "decompresses to more bytes than the manifest's raw_size";
+        if (b->err) break;
+        if (b->xh) XXH64_update(b->xh, zo.dst, zo.pos);
+        b->pos += zo.pos;
+        if (b->pos > b->cap) b->err = "decompresses to more bytes than the manifest's raw_size";
+    }
+}
+
+/* After the whole stored file went through the sink: the decoded bytes
+ * against the manifest's raw_size and raw_xxh64 (NULL when they agree). */
+static const char *blob_sink_finish(blob_sink *b, const ckpt_file *f) {
+    if (b->err) return b->err;
+    if (f->zstd && b->zr != 0) return "the zstd frame is incomplete";
+    if (b->pos != b->cap) return "decompresses to fewer bytes than raw_size";
+    uint64_t h = b->xh ? XXH64_digest(b->xh) : XXH64(b->out, b->cap, 0);
+    if (h != f->raw_hash) return "the decoded bytes do not match the manifest's raw_xxh64";
+    return NULL;
+}
+
+/* Every file against its manifest entry, each read once. A compressed blob
+ * is also decoded on the way (through a small window, hashed and counted, the
+ * raw bytes never held) and must give the raw size and hash the entry says,
+ * or a checkpoint would verify and then fail to load. */
 static ct_status verify_files(const char *dir, const ckpt_manifest *m) {
-    for (int i = 0; i < m->n_files; i++) {
+    blob_sink b = {.wcap = ZSTD_DStreamOutSize()};
+    ct_status st = CT_OK;
+    for (int i = 0; i < m->n_files && !st; i++) {
         const ckpt_file *f = &m->files[i];
         char path[CKPT_PATH_MAX];
         uint64_t size = 0, hash = 0;
-        ct_status st = ckpt_join(path, sizeof path, dir, f->name);
-        if (!st) st = ckpt_stream_file(path, false, NULL, NULL, &size, &hash);
-        if (st) return st;
+        bool zblob = f->is_blob && f->zstd;
+        if (zblob && !b.dc) {
+            b.win = malloc(b.wcap);
+            b.xh = XXH64_createState();
+            b.dc = ZSTD_createDCtx();
+            if (!b.win || !b.xh || !b.dc) {
+                st = CT_ERR(CT_ERR_OOM, "%s: out of memory verifying compressed blobs", dir);
+                break;
+            }
+        }
+        if (zblob) {
+            ZSTD_DCtx_reset(b.dc, ZSTD_reset_session_only);
+            XXH64_reset(b.xh, 0);
+            b.cap = f->raw_size > (uint64_t)SIZE_MAX - 1 ? SIZE_MAX - 1 : (size_t)f->raw_size;
+            b.pos = 0;
+            b.zr = 1;
+            b.err = NULL;
+        }
+        if ((st = ckpt_join(path, sizeof path, dir, f->name))) break;
+        if ((st = ckpt_stream_file(path, false, zblob ? blob_sink_put : NULL, &b, &size, &hash)))
+            break;
+        const char *err = NULL;
         if (size != f->size)
-            return CT_ERR(CT_ERR_FORMAT, "%s: %" PRIu64 " bytes, the manifest says %" PRIu64
-                          " (truncated or overwritten)", path, size, f->size);
-        if (hash != f->hash)
-            return CT_ERR(CT_ERR_FORMAT, "%s: xxh64 %016" PRIx64 ", the manifest says %016" PRIx64
-                          " (the file is damaged)", path, hash, f->hash);
-        /* a stored blob is its raw bytes: the raw fields must say the same,
-         * or a checkpoint would verify and then fail to load */
-        if (f->is_blob && !f->zstd && (f->raw_size != f->size || f->raw_hash != f->hash))
-            return CT_ERR(CT_ERR_FORMAT, "%s: raw size %" PRIu64 " and raw_xxh64 %016" PRIx64
-                          " differ from the stored file's (uncompressed)", path, f->raw_size,
-                          f->raw_hash);
+            st = CT_ERR(CT_ERR_FORMAT, "%s: %" PRIu64 " bytes, the manifest says %" PRIu64
+                        " (truncated or overwritten)", path, size, f->size);
+        else if (hash != f->hash)
+            st = CT_ERR(CT_ERR_FORMAT, "%s: xxh64 %016" PRIx64 ", the manifest says %016" PRIx64
+                        " (the file is damaged)", path, hash, f->hash);
+        /* a stored blob is its raw bytes: the raw fields must say the same */
+        else if (f->is_blob && !f->zstd && (f->raw_size != f->size || f->raw_hash != f->hash))
+            st = CT_ERR(CT_ERR_FORMAT, "%s: raw size %" PRIu64 " and raw_xxh64 %016" PRIx64
+                        " differ from the stored file's (uncompressed)", path, f->raw_size,
+                        f->raw_hash);
+        else if (zblob && (err = blob_sink_finish(&b, f)))
+            st = CT_ERR(CT_ERR_FORMAT, "%s: %s (the manifest says raw size %" PRIu64
+                        ", raw_xxh64 %016" PRIx64 ")", path, err, f->raw_size, f->raw_hash);
     }
-    return CT_OK;
+    ZSTD_freeDCtx(b.dc);
+    XXH64_freeState(b.xh);
+    free(b.win);
+    return st;
 }
 
 static ct_status check_signature(const char *dir, const ckpt_manifest *m, const char *signature) {
@@ -753,37 +839,6 @@ done:
     return st;
 }
 
-/* Where read_blob's pieces go: copied, or decoded through zstd. */
-typedef struct blob_sink {
-    uint8_t *out;
-    size_t cap, pos;
-    ZSTD_DCtx *dc;  /* NULL: copy */
-    size_t zr;      /* zstd: 0 once the frame is complete */
-    const char *err; /* the first decoding problem (reported after the hash check) */
-} blob_sink;
-
-static void blob_sink_put(void *user, const uint8_t *p, size_t n) {
-    blob_sink *b = user;
-    if (b->err) return;
-    if (!b->dc) {
-        if (n > b->cap - b->pos) b->err = "larger than the manifest's raw_size";
-        else memcpy(b->out + b->pos, p, n);
-        b->pos += b->err ? 0 : n;
-        return;
-    }
-    ZSTD_inBuffer zi = {p, n, 0};
-    ZSTD_outBuffer zo = {b->out, b->cap, b->pos};
-    while (!b->err && zi.pos < zi.size) {
-        size_t in0 = zi.pos, out0 = zo.pos;
-        if (b->zr == 0) b->err = "data after the end of the zstd frame";
-        else if (ZSTD_isError(b->zr = ZSTD_decompressStream(b->dc, &zo, &zi)))
-            b->err = ZSTD_getErrorName(b->zr);
-        else if (zi.pos == in0 && zo.pos == out0) /* stuck: the output is full */
-            b->err = "decompresses to more bytes than the manifest's raw_size";
-    }
-    b->pos = zo.pos;
-}
-
 ct_status ct_ckpt_read_blob(const char *ckpt_dir, const char *name, void **data, size_t *size) {
     *data = NULL;
     *size = 0;
@@ -822,11 +877,7 @@ ct_status ct_ckpt_read_blob(const char *ckpt_dir, const char *name, void **data,
                     "says %" PRIu64 " bytes with %016" PRIx64, path, stored, h, f->size, f->hash);
         goto done;
     }
-    if (!b.err && f->zstd && b.zr != 0) b.err = "the zstd frame is incomplete";
-    if (!b.err && b.pos != b.cap) b.err = "decompresses to fewer bytes than raw_size";
-    if (!b.err && XXH64(b.out, b.cap, 0) != f->raw_hash)
-        b.err = "the decoded bytes do not match the manifest's raw_xxh64";
-    if (b.err) {
+    if ((b.err = blob_sink_finish(&b, f))) {
         st = CT_ERR(CT_ERR_FORMAT, "%s: %s", path, b.err);
         goto done;
     }

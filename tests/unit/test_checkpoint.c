@@ -363,15 +363,17 @@ static void reseal(const char *dir, const char *name, const void *data, size_t n
     CHECK(ct_tmpdir_write(p, out, strlen(out)) == 0);
 }
 
-/* Frames that pass the stored-file hash but decode wrongly are still refused. */
+/* Frames that pass the stored-file hash but decode wrongly are refused by
+ * verify (so resume falls back to an older checkpoint) and by read_blob. */
 static void test_bad_frames(void) {
-    char run[256], dir[512];
+    char run[256], dir[512], latest[512];
     make_run(run, sizeof run, "frames");
     ct_model *m = tiny_model(5);
     if (!m) return;
     fill_blobs(7);
     CHECK(save(run, 1, m, true, 0, NULL) == CT_OK);
-    step_dir(dir, sizeof dir, run, 1);
+    CHECK(save(run, 2, m, true, 0, NULL) == CT_OK);
+    step_dir(dir, sizeof dir, run, 2);
     CHECK(read_blob_equals(dir, "state", state_bytes, STATE_BYTES));
     static uint8_t raw[STATE_BYTES + 1], frame[4096];
     memcpy(raw, state_bytes, STATE_BYTES);
@@ -392,7 +394,11 @@ static void test_bad_frames(void) {
         if (cases[i].tweak == 1) frame[n++] = 0x55;
         if (cases[i].tweak == 3) memset(frame, 0x55, n);
         reseal(dir, "state.bin.zst", frame, n);
-        CHECK(ct_ckpt_verify(dir, NULL, NULL) == CT_OK);
+        CHECK(ct_ckpt_verify(dir, NULL, NULL) == CT_ERR_FORMAT);
+        CHECK_MSG(strstr(ct_last_error(), "state.bin.zst") && strstr(ct_last_error(), cases[i].says),
+                  "case %d: verify: %s", i, ct_last_error());
+        int64_t got = -1;
+        CHECK(ct_ckpt_latest(run, NULL, latest, sizeof latest, &got) == CT_OK && got == 1);
         void *d = NULL;
         size_t sz = 0;
         CHECK(ct_ckpt_read_blob(dir, "state", &d, &sz) == CT_ERR_FORMAT && d == NULL);
