@@ -11,8 +11,9 @@ build_pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libyaml-dev 
             libpcre2-dev libxxhash-dev libzstd-dev libopenmpi-dev openmpi-bin
             clang libclang-rt-14-dev)
 # Test-time references only: PyTorch for parity, node for reference data,
-# headless Chromium to render `ctrain report` pages and check their console.
-test_pkgs=(python3 python3-torch python3-numpy chromium)
+# headless Chromium to render `ctrain report` pages and check their console,
+# iproute2 (`ip netns`) for the two-host test (tests/cli/test_mpi_hosts.py).
+test_pkgs=(python3 python3-torch python3-numpy chromium iproute2)
 
 missing=()
 # node and npm fetch the reference data; Debian's packages only when absent

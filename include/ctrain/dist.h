@@ -8,8 +8,9 @@
  * Every call takes a ct_dist that may be NULL: NULL (or a build without MPI,
  * or a program not started by an MPI launcher) is one process, rank 0 of 1,
  * where every collective is a local no-op. Every wait is bounded by the
- * timeout (ct_dist_set_timeout): a rank that died or hangs turns into
- * CT_ERR_DIST on the others, never into a hang. Public types hold no MPI
+ * timeout (ct_dist_set_timeout): a rank that died, hangs or was cut off turns
+ * into CT_ERR_DIST on the others, never into a hang, and the message names
+ * the ranks (and hosts) that stopped answering. Public types hold no MPI
  * types; src/dist/dist_mpi.c is the only file that includes mpi.h.
  *
  * Leaves out: model parallelism, reduce-scatter of gradients (ZeRO-2/3), and
@@ -53,6 +54,9 @@ CT_API void ct_dist_abort(ct_dist *d, int code);
 CT_API int ct_dist_rank(const ct_dist *d);       /* 0 for NULL */
 CT_API int ct_dist_world(const ct_dist *d);      /* 1 for NULL */
 CT_API int ct_dist_local_size(const ct_dist *d); /* ranks on this machine; 1 for NULL */
+/* The host rank runs on (MPI's processor name, gathered at init); "" for an
+ * unknown rank, and for one process. */
+CT_API const char *ct_dist_host(const ct_dist *d, int rank);
 
 /* Longest wait of any one collective, in seconds; 0: wait forever (the
  * default is 600). Ranks wait for each other's steps, evaluations and rank

@@ -6,6 +6,10 @@
  * gradient average runs as in-place Iallreduce calls over buckets of the
  * flat buffer, each started once the backward pass has finished all of it
  * and driven forward by later reports.
+ * When a wait runs long, the ranks it still waits for are named: every wait
+ * answers liveness pings on a communicator of its own, and a rank whose wait
+ * reaches 80% of the timeout pings the others; at the timeout, those that did
+ * not answer (dead, hung, or cut off) are named with their hosts.
  * Leaves out: an MPI progress thread (progress happens inside our calls) and
  * counts above INT_MAX in one shard gather (refused with CT_ERR_DIST).
  */
@@ -17,6 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#define HOST_MAX 64     /* a rank's host name, as MPI_Get_processor_name gives it */
+#define TAG_PING 1      /* on d->live: "are you there?", payload: the round */
+#define TAG_PONG 2      /* the answer, echoing the round */
+#define PROBE_AT 0.8    /* a wait pings the others at this fraction of the timeout */
 
 struct ct_dist {
     bool mpi;             /* MPI was initialised by us */
@@ -35,6 +44,14 @@ struct ct_dist {
     int next;             /* first bucket not started, in start order */
     ct_status pending;    /* a failure met in ct_dist_grad_ready */
     char pending_msg[512];
+
+    /* liveness: who a long wait still waits for */
+    MPI_Comm live;        /* a duplicate of MPI_COMM_WORLD for pings and pongs */
+    char (*hosts)[HOST_MAX]; /* (world) every rank's host */
+    int round;            /* the current probe's number */
+    int ping_in, pong_in; /* receive buffers */
+    int *pong_buf;        /* (world) the answers of the current probe */
+    MPI_Request *pongs;   /* (world) their receives; MPI_REQUEST_NULL: none */
 };
 
 bool ct_dist_built_with_mpi(void) { return true; }
@@ -51,24 +68,124 @@ static void pause_briefly(void) {
     nanosleep(&ts, NULL);
 }
 
+/* ------------------------------------------------------------- liveness */
+
+/* Answer the pings that arrived (and drop pongs of a finished probe). Sends
+ * are fire-and-forget: a pong to a rank that is gone is never waited for. */
+static void serve_pings(ct_dist *d) {
+    if (d->live == MPI_COMM_NULL) return;
+    for (int k = 0; k < 16; k++) {
+        int flag = 0;
+        MPI_Status s;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, d->live, &flag, &s) != MPI_SUCCESS || !flag)
+            return;
+        int *into = s.MPI_TAG == TAG_PING ? &d->ping_in : &d->pong_in;
+        if (MPI_Recv(into, 1, MPI_INT, s.MPI_SOURCE, s.MPI_TAG, d->live, MPI_STATUS_IGNORE) !=
+            MPI_SUCCESS)
+            return;
+        if (s.MPI_TAG != TAG_PING) continue;
+        MPI_Request r;
+        if (MPI_Isend(&d->ping_in, 1, MPI_INT, s.MPI_SOURCE, TAG_PONG, d->live, &r) ==
+            MPI_SUCCESS)
+            MPI_Request_free(&r);
+    }
+}
+
+/* Ping every other rank; their answers are collected by probe_lost. */
+static void probe_start(ct_dist *d) {
+    d->round++;
+    for (int p = 0; p < d->world; p++) {
+        d->pongs[p] = MPI_REQUEST_NULL;
+        d->pong_buf[p] = -1;
+        if (p == d->rank) continue;
+        MPI_Irecv(&d->pong_buf[p], 1, MPI_INT, p, TAG_PONG, d->live, &d->pongs[p]);
+        MPI_Request r;
+        if (MPI_Isend(&d->round, 1, MPI_INT, p, TAG_PING, d->live, &r) == MPI_SUCCESS)
+            MPI_Request_free(&r);
+    }
+}
+
+/* Collect the answers; a pong of an older round is waited past. */
+static void probe_poll(ct_dist *d) {
+    for (int p = 0; p < d->world; p++) {
+        int flag = 0;
+        if (d->pongs[p] == MPI_REQUEST_NULL) continue;
+        if (MPI_Test(&d->pongs[p], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) continue;
+        if (d->pong_buf[p] != d->round) /* stale: wait for this round's */
+            MPI_Irecv(&d->pong_buf[p], 1, MPI_INT, p, TAG_PONG, d->live, &d->pongs[p]);
+    }
+}
+
+/* End a probe: cancel the receives still open (a late pong is dropped by
+ * serve_pings). */
+static void probe_end(ct_dist *d) {
+    for (int p = 0; p < d->world; p++) {
+        if (d->pongs[p] == MPI_REQUEST_NULL) continue;
+        MPI_Cancel(&d->pongs[p]);
+        MPI_Request_free(&d->pongs[p]);
+    }
+}
+
+/* "rank 1 (host b)" for every rank that did not answer this round. */
+static int probe_lost(const ct_dist *d, char *out, size_t cap) {
+    int n = 0;
+    size_t len = 0;
+    out[0] = '\0';
+    for (int p = 0; p < d->world; p++) {
+        if (p == d->rank || d->pong_buf[p] == d->round) continue;
+        if (n++ < 8 && len < cap) {
+            int k = snprintf(out + len, cap - len, "%srank %d (host %s)", n > 1 ? ", " : "", p,
+                             d->hosts[p]);
+            len += k > 0 ? (size_t)k : 0;
+        }
+    }
+    if (n > 8 && len < cap) snprintf(out + len, cap - len, " and %d more", n - 8);
+    return n;
+}
+
 /* Wait for n requests, polling, for at most the timeout. */
 static ct_status wait_reqs(ct_dist *d, int n, MPI_Request *r, const char *what) {
     double t0 = MPI_Wtime();
+    bool probing = false;
     for (int spins = 0;; spins++) {
         int flag = 0;
         int rc = MPI_Testall(n, r, &flag, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS) return mpi_fail(d, rc, what);
+        if (rc != MPI_SUCCESS) {
+            if (probing) probe_end(d);
+            return mpi_fail(d, rc, what);
+        }
         if (flag) break;
-        if (d->timeout > 0 && MPI_Wtime() - t0 > d->timeout) {
-            ct_status st = CT_ERR(CT_ERR_DIST, "rank %d: %s: no answer from the other ranks "
-                                  "for %.0f s (dist.timeout_s): a rank died, hangs, or is much "
-                                  "slower", d->rank, what, d->timeout);
+        if ((spins & 63) == 0) serve_pings(d);
+        double waited = MPI_Wtime() - t0;
+        if (d->timeout > 0 && d->live != MPI_COMM_NULL) {
+            if (!probing && waited > PROBE_AT * d->timeout) {
+                probe_start(d);
+                probing = true;
+            }
+            if (probing) probe_poll(d);
+        }
+        if (d->timeout > 0 && waited > d->timeout) {
+            char lost[512] = "";
+            int nlost = probing ? probe_lost(d, lost, sizeof lost) : 0;
+            if (probing) probe_end(d);
+            ct_status st;
+            if (nlost)
+                st = CT_ERR(CT_ERR_DIST, "rank %d on %s: %s: no answer for %.0f s "
+                            "(dist.timeout_s); lost: %s, which does not answer on the network "
+                            "either: it died, hangs, or its host or link is down", d->rank,
+                            d->hosts[d->rank], what, d->timeout, lost);
+            else
+                st = CT_ERR(CT_ERR_DIST, "rank %d on %s: %s: no answer from the other ranks "
+                            "for %.0f s (dist.timeout_s), though every rank answers on the "
+                            "network: one is much slower, or stuck elsewhere", d->rank,
+                            d->hosts[d->rank], what, d->timeout);
             ct_error_hint("see the other ranks' output; raise dist.timeout_s when steps, "
                           "evaluations or checkpoints legitimately take longer");
             return st;
         }
         if (spins > 200) pause_briefly(); /* leave the cores to a slower local rank */
     }
+    if (probing) probe_end(d);
     d->comm_s += MPI_Wtime() - t0;
     return CT_OK;
 }
@@ -78,6 +195,7 @@ ct_status ct_dist_init(ct_dist **out) {
     ct_dist *d = calloc(1, sizeof *d);
     if (!d) return CT_ERR(CT_ERR_OOM, "out of memory for the communicator");
     d->world = d->local = 1;
+    d->live = MPI_COMM_NULL;
     d->timeout = 600;
     if (!ct_dist_launched()) {
         *out = d;
@@ -93,6 +211,25 @@ ct_status ct_dist_init(ct_dist **out) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->world);
+    /* liveness: a communicator of its own and every rank's host, gathered
+     * here where MPI_Init has just made every rank meet anyway */
+    d->live = MPI_COMM_NULL;
+    d->hosts = calloc((size_t)d->world, sizeof *d->hosts);
+    d->pong_buf = calloc((size_t)d->world, sizeof *d->pong_buf);
+    d->pongs = calloc((size_t)d->world, sizeof *d->pongs);
+    if (!d->hosts || !d->pong_buf || !d->pongs) {
+        ct_dist_free(d);
+        return CT_ERR(CT_ERR_OOM, "out of memory for the communicator");
+    }
+    char me[MPI_MAX_PROCESSOR_NAME] = "", host[HOST_MAX] = "";
+    int len = 0;
+    if (MPI_Get_processor_name(me, &len) != MPI_SUCCESS || !me[0]) snprintf(me, sizeof me, "?");
+    snprintf(host, sizeof host, "%s", me);
+    if (MPI_Allgather(host, HOST_MAX, MPI_CHAR, d->hosts, HOST_MAX, MPI_CHAR, MPI_COMM_WORLD) !=
+        MPI_SUCCESS)
+        for (int i = 0; i < d->world; i++) snprintf(d->hosts[i], HOST_MAX, "?");
+    for (int i = 0; i < d->world; i++) d->hosts[i][HOST_MAX - 1] = '\0';
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &d->live) != MPI_SUCCESS) d->live = MPI_COMM_NULL;
     MPI_Comm node;
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL,
                             &node) == MPI_SUCCESS) {
@@ -105,7 +242,11 @@ ct_status ct_dist_init(ct_dist **out) {
 
 void ct_dist_free(ct_dist *d) {
     if (!d) return;
+    if (d->live != MPI_COMM_NULL) MPI_Comm_free(&d->live);
     if (d->mpi) MPI_Finalize();
+    free(d->hosts);
+    free(d->pong_buf);
+    free(d->pongs);
     free(d->done);
     free(d->started);
     free(d->reqs);
@@ -119,6 +260,9 @@ void ct_dist_abort(ct_dist *d, int code) {
 int ct_dist_rank(const ct_dist *d) { return d ? d->rank : 0; }
 int ct_dist_world(const ct_dist *d) { return d ? d->world : 1; }
 int ct_dist_local_size(const ct_dist *d) { return d ? d->local : 1; }
+const char *ct_dist_host(const ct_dist *d, int rank) {
+    return d && d->hosts && rank >= 0 && rank < d->world ? d->hosts[rank] : "";
+}
 void ct_dist_set_timeout(ct_dist *d, double seconds) {
     if (d) d->timeout = seconds > 0 ? seconds : 0;
 }

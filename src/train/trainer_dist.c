@@ -62,6 +62,25 @@ ct_status trainer_dist_begin(trainer *t) {
     return CT_OK;
 }
 
+/* The distinct hosts of the job, "a, b" (the first few), and their count. */
+static int dist_hosts(const trainer *t, char *out, size_t cap) {
+    int n = 0;
+    size_t len = 0;
+    out[0] = '\0';
+    for (int r = 0; r < t->world; r++) {
+        const char *h = ct_dist_host(t->dist, r);
+        bool seen = false;
+        for (int q = 0; q < r && !seen; q++) seen = !strcmp(h, ct_dist_host(t->dist, q));
+        if (seen) continue;
+        if (n++ < 4 && len < cap) {
+            int k = snprintf(out + len, cap - len, "%s%s", n > 1 ? ", " : "", h);
+            len += k > 0 ? (size_t)k : 0;
+        }
+    }
+    if (n > 4 && len < cap) snprintf(out + len, cap - len, ", ...");
+    return n;
+}
+
 ct_status trainer_dist_after_setup(trainer *t) {
     if (!parallel(t)) return CT_OK;
     /* one checkpoint for all: run.dir must look the same from every rank */
@@ -85,9 +104,11 @@ ct_status trainer_dist_after_setup(trainer *t) {
             n += (size_t)snprintf(per + n, sizeof per - n, "%s%.0f", r ? " " : "",
                                   all[2 * r + 1]);
         if (n >= sizeof per - 32) snprintf(per + n, sizeof per - n, " ...");
-        ct_log(CT_LOG_INFO, "data parallel: %d ranks x batch %d = %d sequences per micro-batch; "
-               "AdamW moments per rank: %s bytes%s", t->world, t->B, t->B * t->world, per,
-               t->zero ? " (ZeRO-1 shards)" : "");
+        char hosts[256];
+        int nh = dist_hosts(t, hosts, sizeof hosts);
+        ct_log(CT_LOG_INFO, "data parallel: %d ranks on %d host(s) (%s) x batch %d = %d "
+               "sequences per micro-batch; AdamW moments per rank: %s bytes%s", t->world, nh,
+               hosts, t->B, t->B * t->world, per, t->zero ? " (ZeRO-1 shards)" : "");
     }
     if (st) return st;
     /* the same starting weights, whatever each rank read or initialised (a

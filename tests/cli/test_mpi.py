@@ -128,7 +128,8 @@ def equivalence(tmp, shard, val):
     check("1 process x batch 4 trains", rc == 0, out[-500:])
     two = os.path.join(tmp, "two_B")
     rc, out = mpi(2, *base(shard, 2, extra=extra), f"run.dir={two}")
-    check("2 ranks x batch 2 train", rc == 0 and "data parallel: 2 ranks x batch 2" in out,
+    check("2 ranks x batch 2 train", rc == 0 and "data parallel: 2 ranks on 1 host(s)" in out and
+          ") x batch 2 = 4 sequences" in out,
           out[-800:])
     if rc != 0:
         return
@@ -334,8 +335,9 @@ def failures_end_every_rank(tmp, shard):
                                      f"run.dir={d}"), timeout=60)
     check("a hung rank: the job exits non-zero", rc not in (0, None), f"exit {rc}: {out[-400:]}")
     check("a hung rank: the job ends within 30 s (dist.timeout_s=2)", dt < 30, f"{dt:.1f} s")
-    check("a hung rank: rank 0 names the timeout", "dist.timeout_s" in out and
-          "no answer from the other ranks" in out, out[-600:])
+    check("a hung rank: rank 0 names the timeout and the rank that does not answer",
+          "dist.timeout_s" in out and "no answer for 2 s" in out and
+          "lost: rank 1 (host " in out, out[-600:])
 
     # configs that differ: every rank says where, nothing is written
     d = os.path.join(tmp, "mismatch")
