@@ -18,7 +18,8 @@ static const char *cmd = "tokenize";
 
 static void tokenize_usage(FILE *f) {
     fprintf(f, "usage: ctrain tokenize --tokenizer DIR [--allow-special] [--lossy] [--bos] [--jsonl | --decode] < input\n"
-               "  DIR holds encoder.json + vocab.bpe or tokenizer.json (or is a tokenizer.json):\n"
+               "  DIR holds encoder.json + vocab.bpe, vocab.json + merges.txt or tokenizer.json\n"
+               "      (or is a tokenizer.json; the path of another of them means its directory):\n"
                "      GPT-2 byte-level BPE, or SentencePiece-BPE with byte fallback (LLaMA's)\n"
                "  --allow-special  the text <|endoftext|>, <s>, </s> (special tokens) becomes its id\n"
                "  --lossy          encode invalid UTF-8 byte by byte instead of refusing it\n"

@@ -42,8 +42,11 @@ typedef enum ct_tok_kind {
 } ct_tok_kind;
 
 /* Load a tokenizer from `path`: a directory holding encoder.json + vocab.bpe
- * (tried first) or tokenizer.json, or the path of a tokenizer.json file.
- * The kind comes from the files: encoder.json + vocab.bpe, or a tokenizer.json
+ * (tried first), tokenizer.json, or Hugging Face's vocab.json + merges.txt
+ * (the formats of encoder.json and vocab.bpe); or the path of one of those
+ * files, of tokenizer_config.json, special_tokens_map.json or config.json (the
+ * directory it is in is read), or of a tokenizer.json by any other name.
+ * The kind comes from the files: the GPT-2 pair, or a tokenizer.json
  * with model.type "BPE" and either
  *  - model.byte_fallback true: SentencePiece-style. The normalizer is absent,
  *    Prepend "▁", Replace " " -> "▁", or a Sequence of those two; the
@@ -82,6 +85,77 @@ CT_API int32_t ct_tokenizer_bos(const ct_tokenizer *t);
  * over them. Borrowed; lives as long as t. Used to key cached tokenisations
  * and recorded in manifests. */
 CT_API const char *ct_tokenizer_identity(const ct_tokenizer *t);
+
+/* ---- the tokenizer on disk, and whose tokenizer is whose
+ * A model directory (Hugging Face layout, a ctrain run.dir or checkpoint)
+ * carries its tokenizer as files beside the weights; shards carry the
+ * identity of theirs in manifest.json (ctrain prepare). Two tokenizers are
+ * the same when their identities are: the same vocabulary and merges read
+ * from encoder.json + vocab.bpe, vocab.json + merges.txt or a tokenizer.json
+ * give one identity. */
+
+#define CT_TOK_FILES_MAX 8 /* files of one tokenizer on disk, at most */
+
+/* The files t was read from, in the order read: encoder.json and vocab.bpe,
+ * vocab.json and merges.txt, or tokenizer.json; then tokenizer_config.json
+ * and special_tokens_map.json when they are beside a Hugging Face file.
+ * Paths as opened, borrowed (live as long as t). *save_as (may be NULL) gets
+ * the name ct_tokenizer_save_files gives file i. NULL when i is out of range. */
+CT_API int ct_tokenizer_num_files(const ct_tokenizer *t);
+CT_API const char *ct_tokenizer_file(const ct_tokenizer *t, int i, const char **save_as);
+
+/* Write t's files into directory dir (which must exist) under the names
+ * Hugging Face reads (vocab.json + merges.txt for GPT-2's pair whatever it
+ * was called, tokenizer.json, tokenizer_config.json, special_tokens_map.json),
+ * each atomically, and remove the other tokenizer file names from dir
+ * (encoder.json, vocab.bpe, ...), so that dir loads as t. Does nothing when
+ * t was read from dir itself. Not thread-safe against other writers of dir.
+ * Errors: CT_ERR_IO naming the file and the system error, CT_ERR_OOM. */
+CT_API ct_status ct_tokenizer_save_files(const ct_tokenizer *t, const char *dir);
+/* Whether directory dir holds a tokenizer file (one of the names above). */
+CT_API bool ct_tokenizer_dir_has_files(const char *dir);
+/* Copy the tokenizer files in from_dir (those of the names above that are
+ * there) into to_dir, each atomically. names[0..*n) get the names copied
+ * (static strings; names has room for CT_TOK_FILES_MAX; may be NULL).
+ * Copies nothing (and *n = 0) when from_dir has none. Errors: CT_ERR_IO,
+ * CT_ERR_OOM (naming the file). */
+CT_API ct_status ct_tokenizer_copy_files(const char *from_dir, const char *to_dir, const char **names,
+                                         int *n);
+
+#define CT_TOK_WHERE_MAX 1280 /* bytes of a ct_tok_info path */
+
+/* What a model directory or a set of shards says about its tokenizer. */
+typedef struct ct_tok_info {
+    char identity[32];              /* ct_tokenizer_identity; "" when it names none */
+    int64_t vocab_size;             /* ids; 0 when unknown */
+    char where[CT_TOK_WHERE_MAX];   /* what says so: the directory, or SHARDS/manifest.json */
+    char origin[CT_TOK_WHERE_MAX];  /* shards: the --tokenizer prepare read, as given; else "" */
+    char load[CT_TOK_WHERE_MAX];    /* a path ct_tokenizer_load reads that tokenizer from, when
+                                     * one is at hand (it may have changed since: compare the
+                                     * identity); else "" */
+} ct_tok_info;
+
+/* The tokenizer of model directory dir: its tokenizer files, loaded (about
+ * 0.2 s for GPT-2's). A directory without any (or a path that is not a
+ * directory) names none: identity "". Errors: those of ct_tokenizer_load
+ * (files there that do not load, naming them). */
+CT_API ct_status ct_tok_info_of_dir(ct_tok_info *out, const char *dir);
+/* The tokenizer of the shards spec names (a shard file, glob or directory,
+ * as the loader takes it): manifest.json in their directory, written by
+ * ctrain prepare (format "ctrain-shards/..."). None (identity "") when there
+ * is no manifest, it is another program's, or a named shard file is not
+ * among the manifest's shards. Errors: CT_ERR_FORMAT for a ctrain manifest
+ * that does not parse or lacks a valid tokenizer.identity (naming the file
+ * and key), CT_ERR_OOM. */
+CT_API ct_status ct_tok_info_of_shards(ct_tok_info *out, const char *spec);
+/* The record of a loaded tokenizer, read from `where`. */
+CT_API void ct_tok_info_of(ct_tok_info *out, const ct_tokenizer *t, const char *where);
+/* CT_OK when a and b name the same tokenizer, or either names none; else
+ * CT_ERR_ARG naming both identities, sizes and sources, with a_name and
+ * b_name saying what each belongs to (e.g. "model.init_from = DIR",
+ * "data.train = SHARDS"), and a hint. */
+CT_API ct_status ct_tok_info_match(const ct_tok_info *a, const char *a_name, const ct_tok_info *b,
+                                   const char *b_name);
 
 /* Per-thread scratch (PCRE2 match data, JIT stack, a word cache bounded at
  * about 10 MiB). One tokenizer may be shared by many threads, each with its

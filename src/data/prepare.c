@@ -200,6 +200,17 @@ static const char *format_name(ct_prep_format f) {
     return f == CT_PREP_FORMAT_JSONL ? "jsonl" : f == CT_PREP_FORMAT_TEXT ? "text" : "auto";
 }
 
+/* path made absolute against the working directory (into buf), or path
+ * itself when it is absolute or the directory is unknown. */
+static const char *prep_abs_path(char *buf, size_t cap, const char *path) {
+    char cwd[CT_PATH_MAX];
+    if (path[0] == '/' || !getcwd(cwd, sizeof cwd)) return path;
+    while (path[0] == '.' && path[1] == '/') path += 2;
+    if (!strcmp(path, ".")) snprintf(buf, cap, "%s", cwd);
+    else snprintf(buf, cap, "%s/%s", cwd, path);
+    return buf;
+}
+
 static ct_status write_manifest(prep_run *r) {
     const ct_prepare_opts *o = r->o;
     ct_status st = CT_ERR(CT_ERR_OOM, "out of memory writing the manifest");
@@ -211,6 +222,14 @@ static ct_status write_manifest(prep_run *r) {
     cJSON *tk = cJSON_AddObjectToObject(m, "tokenizer");
     if (tk) {
         cJSON_AddStringToObject(tk, "path", o->tokenizer);
+        /* where a run finds the files again to put them beside its model */
+        char abs[2 * CT_PATH_MAX];
+        cJSON_AddStringToObject(tk, "abs_path", prep_abs_path(abs, sizeof abs, o->tokenizer));
+        cJSON *files = cJSON_AddArrayToObject(tk, "files");
+        for (int i = 0; files && i < ct_tokenizer_num_files(r->tok); i++) {
+            const char *f = prep_abs_path(abs, sizeof abs, ct_tokenizer_file(r->tok, i, NULL));
+            cJSON_AddItemToArray(files, cJSON_CreateString(f));
+        }
         cJSON_AddStringToObject(tk, "identity", ct_tokenizer_identity(r->tok));
         cJSON_AddNumberToObject(tk, "vocab_size", ct_tokenizer_vocab_size(r->tok));
         cJSON_AddStringToObject(tk, "kind",

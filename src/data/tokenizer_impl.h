@@ -85,6 +85,11 @@ struct ct_tokenizer {
     pcre2_code *re;     /* GPT-2's pre-tokenisation pattern (NULL for SentencePiece) */
     bool jit;           /* re was JIT-compiled */
     tok_spm spm;        /* kind CT_TOK_KIND_SPM_BPE only */
+    /* the files it was read from, and the name each is saved under
+     * (ct_tokenizer_save_files); set by tokenizer_files.c */
+    char *files[CT_TOK_FILES_MAX];          /* owned paths, as opened */
+    const char *save_as[CT_TOK_FILES_MAX];  /* static names */
+    int n_files;
 };
 #define TOK_NO_TOKEN UINT32_MAX
 
@@ -232,6 +237,12 @@ void tok_set_jit(ct_tokenizer *t, bool on);
  * one. Returns the number of ids. Borrows everything. */
 size_t tok_bpe_word(const ct_tokenizer *t, ct_tok_state *s, const uint8_t *w, size_t n,
                     int32_t *ids, bool reference);
+
+/* The two file formats (tokenizer_load.c), filling a calloc'd t: the GPT-2
+ * pair (encoder.json + vocab.bpe, or vocab.json + merges.txt), and a Hugging
+ * Face tokenizer.json of either kind. Errors name the file. */
+ct_status tok_load_gpt2_files(ct_tokenizer *t, const char *enc_path, const char *bpe_path);
+ct_status tok_load_hf_file(ct_tokenizer *t, const char *path);
 
 /* Compile GPT-2's pattern for t (tokenizer.c owns the pattern text). */
 ct_status tok_compile_pattern(ct_tokenizer *t);

@@ -1,6 +1,7 @@
 /*
- * Loading the GPT-2 tokenizer: encoder.json + vocab.bpe (OpenAI's files) or a
- * Hugging Face tokenizer.json holding a byte-level BPE model, turned into the
+ * Loading the GPT-2 tokenizer: encoder.json + vocab.bpe (OpenAI's files; the
+ * same formats as Hugging Face's vocab.json + merges.txt) or a Hugging Face
+ * tokenizer.json holding a byte-level BPE model, turned into the
  * tables tokenizer.c encodes with (token bytes by id, the byte -> id table,
  * merge ranks keyed by pairs of ids, special tokens), plus the identity hash.
  * Both formats go through one builder, so the same vocabulary gives the same
@@ -15,19 +16,18 @@
  * 50,000 tokens is refused rather than costing gigabytes. An id without a
  * token is never produced and does not decode (tokenizer.c checks
  * TOK_NO_TOKEN). Each merge (pair of symbols) is listed once.
- * Leaves out: encoding and decoding (tokenizer.c); normalizers, other
+ * Leaves out: encoding and decoding (tokenizer.c); which files a path names
+ * and the record of them (tokenizer_files.c); normalizers, other
  * pre-tokenizers and SentencePiece models (refused with CT_ERR_FORMAT).
  */
 #include "data/tokenizer_impl.h"
 #include "io/fileio.h"
 
 #include <cJSON.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <xxhash.h>
 
 #define TOK_MAX_IDS (1 << 24) /* ids from this on are refused as implausible */
@@ -547,8 +547,9 @@ static ct_status load_vocab_object(load_builder *b, const cJSON *obj, const char
 
 /* OpenAI's pair: encoder.json ({"token": id}) and vocab.bpe (a "#version"
  * line, then one merge per line: two symbols separated by one space, in rank
- * order). <|endoftext|>, when present, is the special token. */
-static ct_status load_gpt2_files(ct_tokenizer *t, const char *enc_path, const char *bpe_path) {
+ * order), or Hugging Face's vocab.json + merges.txt, the same formats under
+ * other names. <|endoftext|>, when present, is the special token. */
+ct_status tok_load_gpt2_files(ct_tokenizer *t, const char *enc_path, const char *bpe_path) {
     char *enc_text = NULL, *bpe_text = NULL;
     size_t enc_len = 0, bpe_len = 0;
     cJSON *root = NULL;
@@ -631,7 +632,7 @@ static ct_status load_check_pretok(const char *path, const cJSON *pt) {
  * ["a b", ...] or [["a", "b"], ...]}, added_tokens [{id, content, special}],
  * and either pre_tokenizer ByteLevel without a normalizer (GPT-2), or
  * model.byte_fallback true (SentencePiece: tok_spm_build checks the rest). */
-static ct_status load_hf_file(ct_tokenizer *t, const char *path) {
+ct_status tok_load_hf_file(ct_tokenizer *t, const char *path) {
     char *text = NULL;
     size_t len = 0;
     cJSON *root = NULL;
@@ -647,7 +648,9 @@ static ct_status load_hf_file(ct_tokenizer *t, const char *path) {
     const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(model, "end_of_word_suffix");
     bool spm = tok_spm_detect(root);
     if (!cJSON_IsObject(model)) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: no \"model\" object", path);
+        st = CT_ERR(CT_ERR_FORMAT, "%s: no \"model\" object: not a Hugging Face tokenizer.json", path);
+        ct_error_hint("give the directory holding the tokenizer files (encoder.json + vocab.bpe, "
+                      "vocab.json + merges.txt, or tokenizer.json), or the path of a tokenizer.json");
     } else if (type && !load_json_is(type, "BPE")) {
         st = CT_ERR(CT_ERR_FORMAT, "%s: model.type is %s, expected \"BPE\" (" TOK_KINDS ")", path,
                     cJSON_IsString(type) ? type->valuestring : "not a string");
@@ -736,59 +739,6 @@ done:
 
 /* ------------------------------------------------------- public */
 
-static bool load_is_file(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-ct_status ct_tokenizer_load(ct_tokenizer **out, const char *path) {
-    CT_ASSERT(out && path);
-    *out = NULL;
-    struct stat sb;
-    if (stat(path, &sb) != 0) {
-        char ebuf[128];
-        if (strerror_r(errno, ebuf, sizeof ebuf) != 0) snprintf(ebuf, sizeof ebuf, "error %d", errno);
-        ct_status st = CT_ERR(CT_ERR_IO, "tokenizer %s: %s", path, ebuf);
-        ct_error_hint("give a directory holding encoder.json + vocab.bpe or tokenizer.json "
-                      "(scripts/fetch_data.sh puts GPT-2's in data/gpt2-tokenizer, LLaMA's in "
-                      "data/llama-tokenizer)");
-        return st;
-    }
-    ct_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory");
-    ct_status st;
-    if (S_ISDIR(sb.st_mode)) {
-        size_t n = strlen(path) + 32;
-        char *enc = malloc(n), *bpe = malloc(n), *hf = malloc(n);
-        if (!enc || !bpe || !hf) {
-            st = CT_ERR(CT_ERR_OOM, "tokenizer: out of memory");
-        } else {
-            snprintf(enc, n, "%s/encoder.json", path);
-            snprintf(bpe, n, "%s/vocab.bpe", path);
-            snprintf(hf, n, "%s/tokenizer.json", path);
-            if (load_is_file(enc) || load_is_file(bpe)) {
-                st = load_gpt2_files(t, enc, bpe);
-            } else if (load_is_file(hf)) {
-                st = load_hf_file(t, hf);
-            } else {
-                st = CT_ERR(CT_ERR_IO, "tokenizer %s: holds neither encoder.json + vocab.bpe nor tokenizer.json", path);
-                ct_error_hint("scripts/fetch_data.sh puts GPT-2's encoder.json and vocab.bpe in data/gpt2-tokenizer");
-            }
-        }
-        free(enc);
-        free(bpe);
-        free(hf);
-    } else {
-        st = load_hf_file(t, path);
-    }
-    if (st) {
-        ct_tokenizer_free(t);
-        return st;
-    }
-    *out = t;
-    return CT_OK;
-}
-
 void ct_tokenizer_free(ct_tokenizer *t) {
     if (!t) return;
     tok_spm_free(&t->spm);
@@ -798,6 +748,7 @@ void ct_tokenizer_free(ct_tokenizer *t) {
     free(t->special);
     free(t->pairs.slots);
     pcre2_code_free(t->re);
+    for (int i = 0; i < t->n_files; i++) free(t->files[i]);
     free(t);
 }
 

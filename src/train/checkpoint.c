@@ -21,6 +21,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "ctrain/data.h"
 #include "io/fileio.h"
 
 #define CKPT_PATH_MAX 4096
@@ -593,7 +594,7 @@ ct_status ct_ckpt_save(const char *run_dir, int64_t step, ct_model *model,
                       k2 + 1, cap);
 
     ckpt_manifest man = {.step = step, .n_params = (int64_t)ct_model_numel(model)};
-    man.files = calloc((size_t)n_blobs + 2, sizeof *man.files);
+    man.files = calloc((size_t)n_blobs + 2 + CT_TOK_FILES_MAX, sizeof *man.files);
     if (!man.files) return CT_ERR(CT_ERR_OOM, "checkpoint: out of memory");
     ct_status st = ct_mkdir_p(ckdir);
     if (st) {
@@ -626,6 +627,17 @@ ct_status ct_ckpt_save(const char *run_dir, int64_t step, ct_model *model,
         snprintf(f->name, sizeof f->name, "%s", lora ? peft_files[i] : hf_files[i]);
         if ((st = ckpt_join(path, sizeof path, tmp, f->name))) goto fail;
         if ((st = ckpt_stream_file(path, true, NULL, NULL, &f->size, &f->hash))) goto fail; /* fsyncs again */
+    }
+    /* the run's tokenizer files (the trainer puts them in run_dir) beside the weights */
+    const char *tok_names[CT_TOK_FILES_MAX];
+    int n_tok = 0;
+    if ((st = ct_tokenizer_copy_files(run_dir, tmp, tok_names, &n_tok))) goto fail;
+    for (int i = 0; i < n_tok; i++) {
+        ckpt_file *f = &man.files[man.n_files++];
+        char path[CKPT_PATH_MAX];
+        snprintf(f->name, sizeof f->name, "%s", tok_names[i]);
+        if ((st = ckpt_join(path, sizeof path, tmp, f->name))) goto fail;
+        if ((st = ckpt_stream_file(path, true, NULL, NULL, &f->size, &f->hash))) goto fail;
     }
     for (int i = 0; i < n_blobs; i++)
         if ((st = save_blob(tmp, &blobs[i], o->compress, &man.files[man.n_files++]))) goto fail;

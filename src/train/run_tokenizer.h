@@ -1,0 +1,29 @@
+/*
+ * The run's tokenizer: the one the shards were prepared with (manifest.json
+ * beside data.train and data.val) and the one the starting model carries
+ * (the files beside the checkpoint resumed and beside model.init_from's
+ * weights) must be one tokenizer; its files go into run.dir, and from there
+ * into every checkpoint, so the saved model loads with its own tokenizer.
+ * Leaves out: identities and file handling (data/tokenizer_ident.c,
+ * data/tokenizer_files.c).
+ */
+#ifndef CT_RUN_TOKENIZER_H
+#define CT_RUN_TOKENIZER_H
+
+#include "ctrain/config.h"
+#include "ctrain/core.h"
+
+/* Refuse a run whose tokenizers differ: CT_ERR_ARG naming both (identity,
+ * size, the directory or manifest and the config key). resume_dir is the
+ * checkpoint resumed ("" for a fresh run). Reads only; a model directory
+ * whose tokenizer files do not load is warned about and not checked.
+ * Errors: CT_ERR_ARG, CT_ERR_FORMAT (a damaged ctrain manifest), CT_ERR_OOM. */
+ct_status run_tokenizer_check(const ct_config *cfg, const char *resume_dir);
+
+/* Put the run's tokenizer files into dir (run.dir; it exists): the starting
+ * model's when it has them, else those the shards' manifest names (when they
+ * still have the manifest's identity). Logs where they came from, or why the
+ * run has none. Errors: those of run_tokenizer_check, CT_ERR_IO (writing). */
+ct_status run_tokenizer_write(const ct_config *cfg, const char *resume_dir, const char *dir);
+
+#endif
