@@ -6,7 +6,9 @@
  * object per subcommand with --json. Benchmarks, not tests: the machine's load
  * moves absolute times; compare ratios within one run. `bench kernels` also
  * saves a baseline (--save-baseline) and gates on one (--baseline, exit 1 on a
- * regression; src/tools/baseline.h).
+ * regression; src/tools/baseline.h). `--config RUN.yaml [key=value ...]` takes
+ * the model and the batch shape from a run's config, read and planned as
+ * `ctrain train` reads and plans it.
  */
 #include <errno.h>
 #include <math.h>
@@ -19,9 +21,30 @@
 #include "cli.h"
 #include "backend/ctx.h"
 #include "ctrain/model.h"
+#include "ctrain/train.h"
 #include "perf/bench.h"
+#include "perf/hwinfo.h"
+#include "perf/memplan.h"
 #include "tools/baseline.h"
 #include "tools/bench_tools.h"
+
+#define BENCH_MAX_KV 64
+
+/* the shape options and the config keys that replace them under --config */
+enum { GIVEN_PRESET = 1, GIVEN_BATCH = 2, GIVEN_SEQ = 4, GIVEN_THREADS = 8, GIVEN_RECOMPUTE = 16,
+       GIVEN_ACT = 32, GIVEN_TILES = 64 };
+static const struct {
+    unsigned bit;
+    const char *opt, *key;
+} shape_opts[] = {
+    {GIVEN_PRESET, "--preset", "model.preset"},
+    {GIVEN_BATCH, "--batch", "train.batch_size"},
+    {GIVEN_SEQ, "--seq", "train.seq_len"},
+    {GIVEN_THREADS, "--threads", "run.threads"},
+    {GIVEN_RECOMPUTE, "--recompute", "train.recompute"},
+    {GIVEN_ACT, "--activation-dtype", "train.activation_dtype"},
+    {GIVEN_TILES, "--attention-tiles", "run.attention_tiles"},
+};
 
 typedef struct bench_args {
     const char *sub, *preset, *filter, *table, *recompute, *act_dtype;
@@ -31,6 +54,14 @@ typedef struct bench_args {
     char slow_name[48];                   /* --debug-slow NAME=FACTOR */
     long long slow_factor;
     int tile_q, tile_k; /* --attention-tiles; 0: the backend's default */
+    const char *config;           /* --config FILE */
+    char *kv[BENCH_MAX_KV];       /* key=value overrides (borrowed from argv) */
+    int n_kv;
+    unsigned given;               /* GIVEN_* options set on the command line */
+    long long grad_accum;         /* the config's micro-batches per step (shown) */
+    ct_model_opts opts;           /* --config: the planned model options */
+    bool have_opts;
+    char label[2 * CT_PATH_MAX + 16]; /* the model's name in the output: preset or config */
 } bench_args;
 
 static int bench_long(const char *opt, const char *s, long long lo, long long hi,
@@ -48,10 +79,20 @@ static int bench_long(const char *opt, const char *s, long long lo, long long hi
 static void bench_usage(void) {
     printf("usage: ctrain bench [peak|kernels|step|gemm] [options]\n"
            "  peak     sustained sgemm GFLOP/s, register-only FMA ceiling, memory bandwidth\n"
-           "  kernels  every kernel at the model's training shapes against its roofline\n"
+           "  kernels  every kernel at the model's training shapes against its roofline: the\n"
+           "           least time the register FMA ceiling and the read and write streams\n"
+           "           measured at the kernel's footprint (L1/L2/L3/memory) allow, so <= 100%%\n"
            "  step     end-to-end training steps (forward, backward, AdamW), split by kernel\n"
            "  gemm     the GEMM-only time of one training step (the step's own sgemm shapes)\n"
            "  (none)   peak, kernels and step\n"
+           "the run's own settings:\n"
+           "  --config RUN.yaml [key=value ...]  the model (model.*), micro-batch\n"
+           "                  (train.batch_size, auto as train plans it), train.seq_len,\n"
+           "                  run.threads, train.recompute, train.activation_dtype and\n"
+           "                  run.attention_tiles of a run config, read as `ctrain train`\n"
+           "                  reads it (a tuned profile's settings apply); key=value\n"
+           "                  overrides win. Replaces --preset, --batch, --seq, --threads,\n"
+           "                  --recompute, --activation-dtype and --attention-tiles.\n"
            "options:\n"
            "  --preset NAME   model preset (default gpt2; see `ctrain train --print-config`)\n"
            "  --batch B       micro-batch (default 4)\n"
@@ -79,9 +120,9 @@ static void bench_usage(void) {
 
 static int bench_parse(int argc, char **argv, bench_args *a) {
     *a = (bench_args){NULL, "gpt2", NULL, "cpu", "none", "fp32", 4, 64, 0, 1, 3, 3, 2048, 5,
-                      false, NULL, NULL, "", 1, 0, 0};
+                      false, NULL, NULL, "", 1, 0, 0, NULL, {NULL}, 0, 0, 1, {0}, false, ""};
     int i = 0;
-    if (argc > 0 && argv[0][0] != '-') a->sub = argv[i++];
+    if (argc > 0 && argv[0][0] != '-' && !strchr(argv[0], '=')) a->sub = argv[i++];
     if (a->sub && strcmp(a->sub, "peak") && strcmp(a->sub, "kernels") && strcmp(a->sub, "step") &&
         strcmp(a->sub, "gemm"))
         return cli_usage_error("bench", "unknown benchmark '%s': expected peak, kernels, step or "
@@ -96,11 +137,20 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
             a->json = true;
             continue;
         }
+        if (o[0] != '-' && strchr(o, '=')) { /* key=value: a config override */
+            if (a->n_kv == BENCH_MAX_KV)
+                return cli_usage_error("bench", "more than %d key=value settings", BENCH_MAX_KV);
+            a->kv[a->n_kv++] = argv[i];
+            continue;
+        }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return cli_usage_error("bench", "option '%s' needs a value", o);
         i++;
         int rc = 0;
-        if (!strcmp(o, "--preset")) a->preset = v;
+        for (size_t k = 0; k < sizeof shape_opts / sizeof *shape_opts; k++)
+            if (!strcmp(o, shape_opts[k].opt)) a->given |= shape_opts[k].bit;
+        if (!strcmp(o, "--config")) a->config = v;
+        else if (!strcmp(o, "--preset")) a->preset = v;
         else if (!strcmp(o, "--filter")) a->filter = v;
         else if (!strcmp(o, "--recompute")) a->recompute = v;
         else if (!strcmp(o, "--activation-dtype")) a->act_dtype = v;
@@ -142,6 +192,14 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         else return cli_usage_error("bench", "unknown option '%s'", o);
         if (rc) return rc;
     }
+    if (a->config || a->n_kv) {
+        for (size_t k = 0; k < sizeof shape_opts / sizeof *shape_opts; k++)
+            if (a->given & shape_opts[k].bit)
+                return cli_usage_error("bench", "%s does not combine with --config or key=value "
+                                       "settings: set %s (in the file or as %s=...)",
+                                       shape_opts[k].opt, shape_opts[k].key, shape_opts[k].key);
+    }
+    snprintf(a->label, sizeof a->label, "%s", a->preset);
     if ((a->save_baseline || a->baseline) &&
         (!a->sub || (strcmp(a->sub, "kernels") && strcmp(a->sub, "step"))))
         return cli_usage_error("bench", "--save-baseline and --baseline work with `bench "
@@ -152,12 +210,87 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
     return 0;
 }
 
+/* The model options of a step: the config's plan, or --recompute and
+ * --activation-dtype. */
+static ct_status bench_model_opts(const bench_args *a, ct_model_opts *o) {
+    if (a->have_opts) {
+        *o = a->opts;
+        return CT_OK;
+    }
+    return ct_model_opts_from_names(o, a->recompute, a->act_dtype);
+}
+
+/* --config FILE [key=value ...]: the run's model and batch shape, read and
+ * planned as `ctrain train` reads and plans them (batch_size and recompute
+ * auto resolved by the planner under run.memory_limit), into mc and a. */
+static int bench_config(bench_args *a, ct_model_config *mc) {
+    char *args[BENCH_MAX_KV + 2];
+    int n = 0;
+    if (a->config) {
+        args[n++] = "--config";
+        args[n++] = (char *)a->config;
+    }
+    for (int i = 0; i < a->n_kv; i++) args[n++] = a->kv[i];
+    ct_config cfg;
+    bool print_only;
+    int rc = cli_load_config("bench", n, args, &cfg, &print_only);
+    if (rc) return rc;
+    if (cfg.model.init_from[0]) {
+        if (ct_model_config_load_hf(mc, cfg.model.init_from)) return cli_fail("bench");
+    } else if (ct_model_config_from(mc, &cfg)) {
+        return cli_fail("bench");
+    }
+    ct_run_plan rp;
+    size_t limit;
+    if (ct_run_plan_for_config(&cfg, mc, &rp, &limit)) return cli_fail("bench");
+    int q = 0, k = 0;
+    if (ct_config_attention_tiles(cfg.run.attention_tiles, &q, &k)) return cli_fail("bench");
+    a->B = rp.B;
+    a->T = rp.T;
+    a->grad_accum = rp.grad_accum;
+    a->threads = cfg.run.threads;
+    a->opts = rp.opts;
+    a->have_opts = true;
+    a->recompute = ct_model_recompute_name(rp.opts.recompute);
+    a->act_dtype = ct_model_act_dtype_name(rp.opts.act_dtype);
+    a->tile_q = q, a->tile_k = k;
+    const char *name = cfg.model.preset[0] ? cfg.model.preset
+                       : cfg.model.init_from[0] ? cfg.model.init_from : "custom model";
+    if (a->config)
+        snprintf(a->label, sizeof a->label, "%s from %s", name, a->config);
+    else
+        snprintf(a->label, sizeof a->label, "%s", name);
+    if (cfg.lora.r > 0 || cfg.lora.init_from[0])
+        fprintf(stderr, "ctrain bench: note: the step is the full model's; the config's LoRA "
+                "adapters (lora.*) are not benchmarked\n");
+    return 0;
+}
+
 typedef struct roofs {
     double gemm, fma, theo, mhz, bw;
+    ct_bench_gemm_info gi;
 } roofs;
 
+/* s as a JSON string: quotes, backslashes and control bytes escaped. */
+static void json_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
 static int run_peak(ct_ctx *ctx, const bench_args *a, roofs *r, bool print) {
-    if (ct_bench_gemm_peak(ctx, (int)a->peak_n, (int)a->reps, &r->gemm)) return cli_fail("bench");
+    if (ct_bench_gemm_peak_info(ctx, (int)a->peak_n, (int)a->reps, &r->gi))
+        return cli_fail("bench");
+    r->gemm = r->gi.gflops;
+    if (r->gi.others_cpus >= CT_HW_BUSY_CPUS)
+        fprintf(stderr, "ctrain bench: warning: other processes used %.2f of this process's CPUs "
+                "during the sgemm runs: the machine is busy and every figure may read low\n",
+                r->gi.others_cpus);
     r->fma = ct_bench_fma_peak(ctx);
     r->theo = ct_bench_theoretical_gflops(ct_ctx_threads(ctx), &r->mhz);
     if (ct_bench_membw(ctx, 128, (int)a->reps, &r->bw)) return cli_fail("bench");
@@ -165,9 +298,12 @@ static int run_peak(ct_ctx *ctx, const bench_args *a, roofs *r, bool print) {
     if (a->json)
         printf("{\"bench\": \"peak\", \"threads\": %d, \"gemm_peak_gflops\": %.2f, "
                "\"fma_peak_gflops\": %.2f, \"theoretical_gflops\": %.2f, \"nominal_mhz\": %.0f, "
-               "\"membw_gbps\": %.2f, \"gemm_shape\": [%lld, %lld, %lld], \"blas\": \"%s\"}\n",
+               "\"membw_gbps\": %.2f, \"gemm_shape\": [%lld, %lld, %lld], \"blas\": \"%s\", "
+               "\"gemm_long_gflops\": %.2f, \"gemm_short_gflops\": %.2f, \"gemm_runs\": %d, "
+               "\"others_cpus\": %.3f}\n",
                ct_ctx_threads(ctx), r->gemm, r->fma, r->theo, r->mhz, r->bw, a->peak_n, a->peak_n,
-               a->peak_n, openblas_get_corename());
+               a->peak_n, openblas_get_corename(), r->gi.long_gflops, r->gi.short_gflops,
+               r->gi.runs, r->gi.others_cpus);
     else
         printf("roofs (%d threads): sgemm %lldx%lldx%lld %.1f GFLOP/s | register FMA ceiling "
                "%.1f GFLOP/s | theoretical %.1f GFLOP/s at %.0f MHz | triad bandwidth %.1f GB/s | "
@@ -182,20 +318,38 @@ typedef struct item_out {
     int n;
 } item_out;
 
+/* "1.5 GiB", "96 KiB" */
+static const char *fmt_size(char *buf, size_t cap, double b) {
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024.0 && u < 4) b /= 1024.0, u++;
+    snprintf(buf, cap, b < 10 && u ? "%.1f %s" : "%.0f %s", b, units[u]);
+    return buf;
+}
+
 static void print_item(const ct_bench_item *it, void *user) {
     item_out *o = user;
     double rate = it->flops > 0 ? it->flops / it->seconds / 1e9 : it->bytes / it->seconds / 1e9;
     const char *unit = it->flops > 0 ? "GFLOP/s" : "GB/s";
     double eff = it->roof_s / it->seconds;
+    char fp[32];
     if (o->json)
         printf("%s{\"name\": \"%s\", \"shape\": \"%s\", \"seconds\": %.6e, \"flops\": %.6e, "
-               "\"bytes\": %.6e, \"rate\": %.3f, \"unit\": \"%s\", \"roofline_s\": %.6e, "
+               "\"bytes\": %.6e, \"read_bytes\": %.6e, \"write_bytes\": %.6e, "
+               "\"footprint_bytes\": %.6e, \"level\": \"%s\", \"rate\": %.3f, \"unit\": \"%s\", "
+               "\"roofline_s\": %.6e, \"bound\": \"%s\", \"bound_rate\": %.6e, "
                "\"of_roofline\": %.4f}",
-               o->n ? ", " : "", it->name, it->shape, it->seconds, it->flops, it->bytes, rate, unit,
-               it->roof_s, eff);
+               o->n ? ", " : "", it->name, it->shape, it->seconds, it->flops, it->bytes,
+               it->read_bytes, it->write_bytes, it->footprint, it->level, rate, unit, it->roof_s,
+               it->bound, it->bound_rate, eff);
+    else if (!strcmp(it->bound, "compute"))
+        printf("  %-24s %-22s %10.3f ms %9.1f %-7s %5.1f%% of the FMA ceiling (%.0f GFLOP/s)\n",
+               it->name, it->shape, it->seconds * 1e3, rate, unit, 100.0 * eff, it->bound_rate);
     else
-        printf("  %-24s %-22s %10.3f ms %9.1f %-7s %5.1f%% of roofline\n", it->name, it->shape,
-               it->seconds * 1e3, rate, unit, 100.0 * eff);
+        printf("  %-24s %-22s %10.3f ms %9.1f %-7s %5.1f%% of the %s stream at %s in %s "
+               "(%.1f GB/s)\n",
+               it->name, it->shape, it->seconds * 1e3, rate, unit, 100.0 * eff, it->bound,
+               fmt_size(fp, sizeof fp, it->footprint), it->level, it->bound_rate);
     fflush(stdout);
     o->n++;
 }
@@ -203,17 +357,30 @@ static void print_item(const ct_bench_item *it, void *user) {
 static int run_kernels(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc,
                        const roofs *r) {
     item_out o = {a->json, 0};
-    if (a->json)
-        printf("{\"bench\": \"kernels\", \"table\": \"%s\", \"preset\": \"%s\", \"B\": %lld, "
-               "\"T\": %lld, \"threads\": %d, \"gemm_peak_gflops\": %.2f, \"membw_gbps\": %.2f, "
-               "\"items\": [",
-               a->table, a->preset, a->B, a->T, ct_ctx_threads(ctx), r->gemm, r->bw);
-    else
-        printf("kernels (%s table, %s, B=%lld T=%lld); roofline = max(FLOPs / sgemm peak, "
-               "bytes / triad bandwidth)\n",
-               a->table, a->preset, a->B, a->T);
+    if (a->json) {
+        printf("{\"bench\": \"kernels\", \"table\": \"%s\", \"preset\": ", a->table);
+        json_str(a->label);
+        printf(", \"B\": %lld, \"T\": %lld, \"threads\": %d, \"gemm_peak_gflops\": %.2f, "
+               "\"fma_peak_gflops\": %.2f, \"membw_gbps\": %.2f, \"roofline\": \"max(flops / "
+               "fma_peak, read_bytes / read stream, write_bytes / write stream), streams "
+               "measured at the footprint\", \"roofline_valid\": %s, \"items\": [",
+               a->B, a->T, ct_ctx_threads(ctx), r->gemm, r->fma, r->bw,
+               ct_bench_build_optimized() ? "true" : "false");
+    } else {
+        printf("kernels (%s table, %s, B=%lld T=%lld)\n"
+               "  %% of roofline: the least time the hardware allows over the kernel's time:\n"
+               "  max(FLOPs / the register FMA ceiling, bytes read / the read stream, bytes\n"
+               "  written / the write stream), the streams measured over the kernel's footprint\n"
+               "  (so cache-resident data meets its cache's bandwidth); each line names the\n"
+               "  binding bound\n",
+               a->table, a->label, a->B, a->T);
+    }
+    if (!ct_bench_build_optimized())
+        fprintf(stderr, "ctrain bench: warning: this ctrain is built without optimization or "
+                "with sanitizers: the FMA ceiling and the stream probes run far below the "
+                "hardware, so the roofline percentages are not bounds (use a Release build)\n");
     ct_bench_kernel_opts ko = {a->filter, (int)a->repeat, a->slow_name, (int)a->slow_factor};
-    if (ct_bench_kernels(ctx, mc, (int)a->B, (int)a->T, r->gemm, r->bw, &ko, print_item, &o)) {
+    if (ct_bench_kernels(ctx, mc, (int)a->B, (int)a->T, r->fma, &ko, print_item, &o)) {
         if (a->json) printf("]}\n");
         return cli_fail("bench");
     }
@@ -294,7 +461,7 @@ static ct_status gate_measure_step(ct_ctx *ctx, const bench_args *a, const ct_mo
                                    ct_baseline *now) {
     ct_bench_step_opts o = {(int)a->B, (int)a->T, (int)a->warmup, (int)a->steps,
                             ct_model_opts_default(), a->slow_name, (int)a->slow_factor};
-    ct_status st = ct_model_opts_from_names(&o.model, a->recompute, a->act_dtype);
+    ct_status st = bench_model_opts(a, &o.model);
     ct_bench_step_result *r = malloc(sizeof *r);
     int R = (int)a->repeat;
     double step[CT_BENCH_MAX_REPEAT], kind[CT_KP_COUNT + 1][CT_BENCH_MAX_REPEAT];
@@ -328,7 +495,7 @@ static int run_gate(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
     if (step)
         snprintf(options, sizeof options, "recompute %s, activations %s, %lld steps",
                  a->recompute, a->act_dtype, a->steps);
-    ct_baseline_init(now, step ? "step" : "kernels", options, a->preset, a->table, (int)a->B,
+    ct_baseline_init(now, step ? "step" : "kernels", options, a->label, a->table, (int)a->B,
                      (int)a->T, ct_ctx_threads(ctx));
     int rc = 0;
     if (a->baseline) {
@@ -339,10 +506,10 @@ static int run_gate(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
     }
     gate_out g = {now, CT_OK};
     ct_bench_kernel_opts ko = {a->filter, (int)a->repeat, a->slow_name, (int)a->slow_factor};
-    /* the roofs are not part of the gate: unit roofs keep the suite's arithmetic finite */
+    /* the roofs are not part of the gate: no roofline, no bandwidth probes */
     if (!rc && step && gate_measure_step(ctx, a, mc, now)) rc = cli_fail("bench");
     if (!rc && !step &&
-        (ct_bench_kernels(ctx, mc, (int)a->B, (int)a->T, 1.0, 1.0, &ko, collect_item, &g) ||
+        (ct_bench_kernels(ctx, mc, (int)a->B, (int)a->T, 0, &ko, collect_item, &g) ||
          g.st != CT_OK))
         rc = cli_fail("bench");
     if (!rc && !now->n)
@@ -373,16 +540,17 @@ static int run_gemm(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
     double med = ct_bench_median(t, (int)a->reps), lo = t[0], hi = t[0];
     for (int i = 1; i < a->reps; i++) lo = t[i] < lo ? t[i] : lo, hi = t[i] > hi ? t[i] : hi;
     if (a->json) {
-        printf("{\"bench\": \"gemm\", \"preset\": \"%s\", \"B\": %lld, \"T\": %lld, "
-               "\"threads\": %d, \"gemm_s\": %.9g, \"gemm_s_min\": %.9g, \"gemm_s_max\": %.9g, "
-               "\"runs_s\": [",
-               a->preset, a->B, a->T, ct_ctx_threads(ctx), med, lo, hi);
+        printf("{\"bench\": \"gemm\", \"preset\": ");
+        json_str(a->label);
+        printf(", \"B\": %lld, \"T\": %lld, \"threads\": %d, \"gemm_s\": %.9g, "
+               "\"gemm_s_min\": %.9g, \"gemm_s_max\": %.9g, \"runs_s\": [",
+               a->B, a->T, ct_ctx_threads(ctx), med, lo, hi);
         for (int i = 0; i < a->reps; i++) printf("%s%.9g", i ? ", " : "", t[i]);
         printf("], \"flops\": %.6e, \"gflops\": %.3f}\n", flops, flops / med / 1e9);
     } else {
         printf("GEMM-only step (%s, B=%lld T=%lld): median %.3f s (min %.3f, max %.3f), "
                "%.1f GFLOP/s, %.0f tok/s\n",
-               a->preset, a->B, a->T, med, lo, hi, flops / med / 1e9, a->B * a->T / med);
+               a->label, a->B, a->T, med, lo, hi, flops / med / 1e9, a->B * a->T / med);
     }
     return 0;
 }
@@ -390,7 +558,7 @@ static int run_gemm(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
 static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc) {
     ct_bench_step_opts o = {(int)a->B, (int)a->T, (int)a->warmup, (int)a->steps,
                             ct_model_opts_default(), NULL, 0};
-    if (ct_model_opts_from_names(&o.model, a->recompute, a->act_dtype)) return cli_fail("bench");
+    if (bench_model_opts(a, &o.model)) return cli_fail("bench");
     ct_bench_step_result *r = malloc(sizeof *r);
     if (!r) return cli_usage_error("bench", "out of memory");
     if (ct_bench_step(ctx, mc, &o, r)) {
@@ -401,11 +569,22 @@ static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
     for (int i = 1; i < r->steps; i++)
         lo = r->step_s[i] < lo ? r->step_s[i] : lo, hi = r->step_s[i] > hi ? r->step_s[i] : hi;
     double tps = (double)a->B * a->T / r->median_s;
+    const ct_backend *be = ct_ctx_base_backend(ctx);
+    int tq = be->att_bq, tk = be->att_bk; /* the tile the step ran with */
     if (a->json) {
-        printf("{\"bench\": \"step\", \"impl\": \"ctrain\", \"preset\": \"%s\", \"B\": %lld, "
-               "\"T\": %lld, \"threads\": %d, \"recompute\": \"%s\", \"activation_dtype\": \"%s\", "
-               "\"step_s\": [",
-               a->preset, a->B, a->T, ct_ctx_threads(ctx), a->recompute, a->act_dtype);
+        printf("{\"bench\": \"step\", \"impl\": \"ctrain\", \"preset\": ");
+        json_str(a->label);
+        printf(", \"config\": ");
+        if (a->config) json_str(a->config);
+        else printf("null");
+        printf(", \"model\": {\"arch\": \"%s\", \"n_layer\": %d, \"n_embd\": %d, "
+               "\"n_head\": %d, \"n_kv_head\": %d, \"n_ffn\": %d, \"vocab_size\": %d, "
+               "\"n_ctx\": %d}, \"B\": %lld, \"T\": %lld, \"grad_accum\": %lld, "
+               "\"threads\": %d, \"recompute\": \"%s\", \"activation_dtype\": \"%s\", "
+               "\"attention_tiles\": \"%dx%d\", \"step_s\": [",
+               mc->arch == CT_ARCH_LLAMA ? "llama" : "gpt2", mc->n_layer, mc->n_embd, mc->n_head,
+               mc->n_kv_head, mc->n_ffn, mc->vocab_size, mc->n_ctx, a->B, a->T, a->grad_accum,
+               ct_ctx_threads(ctx), a->recompute, a->act_dtype, tq, tk);
         for (int i = 0; i < r->steps; i++) printf("%s%.9g", i ? ", " : "", r->step_s[i]);
         printf("], \"loss\": [");
         for (int i = 0; i < r->steps; i++) printf("%s%.9g", i ? ", " : "", (double)r->loss[i]);
@@ -418,11 +597,19 @@ static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
                    r->split.seconds[k] / r->steps);
         printf("\"untimed_glue\": %.9g}}\n", r->other_s / r->steps);
     } else {
-        printf("training step (%s, B=%lld T=%lld, recompute %s, %s activations, %d threads): median %.3f s (min %.3f, max %.3f)"
-               ", %.0f tok/s, %.1f GFLOP/s, peak RSS %.2f GB (plan %.2f GB)\n",
-               a->preset, a->B, a->T, a->recompute, a->act_dtype, ct_ctx_threads(ctx), r->median_s,
-               lo, hi, tps,
-               r->flops / r->median_s / 1e9, r->peak_rss / 1e9, r->planned_bytes / 1e9);
+        if (a->config || a->n_kv)
+            printf("model %s: %s, %d layers, %d channels, %d heads (%d KV), MLP %d, vocabulary "
+                   "%d, context %d; grad_accum %lld (the run's optimizer step is %lld of these "
+                   "micro-batch steps), attention tile %dx%d\n",
+                   a->label, mc->arch == CT_ARCH_LLAMA ? "llama" : "gpt2", mc->n_layer,
+                   mc->n_embd, mc->n_head, mc->n_kv_head, mc->n_ffn, mc->vocab_size, mc->n_ctx,
+                   a->grad_accum, a->grad_accum, tq, tk);
+        printf("training step (%s, B=%lld T=%lld, recompute %s, %s activations, %d threads): "
+               "median %.3f s (min %.3f, max %.3f), %.0f tok/s, %.1f GFLOP/s, peak RSS %.2f GB "
+               "(plan %.2f GB)\n",
+               a->label, a->B, a->T, a->recompute, a->act_dtype, ct_ctx_threads(ctx), r->median_s,
+               lo, hi, tps, r->flops / r->median_s / 1e9, r->peak_rss / 1e9,
+               r->planned_bytes / 1e9);
         double total = 0;
         for (int i = 0; i < r->steps; i++) total += r->step_s[i];
         for (int k = 0; k < CT_KP_COUNT; k++) {
@@ -442,9 +629,13 @@ int cmd_bench(int argc, char **argv) {
     int rc = bench_parse(argc, argv, &a);
     if (rc) return rc == 1 ? 0 : rc;
     ct_model_config mc;
-    if (ct_model_config_preset(&mc, a.preset)) return cli_fail("bench");
+    if (a.config || a.n_kv) {
+        if ((rc = bench_config(&a, &mc))) return rc;
+    } else if (ct_model_config_preset(&mc, a.preset)) {
+        return cli_fail("bench");
+    }
     if (a.T > mc.n_ctx)
-        return cli_usage_error("bench", "--seq %lld exceeds the context of %s (%d)", a.T, a.preset,
+        return cli_usage_error("bench", "--seq %lld exceeds the context of %s (%d)", a.T, a.label,
                                mc.n_ctx);
     ct_ctx_params cp = ct_ctx_params_default();
     cp.n_threads = (int)a.threads;

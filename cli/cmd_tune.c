@@ -5,7 +5,9 @@
  * space under run.memory_limit (src/tools/tune.h), prints every trial as it
  * finishes and writes the profile (default run.dir/profile.yaml) that
  * `ctrain train --config` reads. The config is read as given: a profile's own
- * tune.settings are not applied here, so re-tuning starts from the base.
+ * tune.settings are not applied here, so re-tuning starts from the base. It
+ * says how noisy the timings were, which candidates were faster only inside
+ * the noise, and warns when the machine was busy.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +29,11 @@ static void tune_usage(void) {
            "  --level FILE      tune.* search keys from a file (configs/levels/*.yaml)\n"
            "  tune.budget_s=S   seconds the search may take (default 300)\n"
            "The effective batch (batch_size x grad_accum) stays as the config sets it;\n"
-           "candidates whose memory plan exceeds run.memory_limit are skipped, never run.\n");
+           "candidates whose memory plan exceeds run.memory_limit are skipped, never run.\n"
+           "Each trial is repeated until its noise band ((max - min) / median of its runs)\n"
+           "is known; the config's own settings stay unless another setting is faster by\n"
+           "more than the noise band (and 2%%), confirmed by interleaved runs at the end.\n"
+           "It warns when other processes were using the CPUs (a busy machine).\n");
 }
 
 /* --level FILE: a YAML file of tune.* keys only; its search keys replace cfg's. */
@@ -56,15 +62,25 @@ typedef struct tune_view {
     FILE *f; /* where the live table goes: stdout, or stderr with --json */
 } tune_view;
 
+/* "1.25 of 2 CPUs", or "unknown" */
+static const char *load_str(double others, int cores, char *buf, size_t cap) {
+    if (others < 0) snprintf(buf, cap, "unknown");
+    else snprintf(buf, cap, "%.2f of %d CPUs", others, cores);
+    return buf;
+}
+
 static void show_trial(const ct_tune_result *r, const ct_tune_trial *t, void *user) {
     tune_view *v = user;
     if (!t) {
+        char load[48];
         fprintf(v->f, "roofs (%d CPUs): sgemm %.1f GFLOP/s, triad bandwidth %.1f GB/s; "
                 "run.memory_limit %.0f MiB; %d sequences x %d tokens per optimizer step\n",
-                r->cores, r->gemm_peak_gflops, r->membw_gbps, r->limit / 1048576.0,
+                r->cores, r->gemm_measured_gflops, r->membw_gbps, r->limit / 1048576.0,
                 r->effective_batch, r->T);
+        fprintf(v->f, "load: other processes used %s just before the search\n",
+                load_str(r->others_before, r->cores, load, sizeof load));
         fprintf(v->f, "trial threads     B accum recompute acts  tiles     plan MiB     "
-                "tokens/s    MFU\n");
+                "tokens/s    MFU   runs  spread\n");
         fflush(v->f);
         return;
     }
@@ -75,10 +91,33 @@ static void show_trial(const ct_tune_result *r, const ct_tune_trial *t, void *us
             ct_model_act_dtype_name(p->opts.act_dtype), tiles_str(p, tiles, sizeof tiles),
             t->plan_bytes / 1048576.0);
     if (t->measured)
-        fprintf(v->f, " %12.1f %5.1f%%  (%.1f s)\n", t->tokens_per_s, 100.0 * t->mfu, t->seconds);
+        fprintf(v->f, " %12.1f %5.1f%% %5d %6.1f%%  (%.1f s)%s\n", t->tokens_per_s,
+                100.0 * t->mfu, t->runs, 100.0 * t->spread, t->seconds,
+                t - r->trials == r->start ? "  start" : t - r->trials == r->best ? "  new best"
+                                                                                   : "");
     else
         fprintf(v->f, "  skipped: over run.memory_limit\n");
     fflush(v->f);
+}
+
+/* The busy-machine warning on stderr (also under --json): the load, the
+ * noise band and what it means for the profile. */
+static void tune_warn_busy(const ct_tune_result *r) {
+    char before[48], during[48];
+    if (r->peak_source && strcmp(r->peak_source, "measured"))
+        fprintf(stderr, "ctrain tune: warning: the sgemm peak measured %.1f GFLOP/s, "
+                "implausibly low for these cores (theoretical %.1f GFLOP/s) or beaten by a "
+                "trial: the machine was busy; MFU is against the %s peak %.1f GFLOP/s\n",
+                r->gemm_measured_gflops, r->theory_gflops, r->peak_source, r->gemm_peak_gflops);
+    if (!r->busy) return;
+    fprintf(stderr, "ctrain tune: warning: the machine is busy: other processes used %s before "
+            "the search and %s during it; the noise band of the timings is %.1f%% (up to "
+            "%.1f%% for a repeated setting). The settings were measured under that load (a "
+            "thread count that wins on a busy machine may lose on a quiet one), and none won "
+            "by less than its noise. Re-run ctrain tune when the machine is quiet.\n",
+            load_str(r->others_before, r->cores, before, sizeof before),
+            load_str(r->others_during, r->cores, during, sizeof during), 100.0 * r->noise_band,
+            100.0 * (r->max_spread > r->noise_band ? r->max_spread : r->noise_band));
 }
 
 /* s as the inside of a JSON string (quotes, backslashes and controls escaped). */
@@ -95,12 +134,18 @@ static void json_str(const char *s) {
 
 static void print_json(const ct_tune_result *r, const char *out, const char *settings) {
     printf("{\"signature\": \"%s\", \"level\": \"%s\", \"cores\": %d, \"gemm_peak_gflops\": %.3f, "
+           "\"gemm_measured_gflops\": %.3f, \"theoretical_gflops\": %.3f, \"peak_source\": \"%s\", "
            "\"membw_gbps\": %.3f, \"limit_bytes\": %zu, \"effective_batch\": %d, \"seq_len\": %d, "
-           "\"elapsed_s\": %.3f, \"budget_hit\": %s, \"best\": %d, \"settings\": \"%s\", "
-           "\"profile\": ",
-           r->signature, r->level, r->cores, r->gemm_peak_gflops, r->membw_gbps, r->limit,
-           r->effective_batch, r->T, r->elapsed_s, r->budget_hit ? "true" : "false", r->best,
-           settings);
+           "\"elapsed_s\": %.3f, \"budget_hit\": %s, \"best\": %d, \"start\": %d, "
+           "\"noise_band\": %.5f, \"threshold\": %.5f, \"max_spread\": %.5f, \"inside_noise\": %d, "
+           "\"confirm_gain\": %.5f, \"unconfirmed\": %s, \"others_cpus_before\": %.3f, "
+           "\"others_cpus_during\": %.3f, \"busy\": %s, \"settings\": \"%s\", \"profile\": ",
+           r->signature, r->level, r->cores, r->gemm_peak_gflops, r->gemm_measured_gflops,
+           r->theory_gflops, r->peak_source, r->membw_gbps, r->limit, r->effective_batch, r->T,
+           r->elapsed_s, r->budget_hit ? "true" : "false", r->best, r->start, r->noise_band,
+           r->threshold, r->max_spread, r->inside_noise, r->confirm_gain,
+           r->unconfirmed ? "true" : "false",
+           r->others_before, r->others_during, r->busy ? "true" : "false", settings);
     json_str(out);
     printf(", \"trials\": [");
     for (int i = 0; i < r->n_trials; i++) {
@@ -109,12 +154,15 @@ static void print_json(const ct_tune_result *r, const char *out, const char *set
         printf("%s{\"threads\": %d, \"batch_size\": %d, \"grad_accum\": %d, \"recompute\": "
                "\"%s\", \"activation_dtype\": \"%s\", \"attention_tiles\": \"%s\", "
                "\"plan_bytes\": %zu, \"fits\": %s, \"measured\": %s, \"step_s\": %.6f, "
-               "\"opt_step_s\": %.6f, \"tokens_per_s\": %.3f, \"gflops\": %.3f, \"mfu\": %.5f}",
+               "\"opt_step_s\": %.6f, \"tokens_per_s\": %.3f, \"gflops\": %.3f, \"mfu\": %.5f, "
+               "\"runs\": %d, \"spread\": %.5f, \"run_tokens_per_s\": [",
                i ? ", " : "", t->p.threads, t->p.B, t->p.grad_accum,
                ct_model_recompute_name(t->p.opts.recompute),
                ct_model_act_dtype_name(t->p.opts.act_dtype), tiles_str(&t->p, tiles, sizeof tiles),
                t->plan_bytes, t->fits ? "true" : "false", t->measured ? "true" : "false",
-               t->step_s, t->opt_step_s, t->tokens_per_s, t->gflops, t->mfu);
+               t->step_s, t->opt_step_s, t->tokens_per_s, t->gflops, t->mfu, t->runs, t->spread);
+        for (int k = 0; k < t->runs; k++) printf("%s%.3f", k ? ", " : "", t->run_tps[k]);
+        printf("]}");
     }
     printf("]}\n");
 }
@@ -207,14 +255,28 @@ int cmd_tune(int argc, char **argv) {
         return cli_fail("tune");
     }
     free(yaml);
+    tune_warn_busy(&r);
     if (json) {
         print_json(&r, out_path, settings);
     } else {
-        const ct_tune_trial *w = &r.trials[r.best], *b = &r.trials[0];
-        printf("best: %s\n  %.1f tokens/s, MFU %.1f%% of the sgemm peak %.1f GFLOP/s "
-               "(%.2fx the starting settings, %.1f tokens/s)\n", settings, w->tokens_per_s,
-               100.0 * w->mfu, r.gemm_peak_gflops, w->tokens_per_s / b->tokens_per_s,
-               b->tokens_per_s);
+        const ct_tune_trial *w = &r.trials[r.best], *b = &r.trials[r.start];
+        printf("noise: the starting settings ran %d times: noise band %.1f%%, so another "
+               "setting had to be more than %.1f%% faster (more when its own runs spread "
+               "wider) to win\n", b->runs, 100.0 * r.noise_band, 100.0 * r.threshold);
+        if (r.best == r.start && r.unconfirmed)
+            printf("kept the starting settings: the best candidate was not faster by more than "
+                   "the noise band in interleaved runs against them (%+.1f%%)\n",
+                   100.0 * r.confirm_gain);
+        else if (r.best == r.start && r.inside_noise)
+            printf("kept the starting settings: %d candidate(s) were faster, but by less than "
+                   "the noise band (inside the noise)\n", r.inside_noise);
+        else if (r.best == r.start)
+            printf("kept the starting settings: no candidate was faster\n");
+        printf("best: %s\n  %.1f tokens/s, MFU %.1f%% of the %s peak %.1f GFLOP/s "
+               "(%.2fx the starting settings, %.1f tokens/s%s)\n", settings, w->tokens_per_s,
+               100.0 * w->mfu, r.peak_source, r.gemm_peak_gflops,
+               w->tokens_per_s / b->tokens_per_s, b->tokens_per_s,
+               r.confirm_gain > 0 && r.best != r.start ? "; confirmed by interleaved runs" : "");
         printf("%d trial(s) in %.0f s%s; profile written to %s\n"
                "run it: ctrain train --config %s\n", r.n_trials, r.elapsed_s,
                r.budget_hit ? " (tune.budget_s reached: raise it to search further)" : "",

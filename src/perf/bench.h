@@ -10,6 +10,7 @@
 #ifndef CT_PERF_BENCH_H
 #define CT_PERF_BENCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "ctrain/core.h"
@@ -25,11 +26,33 @@ double ct_bench_step_flops(const ct_model_config *cfg, int B, int T);
  * token), the adapters do 6. adapter_numel 0 is ct_bench_step_flops. */
 double ct_bench_step_flops_lora(const ct_model_config *cfg, int B, int T, size_t adapter_numel);
 
-/* Sustained single-precision GEMM rate: the best of reps runs of an n x n x n
- * sgemm on all of ctx's threads. Writes GFLOP/s. CT_ERR_OOM. */
+/* What one GEMM peak measurement saw. */
+typedef struct ct_bench_gemm_info {
+    double gflops;       /* the peak: the better of long_gflops and short_gflops */
+    double long_gflops;  /* the best n x n x n run */
+    double short_gflops; /* the best of the short (n/2)^3 runs */
+    int runs;            /* timed runs, long and short */
+    double seconds;      /* wall time of the measurement, warm-up included */
+    double others_cpus;  /* other processes' CPU use on this process's CPUs meanwhile
+                          * (ct_hwinfo_cpu_others); -1 unknown */
+} ct_bench_gemm_info;
+
+/* Sustained single-precision GEMM rate on all of ctx's threads: the best of
+ * reps runs of an n x n x n sgemm, and of short (n/2)^3 runs repeated for
+ * about as long again (at least 4): on a busy machine a neighbour leaves short
+ * quiet windows that a long run never sees, and a rate the library reached is
+ * a rate it can reach. The measurement itself can still read low when the
+ * machine stays busy throughout; info->others_cpus says how busy it was.
+ * Writes GFLOP/s (and *info). CT_ERR_OOM. */
+ct_status ct_bench_gemm_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_info *info);
+/* The same, writing the peak only; logs a warning (naming alerts.gemm_peak_gflops)
+ * when other processes used more than CT_HW_BUSY_CPUS of this process's CPUs
+ * during the measurement, since the figure may then read low. */
 ct_status ct_bench_gemm_peak(ct_ctx *ctx, int n, int reps, double *gflops);
 /* Register-only FMA loop on every thread: the boosted arithmetic ceiling of the
- * cores, in GFLOP/s. */
+ * cores, in GFLOP/s; the best of short runs (at least 3, about 0.1 s in all),
+ * so a busy moment lowers it less. No real code computes faster: it is the
+ * compute bound of the kernel suite's roofline. */
 double ct_bench_fma_peak(ct_ctx *ctx);
 /* ISA lanes x 2 FMA pipes x 2 FLOPs x threads x the nominal clock (the "cpu MHz"
  * of /proc/cpuinfo, written to *mhz when non-NULL; 0 when unknown), GFLOP/s.
@@ -38,6 +61,23 @@ double ct_bench_theoretical_gflops(int threads, double *mhz);
 /* Streaming triad bandwidth (GB/s, 1e9 bytes) over three arrays of `mb` MiB each,
  * the best of reps. CT_ERR_OOM. */
 ct_status ct_bench_membw(ct_ctx *ctx, size_t mb, int reps, double *gbps);
+/* The best read and write streaming rates (GB/s, 1e9 bytes of the buffer per
+ * second) over one buffer of `bytes` bytes, split between ctx's threads: read
+ * sums the buffer, write fills it. A small buffer stays in the cache it fits
+ * (each timing repeats passes over it, inside one parallel region, for about
+ * 4 MiB), so the figures are that cache's bandwidth; a large one measures
+ * memory. Repeats each timing for at least min_s in all (3 times at least) and
+ * keeps the best. Read-only and write-only streams are each the fastest way to
+ * move their bytes, so bytes read / read rate and bytes written / write rate
+ * are both lower bounds on a kernel's time at that footprint. CT_ERR_OOM. */
+ct_status ct_bench_stream_bw(ct_ctx *ctx, size_t bytes, double min_s, double *read_gbps,
+                             double *write_gbps);
+
+/* Whether this library was built optimized and without sanitizers. The
+ * roofs' own loops (the FMA ceiling, the stream probes) are compiled code, so
+ * an -O0 or sanitized build measures them far below the hardware while the
+ * BLAS it calls stays fast: its roofline figures are then no bounds. */
+bool ct_bench_build_optimized(void);
 
 /* GEMM-only step: every sgemm of one GPT-2 training step at (B,T), in the
  * step's order with the step's shapes and transposes, on distinct weights per

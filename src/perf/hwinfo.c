@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cblas.h>
@@ -386,6 +388,95 @@ size_t ct_hwinfo_memory_available(const ct_hwinfo *h) {
     if (!a) return b;
     if (!b) return a;
     return a < b ? a : b;
+}
+
+/* ----------------------------------------------------------------- load */
+
+ct_status ct_hwinfo_parse_stat(const char *text, const unsigned char *mask, int mask_n,
+                               double *busy_ticks, double *total_ticks, int *cpus) {
+    CT_ASSERT(text && busy_ticks && total_ticks && cpus);
+    double busy = 0, total = 0;
+    int n = 0;
+    for (const char *line = text; line && *line;) {
+        const char *next = strchr(line, '\n');
+        next = next ? next + 1 : NULL;
+        /* "cpuN user nice system idle iowait irq softirq steal ..." ("cpu " is the sum) */
+        if (strncmp(line, "cpu", 3) != 0 || !isdigit((unsigned char)line[3])) {
+            line = next;
+            continue;
+        }
+        char *end;
+        long id = strtol(line + 3, &end, 10);
+        line = next;
+        if (mask && (id < 0 || id >= mask_n || !mask[id])) continue;
+        unsigned long long v[8] = {0};
+        int got = 0;
+        for (const char *p = end; got < 8; got++) {
+            char *e;
+            v[got] = strtoull(p, &e, 10);
+            if (e == p) break;
+            p = e;
+        }
+        if (got < 4) continue;
+        /* idle and iowait are idle; guest time is inside user already */
+        double b = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]);
+        busy += b;
+        total += b + (double)(v[3] + v[4]);
+        n++;
+    }
+    if (!n)
+        return CT_ERR(CT_ERR_FORMAT, "/proc/stat: no 'cpuN user nice system idle ...' line");
+    *busy_ticks = busy;
+    *total_ticks = total;
+    *cpus = n;
+    return CT_OK;
+}
+
+void ct_hwinfo_cpu_sample(ct_hw_cpu_sample *out) {
+    CT_ASSERT(out);
+    memset(out, 0, sizeof *out);
+    unsigned char mask[CPU_SETSIZE];
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    bool have = sched_getaffinity(0, sizeof set, &set) == 0;
+    for (int i = 0; i < CPU_SETSIZE; i++) mask[i] = !have || CPU_ISSET(i, &set);
+    struct rusage ru;
+    bool have_ru = getrusage(RUSAGE_SELF, &ru) == 0;
+    out->t = ct_time_s();
+    char *t = hw_read_text("/proc/stat");
+    double busy = 0, total = 0;
+    long hz = sysconf(_SC_CLK_TCK);
+    bool ok = t && have_ru && hz > 0 &&
+              ct_hwinfo_parse_stat(t, mask, CPU_SETSIZE, &busy, &total, &out->cpus) == CT_OK;
+    free(t);
+    if (!ok) {
+        ct_error_clear(); /* a missing /proc is "unknown", not an error */
+        out->cpus = 0;
+        return;
+    }
+    out->busy_s = busy / (double)hz;
+    out->self_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+                  (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+    out->ok = true;
+}
+
+double ct_hwinfo_cpu_others(const ct_hw_cpu_sample *a, const ct_hw_cpu_sample *b) {
+    CT_ASSERT(a && b);
+    double wall = b->t - a->t;
+    if (!a->ok || !b->ok || wall <= 0) return -1;
+    double others = ((b->busy_s - a->busy_s) - (b->self_s - a->self_s)) / wall;
+    if (others < 0) others = 0; /* jiffy rounding against microsecond rusage */
+    return others > b->cpus ? b->cpus : others;
+}
+
+double ct_hwinfo_cpu_idle_probe(double seconds) {
+    ct_hw_cpu_sample a, b;
+    ct_hwinfo_cpu_sample(&a);
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    ct_hwinfo_cpu_sample(&b);
+    return ct_hwinfo_cpu_others(&a, &b);
 }
 
 /* ----------------------------------------------------------------- JSON */

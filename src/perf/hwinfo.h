@@ -8,6 +8,8 @@
  * unknown (0, false, "") and is never an error. The parsers take the file's
  * text so they can be tested on samples. ct_hwinfo_to_json writes a profile
  * with the measured roofs a caller hands it (`ctrain hw --json`, run.dir/hw.json).
+ * ct_hwinfo_cpu_sample tells how busy the machine is: the CPU time other
+ * processes take on this process's CPUs between two samples (/proc/stat).
  * Leaves out: taking measurements (see perf/bench.h), NUMA layout, frequencies beyond the nominal clock, GPU
  * details beyond the model name.
  */
@@ -89,5 +91,42 @@ ct_status ct_hwinfo_parse_cpu_max(const char *text, double *cpus);
 /* Parses a sysfs cache size ("48K", "2048K", "32M", "1G", or plain bytes)
  * into bytes. Borrows text. CT_ERR_FORMAT otherwise. */
 ct_status ct_hwinfo_parse_size(const char *text, size_t *bytes);
+
+/* ------------------------------------------------------------ load */
+
+/* CPU time on the CPUs this process may run on, and this process's own, at
+ * one moment. Two samples give the other processes' share in between: a
+ * benchmark on a shared machine says how busy the machine was. */
+typedef struct ct_hw_cpu_sample {
+    double t;      /* ct_time_s() */
+    double busy_s; /* non-idle seconds (all but idle and iowait) of the allowed CPUs */
+    double self_s; /* this process's user + system seconds, all threads */
+    int cpus;      /* allowed CPUs counted in busy_s */
+    bool ok;       /* /proc/stat and getrusage were read */
+} ct_hw_cpu_sample;
+
+/* Other processes count as busy above this many CPUs (on average). */
+#define CT_HW_BUSY_CPUS 0.25
+
+/* Fills *out now. Never fails: out->ok = false when /proc/stat is unreadable. */
+void ct_hwinfo_cpu_sample(ct_hw_cpu_sample *out);
+
+/* Other processes' average CPU use between samples a and b (b later), in CPUs
+ * (0 .. b->cpus): the allowed CPUs' busy time less this process's, over the
+ * wall time. Jiffy resolution (1/100 s per CPU), so windows under ~0.2 s are
+ * coarse. -1 when either sample is not ok or no time passed. Borrows both. */
+double ct_hwinfo_cpu_others(const ct_hw_cpu_sample *a, const ct_hw_cpu_sample *b);
+
+/* Sleeps seconds (this process idle) and returns what other processes used of
+ * this process's CPUs meanwhile, in CPUs; -1 unknown. */
+double ct_hwinfo_cpu_idle_probe(double seconds);
+
+/* Parses /proc/stat text: sums the non-idle ticks (user, nice, system, irq,
+ * softirq, steal) and all ticks of the "cpuN" lines whose N has mask[N] != 0
+ * (mask NULL: every cpuN line; N >= mask_n: not counted). Writes the sums and
+ * the number of lines counted. Borrows text and mask. CT_ERR_FORMAT when no
+ * cpuN line parses. */
+ct_status ct_hwinfo_parse_stat(const char *text, const unsigned char *mask, int mask_n,
+                               double *busy_ticks, double *total_ticks, int *cpus);
 
 #endif

@@ -37,9 +37,15 @@ void ct_monitor_params_for_run(ct_monitor_params *out, const ct_config *cfg,
     out->mem_limit_bytes = (double)mem_limit;
     out->plan_bytes = (double)plan_bytes;
     const double flops_per_token = out->step_flops / out->step_tokens;
+    bool measured = !(cfg->alerts.gemm_peak_gflops > 0);
+    if (measured && gemm_peak_gflops > 0 && theory_gflops > 0 &&
+        gemm_peak_gflops < CT_MONITOR_PEAK_MIN_SHARE * theory_gflops) {
+        out->peak_set_aside = gemm_peak_gflops;
+        out->gemm_peak_gflops = theory_gflops;
+    }
     if (cfg->alerts.expected_tokens_per_s > 0)
         out->expected_tokens_per_s = cfg->alerts.expected_tokens_per_s;
-    else if (gemm_peak_gflops > 0 && flops_per_token > 0)
+    else if (gemm_peak_gflops > 0 && flops_per_token > 0 && out->peak_set_aside <= 0)
         out->expected_tokens_per_s = cfg->alerts.expected_mfu * gemm_peak_gflops * 1e9 /
                                      flops_per_token;
     out->warning[CT_ALERT_MEMORY] = cfg->alerts.memory_warning;
@@ -65,7 +71,14 @@ void ct_monitor_params_for_run(ct_monitor_params *out, const ct_config *cfg,
 void ct_monitor_init(ct_monitor *m, const ct_monitor_params *p) {
     memset(m, 0, sizeof *m);
     m->p = *p;
-    m->peak_measured = p->gemm_peak_gflops;
+    m->peak_measured = p->peak_set_aside > 0 ? p->peak_set_aside : p->gemm_peak_gflops;
+    if (p->peak_set_aside > 0)
+        ct_log(CT_LOG_WARN, "the GEMM peak measured at start-up, %.1f GFLOP/s, is %.1f%% of "
+               "the theoretical %.1f GFLOP/s of these cores: the machine was busy, so MFU "
+               "counts against the theoretical peak and no throughput is expected from it (set "
+               "alerts.gemm_peak_gflops to `ctrain bench peak` on a quiet machine, or "
+               "alerts.expected_tokens_per_s)", p->peak_set_aside,
+               100.0 * p->peak_set_aside / p->theory_gflops, p->theory_gflops);
 }
 
 static double ratio(double num, double den) { return den > 0 ? num / den : NAN; }
@@ -178,12 +191,24 @@ int ct_monitor_update(ct_monitor *m, const ct_monitor_sample *s, ct_monitor_figu
                       ct_alert *events) {
     ct_monitor_figures_of(&m->p, s, fig);
     if (m->p.gemm_peak_gflops > 0 && fig->gflops > m->p.gemm_peak_gflops) {
-        if (!m->peak_raised_at)
-            ct_log(CT_LOG_INFO, "step %lld reached %.1f GFLOP/s, above the GEMM peak of %.1f "
-                   "measured at the start (the machine was busy then): MFU now counts against "
-                   "the best step (set alerts.gemm_peak_gflops to fix the figure)",
-                   (long long)s->step, fig->gflops, m->peak_measured);
-        m->p.gemm_peak_gflops = fig->gflops;
+        /* a step cannot beat GEMMs alone: the peak in use is wrong (measured
+         * in a busy moment, or set too low). Its own GFLOP/s would read 100%;
+         * the theoretical peak is a real bound, else MFU is unknown */
+        double was = m->p.gemm_peak_gflops, theory = m->p.theory_gflops;
+        bool first = !m->peak_raised_at;
+        m->p.gemm_peak_gflops = theory > fig->gflops ? theory : 0;
+        if (m->p.gemm_peak_gflops > 0)
+            ct_log(CT_LOG_WARN, "step %lld reached %.1f GFLOP/s, above the GEMM peak of %.1f "
+                   "GFLOP/s %s (the machine was busy when it was measured): MFU now counts "
+                   "against the theoretical peak of %.1f GFLOP/s (set alerts.gemm_peak_gflops "
+                   "to `ctrain bench peak` on a quiet machine)", (long long)s->step,
+                   fig->gflops, was, first ? "measured at the start" : "in use", theory);
+        else
+            ct_log(CT_LOG_WARN, "step %lld reached %.1f GFLOP/s, above the GEMM peak of %.1f "
+                   "GFLOP/s %s%s: MFU is n/a from now on (set alerts.gemm_peak_gflops to "
+                   "`ctrain bench peak` on a quiet machine)", (long long)s->step, fig->gflops,
+                   was, first ? "measured at the start" : "in use",
+                   theory > 0 ? " and the theoretical peak" : " and no theoretical peak is known");
         m->peak_raised_at = s->step;
         ct_monitor_figures_of(&m->p, s, fig);
     }

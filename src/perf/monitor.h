@@ -12,6 +12,16 @@
  * neighbour, does not raise it; a lasting slowdown does within a few steps);
  * the other kinds on each step's own figure.
  *
+ * MFU's denominator is the GEMM peak measured at start-up (or set in
+ * alerts.gemm_peak_gflops). A peak measured while the machine was busy reads
+ * low, and MFU against it reads high, up to ~100%: so a measured peak below
+ * CT_MONITOR_PEAK_MIN_SHARE of the theoretical FMA peak is set aside at init
+ * (MFU counts against the theoretical peak, with a warning), and when a step
+ * beats the peak in use (a whole step cannot run faster than GEMMs alone) the
+ * theoretical peak takes over, or MFU becomes n/a when the step beats that
+ * too; each change is logged as a warning. MFU never reads 100% because the
+ * peak was measured in a busy moment.
+ *
  * Reporting is without hysteresis but de-duplicated: an alert is reported
  * when its kind enters a level (ok -> warning, warning -> critical, critical
  * -> warning), again every repeat_every steps while it stays at that level
@@ -63,6 +73,8 @@ typedef struct ct_monitor_params {
     double step_flops;            /* model FLOPs of one optimizer step (all micro-batches) */
     double step_tokens;           /* tokens of one optimizer step */
     double gemm_peak_gflops;      /* MFU's denominator; <= 0: unknown (mfu is NaN) */
+    double peak_set_aside;        /* > 0: the measured peak, implausibly low against
+                                   * theory_gflops, that gemm_peak_gflops replaced */
     double theory_gflops;         /* mfu_theory's denominator; <= 0: unknown */
     double expected_tokens_per_s; /* <= 0: no throughput alerts */
     double mem_limit_bytes;       /* <= 0: no memory alerts */
@@ -74,14 +86,22 @@ typedef struct ct_monitor_params {
     int64_t repeat_every; /* steps between repeats of a standing alert; 0: never */
 } ct_monitor_params;
 
+/* A measured GEMM peak below this share of the cores' theoretical FMA peak
+ * is a busy moment's, not the library's: even SSE-only BLAS kernels on an
+ * AVX-512 machine reach about a fifth of it at rest. */
+#define CT_MONITOR_PEAK_MIN_SHARE 0.10
+
 /* The parameters of a training run: thresholds from cfg->alerts (both loss
  * levels 0: 1.25 and 2 x ln(vocab_size)); step FLOPs from the model's shape
  * by ct_bench_step_flops_lora at (B, T) times accum (lora_numel: the adapter
  * elements of a LoRA run, 0 otherwise); the expected rate is
  * alerts.expected_tokens_per_s when set, else expected_mfu x gemm_peak /
  * (FLOPs per token), i.e. the rate at which a step would reach that share
- * of the measured GEMM peak (0 when the peak is unknown). Borrows cfg and mc;
- * fills *out. */
+ * of the measured GEMM peak (0 when the peak is unknown). A measured peak
+ * (alerts.gemm_peak_gflops 0) below CT_MONITOR_PEAK_MIN_SHARE x theory_gflops
+ * is set aside: gemm_peak_gflops becomes theory_gflops, peak_set_aside the
+ * measured figure, and no rate is derived from it (0 unless set). Borrows cfg
+ * and mc; fills *out. */
 void ct_monitor_params_for_run(ct_monitor_params *out, const ct_config *cfg,
                                const ct_model_config *mc, int B, int T, int64_t accum,
                                size_t lora_numel, double gemm_peak_gflops, double theory_gflops,
@@ -142,13 +162,15 @@ typedef struct ct_monitor {
     ct_alert last[CT_ALERT_KIND_COUNT];       /* the latest report of each standing alert */
     /* a whole step cannot run faster than GEMMs alone: when one does, the
      * peak was measured in a busy moment, and MFU's denominator becomes the
-     * best step's GFLOP/s (so MFU stays <= 100%) */
+     * theoretical peak (0, MFU n/a, when the step beats that too) */
     double peak_measured;                     /* the peak given at init */
-    int64_t peak_raised_at;                   /* last step that raised it; 0: never */
+    int64_t peak_raised_at;                   /* last step that changed it; 0: never */
 } ct_monitor;
 
-/* Start with every kind at ok. Borrows p (copied). m->p.gemm_peak_gflops
- * rises to a step's achieved GFLOP/s when a step beats it (logged once). */
+/* Start with every kind at ok. Borrows p (copied). Logs a warning when
+ * p->peak_set_aside > 0. m->p.gemm_peak_gflops becomes p->theory_gflops when
+ * a step's achieved GFLOP/s beats it, and 0 (MFU n/a) when a step beats that
+ * too or the theory is unknown; each change is logged as a warning. */
 void ct_monitor_init(ct_monitor *m, const ct_monitor_params *p);
 
 /* Figures of sample s under p. Borrows both; fills *out. */

@@ -2,6 +2,19 @@
  * Benchmarks that run the library as a whole over perf/: the kernel suite
  * (every kernel of the context's backend at GPT-2 shapes, each against its
  * roofline) and end-to-end training steps (model + AdamW) split by kernel kind.
+ *
+ * The roofline of a kernel is the least time its work allows on this machine:
+ *   max(FLOPs / the register FMA ceiling,
+ *       bytes read / the read-stream rate at the kernel's footprint,
+ *       bytes written / the write-stream rate at the kernel's footprint),
+ * with the stream rates measured over a buffer of the kernel's footprint
+ * (rounded down to a power of two), so a kernel whose data fits L1, L2 or L3
+ * is held to that cache's bandwidth and a larger one to memory's. Each term is
+ * a real bound (nothing computes faster than the FMA units, nothing moves its
+ * bytes faster than a pure read or write stream), so roof / time reads as a
+ * fraction of what the hardware allows, at most 100% up to timing noise; the
+ * item names the binding term. The byte counts are the least traffic (each
+ * operand once; += outputs read and written).
  * Results are plain structs; cli/cmd_bench.c prints them, baseline.h saves and
  * compares them, tune.c times its trials with ct_bench_step.
  */
@@ -26,8 +39,13 @@ typedef struct ct_bench_item {
     double rep_s[CT_BENCH_MAX_REPEAT]; /* each repetition's median */
     double spread;  /* (max - min) / seconds over rep_s: the relative noise */
     double flops;   /* per call (0 for memory-bound kernels) */
-    double bytes;   /* least memory traffic per call */
-    double roof_s;  /* roofline time: max(flops / gemm peak, bytes / bandwidth) */
+    double bytes;   /* least memory traffic per call: read_bytes + write_bytes */
+    double read_bytes, write_bytes;
+    double footprint; /* bytes of distinct data the call touches (what must fit a cache) */
+    double roof_s;  /* roofline time (see above); 0 when the suite ran without roofs */
+    const char *bound; /* the binding term: "compute", "read" or "write"; static */
+    double bound_rate; /* its rate: GFLOP/s (compute) or GB/s */
+    const char *level; /* where the footprint fits: "L1", "L2", "L3" or "memory"; static */
 } ct_bench_item;
 
 typedef void (*ct_bench_item_fn)(const ct_bench_item *item, void *user);
@@ -45,10 +63,13 @@ typedef struct ct_bench_kernel_opts {
 } ct_bench_kernel_opts;
 
 /* Runs every kernel of the context's table at the GPT-2 shapes of (cfg, B, T),
- * calling fn after each. peak_gflops and gbps are the roofs. opts may be NULL
+ * calling fn after each. fma_gflops is the compute bound (ct_bench_fma_peak);
+ * the stream rates are measured per footprint as the suite goes (the host's:
+ * the CPU backend's buffers are host memory). fma_gflops <= 0: no roofline
+ * (roof_s 0, no bandwidth measured; the regression gate). opts may be NULL
  * (every kernel, one timing). Borrows everything. CT_ERR_OOM, CT_ERR_ARG. */
 ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T,
-                           double peak_gflops, double gbps, const ct_bench_kernel_opts *opts,
+                           double fma_gflops, const ct_bench_kernel_opts *opts,
                            ct_bench_item_fn fn, void *user);
 
 /* End-to-end training steps on random tokens: zero grads, forward+backward,

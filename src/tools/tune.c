@@ -1,13 +1,15 @@
 /*
  * The tuner: ready levels, the search over threads, micro-batch, recompute,
  * activation storage and attention tiles by timed trial steps under the
- * memory plan, and the profile hook of train and plan. The profile text is
- * built in tune_profile.c. See tune.h.
+ * memory plan, repeated until the noise band is known, so that no setting
+ * wins by less than the noise. The profile hook of train and plan and the
+ * profile text are in tune_profile.c. See tune.h.
  */
 #define _GNU_SOURCE /* sched_getaffinity: trials pin threads; the tuner restores the mask */
 #include "tools/tune.h"
 
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@
 #include "perf/bench.h"
 #include "perf/hwinfo.h"
 #include "perf/memplan.h"
+#include "perf/monitor.h"
 #include "tools/bench_tools.h"
 
 /* ------------------------------------------------------------ levels */
@@ -63,131 +66,6 @@ const char *ct_tune_level_detect(const ct_config *cfg) {
     return "custom";
 }
 
-/* ------------------------------------------------------------ profiles */
-
-void ct_tune_settings_format(const ct_tune_point *p, char *buf, size_t cap) {
-    snprintf(buf, cap,
-             "run.threads=%d train.batch_size=%d train.grad_accum=%d train.recompute=%s "
-             "train.activation_dtype=%s run.attention_tiles=%dx%d",
-             p->threads, p->B, p->grad_accum, ct_model_recompute_name(p->opts.recompute),
-             ct_model_act_dtype_name(p->opts.act_dtype), p->tile_q, p->tile_k);
-}
-
-/* The keys a tuned profile may set. */
-static const char *const tuned_keys[] = {"run.threads",      "train.batch_size",
-                                         "train.grad_accum", "train.recompute",
-                                         "train.activation_dtype", "run.attention_tiles"};
-
-static bool tuned_key(const char *key) {
-    for (size_t i = 0; i < sizeof tuned_keys / sizeof *tuned_keys; i++)
-        if (!strcmp(key, tuned_keys[i])) return true;
-    return false;
-}
-
-/* The config's sequences per optimizer step; 0 when batch_size=auto leaves it
- * to the planner. */
-static int64_t config_effective_batch(const ct_config *c) {
-    if (c->train.batch_size > 0) return c->train.batch_size * c->train.grad_accum;
-    return c->train.effective_batch;
-}
-
-/* Applies every key=value pair of text to cfg (where: for messages). */
-static ct_status apply_settings(ct_config *cfg, const char *text, const char *where) {
-    char buf[CT_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", text);
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save)) {
-        char *eq = strchr(tok, '=');
-        if (!eq || eq == tok) {
-            ct_status st = CT_ERR(CT_ERR_ARG, "%s: '%s': expected key=value pairs separated by "
-                                  "spaces", where, tok);
-            ct_error_hint("e.g. tune.settings: \"run.threads=2 train.batch_size=8 "
-                          "train.grad_accum=2\"; or re-run ctrain tune");
-            return st;
-        }
-        *eq = '\0';
-        if (!tuned_key(tok)) {
-            ct_status st = CT_ERR(CT_ERR_ARG, "%s: '%s' is not a tuned setting: expected run.threads, "
-                                  "train.batch_size, train.grad_accum, train.recompute, "
-                                  "train.activation_dtype or run.attention_tiles", where, tok);
-            ct_error_hint("set other keys in the profile's own sections, or re-run ctrain tune");
-            return st;
-        }
-        ct_status st = ct_config_set(cfg, tok, eq + 1, where);
-        if (st) {
-            ct_error_hint("fix tune.settings or re-run ctrain tune on this machine");
-            return st;
-        }
-    }
-    return CT_OK;
-}
-
-ct_status ct_tune_profile_apply(ct_config *cfg, const char *machine_sig, const char *source,
-                                bool *applied) {
-    *applied = false;
-    if (!cfg->tune.signature[0]) {
-        if (cfg->tune.settings[0])
-            ct_log(CT_LOG_WARN, "%s: tune.settings is set without tune.signature, so it is "
-                   "ignored: re-run ctrain tune on this machine to make a profile", source);
-        return CT_OK;
-    }
-    if (strcmp(cfg->tune.signature, machine_sig) != 0) {
-        ct_log(CT_LOG_WARN, "%s: this tuned profile was measured on machine %s, but this machine "
-               "is %s: its tune.settings (%s) are ignored and the config's own settings run; "
-               "re-run ctrain tune on this machine (ctrain tune --config %s --out NEW.yaml)",
-               source, cfg->tune.signature, machine_sig,
-               cfg->tune.settings[0] ? cfg->tune.settings : "none", source);
-        return CT_OK;
-    }
-    char where[CT_PATH_MAX + 32];
-    snprintf(where, sizeof where, "%s: tune.settings", source);
-    ct_config c = *cfg;
-    int64_t want = config_effective_batch(cfg);
-    ct_status st = apply_settings(&c, cfg->tune.settings, where);
-    int bq, bk;
-    if (!st && (st = ct_config_attention_tiles(c.run.attention_tiles, &bq, &bk)))
-        ct_error_prefix("%s", where);
-    if (st) return st;
-    if (c.train.batch_size > 0 && want > 0) {
-        int64_t B = c.train.batch_size, got = B * c.train.grad_accum;
-        if (got != want) {
-            if (want % B) {
-                st = CT_ERR(CT_ERR_ARG, "%s: train.batch_size=%lld does not divide the %lld "
-                            "sequences per optimizer step the config asks for (train.batch_size x "
-                            "train.grad_accum)", where, (long long)B, (long long)want);
-                ct_error_hint("a tuned run must train the same batch: re-run ctrain tune with "
-                              "this config");
-                return st;
-            }
-            c.train.grad_accum = want / B;
-            ct_log(CT_LOG_INFO, "%s: train.grad_accum=%lld keeps the config's %lld sequences "
-                   "per step at train.batch_size=%lld", where, (long long)c.train.grad_accum,
-                   (long long)want, (long long)B);
-        }
-        c.train.effective_batch = 0; /* the batch is explicit now */
-    }
-    /* the monitor's throughput alerts judge the run against what the tuner
-     * measured with these settings (unless the config names a figure) */
-    if (c.alerts.expected_tokens_per_s <= 0 && c.tune.tokens_per_s > 0)
-        c.alerts.expected_tokens_per_s = c.tune.tokens_per_s;
-    *cfg = c;
-    *applied = true;
-    ct_log(CT_LOG_INFO, "%s: tuned profile for this machine (level %s, measured %.0f tokens/s, "
-           "MFU %.1f%%, %s) applies: %s", source, cfg->tune.level, cfg->tune.tokens_per_s,
-           100.0 * cfg->tune.mfu, cfg->tune.date[0] ? cfg->tune.date : "undated",
-           cfg->tune.settings[0] ? cfg->tune.settings : "(no settings)");
-    return CT_OK;
-}
-
-ct_status ct_tune_profile_apply_here(ct_config *cfg, const char *source, bool *applied) {
-    *applied = false;
-    if (!cfg->tune.signature[0] && !cfg->tune.settings[0]) return CT_OK; /* skip reading /proc */
-    ct_hwinfo h;
-    ct_status st = ct_hwinfo_read(&h);
-    if (st) return st;
-    return ct_tune_profile_apply(cfg, h.signature, source, applied);
-}
-
 /* ------------------------------------------------------------ search */
 
 enum { DIM_THREADS = 1, DIM_BATCH = 2, DIM_RECOMPUTE = 4, DIM_DTYPE = 8, DIM_TILES = 16 };
@@ -204,7 +82,8 @@ typedef struct tune_state {
     int tq[MAX_TILES], tk[MAX_TILES], n_tiles;
     int steps, prefetch;
     double t0, deadline;
-    double sec_per_token; /* of the last trial, for the budget's estimate; 0 unknown */
+    double sec_per_token; /* of the last run, for the budget's estimate; 0 unknown */
+    uint64_t rng;         /* debug.tune_noise's generator */
     bool have_mask;
     cpu_set_t mask; /* the process's CPUs when the search began */
     int physical;   /* physical cores */
@@ -281,61 +160,235 @@ static ct_status push_trial(ct_tune_result *r, const ct_tune_trial *t) {
     return CT_OK;
 }
 
-/* The GEMM peak becomes g (higher than before); the MFU of the trials so far
- * is taken against it. */
-static void raise_peak(ct_tune_result *r, double g) {
+/* ------------------------------------------------------------ the peak */
+
+/* MFU's denominator from the sgemm measurement and the trials so far: the
+ * measurement, unless it reads implausibly low against the cores' theoretical
+ * peak (a busy machine) or a trial beat it (a whole step cannot beat GEMMs
+ * alone); then the theoretical peak, or the best trial's rate when even that
+ * is beaten. Never a trial's own rate while a real bound is above it, so MFU
+ * does not read 100% because the sgemm ran in a busy moment. */
+static void settle_peak(ct_tune_result *r) {
+    double best = 0;
+    for (int i = 0; i < r->n_trials; i++)
+        if (r->trials[i].measured && r->trials[i].gflops > best) best = r->trials[i].gflops;
+    double g = r->gemm_measured_gflops;
+    r->peak_source = "measured";
+    bool low = r->theory_gflops > 0 && g < CT_MONITOR_PEAK_MIN_SHARE * r->theory_gflops;
+    if (low || best > g) {
+        g = r->theory_gflops, r->peak_source = "theoretical";
+        if (best > g) g = best, r->peak_source = "best trial";
+    }
     r->gemm_peak_gflops = g;
     for (int i = 0; i < r->n_trials; i++)
-        if (r->trials[i].measured) r->trials[i].mfu = r->trials[i].gflops / g;
+        if (r->trials[i].measured) r->trials[i].mfu = g > 0 ? r->trials[i].gflops / g : 0;
 }
 
-/* Times the trial steps of t->p on a context of its own. */
-static ct_status measure(tune_state *s, ct_tune_trial *t) {
+/* ------------------------------------------------------------ runs */
+
+/* The synthetic seconds of one micro-batch at p under debug.tune_fake: 1 us
+ * per token, times each factor whose KEY=VALUE the point matches. */
+static double fake_step_s(const tune_state *s, const ct_tune_point *p) {
+    double sec = 1e-6 * p->B * s->r->T;
+    char buf[CT_NAME_MAX], val[32];
+    snprintf(buf, sizeof buf, "%s", s->cfg->debug.tune_fake);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(tok, '='), *colon = strrchr(tok, ':');
+        if (!eq || !colon || colon < eq) continue; /* "on" (checked by fake_check) */
+        *eq = *colon = '\0';
+        const char *key = tok, *want = eq + 1;
+        if (!strcmp(key, "run.threads")) snprintf(val, sizeof val, "%d", p->threads);
+        else if (!strcmp(key, "train.batch_size")) snprintf(val, sizeof val, "%d", p->B);
+        else if (!strcmp(key, "train.recompute"))
+            snprintf(val, sizeof val, "%s", ct_model_recompute_name(p->opts.recompute));
+        else if (!strcmp(key, "train.activation_dtype"))
+            snprintf(val, sizeof val, "%s", ct_model_act_dtype_name(p->opts.act_dtype));
+        else snprintf(val, sizeof val, "%dx%d", p->tile_q, p->tile_k);
+        if (!strcmp(val, want)) sec *= atof(colon + 1);
+    }
+    return sec;
+}
+
+/* debug.tune_fake: "" (off), "on", or KEY=VALUE:FACTOR words with KEY a tuned
+ * key the synthetic time knows and FACTOR > 0. */
+static ct_status fake_check(const char *text) {
+    char buf[CT_NAME_MAX];
+    snprintf(buf, sizeof buf, "%s", text);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        if (!strcmp(tok, "on")) continue;
+        char *eq = strchr(tok, '='), *colon = strrchr(tok, ':'), *end = NULL;
+        double f = colon ? strtod(colon + 1, &end) : 0;
+        bool key_ok = false;
+        if (eq) {
+            *eq = '\0';
+            key_ok = !strcmp(tok, "run.threads") || !strcmp(tok, "train.batch_size") ||
+                     !strcmp(tok, "train.recompute") || !strcmp(tok, "train.activation_dtype") ||
+                     !strcmp(tok, "run.attention_tiles");
+        }
+        if (!key_ok || !colon || colon < eq || !end || *end || !(f > 0)) {
+            ct_status st = CT_ERR(CT_ERR_ARG, "debug.tune_fake = '%s': expected \"on\" or "
+                                  "KEY=VALUE:FACTOR words (KEY run.threads, train.batch_size, "
+                                  "train.recompute, train.activation_dtype or run.attention_tiles; "
+                                  "FACTOR > 0)", text);
+            ct_error_hint("e.g. debug.tune_fake=\"run.threads=1:0.97\" (a test knob)");
+            return st;
+        }
+    }
+    return CT_OK;
+}
+
+/* A uniform draw in [0, 1) from the search's own generator (debug.tune_noise). */
+static double noise_draw(tune_state *s) {
+    s->rng = s->rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(s->rng >> 11) / 9007199254740992.0;
+}
+
+/* One run of t->p (a context of its own, a warm-up step, the timed steps):
+ * writes its tokens/s, micro-batch seconds and optimizer-step seconds. */
+static ct_status run_once(tune_state *s, ct_tune_trial *t, double *tps, double *step_s,
+                          double *opt_s) {
     const ct_tune_point *p = &t->p;
-    if (s->have_mask) (void)sched_setaffinity(0, sizeof s->mask, &s->mask);
-    ct_ctx *ctx = NULL;
-    ct_ctx_params cp = ct_ctx_params_default();
-    cp.n_threads = p->threads;
-    ct_status st = ct_ctx_init(&ctx, &cp);
-    if (st) return st;
-    /* the tiles are the trial's backend's own: nothing outlives the trial */
-    if (ct_backend_set_tiles(ct_ctx_base_backend(ctx), p->tile_q, p->tile_k)) {
-        ct_ctx_free(ctx);
-        return CT_ERR(CT_ERR_ARG, "attention tile %dx%d is out of range", p->tile_q, p->tile_k);
-    }
-    ct_bench_step_opts o = {.B = p->B, .T = s->r->T, .warmup = 1, .steps = s->steps,
-                            .model = p->opts};
-    ct_bench_step_result *res = malloc(sizeof *res);
-    if (!res) {
-        ct_ctx_free(ctx);
-        return CT_ERR(CT_ERR_OOM, "out of memory for a tuning trial");
-    }
+    double tokens = (double)p->B * p->grad_accum * s->r->T;
     double t0 = ct_time_s();
-    st = ct_bench_step(ctx, s->mc, &o, res);
-    t->seconds = ct_time_s() - t0;
-    ct_ctx_free(ctx);
-    if (!st) {
+    if (s->cfg->debug.tune_fake[0]) {
+        *step_s = fake_step_s(s, p);
+        *opt_s = p->grad_accum * *step_s;
+    } else {
+        if (s->have_mask) (void)sched_setaffinity(0, sizeof s->mask, &s->mask);
+        ct_ctx *ctx = NULL;
+        ct_ctx_params cp = ct_ctx_params_default();
+        cp.n_threads = p->threads;
+        ct_status st = ct_ctx_init(&ctx, &cp);
+        if (st) return st;
+        /* the tiles are the run's backend's own: nothing outlives the run */
+        if (ct_backend_set_tiles(ct_ctx_base_backend(ctx), p->tile_q, p->tile_k)) {
+            ct_ctx_free(ctx);
+            return CT_ERR(CT_ERR_ARG, "attention tile %dx%d is out of range", p->tile_q,
+                          p->tile_k);
+        }
+        ct_bench_step_opts o = {.B = p->B, .T = s->r->T, .warmup = 1, .steps = s->steps,
+                                .model = p->opts};
+        ct_bench_step_result *res = malloc(sizeof *res);
+        if (!res) {
+            ct_ctx_free(ctx);
+            return CT_ERR(CT_ERR_OOM, "out of memory for a tuning trial");
+        }
+        st = ct_bench_step(ctx, s->mc, &o, res);
+        ct_ctx_free(ctx);
+        if (st) {
+            free(res);
+            return st;
+        }
         /* AdamW runs once per optimizer step, the micro-batch grad_accum times */
         double adam = res->split.seconds[CT_KP_ADAMW] / res->steps;
         if (adam > res->median_s) adam = res->median_s;
-        t->measured = true;
-        t->step_s = res->median_s;
-        t->opt_step_s = p->grad_accum * (res->median_s - adam) + adam;
-        double tokens = (double)p->B * p->grad_accum * s->r->T;
-        t->tokens_per_s = tokens / t->opt_step_s;
-        t->gflops = p->grad_accum * res->flops / t->opt_step_s / 1e9;
-        /* a whole step cannot beat GEMMs alone: the peak was measured in a busy moment */
-        if (s->r->gemm_peak_gflops > 0 && t->gflops > s->r->gemm_peak_gflops)
-            raise_peak(s->r, t->gflops);
-        t->mfu = s->r->gemm_peak_gflops > 0 ? t->gflops / s->r->gemm_peak_gflops : 0;
-        s->sec_per_token = t->seconds / ((double)p->B * s->r->T * (1 + s->steps));
+        *step_s = res->median_s;
+        *opt_s = p->grad_accum * (res->median_s - adam) + adam;
+        free(res);
     }
-    free(res);
-    return st;
+    if (s->cfg->debug.tune_noise > 0) {
+        double f = 1.0 + s->cfg->debug.tune_noise * noise_draw(s);
+        *step_s *= f, *opt_s *= f;
+    }
+    *tps = tokens / *opt_s;
+    double dt = ct_time_s() - t0;
+    t->seconds += dt;
+    s->sec_per_token = dt / ((double)p->B * s->r->T * (1 + s->steps));
+    return CT_OK;
+}
+
+/* The noise band of runs v[0..n) (tokens/s): (max - min) / median, without
+ * the slowest run when there are 4 or more (one burst of load does not make
+ * the band; it still counts in the median); 0 for fewer than 2. */
+static double spread_of(const double *v, int n) {
+    if (n < 2) return 0;
+    int slowest = 0;
+    for (int i = 1; i < n; i++) slowest = v[i] < v[slowest] ? i : slowest;
+    double lo = 0, hi = 0;
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        if (n >= 4 && i == slowest) continue;
+        lo = !any || v[i] < lo ? v[i] : lo;
+        hi = !any || v[i] > hi ? v[i] : hi;
+        any = true;
+    }
+    double med = ct_bench_median(v, n);
+    return med > 0 ? (hi - lo) / med : 0;
+}
+
+/* Whether one more run of a trial that takes about run_s fits the budget. */
+static bool budget_allows(const tune_state *s, double run_s) {
+    double now = ct_time_s();
+    return now < s->deadline && now + run_s <= s->deadline;
+}
+
+/* The estimated seconds of one run of p. */
+static double run_guess(const tune_state *s, const ct_tune_point *p) {
+    return s->sec_per_token * p->B * s->r->T * (1 + s->steps);
+}
+
+/* Runs t->p once more and folds the run into the trial's median, spread and
+ * figures. */
+static ct_status add_run(tune_state *s, ct_tune_trial *t) {
+    double tps, step_s, opt_s;
+    ct_status st = run_once(s, t, &tps, &step_s, &opt_s);
+    if (st) return st;
+    (void)opt_s; /* the figures follow from the median tokens/s */
+    t->run_tps[t->runs] = tps;
+    t->run_step_s[t->runs] = step_s;
+    t->runs++;
+    t->measured = true;
+    t->tokens_per_s = ct_bench_median(t->run_tps, t->runs);
+    t->spread = spread_of(t->run_tps, t->runs);
+    t->step_s = ct_bench_median(t->run_step_s, t->runs);
+    double tokens = (double)t->p.B * t->p.grad_accum * s->r->T;
+    t->opt_step_s = tokens / t->tokens_per_s;
+    t->gflops = t->p.grad_accum * ct_bench_step_flops(s->mc, t->p.B, s->r->T) /
+                t->opt_step_s / 1e9;
+    return CT_OK;
+}
+
+/* Repeats t until its spread is known: CT_TUNE_MIN_RUNS runs at least, then
+ * more (up to CT_TUNE_MAX_RUNS) while the last run still widened the spread
+ * by more than a quarter and half a point. always: the minimum ignores the
+ * budget (the start must have a band). *known: the minimum was reached. */
+static ct_status repeat_runs(tune_state *s, ct_tune_trial *t, bool always, bool *known) {
+    bool widened = true;
+    while (t->runs < CT_TUNE_MAX_RUNS && (t->runs < CT_TUNE_MIN_RUNS || widened)) {
+        bool must = always && t->runs < CT_TUNE_MIN_RUNS;
+        if (!must && !budget_allows(s, run_guess(s, &t->p))) {
+            s->r->budget_hit = true;
+            break;
+        }
+        double before = t->spread;
+        ct_status st = add_run(s, t);
+        if (st) return st;
+        widened = t->runs < 2 || t->spread > before * 1.25 + 0.005;
+    }
+    *known = t->runs >= CT_TUNE_MIN_RUNS;
+    return CT_OK;
+}
+
+/* The gain one trial needs over another: the larger of their noise bands,
+ * and CT_TUNE_MIN_GAIN at least. */
+static double gain_needed(const ct_tune_trial *a, const ct_tune_trial *b) {
+    double g = a->spread > b->spread ? a->spread : b->spread;
+    return g > CT_TUNE_MIN_GAIN ? g : CT_TUNE_MIN_GAIN;
+}
+
+/* Whether trial a's median beats trial b's by more than their noise. */
+static bool beats(const ct_tune_trial *a, const ct_tune_trial *b) {
+    return a->tokens_per_s > b->tokens_per_s * (1.0 + gain_needed(a, b));
 }
 
 /* The trial of p: an earlier one, a skipped one (over the limit) or a new
- * measurement. *idx = -1 when the budget leaves no time for it. */
+ * measurement. *idx = -1 when the budget leaves no time for it. The first
+ * trial (the start) repeats until the noise band is known; a later one runs
+ * once, and again until its own spread is known when that run beats the best
+ * by more than the threshold; it becomes the best only if its median still
+ * does. */
 static ct_status try_point(tune_state *s, const ct_tune_point *p, int *idx) {
     ct_tune_result *r = s->r;
     for (int i = 0; i < r->n_trials; i++) {
@@ -351,20 +404,67 @@ static ct_status try_point(tune_state *s, const ct_tune_point *p, int *idx) {
     ct_status st = plan_point(s, p, &t.plan_bytes);
     if (st) return st;
     t.fits = t.plan_bytes <= r->limit;
+    bool first = r->start < 0;
     if (t.fits) {
-        double now = ct_time_s();
-        double guess = s->sec_per_token * p->B * r->T * (1 + s->steps);
-        if (r->n_trials > 0 && (now >= s->deadline || now + guess > s->deadline)) {
+        if (!first && !budget_allows(s, run_guess(s, p))) {
             r->budget_hit = true;
             return CT_OK;
         }
-        if ((st = measure(s, &t))) return st;
+        bool known = false;
+        if ((st = add_run(s, &t))) return st;
+        /* one run has no band of its own: it must beat the best by the best's */
+        const ct_tune_trial *best = first ? NULL : &r->trials[r->best];
+        if (first || beats(&t, best)) {
+            if ((st = repeat_runs(s, &t, first, &known))) return st;
+            if (t.spread > r->max_spread) r->max_spread = t.spread;
+            best = first ? NULL : &r->trials[r->best];
+        }
+        if (first) {
+            r->noise_band = t.spread;
+            r->threshold = gain_needed(&t, &t);
+        }
+        bool wins = first || (known && beats(&t, best));
+        if (!wins && best && t.tokens_per_s > best->tokens_per_s) r->inside_noise++;
+        if (wins) {
+            if ((st = push_trial(r, &t))) return st;
+            r->best = r->n_trials - 1;
+            if (first) r->start = r->best;
+            *idx = r->n_trials - 1;
+            settle_peak(r);
+            if (s->fn) s->fn(r, &r->trials[*idx], s->user);
+            return CT_OK;
+        }
     }
     if ((st = push_trial(r, &t))) return st;
     *idx = r->n_trials - 1;
-    if (t.measured && (r->best < 0 || t.tokens_per_s > r->trials[r->best].tokens_per_s))
-        r->best = *idx;
+    if (t.measured) settle_peak(r);
     if (s->fn) s->fn(r, &r->trials[*idx], s->user);
+    return CT_OK;
+}
+
+/* A winner other than the start, against the start in interleaved runs (so a
+ * drift of the machine's load between their trials cancels): it stays the
+ * winner only if its median there still beats the start's by more than the
+ * noise of their trials. No time left: the winner stands on its trials. */
+static ct_status confirm_winner(tune_state *s) {
+    ct_tune_result *r = s->r;
+    if (r->best < 0 || r->start < 0 || r->best == r->start) return CT_OK;
+    ct_tune_trial a = r->trials[r->start], b = r->trials[r->best];
+    double guess = run_guess(s, &a.p) + run_guess(s, &b.p);
+    double va[CT_TUNE_MIN_RUNS], vb[CT_TUNE_MIN_RUNS];
+    if (!budget_allows(s, CT_TUNE_MIN_RUNS * guess)) return CT_OK;
+    for (int i = 0; i < CT_TUNE_MIN_RUNS; i++) {
+        double step_s, opt_s;
+        ct_status st = run_once(s, &a, &va[i], &step_s, &opt_s);
+        if (!st) st = run_once(s, &b, &vb[i], &step_s, &opt_s);
+        if (st) return st;
+    }
+    double ma = ct_bench_median(va, CT_TUNE_MIN_RUNS), mb = ct_bench_median(vb, CT_TUNE_MIN_RUNS);
+    r->confirm_gain = ma > 0 ? mb / ma - 1.0 : 0;
+    if (!(mb > ma * (1.0 + gain_needed(&a, &b)))) {
+        r->unconfirmed = true;
+        r->best = r->start;
+    }
     return CT_OK;
 }
 
@@ -411,11 +511,6 @@ static int divisors(int E, int *d) {
     return n;
 }
 
-static bool better(const tune_state *s, int idx, int than) {
-    const ct_tune_trial *t = s->r->trials;
-    return idx >= 0 && t[idx].measured && (than < 0 || t[idx].tokens_per_s > t[than].tokens_per_s);
-}
-
 /* Micro-batches up from the current one, then down, each way until one is no
  * faster than the best so far or does not fit. */
 static ct_status search_batch(tune_state *s, const ct_tune_point *cur) {
@@ -427,11 +522,11 @@ static ct_status search_batch(tune_state *s, const ct_tune_point *cur) {
             q.B = d[i];
             q.grad_accum = s->r->effective_batch / d[i];
             (void)fit_memory(s, &q); /* when nothing fits, q's trial records the skip */
-            int best = s->r->best, idx;
+            int idx;
             ct_status st = try_point(s, &q, &idx);
             if (st) return st;
-            if (idx < 0 || !s->r->trials[idx].fits) break;
-            if (idx != s->r->best && !better(s, idx, best)) break;
+            /* on while each step wins (by more than the noise) */
+            if (idx < 0 || idx != s->r->best) break;
         }
     }
     return CT_OK;
@@ -548,30 +643,34 @@ static ct_status tune_search(tune_state *s, const ct_tune_point *start) {
         }
         if (same_point(&before, &r->trials[r->best].p)) break;
     }
-    return CT_OK;
+    return confirm_winner(s);
 }
 
 /* The GEMM peak again after the search: on a shared machine one measurement
- * can land in a busy moment, so the higher of the two is the roof, and every
- * trial's MFU is taken against it. */
+ * can land in a busy moment, so the higher of the two is the measurement, and
+ * every trial's MFU is taken against the settled peak. */
 static ct_status remeasure_peak(tune_state *s, bool quick) {
     ct_tune_result *r = s->r;
     ct_ctx *ctx = NULL;
     ct_ctx_params cp = ct_ctx_params_default();
     ct_status st = ct_ctx_init(&ctx, &cp);
     if (st) return st;
-    double g = 0;
-    st = ct_bench_gemm_peak(ctx, quick ? 1024 : 2048, quick ? 5 : 3, &g);
+    ct_bench_gemm_info gi;
+    st = ct_bench_gemm_peak_info(ctx, quick ? 1024 : 2048, 3, &gi);
     ct_ctx_free(ctx);
-    if (st || g <= r->gemm_peak_gflops) return st;
-    raise_peak(r, g);
+    if (st) return st;
+    if (gi.gflops > r->gemm_measured_gflops) r->gemm_measured_gflops = gi.gflops;
+    settle_peak(r);
     return CT_OK;
 }
 
 ct_status ct_tune_run(const ct_config *cfg, const ct_model_config *mc, ct_tune_trial_fn fn,
                       void *user, ct_tune_result *out) {
     memset(out, 0, sizeof *out);
-    out->best = -1;
+    out->best = out->start = -1;
+    out->others_before = out->others_during = -1;
+    out->threshold = CT_TUNE_MIN_GAIN;
+    out->peak_source = "measured";
     tune_state s;
     memset(&s, 0, sizeof s);
     s.cfg = cfg;
@@ -583,7 +682,9 @@ ct_status ct_tune_run(const ct_config *cfg, const ct_model_config *mc, ct_tune_t
     s.prefetch = (int)cfg->data.prefetch;
     s.t0 = ct_time_s();
     s.deadline = s.t0 + cfg->tune.budget_s;
+    s.rng = 0x5EED5EED5EEDull;
     ct_status st = parse_search(cfg->tune.search, &s.dims);
+    if (!st) st = fake_check(cfg->debug.tune_fake);
     if (!st) st = parse_tiles(&s, cfg->tune.tile_candidates);
     if (!st) st = ct_config_memory_limit(cfg->run.memory_limit, ct_memory_available(), &out->limit);
     if (st) return st;
@@ -596,6 +697,7 @@ ct_status ct_tune_run(const ct_config *cfg, const ct_model_config *mc, ct_tune_t
     snprintf(out->signature, sizeof out->signature, "%s", h.signature);
     snprintf(out->cpu_model, sizeof out->cpu_model, "%s", h.cpu_model);
     snprintf(out->level, sizeof out->level, "%s", ct_tune_level_detect(cfg));
+    out->theory_gflops = h.theoretical_gflops;
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);
@@ -604,6 +706,9 @@ ct_status ct_tune_run(const ct_config *cfg, const ct_model_config *mc, ct_tune_t
     s.physical = h.physical_cores > 0 ? h.physical_cores : 1;
     int q, k;
     if ((st = ct_config_attention_tiles(cfg->run.attention_tiles, &q, &k))) return st;
+
+    /* how busy the machine is with this process idle */
+    out->others_before = ct_hwinfo_cpu_idle_probe(0.2);
 
     /* the roofs, on every CPU this process may use */
     ct_ctx *ctx = NULL;
@@ -620,15 +725,24 @@ ct_status ct_tune_run(const ct_config *cfg, const ct_model_config *mc, ct_tune_t
         return st;
     }
     bool quick = cfg->tune.budget_s < 30; /* small budgets: small roofs */
-    st = ct_bench_gemm_peak(ctx, quick ? 1024 : 2048, quick ? 5 : 3, &out->gemm_peak_gflops);
+    ct_bench_gemm_info gi;
+    st = ct_bench_gemm_peak_info(ctx, quick ? 1024 : 2048, 3, &gi);
     if (!st) st = ct_bench_membw(ctx, quick ? 16 : 128, 3, &out->membw_gbps);
     ct_ctx_free(ctx);
     if (st) return st;
+    out->gemm_measured_gflops = gi.gflops;
+    settle_peak(out);
     if (fn) fn(out, NULL, user);
 
+    ct_hw_cpu_sample c0, c1;
+    ct_hwinfo_cpu_sample(&c0);
     st = tune_search(&s, &start);
+    ct_hwinfo_cpu_sample(&c1);
+    out->others_during = ct_hwinfo_cpu_others(&c0, &c1);
     if (s.have_mask) (void)sched_setaffinity(0, sizeof s.mask, &s.mask);
     if (!st) st = remeasure_peak(&s, quick);
+    out->busy = out->others_before >= CT_HW_BUSY_CPUS || out->others_during >= CT_HW_BUSY_CPUS ||
+                out->max_spread > CT_TUNE_NOISY;
     out->elapsed_s = ct_time_s() - s.t0;
     if (st) {
         ct_tune_result_free(out);
@@ -642,5 +756,5 @@ void ct_tune_result_free(ct_tune_result *r) {
     free(r->trials);
     r->trials = NULL;
     r->n_trials = r->cap = 0;
-    r->best = -1;
+    r->best = r->start = -1;
 }

@@ -10,6 +10,11 @@ A short run of the demo model (gpt2-demo on synthetic shards) with the defaults:
     mfu_theory are gflops over the peaks run.dir/hw.json records; RSS, peak RSS,
     arena bytes, the limit and the plan (equal to `ctrain plan --json`) are there;
   * run.dir/hw.json holds the `ctrain hw --json` profile and the measured peak;
+  * MFU's peak is the measured one, or the theoretical one once the measured one is
+    set aside (below 10% of the theoretical: measured while busy, logged) or beaten by
+    a step (logged); never a step's own rate, so MFU never reads ~100% because the
+    start-up peak ran in a busy moment (alerts.gemm_peak_gflops=0.001 makes every step
+    beat it: MFU is then gflops / the theoretical peak, < 99%, and the log says so);
   * TensorBoard gets perf/*, memory/* and alerts/* scalars;
   * the progress line shows MFU; no memory or loss alert fires, and throughput
     or data-wait ones only when the run's figures show them (a loaded machine).
@@ -82,6 +87,29 @@ def step_flops(L, C, V, F, B, T):
     return gemm + 12.0 * L * C * (T * (T + 1) / 2.0) * B
 
 
+def mfu_expected(train, hw, err):
+    """The monitor's MFU per train line: gflops over the peak in use, which starts
+    as hw.json's (the theoretical one when the log says the measured one was set
+    aside) and becomes the theoretical one when a step beats it (None, n/a, when
+    a step beats that too)."""
+    theory = hw["theoretical_gflops"]
+    peak = hw.get("gemm_peak_gflops", 0)
+    if "of the theoretical" in err and "the machine was busy" in err:
+        peak = theory
+    out = []
+    for x in train:
+        if peak > 0 and x["gflops"] > peak:
+            peak = theory if theory > x["gflops"] else 0
+        out.append(x["gflops"] / peak if peak > 0 else None)
+    return out
+
+
+def mfu_matches(train, hw, err, rel):
+    return all((m is None and x["mfu"] is None) or
+               (m is not None and x["mfu"] is not None and close(x["mfu"], m, rel))
+               for x, m in zip(train, mfu_expected(train, hw, err)))
+
+
 def tb_scalars(d):
     ev = [f for f in os.listdir(d) if f.startswith("events.out.tfevents")]
     if len(ev) != 1:
@@ -147,9 +175,12 @@ with tempfile.TemporaryDirectory() as tmp:
         check(not any("alert" in ln and "GEMM peak" not in ln for ln in err.splitlines()),
               "no alert in the log")
     check(all(k in hw for k in HW_FIELDS), "hw.json has every `ctrain hw --json` field")
-    check(hw.get("gemm_peak_gflops", 0) > 0 and hw.get("gemm_peak_source") == "measured" and
+    # the peak MFU counts against: measured, or the theoretical one when the measured
+    # peak read implausibly low (a busy machine)
+    check(hw.get("gemm_peak_gflops", 0) > 0 and hw.get("gemm_peak_source") in
+          ("measured", "theoretical (the measured peak read low)") and
           hw.get("gemm_n", 0) > 0 and hw.get("threads") == 2,
-          "hw.json records the measured GEMM peak: %s" %
+          "hw.json records the GEMM peak MFU uses: %s" %
           {k: hw.get(k) for k in ("gemm_peak_gflops", "gemm_peak_source", "gemm_n", "threads")})
     flops = step_flops(L, C, V, 4 * C, B, T)
     split_sum = sum(x["t_data_ms"] + x["t_fwd_ms"] + x["t_bwd_ms"] + x["t_opt_ms"] + x["t_comm_ms"]
@@ -165,12 +196,12 @@ with tempfile.TemporaryDirectory() as tmp:
           "gflops x step time = 6N + attention FLOPs (%.4g)" % flops)
     check(all(close(x["tokens_per_s"] * x["step_ms"] / 1e3, B * T, 1e-6) for x in train),
           "tokens/s x step time = B*T")
-    # the measured peak, or a step's GFLOP/s once one beat it (a busy moment at the start)
-    peak, ok = hw["gemm_peak_gflops"], True
-    for x in train:
-        peak = max(peak, x["gflops"])
-        ok &= close(x["mfu"], x["gflops"] / peak, 2e-3)
-    check(ok, "mfu = gflops / the measured GEMM peak (or the best step above it)")
+    # the measured peak, or the theoretical one once it was set aside or beaten
+    check(mfu_matches(train, hw, err, 2e-3),
+          "mfu = gflops / the measured GEMM peak (or the theoretical one): %s vs %s" %
+          ([x["mfu"] for x in train][:4], mfu_expected(train, hw, err)[:4]))
+    check(all(x["mfu"] is None or x["mfu"] < 0.99 or x["gflops"] >= 0.99 * hw["theoretical_gflops"]
+              for x in train), "MFU never reads ~100%% against a low start-up peak")
     check(hw["theoretical_gflops"] > 0 and
           all(close(x["mfu_theory"], x["gflops"] / hw["theoretical_gflops"], 2e-3) for x in train),
           "mfu_theory = gflops / the theoretical peak")
@@ -276,15 +307,15 @@ with tempfile.TemporaryDirectory() as tmp:
     check(rc == 0 and [a["step"] for a in alerts if a["kind"] == "memory"] == [1, 4, 7],
           "repeat_every=3 reports at steps 1, 4, 7: %s" % [a["step"] for a in alerts])
     # a peak no step can stay under (as when measured in a busy moment): MFU
-    # counts against the best step so far, never above 100%, and the log says so
-    best = 0.0
-    ok = True
-    for x in train3:
-        best = max(best, x["gflops"])
-        ok &= close(x["mfu"], x["gflops"] / best, 1e-6)
-    check(ok and "above the GEMM peak of 0.0 measured at the start" in err,
-          "a step above the given peak raises it: MFU <= 100%%, logged once (%s)"
-          % [x["mfu"] for x in train3])
+    # counts against the theoretical peak from the first step, never against
+    # the step itself (which would read 100%), and the log says so once
+    with open(os.path.join(dc, "hw.json")) as f:
+        theory = json.load(f)["theoretical_gflops"]
+    check(all(close(x["mfu"], x["gflops"] / theory, 1e-6) and x["mfu"] < 0.99 for x in train3)
+          and err.count("above the GEMM peak of 0.0 GFLOP/s measured at the start") == 1
+          and "theoretical peak of" in err,
+          "a step above the given peak: MFU = gflops / the theoretical peak (< 99%%), logged "
+          "once (%s)" % [x["mfu"] for x in train3])
 
     # contradictory thresholds
     dd = os.path.join(tmp, "bad")

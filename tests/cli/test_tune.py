@@ -7,7 +7,9 @@ usage: /usr/bin/python3 tests/cli/test_tune.py path/to/ctrain
     table and the winner, and writes run.dir/profile.yaml: the config as given (batch
     4 x 2), plus tune.signature (this machine's, as `ctrain hw` prints it), tune.settings
     naming all six tuned keys, tune.tokens_per_s and tune.mfu of the best trial;
-    `--json --out F` reports the same trials, every one with the effective batch kept;
+    `--json --out F` reports the same trials, every one with the effective batch kept,
+    the config's settings first (repeated 3 times or more), and a winner that is the start
+    or beat it by more than the noise band (test_tune_noise.py covers the noise);
   * `ctrain train --config profile.yaml` runs the tuned settings (the log says so and
     run.dir/config.yaml holds them), key=value overrides still win, and `ctrain plan`
     plans them;
@@ -103,9 +105,16 @@ with tempfile.TemporaryDirectory() as tmp:
         check(all(x["batch_size"] * x["grad_accum"] == 8 for x in t), "every trial keeps the batch")
         check(len({x["threads"] for x in t}) == j["cores"] and len({x["batch_size"] for x in t}) >= 2,
               "threads 1..cores and several micro-batches were tried")
-        best = t[j["best"]]
-        check(best["measured"] and best["tokens_per_s"] == max(x["tokens_per_s"] for x in t),
-              "the winner is the fastest trial")
+        best, start = t[j["best"]], t[j["start"]]
+        check(j["start"] == 0 and start["runs"] >= 3,
+              "the config's own settings are the first trial, run 3 times or more")
+        check(best["measured"] and (j["best"] == j["start"] or
+                                    best["tokens_per_s"] > start["tokens_per_s"] * (1 + j["threshold"])),
+              "the winner is the start, or faster than it by more than the noise band")
+        check(all(x["tokens_per_s"] <= best["tokens_per_s"] *
+                  (1 + max(x["spread"], best["spread"], 0.02)) * (1 + 1e-9)
+                  or x["runs"] < 3 or j["unconfirmed"] for x in t if x["measured"]),
+              "no repeated trial beat the winner by more than their noise")
         check(settings_dict(flat(P("p2.yaml"))["tune.settings"]) == settings_dict(j["settings"]),
               "--out holds the reported settings")
 

@@ -164,6 +164,36 @@ static void test_read_this_machine(void) {
     CHECK(a.logical_cpus == b.logical_cpus && a.ram_bytes == b.ram_bytes);
 }
 
+/* /proc/stat: non-idle ticks (idle and iowait left out) of the cpuN lines the
+ * mask allows; the "cpu " sum line is not a CPU. */
+static void test_proc_stat(void) {
+    const char *text = "cpu  100 0 100 800 0 0 0 0 0 0\n"
+                       "cpu0 10 1 20 300 5 2 3 4 0 0\n"
+                       "cpu1 50 0 50 100 0 0 0 0 0 0\n"
+                       "cpu2 7 0 0 93\n"
+                       "intr 12345 1 2\nctxt 999\n";
+    double busy = 0, total = 0;
+    int cpus = 0;
+    CHECK(ct_hwinfo_parse_stat(text, NULL, 0, &busy, &total, &cpus) == CT_OK);
+    CHECK(cpus == 3 && busy == (10 + 1 + 20 + 2 + 3 + 4) + 100 + 7 &&
+          total == busy + 305 + 100 + 93);
+    unsigned char mask[2] = {0, 1}; /* cpu1 only; cpu2 is past the mask */
+    CHECK(ct_hwinfo_parse_stat(text, mask, 2, &busy, &total, &cpus) == CT_OK);
+    CHECK(cpus == 1 && busy == 100 && total == 200);
+    CHECK(ct_hwinfo_parse_stat("cpu  1 2 3 4\nintr 5\n", NULL, 0, &busy, &total, &cpus) ==
+          CT_ERR_FORMAT);
+    /* this machine: two samples; others' use is between 0 and the CPUs counted */
+    ct_hw_cpu_sample a, b;
+    ct_hwinfo_cpu_sample(&a);
+    volatile double x = 0;
+    for (int i = 0; i < 20000000; i++) x += i; /* some time of our own */
+    ct_hwinfo_cpu_sample(&b);
+    double others = ct_hwinfo_cpu_others(&a, &b);
+    CHECK(!a.ok || (a.cpus >= 1 && others >= 0 && others <= b.cpus));
+    b.ok = false;
+    CHECK(ct_hwinfo_cpu_others(&a, &b) == -1);
+}
+
 int main(void) {
     test_cpuinfo_amd();
     test_cpuinfo_two_sockets();
@@ -171,5 +201,6 @@ int main(void) {
     test_meminfo();
     test_cgroup();
     test_read_this_machine();
+    test_proc_stat();
     return ct_test_result("test_hwinfo");
 }

@@ -79,7 +79,16 @@ static void test_params_for_run(void) {
     CHECK(p.warning[CT_ALERT_MEMORY] == 0.90 && p.critical[CT_ALERT_MEMORY] == 0.95);
     CHECK(p.mem_limit_bytes == 1000 && p.plan_bytes == 700);
     CHECK(near(p.data_wait_min_s, cfg.alerts.data_wait_min_ms * 1e-3, 1e-12));
-    CHECK(p.gemm_peak_gflops == 50 && p.theory_gflops == 80);
+    CHECK(p.gemm_peak_gflops == 50 && p.theory_gflops == 80 && p.peak_set_aside == 0);
+    /* a measured peak under a tenth of the theoretical one was measured while
+     * busy: set aside for the theory, and no rate is expected from it */
+    ct_monitor_params_for_run(&p, &cfg, &mc, 4, 32, 3, 0, 5.0, 80.0, 1000, 700);
+    CHECK(p.gemm_peak_gflops == 80 && p.peak_set_aside == 5 && p.expected_tokens_per_s == 0);
+    /* ... but a configured peak is the user's */
+    cfg.alerts.gemm_peak_gflops = 5;
+    ct_monitor_params_for_run(&p, &cfg, &mc, 4, 32, 3, 0, 5.0, 80.0, 1000, 700);
+    CHECK(p.gemm_peak_gflops == 5 && p.peak_set_aside == 0 && p.expected_tokens_per_s > 0);
+    cfg.alerts.gemm_peak_gflops = 0;
     /* LoRA: the frozen base skips its weight gradients (4 per weight per token
      * instead of 6), the adapters do all 6 */
     ct_monitor_params pl;
@@ -117,11 +126,14 @@ static void test_figures(void) {
     CHECK(isnan(fig.mfu) && isnan(fig.mfu_theory)); /* unknown peaks: n/a, not 0 or inf */
 }
 
-/* A step faster than the measured GEMM peak: the peak was low (a busy
- * moment); MFU counts against the best step from then on, never above 100%. */
+/* A step faster than the GEMM peak in use: the peak was low (a busy moment);
+ * MFU counts against the theoretical peak from then on, never against the
+ * step's own rate (which would read 100%), and is n/a once a step beats the
+ * theoretical peak too. */
 static void test_peak_raised(void) {
     ct_monitor_params p = simple_params();
     p.gemm_peak_gflops = 2; /* the simple step does 1 GFLOP */
+    p.theory_gflops = 8;
     ct_monitor m;
     ct_monitor_init(&m, &p);
     ct_alert ev[CT_ALERT_KIND_COUNT];
@@ -130,13 +142,27 @@ static void test_peak_raised(void) {
     ct_monitor_update(&m, &s, &fig, ev);
     CHECK(near(fig.mfu, 0.5, 1e-12) && m.peak_raised_at == 0);
     s = quiet(2);
-    s.step_s = 0.25; /* 4 GFLOP/s */
+    s.step_s = 0.25; /* 4 GFLOP/s: above the peak, below the theory */
     ct_monitor_update(&m, &s, &fig, ev);
-    CHECK(near(fig.mfu, 1.0, 1e-12) && near(m.p.gemm_peak_gflops, 4, 1e-12));
+    CHECK(near(fig.mfu, 0.5, 1e-12) && near(m.p.gemm_peak_gflops, 8, 1e-12));
     CHECK(m.peak_raised_at == 2 && m.peak_measured == 2);
-    s = quiet(3); /* back to 1 GFLOP/s: a quarter of the best step */
+    s = quiet(3); /* back to 1 GFLOP/s: an eighth of the theoretical peak */
     ct_monitor_update(&m, &s, &fig, ev);
-    CHECK(near(fig.mfu, 0.25, 1e-12) && near(fig.mfu_theory, 1.0 / 200, 1e-12));
+    CHECK(near(fig.mfu, 0.125, 1e-12) && near(fig.mfu_theory, 0.125, 1e-12));
+    s = quiet(4);
+    s.step_s = 0.1; /* 10 GFLOP/s: above the theory too: MFU is unknown */
+    ct_monitor_update(&m, &s, &fig, ev);
+    CHECK(isnan(fig.mfu) && m.p.gemm_peak_gflops == 0 && m.peak_raised_at == 4);
+    s = quiet(5);
+    ct_monitor_update(&m, &s, &fig, ev);
+    CHECK(isnan(fig.mfu) && near(fig.mfu_theory, 1.0 / 8, 1e-12));
+    /* no theoretical peak: a beaten peak leaves MFU unknown at once */
+    p.theory_gflops = 0;
+    ct_monitor_init(&m, &p);
+    s = quiet(1);
+    s.step_s = 0.25;
+    ct_monitor_update(&m, &s, &fig, ev);
+    CHECK(isnan(fig.mfu) && m.p.gemm_peak_gflops == 0);
 }
 
 static int find_kind(const ct_alert *ev, int n, ct_alert_kind k) {
