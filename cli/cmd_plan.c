@@ -5,7 +5,10 @@
  * (batch_size=auto and recompute=auto are resolved here exactly as `train`
  * resolves them). A plan over the limit is an error (exit 2) whose hint names
  * settings that fit. A tuned profile given as --config plans its settings on the
- * machine it was tuned on, as train runs them (cli_load_config).
+ * machine it was tuned on, as train runs them (cli_load_config). The process
+ * itself is planned as `train` plans it: this process's measured RSS and the
+ * run's tokenizer loaded here, the OpenBLAS packing buffers of the run's GEMMs
+ * for the kernel set this process runs, and the constants of memplan.h.
  */
 #include <stdio.h>
 #include <string.h>
@@ -45,13 +48,19 @@ int cmd_plan(int argc, char **argv) {
         printf("{\"batch_size\": %d, \"grad_accum\": %d, \"recompute\": \"%s\", "
                "\"activation_dtype\": \"%s\", \"params_bytes\": %zu, \"grads_bytes\": %zu, "
                "\"optim_bytes\": %zu, \"acts_bytes\": %zu, \"work_bytes\": %zu, "
-               "\"scratch_bytes\": %zu, \"data_bytes\": %zu, \"runtime_bytes\": %zu, "
+               "\"scratch_bytes\": %zu, \"data_bytes\": %zu, \"shards_bytes\": %zu, "
+               "\"runtime_bytes\": %zu, \"process_bytes\": %zu, \"code_bytes\": %zu, "
+               "\"tokenizer_bytes\": %zu, \"threads_bytes\": %zu, \"io_bytes\": %zu, "
+               "\"reserve_bytes\": %zu, \"blas_bytes\": %zu, \"blas_core\": \"%s\", "
                "\"threads\": %d, \"total_bytes\": %zu, \"limit_bytes\": %zu}\n",
                B, rp.grad_accum, rc_name, dt_name, p->params, p->grads, optim, p->acts, p->work,
-               p->scratch, data, rp.runtime, rp.threads, total, limit);
+               p->scratch, data, rp.shards, rp.runtime, rp.rt_process, rp.rt_code, rp.rt_tokenizer,
+               rp.rt_threads, rp.rt_io, rp.rt_reserve, rp.rt_blas, rp.env.blas.core, rp.threads,
+               total, limit);
         return 0;
     }
     const double MiB = 1024.0 * 1024.0;
+    const ct_blas_params *bp = &rp.env.blas;
     printf("memory plan (B=%d, grad_accum %d, T=%d, %d layers, C=%d, V=%d; recompute %s, "
            "activations %s)\n",
            B, rp.grad_accum, T, mc.n_layer, mc.n_embd, mc.vocab_size, rc_name, dt_name);
@@ -63,8 +72,23 @@ int cmd_plan(int argc, char **argv) {
            p->work / MiB);
     printf("  scratch  %10.1f MiB  (gradient activations, logits chunk)\n", p->scratch / MiB);
     printf("  data     %10.1f MiB  (token buffers: prefetch ring and the batch)\n", data / MiB);
-    printf("  runtime  %10.1f MiB  (program, libraries, BLAS buffers of %d threads)\n",
-           rp.runtime / MiB, rp.threads);
+    printf("  shards   %10.1f MiB  (mapped token files of data.train and data.val)\n",
+           rp.shards / MiB);
+    printf("  runtime  %10.1f MiB  (the process itself:)\n", rp.runtime / MiB);
+    printf("    process   %7.1f MiB  (program, libraries, heap: measured when planning, at "
+           "least %.1f)\n", rp.rt_process / MiB, CT_RUNTIME_PROCESS_MIB);
+    printf("    code      %7.1f MiB  (library code the training loop touches first)\n",
+           rp.rt_code / MiB);
+    printf("    tokenizer %7.1f MiB  (measured: the heap of loading the run's tokenizer, which "
+           "train copies into run.dir)\n", rp.rt_tokenizer / MiB);
+    printf("    threads   %7.1f MiB  (stacks of the pool's workers and the prefetch thread; "
+           "%d compute threads)\n", rp.rt_threads / MiB, rp.threads);
+    printf("    io        %7.1f MiB  (the checkpoint writer's buffers)\n", rp.rt_io / MiB);
+    printf("    blas      %7.1f MiB  (OpenBLAS %s packing buffers for this run's GEMMs, P=%d "
+           "Q=%d%s)\n", rp.rt_blas / MiB, bp->core, bp->p, bp->q,
+           bp->known ? "" : "; kernels not in the table: counted high");
+    printf("    reserve   %7.1f MiB  (what varies from run to run: the heap's layout)\n",
+           rp.rt_reserve / MiB);
     printf("  total    %10.1f MiB  of run.memory_limit %.1f MiB (%s)\n", total / MiB,
            limit / MiB, cfg.run.memory_limit);
     return 0;

@@ -4,6 +4,7 @@
  * so the reader has no alignment or host byte-order assumptions.
  * Leaves out: batching and shuffling (data/loader.c).
  */
+#define _DEFAULT_SOURCE /* madvise */
 #include "data/shard.h"
 
 #include "core/dtype.h"
@@ -202,6 +203,13 @@ void ct_shard_willneed(const ct_shard *s, int64_t start, int64_t count) {
     uintptr_t hi = lo + (size_t)count * (size_t)s->tsize;
     lo -= lo % (uintptr_t)page; /* the mapping starts on a page, so this stays inside it */
     (void)posix_madvise((void *)lo, (size_t)(hi - lo), POSIX_MADV_WILLNEED);
+}
+
+void ct_shard_drop_pages(const ct_shard *s) {
+    if (!s || !s->map_len) return;
+    /* a read-only file mapping: the pages leave this process (its RSS) and stay
+     * in the page cache; a later read faults them back in */
+    (void)madvise((void *)s->map, s->map_len, MADV_DONTNEED);
 }
 
 #define SHARD_CHUNK 65536 /* tokens per write */

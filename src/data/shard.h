@@ -42,6 +42,9 @@ int64_t ct_shard_find_token_ge(const ct_shard *s, uint32_t limit);
  * WILLNEED on the pages that hold them). Only a hint: failures are ignored,
  * and a range outside the shard is clipped. */
 void ct_shard_willneed(const ct_shard *s, int64_t start, int64_t count);
+/* Drop the shard's pages from this process's resident set (after a scan of
+ * every token): they stay in the page cache, and reads fault them back. */
+void ct_shard_drop_pages(const ct_shard *s);
 
 /* Write n >= 1 tokens as a shard, atomically (temp file, fsync, rename).
  * version 1: uint16 tokens, every token must be < 65536; version 2: uint32.

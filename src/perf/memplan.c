@@ -5,12 +5,22 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "perf/memplan.h"
 
+#include <glob.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#ifdef __GLIBC__
+#include <malloc.h> /* malloc_trim */
+#endif
 
+#include <cblas.h>
+
+#include "ctrain/data.h"
+#include "ctrain/loader.h"
+#include "io/fileio.h"
 #include "perf/hwinfo.h"
 
 ct_status ct_run_plan_make(const ct_model_config *mc, int B, int T, int grad_accum, int prefetch,
@@ -35,6 +45,7 @@ ct_status ct_run_plan_make_lora(const ct_model_config *mc, int B, int T, int gra
     out->optim_shards = 1;
     /* inputs and targets: the prefetch ring's slots and the trainer's own pair */
     out->data = (size_t)(prefetch + 1) * 2 * (size_t)B * T * sizeof(int32_t);
+    out->prefetch = prefetch;
     ct_run_plan_set_threads(out, 0);
     return CT_OK;
 }
@@ -58,8 +69,15 @@ size_t ct_run_plan_runtime(int threads) {
 
 void ct_run_plan_set_threads(ct_run_plan *p, int threads) {
     p->threads = plan_threads(threads);
+    if (p->measured) {
+        ct_run_plan_measure(p, &p->mc, p->prefetch, &p->env);
+        return;
+    }
     p->runtime = ct_run_plan_runtime(p->threads);
-    p->total = p->model.total + p->optim + p->data + p->runtime;
+    p->rt_process = (size_t)(CT_RUNTIME_BASE_MIB * 1048576.0);
+    p->rt_code = p->rt_tokenizer = p->rt_threads = p->rt_io = p->rt_reserve = 0;
+    p->rt_blas = p->runtime - p->rt_process;
+    p->total = p->model.total + p->optim + p->data + p->shards + p->runtime;
 }
 
 void ct_run_plan_shard_optim(ct_run_plan *p, int shards) {
@@ -72,6 +90,355 @@ void ct_run_plan_shard_optim(ct_run_plan *p, int shards) {
     p->optim_shards = shards;
 }
 
+/* ------------------------------------------------ OpenBLAS packing buffers */
+
+/* sgemm blocking of OpenBLAS 0.3.x's x86_64 kernel sets (param.h and
+ * kernel/setparam-ref.c, float, not Windows): GEMM_P = pa x (L2 KiB >> ps) +
+ * pc (the older cores size it by the L2 cache), GEMM_Q, unroll M and N,
+ * SWITCH_RATIO, and 6 (AVX-512 kernels) or 3 x unroll_n: the columns of B the
+ * serial driver packs at a time. Checked against the peak RSS of runs with
+ * each forced by OPENBLAS_CORETYPE on one Intel machine (0.3.21), all but
+ * Opteron and the Bulldozer family, whose kernels it cannot run. */
+static const struct blas_row {
+    const char *core;
+    int pa, ps, pc, q, um, un, sr, jj;
+} BLAS_TABLE[] = {
+    {"Haswell", 0, 0, 320, 320, 8, 4, 8, 3},
+    {"Zen", 0, 0, 320, 320, 8, 4, 16, 3},
+    {"SkylakeX", 0, 0, 448, 448, 16, 4, 16, 6},
+    {"Cooperlake", 0, 0, 640, 320, 16, 4, 16, 6},
+    {"SapphireRapids", 0, 0, 640, 320, 16, 4, 16, 6},
+    {"Sandybridge", 0, 0, 768, 384, 16, 4, 4, 3},
+    {"Nehalem", 0, 0, 504, 512, 4, 8, 4, 3},
+    {"Prescott", 56, 7, 0, 128, 8, 4, 2, 3},
+    {"Core2", 92, 9, 8, 256, 8, 4, 4, 3},
+    {"Penryn", 42, 9, 8, 512, 8, 4, 4, 3},
+    {"Dunnington", 42, 9, 8, 768, 8, 4, 4, 3},
+    {"Atom", 0, 0, 256, 256, 8, 4, 2, 3},
+    {"Opteron", 56, 7, 224, 240, 8, 4, 2, 3},
+    {"Barcelona", 0, 0, 448, 224, 8, 4, 2, 3},
+    {"Bobcat", 0, 0, 448, 224, 8, 4, 2, 3},
+    {"Bulldozer", 0, 0, 448, 224, 16, 2, 2, 3},
+    {"Piledriver", 0, 0, 448, 224, 16, 2, 2, 3},
+    {"Steamroller", 0, 0, 448, 224, 16, 2, 2, 3},
+    {"Excavator", 0, 0, 448, 224, 16, 2, 2, 3},
+};
+
+/* OpenBLAS's BUFFER_SIZE (32 << 22) on x86_64 and arm64: one per thread */
+#define BLAS_BUFFER_BYTES ((int64_t)32 << 22)
+
+void ct_blas_params_for(ct_blas_params *out, const char *core, size_t l2_bytes) {
+    /* unknown kernels: deep blocks and a small P over-count, never under-count much */
+    *out = (ct_blas_params){.p = 256, .q = 512, .unroll_m = 16, .unroll_n = 8,
+                            .switch_ratio = 4, .jj_max = 48, .known = false};
+    snprintf(out->core, sizeof out->core, "%s", core && core[0] ? core : "?");
+    for (size_t i = 0; core && i < sizeof BLAS_TABLE / sizeof *BLAS_TABLE; i++) {
+        const struct blas_row *r = &BLAS_TABLE[i];
+        if (strcmp(core, r->core) != 0) continue;
+        /* the L2 size as OpenBLAS reads it, 256 KiB when unknown; P in unroll_m rows */
+        int kib = l2_bytes ? (int)(l2_bytes / 1024) : 256;
+        int p = r->pa * (kib >> r->ps) + r->pc;
+        out->p = p > 0 ? (p + r->um - 1) / r->um * r->um : 64;
+        out->q = r->q;
+        out->unroll_m = r->um;
+        out->unroll_n = r->un;
+        out->switch_ratio = r->sr;
+        out->jj_max = r->jj * r->un;
+        out->known = true;
+    }
+}
+
+void ct_blas_params_read(ct_blas_params *out) {
+    ct_hwinfo h;
+    size_t l2 = ct_hwinfo_read(&h) == CT_OK ? h.l2 : 0;
+    ct_error_clear();
+    ct_blas_params_for(out, openblas_get_corename(), l2);
+}
+
+static int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+/* The depth of a packed block for K: Q, or half of K (the threaded driver
+ * unrounded, the serial one rounded to unroll_m) when K < 2Q, or K. */
+static int64_t blas_min_l(const ct_blas_params *b, int64_t K, bool threaded) {
+    if (K >= 2 * (int64_t)b->q) return b->q;
+    if (K > b->q) return threaded ? (K + 1) / 2 : round_up(K / 2, b->unroll_m);
+    return K;
+}
+
+/* Rows of A packed at once from m rows: P, or half of m when m < 2P, or m. */
+static int64_t blas_min_i(const ct_blas_params *b, int64_t m) {
+    if (m >= 2 * (int64_t)b->p) return b->p;
+    if (m > b->p) return round_up(m / 2, b->unroll_m);
+    return m;
+}
+
+/* OpenBLAS 0.3's sgemm (interface/gemm.c, driver/level3/level3.c and
+ * level3_thread.c): below 65536 x 4 multiply-adds, or when the split leaves
+ * one thread, the serial driver packs A's blocks (min_i x min_l) and, when A
+ * takes more than one block, all of B's min_l x min(N, R) panel (else
+ * jj_max columns at a time); threaded, M and N are split over nthreads_m x
+ * nthreads_n threads (parts of at least SWITCH_RATIO) and each thread packs
+ * its own A block and its share of B's columns. */
+int ct_blas_gemm_touch(const ct_blas_params *b, int64_t M, int64_t N, int64_t K, int threads,
+                       size_t *per) {
+    int64_t P = b->p, Q = b->q, sr = b->switch_ratio;
+    int64_t R = ((BLAS_BUFFER_BYTES - round_up(P * Q * 4, 16384)) / (Q * 4) - 15) & ~(int64_t)15;
+    if (R < 16) R = 16;
+    if (threads > 1 && (double)M * (double)N * (double)K > 65536.0 * 4) {
+        int64_t nm = 1, nn = 1;
+        if (M >= 2 * sr) {
+            nm = threads;
+            while (nm > 1 && M < nm * sr) nm /= 2;
+        }
+        if (N >= sr * nm) {
+            nn = (N + sr * nm - 1) / (sr * nm);
+            if (nm * nn > threads) nn = threads / nm;
+        }
+        int64_t tt = nm * nn;
+        if (tt > 1) {
+            int64_t ml = blas_min_l(b, K, true);
+            int64_t mi = blas_min_i(b, (M + nm - 1) / nm);
+            int64_t width = (N + tt - 1) / tt;
+            if (width > R) width = R;
+            size_t bytes = (size_t)(mi * ml + ml * round_up(width, b->unroll_n)) * sizeof(float);
+            for (int64_t i = 0; i < tt; i++) per[i] = bytes;
+            return (int)tt;
+        }
+    }
+    int64_t ml = blas_min_l(b, K, false), mi = blas_min_i(b, M);
+    int64_t cols = M > P ? (N < R ? N : R) : (N < b->jj_max ? N : b->jj_max);
+    per[0] = (size_t)(mi * ml + ml * cols) * sizeof(float);
+    return 1;
+}
+
+size_t ct_blas_gemm_resident(const ct_blas_params *bp, int64_t M, int64_t N, int64_t K,
+                             int threads) {
+    if (threads < 1) threads = 1;
+    size_t *per = calloc((size_t)threads, sizeof *per), total = 0;
+    if (!per) return 0;
+    int n = ct_blas_gemm_touch(bp, M, N, K, threads, per);
+    for (int i = 0; i < n; i++) total += per[i];
+    free(per);
+    return total;
+}
+
+/* per[i] = max(per[i], the bytes thread i touches in the sgemm M x N x K) */
+static void blas_add(const ct_blas_params *b, int64_t M, int64_t N, int64_t K, int threads,
+                     size_t *per, size_t *tmp) {
+    if (M <= 0 || N <= 0 || K <= 0) return;
+    int n = ct_blas_gemm_touch(b, M, N, K, threads, tmp);
+    for (int i = 0; i < n; i++) per[i] = tmp[i] > per[i] ? tmp[i] : per[i];
+}
+
+/* A linear layer (N rows, in -> out) as OpenBLAS sees its row-major calls:
+ * forward (out, N, in), the input gradient (in, N, out) and, when its weight
+ * trains, the weight gradient (in, out, N). */
+static void blas_linear(const ct_blas_params *b, int64_t N, int64_t in, int64_t out, bool dw,
+                        int threads, size_t *per, size_t *tmp) {
+    blas_add(b, out, N, in, threads, per, tmp);
+    blas_add(b, in, N, out, threads, per, tmp);
+    if (dw) blas_add(b, in, out, N, threads, per, tmp);
+}
+
+/* The LoRA group (0 qkv, 1 attention output, 2 first MLP GEMM, 3 MLP output)
+ * of module kind k, from its path. */
+static int lora_group(const ct_model_config *mc, int k) {
+    const char *path = ct_lora_kind_path(mc, k);
+    if (!path) return -1;
+    if (strstr(path, "q_proj") || strstr(path, "k_proj") || strstr(path, "v_proj") ||
+        strstr(path, "c_attn"))
+        return 0;
+    if (strstr(path, "o_proj") || strstr(path, "attn.c_proj")) return 1;
+    if (strstr(path, "gate") || strstr(path, "up_proj") || strstr(path, "c_fc")) return 2;
+    return 3;
+}
+
+size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
+                        const ct_lora_opts *lo, int threads, const ct_blas_params *bp) {
+    if (threads < 1) threads = 1;
+    size_t *per = calloc((size_t)threads * 2, sizeof *per);
+    if (!per) return 0;
+    size_t *tmp = per + threads;
+    bool lora = lo && lo->r > 0, dw = !lora; /* a LoRA base is frozen: no weight gradients */
+    int64_t N = (int64_t)B * T, C = mc->n_embd, F = mc->n_ffn;
+    int64_t kv = (int64_t)C / mc->n_head * mc->n_kv_head;
+    int64_t width[4] = {C + 2 * kv, C, mc->mlp == CT_MLP_SWIGLU ? 2 * F : F, C};
+    int64_t input[4] = {C, C, C, F};
+    for (int g = 0; g < 4; g++) blas_linear(bp, N, input[g], width[g], dw, threads, per, tmp);
+    if (lora) { /* A: in -> r and B: r -> out, both training */
+        bool seen[4] = {false, false, false, false};
+        for (int k = 0; k < ct_lora_num_kinds(mc); k++) {
+            int g = lora_group(mc, k);
+            if (g < 0 || seen[g] || !(lo->targets & (1u << k))) continue;
+            seen[g] = true;
+            blas_linear(bp, N, input[g], lo->r, true, threads, per, tmp);
+            blas_linear(bp, N, lo->r, width[g], true, threads, per, tmp);
+        }
+    }
+    /* the head, chunked over rows; its weight trains unless LoRA froze it */
+    int chunk = ct_model_head_chunk_rows(mc, (int)N);
+    if (o && o->head_chunk_rows > 0) chunk = o->head_chunk_rows < N ? o->head_chunk_rows : (int)N;
+    blas_linear(bp, chunk, C, mc->vocab_size, dw, threads, per, tmp);
+    size_t total = 0;
+    for (int i = 0; i < threads; i++) total += per[i];
+    /* attention's tile GEMMs run inside the pool, serially in each thread, on
+     * their own buffers (64 x 128 tiles of head size HS): the workers' count */
+    int64_t HS = C / mc->n_head, bq = 64, bk = 128;
+    size_t att = 0;
+    const int64_t shapes[3][3] = {{bk, bq, HS}, {HS, bq, bk}, {HS, bk, bq}};
+    for (int s = 0; s < 3; s++) {
+        ct_blas_gemm_touch(bp, shapes[s][0], shapes[s][1], shapes[s][2], 1, tmp);
+        att = tmp[0] > att ? tmp[0] : att;
+    }
+    total += (size_t)(threads - 1) * att;
+    free(per);
+    return total;
+}
+
+/* ---------------------------------------------------- measuring the process */
+
+/* Bytes of the shard files spec names for split, resolved as the loader does
+ * (a directory's <split>_*.bin, else its *.bin; a glob; a file); 0 for none. */
+static size_t shard_bytes(const char *spec, const char *split) {
+    if (!spec || !spec[0]) return 0;
+    struct stat sb;
+    char pat[2048];
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    int rc;
+    if (stat(spec, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(pat, sizeof pat, "%s/%s_*.bin", spec, split);
+        rc = glob(pat, 0, NULL, &g);
+        if (rc == GLOB_NOMATCH) {
+            globfree(&g);
+            memset(&g, 0, sizeof g);
+            snprintf(pat, sizeof pat, "%s/*.bin", spec);
+            rc = glob(pat, 0, NULL, &g);
+        }
+    } else if (strpbrk(spec, "*?[")) {
+        rc = glob(spec, 0, NULL, &g);
+    } else {
+        return stat(spec, &sb) == 0 ? (size_t)sb.st_size : 0;
+    }
+    size_t total = 0;
+    for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++)
+        if (stat(g.gl_pathv[i], &sb) == 0) total += (size_t)sb.st_size;
+    globfree(&g);
+    return total;
+}
+
+/* The value of a "Key:   N kB" or "Key: N" line of /proc/self/status. */
+static bool status_field(const char *text, const char *key, size_t *out) {
+    size_t klen = strlen(key);
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, key, klen) != 0 || l[klen] != ':') continue;
+        char *end;
+        unsigned long long v = strtoull(l + klen + 1, &end, 10);
+        if (end == l + klen + 1) return false;
+        *out = (size_t)v;
+        return true;
+    }
+    return false;
+}
+
+/* This process's resident bytes now. */
+static ct_status read_rss(size_t *rss) {
+    char *text = NULL;
+    size_t len = 0, kib = 0;
+    ct_status st = ct_file_read_all("/proc/self/status", &text, &len);
+    if (st) return st;
+    bool ok = status_field(text, "VmRSS", &kib);
+    free(text);
+    if (!ok) return CT_ERR(CT_ERR_IO, "/proc/self/status: no VmRSS line to plan memory from");
+    *rss = kib * 1024;
+    return CT_OK;
+}
+
+/* The resident bytes loading the run's tokenizer adds (run_tokenizer_write
+ * loads it to copy its files into run.dir; the heap it used stays resident):
+ * the first tokenizer at hand of model.init_from, data.train and data.val. */
+static size_t tokenizer_bytes(const ct_config *cfg) {
+    const char *src[3] = {cfg->model.init_from, cfg->data.train, cfg->data.val};
+    for (int i = 0; i < 3; i++) {
+        if (!src[i][0]) continue;
+        ct_tok_info info;
+        ct_status st = i == 0 ? ct_tok_info_of_dir(&info, src[i])
+                              : ct_tok_info_of_shards(&info, src[i]);
+        if (st || !info.identity[0] || !info.load[0]) {
+            ct_error_clear(); /* the trainer reports it */
+            continue;
+        }
+        size_t before, after;
+        ct_tokenizer *t = NULL;
+#ifdef __GLIBC__
+        /* glibc serves blocks below its mmap threshold from the heap, which
+         * keeps what they free, and raises that threshold to the size of the
+         * first mmap'd block freed: in a trainer (whose start-up GEMM
+         * benchmark frees 4 MiB buffers) the tokenizer loads into the heap, and
+         * so it does here, whatever this process freed before */
+        void *volatile prime = malloc((size_t)4 << 20);
+        free(prime);
+#endif
+        if (read_rss(&before) || ct_tokenizer_load(&t, info.load)) {
+            ct_error_clear();
+            return 0;
+        }
+        ct_status rs = read_rss(&after);
+        ct_tokenizer_free(t);
+#ifdef __GLIBC__
+        malloc_trim(0); /* give back what it freed, so the trainer's own load starts afresh */
+#endif
+        if (rs) ct_error_clear();
+        return !rs && after > before ? after - before : 0;
+    }
+    return 0;
+}
+
+ct_status ct_run_env_measure(ct_run_env *out, const ct_config *cfg) {
+    memset(out, 0, sizeof *out);
+    if (read_rss(&out->process)) { /* no /proc: the plan's floor stands in */
+        ct_error_clear();
+        out->process = 0;
+    }
+    ct_blas_params_read(&out->blas);
+    if (!cfg) return CT_OK;
+    out->shards = shard_bytes(cfg->data.train, "train");
+    /* the trainer reads no validation from a directory of training shards */
+    if (cfg->data.val[0] && !ct_loader_split_missing(cfg->data.val, "val"))
+        out->shards += shard_bytes(cfg->data.val, "val");
+    /* mapped shard pages are page cache: the kernel takes them back under
+     * pressure, so a dataset larger than memory still trains. Up to this
+     * much of them is counted (small datasets stay resident whole) */
+    if (out->shards > (size_t)CT_PLAN_SHARDS_MAX_MIB << 20)
+        out->shards = (size_t)CT_PLAN_SHARDS_MAX_MIB << 20;
+    out->tokenizer = tokenizer_bytes(cfg);
+    return CT_OK;
+}
+
+void ct_run_plan_measure(ct_run_plan *p, const ct_model_config *mc, int prefetch,
+                         const ct_run_env *env) {
+    const size_t MB = (size_t)1 << 20;
+    if (&p->env != env) p->env = *env;
+    if (&p->mc != mc) p->mc = *mc;
+    p->measured = true;
+    p->prefetch = prefetch;
+    size_t base = (size_t)(CT_RUNTIME_PROCESS_MIB * 1048576.0);
+    p->rt_process = env->process > base ? env->process : base;
+    p->rt_tokenizer = env->tokenizer ? (env->tokenizer + MB / 2 + MB - 1) / MB * MB : 0;
+    p->rt_code = (size_t)(CT_RUNTIME_CODE_MIB * 1048576.0);
+    /* the pool's workers and the prefetch thread, which the run may start later */
+    int threads = p->threads - 1 + (prefetch > 0 ? 1 : 0);
+    p->rt_threads = (size_t)(threads * CT_RUNTIME_THREAD_MIB * 1048576.0);
+    size_t w = p->model.trainable; /* what a checkpoint writes */
+    p->rt_io = 3 * (w < MB ? w : MB) + (size_t)(CT_RUNTIME_IO_MIB * 1048576.0);
+    p->rt_blas = ct_run_plan_blas(mc, p->B, p->T, &p->opts, &p->lora, p->threads, &env->blas);
+    p->rt_reserve = (size_t)(CT_RUNTIME_RESERVE_MIB * 1048576.0);
+    p->runtime = p->rt_process + p->rt_code + p->rt_tokenizer + p->rt_threads + p->rt_io +
+                 p->rt_blas + p->rt_reserve;
+    p->shards = env->shards;
+    p->total = p->model.total + p->optim + p->data + p->shards + p->runtime;
+}
+
 /* ct_run_plan_make for the request's thread count and its ZeRO sharding. */
 static ct_status plan_for(const ct_model_config *mc, const ct_fit_request *r, int B, int accum,
                           const ct_model_opts *o, ct_run_plan *out) {
@@ -79,6 +446,7 @@ static ct_status plan_for(const ct_model_config *mc, const ct_fit_request *r, in
     if (!st) {
         ct_run_plan_set_threads(out, r->threads);
         ct_run_plan_shard_optim(out, r->optim_shards);
+        if (r->env) ct_run_plan_measure(out, mc, r->prefetch, r->env);
     }
     return st;
 }
@@ -171,14 +539,14 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
     if (st) return st;
     st = CT_ERR(CT_ERR_ARG,
                 "the run needs %.0f MiB (params %.0f, grads %.0f, AdamW %.0f, activations %.0f, "
-                "work %.0f, scratch %.0f, data %.0f, runtime %.0f; B=%d T=%d recompute %s, %s "
-                "activations) "
-                "but run.memory_limit = '%s' allows %.0f MiB",
+                "work %.0f, scratch %.0f, data %.0f, shards %.0f, runtime %.0f; B=%d T=%d "
+                "recompute %s, %s activations) but run.memory_limit = '%s' allows %.0f MiB",
                 need.total / MiB, need.model.params / MiB, need.model.grads / MiB,
                 need.optim / MiB, need.model.acts / MiB, need.model.work / MiB,
-                need.model.scratch / MiB, need.data / MiB, need.runtime / MiB, need.B, need.T,
-                ct_model_recompute_name(o.recompute), ct_model_act_dtype_name(o.act_dtype),
-                r->limit_spec ? r->limit_spec : "?", r->limit / MiB);
+                need.model.scratch / MiB, need.data / MiB, need.shards / MiB, need.runtime / MiB,
+                need.B, need.T, ct_model_recompute_name(o.recompute),
+                ct_model_act_dtype_name(o.act_dtype), r->limit_spec ? r->limit_spec : "?",
+                r->limit / MiB);
     hint_fits(mc, r);
     return st;
 }
@@ -241,8 +609,8 @@ ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc
                                  out, limit);
 }
 
-ct_status ct_run_plan_for_world(const ct_config *cfg, const ct_model_config *mc, int world,
-                                int local, ct_run_plan *out, size_t *limit) {
+ct_status ct_run_plan_for_env(const ct_config *cfg, const ct_model_config *mc, int world,
+                              int local, const ct_run_env *env, ct_run_plan *out, size_t *limit) {
     ct_fit_request r;
     memset(&r, 0, sizeof r);
     r.optim_shards = cfg->dist.zero ? world : 1;
@@ -262,13 +630,40 @@ ct_status ct_run_plan_for_world(const ct_config *cfg, const ct_model_config *mc,
         return CT_ERR(CT_ERR_ARG, "train.effective_batch = %d applies to train.batch_size=auto "
                       "only; with train.batch_size = %d set train.grad_accum instead",
                       r.effective_batch, r.B);
-    if (r.T > mc->n_ctx)
-        return CT_ERR(CT_ERR_ARG, "train.seq_len = %d exceeds the model's context n_ctx = %d",
-                      r.T, mc->n_ctx);
+    if (r.T > mc->n_ctx) {
+        st = CT_ERR(CT_ERR_ARG, "train.seq_len = %d exceeds the model's context n_ctx = %d",
+                    r.T, mc->n_ctx);
+        ct_error_hint("set train.seq_len=%d (or less), or a model with a longer context",
+                      mc->n_ctx);
+        return st;
+    }
+    if (r.B == 0 && r.effective_batch == 0) {
+        /* auto keeps the effective batch of the default micro-batch: it only
+         * splits it (as HF's auto_find_batch_size only goes down) */
+        ct_config *d = malloc(sizeof *d);
+        if (!d) return CT_ERR(CT_ERR_OOM, "out of memory planning the run");
+        ct_config_default(d);
+        int64_t eff = d->train.batch_size * cfg->train.grad_accum;
+        free(d);
+        if (eff > (1 << 30))
+            return CT_ERR(CT_ERR_ARG, "train.batch_size=auto with train.grad_accum = %lld: "
+                          "the effective batch %lld is too large", (long long)cfg->train.grad_accum,
+                          (long long)eff);
+        r.effective_batch = (int)eff;
+    }
     size_t avail = ct_memory_available() / (size_t)(local > 1 ? local : 1);
     if ((st = ct_config_memory_limit(cfg->run.memory_limit, avail, &r.limit)))
         return st;
+    r.env = env;
     if ((st = ct_run_plan_fit(mc, &r, out))) return st;
     *limit = r.limit;
     return CT_OK;
+}
+
+ct_status ct_run_plan_for_world(const ct_config *cfg, const ct_model_config *mc, int world,
+                                int local, ct_run_plan *out, size_t *limit) {
+    ct_run_env env;
+    ct_status st = ct_run_env_measure(&env, cfg);
+    if (st) return st;
+    return ct_run_plan_for_env(cfg, mc, world, local, &env, out, limit);
 }

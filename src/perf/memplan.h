@@ -1,25 +1,53 @@
 /*
  * The run's memory plan and the hard memory limit. Every byte a training run
- * allocates in bulk is counted from the model config and the settings before
- * anything is allocated: the model's plan (params, grads, activations, work,
- * scratch), AdamW's moments (one rank's shard under ZeRO-1) and the token buffers of the loader's prefetch
- * ring and the trainer. run.memory_limit ("85%", "12GB", bytes) caps it;
- * batch_size=auto and recompute=auto pick settings under the cap by planning,
- * never by trying an allocation. The process itself (code, libraries, heap,
- * thread stacks and OpenBLAS's per-thread packing buffers) is one measured
- * constant, the runtime baseline (ct_run_plan_runtime). Leaves out:
- * checkpoint I/O buffers and the pages of the memory-mapped token shards
- * (file-backed and reclaimable, though they show in RSS once read).
+ * keeps resident is counted from the model config and the settings before
+ * anything big is allocated: the model's plan (params, grads, activations,
+ * work, scratch), AdamW's moments (one rank's shard under ZeRO-1), the token
+ * buffers of the loader's prefetch ring and the trainer, the mapped token
+ * shards, and the process itself: its resident set when planned (program,
+ * libraries, heap: measured), the threads the run starts later, and the part
+ * of OpenBLAS's per-thread packing buffers this run's GEMMs touch (modelled
+ * from the GEMM shapes and the kernel set's blocking). run.memory_limit
+ * ("85%", "12GB", bytes) caps it; batch_size=auto and recompute=auto pick
+ * settings under the cap by planning, never by trying an allocation.
+ * Leaves out: what an MPI library maps after planning (its shared-memory
+ * segments), and the file pages of anything but the token shards.
  */
 #ifndef CT_PERF_MEMPLAN_H
 #define CT_PERF_MEMPLAN_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ctrain/config.h"
 #include "ctrain/core.h"
 #include "ctrain/model.h"
+
+/* OpenBLAS's sgemm blocking for the kernel set it runs, which decides how much
+ * of its packing buffers (one per thread, BUFFER_SIZE = 128 MiB of address
+ * space each, touched only as far as a GEMM packs) a GEMM makes resident. */
+typedef struct ct_blas_params {
+    char core[32];    /* openblas_get_corename(): "Haswell", "SkylakeX", ... */
+    int p, q;         /* GEMM_P: rows of A per packed block; GEMM_Q: its depth (K) */
+    int unroll_m, unroll_n;
+    int switch_ratio; /* OpenBLAS splits M and N over threads in steps of at least this */
+    int jj_max;       /* columns of B packed at a time when A fits one block */
+    bool known;       /* false: conservative blocking for a kernel set not in the table */
+} ct_blas_params;
+
+/* What a plan measures of the process it is made in (ct_run_env_measure). */
+/* Mapped token shards count in a plan up to this many MiB: beyond it their
+ * pages are page cache the kernel reclaims, not memory a run can run out of. */
+#define CT_PLAN_SHARDS_MAX_MIB 256
+
+typedef struct ct_run_env {
+    size_t process;   /* resident bytes of this process when measured */
+    size_t shards;    /* bytes of the token shards the run maps (train + val), at most
+                       * CT_PLAN_SHARDS_MAX_MIB MiB */
+    size_t tokenizer; /* resident bytes loading the run's tokenizer added */
+    ct_blas_params blas;
+} ct_run_env;
 
 typedef struct ct_run_plan {
     int B, T, grad_accum;
@@ -30,9 +58,26 @@ typedef struct ct_run_plan {
                           * them, or its shard under ZeRO-1) */
     int optim_shards;    /* ranks the moments are split over (ZeRO-1); 1: none */
     size_t data;         /* token buffers: prefetch ring + the trainer's batch */
-    size_t runtime;      /* process baseline for `threads` threads (ct_run_plan_runtime) */
+    size_t shards;       /* mapped token shards (measured plans; 0 otherwise) */
+    size_t runtime;      /* the process: the rt_* parts below */
+    size_t rt_process;   /* measured plans: this process's RSS when planned (program,
+                          * libraries, heap), at least CT_RUNTIME_PROCESS_MIB; otherwise
+                          * CT_RUNTIME_BASE_MIB */
+    size_t rt_code;      /* library code and data the training loop touches first
+                          * (CT_RUNTIME_CODE_MIB) */
+    size_t rt_tokenizer; /* the run's tokenizer, which train loads to copy it into
+                          * run.dir: its heap stays resident (measured) */
+    size_t rt_threads;   /* stacks and arenas of the threads the run starts later */
+    size_t rt_io;        /* the checkpoint writer's buffers (see CT_RUNTIME_IO_MIB) */
+    size_t rt_reserve;   /* CT_RUNTIME_RESERVE_MIB: what varies from run to run */
+    size_t rt_blas;      /* OpenBLAS packing buffers: measured plans, those this run's
+                          * GEMMs touch (ct_run_plan_blas); otherwise the constants */
     int threads;         /* the thread count runtime was planned for */
-    size_t total;
+    int prefetch;        /* the prefetch ring's batches (0: no prefetch thread) */
+    bool measured;       /* runtime from a ct_run_env (ct_run_plan_measure) */
+    ct_run_env env;      /* measured plans: what was measured */
+    ct_model_config mc;  /* measured plans: the model shape (to re-plan the BLAS part) */
+    size_t total;        /* model.total + optim + data + shards + runtime */
 } ct_run_plan;
 
 /* Plans a training run of mc at micro-batch (B,T) with the options o and a
@@ -47,21 +92,92 @@ ct_status ct_run_plan_make_lora(const ct_model_config *mc, int B, int T, int gra
                                 ct_run_plan *out);
 
 /* Re-plans p's runtime baseline (and so its total) for `threads` threads
- * (<= 0: the CPUs this process may run on). */
+ * (<= 0: the CPUs this process may run on): the constants, or for a measured
+ * plan its threads and BLAS parts. */
 void ct_run_plan_set_threads(ct_run_plan *p, int threads);
 
-/* The process baseline of a training run on `threads` threads (<= 0: the
- * CPUs this process may run on), in bytes: CT_RUNTIME_BASE_MIB for the
- * program, its libraries, the heap and the loader thread, plus OpenBLAS's
- * packing buffers, as much of them as sgemm touches: CT_RUNTIME_BLAS1_MIB on
- * one thread, CT_RUNTIME_BLAS_MIB per thread when it runs threaded (the
- * OpenMP worker stacks included). Measured as peak RSS minus the rest of the
- * plan over GPT-2 shapes from C=128 to C=384 with OpenBLAS 0.3.21 (OpenMP
- * build) on x86_64; tests/cli/test_plan_rss.py checks it. */
+/* The constant process baseline of an unmeasured plan (ct_run_plan_make) on
+ * `threads` threads (<= 0: the CPUs this process may run on), in bytes:
+ * CT_RUNTIME_BASE_MIB for the program, its libraries, the heap and the loader
+ * thread, plus CT_RUNTIME_BLAS1_MIB of OpenBLAS packing buffers on one thread,
+ * CT_RUNTIME_BLAS_MIB per thread when threaded. A rough figure (the packing
+ * buffers grow with the GEMM shapes: 61 MiB for GPT-2's 50257-token head on
+ * Haswell kernels); `train` and `plan` use measured plans instead. */
 #define CT_RUNTIME_BASE_MIB 8.5
 #define CT_RUNTIME_BLAS1_MIB 1.5
 #define CT_RUNTIME_BLAS_MIB 5.5
 size_t ct_run_plan_runtime(int threads);
+
+/* Parts of a measured plan's runtime that cannot be measured when planning,
+ * measured once (x86_64, glibc 2.36, OpenBLAS 0.3.21) by comparing
+ * /proc/self/smaps when planning with smaps at the run's peak:
+ *   THREAD: each thread but the main one (stack, TLS, malloc arena);
+ *   CODE: library code and data the training loop is first to touch
+ *         (kernels, libm, the tokenizer's regex), 1.2-1.5 MiB measured;
+ *   IO: the checkpoint writer's buffers: the safetensors writer's two 1 MiB
+ *       staging buffers and the file's 1 MiB stdio buffer, each touched as
+ *       far as the weights it writes reach (3 x min(1 MiB, trainable bytes)),
+ *       plus CT_RUNTIME_IO_MIB for the run directory's small-file writes;
+ *   RESERVE: what varies from run to run of the same settings (where malloc's
+ *       heap ends up, when a freed buffer goes back): up to 1 MiB measured.
+ * The process line is the RSS measured when planning, but at least
+ * CT_RUNTIME_PROCESS_MIB (above what this program measures there on its own:
+ * 6.4-7.1 MiB in `plan` and `train`), so that plans do not vary with a few
+ * pages between processes: `plan` and `train` make the same plan. The
+ * tokenizer line is measured too, rounded up to whole MiB after a 0.5 MiB
+ * guard for the same reason. */
+#define CT_RUNTIME_THREAD_MIB 0.25
+#define CT_RUNTIME_CODE_MIB 1.5
+#define CT_RUNTIME_IO_MIB 0.5
+#define CT_RUNTIME_RESERVE_MIB 1.0
+#define CT_RUNTIME_PROCESS_MIB 7.5
+
+/* The sgemm blocking of the OpenBLAS kernel set this process runs (OpenBLAS
+ * 0.3.x's param.h; Prescott's GEMM_P follows the L2 size l2_bytes, 0: unknown,
+ * as OpenBLAS's does). Unknown kernel sets get known = false and a blocking
+ * that over-counts (p 256, q 512). */
+void ct_blas_params_for(ct_blas_params *out, const char *core, size_t l2_bytes);
+/* ct_blas_params_for of this process's OpenBLAS and L2 cache. */
+void ct_blas_params_read(ct_blas_params *out);
+
+/* Bytes of OpenBLAS packing buffers that one sgemm touches, as OpenBLAS 0.3's
+ * level-3 drivers pack: column-major M x N x K (a row-major call's dimensions
+ * swapped), on `threads` threads. Writes each thread's bytes to per[0..n-1]
+ * (per has room for `threads`) and returns n, the threads it runs on. */
+int ct_blas_gemm_touch(const ct_blas_params *bp, int64_t M, int64_t N, int64_t K, int threads,
+                       size_t *per);
+/* The sum over threads of ct_blas_gemm_touch (0 when out of memory). */
+size_t ct_blas_gemm_resident(const ct_blas_params *bp, int64_t M, int64_t N, int64_t K,
+                             int threads);
+
+/* The OpenBLAS packing buffers a training step of mc at (B,T) under o (and
+ * the LoRA adapters lo; NULL or r == 0: none) leaves resident on `threads`
+ * threads: per thread, the most any of its GEMMs (forward, backward, the
+ * chunked head, recompute's re-runs) touches; summed over threads, plus the
+ * small buffers the attention kernel's per-thread GEMMs touch. */
+size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
+                        const ct_lora_opts *lo, int threads, const ct_blas_params *bp);
+
+/* Measures this process for a plan of the run cfg describes (NULL: no data,
+ * no tokenizer): its RSS now (/proc/self/status), the BLAS
+ * blocking, the bytes of the token shards data.train and data.val name
+ * (resolved as the loader does: a file, a glob, or a directory's
+ * <split>_*.bin, else its *.bin; a spec that names nothing counts 0, the
+ * loader reports it later), and the RSS that loading the run's tokenizer
+ * adds (the first of model.init_from's, data.train's and data.val's that is
+ * at hand; loaded and freed here, about 0.2 s for GPT-2's). What cannot be
+ * read counts 0 (without /proc/self/status the process line is its floor,
+ * CT_RUNTIME_PROCESS_MIB); returns CT_OK. */
+ct_status ct_run_env_measure(ct_run_env *out, const ct_config *cfg);
+
+/* Makes p a measured plan: runtime = max(env->process, CT_RUNTIME_PROCESS_MIB)
+ * + the tokenizer (env->tokenizer, rounded) + CT_RUNTIME_CODE_MIB + the
+ * threads but the main one (threads - 1 workers and a prefetch thread when
+ * prefetch > 0) x CT_RUNTIME_THREAD_MIB + the I/O buffers +
+ * ct_run_plan_blas + CT_RUNTIME_RESERVE_MIB; shards = env->shards; total
+ * follows. Borrows mc and env. */
+void ct_run_plan_measure(ct_run_plan *p, const ct_model_config *mc, int prefetch,
+                         const ct_run_env *env);
 
 /* Split the plan's AdamW moments over `shards` ranks (ZeRO-1): each keeps
  * ceil(numel / shards) elements of m and v; total follows. shards <= 1 is a
@@ -84,6 +200,8 @@ typedef struct ct_fit_request {
     size_t limit;        /* bytes */
     const char *limit_spec; /* for messages: the run.memory_limit text */
     int optim_shards;    /* ZeRO-1: ranks the AdamW moments are split over; 0 or 1: none */
+    const ct_run_env *env; /* measured plans (ct_run_plan_measure); NULL: the constant
+                            * runtime of ct_run_plan_make */
 } ct_fit_request;
 
 /* Resolves the automatic settings and checks the plan against the limit.
@@ -109,7 +227,12 @@ ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *
  * accumulation, effective batch, prefetch, run.threads, run.memory_limit against
  * ct_memory_available, dist.zero over dist.world ranks, 0 counting as 1, the
  * lora.* adapters) planned and fitted for the model shape mc, as `train` and
- * `plan` both do. Writes the plan and the limit in bytes. CT_ERR_ARG. */
+ * `plan` both do: a measured plan (ct_run_env_measure of this process and
+ * data.train/data.val). batch_size=auto keeps the effective batch: the
+ * micro-batch is the largest divisor of train.effective_batch, or when that is
+ * 0 of train.grad_accum x the default train.batch_size, whose plan fits, and
+ * grad_accum takes the rest. Writes the plan and the limit in bytes.
+ * CT_ERR_ARG. */
 ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc,
                                  ct_run_plan *out, size_t *limit);
 /* The same for one rank of a run of `world` ranks, `local` of them on this
@@ -118,5 +241,10 @@ ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc
  * available memory divided by local (a byte count stays per rank). */
 ct_status ct_run_plan_for_world(const ct_config *cfg, const ct_model_config *mc, int world,
                                 int local, ct_run_plan *out, size_t *limit);
+/* The same with the measurement env of this process (ct_run_env_measure of
+ * cfg; its process part less what the plan counts elsewhere, such as BLAS
+ * buffers a benchmark touched before). Borrows env. */
+ct_status ct_run_plan_for_env(const ct_config *cfg, const ct_model_config *mc, int world,
+                              int local, const ct_run_env *env, ct_run_plan *out, size_t *limit);
 
 #endif
