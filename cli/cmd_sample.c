@@ -1,8 +1,15 @@
 /*
- * `ctrain sample --model DIR`: generate tokens with temperature and top-k
- * sampling, one KV-cached decode step per token. Prints the generated ids,
- * space-separated, on stdout (the prompt is not repeated); with
- * --tokenizer DIR the prompt is text and the output is text.
+ * `ctrain sample --model DIR`: generate tokens one KV-cached decode step at a
+ * time, with Hugging Face's sampling semantics: repetition penalty on the raw
+ * logits, then temperature, top-k and top-p (nucleus); temperature 0 is
+ * greedy. Prints the generated ids, space-separated, on stdout (the prompt is
+ * not repeated); with --tokenizer DIR the prompt is text and the output is
+ * text (refused when the model directory carries another tokenizer beside its
+ * weights). Several prompts give one line each (--json: one object each).
+ * A LoRA run or PEFT adapter is merged into its base in memory first.
+ * When prompt + generation outgrow the context, the window slides (see
+ * sample_generate). Leaves out: beam search, batched prompts (each prompt is
+ * decoded on its own), and chat templates.
  */
 #include <errno.h>
 #include <math.h>
@@ -13,6 +20,11 @@
 #include "cli.h"
 #include "ctrain/data.h"
 #include "ctrain/model.h"
+#include "io/fileio.h"
+#include "train/eval.h"
+
+#define SAMPLE_MAX_STOPS 64
+#define SAMPLE_MAX_PROMPTS 4096 /* --prompt given on the command line */
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
     char *end;
@@ -32,93 +44,620 @@ static int parse_double(const char *s, double lo, double hi, double *out) {
     return 0;
 }
 
-/* Draw from softmax(logits / temperature) restricted to the top_k largest
- * (top_k 0: all); temperature 0 is greedy. probs is scratch (V). */
-static int sample_token(const float *logits, float *probs, int V, double temperature, int top_k,
-                        ct_rng *rng) {
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best]) best = i;
-    if (temperature <= 0) return best;
-    float kth = -INFINITY; /* logits below the k-th largest are dropped */
-    if (top_k > 0 && top_k < V) {
-        memcpy(probs, logits, (size_t)V * sizeof *probs);
-        /* partial selection: k passes of max-extraction are fine for sampling */
-        for (int k = 0; k < top_k; k++) {
-            int arg = 0;
-            for (int i = 1; i < V; i++)
-                if (probs[i] > probs[arg]) arg = i;
-            kth = probs[arg];
-            probs[arg] = -INFINITY;
-        }
-    }
-    double sum = 0;
-    for (int i = 0; i < V; i++) {
-        double p = logits[i] >= kth ? exp((logits[i] - logits[best]) / temperature) : 0.0;
-        probs[i] = (float)p;
-        sum += p;
-    }
-    double r = ct_rng_double(rng) * sum, acc = 0;
-    for (int i = 0; i < V; i++) {
-        acc += probs[i];
-        if (r < acc) return i;
-    }
-    return best;
+/* ------------------------------------------------------------ one token */
+
+typedef struct sample_params {
+    double temperature; /* 0: greedy */
+    int top_k;          /* 0: all */
+    double top_p;       /* 1: all */
+    double penalty;     /* repetition penalty; 1: none */
+} sample_params;
+
+typedef struct cand {
+    float score;
+    int32_t id;
+} cand;
+
+typedef struct sampler {
+    int V;
+    float *scores; /* (V) the logits after the repetition penalty */
+    float *probs;  /* (V) unnormalised probabilities of the candidates */
+    cand *cand;    /* (V) the candidates */
+    uint8_t *seen; /* (V) ids already in the context */
+    int32_t *uniq; /* (V) those ids, each once */
+    int n_uniq;
+} sampler;
+
+/* A new context (prompt) or one more id of it: what the penalty applies to. */
+static void sampler_reset(sampler *s) {
+    memset(s->seen, 0, (size_t)s->V);
+    s->n_uniq = 0;
 }
 
+static void sampler_see(sampler *s, int32_t id) {
+    if (id < 0 || id >= s->V || s->seen[id]) return;
+    s->seen[id] = 1;
+    s->uniq[s->n_uniq++] = id;
+}
+
+static int float_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x > y ? -1 : x < y;
+}
+
+/* top-p order: larger score first, then the smaller id */
+static int cand_cmp(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* The next token after logits(V), Hugging Face's order of processing:
+ *  1. repetition penalty (CTRL): each distinct id of the context (prompt and
+ *     generated, sampler_see) gets score/R when its score is positive,
+ *     score*R otherwise;
+ *  2. temperature 0: the first largest score (greedy);
+ *  3. temperature: scores / T; top-k keeps the scores >= the k-th largest
+ *     (ties kept); top-p keeps, largest first, the smallest set whose
+ *     probability (softmax over what top-k kept) reaches P (at least one);
+ *  4. one draw r = U[0,1) * total over the candidates: in id order without
+ *     top-p (as before top-p existed), largest first with it.
+ * One ct_rng_double per sampled (not greedy) token. */
+static int sample_token(sampler *s, const float *logits, const sample_params *p, ct_rng *rng) {
+    int V = s->V;
+    float *sc = s->scores;
+    memcpy(sc, logits, (size_t)V * sizeof *sc);
+    if (p->penalty != 1.0) {
+        for (int j = 0; j < s->n_uniq; j++) {
+            int32_t id = s->uniq[j];
+            sc[id] = sc[id] > 0 ? (float)(sc[id] / p->penalty) : (float)(sc[id] * p->penalty);
+        }
+    }
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (sc[i] > sc[best]) best = i;
+    if (p->temperature <= 0) return best;
+    float kth = -INFINITY; /* scores below the k-th largest are dropped */
+    if (p->top_k > 0 && p->top_k < V) {
+        float *tmp = s->probs;
+        memcpy(tmp, sc, (size_t)V * sizeof *tmp);
+        if (p->top_k <= 16) {
+            /* partial selection: k passes of max-extraction */
+            for (int k = 0; k < p->top_k; k++) {
+                int arg = 0;
+                for (int i = 1; i < V; i++)
+                    if (tmp[i] > tmp[arg]) arg = i;
+                kth = tmp[arg];
+                tmp[arg] = -INFINITY;
+            }
+        } else {
+            qsort(tmp, (size_t)V, sizeof *tmp, float_desc);
+            kth = tmp[p->top_k - 1];
+        }
+    }
+    int n = 0;
+    double sum = 0;
+    for (int i = 0; i < V; i++) {
+        double q = sc[i] >= kth ? exp((sc[i] - sc[best]) / p->temperature) : 0.0;
+        s->probs[i] = (float)q;
+        if (sc[i] >= kth) s->cand[n++] = (cand){sc[i], i};
+        sum += q;
+    }
+    if (p->top_p < 1.0) {
+        qsort(s->cand, (size_t)n, sizeof *s->cand, cand_cmp);
+        /* HF drops a token when the mass before it (larger scores) is >= P */
+        double before = 0;
+        int keep = 0;
+        while (keep < n && (keep == 0 || before < p->top_p * sum))
+            before += s->probs[s->cand[keep++].id];
+        n = keep;
+        sum = 0;
+        for (int j = 0; j < n; j++) sum += s->probs[s->cand[j].id];
+    }
+    double r = ct_rng_double(rng) * sum, acc = 0;
+    for (int j = 0; j < n; j++) {
+        acc += s->probs[s->cand[j].id];
+        if (r < acc) return s->cand[j].id;
+    }
+    return p->top_p < 1.0 && n ? s->cand[n - 1].id : best;
+}
+
+/* ------------------------------------------------------------ output */
+
+/* bytes of text as a JSON string: escapes, and U+FFFD for bytes that start
+ * no valid UTF-8 sequence (a token may end inside a character) */
+static void put_json_string(const char *t, size_t n) {
+    putchar('"');
+    size_t i = 0;
+    while (i < n) {
+        size_t ok = ct_utf8_valid_prefix(t + i, n - i);
+        for (size_t j = i; j < i + ok; j++) {
+            unsigned char c = (unsigned char)t[j];
+            if (c == '"' || c == '\\') printf("\\%c", c);
+            else if (c == '\n') fputs("\\n", stdout);
+            else if (c == '\r') fputs("\\r", stdout);
+            else if (c == '\t') fputs("\\t", stdout);
+            else if (c < 0x20 || c == 0x7f) printf("\\u%04x", c);
+            else putchar(c);
+        }
+        i += ok;
+        if (i < n) {
+            fputs("\\ufffd", stdout);
+            i++;
+        }
+    }
+    putchar('"');
+}
+
+/* raw bytes, or (escape) with \\, \n and \r written as escapes so that one
+ * output stays on one line */
+static void put_text(const char *t, size_t n, bool escape) {
+    if (!escape) {
+        fwrite(t, 1, n, stdout);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (t[i] == '\\') fputs("\\\\", stdout);
+        else if (t[i] == '\n') fputs("\\n", stdout);
+        else if (t[i] == '\r') fputs("\\r", stdout);
+        else putchar(t[i]);
+    }
+}
+
+/* ------------------------------------------------------------ one prompt */
+
+typedef struct stop_seq {
+    const char *text; /* as given */
+    size_t len;       /* text mode: bytes of text */
+    int32_t *ids;     /* ids mode: the id sequence (owned) */
+    int n;
+} stop_seq;
+
+typedef struct sample_run {
+    ct_model *m;
+    const ct_tokenizer *tok; /* NULL: ids */
+    sampler s;
+    sample_params sp;
+    long n_tokens;
+    uint64_t seed;
+    int n_ctx, cap;   /* the model's context; the KV cache reserved */
+    float *logits;    /* (V) */
+    stop_seq *stops;
+    int n_stops;
+    size_t hold;      /* bytes (text) or ids held back while streaming: a stop may begin there */
+    bool json, escape;
+} sample_run;
+
+typedef struct gen {
+    int32_t *hist;   /* prompt then generated ids */
+    size_t n_hist, n_prompt;
+    char *text;      /* text mode: the generation's bytes */
+    size_t len, cap_text;
+    size_t out;      /* what the output holds: bytes (text) or generated ids, a stop excluded */
+    size_t printed;  /* of out, already on stdout */
+    long n_gen;
+    int slides;
+    bool stopped;
+    bool keep_bos;   /* the window keeps hist[0] (a BOS the prompt was given) */
+} gen;
+
+static ct_status gen_feed(sample_run *r, const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        ct_status st = ct_model_decode_step(r->m, ids[i], r->logits);
+        if (st) return st;
+    }
+    return CT_OK;
+}
+
+/* Append token id's output; sets g->stopped and g->out. */
+static ct_status gen_append(sample_run *r, gen *g, int32_t id) {
+    if (r->tok) {
+        size_t len = 0;
+        const char *b = ct_tokenizer_token_bytes(r->tok, id, &len);
+        if (!b) len = 0;
+        if (g->len + len + 1 > g->cap_text) {
+            size_t cap = (g->cap_text ? 2 * g->cap_text : 256) + len;
+            char *t = realloc(g->text, cap);
+            if (!t) return CT_ERR(CT_ERR_OOM, "out of memory for the generated text");
+            g->text = t;
+            g->cap_text = cap;
+        }
+        size_t old = g->len;
+        if (len) memcpy(g->text + g->len, b, len);
+        g->len += len;
+        g->out = g->len;
+        /* the earliest stop string now in the text; earlier text held none */
+        for (int k = 0; k < r->n_stops; k++) {
+            const stop_seq *st = &r->stops[k];
+            if (st->len > g->len) continue;
+            size_t from = old + 1 >= st->len ? old + 1 - st->len : 0;
+            for (size_t at = from; at + st->len <= g->len; at++) {
+                if (memcmp(g->text + at, st->text, st->len) == 0) {
+                    if (!g->stopped || at < g->out) g->out = at;
+                    g->stopped = true;
+                    break;
+                }
+            }
+        }
+    } else {
+        const int32_t *gen_ids = g->hist + g->n_prompt;
+        size_t n = (size_t)g->n_gen;
+        g->out = n;
+        for (int k = 0; k < r->n_stops; k++) {
+            const stop_seq *st = &r->stops[k];
+            if ((size_t)st->n > n) continue;
+            if (memcmp(gen_ids + n - st->n, st->ids, (size_t)st->n * sizeof *st->ids) == 0) {
+                if (!g->stopped || n - st->n < g->out) g->out = n - st->n;
+                g->stopped = true;
+            }
+        }
+    }
+    return CT_OK;
+}
+
+/* Print what is safe to print of g's output: all of it when done, else all
+ * but what a stop could still begin with. */
+static void gen_print(sample_run *r, gen *g, bool done) {
+    if (r->json) return;
+    size_t upto = g->out;
+    if (!done && !g->stopped) upto = upto > r->hold ? upto - r->hold : 0;
+    if (upto <= g->printed) return;
+    if (r->tok) {
+        put_text(g->text + g->printed, upto - g->printed, r->escape);
+    } else {
+        for (size_t i = g->printed; i < upto; i++)
+            printf("%s%d", i ? " " : "", g->hist[g->n_prompt + i]);
+    }
+    g->printed = upto;
+    fflush(stdout);
+}
+
+/* Generate r->n_tokens tokens after g's prompt (g->hist[0..n_prompt)),
+ * stopping early at a stop. The window: the KV cache holds at most n_ctx
+ * positions; when it is full and another token must be read, the cache is
+ * emptied and the last n_ctx/2 tokens (prompt and generated; a BOS the
+ * prompt starts with stays first) are read again from position 0, so the
+ * model always sees at least n_ctx/2 tokens and each slide costs n_ctx/2
+ * steps. The RNG is seeded with --seed for every prompt. */
+static ct_status sample_generate(sample_run *r, gen *g) {
+    ct_rng rng;
+    ct_rng_init(&rng, r->seed);
+    sampler_reset(&r->s);
+    for (size_t i = 0; i < g->n_prompt; i++) sampler_see(&r->s, g->hist[i]);
+    ct_model_decode_reset(r->m);
+    size_t clen = g->n_prompt;
+    ct_status st = gen_feed(r, g->hist, g->n_prompt);
+    if (st) return st;
+    for (long t = 0; t < r->n_tokens; t++) {
+        int32_t id = sample_token(&r->s, r->logits, &r->sp, &rng);
+        g->hist[g->n_hist++] = id;
+        sampler_see(&r->s, id);
+        g->n_gen++;
+        if ((st = gen_append(r, g, id))) return st;
+        gen_print(r, g, false);
+        if (g->stopped || t + 1 == r->n_tokens) break;
+        if (clen < (size_t)r->cap) {
+            if ((st = gen_feed(r, &id, 1))) return st;
+            clen++;
+            continue;
+        }
+        /* the window is full: slide it */
+        size_t w = r->n_ctx / 2 > 0 ? (size_t)(r->n_ctx / 2) : 1;
+        if (w > g->n_hist) w = g->n_hist;
+        ct_model_decode_reset(r->m);
+        size_t from = g->n_hist - w;
+        if (g->keep_bos && w > 1 && from > 0) {
+            if ((st = gen_feed(r, g->hist, 1))) return st;
+            from++;
+        }
+        if ((st = gen_feed(r, g->hist + from, g->n_hist - from))) return st;
+        clen = w;
+        g->slides++;
+    }
+    return CT_OK;
+}
+
+/* ------------------------------------------------------------ arguments */
+
+/* ids in "1 2, 3" into out (cap ids); -1 (with *bad set to the offending
+ * word) for a word that is no id in 0..V-1 or more than cap ids. */
+static int parse_ids(const char *s, int V, int32_t *out, size_t cap, size_t *n, const char **bad) {
+    const char *p = s;
+    char *end;
+    *n = 0;
+    for (;;) {
+        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (!*p) return 0;
+        errno = 0;
+        long t = strtol(p, &end, 10);
+        if (end == p || errno || t < 0 || t >= V || *n >= cap) {
+            *bad = p;
+            return -1;
+        }
+        out[(*n)++] = (int32_t)t;
+        p = end;
+    }
+}
+
+/* r->stops from the --stop arguments: text (with a tokenizer) or id
+ * sequences; r->hold is what the output holds back while streaming. 0, or
+ * 2 after printing the error. */
+static int sample_stops(const char *cmd, sample_run *r, const char *const *args, int n, int V) {
+    r->stops = calloc((size_t)n + 1, sizeof *r->stops);
+    if (!r->stops) goto oom;
+    r->n_stops = n; /* the cleanup frees every ids, NULL or not */
+    for (int k = 0; k < n; k++) {
+        stop_seq *st = &r->stops[k];
+        st->text = args[k];
+        st->len = strlen(args[k]);
+        size_t len = st->len;
+        if (!r->tok) {
+            const char *bad = NULL;
+            st->ids = calloc(st->len + 1, sizeof *st->ids);
+            if (!st->ids) goto oom;
+            if (parse_ids(st->text, V, st->ids, st->len + 1, &len, &bad) || len == 0)
+                return cli_usage_error(cmd, "--stop '%s': without --tokenizer a stop is a "
+                                       "sequence of token ids in 0..%d", st->text, V - 1);
+            st->n = (int)len;
+        }
+        if (len > r->hold + 1) r->hold = len - 1;
+    }
+    return 0;
+oom:
+    fprintf(stderr, "ctrain %s: error: out of memory\n", cmd);
+    return 2;
+}
+
+/* The ids of prompt p (which: how errors name it) into ids (room for n_ctx);
+ * *n gets their count. 0, or 2 after printing the error. */
+static int sample_encode(const char *cmd, const ct_tokenizer *tok, ct_tokens *scratch,
+                         const char *p, const char *which, int V, int n_ctx, int32_t *ids,
+                         size_t *n) {
+    *n = 0;
+    if (p[0] && tok) {
+        scratch->n = 0;
+        if (ct_tokenizer_encode(tok, NULL, p, strlen(p), 0, scratch)) {
+            ct_error_prefix("%s", which);
+            return cli_fail(cmd);
+        }
+        /* LLaMA documents start with BOS in training, as Hugging Face's tokenizer adds it */
+        bool bos = ct_tokenizer_kind(tok) == CT_TOK_KIND_SPM_BPE && ct_tokenizer_bos(tok) >= 0;
+        if (scratch->n + (bos ? 1 : 0) > (size_t)n_ctx)
+            return cli_usage_error(cmd, "%s is %zu tokens, longer than the context (%d)", which,
+                                   scratch->n, n_ctx);
+        if (bos) ids[(*n)++] = ct_tokenizer_bos(tok);
+        for (size_t i = 0; i < scratch->n; i++) ids[(*n)++] = scratch->ids[i];
+    } else if (p[0]) {
+        const char *bad = NULL;
+        if (parse_ids(p, V, ids, (size_t)n_ctx, n, &bad)) {
+            char *end;
+            errno = 0;
+            long t = strtol(bad, &end, 10);
+            if (end != bad && !errno && t >= 0 && t < V)
+                return cli_usage_error(cmd, "%s is longer than the context (%d)", which, n_ctx);
+            return cli_usage_error(cmd, "%s: '%.*s' is not a token id in 0..%d", which,
+                                   (int)strcspn(bad, " ,\t\n\r"), bad, V - 1);
+        }
+    }
+    /* no prompt: the token that starts every training document (GPT-2's end-of-text,
+     * LLaMA's BOS), or the last id of the vocabulary without a tokenizer */
+    if (*n == 0) ids[(*n)++] = tok && ct_tokenizer_bos(tok) >= 0 ? ct_tokenizer_bos(tok) : V - 1;
+    return 0;
+}
+
+/* The end of one prompt's output: the rest of the text or ids and a newline,
+ * or its JSON object. */
+static void sample_finish(sample_run *r, gen *g, const char *prompt) {
+    gen_print(r, g, true);
+    if (!r->json) {
+        printf("\n");
+        fflush(stdout);
+        return;
+    }
+    printf("{\"prompt\": ");
+    put_json_string(prompt, strlen(prompt));
+    if (r->tok) {
+        printf(", \"text\": ");
+        put_json_string(g->text ? g->text : "", g->out);
+    } else {
+        printf(", \"ids\": [");
+        for (size_t i = 0; i < g->out; i++) printf("%s%d", i ? ", " : "", g->hist[g->n_prompt + i]);
+        printf("]");
+    }
+    printf(", \"tokens\": %ld, \"stopped\": \"%s\"}\n", g->n_gen, g->stopped ? "stop" : "length");
+    fflush(stdout);
+}
+
+/* The model directory's own tokenizer (its tokenizer files) must be the one
+ * given: ids of one tokenizer are other text under another. A model without
+ * tokenizer files is not checked. 0, or 2 after printing the error. */
+static int sample_check_tokenizer(const char *cmd, const ct_tokenizer *tok, const char *tok_path,
+                                  const char *model_dir) {
+    ct_tok_info given, own;
+    ct_tok_info_of(&given, tok, tok_path);
+    if (ct_tok_info_of_dir(&own, model_dir)) {
+        fprintf(stderr, "ctrain %s: warning: the tokenizer files in %s do not load (%s): --tokenizer "
+                "is not checked against them\n", cmd, model_dir, ct_last_error());
+        ct_error_clear();
+        return 0;
+    }
+    char a[CT_TOK_WHERE_MAX + 16], b[CT_TOK_WHERE_MAX + 16];
+    snprintf(a, sizeof a, "--tokenizer %s", tok_path);
+    snprintf(b, sizeof b, "--model %s", model_dir);
+    if (!ct_tok_info_match(&given, a, &own, b)) return 0;
+    ct_error_hint("give the model's own tokenizer: --tokenizer %s", model_dir);
+    return cli_fail(cmd);
+}
+
+/* The prompts: every --prompt in order, then each line of --prompts FILE (a
+ * final newline ends the last line; "\r\n" counts as one). *text owns the
+ * file's bytes the lines point into. */
+static int sample_read_prompts(const char *cmd, const char *file, const char **list, int *n,
+                               int cap, char **text) {
+    size_t len = 0;
+    if (ct_file_read_all(file, text, &len)) {
+        ct_error_prefix("--prompts");
+        return cli_fail(cmd);
+    }
+    char *p = *text, *end = *text + len;
+    if (len == 0) return cli_usage_error(cmd, "--prompts %s is empty: expected one prompt per line", file);
+    while (p < end) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        char *e = nl ? nl : end;
+        if (e > p && e[-1] == '\r') e--;
+        *e = '\0';
+        if (*n >= cap)
+            return cli_usage_error(cmd, "--prompts %s: more than %d prompts", file, cap);
+        list[(*n)++] = p;
+        p = nl ? nl + 1 : end;
+    }
+    return 0;
+}
+
+static void sample_usage(void) {
+    printf("usage: ctrain sample --model DIR [--prompt TEXT]... [--prompts FILE] [--tokens N]\n"
+           "                     [--temperature X] [--top-k K] [--top-p P]\n"
+           "                     [--repetition-penalty R] [--stop STR]... [--seed S]\n"
+           "                     [--threads N] [--tokenizer DIR] [--base DIR] [--json]\n"
+           "Generates N tokens after each prompt. DIR is a Hugging Face model directory,\n"
+           "a checkpoint, a run directory, or a LoRA run / PEFT adapter (merged into its\n"
+           "base in memory; --base DIR names the base when the adapter does not).\n"
+           "  --prompt TEXT      ids \"1 2 3\", or text with --tokenizer; repeatable\n"
+           "  --prompts FILE     one prompt per line, after the --prompt ones; each prompt\n"
+           "                     is generated on its own, the RNG seeded with --seed for each\n"
+           "  --tokens N         tokens to generate (default 64); past the model's context\n"
+           "                     the window slides: the last n_ctx/2 tokens are re-read\n"
+           "  --temperature X    0 is greedy (default 1)\n"
+           "  --top-k K          keep the K most likely tokens (0: all)\n"
+           "  --top-p P          keep the most likely tokens up to probability P (1: all)\n"
+           "  --repetition-penalty R  divide positive (multiply negative) logits of tokens\n"
+           "                     already in the context by R (1: none)\n"
+           "  --stop STR         stop when the generated text contains STR (not printed);\n"
+           "                     without --tokenizer, STR is a token id sequence; repeatable\n"
+           "  --tokenizer DIR    the prompt is text and the output is text; DIR holds\n"
+           "                     encoder.json + vocab.bpe, vocab.json + merges.txt or\n"
+           "                     tokenizer.json (a run directory holds its model's); it must be\n"
+           "                     the tokenizer beside the model's weights when there is one\n"
+           "  --json             one line per prompt: {\"prompt\", \"text\" or \"ids\", \"tokens\",\n"
+           "                     \"stopped\": \"stop\" | \"length\"}\n"
+           "Several prompts print one line each (text with \\n, \\r and \\\\ escaped).\n");
+}
+
+/* ------------------------------------------------------------ command */
+
 int cmd_sample(int argc, char **argv) {
-    const char *cmd = "sample", *model_dir = NULL, *prompt = NULL, *tok_dir = NULL;
+    const char *cmd = "sample", *model_dir = NULL, *tok_dir = NULL, *prompts_file = NULL,
+               *base = NULL;
+    const char **prompts = NULL;
+    const char *stop_args[SAMPLE_MAX_STOPS];
+    int n_prompts = 0, n_stops = 0;
     long n_tokens = 64, top_k = 0, seed = 1337, threads = 0;
-    double temperature = 1.0;
+    double temperature = 1.0, top_p = 1.0, penalty = 1.0;
+    bool json = false;
+    prompts = calloc(SAMPLE_MAX_PROMPTS, sizeof *prompts);
+    if (!prompts) {
+        fprintf(stderr, "ctrain sample: error: out of memory\n");
+        return 2;
+    }
+    int rc = 2;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: ctrain sample --model DIR [--prompt \"ID ID ...\"] [--tokens N]\n"
-                   "                     [--temperature X] [--top-k K] [--seed S] [--threads N]\n"
-                   "                     [--tokenizer DIR]\n"
-                   "  with --tokenizer, --prompt is text and the output is text\n");
+            sample_usage();
+            free(prompts);
             return 0;
         }
-        if (!v) return cli_usage_error(cmd, "option '%s' needs a value", a);
+        if (!strcmp(a, "--json")) {
+            json = true;
+            continue;
+        }
+        if (!v) {
+            rc = cli_usage_error(cmd, "option '%s' needs a value", a);
+            goto out;
+        }
+        const char *bad = NULL;
         if (!strcmp(a, "--model")) model_dir = v;
-        else if (!strcmp(a, "--prompt")) prompt = v;
-        else if (!strcmp(a, "--tokenizer")) tok_dir = v;
+        else if (!strcmp(a, "--prompt")) {
+            if (n_prompts >= SAMPLE_MAX_PROMPTS) bad = "at most 4096 --prompt (use --prompts FILE)";
+            else prompts[n_prompts++] = v;
+        } else if (!strcmp(a, "--prompts")) {
+            if (prompts_file) bad = "given twice";
+            else prompts_file = v;
+        } else if (!strcmp(a, "--stop")) {
+            if (!v[0]) bad = "an empty stop string stops everything";
+            else if (n_stops >= SAMPLE_MAX_STOPS) bad = "at most 64 --stop";
+            else stop_args[n_stops++] = v;
+        } else if (!strcmp(a, "--tokenizer")) tok_dir = v;
+        else if (!strcmp(a, "--base")) base = v;
         else if (!strcmp(a, "--tokens")) {
-            if (parse_long(v, 1, 1 << 20, &n_tokens))
-                return cli_usage_error(cmd, "--tokens '%s': expected a positive integer", v);
+            if (parse_long(v, 1, 1 << 20, &n_tokens)) bad = "expected a positive integer";
         } else if (!strcmp(a, "--top-k")) {
-            if (parse_long(v, 0, 1 << 24, &top_k))
-                return cli_usage_error(cmd, "--top-k '%s': expected an integer >= 0", v);
+            if (parse_long(v, 0, 1 << 24, &top_k)) bad = "expected an integer >= 0";
         } else if (!strcmp(a, "--seed")) {
-            if (parse_long(v, 0, 0x7fffffff, &seed))
-                return cli_usage_error(cmd, "--seed '%s': expected an integer >= 0", v);
+            if (parse_long(v, 0, 0x7fffffff, &seed)) bad = "expected an integer >= 0";
         } else if (!strcmp(a, "--threads")) {
-            if (parse_long(v, 0, 4096, &threads))
-                return cli_usage_error(cmd, "--threads '%s': expected an integer >= 0", v);
+            if (parse_long(v, 0, 4096, &threads)) bad = "expected an integer >= 0";
         } else if (!strcmp(a, "--temperature")) {
-            if (parse_double(v, 0, 100, &temperature))
-                return cli_usage_error(cmd, "--temperature '%s': expected a number in 0..100", v);
-        } else
-            return cli_usage_error(cmd, "unknown option '%s'", a);
+            if (parse_double(v, 0, 100, &temperature)) bad = "expected a number in 0..100";
+        } else if (!strcmp(a, "--top-p")) {
+            if (parse_double(v, 0, 1, &top_p)) bad = "expected a number in 0..1";
+        } else if (!strcmp(a, "--repetition-penalty")) {
+            if (parse_double(v, 1e-6, 1e6, &penalty)) bad = "expected a positive number";
+        } else {
+            rc = cli_usage_error(cmd, "unknown option '%s'", a);
+            goto out;
+        }
+        if (bad) {
+            rc = cli_usage_error(cmd, "%s '%s': %s", a, v, bad);
+            goto out;
+        }
         i++;
     }
-    if (!model_dir) return cli_usage_error(cmd, "--model DIR is required");
+    if (!model_dir) {
+        rc = cli_usage_error(cmd, "--model DIR is required");
+        goto out;
+    }
 
     ct_ctx *ctx = NULL;
     ct_model *m = NULL;
     ct_tokenizer *tok = NULL;
     ct_tokens ptoks = {0};
-    int32_t *ids = NULL;
-    float *logits = NULL, *probs = NULL;
-    int rc = 2;
+    char *file_text = NULL;
+    ct_eval_source *src = NULL;
+    sample_run r = {0};
+    gen g = {0};
+    size_t *plen = NULL;
+    int32_t **pids = NULL;
+    int n_all = n_prompts;
+
+    if (prompts_file && (rc = sample_read_prompts(cmd, prompts_file, prompts, &n_all,
+                                                  SAMPLE_MAX_PROMPTS, &file_text)))
+        goto done;
+    rc = 2;
+    if (n_all == 0) prompts[n_all++] = ""; /* no prompt: the start token below */
     ct_ctx_params cp = ct_ctx_params_default();
     cp.n_threads = (int)threads;
-    if (cli_device_from_env(&cp)) return cli_fail("sample");
-    if (ct_ctx_init(&ctx, &cp) || ct_model_load_hf(&m, ctx, model_dir)) {
+    if (cli_device_from_env(&cp)) {
         rc = cli_fail(cmd);
         goto done;
     }
+    src = calloc(1, sizeof *src);
+    if (!src) {
+        fprintf(stderr, "ctrain sample: error: out of memory\n");
+        goto done;
+    }
+    /* a LoRA adapter is folded into its base: the KV-cache decoder runs plain weights */
+    ct_eval_load_opts lo = {.base = base, .merge = true};
+    if (ct_ctx_init(&ctx, &cp) || ct_eval_load(&m, ctx, model_dir, &lo, src)) {
+        rc = cli_fail(cmd);
+        goto done;
+    }
+    if (src->adapter)
+        fprintf(stderr, "ctrain sample: LoRA adapter %s (r=%d, alpha=%g) merged in memory into "
+                "%s%s\n", src->dir, src->lora.r, (double)src->lora.alpha,
+                src->base[0] ? "the base " : "a base rebuilt from ",
+                src->base[0] ? src->base : src->base_from);
     const ct_model_config *mc = ct_model_get_config(m);
     int V = mc->vocab_size;
     if (tok_dir) {
@@ -126,94 +665,117 @@ int cmd_sample(int argc, char **argv) {
             rc = cli_fail(cmd);
             goto done;
         }
+        if ((rc = sample_check_tokenizer(cmd, tok, tok_dir, src->tok_dir))) goto done;
+        rc = 2;
         if (ct_tokenizer_vocab_size(tok) > V) {
             fprintf(stderr, "ctrain sample: error: the tokenizer %s has %d tokens, more than the "
                     "model's vocab_size %d\n", tok_dir, ct_tokenizer_vocab_size(tok), V);
             goto done;
         }
     }
-    /* prompt ids (the default is set below) */
-    ids = calloc((size_t)mc->n_ctx, sizeof *ids);
-    logits = calloc((size_t)V, sizeof *logits);
-    probs = calloc((size_t)V, sizeof *probs);
-    if (!ids || !logits || !probs) {
-        fprintf(stderr, "ctrain sample: error: out of memory\n");
-        goto done;
-    }
-    int n_prompt = 0;
-    if (prompt && tok) {
-        if (ct_tokenizer_encode(tok, NULL, prompt, strlen(prompt), 0, &ptoks)) {
-            rc = cli_fail(cmd);
+
+    r.tok = tok;
+    if ((rc = sample_stops(cmd, &r, stop_args, n_stops, V))) goto done;
+    rc = 2;
+
+    /* every prompt's ids first: errors before any output */
+    plen = calloc((size_t)n_all, sizeof *plen);
+    pids = calloc((size_t)n_all, sizeof *pids);
+    if (!plen || !pids) goto oom;
+    size_t longest = 0;
+    for (int k = 0; k < n_all; k++) {
+        const char *p = prompts[k];
+        pids[k] = calloc((size_t)mc->n_ctx + 1, sizeof **pids);
+        if (!pids[k]) goto oom;
+        char which[CT_PATH_MAX + 64] = "--prompt";
+        if (k >= n_prompts && prompts_file)
+            snprintf(which, sizeof which, "prompt %d (--prompts %s line %d)", k + 1, prompts_file,
+                     k - n_prompts + 1);
+        else if (n_all > 1)
+            snprintf(which, sizeof which, "prompt %d", k + 1);
+        size_t n = 0;
+        if ((rc = sample_encode(cmd, tok, &ptoks, p, which, V, mc->n_ctx, pids[k], &n)))
             goto done;
-        }
-        /* LLaMA documents start with BOS in training, as Hugging Face's tokenizer adds it */
-        bool bos = ct_tokenizer_kind(tok) == CT_TOK_KIND_SPM_BPE && ct_tokenizer_bos(tok) >= 0;
-        if (bos) ids[n_prompt++] = ct_tokenizer_bos(tok);
-        if (ptoks.n + (size_t)n_prompt > (size_t)mc->n_ctx) {
-            rc = cli_usage_error(cmd, "--prompt is %zu tokens, longer than the context (%d)",
-                                 ptoks.n, mc->n_ctx);
-            goto done;
-        }
-        for (size_t i = 0; i < ptoks.n; i++) ids[n_prompt++] = ptoks.ids[i];
-    } else if (prompt) {
-        const char *p = prompt;
-        char *end;
-        for (;;) {
-            while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
-            if (!*p) break;
-            errno = 0;
-            long t = strtol(p, &end, 10);
-            if (end == p || errno || t < 0 || t >= V) {
-                rc = cli_usage_error(cmd, "--prompt: '%.*s' is not a token id in 0..%d",
-                                     (int)strcspn(p, " ,\t\n"), p, V - 1);
-                goto done;
-            }
-            if (n_prompt >= mc->n_ctx) {
-                rc = cli_usage_error(cmd, "--prompt is longer than the context (%d)", mc->n_ctx);
-                goto done;
-            }
-            ids[n_prompt++] = (int32_t)t;
-            p = end;
-        }
+        rc = 2;
+        plen[k] = n;
+        if (n > longest) longest = n;
     }
-    /* no prompt: the token that starts every training document (GPT-2's end-of-text,
-     * LLaMA's BOS), or the last id of the vocabulary without a tokenizer */
-    if (n_prompt == 0) ids[n_prompt++] = tok && ct_tokenizer_bos(tok) >= 0 ? ct_tokenizer_bos(tok)
-                                                                         : V - 1;
-    long total = n_prompt + n_tokens;
-    if (total > mc->n_ctx) total = mc->n_ctx;
-    if (ct_model_decode_reserve(m, (int)total)) {
+
+    /* the KV cache: what the longest prompt needs, at most the context (then it slides) */
+    long need = (long)longest + n_tokens - 1;
+    r.m = m;
+    r.n_ctx = mc->n_ctx;
+    r.cap = need < mc->n_ctx ? (int)need : mc->n_ctx;
+    if (r.cap < 1) r.cap = 1;
+    r.n_tokens = n_tokens;
+    r.seed = (uint64_t)seed;
+    r.sp = (sample_params){temperature, (int)top_k, top_p, penalty};
+    r.json = json;
+    r.escape = n_all > 1;
+    r.s.V = V;
+    r.s.scores = malloc((size_t)V * sizeof *r.s.scores);
+    r.s.probs = malloc((size_t)V * sizeof *r.s.probs);
+    r.s.cand = malloc((size_t)V * sizeof *r.s.cand);
+    r.s.seen = malloc((size_t)V);
+    r.s.uniq = malloc((size_t)V * sizeof *r.s.uniq);
+    r.logits = malloc((size_t)V * sizeof *r.logits);
+    g.hist = malloc(((size_t)mc->n_ctx + (size_t)n_tokens + 1) * sizeof *g.hist);
+    if (!r.s.scores || !r.s.probs || !r.s.cand || !r.s.seen || !r.s.uniq || !r.logits || !g.hist) goto oom;
+    if (ct_model_decode_reserve(m, r.cap)) {
         rc = cli_fail(cmd);
         goto done;
     }
-    ct_rng rng;
-    ct_rng_init(&rng, (uint64_t)seed);
-    for (int pos = 0; pos + 1 < total; pos++) {
-        if (ct_model_decode_step(m, ids[pos], logits)) {
+    for (int k = 0; k < n_all; k++) {
+        memcpy(g.hist, pids[k], plen[k] * sizeof *g.hist);
+        g.n_hist = g.n_prompt = plen[k];
+        g.len = g.out = g.printed = 0;
+        g.n_gen = 0;
+        g.slides = 0;
+        g.stopped = false;
+        g.keep_bos = tok && ct_tokenizer_kind(tok) == CT_TOK_KIND_SPM_BPE &&
+                     g.hist[0] == ct_tokenizer_bos(tok);
+        if (sample_generate(&r, &g)) {
+            if (!json) printf("\n");
             rc = cli_fail(cmd);
             goto done;
         }
-        if (pos + 1 < n_prompt) continue; /* still reading the prompt */
-        ids[pos + 1] = sample_token(logits, probs, V, temperature, (int)top_k, &rng);
-        if (tok) {
-            /* a token may end inside a UTF-8 character: bytes go out as they are */
-            size_t len;
-            const char *bytes = ct_tokenizer_token_bytes(tok, ids[pos + 1], &len);
-            if (bytes) fwrite(bytes, 1, len, stdout);
-        } else {
-            printf("%s%d", pos + 1 > n_prompt ? " " : "", ids[pos + 1]);
+        sample_finish(&r, &g, prompts[k]);
+        if (g.slides) {
+            char which[32] = "";
+            if (n_all > 1) snprintf(which, sizeof which, "prompt %d: ", k + 1);
+            fprintf(stderr, "ctrain sample: %sthe context (n_ctx %d) filled up: slid the window "
+                    "%d time%s, each time re-reading the last %d tokens\n", which, mc->n_ctx,
+                    g.slides, g.slides == 1 ? "" : "s", mc->n_ctx / 2 > 0 ? mc->n_ctx / 2 : 1);
         }
-        fflush(stdout);
     }
-    printf("\n");
     rc = 0;
+    goto done;
+oom:
+    fprintf(stderr, "ctrain sample: error: out of memory\n");
+    rc = 2;
 done:
+    if (pids)
+        for (int k = 0; k < n_all; k++) free(pids[k]);
+    free(pids);
+    free(plen);
+    if (r.stops)
+        for (int k = 0; k < r.n_stops; k++) free(r.stops[k].ids);
+    free(r.stops);
+    free(r.s.scores);
+    free(r.s.probs);
+    free(r.s.cand);
+    free(r.s.seen);
+    free(r.s.uniq);
+    free(r.logits);
+    free(g.hist);
+    free(g.text);
+    free(file_text);
+    free(src);
     ct_tokens_free(&ptoks);
     ct_tokenizer_free(tok);
-    free(ids);
-    free(logits);
-    free(probs);
     ct_model_free(m);
     ct_ctx_free(ctx);
+out:
+    free(prompts);
     return rc;
 }
