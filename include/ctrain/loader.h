@@ -117,6 +117,11 @@ CT_API ct_status ct_loader_skip(ct_loader *l, int64_t n);
  * calls since init. */
 CT_API double ct_loader_wait_s(const ct_loader *l);
 CT_API double ct_loader_wait_total_s(const ct_loader *l);
+/* True when spec is a directory holding another split's shards
+ * (<other>_*.bin, as `ctrain prepare` names them) but none of `split`: a
+ * directory without a validation split, whose *.bin would be training data.
+ * ct_loader_init refuses such a directory for that split. */
+CT_API bool ct_loader_split_missing(const char *spec, const char *split);
 /* Micro-batches this rank takes per epoch. */
 CT_API int64_t ct_loader_batches_per_epoch(const ct_loader *l);
 CT_API int64_t ct_loader_total_tokens(const ct_loader *l);

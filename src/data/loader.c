@@ -37,6 +37,28 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* How many files match dir/pattern. */
+static size_t count_matches(const char *dir, const char *pattern) {
+    char pat[2048];
+    snprintf(pat, sizeof pat, "%s/%s", dir, pattern);
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    size_t n = glob(pat, 0, NULL, &g) == 0 ? g.gl_pathc : 0;
+    globfree(&g);
+    return n;
+}
+
+bool ct_loader_split_missing(const char *spec, const char *split) {
+    struct stat sb;
+    if (!spec || !spec[0] || stat(spec, &sb) != 0 || !S_ISDIR(sb.st_mode)) return false;
+    char own[128];
+    snprintf(own, sizeof own, "%s_*.bin", split ? split : "train");
+    if (count_matches(spec, own)) return false;
+    /* the splits `ctrain prepare` writes */
+    const char *other = split && !strcmp(split, "train") ? "val_*.bin" : "train_*.bin";
+    return count_matches(spec, other) > 0;
+}
+
 /* Expand spec into a sorted list of shard paths (owned by *paths). */
 static ct_status resolve_paths(const char *spec, const char *split, char ***paths, int *n) {
     struct stat sb;
@@ -45,6 +67,9 @@ static ct_status resolve_paths(const char *spec, const char *split, char ***path
     glob_t g;
     memset(&g, 0, sizeof g);
     int rc;
+    if (ct_loader_split_missing(spec, split))
+        return CT_ERR(CT_ERR_IO, "%s: directory holds no %s_*.bin token shards (its *.bin are "
+                      "another split's: `ctrain prepare` made no %s split)", spec, split, split);
     if (stat(spec, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         char pat[2048];
         snprintf(pat, sizeof pat, "%s/%s_*.bin", spec, split);
@@ -146,14 +171,17 @@ static ct_status open_shards(ct_loader *l, const ct_loader_opts *o) {
         if ((st = ct_shard_open(&l->shards[i], l->paths[i]))) return st;
         int64_t ntok = ct_shard_ntokens(l->shards[i]);
         if (ntok < BT + 1) {
+            /* the caller's prefix names its own settings (train.* or eval's flags) */
             st = CT_ERR(CT_ERR_ARG, "%s: shard has %" PRId64 " tokens, fewer than one batch "
-                        "needs (train.batch_size * train.seq_len + 1 = %" PRId64 ")",
-                        l->paths[i], ntok, BT + 1);
+                        "of %d rows x %d tokens needs (%" PRId64 ")", l->paths[i], ntok, o->B,
+                        o->T, BT + 1);
             return st;
         }
         if (o->vocab_size > 0 && (st = check_shard_tokens(l->shards[i], l->paths[i],
                                                           o->vocab_size)))
             return st;
+        /* the scan touched every page: let them go (page cache, not our RSS) */
+        if (o->vocab_size > 0) ct_shard_drop_pages(l->shards[i]);
         l->total_tokens += ntok;
         l->wins[i] = (ntok - 1) / BT;
         l->n_windows += l->wins[i];

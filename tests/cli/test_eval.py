@@ -182,12 +182,24 @@ def main():
             check("every window once: loss == torch's mean over the same windows (rel 1e-5)",
                   rel(r["loss"], ref_all) <= 1e-5, "ctrain %.9g torch %.9g (rel %.1e)"
                   % (r["loss"], ref_all, rel(r["loss"], ref_all)))
-        r = eval_json("default batch shape", "--model", P("run"), "--data", P("va.bin"))
+        # a model directory without a run's config.yaml: T = its context
+        os.makedirs(P("hf"))
+        for f in ("config.json", "model.safetensors"):
+            shutil.copy(P("run", f), P("hf", f))
+        r = eval_json("default batch shape", "--model", P("hf"), "--data", P("va.bin"))
         n_def = (len(va) - 1) // 32
         if r:
             ref = torch_mean_loss(P("run"), va, 1, 32, n_def)
             check("default shape B=1, T=n_ctx=32: %d batches, loss == torch (rel 1e-5)" % n_def,
                   r["batches"] == n_def and r["tokens"] == n_def * 32 and rel(r["loss"], ref) <= 1e-5,
+                  "%s torch %.9g" % (r, ref))
+        # a run directory: T = the run's train.seq_len
+        r = eval_json("a run's default shape", "--model", P("run"), "--data", P("va.bin"))
+        n_run = (len(va) - 1) // T
+        if r:
+            ref = torch_mean_loss(P("run"), va, 1, T, n_run)
+            check("a run's default shape B=1, T=train.seq_len=%d: loss == torch (rel 1e-5)" % T,
+                  r["batches"] == n_run and r["tokens"] == n_run * T and rel(r["loss"], ref) <= 1e-5,
                   "%s torch %.9g" % (r, ref))
         r = eval_json("batches past the end", "--model", P("run"), "--data", P("va.bin"),
                       "--batch-size", str(B), "--seq-len", str(T), "--batches", str(n_all + 3))
