@@ -1,6 +1,7 @@
 /*
  * `ctrain eval --model DIR --data SPEC`: the mean loss and perplexity of a
- * model directory, checkpoint or run directory on token shards, over every
+ * model directory, checkpoint, run directory or LoRA adapter (on its base,
+ * unmerged; --base DIR names the base) on token shards, over every
  * full window of the data once (or --batches N), in sequential order. Prints
  * a summary (or one JSON object with --json) on stdout; errors exit 2.
  */
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ctrain/data.h"
 #include "train/eval.h"
 
 static int eval_parse_long(const char *s, long long lo, long long hi, long long *out) {
@@ -47,8 +49,64 @@ static void print_json_number(const char *key, double v, bool last) {
         printf("\"%s\": null%s", key, last ? "" : ", ");
 }
 
+/* The model's tokenizer (files beside its weights) against the one the
+ * shards were prepared with (their manifest.json); either may be unknown.
+ * 0, or 2 after printing the error. */
+static int eval_check_tokenizer(const char *cmd, const char *model_dir, const char *data) {
+    ct_tok_info own, shards;
+    if (ct_tok_info_of_dir(&own, model_dir)) {
+        fprintf(stderr, "ctrain %s: warning: the tokenizer files in %s do not load (%s): the data's "
+                "tokenizer is not checked against them\n", cmd, model_dir, ct_last_error());
+        ct_error_clear();
+        return 0;
+    }
+    if (!own.identity[0]) return 0;
+    if (ct_tok_info_of_shards(&shards, data)) {
+        ct_error_prefix("--data");
+        return cli_fail(cmd);
+    }
+    char a[CT_TOK_WHERE_MAX + 16], b[CT_TOK_WHERE_MAX + 16];
+    snprintf(a, sizeof a, "--model %s", model_dir);
+    snprintf(b, sizeof b, "--data %s", data);
+    if (!ct_tok_info_match(&own, a, &shards, b)) return 0;
+    ct_error_hint("score the model on text prepared with its own tokenizer (ctrain prepare "
+                  "--tokenizer %s --out DIR ...)", model_dir);
+    return cli_fail(cmd);
+}
+
+/* The sequence length the run that wrote model_dir trained at: train.seq_len
+ * of its config.yaml (in model_dir, or in the run directory of a checkpoint
+ * model_dir/checkpoints/step_N that resolved names). 0 when there is none;
+ * where it came from goes to from. */
+static int64_t eval_run_seq_len(const char *model_dir, const char *resolved, char *from,
+                                size_t cap) {
+    char cands[2][2 * CT_PATH_MAX + 160];
+    snprintf(cands[0], sizeof cands[0], "%s/config.yaml", model_dir);
+    cands[1][0] = '\0';
+    const char *ck = strstr(resolved, "/checkpoints/step_");
+    if (ck && strchr(ck + 18, '/') == NULL)
+        snprintf(cands[1], sizeof cands[1], "%.*s/config.yaml", (int)(ck - resolved), resolved);
+    for (int i = 0; i < 2; i++) {
+        if (!cands[i][0] || access(cands[i], R_OK) != 0) continue;
+        ct_config *c = malloc(sizeof *c);
+        if (!c) return 0;
+        ct_config_default(c);
+        int64_t T = ct_config_load_yaml(c, cands[i]) ? 0 : c->train.seq_len;
+        free(c);
+        ct_error_clear();
+        if (T > 0) {
+            size_t n = strlen(cands[i]);
+            if (n >= cap) n = cap - 1;
+            memcpy(from, cands[i], n);
+            from[n] = '\0';
+            return T;
+        }
+    }
+    return 0;
+}
+
 int cmd_eval(int argc, char **argv) {
-    const char *cmd = "eval", *model_dir = NULL, *data = NULL, *split = "val";
+    const char *cmd = "eval", *model_dir = NULL, *data = NULL, *split = "val", *base = NULL;
     long long batches = 0, B = 1, T = 0, threads = 0;
     bool json = false;
     for (int i = 0; i < argc; i++) {
@@ -56,15 +114,20 @@ int cmd_eval(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: ctrain eval --model DIR --data SPEC [--batches N] [--batch-size B]\n"
                    "                   [--seq-len T] [--split NAME] [--threads N] [--json]\n"
+                   "                   [--base DIR]\n"
                    "Scores DIR (a Hugging Face model directory, a ctrain checkpoint\n"
-                   "run.dir/checkpoints/step_XXXXXXXX, or a run directory) on SPEC (a shard\n"
+                   "run.dir/checkpoints/step_XXXXXXXX, a run directory, or a LoRA run or PEFT\n"
+                   "adapter directory, applied unmerged to its base) on SPEC (a shard\n"
                    "file, glob or directory; in a directory, NAME_*.bin shards are preferred,\n"
                    "NAME 'val' by default) and prints the mean loss, the perplexity exp(loss)\n"
                    "and the tokens scored.\n"
                    "  --batches N     batches to score (default: every full window once)\n"
                    "  --batch-size B  rows per batch (default 1)\n"
-                   "  --seq-len T     tokens per row (default: the model's context)\n"
+                   "  --seq-len T     tokens per row (default: a run's train.seq_len, else the\n"
+                   "                  model's context)\n"
                    "  --threads N     threads (default: all cores)\n"
+                   "  --base DIR      an adapter's base model (default: the adapter's\n"
+                   "                  base_model_name_or_path, or its run's model.init_from)\n"
                    "  --json          print {\"loss\", \"perplexity\", \"tokens\", \"batches\"}\n");
             return 0;
         }
@@ -76,6 +139,7 @@ int cmd_eval(int argc, char **argv) {
         if (!v) return cli_usage_error(cmd, "option '%s' needs a value", a);
         if (!strcmp(a, "--model")) model_dir = v;
         else if (!strcmp(a, "--data")) data = v;
+        else if (!strcmp(a, "--base")) base = v;
         else if (!strcmp(a, "--split")) split = v;
         else if (!strcmp(a, "--batches")) {
             if (eval_parse_long(v, 1, (long long)1 << 50, &batches))
@@ -102,14 +166,32 @@ int cmd_eval(int argc, char **argv) {
     ct_ctx_params cp = ct_ctx_params_default();
     cp.n_threads = (int)threads;
     if (cli_device_from_env(&cp)) return cli_fail("eval");
-    char resolved[CT_PATH_MAX + 64];
-    int64_t step = -1;
-    if (ct_ctx_init(&ctx, &cp) ||
-        ct_eval_load_model(&m, ctx, model_dir, resolved, sizeof resolved, &step)) {
+    /* a LoRA adapter is scored unmerged, as the trainer's validation and PEFT run it */
+    ct_eval_source src;
+    ct_eval_load_opts lo = {.base = base, .merge = false};
+    if (ct_ctx_init(&ctx, &cp) || ct_eval_load(&m, ctx, model_dir, &lo, &src)) {
         rc = cli_fail(cmd);
         goto done;
     }
+    const char *resolved = src.dir;
+    int64_t step = src.step;
+    if (src.adapter)
+        fprintf(stderr, "ctrain %s: LoRA adapter %s (r=%d, alpha=%g), unmerged, on %s%s\n",
+                cmd, src.dir, src.lora.r, (double)src.lora.alpha,
+                src.base[0] ? "the base " : "a base rebuilt from ",
+                src.base[0] ? src.base : src.base_from);
+    if ((rc = eval_check_tokenizer(cmd, src.tok_dir, data))) goto done;
+    rc = 2;
     const ct_model_config *mc = ct_model_get_config(m);
+    if (T == 0) { /* a run's own length, not positions it never trained */
+        char from[2 * CT_PATH_MAX + 160];
+        int64_t run_T = eval_run_seq_len(model_dir, resolved, from, sizeof from);
+        if (run_T > 0 && run_T <= mc->n_ctx) {
+            T = run_T;
+            fprintf(stderr, "ctrain %s: --seq-len %lld, the run's train.seq_len (%s)\n", cmd, T,
+                    from);
+        }
+    }
     if (T > mc->n_ctx) {
         rc = cli_usage_error(cmd, "--seq-len %lld exceeds the model's context (n_ctx = %d in "
                              "%s/config.json)", T, mc->n_ctx, resolved);
@@ -143,6 +225,10 @@ int cmd_eval(int argc, char **argv) {
     } else {
         printf("model       %s", resolved);
         if (step >= 0) printf(" (checkpoint of step %lld)", (long long)step);
+        if (src.adapter)
+            printf("\nadapter     LoRA r=%d alpha=%g on %s%s", src.lora.r, (double)src.lora.alpha,
+                   src.base[0] ? "the base " : "a base rebuilt from ",
+                   src.base[0] ? src.base : src.base_from);
         printf("\ndata        %s (%d shard%s, %lld tokens)\n", data, r.shards,
                r.shards == 1 ? "" : "s", (long long)r.data_tokens);
         printf("scored      %lld tokens in %lld batches of B=%d x T=%d (%.2f s, %.0f tok/s)\n",

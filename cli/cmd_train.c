@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -50,6 +51,14 @@ static void fmt_bytes(char *buf, size_t cap, double bytes) {
         u++;
     }
     snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
+}
+
+/* "950", "67.6K", "1.2M" */
+static void fmt_count(char *buf, size_t cap, double n) {
+    if (n < 1e3) snprintf(buf, cap, "%.0f", n);
+    else if (n < 1e6) snprintf(buf, cap, "%.1fK", n / 1e3);
+    else if (n < 1e9) snprintf(buf, cap, "%.1fM", n / 1e6);
+    else snprintf(buf, cap, "%.1fG", n / 1e9);
 }
 
 /* "42s", "3m07s", "2h05m", "3d04h" */
@@ -103,8 +112,23 @@ static void debug_rank_faults(const train_progress *p, int64_t step) {
     }
 }
 
+/* Cut a line redrawn in place to the terminal's width (less one column), so
+ * that it never wraps: "\r" would then redraw only its last row. The cut
+ * end is "..."; whatever it hides (the standing alert, mostly) was logged in
+ * full when it began. */
+static void tty_fit(char *line) {
+    struct winsize ws;
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) != 0 || ws.ws_col < 20) return;
+    size_t width = (size_t)ws.ws_col - 1, n = strlen(line);
+    if (n <= width) return;
+    memcpy(line + width - 3, "...", 4);
+}
+
 static void print_progress(const ct_step_info *s, void *user) {
     train_progress *p = user;
+    /* a run whose first step is k+1 resumed from step k's checkpoint */
+    if (p->seen == 0 && s->step > 1) cli_stop_progress(s->step - 1, s->step - 1);
+    cli_stop_progress(s->step, s->checkpointed ? s->step : -1);
     debug_rank_faults(p, s->step);
     if (p->rank != 0) return;
     double now = ct_time_s();
@@ -118,7 +142,13 @@ static void print_progress(const ct_step_info *s, void *user) {
     double mean = p->seen > 1 ? p->elapsed / (double)(p->seen - 1) : p->first;
     if (s->skipped) p->skipped++;
     bool val = !isnan(s->val_loss), last = s->step == s->steps;
-    bool keep = val || s->skipped || s->rolled_back || last; /* lines that stay on a tty */
+    /* lines that stay on a tty: evaluations, skips, the last step, and every
+     * run.log_every steps (every 5% of the run when log_every is 1, so a
+     * terminal keeps a record without scrolling a line per step) */
+    int64_t every = p->cfg->run.log_every > 1 ? p->cfg->run.log_every
+                                              : (s->steps >= 40 ? s->steps / 20 : 1);
+    bool keep = val || s->skipped || s->rolled_back || last ||
+                (p->tty && s->step % every == 0);
     if (p->tty) {
         if (!keep && now - p->t_drawn < 0.1) return; /* at most ~10 redraws a second */
     } else if (s->step % p->cfg->run.log_every != 0 && s->step != 1 && !keep) {
@@ -137,8 +167,12 @@ static void print_progress(const ct_step_info *s, void *user) {
                      "ETA %s | mem %s | MFU %s",
                      (long long)s->step, (long long)s->steps, s->loss, s->lr, s->grad_norm,
                      s->tokens_per_s, s->step_ms, eta, mem, mfu);
-    if (val && n > 0 && (size_t)n < sizeof p->line)
-        n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | val %.4f", s->val_loss);
+    if (val && n > 0 && (size_t)n < sizeof p->line) {
+        char vt[32];
+        fmt_count(vt, sizeof vt, (double)s->val_tokens);
+        n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | val %.4f (%s tok)",
+                      s->val_loss, vt);
+    }
     if (s->skipped && n > 0 && (size_t)n < sizeof p->line)
         n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | %s (%lld so far)",
                       s->spike ? "SPIKE, SKIPPED" : "SKIPPED", (long long)p->skipped);
@@ -151,6 +185,7 @@ static void print_progress(const ct_step_info *s, void *user) {
         snprintf(p->line + n, sizeof p->line - (size_t)n, " | %s %s",
                  s->alert_level > 1 ? "CRITICAL" : "WARNING", s->alert);
     if (p->tty) {
+        if (!keep) tty_fit(p->line); /* redrawn in place: it must not wrap */
         fprintf(stderr, "\r\033[K%s", p->line);
         p->pending = !keep;
         if (keep) fputc('\n', stderr);
@@ -225,7 +260,7 @@ int cmd_train(int argc, char **argv) {
     prog.rank = rank;
     prog.tty = rank == 0 && isatty(STDERR_FILENO);
     ct_log_set(rank == 0 ? progress_log : rank_log, &prog);
-    ct_train_hooks hooks = {print_progress, &prog, cli_stop_install(), dist};
+    ct_train_hooks hooks = {print_progress, &prog, cli_stop_install(rank != 0), dist};
     ct_train_result res;
     st = ct_train_run_with(ctx, &cfg, &hooks, &res);
     cli_stop_restore();
@@ -251,7 +286,8 @@ int cmd_train(int argc, char **argv) {
     }
     if (cfg.lora.r > 0 || cfg.lora.init_from[0])
         fprintf(stderr, "ctrain train: done; LoRA adapter saved to %s (adapter_config.json, "
-                "adapter_model.safetensors)\n", cfg.run.dir);
+                "adapter_model.safetensors); `ctrain merge` folds it into the base\n",
+                cfg.run.dir);
     else
         fprintf(stderr, "ctrain train: done; model saved to %s (config.json, model.safetensors)\n",
                 cfg.run.dir);

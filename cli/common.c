@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "tools/tune.h"
@@ -38,6 +39,20 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     return 2;
 }
 
+/* A model directory key given a file inside it (model.init_from=DIR/model.safetensors,
+ * DIR/config.json): the directory, said on stderr. */
+static void cli_dir_of_file(const char *cmd, const char *key, char *path, size_t cap) {
+    struct stat sb;
+    if (!path[0] || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return;
+    char *slash = strrchr(path, '/');
+    char dir[CT_PATH_MAX];
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    fprintf(stderr, "ctrain %s: %s = %s is a file: using its directory %s\n", cmd, key, path, dir);
+    snprintf(path, cap, "%s", dir);
+}
+
 int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool *print_only) {
     ct_config_default(cfg);
     /* CTRAIN_DEVICE: the default of run.device (the test suite runs on sim) */
@@ -66,5 +81,7 @@ int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool
         if (argv[i][0] == '-') return cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         if (ct_config_apply_override(cfg, argv[i])) return cli_fail(cmd);
     }
+    cli_dir_of_file(cmd, "model.init_from", cfg->model.init_from, sizeof cfg->model.init_from);
+    cli_dir_of_file(cmd, "lora.init_from", cfg->lora.init_from, sizeof cfg->lora.init_from);
     return 0;
 }

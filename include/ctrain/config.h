@@ -35,7 +35,8 @@ typedef struct ct_config {
         int64_t seq_len, grad_accum, steps, seed;
         char resume[CT_PATH_MAX]; /* auto | never | PATH */
         int64_t eval_every;       /* steps between validation passes; 0 = end only */
-        int64_t eval_batches;     /* micro-batches per validation pass */
+        int64_t eval_batches;     /* micro-batches per validation pass; 0: the whole split */
+        int64_t eval_tokens;      /* with eval_batches 0: tokens per pass at most; 0: no cap */
         int64_t early_stop_patience; /* evaluations without improvement; 0 = off */
         char recompute[CT_NAME_MAX];        /* none | light | full | auto */
         char activation_dtype[CT_NAME_MAX]; /* fp32 | bf16: storage of kept activations */
@@ -53,6 +54,7 @@ typedef struct ct_config {
         char dir[CT_PATH_MAX];
         int64_t checkpoint_every, keep_last, threads, log_every;
         bool checkpoint_compress; /* zstd the checkpoints' training-state blobs */
+        bool overwrite;           /* resume=never may delete an earlier run's results */
         char memory_limit[CT_NAME_MAX]; /* bytes with KB/MB/GB suffix, or N% */
         char attention_tiles[CT_NAME_MAX]; /* "QxK" query rows x keys per tile, or auto */
         char device[CT_NAME_MAX];          /* cpu | cuda | cuda:N | ref | sim */
@@ -106,6 +108,8 @@ typedef struct ct_config {
         int64_t rank;            /* the rank kill_step and hang_step act on */
         int64_t kill_step;       /* after step K, rank debug.rank kills itself (SIGKILL) */
         int64_t hang_step;       /* after step K, rank debug.rank stops answering */
+        double tune_noise;       /* ctrain tune: runs slowed by 1 + x*U (tests); 0 = off */
+        char tune_fake[CT_NAME_MAX]; /* ctrain tune: synthetic run times (tests); "" = off */
     } debug;
     struct {
         /* a tuned profile (written by `ctrain tune`, read by train and plan) */

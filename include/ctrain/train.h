@@ -88,6 +88,7 @@ typedef struct ct_step_info {
     int64_t step, steps;
     double loss, lr, grad_norm, tokens_per_s, step_ms;
     double val_loss;       /* NaN when no validation ran this step */
+    int64_t val_tokens;    /* tokens that validation scored (0 when none ran) */
     bool skipped;          /* update skipped (non-finite loss or gradient, or a spike) */
     bool spike;            /* skipped as a loss or grad-norm spike */
     bool rolled_back;      /* this step ended a bad run with a rollback */

@@ -8,6 +8,9 @@
  */
 #include "core/dtype.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct dtype_info {
@@ -214,4 +217,14 @@ void ct_bf16_to_f32_array(float *restrict dst, const uint16_t *restrict src, siz
         uint32_t u = (uint32_t)src[i] << 16;
         memcpy(&dst[i], &u, sizeof u);
     }
+}
+
+double ct_f32_decimal(float v) {
+    if (!isfinite(v)) return (double)v;
+    char buf[32];
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)v);
+        if (strtof(buf, NULL) == v) return strtod(buf, NULL);
+    }
+    return (double)v; /* 9 digits always read back */
 }

@@ -103,4 +103,9 @@ static inline void ct_le_store_u64(void *p, uint64_t v) {
     ct_le_store_u32((uint8_t *)p + 4, (uint32_t)(v >> 32));
 }
 
+/* The double nearest the shortest decimal that reads back as v (1 to 9
+ * significant digits): what a JSON writer should print for a float, so 1e-5
+ * stored as a float is written "1e-05", not 9.99999974737875e-06. */
+double ct_f32_decimal(float v);
+
 #endif

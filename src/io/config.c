@@ -47,14 +47,18 @@ const key_def config_keys[] = {
     {"train.batch_size", KEY_INT, OFF(train.batch_size), SZ(train.batch_size), 1, 1 << 20, "auto",
      "micro-batch size B, or auto: the largest that fits run.memory_limit"},
     I("train.effective_batch", train.effective_batch, 0, 1 << 30,
-      "sequences per optimizer step when batch_size is auto (0: grad_accum x the chosen B)"),
+      "sequences per optimizer step when batch_size is auto (0: grad_accum x 4, the default "
+      "micro-batch; auto never changes it)"),
     I("train.seq_len", train.seq_len, 1, 1 << 20, "sequence length T"),
     I("train.grad_accum", train.grad_accum, 1, 1 << 20, "micro-batches per optimizer step"),
     I("train.steps", train.steps, 0, BIG, "optimizer steps"),
     I("train.seed", train.seed, 0, BIG, "seed for initialisation and shuffling"),
     S("train.resume", train.resume, "auto | never | PATH"),
     I("train.eval_every", train.eval_every, 0, BIG, "steps between validations (0: at end)"),
-    I("train.eval_batches", train.eval_batches, 1, BIG, "micro-batches per validation"),
+    I("train.eval_batches", train.eval_batches, 0, BIG,
+      "micro-batches per validation (0: the whole val split, up to train.eval_tokens)"),
+    I("train.eval_tokens", train.eval_tokens, 0, BIG,
+      "with eval_batches 0: the most tokens one validation scores (0: no cap)"),
     I("train.early_stop_patience", train.early_stop_patience, 0, BIG,
       "stop after this many validations without a better loss (0: off)"),
     E("train.recompute", train.recompute, "none|light|full|auto",
@@ -81,6 +85,8 @@ const key_def config_keys[] = {
     I("run.keep_last", run.keep_last, 0, 1 << 20, "checkpoints to keep (0: all)"),
     B("run.checkpoint_compress", run.checkpoint_compress,
       "zstd the optimizer and state files of checkpoints"),
+    B("run.overwrite", run.overwrite,
+      "with train.resume=never: delete an earlier run's results in run.dir and start over"),
     I("run.threads", run.threads, 0, 4096, "threads (0: all cores)"),
     I("run.log_every", run.log_every, 1, BIG, "steps between progress lines"),
     S("run.memory_limit", run.memory_limit, "bytes (KB/MB/GB) or N% of RAM"),
@@ -155,6 +161,11 @@ const key_def config_keys[] = {
       "after step K, rank debug.rank kills itself with SIGKILL (0: off)"),
     I("debug.hang_step", debug.hang_step, 0, BIG,
       "after step K, rank debug.rank stops answering (0: off)"),
+    F("debug.tune_noise", debug.tune_noise, 0, 10,
+      "ctrain tune: slow each run by 1 + x*U, U uniform in [0,1) from a fixed seed (0: off)"),
+    S("debug.tune_fake", debug.tune_fake,
+      "ctrain tune: \"on\" or \"KEY=VALUE:FACTOR ...\": runs take 1 us per token (times "
+      "the factors the point matches) instead of running the model"),
     S("tune.signature", tune.signature,
       "tuned profile: machine signature it was measured on (`ctrain hw`); \"\": not a profile"),
     E("tune.level", tune.level, "basic|advanced|ultra|custom",
@@ -188,7 +199,8 @@ void ct_config_default(ct_config *c) {
     c->train.seed = 1337;
     snprintf(c->train.resume, sizeof c->train.resume, "never");
     c->train.eval_every = 0;
-    c->train.eval_batches = 8;
+    c->train.eval_batches = 0;
+    c->train.eval_tokens = 262144;
     snprintf(c->train.recompute, sizeof c->train.recompute, "none");
     snprintf(c->train.activation_dtype, sizeof c->train.activation_dtype, "fp32");
     c->optim.lr = 3e-4;
@@ -301,8 +313,57 @@ static const char *closest_key(const char *path) {
     return best_d <= 4 ? best : NULL;
 }
 
+/* The names users bring from the Hugging Face Trainer (TrainingArguments),
+ * PEFT and nanoGPT, matched on a key's last segment: "optim.learning_rate"
+ * and "learning_rate" both lead to optim.lr. */
+static const struct {
+    const char *theirs, *ours;
+} config_aliases[] = {
+    {"learning_rate", "optim.lr"},
+    {"per_device_train_batch_size", "train.batch_size"},
+    {"train_batch_size", "train.batch_size"},
+    {"micro_batch_size", "train.batch_size"},
+    {"gradient_accumulation_steps", "train.grad_accum"},
+    {"max_steps", "train.steps"},
+    {"max_iters", "train.steps"},
+    {"num_train_epochs", "train.steps"},
+    {"warmup_steps", "schedule.warmup_steps"},
+    {"warmup_iters", "schedule.warmup_steps"},
+    {"lr_scheduler_type", "schedule.name"},
+    {"max_grad_norm", "optim.grad_clip"},
+    {"adam_beta1", "optim.beta1"},
+    {"adam_beta2", "optim.beta2"},
+    {"adam_epsilon", "optim.eps"},
+    {"output_dir", "run.dir"},
+    {"out_dir", "run.dir"},
+    {"save_steps", "run.checkpoint_every"},
+    {"save_total_limit", "run.keep_last"},
+    {"eval_steps", "train.eval_every"},
+    {"eval_interval", "train.eval_every"},
+    {"logging_steps", "run.log_every"},
+    {"log_interval", "run.log_every"},
+    {"max_seq_length", "train.seq_len"},
+    {"block_size", "train.seq_len"},
+    {"model_name_or_path", "model.init_from"},
+    {"resume_from_checkpoint", "train.resume"},
+    {"lora_r", "lora.r"},
+    {"lora_alpha", "lora.alpha"},
+    {"lora_dropout", "lora.dropout"},
+    {"target_modules", "lora.targets"},
+};
+
+static const char *alias_key(const char *path) {
+    const char *dot = strrchr(path, '.');
+    const char *last = dot ? dot + 1 : path;
+    for (size_t i = 0; i < sizeof config_aliases / sizeof *config_aliases; i++)
+        if (!strcmp(last, config_aliases[i].theirs) && ct_config_has_key(config_aliases[i].ours))
+            return config_aliases[i].ours;
+    return NULL;
+}
+
 ct_status config_unknown_key(const char *path, const char *where) {
-    const char *near = closest_key(path);
+    const char *alias = alias_key(path);
+    const char *near = alias ? alias : closest_key(path);
     ct_status st = CT_ERR(CT_ERR_ARG, "%s: unknown config key '%s'", where, path);
     if (near)
         ct_error_hint("did you mean '%s'? `ctrain train --print-config` lists every key", near);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <yaml.h>
 
@@ -97,6 +98,13 @@ static size_t nul_line_from(const unsigned char *s, size_t n, size_t from) {
 ct_status ct_config_load_yaml(ct_config *cfg, const char *path) {
     char *raw = NULL, *text = NULL;
     size_t len = 0;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        ct_status dst = CT_ERR(CT_ERR_ARG, "%s: is a directory, expected a YAML config file", path);
+        ct_error_hint("name the file, e.g. --config %s/config.yaml (a run directory holds one) "
+                      "or --config configs/demo.yaml", path);
+        return dst;
+    }
     ct_status st = ct_file_read_all(path, &raw, &len);
     if (st) {
         if (st == CT_ERR_IO) ct_error_hint("check the --config path");
@@ -257,6 +265,14 @@ ct_status ct_config_load_yaml(ct_config *cfg, const char *path) {
                     st = config_unknown_key(kpath, where);
                 else if (!is_null)
                     st = config_set_value(cfg, k, v, where);
+                /* a plain value that runs onto the next line is, nearly always, a key
+                 * indented deeper than its neighbours ("steps: 10" then "   seq_len: 4"
+                 * reads as steps = '10 seq_len') */
+                if (st == CT_ERR_ARG && ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+                    ev.end_mark.line > ev.start_mark.line)
+                    ct_error_hint("the value of %s runs onto line %zu: is that line indented "
+                                  "deeper than its neighbours? keys of one section line up",
+                                  kpath, (size_t)ev.end_mark.line + 1);
                 y.expect_key[y.depth] = true;
             }
             break;

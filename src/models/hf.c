@@ -375,7 +375,7 @@ static cJSON *gpt2_config_json(const ct_model *m) {
         cJSON_AddNullToObject(root, "n_inner");
     else
         cJSON_AddNumberToObject(root, "n_inner", c->n_ffn);
-    cJSON_AddNumberToObject(root, "layer_norm_epsilon", (double)c->norm_eps);
+    cJSON_AddNumberToObject(root, "layer_norm_epsilon", ct_f32_decimal(c->norm_eps));
     cJSON_AddNumberToObject(root, "resid_pdrop", 0.0);
     cJSON_AddNumberToObject(root, "embd_pdrop", 0.0);
     cJSON_AddNumberToObject(root, "attn_pdrop", 0.0);

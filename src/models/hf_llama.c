@@ -20,6 +20,8 @@
 
 #include <cJSON.h>
 
+#include "core/dtype.h"
+
 #include "io/fileio.h"
 #include "models/hf_impl.h"
 
@@ -130,8 +132,8 @@ cJSON *hf_llama_config_json(const ct_model *m) {
     cJSON_AddNumberToObject(root, "head_dim", c->n_embd / c->n_head);
     cJSON_AddNumberToObject(root, "vocab_size", c->vocab_size);
     cJSON_AddNumberToObject(root, "max_position_embeddings", c->n_ctx);
-    cJSON_AddNumberToObject(root, "rms_norm_eps", (double)c->norm_eps);
-    cJSON_AddNumberToObject(root, "rope_theta", (double)c->rope_theta);
+    cJSON_AddNumberToObject(root, "rms_norm_eps", ct_f32_decimal(c->norm_eps));
+    cJSON_AddNumberToObject(root, "rope_theta", ct_f32_decimal(c->rope_theta));
     cJSON_AddNullToObject(root, "rope_scaling");
     cJSON_AddBoolToObject(root, "attention_bias", false);
     cJSON_AddBoolToObject(root, "mlp_bias", false);

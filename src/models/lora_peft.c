@@ -18,6 +18,8 @@
 
 #include <cJSON.h>
 
+#include "core/dtype.h"
+
 #include "io/fileio.h"
 #include "io/safetensors.h"
 
@@ -68,8 +70,8 @@ ct_status ct_model_lora_save_peft(ct_model *m, const char *dir, const char *base
     cJSON_AddStringToObject(root, "task_type", "CAUSAL_LM");
     cJSON_AddStringToObject(root, "base_model_name_or_path", base ? base : "");
     cJSON_AddNumberToObject(root, "r", a->o.r);
-    cJSON_AddNumberToObject(root, "lora_alpha", (double)a->o.alpha);
-    cJSON_AddNumberToObject(root, "lora_dropout", (double)a->o.dropout);
+    cJSON_AddNumberToObject(root, "lora_alpha", ct_f32_decimal(a->o.alpha));
+    cJSON_AddNumberToObject(root, "lora_dropout", ct_f32_decimal(a->o.dropout));
     cJSON *tm = cJSON_AddArrayToObject(root, "target_modules");
     for (char *tok = strtok(targets, ","); tok; tok = strtok(NULL, ","))
         cJSON_AddItemToArray(tm, cJSON_CreateString(tok));

@@ -84,6 +84,11 @@ typedef struct ct_report_rollback {
     int64_t line;
 } ct_report_rollback;
 
+typedef struct ct_report_resume {
+    int64_t step; /* the step the run continued after (its checkpoint's) */
+    int64_t line;
+} ct_report_resume;
+
 /* Everything read from a run directory. Train and val lines are sorted by step
  * with one entry per step: when a resumed run writes a step again, the later
  * line wins. Rollbacks and alerts keep every line, in file order. */
@@ -97,6 +102,8 @@ typedef struct ct_report_data {
     size_t n_alerts;
     ct_report_rollback *rollbacks;       /* [n_rollbacks] */
     size_t n_rollbacks;
+    ct_report_resume *resumes;           /* [n_resumes]: "resume" lines, in file order */
+    size_t n_resumes;
     bool has_key[CT_REPORT_KEY_COUNT];   /* some train line holds the key (even as null) */
     int64_t n_lines;                     /* lines read, the blank ones included */
     int64_t n_replaced;                  /* train and val lines a later line of the same step replaced */

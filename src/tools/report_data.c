@@ -38,6 +38,7 @@ void ct_report_free(ct_report_data *d) {
     free(d->train);
     free(d->val);
     free(d->rollbacks);
+    free(d->resumes);
     free(d->config_text);
     free(d->hw_text);
     free(d->run_dir);
@@ -58,7 +59,7 @@ static ct_status report_grow(void **arr, size_t *cap, size_t n, size_t elem) {
 typedef struct report_parse {
     ct_report_data *d;
     const char *path;
-    size_t cap_train, cap_val, cap_alerts, cap_rollbacks;
+    size_t cap_train, cap_val, cap_alerts, cap_rollbacks, cap_resumes;
 } report_parse;
 
 /* A JSON number, or NaN for null; *ok false for any other type. */
@@ -202,6 +203,11 @@ static ct_status report_line(report_parse *p, const char *text, size_t n, int64_
     if (!strcmp(split->valuestring, "train")) st = report_train_line(p, o, s, line);
     else if (!strcmp(split->valuestring, "val")) st = report_val_line(p, o, s, line);
     else if (!strcmp(split->valuestring, "alert")) st = report_alert_line(p, o, s, line);
+    else if (!strcmp(split->valuestring, "resume")) { /* the trainer continued after step s */
+        ct_report_data *d = p->d;
+        st = report_grow((void **)&d->resumes, &p->cap_resumes, d->n_resumes, sizeof *d->resumes);
+        if (!st) d->resumes[d->n_resumes++] = (ct_report_resume){.step = s, .line = line};
+    }
 done:
     cJSON_Delete(o);
     return st;

@@ -47,8 +47,8 @@ typedef struct html_ctx {
     size_t maxp;
     double *x;                         /* [n_train] steps */
     double *col[CT_REPORT_KEY_COUNT];  /* [n_train] values, NULL when the key never appears */
-    report_marker *mk;                 /* alerts then rollbacks */
-    size_t n_alert_mk, n_mk;
+    report_marker *mk;                 /* alerts, then rollbacks, then resumes */
+    size_t n_alert_mk, n_rb_mk, n_mk;  /* ends of the alerts and of the rollbacks */
 } html_ctx;
 
 static void esc(ct_strbuf *b, const char *s) { ct_report_escape(b, s, strlen(s)); }
@@ -255,6 +255,13 @@ static void summary(html_ctx *h) {
     row(b, "skipped steps", h->col[CT_REPORT_KEY_SKIPPED] ? v : "not recorded");
     snprintf(v, sizeof v, "%zu", d->n_rollbacks);
     row(b, "rollbacks", v);
+    if (d->n_resumes) { /* where the run was interrupted and went on */
+        size_t len = (size_t)snprintf(v, sizeof v, "%zu, after step", d->n_resumes);
+        for (size_t i = 0; i < d->n_resumes && len + 24 < sizeof v; i++)
+            len += (size_t)snprintf(v + len, sizeof v - len, "%s %lld", i ? "," : "",
+                                    (long long)d->resumes[i].step);
+        row(b, "resumes", v);
+    }
     snprintf(v, sizeof v, "%zu (%zu critical)", d->n_alerts, crit);
     row(b, "alerts", v);
     if (d->n_replaced) {
@@ -303,9 +310,13 @@ static size_t pick_markers(const html_ctx *h, const char *const *kinds, bool wit
     *nex = 0;
     if (warn) ex[(*nex)++] = (report_legend_extra){"warning", C_WARN, false};
     if (cr) ex[(*nex)++] = (report_legend_extra){"critical", C_RED, false};
-    if (with_rb && h->n_mk > h->n_alert_mk) {
-        for (size_t i = h->n_alert_mk; i < h->n_mk; i++) out[n++] = h->mk[i];
+    if (with_rb && h->n_rb_mk > h->n_alert_mk) {
+        for (size_t i = h->n_alert_mk; i < h->n_rb_mk; i++) out[n++] = h->mk[i];
         ex[(*nex)++] = (report_legend_extra){"rollback", C_PURPLE, true};
+    }
+    if (with_rb && h->n_mk > h->n_rb_mk) {
+        for (size_t i = h->n_rb_mk; i < h->n_mk; i++) out[n++] = h->mk[i];
+        ex[(*nex)++] = (report_legend_extra){"resumed", C_BROWN, true};
     }
     return n;
 }
@@ -687,6 +698,14 @@ static void markers_make(html_ctx *h) {
         else
             snprintf(m->text, sizeof m->text, "step %lld: rollback", (long long)r->step);
     }
+    h->n_rb_mk = h->n_mk;
+    for (size_t i = 0; i < d->n_resumes; i++) {
+        const ct_report_resume *r = &d->resumes[i];
+        report_marker *m = &h->mk[h->n_mk++];
+        *m = (report_marker){.x = (double)r->step, .color = C_BROWN, .dashed = true};
+        snprintf(m->text, sizeof m->text, "step %lld: the run stopped here and was resumed from "
+                 "its checkpoint", (long long)r->step);
+    }
 }
 
 ct_status ct_report_render(const ct_report_data *d, size_t max_points, char **html, size_t *len) {
@@ -697,7 +716,7 @@ ct_status ct_report_render(const ct_report_data *d, size_t max_points, char **ht
     html_ctx h = {.d = d, .b = &b, .maxp = max_points ? max_points : 1000};
     if (h.maxp < 8) h.maxp = 8;
     ct_status st = CT_OK;
-    size_t nmk = d->n_alerts + d->n_rollbacks;
+    size_t nmk = d->n_alerts + d->n_rollbacks + d->n_resumes;
     h.x = malloc(d->n_train * sizeof *h.x);
     h.mk = malloc((nmk ? nmk : 1) * sizeof *h.mk);
     if (!h.x || !h.mk) goto oom;

@@ -15,15 +15,18 @@
  */
 #include "train/trainer_int.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/ctx.h"
 #include "core/strbuf.h"
 #include "io/fileio.h"
+#include "train/run_tokenizer.h"
 
 static ct_status save_config_yaml(const ct_config *cfg) {
     char *yaml = ct_config_to_yaml(cfg);
@@ -35,12 +38,12 @@ static ct_status save_config_yaml(const ct_config *cfg) {
     return st;
 }
 
-/* Mean loss over eval_batches micro-batches of the validation stream, always
- * the same ones (the loader restarts). */
+/* Mean loss over t->eval_batches micro-batches of the validation stream,
+ * always the same ones (the loader restarts). */
 static ct_status evaluate(trainer *t, double *out) {
     ct_loader_reset(t->val);
     double sum = 0;
-    for (int64_t i = 0; i < t->cfg->train.eval_batches; i++) {
+    for (int64_t i = 0; i < t->eval_batches; i++) {
         float loss;
         ct_status st = ct_loader_next(t->val, t->in, t->tg);
         if (!st) st = ct_model_forward(t->model, t->in, t->tg, t->B, t->T, &loss);
@@ -50,7 +53,7 @@ static ct_status evaluate(trainer *t, double *out) {
     /* under mpirun each rank scored its own windows: the mean over all */
     ct_status st = trainer_dist_sum(t, &sum);
     if (st) return st;
-    *out = sum / ((double)t->cfg->train.eval_batches * t->world);
+    *out = sum / ((double)t->eval_batches * t->world);
     return CT_OK;
 }
 
@@ -83,10 +86,13 @@ static ct_status write_checkpoint(trainer *t) {
      * run (a stop, the end) leaves it due, as an unbroken run would */
     if (t->guard.bad_run == 0) t->ckpt_pending = false;
     snapshot_state(t, s);
+    double t0 = ct_time_s();
     ct_status st = trainer_save_state(t, s); /* rank 0 writes; every rank agrees */
     free(s);
     if (st) return st;
-    ct_log(CT_LOG_DEBUG, "checkpoint %s written", t->res->checkpoint);
+    if (trainer_root(t))
+        ct_log(CT_LOG_INFO, "checkpoint of step %lld written: %s (%.1f s)", (long long)t->step,
+               t->res->checkpoint, ct_time_s() - t0);
     return t->tb ? ct_tb_flush(t->tb) : CT_OK;
 }
 
@@ -283,10 +289,15 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
 /* run.dir/hw.json: the hardware profile as `ctrain hw --json` prints it, with
  * the GEMM peak MFU is measured against and where it came from. */
 static ct_status write_hw_json(trainer *t) {
+    /* the peak MFU is measured against: the monitor sets aside one measured
+     * on a busy machine and uses the theoretical peak instead */
+    bool aside = t->mon.p.peak_set_aside > 0;
     ct_hw_roofs r = {.threads = ct_ctx_threads(t->ctx), .gemm_n = t->gemm_n,
-                     .gemm_gflops = t->gemm_peak,
-                     .gemm_source = t->gemm_n ? "measured" : "config"};
-    if (t->gemm_peak <= 0) r.gemm_source = "unknown";
+                     .gemm_gflops = aside ? t->mon.p.gemm_peak_gflops : t->gemm_peak,
+                     .gemm_source = aside      ? "theoretical (the measured peak read low)"
+                                    : t->gemm_n ? "measured"
+                                                : "config"};
+    if (r.gemm_gflops <= 0) r.gemm_source = "unknown";
     char *json = ct_hwinfo_to_json(&t->hw, &r);
     if (!json) return ct_last_status();
     char path[CT_PATH_MAX + 16];
@@ -398,6 +409,7 @@ static ct_status log_step(trainer *t, ct_step_info *info) {
 static ct_status validate(trainer *t, ct_step_info *info, bool *stop) {
     ct_status st = evaluate(t, &info->val_loss);
     if (st) return st;
+    info->val_tokens = t->eval_batches * t->B * t->T * t->world;
     double v = info->val_loss;
     if (isfinite(v) && (isnan(t->best_val) || v < t->best_val)) {
         t->best_val = v;
@@ -422,10 +434,12 @@ static ct_status validate(trainer *t, ct_step_info *info, bool *stop) {
     return CT_OK;
 }
 
+/* debug.sleep_ms: a slow step, whole even when a signal arrives (as a long
+ * computation would be), so a test can signal a run in mid-step. */
 static void debug_sleep(int64_t ms) {
     if (ms <= 0) return;
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL); /* a signal may cut it short: fine */
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L}, rem;
+    while (nanosleep(&ts, &rem) != 0 && errno == EINTR) ts = rem;
 }
 
 static bool stop_requested(const trainer *t) {
@@ -440,6 +454,18 @@ static ct_status open_outputs(trainer *t) {
     ct_status st;
     if (!trainer_root(t)) return CT_OK; /* one voice: rank 0 writes run.dir */
     if ((st = ct_mkdir_p(cfg->run.dir))) return st;
+    if (t->clear_dir) { /* a fresh start: run.overwrite, or leftovers of a run that saved nothing */
+        char found[256];
+        bool results = run_dir_results(cfg->run.dir, found, sizeof found) > 0;
+        int removed = 0;
+        if ((st = run_dir_clear(cfg->run.dir, results, &removed))) return st;
+        if (results)
+            ct_log(CT_LOG_INFO, "run.overwrite: removed the earlier run's results from %s (%s; "
+                   "%d entries)", cfg->run.dir, found, removed);
+        else if (removed)
+            ct_log(CT_LOG_INFO, "%s: removed %d file(s) of an earlier run that saved no weights "
+                   "(metrics, event files)", cfg->run.dir, removed);
+    }
     /* config.yaml.tmp.<pid>, metrics.jsonl.tmp.<pid> and the like of a run
      * killed mid-rewrite: nothing else would ever remove them */
     int stale = ct_afile_remove_stale(cfg->run.dir);
@@ -450,6 +476,12 @@ static ct_status open_outputs(trainer *t) {
     if (t->resume_step >= 0 && (st = ct_train_state_trim_metrics(cfg->run.dir, t->resume_step)))
         return st;
     if ((st = ct_metrics_open(&t->metrics, cfg->run.dir, t->resume_step >= 0))) return st;
+    /* where the run went on after a stop: the report marks it */
+    if (t->resume_step >= 0) {
+        const char *rk[] = {"world"};
+        double rv[] = {(double)t->world};
+        if ((st = ct_metrics_write(t->metrics, t->resume_step, "resume", 1, rk, rv))) return st;
+    }
     return ct_tb_open(&t->tb, cfg->run.dir);
 }
 
@@ -512,7 +544,9 @@ static ct_status run_loop(trainer *t) {
         }
         if (early) res->end = CT_TRAIN_END_EARLY_STOP;
         if (every > 0 && step % every == 0) t->ckpt_pending = true;
-        bool final = early || (last && every > 0) || stop_requested(t);
+        /* the end always leaves a checkpoint: resume=auto continues a
+         * finished run (train.steps raised) as it would an interrupted one */
+        bool final = early || last || stop_requested(t);
         if (t->ckpt_pending && t->guard.bad_run > 0 && !final) {
             ct_log(CT_LOG_INFO, "step %lld: checkpoint postponed until a good step (%lld bad "
                    "steps in a row)", (long long)step, (long long)t->guard.bad_run);
@@ -532,9 +566,7 @@ static ct_status run_loop(trainer *t) {
             if (!info.checkpointed && (st = write_checkpoint(t))) return st;
             res->end = CT_TRAIN_END_STOPPED;
             res->stop_value = t->world > 1 ? t->stop_value : (int)*t->hooks->stop;
-            ct_log(CT_LOG_INFO, "stopped by signal after step %lld; checkpoint %s (continue with "
-                   "train.resume=auto)", (long long)step, res->checkpoint);
-            break;
+            break; /* res says where it stopped: the program tells the user once */
         }
         if (early) break;
     }
@@ -564,10 +596,11 @@ ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_ho
     result->resumed_from = t->resume_step;
     result->last_step = t->step;
     ct_log(CT_LOG_INFO, "ctrain train: %zu parameters (%d layers, %d heads, C=%d, V=%d), "
-           "%lld training tokens in %d shard(s), %d threads, run.dir %s", ct_model_numel(t->model),
-           mc->n_layer, mc->n_head, mc->n_embd, mc->vocab_size,
+           "%lld training tokens in %d shard%s, %d thread%s, run.dir %s",
+           ct_model_numel(t->model), mc->n_layer, mc->n_head, mc->n_embd, mc->vocab_size,
            (long long)ct_loader_total_tokens(t->train), ct_loader_num_shards(t->train),
-           ct_ctx_threads(ctx), cfg->run.dir);
+           ct_loader_num_shards(t->train) == 1 ? "" : "s", ct_ctx_threads(ctx),
+           ct_ctx_threads(ctx) == 1 ? "" : "s", cfg->run.dir);
     if (t->resume_step >= 0)
         ct_log(CT_LOG_INFO, "resuming from %s (step %lld of %lld)", t->resume_dir,
                (long long)t->resume_step, (long long)cfg->train.steps);
@@ -575,6 +608,10 @@ ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_ho
     /* 2. the run directory, the loop, the final weights */
     if ((st = ct_dist_agree(t->dist, open_outputs(t), "opening run.dir"))) goto done;
     if (trainer_root(t) && (st = write_hw_json(t))) goto done;
+    /* the tokenizer beside the weights from the start, so every checkpoint has it too */
+    st = trainer_root(t) ? run_tokenizer_write(cfg, t->resume_step >= 0 ? t->resume_dir : "", cfg->run.dir)
+                         : CT_OK;
+    if ((st = ct_dist_agree(t->dist, st, "writing the tokenizer"))) goto done;
     if (t->step >= cfg->train.steps) {
         ct_log(CT_LOG_INFO, "the checkpoint is at train.steps = %lld already: nothing to train; "
                "writing the final weights", (long long)cfg->train.steps);
@@ -585,11 +622,15 @@ ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_ho
     if ((st = run_loop(t))) goto done;
     if (trainer_root(t) && !(st = ct_tb_flush(t->tb))) {
         if (ct_model_lora(t->model)) { /* the adapter, in PEFT's format; the base is unchanged */
-            st = ct_model_lora_save_peft(t->model, cfg->run.dir, cfg->model.init_from);
-            if (!st)
-                ct_log(CT_LOG_INFO, "LoRA adapter saved to %s (adapter_config.json, "
-                       "adapter_model.safetensors); `ctrain merge` folds it into the base",
-                       cfg->run.dir);
+            /* the base as an absolute path, so eval, sample and merge find it from
+             * any working directory */
+            char base[2 * CT_PATH_MAX + 2], cwd[CT_PATH_MAX];
+            const char *b = cfg->model.init_from;
+            if (b[0] && b[0] != '/' && getcwd(cwd, sizeof cwd)) {
+                snprintf(base, sizeof base, "%s/%s", cwd, b);
+                b = base;
+            }
+            st = ct_model_lora_save_peft(t->model, cfg->run.dir, b);
         } else {
             st = ct_model_save_hf(t->model, cfg->run.dir, "model.safetensors", false, true);
         }
@@ -601,6 +642,7 @@ done:
     result->rollbacks = t->guard.rollbacks;
     result->best_val_loss = t->best_val;
     trainer_release(t);
+    run_dir_unlock(t->lock, st != CT_OK);
     free(t);
     return st;
 }

@@ -13,6 +13,7 @@
 #include "io/tensorboard.h"
 #include "train/checkpoint.h"
 #include "train/guard.h"
+#include "train/run_dir.h"
 #include "train/train_state.h"
 #include "perf/hwinfo.h"
 #include "perf/memplan.h"
@@ -73,8 +74,13 @@ typedef struct trainer {
     int64_t step; /* loop steps done */
     ct_guard guard;
     double best_val;  /* NaN: no validation yet */
+    int64_t eval_batches; /* micro-batches per validation (this rank's) */
     int64_t bad_evals;
     bool ckpt_pending;
+
+    /* run.dir: locked by rank 0 from setup to the end */
+    run_lock *lock;                 /* owned; NULL on other ranks */
+    bool clear_dir;                 /* run.overwrite: remove the earlier run's results */
 
     /* resume */
     int64_t resume_step;            /* -1: fresh */

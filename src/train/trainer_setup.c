@@ -11,9 +11,12 @@
  */
 #include "train/trainer_int.h"
 
+#include "ctrain/data.h"
+
 #include "backend/backend.h"
 #include "backend/ctx.h"
 #include "perf/kprof.h"
+#include "train/run_tokenizer.h"
 
 #include <errno.h>
 #include <math.h>
@@ -40,7 +43,12 @@ ct_status ct_model_config_from(ct_model_config *out, const ct_config *cfg) {
                                   "or all of model.n_layer, model.n_head, model.n_embd, "
                                   "model.vocab_size and model.n_ctx%s",
                                   llama ? " (and model.n_ffn for model.arch=llama)" : "");
-            ct_error_hint(llama ? "e.g. model.preset=llama-demo" : "e.g. model.preset=gpt2-demo");
+            ct_error_hint(llama ? "e.g. model.preset=llama-demo, with model.vocab_size=32000 for "
+                                  "text prepared with LLaMA's tokenizer (the preset's own "
+                                  "vocabulary is a toy 512)"
+                                : "e.g. model.preset=gpt2-demo, with model.vocab_size=50257 for "
+                                  "text prepared with the GPT-2 tokenizer (the preset's own "
+                                  "vocabulary is a toy 512)");
             return st;
         }
         if (llama)
@@ -165,22 +173,52 @@ static ct_status find_resume(trainer *t) {
     int n = 0;
     ct_status st;
     bool is_path = strcmp(mode, "never") != 0 && strcmp(mode, "auto") != 0;
+    if (cfg->run.overwrite && strcmp(mode, "never") != 0)
+        return CT_ERR(CT_ERR_ARG, "run.overwrite = true deletes an earlier run's results, so it "
+                      "goes only with train.resume = never (it is %s)", mode);
     if (!is_path) {
         if ((st = ct_ckpt_list(run, &steps, &n))) return st;
         int64_t newest = n ? steps[n - 1] : -1;
         free(steps);
+        /* an earlier run's results are never overwritten unasked */
+        char found[256];
+        int results = run_dir_results(run, found, sizeof found);
+        if (!strcmp(mode, "never") && results) {
+            if (cfg->run.overwrite) {
+                t->clear_dir = true;
+                return CT_OK;
+            }
+            if (n)
+                st = CT_ERR(CT_ERR_ARG, "run.dir = %s holds an earlier run (%s; the newest "
+                            "checkpoint step_%08lld) and train.resume = never", run, found,
+                            (long long)newest);
+            else
+                st = CT_ERR(CT_ERR_ARG, "run.dir = %s holds an earlier run's results (%s) and "
+                            "train.resume = never would overwrite them", run, found);
+            ct_error_hint(n ? "continue it with train.resume=auto (raise train.steps to train "
+                              "longer), start over with run.overwrite=true (deletes its results), "
+                              "or set another run.dir"
+                            : "start over with run.overwrite=true (deletes them), set another "
+                              "run.dir, or train from those weights with model.init_from=%s in "
+                              "a new run.dir", run);
+            return st;
+        }
         if (n == 0) {
+            if (results) { /* auto, with results but no checkpoint: not a fresh start */
+                st = CT_ERR(CT_ERR_ARG, "train.resume = auto: run.dir = %s holds an earlier "
+                            "run's results (%s) but no checkpoint to continue from", run, found);
+                ct_error_hint("train from those weights with model.init_from=%s in a new "
+                              "run.dir, or start over with train.resume=never "
+                              "run.overwrite=true (deletes them)", run);
+                return st;
+            }
             if (!strcmp(mode, "auto"))
                 ct_log(CT_LOG_INFO, "train.resume = auto: no checkpoint in %s/checkpoints, "
                        "starting a fresh run", run);
+            /* what a run that saved nothing left (metrics, event files)
+             * goes, so it cannot mix with this run's */
+            t->clear_dir = true;
             return CT_OK;
-        }
-        if (!strcmp(mode, "never")) {
-            st = CT_ERR(CT_ERR_ARG, "run.dir = %s already holds %d checkpoint(s) (the newest "
-                        "step_%08lld) and train.resume = never", run, n, (long long)newest);
-            ct_error_hint("continue that run with train.resume=auto, or set another run.dir "
-                          "(remove %s/checkpoints to start over there)", run);
-            return st;
         }
         st = ct_ckpt_latest(run, t->signature, t->resume_dir, sizeof t->resume_dir,
                             &t->resume_step);
@@ -308,18 +346,37 @@ static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
     if (!c) return CT_ERR(CT_ERR_OOM, "out of memory planning the run");
     *c = *cfg;
     c->run.threads = ct_ctx_threads(t->ctx);
-    ct_status st = ct_run_plan_for_world(c, mc, t->world, ct_dist_local_size(t->dist), &t->plan,
-                                         &t->mem_limit);
+    ct_run_env env;
+    ct_status st = ct_run_env_measure(&env, c);
+    if (!st && t->gemm_n > 0) {
+        /* the GEMM peak measurement's packing buffers are resident already,
+         * and the plan's BLAS line counts them (as `ctrain plan` sees it) */
+        size_t b = ct_blas_gemm_resident(&env.blas, t->gemm_n, t->gemm_n, t->gemm_n,
+                                         c->run.threads);
+        env.process -= b < env.process ? b : env.process;
+    }
+    if (!st)
+        st = ct_run_plan_for_env(c, mc, t->world, ct_dist_local_size(t->dist), &env, &t->plan,
+                                 &t->mem_limit);
     free(c);
     if (st) return st;
     t->B = t->plan.B;
     t->accum = t->plan.grad_accum;
     t->mopts = t->plan.opts;
+    const ct_run_plan *p = &t->plan;
+    const double MiB = 1048576.0;
     if (cfg->train.batch_size == 0 || strcmp(cfg->train.recompute, "auto") == 0)
         ct_log(CT_LOG_INFO, "memory plan: train.batch_size=%d train.grad_accum=%lld "
                "train.recompute=%s, %.0f MiB of run.memory_limit %.0f MiB", t->B,
                (long long)t->accum, ct_model_recompute_name(t->mopts.recompute),
-               t->plan.total / 1048576.0, t->mem_limit / 1048576.0);
+               p->total / MiB, t->mem_limit / MiB);
+    ct_log(CT_LOG_INFO, "memory plan: %.1f MiB = model %.1f + AdamW %.1f + data %.1f + shards "
+           "%.1f + process %.1f (measured %.1f) + code %.1f + tokenizer %.1f + threads %.1f + "
+           "I/O %.1f + OpenBLAS %s buffers %.1f + reserve %.1f", p->total / MiB,
+           p->model.total / MiB, p->optim / MiB, p->data / MiB, p->shards / MiB,
+           p->rt_process / MiB, env.process / MiB, p->rt_code / MiB, p->rt_tokenizer / MiB,
+           p->rt_threads / MiB, p->rt_io / MiB, p->env.blas.core, p->rt_blas / MiB,
+           p->rt_reserve / MiB);
     return CT_OK;
 }
 
@@ -391,6 +448,39 @@ static ct_status build_model(trainer *t) {
     return ct_model_init_weights(t->model, (uint64_t)cfg->train.seed);
 }
 
+/* How many micro-batches one validation scores: train.eval_batches, or
+ * (0) the whole val split, one pass, capped at train.eval_tokens. */
+static ct_status plan_evaluation(trainer *t) {
+    const ct_config *cfg = t->cfg;
+    t->eval_batches = 0;
+    if (!t->val) return CT_OK;
+    int64_t per_epoch = ct_loader_batches_per_epoch(t->val); /* this rank's */
+    int64_t batch = (int64_t)t->B * t->T * t->world;         /* tokens per batch, all ranks */
+    int64_t n = cfg->train.eval_batches;
+    if (n == 0) {
+        n = per_epoch;
+        if (cfg->train.eval_tokens > 0 && n * batch > cfg->train.eval_tokens)
+            n = cfg->train.eval_tokens / batch;
+        if (n < 1) n = 1;
+    }
+    t->eval_batches = n;
+    int64_t split = ct_loader_total_tokens(t->val);
+    if (cfg->train.eval_batches)
+        ct_log(CT_LOG_INFO, "validation: %lld batches of %lld tokens (train.eval_batches) = "
+               "%lld of the val split's %lld tokens", (long long)n, (long long)batch,
+               (long long)(n * batch), (long long)split);
+    else if (n >= per_epoch)
+        ct_log(CT_LOG_INFO, "validation: the whole val split, %lld batches of %lld tokens = "
+               "%lld of its %lld tokens", (long long)n, (long long)batch,
+               (long long)(n * batch), (long long)split);
+    else
+        ct_log(CT_LOG_INFO, "validation: %lld batches of %lld tokens = %lld of the val split's "
+               "%lld tokens (%.0f%%; train.eval_tokens = %lld caps it)", (long long)n,
+               (long long)batch, (long long)(n * batch), (long long)split,
+               100.0 * (double)(n * batch) / (double)split, (long long)cfg->train.eval_tokens);
+    return CT_OK;
+}
+
 static ct_status open_loaders(trainer *t) {
     const ct_config *cfg = t->cfg;
     ct_loader_opts lo = ct_loader_opts_default();
@@ -406,6 +496,24 @@ static ct_status open_loaders(trainer *t) {
     ct_status st = ct_loader_init(&t->train, &lo);
     if (st) {
         ct_error_prefix("data.train");
+        if (strstr(ct_last_error(), "fewer than one batch"))
+            ct_error_hint("a batch is train.batch_size x train.seq_len tokens (+1): lower them, "
+                          "or prepare more text");
+        /* a preset's toy vocabulary under real text: name the size the shards need */
+        char keep[1024];
+        snprintf(keep, sizeof keep, "%s", ct_last_error());
+        ct_tok_info shards;
+        if (strstr(keep, "the model's vocab_size is") &&
+            ct_tok_info_of_shards(&shards, cfg->data.train) == CT_OK && shards.vocab_size > 0 &&
+            shards.vocab_size > lo.vocab_size && !cfg->model.init_from[0]) {
+            ct_error_clear();
+            st = CT_ERR(st, "%s", keep);
+            ct_error_hint("the shards were prepared with a tokenizer of %lld tokens (%s): set "
+                          "model.vocab_size=%lld%s", (long long)shards.vocab_size, shards.where,
+                          (long long)shards.vocab_size,
+                          cfg->model.preset[0] ? " (the demo and tiny presets have toy "
+                                                 "vocabularies)" : "");
+        }
         return st;
     }
     /* validation reads the same first batches every time: read them in place;
@@ -416,11 +524,23 @@ static ct_status open_loaders(trainer *t) {
     lo.shuffle = false;
     lo.seed = 0;
     lo.prefetch = 0;
-    if (cfg->data.val[0] && (st = ct_loader_init(&t->val, &lo))) {
+    if (cfg->data.val[0] && ct_loader_split_missing(cfg->data.val, "val")) {
+        /* its *.bin are training shards: scoring them is not validation */
+        if (cfg->train.early_stop_patience > 0) {
+            st = CT_ERR(CT_ERR_ARG, "data.val = %s holds no val_*.bin, and "
+                        "train.early_stop_patience needs validation", cfg->data.val);
+            ct_error_hint("make a validation split (`ctrain prepare --val-fraction F`), or "
+                          "set train.early_stop_patience=0");
+            return st;
+        }
+        ct_log(CT_LOG_WARN, "data.val = %s holds no val_*.bin (`ctrain prepare` made no "
+               "validation split; its train_*.bin are training data): this run has no "
+               "validation", cfg->data.val);
+    } else if (cfg->data.val[0] && (st = ct_loader_init(&t->val, &lo))) {
         ct_error_prefix("data.val");
         return st;
     }
-    return CT_OK;
+    return plan_evaluation(t);
 }
 
 /* Moments, loader position, guard and early stopping from the checkpoint. */
@@ -485,6 +605,8 @@ ct_status trainer_setup(trainer *t) {
     if ((st = ct_schedule_from_config(&t->sched, cfg))) return st;
     if ((st = parse_bad_steps(cfg->debug.bad_steps, &t->bad_first, &t->bad_last))) return st;
     if ((st = check_run_dir(cfg->run.dir))) return st;
+    /* one run at a time in run.dir, from before it decides what to resume */
+    if (t->rank == 0 && (st = run_dir_lock(cfg->run.dir, "ctrain train", &t->lock))) return st;
     ct_guard_params gp = trainer_guard_params(cfg);
     ct_guard_init(&t->guard, &gp);
     if ((st = trainer_measure_peak(t))) return st;
@@ -509,6 +631,8 @@ ct_status trainer_setup(trainer *t) {
     float *grads = t->stage ? t->stage : ct_model_trainable_grads(t->model);
     if ((st = ct_dist_grad_begin(t->dist, grads, numel, t->bucket))) return st;
     if ((st = open_loaders(t))) return st;
+    /* the shards' tokenizer must be the starting model's (ids that fit prove nothing) */
+    if ((st = run_tokenizer_check(cfg, t->resume_step >= 0 ? t->resume_dir : ""))) return st;
     t->in = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->in, CT_TAG_DATA);
     t->tg = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->tg, CT_TAG_DATA);
     if (!t->in || !t->tg) return ct_last_status();

@@ -13,9 +13,11 @@ evaluation, skipped and last-step lines are ended with a newline.
 Skipped updates (weights holding a NaN make every loss non-finite) are marked on their
 line, also between log_every steps, and the trainer's warnings start on a line of their own.
 """
+import fcntl
 import os
 import pty
 import re
+import struct
 import shutil
 import subprocess
 import sys
@@ -30,7 +32,7 @@ CTRAIN = os.path.abspath(sys.argv[1])
 failures = []
 LINE = re.compile(r"^step\s+(\d+)/(\d+) \| loss (\S+) \| lr (\S+) \| norm (\S+) \| (\d+) tok/s \| "
                   r"(\d+) ms \| ETA (\S+) \| mem ([0-9.]+) (B|KiB|MiB|GiB) \| MFU (?:[0-9.]+%|n/a)"
-                  r"( \| val (\S+))?( \| SKIPPED \((\d+) so far\))?"
+                  r"( \| val (\S+) \(\S+ tok\))?( \| SKIPPED \((\d+) so far\))?"
                   r"(?: \| ROLLED BACK [^|]*)?(?: \| (?:WARNING|CRITICAL) [a-z_]+: .*)?$")
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
 
@@ -56,9 +58,11 @@ def run_piped(args):
     return p.returncode, p.stderr
 
 
-def run_tty(args):
-    """Run with stderr on a pty (output post-processing off, so bytes arrive as written)."""
+def run_tty(args, cols=200):
+    """Run with stderr on a pty of `cols` columns (output post-processing off, so bytes
+    arrive as written)."""
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
     attrs = termios.tcgetattr(slave)
     attrs[1] &= ~termios.OPOST
     termios.tcsetattr(slave, termios.TCSANOW, attrs)
@@ -141,11 +145,25 @@ def main():
             check("step 1's ETA is its step time times the steps left", eta is not None and lo <= eta <= hi,
                   "%s ms -> ETA %s, expected %.1f..%.1f s" % (ms, first.group(8), lo, hi))
         kept_steps = [int(LINE.match(x).group(1)) for x in kept if LINE.match(x)]
-        check("only evaluation and last-step lines stay (steps 1000, 2000)", kept_steps == [1000, 2000],
-              str(kept_steps))
-        check("kept lines carry the val loss", all(" | val " in d for d in kept))
+        check("lines stay every run.log_every=50 steps, at evaluations and at the end",
+              kept_steps == list(range(50, 2001, 50)), str(kept_steps))
+        check("the evaluation lines carry the val loss",
+              [int(LINE.match(d).group(1)) for d in kept if " | val " in d] == [1000, 2000])
         check("the run's closing message starts on its own line",
               re.search(r"\nctrain train: done", out) is not None, repr(out[-200:]))
+
+        # an 80-column terminal: a line redrawn in place never wraps (it would leave
+        # its first row behind at every redraw); kept lines are whole
+        rc, out = run_tty(["train", *base, "train.steps=300", "run.log_every=100",
+                           "alerts.gemm_peak_gflops=100000", "run.dir=" + P("run_80")], cols=80)
+        draws = [d.partition("\n") for d in out.split("\r\x1b[K")[1:]]
+        in_place = [line for line, nl, _ in draws if line.startswith("step") and not nl]
+        kept = [line for line, nl, _ in draws if line.startswith("step") and nl]
+        check("80 columns: every in-place line fits in 79 columns, cut with '...'",
+              rc == 0 and in_place and all(len(x) <= 79 for x in in_place) and
+              any(x.endswith("...") for x in in_place), repr(in_place[:2]))
+        check("80 columns: the kept lines are whole", kept and all(LINE.match(x) for x in kept),
+              repr(kept[:2]))
 
         # --- skipped updates -----------------------------------------------------------
         rc, err = run_piped(["train", *base, "train.steps=0", "run.dir=" + P("init")])
