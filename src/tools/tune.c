@@ -88,6 +88,8 @@ typedef struct tune_state {
     cpu_set_t mask; /* the process's CPUs when the search began */
     int physical;   /* physical cores */
     int tile_q, tile_k; /* the config's attention tile (the backend's default when auto) */
+    ct_run_env env;     /* this process, measured once: candidates are planned as train
+                         * plans them, so a profile's setting is one train accepts */
 } tune_state;
 
 static ct_status parse_search(const char *text, unsigned *dims) {
@@ -143,7 +145,10 @@ static ct_status plan_point(const tune_state *s, const ct_tune_point *p, size_t 
     ct_run_plan rp;
     ct_status st = ct_run_plan_make(s->mc, p->B, s->r->T, p->grad_accum, s->prefetch, &p->opts,
                                     &rp);
-    if (!st) ct_run_plan_set_threads(&rp, p->threads); /* the runtime grows with threads */
+    if (!st) {
+        ct_run_plan_set_threads(&rp, p->threads); /* the runtime grows with threads */
+        ct_run_plan_measure(&rp, s->mc, s->prefetch, &s->env);
+    }
     *bytes = st ? 0 : rp.total;
     return st;
 }
@@ -687,6 +692,7 @@ ct_status ct_tune_run(const ct_config *cfg, const ct_model_config *mc, ct_tune_t
     if (!st) st = fake_check(cfg->debug.tune_fake);
     if (!st) st = parse_tiles(&s, cfg->tune.tile_candidates);
     if (!st) st = ct_config_memory_limit(cfg->run.memory_limit, ct_memory_available(), &out->limit);
+    if (!st) st = ct_run_env_measure(&s.env, cfg);
     if (st) return st;
     out->T = (int)cfg->train.seq_len;
     if (out->T > mc->n_ctx)

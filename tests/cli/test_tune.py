@@ -117,6 +117,14 @@ with tempfile.TemporaryDirectory() as tmp:
               "no repeated trial beat the winner by more than their noise")
         check(settings_dict(flat(P("p2.yaml"))["tune.settings"]) == settings_dict(j["settings"]),
               "--out holds the reported settings")
+        # each trial is planned as train plans it: the start's plan is `ctrain plan`'s
+        rc2, out2, err2 = run("plan", "--config", base, "run.threads=%d" % start["threads"],
+                              "--json")
+        pj = json.loads(out2) if rc2 == 0 else {}
+        check(rc2 == 0 and abs(start["plan_bytes"] - pj.get("total_bytes", 0)) <=
+              0.01 * pj.get("total_bytes", 1),
+              "the start's planned bytes equal `ctrain plan`'s (%s vs %s)" %
+              (start.get("plan_bytes"), pj.get("total_bytes")))
 
     # ------------------------------------------------------------ train with the profile
     rc, out, err = run("train", "--config", prof, "run.dir=" + P("t1"))

@@ -178,6 +178,10 @@ static size_t plan_of(const ct_model_config *mc, const ct_config *c, int B) {
     CHECK(ct_run_plan_make(mc, B, (int)c->train.seq_len, 8 / B, (int)c->data.prefetch, &o, &rp) ==
           CT_OK);
     ct_run_plan_set_threads(&rp, (int)c->run.threads);
+    /* measured as tune (and train) plan: this process, the BLAS buffers */
+    ct_run_env env;
+    CHECK(ct_run_env_measure(&env, c) == CT_OK);
+    ct_run_plan_measure(&rp, mc, (int)c->data.prefetch, &env);
     return rp.total;
 }
 
