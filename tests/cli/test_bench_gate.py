@@ -184,9 +184,16 @@ with tempfile.TemporaryDirectory() as d:
         show(p)
     check(p.returncode == 0 and "no regression" in p.stdout,
           "bench step against its own baseline: no regression (%d)" % p.returncode)
-    p = run(*STEP, "--baseline", sbase, "--debug-slow", "matmul_fwd=6")
-    regressed = [line for line in p.stdout.splitlines() if "regressed:" in line]
-    named = regressed[0].split(":")[1].split() if regressed else []
+    # as the rerun above, a few attempts: on a loaded machine one noisy run can hide
+    # the whole step's regression inside its band (the kernel's own is never hidden)
+    for attempt in range(3):
+        p = run(*STEP, "--baseline", sbase, "--debug-slow", "matmul_fwd=6")
+        regressed = [line for line in p.stdout.splitlines() if "regressed:" in line]
+        named = regressed[0].split(":")[1].split() if regressed else []
+        if p.returncode == 1 and "step" in named and "step.matmul_fwd" in named:
+            break
+        print("attempt %d of the slowed step exited %d: %s" % (attempt + 1, p.returncode,
+                                                              regressed))
     check(p.returncode == 1 and "step" in named and "step.matmul_fwd" in named,
           "--debug-slow matmul_fwd=6: exit 1, the step and step.matmul_fwd regressed (%d, %s)"
           % (p.returncode, regressed))
