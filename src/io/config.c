@@ -356,7 +356,8 @@ static const char *alias_key(const char *path) {
     const char *dot = strrchr(path, '.');
     const char *last = dot ? dot + 1 : path;
     for (size_t i = 0; i < sizeof config_aliases / sizeof *config_aliases; i++)
-        if (!strcmp(last, config_aliases[i].theirs) && ct_config_has_key(config_aliases[i].ours))
+        if (edit_distance(last, config_aliases[i].theirs) <= 2 &&
+            ct_config_has_key(config_aliases[i].ours)) /* a typo of their name too */
             return config_aliases[i].ours;
     return NULL;
 }

@@ -55,7 +55,8 @@ def main():
         for theirs, ours in (("optim.learning_rate=1e-3", "optim.lr"),
                              ("per_device_train_batch_size=4", "train.batch_size"),
                              ("gradient_accumulation_steps=2", "train.grad_accum"),
-                             ("output_dir=x", "run.dir")):
+                             ("output_dir=x", "run.dir"),
+                             ("optim.learnin_rate=1e-3", "optim.lr")):
             rc, out = run("train", *base, theirs)
             check(f"{theirs.split('=')[0]}: exit 2 suggesting {ours}",
                   rc == 2 and f"did you mean '{ours}'" in out, out[-300:])
