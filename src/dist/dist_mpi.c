@@ -224,7 +224,8 @@ ct_status ct_dist_init(ct_dist **out) {
     char me[MPI_MAX_PROCESSOR_NAME] = "", host[HOST_MAX] = "";
     int len = 0;
     if (MPI_Get_processor_name(me, &len) != MPI_SUCCESS || !me[0]) snprintf(me, sizeof me, "?");
-    snprintf(host, sizeof host, "%s", me);
+    /* a host name longer than HOST_MAX is cut (names are for messages only) */
+    memcpy(host, me, strnlen(me, sizeof host - 1));
     if (MPI_Allgather(host, HOST_MAX, MPI_CHAR, d->hosts, HOST_MAX, MPI_CHAR, MPI_COMM_WORLD) !=
         MPI_SUCCESS)
         for (int i = 0; i < d->world; i++) snprintf(d->hosts[i], HOST_MAX, "?");

@@ -209,9 +209,12 @@ with tempfile.TemporaryDirectory() as tmp:
     check(all(x["rss_peak_bytes"] >= x["arena_bytes"] > 0 for x in train),
           "peak RSS holds ctrain's tracked memory")
     check(all(x["arena_bytes"] == x["mem_bytes"] for x in train), "arena_bytes is the tracked use")
-    check(all(x["plan_bytes"] == plan.get("total_bytes") and
+    # the plan measures the process's own baseline (process_bytes), which moves by
+    # a few pages from one process to the next: the rest is computed and the same
+    check(all(abs(x["plan_bytes"] - plan.get("total_bytes", 0)) <= 1 << 20 and
               x["mem_limit_bytes"] == plan.get("limit_bytes") for x in train),
-          "plan_bytes and mem_limit_bytes are `ctrain plan`'s")
+          "plan_bytes and mem_limit_bytes are `ctrain plan`'s (within the measured baseline's "
+          "jitter, 1 MiB)")
     check(all(x["major_faults"] >= 0 and x["major_faults"] == int(x["major_faults"])
               for x in train), "major faults are counts")
     tb = tb_scalars(da)

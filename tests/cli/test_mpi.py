@@ -258,9 +258,10 @@ def zero(tmp, shard):
     o = [p.get("optim_bytes") for p in plans]
     check("ctrain plan: dist.zero=1 on 2 ranks halves optim_bytes, 3 ranks pad the shards",
           o == [8 * numel, 8 * numel, 4 * numel, 8 * ((numel + 2) // 3)], str(o))
-    check("ctrain plan: total_bytes follows",
-          plans[0].get("total_bytes", 0) - plans[2].get("total_bytes", 0) == 4 * numel,
-          str(plans))
+    # the process's own measured baseline (process_bytes) moves by a few pages
+    # from one `ctrain plan` to the next: the rest of the total must follow exactly
+    fixed = [p.get("total_bytes", 0) - p.get("process_bytes", 0) for p in plans]
+    check("ctrain plan: total_bytes follows", fixed[0] - fixed[2] == 4 * numel, str(plans))
 
 
 def resume(tmp, shard):
