@@ -8,12 +8,13 @@ set -euo pipefail
 # process without them). clang + libclang-rt-14-dev (libFuzzer's runtime,
 # libclang_rt.fuzzer-x86_64.a; only recommended by clang, so named here): `make fuzz`.
 build_pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libyaml-dev libcjson-dev
-            libpcre2-dev libxxhash-dev libzstd-dev libopenmpi-dev openmpi-bin
+            libpcre2-dev libxxhash-dev libzstd-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev
             clang libclang-rt-14-dev)
 # Test-time references only: PyTorch for parity, node for reference data,
 # headless Chromium to render `ctrain report` pages and check their console,
-# iproute2 (`ip netns`) for the two-host test (tests/cli/test_mpi_hosts.py).
-test_pkgs=(python3 python3-torch python3-numpy chromium iproute2)
+# iproute2 (`ip netns`) for the two-host test (tests/cli/test_mpi_hosts.py),
+# nginx-light as the HTTP server the remote-data tests start on loopback.
+test_pkgs=(python3 python3-torch python3-numpy chromium iproute2 nginx-light)
 
 missing=()
 # node and npm fetch the reference data; Debian's packages only when absent

