@@ -13,6 +13,8 @@
 
 #include "cli.h"
 #include "data/prepare.h"
+#include "data/remote.h"
+#include "io/fileio.h"
 
 static const char *cmd = "prepare";
 
@@ -34,7 +36,9 @@ static void prepare_usage(FILE *f) {
             "                       byte-level BPE or LLaMA's SentencePiece-BPE (required);\n"
             "                       its identity goes into manifest.json, and training\n"
             "                       checks it against the model's\n"
-            "  --out DIR            output directory (required)\n"
+            "  --out DIR            output directory (required); or s3://bucket/prefix/ (an\n"
+            "                       http(s) URL that takes PUT works too): prepared in a\n"
+            "                       temporary directory ($TMPDIR), then uploaded, manifest last\n"
             "  --format F           auto | text | jsonl (default auto: .jsonl/.ndjson are JSONL)\n"
             "  --field NAME         JSONL field holding the text (default text)\n"
             "  --separator S        split text inputs into documents at S (escapes \\n \\t \\r\n"
@@ -277,12 +281,39 @@ int cmd_prepare(int argc, char **argv) {
         o.cache_mem_limit = cache_mem;
     }
 
+    /* a URL: prepare in a staging directory, then upload it */
+    const char *remote_out = NULL;
+    char stage[CT_PATH_MAX], shown[CT_PATH_MAX];
+    if (ct_remote_is_url(o.out_dir)) {
+        remote_out = o.out_dir;
+        const char *tmp = getenv("TMPDIR");
+        snprintf(stage, sizeof stage, "%s/ctrain-prepare-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(stage)) {
+            fprintf(stderr, "ctrain prepare: error: %s: cannot make a staging directory for the "
+                    "upload: %s\n", stage, strerror(errno));
+            goto done;
+        }
+        o.out_dir = stage;
+        ct_remote_display(remote_out, shown, sizeof shown);
+    }
+
     progress_state ps = {isatty(2) != 0, quiet, -1e9, 0};
     o.progress = on_progress;
     o.user = &ps;
     ct_prepare_report r;
     ct_status st = ct_prepare_run(&o, &r);
     if (ps.tty && !quiet && ps.width) fputc('\n', stderr);
+    if (st == CT_OK && remote_out) {
+        double t0 = ct_time_s();
+        int64_t sent = 0;
+        if (!quiet) fprintf(stderr, "ctrain prepare: uploading to %s\n", shown);
+        st = ct_prepare_upload(stage, remote_out, o.overwrite, NULL, &sent);
+        if (st == CT_OK && !quiet)
+            fprintf(stderr, "ctrain prepare: uploaded %.1f MB and the manifest in %.2f s\n",
+                    (double)sent / 1e6, ct_time_s() - t0);
+        o.out_dir = shown;
+    }
+    if (remote_out) ct_remove_tree(stage);
     if (st) {
         cli_fail(cmd);
         goto done;

@@ -3,6 +3,7 @@
  * cmd_*.c; this is the only code that exits. Exit status 2 means the input
  * (a file, a key, a value) was wrong and nothing was written.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
+    /* the commands that may read or write remote data: a peer closing a TLS
+     * connection must be an error libcurl reports, not a SIGPIPE that kills
+     * the run (libcurl's advice with CURLOPT_NOSIGNAL) */
+    if (!strcmp(cmd, "train") || !strcmp(cmd, "eval") || !strcmp(cmd, "prepare"))
+        signal(SIGPIPE, SIG_IGN);
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);

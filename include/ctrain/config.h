@@ -28,6 +28,13 @@ typedef struct ct_config {
         char val[CT_PATH_MAX];
         bool shuffle;
         int64_t prefetch; /* batches read ahead by a background thread; 0: none */
+        /* remote data (http(s)://, s3:// in data.train / data.val) */
+        char cache_dir[CT_PATH_MAX];   /* "" = ~/.cache/ctrain/shards */
+        char cache_limit[CT_NAME_MAX]; /* bytes with KB/MB/GB/TB */
+        double cache_ttl;              /* seconds a cached block stays valid; 0 = forever */
+        char readahead[CT_NAME_MAX];   /* bytes fetched ahead of the reader */
+        int64_t retries;               /* attempts after the first, per request */
+        double timeout_s;              /* connect / stalled-transfer timeout */
     } data;
     struct {
         int64_t batch_size; /* 0: auto (the planner picks it under run.memory_limit) */
@@ -147,6 +154,9 @@ CT_API ct_status ct_config_apply_override(ct_config *cfg, const char *kv);
 /* run.memory_limit's text in bytes: "N%" of `available`, "N" bytes, or N with
  * a KB/MB/GB/TB suffix (powers of 1024). CT_ERR_ARG naming the key. */
 CT_API ct_status ct_config_memory_limit(const char *spec, size_t available, size_t *out);
+/* A byte count with an optional KB/MB/GB/TB suffix (powers of 1024), e.g.
+ * data.cache_limit; key names the setting in the error (CT_ERR_ARG). */
+CT_API ct_status ct_config_bytes(const char *key, const char *spec, int64_t *out);
 CT_API ct_status ct_config_validate(const ct_config *cfg);
 
 /* run.attention_tiles's text: "auto" gives 0 x 0 (the kernel's built-in

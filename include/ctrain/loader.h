@@ -51,10 +51,18 @@ typedef struct ct_loader_opts {
     int rank, world;   /* 0 <= rank < world */
     int prefetch;      /* batches a background thread reads ahead; 0: read on the
                         * caller's thread */
+    /* remote specs (http://, https://, s3://: a `ctrain prepare` output read
+     * by byte ranges through a disk cache); 0 / NULL / -1: the defaults */
+    const char *cache_dir; /* data.cache_dir (default ~/.cache/ctrain/shards) */
+    int64_t cache_limit;   /* data.cache_limit, bytes (default 10 GiB) */
+    double cache_ttl_s;    /* data.cache_ttl, seconds; 0: never expire; -1: default (7 days) */
+    int64_t readahead;     /* data.readahead, bytes fetched ahead (default 256 MiB) */
+    int retries;           /* data.retries (-1: default 5) */
+    double timeout_s;      /* data.timeout_s (0: default 30) */
 } ct_loader_opts;
 
 /* split "train", B = T = 1, no vocabulary check, sequential, seed 0, rank 0 of
- * 1, prefetch 2; spec NULL (must be set). */
+ * 1, prefetch 2, remote settings at their defaults; spec NULL (must be set). */
 CT_API ct_loader_opts ct_loader_opts_default(void);
 
 /* The exact position of a loader: plain data, fixed size (32 bytes, no
@@ -126,6 +134,16 @@ CT_API bool ct_loader_split_missing(const char *spec, const char *split);
 CT_API int64_t ct_loader_batches_per_epoch(const ct_loader *l);
 CT_API int64_t ct_loader_total_tokens(const ct_loader *l);
 CT_API int ct_loader_num_shards(const ct_loader *l);
+
+/* Counters of a loader over remote shards (false, zeros, for local ones). */
+typedef struct ct_loader_remote_stats {
+    int64_t blocks_fetched, bytes_fetched; /* from the network */
+    int64_t disk_hits, memory_hits;        /* blocks the disk cache / memory tier served */
+    int64_t bad_blocks;                    /* fetched blocks that failed the manifest's hash */
+    int64_t cache_write_errors;            /* blocks the cache could not keep */
+    double read_wait_s;                    /* seconds the reads waited on the network */
+} ct_loader_remote_stats;
+CT_API bool ct_loader_get_remote_stats(const ct_loader *l, ct_loader_remote_stats *out);
 
 
 #ifdef __cplusplus

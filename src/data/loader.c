@@ -11,6 +11,8 @@
  */
 #include "data/loader_int.h"
 
+#include "data/remote.h"
+
 #include <glob.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -28,6 +30,8 @@ ct_loader_opts ct_loader_opts_default(void) {
     o.T = 1;
     o.world = 1;
     o.prefetch = 2;
+    o.cache_ttl_s = -1;
+    o.retries = -1;
     return o;
 }
 
@@ -158,17 +162,19 @@ static ct_status check_opts(const ct_loader_opts *o) {
 
 /* Open, validate and count the windows of every shard. */
 static ct_status open_shards(ct_loader *l, const ct_loader_opts *o) {
-    ct_status st = resolve_paths(o->spec, l->split_name, &l->paths, &l->n_shards);
+    bool remote = ct_remote_is_url(o->spec);
+    ct_status st = remote ? loader_remote_open(l, o)
+                          : resolve_paths(o->spec, l->split_name, &l->paths, &l->n_shards);
     if (st) return st;
     int n = l->n_shards;
-    l->shards = calloc((size_t)n, sizeof *l->shards);
+    if (!remote) l->shards = calloc((size_t)n, sizeof *l->shards);
     l->wins = calloc((size_t)n, sizeof *l->wins);
     l->seq_cum = calloc((size_t)n + 1, sizeof *l->seq_cum);
     if (!l->shards || !l->wins || !l->seq_cum)
         return CT_ERR(CT_ERR_OOM, "out of memory for the loader");
     int64_t BT = l->BT, stride = BT * l->world;
     for (int i = 0; i < n; i++) {
-        if ((st = ct_shard_open(&l->shards[i], l->paths[i]))) return st;
+        if (!remote && (st = ct_shard_open(&l->shards[i], l->paths[i]))) return st;
         int64_t ntok = ct_shard_ntokens(l->shards[i]);
         if (ntok < BT + 1) {
             /* the caller's prefix names its own settings (train.* or eval's flags) */
@@ -224,6 +230,7 @@ ct_status ct_loader_init(ct_loader **out, const ct_loader_opts *opts) {
     if ((st = open_shards(l, opts))) goto fail;
     if ((st = loader_locator_init(&l->cons_loc, l->n_shards))) goto fail;
     if ((st = loader_locator_init(&l->read_loc, l->n_shards))) goto fail;
+    if (l->remote && (st = loader_remote_start(l))) goto fail;
     if (l->prefetch > 0 && (st = loader_ring_start(l))) goto fail;
     *out = l;
     return CT_OK;
@@ -235,10 +242,12 @@ fail:
 void ct_loader_free(ct_loader *l) {
     if (!l) return;
     loader_ring_stop(l);
+    loader_remote_stop(l);
     for (int i = 0; i < l->n_shards; i++) {
         if (l->shards) ct_shard_close(l->shards[i]);
         if (l->paths) free(l->paths[i]);
     }
+    loader_remote_close(l);
     free(l->shards);
     free(l->paths);
     free(l->wins);
@@ -258,7 +267,10 @@ ct_status ct_loader_next(ct_loader *l, int32_t *inputs, int32_t *targets) {
     } else {
         st = loader_read_at(l, &l->read_loc, l->epoch, l->index, inputs, targets);
     }
-    if (st == CT_OK) loader_advance(l, &l->epoch, &l->index, 1);
+    if (st == CT_OK) {
+        loader_advance(l, &l->epoch, &l->index, 1);
+        loader_remote_moved(l, false);
+    }
     l->wait_last = ct_time_s() - t0;
     l->wait_total += l->wait_last;
     return st;
@@ -268,6 +280,7 @@ void ct_loader_reset(ct_loader *l) {
     l->epoch = 0;
     l->index = 0;
     if (l->prefetch > 0) loader_ring_restart(l);
+    loader_remote_moved(l, true);
 }
 
 void ct_loader_get_pos(ct_loader *l, ct_loader_pos *out) {
@@ -319,6 +332,7 @@ ct_status ct_loader_set_pos(ct_loader *l, const ct_loader_pos *pos) {
     l->epoch = pos->epoch;
     l->index = pos->index;
     if (l->prefetch > 0) loader_ring_restart(l);
+    loader_remote_moved(l, true);
     return CT_OK;
 }
 
@@ -327,6 +341,7 @@ ct_status ct_loader_skip(ct_loader *l, int64_t n) {
         return CT_ERR(CT_ERR_ARG, "loader skip: %" PRId64 " batches, expected >= 0", n);
     loader_advance(l, &l->epoch, &l->index, n);
     if (l->prefetch > 0 && n > 0) loader_ring_drop(l, n);
+    if (n > 0) loader_remote_moved(l, true);
     return CT_OK;
 }
 

@@ -65,6 +65,18 @@ struct ct_loader {
     ct_status err;         /* the thread's read error, waiting for the consumer */
     char err_msg[LOADER_MSG_MAX], err_hint[LOADER_MSG_MAX], err_site[128];
     pthread_t thread;
+
+    /* remote shards (loader_remote.c); remote is NULL for local ones */
+    struct ct_remote_ctx *remote;
+    pthread_mutex_t ra_mu;  /* guards the ra_ fields below it */
+    pthread_cond_t ra_cv;
+    bool ra_sync, ra_running;
+    pthread_t ra_thread;
+    loader_locator ra_loc;  /* the read-ahead thread's */
+    int64_t ra_batches, ra_budget_blocks; /* how far a pass looks: batches, blocks */
+    int64_t ra_epoch, ra_index; /* the consumer's position, as last told */
+    uint64_t ra_gen;        /* bumped by set_pos, skip and reset */
+    bool ra_stop;
 };
 
 /* loader_order.c: the order and the reads. A locator for n_shards shards
@@ -92,5 +104,13 @@ ct_status loader_ring_pop(ct_loader *l, int32_t *in, int32_t *tg);
 void loader_ring_restart(ct_loader *l);
 /* The consumer skipped n batches: drop them if ready, else restart. */
 void loader_ring_drop(ct_loader *l, int64_t n);
+
+/* loader_remote.c: remote shards and their read-ahead thread. */
+ct_status loader_remote_open(ct_loader *l, const ct_loader_opts *o); /* fills shards, paths */
+ct_status loader_remote_start(ct_loader *l);
+void loader_remote_stop(ct_loader *l);  /* before the shards close */
+void loader_remote_close(ct_loader *l); /* after the shards close */
+/* The consumer moved (jump: not by one batch, so the pass starts over). */
+void loader_remote_moved(ct_loader *l, bool jump);
 
 #endif

@@ -24,6 +24,7 @@
 #include "ctrain/config.h"
 #include "ctrain/data.h"
 #include "data/prepare_impl.h"
+#include "data/shard_remote.h"
 #include "data/shard.h"
 #include "io/fileio.h"
 
@@ -280,6 +281,11 @@ static ct_status write_manifest(prep_run *r) {
             cJSON_AddStringToObject(e, "split", ws[k]->name);
             cJSON_AddNumberToObject(e, "tokens", (double)ws[k]->shards[i].tokens);
             cJSON_AddNumberToObject(e, "version", ws[k]->version);
+            /* what a reader over the network checks each block against */
+            char spath[CT_PATH_MAX + 300];
+            snprintf(spath, sizeof spath, "%s/%s", o->out_dir, ws[k]->shards[i].file);
+            if ((st = ct_shard_hash_manifest(spath, e))) goto fail;
+            st = CT_ERR(CT_ERR_OOM, "out of memory writing the manifest");
         }
     }
     cJSON *tot = cJSON_AddObjectToObject(m, "totals");

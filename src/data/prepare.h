@@ -86,4 +86,12 @@ typedef struct ct_prepare_opts {
  * tokenizer), CT_ERR_ARG, CT_ERR_OOM. */
 ct_status ct_prepare_run(const ct_prepare_opts *o, ct_prepare_report *rep);
 
+/* Upload the prepared directory dir (its manifest's shards, then the manifest
+ * last) to url (s3:// or an http(s) URL that takes PUT). A manifest already at
+ * url is refused unless overwrite. *bytes: shard bytes sent.
+ * Errors: CT_ERR_IO (naming the URL or file), CT_ERR_FORMAT, CT_ERR_OOM. */
+struct ct_remote_opts;
+ct_status ct_prepare_upload(const char *dir, const char *url, bool overwrite,
+                            const struct ct_remote_opts *net, int64_t *bytes);
+
 #endif

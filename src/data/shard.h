@@ -9,6 +9,7 @@
 
 #include "ctrain/core.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define CT_SHARD_MAGIC 20240520
@@ -24,6 +25,19 @@ typedef struct ct_shard ct_shard; /* an open shard: opaque, read-only */
  * An open shard may be read from several threads at once. */
 ct_status ct_shard_open(ct_shard **out, const char *path);
 void ct_shard_close(ct_shard *s); /* NULL is fine */
+
+/* A shard at a URL (data/shard_remote.h): reads go through ctx's block cache
+ * and the network; its header is checked against the manifest, and its
+ * tokens against vocab_size (> 0), as each block is first used. Takes over
+ * info's url and blocks. ct_shard_path is then the URL as printed. */
+struct ct_remote_ctx;
+struct ct_remote_shard_info;
+ct_status ct_shard_open_remote(ct_shard **out, struct ct_remote_ctx *ctx,
+                               struct ct_remote_shard_info *info, int vocab_size);
+bool ct_shard_is_remote(const ct_shard *s);
+/* Remote shards: make tokens [start, start+count) present in the disk cache
+ * (the read-ahead); *fetched counts blocks fetched now. Local shards: no-op. */
+ct_status ct_shard_prefetch(const ct_shard *s, int64_t start, int64_t count, int64_t *fetched);
 
 const char *ct_shard_path(const ct_shard *s);
 int64_t ct_shard_ntokens(const ct_shard *s);

@@ -44,6 +44,19 @@ const key_def config_keys[] = {
     B("data.shuffle", data.shuffle, "shuffle windows (false: sequential llm.c order)"),
     I("data.prefetch", data.prefetch, 0, 4096,
       "batches the background thread reads ahead (0: read on the training thread)"),
+    S("data.cache_dir", data.cache_dir,
+      "remote data: the disk cache of shard blocks (empty: ~/.cache/ctrain/shards)"),
+    S("data.cache_limit", data.cache_limit,
+      "remote data: size of the disk cache, bytes (KB/MB/GB/TB); least recently used "
+      "blocks go first"),
+    F("data.cache_ttl", data.cache_ttl, 0, 1e12,
+      "remote data: seconds a cached block stays valid (0: forever)"),
+    S("data.readahead", data.readahead,
+      "remote data: bytes of shard blocks fetched ahead of the reader (KB/MB/GB)"),
+    I("data.retries", data.retries, 0, 1000,
+      "remote data: retries of a failed request (reset, timeout, 5xx), with backoff"),
+    F("data.timeout_s", data.timeout_s, 0.1, 86400,
+      "remote data: seconds to connect, and a stalled transfer's limit"),
     {"train.batch_size", KEY_INT, OFF(train.batch_size), SZ(train.batch_size), 1, 1 << 20, "auto",
      "micro-batch size B, or auto: the largest that fits run.memory_limit"},
     I("train.effective_batch", train.effective_batch, 0, 1 << 30,
@@ -192,6 +205,11 @@ void ct_config_default(ct_config *c) {
     snprintf(c->model.arch, sizeof c->model.arch, "gpt2");
     c->data.shuffle = false;
     c->data.prefetch = 2;
+    snprintf(c->data.cache_limit, sizeof c->data.cache_limit, "10GB");
+    c->data.cache_ttl = 7 * 24 * 3600.0;
+    snprintf(c->data.readahead, sizeof c->data.readahead, "256MB");
+    c->data.retries = 5;
+    c->data.timeout_s = 30;
     c->train.batch_size = 4;
     c->train.seq_len = 64;
     c->train.grad_accum = 1;
@@ -543,6 +561,34 @@ ct_status ct_config_apply_override(ct_config *cfg, const char *kv) {
     return ct_config_set(cfg, key, eq + 1, "command line");
 }
 
+/* x bytes times the scale of suffix end ("", B, KB, MB, GB, TB); false when
+ * the suffix is none of those. */
+static bool scale_bytes(double x, const char *end, double *bytes) {
+    static const char *suffix[] = {"", "B", "KB", "MB", "GB", "TB"};
+    static const double scale[] = {1, 1, 1024.0, 1048576.0, 1073741824.0, 1099511627776.0};
+    for (size_t i = 0; i < 6; i++) {
+        if (!strcmp(end, suffix[i])) {
+            *bytes = x * scale[i];
+            return true;
+        }
+    }
+    return false;
+}
+
+ct_status ct_config_bytes(const char *key, const char *spec, int64_t *out) {
+    char *end;
+    double x = strtod(spec, &end), bytes;
+    if (end != spec && isfinite(x) && x > 0) {
+        while (*end == ' ') end++;
+        if (scale_bytes(x, end, &bytes) && bytes >= 1 && bytes < 9.0e18) {
+            *out = (int64_t)bytes;
+            return CT_OK;
+        }
+    }
+    return CT_ERR(CT_ERR_ARG, "%s = '%s': expected bytes with an optional KB/MB/GB/TB suffix "
+                  "(e.g. 10GB)", key, spec);
+}
+
 ct_status ct_config_memory_limit(const char *spec, size_t available, size_t *out) {
     char *end;
     double x = strtod(spec, &end);
@@ -556,13 +602,8 @@ ct_status ct_config_memory_limit(const char *spec, size_t available, size_t *out
                           "machine's RAM could not be read: give bytes instead (e.g. 12GB)",
                           spec);
         bytes = (double)available * x / 100.0;
-    } else {
-        static const char *suffix[] = {"", "B", "KB", "MB", "GB", "TB"};
-        static const double scale[] = {1, 1, 1024.0, 1048576.0, 1073741824.0, 1099511627776.0};
-        size_t i = 0;
-        while (i < 6 && strcmp(end, suffix[i]) != 0) i++;
-        if (i == 6) goto bad;
-        bytes = x * scale[i];
+    } else if (!scale_bytes(x, end, &bytes)) {
+        goto bad;
     }
     *out = (size_t)bytes;
     return CT_OK;
@@ -664,6 +705,9 @@ ct_status ct_config_validate(const ct_config *c) {
     if ((st0 = ct_config_attention_tiles(c->run.attention_tiles, &bq, &bk))) return st0;
     int dev_kind, dev_index;
     if ((st0 = ct_config_device(c->run.device, &dev_kind, &dev_index))) return st0;
+    int64_t cache_limit, readahead;
+    if ((st0 = ct_config_bytes("data.cache_limit", c->data.cache_limit, &cache_limit))) return st0;
+    if ((st0 = ct_config_bytes("data.readahead", c->data.readahead, &readahead))) return st0;
     int64_t tr0, tr1;
     if (c->run.trace[0] && (st0 = ct_config_trace_steps(c->run.trace, &tr0, &tr1))) return st0;
     if (c->schedule.warmup_steps > c->train.steps && c->train.steps > 0)

@@ -84,6 +84,13 @@ typedef struct ct_report_rollback {
     int64_t line;
 } ct_report_rollback;
 
+/* The counters of "remote" lines the report sums. */
+enum {
+    CT_REPORT_REMOTE_BYTES, CT_REPORT_REMOTE_REQUESTS, CT_REPORT_REMOTE_RETRIES,
+    CT_REPORT_REMOTE_FAILURES, CT_REPORT_REMOTE_BAD_BLOCKS, CT_REPORT_REMOTE_DISK_HITS,
+    CT_REPORT_REMOTE_BLOCKS, CT_REPORT_REMOTE_WAIT_MS
+};
+
 typedef struct ct_report_resume {
     int64_t step; /* the step the run continued after (its checkpoint's) */
     int64_t line;
@@ -104,6 +111,10 @@ typedef struct ct_report_data {
     size_t n_rollbacks;
     ct_report_resume *resumes;           /* [n_resumes]: "resume" lines, in file order */
     size_t n_resumes;
+    /* "remote" lines (remote training data): counters summed over the
+     * processes of the run (each restarts them), in CT_REPORT_REMOTE_* order */
+    bool has_remote;
+    double remote[8], remote_last[8];
     bool has_key[CT_REPORT_KEY_COUNT];   /* some train line holds the key (even as null) */
     int64_t n_lines;                     /* lines read, the blank ones included */
     int64_t n_replaced;                  /* train and val lines a later line of the same step replaced */

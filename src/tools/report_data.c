@@ -167,6 +167,27 @@ static ct_status report_alert_line(report_parse *p, const cJSON *o, int64_t step
     return CT_OK;
 }
 
+/* A "remote" line: the counters of one process so far. A count lower than
+ * the last line's means a new process (a resume): the last one's are kept. */
+static void report_remote_line(ct_report_data *d, const cJSON *o) {
+    static const char *const keys[8] = {"bytes_fetched", "requests", "retries", "failures",
+                                        "bad_blocks", "disk_hits", "blocks_fetched",
+                                        "read_wait_ms"};
+    double v[8];
+    bool restarted = false;
+    for (int i = 0; i < 8; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, keys[i]);
+        v[i] = cJSON_IsNumber(x) && isfinite(x->valuedouble) && x->valuedouble >= 0
+                   ? x->valuedouble : 0;
+        restarted |= v[i] < d->remote_last[i];
+    }
+    for (int i = 0; i < 8; i++) {
+        if (restarted) d->remote[i] += d->remote_last[i];
+        d->remote_last[i] = v[i];
+    }
+    d->has_remote = true;
+}
+
 /* One line of metrics.jsonl. Blank lines are fine; lines of an unknown split
  * are ignored (newer writers may add kinds). CT_ERR_FORMAT names the line;
  * *syntax says the line is not JSON at all (what a torn write looks like). */
@@ -203,6 +224,7 @@ static ct_status report_line(report_parse *p, const char *text, size_t n, int64_
     if (!strcmp(split->valuestring, "train")) st = report_train_line(p, o, s, line);
     else if (!strcmp(split->valuestring, "val")) st = report_val_line(p, o, s, line);
     else if (!strcmp(split->valuestring, "alert")) st = report_alert_line(p, o, s, line);
+    else if (!strcmp(split->valuestring, "remote")) report_remote_line(p->d, o);
     else if (!strcmp(split->valuestring, "resume")) { /* the trainer continued after step s */
         ct_report_data *d = p->d;
         st = report_grow((void **)&d->resumes, &p->cap_resumes, d->n_resumes, sizeof *d->resumes);

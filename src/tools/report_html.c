@@ -262,6 +262,18 @@ static void summary(html_ctx *h) {
                                     (long long)d->resumes[i].step);
         row(b, "resumes", v);
     }
+    if (d->has_remote) { /* data read over the network */
+        double r[8];
+        for (int i = 0; i < 8; i++) r[i] = d->remote[i] + d->remote_last[i];
+        snprintf(v, sizeof v, "%.1f MB in %.0f blocks over %.0f requests (%.0f retried, %.0f "
+                 "failed, %.0f blocks failed their hash); %.0f blocks from the disk cache; "
+                 "%.1f s waiting on the network",
+                 r[CT_REPORT_REMOTE_BYTES] / 1e6, r[CT_REPORT_REMOTE_BLOCKS],
+                 r[CT_REPORT_REMOTE_REQUESTS], r[CT_REPORT_REMOTE_RETRIES],
+                 r[CT_REPORT_REMOTE_FAILURES], r[CT_REPORT_REMOTE_BAD_BLOCKS],
+                 r[CT_REPORT_REMOTE_DISK_HITS], r[CT_REPORT_REMOTE_WAIT_MS] / 1e3);
+        row(b, "remote data", v);
+    }
     snprintf(v, sizeof v, "%zu (%zu critical)", d->n_alerts, crit);
     row(b, "alerts", v);
     if (d->n_replaced) {

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "backend/ctx.h"
+#include "data/remote.h"
 #include "core/strbuf.h"
 #include "io/fileio.h"
 #include "train/run_tokenizer.h"
@@ -90,6 +91,7 @@ static ct_status write_checkpoint(trainer *t) {
     ct_status st = trainer_save_state(t, s); /* rank 0 writes; every rank agrees */
     free(s);
     if (st) return st;
+    t->ckpt_step = t->step;
     if (trainer_root(t))
         ct_log(CT_LOG_INFO, "checkpoint of step %lld written: %s (%.1f s)", (long long)t->step,
                t->res->checkpoint, ct_time_s() - t0);
@@ -219,7 +221,10 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
     for (int64_t a = 0; a < t->accum && t->world == 1; a++) {
         float loss;
         ct_model_timing mt = {0, 0};
-        if ((st = ct_loader_next(t->train, t->in, t->tg))) return st;
+        if ((st = ct_loader_next(t->train, t->in, t->tg))) {
+            t->data_failed = true;
+            return st;
+        }
         wait += ct_loader_wait_s(t->train);
         ts = span(t, "data", ts, step);
         if ((st = ct_model_forward_backward_timed(t->model, t->in, t->tg, t->B, t->T,
@@ -357,6 +362,28 @@ static ct_status monitor_step(trainer *t, ct_step_info *info) {
     return CT_OK;
 }
 
+/* Remote training data: the transport's and the cache's counters so far, as
+ * a "remote" line at each progress line, at the end, and whenever a retry
+ * happened since the last one. Nothing for local data. */
+static ct_status log_remote(trainer *t, int64_t step) {
+    ct_loader_remote_stats ls;
+    if (!ct_loader_get_remote_stats(t->train, &ls)) return CT_OK;
+    ct_remote_stats rs;
+    ct_remote_stats_get(&rs);
+    bool due = step % t->cfg->run.log_every == 0 || step == t->cfg->train.steps ||
+               rs.retries != t->remote_retries_logged;
+    if (!due) return CT_OK;
+    t->remote_retries_logged = rs.retries;
+    const char *k[] = {"bytes_fetched", "blocks_fetched", "disk_hits", "memory_hits",
+                       "requests", "retries", "failures", "bad_blocks", "cache_write_errors",
+                       "read_wait_ms"};
+    double v[] = {(double)ls.bytes_fetched, (double)ls.blocks_fetched, (double)ls.disk_hits,
+                  (double)ls.memory_hits, (double)rs.requests, (double)rs.retries,
+                  (double)rs.failures, (double)ls.bad_blocks, (double)ls.cache_write_errors,
+                  ls.read_wait_s * 1e3};
+    return ct_metrics_write(t->metrics, step, "remote", (int)(sizeof k / sizeof *k), k, v);
+}
+
 /* metrics.jsonl and TensorBoard lines of a finished training step, after
  * the monitor has judged it (its alert lines come first). */
 static ct_status log_step(trainer *t, ct_step_info *info) {
@@ -379,6 +406,7 @@ static ct_status log_step(trainer *t, ct_step_info *info) {
                      (double)info->rollback_to};
     int n = (int)(sizeof keys / sizeof *keys) - (info->rolled_back ? 0 : 1);
     if ((st = ct_metrics_write(t->metrics, info->step, "train", n, keys, vals))) return st;
+    if ((st = log_remote(t, info->step))) return st;
     const char *tk[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s",
                         "memory/peak_bytes", "memory/current_bytes", "guard/skipped",
                         "guard/rollbacks", "perf/step_ms", "perf/t_data_ms", "perf/t_fwd_ms",
@@ -505,6 +533,33 @@ static ct_status write_trace(trainer *t) {
     return st;
 }
 
+/* A step whose data could not be read (remote data past its retries): the
+ * micro-batches it took go back, so the checkpoint of the last whole step
+ * resumes at exactly the batch that failed; then the error stands. */
+static ct_status stop_on_data_error(trainer *t, ct_status err, const ct_loader_pos *before) {
+    char msg[1024], hint[1024], site[128];
+    snprintf(msg, sizeof msg, "%s", ct_last_error());
+    snprintf(hint, sizeof hint, "%s", ct_last_hint());
+    snprintf(site, sizeof site, "%s", ct_last_site());
+    ct_status st = ct_loader_set_pos(t->train, before);
+    if (st == CT_OK && t->step > 0 && t->ckpt_step != t->step && t->resume_step != t->step) {
+        if (trainer_root(t))
+            ct_log(CT_LOG_WARN, "step %lld: the training data could not be read; writing a "
+                   "checkpoint of step %lld before stopping", (long long)t->step + 1,
+                   (long long)t->step);
+        st = write_checkpoint(t);
+    }
+    if (st && trainer_root(t))
+        ct_log(CT_LOG_ERROR, "no checkpoint after the data error: %s", ct_last_error());
+    ct_error_clear();
+    char *colon = strrchr(site, ':');
+    int line = colon ? atoi(colon + 1) : 0;
+    if (colon) *colon = '\0';
+    ct_error_set(err, site[0] ? site : __FILE__, line, "%s", msg);
+    if (hint[0]) ct_error_hint("%s", hint);
+    return err;
+}
+
 static ct_status run_loop(trainer *t) {
     const ct_config *cfg = t->cfg;
     ct_train_result *res = t->res;
@@ -519,7 +574,11 @@ static ct_status run_loop(trainer *t) {
         info.rollback_to = -1;
         bool traced = t->trace && step >= t->trace_first && step <= t->trace_last;
         ct_ctx_set_trace(t->ctx, traced ? t->trace : NULL);
-        if ((st = train_step(t, step, &info))) return st;
+        ct_loader_pos before;
+        ct_loader_get_pos(t->train, &before);
+        t->data_failed = false;
+        if ((st = train_step(t, step, &info)))
+            return t->data_failed ? stop_on_data_error(t, st, &before) : st;
         /* a failed rollback still leaves its step in the metrics */
         ct_status rb = CT_OK;
         if (info.rolled_back && (rb = rollback(t, step, &info.rollback_to)))

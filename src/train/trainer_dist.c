@@ -128,6 +128,8 @@ static void grad_hook(size_t lo, size_t hi, void *user) {
     ct_dist_grad_ready(user, lo, hi);
 }
 
+#define DATA_FAILED 1000.0 /* a status no ct_status has */
+
 ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum, double *wait,
                                      double *fwd, double *bwd) {
     ct_status local = CT_OK, st;
@@ -138,10 +140,13 @@ ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum,
      * host mirror after the backward (no overlap) */
     float *grads = t->stage ? t->stage : dgrads;
     bool staged = t->stage != NULL;
-    bool begun = false;
+    bool begun = false, data_local = false;
     for (int64_t a = 0; a < t->accum && !local; a++) {
         float loss;
-        if ((local = ct_loader_next(t->train, t->in, t->tg))) break;
+        if ((local = ct_loader_next(t->train, t->in, t->tg))) {
+            data_local = true;
+            break;
+        }
         *wait += ct_loader_wait_s(t->train);
         if (a == t->accum - 1 && !staged) {
             /* the last backward finishes each block's gradient: start its
@@ -169,18 +174,23 @@ ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum,
         return st;
     }
     bool stop = t->hooks->stop && *t->hooks->stop != 0;
-    double mine[3] = {(double)local, *loss_sum, stop ? (double)*t->hooks->stop : 0.0};
+    /* a rank whose data could not be read says so: when that is every
+     * failure, the ranks checkpoint together before stopping */
+    double mine[3] = {data_local ? DATA_FAILED : (double)local, *loss_sum,
+                      stop ? (double)*t->hooks->stop : 0.0};
     double *all = t->xbuf;
     st = ct_dist_allgather_f64(t->dist, mine, 3, all);
-    bool failed = false;
+    bool failed = false, only_data = true;
     double sum = 0, stop_value = 0;
     for (int r = 0; !st && r < t->world; r++) {
         failed |= all[3 * r] != 0;
+        only_data &= all[3 * r] == 0 || all[3 * r] == DATA_FAILED;
         sum += all[3 * r + 1];
         stop_value = all[3 * r + 2] > stop_value ? all[3 * r + 2] : stop_value;
     }
     if (st) return st;
     if (failed) {
+        t->data_failed = only_data;
         char what[64];
         snprintf(what, sizeof what, "step %lld", (long long)step);
         return ct_dist_agree(t->dist, local, what);

@@ -77,6 +77,9 @@ typedef struct trainer {
     int64_t eval_batches; /* micro-batches per validation (this rank's) */
     int64_t bad_evals;
     bool ckpt_pending;
+    int64_t remote_retries_logged; /* remote data: retries as of the last "remote" line */
+    bool data_failed;     /* the step failed reading its data (every rank's failure was that) */
+    int64_t ckpt_step;    /* step of the last checkpoint written or resumed from; -1: none */
 
     /* run.dir: locked by rank 0 from setup to the end */
     run_lock *lock;                 /* owned; NULL on other ranks */

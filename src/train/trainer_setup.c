@@ -484,6 +484,13 @@ static ct_status plan_evaluation(trainer *t) {
 static ct_status open_loaders(trainer *t) {
     const ct_config *cfg = t->cfg;
     ct_loader_opts lo = ct_loader_opts_default();
+    /* remote data's settings (validated with the config) */
+    lo.cache_dir = cfg->data.cache_dir;
+    (void)ct_config_bytes("data.cache_limit", cfg->data.cache_limit, &lo.cache_limit);
+    (void)ct_config_bytes("data.readahead", cfg->data.readahead, &lo.readahead);
+    lo.cache_ttl_s = cfg->data.cache_ttl;
+    lo.retries = (int)cfg->data.retries;
+    lo.timeout_s = cfg->data.timeout_s;
     lo.spec = cfg->data.train;
     lo.B = t->B;
     lo.T = t->T;
@@ -592,6 +599,7 @@ ct_status trainer_setup(trainer *t) {
     t->T = (int)cfg->train.seq_len;
     t->accum = cfg->train.grad_accum;
     t->resume_step = -1;
+    t->ckpt_step = -1;
     t->best_val = NAN;
     /* first, on every rank: the ranks' configs must agree (a collective) */
     if ((st = trainer_dist_begin(t))) return st;

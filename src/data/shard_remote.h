@@ -1,0 +1,92 @@
+/*
+ * Token shards that live at http(s):// or s3:// URLs: a `ctrain prepare`
+ * output read through its manifest (which lists the shards, their sizes, a
+ * hash per shard and one per block), by byte ranges of whole blocks, through
+ * the disk block cache, with a small memory tier of decoded blocks in front.
+ * A block is used only when it matches the manifest's hash; a block that
+ * cannot be had after data.retries is an error naming the URL.
+ * Leaves out: HTTP and S3 themselves (data/remote.c), the order of reads and
+ * how far ahead to fetch (data/loader_remote.c).
+ */
+#ifndef CT_SHARD_REMOTE_H
+#define CT_SHARD_REMOTE_H
+
+#include "ctrain/core.h"
+#include "data/blockcache.h"
+#include "data/remote.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define CT_REMOTE_BLOCK_BYTES ((int64_t)1 << 20) /* what prepare hashes and the cache holds */
+#define CT_REMOTE_RUN_BLOCKS 16                  /* most blocks one request fetches */
+
+/* data.* settings for remote shards. */
+typedef struct ct_remote_data_opts {
+    const char *cache_dir; /* NULL or "": ct_blockcache_default_dir */
+    int64_t cache_limit;   /* bytes */
+    double cache_ttl_s;    /* 0: blocks never expire */
+    int64_t readahead;     /* bytes of shard data fetched ahead of the reader */
+    ct_remote_opts net;    /* retries, timeout, backoff */
+} ct_remote_data_opts;
+ct_remote_data_opts ct_remote_data_opts_default(void);
+
+/* What the shards of one loader share: the disk cache, the settings, the
+ * memory tier. Thread-safe. */
+typedef struct ct_remote_ctx ct_remote_ctx;
+ct_status ct_remote_ctx_open(ct_remote_ctx **out, const ct_remote_data_opts *o);
+void ct_remote_ctx_close(ct_remote_ctx *c); /* after every shard on it is closed */
+const ct_remote_data_opts *ct_remote_ctx_opts(const ct_remote_ctx *c);
+
+/* One shard as its manifest lists it. */
+typedef struct ct_remote_shard_info {
+    char *url;           /* owned */
+    int64_t bytes, ntok; /* file size, tokens */
+    int tsize;           /* bytes per token */
+    char hash[33];       /* xxh3-128 of the file, hex; "" when the manifest has none */
+    int64_t block_bytes; /* block size of blocks[] */
+    int64_t n_blocks;
+    uint64_t *blocks;    /* (n_blocks) xxh3-64 per block, owned; NULL: none listed */
+} ct_remote_shard_info;
+void ct_remote_shard_info_free(ct_remote_shard_info *v, int n);
+
+/* The shards of split ("train" | "val") named by spec: a directory URL (its
+ * manifest.json) or one shard's URL (its sibling manifest.json describes it;
+ * without one, sizes come from the shard's header and blocks are checked for
+ * length only). *vocab_size: the manifest tokenizer's, or 0. Owned *out. */
+ct_status ct_remote_list(const char *spec, const char *split, const ct_remote_opts *net,
+                         ct_remote_shard_info **out, int *n, int *vocab_size);
+
+/* An open remote shard. Reads are thread-safe. */
+typedef struct ct_rshard ct_rshard;
+/* Takes over info->url and info->blocks (info is cleared). vocab_size > 0:
+ * every token of a block is checked to be below it when the block is first
+ * used, and the first block's header against the manifest. */
+ct_status ct_rshard_open(ct_rshard **out, ct_remote_ctx *ctx, ct_remote_shard_info *info,
+                         int vocab_size);
+void ct_rshard_close(ct_rshard *s);
+const char *ct_rshard_url(const ct_rshard *s);
+/* Bytes [off, off+len) of the shard file into dst, fetching what is missing. */
+ct_status ct_rshard_read(ct_rshard *s, int64_t off, int64_t len, void *dst);
+/* Make bytes [off, off+len) present in the disk cache (fetching whole blocks,
+ * consecutive missing ones in one request). *fetched: blocks fetched now. */
+ct_status ct_rshard_prefetch(ct_rshard *s, int64_t off, int64_t len, int64_t *fetched);
+/* Blocks that hold bytes [off, off+len). */
+int64_t ct_rshard_block_of(const ct_rshard *s, int64_t off);
+
+/* Counters of one context's shards, for metrics and the report. */
+typedef struct ct_remote_data_stats {
+    int64_t blocks_fetched, bytes_fetched; /* from the network */
+    int64_t disk_hits, memory_hits;        /* blocks served by the disk cache / memory tier */
+    int64_t bad_blocks;                    /* fetched blocks that failed the manifest's hash */
+    int64_t cache_write_errors;            /* blocks that could not be kept (full disk) */
+    double read_wait_s;                    /* time the loader's reads spent fetching */
+} ct_remote_data_stats;
+void ct_remote_ctx_stats(ct_remote_ctx *c, ct_remote_data_stats *out);
+
+/* prepare: the manifest fields of one shard file written at path (bytes,
+ * xxh3_128, block_bytes, blocks[]), added to the cJSON object entry. */
+struct cJSON;
+ct_status ct_shard_hash_manifest(const char *path, struct cJSON *entry);
+
+#endif
