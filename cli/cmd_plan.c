@@ -72,7 +72,7 @@ int cmd_plan(int argc, char **argv) {
            p->work / MiB);
     printf("  scratch  %10.1f MiB  (gradient activations, logits chunk)\n", p->scratch / MiB);
     printf("  data     %10.1f MiB  (token buffers: prefetch ring and the batch)\n", data / MiB);
-    printf("  shards   %10.1f MiB  (mapped token files of data.train and data.val)\n",
+    printf("  shards   %10.1f MiB  (mapped token files of data.train and data.val; remote: buffers)\n",
            rp.shards / MiB);
     printf("  runtime  %10.1f MiB  (the process itself:)\n", rp.runtime / MiB);
     printf("    process   %7.1f MiB  (program, libraries, heap: measured when planning, at "

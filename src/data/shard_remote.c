@@ -27,7 +27,6 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-#define MEM_SLOTS 8                      /* decoded blocks kept in memory, per context */
 #define MANIFEST_MAX ((size_t)256 << 20) /* bytes: a larger manifest.json is refused */
 #define ERR_MAX 1024
 
@@ -63,7 +62,7 @@ struct ct_remote_ctx {
     char cache_dir[CT_PATH_MAX];
     ct_blockcache *cache;
     pthread_mutex_t mu; /* slots, clock, stats */
-    mem_slot slots[MEM_SLOTS];
+    mem_slot slots[CT_REMOTE_MEM_SLOTS];
     uint64_t clock;
     ct_remote_data_stats st;
     bool warned_cache_write;
@@ -79,7 +78,7 @@ ct_status ct_remote_ctx_open(ct_remote_ctx **out, const ct_remote_data_opts *o) 
     c->o.cache_dir = c->cache_dir;
     pthread_mutex_init(&c->mu, NULL);
     ct_status st = ct_blockcache_open(&c->cache, c->cache_dir, o->cache_limit, o->cache_ttl_s);
-    for (int i = 0; st == CT_OK && i < MEM_SLOTS; i++)
+    for (int i = 0; st == CT_OK && i < CT_REMOTE_MEM_SLOTS; i++)
         if (!(c->slots[i].data = malloc((size_t)CT_REMOTE_BLOCK_BYTES)))
             st = CT_ERR(CT_ERR_OOM, "out of memory for remote data's memory tier");
     if (st) {
@@ -92,7 +91,7 @@ ct_status ct_remote_ctx_open(ct_remote_ctx **out, const ct_remote_data_opts *o) 
 
 void ct_remote_ctx_close(ct_remote_ctx *c) {
     if (!c) return;
-    for (int i = 0; i < MEM_SLOTS; i++) free(c->slots[i].data);
+    for (int i = 0; i < CT_REMOTE_MEM_SLOTS; i++) free(c->slots[i].data);
     ct_blockcache_close(c->cache);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -356,7 +355,7 @@ void ct_rshard_close(ct_rshard *s) {
     if (!s) return;
     /* the memory tier must not name a freed shard */
     pthread_mutex_lock(&s->ctx->mu);
-    for (int i = 0; i < MEM_SLOTS; i++)
+    for (int i = 0; i < CT_REMOTE_MEM_SLOTS; i++)
         if (s->ctx->slots[i].owner == s) s->ctx->slots[i].owner = NULL;
     pthread_mutex_unlock(&s->ctx->mu);
     pthread_mutex_destroy(&s->mu);
@@ -552,7 +551,7 @@ static ct_status load_block(ct_rshard *s, int64_t b, uint8_t *buf) {
 static ct_status read_in_block(ct_rshard *s, int64_t b, int64_t off, int64_t n, uint8_t *dst) {
     ct_remote_ctx *c = s->ctx;
     pthread_mutex_lock(&c->mu);
-    for (int i = 0; i < MEM_SLOTS; i++) {
+    for (int i = 0; i < CT_REMOTE_MEM_SLOTS; i++) {
         mem_slot *m = &c->slots[i];
         if (m->owner == s && m->block == b) {
             memcpy(dst, m->data + off, (size_t)n);
@@ -570,7 +569,7 @@ static ct_status read_in_block(ct_rshard *s, int64_t b, int64_t off, int64_t n, 
         memcpy(dst, buf + off, (size_t)n);
         pthread_mutex_lock(&c->mu);
         mem_slot *lru = &c->slots[0];
-        for (int i = 1; i < MEM_SLOTS; i++)
+        for (int i = 1; i < CT_REMOTE_MEM_SLOTS; i++)
             if (c->slots[i].used < lru->used) lru = &c->slots[i];
         uint8_t *old = lru->data;
         lru->data = buf; /* swap buffers: no copy under the lock */

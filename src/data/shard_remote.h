@@ -20,6 +20,11 @@
 
 #define CT_REMOTE_BLOCK_BYTES ((int64_t)1 << 20) /* what prepare hashes and the cache holds */
 #define CT_REMOTE_RUN_BLOCKS 16                  /* most blocks one request fetches */
+#define CT_REMOTE_MEM_SLOTS 8                    /* decoded blocks kept in memory, per loader */
+/* Memory a loader over remote shards holds: the memory tier, the read-ahead's
+ * fetch buffer, and the reader's block (what `ctrain plan` counts). */
+#define CT_REMOTE_MEMORY_BYTES \
+    ((CT_REMOTE_MEM_SLOTS + CT_REMOTE_RUN_BLOCKS + 1) * CT_REMOTE_BLOCK_BYTES)
 
 /* data.* settings for remote shards. */
 typedef struct ct_remote_data_opts {

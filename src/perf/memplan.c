@@ -20,6 +20,8 @@
 
 #include "ctrain/data.h"
 #include "ctrain/loader.h"
+#include "data/remote.h"
+#include "data/shard_remote.h"
 #include "io/fileio.h"
 #include "perf/hwinfo.h"
 
@@ -301,6 +303,8 @@ size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_
  * (a directory's <split>_*.bin, else its *.bin; a glob; a file); 0 for none. */
 static size_t shard_bytes(const char *spec, const char *split) {
     if (!spec || !spec[0]) return 0;
+    /* remote shards: the loader's memory tier and fetch buffers, not the data */
+    if (ct_remote_is_url(spec)) return (size_t)CT_REMOTE_MEMORY_BYTES;
     struct stat sb;
     char pat[2048];
     glob_t g;
@@ -406,7 +410,8 @@ ct_status ct_run_env_measure(ct_run_env *out, const ct_config *cfg) {
     /* the trainer reads no validation from a directory of training shards */
     if (cfg->data.val[0] && !ct_loader_split_missing(cfg->data.val, "val"))
         out->shards += shard_bytes(cfg->data.val, "val");
-    /* mapped shard pages are page cache: the kernel takes them back under
+    /* mapped shard pages (not remote shards' buffers, counted whole) are page
+     * cache: the kernel takes them back under
      * pressure, so a dataset larger than memory still trains. Up to this
      * much of them is counted (small datasets stay resident whole) */
     if (out->shards > (size_t)CT_PLAN_SHARDS_MAX_MIB << 20)

@@ -200,6 +200,12 @@ def body(tmp):
                         *small_cache)
         check("a single shard's URL trains as the file does", rc1 == 0 and rc2 == 0 and
               same_run(one_local, one_remote)[0], out1[-300:] + out2[-300:])
+        # --- the plan counts what a remote loader holds, not the data
+        rc, out = run("plan", *model, f"data.train={base}/big/", f"data.val={base}/big/",
+                      "--json")
+        plan = json.loads(out[out.index("{"):]) if rc == 0 and "{" in out else {}
+        check("ctrain plan: remote shards count their loaders' buffers (25 MiB each)",
+              plan.get("shards_bytes") == 2 * 25 * (1 << 20), out[-300:])
         # --- clear errors
         t0 = time.time()
         rc, out = train(os.path.join(tmp, "e404"), f"{base}/nothing/", "train.steps=2",
