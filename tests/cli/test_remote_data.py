@@ -267,6 +267,10 @@ def body(tmp):
                   f"exit {rc}: {served} faults served, {r} {out[-600:]}")
             ok, why = same_run(os.path.join(tmp, "local_false"), flaky)
             check("the run through the faults is bit-identical", ok, why)
+            rc, out = run("report", flaky)
+            html = open(os.path.join(flaky, "report.html")).read() if rc == 0 else out
+            check("the report sums the remote counters", "remote data" in html and
+                  f"{r.get('retries')} retried" in html, html[-300:] if rc else "")
 
             # --- retries run out mid-run: checkpoint, exit 2, resume bit-exactly
             common = ["train.steps=120", "data.shuffle=false", "train.batch_size=8",
