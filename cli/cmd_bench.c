@@ -19,6 +19,7 @@
 #include <cblas.h>
 
 #include "cli.h"
+#include "backend/cpu/gemm.h"
 #include "backend/ctx.h"
 #include "ctrain/model.h"
 #include "ctrain/train.h"
@@ -32,7 +33,7 @@
 
 /* the shape options and the config keys that replace them under --config */
 enum { GIVEN_PRESET = 1, GIVEN_BATCH = 2, GIVEN_SEQ = 4, GIVEN_THREADS = 8, GIVEN_RECOMPUTE = 16,
-       GIVEN_ACT = 32, GIVEN_TILES = 64 };
+       GIVEN_ACT = 32, GIVEN_TILES = 64, GIVEN_GEMM = 128 };
 static const struct {
     unsigned bit;
     const char *opt, *key;
@@ -44,6 +45,7 @@ static const struct {
     {GIVEN_RECOMPUTE, "--recompute", "train.recompute"},
     {GIVEN_ACT, "--activation-dtype", "train.activation_dtype"},
     {GIVEN_TILES, "--attention-tiles", "run.attention_tiles"},
+    {GIVEN_GEMM, "--gemm", "run.gemm"},
 };
 
 typedef struct bench_args {
@@ -54,6 +56,7 @@ typedef struct bench_args {
     char slow_name[48];                   /* --debug-slow NAME=FACTOR */
     long long slow_factor;
     int tile_q, tile_k; /* --attention-tiles; 0: the backend's default */
+    const char *gemm;   /* --gemm / run.gemm; NULL: auto */
     const char *config;           /* --config FILE */
     char *kv[BENCH_MAX_KV];       /* key=value overrides (borrowed from argv) */
     int n_kv;
@@ -89,10 +92,10 @@ static void bench_usage(void) {
            "  --config RUN.yaml [key=value ...]  the model (model.*), micro-batch\n"
            "                  (train.batch_size, auto as train plans it), train.seq_len,\n"
            "                  run.threads, train.recompute, train.activation_dtype and\n"
-           "                  run.attention_tiles of a run config, read as `ctrain train`\n"
+           "                  run.attention_tiles and run.gemm of a run config, read as `ctrain train`\n"
            "                  reads it (a tuned profile's settings apply); key=value\n"
            "                  overrides win. Replaces --preset, --batch, --seq, --threads,\n"
-           "                  --recompute, --activation-dtype and --attention-tiles.\n"
+           "                  --recompute, --activation-dtype, --attention-tiles and --gemm.\n"
            "options:\n"
            "  --preset NAME   model preset (default gpt2; see `ctrain train --print-config`)\n"
            "  --batch B       micro-batch (default 4)\n"
@@ -106,6 +109,8 @@ static void bench_usage(void) {
            "  --recompute none|light|full  step: what backward recomputes (default none)\n"
            "  --activation-dtype fp32|bf16 step: storage of saved activations (default fp32)\n"
            "  --attention-tiles QxK  attention tile: query rows x keys (default 64x128)\n"
+           "  --gemm openblas|onednn|auto  the fp32 GEMM library (default openblas; auto:\n"
+           "                  oneDNN when built with it)\n"
            "  --json          one JSON object per benchmark on stdout\n"
            "regression gate (kernels and step):\n"
            "  --repeat R      time each kernel (step: run the steps) R times (default 5); the\n"
@@ -120,7 +125,7 @@ static void bench_usage(void) {
 
 static int bench_parse(int argc, char **argv, bench_args *a) {
     *a = (bench_args){NULL, "gpt2", NULL, "cpu", "none", "fp32", 4, 64, 0, 1, 3, 3, 2048, 5,
-                      false, NULL, NULL, "", 1, 0, 0, NULL, {NULL}, 0, 0, 1, {0}, false, ""};
+                      false, NULL, NULL, "", 1, 0, 0, NULL, NULL, {NULL}, 0, 0, 1, {0}, false, ""};
     int i = 0;
     if (argc > 0 && argv[0][0] != '-' && !strchr(argv[0], '=')) a->sub = argv[i++];
     if (a->sub && strcmp(a->sub, "peak") && strcmp(a->sub, "kernels") && strcmp(a->sub, "step") &&
@@ -154,6 +159,13 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         else if (!strcmp(o, "--filter")) a->filter = v;
         else if (!strcmp(o, "--recompute")) a->recompute = v;
         else if (!strcmp(o, "--activation-dtype")) a->act_dtype = v;
+        else if (!strcmp(o, "--gemm")) {
+            if (ct_gemm_lib_of(v) < 0)
+                return cli_usage_error("bench", "--gemm = '%s': expected auto, onednn or "
+                                       "openblas%s", v, ct_gemm_have_onednn() ? ""
+                                       : " (this build has no oneDNN)");
+            a->gemm = v;
+        }
         else if (!strcmp(o, "--attention-tiles")) {
             int bq = 0, bk = 0;
             char tail = 0;
@@ -245,6 +257,9 @@ static int bench_config(bench_args *a, ct_model_config *mc) {
     if (ct_run_plan_for_config(&cfg, mc, &rp, &limit)) return cli_fail("bench");
     int q = 0, k = 0;
     if (ct_config_attention_tiles(cfg.run.attention_tiles, &q, &k)) return cli_fail("bench");
+    static char gemm[CT_NAME_MAX];
+    snprintf(gemm, sizeof gemm, "%s", cfg.run.gemm);
+    a->gemm = gemm;
     a->B = rp.B;
     a->T = rp.T;
     a->grad_accum = rp.grad_accum;
@@ -581,10 +596,11 @@ static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
                "\"n_head\": %d, \"n_kv_head\": %d, \"n_ffn\": %d, \"vocab_size\": %d, "
                "\"n_ctx\": %d}, \"B\": %lld, \"T\": %lld, \"grad_accum\": %lld, "
                "\"threads\": %d, \"recompute\": \"%s\", \"activation_dtype\": \"%s\", "
-               "\"attention_tiles\": \"%dx%d\", \"step_s\": [",
+               "\"attention_tiles\": \"%dx%d\", \"gemm\": \"%s\", \"step_s\": [",
                mc->arch == CT_ARCH_LLAMA ? "llama" : "gpt2", mc->n_layer, mc->n_embd, mc->n_head,
                mc->n_kv_head, mc->n_ffn, mc->vocab_size, mc->n_ctx, a->B, a->T, a->grad_accum,
-               ct_ctx_threads(ctx), a->recompute, a->act_dtype, tq, tk);
+               ct_ctx_threads(ctx), a->recompute, a->act_dtype, tq, tk,
+               ct_gemm_lib_name((ct_gemm_lib)be->gemm));
         for (int i = 0; i < r->steps; i++) printf("%s%.9g", i ? ", " : "", r->step_s[i]);
         printf("], \"loss\": [");
         for (int i = 0; i < r->steps; i++) printf("%s%.9g", i ? ", " : "", (double)r->loss[i]);
@@ -642,6 +658,10 @@ int cmd_bench(int argc, char **argv) {
     cp.backend = !strcmp(a.table, "ref") ? CT_BACKEND_REF : CT_BACKEND_CPU;
     ct_ctx *ctx;
     if (ct_ctx_init(&ctx, &cp)) return cli_fail("bench");
+    if (a.gemm && ct_backend_set_gemm(ct_ctx_base_backend(ctx), a.gemm)) {
+        ct_ctx_free(ctx);
+        return cli_usage_error("bench", "--gemm / run.gemm = %s: this build has no oneDNN", a.gemm);
+    }
     if (a.tile_q && ct_backend_set_tiles(ct_ctx_base_backend(ctx), a.tile_q, a.tile_k)) {
         ct_ctx_free(ctx);
         return cli_usage_error("bench", "--attention-tiles %dx%d is out of range", a.tile_q,

@@ -7,8 +7,10 @@ set -euo pipefail
 # libopenmpi-dev + openmpi-bin: data parallel under mpirun (the build runs as one
 # process without them). clang + libclang-rt-14-dev (libFuzzer's runtime,
 # libclang_rt.fuzzer-x86_64.a; only recommended by clang, so named here): `make fuzz`.
+# libcurl4-openssl-dev: shards read from http(s):// and s3:// (data.train, prepare --out).
+# libdnnl-dev: oneDNN, the fp32 GEMMs (run.gemm; OpenBLAS stays for the rest of BLAS).
 build_pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libyaml-dev libcjson-dev
-            libpcre2-dev libxxhash-dev libzstd-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev
+            libpcre2-dev libxxhash-dev libzstd-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev libdnnl-dev
             clang libclang-rt-14-dev)
 # Test-time references only: PyTorch for parity, node for reference data,
 # headless Chromium to render `ctrain report` pages and check their console,

@@ -64,6 +64,7 @@ typedef struct ct_config {
         bool overwrite;           /* resume=never may delete an earlier run's results */
         char memory_limit[CT_NAME_MAX]; /* bytes with KB/MB/GB suffix, or N% */
         char attention_tiles[CT_NAME_MAX]; /* "QxK" query rows x keys per tile, or auto */
+        char gemm[CT_NAME_MAX];            /* auto | onednn | openblas */
         char device[CT_NAME_MAX];          /* cpu | cuda | cuda:N | ref | sim */
         char trace[CT_NAME_MAX];           /* "steps:A-B" traced into trace.json, or "" */
     } run;

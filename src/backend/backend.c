@@ -7,6 +7,8 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_SET */
 #include "backend/backend.h"
 
+#include "backend/cpu/gemm.h"
+
 #include <sched.h>
 #include <string.h>
 
@@ -53,6 +55,7 @@ ct_status ct_backend_init(ct_backend *be, ct_ctx *ctx, ct_backend_kind kind, int
     be->n_threads = n_threads > 0 ? n_threads : 1;
     be->att_bq = 64;
     be->att_bk = 128;
+    be->gemm = CT_GEMM_OPENBLAS; /* run.gemm's default (see gemm.h) */
     /* every kind runs host code on the pool (the sim and ref kernels are
      * serial, the bf16 converters and data preparation are not) */
 #ifdef CT_USE_OPENMP
@@ -67,6 +70,13 @@ ct_status ct_backend_init(ct_backend *be, ct_ctx *ctx, ct_backend_kind kind, int
 
 void ct_backend_free(ct_backend *be) {
     if (be) memset(be, 0, sizeof *be);
+}
+
+int ct_backend_set_gemm(ct_backend *be, const char *name) {
+    int lib = ct_gemm_lib_of(name);
+    if (lib < 0) return -1;
+    be->gemm = lib;
+    return 0;
 }
 
 int ct_backend_set_tiles(ct_backend *be, int bq, int bk) {

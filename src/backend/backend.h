@@ -219,6 +219,7 @@ struct ct_backend {
     bool host_visible; /* device buffers are host memory (ref, cpu) */
     int n_threads;     /* cpu: OpenMP threads of the kernels and BLAS */
     int att_bq, att_bk; /* cpu: attention tile sizes (64 x 128 by default) */
+    int gemm;           /* cpu: the GEMM library, a ct_gemm_lib (backend/cpu/gemm.h) */
     void *state;       /* the implementation's own (streams, handles, the wrapped backend) */
 };
 
@@ -236,6 +237,9 @@ extern const ct_backend_i ct_backend_sim_i;
 
 /* Set the cpu attention tiles; -1 (and nothing changed) when out of range. */
 int ct_backend_set_tiles(ct_backend *be, int bq, int bk);
+/* Set the cpu GEMM library (run.gemm: auto | onednn | openblas); -1 (and
+ * nothing changed) for another word or oneDNN in a build without it. */
+int ct_backend_set_gemm(ct_backend *be, const char *name);
 
 /* The dropout mask bit of element i under key (see dropout_forward): a
  * counter-based hash, shared by every implementation. */

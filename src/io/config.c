@@ -103,6 +103,9 @@ const key_def config_keys[] = {
     I("run.threads", run.threads, 0, 4096, "threads (0: all cores)"),
     I("run.log_every", run.log_every, 1, BIG, "steps between progress lines"),
     S("run.memory_limit", run.memory_limit, "bytes (KB/MB/GB) or N% of RAM"),
+    E("run.gemm", run.gemm, "auto|onednn|openblas",
+      "fp32 GEMM library: openblas (default), onednn (often faster; its packing buffers are "
+      "not in the memory plan yet), auto (oneDNN when built with it)"),
     S("run.attention_tiles", run.attention_tiles,
       "attention tile: QxK query rows (1..128) x keys (1..256), or auto (64x128)"),
     S("run.device", run.device, "where tensors live and kernels run: cpu | cuda | cuda:N "
@@ -246,6 +249,7 @@ void ct_config_default(ct_config *c) {
     c->dist.bucket_mb = 8;
     c->dist.overlap = true;
     snprintf(c->run.memory_limit, sizeof c->run.memory_limit, "85%%");
+    snprintf(c->run.gemm, sizeof c->run.gemm, "openblas");
     c->alerts.memory_warning = 0.90;
     c->alerts.memory_critical = 0.95;
     c->alerts.throughput_warning = 0.5;

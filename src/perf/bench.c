@@ -12,7 +12,6 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include <cblas.h>
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -20,6 +19,8 @@
 #include <omp.h>
 #endif
 
+#include "backend/backend.h"
+#include "backend/cpu/gemm.h"
 #include "backend/ctx.h"
 #include "perf/hwinfo.h"
 
@@ -95,15 +96,21 @@ double ct_bench_step_flops_lora(const ct_model_config *c, int B, int T, size_t a
 
 /* ----------------------------------------------------------------- roofs */
 
+/* The GEMM library the context's kernels use (run.gemm). */
+static ct_gemm_lib bench_lib(ct_ctx *ctx) {
+    ct_backend *be = ctx ? ct_ctx_base_backend(ctx) : NULL;
+    return be ? (ct_gemm_lib)be->gemm : (ct_gemm_lib)ct_gemm_lib_of("auto");
+}
+
 /* Seconds of one n x n x n sgemm on a, b into c. */
-static double gemm_once(int n, const float *a, const float *b, float *c) {
+static double gemm_once(ct_gemm_lib lib, int n, const float *a, const float *b, float *c) {
     double t0 = ct_time_s();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    ct_sgemm(lib, false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
     return ct_time_s() - t0;
 }
 
 ct_status ct_bench_gemm_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_info *info) {
-    (void)ctx;
+    ct_gemm_lib lib = bench_lib(ctx);
     memset(info, 0, sizeof *info);
     info->others_cpus = -1;
     size_t nn = (size_t)n * n;
@@ -120,10 +127,10 @@ ct_status ct_bench_gemm_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_in
     double t0 = ct_time_s();
     /* the long runs, after one warm-up: the best one, since a ceiling is what
      * the library can reach, not what a busy moment allows */
-    (void)gemm_once(n, a, b, c);
+    (void)gemm_once(lib, n, a, b, c);
     double best = 0, spent = 0;
     for (int r = 0; r < reps; r++) {
-        double dt = gemm_once(n, a, b, c);
+        double dt = gemm_once(lib, n, a, b, c);
         spent += dt;
         best = r == 0 || dt < best ? dt : best;
     }
@@ -135,7 +142,7 @@ ct_status ct_bench_gemm_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_in
     int sruns = 0;
     if (m < n) {
         for (; sruns < 256 && (sruns < 4 || sspent < spent); sruns++) {
-            double dt = gemm_once(m, a, b, c); /* the leading m x m corner of each */
+            double dt = gemm_once(lib, m, a, b, c); /* the leading m x m corner of each */
             sspent += dt;
             sbest = sruns == 0 || dt < sbest ? dt : sbest;
         }
@@ -365,21 +372,19 @@ bool ct_bench_build_optimized(void) {
 /* The sgemms of one linear layer exactly as backend/cpu/matmul.c issues them:
  * forward out(N,OC) = in(N,C) W(OC,C)^T, backward dinp += dout W and
  * dW += dout^T in. */
-static void linear_fwd(float *out, const float *in, const float *w, int N, int C, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, in, C, w, C, 1.0f, out,
-                OC);
+static void linear_fwd(ct_gemm_lib lib, float *out, const float *in, const float *w, int N,
+                       int C, int OC) {
+    ct_sgemm(lib, false, true, N, OC, C, 1.0f, in, C, w, C, 1.0f, out, OC);
 }
-static void linear_bwd(float *dinp, float *dw, const float *dout, const float *in,
-                       const float *w, int N, int C, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f,
-                dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, in, C, 1.0f, dw,
-                C);
+static void linear_bwd(ct_gemm_lib lib, float *dinp, float *dw, const float *dout,
+                       const float *in, const float *w, int N, int C, int OC) {
+    ct_sgemm(lib, false, false, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
+    ct_sgemm(lib, true, false, OC, C, N, 1.0f, dout, OC, in, C, 1.0f, dw, C);
 }
 
 ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int T, int reps,
                              double *times, double *flops) {
-    (void)ctx;
+    ct_gemm_lib lib = bench_lib(ctx);
     ct_status st = ct_model_config_validate(cfg);
     if (st) return st;
     if (B < 1 || T < 1 || T > cfg->n_ctx)
@@ -417,23 +422,23 @@ ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int
         double t0 = ct_time_s();
         for (int l = 0; l < L; l++) {
             const float *wl = w + per_layer * l;
-            linear_fwd(y, x, wl, N, C, QKV);
-            linear_fwd(y, x, wl + o_proj, N, C, C);
-            linear_fwd(y, x, wl + o_fc, N, C, UP);
-            linear_fwd(y, x, wl + o_fp, N, F, C);
+            linear_fwd(lib, y, x, wl, N, C, QKV);
+            linear_fwd(lib, y, x, wl + o_proj, N, C, C);
+            linear_fwd(lib, y, x, wl + o_fc, N, C, UP);
+            linear_fwd(lib, y, x, wl + o_fp, N, F, C);
         }
         for (int r0 = 0; r0 < N; r0 += rows) {
             int n = N - r0 < rows ? N - r0 : rows;
-            linear_fwd(logits, x + (size_t)r0 * C, head, n, C, V);
-            linear_bwd(dx + (size_t)r0 * C, dhead, logits, x + (size_t)r0 * C, head, n, C, V);
+            linear_fwd(lib, logits, x + (size_t)r0 * C, head, n, C, V);
+            linear_bwd(lib, dx + (size_t)r0 * C, dhead, logits, x + (size_t)r0 * C, head, n, C, V);
         }
         for (int l = L - 1; l >= 0; l--) {
             const float *wl = w + per_layer * l;
             float *dwl = dw + per_layer * l;
-            linear_bwd(dx, dwl + o_fp, y, x, wl + o_fp, N, F, C);
-            linear_bwd(dx, dwl + o_fc, y, x, wl + o_fc, N, C, UP);
-            linear_bwd(dx, dwl + o_proj, y, x, wl + o_proj, N, C, C);
-            linear_bwd(dx, dwl, y, x, wl, N, C, QKV);
+            linear_bwd(lib, dx, dwl + o_fp, y, x, wl + o_fp, N, F, C);
+            linear_bwd(lib, dx, dwl + o_fc, y, x, wl + o_fc, N, C, UP);
+            linear_bwd(lib, dx, dwl + o_proj, y, x, wl + o_proj, N, C, C);
+            linear_bwd(lib, dx, dwl, y, x, wl, N, C, QKV);
         }
         if (r >= 0) times[r] = ct_time_s() - t0;
     }

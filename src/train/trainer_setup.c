@@ -14,6 +14,7 @@
 #include "ctrain/data.h"
 
 #include "backend/backend.h"
+#include "backend/cpu/gemm.h"
 #include "backend/ctx.h"
 #include "perf/kprof.h"
 #include "train/run_tokenizer.h"
@@ -610,6 +611,15 @@ ct_status trainer_setup(trainer *t) {
     if (bq && ct_backend_set_tiles(ct_ctx_base_backend(t->ctx), bq, bk))
         return CT_ERR(CT_ERR_ARG, "run.attention_tiles = %s: the attention kernel refused it",
                       cfg->run.attention_tiles);
+    if (ct_backend_set_gemm(ct_ctx_base_backend(t->ctx), cfg->run.gemm)) {
+        st = CT_ERR(CT_ERR_ARG, "run.gemm = %s: this build has no oneDNN", cfg->run.gemm);
+        ct_error_hint("install libdnnl-dev and build again (scripts/bootstrap.sh), or set "
+                      "run.gemm=auto or openblas");
+        return st;
+    }
+    if (ct_ctx_base_backend(t->ctx)->gemm == CT_GEMM_ONEDNN && t->rank == 0)
+        ct_log(CT_LOG_INFO, "run.gemm: oneDNN runs the GEMMs; its packing buffers (up to a copy "
+               "of the largest weight it multiplies) are not in the memory plan");
     if ((st = ct_schedule_from_config(&t->sched, cfg))) return st;
     if ((st = parse_bad_steps(cfg->debug.bad_steps, &t->bad_first, &t->bad_last))) return st;
     if ((st = check_run_dir(cfg->run.dir))) return st;

@@ -24,9 +24,8 @@
 #include <math.h>
 #include <string.h>
 
-#include <cblas.h>
-
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/vmath.h"
 #include "backend/ref/ref.h"
 
@@ -53,7 +52,7 @@ static inline int visible(int r, int c0, int bc) {
  * (row stride ld); out at its first output row (stride C); lse (T). */
 static void attention_head_fwd(float *out, float *lse, const float *q, const float *k,
                                const float *v, int T, int HS, int ld, int C, float scale,
-                               int ATT_BQ, int ATT_BK) {
+                               int ATT_BQ, int ATT_BK, ct_gemm_lib lib) {
     float S[ATT_BQ_MAX * ATT_BK_MAX];
     float O[ATT_BQ_MAX * ATT_HS_MAX];
     float m[ATT_BQ_MAX], l[ATT_BQ_MAX];
@@ -64,7 +63,7 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
         memset(O, 0, (size_t)br * HS * sizeof(float));
         for (int c0 = 0; c0 < kend; c0 += ATT_BK) {
             int bc = kend - c0 < ATT_BK ? kend - c0 : ATT_BK;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, br, bc, HS, scale,
+            ct_sgemm(lib, false, true, br, bc, HS, scale,
                         q + (size_t)r0 * ld, ld, k + (size_t)c0 * ld, ld, 0.0f, S, bc);
             for (int i = 0; i < br; i++) {
                 float *s = S + (size_t)i * bc;
@@ -82,7 +81,7 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
                 if (corr != 1.0f)
                     for (int d = 0; d < HS; d++) O[(size_t)i * HS + d] *= corr;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, br, HS, bc, 1.0f, S, bc,
+            ct_sgemm(lib, false, false, br, HS, bc, 1.0f, S, bc,
                         v + (size_t)c0 * ld, ld, 1.0f, O, HS);
         }
         for (int i = 0; i < br; i++) {
@@ -99,7 +98,7 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
 static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, const float *k,
                                const float *v, const float *o, const float *dout,
                                const float *lse, int T, int HS, int ld, int C, float scale,
-                               int ATT_BQ, int ATT_BK) {
+                               int ATT_BQ, int ATT_BK, ct_gemm_lib lib) {
     float P[ATT_BQ_MAX * ATT_BK_MAX], dP[ATT_BQ_MAX * ATT_BK_MAX], D[ATT_BQ_MAX];
     for (int c0 = 0; c0 < T; c0 += ATT_BK) {
         int bc = T - c0 < ATT_BK ? T - c0 : ATT_BK;
@@ -107,7 +106,7 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
         for (int r0 = (c0 / ATT_BQ) * ATT_BQ; r0 < T; r0 += ATT_BQ) {
             int br = T - r0 < ATT_BQ ? T - r0 : ATT_BQ;
             const float *qr = q + (size_t)r0 * ld, *dor = dout + (size_t)r0 * C;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, br, bc, HS, scale, qr, ld,
+            ct_sgemm(lib, false, true, br, bc, HS, scale, qr, ld,
                         k + (size_t)c0 * ld, ld, 0.0f, P, bc);
             for (int i = 0; i < br; i++) {
                 float *p = P + (size_t)i * bc;
@@ -118,9 +117,9 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
                 D[i] = attention_dot(dor + (size_t)i * C, o + (size_t)(r0 + i) * C, HS);
             }
             // dV += P^T dO; dP = dO V^T
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bc, HS, br, 1.0f, P, bc, dor, C,
+            ct_sgemm(lib, true, false, bc, HS, br, 1.0f, P, bc, dor, C,
                         1.0f, dv + (size_t)c0 * ld, ld);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, br, bc, HS, 1.0f, dor, C,
+            ct_sgemm(lib, false, true, br, bc, HS, 1.0f, dor, C,
                         v + (size_t)c0 * ld, ld, 0.0f, dP, bc);
             // dS = P (dP - D) scale, written over dP (masked entries have P = 0)
             for (int i = 0; i < br; i++) {
@@ -129,9 +128,9 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
                 for (int j = 0; j < bc; j++) dp[j] = p[j] * (dp[j] - Di) * scale;
             }
             // dQ += dS K; dK += dS^T Q
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, br, HS, bc, 1.0f, dP, bc,
+            ct_sgemm(lib, false, false, br, HS, bc, 1.0f, dP, bc,
                         k + (size_t)c0 * ld, ld, 1.0f, dq + (size_t)r0 * ld, ld);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bc, HS, br, 1.0f, dP, bc, qr, ld,
+            ct_sgemm(lib, true, false, bc, HS, br, 1.0f, dP, bc, qr, ld,
                         1.0f, dk + (size_t)c0 * ld, ld);
         }
     }
@@ -184,7 +183,8 @@ void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const floa
             const float *kb = base + C + (size_t)(h / group) * HS;
             attention_head_fwd(out + (size_t)b * T * C + (size_t)h * HS,
                                lse + ((size_t)b * NH + h) * T, base + (size_t)h * HS, kb, kb + KC,
-                               T, HS, ld, C, scale, be->att_bq, be->att_bk);
+                               T, HS, ld, C, scale, be->att_bq, be->att_bk,
+                               (ct_gemm_lib)be->gemm);
         }
     }
 }
@@ -217,7 +217,7 @@ void ct_attention_backward_cpu(ct_backend *be, float *dqkv, const float *dout, c
                 attention_head_bwd(dqkv + qoff, dqkv + koff, dqkv + koff + KC, qkv + qoff,
                                    qkv + koff, qkv + koff + KC, out + ooff, dout + ooff,
                                    lse + ((size_t)b * NH + h) * T, T, HS, ld, C, scale,
-                                   be->att_bq, be->att_bk);
+                                   be->att_bq, be->att_bk, (ct_gemm_lib)be->gemm);
             }
         }
     }

@@ -1,14 +1,14 @@
 /*
- * Dense layer through CBLAS sgemm (OpenBLAS, sharing our OpenMP pool). Weights
+ * Dense layer through ct_sgemm (oneDNN or OpenBLAS, on our OpenMP pool). Weights
  * are (OC,C) as in torch.nn.Linear, so the transposes are sgemm flags, never
  * copies. The bias is fused by pre-filling out and using beta = 1, which is
  * also how torch's addmm adds it. Degenerate shapes (a zero dimension, which
  * BLAS rejects through its leading dimensions) go to ref.
  */
-#include <cblas.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/vmath.h"
 #include "backend/ref/ref.h"
 
@@ -28,8 +28,7 @@ void ct_matmul_forward_cpu(ct_backend *be, float *out, const float *inp, const f
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta,
-                out, OC);
+    ct_sgemm(be->gemm, false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 /* dinp (N,C) += dout (N,OC) @ weight (OC,C); dweight (OC,C) += dout^T @ inp (N,C);
@@ -43,11 +42,9 @@ void ct_matmul_backward_cpu(ct_backend *be, float *dinp, float *dweight, float *
     }
     // beta = 1: the GEMMs add into the gradient buffers
     if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight,
-                    C, 1.0f, dinp, C);
+        ct_sgemm(be->gemm, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
     if (dweight)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
-                    1.0f, dweight, C);
+        ct_sgemm(be->gemm, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias) {
         // column sums, 16 columns per block: rows are read whole, lanes flush to double
         int ov = OC / V16 * V16, nblk = ov / V16;
