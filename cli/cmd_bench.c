@@ -310,21 +310,42 @@ static int run_peak(ct_ctx *ctx, const bench_args *a, roofs *r, bool print) {
     r->theo = ct_bench_theoretical_gflops(ct_ctx_threads(ctx), &r->mhz);
     if (ct_bench_membw(ctx, 128, (int)a->reps, &r->bw)) return cli_fail("bench");
     if (!print) return 0;
+    /* both GEMM libraries' peaks, when the build has both: the one in use
+     * was measured above, the other is measured the same way */
+    ct_backend *be = ct_ctx_base_backend(ctx);
+    int used = be->gemm;
+    double lib_peak[2] = {-1, -1};
+    lib_peak[used] = r->gemm;
+    if (ct_gemm_have_onednn()) {
+        ct_bench_gemm_info other;
+        be->gemm = used == CT_GEMM_ONEDNN ? CT_GEMM_OPENBLAS : CT_GEMM_ONEDNN;
+        ct_status st = ct_bench_gemm_peak_info(ctx, (int)a->peak_n, (int)a->reps, &other);
+        lib_peak[be->gemm] = st ? -1 : other.gflops;
+        be->gemm = used;
+        if (st) return cli_fail("bench");
+    }
+    char libs[160];
+    int ln = snprintf(libs, sizeof libs, "OpenBLAS (%s kernels) %.1f", openblas_get_corename(),
+                      lib_peak[CT_GEMM_OPENBLAS]);
+    if (lib_peak[CT_GEMM_ONEDNN] >= 0)
+        snprintf(libs + ln, sizeof libs - (size_t)ln, ", oneDNN %.1f", lib_peak[CT_GEMM_ONEDNN]);
     if (a->json)
         printf("{\"bench\": \"peak\", \"threads\": %d, \"gemm_peak_gflops\": %.2f, "
                "\"fma_peak_gflops\": %.2f, \"theoretical_gflops\": %.2f, \"nominal_mhz\": %.0f, "
                "\"membw_gbps\": %.2f, \"gemm_shape\": [%lld, %lld, %lld], \"blas\": \"%s\", "
                "\"gemm_long_gflops\": %.2f, \"gemm_short_gflops\": %.2f, \"gemm_runs\": %d, "
-               "\"others_cpus\": %.3f}\n",
+               "\"others_cpus\": %.3f, \"gemm\": \"%s\", \"gemm_peak_openblas_gflops\": %.2f, "
+               "\"gemm_peak_onednn_gflops\": %.2f}\n",
                ct_ctx_threads(ctx), r->gemm, r->fma, r->theo, r->mhz, r->bw, a->peak_n, a->peak_n,
                a->peak_n, openblas_get_corename(), r->gi.long_gflops, r->gi.short_gflops,
-               r->gi.runs, r->gi.others_cpus);
+               r->gi.runs, r->gi.others_cpus, ct_gemm_lib_name((ct_gemm_lib)used),
+               lib_peak[CT_GEMM_OPENBLAS], lib_peak[CT_GEMM_ONEDNN]);
     else
-        printf("roofs (%d threads): sgemm %lldx%lldx%lld %.1f GFLOP/s | register FMA ceiling "
-               "%.1f GFLOP/s | theoretical %.1f GFLOP/s at %.0f MHz | triad bandwidth %.1f GB/s | "
-               "OpenBLAS %s kernels\n",
-               ct_ctx_threads(ctx), a->peak_n, a->peak_n, a->peak_n, r->gemm, r->fma, r->theo,
-               r->mhz, r->bw, openblas_get_corename());
+        printf("roofs (%d threads): sgemm %lldx%lldx%lld %.1f GFLOP/s (%s, run.gemm) | register "
+               "FMA ceiling %.1f GFLOP/s | theoretical %.1f GFLOP/s at %.0f MHz | triad bandwidth "
+               "%.1f GB/s | sgemm by library: %s GFLOP/s\n",
+               ct_ctx_threads(ctx), a->peak_n, a->peak_n, a->peak_n, r->gemm,
+               ct_gemm_lib_name((ct_gemm_lib)used), r->fma, r->theo, r->mhz, r->bw, libs);
     return 0;
 }
 

@@ -51,6 +51,16 @@ p = run("peak", "--peak-n", "256", "--reps", "2", "--threads", "2", "--json")
 peak = json.loads(p.stdout)
 for k in ("gemm_peak_gflops", "fma_peak_gflops", "theoretical_gflops", "membw_gbps"):
     check(peak.get(k, 0) > 0, "peak reports %s > 0 (%s)" % (k, peak.get(k)))
+# both GEMM libraries' peaks, the one in use (run.gemm) equal to the headline figure
+check(peak.get("gemm") == "openblas" and
+      peak.get("gemm_peak_openblas_gflops") == peak.get("gemm_peak_gflops") and
+      (peak.get("gemm_peak_onednn_gflops", 0) > 0 or peak.get("gemm_peak_onednn_gflops") == -1),
+      "peak reports each GEMM library's sgemm peak (%s)" % peak)
+p = run("peak", "--peak-n", "256", "--reps", "2", "--threads", "2", "--gemm", "auto", "--json")
+auto = json.loads(p.stdout)
+check(auto.get("gemm") in ("onednn", "openblas") and auto.get("gemm_peak_gflops") ==
+      auto.get("gemm_peak_%s_gflops" % auto.get("gemm")), "--gemm auto measures the library "
+      "it picks (%s)" % auto)
 
 p = run("kernels", *TINY, "--json")
 ker = json.loads(p.stdout)
