@@ -92,8 +92,8 @@ static void hw_print_text(const ct_hwinfo *h, const hw_measured *m, const char *
            h->cgroup_limit_bytes ? hw_bytes(b, sizeof b, h->cgroup_limit_bytes) : "none",
            hw_bytes(c, sizeof c, ct_hwinfo_memory_available(h)));
     printf("gpu          %s\n", !h->gpu ? "none" : h->gpu_name[0] ? h->gpu_name : "NVIDIA (model unknown)");
-    printf("peak fp32    %.1f GFLOP/s theoretical at %.0f MHz nominal\n", h->theoretical_gflops,
-           h->nominal_mhz);
+    printf("peak fp32    %.1f GFLOP/s theoretical at %.0f MHz (the clock measured now; %.0f MHz "
+           "nominal)\n", h->theoretical_gflops, h->measured_mhz, h->nominal_mhz);
     printf("openblas     %s kernels, OPENBLAS_CORETYPE %s\n", openblas_get_corename(),
            coretype ? coretype : "not set");
     printf("signature    %s\n", h->signature);

@@ -54,9 +54,11 @@ ct_status ct_bench_gemm_peak(ct_ctx *ctx, int n, int reps, double *gflops);
  * so a busy moment lowers it less. No real code computes faster: it is the
  * compute bound of the kernel suite's roofline. */
 double ct_bench_fma_peak(ct_ctx *ctx);
-/* ISA lanes x 2 FMA pipes x 2 FLOPs x threads x the nominal clock (the "cpu MHz"
- * of /proc/cpuinfo, written to *mhz when non-NULL; 0 when unknown), GFLOP/s.
- * Boosting cores run above it; ct_bench_fma_peak measures what they reach. */
+/* ISA lanes x 2 FMA pipes x 2 FLOPs x threads x the clock, GFLOP/s. The clock
+ * is measured (a chain of dependent adds, one per cycle, best of 12 runs of
+ * ~5 ms: the boosted clock one core runs at), else the "cpu MHz" of
+ * /proc/cpuinfo (often the nominal clock, under what boosting cores reach);
+ * written to *mhz when non-NULL, 0 when unknown. */
 double ct_bench_theoretical_gflops(int threads, double *mhz);
 /* Streaming triad bandwidth (GB/s, 1e9 bytes) over three arrays of `mb` MiB each,
  * the best of reps. CT_ERR_OOM. */

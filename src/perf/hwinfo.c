@@ -377,6 +377,7 @@ ct_status ct_hwinfo_read(ct_hwinfo *out) {
     if (cores < 1) cores = 1;
     double mhz = 0;
     out->theoretical_gflops = ct_bench_theoretical_gflops(cores, &mhz);
+    out->measured_mhz = mhz;
     if (out->nominal_mhz <= 0) out->nominal_mhz = mhz;
     hw_signature(out);
     return CT_OK;
@@ -516,8 +517,8 @@ char *ct_hwinfo_to_json(const ct_hwinfo *h, const ct_hw_roofs *r) {
             hw_bool(h->avx512f), hw_bool(h->avx512_bf16), hw_bool(h->amx), hw_bool(h->neon),
             h->ram_bytes, h->cgroup_limit_bytes, ct_hwinfo_memory_available(h), hw_bool(h->gpu));
     hw_json_str(f, h->gpu_name);
-    fprintf(f, ", \"nominal_mhz\": %.1f, \"theoretical_gflops\": %.2f, \"signature\": ",
-            h->nominal_mhz, h->theoretical_gflops);
+    fprintf(f, ", \"nominal_mhz\": %.1f, \"measured_mhz\": %.1f, \"theoretical_gflops\": %.4f, "
+            "\"signature\": ", h->nominal_mhz, h->measured_mhz, h->theoretical_gflops);
     hw_json_str(f, h->signature);
     fprintf(f, ", \"blas_corename\": ");
     hw_json_str(f, openblas_get_corename());

@@ -35,7 +35,8 @@ typedef struct ct_hwinfo {
     bool gpu;                  /* an NVIDIA GPU is present */
     char gpu_name[128];        /* its model when the driver says; "" otherwise */
     double nominal_mhz;        /* "cpu MHz" of /proc/cpuinfo; 0 unknown */
-    double theoretical_gflops; /* fp32 FMA peak of the allowed cores at nominal_mhz */
+    double measured_mhz;       /* the clock a dependent-add loop measures (boost included); 0 unknown */
+    double theoretical_gflops; /* fp32 FMA peak of the allowed cores at measured_mhz (else nominal) */
     char signature[64];        /* "<arch>-<16 hex digits>"; stable for a machine kind */
 } ct_hwinfo;
 
