@@ -127,7 +127,9 @@ static void fmt_duration(char *buf, size_t cap, double s) {
     if (!isfinite(s)) snprintf(buf, cap, "n/a");
     else if (s < 60) snprintf(buf, cap, "%.1f s", s);
     else if (s < 3600) snprintf(buf, cap, "%dm %02ds", (int)(s / 60), (int)fmod(s, 60));
-    else snprintf(buf, cap, "%dh %02dm %02ds", (int)(s / 3600), (int)fmod(s / 60, 60), (int)fmod(s, 60));
+    else /* hours as a double: a hostile metrics file's times overflow an int */
+        snprintf(buf, cap, "%.0fh %02dm %02ds", floor(s / 3600), (int)fmod(s / 60, 60),
+                 (int)fmod(s, 60));
 }
 
 static void row(ct_strbuf *b, const char *key, const char *val) {
