@@ -208,6 +208,66 @@ static ct_status info_from_header(const char *url, const ct_remote_opts *net,
     return CT_OK;
 }
 
+ct_status ct_remote_manifest_parse(const char *text, size_t len, const char *murl,
+                                   const char *base, const char *split, const char *fname,
+                                   ct_remote_shard_info **out, int *n, int *vocab_size) {
+    *out = NULL;
+    *n = 0;
+    *vocab_size = 0;
+    cJSON *m = cJSON_ParseWithLength(text, len);
+    const cJSON *shards = cJSON_IsObject(m) ? cJSON_GetObjectItemCaseSensitive(m, "shards") : NULL;
+    if (!cJSON_IsArray(shards)) {
+        cJSON_Delete(m);
+        return CT_ERR(CT_ERR_FORMAT, "%s: expected a ctrain prepare manifest (a JSON object with "
+                      "a \"shards\" array)", murl);
+    }
+    const cJSON *tk = cJSON_GetObjectItemCaseSensitive(m, "tokenizer");
+    double vs = cJSON_IsObject(tk) ? num_field(tk, "vocab_size") : -1;
+    if (vs > 0 && vs <= INT32_MAX) *vocab_size = (int)vs;
+    int cap = cJSON_GetArraySize(shards), cnt = 0, other = 0;
+    ct_remote_shard_info *v = calloc((size_t)(cap ? cap : 1), sizeof *v);
+    if (!v) {
+        cJSON_Delete(m);
+        return CT_ERR(CT_ERR_OOM, "out of memory reading %s", murl);
+    }
+    ct_status st = CT_OK;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, shards) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(e, "file");
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(e, "split");
+        if (fname) {
+            if (!cJSON_IsString(f) || strcmp(f->valuestring, fname)) continue;
+        } else if (!cJSON_IsString(sp) || strcmp(sp->valuestring, split)) {
+            other++;
+            continue;
+        }
+        if ((st = parse_entry(murl, base, e, &v[cnt]))) break;
+        cnt++;
+    }
+    cJSON_Delete(m);
+    if (!st && cnt == 0) {
+        if (fname)
+            st = CT_ERR(CT_ERR_FORMAT, "%s does not list %s", murl, fname);
+        else if (other)
+            st = CT_ERR(CT_ERR_IO, "%s: lists no %s shards (its %d shard(s) are another split's: "
+                        "`ctrain prepare` made no %s split)", murl, split, other, split);
+        else
+            st = CT_ERR(CT_ERR_FORMAT, "%s: lists no shards", murl);
+    }
+    if (!st) qsort(v, (size_t)cnt, sizeof *v, cmp_info); /* the order a local directory has */
+    /* two entries of one file would read its windows twice an epoch */
+    for (int i = 0; !st && i + 1 < cnt; i++)
+        if (!strcmp(v[i].url, v[i + 1].url))
+            st = CT_ERR(CT_ERR_FORMAT, "%s lists %s twice", murl, v[i].url + strlen(base));
+    if (st) { /* entry cnt may hold what parse_entry had allocated when it failed */
+        ct_remote_shard_info_free(v, cnt < cap ? cnt + 1 : cnt);
+        return st;
+    }
+    *out = v;
+    *n = cnt;
+    return CT_OK;
+}
+
 ct_status ct_remote_list(const char *spec, const char *split, const ct_remote_opts *net,
                          ct_remote_shard_info **out, int *n, int *vocab_size) {
     *out = NULL;
@@ -230,6 +290,8 @@ ct_status ct_remote_list(const char *spec, const char *split, const ct_remote_op
     ct_status st = ct_remote_get(murl, MANIFEST_MAX, &text, &len, net);
     if (st && one) {
         /* a lone shard: usable without a manifest, checked by length only */
+        char why[512];
+        snprintf(why, sizeof why, "%s", ct_last_error());
         ct_error_clear();
         ct_remote_shard_info *v = calloc(1, sizeof *v);
         if (!v) return CT_ERR(CT_ERR_OOM, "out of memory");
@@ -237,9 +299,9 @@ ct_status ct_remote_list(const char *spec, const char *split, const ct_remote_op
             ct_remote_shard_info_free(v, 1);
             return st;
         }
-        ct_log(CT_LOG_WARN, "%s: no manifest.json beside it: its blocks are checked for length "
-               "only (a ctrain prepare output has hashes for every block)",
-               ct_remote_display(spec, disp, sizeof disp));
+        ct_log(CT_LOG_WARN, "%s: no manifest.json beside it (%s): its blocks are checked for "
+               "length only (a ctrain prepare output has hashes for every block)",
+               ct_remote_display(spec, disp, sizeof disp), why);
         *out = v;
         *n = 1;
         return CT_OK;
@@ -250,55 +312,10 @@ ct_status ct_remote_list(const char *spec, const char *split, const ct_remote_op
                       "manifest.json) or one shard's URL", split);
         return st;
     }
-    cJSON *m = cJSON_ParseWithLength(text, len);
+    st = ct_remote_manifest_parse(text, len, disp, base, split, one ? strrchr(spec, '/') + 1 : NULL,
+                                  out, n, vocab_size);
     free(text);
-    const cJSON *shards = m ? cJSON_GetObjectItemCaseSensitive(m, "shards") : NULL;
-    if (!cJSON_IsArray(shards)) {
-        cJSON_Delete(m);
-        return CT_ERR(CT_ERR_FORMAT, "%s: expected a ctrain prepare manifest (a JSON object with "
-                      "a \"shards\" array)", disp);
-    }
-    const cJSON *tk = cJSON_GetObjectItemCaseSensitive(m, "tokenizer");
-    double vs = tk ? num_field(tk, "vocab_size") : -1;
-    if (vs > 0 && vs <= INT32_MAX) *vocab_size = (int)vs;
-    int cap = cJSON_GetArraySize(shards), cnt = 0, other = 0;
-    const char *fname = one ? strrchr(spec, '/') + 1 : NULL;
-    ct_remote_shard_info *v = calloc((size_t)(cap ? cap : 1), sizeof *v);
-    if (!v) {
-        cJSON_Delete(m);
-        return CT_ERR(CT_ERR_OOM, "out of memory reading %s", disp);
-    }
-    const cJSON *e;
-    cJSON_ArrayForEach(e, shards) {
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(e, "file");
-        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(e, "split");
-        if (one) {
-            if (!cJSON_IsString(f) || strcmp(f->valuestring, fname)) continue;
-        } else if (!cJSON_IsString(sp) || strcmp(sp->valuestring, split)) {
-            other++;
-            continue;
-        }
-        if ((st = parse_entry(disp, base, e, &v[cnt]))) break;
-        cnt++;
-    }
-    cJSON_Delete(m);
-    if (!st && cnt == 0) {
-        if (one)
-            st = CT_ERR(CT_ERR_FORMAT, "%s does not list %s", disp, fname);
-        else if (other)
-            st = CT_ERR(CT_ERR_IO, "%s: lists no %s shards (its %d shard(s) are another split's: "
-                        "`ctrain prepare` made no %s split)", disp, split, other, split);
-        else
-            st = CT_ERR(CT_ERR_FORMAT, "%s: lists no shards", disp);
-    }
-    if (st) {
-        ct_remote_shard_info_free(v, cnt + 1);
-        return st;
-    }
-    qsort(v, (size_t)cnt, sizeof *v, cmp_info); /* the order a local directory has */
-    *out = v;
-    *n = cnt;
-    return CT_OK;
+    return st;
 }
 
 /* ------------------------------------------------------------------ shard */

@@ -62,6 +62,15 @@ void ct_remote_shard_info_free(ct_remote_shard_info *v, int n);
 ct_status ct_remote_list(const char *spec, const char *split, const ct_remote_opts *net,
                          ct_remote_shard_info **out, int *n, int *vocab_size);
 
+/* The shards of split listed by a manifest's text (what ct_remote_list does
+ * after fetching it): murl names the manifest in errors, base is prepended
+ * to each file name; fname non-NULL takes that one file's entry whatever its
+ * split. Each entry is checked (a plain file name, tokens and version in
+ * range, bytes and block hashes consistent with them, no file twice). */
+ct_status ct_remote_manifest_parse(const char *text, size_t len, const char *murl,
+                                   const char *base, const char *split, const char *fname,
+                                   ct_remote_shard_info **out, int *n, int *vocab_size);
+
 /* An open remote shard. Reads are thread-safe. */
 typedef struct ct_rshard ct_rshard;
 /* Takes over info->url and info->blocks (info is cleared). vocab_size > 0:

@@ -3,7 +3,8 @@
 # what Python writes by itself (make_corpus.py: tiny safetensors, shards,
 # tokenizers, configs, metrics, baselines, cache entries), the seeds the
 # harnesses' fixtures write with the library (CT_FUZZ_SEED_OUT: safetensors,
-# config.json, the shard index, PEFT configs, checkpoint manifests), and the
+# config.json, the shard index, PEFT configs, checkpoint manifests), a
+# prepare output's manifest.json (the remote dataset manifest), and the
 # files of a real tiny run (shards from `ctrain synth`, metrics.jsonl, hw.json,
 # config.yaml, model.safetensors, bench baselines). Files it names are
 # overwritten; other files in the corpus are left alone.
@@ -46,6 +47,28 @@ cp "$run/model.safetensors" "$out/safetensors/run_model.safetensors"
 cp "$run/metrics.jsonl" "$out/report/run_metrics.jsonl"
 { cat "$run/metrics.jsonl"; printf '\000'; cat "$run/hw.json"; printf '\000'; cat "$run/config.yaml"; } \
   > "$out/report/run_metrics_hw_config.bin"
+
+# remote dataset manifests: a real prepare output (several shards, a val split), and
+# the same with a shard of two 1 MiB blocks (the hashes a remote reader checks)
+mkdir -p "$out/manifest"
+mkdir -p "$tmp/text"
+for i in 1 2 3 4 5 6; do
+  printf 'Document %s: the quick brown fox jumps over the lazy dog. %.0s' $i $(seq 1 60) \
+    > "$tmp/text/doc$i.txt"
+done
+"$ctrain" prepare --tokenizer "$repo/data/gpt2-tokenizer" --out "$tmp/prep" --no-cache --quiet \
+  --shard-tokens 1000 --val-tokens 500 "$tmp/text" >/dev/null 2>&1
+cp "$tmp/prep/manifest.json" "$out/manifest/prepare_small.json"
+/usr/bin/python3 - "$tmp/prep/manifest.json" "$out/manifest/two_blocks.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+s = m["shards"][0]
+s["tokens"] = 600000
+s["bytes"] = 1024 + 2 * 600000
+s["blocks"] = [s["blocks"][0], "0123456789abcdef"]
+m["shards"] = [s]
+json.dump(m, open(sys.argv[2], "w"), indent=1)
+PY
 
 mkdir -p "$out/baseline"
 "$ctrain" bench kernels --preset gpt2-tiny --batch 1 --seq 8 --threads 1 --repeat 2 \
