@@ -273,6 +273,11 @@ def header_lines(m):
         "MFU = flops_per_step / step time / measured peak (theoretical in brackets)"
         % (m["gemm_peak_gflops"], "x".join(str(x) for x in m["gemm_shape"]) or "?",
            m["theoretical_gflops"]),
+        "ctrain's GEMMs: %s (run.gemm); sgemm peak OpenBLAS (%s kernels) %s, oneDNN %s GFLOP/s"
+        % (m.get("gemm", "openblas"), m.get("blas") or "?",
+           "%.1f" % m["gemm_peak_openblas_gflops"] if m.get("gemm_peak_openblas_gflops") else "?",
+           "%.1f" % m["gemm_peak_onednn_gflops"] if (m.get("gemm_peak_onednn_gflops") or -1) > 0
+           else "n/a"),
     ] + (["Note: the load average was above %d before some runs: other work shared the cores, "
           "so the figures are rough" % (m["logical_cores"] + 1)]
          if m["loadavg_before_runs"][1] > m["logical_cores"] + 1 else [])
@@ -344,6 +349,9 @@ def parse_args(argv):
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctrain", default=os.path.join(ROOT, "build", "ctrain"))
+    ap.add_argument("--gemm", default="openblas", choices=("openblas", "onednn", "auto"),
+                    help="ctrain's GEMM library, run.gemm (default openblas); the GEMM-only "
+                         "column and the peak use the same one")
     ap.add_argument("--python", default="/usr/bin/python3", help="interpreter with torch")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per child (default 3600)")
     ap.add_argument("--json-out", help="write the raw runs and the summary here")
@@ -368,22 +376,25 @@ def parse_args(argv):
 def run_all(a):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     common = ["--preset", a.preset, "--batch", str(a.batch)]
+    lib = ["--gemm", a.gemm]
     timing = ["--warmup", str(a.warmup), "--steps", str(a.steps), "--threads", str(a.threads)]
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
 
     log("ctrain bench peak ...")
-    peak, peak_run = run_json([a.ctrain, "bench", "peak", "--threads", str(a.threads), "--json"],
+    peak, peak_run = run_json([a.ctrain, "bench", "peak", "--threads", str(a.threads), "--json",
+                               "--gemm", a.gemm],
                               env, a.timeout, ["gemm_peak_gflops", "theoretical_gflops"])
     results, raw = [], []
     for T in a.seq_list:
         runs = {"ctrain": [], "pytorch": [], "gemm": []}
         shape = common + ["--seq", str(T)]
         cmds = [
-            ("ctrain", [a.ctrain, "bench", "step"] + shape + timing + ["--json"],
+            ("ctrain", [a.ctrain, "bench", "step"] + shape + lib + timing + ["--json"],
              ["step_s", "median_s", "flops_per_step"]),
             ("pytorch", [a.python, TORCH_SCRIPT] + shape + timing + ["--json"],
              ["step_s", "median_s", "peak_rss_bytes"]),
-            ("gemm", [a.ctrain, "bench", "gemm"] + shape + ["--threads", str(a.threads), "--json"],
+            ("gemm", [a.ctrain, "bench", "gemm"] + shape + lib +
+             ["--threads", str(a.threads), "--json"],
              ["gemm_s"]),
         ]
         for rnd in range(a.rounds):
@@ -418,7 +429,9 @@ def main(argv):
                                 max(r["loadavg_before"] for r in raw)],
         "preset": a.preset, "B": a.batch, "rounds": a.rounds, "warmup": a.warmup, "steps": a.steps,
         "gemm_peak_gflops": peak["gemm_peak_gflops"], "theoretical_gflops": peak["theoretical_gflops"],
-        "gemm_shape": peak.get("gemm_shape") or [],
+        "gemm_shape": peak.get("gemm_shape") or [], "gemm": a.gemm,
+        "blas": peak.get("blas"), "gemm_peak_openblas_gflops": peak.get("gemm_peak_openblas_gflops"),
+        "gemm_peak_onednn_gflops": peak.get("gemm_peak_onednn_gflops"),
     }
     goal_lines = goals(results)
     sys.stdout.write(render_text(machine, results, goal_lines))
