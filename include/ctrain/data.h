@@ -58,8 +58,8 @@ typedef enum ct_tok_kind {
  *  - a ByteLevel pre_tokenizer without add_prefix_space and no normalizer:
  *    GPT-2-style.
  * With encoder.json, <|endoftext|> (when present) is the special token; in a
- * tokenizer.json the special added_tokens are (other added tokens decode but
- * are not matched in text).
+ * tokenizer.json the special added_tokens are (other added tokens decode, and
+ * are matched in text only with CT_TOK_ADDED_TOKENS).
  * Returns owned *out; release with ct_tokenizer_free. Errors name the file
  * and what was wrong: CT_ERR_IO (missing/unreadable), CT_ERR_FORMAT
  * (malformed JSON, a merge line that is not two symbols, a merge naming an
@@ -177,6 +177,17 @@ enum {
      * or the start of the text. Valid text encodes as without the flag, and
      * decode gives back the exact input bytes. */
     CT_TOK_LOSSY = 1 << 1,
+    /* Every added token of the tokenizer (tokenizer.json's added_tokens,
+     * special or not, and the special tokens) is matched in the text and
+     * becomes its id, as Hugging Face tokenizers split added tokens out of a
+     * text before encoding the rest: the markup a chat template writes
+     * (<|im_start|>, <start_of_turn>, </s>) becomes one token each. The
+     * longest match wins at a position; the text between is encoded as
+     * usual (SentencePiece: each piece with its "▁" prefix, as with
+     * CT_TOK_ALLOW_SPECIAL). Supersedes CT_TOK_ALLOW_SPECIAL. The added
+     * tokens' lstrip/rstrip/single_word options are not applied: each
+     * matches exactly its text. */
+    CT_TOK_ADDED_TOKENS = 1 << 2,
 };
 
 /* Append the ids of text[0..len) to out (borrows text; out keeps its ids

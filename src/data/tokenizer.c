@@ -550,13 +550,15 @@ static ct_status enc_text(const ct_tokenizer *t, ct_tok_state *s, const uint8_t 
     return CT_OK;
 }
 
-/* The first special token at or after text[from], longest first at one
- * position: its offset (n when none) and id. */
-static size_t enc_find_special(const ct_tokenizer *t, const uint8_t *text, size_t n, size_t from, int32_t *id) {
+/* The first of tokens list[0..n_list) (longest first; first[] marks their
+ * first bytes) at or after text[from], longest first at one position: its
+ * offset (n when none) and id. */
+static size_t enc_find_special(const ct_tokenizer *t, const int32_t *list, size_t n_list, const bool *first,
+                               const uint8_t *text, size_t n, size_t from, int32_t *id) {
     for (size_t i = from; i < n; i++) {
-        if (!t->special_first[text[i]]) continue;
-        for (size_t k = 0; k < t->n_special; k++) {
-            int32_t sp = t->special[k];
+        if (!first[text[i]]) continue;
+        for (size_t k = 0; k < n_list; k++) {
+            int32_t sp = list[k];
             size_t len = t->tok_len[sp];
             if (len <= n - i && memcmp(text + i, t->tok_bytes + t->tok_off[sp], len) == 0) {
                 *id = sp;
@@ -585,9 +587,22 @@ ct_status ct_tokenizer_encode(const ct_tokenizer *t, ct_tok_state *state, const 
     if (!s) return ct_last_status();
     size_t n0 = out->n, pos = 0;
     ct_status st = CT_OK;
+    /* the tokens matched in the text: every added token, the special ones, or none */
+    const int32_t *list = NULL;
+    size_t n_list = 0;
+    const bool *first = NULL;
+    if (flags & CT_TOK_ADDED_TOKENS) {
+        list = t->added;
+        n_list = t->n_added;
+        first = t->added_first;
+    } else if (flags & CT_TOK_ALLOW_SPECIAL) {
+        list = t->special;
+        n_list = t->n_special;
+        first = t->special_first;
+    }
     while (pos < len && !st) {
         int32_t sp = -1;
-        size_t at = (flags & CT_TOK_ALLOW_SPECIAL) && t->n_special ? enc_find_special(t, u, len, pos, &sp) : len;
+        size_t at = n_list ? enc_find_special(t, list, n_list, first, u, len, pos, &sp) : len;
         if (t->kind == CT_TOK_KIND_SPM_BPE) st = tok_spm_encode(t, s, u + pos, at - pos, pos == 0, out);
         else st = enc_text(t, s, u + pos, at - pos, lossy, out);
         if (!st && sp >= 0) {

@@ -79,6 +79,11 @@ struct ct_tokenizer {
     int32_t *special;   /* [n_special] ids of special tokens, longest text first */
     size_t n_special;
     bool special_first[256]; /* a special token starts with this byte */
+    int32_t *added;     /* [n_added] ids of every added token (tokenizer.json added_tokens,
+                         * special or not; <|endoftext|> of encoder.json), longest text first:
+                         * what CT_TOK_ADDED_TOKENS matches */
+    size_t n_added;
+    bool added_first[256]; /* an added token starts with this byte */
     int32_t eot;        /* id of <|endoftext|> (SentencePiece: EOS), or -1 */
     int32_t bos;        /* id put before each document (GPT-2: eot), or -1 */
     char identity[32];  /* "gpt2-bpe:" or "spm-bpe:" + 16 hex digits */
@@ -217,7 +222,7 @@ void tok_pairs_set(tok_pair_map *m, int32_t left, int32_t right, int32_t rank, i
  * extra[0..n_extra) is hashed after them (the SentencePiece settings). */
 /* Sort t's special tokens longest first (so the longest one matches at a
  * position) and mark their first bytes; CT_ERR_FORMAT naming b's file for an
- * empty one. */
+ * empty one. Also builds t->added from b's added (raw) entries. */
 ct_status tok_load_specials(ct_tokenizer *t, const load_builder *b);
 ct_status tok_load_identity(ct_tokenizer *t, const load_builder *b, const char *prefix, const void *extra,
                             size_t n_extra);

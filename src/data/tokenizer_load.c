@@ -210,22 +210,38 @@ void tok_pairs_set(tok_pair_map *m, int32_t left, int32_t right, int32_t rank, i
     }
 }
 
-ct_status tok_load_specials(ct_tokenizer *t, const load_builder *b) {
-    /* longest special token first, so the longest one matches at a position */
-    for (size_t i = 1; i < t->n_special; i++) {
-        int32_t x = t->special[i];
+/* Sort ids[0..n) longest token text first (insertion sort: few tokens). */
+static void load_sort_longest(const ct_tokenizer *t, int32_t *ids, size_t n) {
+    for (size_t i = 1; i < n; i++) {
+        int32_t x = ids[i];
         size_t j = i;
-        while (j > 0 && t->tok_len[t->special[j - 1]] < t->tok_len[x]) {
-            t->special[j] = t->special[j - 1];
+        while (j > 0 && t->tok_len[ids[j - 1]] < t->tok_len[x]) {
+            ids[j] = ids[j - 1];
             j--;
         }
-        t->special[j] = x;
+        ids[j] = x;
     }
+}
+
+ct_status tok_load_specials(ct_tokenizer *t, const load_builder *b) {
+    /* longest special token first, so the longest one matches at a position */
+    load_sort_longest(t, t->special, t->n_special);
     for (size_t i = 0; i < t->n_special; i++) {
         if (t->tok_len[t->special[i]] == 0)
             return CT_ERR(CT_ERR_FORMAT, "%s: special token %d is empty", b->vocab_file, (int)t->special[i]);
         t->special_first[(unsigned char)t->tok_bytes[t->tok_off[t->special[i]]]] = true;
     }
+    /* every added token (raw entries), for CT_TOK_ADDED_TOKENS */
+    size_t n_raw = 0;
+    for (size_t k = 0; k < b->n_e; k++) n_raw += b->e[k].raw;
+    t->added = malloc((n_raw + 1) * sizeof *t->added);
+    if (!t->added) return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory for %zu added tokens", n_raw);
+    t->n_added = 0;
+    for (size_t k = 0; k < b->n_e; k++)
+        if (b->e[k].raw && t->tok_len[b->e[k].id] > 0 && t->tok_len[b->e[k].id] != TOK_NO_TOKEN)
+            t->added[t->n_added++] = b->e[k].id;
+    load_sort_longest(t, t->added, t->n_added);
+    for (size_t i = 0; i < t->n_added; i++) t->added_first[(unsigned char)t->tok_bytes[t->tok_off[t->added[i]]]] = true;
     return CT_OK;
 }
 
@@ -746,6 +762,7 @@ void ct_tokenizer_free(ct_tokenizer *t) {
     free(t->tok_len);
     free(t->tok_bytes);
     free(t->special);
+    free(t->added);
     free(t->pairs.slots);
     pcre2_code_free(t->re);
     for (int i = 0; i < t->n_files; i++) free(t->files[i]);

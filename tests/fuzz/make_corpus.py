@@ -325,3 +325,20 @@ put("cache", "entry_five.tok", cache_entry([1, 2, 3, 50256, 7]))
 put("cache", "entry_empty.tok", cache_entry([]))
 put("cache", "entry_placeholders.tok", cache_entry([9, 8, 7], key=False, checksum=False))
 put("cache", "entry_negative.tok", cache_entry([-1, 2**31 - 1]))
+
+# ------------------------------------------------------------ chat templates (jinja)
+
+# the seven golden templates, each with a conversation after a NUL, and the
+# construct battery of tests/golden/test_chat_template.py (rendered with the
+# harness's own conversation)
+sys.path.insert(0, os.path.join(REPO, "tests", "golden"))
+import test_chat_template as chat  # noqa: E402
+
+chat_vars = json.dumps({"messages": chat.CONVERSATIONS[4][1], "add_generation_prompt": True,
+                        "bos_token": "<s>", "eos_token": "</s>"})
+for name in chat.NAMES:
+    with open(os.path.join(REPO, "tests", "golden", "chat_templates", name + ".json"), encoding="utf-8") as f:
+        tpl = json.load(f)["chat_template"]
+    put("jinja", name + ".jinja", tpl.encode() + b"\0" + chat_vars.encode())
+for k, tpl in enumerate(chat.CONSTRUCTS):
+    put("jinja", "construct_%02d.jinja" % k, tpl)
