@@ -1,7 +1,8 @@
 /*
  * `ctrain prepare --tokenizer DIR --out DIR [options] INPUT...`: raw text to
- * llm.c token shards with a manifest (the pipeline is data/prepare.c). This
- * file parses options and draws the progress line.
+ * llm.c token shards with a manifest (the pipeline is data/prepare.c), or,
+ * with --format sft, instruction data to shards with loss-mask sidecars
+ * (data/sft_prepare.c). This file parses options and draws the progress line.
  */
 #include <errno.h>
 #include <math.h>
@@ -14,6 +15,7 @@
 #include "cli.h"
 #include "data/prepare.h"
 #include "data/remote.h"
+#include "data/sft_prepare.h"
 #include "io/fileio.h"
 
 static const char *cmd = "prepare";
@@ -39,7 +41,8 @@ static void prepare_usage(FILE *f) {
             "  --out DIR            output directory (required); or s3://bucket/prefix/ (an\n"
             "                       http(s) URL that takes PUT works too): prepared in a\n"
             "                       temporary directory ($TMPDIR), then uploaded, manifest last\n"
-            "  --format F           auto | text | jsonl (default auto: .jsonl/.ndjson are JSONL)\n"
+            "  --format F           auto | text | jsonl | sft (default auto: .jsonl/.ndjson are\n"
+            "                       JSONL; sft: instruction data, see below)\n"
             "  --field NAME         JSONL field holding the text (default text)\n"
             "  --separator S        split text inputs into documents at S (escapes \\n \\t \\r\n"
             "                       \\\\); default: one document per file\n"
@@ -56,7 +59,23 @@ static void prepare_usage(FILE *f) {
             "  --cache-mem SIZE     memory cache limit (default 256MB)\n"
             "  --no-cache           no cache at all\n"
             "  --overwrite          replace shards already in --out\n"
-            "  --quiet              no progress line\n");
+            "  --quiet              no progress line\n"
+            "\n"
+            "--format sft: each JSONL line is one example, {\"prompt\", \"completion\"}, Alpaca's\n"
+            "{\"instruction\", \"input\", \"output\"} (with the Alpaca prompt), or {\"messages\":\n"
+            "[{\"role\", \"content\"}, ...]} (rendered with the model's chat template). Beside each\n"
+            "shard, OUT/train_000000.sft holds where each example starts and the loss mask:\n"
+            "completion and assistant tokens (and the EOS after each completion) count, the\n"
+            "prompt, system and user turns and template markup do not. Options there:\n"
+            "  --tokenizer, --out, --bad-lines, --val-fraction, --shard-tokens, --overwrite,\n"
+            "  --quiet as above, and\n"
+            "  --val-examples N     the first N examples become validation\n"
+            "  --max-len N          at most N tokens per example (default: no limit)\n"
+            "  --max-len-policy P   truncate (default: keep the first N tokens, the prompt\n"
+            "                       first) | drop: what to do with a longer example\n"
+            "  --chat-template FILE the template for messages instead of DIR's\n"
+            "                       tokenizer_config.json: a .jinja file, or a JSON file with a\n"
+            "                       chat_template\n");
 }
 
 /* "123", "64KB", "2GB" (powers of 1024) -> bytes; -1 when malformed. */
@@ -140,9 +159,97 @@ static void on_progress(const ct_prepare_report *r, void *user) {
     fflush(stderr);
 }
 
+static void on_sft_progress(const ct_sft_report *r, void *user) {
+    progress_state *p = user;
+    if (p->quiet) return;
+    double now = r->seconds;
+    if (!p->tty && now - p->last < 5.0 && r->bytes_done < r->bytes_total) return;
+    if (p->tty && now - p->last < 0.2 && r->bytes_done < r->bytes_total) return;
+    p->last = now;
+    double mb = (double)r->bytes_done / 1e6, total = (double)r->bytes_total / 1e6;
+    char line[256];
+    int n = snprintf(line, sizeof line,
+                     "prepare: %.1f/%.1f MB (%.0f%%), %lld examples, %lld tokens (%lld counted), %lld bad "
+                     "lines", mb, total, total > 0 ? 100.0 * mb / total : 100.0, (long long)r->examples,
+                     (long long)r->tokens, (long long)r->counted_tokens, (long long)r->bad_lines);
+    if (p->tty) {
+        fprintf(stderr, "\r%s%*s", line, p->width > n ? p->width - n : 0, "");
+        p->width = n;
+    } else {
+        fprintf(stderr, "%s\n", line);
+    }
+    fflush(stderr);
+}
+
+/* --out URL: a local staging directory to prepare into (stage[cap]). */
+static bool remote_stage(char *stage, size_t cap) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(stage, cap, "%s/ctrain-prepare-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (mkdtemp(stage)) return true;
+    fprintf(stderr, "ctrain prepare: error: %s: cannot make a staging directory for the upload: %s\n", stage,
+            strerror(errno));
+    return false;
+}
+
+static ct_status remote_upload(const char *stage, const char *url, const char *shown, bool overwrite, bool quiet) {
+    double t0 = ct_time_s();
+    int64_t sent = 0;
+    if (!quiet) fprintf(stderr, "ctrain prepare: uploading to %s\n", shown);
+    ct_status st = ct_prepare_upload(stage, url, overwrite, NULL, &sent);
+    if (st == CT_OK && !quiet)
+        fprintf(stderr, "ctrain prepare: uploaded %.1f MB and the manifest in %.2f s\n", (double)sent / 1e6,
+                ct_time_s() - t0);
+    return st;
+}
+
+/* --format sft: instruction data (data/sft_prepare.h). */
+static int prepare_sft(ct_sft_opts *so, bool quiet) {
+    const char *remote_out = NULL;
+    char stage[CT_PATH_MAX], shown[CT_PATH_MAX];
+    if (ct_remote_is_url(so->out_dir)) {
+        remote_out = so->out_dir;
+        if (!remote_stage(stage, sizeof stage)) return 2;
+        so->out_dir = stage;
+        ct_remote_display(remote_out, shown, sizeof shown);
+    }
+    progress_state ps = {isatty(2) != 0, quiet, -1e9, 0};
+    so->progress = on_sft_progress;
+    so->user = &ps;
+    ct_sft_report r;
+    ct_status st = ct_sft_prepare_run(so, &r);
+    if (ps.tty && !quiet && ps.width) fputc('\n', stderr);
+    if (st == CT_OK && remote_out) {
+        st = remote_upload(stage, remote_out, shown, so->overwrite, quiet);
+        so->out_dir = shown;
+    }
+    if (remote_out) ct_remove_tree(stage);
+    if (st) return cli_fail(cmd);
+    double mbs = r.seconds > 0 ? (double)r.bytes_total / 1e6 / r.seconds : 0;
+    fprintf(stderr,
+            "ctrain prepare: %lld examples (%lld prompt/completion, %lld alpaca, %lld messages), %lld tokens, "
+            "%lld counted -> %s: train %lld examples, %lld tokens in %d shard%s; val %lld examples, %lld tokens "
+            "in %d shard%s; %.1f MB in %.2f s (%.1f MB/s)\n",
+            (long long)r.examples, (long long)r.kind_examples[CT_SFT_KIND_PROMPT_COMPLETION],
+            (long long)r.kind_examples[CT_SFT_KIND_ALPACA], (long long)r.kind_examples[CT_SFT_KIND_MESSAGES],
+            (long long)r.tokens, (long long)r.counted_tokens, so->out_dir, (long long)r.train_examples,
+            (long long)r.train_tokens, r.train_shards, r.train_shards == 1 ? "" : "s", (long long)r.val_examples,
+            (long long)r.val_tokens, r.val_shards, r.val_shards == 1 ? "" : "s", (double)r.bytes_total / 1e6,
+            r.seconds, mbs);
+    fprintf(stderr, "ctrain prepare: truncated %lld, dropped %lld", (long long)r.truncated, (long long)r.dropped);
+    if (so->max_len > 0)
+        fprintf(stderr, " (--max-len %lld, %s)", (long long)so->max_len,
+                so->max_len_policy == CT_SFT_LEN_DROP ? "drop" : "truncate");
+    fprintf(stderr, "; skipped %lld bad line%s\n", (long long)r.bad_lines, r.bad_lines == 1 ? "" : "s");
+    return 0;
+}
+
 int cmd_prepare(int argc, char **argv) {
     ct_prepare_opts o;
     memset(&o, 0, sizeof o);
+    ct_sft_opts so;
+    memset(&so, 0, sizeof so);
+    bool sft = false;
+    const char *sft_only = NULL, *plain_only = NULL; /* an option of one mode, for the error */
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
     if (!inputs) return cli_usage_error(cmd, "out of memory");
     bool no_cache = false, quiet = false;
@@ -163,6 +270,7 @@ int cmd_prepare(int argc, char **argv) {
         }
         if (!strcmp(a, "--lossy")) {
             o.lossy = true;
+            plain_only = a;
             continue;
         }
         if (!strcmp(a, "--no-cache")) {
@@ -187,7 +295,28 @@ int cmd_prepare(int argc, char **argv) {
             o.tokenizer = v;
         } else if (!strcmp(a, "--out")) {
             o.out_dir = v;
+        } else if (!strcmp(a, "--chat-template")) {
+            so.chat_template = v;
+            sft_only = a;
+        } else if (!strcmp(a, "--max-len-policy")) {
+            if (!strcmp(v, "truncate")) so.max_len_policy = CT_SFT_LEN_TRUNCATE;
+            else if (!strcmp(v, "drop")) so.max_len_policy = CT_SFT_LEN_DROP;
+            else {
+                cli_usage_error(cmd, "--max-len-policy '%s': expected truncate or drop", v);
+                goto done;
+            }
+            sft_only = a;
+        } else if (!strcmp(a, "--max-len") || !strcmp(a, "--val-examples")) {
+            bool ml = !strcmp(a, "--max-len");
+            if (!parse_int(v, ml ? 1 : 0, &x) || x > 2147483647LL) {
+                cli_usage_error(cmd, "%s '%s': expected an integer in %s..2147483647", a, v, ml ? "1" : "0");
+                goto done;
+            }
+            if (ml) so.max_len = x;
+            else so.val_examples = x;
+            sft_only = a;
         } else if (!strcmp(a, "--field")) {
+            plain_only = a;
             if (!*v) {
                 cli_usage_error(cmd, "--field is empty: expected a JSON field name");
                 goto done;
@@ -195,12 +324,15 @@ int cmd_prepare(int argc, char **argv) {
             o.field = v;
         } else if (!strcmp(a, "--cache")) {
             cache_dir = v;
+            plain_only = a;
         } else if (!strcmp(a, "--format")) {
+            sft = false;
             if (!strcmp(v, "auto")) o.format = CT_PREP_FORMAT_AUTO;
             else if (!strcmp(v, "text")) o.format = CT_PREP_FORMAT_TEXT;
             else if (!strcmp(v, "jsonl")) o.format = CT_PREP_FORMAT_JSONL;
+            else if (!strcmp(v, "sft")) sft = true;
             else {
-                cli_usage_error(cmd, "--format '%s': expected auto, text or jsonl", v);
+                cli_usage_error(cmd, "--format '%s': expected auto, text, jsonl or sft", v);
                 goto done;
             }
         } else if (!strcmp(a, "--bad-lines")) {
@@ -210,6 +342,7 @@ int cmd_prepare(int argc, char **argv) {
                 goto done;
             }
         } else if (!strcmp(a, "--separator")) {
+            plain_only = a;
             free(sep);
             if (!(sep = strdup(v))) goto done;
             o.separator = sep;
@@ -239,6 +372,7 @@ int cmd_prepare(int argc, char **argv) {
             if (shard) o.shard_tokens = x;
             else if (thr) o.threads = (int)x;
             else o.val_tokens = x;
+            if (!shard) plain_only = a;
         } else if (!strcmp(a, "--cache-limit") || !strcmp(a, "--cache-mem")) {
             if ((x = parse_size(v)) < 0) {
                 cli_usage_error(cmd, "%s '%s': expected a size in bytes (KB/MB/GB suffixes)", a,
@@ -247,6 +381,7 @@ int cmd_prepare(int argc, char **argv) {
             }
             if (!strcmp(a, "--cache-limit")) cache_limit = x;
             else cache_mem = x;
+            plain_only = a;
         } else {
             cli_usage_error(cmd, "unknown option '%s'", a);
             goto done;
@@ -265,6 +400,26 @@ int cmd_prepare(int argc, char **argv) {
         goto done;
     }
     o.inputs = inputs;
+    if (!sft && sft_only) {
+        cli_usage_error(cmd, "%s is for --format sft", sft_only);
+        goto done;
+    }
+    if (sft && plain_only) {
+        cli_usage_error(cmd, "%s does not apply to --format sft", plain_only);
+        goto done;
+    }
+    if (sft) {
+        so.tokenizer = o.tokenizer;
+        so.out_dir = o.out_dir;
+        so.inputs = inputs;
+        so.n_inputs = o.n_inputs;
+        so.skip_bad_lines = o.skip_bad_lines;
+        so.val_fraction = o.val_fraction;
+        so.shard_tokens = o.shard_tokens;
+        so.overwrite = o.overwrite;
+        rc = prepare_sft(&so, quiet);
+        goto done;
+    }
 
     char default_cache[CT_PATH_MAX];
     if (!no_cache && !cache_dir) {
@@ -286,13 +441,7 @@ int cmd_prepare(int argc, char **argv) {
     char stage[CT_PATH_MAX], shown[CT_PATH_MAX];
     if (ct_remote_is_url(o.out_dir)) {
         remote_out = o.out_dir;
-        const char *tmp = getenv("TMPDIR");
-        snprintf(stage, sizeof stage, "%s/ctrain-prepare-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(stage)) {
-            fprintf(stderr, "ctrain prepare: error: %s: cannot make a staging directory for the "
-                    "upload: %s\n", stage, strerror(errno));
-            goto done;
-        }
+        if (!remote_stage(stage, sizeof stage)) goto done;
         o.out_dir = stage;
         ct_remote_display(remote_out, shown, sizeof shown);
     }
@@ -304,13 +453,7 @@ int cmd_prepare(int argc, char **argv) {
     ct_status st = ct_prepare_run(&o, &r);
     if (ps.tty && !quiet && ps.width) fputc('\n', stderr);
     if (st == CT_OK && remote_out) {
-        double t0 = ct_time_s();
-        int64_t sent = 0;
-        if (!quiet) fprintf(stderr, "ctrain prepare: uploading to %s\n", shown);
-        st = ct_prepare_upload(stage, remote_out, o.overwrite, NULL, &sent);
-        if (st == CT_OK && !quiet)
-            fprintf(stderr, "ctrain prepare: uploaded %.1f MB and the manifest in %.2f s\n",
-                    (double)sent / 1e6, ct_time_s() - t0);
+        st = remote_upload(stage, remote_out, shown, o.overwrite, quiet);
         o.out_dir = shown;
     }
     if (remote_out) ct_remove_tree(stage);

@@ -174,7 +174,9 @@ static size_t count_outputs(const char *out, char *first, size_t cap) {
 }
 
 static void remove_outputs(const char *out) {
-    static const char *pats[] = {"manifest.json", "train_*.bin", "val_*.bin"};
+    /* the .sft sidecars of an earlier `prepare --format sft` go with their shards */
+    static const char *pats[] = {"manifest.json", "train_*.bin", "val_*.bin", "train_*.sft",
+                                 "val_*.sft"};
     for (size_t p = 0; p < sizeof pats / sizeof *pats; p++) {
         char pat[CT_PATH_MAX + 32];
         snprintf(pat, sizeof pat, "%s/%s", out, pats[p]);
@@ -212,6 +214,27 @@ static const char *prep_abs_path(char *buf, size_t cap, const char *path) {
     return buf;
 }
 
+cJSON *prep_manifest_tokenizer(cJSON *m, const ct_tokenizer *tok, const char *path, int32_t doc) {
+    cJSON *tk = cJSON_AddObjectToObject(m, "tokenizer");
+    if (!tk) return NULL;
+    cJSON_AddStringToObject(tk, "path", path);
+    /* where a run finds the files again to put them beside its model */
+    char abs[2 * CT_PATH_MAX];
+    cJSON_AddStringToObject(tk, "abs_path", prep_abs_path(abs, sizeof abs, path));
+    cJSON *files = cJSON_AddArrayToObject(tk, "files");
+    for (int i = 0; files && i < ct_tokenizer_num_files(tok); i++) {
+        const char *f = prep_abs_path(abs, sizeof abs, ct_tokenizer_file(tok, i, NULL));
+        cJSON_AddItemToArray(files, cJSON_CreateString(f));
+    }
+    cJSON_AddStringToObject(tk, "identity", ct_tokenizer_identity(tok));
+    cJSON_AddNumberToObject(tk, "vocab_size", ct_tokenizer_vocab_size(tok));
+    cJSON_AddStringToObject(tk, "kind", ct_tokenizer_kind(tok) == CT_TOK_KIND_SPM_BPE ? "spm-bpe" : "gpt2-bpe");
+    cJSON_AddNumberToObject(tk, "eot", ct_tokenizer_eot(tok));
+    cJSON_AddNumberToObject(tk, "bos", ct_tokenizer_bos(tok));
+    cJSON_AddNumberToObject(tk, "document_token", doc);
+    return tk;
+}
+
 static ct_status write_manifest(prep_run *r) {
     const ct_prepare_opts *o = r->o;
     ct_status st = CT_ERR(CT_ERR_OOM, "out of memory writing the manifest");
@@ -220,25 +243,7 @@ static ct_status write_manifest(prep_run *r) {
     if (!m) return st;
     cJSON_AddStringToObject(m, "format", "ctrain-shards/1");
     cJSON_AddStringToObject(m, "created_by", "ctrain " CT_VERSION);
-    cJSON *tk = cJSON_AddObjectToObject(m, "tokenizer");
-    if (tk) {
-        cJSON_AddStringToObject(tk, "path", o->tokenizer);
-        /* where a run finds the files again to put them beside its model */
-        char abs[2 * CT_PATH_MAX];
-        cJSON_AddStringToObject(tk, "abs_path", prep_abs_path(abs, sizeof abs, o->tokenizer));
-        cJSON *files = cJSON_AddArrayToObject(tk, "files");
-        for (int i = 0; files && i < ct_tokenizer_num_files(r->tok); i++) {
-            const char *f = prep_abs_path(abs, sizeof abs, ct_tokenizer_file(r->tok, i, NULL));
-            cJSON_AddItemToArray(files, cJSON_CreateString(f));
-        }
-        cJSON_AddStringToObject(tk, "identity", ct_tokenizer_identity(r->tok));
-        cJSON_AddNumberToObject(tk, "vocab_size", ct_tokenizer_vocab_size(r->tok));
-        cJSON_AddStringToObject(tk, "kind",
-                                ct_tokenizer_kind(r->tok) == CT_TOK_KIND_SPM_BPE ? "spm-bpe" : "gpt2-bpe");
-        cJSON_AddNumberToObject(tk, "eot", ct_tokenizer_eot(r->tok));
-        cJSON_AddNumberToObject(tk, "bos", ct_tokenizer_bos(r->tok));
-        cJSON_AddNumberToObject(tk, "document_token", r->doc);
-    }
+    cJSON *tk = prep_manifest_tokenizer(m, r->tok, o->tokenizer, r->doc);
     cJSON *op = cJSON_AddObjectToObject(m, "options");
     if (op) {
         cJSON_AddStringToObject(op, "format", format_name(o->format));

@@ -61,4 +61,11 @@ struct cJSON;
 bool prep_jsonl_text(const char *raw, size_t len, const char *field, struct cJSON **json,
                      const char **text, size_t *text_len, char *why, size_t cap);
 
+/* The manifest's "tokenizer" object (path as given and absolute, files,
+ * identity, vocab_size, kind, eot, bos, document_token), added to m and
+ * returned; NULL on OOM. Shared by prepare and prepare --format sft, so both
+ * manifests describe their tokenizer alike. */
+struct ct_tokenizer;
+struct cJSON *prep_manifest_tokenizer(struct cJSON *m, const struct ct_tokenizer *tok, const char *path, int32_t doc);
+
 #endif

@@ -1,8 +1,9 @@
 /*
  * `ctrain prepare --out s3://...` (or an http(s) URL that takes PUT): the
  * shards a local prepare wrote, uploaded one by one (large ones as multipart
- * uploads), and the manifest last, so a reader that finds the manifest finds
- * every shard it lists.
+ * uploads), each followed by its sidecar when the manifest names one
+ * (--format sft), and the manifest last, so a reader that finds the manifest
+ * finds every file it lists.
  * Leaves out: preparing (prepare.c), the transport (remote.c).
  */
 #include "data/prepare.h"
@@ -47,6 +48,20 @@ ct_status ct_prepare_upload(const char *dir, const char *url, bool overwrite,
         snprintf(surl, sizeof surl, "%s%s", base, f->valuestring);
         const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "bytes");
         if ((st = ct_remote_put_file(surl, path, 0, net))) break;
+        if (cJSON_IsNumber(b)) *bytes_out += (int64_t)b->valuedouble;
+        /* prepare --format sft: the shard's loss-mask sidecar beside it */
+        const cJSON *side = cJSON_GetObjectItemCaseSensitive(e, "sidecar");
+        const cJSON *sf = cJSON_GetObjectItemCaseSensitive(side, "file");
+        if (!cJSON_IsString(sf)) continue;
+        if (strchr(sf->valuestring, '/')) {
+            st = CT_ERR(CT_ERR_FORMAT, "%s/manifest.json: shards[].sidecar.file \"%s\" is not a plain file name",
+                        dir, sf->valuestring);
+            break;
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, sf->valuestring);
+        snprintf(surl, sizeof surl, "%s%s", base, sf->valuestring);
+        if ((st = ct_remote_put_file(surl, path, 0, net))) break;
+        b = cJSON_GetObjectItemCaseSensitive(side, "bytes");
         if (cJSON_IsNumber(b)) *bytes_out += (int64_t)b->valuedouble;
     }
     cJSON_Delete(m);

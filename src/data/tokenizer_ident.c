@@ -103,7 +103,9 @@ ct_status ct_tok_info_of_shards(ct_tok_info *out, const char *spec) {
         return st;
     }
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(man, "format");
-    if (!cJSON_IsString(fmt) || strncmp(fmt->valuestring, "ctrain-shards/", 14) != 0) {
+    /* plain and instruction (sft) shards record the tokenizer alike */
+    if (!cJSON_IsString(fmt) || (strncmp(fmt->valuestring, "ctrain-shards/", 14) != 0 &&
+                                 strncmp(fmt->valuestring, "ctrain-sft/", 11) != 0)) {
         cJSON_Delete(man); /* another program's manifest: it says nothing of ours */
         return CT_OK;
     }
