@@ -70,6 +70,22 @@ m["shards"] = [s]
 json.dump(m, open(sys.argv[2], "w"), indent=1)
 PY
 
+# SFT sidecars (offsets and loss masks) of a real `prepare --format sft` run
+mkdir -p "$out/sft"
+/usr/bin/python3 - "$tmp/sft.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(12):
+        f.write(json.dumps({"prompt": "Question %d: what is %d plus %d?" % (i, i, i),
+                            "completion": " It is %d." % (2 * i)}) + "\n")
+        f.write(json.dumps({"instruction": "Say %d twice" % i, "input": "",
+                            "output": "%d %d" % (i, i)}) + "\n")
+PY
+"$ctrain" prepare --format sft --tokenizer "$repo/data/gpt2-tokenizer" --out "$tmp/sft" \
+  --shard-tokens 200 --val-examples 2 "$tmp/sft.jsonl" >/dev/null 2>&1
+cp "$tmp/sft/train_000000.sft" "$out/sft/prepare_train0.sft"
+cp "$tmp/sft/val_000000.sft" "$out/sft/prepare_val0.sft"
+
 mkdir -p "$out/baseline"
 "$ctrain" bench kernels --preset gpt2-tiny --batch 1 --seq 8 --threads 1 --repeat 2 \
   --filter matmul,layernorm,attention --save-baseline "$out/baseline/kernels.json" >/dev/null 2>&1
