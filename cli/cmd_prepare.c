@@ -134,22 +134,17 @@ static void fmt_eta(char *buf, size_t cap, double s) {
     else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
 }
 
-static void on_progress(const ct_prepare_report *r, void *user) {
-    progress_state *p = user;
-    if (p->quiet) return;
-    double now = r->seconds;
-    if (!p->tty && now - p->last < 5.0 && r->bytes_done < r->bytes_total) return;
-    if (p->tty && now - p->last < 0.2 && r->bytes_done < r->bytes_total) return;
+/* Whether a progress line is due at now: every 0.2 s on a terminal, 5 s in a
+ * log, and at the end. */
+static bool progress_due(progress_state *p, double now, int64_t done, int64_t total) {
+    if (p->quiet) return false;
+    if (done < total && now - p->last < (p->tty ? 0.2 : 5.0)) return false;
     p->last = now;
-    double mb = (double)r->bytes_done / 1e6, total = (double)r->bytes_total / 1e6;
-    double rate = now > 0 ? mb / now : 0;
-    char eta[32];
-    fmt_eta(eta, sizeof eta, rate > 0 ? (total - mb) / rate : NAN);
-    char line[256];
-    int n = snprintf(line, sizeof line,
-                     "prepare: %.1f/%.1f MB (%.0f%%), %.1f MB/s, %lld tokens, %lld documents, "
-                     "ETA %s", mb, total, total > 0 ? 100.0 * mb / total : 100.0, rate,
-                     (long long)r->tokens, (long long)r->documents, eta);
+    return true;
+}
+
+/* One progress line: rewritten in place on a terminal, appended in a log. */
+static void progress_print(progress_state *p, const char *line, int n) {
     if (p->tty) {
         fprintf(stderr, "\r%s%*s", line, p->width > n ? p->width - n : 0, "");
         p->width = n;
@@ -159,26 +154,32 @@ static void on_progress(const ct_prepare_report *r, void *user) {
     fflush(stderr);
 }
 
+static void on_progress(const ct_prepare_report *r, void *user) {
+    progress_state *p = user;
+    double now = r->seconds;
+    if (!progress_due(p, now, r->bytes_done, r->bytes_total)) return;
+    double mb = (double)r->bytes_done / 1e6, total = (double)r->bytes_total / 1e6;
+    double rate = now > 0 ? mb / now : 0;
+    char eta[32];
+    fmt_eta(eta, sizeof eta, rate > 0 ? (total - mb) / rate : NAN);
+    char line[256];
+    int n = snprintf(line, sizeof line,
+                     "prepare: %.1f/%.1f MB (%.0f%%), %.1f MB/s, %lld tokens, %lld documents, "
+                     "ETA %s", mb, total, total > 0 ? 100.0 * mb / total : 100.0, rate,
+                     (long long)r->tokens, (long long)r->documents, eta);
+    progress_print(p, line, n);
+}
+
 static void on_sft_progress(const ct_sft_report *r, void *user) {
     progress_state *p = user;
-    if (p->quiet) return;
-    double now = r->seconds;
-    if (!p->tty && now - p->last < 5.0 && r->bytes_done < r->bytes_total) return;
-    if (p->tty && now - p->last < 0.2 && r->bytes_done < r->bytes_total) return;
-    p->last = now;
+    if (!progress_due(p, r->seconds, r->bytes_done, r->bytes_total)) return;
     double mb = (double)r->bytes_done / 1e6, total = (double)r->bytes_total / 1e6;
     char line[256];
     int n = snprintf(line, sizeof line,
                      "prepare: %.1f/%.1f MB (%.0f%%), %lld examples, %lld tokens (%lld counted), %lld bad "
                      "lines", mb, total, total > 0 ? 100.0 * mb / total : 100.0, (long long)r->examples,
                      (long long)r->tokens, (long long)r->counted_tokens, (long long)r->bad_lines);
-    if (p->tty) {
-        fprintf(stderr, "\r%s%*s", line, p->width > n ? p->width - n : 0, "");
-        p->width = n;
-    } else {
-        fprintf(stderr, "%s\n", line);
-    }
-    fflush(stderr);
+    progress_print(p, line, n);
 }
 
 /* --out URL: a local staging directory to prepare into (stage[cap]). */

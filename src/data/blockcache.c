@@ -182,7 +182,6 @@ void ct_blockcache_close(ct_blockcache *c) {
     free(c);
 }
 
-const char *ct_blockcache_dir(const ct_blockcache *c) { return c->dir; }
 
 void ct_blockcache_get_stats(ct_blockcache *c, ct_blockcache_stats *out) {
     pthread_mutex_lock(&c->mu);

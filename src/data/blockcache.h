@@ -36,7 +36,6 @@ typedef struct ct_blockcache_stats {
  * Errors: CT_ERR_IO (dir cannot be made or written; names it), CT_ERR_OOM. */
 ct_status ct_blockcache_open(ct_blockcache **out, const char *dir, int64_t limit, double ttl_s);
 void ct_blockcache_close(ct_blockcache *c); /* NULL is fine */
-const char *ct_blockcache_dir(const ct_blockcache *c);
 
 /* Block idx of object key into buf (exactly len bytes). true when the file
  * exists, is whole, passes its own checksum and, when expect != 0, carries

@@ -142,61 +142,10 @@ static void writer_free(split_writer *sw) {
 
 /* ------------------------------------------------------- staging, publish */
 
-/* Remove staging directories of earlier runs whose process is gone. */
-static void remove_stale_stages(const char *out) {
-    char pat[CT_PATH_MAX + 32];
-    snprintf(pat, sizeof pat, "%s/.staging-*", out);
-    glob_t g;
-    if (glob(pat, 0, NULL, &g) != 0) return;
-    for (size_t i = 0; i < g.gl_pathc; i++) {
-        const char *dash = strrchr(g.gl_pathv[i], '-');
-        long pid = dash ? strtol(dash + 1, NULL, 10) : 0;
-        if (ct_pid_gone(pid)) ct_remove_tree(g.gl_pathv[i]);
-    }
-    globfree(&g);
-}
-
-/* Number of shard files (train_*.bin, val_*.bin) and manifests in out. */
-static size_t count_outputs(const char *out, char *first, size_t cap) {
-    static const char *pats[] = {"train_*.bin", "val_*.bin", "manifest.json"};
-    size_t n = 0;
-    first[0] = 0;
-    for (size_t p = 0; p < sizeof pats / sizeof *pats; p++) {
-        char pat[CT_PATH_MAX + 32];
-        snprintf(pat, sizeof pat, "%s/%s", out, pats[p]);
-        glob_t g;
-        if (glob(pat, 0, NULL, &g) != 0) continue;
-        if (!n && g.gl_pathc) snprintf(first, cap, "%s", g.gl_pathv[0]);
-        n += g.gl_pathc;
-        globfree(&g);
-    }
-    return n;
-}
-
-static void remove_outputs(const char *out) {
-    /* the .sft sidecars of an earlier `prepare --format sft` go with their shards */
-    static const char *pats[] = {"manifest.json", "train_*.bin", "val_*.bin", "train_*.sft",
-                                 "val_*.sft"};
-    for (size_t p = 0; p < sizeof pats / sizeof *pats; p++) {
-        char pat[CT_PATH_MAX + 32];
-        snprintf(pat, sizeof pat, "%s/%s", out, pats[p]);
-        glob_t g;
-        if (glob(pat, 0, NULL, &g) != 0) continue;
-        for (size_t i = 0; i < g.gl_pathc; i++) remove(g.gl_pathv[i]);
-        globfree(&g);
-    }
-}
-
 static ct_status move_shards(const split_writer *sw, const char *out) {
-    for (int i = 0; i < sw->n; i++) {
-        char from[CT_PATH_MAX + 48], to[CT_PATH_MAX + 48];
-        snprintf(from, sizeof from, "%s/%s", sw->stage, sw->shards[i].file);
-        snprintf(to, sizeof to, "%s/%s", out, sw->shards[i].file);
-        if (rename(from, to) != 0)
-            return CT_ERR(CT_ERR_IO, "%s: cannot move the new shard into place: %s", to,
-                          strerror(errno));
-    }
-    return CT_OK;
+    ct_status st = CT_OK;
+    for (int i = 0; i < sw->n && !st; i++) st = prep_out_move(sw->stage, out, sw->shards[i].file);
+    return st;
 }
 
 static const char *format_name(ct_prep_format f) {
@@ -681,24 +630,6 @@ static ct_status check_opts(const ct_prepare_opts *o) {
     return CT_OK;
 }
 
-/* out_dir must be a directory (or absent) without shards, unless overwrite. */
-static ct_status check_out(const ct_prepare_opts *o) {
-    struct stat sb;
-    if (stat(o->out_dir, &sb) == 0) {
-        if (!S_ISDIR(sb.st_mode))
-            return CT_ERR(CT_ERR_ARG, "--out %s exists and is not a directory", o->out_dir);
-        char first[CT_PATH_MAX];
-        size_t n = count_outputs(o->out_dir, first, sizeof first);
-        if (n && !o->overwrite) {
-            ct_status st = CT_ERR(CT_ERR_ARG, "--out %s already holds %zu prepared file%s (%s)",
-                                  o->out_dir, n, n == 1 ? "" : "s", first);
-            ct_error_hint("pass --overwrite to replace them, or choose another --out");
-            return st;
-        }
-    }
-    return CT_OK;
-}
-
 ct_status ct_prepare_run(const ct_prepare_opts *o, ct_prepare_report *rep) {
     prep_run r;
     memset(&r, 0, sizeof r);
@@ -717,27 +648,10 @@ ct_status ct_prepare_run(const ct_prepare_opts *o, ct_prepare_report *rep) {
         goto done;
     }
     if ((st = prep_sources_list(o, &r.src, &r.n_src, &r.rep.bytes_total))) goto done;
-    if ((st = check_out(o))) goto done;
+    if ((st = prep_out_check(o->out_dir, o->overwrite))) goto done;
 
     /* nothing is written before this point */
-    struct stat sb;
-    created_out = stat(o->out_dir, &sb) != 0;
-    if ((st = ct_mkdir_p(o->out_dir))) goto done;
-    remove_stale_stages(o->out_dir);
-    size_t stage_len = strlen(o->out_dir) + 32;
-    if (!(r.stage = malloc(stage_len))) {
-        st = CT_ERR(CT_ERR_OOM, "out of memory");
-        goto done;
-    }
-    snprintf(r.stage, stage_len, "%s/.staging-%ld", o->out_dir, (long)getpid());
-    if (mkdir(r.stage, 0777) != 0 && errno != EEXIST) {
-        st = CT_ERR(CT_ERR_IO, "%s: cannot create the staging directory: %s", r.stage,
-                    strerror(errno));
-        ct_error_hint("is --out writable?");
-        free(r.stage);
-        r.stage = NULL;
-        goto done;
-    }
+    if ((st = prep_out_stage(o->out_dir, &created_out, &r.stage))) goto done;
 
     int version = ct_tokenizer_vocab_size(r.tok) <= 65536 ? 1 : 2;
     int64_t shard_tokens = o->shard_tokens ? o->shard_tokens : PREP_DEFAULT_SHARD;
@@ -781,7 +695,7 @@ ct_status ct_prepare_run(const ct_prepare_opts *o, ct_prepare_report *rep) {
     }
 
     /* publish: old outputs out (manifest first), new shards in, manifest last */
-    remove_outputs(o->out_dir);
+    prep_out_remove_outputs(o->out_dir);
     if ((st = move_shards(&r.train, o->out_dir)) || (st = move_shards(&r.val, o->out_dir)))
         goto done;
     st = write_manifest(&r);

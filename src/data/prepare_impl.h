@@ -68,4 +68,16 @@ bool prep_jsonl_text(const char *raw, size_t len, const char *field, struct cJSO
 struct ct_tokenizer;
 struct cJSON *prep_manifest_tokenizer(struct cJSON *m, const struct ct_tokenizer *tok, const char *path, int32_t doc);
 
+/* prepare_out.c: the --out directory both prepare paths publish into.
+ * check: a directory (or absent) without earlier outputs (manifest, shards,
+ *   sidecars), unless overwrite (CT_ERR_ARG naming the first one).
+ * stage: make out_dir (*created_out: it did not exist), drop staging
+ *   directories of dead runs, make out_dir/.staging-<pid> (owned *stage).
+ * remove_outputs: the earlier outputs, the manifest first.
+ * move: stage/file to out_dir/file by rename. */
+ct_status prep_out_check(const char *out_dir, bool overwrite);
+ct_status prep_out_stage(const char *out_dir, bool *created_out, char **stage);
+void prep_out_remove_outputs(const char *out_dir);
+ct_status prep_out_move(const char *stage, const char *out_dir, const char *file);
+
 #endif

@@ -157,65 +157,10 @@ static void split_free(sft_split *sp) {
 
 /* ------------------------------------------------------- staging, publish */
 
-static const char *const sft_output_pats[] = {"manifest.json", "train_*.bin", "val_*.bin", "train_*.sft",
-                                              "val_*.sft"};
-#define SFT_N_PATS (sizeof sft_output_pats / sizeof *sft_output_pats)
-
-/* Remove staging directories of earlier runs whose process is gone. */
-static void sft_remove_stale_stages(const char *out) {
-    char pat[CT_PATH_MAX + 32];
-    snprintf(pat, sizeof pat, "%s/.staging-*", out);
-    glob_t g;
-    if (glob(pat, 0, NULL, &g) != 0) return;
-    for (size_t i = 0; i < g.gl_pathc; i++) {
-        const char *dash = strrchr(g.gl_pathv[i], '-');
-        long pid = dash ? strtol(dash + 1, NULL, 10) : 0;
-        if (ct_pid_gone(pid)) ct_remove_tree(g.gl_pathv[i]);
-    }
-    globfree(&g);
-}
-
-/* Prepared files in out (shards, sidecars, manifest); the first into first. */
-static size_t sft_count_outputs(const char *out, char *first, size_t cap) {
-    size_t n = 0;
-    first[0] = 0;
-    for (size_t p = 0; p < SFT_N_PATS; p++) {
-        char pat[CT_PATH_MAX + 32];
-        snprintf(pat, sizeof pat, "%s/%s", out, sft_output_pats[p]);
-        glob_t g;
-        if (glob(pat, 0, NULL, &g) != 0) continue;
-        if (!n && g.gl_pathc) snprintf(first, cap, "%s", g.gl_pathv[0]);
-        n += g.gl_pathc;
-        globfree(&g);
-    }
-    return n;
-}
-
-/* Old outputs out, the manifest first (a reader never sees it without its shards). */
-static void sft_remove_outputs(const char *out) {
-    for (size_t p = 0; p < SFT_N_PATS; p++) {
-        char pat[CT_PATH_MAX + 32];
-        snprintf(pat, sizeof pat, "%s/%s", out, sft_output_pats[p]);
-        glob_t g;
-        if (glob(pat, 0, NULL, &g) != 0) continue;
-        for (size_t i = 0; i < g.gl_pathc; i++) remove(g.gl_pathv[i]);
-        globfree(&g);
-    }
-}
-
-static ct_status sft_move(const char *stage, const char *out, const char *file) {
-    char from[CT_PATH_MAX + 48], to[CT_PATH_MAX + 48];
-    snprintf(from, sizeof from, "%s/%s", stage, file);
-    snprintf(to, sizeof to, "%s/%s", out, file);
-    if (rename(from, to) != 0)
-        return CT_ERR(CT_ERR_IO, "%s: cannot move the new file into place: %s", to, strerror(errno));
-    return CT_OK;
-}
-
 static ct_status split_publish(const sft_split *sp, const char *out) {
     ct_status st = CT_OK;
     for (int i = 0; i < sp->n && !st; i++)
-        if (!(st = sft_move(sp->stage, out, sp->shards[i].file))) st = sft_move(sp->stage, out, sp->shards[i].side);
+        if (!(st = prep_out_move(sp->stage, out, sp->shards[i].file))) st = prep_out_move(sp->stage, out, sp->shards[i].side);
     return st;
 }
 
@@ -484,24 +429,6 @@ static ct_status check_opts(const ct_sft_opts *o) {
     return CT_OK;
 }
 
-/* out_dir must be a directory (or absent) without prepared files, unless overwrite. */
-static ct_status check_out(const ct_sft_opts *o) {
-    struct stat sb;
-    if (stat(o->out_dir, &sb) == 0) {
-        if (!S_ISDIR(sb.st_mode))
-            return CT_ERR(CT_ERR_ARG, "--out %s exists and is not a directory", o->out_dir);
-        char first[CT_PATH_MAX];
-        size_t n = sft_count_outputs(o->out_dir, first, sizeof first);
-        if (n && !o->overwrite) {
-            ct_status st = CT_ERR(CT_ERR_ARG, "--out %s already holds %zu prepared file%s (%s)", o->out_dir, n,
-                                  n == 1 ? "" : "s", first);
-            ct_error_hint("pass --overwrite to replace them, or choose another --out");
-            return st;
-        }
-    }
-    return CT_OK;
-}
-
 ct_status ct_sft_prepare_run(const ct_sft_opts *o, ct_sft_report *rep) {
     sft_run r;
     memset(&r, 0, sizeof r);
@@ -520,26 +447,10 @@ ct_status ct_sft_prepare_run(const ct_sft_opts *o, ct_sft_report *rep) {
         st = CT_ERR(CT_ERR_OOM, "out of memory");
         goto done;
     }
-    if ((st = check_out(o))) goto done;
+    if ((st = prep_out_check(o->out_dir, o->overwrite))) goto done;
 
     /* nothing is written before this point */
-    struct stat sb;
-    created_out = stat(o->out_dir, &sb) != 0;
-    if ((st = ct_mkdir_p(o->out_dir))) goto done;
-    sft_remove_stale_stages(o->out_dir);
-    size_t stage_len = strlen(o->out_dir) + 32;
-    if (!(r.stage = malloc(stage_len))) {
-        st = CT_ERR(CT_ERR_OOM, "out of memory");
-        goto done;
-    }
-    snprintf(r.stage, stage_len, "%s/.staging-%ld", o->out_dir, (long)getpid());
-    if (mkdir(r.stage, 0777) != 0 && errno != EEXIST) {
-        st = CT_ERR(CT_ERR_IO, "%s: cannot create the staging directory: %s", r.stage, strerror(errno));
-        ct_error_hint("is --out writable?");
-        free(r.stage);
-        r.stage = NULL;
-        goto done;
-    }
+    if ((st = prep_out_stage(o->out_dir, &created_out, &r.stage))) goto done;
     const ct_tokenizer *tok = ct_sft_encoder_tokenizer(r.enc);
     int version = ct_tokenizer_vocab_size(tok) <= 65536 ? 1 : 2;
     int64_t shard_tokens = o->shard_tokens ? o->shard_tokens : SFT_DEFAULT_SHARD;
@@ -563,7 +474,7 @@ ct_status ct_sft_prepare_run(const ct_sft_opts *o, ct_sft_report *rep) {
     }
 
     /* publish: old outputs out (manifest first), new shards in, manifest last */
-    sft_remove_outputs(o->out_dir);
+    prep_out_remove_outputs(o->out_dir);
     if ((st = split_publish(&r.train, o->out_dir)) || (st = split_publish(&r.val, o->out_dir))) goto done;
     st = write_manifest(&r);
     r.rep.seconds = ct_time_s() - r.t0;

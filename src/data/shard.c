@@ -144,8 +144,6 @@ ct_status ct_shard_open_remote(ct_shard **out, struct ct_remote_ctx *ctx,
     return CT_OK;
 }
 
-bool ct_shard_is_remote(const ct_shard *s) { return s->remote != NULL; }
-
 ct_status ct_shard_prefetch(const ct_shard *s, int64_t start, int64_t count, int64_t *fetched) {
     *fetched = 0;
     if (!s->remote) return CT_OK;

@@ -34,7 +34,6 @@ struct ct_remote_ctx;
 struct ct_remote_shard_info;
 ct_status ct_shard_open_remote(ct_shard **out, struct ct_remote_ctx *ctx,
                                struct ct_remote_shard_info *info, int vocab_size);
-bool ct_shard_is_remote(const ct_shard *s);
 /* Remote shards: make tokens [start, start+count) present in the disk cache
  * (the read-ahead); *fetched counts blocks fetched now. Local shards: no-op. */
 ct_status ct_shard_prefetch(const ct_shard *s, int64_t start, int64_t count, int64_t *fetched);

@@ -384,10 +384,6 @@ void ct_rshard_close(ct_rshard *s) {
 }
 
 const char *ct_rshard_url(const ct_rshard *s) { return s->disp; }
-int64_t ct_rshard_block_of(const ct_rshard *s, int64_t off) {
-    (void)s;
-    return off / CT_REMOTE_BLOCK_BYTES;
-}
 
 static size_t block_len(const ct_rshard *s, int64_t b) {
     int64_t left = s->bytes - b * CT_REMOTE_BLOCK_BYTES;

@@ -85,8 +85,6 @@ ct_status ct_rshard_read(ct_rshard *s, int64_t off, int64_t len, void *dst);
 /* Make bytes [off, off+len) present in the disk cache (fetching whole blocks,
  * consecutive missing ones in one request). *fetched: blocks fetched now. */
 ct_status ct_rshard_prefetch(ct_rshard *s, int64_t off, int64_t len, int64_t *fetched);
-/* Blocks that hold bytes [off, off+len). */
-int64_t ct_rshard_block_of(const ct_rshard *s, int64_t off);
 
 /* Counters of one context's shards, for metrics and the report. */
 typedef struct ct_remote_data_stats {
