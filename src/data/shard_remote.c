@@ -306,10 +306,9 @@ ct_status ct_remote_list(const char *spec, const char *split, const ct_remote_op
         *n = 1;
         return CT_OK;
     }
-    if (st) {
-        ct_error_prefix("data.%s: ", split);
-        ct_error_hint("a remote data.%s names a ctrain prepare output (a directory URL with its "
-                      "manifest.json) or one shard's URL", split);
+    if (st) { /* the URL is in the message; the caller names the key */
+        ct_error_hint("the URL must name a ctrain prepare output (a directory with its "
+                      "manifest.json) or one shard");
         return st;
     }
     st = ct_remote_manifest_parse(text, len, disp, base, split, one ? strrchr(spec, '/') + 1 : NULL,
