@@ -22,11 +22,14 @@ typedef struct ct_config {
         char arch[CT_NAME_MAX];      /* gpt2 | llama */
         char preset[CT_NAME_MAX];    /* gpt2, gpt2-medium, gpt2-tiny, ... ; "" = use sizes */
         int64_t n_layer, n_head, n_kv_head, n_embd, n_ffn, vocab_size, n_ctx; /* 0 = preset's */
+        double dropout; /* residual, embedding and attention dropout; -1: config.json's (0 from scratch) */
     } model;
     struct {
         char train[CT_PATH_MAX]; /* shard file, glob or directory */
         char val[CT_PATH_MAX];
         bool shuffle;
+        bool packing;         /* instruction data: several examples per row (false: one, padded) */
+        bool group_by_length; /* instruction data: batch examples of similar length */
         int64_t prefetch; /* batches read ahead by a background thread; 0: none */
         /* remote data (http(s)://, s3:// in data.train / data.val) */
         char cache_dir[CT_PATH_MAX];   /* "" = ~/.cache/ctrain/shards */
@@ -40,6 +43,8 @@ typedef struct ct_config {
         int64_t batch_size; /* 0: auto (the planner picks it under run.memory_limit) */
         int64_t effective_batch; /* with batch_size auto: sequences per step (0: unset) */
         int64_t seq_len, grad_accum, steps, seed;
+        int64_t epochs;           /* passes over the training data; 0: train.steps decides */
+        bool load_best_at_end;    /* end with the weights of the best validation (run.keep_best) */
         char resume[CT_PATH_MAX]; /* auto | never | PATH */
         int64_t eval_every;       /* steps between validation passes; 0 = end only */
         int64_t eval_batches;     /* micro-batches per validation pass; 0: the whole split */
@@ -60,6 +65,7 @@ typedef struct ct_config {
     struct {
         char dir[CT_PATH_MAX];
         int64_t checkpoint_every, keep_last, threads, log_every;
+        bool keep_best;           /* also keep the checkpoint of the best validation loss */
         bool checkpoint_compress; /* zstd the checkpoints' training-state blobs */
         bool overwrite;           /* resume=never may delete an earlier run's results */
         char memory_limit[CT_NAME_MAX]; /* bytes with KB/MB/GB suffix, or N% */

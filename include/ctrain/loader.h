@@ -51,6 +51,11 @@ typedef struct ct_loader_opts {
     int rank, world;   /* 0 <= rank < world */
     int prefetch;      /* batches a background thread reads ahead; 0: read on the
                         * caller's thread */
+    /* instruction shards (see "Instruction data" below); ignored for plain ones */
+    bool packing;         /* several examples per row (data.packing, default true) */
+    bool group_by_length; /* data.group_by_length (default false) */
+    int accum;            /* micro-batches per optimizer step on each rank (train.grad_accum;
+                           * default 1): an epoch is padded to whole steps */
     /* remote specs (http://, https://, s3://: a `ctrain prepare` output read
      * by byte ranges through a disk cache); 0 / NULL / -1: the defaults */
     const char *cache_dir; /* data.cache_dir (default ~/.cache/ctrain/shards) */
@@ -134,6 +139,58 @@ CT_API bool ct_loader_split_missing(const char *spec, const char *split);
 CT_API int64_t ct_loader_batches_per_epoch(const ct_loader *l);
 CT_API int64_t ct_loader_total_tokens(const ct_loader *l);
 CT_API int ct_loader_num_shards(const ct_loader *l);
+
+/*
+ * Instruction data. A directory whose manifest.json says "format":
+ * "ctrain-sft/1" (`ctrain prepare --format sft`) holds shards with .sft
+ * sidecars (data/sft_shard.h): example boundaries and a loss mask. Its loader
+ * yields rows of whole examples instead of windows:
+ *
+ * Examples: the shards in sorted order, each shard's examples in order,
+ * numbered 0..E-1. An example longer than T keeps its first T tokens (counted
+ * in ct_loader_sft_stats; prepare --max-len avoids it).
+ * Epoch order: data.shuffle=false: 0..E-1; true: a permutation seeded by
+ * (seed, epoch). group_by_length: the order is cut into runs of 50*B*world
+ * examples and each run is sorted by length, longest first (stable).
+ * Rows: packing=false: one example per row. packing=true: greedily in epoch
+ * order, an example joins the current row when it fits in what is left of
+ * the row's T tokens, else it starts the next row.
+ * A row: example x_0..x_{n-1} placed at column p gives inputs[p+k] = x_k,
+ * pos[p+k] = k, targets[p+k] = x_{k+1} when k+1 < n and token k+1's mask bit
+ * is set, else -1. Columns after the last example are padding: input 0,
+ * target -1, pos 0, 1, 2, ... from the first padding column.
+ * Batches: the epoch's rows are followed by empty rows (all padding) up to a
+ * multiple of B*world*accum rows; global micro-batch g is rows [g*B, g*B+B)
+ * and rank r's m-th micro-batch of the epoch is g = m*world + r. So an epoch
+ * is a whole number of optimizer steps (batches_per_epoch / accum), every
+ * example is seen once per epoch, and world ranks at B see the rows one rank
+ * at world*B sees.
+ * Positions (ct_loader_pos) and resume work as for plain shards.
+ */
+CT_API bool ct_loader_is_sft(const ct_loader *l);
+/* ct_loader_next that also writes pos (B*T int32, caller-owned): each
+ * token's position inside its example (see above; ct_model_set_positions
+ * takes it). Plain shards: pos = 0..T-1 in every row. Same errors. */
+CT_API ct_status ct_loader_next_pos(ct_loader *l, int32_t *inputs, int32_t *targets,
+                                    int32_t *pos);
+/* Counted targets (>= 0) of the next n micro-batches this loader returns,
+ * summed over all world ranks' batches at those indices (global batches
+ * m*world + r): what an optimizer step's loss is divided by. Does not move
+ * the position. Plain shards: n*world*B*T. */
+CT_API int64_t ct_loader_counted_ahead(ct_loader *l, int64_t n);
+typedef struct ct_loader_sft_stats {
+    int64_t examples;       /* E */
+    int64_t truncated;      /* examples cut to T tokens */
+    int64_t rows;           /* rows of one epoch before the empty ones */
+    int64_t counted;        /* counted targets in one epoch */
+    double fill;            /* share of an epoch's row columns holding example tokens */
+} ct_loader_sft_stats;
+/* Micro-batches this rank takes in epoch `epoch` (>= 0): with packing and
+ * shuffle the row count differs from epoch to epoch. Plain shards: the same
+ * as ct_loader_batches_per_epoch. */
+CT_API int64_t ct_loader_batches_in_epoch(ct_loader *l, int64_t epoch);
+/* false (zeros) for plain shards. */
+CT_API bool ct_loader_sft_stats_get(const ct_loader *l, ct_loader_sft_stats *out);
 
 /* Counters of a loader over remote shards (false, zeros, for local ones). */
 typedef struct ct_loader_remote_stats {

@@ -197,6 +197,19 @@ CT_API int ct_model_head_chunk_rows(const ct_model_config *cfg, int N);
  * Call once; a later call with a different shape returns CT_ERR_ARG. */
 CT_API ct_status ct_model_reserve(ct_model *m, int B, int T, bool training);
 
+/* Instruction data: where each token sits in its example. pos(B,T) holds
+ * token t's position inside its example: pos[b*T] = 0, and each later
+ * pos[b*T+t] is 0 (an example starts) or pos[b*T+t-1] + 1. Token t attends
+ * only to tokens [t - pos, t] of its row, and learned positions and RoPE use
+ * pos instead of t. Applies to every later forward, forward_backward and
+ * logits call, which must then have exactly this (B,T), until
+ * ct_model_set_positions(m, NULL, 0, 0) goes back to 0..T-1 in every row.
+ * Copied (borrowed during the call). CT_ERR_ARG naming the row and column
+ * that break the rule, or when (B,T) does not fit the reserve. */
+CT_API ct_status ct_model_set_positions(ct_model *m, const int32_t *pos, int B, int T);
+
+/* Targets < 0 are not counted: the mean loss is over the counted targets
+ * (0 when none is), and the gradient is that of grad_weight times it. */
 /* Mean cross-entropy of targets(B,T) given inputs(B,T); no gradients.
  * Tokens must be in [0, vocab_size): CT_ERR_ARG names the first bad one. */
 CT_API ct_status ct_model_forward(ct_model *m, const int32_t *inputs, const int32_t *targets,

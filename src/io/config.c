@@ -39,9 +39,17 @@ const key_def config_keys[] = {
     I("model.n_ffn", model.n_ffn, 0, 1 << 22, "MLP hidden size (0: 4*n_embd)"),
     I("model.vocab_size", model.vocab_size, 0, 1 << 24, "vocabulary size (0: from preset)"),
     I("model.n_ctx", model.n_ctx, 0, 1 << 20, "context length (0: from preset)"),
+    F("model.dropout", model.dropout, -1, 0.999,
+      "dropout on embeddings, residual branches and attention probabilities, as HF's "
+      "resid_pdrop/embd_pdrop/attn_pdrop (-1: the model's config.json, 0 from scratch)"),
     S("data.train", data.train, "training shards: file, glob or directory"),
     S("data.val", data.val, "validation shards: file, glob or directory"),
     B("data.shuffle", data.shuffle, "shuffle windows (false: sequential llm.c order)"),
+    B("data.packing", data.packing,
+      "instruction data: pack several examples into each row, attention kept inside each "
+      "(false: one example per row, padded)"),
+    B("data.group_by_length", data.group_by_length,
+      "instruction data: batch examples of similar length together (less padding)"),
     I("data.prefetch", data.prefetch, 0, 4096,
       "batches the background thread reads ahead (0: read on the training thread)"),
     S("data.cache_dir", data.cache_dir,
@@ -65,6 +73,10 @@ const key_def config_keys[] = {
     I("train.seq_len", train.seq_len, 1, 1 << 20, "sequence length T"),
     I("train.grad_accum", train.grad_accum, 1, 1 << 20, "micro-batches per optimizer step"),
     I("train.steps", train.steps, 0, BIG, "optimizer steps"),
+    I("train.epochs", train.epochs, 0, 1 << 20,
+      "passes over the training data; sets train.steps when > 0 (0: train.steps decides)"),
+    B("train.load_best_at_end", train.load_best_at_end,
+      "end with the weights of the lowest validation loss (needs run.keep_best)"),
     I("train.seed", train.seed, 0, BIG, "seed for initialisation and shuffling"),
     S("train.resume", train.resume, "auto | never | PATH"),
     I("train.eval_every", train.eval_every, 0, BIG, "steps between validations (0: at end)"),
@@ -96,6 +108,8 @@ const key_def config_keys[] = {
     S("run.dir", run.dir, "output directory"),
     I("run.checkpoint_every", run.checkpoint_every, 0, BIG, "steps between checkpoints"),
     I("run.keep_last", run.keep_last, 0, 1 << 20, "checkpoints to keep (0: all)"),
+    B("run.keep_best", run.keep_best,
+      "keep the checkpoint of the lowest validation loss as well as the last ones"),
     B("run.checkpoint_compress", run.checkpoint_compress,
       "zstd the optimizer and state files of checkpoints"),
     B("run.overwrite", run.overwrite,
@@ -208,6 +222,8 @@ void ct_config_default(ct_config *c) {
     snprintf(c->model.arch, sizeof c->model.arch, "gpt2");
     c->data.shuffle = false;
     c->data.prefetch = 2;
+    c->data.packing = true;
+    c->model.dropout = -1;
     snprintf(c->data.cache_limit, sizeof c->data.cache_limit, "10GB");
     c->data.cache_ttl = 7 * 24 * 3600.0;
     snprintf(c->data.readahead, sizeof c->data.readahead, "256MB");
@@ -348,7 +364,12 @@ static const struct {
     {"gradient_accumulation_steps", "train.grad_accum"},
     {"max_steps", "train.steps"},
     {"max_iters", "train.steps"},
-    {"num_train_epochs", "train.steps"},
+    {"num_train_epochs", "train.epochs"},
+    {"group_by_length", "data.group_by_length"},
+    {"packing", "data.packing"},
+    {"load_best_model_at_end", "train.load_best_at_end"},
+    {"resid_pdrop", "model.dropout"},
+    {"dropout", "model.dropout"},
     {"warmup_steps", "schedule.warmup_steps"},
     {"warmup_iters", "schedule.warmup_steps"},
     {"lr_scheduler_type", "schedule.name"},
