@@ -20,6 +20,7 @@ int cmd_hw(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 /* Print ct_last_error() (and its hint) prefixed with "ctrain <cmd>: error:";
  * returns 2. */
@@ -36,4 +37,62 @@ int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool
 /* The backend of commands without a config (eval, sample): CTRAIN_DEVICE
  * when set, as run.device spells it. CT_ERR_ARG for a bad name. */
 ct_status cli_device_from_env(ct_ctx_params *cp);
+
+/* A whole decimal number (strtol / strtod) in [lo, hi] into *out; -1 (out
+ * untouched) for anything else. */
+int cli_parse_long(const char *s, long lo, long hi, long *out);
+int cli_parse_double(const char *s, double lo, double hi, double *out);
+
+/* ---- the next token (sample, chat) */
+
+typedef struct cli_sample_params {
+    double temperature; /* 0: greedy */
+    int top_k;          /* 0: all */
+    double top_p;       /* 1: all */
+    double penalty;     /* repetition penalty; 1: none */
+} cli_sample_params;
+
+typedef struct cli_cand {
+    float score;
+    int32_t id;
+} cli_cand;
+
+typedef struct cli_sampler {
+    int V;
+    float *scores;   /* (V) the logits after the repetition penalty */
+    float *probs;    /* (V) unnormalised probabilities of the candidates */
+    cli_cand *cand;  /* (V) the candidates */
+    uint8_t *seen;   /* (V) ids already in the context */
+    int32_t *uniq;   /* (V) those ids, each once */
+    int n_uniq;
+} cli_sampler;
+
+/* The buffers of a sampler over V ids, its context empty. CT_ERR_OOM (s then
+ * holds nothing). Release with cli_sampler_free (safe on a zeroed sampler). */
+ct_status cli_sampler_init(cli_sampler *s, int V);
+void cli_sampler_free(cli_sampler *s);
+/* A new context (prompt), or one more id of it: what the penalty applies to. */
+void cli_sampler_reset(cli_sampler *s);
+void cli_sampler_see(cli_sampler *s, int32_t id);
+/* The next token after logits(V), Hugging Face's order of processing:
+ *  1. repetition penalty (CTRL): each distinct id of the context (prompt and
+ *     generated, cli_sampler_see) gets score/R when its score is positive,
+ *     score*R otherwise;
+ *  2. temperature 0: the first largest score (greedy);
+ *  3. temperature: scores / T; top-k keeps the scores >= the k-th largest
+ *     (ties kept); top-p keeps, largest first, the smallest set whose
+ *     probability (softmax over what top-k kept) reaches P (at least one);
+ *  4. one draw r = U[0,1) * total over the candidates: in id order without
+ *     top-p (as before top-p existed), largest first with it.
+ * One ct_rng_double per sampled (not greedy) token. */
+int cli_sample_token(cli_sampler *s, const float *logits, const cli_sample_params *p, ct_rng *rng);
+
+/* ---- output on stdout */
+
+/* Bytes of text as a JSON string: escapes, and U+FFFD for bytes that start
+ * no valid UTF-8 sequence (a token may end inside a character). */
+void cli_put_json_string(const char *t, size_t n);
+/* Raw bytes, or (escape) with \\, \n and \r written as escapes so that one
+ * output stays on one line. */
+void cli_put_text(const char *t, size_t n, bool escape);
 #endif

@@ -12,7 +12,6 @@
  * decoded on its own), and chat templates.
  */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,184 +25,6 @@
 #define SAMPLE_MAX_STOPS 64
 #define SAMPLE_MAX_PROMPTS 4096 /* --prompt given on the command line */
 
-static int parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_double(const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) return -1;
-    *out = v;
-    return 0;
-}
-
-/* ------------------------------------------------------------ one token */
-
-typedef struct sample_params {
-    double temperature; /* 0: greedy */
-    int top_k;          /* 0: all */
-    double top_p;       /* 1: all */
-    double penalty;     /* repetition penalty; 1: none */
-} sample_params;
-
-typedef struct cand {
-    float score;
-    int32_t id;
-} cand;
-
-typedef struct sampler {
-    int V;
-    float *scores; /* (V) the logits after the repetition penalty */
-    float *probs;  /* (V) unnormalised probabilities of the candidates */
-    cand *cand;    /* (V) the candidates */
-    uint8_t *seen; /* (V) ids already in the context */
-    int32_t *uniq; /* (V) those ids, each once */
-    int n_uniq;
-} sampler;
-
-/* A new context (prompt) or one more id of it: what the penalty applies to. */
-static void sampler_reset(sampler *s) {
-    memset(s->seen, 0, (size_t)s->V);
-    s->n_uniq = 0;
-}
-
-static void sampler_see(sampler *s, int32_t id) {
-    if (id < 0 || id >= s->V || s->seen[id]) return;
-    s->seen[id] = 1;
-    s->uniq[s->n_uniq++] = id;
-}
-
-static int float_desc(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x > y ? -1 : x < y;
-}
-
-/* top-p order: larger score first, then the smaller id */
-static int cand_cmp(const void *a, const void *b) {
-    const cand *x = a, *y = b;
-    if (x->score != y->score) return x->score > y->score ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
-/* The next token after logits(V), Hugging Face's order of processing:
- *  1. repetition penalty (CTRL): each distinct id of the context (prompt and
- *     generated, sampler_see) gets score/R when its score is positive,
- *     score*R otherwise;
- *  2. temperature 0: the first largest score (greedy);
- *  3. temperature: scores / T; top-k keeps the scores >= the k-th largest
- *     (ties kept); top-p keeps, largest first, the smallest set whose
- *     probability (softmax over what top-k kept) reaches P (at least one);
- *  4. one draw r = U[0,1) * total over the candidates: in id order without
- *     top-p (as before top-p existed), largest first with it.
- * One ct_rng_double per sampled (not greedy) token. */
-static int sample_token(sampler *s, const float *logits, const sample_params *p, ct_rng *rng) {
-    int V = s->V;
-    float *sc = s->scores;
-    memcpy(sc, logits, (size_t)V * sizeof *sc);
-    if (p->penalty != 1.0) {
-        for (int j = 0; j < s->n_uniq; j++) {
-            int32_t id = s->uniq[j];
-            sc[id] = sc[id] > 0 ? (float)(sc[id] / p->penalty) : (float)(sc[id] * p->penalty);
-        }
-    }
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (sc[i] > sc[best]) best = i;
-    if (p->temperature <= 0) return best;
-    float kth = -INFINITY; /* scores below the k-th largest are dropped */
-    if (p->top_k > 0 && p->top_k < V) {
-        float *tmp = s->probs;
-        memcpy(tmp, sc, (size_t)V * sizeof *tmp);
-        if (p->top_k <= 16) {
-            /* partial selection: k passes of max-extraction */
-            for (int k = 0; k < p->top_k; k++) {
-                int arg = 0;
-                for (int i = 1; i < V; i++)
-                    if (tmp[i] > tmp[arg]) arg = i;
-                kth = tmp[arg];
-                tmp[arg] = -INFINITY;
-            }
-        } else {
-            qsort(tmp, (size_t)V, sizeof *tmp, float_desc);
-            kth = tmp[p->top_k - 1];
-        }
-    }
-    int n = 0;
-    double sum = 0;
-    for (int i = 0; i < V; i++) {
-        double q = sc[i] >= kth ? exp((sc[i] - sc[best]) / p->temperature) : 0.0;
-        s->probs[i] = (float)q;
-        if (sc[i] >= kth) s->cand[n++] = (cand){sc[i], i};
-        sum += q;
-    }
-    if (p->top_p < 1.0) {
-        qsort(s->cand, (size_t)n, sizeof *s->cand, cand_cmp);
-        /* HF drops a token when the mass before it (larger scores) is >= P */
-        double before = 0;
-        int keep = 0;
-        while (keep < n && (keep == 0 || before < p->top_p * sum))
-            before += s->probs[s->cand[keep++].id];
-        n = keep;
-        sum = 0;
-        for (int j = 0; j < n; j++) sum += s->probs[s->cand[j].id];
-    }
-    double r = ct_rng_double(rng) * sum, acc = 0;
-    for (int j = 0; j < n; j++) {
-        acc += s->probs[s->cand[j].id];
-        if (r < acc) return s->cand[j].id;
-    }
-    return p->top_p < 1.0 && n ? s->cand[n - 1].id : best;
-}
-
-/* ------------------------------------------------------------ output */
-
-/* bytes of text as a JSON string: escapes, and U+FFFD for bytes that start
- * no valid UTF-8 sequence (a token may end inside a character) */
-static void put_json_string(const char *t, size_t n) {
-    putchar('"');
-    size_t i = 0;
-    while (i < n) {
-        size_t ok = ct_utf8_valid_prefix(t + i, n - i);
-        for (size_t j = i; j < i + ok; j++) {
-            unsigned char c = (unsigned char)t[j];
-            if (c == '"' || c == '\\') printf("\\%c", c);
-            else if (c == '\n') fputs("\\n", stdout);
-            else if (c == '\r') fputs("\\r", stdout);
-            else if (c == '\t') fputs("\\t", stdout);
-            else if (c < 0x20 || c == 0x7f) printf("\\u%04x", c);
-            else putchar(c);
-        }
-        i += ok;
-        if (i < n) {
-            fputs("\\ufffd", stdout);
-            i++;
-        }
-    }
-    putchar('"');
-}
-
-/* raw bytes, or (escape) with \\, \n and \r written as escapes so that one
- * output stays on one line */
-static void put_text(const char *t, size_t n, bool escape) {
-    if (!escape) {
-        fwrite(t, 1, n, stdout);
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (t[i] == '\\') fputs("\\\\", stdout);
-        else if (t[i] == '\n') fputs("\\n", stdout);
-        else if (t[i] == '\r') fputs("\\r", stdout);
-        else putchar(t[i]);
-    }
-}
-
 /* ------------------------------------------------------------ one prompt */
 
 typedef struct stop_seq {
@@ -216,8 +37,8 @@ typedef struct stop_seq {
 typedef struct sample_run {
     ct_model *m;
     const ct_tokenizer *tok; /* NULL: ids */
-    sampler s;
-    sample_params sp;
+    cli_sampler s;
+    cli_sample_params sp;
     long n_tokens;
     uint64_t seed;
     int n_ctx, cap;   /* the model's context; the KV cache reserved */
@@ -303,7 +124,7 @@ static void gen_print(sample_run *r, gen *g, bool done) {
     if (!done && !g->stopped) upto = upto > r->hold ? upto - r->hold : 0;
     if (upto <= g->printed) return;
     if (r->tok) {
-        put_text(g->text + g->printed, upto - g->printed, r->escape);
+        cli_put_text(g->text + g->printed, upto - g->printed, r->escape);
     } else {
         for (size_t i = g->printed; i < upto; i++)
             printf("%s%d", i ? " " : "", g->hist[g->n_prompt + i]);
@@ -322,16 +143,16 @@ static void gen_print(sample_run *r, gen *g, bool done) {
 static ct_status sample_generate(sample_run *r, gen *g) {
     ct_rng rng;
     ct_rng_init(&rng, r->seed);
-    sampler_reset(&r->s);
-    for (size_t i = 0; i < g->n_prompt; i++) sampler_see(&r->s, g->hist[i]);
+    cli_sampler_reset(&r->s);
+    for (size_t i = 0; i < g->n_prompt; i++) cli_sampler_see(&r->s, g->hist[i]);
     ct_model_decode_reset(r->m);
     size_t clen = g->n_prompt;
     ct_status st = gen_feed(r, g->hist, g->n_prompt);
     if (st) return st;
     for (long t = 0; t < r->n_tokens; t++) {
-        int32_t id = sample_token(&r->s, r->logits, &r->sp, &rng);
+        int32_t id = cli_sample_token(&r->s, r->logits, &r->sp, &rng);
         g->hist[g->n_hist++] = id;
-        sampler_see(&r->s, id);
+        cli_sampler_see(&r->s, id);
         g->n_gen++;
         if ((st = gen_append(r, g, id))) return st;
         gen_print(r, g, false);
@@ -455,10 +276,10 @@ static void sample_finish(sample_run *r, gen *g, const char *prompt) {
         return;
     }
     printf("{\"prompt\": ");
-    put_json_string(prompt, strlen(prompt));
+    cli_put_json_string(prompt, strlen(prompt));
     if (r->tok) {
         printf(", \"text\": ");
-        put_json_string(g->text ? g->text : "", g->out);
+        cli_put_json_string(g->text ? g->text : "", g->out);
     } else {
         printf(", \"ids\": [");
         for (size_t i = 0; i < g->out; i++) printf("%s%d", i ? ", " : "", g->hist[g->n_prompt + i]);
@@ -591,19 +412,19 @@ int cmd_sample(int argc, char **argv) {
         } else if (!strcmp(a, "--tokenizer")) tok_dir = v;
         else if (!strcmp(a, "--base")) base = v;
         else if (!strcmp(a, "--tokens")) {
-            if (parse_long(v, 1, 1 << 20, &n_tokens)) bad = "expected a positive integer";
+            if (cli_parse_long(v, 1, 1 << 20, &n_tokens)) bad = "expected a positive integer";
         } else if (!strcmp(a, "--top-k")) {
-            if (parse_long(v, 0, 1 << 24, &top_k)) bad = "expected an integer >= 0";
+            if (cli_parse_long(v, 0, 1 << 24, &top_k)) bad = "expected an integer >= 0";
         } else if (!strcmp(a, "--seed")) {
-            if (parse_long(v, 0, 0x7fffffff, &seed)) bad = "expected an integer >= 0";
+            if (cli_parse_long(v, 0, 0x7fffffff, &seed)) bad = "expected an integer >= 0";
         } else if (!strcmp(a, "--threads")) {
-            if (parse_long(v, 0, 4096, &threads)) bad = "expected an integer >= 0";
+            if (cli_parse_long(v, 0, 4096, &threads)) bad = "expected an integer >= 0";
         } else if (!strcmp(a, "--temperature")) {
-            if (parse_double(v, 0, 100, &temperature)) bad = "expected a number in 0..100";
+            if (cli_parse_double(v, 0, 100, &temperature)) bad = "expected a number in 0..100";
         } else if (!strcmp(a, "--top-p")) {
-            if (parse_double(v, 0, 1, &top_p)) bad = "expected a number in 0..1";
+            if (cli_parse_double(v, 0, 1, &top_p)) bad = "expected a number in 0..1";
         } else if (!strcmp(a, "--repetition-penalty")) {
-            if (parse_double(v, 1e-6, 1e6, &penalty)) bad = "expected a positive number";
+            if (cli_parse_double(v, 1e-6, 1e6, &penalty)) bad = "expected a positive number";
         } else {
             rc = cli_usage_error(cmd, "unknown option '%s'", a);
             goto out;
@@ -709,18 +530,13 @@ int cmd_sample(int argc, char **argv) {
     if (r.cap < 1) r.cap = 1;
     r.n_tokens = n_tokens;
     r.seed = (uint64_t)seed;
-    r.sp = (sample_params){temperature, (int)top_k, top_p, penalty};
+    r.sp = (cli_sample_params){temperature, (int)top_k, top_p, penalty};
     r.json = json;
     r.escape = n_all > 1;
-    r.s.V = V;
-    r.s.scores = malloc((size_t)V * sizeof *r.s.scores);
-    r.s.probs = malloc((size_t)V * sizeof *r.s.probs);
-    r.s.cand = malloc((size_t)V * sizeof *r.s.cand);
-    r.s.seen = malloc((size_t)V);
-    r.s.uniq = malloc((size_t)V * sizeof *r.s.uniq);
+    if (cli_sampler_init(&r.s, V)) goto oom;
     r.logits = malloc((size_t)V * sizeof *r.logits);
     g.hist = malloc(((size_t)mc->n_ctx + (size_t)n_tokens + 1) * sizeof *g.hist);
-    if (!r.s.scores || !r.s.probs || !r.s.cand || !r.s.seen || !r.s.uniq || !r.logits || !g.hist) goto oom;
+    if (!r.logits || !g.hist) goto oom;
     if (ct_model_decode_reserve(m, r.cap)) {
         rc = cli_fail(cmd);
         goto done;
@@ -761,11 +577,7 @@ done:
     if (r.stops)
         for (int k = 0; k < r.n_stops; k++) free(r.stops[k].ids);
     free(r.stops);
-    free(r.s.scores);
-    free(r.s.probs);
-    free(r.s.cand);
-    free(r.s.seen);
-    free(r.s.uniq);
+    cli_sampler_free(&r.s);
     free(r.logits);
     free(g.hist);
     free(g.text);

@@ -1,9 +1,12 @@
 /*
  * What every subcommand shares: the error printers, the configuration loader
  * (defaults, the YAML file, a tuned profile's settings, then key=value
- * overrides) and the backend named by CTRAIN_DEVICE. main.c dispatches to
- * cmd_*.c, and they call down into this file, never back into main.c.
+ * overrides), the backend named by CTRAIN_DEVICE, number arguments, and the
+ * token sampler and output escapes of `sample` and `chat`. main.c dispatches
+ * to cmd_*.c, and they call down into this file, never back into main.c.
  */
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "ctrain/data.h"
 #include "tools/tune.h"
 
 ct_status cli_device_from_env(ct_ctx_params *cp) {
@@ -84,4 +88,167 @@ int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool
     cli_dir_of_file(cmd, "model.init_from", cfg->model.init_from, sizeof cfg->model.init_from);
     cli_dir_of_file(cmd, "lora.init_from", cfg->lora.init_from, sizeof cfg->lora.init_from);
     return 0;
+}
+
+/* ------------------------------------------------------------ numbers */
+
+int cli_parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_double(const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* ------------------------------------------------------------ sampling */
+
+ct_status cli_sampler_init(cli_sampler *s, int V) {
+    *s = (cli_sampler){.V = V};
+    s->scores = malloc((size_t)V * sizeof *s->scores);
+    s->probs = malloc((size_t)V * sizeof *s->probs);
+    s->cand = malloc((size_t)V * sizeof *s->cand);
+    s->seen = calloc((size_t)V, 1);
+    s->uniq = malloc((size_t)V * sizeof *s->uniq);
+    if (s->scores && s->probs && s->cand && s->seen && s->uniq) return CT_OK;
+    cli_sampler_free(s);
+    return CT_ERR(CT_ERR_OOM, "out of memory for the sampler (vocab %d)", V);
+}
+
+void cli_sampler_free(cli_sampler *s) {
+    free(s->scores);
+    free(s->probs);
+    free(s->cand);
+    free(s->seen);
+    free(s->uniq);
+    *s = (cli_sampler){0};
+}
+
+void cli_sampler_reset(cli_sampler *s) {
+    memset(s->seen, 0, (size_t)s->V);
+    s->n_uniq = 0;
+}
+
+void cli_sampler_see(cli_sampler *s, int32_t id) {
+    if (id < 0 || id >= s->V || s->seen[id]) return;
+    s->seen[id] = 1;
+    s->uniq[s->n_uniq++] = id;
+}
+
+static int float_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x > y ? -1 : x < y;
+}
+
+/* top-p order: larger score first, then the smaller id */
+static int cand_cmp(const void *a, const void *b) {
+    const cli_cand *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int cli_sample_token(cli_sampler *s, const float *logits, const cli_sample_params *p, ct_rng *rng) {
+    int V = s->V;
+    float *sc = s->scores;
+    memcpy(sc, logits, (size_t)V * sizeof *sc);
+    if (p->penalty != 1.0) {
+        for (int j = 0; j < s->n_uniq; j++) {
+            int32_t id = s->uniq[j];
+            sc[id] = sc[id] > 0 ? (float)(sc[id] / p->penalty) : (float)(sc[id] * p->penalty);
+        }
+    }
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (sc[i] > sc[best]) best = i;
+    if (p->temperature <= 0) return best;
+    float kth = -INFINITY; /* scores below the k-th largest are dropped */
+    if (p->top_k > 0 && p->top_k < V) {
+        float *tmp = s->probs;
+        memcpy(tmp, sc, (size_t)V * sizeof *tmp);
+        if (p->top_k <= 16) {
+            /* partial selection: k passes of max-extraction */
+            for (int k = 0; k < p->top_k; k++) {
+                int arg = 0;
+                for (int i = 1; i < V; i++)
+                    if (tmp[i] > tmp[arg]) arg = i;
+                kth = tmp[arg];
+                tmp[arg] = -INFINITY;
+            }
+        } else {
+            qsort(tmp, (size_t)V, sizeof *tmp, float_desc);
+            kth = tmp[p->top_k - 1];
+        }
+    }
+    int n = 0;
+    double sum = 0;
+    for (int i = 0; i < V; i++) {
+        double q = sc[i] >= kth ? exp((sc[i] - sc[best]) / p->temperature) : 0.0;
+        s->probs[i] = (float)q;
+        if (sc[i] >= kth) s->cand[n++] = (cli_cand){sc[i], i};
+        sum += q;
+    }
+    if (p->top_p < 1.0) {
+        qsort(s->cand, (size_t)n, sizeof *s->cand, cand_cmp);
+        /* HF drops a token when the mass before it (larger scores) is >= P */
+        double before = 0;
+        int keep = 0;
+        while (keep < n && (keep == 0 || before < p->top_p * sum))
+            before += s->probs[s->cand[keep++].id];
+        n = keep;
+        sum = 0;
+        for (int j = 0; j < n; j++) sum += s->probs[s->cand[j].id];
+    }
+    double r = ct_rng_double(rng) * sum, acc = 0;
+    for (int j = 0; j < n; j++) {
+        acc += s->probs[s->cand[j].id];
+        if (r < acc) return s->cand[j].id;
+    }
+    return p->top_p < 1.0 && n ? s->cand[n - 1].id : best;
+}
+
+/* ------------------------------------------------------------ output */
+
+void cli_put_json_string(const char *t, size_t n) {
+    putchar('"');
+    size_t i = 0;
+    while (i < n) {
+        size_t ok = ct_utf8_valid_prefix(t + i, n - i);
+        for (size_t j = i; j < i + ok; j++) {
+            unsigned char c = (unsigned char)t[j];
+            if (c == '"' || c == '\\') printf("\\%c", c);
+            else if (c == '\n') fputs("\\n", stdout);
+            else if (c == '\r') fputs("\\r", stdout);
+            else if (c == '\t') fputs("\\t", stdout);
+            else if (c < 0x20 || c == 0x7f) printf("\\u%04x", c);
+            else putchar(c);
+        }
+        i += ok;
+        if (i < n) {
+            fputs("\\ufffd", stdout);
+            i++;
+        }
+    }
+    putchar('"');
+}
+
+void cli_put_text(const char *t, size_t n, bool escape) {
+    if (!escape) {
+        fwrite(t, 1, n, stdout);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (t[i] == '\\') fputs("\\\\", stdout);
+        else if (t[i] == '\n') fputs("\\n", stdout);
+        else if (t[i] == '\r') fputs("\\r", stdout);
+        else putchar(t[i]);
+    }
 }

@@ -24,6 +24,9 @@ static void usage(FILE *f) {
             "  sample  --model DIR [--prompt IDS] [--tokens N] [--temperature X] [--top-k K]\n"
             "          [--tokenizer DIR]   generate from a model directory (KV-cached):\n"
             "          token ids, or text with --tokenizer\n"
+            "  chat    --model DIR [--adapter DIR] [--system TEXT] [--max-new N] [--json]\n"
+            "          chat through the model's chat template: one user turn per line of\n"
+            "          stdin, one reply per line (the KV cache keeps the conversation)\n"
             "  prepare --tokenizer DIR --out DIR [options] INPUT...   tokenise text files,\n"
             "          directories, globs, JSONL or stdin into training shards\n"
             "  merge   --base DIR --adapter DIR --out DIR [--bf16]   fold a PEFT LoRA adapter\n"
@@ -80,6 +83,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
     if (!strcmp(cmd, "tune")) return cmd_tune(argc - 2, argv + 2);
     if (!strcmp(cmd, "merge")) return cmd_merge(argc - 2, argv + 2);
+    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("ctrain %s\n", ct_version());
         return 0;
