@@ -55,7 +55,7 @@ typedef struct ct_loader_opts {
     bool packing;         /* several examples per row (data.packing, default true) */
     bool group_by_length; /* data.group_by_length (default false) */
     int accum;            /* micro-batches per optimizer step on each rank (train.grad_accum;
-                           * default 1): an epoch is padded to whole steps */
+                           * default 1, 0 taken as 1): an epoch is padded to whole steps */
     /* remote specs (http://, https://, s3://: a `ctrain prepare` output read
      * by byte ranges through a disk cache); 0 / NULL / -1: the defaults */
     const char *cache_dir; /* data.cache_dir (default ~/.cache/ctrain/shards) */
@@ -67,7 +67,8 @@ typedef struct ct_loader_opts {
 } ct_loader_opts;
 
 /* split "train", B = T = 1, no vocabulary check, sequential, seed 0, rank 0 of
- * 1, prefetch 2, remote settings at their defaults; spec NULL (must be set). */
+ * 1, prefetch 2, packing on, group_by_length off, accum 1, remote settings at
+ * their defaults; spec NULL (must be set). */
 CT_API ct_loader_opts ct_loader_opts_default(void);
 
 /* The exact position of a loader: plain data, fixed size (32 bytes, no
@@ -89,10 +90,15 @@ typedef struct ct_loader_pos {
  * to be < vocab_size (one pass over the mapped tokens). Starts the prefetch
  * thread when opts->prefetch > 0. Returns owned *out; release with
  * ct_loader_free. Borrows opts.
+ * Instruction data (see below): every sidecar is opened and validated
+ * against its shard, and one warning is logged (rank 0) when examples are
+ * longer than T.
  * Errors: CT_ERR_ARG (bad options; a shard shorter than one window; a token
  * >= vocab_size, naming the shard and the token's index; no window for this
- * rank; fewer shuffled windows than ranks), CT_ERR_IO (missing file, no match,
- * cannot start the thread), CT_ERR_FORMAT (bad shard, naming the path),
+ * rank; fewer shuffled windows than ranks; instruction data at a URL),
+ * CT_ERR_IO (missing file, no match, cannot start the thread, a missing
+ * sidecar), CT_ERR_FORMAT (bad shard or sidecar, a sidecar that does not
+ * match its shard, shards with and without sidecars; naming the path),
  * CT_ERR_OOM. */
 CT_API ct_status ct_loader_init(ct_loader **out, const ct_loader_opts *opts);
 /* Stop and join the prefetch thread, unmap the shards, free l. NULL is fine. */
@@ -135,8 +141,11 @@ CT_API double ct_loader_wait_total_s(const ct_loader *l);
  * directory without a validation split, whose *.bin would be training data.
  * ct_loader_init refuses such a directory for that split. */
 CT_API bool ct_loader_split_missing(const char *spec, const char *split);
-/* Micro-batches this rank takes per epoch. */
+/* Micro-batches this rank takes per epoch. Instruction data: in the epoch of
+ * the next batch ct_loader_next returns (see ct_loader_batches_in_epoch). */
 CT_API int64_t ct_loader_batches_per_epoch(const ct_loader *l);
+/* Tokens in all shards (instruction data: the examples' tokens as stored,
+ * before any cut to T). */
 CT_API int64_t ct_loader_total_tokens(const ct_loader *l);
 CT_API int ct_loader_num_shards(const ct_loader *l);
 
@@ -144,14 +153,24 @@ CT_API int ct_loader_num_shards(const ct_loader *l);
  * Instruction data. A directory whose manifest.json says "format":
  * "ctrain-sft/1" (`ctrain prepare --format sft`) holds shards with .sft
  * sidecars (data/sft_shard.h): example boundaries and a loss mask. Its loader
- * yields rows of whole examples instead of windows:
+ * yields rows of whole examples instead of windows. The shards are taken as
+ * instruction data when any of them has a sidecar beside it (x.bin -> x.sft)
+ * or the manifest.json beside the first shard says "ctrain-sft/1"; then every
+ * shard must have one (a mix is CT_ERR_FORMAT naming a shard of each kind).
  *
  * Examples: the shards in sorted order, each shard's examples in order,
  * numbered 0..E-1. An example longer than T keeps its first T tokens (counted
- * in ct_loader_sft_stats; prepare --max-len avoids it).
+ * in ct_loader_sft_stats; prepare --max-len avoids it): its length n below is
+ * min(tokens, T).
  * Epoch order: data.shuffle=false: 0..E-1; true: a permutation seeded by
- * (seed, epoch). group_by_length: the order is cut into runs of 50*B*world
- * examples and each run is sorted by length, longest first (stable).
+ * (seed, epoch): with mix64 splitmix64's finaliser (z = x + 0x9e3779b97f4a7c15;
+ * z = (z ^ z >> 30) * 0xbf58476d1ce4e5b9; z = (z ^ z >> 27) * 0x94d049bb133111eb;
+ * z ^ z >> 31, all mod 2^64), state = mix64(mix64(mix64(seed) ^ epoch) ^ 0),
+ * order = [0..E-1], then for i = E-1 down to 1: state += 0x9e3779b97f4a7c15,
+ * j = mix64(state) % (i + 1), swap order[i] and order[j].
+ * group_by_length: the order is cut into runs of 50*B*world examples (the
+ * last run may be shorter) and each run is sorted by length n, longest first
+ * (stable: equal lengths keep their order).
  * Rows: packing=false: one example per row. packing=true: greedily in epoch
  * order, an example joins the current row when it fits in what is left of
  * the row's T tokens, else it starts the next row.
@@ -164,30 +183,45 @@ CT_API int ct_loader_num_shards(const ct_loader *l);
  * and rank r's m-th micro-batch of the epoch is g = m*world + r. So an epoch
  * is a whole number of optimizer steps (batches_per_epoch / accum), every
  * example is seen once per epoch, and world ranks at B see the rows one rank
- * at world*B sees.
- * Positions (ct_loader_pos) and resume work as for plain shards.
+ * at world*B sees. Only shuffle with packing makes the row count, and so the
+ * batch count, differ from epoch to epoch.
+ * Positions (ct_loader_pos) and resume work as for plain shards, with
+ * ct_loader_pos.shuffled a set of mode bits: 1 shuffle, 2 instruction rows,
+ * 4 packing, 8 group_by_length (a plain loader's are 0 or 1, as before), and
+ * shard/offset naming the first example of this rank's batch (its shard and
+ * its first token there), or -1/-1 for a batch of empty rows. set_pos takes
+ * a position only from a loader of the same mode bits.
+ * The row plan of an epoch (O(E) memory) is built the first time that epoch
+ * is needed and shared by the caller's and the prefetch thread.
+ * data.train at a URL holding instruction data is refused for now (CT_ERR_ARG).
  */
 CT_API bool ct_loader_is_sft(const ct_loader *l);
 /* ct_loader_next that also writes pos (B*T int32, caller-owned): each
  * token's position inside its example (see above; ct_model_set_positions
- * takes it). Plain shards: pos = 0..T-1 in every row. Same errors. */
+ * takes it). Plain shards: pos = 0..T-1 in every row. Same errors, and
+ * CT_ERR_OOM when the next epoch's row plan cannot be built. ct_loader_next
+ * on instruction data is this call without pos. */
 CT_API ct_status ct_loader_next_pos(ct_loader *l, int32_t *inputs, int32_t *targets,
                                     int32_t *pos);
 /* Counted targets (>= 0) of the next n micro-batches this loader returns,
  * summed over all world ranks' batches at those indices (global batches
- * m*world + r): what an optimizer step's loss is divided by. Does not move
- * the position. Plain shards: n*world*B*T. */
+ * m*world + r): what an optimizer step's loss is divided by. The n batches
+ * may run into the following epochs. Does not move the position; call it
+ * from the thread that calls ct_loader_next. Plain shards: n*world*B*T.
+ * 0 for n <= 0; -1 when a row plan cannot be built (out of memory). */
 CT_API int64_t ct_loader_counted_ahead(ct_loader *l, int64_t n);
 typedef struct ct_loader_sft_stats {
     int64_t examples;       /* E */
     int64_t truncated;      /* examples cut to T tokens */
-    int64_t rows;           /* rows of one epoch before the empty ones */
+    int64_t rows;           /* rows of epoch 0 before the empty ones */
     int64_t counted;        /* counted targets in one epoch */
-    double fill;            /* share of an epoch's row columns holding example tokens */
+    double fill;            /* share of those rows' columns holding example tokens */
 } ct_loader_sft_stats;
 /* Micro-batches this rank takes in epoch `epoch` (>= 0): with packing and
- * shuffle the row count differs from epoch to epoch. Plain shards: the same
- * as ct_loader_batches_per_epoch. */
+ * shuffle the row count differs from epoch to epoch (the first call for an
+ * epoch builds its plan, O(E)). Call it from the thread that calls
+ * ct_loader_next. Plain shards: the same as ct_loader_batches_per_epoch.
+ * -1 for a negative epoch, or when the plan cannot be built (out of memory). */
 CT_API int64_t ct_loader_batches_in_epoch(ct_loader *l, int64_t epoch);
 /* false (zeros) for plain shards. */
 CT_API bool ct_loader_sft_stats_get(const ct_loader *l, ct_loader_sft_stats *out);

@@ -6,8 +6,10 @@
  * prefetch thread all compute batches the same way. loader_order.c computes
  * the order and reads windows; loader_ring.c holds the prefetch thread; both
  * sit below this file.
- * Leaves out: document boundaries (windows cross them, as in llm.c) and
- * sharding by anything but windows.
+ * Instruction shards (.sft sidecars) are recognised here and batched by
+ * loader_sft.c as rows of whole examples.
+ * Leaves out: document boundaries of plain shards (windows cross them, as in
+ * llm.c) and sharding by anything but windows.
  */
 #include "data/loader_int.h"
 
@@ -30,6 +32,8 @@ ct_loader_opts ct_loader_opts_default(void) {
     o.T = 1;
     o.world = 1;
     o.prefetch = 2;
+    o.packing = true;
+    o.accum = 1;
     o.cache_ttl_s = -1;
     o.retries = -1;
     return o;
@@ -128,7 +132,7 @@ static ct_status resolve_paths(const char *spec, const char *split, char ***path
 }
 
 /* Every token of the shard must be a valid id for the model. */
-static ct_status check_shard_tokens(const ct_shard *s, const char *path, int vocab_size) {
+ct_status loader_check_tokens(const ct_shard *s, const char *path, int vocab_size) {
     int64_t i = ct_shard_find_token_ge(s, (uint32_t)vocab_size);
     if (i < 0) return CT_OK;
     ct_status st = CT_ERR(CT_ERR_ARG, "%s: token %" PRIu32 " at index %" PRId64 " is out of "
@@ -157,6 +161,9 @@ static ct_status check_opts(const ct_loader_opts *o) {
     if (!o->spec || !o->spec[0])
         return CT_ERR(CT_ERR_ARG, "data.%s is empty: expected a shard file, glob or directory",
                       split);
+    if (o->accum < 0)
+        return CT_ERR(CT_ERR_ARG, "loader for data.%s: accum %d, expected >= 1 (0: 1)", split,
+                      o->accum);
     return CT_OK;
 }
 
@@ -166,6 +173,9 @@ static ct_status open_shards(ct_loader *l, const ct_loader_opts *o) {
     ct_status st = remote ? loader_remote_open(l, o)
                           : resolve_paths(o->spec, l->split_name, &l->paths, &l->n_shards);
     if (st) return st;
+    bool sft = false;
+    if (!remote && (st = loader_sft_detect(l, &sft))) return st;
+    if (sft) return loader_sft_open(l, o);
     int n = l->n_shards;
     if (!remote) l->shards = calloc((size_t)n, sizeof *l->shards);
     l->wins = calloc((size_t)n, sizeof *l->wins);
@@ -183,8 +193,8 @@ static ct_status open_shards(ct_loader *l, const ct_loader_opts *o) {
                         o->T, BT + 1);
             return st;
         }
-        if (o->vocab_size > 0 && (st = check_shard_tokens(l->shards[i], l->paths[i],
-                                                          o->vocab_size)))
+        if (o->vocab_size > 0 && (st = loader_check_tokens(l->shards[i], l->paths[i],
+                                                           o->vocab_size)))
             return st;
         /* the scan touched every page: let them go (page cache, not our RSS) */
         if (o->vocab_size > 0) ct_shard_drop_pages(l->shards[i]);
@@ -248,6 +258,7 @@ void ct_loader_free(ct_loader *l) {
         if (l->paths) free(l->paths[i]);
     }
     loader_remote_close(l);
+    loader_sft_close(l);
     free(l->shards);
     free(l->paths);
     free(l->wins);
@@ -259,31 +270,61 @@ void ct_loader_free(ct_loader *l) {
 
 /* --------------------------------------------------------------- batches */
 
-ct_status ct_loader_next(ct_loader *l, int32_t *inputs, int32_t *targets) {
+ct_status ct_loader_next_pos(ct_loader *l, int32_t *inputs, int32_t *targets, int32_t *pos) {
     double t0 = ct_time_s();
-    ct_status st;
-    if (l->prefetch > 0) {
-        st = loader_ring_pop(l, inputs, targets);
-    } else {
-        st = loader_read_at(l, &l->read_loc, l->epoch, l->index, inputs, targets);
+    ct_status st = CT_OK;
+    /* instruction data: where the batch leads, with its epoch's plan, before
+     * taking it, so a plan that cannot be built leaves the ring alone */
+    struct sft_plan *pin = NULL;
+    int64_t ne = 0, ni = 0;
+    if (l->sft) st = loader_sft_step(l, 1, &ne, &ni, &pin);
+    if (st == CT_OK) {
+        if (l->prefetch > 0) {
+            st = loader_ring_pop(l, inputs, targets, pos);
+        } else {
+            st = loader_read_at(l, &l->read_loc, l->epoch, l->index, inputs, targets, pos);
+        }
     }
     if (st == CT_OK) {
-        loader_advance(l, &l->epoch, &l->index, 1);
+        if (l->sft) {
+            loader_sft_commit(l, ne, ni, pin);
+        } else {
+            (void)loader_advance(l, NULL, &l->epoch, &l->index, 1); /* plain: cannot fail */
+            if (pos)
+                for (int64_t k = 0; k < l->BT; k++) pos[k] = (int32_t)(k % l->T);
+        }
         loader_remote_moved(l, false);
+    } else if (pin) {
+        loader_sft_unpin(l, pin);
     }
     l->wait_last = ct_time_s() - t0;
     l->wait_total += l->wait_last;
     return st;
 }
 
+ct_status ct_loader_next(ct_loader *l, int32_t *inputs, int32_t *targets) {
+    return ct_loader_next_pos(l, inputs, targets, NULL);
+}
+
 void ct_loader_reset(ct_loader *l) {
     l->epoch = 0;
     l->index = 0;
+    if (l->sft) loader_sft_reset(l);
     if (l->prefetch > 0) loader_ring_restart(l);
     loader_remote_moved(l, true);
 }
 
+int32_t loader_pos_mode(const ct_loader *l) {
+    int32_t m = l->shuffle ? 1 : 0;
+    if (l->sft) m |= 2 | (l->packing ? 4 : 0) | (l->group_by_length ? 8 : 0);
+    return m;
+}
+
 void ct_loader_get_pos(ct_loader *l, ct_loader_pos *out) {
+    if (l->sft) {
+        loader_sft_get_pos(l, out);
+        return;
+    }
     memset(out, 0, sizeof *out);
     out->epoch = l->epoch;
     out->index = l->index;
@@ -291,15 +332,43 @@ void ct_loader_get_pos(ct_loader *l, ct_loader_pos *out) {
     out->shuffled = l->shuffle ? 1 : 0;
 }
 
+/* A position's mode bits in words: "shuffled", "sequential packed instruction rows", ... */
+static const char *pos_mode_name(int32_t m, char *buf, size_t cap) {
+    if (!(m & 2)) return m & 1 ? "shuffled" : "sequential";
+    snprintf(buf, cap, "%s instruction-row (packing %s, group_by_length %s)",
+             m & 1 ? "shuffled" : "sequential", m & 4 ? "on" : "off", m & 8 ? "on" : "off");
+    return buf;
+}
+
 ct_status ct_loader_set_pos(ct_loader *l, const ct_loader_pos *pos) {
-    const char *mode = l->shuffle ? "shuffled" : "sequential";
-    if (pos->shuffled != (l->shuffle ? 1 : 0))
-        return CT_ERR(CT_ERR_ARG, "loader position: taken from a %s loader, but this one is "
-                      "%s (data.shuffle differs)", pos->shuffled ? "shuffled" : "sequential",
-                      mode);
+    int32_t mine = loader_pos_mode(l);
+    if (pos->shuffled != mine) {
+        char a[96], b[96];
+        if ((pos->shuffled & ~1) == 0 && (mine & ~1) == 0)
+            return CT_ERR(CT_ERR_ARG, "loader position: taken from a %s loader, but this one "
+                          "is %s (data.shuffle differs)", pos_mode_name(pos->shuffled, a, sizeof a),
+                          pos_mode_name(mine, b, sizeof b));
+        if (pos->shuffled < 0 || (pos->shuffled & ~15))
+            return CT_ERR(CT_ERR_ARG, "loader position: unknown mode %" PRId32 " (expected "
+                          "mode bits 1 shuffle, 2 instruction rows, 4 packing, 8 "
+                          "group_by_length)", pos->shuffled);
+        ct_status st = CT_ERR(CT_ERR_ARG, "loader position: taken from a %s loader, but this "
+                              "one is %s", pos_mode_name(pos->shuffled, a, sizeof a),
+                              pos_mode_name(mine, b, sizeof b));
+        ct_error_hint("the position was saved with other data (plain or instruction shards) or "
+                      "other data.shuffle, data.packing or data.group_by_length");
+        return st;
+    }
     if (pos->epoch < 0)
         return CT_ERR(CT_ERR_ARG, "loader position: epoch %" PRId64 ", expected >= 0",
                       pos->epoch);
+    if (l->sft) {
+        ct_status st = loader_sft_set_pos(l, pos);
+        if (st) return st;
+        if (l->prefetch > 0) loader_ring_restart(l);
+        loader_remote_moved(l, true);
+        return CT_OK;
+    }
     if (pos->index < 0 || pos->index >= l->per_epoch)
         return CT_ERR(CT_ERR_ARG, "loader position: index %" PRId64 " is outside the epoch: "
                       "rank %d takes %" PRId64 " batches per epoch (expected 0..%" PRId64 ")",
@@ -339,7 +408,15 @@ ct_status ct_loader_set_pos(ct_loader *l, const ct_loader_pos *pos) {
 ct_status ct_loader_skip(ct_loader *l, int64_t n) {
     if (n < 0)
         return CT_ERR(CT_ERR_ARG, "loader skip: %" PRId64 " batches, expected >= 0", n);
-    loader_advance(l, &l->epoch, &l->index, n);
+    if (l->sft) {
+        struct sft_plan *pin = NULL;
+        int64_t e, i;
+        ct_status st = loader_sft_step(l, n, &e, &i, &pin);
+        if (st) return st;
+        loader_sft_commit(l, e, i, pin);
+    } else {
+        (void)loader_advance(l, NULL, &l->epoch, &l->index, n); /* plain: cannot fail */
+    }
     if (l->prefetch > 0 && n > 0) loader_ring_drop(l, n);
     if (n > 0) loader_remote_moved(l, true);
     return CT_OK;

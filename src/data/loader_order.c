@@ -3,7 +3,7 @@
  * and seeded shuffled orders as pure functions of (epoch, index), locators
  * that map a position to a shard and offset, and the read of one batch. Both
  * the public calls (loader.c) and the prefetch thread (loader_ring.c) call
- * down into this file.
+ * down into this file; instruction data's rows are loader_sft.c's.
  */
 #include "data/loader_int.h"
 
@@ -11,7 +11,7 @@
 #include <string.h>
 
 /* splitmix64's finaliser: a bijective 64-bit mix. */
-static uint64_t mix64(uint64_t x) {
+uint64_t loader_mix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
@@ -20,8 +20,8 @@ static uint64_t mix64(uint64_t x) {
 
 /* Key of one permutation: the shard order of an epoch (what = 0) or the
  * windows of shard what - 1 in that epoch. */
-static uint64_t order_key(uint64_t seed, int64_t epoch, int64_t what) {
-    return mix64(mix64(mix64(seed) ^ (uint64_t)epoch) ^ (uint64_t)what);
+uint64_t loader_order_key(uint64_t seed, int64_t epoch, int64_t what) {
+    return loader_mix64(loader_mix64(loader_mix64(seed) ^ (uint64_t)epoch) ^ (uint64_t)what);
 }
 
 #define FEISTEL_ROUNDS 6
@@ -39,12 +39,12 @@ static int64_t feistel_permute(int64_t i, int64_t n, uint64_t key) {
     int h = bits / 2;
     uint64_t mask = ((uint64_t)1 << h) - 1;
     uint64_t rk[FEISTEL_ROUNDS];
-    for (int r = 0; r < FEISTEL_ROUNDS; r++) rk[r] = mix64(key + (uint64_t)r);
+    for (int r = 0; r < FEISTEL_ROUNDS; r++) rk[r] = loader_mix64(key + (uint64_t)r);
     uint64_t x = (uint64_t)i;
     do {
         uint64_t left = x >> h, right = x & mask;
         for (int r = 0; r < FEISTEL_ROUNDS; r++) {
-            uint64_t t = left ^ (mix64(rk[r] ^ right) & mask);
+            uint64_t t = left ^ (loader_mix64(rk[r] ^ right) & mask);
             left = right;
             right = t;
         }
@@ -58,10 +58,10 @@ static int64_t feistel_permute(int64_t i, int64_t n, uint64_t key) {
 static void locator_set_epoch(const ct_loader *l, loader_locator *loc, int64_t epoch) {
     int n = l->n_shards;
     for (int i = 0; i < n; i++) loc->order[i] = i;
-    uint64_t state = order_key(l->seed, epoch, 0);
+    uint64_t state = loader_order_key(l->seed, epoch, 0);
     for (int i = n - 1; i > 0; i--) {
         state += 0x9e3779b97f4a7c15ull;
-        int j = (int)(mix64(state) % (uint64_t)(i + 1));
+        int j = (int)(loader_mix64(state) % (uint64_t)(i + 1));
         int32_t t = loc->order[i];
         loc->order[i] = loc->order[j];
         loc->order[j] = t;
@@ -73,6 +73,7 @@ static void locator_set_epoch(const ct_loader *l, loader_locator *loc, int64_t e
 
 ct_status loader_locator_init(loader_locator *loc, int n_shards) {
     loc->epoch = -1;
+    loc->plan = NULL;
     loc->order = calloc((size_t)n_shards, sizeof *loc->order);
     loc->start = calloc((size_t)n_shards + 1, sizeof *loc->start);
     if (!loc->order || !loc->start) return CT_ERR(CT_ERR_OOM, "out of memory for the loader");
@@ -109,7 +110,8 @@ void loader_locate_rank(const ct_loader *l, loader_locator *loc, int rank, int64
     int64_t g = index * l->world + rank; /* global window index in the epoch */
     int j = upper_index(loc->start, l->n_shards, g);
     int32_t s = loc->order[j];
-    int64_t w = feistel_permute(g - loc->start[j], l->wins[s], order_key(l->seed, epoch, s + 1));
+    int64_t w = feistel_permute(g - loc->start[j], l->wins[s],
+                                loader_order_key(l->seed, epoch, s + 1));
     *shard = s;
     *offset = w * l->BT;
 }
@@ -119,18 +121,39 @@ void loader_locate(const ct_loader *l, loader_locator *loc, int64_t epoch, int64
     loader_locate_rank(l, loc, l->rank, epoch, index, shard, offset);
 }
 
-void loader_advance(const ct_loader *l, int64_t *epoch, int64_t *index, int64_t n) {
+ct_status loader_advance(const ct_loader *l, loader_locator *loc, int64_t *epoch, int64_t *index,
+                         int64_t n) {
     CT_ASSERT(n >= 0);
+    if (l->sft) {
+        /* instruction data: an epoch's batch count may be its own */
+        int64_t e = *epoch, i = *index, per;
+        while (n > 0) {
+            ct_status st = loader_sft_batches(l, loc, e, &per);
+            if (st) return st;
+            if (n < per - i) {
+                i += n;
+                break;
+            }
+            n -= per - i;
+            e++;
+            i = 0;
+        }
+        *epoch = e;
+        *index = i;
+        return CT_OK;
+    }
     *epoch += n / l->per_epoch;
     *index += n % l->per_epoch;
     if (*index >= l->per_epoch) {
         *index -= l->per_epoch;
         (*epoch)++;
     }
+    return CT_OK;
 }
 
 ct_status loader_read_at(ct_loader *l, loader_locator *loc, int64_t epoch, int64_t index,
-                         int32_t *in, int32_t *tg) {
+                         int32_t *in, int32_t *tg, int32_t *pos) {
+    if (l->sft) return loader_sft_read(l, loc, epoch, index, in, tg, pos);
     int32_t s;
     int64_t off;
     loader_locate(l, loc, epoch, index, &s, &off);

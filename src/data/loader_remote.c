@@ -10,6 +10,8 @@
  * A fetch that runs out of retries marks its blocks failed in the shard and
  * the pass goes on; the reader tries them once more when it gets there, so a
  * run stops only at a batch that cannot be read then, never earlier.
+ * Instruction data (a `ctrain prepare --format sft` output) at a URL is
+ * recognised by its manifest and refused for now.
  * Leaves out: the fetching itself (shard_remote.c).
  */
 #include "data/loader_int.h"
@@ -36,6 +38,36 @@ static ct_remote_data_opts remote_opts(const ct_loader_opts *o) {
     return r;
 }
 
+/* Refuse instruction data: its manifest (beside the shards, as ct_remote_list
+ * finds it) says ctrain-sft/1. A manifest that cannot be had was already
+ * dealt with by ct_remote_list. */
+static ct_status remote_refuse_sft(const char *spec, const ct_remote_opts *net) {
+    size_t sl = strlen(spec);
+    char murl[CT_PATH_MAX + 16], disp[CT_PATH_MAX];
+    if (sl + 16 > sizeof murl) return CT_OK;
+    if (sl > 4 && !strcmp(spec + sl - 4, ".bin")) {
+        const char *slash = strrchr(spec, '/');
+        snprintf(murl, sizeof murl, "%.*smanifest.json", (int)(slash - spec + 1), spec);
+    } else {
+        snprintf(murl, sizeof murl, "%s%smanifest.json", spec, spec[sl - 1] == '/' ? "" : "/");
+    }
+    char *text = NULL;
+    size_t len = 0;
+    if (ct_remote_get(murl, (size_t)256 << 20, &text, &len, net)) { /* shard_remote.c's limit */
+        ct_error_clear();
+        return CT_OK;
+    }
+    bool sft = loader_sft_manifest_says_sft(text, len);
+    free(text);
+    if (!sft) return CT_OK;
+    ct_status st = CT_ERR(CT_ERR_ARG, "%s: instruction data from URLs is not supported yet; "
+                          "this `ctrain prepare --format sft` output must be read from a local "
+                          "directory", ct_remote_display(spec, disp, sizeof disp));
+    ct_error_hint("download the directory (shards, .sft sidecars and manifest.json) and point "
+                  "the data key at it");
+    return st;
+}
+
 ct_status loader_remote_open(ct_loader *l, const ct_loader_opts *o) {
     ct_remote_data_opts ro = remote_opts(o);
     /* the read-ahead must fit the cache twice over, or it evicts what it fetched */
@@ -52,6 +84,10 @@ ct_status loader_remote_open(ct_loader *l, const ct_loader_opts *o) {
     ct_remote_shard_info *info = NULL;
     int n = 0, vocab = 0;
     if ((st = ct_remote_list(o->spec, l->split_name, &ro.net, &info, &n, &vocab))) return st;
+    if ((st = remote_refuse_sft(o->spec, &ro.net))) {
+        ct_remote_shard_info_free(info, n);
+        return st;
+    }
     if (o->vocab_size > 0 && vocab > o->vocab_size) {
         char disp[CT_PATH_MAX];
         st = CT_ERR(CT_ERR_ARG, "data.%s: %s was prepared with a tokenizer of %d tokens, more "
@@ -86,7 +122,7 @@ static int64_t ra_pass(ct_loader *l, int64_t e0, int64_t i0, uint64_t gen) {
     int64_t k;
     for (k = 0; k < l->ra_batches; k++) {
         int64_t e = e0, i = i0;
-        loader_advance(l, &e, &i, k);
+        (void)loader_advance(l, &l->ra_loc, &e, &i, k); /* plain shards: cannot fail */
         int32_t s;
         int64_t off;
         loader_locate(l, &l->ra_loc, e, i, &s, &off);

@@ -237,6 +237,15 @@ bool ct_sft_counts(const ct_sft_shard *s, int64_t i) {
     return (s->mask[i >> 3] >> (i & 7)) & 1;
 }
 
+int64_t ct_sft_count_range(const ct_sft_shard *s, int64_t start, int64_t end) {
+    CT_ASSERT(start >= 0 && start <= end && end <= s->ntok);
+    int64_t c = 0, i = start;
+    for (; i < end && (i & 7); i++) c += (s->mask[i >> 3] >> (i & 7)) & 1;
+    for (; i + 8 <= end; i += 8) c += popcount8(s->mask[i >> 3]);
+    for (; i < end; i++) c += (s->mask[i >> 3] >> (i & 7)) & 1;
+    return c;
+}
+
 ct_status ct_sft_read_mask(const ct_sft_shard *s, int64_t start, int64_t count, uint8_t *mask) {
     if (start < 0 || count < 0 || start > s->ntok || count > s->ntok - start)
         return CT_ERR(CT_ERR_ARG, "%s: mask range [%" PRId64 ", %" PRId64 ") outside the %" PRId64 " tokens", s->path,

@@ -61,6 +61,9 @@ int64_t ct_sft_example_of(const ct_sft_shard *s, int64_t pos);
 /* Whether the prediction of token i (from the tokens before it in its
  * example) counts in the loss: i is a completion or assistant token. */
 bool ct_sft_counts(const ct_sft_shard *s, int64_t i);
+/* How many tokens of [start, end) count (0 <= start <= end <= num_tokens,
+ * checked with CT_ASSERT): a popcount over the mask's bytes. */
+int64_t ct_sft_count_range(const ct_sft_shard *s, int64_t start, int64_t end);
 /* mask[k] = 1 when token start+k counts, else 0, for k < count.
  * CT_ERR_ARG when the range is outside the shard. */
 ct_status ct_sft_read_mask(const ct_sft_shard *s, int64_t start, int64_t count, uint8_t *mask);
