@@ -205,7 +205,8 @@ CT_API ct_status ct_model_reserve(ct_model *m, int B, int T, bool training);
  * logits call, which must then have exactly this (B,T), until
  * ct_model_set_positions(m, NULL, 0, 0) goes back to 0..T-1 in every row.
  * Copied (borrowed during the call). CT_ERR_ARG naming the row and column
- * that break the rule, or when (B,T) does not fit the reserve. */
+ * that break the rule, or when (B,T) does not fit the reserve (or
+ * ct_model_reserve was not called); on an error the earlier setting stays. */
 CT_API ct_status ct_model_set_positions(ct_model *m, const int32_t *pos, int B, int T);
 
 /* Targets < 0 are not counted: the mean loss is over the counted targets

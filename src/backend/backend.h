@@ -104,14 +104,24 @@ typedef struct ct_backend_i {
     double (*event_elapsed)(ct_backend *be, const ct_event *a, const ct_event *b);
 
     /* ----------------------------------------------------------- kernels */
-    /* out(B,T,C) = wte[inp[b,t]] + wpe[t]; inp (B,T); wte (V,C); wpe (maxT,C).
+    /* Positions (pos): a device array (B,T) of each token's position inside its
+     * example, for rows that pack several examples (pos[b,0] = 0; each later
+     * pos[b,t] is 0, a new example, or pos[b,t-1] + 1; ct_model_set_positions
+     * checks this, and kernels may rely on it). NULL means 0..T-1 in every
+     * row, bit for bit as without the argument. The kernels below that take it
+     * use it for the learned positions, the RoPE angle and the attention mask
+     * (token t sees keys [t - pos[b,t], t]). */
+
+    /* out(B,T,C) = wte[inp[b,t]] + wpe[pos0 + p], p = pos[b,t] or t when pos is
+     * NULL; inp, pos (B,T); wte (V,C); wpe (maxT,C).
      * pos0 offsets the position (0 in training; the cache length in decoding).
      * wpe may be NULL: no learned positions (RoPE models), out = wte[inp]. */
     void (*encoder_forward)(ct_backend *be, float *out, const int32_t *inp, const float *wte,
-                            const float *wpe, int B, int T, int C, int pos0);
-    /* dwte(V,C) += scatter of dout rows; dwpe(maxT,C) += sum over b. dwpe may be NULL. */
+                            const float *wpe, const int32_t *pos, int B, int T, int C, int pos0);
+    /* dwte(V,C) += scatter of dout rows; dwpe(maxT,C) row p (pos[b,t], or t when
+     * pos is NULL) += dout[b,t]. dwpe may be NULL. */
     void (*encoder_backward)(ct_backend *be, float *dwte, float *dwpe, const float *dout,
-                             const int32_t *inp, int B, int T, int C);
+                             const int32_t *inp, const int32_t *pos, int B, int T, int C);
 
     /* out(N,C) = (inp - mean) * rstd * weight + bias; writes mean(N), rstd(N)
      * (either may be NULL when not training). Biased variance, as torch. */
@@ -135,15 +145,17 @@ typedef struct ct_backend_i {
     /* Causal self-attention without a T x T matrix in memory, on fused rows
      * qkv (B,T,(NH+2*NKV)*HS) (see the legend); scale 1/sqrt(HS). Writes
      * out (B,T,NH*HS) and lse (B,NH,T), the log-sum-exp of each row's scaled
-     * scores. Plain multi-head attention is NKV == NH. */
-    void (*attention_forward)(ct_backend *be, float *out, float *lse, const float *qkv, int B,
-                              int T, int NH, int NKV, int HS);
+     * scores. Plain multi-head attention is NKV == NH. With pos (B,T) (see
+     * above) query t sees only keys [t - pos[b,t], t] of its row: packed
+     * examples do not see each other; NULL: keys [0, t]. */
+    void (*attention_forward)(ct_backend *be, float *out, float *lse, const float *qkv,
+                              const int32_t *pos, int B, int T, int NH, int NKV, int HS);
     /* dqkv (B,T,(NH+2*NKV)*HS) += ...; recomputes probabilities from qkv and
      * lse (out is the forward's). The gradients of a KV head sum over the
      * query heads of its group in a fixed order (deterministic). */
     void (*attention_backward)(ct_backend *be, float *dqkv, const float *dout,
-                               const float *qkv, const float *out, const float *lse, int B,
-                               int T, int NH, int NKV, int HS);
+                               const float *qkv, const float *out, const float *lse,
+                               const int32_t *pos, int B, int T, int NH, int NKV, int HS);
     /* One query row q (NH*HS) against kcache, vcache (n, NKV*HS) holding the
      * keys and values of positions 0..n-1 (the query's own included).
      * Writes out (NH*HS). */
@@ -161,14 +173,15 @@ typedef struct ct_backend_i {
 
     /* Rotary position embedding in Hugging Face's convention (rotate_half), IN
      * PLACE on the q and k heads of fused rows qkv (B,T,(NH+2*NKV)*HS); v is
-     * untouched. Row t has position pos0 + t; within a head, the pair
-     * (i, i + HS/2) turns by angle pos * theta^(-2i/HS), i < HS/2 (HS even). */
-    void (*rope_forward)(ct_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS,
-                         int pos0, float theta);
+     * untouched. Row (b,t) has position pos0 + pos[b,t] (pos0 + t when pos is
+     * NULL); within a head, the pair (i, i + HS/2) turns by angle
+     * position * theta^(-2i/HS), i < HS/2 (HS even). */
+    void (*rope_forward)(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH,
+                         int NKV, int HS, int pos0, float theta);
     /* The transpose rotation, IN PLACE on dqkv (B,T,(NH+2*NKV)*HS): turns the
      * gradient of the rotated q and k into that of the unrotated ones (writes). */
-    void (*rope_backward)(ct_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS,
-                          int pos0, float theta);
+    void (*rope_backward)(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH,
+                          int NKV, int HS, int pos0, float theta);
 
     /* SwiGLU: inp (N,2F) holds gate at [0,F) and up at [F,2F) of each row;
      * writes out(N,F) = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */

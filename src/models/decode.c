@@ -62,7 +62,8 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
                       c->vocab_size - 1);
     int pos = d->len;
     ct_be_upload(be, d->token, &token, sizeof token);
-    k->encoder_forward(be, d->x, d->token, model_p(m, m->wte), model_p(m, m->wpe), 1, 1, C, pos);
+    k->encoder_forward(be, d->x, d->token, model_p(m, m->wte), model_p(m, m->wpe), NULL, 1, 1, C,
+                       pos);
     for (int l = 0; l < c->n_layer; l++) {
         const layer_idx *w = &m->layers[l];
         float *kc = d->kcache + ((size_t)l * d->max_len) * KC;
@@ -70,7 +71,8 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
         model_norm_fwd(m, d->ln, NULL, NULL, d->x, w->ln1_w, w->ln1_b, 1);
         model_linear_fwd(m, l, LIN_QKV, d->qkv, d->ln, 1);
         /* the cache holds keys already turned to their position */
-        if (c->pos == CT_POS_ROPE) k->rope_forward(be, d->qkv, 1, 1, NH, NKV, HS, pos, c->rope_theta);
+        if (c->pos == CT_POS_ROPE)
+            k->rope_forward(be, d->qkv, NULL, 1, 1, NH, NKV, HS, pos, c->rope_theta);
         k->copy(be, kc + (size_t)pos * KC, d->qkv + C, (size_t)KC * sizeof(float));
         k->copy(be, vc + (size_t)pos * KC, d->qkv + C + KC, (size_t)KC * sizeof(float));
         k->attention_decode(be, d->atty, d->qkv, kc, vc, pos + 1, NH, NKV, HS);

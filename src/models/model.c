@@ -663,6 +663,7 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     a->losses = carve(cv, N);
     a->tok_in = carve_bytes(cv, N * sizeof(int32_t));
     a->tok_tg = carve_bytes(cv, N * sizeof(int32_t));
+    a->pos = carve_bytes(cv, N * sizeof(int32_t)); /* ct_model_set_positions */
     /* LoRA: every adapter's A x rows (N, r), kept for its backward */
     int nmod = 0, max_out = 0, max_in = 0;
     if (lo && lo->r > 0) {

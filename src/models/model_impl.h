@@ -78,6 +78,7 @@ typedef struct model_acts {
     float *losses;                    /* (N) */
     float *logits;                    /* (chunk, V) */
     int32_t *tok_in, *tok_tg;         /* (N), (N): the batch's token ids, uploaded */
+    int32_t *pos;                     /* (N): ct_model_set_positions' positions, uploaded */
     /* gradient scratch (training only) */
     float *dres;  /* (N,C) gradient of the residual stream */
     float *dln;   /* (N,C) */
@@ -184,6 +185,7 @@ struct ct_model {
     /* activations */
     ct_model_opts opts; /* recompute policy and activation dtype */
     int B, T, chunk; /* reserved shape; chunk = rows per logits chunk */
+    int pos_B, pos_T; /* shape of the positions in acts.pos; 0 when none are set */
     bool training;
     ct_arena arena;
     model_acts acts;

@@ -11,6 +11,9 @@
  * Every tensor lives in the backend's device memory and is touched only
  * through m->be: kernels, memsets, bf16 conversions, the loss sum, uploads of
  * the token ids and downloads of logits.
+ * Rows may pack several examples (ct_model_set_positions): the positions go
+ * to the embedding, RoPE and the attention mask, and targets < 0 are not
+ * counted in the mean loss.
  * Leaves out: any inner loop (kernels only, through m->be) and allocation (the
  * arena of ct_model_reserve holds every buffer).
  */
@@ -74,6 +77,12 @@ static const float *block_input(ct_model *m, int l, size_t NC) {
     return m->acts.res;
 }
 
+/* The positions of ct_model_set_positions on the device (B,T), or NULL when
+ * none are set (0..T-1 in every row). */
+static const int32_t *model_positions(const ct_model *m) {
+    return m->pos_B ? m->acts.pos : NULL;
+}
+
 /* ------------------------------------------------- switch dispatchers */
 
 /* Declared in model_impl.h (decode.c runs the same switches). */
@@ -104,15 +113,15 @@ void model_norm_bwd(ct_model *m, float *dinp, const float *dout, const float *in
 
 void model_attn_fwd(const ct_model *m, float *out, float *lse, const float *qkv, int B, int T) {
     const ct_model_config *c = &m->cfg;
-    m->be->i->attention_forward(m->be, out, lse, qkv, B, T, c->n_head, c->n_kv_head,
-                                c->n_embd / c->n_head);
+    m->be->i->attention_forward(m->be, out, lse, qkv, model_positions(m), B, T, c->n_head,
+                                c->n_kv_head, c->n_embd / c->n_head);
 }
 
 void model_attn_bwd(const ct_model *m, float *dqkv, const float *dout, const float *qkv,
                     const float *out, const float *lse, int B, int T) {
     const ct_model_config *c = &m->cfg;
-    m->be->i->attention_backward(m->be, dqkv, dout, qkv, out, lse, B, T, c->n_head,
-                                 c->n_kv_head, c->n_embd / c->n_head);
+    m->be->i->attention_backward(m->be, dqkv, dout, qkv, out, lse, model_positions(m), B, T,
+                                 c->n_head, c->n_kv_head, c->n_embd / c->n_head);
 }
 
 void model_mlp_act_fwd(const ct_model *m, float *out, const float *fch, int N) {
@@ -153,7 +162,8 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     act_store(m, la->ln1, v->ln1, NC); /* before ln2 reuses a shared work buffer */
     model_linear_fwd(m, l, LIN_QKV, v->qkv, v->ln1, N);
     if (c->pos == CT_POS_ROPE)
-        k->rope_forward(be, v->qkv, B, T, c->n_head, c->n_kv_head, C / c->n_head, 0, c->rope_theta);
+        k->rope_forward(be, v->qkv, model_positions(m), B, T, c->n_head, c->n_kv_head,
+                        C / c->n_head, 0, c->rope_theta);
     act_store(m, la->qkv, v->qkv, (size_t)N * QKV);
     model_attn_fwd(m, v->atty, v->lse, v->qkv, B, T);
     act_store(m, la->atty, v->atty, NC);
@@ -186,7 +196,8 @@ static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool 
     /* the fp32 residual stream: the kept buffers themselves, or acts.res
      * updated in place when they are bf16 */
     float *res = bf16 ? a->res : (float *)a->encoded;
-    k->encoder_forward(be, res, inputs, model_p(m, m->wte), model_p(m, m->wpe), B, T, C, 0);
+    k->encoder_forward(be, res, inputs, model_p(m, m->wte), model_p(m, m->wpe),
+                       model_positions(m), B, T, C, 0);
     if (keep) act_store(m, a->encoded, res, NC);
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts *la = &a->layers[l];
@@ -201,9 +212,11 @@ static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool 
 /* The vocabulary projection and cross-entropy, chunked over rows. When
  * training, the head's backward runs in the same pass: dlogits overwrite the
  * chunk's logits, dlnf lands in acts.dln and the head weight's gradient is
- * accumulated. logits_out(N,V), when given, receives the logits. */
-static double head_forward(ct_model *m, const int32_t *targets, int N, bool training,
-                           float dloss, float *logits_out) {
+ * accumulated. logits_out(N,V), when given, receives the logits. Returns the
+ * mean loss over the count counted targets (those >= 0; 0 when there are
+ * none); dloss is each counted row's gradient weight (grad_weight / count). */
+static double head_forward(ct_model *m, const int32_t *targets, int N, size_t count,
+                           bool training, float dloss, float *logits_out) {
     ct_backend *be = m->be;
     const ct_backend_i *k = be->i;
     int C = m->cfg.n_embd, V = m->cfg.vocab_size;
@@ -228,8 +241,8 @@ static double head_forward(ct_model *m, const int32_t *targets, int N, bool trai
             m->head_bwd_s += k->event_elapsed(be, &e0, &e1);
         }
     }
-    /* one serial sum in row order, as the losses came */
-    return targets ? k->sum(be, a->losses, (size_t)N) / N : 0.0;
+    /* one serial sum in row order, as the losses came (uncounted rows are 0) */
+    return targets && count ? k->sum(be, a->losses, (size_t)N) / (double)count : 0.0;
 }
 
 /* ----------------------------------------------------------- backward */
@@ -281,8 +294,8 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     zero(m, a->dbig1, (size_t)N * QKV);
     model_attn_bwd(m, a->dbig1, a->datty, v.qkv, v.atty, v.lse, B, T);
     if (c->pos == CT_POS_ROPE)
-        k->rope_backward(be, a->dbig1, B, T, c->n_head, c->n_kv_head, C / c->n_head, 0,
-                         c->rope_theta);
+        k->rope_backward(be, a->dbig1, model_positions(m), B, T, c->n_head, c->n_kv_head,
+                         C / c->n_head, 0, c->rope_theta);
     if (la->ln1)
         act_load(m, la->ln1, v.ln1, NC);
     else
@@ -336,7 +349,8 @@ static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
         grad_ready(m, (const int *)&m->layers[l], (int)(sizeof(layer_idx) / sizeof(int)));
     }
     if (m->grads) { /* a frozen base (LoRA) has no embedding gradient */
-        k->encoder_backward(be, model_g(m, m->wte), model_g(m, m->wpe), a->dres, inputs, B, T, C);
+        k->encoder_backward(be, model_g(m, m->wte), model_g(m, m->wpe), a->dres, inputs,
+                            model_positions(m), B, T, C);
         int emb[2] = {m->wte, m->wpe};
         grad_ready(m, emb, 2); /* the tied head's part came first */
     }
@@ -354,13 +368,67 @@ static ct_status check_tokens(const ct_model *m, const int32_t *tok, size_t n, c
     return CT_OK;
 }
 
-static ct_status check_shape(const ct_model *m, int B, int T, bool training) {
+/* Targets are tokens in [0,V) or < 0 (not counted); *count gets how many
+ * are counted. */
+static ct_status check_targets(const ct_model *m, const int32_t *tg, size_t n, size_t *count) {
+    int V = m->cfg.vocab_size;
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (tg[i] >= V)
+            return CT_ERR(CT_ERR_ARG, "target token %d at position %zu is out of range: expected "
+                          "0..%d, or < 0 for a token not counted in the loss (model vocab_size "
+                          "%d)", tg[i], i, V - 1, V);
+        c += tg[i] >= 0;
+    }
+    *count = c;
+    return CT_OK;
+}
+
+/* (B,T) fits the reserve. */
+static ct_status check_fit(const ct_model *m, int B, int T) {
     if (!m->B) return CT_ERR(CT_ERR_ARG, "ct_model_reserve was not called");
-    if (training && !m->training)
-        return CT_ERR(CT_ERR_ARG, "model was reserved for inference, not training");
     if (B < 1 || T < 1 || T > m->cfg.n_ctx || (size_t)B * T > (size_t)m->B * m->T)
         return CT_ERR(CT_ERR_ARG, "batch B=%d T=%d does not fit the reserved B=%d T=%d", B, T,
                       m->B, m->T);
+    return CT_OK;
+}
+
+/* (B,T) fits the reserve, training was reserved for, and (B,T) is the
+ * positions' shape when they are set. */
+static ct_status check_shape(const ct_model *m, int B, int T, bool training) {
+    ct_status st = check_fit(m, B, T);
+    if (st) return st;
+    if (training && !m->training)
+        return CT_ERR(CT_ERR_ARG, "model was reserved for inference, not training");
+    if (m->pos_B && (B != m->pos_B || T != m->pos_T))
+        return CT_ERR(CT_ERR_ARG, "batch B=%d T=%d does not match the positions set for B=%d "
+                      "T=%d (ct_model_set_positions(m, NULL, 0, 0) clears them)", B, T, m->pos_B,
+                      m->pos_T);
+    return CT_OK;
+}
+
+ct_status ct_model_set_positions(ct_model *m, const int32_t *pos, int B, int T) {
+    if (!pos) { /* back to 0..T-1 in every row */
+        m->pos_B = m->pos_T = 0;
+        return CT_OK;
+    }
+    ct_status st = check_fit(m, B, T);
+    if (st) return st;
+    for (int b = 0; b < B; b++) {
+        const int32_t *p = pos + (size_t)b * T;
+        if (p[0] != 0)
+            return CT_ERR(CT_ERR_ARG, "position at row %d, column 0 is %d: expected 0 (a row "
+                          "starts an example)", b, p[0]);
+        for (int t = 1; t < T; t++) {
+            if (p[t] != 0 && p[t] != p[t - 1] + 1)
+                return CT_ERR(CT_ERR_ARG, "position at row %d, column %d is %d: expected 0 (an "
+                              "example starts) or %d (the previous plus 1)", b, t, p[t],
+                              p[t - 1] + 1);
+        }
+    }
+    ct_be_upload(m->be, m->acts.pos, pos, (size_t)B * T * sizeof(int32_t));
+    m->pos_B = B;
+    m->pos_T = T;
     return CT_OK;
 }
 
@@ -387,12 +455,13 @@ ct_status ct_model_forward(ct_model *m, const int32_t *inputs, const int32_t *ta
     ct_status st;
     size_t N = (size_t)B * T;
     if ((st = check_shape(m, B, T, false))) return st;
+    size_t count = 0;
     if ((st = check_tokens(m, inputs, N, "input"))) return st;
-    if ((st = check_tokens(m, targets, N, "target"))) return st;
+    if ((st = check_targets(m, targets, N, &count))) return st;
     const int32_t *din, *dtg;
     upload_tokens(m, inputs, targets, N, &din, &dtg);
     forward_body(m, din, B, T, false);
-    *mean_loss = (float)head_forward(m, dtg, (int)N, false, 0.0f, NULL);
+    *mean_loss = (float)head_forward(m, dtg, (int)N, count, false, 0.0f, NULL);
     return m->be->i->synchronize(m->be);
 }
 
@@ -408,8 +477,9 @@ ct_status ct_model_forward_backward_timed(ct_model *m, const int32_t *inputs,
     ct_status st;
     size_t N = (size_t)B * T;
     if ((st = check_shape(m, B, T, true))) return st;
+    size_t count = 0;
     if ((st = check_tokens(m, inputs, N, "input"))) return st;
-    if ((st = check_tokens(m, targets, N, "target"))) return st;
+    if ((st = check_targets(m, targets, N, &count))) return st;
     ct_backend *be = m->be;
     ct_event e0, e1, e2, e3;
     be->i->event_record(be, &e0);
@@ -422,7 +492,9 @@ ct_status ct_model_forward_backward_timed(ct_model *m, const int32_t *inputs,
     upload_tokens(m, inputs, targets, N, &din, &dtg);
     forward_body(m, din, B, T, true);
     be->i->event_record(be, &e1);
-    *mean_loss = (float)head_forward(m, dtg, (int)N, true, grad_weight / (float)N, NULL);
+    /* the mean is over the counted targets; none counted: loss 0, no gradient */
+    float dloss = count ? grad_weight / (float)count : 0.0f;
+    *mean_loss = (float)head_forward(m, dtg, (int)N, count, true, dloss, NULL);
     be->i->event_record(be, &e2);
     backward_body(m, din, B, T);
     if (m->lora) m->lora->dropping = false;
@@ -448,6 +520,6 @@ ct_status ct_model_logits(ct_model *m, const int32_t *inputs, int B, int T, floa
     const int32_t *din, *dtg;
     upload_tokens(m, inputs, NULL, (size_t)B * T, &din, &dtg);
     forward_body(m, din, B, T, false);
-    head_forward(m, NULL, B * T, false, 0.0f, logits);
+    head_forward(m, NULL, B * T, 0, false, 0.0f, logits);
     return m->be->i->synchronize(m->be);
 }

@@ -152,12 +152,12 @@ static double p_event_elapsed(ct_backend *be, const ct_event *a, const ct_event 
 /* ----------------------------------------------------------- kernels */
 
 static void p_encoder_forward(ct_backend *be, float *out, const int32_t *inp, const float *wte,
-                              const float *wpe, int B, int T, int C, int pos0) {
-    TIMED(CT_KP_ENCODER, encoder_forward, out, inp, wte, wpe, B, T, C, pos0);
+                              const float *wpe, const int32_t *pos, int B, int T, int C, int pos0) {
+    TIMED(CT_KP_ENCODER, encoder_forward, out, inp, wte, wpe, pos, B, T, C, pos0);
 }
 static void p_encoder_backward(ct_backend *be, float *dwte, float *dwpe, const float *dout,
-                               const int32_t *inp, int B, int T, int C) {
-    TIMED(CT_KP_ENCODER, encoder_backward, dwte, dwpe, dout, inp, B, T, C);
+                               const int32_t *inp, const int32_t *pos, int B, int T, int C) {
+    TIMED(CT_KP_ENCODER, encoder_backward, dwte, dwpe, dout, inp, pos, B, T, C);
 }
 static void p_layernorm_forward(ct_backend *be, float *out, float *mean, float *rstd,
                                 const float *inp, const float *weight, const float *bias, int N,
@@ -179,14 +179,14 @@ static void p_matmul_backward(ct_backend *be, float *dinp, float *dweight, float
                               int C, int OC) {
     TIMED(CT_KP_MATMUL_BWD, matmul_backward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
-static void p_attention_forward(ct_backend *be, float *out, float *lse, const float *qkv, int B,
-                                int T, int NH, int NKV, int HS) {
-    TIMED(CT_KP_ATTN_FWD, attention_forward, out, lse, qkv, B, T, NH, NKV, HS);
+static void p_attention_forward(ct_backend *be, float *out, float *lse, const float *qkv,
+                                const int32_t *pos, int B, int T, int NH, int NKV, int HS) {
+    TIMED(CT_KP_ATTN_FWD, attention_forward, out, lse, qkv, pos, B, T, NH, NKV, HS);
 }
 static void p_attention_backward(ct_backend *be, float *dqkv, const float *dout, const float *qkv,
-                                 const float *out, const float *lse, int B, int T, int NH,
-                                 int NKV, int HS) {
-    TIMED(CT_KP_ATTN_BWD, attention_backward, dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS);
+                                 const float *out, const float *lse, const int32_t *pos, int B,
+                                 int T, int NH, int NKV, int HS) {
+    TIMED(CT_KP_ATTN_BWD, attention_backward, dqkv, dout, qkv, out, lse, pos, B, T, NH, NKV, HS);
 }
 static void p_attention_decode(ct_backend *be, float *out, const float *q, const float *kcache,
                                const float *vcache, int n, int NH, int NKV, int HS) {
@@ -201,13 +201,13 @@ static void p_rmsnorm_backward(ct_backend *be, float *dinp, float *dweight, cons
                                int C) {
     TIMED(CT_KP_NORM_BWD, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, N, C);
 }
-static void p_rope_forward(ct_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS,
-                           int pos0, float theta) {
-    TIMED(CT_KP_ROPE, rope_forward, qkv, B, T, NH, NKV, HS, pos0, theta);
+static void p_rope_forward(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH,
+                           int NKV, int HS, int pos0, float theta) {
+    TIMED(CT_KP_ROPE, rope_forward, qkv, pos, B, T, NH, NKV, HS, pos0, theta);
 }
-static void p_rope_backward(ct_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS,
-                            int pos0, float theta) {
-    TIMED(CT_KP_ROPE, rope_backward, dqkv, B, T, NH, NKV, HS, pos0, theta);
+static void p_rope_backward(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH,
+                            int NKV, int HS, int pos0, float theta) {
+    TIMED(CT_KP_ROPE, rope_backward, dqkv, pos, B, T, NH, NKV, HS, pos0, theta);
 }
 static void p_swiglu_forward(ct_backend *be, float *out, const float *inp, int N, int F) {
     TIMED(CT_KP_ACT_FWD, swiglu_forward, out, inp, N, F);

@@ -331,14 +331,15 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     double qkv_bytes = 4.0 * N * QKV, out_bytes = 4.0 * N * C, lse_bytes = 4.0 * B * NH * T;
     if (wanted(&s, "attention.fwd")) {
         TIME_KERNEL(&s, "attention.fwd", sec,
-                    s.be->i->attention_forward(s.be, y, lse, x, B, T, NH, NKV, HS));
+                    s.be->i->attention_forward(s.be, y, lse, x, NULL, B, T, NH, NKV, HS));
         report(&s, "attention.fwd", shape, sec, 4.0 * B * C * causal, qkv_bytes,
                out_bytes + lse_bytes, qkv_bytes + out_bytes + lse_bytes);
     }
     if (wanted(&s, "attention.bwd")) {
-        s.be->i->attention_forward(s.be, y, lse, x, B, T, NH, NKV, HS);
+        s.be->i->attention_forward(s.be, y, lse, x, NULL, B, T, NH, NKV, HS);
         TIME_KERNEL(&s, "attention.bwd", sec,
-                    s.be->i->attention_backward(s.be, dx, dy, x, y, lse, B, T, NH, NKV, HS));
+                    s.be->i->attention_backward(s.be, dx, dy, x, y, lse, NULL, B, T, NH, NKV,
+                                                HS));
         /* reads qkv, out, dout and lse; writes dqkv */
         double rd = qkv_bytes + 2.0 * out_bytes + lse_bytes;
         report(&s, "attention.bwd", shape, sec, 8.0 * B * C * causal, rd, qkv_bytes,
@@ -396,12 +397,14 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
         snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
         if (wanted(&s, "rope.fwd")) {
             TIME_KERNEL(&s, "rope.fwd", sec,
-                        s.be->i->rope_forward(s.be, x, B, T, NH, NKV, HS, 0, cfg->rope_theta));
+                        s.be->i->rope_forward(s.be, x, NULL, B, T, NH, NKV, HS, 0,
+                                              cfg->rope_theta));
             report(&s, "rope.fwd", shape, sec, 0, qk, qk, qk);
         }
         if (wanted(&s, "rope.bwd")) {
             TIME_KERNEL(&s, "rope.bwd", sec,
-                        s.be->i->rope_backward(s.be, dx, B, T, NH, NKV, HS, 0, cfg->rope_theta));
+                        s.be->i->rope_backward(s.be, dx, NULL, B, T, NH, NKV, HS, 0,
+                                               cfg->rope_theta));
             report(&s, "rope.bwd", shape, sec, 0, qk, qk, qk);
         }
     }
@@ -416,14 +419,14 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     snprintf(shape, sizeof shape, "B=%d T=%d C=%d", B, T, C);
     if (wanted(&s, "encoder.fwd")) {
         TIME_KERNEL(&s, "encoder.fwd", sec,
-                    s.be->i->encoder_forward(s.be, y, tok, w, llama ? NULL : x, B, T, C, 0));
+                    s.be->i->encoder_forward(s.be, y, tok, w, llama ? NULL : x, NULL, B, T, C, 0));
         /* the tokens' embedding rows (and GPT-2's position rows) in, N x C out */
         double rd = 4.0 * nc + (llama ? 0 : 4.0 * T * C);
         report(&s, "encoder.fwd", shape, sec, 0, rd, 4.0 * nc, rd + 4.0 * nc);
     }
     if (wanted(&s, "encoder.bwd")) {
         TIME_KERNEL(&s, "encoder.bwd", sec,
-                    s.be->i->encoder_backward(s.be, dw, llama ? NULL : dx, dy, tok, B, T, C));
+                    s.be->i->encoder_backward(s.be, dw, llama ? NULL : dx, dy, tok, NULL, B, T, C));
         /* dout in; the tokens' rows of dwte (and dwpe) += */
         double g = 4.0 * nc + (llama ? 0 : 4.0 * T * C);
         report(&s, "encoder.bwd", shape, sec, 0, 4.0 * nc + g, g, 4.0 * nc + g);

@@ -112,6 +112,19 @@ int same_floats(const float *a, const float *b, size_t n) {
     return memcmp(a, b, n * sizeof(float)) == 0;
 }
 
+int32_t *pos_packed(int B, int T, const int *lens, int nlens) {
+    int32_t *pos = pool_alloc((size_t)B * T * sizeof(int32_t));
+    for (int b = 0; b < B; b++) {
+        int k = b % nlens, left = lens[k];
+        for (int t = 0; t < T; t++) {
+            if (left == 0) left = lens[k = (k + 1) % nlens];
+            pos[(size_t)b * T + t] = t == 0 || left == lens[k] ? 0 : pos[(size_t)b * T + t - 1] + 1;
+            left--;
+        }
+    }
+    return pos;
+}
+
 double dot_loss(double *out, const double *R, size_t n) {
     double L = 0.0;
     for (size_t i = 0; i < n; i++) L += out[i] * R[i];

@@ -65,6 +65,11 @@ double compare(const char *what, const float *got, const double *want, size_t n,
 
 int same_floats(const float *a, const float *b, size_t n);
 
+/* Positions (B,T) for rows that pack examples (see backend.h): row b's
+ * example lengths cycle through lens[0..nlens), starting at lens[b % nlens];
+ * the last example of a row is cut at T. Pooled. */
+int32_t *pos_packed(int B, int T, const int *lens, int nlens);
+
 /* sum(out * R) over n, then frees out: L for a double forward's out. */
 double dot_loss(double *out, const double *R, size_t n);
 

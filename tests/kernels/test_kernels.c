@@ -26,15 +26,17 @@
 
 typedef struct {
     double *wte, *wpe, *R;
-    const int32_t *inp;
+    const int32_t *inp, *pos; /* pos (B,T) or NULL: positions 0..T-1 */
     int B, T, C, pos0;
 } encoder_ctx;
 
 static void encoder_forward_d(double *out, const encoder_ctx *e) {
-    for (int i = 0; i < e->B * e->T; i++)
+    for (int i = 0; i < e->B * e->T; i++) {
+        int p = e->pos0 + (e->pos ? e->pos[i] : i % e->T);
         for (int c = 0; c < e->C; c++)
             out[(size_t)i * e->C + c] = e->wte[(size_t)e->inp[i] * e->C + c] +
-                                        e->wpe[(size_t)(e->pos0 + i % e->T) * e->C + c];
+                                        e->wpe[(size_t)p * e->C + c];
+    }
 }
 
 static double encoder_loss(void *ctx_) {
@@ -45,30 +47,37 @@ static double encoder_loss(void *ctx_) {
     return dot_loss(out, e->R, n);
 }
 
-static void test_encoder(int B, int T, int C, int V, int maxT) {
+/* pos (B,T) or NULL: the packed rows' positions (see pos_packed). */
+static void test_encoder(int B, int T, int C, int V, int maxT, const int32_t *pos) {
     size_t N = (size_t)B * T, NC = N * C, VC = (size_t)V * C, TC = (size_t)maxT * C;
     int32_t *inp = pool_alloc(N * sizeof(int32_t));
     for (size_t i = 0; i < N; i++) inp[i] = rng_int(V); // V small: repeated tokens
     float *wte = frand(VC, 1.0f), *wpe = frand(TC, 1.0f), *R = frand(NC, 1.0f);
     int pos0 = maxT - T;
-    encoder_ctx e = {to_double(wte, VC), to_double(wpe, TC), to_double(R, NC), inp, B, T, C, pos0};
+    encoder_ctx e = {to_double(wte, VC), to_double(wpe, TC), to_double(R, NC), inp, pos,
+                     B, T, C, pos0};
     double *want = dalloc(NC), *g_wte = dalloc(VC), *g_wpe = dalloc(TC);
     encoder_forward_d(want, &e);
     e.pos0 = 0; // backward positions are 0..T-1 (training)
     fd_grad(g_wte, e.wte, VC, encoder_loss, &e);
     fd_grad(g_wpe, e.wpe, TC, encoder_loss, &e);
 
-    karg f[] = {ARG(falloc(NC), NC), ARG(inp, N), ARG(wte, VC), ARG(wpe, TC)};
-    karg g[] = {ARG(ffill(VC, 0.5f), VC), ARG(ffill(TC, -0.25f), TC), ARG(R, NC), ARG(inp, N)};
+    karg f[] = {ARG(falloc(NC), NC), ARG(inp, N), ARG(wte, VC), ARG(wpe, TC), ARG(pos, N)};
+    karg g[] = {ARG(ffill(VC, 0.5f), VC), ARG(ffill(TC, -0.25f), TC), ARG(R, NC), ARG(inp, N),
+                ARG(pos, N)};
     FOR_ALL(be) {
-        RUN(be, f, be->i->encoder_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, B, T, C, pos0));
-        CHECK_EXACT(be, "encoder_forward", f[0].got, want, NC);
-        RUN(be, g, be->i->encoder_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev, B, T, C));
+        RUN(be, f, be->i->encoder_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, f[4].dev, B,
+                                          T, C, pos0));
+        CHECK_EXACT(be, pos ? "encoder_forward packed" : "encoder_forward", f[0].got, want, NC);
+        RUN(be, g, be->i->encoder_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev, g[4].dev, B,
+                                           T, C));
         CHECK_FD(be, "encoder_backward dwte", g[0].got, 0.5f, g_wte, VC);
-        CHECK_FD(be, "encoder_backward dwpe", g[1].got, -0.25f, g_wpe, TC);
+        CHECK_FD(be, pos ? "encoder_backward dwpe packed" : "encoder_backward dwpe", g[1].got,
+                 -0.25f, g_wpe, TC);
         // dwpe = NULL skips the positions and leaves dwte unchanged
         float *dwte = g[0].got;
-        RUN(be, g, be->i->encoder_backward(be, g[0].dev, NULL, g[2].dev, g[3].dev, B, T, C));
+        RUN(be, g, be->i->encoder_backward(be, g[0].dev, NULL, g[2].dev, g[3].dev, g[4].dev, B, T,
+                                           C));
         CHECK_MSG(same_floats(dwte, g[0].got, VC), "%s", label(be, "encoder_backward dwpe=NULL"));
     }
     pool_free();
@@ -525,18 +534,48 @@ static void test_dropout(size_t n, float p, uint64_t key) {
 
 /* ------------------------------------------------------------ backends vs ref */
 
-static void cmp_encoder(int B, int T, int C, int V, int maxT) {
+/* lens (nlens) or NULL: the rows pack examples of these lengths (pos_packed). */
+static void cmp_encoder(int B, int T, int C, int V, int maxT, const int *lens, int nlens) {
     size_t N = (size_t)B * T, VC = (size_t)V * C, TC = (size_t)maxT * C;
     int32_t *inp = pool_alloc(N * sizeof(int32_t));
     for (size_t i = 0; i < N; i++) inp[i] = rng_int(V);
+    int32_t *pos = lens ? pos_packed(B, T, lens, nlens) : NULL;
     float *wte = frand(VC, 1.0f), *wpe = frand(TC, 1.0f), *dout = frand(N * C, 1.0f);
     karg f[] = {OUT("encoder_forward", falloc(N * C), N * C), ARG(inp, N), ARG(wte, VC),
-                ARG(wpe, TC)};
-    VS_REF(be, f, be->i->encoder_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, B, T, C,
-                                         maxT - T));
+                ARG(wpe, TC), ARG(pos, N)};
+    VS_REF(be, f, be->i->encoder_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, f[4].dev, B,
+                                         T, C, maxT - T));
     karg g[] = {OUT("encoder_backward dwte", frand(VC, 1.0f), VC),
-                OUT("encoder_backward dwpe", frand(TC, 1.0f), TC), ARG(dout, N * C), ARG(inp, N)};
-    VS_REF(be, g, be->i->encoder_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev, B, T, C));
+                OUT("encoder_backward dwpe", frand(TC, 1.0f), TC), ARG(dout, N * C), ARG(inp, N),
+                ARG(pos, N)};
+    VS_REF(be, g, be->i->encoder_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev, g[4].dev,
+                                          B, T, C));
+    pool_free();
+}
+
+/* Positions 0..T-1 in every row (one example per row) give the bits of pos =
+ * NULL, on every backend. */
+static void test_encoder_iota(int B, int T, int C, int V) {
+    size_t N = (size_t)B * T, VC = (size_t)V * C, TC = (size_t)T * C;
+    int32_t *inp = pool_alloc(N * sizeof(int32_t)), *iota = pool_alloc(N * sizeof(int32_t));
+    for (size_t i = 0; i < N; i++) inp[i] = rng_int(V), iota[i] = (int32_t)(i % T);
+    float *wte = frand(VC, 1.0f), *wpe = frand(TC, 1.0f), *dout = frand(N * C, 1.0f);
+    karg f[] = {ARG(falloc(N * C), N * C), ARG(inp, N), ARG(wte, VC), ARG(wpe, TC), ARG(iota, N),
+                ARG(frand(VC, 1.0f), VC), ARG(frand(TC, 1.0f), TC), ARG(dout, N * C)};
+    FOR_ALL(be) {
+        float *got[3];
+        for (int k = 0; k < 2; k++) {
+            RUN(be, f, {
+                void *p = k ? f[4].dev : NULL;
+                be->i->encoder_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, p, B, T, C, 0);
+                be->i->encoder_backward(be, f[5].dev, f[6].dev, f[7].dev, f[1].dev, p, B, T, C);
+            });
+            if (!k) got[0] = f[0].got, got[1] = f[5].got, got[2] = f[6].got;
+        }
+        CHECK_MSG(same_floats(got[0], f[0].got, N * C) && same_floats(got[1], f[5].got, VC) &&
+                      same_floats(got[2], f[6].got, TC),
+                  "%s", label(be, "encoder with positions 0..T-1 == without"));
+    }
     pool_free();
 }
 
@@ -607,8 +646,13 @@ int main(void) {
     }
 
     if (verbose) printf("every backend vs double / finite differences:\n");
-    test_encoder(3, 7, 12, 5, 9);
-    test_encoder(2, 1, 5, 3, 4);
+    test_encoder(3, 7, 12, 5, 9, NULL);
+    test_encoder(2, 1, 5, 3, 4, NULL);
+    {
+        const int lens[] = {3, 1, 1, 4, 2};
+        test_encoder(3, 9, 6, 5, 11, pos_packed(3, 9, lens, 5)); // packed rows, pos0 > 0
+    }
+    test_encoder_iota(3, 10, 7, 11);
     test_layernorm(6, 13);
     test_layernorm(3, 1); // C = 1: zero variance, output = bias
     test_matmul(5, 13, 17);
@@ -631,8 +675,13 @@ int main(void) {
     test_dropout(33, 0.0f, 1);
 
     if (verbose) printf("backends vs ref:\n");
-    cmp_encoder(3, 7, 12, 37, 9);
-    cmp_encoder(4, 64, 100, 50, 70);
+    cmp_encoder(3, 7, 12, 37, 9, NULL, 0);
+    cmp_encoder(4, 64, 100, 50, 70, NULL, 0);
+    {
+        const int lens[] = {1, 20, 7, 1, 1, 33, 2};
+        cmp_encoder(3, 7, 12, 37, 9, lens + 2, 3);
+        cmp_encoder(4, 64, 100, 50, 70, lens, 7);
+    }
     cmp_layernorm(21, 12);
     cmp_layernorm(5, 13);
     cmp_layernorm(64, 768);

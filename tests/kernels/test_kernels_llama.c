@@ -85,6 +85,7 @@ static void test_rmsnorm(int N, int C, float eps) {
 
 typedef struct {
     double *x, *R;
+    const int32_t *pos; /* (B,T) or NULL: positions 0..T-1 */
     int B, T, NH, NKV, HS, pos0;
     double theta;
 } rope_ctx;
@@ -100,7 +101,8 @@ static void rope_d(double *out, const rope_ctx *r) {
             for (int j = 0; j < W; j++) y[j] = x[j];
             for (int h = 0; h < r->NH + r->NKV; h++)
                 for (int i = 0; i < half; i++) {
-                    double a = (r->pos0 + t) * pow(r->theta, -2.0 * i / r->HS);
+                    int p = r->pos ? r->pos[(size_t)b * r->T + t] : t;
+                    double a = (r->pos0 + p) * pow(r->theta, -2.0 * i / r->HS);
                     double x1 = x[h * r->HS + i], x2 = x[h * r->HS + i + half];
                     y[h * r->HS + i] = x1 * cos(a) - x2 * sin(a);
                     y[h * r->HS + i + half] = x2 * cos(a) + x1 * sin(a);
@@ -116,19 +118,22 @@ static double rope_loss(void *ctx_) {
     return dot_loss(out, r->R, n);
 }
 
-static void test_rope(int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
-    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+/* pos (B,T) or NULL: the packed rows' positions (pos_packed). */
+static void test_rope(int B, int T, int NH, int NKV, int HS, int pos0, float theta,
+                      const int32_t *pos) {
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS, N = (size_t)B * T;
     float *x = frand(n, 1.0f), *R = frand(n, 1.0f);
-    rope_ctx r = {to_double(x, n), to_double(R, n), B, T, NH, NKV, HS, pos0, theta};
+    rope_ctx r = {to_double(x, n), to_double(R, n), pos, B, T, NH, NKV, HS, pos0, theta};
     double *want = dalloc(n), *g = dalloc(n);
     rope_d(want, &r);
     fd_grad(g, r.x, n, rope_loss, &r);
     int W = (NH + 2 * NKV) * HS, voff = (NH + NKV) * HS;
 
-    karg f[] = {ARG(x, n)}, b[] = {ARG(R, n)};
+    karg f[] = {ARG(x, n), ARG(pos, N)}, b[] = {ARG(R, n), ARG(pos, N)};
     FOR_ALL(be) {
-        RUN(be, f, be->i->rope_forward(be, f[0].dev, B, T, NH, NKV, HS, pos0, theta));
-        CHECK_CLOSE_D(label(be, "rope_forward vs double"), f[0].got, want, n, TOL_ROPE);
+        RUN(be, f, be->i->rope_forward(be, f[0].dev, f[1].dev, B, T, NH, NKV, HS, pos0, theta));
+        CHECK_CLOSE_D(label(be, pos ? "rope_forward packed vs double" : "rope_forward vs double"),
+                      f[0].got, want, n, TOL_ROPE);
         // v is untouched bit for bit
         int v_same = 1;
         for (int row = 0; row < B * T; row++)
@@ -136,12 +141,12 @@ static void test_rope(int B, int T, int NH, int NKV, int HS, int pos0, float the
                                   (size_t)NKV * HS);
         CHECK_MSG(v_same, "%s", label(be, "rope_forward leaves v alone"));
         // backward writes the transpose rotation: dx = J^T R
-        RUN(be, b, be->i->rope_backward(be, b[0].dev, B, T, NH, NKV, HS, pos0, theta));
-        CHECK_FD(be, "rope_backward", b[0].got, 0.0f, g, n);
+        RUN(be, b, be->i->rope_backward(be, b[0].dev, b[1].dev, B, T, NH, NKV, HS, pos0, theta));
+        CHECK_FD(be, pos ? "rope_backward packed" : "rope_backward", b[0].got, 0.0f, g, n);
         // backward undoes forward (the rotation is orthogonal)
         RUN(be, f, {
-            be->i->rope_forward(be, f[0].dev, B, T, NH, NKV, HS, pos0, theta);
-            be->i->rope_backward(be, f[0].dev, B, T, NH, NKV, HS, pos0, theta);
+            be->i->rope_forward(be, f[0].dev, f[1].dev, B, T, NH, NKV, HS, pos0, theta);
+            be->i->rope_backward(be, f[0].dev, f[1].dev, B, T, NH, NKV, HS, pos0, theta);
         });
         CHECK_CLOSE_F(label(be, "rope_backward(rope_forward(x)) == x"), f[0].got, x, n, 1e-6);
     }
@@ -193,6 +198,7 @@ static void test_swiglu(int N, int F) {
 
 typedef struct {
     double *qkv, *R;
+    const int32_t *pos; /* (B,T) or NULL: query t sees keys [t - pos[b,t], t], or [0, t] */
     int B, T, NH, NKV, HS;
 } att_ctx;
 
@@ -203,7 +209,8 @@ static double dot_d(const double *a, const double *b, int n) {
 }
 
 /* Naive causal attention in double with a full score row, KV heads repeated
- * over their groups (HF repeat_kv). out (B,T,NH*HS); lse (B,NH,T) unless NULL. */
+ * over their groups (HF repeat_kv), each query over its example's keys j0..t
+ * when packed. out (B,T,NH*HS); lse (B,NH,T) unless NULL. */
 static void att_d(double *out, double *lse, const att_ctx *a) {
     int W = (a->NH + 2 * a->NKV) * a->HS, C = a->NH * a->HS, group = a->NH / a->NKV;
     double *p = malloc((size_t)a->T * sizeof *p);
@@ -213,17 +220,18 @@ static void att_d(double *out, double *lse, const att_ctx *a) {
             for (int t = 0; t < a->T; t++) {
                 const double *q = a->qkv + ((size_t)b * a->T + t) * W + h * a->HS;
                 double mx = -INFINITY, sum = 0.0;
-                for (int j = 0; j <= t; j++) {
+                int j0 = a->pos ? t - a->pos[(size_t)b * a->T + t] : 0;
+                for (int j = j0; j <= t; j++) {
                     p[j] = dot_d(q, a->qkv + ((size_t)b * a->T + j) * W + ko, a->HS) /
                            sqrt((double)a->HS);
                     if (p[j] > mx) mx = p[j];
                 }
-                for (int j = 0; j <= t; j++) sum += (p[j] = exp(p[j] - mx));
+                for (int j = j0; j <= t; j++) sum += (p[j] = exp(p[j] - mx));
                 if (lse) lse[((size_t)b * a->NH + h) * a->T + t] = mx + log(sum);
                 double *o = out + ((size_t)b * a->T + t) * C + h * a->HS;
                 for (int d = 0; d < a->HS; d++) {
                     double acc = 0.0;
-                    for (int j = 0; j <= t; j++)
+                    for (int j = j0; j <= t; j++)
                         acc += p[j] * a->qkv[((size_t)b * a->T + j) * W + vo + d];
                     o[d] = acc / sum;
                 }
@@ -240,11 +248,12 @@ static double att_loss(void *ctx_) {
     return dot_loss(out, a->R, n);
 }
 
-static void test_attention(int B, int T, int NH, int NKV, int HS) {
+/* pos (B,T) or NULL: the packed rows' positions (pos_packed). */
+static void test_attention(int B, int T, int NH, int NKV, int HS, const int32_t *pos) {
     int C = NH * HS, KV = NKV * HS, W = (NH + 2 * NKV) * HS;
     size_t rows = (size_t)B * T, nqkv = rows * W, nout = rows * C, NL = (size_t)B * NH * T;
     float *qkv = frand(nqkv, 1.5f), *R = frand(nout, 1.0f);
-    att_ctx a = {to_double(qkv, nqkv), to_double(R, nout), B, T, NH, NKV, HS};
+    att_ctx a = {to_double(qkv, nqkv), to_double(R, nout), pos, B, T, NH, NKV, HS};
     double *want = dalloc(nout), *want_lse = dalloc(NL), *g = dalloc(nqkv);
     att_d(want, want_lse, &a);
     fd_grad(g, a.qkv, nqkv, att_loss, &a);
@@ -255,20 +264,26 @@ static void test_attention(int B, int T, int NH, int NKV, int HS) {
         memcpy(vc + r * KV, qkv + r * W + C + KV, (size_t)KV * sizeof(float));
     }
 
-    karg f[] = {ARG(ffill(nout, NAN), nout), ARG(ffill(NL, NAN), NL), ARG(qkv, nqkv)};
+    karg f[] = {ARG(ffill(nout, NAN), nout), ARG(ffill(NL, NAN), NL), ARG(qkv, nqkv),
+                ARG(pos, rows)};
     FOR_ALL(be) {
-        RUN(be, f, be->i->attention_forward(be, f[0].dev, f[1].dev, f[2].dev, B, T, NH, NKV, HS));
-        CHECK_EXACT(be, "attention_forward out", f[0].got, want, nout);
-        CHECK_EXACT(be, "attention_forward lse", f[1].got, want_lse, NL);
+        RUN(be, f, be->i->attention_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, B, T, NH,
+                                            NKV, HS));
+        CHECK_EXACT(be, pos ? "attention_forward packed out" : "attention_forward out", f[0].got,
+                    want, nout);
+        CHECK_EXACT(be, pos ? "attention_forward packed lse" : "attention_forward lse", f[1].got,
+                    want_lse, NL);
         karg bw[] = {ARG(ffill(nqkv, 0.5f), nqkv), ARG(R, nout), ARG(qkv, nqkv),
-                     ARG(f[0].got, nout), ARG(f[1].got, NL)};
+                     ARG(f[0].got, nout), ARG(f[1].got, NL), ARG(pos, rows)};
         RUN(be, bw, be->i->attention_backward(be, bw[0].dev, bw[1].dev, bw[2].dev, bw[3].dev,
-                                              bw[4].dev, B, T, NH, NKV, HS));
-        CHECK_FD(be, "attention_backward dqkv", bw[0].got, 0.5f, g, nqkv);
-        // decode: query row t over exactly the cached rows 0..t equals forward row t
+                                              bw[4].dev, bw[5].dev, B, T, NH, NKV, HS));
+        CHECK_FD(be, pos ? "attention_backward packed dqkv" : "attention_backward dqkv",
+                 bw[0].got, 0.5f, g, nqkv);
+        // decode: query row t over exactly the cached rows of its example (0..t
+        // unpacked) equals forward row t
         double maxerr = 0.0;
         for (size_t r = 0; r < rows; r++) {
-            size_t t = r % T, n = (t + 1) * KV;
+            size_t t = pos ? (size_t)pos[r] : r % T, n = (t + 1) * KV;
             karg d[] = {ARG(falloc(C), C), ARG(qkv + r * W, C), ARG(kc + (r - t) * KV, n),
                         ARG(vc + (r - t) * KV, n)};
             RUN(be, d, be->i->attention_decode(be, d[0].dev, d[1].dev, d[2].dev, d[3].dev,
@@ -305,14 +320,14 @@ static void test_repeat_kv(int B, int T, int NH, int NKV, int HS) {
                 ARG(falloc(rows * 3 * C), rows * 3 * C), ARG(dout, rows * C)};
     FOR_ALL(be) {
         RUN(be, g, {
-            be->i->attention_forward(be, g[0].dev, g[1].dev, g[2].dev, B, T, NH, NKV, HS);
-            be->i->attention_backward(be, g[3].dev, g[4].dev, g[2].dev, g[0].dev, g[1].dev, B, T,
-                                      NH, NKV, HS);
+            be->i->attention_forward(be, g[0].dev, g[1].dev, g[2].dev, NULL, B, T, NH, NKV, HS);
+            be->i->attention_backward(be, g[3].dev, g[4].dev, g[2].dev, g[0].dev, g[1].dev, NULL, B,
+                                      T, NH, NKV, HS);
         });
         RUN(be, m, {
-            be->i->attention_forward(be, m[0].dev, m[1].dev, m[2].dev, B, T, NH, NH, HS);
-            be->i->attention_backward(be, m[3].dev, m[4].dev, m[2].dev, m[0].dev, m[1].dev, B, T,
-                                      NH, NH, HS);
+            be->i->attention_forward(be, m[0].dev, m[1].dev, m[2].dev, NULL, B, T, NH, NH, HS);
+            be->i->attention_backward(be, m[3].dev, m[4].dev, m[2].dev, m[0].dev, m[1].dev, NULL, B,
+                                      T, NH, NH, HS);
         });
         CHECK_MSG(same_floats(g[0].got, m[0].got, rows * C) && same_floats(g[1].got, m[1].got, NL),
                   "%s", label(be, "attention_forward GQA == MHA over repeated KV heads"));
@@ -382,24 +397,33 @@ static void test_adamw(size_t n) {
 
 /* ------------------------------------------------------------ backends vs ref */
 
-static void cmp_attention(int B, int T, int NH, int NKV, int HS) {
+/* lens (nlens) or NULL: the rows pack examples of these lengths (pos_packed). */
+static void cmp_attention_packed(int B, int T, int NH, int NKV, int HS, const int *lens,
+                                 int nlens) {
     int C = NH * HS, KV = NKV * HS;
     size_t rows = (size_t)B * T, nqkv = rows * (C + 2 * KV), nout = rows * C;
     size_t NL = (size_t)B * NH * T;
     float *qkv = frand(nqkv, 2.0f), *dout = frand(nout, 1.0f);
-    karg f[] = {OUT("attention_forward out", falloc(nout), nout),
-                OUT("attention_forward lse", falloc(NL), NL), ARG(qkv, nqkv)};
-    VS_REF(be, f, be->i->attention_forward(be, f[0].dev, f[1].dev, f[2].dev, B, T, NH, NKV, HS));
-    karg g[] = {OUT("attention_backward dqkv", ffill(nqkv, 0.25f), nqkv), ARG(dout, nout),
-                ARG(qkv, nqkv), ARG(f[0].want, nout), ARG(f[1].want, NL)};
+    int32_t *pos = lens ? pos_packed(B, T, lens, nlens) : NULL;
+    karg f[] = {OUT(pos ? "attention_forward packed out" : "attention_forward out",
+                    falloc(nout), nout),
+                OUT(pos ? "attention_forward packed lse" : "attention_forward lse", falloc(NL),
+                    NL),
+                ARG(qkv, nqkv), ARG(pos, rows)};
+    VS_REF(be, f, be->i->attention_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, B, T, NH,
+                                           NKV, HS));
+    karg g[] = {OUT(pos ? "attention_backward packed dqkv" : "attention_backward dqkv",
+                    ffill(nqkv, 0.25f), nqkv),
+                ARG(dout, nout), ARG(qkv, nqkv), ARG(f[0].want, nout), ARG(f[1].want, NL),
+                ARG(pos, rows)};
     VS_REF(be, g, be->i->attention_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev, g[4].dev,
-                                            B, T, NH, NKV, HS));
+                                            g[5].dev, B, T, NH, NKV, HS));
     // deterministic: a second run gives the same bits
     FOR_TESTED(be) {
         float *first = NULL;
         for (int rep = 0; rep < 2; rep++) {
             RUN(be, g, be->i->attention_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev,
-                                                 g[4].dev, B, T, NH, NKV, HS));
+                                                 g[4].dev, g[5].dev, B, T, NH, NKV, HS));
             if (!first) first = g[0].got;
         }
         CHECK_MSG(same_floats(first, g[0].got, nqkv), "%s",
@@ -414,9 +438,49 @@ static void cmp_attention(int B, int T, int NH, int NKV, int HS) {
     pool_free();
 }
 
+static void cmp_attention(int B, int T, int NH, int NKV, int HS) {
+    cmp_attention_packed(B, T, NH, NKV, HS, NULL, 0);
+}
+
+/* Example lengths for the packed cases: length-1 examples side by side and
+ * after longer ones, examples that start mid-tile and span several tiles
+ * (the cpu's tiles 1..256 wide), so whole key tiles are skipped too. */
+static const int pack_lens[] = {5, 1, 1, 37, 2, 1, 90, 13, 1, 150, 7};
+#define PACK_N ((int)(sizeof pack_lens / sizeof *pack_lens))
+
+/* Positions 0..T-1 in every row (one example per row) give the bits of pos =
+ * NULL: attention and RoPE, on every backend. */
+static void test_positions_iota(int B, int T, int NH, int NKV, int HS) {
+    int C = NH * HS, W = (NH + 2 * NKV) * HS;
+    size_t rows = (size_t)B * T, nqkv = rows * W, nout = rows * C, NL = (size_t)B * NH * T;
+    int32_t *iota = pool_alloc(rows * sizeof(int32_t));
+    for (size_t r = 0; r < rows; r++) iota[r] = (int32_t)(r % T);
+    karg a[] = {ARG(falloc(nout), nout), ARG(falloc(NL), NL), ARG(frand(nqkv, 2.0f), nqkv),
+                ARG(ffill(nqkv, 0.25f), nqkv), ARG(frand(nout, 1.0f), nout), ARG(iota, rows)};
+    FOR_ALL(be) {
+        float *got[4];
+        for (int k = 0; k < 2; k++) {
+            RUN(be, a, {
+                const int32_t *p = k ? a[5].dev : NULL;
+                be->i->rope_forward(be, a[2].dev, p, B, T, NH, NKV, HS, 0, 10000.0f);
+                be->i->attention_forward(be, a[0].dev, a[1].dev, a[2].dev, p, B, T, NH, NKV, HS);
+                be->i->attention_backward(be, a[3].dev, a[4].dev, a[2].dev, a[0].dev, a[1].dev, p,
+                                          B, T, NH, NKV, HS);
+                be->i->rope_backward(be, a[3].dev, p, B, T, NH, NKV, HS, 0, 10000.0f);
+            });
+            if (!k) got[0] = a[0].got, got[1] = a[1].got, got[2] = a[2].got, got[3] = a[3].got;
+        }
+        CHECK_MSG(same_floats(got[0], a[0].got, nout) && same_floats(got[1], a[1].got, NL) &&
+                      same_floats(got[2], a[2].got, nqkv) && same_floats(got[3], a[3].got, nqkv),
+                  "%s", label(be, "attention, rope with positions 0..T-1 == without"));
+    }
+    pool_free();
+}
+
 /* Other tile shapes on every backend under test (tiles are the cpu's; others
  * ignore them): square, tall, wide and odd, then the defaults back. */
 static void cmp_attention_tiles(void) {
+    const int lens[] = {3, 1, 17, 1, 1, 9, 30};
     const int tiles[][2] = {{16, 16}, {128, 256}, {7, 5}, {32, 16}, {1, 1}};
     int defaults[1 + N_UNDER_TEST][2];
     FOR_TESTED(be) {
@@ -430,6 +494,8 @@ static void cmp_attention_tiles(void) {
         }
         cmp_attention(2, 70, 2, 2, 24);
         cmp_attention(1, 45, 4, 2, 16);
+        cmp_attention_packed(3, 70, 4, 2, 8, lens, 7); // GQA, rows start at other lengths
+        cmp_attention_packed(2, 150, 2, 2, 16, pack_lens, PACK_N);
     }
     FOR_TESTED(be) {
         CHECK(ct_backend_set_tiles(be, 0, 16) == -1);
@@ -441,6 +507,7 @@ static void cmp_attention_tiles(void) {
 }
 
 static void cmp_llama(int B, int T, int NH, int NKV, int HS, int F) {
+    int32_t *pos = pos_packed(B, T, pack_lens, PACK_N);
     int C = NH * HS, N = B * T;
     size_t NC = (size_t)N * C, nqkv = (size_t)N * (NH + 2 * NKV) * HS, NF = (size_t)N * F;
     float *x = frand(NC, 3.0f), *w = frand(C, 1.0f), *dy = frand(NC, 1.0f);
@@ -454,9 +521,14 @@ static void cmp_llama(int B, int T, int NH, int NKV, int HS, int F) {
                                           g[5].dev, N, C));
 
     karg r[] = {OUT("rope_forward", frand(nqkv, 1.0f), nqkv)};
-    VS_REF(be, r, be->i->rope_forward(be, r[0].dev, B, T, NH, NKV, HS, 3, 10000.0f));
+    VS_REF(be, r, be->i->rope_forward(be, r[0].dev, NULL, B, T, NH, NKV, HS, 3, 10000.0f));
     karg rb[] = {OUT("rope_backward", r[0].want, nqkv)};
-    VS_REF(be, rb, be->i->rope_backward(be, rb[0].dev, B, T, NH, NKV, HS, 3, 10000.0f));
+    VS_REF(be, rb, be->i->rope_backward(be, rb[0].dev, NULL, B, T, NH, NKV, HS, 3, 10000.0f));
+    karg rp[] = {OUT("rope_forward packed", frand(nqkv, 1.0f), nqkv), ARG(pos, N)};
+    VS_REF(be, rp, be->i->rope_forward(be, rp[0].dev, rp[1].dev, B, T, NH, NKV, HS, 0, 10000.0f));
+    karg rpb[] = {OUT("rope_backward packed", rp[0].want, nqkv), ARG(pos, N)};
+    VS_REF(be, rpb,
+           be->i->rope_backward(be, rpb[0].dev, rpb[1].dev, B, T, NH, NKV, HS, 0, 10000.0f));
 
     float *h = frand(2 * NF, 6.0f), *dh = frand(NF, 1.0f);
     karg s[] = {OUT("swiglu_forward", falloc(NF), NF), ARG(h, 2 * NF)};
@@ -465,6 +537,7 @@ static void cmp_llama(int B, int T, int NH, int NKV, int HS, int F) {
     VS_REF(be, sb, be->i->swiglu_backward(be, sb[0].dev, sb[1].dev, sb[2].dev, N, F));
     pool_free();
     cmp_attention(B, T, NH, NKV, HS);
+    cmp_attention_packed(B, T, NH, NKV, HS, pack_lens, PACK_N);
 }
 
 static void cmp_adamw(size_t n) {
@@ -499,17 +572,30 @@ int main(void) {
     test_rmsnorm(6, 13, 1e-5f);
     test_rmsnorm(3, 32, 1e-6f);
     test_rmsnorm(2, 1, 0.5f); // C = 1 (a large eps keeps the gradient away from 0)
-    test_rope(2, 5, 2, 1, 8, 0, 10000.0f);
-    test_rope(1, 4, 3, 3, 6, 7, 500000.0f); // pos0 > 0 (decoding), other theta
-    test_rope(1, 3, 1, 1, 2, 0, 10.0f);     // HS = 2
+    test_rope(2, 5, 2, 1, 8, 0, 10000.0f, NULL);
+    test_rope(1, 4, 3, 3, 6, 7, 500000.0f, NULL); // pos0 > 0 (decoding), other theta
+    test_rope(1, 3, 1, 1, 2, 0, 10.0f, NULL);     // HS = 2
+    {
+        const int lens[] = {2, 1, 4};
+        test_rope(3, 7, 2, 1, 8, 0, 10000.0f, pos_packed(3, 7, lens, 3)); // packed rows
+    }
     test_swiglu(5, 11);
     test_swiglu(2, 33);
-    test_attention(2, 7, 3, 3, 4); // multi-head: NKV == NH
-    test_attention(1, 5, 1, 1, 8);
-    test_attention(2, 4, 3, 3, 1); // HS = 1
-    test_attention(2, 6, 4, 2, 3); // grouped-query
-    test_attention(1, 5, 3, 1, 4); // multi-query
-    test_attention(1, 4, 2, 2, 2);
+    test_attention(2, 7, 3, 3, 4, NULL); // multi-head: NKV == NH
+    test_attention(1, 5, 1, 1, 8, NULL);
+    test_attention(2, 4, 3, 3, 1, NULL); // HS = 1
+    test_attention(2, 6, 4, 2, 3, NULL); // grouped-query
+    test_attention(1, 5, 3, 1, 4, NULL); // multi-query
+    test_attention(1, 4, 2, 2, 2, NULL);
+    {
+        // packed rows: length-1 examples, several per row, GQA and MHA
+        const int lens[] = {3, 1, 1, 4, 2};
+        test_attention(3, 8, 4, 2, 3, pos_packed(3, 8, lens, 5));
+        test_attention(2, 9, 2, 2, 4, pos_packed(2, 9, lens + 1, 4));
+        test_attention(1, 6, 3, 1, 2, pos_packed(1, 6, lens + 1, 2)); // all length 1
+    }
+    test_positions_iota(2, 37, 4, 2, 8);
+    test_positions_iota(1, 300, 2, 2, 64); // several tiles at the default sizes
     test_repeat_kv(2, 9, 4, 2, 4);
     test_repeat_kv(1, 7, 3, 1, 5);
     test_adamw(1003);
@@ -524,7 +610,10 @@ int main(void) {
     cmp_attention(1, 1, 5, 5, 1);
     cmp_attention(2, 150, 2, 2, 24);  // several query and key tiles, ragged last tiles
     cmp_attention(1, 300, 2, 2, 64);  // HS = 64 as in GPT-2, > 2 key tiles
+    cmp_attention_packed(2, 300, 2, 2, 64, pack_lens, PACK_N); // whole key tiles skipped
+    cmp_attention_packed(2, 300, 4, 1, 32, pack_lens + 3, PACK_N - 3); // multi-query
     cmp_attention(1, 9, 2, 2, 300);   // HS = 300: beyond the tiled kernel, falls back to ref
+    cmp_attention_packed(2, 9, 2, 2, 300, pack_lens, 3);
     cmp_attention_tiles();
     cmp_adamw(13);
     cmp_adamw(100003);

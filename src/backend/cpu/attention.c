@@ -20,6 +20,14 @@
  * and ~105 (T=1024) forward and backward, against a 200 GFLOP/s sgemm peak.
  * Tiles of 64 x 256 or 128 x 256 were slower in backward; the sgemm calls on
  * 64-wide operands are what bounds it now.
+ * Packed rows (positions pos, several examples per row): query t sees keys
+ * [s(t), t], s(t) = t - pos[t] its example's start. s is nondecreasing in t,
+ * so a query tile's earliest start is its first row's: key tiles that end
+ * before it are skipped whole (forward: the key loop starts at the tile that
+ * holds s(r0); backward: a key tile's query loop stops at the first query tile
+ * whose s(r0) lies past the key tile). Inside a tile each row's visible keys
+ * are one window [a, e), the rest masked to exact zeros, as on the diagonal.
+ * The tile grid stays where it is, so without positions nothing changes.
  */
 #include <math.h>
 #include <string.h>
@@ -48,34 +56,50 @@ static inline int visible(int r, int c0, int bc) {
     return n < 0 ? 0 : n > bc ? bc : n;
 }
 
+/* The first key query r sees: its example's start r - pos[r] (pos the batch
+ * row's positions), or 0 without positions. */
+static inline int seg_start(const int32_t *pos, int r) { return pos ? r - pos[r] : 0; }
+
+/* Keys of tile [c0, c0+bc) before row r's example: the first a of the tile,
+ * masked (0 without positions). */
+static inline int hidden(const int32_t *pos, int r, int c0, int bc) {
+    int n = seg_start(pos, r) - c0;
+    return n < 0 ? 0 : n > bc ? bc : n;
+}
+
 /* One (batch, head) of the forward: q, k, v point at the head's first row
- * (row stride ld); out at its first output row (stride C); lse (T). */
+ * (row stride ld); out at its first output row (stride C); lse (T); pos the
+ * batch row's positions (T) or NULL. */
 static void attention_head_fwd(float *out, float *lse, const float *q, const float *k,
-                               const float *v, int T, int HS, int ld, int C, float scale,
-                               int ATT_BQ, int ATT_BK, ct_gemm_lib lib) {
+                               const float *v, const int32_t *pos, int T, int HS, int ld, int C,
+                               float scale, int ATT_BQ, int ATT_BK, ct_gemm_lib lib) {
     float S[ATT_BQ_MAX * ATT_BK_MAX];
     float O[ATT_BQ_MAX * ATT_HS_MAX];
     float m[ATT_BQ_MAX], l[ATT_BQ_MAX];
     for (int r0 = 0; r0 < T; r0 += ATT_BQ) {
         int br = T - r0 < ATT_BQ ? T - r0 : ATT_BQ;
         int kend = r0 + br; /* keys 0..kend-1 are visible to some row of the tile */
+        /* key tiles that end before the tile's earliest example start are skipped */
+        int kbeg = seg_start(pos, r0) / ATT_BK * ATT_BK;
         for (int i = 0; i < br; i++) m[i] = -INFINITY, l[i] = 0.0f;
         memset(O, 0, (size_t)br * HS * sizeof(float));
-        for (int c0 = 0; c0 < kend; c0 += ATT_BK) {
+        for (int c0 = kbeg; c0 < kend; c0 += ATT_BK) {
             int bc = kend - c0 < ATT_BK ? kend - c0 : ATT_BK;
             ct_sgemm(lib, false, true, br, bc, HS, scale,
                         q + (size_t)r0 * ld, ld, k + (size_t)c0 * ld, ld, 0.0f, S, bc);
             for (int i = 0; i < br; i++) {
                 float *s = S + (size_t)i * bc;
-                int nv = visible(r0 + i, c0, bc);
-                if (nv == 0) {
+                // row i sees the tile's keys [a, nv): a window
+                int nv = visible(r0 + i, c0, bc), a = hidden(pos, r0 + i, c0, bc);
+                if (nv <= a) {
                     memset(s, 0, (size_t)bc * sizeof(float));
                     continue;
                 }
-                float mx = v_max(s, nv);
+                float mx = v_max(s + a, nv - a);
                 float mnew = mx > m[i] ? mx : m[i];
                 float corr = m[i] == -INFINITY ? 0.0f : s_exp(m[i] - mnew);
-                l[i] = l[i] * corr + v_exp_sub_sum(s, nv, mnew);
+                l[i] = l[i] * corr + v_exp_sub_sum(s + a, nv - a, mnew);
+                memset(s, 0, (size_t)a * sizeof(float));
                 memset(s + nv, 0, (size_t)(bc - nv) * sizeof(float));
                 m[i] = mnew;
                 if (corr != 1.0f)
@@ -94,24 +118,29 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
 }
 
 /* One (batch, head) of the backward. q, k, v, dq, dk, dv point at the head's
- * first row (row stride ld); o and dout at the head's first row (stride C). */
+ * first row (row stride ld); o and dout at the head's first row (stride C);
+ * pos the batch row's positions (T) or NULL. */
 static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, const float *k,
                                const float *v, const float *o, const float *dout,
-                               const float *lse, int T, int HS, int ld, int C, float scale,
-                               int ATT_BQ, int ATT_BK, ct_gemm_lib lib) {
+                               const float *lse, const int32_t *pos, int T, int HS, int ld, int C,
+                               float scale, int ATT_BQ, int ATT_BK, ct_gemm_lib lib) {
     float P[ATT_BQ_MAX * ATT_BK_MAX], dP[ATT_BQ_MAX * ATT_BK_MAX], D[ATT_BQ_MAX];
     for (int c0 = 0; c0 < T; c0 += ATT_BK) {
         int bc = T - c0 < ATT_BK ? T - c0 : ATT_BK;
-        // query tiles that see at least one key of this tile: rows >= c0
+        // query tiles that see at least one key of this tile: rows >= c0, and
+        // (packed) up to the first tile whose earliest example starts past it
         for (int r0 = (c0 / ATT_BQ) * ATT_BQ; r0 < T; r0 += ATT_BQ) {
+            if (seg_start(pos, r0) >= c0 + bc) break;
             int br = T - r0 < ATT_BQ ? T - r0 : ATT_BQ;
             const float *qr = q + (size_t)r0 * ld, *dor = dout + (size_t)r0 * C;
             ct_sgemm(lib, false, true, br, bc, HS, scale, qr, ld,
                         k + (size_t)c0 * ld, ld, 0.0f, P, bc);
             for (int i = 0; i < br; i++) {
                 float *p = P + (size_t)i * bc;
-                int nv = visible(r0 + i, c0, bc);
-                v_exp_sub_sum(p, nv, lse[r0 + i]);
+                int nv = visible(r0 + i, c0, bc), a = hidden(pos, r0 + i, c0, bc);
+                if (nv < a) nv = a; /* nothing visible: the whole row is masked */
+                v_exp_sub_sum(p + a, nv - a, lse[r0 + i]);
+                memset(p, 0, (size_t)a * sizeof(float));
                 memset(p + nv, 0, (size_t)(bc - nv) * sizeof(float));
                 // D = dout . out, the softmax Jacobian's row term
                 D[i] = attention_dot(dor + (size_t)i * C, o + (size_t)(r0 + i) * C, HS);
@@ -164,12 +193,13 @@ static void attention_row(float *out, const float *q, const float *k, const floa
 }
 
 /* out (B,T,NH*HS), lse (B,NH,T) = causal attention of qkv (B,T,(NH+2*NKV)*HS),
- * scale 1/sqrt(HS); query head h reads KV head h / (NH/NKV). */
-void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH,
-                                  int NKV, int HS) {
+ * scale 1/sqrt(HS); query head h reads KV head h / (NH/NKV); pos (B,T) or
+ * NULL: query t sees keys [t - pos[b,t], t]. */
+void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const float *qkv,
+                              const int32_t *pos, int B, int T, int NH, int NKV, int HS) {
     (void)be;
     if (HS > ATT_HS_MAX) {
-        ct_attention_forward_ref(be, out, lse, qkv, B, T, NH, NKV, HS);
+        ct_attention_forward_ref(be, out, lse, qkv, pos, B, T, NH, NKV, HS);
         return;
     }
     float scale = (float)(1.0 / sqrt((double)HS));
@@ -183,8 +213,8 @@ void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const floa
             const float *kb = base + C + (size_t)(h / group) * HS;
             attention_head_fwd(out + (size_t)b * T * C + (size_t)h * HS,
                                lse + ((size_t)b * NH + h) * T, base + (size_t)h * HS, kb, kb + KC,
-                               T, HS, ld, C, scale, be->att_bq, be->att_bk,
-                               (ct_gemm_lib)be->gemm);
+                               pos ? pos + (size_t)b * T : NULL, T, HS, ld, C, scale, be->att_bq,
+                               be->att_bk, (ct_gemm_lib)be->gemm);
         }
     }
 }
@@ -195,11 +225,11 @@ void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const floa
  * head): one thread owns a KV head's dK and dV and runs the query heads of its
  * group in order, so the sums are deterministic. */
 void ct_attention_backward_cpu(ct_backend *be, float *dqkv, const float *dout, const float *qkv,
-                                   const float *out, const float *lse, int B, int T, int NH,
-                                   int NKV, int HS) {
+                               const float *out, const float *lse, const int32_t *pos, int B,
+                               int T, int NH, int NKV, int HS) {
     (void)be;
     if (HS > ATT_HS_MAX) {
-        ct_attention_backward_ref(be, dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS);
+        ct_attention_backward_ref(be, dqkv, dout, qkv, out, lse, pos, B, T, NH, NKV, HS);
         return;
     }
     float scale = (float)(1.0 / sqrt((double)HS));
@@ -216,7 +246,8 @@ void ct_attention_backward_cpu(ct_backend *be, float *dqkv, const float *dout, c
                 size_t ooff = (size_t)b * T * C + (size_t)h * HS;
                 attention_head_bwd(dqkv + qoff, dqkv + koff, dqkv + koff + KC, qkv + qoff,
                                    qkv + koff, qkv + koff + KC, out + ooff, dout + ooff,
-                                   lse + ((size_t)b * NH + h) * T, T, HS, ld, C, scale,
+                                   lse + ((size_t)b * NH + h) * T,
+                                   pos ? pos + (size_t)b * T : NULL, T, HS, ld, C, scale,
                                    be->att_bq, be->att_bk, (ct_gemm_lib)be->gemm);
             }
         }

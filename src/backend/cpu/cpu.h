@@ -11,9 +11,9 @@
 #include "backend/backend.h"
 
 void ct_encoder_forward_cpu(ct_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe,
-                            int B, int T, int C, int pos0);
+                            const int32_t *pos, int B, int T, int C, int pos0);
 void ct_encoder_backward_cpu(ct_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp,
-                             int B, int T, int C);
+                             const int32_t *pos, int B, int T, int C);
 
 void ct_layernorm_forward_cpu(ct_backend *be, float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps);
@@ -27,11 +27,11 @@ void ct_matmul_backward_cpu(ct_backend *be, float *dinp, float *dweight, float *
                             const float *inp, const float *weight, int N, int C, int OC);
 
 
-void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH,
-                                  int NKV, int HS);
+void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const float *qkv,
+                              const int32_t *pos, int B, int T, int NH, int NKV, int HS);
 void ct_attention_backward_cpu(ct_backend *be, float *dqkv, const float *dout, const float *qkv,
-                                   const float *out, const float *lse, int B, int T, int NH,
-                                   int NKV, int HS);
+                               const float *out, const float *lse, const int32_t *pos, int B,
+                               int T, int NH, int NKV, int HS);
 void ct_attention_decode_cpu(ct_backend *be, float *out, const float *q, const float *kcache,
                                  const float *vcache, int n, int NH, int NKV, int HS);
 
@@ -39,10 +39,10 @@ void ct_rmsnorm_forward_cpu(ct_backend *be, float *out, float *rstd, const float
                             int N, int C, float eps);
 void ct_rmsnorm_backward_cpu(ct_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
                              const float *weight, const float *rstd, int N, int C);
-void ct_rope_forward_cpu(ct_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0,
-                         float theta);
-void ct_rope_backward_cpu(ct_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
-                          float theta);
+void ct_rope_forward_cpu(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH, int NKV,
+                         int HS, int pos0, float theta);
+void ct_rope_backward_cpu(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH,
+                          int NKV, int HS, int pos0, float theta);
 void ct_swiglu_forward_cpu(ct_backend *be, float *out, const float *inp, int N, int F);
 void ct_swiglu_backward_cpu(ct_backend *be, float *dinp, const float *inp, const float *dout, int N, int F);
 

@@ -10,17 +10,17 @@
  * threads mostly write different lines. */
 #define CT_ENCODER_BLOCK 16
 
-/* out (B,T,C) = wte[inp[b,t]] + wpe[pos0 + t]; inp (B,T); wte (V,C); wpe (maxT,C)
- * or NULL (no position embedding). */
+/* out (B,T,C) = wte[inp[b,t]] + wpe[pos0 + p], p = pos[b,t] or t when pos is
+ * NULL; inp, pos (B,T); wte (V,C); wpe (maxT,C) or NULL (no position embedding). */
 void ct_encoder_forward_cpu(ct_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe,
-                            int B, int T, int C, int pos0) {
+                            const int32_t *pos, int B, int T, int C, int pos0) {
     (void)be;
     int N = B * T;
 #ifdef CT_USE_OPENMP
 #pragma omp parallel for
 #endif
     for (int i = 0; i < N; i++) {
-        int t = i % T;
+        int t = pos ? pos[i] : i % T;
         float *out_i = out + (size_t)i * C;
         const float *wte_ix = wte + (size_t)inp[i] * C;
         if (!wpe) { // no learned positions (RoPE models)
@@ -32,10 +32,10 @@ void ct_encoder_forward_cpu(ct_backend *be, float *out, const int32_t *inp, cons
     }
 }
 
-/* dwte (V,C) += dout (B,T,C) scattered by inp (B,T); dwpe (maxT,C) += dout summed
- * over b (skipped when NULL). */
+/* dwte (V,C) += dout (B,T,C) scattered by inp (B,T); dwpe (maxT,C) row p +=
+ * dout[b,t], p = pos[b,t] or t when pos is NULL (skipped when dwpe is NULL). */
 void ct_encoder_backward_cpu(ct_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp,
-                             int B, int T, int C) {
+                             const int32_t *pos, int B, int T, int C) {
     (void)be;
     int N = B * T;
     int nblocks = (C + CT_ENCODER_BLOCK - 1) / CT_ENCODER_BLOCK;
@@ -50,7 +50,7 @@ void ct_encoder_backward_cpu(ct_backend *be, float *dwte, float *dwpe, const flo
             float *dwte_ix = dwte + (size_t)inp[i] * C;
             for (int c = c0; c < c1; c++) dwte_ix[c] += dout_i[c];
             if (dwpe) {
-                float *dwpe_t = dwpe + (size_t)(i % T) * C;
+                float *dwpe_t = dwpe + (size_t)(pos ? pos[i] : i % T) * C;
                 for (int c = c0; c < c1; c++) dwpe_t[c] += dout_i[c];
             }
         }

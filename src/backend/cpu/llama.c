@@ -103,8 +103,11 @@ void ct_rmsnorm_backward_cpu(ct_backend *be, float *dinp, float *dweight, const 
     }
 }
 
-static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta,
-                       float dir) {
+/* Row (b,t) turns by the angles of pos0 + pos[b,t] (pos0 + t without
+ * positions). The angles are kept while b runs down column t and recomputed
+ * only when the position changes: once per t for plain rows. */
+static void rope_apply(float *qkv, const int32_t *pos, int B, int T, int NH, int NKV, int HS,
+                       int pos0, float theta, float dir) {
     int half = HS / 2, heads = NH + NKV;
     size_t W = (size_t)(NH + 2 * NKV) * HS;
 #ifdef CT_USE_OPENMP
@@ -112,9 +115,14 @@ static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, int po
 #endif
     for (int t = 0; t < T; t++) {
         float cosv[ROPE_HALF_MAX], sinv[ROPE_HALF_MAX];
-        ct_rope_cos_sin(cosv, sinv, pos0 + t, HS, theta);
-        for (int i = 0; i < half; i++) sinv[i] *= dir;
+        int have = -1; /* the position cosv, sinv hold */
         for (int b = 0; b < B; b++) {
+            int p = pos0 + (pos ? pos[(size_t)b * T + t] : t);
+            if (p != have) {
+                ct_rope_cos_sin(cosv, sinv, p, HS, theta);
+                for (int i = 0; i < half; i++) sinv[i] *= dir;
+                have = p;
+            }
             float *row = qkv + ((size_t)b * T + t) * W;
             for (int h = 0; h < heads; h++) {
                 float *x1 = row + (size_t)h * HS, *x2 = x1 + half;
@@ -128,26 +136,26 @@ static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, int po
     }
 }
 
-/* In place on the q and k heads of qkv (B,T,(NH+2*NKV)*HS). */
-void ct_rope_forward_cpu(ct_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0,
-                         float theta) {
+/* In place on the q and k heads of qkv (B,T,(NH+2*NKV)*HS); pos (B,T) or NULL. */
+void ct_rope_forward_cpu(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH, int NKV,
+                         int HS, int pos0, float theta) {
     (void)be;
     if (HS / 2 > ROPE_HALF_MAX) {
-        ct_rope_forward_ref(be, qkv, B, T, NH, NKV, HS, pos0, theta);
+        ct_rope_forward_ref(be, qkv, pos, B, T, NH, NKV, HS, pos0, theta);
         return;
     }
-    rope_apply(qkv, B, T, NH, NKV, HS, pos0, theta, 1.0f);
+    rope_apply(qkv, pos, B, T, NH, NKV, HS, pos0, theta, 1.0f);
 }
 
 /* The transpose rotation, in place on dqkv's q and k parts. */
-void ct_rope_backward_cpu(ct_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
-                          float theta) {
+void ct_rope_backward_cpu(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH,
+                          int NKV, int HS, int pos0, float theta) {
     (void)be;
     if (HS / 2 > ROPE_HALF_MAX) {
-        ct_rope_backward_ref(be, dqkv, B, T, NH, NKV, HS, pos0, theta);
+        ct_rope_backward_ref(be, dqkv, pos, B, T, NH, NKV, HS, pos0, theta);
         return;
     }
-    rope_apply(dqkv, B, T, NH, NKV, HS, pos0, theta, -1.0f);
+    rope_apply(dqkv, pos, B, T, NH, NKV, HS, pos0, theta, -1.0f);
 }
 
 /* out (N,F) = silu(gate) * up; inp (N,2F) = [gate | up]. */

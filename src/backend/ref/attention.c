@@ -4,7 +4,9 @@
  * each row's log-sum-exp; the backward recomputes the probabilities from it.
  * Dot products and the softmax statistics are in double; the output row itself
  * is the float accumulator. Grouped-query attention (NKV < NH) reads each KV head from every query head of
- * its group. Leaves out: dropout, masks other than causal.
+ * its group. With positions (rows that pack several examples) query t sees
+ * only the keys of its own example, [t - pos[t], t]: the same row routine over
+ * a shorter window. Leaves out: dropout, masks other than causal and packed.
  */
 #include <math.h>
 
@@ -44,14 +46,21 @@ static float attention_row(float *out, const float *q, const float *k, const flo
     return (float)(m + log(l));
 }
 
+/* The first key query t of row b sees: its example's start t - pos[b,t]
+ * when positions are given, else 0 (plain causal). */
+static int attention_first_key(const int32_t *pos, int b, int T, int t) {
+    return pos ? t - pos[(size_t)b * T + t] : 0;
+}
+
 /* out (B,T,NH*HS) = causal softmax(q k^T / sqrt(HS)) v per query head; lse
  * (B,NH,T). qkv (B,T,(NH+2*NKV)*HS) holds q, k, v side by side; query head h
  * reads KV head h / (NH/NKV) (grouped-query attention; NKV == NH is plain
- * multi-head attention).
+ * multi-head attention). pos (B,T) or NULL: query t sees keys
+ * [t - pos[b,t], t] (its packed example), or [0, t].
  * Ref: torch.nn.functional.scaled_dot_product_attention(is_causal=True);
  * FlashAttention-2 (Dao, 2023), Algorithm 1; HF LLaMA repeat_kv. */
-void ct_attention_forward_ref(ct_backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH,
-                                  int NKV, int HS) {
+void ct_attention_forward_ref(ct_backend *be, float *out, float *lse, const float *qkv,
+                              const int32_t *pos, int B, int T, int NH, int NKV, int HS) {
     (void)be;
     double scale = 1.0 / sqrt((double)HS);
     size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS, KC = (size_t)NKV * HS;
@@ -65,8 +74,11 @@ void ct_attention_forward_ref(ct_backend *be, float *out, float *lse, const floa
             for (int t = 0; t < T; t++) {
                 const float *q = qkv_b + t * W + (size_t)h * HS;
                 float *o = out + ((size_t)b * T + t) * C + (size_t)h * HS;
-                // causal: query t sees keys 0..t
-                lse[((size_t)b * NH + h) * T + t] = attention_row(o, q, k, v, W, t + 1, HS, scale);
+                // causal: query t sees keys j0..t (j0 = 0 unless packed)
+                int j0 = attention_first_key(pos, b, T, t);
+                lse[((size_t)b * NH + h) * T + t] =
+                    attention_row(o, q, k + (size_t)j0 * W, v + (size_t)j0 * W, W, t + 1 - j0, HS,
+                                  scale);
             }
         }
     }
@@ -79,10 +91,11 @@ void ct_attention_forward_ref(ct_backend *be, float *out, float *lse, const floa
  *   ds_j = p_j (dout . v_j - D); dq += scale ds_j k_j; dk_j += scale ds_j q;
  *   dv_j += p_j dout.
  * A KV head's dk, dv sum over the query heads of its group, in head order.
+ * j runs over the keys the forward's query saw (pos as there).
  * Ref: FlashAttention-2 (Dao, 2023), Algorithm 2. */
 void ct_attention_backward_ref(ct_backend *be, float *dqkv, const float *dout, const float *qkv,
-                                   const float *out, const float *lse, int B, int T, int NH,
-                                   int NKV, int HS) {
+                               const float *out, const float *lse, const int32_t *pos, int B,
+                               int T, int NH, int NKV, int HS) {
     (void)be;
     double scale = 1.0 / sqrt((double)HS);
     size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS, KC = (size_t)NKV * HS;
@@ -99,7 +112,7 @@ void ct_attention_backward_ref(ct_backend *be, float *dqkv, const float *dout, c
                 const float *dout_t = dout + ((size_t)b * T + t) * C + (size_t)h * HS;
                 double lse_t = lse[((size_t)b * NH + h) * T + t];
                 double D = attention_dot(dout_t, o, HS);
-                for (int j = 0; j <= t; j++) {
+                for (int j = attention_first_key(pos, b, T, t); j <= t; j++) {
                     const float *k = qkv_b + j * W + ko;
                     const float *v = qkv_b + j * W + vo;
                     float *dk = dqkv_b + j * W + ko;

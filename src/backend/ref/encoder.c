@@ -6,12 +6,14 @@
  */
 #include "backend/ref/ref.h"
 
-/* out (B,T,C) = wte[inp[b,t]] + wpe[pos0 + t].
- * inp (B,T) token ids in [0,V); wte (V,C); wpe (maxT,C) with pos0 + T <= maxT,
- * or NULL for no position embedding (out = wte[inp]).
- * Ref: torch.nn.Embedding; llm.c train_gpt2.c encoder_forward. */
+/* out (B,T,C) = wte[inp[b,t]] + wpe[pos0 + p], p = pos[b,t] (the token's
+ * place in its packed example) or t when pos is NULL.
+ * inp, pos (B,T) token ids in [0,V), positions; wte (V,C); wpe (maxT,C) with
+ * pos0 + T <= maxT, or NULL for no position embedding (out = wte[inp]).
+ * Ref: torch.nn.Embedding; llm.c train_gpt2.c encoder_forward; HF GPT-2's
+ * position_ids. */
 void ct_encoder_forward_ref(ct_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe,
-                            int B, int T, int C, int pos0) {
+                            const int32_t *pos, int B, int T, int C, int pos0) {
     (void)be;
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
@@ -21,17 +23,19 @@ void ct_encoder_forward_ref(ct_backend *be, float *out, const int32_t *inp, cons
                 for (int c = 0; c < C; c++) out_bt[c] = wte_ix[c];
                 continue;
             }
-            const float *wpe_t = wpe + (size_t)(pos0 + t) * C;
+            int p = pos ? pos[(size_t)b * T + t] : t;
+            const float *wpe_t = wpe + (size_t)(pos0 + p) * C;
             for (int c = 0; c < C; c++) out_bt[c] = wte_ix[c] + wpe_t[c];
         }
     }
 }
 
-/* dwte (V,C) += dout rows scattered by token id; dwpe (maxT,C) rows 0..T-1 +=
- * dout summed over b, skipped when dwpe is NULL (e.g. positions from RoPE).
- * dout (B,T,C); inp (B,T). Ref: llm.c train_gpt2.c encoder_backward. */
+/* dwte (V,C) += dout rows scattered by token id; dwpe (maxT,C) row p +=
+ * dout[b,t], p = pos[b,t] or t when pos is NULL (rows in (b,t) order), skipped
+ * when dwpe is NULL (e.g. positions from RoPE).
+ * dout (B,T,C); inp, pos (B,T). Ref: llm.c train_gpt2.c encoder_backward. */
 void ct_encoder_backward_ref(ct_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp,
-                             int B, int T, int C) {
+                             const int32_t *pos, int B, int T, int C) {
     (void)be;
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
@@ -39,7 +43,8 @@ void ct_encoder_backward_ref(ct_backend *be, float *dwte, float *dwpe, const flo
             float *dwte_ix = dwte + (size_t)inp[(size_t)b * T + t] * C;
             for (int c = 0; c < C; c++) dwte_ix[c] += dout_bt[c];
             if (dwpe) {
-                float *dwpe_t = dwpe + (size_t)t * C;
+                int p = pos ? pos[(size_t)b * T + t] : t;
+                float *dwpe_t = dwpe + (size_t)p * C;
                 for (int c = 0; c < C; c++) dwpe_t[c] += dout_bt[c];
             }
         }

@@ -68,15 +68,17 @@ void ct_rope_cos_sin(float *cosv, float *sinv, int pos, int HS, float theta) {
 }
 
 /* Turn each q and k head of qkv (B,T,(NH+2*NKV)*HS) by the position's angles:
- * dir = +1 rotates (forward), -1 applies the transpose (backward). */
-static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta,
-                       double dir) {
+ * row (b,t) sits at pos0 + pos[b,t] (pos0 + t when pos is NULL); dir = +1
+ * rotates (forward), -1 applies the transpose (backward). */
+static void rope_apply(float *qkv, const int32_t *pos, int B, int T, int NH, int NKV, int HS,
+                       int pos0, float theta, double dir) {
     int half = HS / 2, heads = NH + NKV; // q heads then k heads, contiguous
     size_t W = (size_t)(NH + 2 * NKV) * HS;
     float cosv[half > 0 ? half : 1], sinv[half > 0 ? half : 1];
-    for (int t = 0; t < T; t++) {
-        ct_rope_cos_sin(cosv, sinv, pos0 + t, HS, theta);
-        for (int b = 0; b < B; b++) {
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            int p = pos ? pos[(size_t)b * T + t] : t;
+            ct_rope_cos_sin(cosv, sinv, pos0 + p, HS, theta);
             float *row = qkv + ((size_t)b * T + t) * W;
             for (int h = 0; h < heads; h++) {
                 float *x = row + (size_t)h * HS;
@@ -91,20 +93,21 @@ static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, int po
     }
 }
 
-/* In place on the q and k heads of qkv (B,T,(NH+2*NKV)*HS); HS even.
+/* In place on the q and k heads of qkv (B,T,(NH+2*NKV)*HS); HS even; pos
+ * (B,T) or NULL (see rope_apply).
  * Ref: Su et al., RoFormer (2021); HF modeling_llama apply_rotary_pos_emb. */
-void ct_rope_forward_ref(ct_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0,
-                         float theta) {
+void ct_rope_forward_ref(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH, int NKV,
+                         int HS, int pos0, float theta) {
     (void)be;
-    rope_apply(qkv, B, T, NH, NKV, HS, pos0, theta, 1.0);
+    rope_apply(qkv, pos, B, T, NH, NKV, HS, pos0, theta, 1.0);
 }
 
 /* The rotation is orthogonal: its gradient is the rotation by -angle. Writes
  * dqkv's q and k parts in place. */
-void ct_rope_backward_ref(ct_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
-                          float theta) {
+void ct_rope_backward_ref(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH,
+                          int NKV, int HS, int pos0, float theta) {
     (void)be;
-    rope_apply(dqkv, B, T, NH, NKV, HS, pos0, theta, -1.0);
+    rope_apply(dqkv, pos, B, T, NH, NKV, HS, pos0, theta, -1.0);
 }
 
 /* out (N,F) = silu(gate) * up, inp (N,2F) = [gate | up] per row.

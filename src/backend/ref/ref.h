@@ -14,9 +14,9 @@
 #define CT_GELU_KAPPA 0.044715
 
 void ct_encoder_forward_ref(ct_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe,
-                            int B, int T, int C, int pos0);
+                            const int32_t *pos, int B, int T, int C, int pos0);
 void ct_encoder_backward_ref(ct_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp,
-                             int B, int T, int C);
+                             const int32_t *pos, int B, int T, int C);
 
 void ct_layernorm_forward_ref(ct_backend *be, float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps);
@@ -30,11 +30,11 @@ void ct_matmul_backward_ref(ct_backend *be, float *dinp, float *dweight, float *
                             const float *inp, const float *weight, int N, int C, int OC);
 
 
-void ct_attention_forward_ref(ct_backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH,
-                                  int NKV, int HS);
+void ct_attention_forward_ref(ct_backend *be, float *out, float *lse, const float *qkv,
+                              const int32_t *pos, int B, int T, int NH, int NKV, int HS);
 void ct_attention_backward_ref(ct_backend *be, float *dqkv, const float *dout, const float *qkv,
-                                   const float *out, const float *lse, int B, int T, int NH,
-                                   int NKV, int HS);
+                               const float *out, const float *lse, const int32_t *pos, int B,
+                               int T, int NH, int NKV, int HS);
 void ct_attention_decode_ref(ct_backend *be, float *out, const float *q, const float *kcache,
                                  const float *vcache, int n, int NH, int NKV, int HS);
 
@@ -44,10 +44,10 @@ void ct_rmsnorm_backward_ref(ct_backend *be, float *dinp, float *dweight, const 
                              const float *weight, const float *rstd, int N, int C);
 /* cos, sin (HS/2) of RoPE's angles at position pos (shared by ref and cpu). */
 void ct_rope_cos_sin(float *cosv, float *sinv, int pos, int HS, float theta);
-void ct_rope_forward_ref(ct_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0,
-                         float theta);
-void ct_rope_backward_ref(ct_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
-                          float theta);
+void ct_rope_forward_ref(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH, int NKV,
+                         int HS, int pos0, float theta);
+void ct_rope_backward_ref(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH,
+                          int NKV, int HS, int pos0, float theta);
 void ct_swiglu_forward_ref(ct_backend *be, float *out, const float *inp, int N, int F);
 void ct_swiglu_backward_ref(ct_backend *be, float *dinp, const float *inp, const float *dout, int N, int F);
 

@@ -85,12 +85,13 @@ static void sim_dropout_backward(ct_backend *be, float *dinp, const float *dout,
 /* ------------------------------------------------------------- kernels */
 
 static void sim_encoder_forward(ct_backend *be, float *out, const int32_t *inp, const float *wte,
-                                const float *wpe, int B, int T, int C, int pos0) {
-    ct_encoder_forward_ref(be, HF(out), HI(inp), HF(wte), HF(wpe), B, T, C, pos0);
+                                const float *wpe, const int32_t *pos, int B, int T, int C,
+                                int pos0) {
+    ct_encoder_forward_ref(be, HF(out), HI(inp), HF(wte), HF(wpe), HI(pos), B, T, C, pos0);
 }
 static void sim_encoder_backward(ct_backend *be, float *dwte, float *dwpe, const float *dout,
-                                 const int32_t *inp, int B, int T, int C) {
-    ct_encoder_backward_ref(be, HF(dwte), HF(dwpe), HF(dout), HI(inp), B, T, C);
+                                 const int32_t *inp, const int32_t *pos, int B, int T, int C) {
+    ct_encoder_backward_ref(be, HF(dwte), HF(dwpe), HF(dout), HI(inp), HI(pos), B, T, C);
 }
 static void sim_layernorm_forward(ct_backend *be, float *out, float *mean, float *rstd,
                                   const float *inp, const float *weight, const float *bias, int N,
@@ -114,15 +115,15 @@ static void sim_matmul_backward(ct_backend *be, float *dinp, float *dweight, flo
     ct_matmul_backward_ref(be, HF(dinp), HF(dweight), HF(dbias), HF(dout), HF(inp), HF(weight),
                            N, C, OC);
 }
-static void sim_attention_forward(ct_backend *be, float *out, float *lse, const float *qkv, int B,
-                                  int T, int NH, int NKV, int HS) {
-    ct_attention_forward_ref(be, HF(out), HF(lse), HF(qkv), B, T, NH, NKV, HS);
+static void sim_attention_forward(ct_backend *be, float *out, float *lse, const float *qkv,
+                                  const int32_t *pos, int B, int T, int NH, int NKV, int HS) {
+    ct_attention_forward_ref(be, HF(out), HF(lse), HF(qkv), HI(pos), B, T, NH, NKV, HS);
 }
 static void sim_attention_backward(ct_backend *be, float *dqkv, const float *dout,
-                                   const float *qkv, const float *out, const float *lse, int B,
-                                   int T, int NH, int NKV, int HS) {
-    ct_attention_backward_ref(be, HF(dqkv), HF(dout), HF(qkv), HF(out), HF(lse), B, T, NH, NKV,
-                              HS);
+                                   const float *qkv, const float *out, const float *lse,
+                                   const int32_t *pos, int B, int T, int NH, int NKV, int HS) {
+    ct_attention_backward_ref(be, HF(dqkv), HF(dout), HF(qkv), HF(out), HF(lse), HI(pos), B, T,
+                              NH, NKV, HS);
 }
 static void sim_attention_decode(ct_backend *be, float *out, const float *q, const float *kcache,
                                  const float *vcache, int n, int NH, int NKV, int HS) {
@@ -138,13 +139,13 @@ static void sim_rmsnorm_backward(ct_backend *be, float *dinp, float *dweight, co
     ct_rmsnorm_backward_ref(be, HF(dinp), HF(dweight), HF(dout), HF(inp), HF(weight), HF(rstd),
                             N, C);
 }
-static void sim_rope_forward(ct_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS,
-                             int pos0, float theta) {
-    ct_rope_forward_ref(be, HF(qkv), B, T, NH, NKV, HS, pos0, theta);
+static void sim_rope_forward(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH,
+                             int NKV, int HS, int pos0, float theta) {
+    ct_rope_forward_ref(be, HF(qkv), HI(pos), B, T, NH, NKV, HS, pos0, theta);
 }
-static void sim_rope_backward(ct_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS,
-                              int pos0, float theta) {
-    ct_rope_backward_ref(be, HF(dqkv), B, T, NH, NKV, HS, pos0, theta);
+static void sim_rope_backward(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T,
+                              int NH, int NKV, int HS, int pos0, float theta) {
+    ct_rope_backward_ref(be, HF(dqkv), HI(pos), B, T, NH, NKV, HS, pos0, theta);
 }
 static void sim_swiglu_forward(ct_backend *be, float *out, const float *inp, int N, int F) {
     ct_swiglu_forward_ref(be, HF(out), HF(inp), N, F);
