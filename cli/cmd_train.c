@@ -162,10 +162,12 @@ static void print_progress(const ct_step_info *s, void *user) {
     char mfu[16];
     if (isfinite(s->mfu)) snprintf(mfu, sizeof mfu, "%.1f%%", 100 * s->mfu);
     else snprintf(mfu, sizeof mfu, "n/a");
+    char ep[48] = "";
+    if (s->epochs > 0) snprintf(ep, sizeof ep, " | epoch %.2f/%lld", s->epoch, (long long)s->epochs);
     int n = snprintf(p->line, sizeof p->line,
-                     "step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | "
+                     "step %5lld/%lld%s | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | "
                      "ETA %s | mem %s | MFU %s",
-                     (long long)s->step, (long long)s->steps, s->loss, s->lr, s->grad_norm,
+                     (long long)s->step, (long long)s->steps, ep, s->loss, s->lr, s->grad_norm,
                      s->tokens_per_s, s->step_ms, eta, mem, mfu);
     if (val && n > 0 && (size_t)n < sizeof p->line) {
         char vt[32];

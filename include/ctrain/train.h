@@ -86,6 +86,10 @@ extern "C" {
 
 typedef struct ct_step_info {
     int64_t step, steps;
+    double epoch;          /* passes over the training data after this step (2.5: halfway
+                            * through the third) */
+    int64_t epochs;        /* train.epochs (0: the run is counted in steps) */
+    int64_t counted;       /* instruction data: targets the loss counted, all ranks; 0 else */
     double loss, lr, grad_norm, tokens_per_s, step_ms;
     double val_loss;       /* NaN when no validation ran this step */
     int64_t val_tokens;    /* tokens that validation scored (0 when none ran) */

@@ -49,6 +49,8 @@ typedef enum ct_report_key {
     CT_REPORT_KEY_MEM_LIMIT_BYTES = 22,
     CT_REPORT_KEY_PLAN_BYTES = 23,
     CT_REPORT_KEY_MAJOR_FAULTS = 24,
+    CT_REPORT_KEY_EPOCH = 25,
+    CT_REPORT_KEY_COUNTED_TOKENS = 26,
     CT_REPORT_KEY_COUNT
 } ct_report_key;
 

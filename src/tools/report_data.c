@@ -24,6 +24,7 @@ static const char *const report_key_names[CT_REPORT_KEY_COUNT] = {
     "mem_bytes",    "t_data_ms",   "t_fwd_ms",        "t_bwd_ms",     "t_opt_ms",
     "t_comm_ms",    "gflops",      "mfu",             "mfu_theory",   "rss_bytes",
     "rss_peak_bytes", "arena_bytes", "mem_limit_bytes", "plan_bytes",   "major_faults",
+    "epoch",        "counted_tokens",
 };
 
 const char *ct_report_key_name(ct_report_key k) {

@@ -166,6 +166,21 @@ static void summary(html_ctx *h) {
     }
     fmt_count(a, sizeof a, tokens);
     row(b, "tokens trained", isfinite(tokens) ? a : "not recorded");
+    double epoch = col_last(h, CT_REPORT_KEY_EPOCH, NULL);
+    if (isfinite(epoch)) {
+        snprintf(v, sizeof v, "%.2f", epoch);
+        row(b, "epochs (passes over the training data)", v);
+    }
+    if (usable(h, CT_REPORT_KEY_COUNTED_TOKENS)) {
+        double counted = 0;
+        for (size_t i = 0; i < d->n_train; i++) {
+            double x = h->col[CT_REPORT_KEY_COUNTED_TOKENS][i];
+            if (isfinite(x)) counted += x;
+        }
+        fmt_count(a, sizeof a, counted);
+        snprintf(v, sizeof v, "%s (the completion and assistant tokens the loss counted)", a);
+        row(b, "targets in the loss", v);
+    }
     fmt_duration(a, sizeof a, wall);
     row(b, "training time (sum of step times)", isfinite(wall) ? a : "not recorded");
     int64_t s_last = 0, s_best = 0;

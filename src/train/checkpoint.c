@@ -364,7 +364,7 @@ fail:
 /* ---------------------------------------------------------------- save */
 
 ct_ckpt_opts ct_ckpt_opts_default(void) {
-    ct_ckpt_opts o = {.compress = false, .keep_last = 0, .signature = NULL};
+    ct_ckpt_opts o = {.compress = false, .keep_last = 0, .keep_also = -1, .signature = NULL};
     return o;
 }
 
@@ -530,10 +530,11 @@ static ct_status ckpt_scan(const char *ckdir, bool own_is_stale, int64_t **steps
     return CT_OK;
 }
 
-/* Keep the keep_last highest steps, `keep` always among them. A checkpoint is
- * renamed to a temporary name before it is removed. Failures only warn: the
- * new checkpoint is already safe. */
-static void ckpt_prune(const char *ckdir, int64_t keep, int keep_last) {
+/* Keep the keep_last highest steps, `keep` always among them, and keep_also
+ * besides (not counted in keep_last; -1: none). A checkpoint is renamed to a
+ * temporary name before it is removed. Failures only warn: the new
+ * checkpoint is already safe. */
+static void ckpt_prune(const char *ckdir, int64_t keep, int keep_last, int64_t keep_also) {
     int64_t *steps = NULL;
     int n = 0;
     if (ckpt_scan(ckdir, false, &steps, &n) != CT_OK) {
@@ -542,7 +543,7 @@ static void ckpt_prune(const char *ckdir, int64_t keep, int keep_last) {
     }
     int kept = 1; /* `keep` itself */
     for (int i = n - 1; i >= 0; i--) {
-        if (steps[i] == keep) continue;
+        if (steps[i] == keep || steps[i] == keep_also) continue;
         if (kept < keep_last) {
             kept++;
             continue;
@@ -557,10 +558,11 @@ static void ckpt_prune(const char *ckdir, int64_t keep, int keep_last) {
     free(steps);
 }
 
-void ct_ckpt_prune(const char *run_dir, int64_t keep, int keep_last) {
+void ct_ckpt_prune(const char *run_dir, int64_t keep, int keep_last, int64_t keep_also) {
     char ckdir[CKPT_PATH_MAX];
     int k = snprintf(ckdir, sizeof ckdir, "%s/checkpoints", run_dir);
-    if (keep_last > 0 && k > 0 && (size_t)k < sizeof ckdir) ckpt_prune(ckdir, keep, keep_last);
+    if (keep_last > 0 && k > 0 && (size_t)k < sizeof ckdir)
+        ckpt_prune(ckdir, keep, keep_last, keep_also);
 }
 
 ct_status ct_ckpt_save(const char *run_dir, int64_t step, ct_model *model,
@@ -663,7 +665,7 @@ ct_status ct_ckpt_save(const char *run_dir, int64_t step, ct_model *model,
     free(man.files);
     if (st) return st; /* renamed, but its durability is not confirmed */
     if (out_dir) snprintf(out_dir, cap, "%s", final);
-    if (o->keep_last > 0) ckpt_prune(ckdir, step, o->keep_last);
+    if (o->keep_last > 0) ckpt_prune(ckdir, step, o->keep_last, o->keep_also);
     return CT_OK;
 fail:
     ct_remove_tree(tmp);

@@ -64,10 +64,11 @@ typedef struct ct_ckpt_blob {
 typedef struct ct_ckpt_opts {
     bool compress;         /* zstd the blobs (never the weights) */
     int keep_last;         /* checkpoints to keep after a save; 0 = keep all */
+    int64_t keep_also;     /* a step pruning never removes (run.keep_best's); -1: none */
     const char *signature; /* the model's shape, checked on resume; NULL = none */
 } ct_ckpt_opts;
 
-/* compress = false, keep_last = 0, signature = NULL. */
+/* compress = false, keep_last = 0, keep_also = -1, signature = NULL. */
 ct_ckpt_opts ct_ckpt_opts_default(void);
 
 /* A signature string for m's shape: architecture, every size of the config,
@@ -100,9 +101,9 @@ ct_status ct_ckpt_save(const char *run_dir, int64_t step, ct_model *model,
  * CT_ERR_ARG (signature), CT_ERR_OOM. */
 ct_status ct_ckpt_verify(const char *ckpt_dir, const char *signature, int64_t *step);
 /* Prune run_dir's checkpoints as a save does (keep the keep_last highest
- * steps, `keep` among them; 0 keeps all): a resume that finds its work done
+ * steps, `keep` among them, and keep_also; 0 keeps all): a resume that finds its work done
  * finishes a prune its killed predecessor never reached. Failures warn. */
-void ct_ckpt_prune(const char *run_dir, int64_t keep, int keep_last);
+void ct_ckpt_prune(const char *run_dir, int64_t keep, int keep_last, int64_t keep_also);
 
 /* Steps of the checkpoint directories in run_dir/checkpoints (step_<digits>
  * only, temporary directories excluded), ascending; they are not verified.

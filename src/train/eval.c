@@ -57,7 +57,7 @@ ct_status ct_eval_run(ct_ctx *ctx, ct_model *m, const ct_eval_opts *o, ct_eval_r
     if (st) return st;
     const ct_model_config *mc = ct_model_get_config(m);
     ct_loader *ld = NULL;
-    int32_t *in = NULL, *tg = NULL;
+    int32_t *in = NULL, *tg = NULL, *pos = NULL;
     if ((st = ct_model_reserve(m, o->B, o->T, false))) return st;
 
     ct_loader_opts lo = ct_loader_opts_default();
@@ -79,17 +79,29 @@ ct_status ct_eval_run(ct_ctx *ctx, ct_model *m, const ct_eval_opts *o, ct_eval_r
     size_t n = (size_t)o->B * (size_t)o->T;
     in = ct_alloc(ctx, n * sizeof *in, CT_TAG_DATA);
     tg = ct_alloc(ctx, n * sizeof *tg, CT_TAG_DATA);
-    if (!in || !tg) {
+    pos = ct_alloc(ctx, n * sizeof *pos, CT_TAG_DATA);
+    if (!in || !tg || !pos) {
         st = ct_last_status();
         goto done;
     }
     int64_t total = o->batches ? o->batches : ct_loader_batches_per_epoch(ld);
     out->shards = ct_loader_num_shards(ld);
     out->data_tokens = ct_loader_total_tokens(ld);
-    double t0 = ct_time_s(), sum = 0;
+    /* instruction data: rows of whole examples, each attending to itself;
+     * the loss is the mean over the counted (completion) targets */
+    bool sft = ct_loader_is_sft(ld);
+    double t0 = ct_time_s(), sum = 0, counted = 0;
     for (int64_t i = 0; i < total; i++) {
         float loss;
-        if ((st = ct_loader_next(ld, in, tg))) goto done;
+        int64_t c = (int64_t)n;
+        if (sft) {
+            if ((st = ct_loader_next_pos(ld, in, tg, pos))) goto done;
+            if ((st = ct_model_set_positions(m, pos, o->B, o->T))) goto done;
+            c = 0;
+            for (size_t k = 0; k < n; k++) c += tg[k] >= 0;
+        } else if ((st = ct_loader_next(ld, in, tg))) {
+            goto done;
+        }
         if ((st = ct_model_forward(m, in, tg, o->B, o->T, &loss))) goto done;
         if (!isfinite(loss)) {
             st = CT_ERR(CT_ERR_NUMERIC, "%s: batch %" PRId64 " of %" PRId64 " gives a "
@@ -97,18 +109,23 @@ ct_status ct_eval_run(ct_ctx *ctx, ct_model *m, const ct_eval_opts *o, ct_eval_r
             ct_error_hint("the model's weights hold NaN or Inf values");
             goto done;
         }
-        /* same accumulation as the trainer's validation: float batch means, double sum */
-        sum += loss;
-        if (o->progress) o->progress(i + 1, total, sum / (double)(i + 1), o->user);
+        /* same accumulation as the trainer's validation: float batch means,
+         * double sums weighted by the counted targets */
+        sum += (double)loss * (double)c;
+        counted += (double)c;
+        if (o->progress)
+            o->progress(i + 1, total, counted > 0 ? sum / counted : 0.0, o->user);
     }
     out->seconds = ct_time_s() - t0;
     out->batches = total;
-    out->tokens = total * (int64_t)n;
-    out->loss = sum / (double)total;
+    out->tokens = sft ? (int64_t)counted : total * (int64_t)n;
+    out->loss = counted > 0 ? sum / counted : 0.0;
     out->perplexity = exp(out->loss);
 done:
     ct_free(ctx, in);
     ct_free(ctx, tg);
+    ct_free(ctx, pos);
+    (void)ct_model_set_positions(m, NULL, 0, 0); /* the model may be used again */
     ct_loader_free(ld);
     return st;
 }

@@ -160,6 +160,8 @@ ct_status ct_train_state_encode(const ct_train_state *s, uint8_t **out, size_t *
     put_u32(&w, (uint32_t)n);
     put_bytes(&w, s->init_from, n);
     put_i64(&w, s->world);
+    put_i64(&w, s->data_flags);
+    put_i64(&w, s->best_step);
     if (w.oom) {
         free(w.p);
         return CT_ERR(CT_ERR_OOM, "out of memory encoding the training state");
@@ -245,6 +247,11 @@ ct_status ct_train_state_decode(ct_train_state *s, const uint8_t *data, size_t l
     if (name) memcpy(t.init_from, name, n);
     t.world = version >= 2 ? get_i64(&r, "world") : 1; /* version 1: one process */
     if (t.world < 1) bad_field(&r, "world", ">= 1", (double)t.world);
+    t.data_flags = version >= 3 ? get_i64(&r, "data_flags") : 0;
+    t.best_step = version >= 3 ? get_i64(&r, "best_step") : -1;
+    if (t.data_flags < 0 || t.data_flags > 7) bad_field(&r, "data_flags", "0..7", (double)t.data_flags);
+    if (t.best_step < -1 || t.best_step > t.step)
+        bad_field(&r, "best_step", "-1..step", (double)t.best_step);
     if (!r.st && (g->bad_run < 0 || g->skipped < 0 || g->spikes < 0 || g->rollbacks < 0 ||
                   t.bad_evals < 0))
         bad_field(&r, "guard counters", ">= 0", -1);

@@ -43,7 +43,7 @@
 #include "train/guard.h"
 
 #define CT_TRAIN_STATE_MAGIC 0x53545443u
-#define CT_TRAIN_STATE_VERSION 2
+#define CT_TRAIN_STATE_VERSION 3
 
 typedef struct ct_train_state {
     int64_t step;   /* loop steps done (the checkpoint's step) */
@@ -59,7 +59,14 @@ typedef struct ct_train_state {
     bool ckpt_pending;   /* a periodic checkpoint is postponed (guard's bad run) */
     char init_from[CT_PATH_MAX]; /* model.init_from of the run */
     int64_t world;               /* ranks of the run (batch_size is per rank) */
+    /* version 3 (0 and -1 when reading older records) */
+    int64_t data_flags; /* CT_STATE_DATA_*: how instruction data was batched */
+    int64_t best_step;  /* step of the kept best checkpoint (run.keep_best); -1: none */
 } ct_train_state;
+
+#define CT_STATE_DATA_SFT 1      /* the training shards held instruction examples */
+#define CT_STATE_DATA_PACKING 2  /* data.packing */
+#define CT_STATE_DATA_GROUPED 4  /* data.group_by_length */
 
 /* Encode s as the "state" blob. Returns owned *out (release with free) and
  * its size in *len. CT_ERR_OOM. */

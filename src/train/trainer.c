@@ -39,22 +39,47 @@ static ct_status save_config_yaml(const ct_config *cfg) {
     return st;
 }
 
+ct_status trainer_next_batch(trainer *t, ct_loader *l, int64_t *counted) {
+    ct_status st;
+    size_t n = (size_t)t->B * t->T;
+    if (!ct_loader_is_sft(l)) {
+        *counted = (int64_t)n;
+        if ((st = ct_loader_next(l, t->in, t->tg))) return st;
+        return ct_model_set_positions(t->model, NULL, 0, 0);
+    }
+    if ((st = ct_loader_next_pos(l, t->in, t->tg, t->pos))) return st;
+    int64_t c = 0;
+    for (size_t i = 0; i < n; i++) c += t->tg[i] >= 0;
+    *counted = c;
+    return ct_model_set_positions(t->model, t->pos, t->B, t->T);
+}
+
+float trainer_batch_weight(const trainer *t, int64_t counted) {
+    if (!t->sft) return 1.0f / ((float)t->accum * (float)t->world);
+    return t->step_counted > 0 ? (float)((double)counted / (double)t->step_counted) : 0.0f;
+}
+
 /* Mean loss over t->eval_batches micro-batches of the validation stream,
- * always the same ones (the loader restarts). */
-static ct_status evaluate(trainer *t, double *out) {
+ * always the same ones (the loader restarts). Instruction data: the mean
+ * over the counted targets of all of them. */
+static ct_status evaluate(trainer *t, double *out, int64_t *scored) {
     ct_loader_reset(t->val);
-    double sum = 0;
+    double sum = 0, tokens = 0;
     for (int64_t i = 0; i < t->eval_batches; i++) {
         float loss;
-        ct_status st = ct_loader_next(t->val, t->in, t->tg);
+        int64_t counted;
+        ct_status st = trainer_next_batch(t, t->val, &counted);
         if (!st) st = ct_model_forward(t->model, t->in, t->tg, t->B, t->T, &loss);
         if (st) return st;
-        sum += loss;
+        sum += (double)loss * (double)counted;
+        tokens += (double)counted;
     }
     /* under mpirun each rank scored its own windows: the mean over all */
     ct_status st = trainer_dist_sum(t, &sum);
+    if (!st) st = trainer_dist_sum(t, &tokens);
     if (st) return st;
-    *out = sum / ((double)t->eval_batches * t->world);
+    *out = tokens > 0 ? sum / tokens : 0.0;
+    *scored = (int64_t)tokens;
     return CT_OK;
 }
 
@@ -74,6 +99,8 @@ static void snapshot_state(trainer *t, ct_train_state *s) {
     s->total_steps = cfg->train.steps;
     s->guard = t->guard;
     s->best_val = t->best_val;
+    s->best_step = t->best_step;
+    s->data_flags = trainer_data_flags(t);
     s->bad_evals = t->bad_evals;
     s->ckpt_pending = t->ckpt_pending;
     snprintf(s->init_from, sizeof s->init_from, "%s", cfg->model.init_from);
@@ -86,6 +113,10 @@ static ct_status write_checkpoint(trainer *t) {
     /* a clean state settles a postponed checkpoint; one written inside a bad
      * run (a stop, the end) leaves it due, as an unbroken run would */
     if (t->guard.bad_run == 0) t->ckpt_pending = false;
+    /* the best validation's weights are these: the checkpoint records it,
+     * and pruning keeps it from now on */
+    if (t->best_due == t->step) t->best_step = t->step;
+    t->ckpt_opts.keep_also = t->best_step;
     snapshot_state(t, s);
     double t0 = ct_time_s();
     ct_status st = trainer_save_state(t, s); /* rank 0 writes; every rank agrees */
@@ -159,6 +190,7 @@ static ct_status rollback(trainer *t, int64_t step, int64_t *to) {
         if (!st) {
             ct_guard_take_window(g, &s->guard);
             t->best_val = s->best_val;
+            t->best_step = s->best_step;
             t->bad_evals = s->bad_evals;
         }
         free(s);
@@ -212,6 +244,9 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
     double t0 = ct_time_s(), loss_sum = 0, wait = 0, fwd = 0, bwd = 0;
     ct_status st;
     ct_model_zero_grads(t->model);
+    /* the step's counted targets, all ranks: known from the loader's plan
+     * before any batch, so each micro-batch's gradient gets its final weight */
+    if (t->sft) t->step_counted = ct_loader_counted_ahead(t->train, t->accum);
     double ts = span(t, "zero_grads", t0, step);
     if (t->world > 1) {
         /* every rank's part of the global batch and the averaged gradient */
@@ -220,22 +255,29 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
     }
     for (int64_t a = 0; a < t->accum && t->world == 1; a++) {
         float loss;
+        int64_t counted;
         ct_model_timing mt = {0, 0};
-        if ((st = ct_loader_next(t->train, t->in, t->tg))) {
+        if ((st = trainer_next_batch(t, t->train, &counted))) {
             t->data_failed = true;
             return st;
         }
         wait += ct_loader_wait_s(t->train);
         ts = span(t, "data", ts, step);
         if ((st = ct_model_forward_backward_timed(t->model, t->in, t->tg, t->B, t->T,
-                                                  1.0f / (float)t->accum, &loss, &mt)))
+                                                  trainer_batch_weight(t, counted), &loss, &mt)))
             return st;
         ts = ct_time_s(); /* the model recorded its forward, head and backward */
         fwd += mt.forward_s;
         bwd += mt.backward_s;
-        loss_sum += loss;
+        loss_sum += t->sft ? (double)loss * (double)counted : loss;
     }
-    info->loss = loss_sum / (double)t->accum;
+    /* instruction data: the mean over every counted target of the step
+     * (trainer_dist_micro_batches summed the ranks' parts) */
+    if (t->sft)
+        info->loss = t->step_counted > 0 ? loss_sum / (double)t->step_counted : 0.0;
+    else
+        info->loss = loss_sum / (double)t->accum;
+    info->counted = t->sft ? t->step_counted : 0;
     if (cfg->debug.dump_grads_step == step && trainer_root(t)) {
         char name[64];
         snprintf(name, sizeof name, "grads_step%lld.safetensors", (long long)step);
@@ -395,7 +437,8 @@ static ct_status log_step(trainer *t, ct_step_info *info) {
                           "spike", "rollback", "data_wait_ms", "mem_bytes", "t_data_ms",
                           "t_fwd_ms", "t_bwd_ms", "t_opt_ms", "t_comm_ms", "gflops", "mfu",
                           "mfu_theory", "rss_bytes", "rss_peak_bytes", "arena_bytes",
-                          "mem_limit_bytes", "plan_bytes", "major_faults", "rollback_to"};
+                          "mem_limit_bytes", "plan_bytes", "major_faults", "epoch",
+                          "counted_tokens", "rollback_to"};
     double vals[] = {info->loss, info->lr, info->grad_norm, info->tokens_per_s, info->step_ms,
                      (double)info->skipped, (double)info->spike, (double)info->rolled_back,
                      info->data_wait_ms, (double)info->mem_bytes, info->t_data_ms,
@@ -403,8 +446,15 @@ static ct_status log_step(trainer *t, ct_step_info *info) {
                      info->gflops, info->mfu, info->mfu_theory, (double)info->rss_bytes,
                      (double)info->rss_peak_bytes, (double)ms.total_current,
                      (double)t->mem_limit, (double)t->plan.total, (double)info->major_faults,
-                     (double)info->rollback_to};
+                     info->epoch, (double)info->counted, (double)info->rollback_to};
     int n = (int)(sizeof keys / sizeof *keys) - (info->rolled_back ? 0 : 1);
+    if (!t->sft) { /* counted_tokens is instruction data's: drop it */
+        for (int i = (int)(sizeof keys / sizeof *keys) - 2; i < n - 1; i++) {
+            keys[i] = keys[i + 1];
+            vals[i] = vals[i + 1];
+        }
+        n--;
+    }
     if ((st = ct_metrics_write(t->metrics, info->step, "train", n, keys, vals))) return st;
     if ((st = log_remote(t, info->step))) return st;
     const char *tk[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s",
@@ -412,7 +462,7 @@ static ct_status log_step(trainer *t, ct_step_info *info) {
                         "guard/rollbacks", "perf/step_ms", "perf/t_data_ms", "perf/t_fwd_ms",
                         "perf/t_bwd_ms", "perf/t_opt_ms", "perf/t_comm_ms", "perf/gflops",
                         "memory/rss_bytes", "memory/rss_peak_bytes", "memory/arena_bytes",
-                        "memory/major_faults", "alerts/memory", "alerts/throughput",
+                        "memory/major_faults", "train/epoch", "alerts/memory", "alerts/throughput",
                         "alerts/loss", "alerts/data_wait", "perf/mfu", "perf/mfu_theory"};
     double tv[] = {info->loss, info->lr, info->grad_norm, info->tokens_per_s,
                    (double)ms.total_peak, (double)ms.total_current,
@@ -420,7 +470,7 @@ static ct_status log_step(trainer *t, ct_step_info *info) {
                    info->t_data_ms, info->t_fwd_ms, info->t_bwd_ms, info->t_opt_ms,
                    info->t_comm_ms, info->gflops, (double)info->rss_bytes,
                    (double)info->rss_peak_bytes, (double)ms.total_current,
-                   (double)info->major_faults, (double)t->mon.level[CT_ALERT_MEMORY],
+                   (double)info->major_faults, info->epoch, (double)t->mon.level[CT_ALERT_MEMORY],
                    (double)t->mon.level[CT_ALERT_THROUGHPUT], (double)t->mon.level[CT_ALERT_LOSS],
                    (double)t->mon.level[CT_ALERT_DATA_WAIT], info->mfu, info->mfu_theory};
     /* the MFU figures are left out while their peaks are unknown (NaN) */
@@ -435,13 +485,17 @@ static ct_status log_step(trainer *t, ct_step_info *info) {
 
 /* Validate, log, and update early stopping; *stop when patience ran out. */
 static ct_status validate(trainer *t, ct_step_info *info, bool *stop) {
-    ct_status st = evaluate(t, &info->val_loss);
+    ct_status st = evaluate(t, &info->val_loss, &info->val_tokens);
     if (st) return st;
-    info->val_tokens = t->eval_batches * t->B * t->T * t->world;
     double v = info->val_loss;
     if (isfinite(v) && (isnan(t->best_val) || v < t->best_val)) {
         t->best_val = v;
         t->bad_evals = 0;
+        /* run.keep_best: this step's checkpoint is written now and kept */
+        if (t->cfg->run.keep_best) {
+            t->best_due = info->step;
+            t->ckpt_pending = true;
+        }
     } else {
         t->bad_evals++;
     }
@@ -533,6 +587,15 @@ static ct_status write_trace(trainer *t) {
     return st;
 }
 
+/* Where the training loader stands after a step, in passes over the data. */
+static void step_epoch(trainer *t, ct_step_info *info) {
+    ct_loader_pos p;
+    ct_loader_get_pos(t->train, &p);
+    int64_t n = ct_loader_batches_in_epoch(t->train, p.epoch);
+    info->epoch = (double)p.epoch + (n > 0 ? (double)p.index / (double)n : 0.0);
+    info->epochs = t->cfg->train.epochs;
+}
+
 /* A step whose data could not be read (remote data past its retries): the
  * micro-batches it took go back, so the checkpoint of the last whole step
  * resumes at exactly the batch that failed; then the error stands. */
@@ -584,6 +647,7 @@ static ct_status run_loop(trainer *t) {
         if (info.rolled_back && (rb = rollback(t, step, &info.rollback_to)))
             info.rolled_back = false;
         t->step = step;
+        step_epoch(t, &info);
         res->last_step = step;
         res->final_loss = info.loss;
         info.skipped_total = t->guard.skipped;
@@ -632,6 +696,43 @@ static ct_status run_loop(trainer *t) {
     return CT_OK;
 }
 
+/* train.load_best_at_end: a run that finished (all its steps, or stopped
+ * early) ends with the weights of its best validation, from the checkpoint
+ * run.keep_best kept; the checkpoint of the last step stays as it is, so
+ * resume=auto still continues the run itself. */
+static ct_status load_best(trainer *t) {
+    const ct_config *cfg = t->cfg;
+    if (!cfg->train.load_best_at_end || t->res->end == CT_TRAIN_END_STOPPED) return CT_OK;
+    if (t->best_step < 0) {
+        if (trainer_root(t))
+            ct_log(CT_LOG_WARN, "train.load_best_at_end: no validation checkpoint was kept; the "
+                   "final weights are the last step's");
+        return CT_OK;
+    }
+    if (t->best_step == t->step) {
+        if (trainer_root(t))
+            ct_log(CT_LOG_INFO, "train.load_best_at_end: the last step (%lld) has the best "
+                   "validation loss, %.4f", (long long)t->step, t->best_val);
+        return CT_OK;
+    }
+    char dir[TRAINER_DIR_MAX];
+    snprintf(dir, sizeof dir, "%s/checkpoints/step_%08lld", cfg->run.dir, (long long)t->best_step);
+    int64_t got = -1;
+    ct_status st = ct_ckpt_verify(dir, t->signature, &got);
+    if (!st && got != t->best_step)
+        st = CT_ERR(CT_ERR_FORMAT, "%s: the manifest is for step %lld", dir, (long long)got);
+    if (!st) st = ct_train_state_load_weights(t->model, dir);
+    if (st) {
+        ct_error_prefix("train.load_best_at_end: the best checkpoint (step %lld)",
+                        (long long)t->best_step);
+        return st;
+    }
+    if (trainer_root(t))
+        ct_log(CT_LOG_INFO, "train.load_best_at_end: the final weights are step %lld's, the best "
+               "validation loss (%.4f), from %s", (long long)t->best_step, t->best_val, dir);
+    return CT_OK;
+}
+
 ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_hooks *hooks,
                             ct_train_result *result) {
     static const ct_train_hooks no_hooks = {0};
@@ -643,7 +744,8 @@ ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_ho
     result->final_loss = result->best_val_loss = NAN;
     if (!t) return CT_ERR(CT_ERR_OOM, "out of memory for the trainer");
     t->ctx = ctx;
-    t->cfg = cfg;
+    t->cfg_run = *cfg; /* train.epochs may set train.steps (trainer_setup) */
+    t->cfg = &t->cfg_run;
     t->hooks = hooks ? hooks : &no_hooks;
     t->res = result;
 
@@ -676,9 +778,10 @@ ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_ho
                "writing the final weights", (long long)cfg->train.steps);
         /* a kill between that checkpoint's rename and its pruning left one too many */
         if (trainer_root(t) && t->resume_step >= 0)
-            ct_ckpt_prune(cfg->run.dir, t->resume_step, (int)cfg->run.keep_last);
+            ct_ckpt_prune(cfg->run.dir, t->resume_step, (int)cfg->run.keep_last, t->best_step);
     }
     if ((st = run_loop(t))) goto done;
+    if ((st = ct_dist_agree(t->dist, load_best(t), "loading the best checkpoint"))) goto done;
     if (trainer_root(t) && !(st = ct_tb_flush(t->tb))) {
         if (ct_model_lora(t->model)) { /* the adapter, in PEFT's format; the base is unchanged */
             /* the base as an absolute path, so eval, sample and merge find it from

@@ -133,7 +133,7 @@ static void grad_hook(size_t lo, size_t hi, void *user) {
 ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum, double *wait,
                                      double *fwd, double *bwd) {
     ct_status local = CT_OK, st;
-    float weight = 1.0f / ((float)t->accum * (float)t->world);
+    float weight;
     float *dgrads = ct_model_trainable_grads(t->model);
     size_t numel = ct_model_trainable_numel(t->model);
     /* on a backend whose memory is not the host's, the allreduce runs on the
@@ -143,7 +143,8 @@ ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum,
     bool begun = false, data_local = false;
     for (int64_t a = 0; a < t->accum && !local; a++) {
         float loss;
-        if ((local = ct_loader_next(t->train, t->in, t->tg))) {
+        int64_t counted;
+        if ((local = trainer_next_batch(t, t->train, &counted))) {
             data_local = true;
             break;
         }
@@ -156,12 +157,13 @@ ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum,
             if (t->cfg->dist.overlap) ct_model_set_grad_hook(t->model, grad_hook, t->dist);
         }
         ct_model_timing mt = {0, 0};
+        weight = trainer_batch_weight(t, counted);
         local = ct_model_forward_backward_timed(t->model, t->in, t->tg, t->B, t->T, weight, &loss,
                                                 &mt);
         *fwd += mt.forward_s;
         *bwd += mt.backward_s;
         ct_model_set_grad_hook(t->model, NULL, NULL);
-        *loss_sum += loss;
+        *loss_sum += t->sft ? (double)loss * (double)counted : loss;
     }
     if (staged) ct_model_download(t->model, grads, dgrads, numel * sizeof(float));
     /* a rank that failed still joins the allreduces, so nobody waits on it */
@@ -197,7 +199,7 @@ ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum,
     }
     /* the mean over ranks of each rank's micro-batch loss sum, summed in
      * rank order: the same bits everywhere */
-    *loss_sum = sum / (double)t->world;
+    *loss_sum = t->sft ? sum : sum / (double)t->world; /* sft: the caller divides */
     t->stop_seen = stop_value != 0;
     t->stop_value = (int)stop_value;
     return CT_OK;

@@ -25,7 +25,9 @@
 
 typedef struct trainer {
     ct_ctx *ctx;                 /* borrowed */
-    const ct_config *cfg;        /* borrowed */
+    const ct_config *cfg;        /* &cfg_run */
+    ct_config cfg_run;           /* the caller's config, train.steps resolved from
+                                  * train.epochs */
     const ct_train_hooks *hooks; /* borrowed; never NULL (an empty one) */
     ct_train_result *res;        /* borrowed; never NULL */
     ct_model *model;
@@ -34,6 +36,9 @@ typedef struct trainer {
     ct_tb *tb;
     ct_adamw opt;
     int32_t *in, *tg; /* (B,T) each */
+    int32_t *pos;     /* (B,T): positions inside examples (instruction data) */
+    bool sft;         /* the training shards hold instruction examples */
+    int64_t step_counted; /* instruction data: counted targets of the step, all ranks */
     ct_schedule sched;
     ct_adamw_params ap;
     ct_ckpt_opts ckpt_opts;
@@ -74,6 +79,8 @@ typedef struct trainer {
     int64_t step; /* loop steps done */
     ct_guard guard;
     double best_val;  /* NaN: no validation yet */
+    int64_t best_step;    /* step of best_val's checkpoint (run.keep_best); -1: none */
+    int64_t best_due;     /* step whose checkpoint holds a new best, once written; 0: none */
     int64_t eval_batches; /* micro-batches per validation (this rank's) */
     int64_t bad_evals;
     bool ckpt_pending;
@@ -106,6 +113,18 @@ void trainer_monitor_init(trainer *t);
 void trainer_release(trainer *t);
 /* Current guard parameters from the config. */
 ct_guard_params trainer_guard_params(const ct_config *cfg);
+
+/* The next micro-batch of loader l into t->in and t->tg; with instruction
+ * data also its positions, handed to the model (plain data clears them).
+ * *counted: its counted targets (B*T for plain data). The loader's errors. */
+ct_status trainer_next_batch(trainer *t, ct_loader *l, int64_t *counted);
+/* The share of the step's loss a micro-batch of `counted` targets carries:
+ * 1/(grad_accum x ranks) for plain data; counted / t->step_counted for
+ * instruction data (every counted token of the step weighs the same). */
+float trainer_batch_weight(const trainer *t, int64_t counted);
+
+/* CT_STATE_DATA_* flags of the run's training data (train_state.h). */
+int64_t trainer_data_flags(const trainer *t);
 
 /* trainer_dist.c: the data-parallel parts of setup and of a step. */
 /* True on the rank that writes run.dir (rank 0). */

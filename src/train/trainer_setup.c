@@ -305,6 +305,8 @@ static ct_status check_resume_fits(trainer *t) {
         {"train.seed", cfg->train.seed, s->seed},
         {"data.shuffle", cfg->data.shuffle ? 1 : 0, s->shuffle ? 1 : 0},
     };
+    /* instruction data's rows: compared once the loaders are open (they say
+     * whether the shards hold examples) */
     for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
         if (same[i].now == same[i].then) continue;
         ct_status st = CT_ERR(CT_ERR_ARG, "%s = %lld, but checkpoint %s was written with "
@@ -326,7 +328,7 @@ static ct_status check_resume_fits(trainer *t) {
         ct_error_hint("drop model.init_from to continue that run, or use another run.dir");
         return st;
     }
-    if (s->step > cfg->train.steps) {
+    if (cfg->train.epochs == 0 && s->step > cfg->train.steps) {
         ct_status st = CT_ERR(CT_ERR_ARG, "train.steps = %lld, but checkpoint %s is already at "
                               "step %lld", (long long)cfg->train.steps, t->resume_dir,
                               (long long)s->step);
@@ -501,6 +503,9 @@ static ct_status open_loaders(trainer *t) {
     lo.prefetch = (int)cfg->data.prefetch;
     lo.rank = t->rank; /* rank r of w reads window (m*w + r) of every step */
     lo.world = t->world;
+    lo.packing = cfg->data.packing;
+    lo.group_by_length = cfg->data.group_by_length;
+    lo.accum = (int)t->accum;
     ct_status st = ct_loader_init(&t->train, &lo);
     if (st) {
         ct_error_prefix("data.train");
@@ -532,6 +537,8 @@ static ct_status open_loaders(trainer *t) {
     lo.shuffle = false;
     lo.seed = 0;
     lo.prefetch = 0;
+    lo.group_by_length = false;
+    lo.accum = 1;
     if (cfg->data.val[0] && ct_loader_split_missing(cfg->data.val, "val")) {
         /* its *.bin are training shards: scoring them is not validation */
         if (cfg->train.early_stop_patience > 0) {
@@ -548,7 +555,106 @@ static ct_status open_loaders(trainer *t) {
         ct_error_prefix("data.val");
         return st;
     }
+    t->sft = ct_loader_is_sft(t->train);
+    if (t->sft) {
+        ct_loader_sft_stats ss;
+        ct_loader_sft_stats_get(t->train, &ss);
+        if (t->rank == 0)
+            ct_log(CT_LOG_INFO, "instruction data: %lld examples in %lld rows of %d tokens "
+                   "(data.packing=%s, %.0f%% of the columns hold example tokens), %lld "
+                   "counted targets per epoch", (long long)ss.examples, (long long)ss.rows, t->T,
+                   cfg->data.packing ? "true" : "false", 100.0 * ss.fill, (long long)ss.counted);
+    }
     return plan_evaluation(t);
+}
+
+/* run.keep_best and train.load_best_at_end need validations to judge by. */
+static ct_status check_best(const trainer *t) {
+    const ct_config *cfg = t->cfg;
+    ct_status st;
+    if (cfg->train.load_best_at_end && !cfg->run.keep_best) {
+        st = CT_ERR(CT_ERR_ARG, "train.load_best_at_end = true needs run.keep_best = true (the "
+                    "best checkpoint must be kept to be loaded)");
+        ct_error_hint("add run.keep_best=true");
+        return st;
+    }
+    if ((cfg->run.keep_best || cfg->train.load_best_at_end) && !t->val) {
+        st = CT_ERR(CT_ERR_ARG, "%s = true needs validation data, and data.val %s",
+                    cfg->train.load_best_at_end ? "train.load_best_at_end" : "run.keep_best",
+                    cfg->data.val[0] ? "holds no validation split" : "is not set");
+        ct_error_hint("set data.val to a prepared directory with val_*.bin (prepare "
+                      "--val-examples N for instruction data), and train.eval_every=N");
+        return st;
+    }
+    return CT_OK;
+}
+
+/* The data flags of this run (train_state.h's CT_STATE_DATA_*). */
+int64_t trainer_data_flags(const trainer *t) {
+    if (!t->sft) return 0;
+    return CT_STATE_DATA_SFT | (t->cfg->data.packing ? CT_STATE_DATA_PACKING : 0) |
+           (t->cfg->data.group_by_length ? CT_STATE_DATA_GROUPED : 0);
+}
+
+/* A resumed run batches its data as the checkpoint's did: instruction rows
+ * depend on data.packing and data.group_by_length. */
+static ct_status check_resume_rows(trainer *t) {
+    if (t->resume_step < 0 || !t->resume_state) return CT_OK;
+    int64_t now = trainer_data_flags(t), then = t->resume_state->data_flags;
+    if (now == then) return CT_OK;
+    ct_status st;
+    if ((now ^ then) & CT_STATE_DATA_SFT) {
+        st = CT_ERR(CT_ERR_ARG, "data.train = %s holds %s, but checkpoint %s was trained on %s",
+                    t->cfg->data.train, now & CT_STATE_DATA_SFT ? "instruction examples" : "plain "
+                    "text shards", t->resume_dir, then & CT_STATE_DATA_SFT ? "instruction "
+                    "examples" : "plain text shards");
+        ct_error_hint("resume with the training data of the run that wrote it");
+        return st;
+    }
+    const char *key = (now ^ then) & CT_STATE_DATA_PACKING ? "data.packing" : "data.group_by_length";
+    int64_t bit = (now ^ then) & CT_STATE_DATA_PACKING ? CT_STATE_DATA_PACKING : CT_STATE_DATA_GROUPED;
+    st = CT_ERR(CT_ERR_ARG, "%s = %s, but checkpoint %s was written with %s = %s", key,
+                now & bit ? "true" : "false", t->resume_dir, key, then & bit ? "true" : "false");
+    ct_error_hint("a resumed run must batch its examples as before: set %s=%s, or start a new "
+                  "run in another run.dir", key, then & bit ? "true" : "false");
+    return st;
+}
+
+/* train.epochs > 0: train.steps becomes the steps of that many passes over
+ * the training data (instruction data: each epoch is whole steps; plain
+ * data: the micro-batches of the epochs, in whole steps, rounded down). */
+static ct_status resolve_epochs(trainer *t) {
+    ct_config *cfg = &t->cfg_run;
+    int64_t epochs = cfg->train.epochs;
+    if (epochs <= 0) return CT_OK;
+    int64_t batches = 0;
+    for (int64_t e = 0; e < epochs; e++) batches += ct_loader_batches_in_epoch(t->train, e);
+    int64_t steps = batches / t->accum;
+    if (steps < 1) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "train.epochs = %lld is less than one optimizer step "
+                              "(%lld micro-batches of %d x %d tokens per epoch, train.grad_accum "
+                              "= %lld)", (long long)epochs,
+                              (long long)ct_loader_batches_in_epoch(t->train, 0), t->B, t->T,
+                              (long long)t->accum);
+        ct_error_hint("lower train.batch_size or train.grad_accum, or prepare more data");
+        return st;
+    }
+    if (t->rank == 0)
+        ct_log(CT_LOG_INFO, "train.epochs = %lld: %lld optimizer steps (%lld micro-batches of "
+               "%d x %d per epoch on each of %d rank(s), %lld per step)", (long long)epochs,
+               (long long)steps, (long long)ct_loader_batches_in_epoch(t->train, 0), t->B, t->T,
+               t->world, (long long)t->accum);
+    cfg->train.steps = steps;
+    ct_status st = ct_schedule_from_config(&t->sched, cfg);
+    if (st) return st;
+    if (t->resume_state && t->resume_state->step > steps) {
+        st = CT_ERR(CT_ERR_ARG, "train.epochs = %lld is %lld steps, but checkpoint %s is already "
+                    "at step %lld", (long long)epochs, (long long)steps, t->resume_dir,
+                    (long long)t->resume_state->step);
+        ct_error_hint("raise train.epochs to continue training");
+        return st;
+    }
+    return CT_OK;
 }
 
 /* Moments, loader position, guard and early stopping from the checkpoint. */
@@ -570,6 +676,7 @@ static ct_status restore_state(trainer *t) {
     t->guard.rollbacks = s->guard.rollbacks;
     t->guard.lr_factor = s->guard.lr_factor;
     t->best_val = s->best_val;
+    t->best_step = s->best_step;
     t->bad_evals = s->bad_evals;
     t->ckpt_pending = s->ckpt_pending;
     t->step = s->step;
@@ -602,6 +709,7 @@ ct_status trainer_setup(trainer *t) {
     t->resume_step = -1;
     t->ckpt_step = -1;
     t->best_val = NAN;
+    t->best_step = -1;
     /* first, on every rank: the ranks' configs must agree (a collective) */
     if ((st = trainer_dist_begin(t))) return st;
     if ((st = ct_config_validate(cfg))) return st;
@@ -649,11 +757,14 @@ ct_status trainer_setup(trainer *t) {
     float *grads = t->stage ? t->stage : ct_model_trainable_grads(t->model);
     if ((st = ct_dist_grad_begin(t->dist, grads, numel, t->bucket))) return st;
     if ((st = open_loaders(t))) return st;
+    if ((st = check_resume_rows(t)) || (st = resolve_epochs(t))) return st;
+    if ((st = check_best(t))) return st;
     /* the shards' tokenizer must be the starting model's (ids that fit prove nothing) */
     if ((st = run_tokenizer_check(cfg, t->resume_step >= 0 ? t->resume_dir : ""))) return st;
     t->in = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->in, CT_TAG_DATA);
     t->tg = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->tg, CT_TAG_DATA);
-    if (!t->in || !t->tg) return ct_last_status();
+    t->pos = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->pos, CT_TAG_DATA);
+    if (!t->in || !t->tg || !t->pos) return ct_last_status();
     if (t->resume_step >= 0 && (st = restore_state(t))) return st;
     t->ap = (ct_adamw_params){(float)cfg->optim.beta1, (float)cfg->optim.beta2,
                               (float)cfg->optim.eps, (float)cfg->optim.weight_decay};
@@ -715,6 +826,7 @@ void trainer_release(trainer *t) {
     ct_tb_close(t->tb);
     ct_free(t->ctx, t->in);
     ct_free(t->ctx, t->tg);
+    ct_free(t->ctx, t->pos);
     ct_loader_free(t->train);
     ct_loader_free(t->val);
     ct_adamw_free(&t->opt);
@@ -733,7 +845,7 @@ void trainer_release(trainer *t) {
     t->xbuf = NULL;
     t->metrics = NULL;
     t->tb = NULL;
-    t->in = t->tg = NULL;
+    t->in = t->tg = t->pos = NULL;
     t->train = t->val = NULL;
     t->model = NULL;
     t->resume_state = NULL;

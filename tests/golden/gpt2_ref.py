@@ -125,10 +125,14 @@ def gelu_new(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
-def forward(params, config, idx, targets=None):
+def forward(params, config, idx, targets=None, pos=None, attn_mask=None):
     """Logits (B, T, V) and, when targets are given, the mean cross-entropy over B*T.
 
     idx, targets: int64 tensors (B, T). params: {name: tensor} in HF layout.
+    pos: optional int64 (B, T) position of each token (wpe row; default 0..T-1 in every
+    row). attn_mask: optional bool (B, T, T), True where query t may attend to key s
+    (default causal). Instruction data (sft_ref.py) passes both; each row then needs at
+    least one True per query.
     """
     _need_torch()
     c = normalize_config(config)
@@ -138,9 +142,17 @@ def forward(params, config, idx, targets=None):
     if T > c["n_ctx"]:
         raise ValueError("sequence length %d exceeds n_ctx %d" % (T, c["n_ctx"]))
     P = params
-    pos = torch.arange(T, device=idx.device)
-    x = F.embedding(idx, P["wte.weight"]) + F.embedding(pos, P["wpe.weight"])[None]
-    causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+    if pos is None:
+        pos = torch.arange(T, device=idx.device)
+        x = F.embedding(idx, P["wte.weight"]) + F.embedding(pos, P["wpe.weight"])[None]
+    else:
+        if int(pos.max()) >= c["n_ctx"] or int(pos.min()) < 0:
+            raise ValueError("positions must lie in [0, n_ctx %d)" % c["n_ctx"])
+        x = F.embedding(idx, P["wte.weight"]) + F.embedding(pos, P["wpe.weight"])
+    if attn_mask is None:
+        causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+    else:
+        causal = attn_mask.to(torch.bool)[:, None]                                # (B,1,T,T)
     for i in range(c["n_layer"]):
         p = "h.%d." % i
         # attention sub-block

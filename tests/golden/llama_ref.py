@@ -88,15 +88,34 @@ def rope_cos_sin(T, d, theta, dtype):
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
-def forward(P, c, idx, targets=None):
-    """Logits (B, T, V) and the mean cross-entropy (or None) of token ids idx (B, T)."""
+def rope_cos_sin_at(pos, d, theta, dtype):
+    """cos, sin (B, 1, T, d) at positions pos (int64 (B, T)): HF's position_ids. The angle
+    pos * inv_freq is the same float32 product rope_cos_sin forms for pos = 0..T-1."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    freqs = pos.float()[..., None] * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+
+
+def forward(P, c, idx, targets=None, pos=None, attn_mask=None):
+    """Logits (B, T, V) and the mean cross-entropy (or None) of token ids idx (B, T).
+
+    pos: optional int64 (B, T) rotary position of each token (HF's position_ids; default
+    0..T-1 in every row). attn_mask: optional bool (B, T, T), True where query t may
+    attend to key s (default causal). Instruction data (sft_ref.py) passes both."""
     Bn, T = idx.shape
     C, NH, NKV = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
     d, rep = head_dim(c), NH // NKV
     eps, theta = c["rms_norm_eps"], c["rope_theta"]
     x = P["model.embed_tokens.weight"][idx]
-    cos, sin = rope_cos_sin(T, d, theta, x.dtype)
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    if pos is None:
+        cos, sin = rope_cos_sin(T, d, theta, x.dtype)
+    else:
+        cos, sin = rope_cos_sin_at(pos, d, theta, x.dtype)
+    if attn_mask is None:
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+    else:
+        mask = attn_mask.to(torch.bool)[:, None]                                  # (B,1,T,T)
     for l in range(c["num_hidden_layers"]):
         p = "model.layers.%d." % l
         h = rms_norm(x, P[p + "input_layernorm.weight"], eps)
