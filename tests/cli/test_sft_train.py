@@ -17,6 +17,8 @@
   are refused with exit 2.
 - `ctrain eval` of the final (best) weights on the val split gives the best
   validation loss.
+- Under mpirun (when installed): 2 ranks at B=2 give the losses and grad norms of one
+  process at B=4, step for step (1e-5), on packed, shuffled examples with grad_accum 2.
 - The README's four commands on a LLaMA-layout directory with TinyLlama's chat
   template: prepare chat JSONL, LoRA-train 4 epochs with packing (validation,
   best checkpoint loaded at the end), merge, chat; the merged model and the
@@ -97,6 +99,35 @@ def base_args(data, run_dir, extra=()):
             "model.preset=gpt2-tiny", "model.vocab_size=50257", "model.n_ctx=64", "train.batch_size=2",
             "train.seq_len=64", "optim.lr=3e-3", "train.seed=7", "run.threads=2", "model.dropout=0",
             "schedule.name=constant", *extra]
+
+
+# Open MPI as tests/cli/test_mpi.py runs it: as root, oversubscribed, shared memory only
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_hwloc_base_binding_policy": "none",
+           "OMPI_MCA_btl": "self,vader", "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+
+
+def ranks(tmp, data):
+    one, two = os.path.join(tmp, "one"), os.path.join(tmp, "two")
+    common = ["train.epochs=2", "train.grad_accum=2", "data.shuffle=true", "run.threads=1"]
+    rc, text = run(*base_args(data, one, common + ["train.batch_size=4"]))
+    check("1 process at B=4", rc == 0, text[-600:])
+    p = subprocess.run(["mpirun", "-np", "2", CTRAIN, *base_args(data, two, common + ["train.batch_size=2"])],
+                       capture_output=True, text=True, timeout=600, env=dict(os.environ, **MPI_ENV))
+    if "built without MPI" in p.stdout + p.stderr:
+        print("SKIP: 2 ranks = 1 process: ctrain was built without MPI")
+        return
+    check("2 ranks at B=2 under mpirun", p.returncode == 0, (p.stdout + p.stderr)[-600:])
+    if rc != 0 or p.returncode != 0:
+        return
+    a, b = metrics(one), metrics(two)
+
+    def close(x, y):
+        return abs(x - y) <= 1e-5 * max(1.0, abs(x))
+    check("2 ranks x B = 1 process x 2B: every step's loss, grad norm and counted targets",
+          len(a) == len(b) > 2 and all(close(x["loss"], y["loss"]) and close(x["grad_norm"], y["grad_norm"]) and
+                                       x["counted_tokens"] == y["counted_tokens"] for x, y in zip(a, b)),
+          str([(x["loss"], y["loss"]) for x, y in zip(a, b)][:4]))
 
 
 def llama_base(tmp):
@@ -267,6 +298,10 @@ def body(tmp):
                    "train.batch_size=2", "train.seq_len=64", "train.steps=2", "run.keep_best=true")
     check("keep_best without validation data: exit 2 naming data.val", rc == 2 and "data.val" in text, text[-400:])
 
+    if shutil.which("mpirun"):
+        ranks(tmp, data)
+    else:
+        print("SKIP: 2 ranks = 1 process: mpirun is not installed")
     if os.path.exists(LLAMA_JSON):
         workflow(tmp)
     else:
