@@ -219,6 +219,18 @@ void ct_bf16_to_f32_array(float *restrict dst, const uint16_t *restrict src, siz
     }
 }
 
+void ct_f32_round_bf16_array(float *dst, const float *src, size_t n) {
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for simd schedule(static) if (n >= BF16_PARALLEL_MIN)
+#endif
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof u);
+        u = (uint32_t)bf16_round_bits(u) << 16;
+        memcpy(&dst[i], &u, sizeof u);
+    }
+}
+
 double ct_f32_decimal(float v) {
     if (!isfinite(v)) return (double)v;
     char buf[32];

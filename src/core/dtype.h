@@ -71,6 +71,9 @@ ct_status ct_convert_from_f32(void *dst, ct_dtype dt, const float *src, size_t n
  * Both borrow their arguments and cannot fail. */
 void ct_f32_to_bf16_array(uint16_t *dst, const float *src, size_t n);
 void ct_bf16_to_f32_array(float *dst, const uint16_t *src, size_t n);
+/* dst[i] = src[i] rounded to bf16 and widened back (the value a bf16 store
+ * would keep), in one pass; dst may equal src (in place), or not overlap it. */
+void ct_f32_round_bf16_array(float *dst, const float *src, size_t n);
 
 /* ---------------------------------------------------------------- byte order */
 static inline uint16_t ct_le_load_u16(const void *p) {

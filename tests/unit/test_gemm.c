@@ -6,11 +6,19 @@
  * ignored as BLAS says). The same call twice gives the same bits (resume is
  * bit-exact only if the GEMM is deterministic), and calls made from inside an
  * OpenMP parallel region (as the attention kernel makes them) are right too.
- * Also the run.gemm words.
+ * The same cases on oneDNN's matmul-primitive path called directly (dense
+ * operands: brgemm kernels; padded: gemm kernels). The primitive cache (one
+ * primitive per shape, hits, LRU eviction) and the buffers it holds (scratchpad,
+ * packed B, operand copies) against ct_gemm_workspace_bytes. The bf16 GEMMs (both operands bf16, or fp32 A
+ * times bf16 B) on each library against the double-precision product of the
+ * bf16-rounded inputs (close: only the fp32 summation order differs), against
+ * the fp32 product (bf16 rounding: ~1e-2), and the scalar reference.
+ * oneDNN's parts skip in a build without it. Also the run.gemm words.
  */
 #include "ct_test.h"
 
 #include "backend/cpu/gemm.h"
+#include "core/dtype.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -44,8 +52,23 @@ static void ref_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const f
         }
 }
 
-/* One case on one library; returns the max relative error. */
-static double one_case(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, int pad,
+/* The fp32 paths: ct_sgemm on each library, and the primitive path itself. */
+enum { P_BLAS, P_ONEDNN, P_PRIM, P_COUNT };
+static const char *PATH[P_COUNT] = {"openblas", "onednn", "primitive"};
+
+static void run_path(int path, bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (path == P_PRIM) {
+        bool ran = ct_gemm_primitive(CT_GEMM_F32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        CHECK_MSG(ran, "primitive %dx%dx%d ld %d %d %d: oneDNN refused it", M, N, K, lda, ldb, ldc);
+        return;
+    }
+    ct_sgemm(path == P_ONEDNN ? CT_GEMM_ONEDNN : CT_GEMM_OPENBLAS, ta, tb, M, N, K, alpha, A, lda,
+             B, ldb, beta, C, ldc);
+}
+
+/* One case on one path; returns the max relative error. */
+static double one_case(int path, bool ta, bool tb, int M, int N, int K, int pad,
                        float alpha, float beta) {
     int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
     int lda = ac + pad, ldb = bc + pad, ldc = N + pad;
@@ -58,8 +81,8 @@ static double one_case(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, i
     memcpy(W, C, sizeof(float) * (size_t)M * ldc);
     memcpy(C2, C, sizeof(float) * (size_t)M * ldc);
     ref_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, W, ldc);
-    ct_sgemm(lib, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    ct_sgemm(lib, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C2, ldc);
+    run_path(path, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    run_path(path, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C2, ldc);
     double err = 0, scale = 1e-30;
     bool same = true, pad_kept = true;
     for (int i = 0; i < M; i++) {
@@ -74,9 +97,9 @@ static double one_case(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, i
             pad_kept &= beta == 0.0f ? isnan(C[(size_t)i * ldc + j])
                                      : C[(size_t)i * ldc + j] == W[(size_t)i * ldc + j];
     }
-    CHECK_MSG(same, "%s %c%c %dx%dx%d: two identical calls differ", ct_gemm_lib_name(lib),
-              ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K);
-    CHECK_MSG(pad_kept, "%s: wrote into the row padding", ct_gemm_lib_name(lib));
+    CHECK_MSG(same, "%s %c%c %dx%dx%d: two identical calls differ", PATH[path], ta ? 'T' : 'N',
+              tb ? 'T' : 'N', M, N, K);
+    CHECK_MSG(pad_kept, "%s: wrote into the row padding", PATH[path]);
     free(A);
     free(B);
     free(C);
@@ -85,24 +108,101 @@ static double one_case(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, i
     return err / scale;
 }
 
-int main(void) {
-    static const int shapes[][3] = {{1, 1, 1}, {1, 17, 3}, {5, 1, 9}, {37, 53, 19},
-                                    {64, 128, 64}, {256, 300, 129}, {3, 768, 2304}};
-    int libs[2] = {CT_GEMM_OPENBLAS, CT_GEMM_ONEDNN}, nlib = ct_gemm_have_onednn() ? 2 : 1;
-    for (int li = 0; li < nlib; li++) {
-        ct_gemm_lib lib = (ct_gemm_lib)libs[li];
+/* Rounds x to bf16 in place; the bit patterns into h. */
+static void round_bf16(float *x, uint16_t *h, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        h[i] = ct_f32_to_bf16(x[i]);
+        x[i] = ct_bf16_to_f32(h[i]);
+    }
+}
+
+/* max |X - W| / max |W| over C's M x N (inf when X has a non-finite element) */
+static double rel_err(const float *X, const float *W, int M, int N, int ldc) {
+    double err = 0, scale = 1e-30;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            size_t x = (size_t)i * ldc + j;
+            double d = fabs((double)X[x] - W[x]);
+            err = isfinite(X[x]) ? (d > err ? d : err) : INFINITY;
+            scale = fabs(W[x]) > scale ? fabs(W[x]) : scale;
+        }
+    return err / scale;
+}
+
+/* The bf16 paths: both operands bf16 or fp32 A, on each library. */
+enum { B_BF16_BLAS, B_BF16_ONEDNN, B_MIX_BLAS, B_MIX_ONEDNN, B_COUNT };
+static const char *BPATH[B_COUNT] = {"bf16 openblas", "bf16 onednn", "f32xbf16 openblas",
+                                     "f32xbf16 onednn"};
+
+/* One bf16 case: worst errors against the bf16-rounded truth (*exact), the
+ * fp32 truth (*loose), and the reference's own against the rounded truth. */
+static void bf16_case(int path, bool ta, bool tb, int M, int N, int K, int pad, float alpha,
+                      float beta, double *exact, double *loose, double *ref) {
+    int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    int lda = ac + pad, ldb = bc + pad, ldc = N + pad;
+    size_t na = (size_t)ar * lda, nb = (size_t)br * ldb, nc = (size_t)M * ldc;
+    float *A = malloc(na * 4), *Ar = malloc(na * 4), *B = malloc(nb * 4), *Br = malloc(nb * 4);
+    uint16_t *Ah = malloc(na * 2), *Bh = malloc(nb * 2);
+    float *C = malloc(nc * 4), *C2 = malloc(nc * 4), *R = malloc(nc * 4), *W = malloc(nc * 4),
+          *W32 = malloc(nc * 4);
+    for (size_t i = 0; i < na; i++) A[i] = Ar[i] = frnd();
+    for (size_t i = 0; i < nb; i++) B[i] = Br[i] = frnd();
+    round_bf16(Ar, Ah, na);
+    round_bf16(Br, Bh, nb);
+    for (size_t i = 0; i < nc; i++) C[i] = beta == 0.0f ? NAN : frnd();
+    memcpy(C2, C, nc * 4);
+    memcpy(R, C, nc * 4);
+    memcpy(W, C, nc * 4);
+    memcpy(W32, C, nc * 4);
+    ref_gemm(ta, tb, M, N, K, alpha, Ar, lda, Br, ldb, beta, W, ldc);
+    ref_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, W32, ldc);
+    ct_gemm_bf16_ref(ta, tb, M, N, K, alpha, Ah, lda, Bh, ldb, beta, R, ldc);
+    ct_gemm_lib lib = path == B_BF16_ONEDNN || path == B_MIX_ONEDNN ? CT_GEMM_ONEDNN : CT_GEMM_OPENBLAS;
+    for (int rep = 0; rep < 2; rep++) {
+        float *X = rep ? C2 : C;
+        if (path == B_BF16_BLAS || path == B_BF16_ONEDNN)
+            ct_gemm_bf16(lib, ta, tb, M, N, K, alpha, Ah, lda, Bh, ldb, beta, X, ldc);
+        else /* A unrounded: the call rounds it */
+            ct_gemm_f32_bf16(lib, ta, tb, M, N, K, alpha, A, lda, Bh, ldb, beta, X, ldc);
+    }
+    CHECK_MSG(!memcmp(C, C2, nc * 4), "%s %c%c %dx%dx%d: two identical calls differ", BPATH[path],
+              ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K);
+    bool pad_kept = true;
+    for (int i = 0; i < M; i++)
+        for (int j = N; j < ldc; j++)
+            pad_kept &= beta == 0.0f ? isnan(C[(size_t)i * ldc + j])
+                                     : C[(size_t)i * ldc + j] == W[(size_t)i * ldc + j];
+    CHECK_MSG(pad_kept, "%s: wrote into the row padding", BPATH[path]);
+    *exact = rel_err(C, W, M, N, ldc);
+    *loose = rel_err(C, W32, M, N, ldc);
+    *ref = rel_err(R, W, M, N, ldc);
+    free(A), free(Ar), free(B), free(Br), free(Ah), free(Bh);
+    free(C), free(C2), free(R), free(W), free(W32);
+}
+
+static const int SHAPES[][3] = {{1, 1, 1},    {1, 17, 3},     {5, 1, 9},      {37, 53, 19},
+                                {3, 3, 129},  {64, 128, 64},  {129, 17, 1},   {256, 300, 129},
+                                {3, 768, 2304}};
+#define NSHAPES (sizeof SHAPES / sizeof *SHAPES)
+static const float ALPHAS[4] = {1.0f, 0.5f, -2.0f, 1.0f}, BETAS[4] = {0.0f, 1.0f, -0.25f, 1.0f};
+static const int PADS[4] = {0, 0, 3, 1}; /* variant v: alpha, beta, row padding */
+
+/* Every fp32 path: shapes x transposes x variants, then calls from inside a
+ * parallel region. */
+static void test_f32(bool prim) {
+    for (int path = 0; path < P_COUNT; path++) {
+        if ((path != P_BLAS && !ct_gemm_have_onednn()) || (path == P_PRIM && !prim)) continue;
         double worst = 0;
-        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (size_t s = 0; s < NSHAPES; s++)
             for (int t = 0; t < 4; t++)
-                for (int v = 0; v < 3; v++) {
-                    static const float alphas[3] = {1.0f, 0.5f, -2.0f}, betas[3] = {0.0f, 1.0f, -0.25f};
-                    double e = one_case(lib, t & 1, t & 2, shapes[s][0], shapes[s][1],
-                                        shapes[s][2], v == 2 ? 3 : 0, alphas[v], betas[v]);
+                for (int v = 0; v < 4; v++) {
+                    double e = one_case(path, t & 1, t & 2, SHAPES[s][0], SHAPES[s][1],
+                                        SHAPES[s][2], PADS[v], ALPHAS[v], BETAS[v]);
                     worst = e > worst ? e : worst;
-                    CHECK_MSG(e < 1e-5, "%s t=%d %dx%dx%d v=%d: error %.3g", ct_gemm_lib_name(lib),
-                              t, shapes[s][0], shapes[s][1], shapes[s][2], v, e);
+                    CHECK_MSG(e < 1e-5, "%s t=%d %dx%dx%d v=%d: error %.3g", PATH[path], t,
+                              SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], v, e);
                 }
-        printf("%s: worst relative error %.3g\n", ct_gemm_lib_name(lib), worst);
+        printf("%s: worst relative error %.3g\n", PATH[path], worst);
         /* from inside a parallel region, as the attention tiles call it */
         int bad = 0;
 #ifdef CT_USE_OPENMP
@@ -115,17 +215,199 @@ int main(void) {
             for (int x = 0; x < N * K; x++) B[x] = (float)((x * 5 + i) % 11) / 11.0f;
             memset(C, 0, sizeof C);
             memset(W, 0, sizeof W);
-            ct_sgemm(lib, false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+            run_path(path, false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
             ref_gemm(false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, W, N);
             for (int x = 0; x < M * N; x++) bad += fabsf(C[x] - W[x]) > 1e-4f;
         }
-        CHECK_MSG(bad == 0, "%s: %d wrong elements from inside a parallel region",
-                  ct_gemm_lib_name(lib), bad);
+        CHECK_MSG(bad == 0, "%s: %d wrong elements from inside a parallel region", PATH[path], bad);
     }
+}
+
+/* Every bf16 path the build has (the OpenBLAS ones always). */
+static void test_bf16(bool prim) {
+    for (int path = 0; path < B_COUNT; path++) {
+        bool dnnl = path == B_BF16_ONEDNN || path == B_MIX_ONEDNN;
+        if (dnnl && !prim) continue;
+        double w_exact = 0, w_loose = 0, w_ref = 0;
+        for (size_t s = 0; s < NSHAPES; s++)
+            for (int t = 0; t < 4; t++)
+                for (int v = 0; v < 4; v++) {
+                    double ex, lo, re;
+                    bf16_case(path, t & 1, t & 2, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2],
+                              PADS[v], ALPHAS[v], BETAS[v], &ex, &lo, &re);
+                    CHECK_MSG(ex < 1e-5 && lo < 2e-2 && re < 1e-5,
+                              "%s t=%d %dx%dx%d v=%d: error %.3g (fp32 %.3g, ref %.3g)",
+                              BPATH[path], t, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], v, ex, lo, re);
+                    w_exact = ex > w_exact ? ex : w_exact;
+                    w_loose = lo > w_loose ? lo : w_loose;
+                    w_ref = re > w_ref ? re : w_ref;
+                }
+        printf("%s: worst relative error %.3g against the bf16-rounded product, %.3g against "
+               "fp32 (reference %.3g)\n", BPATH[path], w_exact, w_loose, w_ref);
+        /* from inside a parallel region */
+        int bad = 0;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for reduction(+ : bad)
+#endif
+        for (int i = 0; i < 8; i++) {
+            int M = 16 + i, N = 24, K = 32;
+            uint16_t Ah[40 * 32], Bh[24 * 32];
+            float A[40 * 32], C[40 * 24], W[40 * 24];
+            for (int x = 0; x < M * K; x++) A[x] = ct_bf16_to_f32(Ah[x] = ct_f32_to_bf16((float)((x * 7 + i) % 13) / 13.0f));
+            for (int x = 0; x < N * K; x++) Bh[x] = ct_f32_to_bf16((float)((x * 5 + i) % 11) / 11.0f);
+            memset(C, 0, sizeof C);
+            memset(W, 0, sizeof W);
+            ct_gemm_lib lib = dnnl ? CT_GEMM_ONEDNN : CT_GEMM_OPENBLAS;
+            if (path == B_BF16_BLAS || path == B_BF16_ONEDNN)
+                ct_gemm_bf16(lib, false, true, M, N, K, 1.0f, Ah, K, Bh, K, 0.0f, C, N);
+            else
+                ct_gemm_f32_bf16(lib, false, true, M, N, K, 1.0f, A, K, Bh, K, 0.0f, C, N);
+            ct_gemm_bf16_ref(false, true, M, N, K, 1.0f, Ah, K, Bh, K, 0.0f, W, N);
+            for (int x = 0; x < M * N; x++) bad += fabsf(C[x] - W[x]) > 1e-4f;
+        }
+        CHECK_MSG(bad == 0, "%s: %d wrong elements from inside a parallel region", BPATH[path], bad);
+    }
+}
+
+/* The primitive cache: one primitive per shape, hits, LRU eviction. */
+static void test_cache(void) {
+    enum { M = 33, N = 20, K = 47 };
+    float A[M * K], B[K * N], C[M * N];
+    for (int i = 0; i < M * K; i++) A[i] = frnd();
+    for (int i = 0; i < K * N; i++) B[i] = frnd();
+    ct_gemm_stats st;
+    ct_gemm_release();
+    ct_gemm_stats_get(&st);
+    CHECK(st.primitives == 0 && st.created == 0 && st.hits == 0 && st.scratch_bytes == 0);
+    for (int rep = 0; rep < 3; rep++)
+        CHECK(ct_gemm_primitive(CT_GEMM_F32, false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N));
+    ct_gemm_stats_get(&st);
+    CHECK_MSG(st.created == 1 && st.hits == 2 && st.primitives == 1,
+              "same shape 3 times: %llu created, %llu hits", (unsigned long long)st.created,
+              (unsigned long long)st.hits);
+    /* alpha, beta, a transpose or a leading dimension make another primitive */
+    CHECK(ct_gemm_primitive(CT_GEMM_F32, false, true, M, N, K, 0.5f, A, K, B, K, 0.0f, C, N));
+    CHECK(ct_gemm_primitive(CT_GEMM_F32, false, true, M, N, K, 1.0f, A, K, B, K, 1.0f, C, N));
+    CHECK(ct_gemm_primitive(CT_GEMM_F32, false, false, M, K, K, 1.0f, A, K, B, K, 0.0f, C, K));
+    CHECK(ct_gemm_primitive(CT_GEMM_F32, false, true, M, N, K - 1, 1.0f, A, K, B, K, 0.0f, C, N));
+    CHECK(ct_gemm_primitive(CT_GEMM_F32, false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N));
+    ct_gemm_stats_get(&st);
+    CHECK_MSG(st.created == 5 && st.hits == 3 && st.primitives == 5 && st.evicted == 0,
+              "%llu created, %llu hits, %d cached", (unsigned long long)st.created,
+              (unsigned long long)st.hits, st.primitives);
+    CHECK(st.buffers == 1); /* top-level calls share one buffer set */
+    /* more shapes than the cache holds: the least recently used go */
+    for (int m = 1; m <= 130; m++)
+        ct_gemm_primitive(CT_GEMM_F32, false, true, m, 1, 1, 1.0f, A, 1, B, 1, 0.0f, C, 1);
+    ct_gemm_stats_get(&st);
+    CHECK_MSG(st.evicted >= 7 && st.primitives == 128, "%llu evicted, %d cached",
+              (unsigned long long)st.evicted, st.primitives);
+    ct_gemm_release();
+}
+
+/* What the layer holds after running shapes equals what
+ * ct_gemm_workspace_bytes announced for them. */
+static void test_workspace(bool prim) {
+    static const int shapes[][5] = {{256, 2304, 768, 0, 1}, {256, 768, 2304, 0, 0},
+                                    {2304, 768, 256, 1, 0}, {17, 3, 129, 1, 1}};
+    for (int lib = 0; lib < 2; lib++) {
+        if (lib == CT_GEMM_ONEDNN && !prim) continue;
+        for (int type = 0; type < CT_GEMM_TYPE_COUNT; type++)
+            for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+                int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                bool ta = shapes[s][3], tb = shapes[s][4];
+                size_t na = (size_t)M * K, nb = (size_t)K * N;
+                float *A = calloc(na, 4), *B = calloc(nb, 4), *C = calloc((size_t)M * N, 4);
+                uint16_t *Ah = calloc(na, 2), *Bh = calloc(nb, 2);
+                int lda = ta ? M : K, ldb = tb ? K : N;
+                ct_gemm_release();
+                ct_gemm_workspace parts;
+                size_t want = ct_gemm_workspace_bytes((ct_gemm_lib)lib, (ct_gemm_type)type, ta,
+                                                      tb, M, N, K, &parts);
+                CHECK(want == parts.scratch + parts.packed + parts.convert);
+                for (int beta = 0; beta <= 1; beta++) {
+                    if (type == CT_GEMM_F32)
+                        ct_sgemm((ct_gemm_lib)lib, ta, tb, M, N, K, 1.0f, A, lda, B, ldb,
+                                 (float)beta, C, N);
+                    else if (type == CT_GEMM_BF16)
+                        ct_gemm_bf16((ct_gemm_lib)lib, ta, tb, M, N, K, 1.0f, Ah, lda, Bh, ldb,
+                                     (float)beta, C, N);
+                    else
+                        ct_gemm_f32_bf16((ct_gemm_lib)lib, ta, tb, M, N, K, 1.0f, A, lda, Bh, ldb,
+                                         (float)beta, C, N);
+                }
+                ct_gemm_stats st;
+                ct_gemm_stats_get(&st);
+                size_t held = st.scratch_bytes + st.convert_bytes + st.packed_bytes;
+                CHECK(st.scratch_bytes == parts.scratch && st.packed_bytes == parts.packed &&
+                      st.convert_bytes == parts.convert);
+                CHECK_MSG(held == want && st.buffers <= 1,
+                          "%s type %d %dx%dx%d: holds %zu bytes in %d sets, announced %zu",
+                          ct_gemm_lib_name((ct_gemm_lib)lib), type, M, N, K, held, st.buffers, want);
+                if (lib == CT_GEMM_ONEDNN && type == CT_GEMM_F32 && s == 0)
+                    CHECK_MSG(want > 0, "a brgemm matmul of 256x2304x768 needs a scratchpad");
+                if (lib == CT_GEMM_ONEDNN && !tb && s < 3) /* a plain B is packed */
+                    CHECK_MSG(st.packed_bytes >= nb * (type == CT_GEMM_F32 ? 4 : 2),
+                              "type %d %dx%dx%d: B not packed", type, M, N, K);
+                free(A), free(B), free(C), free(Ah), free(Bh);
+            }
+        /* a set of shapes, one after the other: each part grows to its maximum */
+        ct_gemm_release();
+        ct_gemm_workspace most = {0, 0, 0};
+        size_t nmax = 0;
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+            ct_gemm_workspace p;
+            ct_gemm_workspace_bytes((ct_gemm_lib)lib, CT_GEMM_F32_BF16, shapes[s][3], shapes[s][4],
+                                    shapes[s][0], shapes[s][1], shapes[s][2], &p);
+            most.scratch = p.scratch > most.scratch ? p.scratch : most.scratch;
+            most.packed = p.packed > most.packed ? p.packed : most.packed;
+            most.convert = p.convert > most.convert ? p.convert : most.convert;
+            size_t n = (size_t)shapes[s][0] * shapes[s][2] + (size_t)shapes[s][2] * shapes[s][1];
+            nmax = n > nmax ? n : nmax;
+        }
+        float *A = calloc(nmax, 4), *C = calloc(nmax * 4, 4);
+        uint16_t *Bh = calloc(nmax, 2);
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (int beta = 0; beta <= 1; beta++) {
+                int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                bool ta = shapes[s][3], tb = shapes[s][4];
+                ct_gemm_f32_bf16((ct_gemm_lib)lib, ta, tb, M, N, K, 1.0f, A, ta ? M : K, Bh,
+                                 tb ? K : N, (float)beta, C, N);
+            }
+        ct_gemm_stats st;
+        ct_gemm_stats_get(&st);
+        CHECK_MSG(st.scratch_bytes == most.scratch && st.packed_bytes == most.packed &&
+                      st.convert_bytes == most.convert,
+                  "%s, shapes in turn: holds %zu + %zu + %zu, parts' maxima %zu + %zu + %zu",
+                  ct_gemm_lib_name((ct_gemm_lib)lib), st.scratch_bytes, st.packed_bytes,
+                  st.convert_bytes, most.scratch, most.packed, most.convert);
+        free(A), free(C), free(Bh);
+    }
+    ct_gemm_release();
+}
+
+int main(void) {
+    /* oneDNN 2.x builds have the primitive path; probe it once */
+    float one = 1.0f, out = 0.0f;
+    bool prim = ct_gemm_primitive(CT_GEMM_F32, false, false, 1, 1, 1, 1.0f, &one, 1, &one, 1,
+                                  0.0f, &out, 1);
+    CHECK(!prim || out == 1.0f);
+    if (!prim)
+        printf("oneDNN matmul primitives: %s, their checks skipped\n",
+               ct_gemm_have_onednn() ? "not in this oneDNN version" : "not in this build");
+    CHECK(!ct_gemm_have_bf16() || ct_gemm_have_onednn());
+    printf("native bf16 GEMMs: %s\n", ct_gemm_have_bf16() ? "yes" : "no");
+    test_f32(prim);
+    test_bf16(prim);
+    if (prim) {
+        test_cache();
+    }
+    test_workspace(prim);
     /* the run.gemm words */
     CHECK(ct_gemm_lib_of("openblas") == CT_GEMM_OPENBLAS);
     CHECK(ct_gemm_lib_of("auto") == (ct_gemm_have_onednn() ? CT_GEMM_ONEDNN : CT_GEMM_OPENBLAS));
     CHECK(ct_gemm_lib_of("onednn") == (ct_gemm_have_onednn() ? CT_GEMM_ONEDNN : -1));
     CHECK(ct_gemm_lib_of("mkl") == -1);
+    ct_gemm_release();
     return ct_test_result("test_gemm");
 }

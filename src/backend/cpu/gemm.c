@@ -1,36 +1,618 @@
 /*
- * ct_sgemm (see gemm.h): the dispatch to oneDNN or OpenBLAS. dnnl_sgemm is
- * row-major with transposes as 'N'/'T' flags, like cblas_sgemm in row-major
- * order, so both take the caller's layout as it is.
+ * The GEMM layer (see gemm.h): dispatch to OpenBLAS or oneDNN, oneDNN's
+ * matmul primitives in an LRU cache, the per-thread buffers they and the bf16
+ * conversions use, and the scalar bf16 reference.
+ * Row-major with transposes as flags maps to oneDNN as plain strides: A (M,K)
+ * has strides {lda, 1}, or {1, lda} when transposed, likewise B (K,N); alpha
+ * is an output scale and beta a sum post-op. The caller's operands are never
+ * rearranged; the one copy is a plain B packed into this layer's buffer
+ * (prim_create says why).
+ * The cache and the buffers are the process's one GEMM state, behind one
+ * mutex: ct_sgemm's signature carries no context, and the state is a memo
+ * (results never depend on it), like oneDNN's own primitive cache.
+ * Leaves out: oneDNN 3.x's matmul API (GEMM_PRIM is 0 there).
  */
 #include "backend/cpu/gemm.h"
 
+#include "core/dtype.h"
+
 #include <cblas.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
+#ifdef CT_USE_OPENMP
+#include <omp.h>
+#endif
 #ifdef CT_HAVE_DNNL
 #include <dnnl.h>
+#if DNNL_VERSION_MAJOR == 2
+#define GEMM_PRIM 1
+#endif
+#endif
+#ifndef GEMM_PRIM
+#define GEMM_PRIM 0
+#endif
+
+#define GEMM_CACHE_CAP 128 /* primitives kept; a GPT-2 or LLaMA step uses ~20-30 */
+#define GEMM_SETS 64       /* per-thread buffer sets, at most */
+#define GEMM_ALIGN 64
+/* A plain B up to this size is packed per call (see prim_create) */
+#define GEMM_PACK_MAX ((size_t)64 << 20)
+
+/* ------------------------------------------------------------ reference */
+
+/* A is fp32 (Af, rounded to bf16 as it is read) or bf16 (Ah). */
+static void ref_mixed(bool ta, bool tb, int M, int N, int K, float alpha, const float *Af,
+                      const uint16_t *Ah, int lda, const uint16_t *B, int ldb, float beta, float *C,
+                      int ldc) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++) {
+                size_t x = ta ? (size_t)k * lda + i : (size_t)i * lda + k;
+                uint16_t ah = Ah ? Ah[x] : ct_f32_to_bf16(Af[x]);
+                float b = ct_bf16_to_f32(tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+                acc += ct_bf16_to_f32(ah) * b; /* the product of two bf16 is exact in fp32 */
+            }
+            float *c = &C[(size_t)i * ldc + j];
+            *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
+        }
+}
+
+void ct_gemm_bf16_ref(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t *A,
+                      int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+    ref_mixed(ta, tb, M, N, K, alpha, NULL, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* ------------------------------------------------------------ state */
+
+/* What makes two calls the same primitive. All int32, so no padding. */
+typedef struct gemm_key {
+    int32_t M, N, K, lda, ldb, ldc;
+    int32_t ta, tb, type, nthr; /* type: CT_GEMM_F32 or CT_GEMM_BF16 */
+    uint32_t alpha, beta;       /* bit patterns */
+} gemm_key;
+
+typedef struct gemm_entry {
+    gemm_key key;
+#if GEMM_PRIM
+    dnnl_primitive_t prim;          /* the matmul */
+    dnnl_primitive_t pack;          /* the reorder packing a plain B, or NULL: B read in place */
+    const_dnnl_primitive_desc_t pd, pack_pd; /* owned by prim, pack */
+#endif
+    size_t scratch; /* bytes of user scratchpad (the larger of the two primitives') */
+    size_t packed;  /* bytes of packed B; 0 without pack */
+    uint64_t used;  /* tick of its last use (LRU) */
+    int busy;       /* calls running it now: never evicted while > 0 */
+    bool live;
+} gemm_entry;
+
+/* One calling thread's buffers, taken for the length of a call. */
+typedef struct gemm_set {
+    bool busy;
+    void *scratch;  /* oneDNN scratchpad, scratch_n bytes */
+    size_t scratch_n;
+    void *conv;     /* operand copies (bf16 A, or fp32 A and B), conv_n bytes */
+    size_t conv_n;
+    void *pack;     /* packed B, pack_n bytes */
+    size_t pack_n;
+#if GEMM_PRIM
+    dnnl_stream_t stream; /* a stream per set: streams are not shared across threads */
+#endif
+} gemm_set;
+
+typedef struct gemm_state {
+    pthread_mutex_t mu;
+#if GEMM_PRIM
+    dnnl_engine_t eng; /* created on first use */
+    bool eng_failed;
+#endif
+    gemm_entry ent[GEMM_CACHE_CAP];
+    gemm_set set[GEMM_SETS];
+    uint64_t tick;
+    ct_gemm_stats st;
+} gemm_state;
+
+static gemm_state g_gemm = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void *aligned_bytes(size_t n) {
+    void *p = NULL;
+    n = (n + GEMM_ALIGN - 1) / GEMM_ALIGN * GEMM_ALIGN;
+    return posix_memalign(&p, GEMM_ALIGN, n ? n : GEMM_ALIGN) == 0 ? p : NULL;
+}
+
+/* Grows *buf to at least `need` bytes (contents not kept). Caller holds mu
+ * and owns the set. */
+static bool grow(void **buf, size_t *have, size_t need, size_t *total) {
+    if (need <= *have) return true;
+    void *p = aligned_bytes(need);
+    if (!p) return false;
+    free(*buf);
+    *total += need - *have;
+    *buf = p;
+    *have = need;
+    return true;
+}
+
+/* Grows set s to at least scratch, conv and pack bytes (and gives it a
+ * stream once the engine exists). Caller holds mu and owns s. */
+static bool set_fit(gemm_state *g, gemm_set *s, size_t scratch, size_t conv, size_t pack) {
+    if (!grow(&s->scratch, &s->scratch_n, scratch, &g->st.scratch_bytes) ||
+        !grow(&s->conv, &s->conv_n, conv, &g->st.convert_bytes) ||
+        !grow(&s->pack, &s->pack_n, pack, &g->st.packed_bytes))
+        return false;
+#if GEMM_PRIM
+    if (g->eng && !s->stream &&
+        dnnl_stream_create(&s->stream, g->eng, dnnl_stream_default_flags) != dnnl_success) {
+        s->stream = NULL;
+        return false;
+    }
+#endif
+    return true;
+}
+
+/* A free buffer set, fitted (set_fit); NULL when none is free or memory ran
+ * out. Caller holds mu. */
+static gemm_set *set_take(gemm_state *g, size_t scratch, size_t conv, size_t pack) {
+    for (int i = 0; i < GEMM_SETS; i++) {
+        gemm_set *s = &g->set[i];
+        if (s->busy) continue;
+        if (i >= g->st.buffers) g->st.buffers = i + 1;
+        if (!set_fit(g, s, scratch, conv, pack)) return NULL;
+        s->busy = true;
+        return s;
+    }
+    return NULL;
+}
+
+static void set_give(gemm_state *g, gemm_set *s) {
+    pthread_mutex_lock(&g->mu);
+    s->busy = false;
+    pthread_mutex_unlock(&g->mu);
+}
+
+static int gemm_threads(void) {
+#ifdef CT_USE_OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* ------------------------------------------------------------ primitives */
+
+#if GEMM_PRIM
+/* Creates e's primitives for k: the matmul, and when B is plain (not
+ * transposed) and at most GEMM_PACK_MAX bytes, the reorder that packs it into
+ * the layout the matmul picks. oneDNN 2.6's brgemm reads a plain B in place
+ * at 45-95% of dnnl_sgemm's speed (2.3x slower at N = 3072: 140 against 320
+ * GFLOP/s, 2 threads); packed, it runs at 90-97% of it, the reorder included
+ * (0.7 ms for 9 MiB). Larger B (the vocabulary head's input gradient) is read
+ * in place. False when oneDNN refuses k. */
+static bool prim_create(dnnl_engine_t eng, const gemm_key *k, gemm_entry *e) {
+    dnnl_data_type_t dt = k->type == CT_GEMM_BF16 ? dnnl_bf16 : dnnl_f32;
+    size_t esize = k->type == CT_GEMM_BF16 ? 2 : 4;
+    dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
+    dnnl_dims_t as = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1};
+    dnnl_dims_t bs = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1};
+    dnnl_dims_t cs = {k->ldc, 1};
+    dnnl_memory_desc_t a, b, bany, c;
+    dnnl_matmul_desc_t d;
+    dnnl_primitive_attr_t attr = NULL, rattr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+    bool ok = false, pack = !k->tb && (size_t)k->K * k->N * esize <= GEMM_PACK_MAX;
+    float alpha, beta;
+    memcpy(&alpha, &k->alpha, sizeof alpha);
+    memcpy(&beta, &k->beta, sizeof beta);
+    e->prim = e->pack = NULL;
+    e->scratch = e->packed = 0;
+    if (dnnl_memory_desc_init_by_strides(&a, 2, ad, dt, as) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&b, 2, bd, dt, bs) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&bany, 2, bd, dt, dnnl_format_tag_any) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs) != dnnl_success ||
+        dnnl_primitive_attr_create(&attr) != dnnl_success ||
+        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success)
+        goto done;
+    // alpha scales the product; beta adds the old C (a sum post-op)
+    if (alpha != 1.0f && dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) != dnnl_success)
+        goto done;
+    if (beta != 0.0f &&
+        (dnnl_post_ops_create(&po) != dnnl_success || dnnl_post_ops_append_sum(po, beta) != dnnl_success ||
+         dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success))
+        goto done;
+    // B's layout left to oneDNN when it is to be packed; refused, B as it is
+    for (int tries = pack ? 2 : 1; tries > 0 && !pd; tries--) {
+        bool any = tries == 2;
+        if (dnnl_matmul_desc_init(&d, &a, any ? &bany : &b, NULL, &c) != dnnl_success ||
+            dnnl_primitive_desc_create(&pd, &d, attr, eng, NULL) != dnnl_success)
+            pd = NULL;
+        else
+            pack = any;
+    }
+    if (!pd) goto done;
+    e->scratch = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+    const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    if (pack && !dnnl_memory_desc_equal(wmd, &b)) {
+        if (dnnl_primitive_attr_create(&rattr) != dnnl_success ||
+            dnnl_primitive_attr_set_scratchpad_mode(rattr, dnnl_scratchpad_mode_user) != dnnl_success ||
+            dnnl_reorder_primitive_desc_create(&rpd, &b, eng, wmd, eng, rattr) != dnnl_success ||
+            dnnl_primitive_create(&e->pack, rpd) != dnnl_success)
+            goto done;
+        size_t rs = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0));
+        e->scratch = rs > e->scratch ? rs : e->scratch;
+        e->packed = dnnl_memory_desc_get_size(wmd);
+        dnnl_primitive_get_primitive_desc(e->pack, &e->pack_pd);
+    }
+    if (dnnl_primitive_create(&e->prim, pd) != dnnl_success) goto done;
+    dnnl_primitive_get_primitive_desc(e->prim, &e->pd);
+    ok = true;
+done:
+    if (!ok) {
+        if (e->pack) dnnl_primitive_destroy(e->pack);
+        if (e->prim) dnnl_primitive_destroy(e->prim);
+        e->prim = e->pack = NULL;
+    }
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    if (rattr) dnnl_primitive_attr_destroy(rattr);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return ok;
+}
+
+static void entry_destroy(gemm_entry *e) {
+    if (e->pack) dnnl_primitive_destroy(e->pack);
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    e->prim = e->pack = NULL;
+}
+
+/* The cache entry for k, created when missing (the LRU idle one goes when
+ * full); NULL when oneDNN refuses k or every entry is busy. Caller holds mu. */
+static gemm_entry *entry_get(gemm_state *g, const gemm_key *k) {
+    if (!g->eng && !g->eng_failed && dnnl_engine_create(&g->eng, dnnl_cpu, 0) != dnnl_success) {
+        g->eng = NULL;
+        g->eng_failed = true;
+    }
+    if (!g->eng) return NULL;
+    gemm_entry *slot = NULL;
+    for (int i = 0; i < GEMM_CACHE_CAP; i++) {
+        gemm_entry *e = &g->ent[i];
+        if (e->live && !memcmp(&e->key, k, sizeof *k)) {
+            e->used = ++g->tick;
+            g->st.hits++;
+            return e;
+        }
+        if (!e->live) {
+            if (!slot || slot->live) slot = e;
+        } else if (!e->busy && (!slot || (slot->live && e->used < slot->used))) {
+            slot = e;
+        }
+    }
+    if (!slot) return NULL;
+    gemm_entry fresh = {.key = *k, .used = ++g->tick, .live = true};
+    if (!prim_create(g->eng, k, &fresh)) {
+        g->st.refused++;
+        return NULL;
+    }
+    if (slot->live) {
+        entry_destroy(slot);
+        g->st.evicted++;
+        g->st.primitives--;
+    }
+    *slot = fresh;
+    g->st.created++;
+    g->st.primitives++;
+    return slot;
+}
+
+/* Executes prim with the n memories of (args, mds, ptrs) on set s's stream. */
+static bool exec(gemm_state *g, gemm_set *s, const_dnnl_primitive_t prim, int n, const int *args,
+                 const dnnl_memory_desc_t **mds, void **ptrs) {
+    dnnl_memory_t m[4] = {NULL, NULL, NULL, NULL};
+    dnnl_exec_arg_t ea[4];
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) {
+        ok = dnnl_memory_create(&m[i], mds[i], g->eng, ptrs[i]) == dnnl_success;
+        ea[i] = (dnnl_exec_arg_t){args[i], m[i]};
+    }
+    ok = ok && dnnl_primitive_execute(prim, s->stream, n, ea) == dnnl_success &&
+         dnnl_stream_wait(s->stream) == dnnl_success;
+    for (int i = 0; i < n; i++)
+        if (m[i]) dnnl_memory_destroy(m[i]);
+    return ok;
+}
+
+/* Runs entry e with set s (both taken by the caller): B packed first when e
+ * packs it. The two primitives share the scratchpad, one after the other. */
+static bool entry_run(gemm_state *g, const gemm_entry *e, gemm_set *s, const void *A, const void *B,
+                      float *C) {
+    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
+    if (e->pack) {
+        const dnnl_memory_desc_t *rsp = dnnl_primitive_desc_query_md(e->pack_pd, dnnl_query_scratchpad_md, 0);
+        int args[3] = {DNNL_ARG_FROM, DNNL_ARG_TO, DNNL_ARG_SCRATCHPAD};
+        const dnnl_memory_desc_t *mds[3] = {dnnl_primitive_desc_query_md(e->pack_pd, dnnl_query_src_md, 0),
+                                            dnnl_primitive_desc_query_md(e->pack_pd, dnnl_query_dst_md, 0), rsp};
+        void *ptrs[3] = {(void *)B, s->pack, s->scratch};
+        if (!exec(g, s, e->pack, dnnl_memory_desc_get_size(rsp) ? 3 : 2, args, mds, ptrs)) return false;
+        B = s->pack;
+    }
+    int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
+    const dnnl_memory_desc_t *mds[4] = {dnnl_primitive_desc_query_md(e->pd, dnnl_query_src_md, 0),
+                                        dnnl_primitive_desc_query_md(e->pd, dnnl_query_weights_md, 0),
+                                        dnnl_primitive_desc_query_md(e->pd, dnnl_query_dst_md, 0), sp};
+    void *ptrs[4] = {(void *)A, (void *)B, C, s->scratch};
+    return exec(g, s, e->prim, dnnl_memory_desc_get_size(sp) ? 4 : 3, args, mds, ptrs);
+}
+#endif
+
+/* Runs the primitive for k on A, B, C. With `held`, the caller already took
+ * that buffer set (its conv buffer holds A). False when no primitive ran. */
+static bool prim_call(gemm_state *g, const gemm_key *k, const void *A, const void *B, float *C,
+                      gemm_set *held) {
+#if GEMM_PRIM
+    pthread_mutex_lock(&g->mu);
+    gemm_entry *e = entry_get(g, k);
+    gemm_set *s = NULL;
+    if (e) {
+        if (held)
+            s = set_fit(g, held, e->scratch, 0, e->packed) ? held : NULL;
+        else
+            s = set_take(g, e->scratch, 0, e->packed);
+    }
+    if (e && s) e->busy++;
+    pthread_mutex_unlock(&g->mu);
+    if (!e || !s) {
+        if (s && !held) set_give(g, s);
+        return false;
+    }
+    bool ok = entry_run(g, e, s, A, B, C);
+    pthread_mutex_lock(&g->mu);
+    e->busy--;
+    if (!held) s->busy = false;
+    pthread_mutex_unlock(&g->mu);
+    return ok;
+#else
+    (void)g, (void)k, (void)A, (void)B, (void)C, (void)held;
+    return false;
+#endif
+}
+
+static gemm_key key_of(ct_gemm_type type, bool ta, bool tb, int M, int N, int K, float alpha,
+                       int lda, int ldb, float beta, int ldc) {
+    return (gemm_key){.M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .ta = ta,
+                      .tb = tb, .type = type, .nthr = gemm_threads(), .alpha = f32_bits(alpha),
+                      .beta = f32_bits(beta == 0.0f ? 0.0f : beta)};
+}
+
+/* rows x cols of src (row stride lds) rounded to dense bf16 rows of dst */
+static void round_rows(uint16_t *dst, const float *src, int rows, int cols, int lds) {
+    if (lds == cols) {
+        ct_f32_to_bf16_array(dst, src, (size_t)rows * cols);
+        return;
+    }
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols >= ((size_t)1 << 16))
+#endif
+    for (int r = 0; r < rows; r++)
+        ct_f32_to_bf16_array(dst + (size_t)r * cols, src + (size_t)r * lds, (size_t)cols);
+}
+
+/* rows x cols bf16 (row stride lds) widened to dense fp32 rows of dst */
+static void widen_rows(float *dst, const uint16_t *src, int rows, int cols, int lds) {
+    if (lds == cols) {
+        ct_bf16_to_f32_array(dst, src, (size_t)rows * cols);
+        return;
+    }
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols >= ((size_t)1 << 16))
+#endif
+    for (int r = 0; r < rows; r++)
+        ct_bf16_to_f32_array(dst + (size_t)r * cols, src + (size_t)r * lds, (size_t)cols);
+}
+
+bool ct_gemm_primitive(ct_gemm_type type, bool ta, bool tb, int M, int N, int K, float alpha,
+                       const void *A, int lda, const void *B, int ldb, float beta, float *C,
+                       int ldc) {
+    gemm_state *g = &g_gemm;
+    if (type == CT_GEMM_F32_BF16) {
+        if (!GEMM_PRIM) return false;
+        int ar = ta ? K : M, ac = ta ? M : K;
+        size_t need = (size_t)ar * ac * sizeof(uint16_t);
+        pthread_mutex_lock(&g->mu);
+        gemm_set *s = set_take(g, 0, need, 0);
+        pthread_mutex_unlock(&g->mu);
+        if (!s) return false;
+        round_rows(s->conv, A, ar, ac, lda);
+        gemm_key k = key_of(CT_GEMM_BF16, ta, tb, M, N, K, alpha, ac, ldb, beta, ldc);
+        bool ok = prim_call(g, &k, s->conv, B, C, s);
+        set_give(g, s);
+        return ok;
+    }
+    gemm_key k = key_of(type, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc);
+    return prim_call(g, &k, A, B, C, NULL);
+}
+
+/* ------------------------------------------------------------ entry points */
+
+static void blas_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
+                N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+#ifdef CT_HAVE_DNNL
+static bool in_parallel(void) {
+#ifdef CT_USE_OPENMP
+    return omp_in_parallel() != 0;
+#else
+    return false;
+#endif
+}
+
+/* Whether op(A), op(B) and C are dense, the only layout oneDNN 2.x's brgemm
+ * matmul takes (anything else gets its gemm kernels, dnnl_sgemm's own). */
+static bool dense(bool ta, bool tb, int M, int N, int K, int lda, int ldb, int ldc) {
+    return lda == (ta ? M : K) && ldb == (tb ? K : N) && ldc == N;
+}
 #endif
 
 void ct_sgemm(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
 #ifdef CT_HAVE_DNNL
-    if (lib == CT_GEMM_ONEDNN &&
-        dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,
-                   ldc) == dnnl_success)
-        return;
-    /* oneDNN refused the arguments (it checks them like BLAS): OpenBLAS
-     * computes the same product, so the call still does its job */
+    if (lib == CT_GEMM_ONEDNN) {
+        if (!in_parallel() && dense(ta, tb, M, N, K, lda, ldb, ldc) &&
+            ct_gemm_primitive(CT_GEMM_F32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+            return;
+        if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,
+                       ldc) == dnnl_success)
+            return;
+        /* oneDNN refused the arguments: OpenBLAS computes the same product */
+    }
 #else
     (void)lib;
 #endif
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
-                N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    blas_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+
+/* OpenBLAS on bf16 operands: widen them (Ah, B) or round A's fp32 values to
+ * bf16 (Af) into fp32 copies in a buffer set, then cblas_sgemm: the same
+ * products as oneDNN's, in another summation order. Falls back to the
+ * reference when no buffer can be had. */
+static void blas_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const float *Af,
+                      const uint16_t *Ah, int lda, const uint16_t *B, int ldb, float beta, float *C,
+                      int ldc) {
+    gemm_state *g = &g_gemm;
+    int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    size_t na = (size_t)ar * ac, nb = (size_t)br * bc;
+    pthread_mutex_lock(&g->mu);
+    gemm_set *s = set_take(g, 0, (na + nb) * sizeof(float), 0);
+    pthread_mutex_unlock(&g->mu);
+    if (!s) { /* no buffer (more threads than sets, or out of memory): the reference */
+        ref_mixed(ta, tb, M, N, K, alpha, Af, Ah, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    float *aw = s->conv, *bw = aw + na;
+    if (Ah) {
+        widen_rows(aw, Ah, ar, ac, lda);
+    } else if (lda == ac) {
+        ct_f32_round_bf16_array(aw, Af, na);
+    } else {
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static) if (na >= ((size_t)1 << 16))
+#endif
+        for (int r = 0; r < ar; r++)
+            ct_f32_round_bf16_array(aw + (size_t)r * ac, Af + (size_t)r * lda, (size_t)ac);
+    }
+    widen_rows(bw, B, br, bc, ldb);
+    blas_sgemm(ta, tb, M, N, K, alpha, aw, ac, bw, bc, beta, C, ldc);
+    set_give(g, s);
+}
+
+void ct_gemm_bf16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, float alpha,
+                  const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
+                  int ldc) {
+    if (lib == CT_GEMM_ONEDNN &&
+        ct_gemm_primitive(CT_GEMM_BF16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+        return;
+    blas_bf16(ta, tb, M, N, K, alpha, NULL, A, lda, B, ldb, beta, C, ldc);
+}
+
+void ct_gemm_f32_bf16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
+                      int ldc) {
+    if (lib == CT_GEMM_ONEDNN &&
+        ct_gemm_primitive(CT_GEMM_F32_BF16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+        return;
+    blas_bf16(ta, tb, M, N, K, alpha, A, NULL, lda, B, ldb, beta, C, ldc);
+}
+
+/* ------------------------------------------------------------ accounting */
+
+size_t ct_gemm_workspace_bytes(ct_gemm_lib lib, ct_gemm_type type, bool ta, bool tb, int M, int N,
+                               int K, ct_gemm_workspace *parts) {
+    ct_gemm_workspace w = {0, 0, 0};
+    if (M <= 0 || N <= 0 || K <= 0 || type < 0 || type >= CT_GEMM_TYPE_COUNT) goto out;
+    size_t a = (size_t)M * K, b = (size_t)K * N;
+#if GEMM_PRIM
+    if (lib == CT_GEMM_ONEDNN) {
+        gemm_state *g = &g_gemm;
+        ct_gemm_type pt = type == CT_GEMM_F32 ? CT_GEMM_F32 : CT_GEMM_BF16;
+        bool ok = true;
+        pthread_mutex_lock(&g->mu);
+        for (int beta = 0; beta <= 1; beta++) {
+            gemm_key k = key_of(pt, ta, tb, M, N, K, 1.0f, ta ? M : K, tb ? K : N, (float)beta, N);
+            gemm_entry *e = entry_get(g, &k);
+            ok &= e != NULL;
+            if (e && e->scratch > w.scratch) w.scratch = e->scratch;
+            if (e && e->packed > w.packed) w.packed = e->packed;
+        }
+        pthread_mutex_unlock(&g->mu);
+        if (ok) {
+            w.convert = type == CT_GEMM_F32_BF16 ? a * sizeof(uint16_t) : 0;
+            goto out;
+        }
+        w = (ct_gemm_workspace){0, 0, 0}; /* refused: the call falls back to OpenBLAS */
+    }
+#else
+    (void)lib, (void)ta, (void)tb;
+#endif
+    w.convert = type == CT_GEMM_F32 ? 0 : (a + b) * sizeof(float);
+out:
+    if (parts) *parts = w;
+    return w.scratch + w.packed + w.convert;
+}
+
+void ct_gemm_stats_get(ct_gemm_stats *out) {
+    pthread_mutex_lock(&g_gemm.mu);
+    *out = g_gemm.st;
+    pthread_mutex_unlock(&g_gemm.mu);
+}
+
+void ct_gemm_release(void) {
+    gemm_state *g = &g_gemm;
+    pthread_mutex_lock(&g->mu);
+    for (int i = 0; i < GEMM_CACHE_CAP; i++) {
+#if GEMM_PRIM
+        if (g->ent[i].live) entry_destroy(&g->ent[i]);
+#endif
+        g->ent[i] = (gemm_entry){0};
+    }
+    for (int i = 0; i < GEMM_SETS; i++) {
+        free(g->set[i].scratch);
+        free(g->set[i].conv);
+        free(g->set[i].pack);
+#if GEMM_PRIM
+        if (g->set[i].stream) dnnl_stream_destroy(g->set[i].stream);
+#endif
+        g->set[i] = (gemm_set){0};
+    }
+    g->st = (ct_gemm_stats){0};
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* ------------------------------------------------------------ names */
 
 bool ct_gemm_have_onednn(void) {
 #ifdef CT_HAVE_DNNL
     return true;
+#else
+    return false;
+#endif
+}
+
+bool ct_gemm_have_bf16(void) {
+#if GEMM_PRIM
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    unsigned want = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+    return (isa & want) == want;
 #else
     return false;
 #endif

@@ -1,35 +1,129 @@
 /*
- * The CPU backend's single-precision GEMM: one call, two libraries. oneDNN's
- * sgemm (its JIT kernels pick AVX-512 or AVX2 themselves) when the build has
- * it, else OpenBLAS's cblas_sgemm; run.gemm chooses, and the choice is fixed
- * for a process, so a run and its resume use the same kernels (bit-exact).
- * Both run on the one OpenMP pool (oneDNN's Debian build uses the OpenMP
- * runtime; inside an OpenMP parallel region each call stays on its thread).
- * OpenBLAS is the default: oneDNN's sgemm packs operands into buffers it
- * allocates per call (up to a copy of the largest weight it multiplies, the
- * vocabulary head's), which the memory plan does not count yet; the matmul
- * primitive with a user scratchpad, whose size is known before the call,
- * would let the plan count it.
- * Leaves out: other precisions (bf16 comes with train.precision).
+ * The CPU backend's GEMMs: fp32 (ct_sgemm) and bf16 inputs with fp32
+ * accumulation and output (ct_gemm_bf16, ct_gemm_f32_bf16), on OpenBLAS or
+ * oneDNN. run.gemm chooses the library, fixed for a process, so a run and its
+ * resume use the same kernels (bit-exact).
+ * oneDNN runs as matmul primitives, each created once per shape (sizes,
+ * transposes, leading dimensions, alpha, beta, dtypes, threads) and kept in a
+ * small LRU cache, with a user scratchpad; a plain (untransposed) B of up to
+ * 64 MiB is packed per call into the layout the primitive picks. The memory
+ * they use is buffers this layer owns, sized to the largest seen, and
+ * ct_gemm_workspace_bytes says their size before the first call, so the
+ * memory plan can count them. oneDNN 2.x picks its brgemm kernels (AVX-512,
+ * AVX512_BF16 or AMX, chosen at run time) only for dense operands (leading
+ * dimension = row length); a padded operand gets its gemm kernels, which
+ * allocate their own packing buffers per call, as dnnl_sgemm does. So
+ * ct_sgemm sends padded calls, and calls made inside an OpenMP parallel region
+ * (attention's tiles, where dnnl_sgemm measured fastest), to dnnl_sgemm.
+ * Everything runs on the one OpenMP pool (oneDNN's Debian build uses the
+ * OpenMP runtime; inside a parallel region each call stays on its thread).
+ * Measurements: bench/bench_gemm.c.
+ * Leaves out: bf16 outputs, fused bias and activations (post-ops), and
+ * oneDNN 3.x's API (such a build uses dnnl_sgemm and the OpenBLAS bf16 path).
  */
 #ifndef CT_CPU_GEMM_H
 #define CT_CPU_GEMM_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 typedef enum ct_gemm_lib {
     CT_GEMM_OPENBLAS = 0,
     CT_GEMM_ONEDNN = 1,
 } ct_gemm_lib;
 
+/* Operand types of one GEMM; C is always fp32. */
+typedef enum ct_gemm_type {
+    CT_GEMM_F32 = 0,      /* A, B fp32 */
+    CT_GEMM_BF16 = 1,     /* A, B bf16 (uint16_t bit patterns) */
+    CT_GEMM_F32_BF16 = 2, /* A fp32, rounded to bf16 per call; B bf16 */
+    CT_GEMM_TYPE_COUNT
+} ct_gemm_type;
+
 /* Row-major C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C, where
  * op transposes when ta / tb; lda, ldb, ldc are the row strides of A, B and
- * C as stored. M, N, K >= 1. */
+ * C as stored (never copied). M, N, K >= 1. beta = 0 ignores C's contents
+ * (NaN included), as BLAS does. Thread-safe, also from inside an OpenMP
+ * parallel region (the call then stays on its thread). Cannot fail: if oneDNN
+ * refuses a shape, OpenBLAS computes it. */
 void ct_sgemm(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
+/* The same product with bf16 A and B: exact products, fp32 accumulation and
+ * output (what PyTorch's bf16 autocast computes for a matmul, before it rounds
+ * the output). oneDNN: a bf16 matmul primitive (native on AVX512_BF16 / AMX;
+ * oneDNN emulates it, slowly, elsewhere: see ct_gemm_have_bf16). OpenBLAS: A
+ * and B are widened to fp32 into this layer's buffer, then cblas_sgemm (same
+ * values, since a bf16 widens exactly). Thread-safety and failure as ct_sgemm. */
+void ct_gemm_bf16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, float alpha,
+                  const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
+                  int ldc);
+/* fp32 A (activations) times bf16 B (weights), A rounded to bf16 (nearest
+ * even) first: the same numbers as ct_gemm_bf16 on A's bf16 copy. oneDNN 2.x
+ * has no matmul with f32 and bf16 inputs, so the call rounds A into this
+ * layer's buffer (op(A)'s M x K elements, 2 bytes each), then as
+ * ct_gemm_bf16; OpenBLAS rounds A and widens B into fp32 copies. */
+void ct_gemm_f32_bf16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
+                      int ldc);
+/* The scalar reference of ct_gemm_bf16: products in fp32 (exact for bf16
+ * inputs), summed in fp32 in k order. */
+void ct_gemm_bf16_ref(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t *A,
+                      int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc);
+
+/* The matmul-primitive path itself, whatever the strides and the caller
+ * (ct_sgemm routes some calls elsewhere; tests and bench/bench_gemm.c call
+ * this). A and B point at fp32 or bf16 data as type says. Returns false,
+ * having computed nothing, when the build has no oneDNN 2.x or oneDNN refuses
+ * the shape. Thread-safe. */
+bool ct_gemm_primitive(ct_gemm_type type, bool ta, bool tb, int M, int N, int K, float alpha,
+                       const void *A, int lda, const void *B, int ldb, float beta, float *C,
+                       int ldc);
+
+/* The buffers of one calling thread, by part: each part grows on its own. */
+typedef struct ct_gemm_workspace {
+    size_t scratch; /* oneDNN's scratchpad */
+    size_t packed;  /* the packed copy of a plain B (oneDNN, B untransposed, <= 64 MiB) */
+    size_t convert; /* operand copies: bf16 A (oneDNN, CT_GEMM_F32_BF16); fp32 A and B
+                     * (OpenBLAS, the bf16 types) */
+} ct_gemm_workspace;
+
+/* Bytes this layer holds for one calling thread to run the GEMM M x N x K
+ * (dense operands, alpha 1, beta 0 or 1: the larger) of `type` with `lib`,
+ * the sum of the parts, which go to *parts when parts is not NULL. OpenBLAS's
+ * own buffers for CT_GEMM_F32 are perf/memplan.c's to count (0 here). Each
+ * part only grows, so what a run holds is, for each part, the maximum over
+ * its shapes, summed over the parts; once per thread that calls from inside a
+ * parallel region (once in all when only top-level calls use this layer).
+ * Creates (primes) the oneDNN primitives it asks about. Padded operands and
+ * dnnl_sgemm's calls allocate inside oneDNN and are not counted; neither is
+ * oneDNN's JIT code. Thread-safe. */
+size_t ct_gemm_workspace_bytes(ct_gemm_lib lib, ct_gemm_type type, bool ta, bool tb, int M, int N,
+                               int K, ct_gemm_workspace *parts);
+
+/* The GEMM layer's counters (process-wide), for tests and reports. */
+typedef struct ct_gemm_stats {
+    uint64_t hits;         /* primitive lookups that found one */
+    uint64_t created;      /* primitives created (cache misses) */
+    uint64_t evicted;      /* least recently used primitives destroyed */
+    uint64_t refused;      /* shapes oneDNN refused (the caller fell back) */
+    int primitives;        /* in the cache now */
+    int buffers;           /* per-thread buffer sets allocated */
+    size_t scratch_bytes;  /* oneDNN scratchpads held, all buffer sets */
+    size_t convert_bytes;  /* bf16 / fp32 operand copies held, all buffer sets */
+    size_t packed_bytes;   /* packed copies of B held, all buffer sets */
+} ct_gemm_stats;
+void ct_gemm_stats_get(ct_gemm_stats *out);
+/* Destroys every cached primitive and frees the buffers (counters reset too).
+ * Not while another thread is inside a GEMM of this layer. */
+void ct_gemm_release(void);
+
 /* Whether this build has oneDNN. */
 bool ct_gemm_have_onednn(void);
+/* Whether bf16 GEMMs run on native bf16 instructions here (oneDNN built in and
+ * the CPU has AVX512_BF16 or AMX-BF16, as oneDNN detects at run time). */
+bool ct_gemm_have_bf16(void);
 /* "openblas" | "onednn" */
 const char *ct_gemm_lib_name(ct_gemm_lib lib);
 /* The library run.gemm names: "auto" (oneDNN when built with it), "onednn",
