@@ -114,6 +114,7 @@ typedef struct ct_config {
     } dist;
     struct {
         int64_t dump_grads_step; /* write run.dir/grads_stepK.safetensors; 0 = off */
+        int64_t dump_dropout;    /* write run.dir/dropout_stepK.safetensors (the masks); 0 = off */
         int64_t nan_step;        /* step whose gradient is made NaN; 0 = off */
         int64_t spike_step;      /* step whose loss and gradient are scaled; 0 = off */
         double spike_factor;     /* the scale of spike_step */

@@ -43,6 +43,17 @@ typedef struct ct_model_config {
     bool tied_head; /* lm_head shares wte */
     float norm_eps;
     float rope_theta;
+    /* Dropout probabilities in [0, 1), applied only by ct_model_forward_backward
+     * (training), where Hugging Face's modules apply them: embd_pdrop on
+     * wte + wpe, resid_pdrop on the output of each block's attention c_proj and
+     * MLP c_proj (GPT-2), attn_pdrop on the attention probabilities after the
+     * softmax (GPT-2's attn_pdrop, LLaMA's attention_dropout). A LLaMA has no
+     * embedding or residual dropout (both 0). 0 from ct_model_config_gpt2 /
+     * _llama and the presets; config.json's values (or GPT2Config's default
+     * 0.1, LlamaConfig's 0.0) from a Hugging Face directory. */
+    float embd_pdrop;
+    float resid_pdrop;
+    float attn_pdrop;
 } ct_model_config;
 
 /* Fill cfg from a preset name: "gpt2" (124M), "gpt2-medium" (350M),
@@ -61,7 +72,8 @@ CT_API void ct_model_config_llama(ct_model_config *cfg, int n_layer, int n_head,
                                   int n_embd, int n_ffn, int vocab_size, int n_ctx);
 /* CT_ERR_ARG naming the first broken rule: the arch's switches, positive
  * sizes, n_head dividing n_embd, n_kv_head dividing n_head, an even head size
- * and a positive rope_theta for RoPE, a positive norm eps. */
+ * and a positive rope_theta for RoPE, a positive norm eps, dropout
+ * probabilities in [0, 1) (LLaMA: embedding and residual 0). */
 CT_API ct_status ct_model_config_validate(const ct_model_config *cfg);
 
 /* One entry of the parameter table: a tensor inside the flat buffer. */
@@ -209,6 +221,51 @@ CT_API ct_status ct_model_reserve(ct_model *m, int B, int T, bool training);
  * ct_model_reserve was not called); on an error the earlier setting stays. */
 CT_API ct_status ct_model_set_positions(ct_model *m, const int32_t *pos, int B, int T);
 
+/* Dropout (training only: ct_model_forward_backward; ct_model_forward,
+ * ct_model_logits and decoding never drop). The masks are not stored: each
+ * element's keep/drop decision is a hash of (key, site, layer, the element's
+ * global index), drawn again by the backward and by recompute. The global
+ * index counts batch rows from row0, so a batch of 2B rows at row0 = 0 draws
+ * the masks of two batches of B rows at row0 = 0 and row0 = B: data parallel
+ * ranks (and gradient accumulation) that cover the rows of one global batch
+ * draw the masks of one process running it whole.
+ *
+ * ct_model_set_dropout sets the probabilities (see ct_model_config; the
+ * config's are the start). CT_ERR_ARG (nothing changed) outside [0, 1), or
+ * for a nonzero embedding or residual probability on a LLaMA. Any time. */
+CT_API ct_status ct_model_set_dropout(ct_model *m, float embd_pdrop, float resid_pdrop,
+                                      float attn_pdrop);
+/* The masks of the following ct_model_forward_backward calls: key (the
+ * trainer's: a hash of train.seed and the step) and row0, the global index of
+ * the batch's first row (the trainer's micro-batch a on rank r of w ranks,
+ * B rows each: (a*w + r)*B). Stays until the next call. Until the first call
+ * each forward_backward draws new masks from a counter of its calls (a
+ * library loop that never sets a key still regularises). LoRA's adapter
+ * dropout (ct_lora_opts.dropout) draws its masks from the same key and rows,
+ * mixed with its seed. Not thread-safe against a concurrent forward_backward
+ * on m. */
+CT_API void ct_model_set_dropout_key(ct_model *m, uint64_t key, int64_t row0);
+/* Where a dropout mask applies. Serialized by name in the debug dump
+ * (ct_model_dropout_site_name): append only. */
+typedef enum ct_dropout_site {
+    CT_DROPOUT_EMBD = 0,       /* (B,T,C) wte + wpe; layer ignored */
+    CT_DROPOUT_ATTN_PROBS = 1, /* (B,NH,T,T) attention probabilities of layer l */
+    CT_DROPOUT_ATTN_RESID = 2, /* (B,T,C) the attention's c_proj output of layer l */
+    CT_DROPOUT_MLP_RESID = 3,  /* (B,T,C) the MLP's c_proj output of layer l */
+    CT_DROPOUT_SITE_COUNT
+} ct_dropout_site;
+/* "embd", "attn_probs", "attn_resid", "mlp_resid"; "?" outside the enum. */
+CT_API const char *ct_model_dropout_site_name(ct_dropout_site site);
+/* The site's probability in m (0: the site draws no mask). */
+CT_API float ct_model_dropout_p(const ct_model *m, ct_dropout_site site);
+/* The multipliers (0 or 1/(1-p); 1 everywhere when the site's p is 0) that
+ * the next forward_backward of a (B,T) batch applies at site of layer l,
+ * under the current key and row0, into out (caller-owned, host memory, of
+ * the site's shape above). For debugging and tests: the masks exported for a
+ * PyTorch reference. CT_ERR_ARG for a bad site, layer or shape. */
+CT_API ct_status ct_model_dropout_mask(const ct_model *m, ct_dropout_site site, int layer, int B,
+                                       int T, float *out);
+
 /* Targets < 0 are not counted: the mean loss is over the counted targets
  * (0 when none is), and the gradient is that of grad_weight times it. */
 /* Mean cross-entropy of targets(B,T) given inputs(B,T); no gradients.
@@ -299,7 +356,7 @@ typedef struct ct_lora_opts {
     float alpha;      /* scale = alpha / r */
     float dropout;    /* probability of zeroing an adapter input element, training only */
     uint32_t targets; /* bit k: module kind k of the arch (ct_lora_targets_parse) */
-    uint64_t seed;    /* the dropout masks' stream */
+    uint64_t seed;    /* mixed into the dropout masks' key (ct_model_set_dropout_key) */
     bool base_bf16;   /* store the frozen base's matrices as bf16 (1-D weights stay fp32);
                        * each GEMM widens its weight into an fp32 work buffer first */
 } ct_lora_opts;

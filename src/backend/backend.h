@@ -51,6 +51,18 @@ typedef struct ct_event {
     void *handle;
 } ct_event;
 
+/* Dropout of attention probabilities (attention_forward, _backward): the
+ * probability of query i of row b, head h, for key j is dropped when
+ * ct_dropout_keep(key, (((row0 + b) * NH + h) * T + i) * T + j, p) is false,
+ * so the mask of a global batch row does not depend on how the rows are
+ * split into micro-batches or ranks (row0: the global index of the batch's
+ * first row). */
+typedef struct ct_attn_dropout {
+    float p;      /* drop probability, 0 <= p < 1 */
+    uint64_t key; /* the mask's key */
+    int64_t row0; /* global index of row 0 */
+} ct_attn_dropout;
+
 typedef struct ct_backend_i {
     const char *name; /* "ref", "cpu", "sim", ... */
 
@@ -85,15 +97,18 @@ typedef struct ct_backend_i {
     double (*sum)(ct_backend *be, const float *x, size_t n);
     double (*sumsq)(ct_backend *be, const float *x, size_t n);
     size_t (*nonfinite)(ct_backend *be, const float *x, size_t n);
-    /* Inverted dropout with a counter-based mask: element i is kept when
-     * hash(key ^ i) >= p (see ct_dropout_keep); forward writes
-     * out(n) = keep ? inp * 1/(1-p) : 0; backward ADDS
-     * dinp(n) += keep ? dout * 1/(1-p) : 0. The mask is drawn again from the
-     * key, never stored. */
+    /* Inverted dropout with a counter-based mask: element i has the index
+     * offset + i and is kept when ct_dropout_keep(key, offset + i, p); forward
+     * writes out(n) = keep ? inp * 1/(1-p) : 0 (out may alias inp: in place,
+     * which applied to a gradient is also the backward of an in-place
+     * dropout); backward ADDS dinp(n) += keep ? dout * 1/(1-p) : 0. The mask
+     * is drawn again from the key, never stored; the offset lets a buffer
+     * that holds part of a larger tensor (a micro-batch of a global batch)
+     * draw that tensor's mask. */
     void (*dropout_forward)(ct_backend *be, float *out, const float *inp, size_t n, float p,
-                            uint64_t key);
+                            uint64_t key, uint64_t offset);
     void (*dropout_backward)(ct_backend *be, float *dinp, const float *dout, size_t n, float p,
-                             uint64_t key);
+                             uint64_t key, uint64_t offset);
 
     /* ----------------------------------------------------- stream, timing */
     /* Wait for all enqueued work; a late device error comes back here. */
@@ -147,15 +162,23 @@ typedef struct ct_backend_i {
      * out (B,T,NH*HS) and lse (B,NH,T), the log-sum-exp of each row's scaled
      * scores. Plain multi-head attention is NKV == NH. With pos (B,T) (see
      * above) query t sees only keys [t - pos[b,t], t] of its row: packed
-     * examples do not see each other; NULL: keys [0, t]. */
+     * examples do not see each other; NULL: keys [0, t].
+     * drop (NULL, or p == 0: none, bit for bit as without it): dropout of the
+     * probabilities after the softmax, as HF's attn_dropout: with P the
+     * softmax and M = mask / (1-p) (ct_attn_drop_mult), out = (P o M) V; lse
+     * stays the undropped softmax's. */
     void (*attention_forward)(ct_backend *be, float *out, float *lse, const float *qkv,
-                              const int32_t *pos, int B, int T, int NH, int NKV, int HS);
+                              const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
+                              int NH, int NKV, int HS);
     /* dqkv (B,T,(NH+2*NKV)*HS) += ...; recomputes probabilities from qkv and
      * lse (out is the forward's). The gradients of a KV head sum over the
-     * query heads of its group in a fixed order (deterministic). */
+     * query heads of its group in a fixed order (deterministic). With drop
+     * (the forward's): dV += (P o M)^T dO, dP = (dO V^T) o M, D = rowsum(dO o
+     * out), dS = P o (dP - D) scale. */
     void (*attention_backward)(ct_backend *be, float *dqkv, const float *dout,
                                const float *qkv, const float *out, const float *lse,
-                               const int32_t *pos, int B, int T, int NH, int NKV, int HS);
+                               const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
+                               int NH, int NKV, int HS);
     /* One query row q (NH*HS) against kcache, vcache (n, NKV*HS) holding the
      * keys and values of positions 0..n-1 (the query's own included).
      * Writes out (NH*HS). */
@@ -254,17 +277,43 @@ int ct_backend_set_tiles(ct_backend *be, int bq, int bk);
  * nothing changed) for another word or oneDNN in a build without it. */
 int ct_backend_set_gemm(ct_backend *be, const char *name);
 
-/* The dropout mask bit of element i under key (see dropout_forward): a
- * counter-based hash, shared by every implementation. */
-static inline bool ct_dropout_keep(uint64_t key, size_t i, float p) {
-    uint64_t x = key ^ (uint64_t)i;
+/* The dropout mask of element index i under key: a counter-based hash (the
+ * splitmix64 finalizer of key ^ i), shared by every implementation, whose top
+ * 24 bits u (a uniform in [0, 1) in steps of 2^-24) keep the element when
+ * u >= p. ct_dropout_threshold turns p into the integer form of that test:
+ * keep when (hash >> 40) >= threshold (the same decision, as p * 2^24 is
+ * exact in float). */
+static inline uint32_t ct_dropout_threshold(float p) {
+    if (!(p > 0.0f)) return 0;
+    float s = p * 16777216.0f; /* exact: a power-of-two scale */
+    uint32_t t = (uint32_t)s;
+    return (float)t < s ? t + 1 : t; /* ceil */
+}
+static inline bool ct_dropout_keep_t(uint64_t key, uint64_t i, uint32_t threshold) {
+    uint64_t x = key ^ i;
     x ^= x >> 30;
     x *= 0xBF58476D1CE4E5B9ull;
     x ^= x >> 27;
     x *= 0x94D049BB133111EBull;
     x ^= x >> 31;
-    float u = (float)(x >> 40) * (1.0f / 16777216.0f);
-    return u >= p;
+    return (uint32_t)(x >> 40) >= threshold;
+}
+static inline bool ct_dropout_keep(uint64_t key, uint64_t i, float p) {
+    return ct_dropout_keep_t(key, i, ct_dropout_threshold(p));
+}
+/* The multiplier dropout applies to element i: 1/(1-p) when kept, else 0
+ * (1 when p == 0, so a product with it changes no bit). */
+static inline float ct_dropout_mult(uint64_t key, uint64_t i, float p) {
+    return ct_dropout_keep(key, i, p) ? 1.0f / (1.0f - p) : 0.0f;
+}
+/* The multiplier of attention probability (b, h, i, j) under d (see
+ * ct_attn_dropout); 1 when d is NULL or d->p == 0. */
+static inline float ct_attn_drop_mult(const ct_attn_dropout *d, int b, int h, int i, int j,
+                                      int NH, int T) {
+    if (!d || !(d->p > 0.0f)) return 1.0f;
+    uint64_t idx = (((uint64_t)(d->row0 + b) * (uint64_t)NH + (uint64_t)h) * (uint64_t)T +
+                    (uint64_t)i) * (uint64_t)T + (uint64_t)j;
+    return ct_dropout_mult(d->key, idx, d->p);
 }
 
 /* Staged transfers through a bounded host buffer (the edges): copy n bytes

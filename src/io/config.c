@@ -40,8 +40,9 @@ const key_def config_keys[] = {
     I("model.vocab_size", model.vocab_size, 0, 1 << 24, "vocabulary size (0: from preset)"),
     I("model.n_ctx", model.n_ctx, 0, 1 << 20, "context length (0: from preset)"),
     F("model.dropout", model.dropout, -1, 0.999,
-      "dropout on embeddings, residual branches and attention probabilities, as HF's "
-      "resid_pdrop/embd_pdrop/attn_pdrop (-1: the model's config.json, 0 from scratch)"),
+      "training dropout where HF's modules apply it: GPT-2's embd_pdrop, resid_pdrop and "
+      "attn_pdrop all set to p, LLaMA's attention_dropout (-1: config.json's, where GPT-2 "
+      "absent means HF's 0.1; 0 from scratch)"),
     S("data.train", data.train, "training shards: file, glob or directory"),
     S("data.val", data.val, "validation shards: file, glob or directory"),
     B("data.shuffle", data.shuffle, "shuffle windows (false: sequential llm.c order)"),
@@ -180,6 +181,9 @@ const key_def config_keys[] = {
       "start each bucket's allreduce during the backward pass, as soon as it is final"),
     I("debug.dump_grads_step", debug.dump_grads_step, 0, BIG,
       "write run.dir/grads_stepK.safetensors at step K (0: off)"),
+    I("debug.dump_dropout", debug.dump_dropout, 0, BIG,
+      "write run.dir/dropout_stepK.safetensors at step K: rank 0's dropout masks of each "
+      "micro-batch, 0 or 1/(1-p) (0: off)"),
     I("debug.nan_step", debug.nan_step, 0, BIG, "make step K's gradient NaN (0: off)"),
     I("debug.spike_step", debug.spike_step, 0, BIG,
       "scale step K's loss and gradient by debug.spike_factor (0: off)"),

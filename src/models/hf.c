@@ -12,6 +12,9 @@
  * Every tensor's presence, shape and dtype is checked against the weight
  * files' headers before the parameter memory config.json declares is
  * allocated, so a config.json that lies about the sizes costs nothing.
+ * Dropout: GPT2Config's resid_pdrop, embd_pdrop and attn_pdrop (absent:
+ * transformers' default 0.1, with which HF trains GPT-2), LlamaConfig's
+ * attention_dropout (absent: 0.0); export writes the model's.
  * A LoRA base stored as bf16 is read straight into its bf16 buffer, tensor by
  * tensor (ct_model_load_hf_lora): the fp32 model is never built, and the file
  * pages already converted are dropped from the mapping.
@@ -55,6 +58,20 @@ ct_status hf_json_int(const cJSON *root, const char *key, int lo, int hi, int *o
                       "integer in %d..%d", path, key, v->valuedouble, lo, hi);
     *out = (int)v->valuedouble;
     if (found) *found = true;
+    return CT_OK;
+}
+
+ct_status hf_json_prob(const cJSON *root, const char *key, double dflt, float *out,
+                       const char *path) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) {
+        *out = (float)dflt;
+        return CT_OK;
+    }
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1))
+        return CT_ERR(CT_ERR_FORMAT, "%s: field \"%s\" must be a dropout probability in [0, 1)",
+                      path, key);
+    *out = (float)v->valuedouble;
     return CT_OK;
 }
 
@@ -108,6 +125,11 @@ ct_status ct_model_config_load_hf(ct_model_config *cfg, const char *dir) {
                     "(GELU, tanh form)", path, cJSON_IsString(act) ? act->valuestring : "?");
         goto done;
     }
+    /* dropout: GPT2Config's default 0.1 when absent (HF trains with it) */
+    float *pd[3] = {&cfg->resid_pdrop, &cfg->embd_pdrop, &cfg->attn_pdrop};
+    const char *pk[3] = {"resid_pdrop", "embd_pdrop", "attn_pdrop"};
+    for (int i = 0; i < 3; i++)
+        if ((st = hf_json_prob(root, pk[i], 0.1, pd[i], path))) goto done;
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
     if (tie && cJSON_IsFalse(tie)) {
         st = CT_ERR(CT_ERR_FORMAT, "%s: tie_word_embeddings = false is not supported for GPT-2",
@@ -376,9 +398,9 @@ static cJSON *gpt2_config_json(const ct_model *m) {
     else
         cJSON_AddNumberToObject(root, "n_inner", c->n_ffn);
     cJSON_AddNumberToObject(root, "layer_norm_epsilon", ct_f32_decimal(c->norm_eps));
-    cJSON_AddNumberToObject(root, "resid_pdrop", 0.0);
-    cJSON_AddNumberToObject(root, "embd_pdrop", 0.0);
-    cJSON_AddNumberToObject(root, "attn_pdrop", 0.0);
+    cJSON_AddNumberToObject(root, "resid_pdrop", ct_f32_decimal(c->resid_pdrop));
+    cJSON_AddNumberToObject(root, "embd_pdrop", ct_f32_decimal(c->embd_pdrop));
+    cJSON_AddNumberToObject(root, "attn_pdrop", ct_f32_decimal(c->attn_pdrop));
     cJSON_AddNumberToObject(root, "initializer_range", 0.02);
     cJSON_AddNumberToObject(root, "bos_token_id", c->vocab_size - 1);
     cJSON_AddNumberToObject(root, "eos_token_id", c->vocab_size - 1);

@@ -29,6 +29,11 @@
 ct_status hf_json_int(const cJSON *root, const char *key, int lo, int hi, int *out, bool *found,
                       const char *path);
 
+/* A dropout probability field of config.json in [0, 1) into *out; absent or
+ * null: dflt. CT_ERR_FORMAT naming path and the key. */
+ct_status hf_json_prob(const cJSON *root, const char *key, double dflt, float *out,
+                       const char *path);
+
 /* LlamaConfig fields of config.json (root, borrowed) into *cfg; path names the
  * file in messages. CT_ERR_FORMAT naming the file and key. */
 ct_status hf_llama_config(ct_model_config *cfg, const cJSON *root, const char *path);

@@ -107,7 +107,10 @@ ct_status hf_llama_config(ct_model_config *cfg, const cJSON *root, const char *p
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
     if (tie && !cJSON_IsNull(tie) && !cJSON_IsBool(tie))
         return CT_ERR(CT_ERR_FORMAT, "%s: \"tie_word_embeddings\" must be true or false", path);
+    float attn_drop;
+    if ((st = hf_json_prob(root, "attention_dropout", 0.0, &attn_drop, path))) return st;
     ct_model_config_llama(cfg, L, NH, NKV, C, F, V, ctx);
+    cfg->attn_pdrop = attn_drop;
     cfg->norm_eps = (float)eps;
     cfg->rope_theta = (float)theta;
     cfg->tied_head = tie && cJSON_IsTrue(tie);
@@ -137,7 +140,7 @@ cJSON *hf_llama_config_json(const ct_model *m) {
     cJSON_AddNullToObject(root, "rope_scaling");
     cJSON_AddBoolToObject(root, "attention_bias", false);
     cJSON_AddBoolToObject(root, "mlp_bias", false);
-    cJSON_AddNumberToObject(root, "attention_dropout", 0.0);
+    cJSON_AddNumberToObject(root, "attention_dropout", ct_f32_decimal(c->attn_pdrop));
     cJSON_AddNumberToObject(root, "initializer_range", 0.02);
     cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tied_head);
     cJSON_AddStringToObject(root, "torch_dtype", "float32");

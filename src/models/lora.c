@@ -295,19 +295,29 @@ float *ct_model_trainable_grads(ct_model *m) { return m->lora ? m->lora->grads :
 
 /* ------------------------------------------------------ forward, backward */
 
-/* The dropout key of adapter unit u in forward pass `pass` (see
- * ct_dropout_keep): the backward (and a recomputing re-run) draws the same
- * mask again without storing it. */
-static uint64_t lora_key(const model_lora *a, uint64_t unit) {
-    return a->o.seed * 0x9E3779B97F4A7C15ull ^ a->pass * 0xBF58476D1CE4E5B9ull ^
+/* The dropout key of adapter unit u in the current training pass (see
+ * ct_dropout_keep): the model's pass key (ct_model_set_dropout_key's, or its
+ * call counter's) mixed with the adapters' seed and the unit, so the backward
+ * (and a recomputing re-run) draws the same mask again without storing it,
+ * and a resumed run the unbroken one's. */
+static uint64_t lora_key(const ct_model *m, uint64_t unit) {
+    return m->lora->o.seed * 0x9E3779B97F4A7C15ull ^ m->drop_key * 0xBF58476D1CE4E5B9ull ^
            unit * 0x94D049BB133111EBull;
 }
 
+/* The global index of element 0 of an adapter input (N, in): rows count from
+ * the batch's first global row (ct_model_set_dropout_key's row0), so the
+ * micro-batches and ranks of a global batch draw its masks. */
+static uint64_t lora_offset(const ct_model *m, int in) {
+    return (uint64_t)m->drop_row0 * (uint64_t)m->drop_T * (uint64_t)in;
+}
+
 /* The adapter input of unit u: x itself, or dropout(x) written to lora_xd. */
-static const float *lora_input(ct_model *m, uint64_t unit, const float *x, size_t n) {
+static const float *lora_input(ct_model *m, uint64_t unit, const float *x, int in, int N) {
     model_lora *a = m->lora;
     if (!(a->dropping && a->o.dropout > 0)) return x;
-    m->be->i->dropout_forward(m->be, m->acts.lora_xd, x, n, a->o.dropout, lora_key(a, unit));
+    m->be->i->dropout_forward(m->be, m->acts.lora_xd, x, (size_t)N * in, a->o.dropout,
+                              lora_key(m, unit), lora_offset(m, in));
     return m->acts.lora_xd;
 }
 
@@ -325,7 +335,7 @@ void model_lora_forward(ct_model *m, int l, int gemm, float *out, int OUTW, cons
         const float *A = a->params + a->table[2 * unit].offset;
         const float *Bw = a->params + a->table[2 * unit + 1].offset;
         float *h = m->acts.lora_h + unit * (size_t)N * r, *u = m->acts.lora_tmp;
-        const float *xin = lora_input(m, unit, x, (size_t)N * md->in);
+        const float *xin = lora_input(m, unit, x, md->in, N);
         k->matmul_forward(be, h, xin, A, NULL, N, md->in, r);
         k->matmul_forward(be, u, h, Bw, NULL, N, r, md->out);
         /* out[:, col0:col0+out] += scale * u */
@@ -356,7 +366,7 @@ void model_lora_backward(ct_model *m, int l, int gemm, float *dx, const float *d
         k->memset(be, dh, 0, (size_t)N * r * sizeof *dh);
         k->matmul_backward(be, dh, dB, NULL, g, h, Bw, N, r, md->out);
         /* h = xin A^T: dA += dh^T xin, dxin = dh A */
-        const float *xin = lora_input(m, unit, x, (size_t)N * md->in);
+        const float *xin = lora_input(m, unit, x, md->in, N);
         if (!drop) {
             k->matmul_backward(be, dx, dA, NULL, dh, xin, A, N, md->in, r);
             continue;
@@ -366,7 +376,8 @@ void model_lora_backward(ct_model *m, int l, int gemm, float *dx, const float *d
         size_t n_in = (size_t)N * md->in;
         k->memset(be, dxd, 0, n_in * sizeof *dxd);
         k->matmul_backward(be, dxd, NULL, NULL, dh, NULL, A, N, md->in, r);
-        k->dropout_backward(be, dx, dxd, n_in, a->o.dropout, lora_key(a, unit));
+        k->dropout_backward(be, dx, dxd, n_in, a->o.dropout, lora_key(m, unit),
+                            lora_offset(m, md->in));
     }
 }
 

@@ -181,6 +181,16 @@ ct_status ct_model_config_validate(const ct_model_config *c) {
                       (double)c->rope_theta);
     if (!(c->norm_eps > 0) || !isfinite(c->norm_eps))
         return CT_ERR(CT_ERR_ARG, "norm epsilon %g must be positive", (double)c->norm_eps);
+    if (!(c->embd_pdrop >= 0 && c->embd_pdrop < 1) ||
+        !(c->resid_pdrop >= 0 && c->resid_pdrop < 1) ||
+        !(c->attn_pdrop >= 0 && c->attn_pdrop < 1))
+        return CT_ERR(CT_ERR_ARG, "dropout probabilities embd %g, resid %g, attn %g: expected "
+                      "0 <= p < 1", (double)c->embd_pdrop, (double)c->resid_pdrop,
+                      (double)c->attn_pdrop);
+    if (c->arch == CT_ARCH_LLAMA && (c->embd_pdrop != 0 || c->resid_pdrop != 0))
+        return CT_ERR(CT_ERR_ARG, "a llama model has attention dropout only: embedding %g and "
+                      "residual %g dropout must be 0", (double)c->embd_pdrop,
+                      (double)c->resid_pdrop);
     /* the widths the table and the kernels hold in int, the table's entry count
      * (int), and the parameter count (size_t): none may wrap */
     int64_t qkv_w = ((int64_t)c->n_head + 2 * (int64_t)c->n_kv_head) * (c->n_embd / c->n_head);

@@ -133,8 +133,8 @@ typedef struct model_lora {
     int n_table;
     size_t numel;
     float *params, *grads;
-    bool dropping;        /* inside forward_backward: dropout applies */
-    uint64_t pass;        /* forward_backward calls: the dropout stream's counter */
+    bool dropping;        /* inside forward_backward: dropout applies (keyed as the
+                           * model's dropout: its drop_key and drop_row0) */
 } model_lora;
 
 /* Kind k of cfg's arch; false when k is out of range. */
@@ -194,7 +194,28 @@ struct ct_model {
     void *grad_hook_user;
     double head_bwd_s; /* seconds of the fused head's backward GEMMs in the last
                         * forward_backward (its time split counts them as backward) */
+    /* dropout masks (dropout.c): the probabilities are cfg's */
+    uint64_t drop_key;  /* the masks' key of the current pass */
+    int64_t drop_row0;  /* global index of the batch's first row */
+    bool drop_key_set;  /* ct_model_set_dropout_key was called; else drop_pass keys */
+    uint64_t drop_pass; /* forward_backward calls: the key until one is set */
+    bool dropping;      /* inside forward_backward: dropout applies */
+    int drop_T;         /* the pass's sequence length (rows of T tokens from drop_row0) */
 };
+
+/* Dropout (dropout.c). The probability site s applies in the current pass:
+ * its p while m->dropping, else 0 (no mask is drawn). */
+float model_drop_p(const ct_model *m, ct_dropout_site s);
+/* The mask key of site s of layer l (0 for the embedding) under m->drop_key. */
+uint64_t model_drop_key(const ct_model *m, ct_dropout_site s, int l);
+/* Start a training pass over rows of T tokens: m->dropping, and the pass's
+ * key when none was set. */
+void model_drop_begin(ct_model *m, int T);
+/* Inverted dropout IN PLACE on x (B,T,C) at site s (embedding or residual)
+ * of layer l, elements indexed from row0's first; nothing when the site's p
+ * is 0. Applied to the gradient of x it is its own backward. */
+void model_drop_rows(ct_model *m, float *out, const float *x, ct_dropout_site s, int l, int B,
+                     int T);
 
 /* Device memory of the model's backend (zero-filled, counted under tag;
  * NULL and ct_last_error on failure) and its release (NULL is fine). */
@@ -244,8 +265,10 @@ void model_norm_bwd(ct_model *m, float *dinp, const float *dout, const float *in
                     const float *mean, const float *rstd, int N);
 /* Attention over fused qkv rows (model_qkv_width): GPT-2's multi-head is
  * grouped-query attention with as many KV heads as query heads. */
-void model_attn_fwd(const ct_model *m, float *out, float *lse, const float *qkv, int B, int T);
-void model_attn_bwd(const ct_model *m, float *dqkv, const float *dout, const float *qkv,
+/* l is the layer (its attention-probability dropout in a training pass). */
+void model_attn_fwd(const ct_model *m, int l, float *out, float *lse, const float *qkv, int B,
+                    int T);
+void model_attn_bwd(const ct_model *m, int l, float *dqkv, const float *dout, const float *qkv,
                     const float *out, const float *lse, int B, int T);
 /* The MLP activation: GELU of fch (N,F), or SwiGLU of fch (N,2F) = [gate | up];
  * out (N,F). The backward adds into dfch (N,FW). */

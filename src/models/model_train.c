@@ -14,6 +14,9 @@
  * Rows may pack several examples (ct_model_set_positions): the positions go
  * to the embedding, RoPE and the attention mask, and targets < 0 are not
  * counted in the mean loss.
+ * Dropout (training only, dropout.c): in place on the embedding and on each
+ * c_proj output before its residual add, inside the attention kernels on the
+ * probabilities; the backward applies the same masks to the gradients.
  * Leaves out: any inner loop (kernels only, through m->be) and allocation (the
  * arena of ct_model_reserve holds every buffer).
  */
@@ -111,17 +114,30 @@ void model_norm_bwd(ct_model *m, float *dinp, const float *dout, const float *in
                                  c->n_embd);
 }
 
-void model_attn_fwd(const ct_model *m, float *out, float *lse, const float *qkv, int B, int T) {
-    const ct_model_config *c = &m->cfg;
-    m->be->i->attention_forward(m->be, out, lse, qkv, model_positions(m), B, T, c->n_head,
-                                c->n_kv_head, c->n_embd / c->n_head);
+/* The attention-probability dropout of layer l in the current pass, in *d;
+ * NULL when it draws none. */
+static const ct_attn_dropout *attn_drop(const ct_model *m, int l, ct_attn_dropout *d) {
+    float p = model_drop_p(m, CT_DROPOUT_ATTN_PROBS);
+    if (!(p > 0.0f)) return NULL;
+    *d = (ct_attn_dropout){p, model_drop_key(m, CT_DROPOUT_ATTN_PROBS, l), m->drop_row0};
+    return d;
 }
 
-void model_attn_bwd(const ct_model *m, float *dqkv, const float *dout, const float *qkv,
+void model_attn_fwd(const ct_model *m, int l, float *out, float *lse, const float *qkv, int B,
+                    int T) {
+    const ct_model_config *c = &m->cfg;
+    ct_attn_dropout d;
+    m->be->i->attention_forward(m->be, out, lse, qkv, model_positions(m), attn_drop(m, l, &d), B,
+                                T, c->n_head, c->n_kv_head, c->n_embd / c->n_head);
+}
+
+void model_attn_bwd(const ct_model *m, int l, float *dqkv, const float *dout, const float *qkv,
                     const float *out, const float *lse, int B, int T) {
     const ct_model_config *c = &m->cfg;
-    m->be->i->attention_backward(m->be, dqkv, dout, qkv, out, lse, model_positions(m), B, T,
-                                 c->n_head, c->n_kv_head, c->n_embd / c->n_head);
+    ct_attn_dropout d;
+    m->be->i->attention_backward(m->be, dqkv, dout, qkv, out, lse, model_positions(m),
+                                 attn_drop(m, l, &d), B, T, c->n_head, c->n_kv_head,
+                                 c->n_embd / c->n_head);
 }
 
 void model_mlp_act_fwd(const ct_model *m, float *out, const float *fch, int N) {
@@ -165,9 +181,10 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
         k->rope_forward(be, v->qkv, model_positions(m), B, T, c->n_head, c->n_kv_head,
                         C / c->n_head, 0, c->rope_theta);
     act_store(m, la->qkv, v->qkv, (size_t)N * QKV);
-    model_attn_fwd(m, v->atty, v->lse, v->qkv, B, T);
+    model_attn_fwd(m, l, v->atty, v->lse, v->qkv, B, T);
     act_store(m, la->atty, v->atty, NC);
     model_linear_fwd(m, l, LIN_PROJ, v->res2, v->atty, N);
+    model_drop_rows(m, v->res2, v->res2, CT_DROPOUT_ATTN_RESID, l, B, T);
     k->residual_forward(be, v->res2, v->res2, res_in, NC);
     act_store(m, la->res2, v->res2, NC);
     model_norm_fwd(m, v->ln2, v->ln2_mean, v->ln2_rstd, v->res2, w->ln2_w, w->ln2_b, N);
@@ -179,6 +196,7 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     act_store(m, la->fch_gelu, v->fch_gelu, NF);
     /* res_in is dead from here on, so out may overwrite it */
     model_linear_fwd(m, l, LIN_FCPROJ, out, v->fch_gelu, N);
+    model_drop_rows(m, out, out, CT_DROPOUT_MLP_RESID, l, B, T);
     k->residual_forward(be, out, out, v->res2, NC);
     act_store(m, la->res3, out, NC);
 }
@@ -198,6 +216,7 @@ static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool 
     float *res = bf16 ? a->res : (float *)a->encoded;
     k->encoder_forward(be, res, inputs, model_p(m, m->wte), model_p(m, m->wpe),
                        model_positions(m), B, T, C, 0);
+    model_drop_rows(m, res, res, CT_DROPOUT_EMBD, 0, B, T);
     if (keep) act_store(m, a->encoded, res, NC);
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts *la = &a->layers[l];
@@ -274,7 +293,13 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     else
         model_mlp_act_fwd(m, v.fch_gelu, v.fch, N);
     zero(m, a->dbig1, NF);
-    model_linear_bwd(m, l, LIN_FCPROJ, a->dbig1, a->dres, v.fch_gelu, N);
+    /* the MLP's c_proj output was dropped out: its gradient is dres o mask (in dln) */
+    const float *dmlp = a->dres;
+    if (model_drop_p(m, CT_DROPOUT_MLP_RESID) > 0.0f) {
+        model_drop_rows(m, a->dln, a->dres, CT_DROPOUT_MLP_RESID, l, B, T);
+        dmlp = a->dln;
+    }
+    model_linear_bwd(m, l, LIN_FCPROJ, a->dbig1, dmlp, v.fch_gelu, N);
     /* v.fch_gelu may be dbig2 itself: it is not read after this point */
     zero(m, a->dbig2, NFW);
     model_mlp_act_bwd(m, a->dbig2, v.fch, a->dbig1, N);
@@ -290,9 +315,15 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     act_load(m, la->atty, v.atty, NC);
     act_load(m, la->qkv, v.qkv, (size_t)N * QKV);
     zero(m, a->datty, NC);
-    model_linear_bwd(m, l, LIN_PROJ, a->datty, a->dres, v.atty, N);
+    /* dln is free until norm1's backward: the dropped c_proj output's gradient */
+    const float *dattn = a->dres;
+    if (model_drop_p(m, CT_DROPOUT_ATTN_RESID) > 0.0f) {
+        model_drop_rows(m, a->dln, a->dres, CT_DROPOUT_ATTN_RESID, l, B, T);
+        dattn = a->dln;
+    }
+    model_linear_bwd(m, l, LIN_PROJ, a->datty, dattn, v.atty, N);
     zero(m, a->dbig1, (size_t)N * QKV);
-    model_attn_bwd(m, a->dbig1, a->datty, v.qkv, v.atty, v.lse, B, T);
+    model_attn_bwd(m, l, a->dbig1, a->datty, v.qkv, v.atty, v.lse, B, T);
     if (c->pos == CT_POS_ROPE)
         k->rope_backward(be, a->dbig1, model_positions(m), B, T, c->n_head, c->n_kv_head,
                          C / c->n_head, 0, c->rope_theta);
@@ -349,6 +380,8 @@ static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
         grad_ready(m, (const int *)&m->layers[l], (int)(sizeof(layer_idx) / sizeof(int)));
     }
     if (m->grads) { /* a frozen base (LoRA) has no embedding gradient */
+        /* the embedding was dropped out in place: so is its gradient */
+        model_drop_rows(m, a->dres, a->dres, CT_DROPOUT_EMBD, 0, B, T);
         k->encoder_backward(be, model_g(m, m->wte), model_g(m, m->wpe), a->dres, inputs,
                             model_positions(m), B, T, C);
         int emb[2] = {m->wte, m->wpe};
@@ -484,10 +517,9 @@ ct_status ct_model_forward_backward_timed(ct_model *m, const int32_t *inputs,
     ct_event e0, e1, e2, e3;
     be->i->event_record(be, &e0);
     m->head_bwd_s = 0;
-    if (m->lora) { /* adapter dropout applies in this pass, with its own masks */
-        m->lora->dropping = true;
-        m->lora->pass++;
-    }
+    /* dropout applies in this pass (and its backward), the adapters' too */
+    model_drop_begin(m, T);
+    if (m->lora) m->lora->dropping = true;
     const int32_t *din, *dtg;
     upload_tokens(m, inputs, targets, N, &din, &dtg);
     forward_body(m, din, B, T, true);
@@ -498,6 +530,7 @@ ct_status ct_model_forward_backward_timed(ct_model *m, const int32_t *inputs,
     be->i->event_record(be, &e2);
     backward_body(m, din, B, T);
     if (m->lora) m->lora->dropping = false;
+    m->dropping = false;
     be->i->event_record(be, &e3);
     if ((st = be->i->synchronize(be))) return st;
     double fwd = be_seconds(m, &e0, &e2), bwd = be_seconds(m, &e2, &e3);

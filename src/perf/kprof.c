@@ -131,12 +131,12 @@ static size_t p_nonfinite(ct_backend *be, const float *x, size_t n) {
     return r;
 }
 static void p_dropout_forward(ct_backend *be, float *out, const float *inp, size_t n, float p,
-                              uint64_t key) {
-    INNER(be)->i->dropout_forward(INNER(be), out, inp, n, p, key);
+                              uint64_t key, uint64_t offset) {
+    INNER(be)->i->dropout_forward(INNER(be), out, inp, n, p, key, offset);
 }
 static void p_dropout_backward(ct_backend *be, float *dinp, const float *dout, size_t n, float p,
-                               uint64_t key) {
-    INNER(be)->i->dropout_backward(INNER(be), dinp, dout, n, p, key);
+                               uint64_t key, uint64_t offset) {
+    INNER(be)->i->dropout_backward(INNER(be), dinp, dout, n, p, key, offset);
 }
 
 /* ----------------------------------------------------- stream, timing */
@@ -180,13 +180,16 @@ static void p_matmul_backward(ct_backend *be, float *dinp, float *dweight, float
     TIMED(CT_KP_MATMUL_BWD, matmul_backward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 static void p_attention_forward(ct_backend *be, float *out, float *lse, const float *qkv,
-                                const int32_t *pos, int B, int T, int NH, int NKV, int HS) {
-    TIMED(CT_KP_ATTN_FWD, attention_forward, out, lse, qkv, pos, B, T, NH, NKV, HS);
+                                const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
+                                int NH, int NKV, int HS) {
+    TIMED(CT_KP_ATTN_FWD, attention_forward, out, lse, qkv, pos, drop, B, T, NH, NKV, HS);
 }
 static void p_attention_backward(ct_backend *be, float *dqkv, const float *dout, const float *qkv,
-                                 const float *out, const float *lse, const int32_t *pos, int B,
-                                 int T, int NH, int NKV, int HS) {
-    TIMED(CT_KP_ATTN_BWD, attention_backward, dqkv, dout, qkv, out, lse, pos, B, T, NH, NKV, HS);
+                                 const float *out, const float *lse, const int32_t *pos,
+                                 const ct_attn_dropout *drop, int B, int T, int NH, int NKV,
+                                 int HS) {
+    TIMED(CT_KP_ATTN_BWD, attention_backward, dqkv, dout, qkv, out, lse, pos, drop, B, T, NH, NKV,
+          HS);
 }
 static void p_attention_decode(ct_backend *be, float *out, const float *q, const float *kcache,
                                const float *vcache, int n, int NH, int NKV, int HS) {

@@ -331,15 +331,15 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     double qkv_bytes = 4.0 * N * QKV, out_bytes = 4.0 * N * C, lse_bytes = 4.0 * B * NH * T;
     if (wanted(&s, "attention.fwd")) {
         TIME_KERNEL(&s, "attention.fwd", sec,
-                    s.be->i->attention_forward(s.be, y, lse, x, NULL, B, T, NH, NKV, HS));
+                    s.be->i->attention_forward(s.be, y, lse, x, NULL, NULL, B, T, NH, NKV, HS));
         report(&s, "attention.fwd", shape, sec, 4.0 * B * C * causal, qkv_bytes,
                out_bytes + lse_bytes, qkv_bytes + out_bytes + lse_bytes);
     }
     if (wanted(&s, "attention.bwd")) {
-        s.be->i->attention_forward(s.be, y, lse, x, NULL, B, T, NH, NKV, HS);
+        s.be->i->attention_forward(s.be, y, lse, x, NULL, NULL, B, T, NH, NKV, HS);
         TIME_KERNEL(&s, "attention.bwd", sec,
-                    s.be->i->attention_backward(s.be, dx, dy, x, y, lse, NULL, B, T, NH, NKV,
-                                                HS));
+                    s.be->i->attention_backward(s.be, dx, dy, x, y, lse, NULL, NULL, B, T, NH,
+                                                NKV, HS));
         /* reads qkv, out, dout and lse; writes dqkv */
         double rd = qkv_bytes + 2.0 * out_bytes + lse_bytes;
         report(&s, "attention.bwd", shape, sec, 8.0 * B * C * causal, rd, qkv_bytes,

@@ -263,6 +263,7 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
         }
         wait += ct_loader_wait_s(t->train);
         ts = span(t, "data", ts, step);
+        if ((st = trainer_dropout_micro(t, step, a))) return st;
         if ((st = ct_model_forward_backward_timed(t->model, t->in, t->tg, t->B, t->T,
                                                   trainer_batch_weight(t, counted), &loss, &mt)))
             return st;
@@ -278,6 +279,7 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
     else
         info->loss = loss_sum / (double)t->accum;
     info->counted = t->sft ? t->step_counted : 0;
+    if ((st = trainer_dropout_write(t, step))) return st;
     if (cfg->debug.dump_grads_step == step && trainer_root(t)) {
         char name[64];
         snprintf(name, sizeof name, "grads_step%lld.safetensors", (long long)step);

@@ -8,7 +8,9 @@
  * the gradient norm and the stop flag are exchanged so that the guard's
  * verdict is the same on every rank. Under ZeRO-1 each rank updates only its
  * shard and the parameters are all-gathered; rank 0 gathers the moments for a
- * checkpoint, whose format stays that of one process.
+ * checkpoint, whose format stays that of one process. Dropout masks are
+ * keyed by the step and each micro-batch's global rows (trainer_dropout_micro),
+ * on one process as on many.
  * Leaves out: the single-process step (trainer.c runs it unchanged).
  */
 #include "train/trainer_int.h"
@@ -17,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "io/safetensors.h"
 
 bool trainer_root(const trainer *t) { return t->rank == 0; }
 
@@ -124,6 +128,120 @@ ct_status trainer_dist_after_setup(trainer *t) {
     return CT_OK;
 }
 
+/* ------------------------------------------------------------ dropout */
+
+/* debug.dump_dropout's masks: entries with owned names and data. */
+typedef struct trainer_drop_dump {
+    ct_st_entry *e;
+    int n, cap;
+} trainer_drop_dump;
+
+/* splitmix64's finalizer. */
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return x;
+}
+
+void trainer_dropout_free(trainer *t) {
+    trainer_drop_dump *d = t->drop_dump;
+    if (!d) return;
+    for (int i = 0; i < d->n; i++) {
+        free((char *)d->e[i].name);
+        free((float *)d->e[i].data);
+    }
+    free(d->e);
+    free(d);
+    t->drop_dump = NULL;
+}
+
+/* Keep the mask of site s, layer l of micro-batch a (debug only: allocates). */
+static ct_status dump_mask(trainer *t, int64_t a, ct_dropout_site s, int l) {
+    const ct_model_config *c = ct_model_get_config(t->model);
+    trainer_drop_dump *d = t->drop_dump;
+    if (d->n == d->cap) {
+        int cap = d->cap ? 2 * d->cap : 16;
+        ct_st_entry *e = realloc(d->e, (size_t)cap * sizeof *e);
+        if (!e) return CT_ERR(CT_ERR_OOM, "out of memory keeping dropout masks");
+        d->e = e;
+        d->cap = cap;
+    }
+    ct_st_entry *e = &d->e[d->n];
+    memset(e, 0, sizeof *e);
+    if (s == CT_DROPOUT_ATTN_PROBS) { /* (B,NH,T,T) */
+        e->ndim = 4;
+        e->shape[0] = t->B, e->shape[1] = c->n_head, e->shape[2] = t->T, e->shape[3] = t->T;
+    } else { /* (B,T,C) */
+        e->ndim = 3;
+        e->shape[0] = t->B, e->shape[1] = t->T, e->shape[2] = c->n_embd;
+    }
+    size_t n = 1;
+    for (int i = 0; i < e->ndim; i++) n *= (size_t)e->shape[i];
+    e->dtype = CT_DTYPE_F32;
+    char name[96];
+    if (s == CT_DROPOUT_EMBD)
+        snprintf(name, sizeof name, "mb%lld.embd", (long long)a);
+    else
+        snprintf(name, sizeof name, "mb%lld.h.%d.%s", (long long)a, l,
+                 ct_model_dropout_site_name(s));
+    float *buf = malloc(n * sizeof *buf);
+    char *nm = strdup(name);
+    if (!buf || !nm) {
+        free(buf);
+        free(nm);
+        return CT_ERR(CT_ERR_OOM, "out of memory keeping dropout mask %s (%zu floats)", name, n);
+    }
+    ct_status st = ct_model_dropout_mask(t->model, s, l, t->B, t->T, buf);
+    if (st) {
+        free(buf);
+        free(nm);
+        return st;
+    }
+    e->name = nm;
+    e->data = buf;
+    d->n++;
+    return CT_OK;
+}
+
+ct_status trainer_dropout_micro(trainer *t, int64_t step, int64_t a) {
+    uint64_t key = mix64(mix64((uint64_t)t->cfg->train.seed ^ 0x6A09E667F3BCC909ull) ^
+                         (uint64_t)step * 0x9E3779B97F4A7C15ull);
+    ct_model_set_dropout_key(t->model, key, (a * t->world + t->rank) * (int64_t)t->B);
+    if (t->cfg->debug.dump_dropout != step || !trainer_root(t)) return CT_OK;
+    if (a == 0) trainer_dropout_free(t); /* a step run again starts over */
+    if (!t->drop_dump && !(t->drop_dump = calloc(1, sizeof *t->drop_dump)))
+        return CT_ERR(CT_ERR_OOM, "out of memory keeping dropout masks");
+    ct_status st = CT_OK;
+    if (ct_model_dropout_p(t->model, CT_DROPOUT_EMBD) > 0)
+        st = dump_mask(t, a, CT_DROPOUT_EMBD, 0);
+    int L = ct_model_get_config(t->model)->n_layer;
+    for (int l = 0; l < L && !st; l++)
+        for (int s = CT_DROPOUT_ATTN_PROBS; s < CT_DROPOUT_SITE_COUNT && !st; s++)
+            if (ct_model_dropout_p(t->model, (ct_dropout_site)s) > 0)
+                st = dump_mask(t, a, (ct_dropout_site)s, l);
+    return st;
+}
+
+ct_status trainer_dropout_write(trainer *t, int64_t step) {
+    trainer_drop_dump *d = t->drop_dump;
+    if (!d) return CT_OK;
+    char path[TRAINER_DIR_MAX + 64];
+    snprintf(path, sizeof path, "%s/dropout_step%lld.safetensors", t->cfg->run.dir,
+             (long long)step);
+    const char *meta[] = {"format", "pt"};
+    ct_status st = ct_st_write(path, d->e, d->n, meta, 1);
+    if (!st)
+        ct_log(CT_LOG_INFO, "step %lld: debug: %d dropout masks written to %s", (long long)step,
+               d->n, path);
+    trainer_dropout_free(t);
+    return st;
+}
+
+/* ------------------------------------------------------- micro-batches */
+
 static void grad_hook(size_t lo, size_t hi, void *user) {
     ct_dist_grad_ready(user, lo, hi);
 }
@@ -158,6 +276,7 @@ ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum,
         }
         ct_model_timing mt = {0, 0};
         weight = trainer_batch_weight(t, counted);
+        if ((local = trainer_dropout_micro(t, step, a))) break;
         local = ct_model_forward_backward_timed(t->model, t->in, t->tg, t->B, t->T, weight, &loss,
                                                 &mt);
         *fwd += mt.forward_s;

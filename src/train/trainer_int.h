@@ -92,6 +92,10 @@ typedef struct trainer {
     run_lock *lock;                 /* owned; NULL on other ranks */
     bool clear_dir;                 /* run.overwrite: remove the earlier run's results */
 
+    /* debug.dump_dropout: the masks of that step's micro-batches (rank 0),
+     * gathered as the step runs; NULL otherwise */
+    struct trainer_drop_dump *drop_dump;
+
     /* resume */
     int64_t resume_step;            /* -1: fresh */
     char resume_dir[TRAINER_DIR_MAX];
@@ -142,6 +146,21 @@ ct_status trainer_dist_after_setup(trainer *t);
  * rank's data wait, forward and backward seconds. */
 ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum, double *wait,
                                      double *fwd, double *bwd);
+/* Dropout masks of micro-batch a (0-based) of step `step`: the model's key
+ * is a hash of train.seed and the step, and its row0 the global index of the
+ * micro-batch's first row, (a*world + rank)*B, so the masks of a global row
+ * do not depend on how many ranks or micro-batches share the step, and a
+ * resumed run draws the masks of an unbroken one. With debug.dump_dropout
+ * at this step, rank 0 also keeps the masks for trainer_dropout_write.
+ * CT_ERR_OOM. */
+ct_status trainer_dropout_micro(trainer *t, int64_t step, int64_t a);
+/* Write the kept masks to run.dir/dropout_stepK.safetensors (F32, names
+ * "mb<a>.embd", "mb<a>.h.<l>.attn_probs" (B,NH,T,T), "mb<a>.h.<l>.attn_resid",
+ * "mb<a>.h.<l>.mlp_resid" (B,T,C), values 0 or 1/(1-p), only the sites whose
+ * p > 0) and free them; nothing when none are kept. */
+ct_status trainer_dropout_write(trainer *t, int64_t step);
+/* Free kept masks (a step that failed). */
+void trainer_dropout_free(trainer *t);
 /* Global gradient norm from every rank's shard (the same on every rank). */
 ct_status trainer_dist_grad_norm(trainer *t, double *norm);
 /* AdamW on this rank's range, then (ZeRO-1) the parameters all-gathered. */

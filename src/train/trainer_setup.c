@@ -451,6 +451,38 @@ static ct_status build_model(trainer *t) {
     return ct_model_init_weights(t->model, (uint64_t)cfg->train.seed);
 }
 
+/* model.dropout: -1 keeps the model's probabilities (config.json's, the
+ * checkpoint's on a resume; 0 for a model built from scratch), p >= 0 sets
+ * every dropout the arch has to p (LLaMA: attention only, as HF's
+ * LlamaModel has no other). Logs what trains. */
+static ct_status apply_dropout(trainer *t) {
+    const ct_config *cfg = t->cfg;
+    bool llama = ct_model_get_config(t->model)->arch == CT_ARCH_LLAMA;
+    const char *from;
+    if (cfg->model.dropout >= 0) {
+        float p = (float)cfg->model.dropout;
+        ct_status st = ct_model_set_dropout(t->model, llama ? 0.0f : p, llama ? 0.0f : p, p);
+        if (st) {
+            ct_error_prefix("model.dropout = %g", cfg->model.dropout);
+            return st;
+        }
+        from = "model.dropout";
+    } else if (t->resume_step >= 0 && !ct_model_lora(t->model)) {
+        from = "the checkpoint's config.json";
+    } else if (cfg->model.init_from[0]) {
+        from = "config.json";
+    } else {
+        from = "none from scratch; model.dropout sets it";
+    }
+    const ct_model_config *mc = ct_model_get_config(t->model);
+    if (llama)
+        ct_log(CT_LOG_INFO, "dropout: attention %g (%s)", (double)mc->attn_pdrop, from);
+    else
+        ct_log(CT_LOG_INFO, "dropout: embeddings %g, residual %g, attention %g (%s)",
+               (double)mc->embd_pdrop, (double)mc->resid_pdrop, (double)mc->attn_pdrop, from);
+    return CT_OK;
+}
+
 /* How many micro-batches one validation scores: train.eval_batches, or
  * (0) the whole val split, one pass, capped at train.eval_tokens. */
 static ct_status plan_evaluation(trainer *t) {
@@ -738,6 +770,7 @@ ct_status trainer_setup(trainer *t) {
     if ((st = trainer_measure_peak(t))) return st;
     if ((st = trace_setup(t))) return st;
     if ((st = build_model(t))) return st;
+    if ((st = apply_dropout(t))) return st;
     if ((st = ct_model_set_opts(t->model, &t->mopts))) return st;
     if ((st = ct_model_reserve(t->model, t->B, t->T, true))) return st;
     /* what trains: the whole model, or only the LoRA adapters */
@@ -822,6 +855,7 @@ void trainer_monitor_init(trainer *t) {
 }
 
 void trainer_release(trainer *t) {
+    trainer_dropout_free(t);
     ct_metrics_close(t->metrics);
     ct_tb_close(t->tb);
     ct_free(t->ctx, t->in);

@@ -6,6 +6,9 @@
   several buckets; the bucketed allreduce overlapped with the backward equals
   the one started after it bit for bit; only rank 0 writes run.dir, and
   metrics.jsonl carries t_comm_ms.
+- With dropout on (model.dropout=0.1, gradient accumulation 2), 2 ranks x B
+  equal 1 rank x 2B to 1e-5: the masks follow the global row, not the rank;
+  and the losses differ from those without dropout.
 - ZeRO-1 on 2 ranks equals ZeRO off bit for bit (losses, final weights, the
   checkpoint's optimizer state), and the AdamW moments per rank are halved
   (the ranks' own count, and `ctrain plan dist.world=2 dist.zero=1`); on 3
@@ -206,6 +209,23 @@ def lora_equivalence(tmp, shard):
         adapter = [read(os.path.join(d, "adapter_model.safetensors")) for d in dirs]
         check("LoRA under 2 ranks writes the adapter once, in rank 0's run.dir",
               adapter[0] == adapter[1])
+
+
+def dropout_equivalence(tmp, shard):
+    """Dropout under 2 ranks: rank r's micro-batch a holds the global rows
+    (2a + r)*B.., and the masks are drawn by global row, so 2 ranks x B with
+    accumulation draw the masks of 1 process x 2B."""
+    args = ["model.preset=gpt2-tiny", f"data.train={shard}", "train.steps=4", "train.seq_len=16",
+            "run.threads=1", "optim.lr=3e-3", "train.grad_accum=2", "model.dropout=0.1"]
+    dirs = one_vs_two(tmp, "dropout", args, "dist.overlap=false",
+                      "allreduce during the backward = after it")
+    if not dirs:
+        return
+    plain = os.path.join(tmp, "dropout_none")
+    rc, out = single(*args, "model.dropout=0", "train.batch_size=4", f"run.dir={plain}")
+    a, b = (metrics(plain) if rc == 0 else {}), metrics(dirs[0])
+    check("dropout: the comparison has teeth (losses differ from model.dropout=0)",
+          rc == 0 and all(a[s]["loss"] != b[s]["loss"] for s in range(1, 5)), out[-300:])
 
 
 def zero(tmp, shard):
@@ -409,6 +429,7 @@ def main():
         equivalence(tmp, shard, val)
         llama_equivalence(tmp, shard)
         lora_equivalence(tmp, shard)
+        dropout_equivalence(tmp, shard)
         zero(tmp, shard)
         resume(tmp, shard)
         failures_end_every_rank(tmp, shard)

@@ -7,7 +7,9 @@
   metrics.jsonl with exactly one line per step (the lines the killed run wrote
   after its checkpoint are dropped). Both with data.shuffle false and true,
   data.prefetch > 0, gradient accumulation and periodic validation (and zstd
-  checkpoints in the shuffled case).
+  checkpoints in the shuffled case); and with dropout on (model.dropout=0.1: the
+  masks are keyed by train.seed, the step and the global row, so the resumed
+  steps draw the unbroken run's), whose losses differ from the run without.
 - SIGINT and SIGTERM: the run finishes its step, writes a checkpoint and the
   final weights, exits 130 / 143; resuming reaches the unbroken run's weights.
 - train.resume=never on a run.dir with checkpoints, PATH, a damaged newest
@@ -86,8 +88,8 @@ def kill_after_checkpoint(args, run_dir, step, sig=signal.SIGKILL):
     return p.returncode, out
 
 
-def exact_resume(tmp, shard, shuffle, extra):
-    tag = "shuffle" if shuffle else "sequential"
+def exact_resume(tmp, shard, shuffle, extra, tag=None):
+    tag = tag or ("shuffle" if shuffle else "sequential")
     common = [*extra, "model.preset=gpt2-tiny", f"data.train={shard}", "train.steps=20",
               "train.batch_size=2", "train.seq_len=8", "train.grad_accum=2",
               f"data.shuffle={'true' if shuffle else 'false'}", "data.prefetch=3",
@@ -292,8 +294,14 @@ def main():
         rc, out = run("synth", "--out", val, "--tokens", "5000", "--vocab", "64", "--seed", "2")
         assert rc == 0, out
         evals = [f"data.val={val}", "train.eval_every=4", "train.eval_batches=2"]
-        exact_resume(tmp, shard, False, evals)
+        plain = exact_resume(tmp, shard, False, evals)
         exact_resume(tmp, shard, True, [*evals, "run.checkpoint_compress=true"])
+        dropped = exact_resume(tmp, shard, False, [*evals, "model.dropout=0.1"], tag="dropout")
+        a, _ = metrics(plain)
+        b, _ = metrics(dropped)
+        check("dropout: model.dropout=0.1 changes the training losses",
+              1 in a and 1 in b and a[1]["loss"] != b[1]["loss"],
+              f"{a.get(1, {}).get('loss')} vs {b.get(1, {}).get('loss')}")
         signals(tmp, shard)
         faults(tmp, shard)
         full_disk(tmp, shard)

@@ -1,6 +1,7 @@
 """Reference GPT-2 in PyTorch, and the file formats the golden tests exchange with ctrain.
 
-The model's math equals Hugging Face's GPT2LMHeadModel (no dropout): learned positions,
+The model's math equals Hugging Face's GPT2LMHeadModel in eval mode (dropout only when
+forward() is asked for it, in train mode's places: see `dropout`): learned positions,
 pre-LayerNorm blocks (eps 1e-5), Conv1D weights stored [in, out] (y = x @ W + b), causal
 attention scaled by 1/sqrt(head_size), GELU in its tanh form ("gelu_new"), a final LayerNorm
 and a head tied to wte. The loss is the mean cross-entropy over all B*T targets.
@@ -125,7 +126,19 @@ def gelu_new(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
-def forward(params, config, idx, targets=None, pos=None, attn_mask=None):
+def _dropout(x, name, dropout, p):
+    """x after the dropout `name` of forward(): x times dropout[name] when dropout is a
+    dict of masks (absent: x unchanged), torch's own F.dropout(x, p) (train mode) when
+    dropout holds probabilities, else x."""
+    if dropout is None:
+        return x
+    if isinstance(dropout, dict):
+        m = dropout.get(name)
+        return x if m is None else x * torch.as_tensor(np.asarray(m), dtype=x.dtype)
+    return F.dropout(x, p, training=True) if p > 0 else x
+
+
+def forward(params, config, idx, targets=None, pos=None, attn_mask=None, dropout=None):
     """Logits (B, T, V) and, when targets are given, the mean cross-entropy over B*T.
 
     idx, targets: int64 tensors (B, T). params: {name: tensor} in HF layout.
@@ -133,6 +146,13 @@ def forward(params, config, idx, targets=None, pos=None, attn_mask=None):
     row). attn_mask: optional bool (B, T, T), True where query t may attend to key s
     (default causal). Instruction data (sft_ref.py) passes both; each row then needs at
     least one True per query.
+    dropout: None (eval: no dropout), or where GPT2Model applies it in train mode
+    (drop(wte + wpe); attn_dropout on the probabilities after the softmax; resid_dropout
+    on the attention's and the MLP's c_proj outputs) either given masks, a dict
+    {"embd": (B,T,C), "h.<i>.attn_probs": (B,H,T,T), "h.<i>.attn_resid": (B,T,C),
+    "h.<i>.mlp_resid": (B,T,C)} of multipliers (0 or 1/(1-p): ctrain's debug.dump_dropout
+    masks without the "mb<a>." prefix; absent names are not dropped), or torch's own
+    nn.Dropout with probabilities (embd_pdrop, resid_pdrop, attn_pdrop).
     """
     _need_torch()
     c = normalize_config(config)
@@ -149,6 +169,8 @@ def forward(params, config, idx, targets=None, pos=None, attn_mask=None):
         if int(pos.max()) >= c["n_ctx"] or int(pos.min()) < 0:
             raise ValueError("positions must lie in [0, n_ctx %d)" % c["n_ctx"])
         x = F.embedding(idx, P["wte.weight"]) + F.embedding(pos, P["wpe.weight"])
+    pe, pr, pa = (0.0, 0.0, 0.0) if dropout is None or isinstance(dropout, dict) else dropout
+    x = _dropout(x, "embd", dropout, pe)
     if attn_mask is None:
         causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
     else:
@@ -165,15 +187,16 @@ def forward(params, config, idx, targets=None, pos=None, attn_mask=None):
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)                           # (B,H,T,T)
         att = att.masked_fill(~causal, float("-inf"))
         att = torch.softmax(att, dim=-1)
+        att = _dropout(att, p + "attn_probs", dropout, pa)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         y = y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"]
-        x = x + y
+        x = x + _dropout(y, p + "attn_resid", dropout, pr)
         # MLP sub-block
         h = F.layer_norm(x, (C,), P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
         h = h @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"]
         h = gelu_new(h)
         h = h @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"]
-        x = x + h
+        x = x + _dropout(h, p + "mlp_resid", dropout, pr)
     x = F.layer_norm(x, (C,), P["ln_f.weight"], P["ln_f.bias"], eps)
     logits = x @ P["wte.weight"].t()                                              # tied head
     if targets is None:

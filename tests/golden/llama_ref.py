@@ -1,5 +1,6 @@
 """Reference LLaMA in PyTorch for the golden tests, written to Hugging Face's
-LlamaForCausalLM semantics (no dropout, no rope scaling):
+LlamaForCausalLM semantics (no rope scaling; dropout only when forward() is asked for it:
+attention_dropout on the probabilities, LlamaAttention's only dropout):
 
 - RMSNorm in float32: x * rsqrt(mean(x^2) + eps), then times the weight;
 - rotary embedding on q and k, rotate_half convention (pairs (i, i + d/2)),
@@ -97,12 +98,15 @@ def rope_cos_sin_at(pos, d, theta, dtype):
     return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
 
 
-def forward(P, c, idx, targets=None, pos=None, attn_mask=None):
+def forward(P, c, idx, targets=None, pos=None, attn_mask=None, dropout=None):
     """Logits (B, T, V) and the mean cross-entropy (or None) of token ids idx (B, T).
 
     pos: optional int64 (B, T) rotary position of each token (HF's position_ids; default
     0..T-1 in every row). attn_mask: optional bool (B, T, T), True where query t may
-    attend to key s (default causal). Instruction data (sft_ref.py) passes both."""
+    attend to key s (default causal). Instruction data (sft_ref.py) passes both.
+    dropout: None (eval), a dict {"h.<l>.attn_probs": (B, NH, T, T) multipliers}
+    (ctrain's debug.dump_dropout masks without "mb<a>."; absent layers are not dropped),
+    or a float p: torch's own dropout of the probabilities (train mode)."""
     Bn, T = idx.shape
     C, NH, NKV = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
     d, rep = head_dim(c), NH // NKV
@@ -130,6 +134,10 @@ def forward(P, c, idx, targets=None, pos=None, attn_mask=None):
         att = (q @ k.transpose(-2, -1)) / (d ** 0.5)
         att = att.masked_fill(~mask, float("-inf"))
         att = torch.softmax(att.float(), dim=-1).to(q.dtype)
+        if isinstance(dropout, dict) and ("h.%d.attn_probs" % l) in dropout:
+            att = att * torch.as_tensor(np.asarray(dropout["h.%d.attn_probs" % l]), dtype=att.dtype)
+        elif dropout is not None and not isinstance(dropout, dict) and dropout > 0:
+            att = F.dropout(att, dropout, training=True)
         y = (att @ v).transpose(1, 2).reshape(Bn, T, C)
         x = x + y @ P[p + "self_attn.o_proj.weight"].T
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)

@@ -504,13 +504,33 @@ static void test_reductions(size_t n) {
     pool_free();
 }
 
-/* dropout_forward writes, dropout_backward adds, both by ct_dropout_keep. */
-static void test_dropout(size_t n, float p, uint64_t key) {
+/* The mask before ct_dropout_threshold existed: the hash's top 24 bits as a
+ * float in [0, 1), kept when >= p. The integer test must agree everywhere. */
+static bool keep_float(uint64_t key, uint64_t i, float p) {
+    uint64_t x = key ^ i;
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    float u = (float)(x >> 40) * (1.0f / 16777216.0f);
+    return u >= p;
+}
+
+/* dropout_forward writes, dropout_backward adds, both by ct_dropout_keep of
+ * offset + i; the decisions depend on the element index only, so a buffer
+ * split into parts at their offsets draws the whole buffer's mask (in place
+ * too). */
+static void test_dropout(size_t n, float p, uint64_t key, uint64_t offset) {
     float *x = frand(n, 2.0f), *dout = frand(n, 1.0f), *dinp = frand(n, 1.0f);
     float *want = falloc(n), *want_d = fcopy(dinp, n), inv = 1.0f / (1.0f - p);
-    size_t kept = 0;
+    size_t kept = 0, differ = 0;
+    for (size_t i = 0; i < n; i++) differ += ct_dropout_keep(key, offset + i, p) !=
+                                             keep_float(key, offset + i, p);
+    CHECK_MSG(differ == 0, "ct_dropout_keep differs from the float test at %zu of %zu (p=%g)",
+              differ, n, p);
     for (size_t i = 0; i < n; i++) {
-        bool keep = ct_dropout_keep(key, i, p);
+        bool keep = ct_dropout_keep(key, offset + i, p);
         kept += keep;
         want[i] = keep ? x[i] * inv : 0.0f;
         want_d[i] += keep ? dout[i] * inv : 0.0f;
@@ -521,13 +541,35 @@ static void test_dropout(size_t n, float p, uint64_t key) {
     karg f[] = {ARG(ffill(n, NAN), n), ARG(x, n)};
     karg g[] = {ARG(dinp, n), ARG(dout, n)};
     FOR_ALL(be) {
-        RUN(be, f, be->i->dropout_forward(be, f[0].dev, f[1].dev, n, p, key));
+        RUN(be, f, be->i->dropout_forward(be, f[0].dev, f[1].dev, n, p, key, offset));
         size_t leaks = 0; // dropped elements must be exactly 0
-        for (size_t i = 0; i < n; i++) leaks += !ct_dropout_keep(key, i, p) && f[0].got[i] != 0.0f;
+        for (size_t i = 0; i < n; i++)
+            leaks += !ct_dropout_keep(key, offset + i, p) && f[0].got[i] != 0.0f;
         CHECK_MSG(leaks == 0, "%s: %zu dropped elements not 0", label(be, "dropout_forward"), leaks);
         CHECK_CLOSE_F(label(be, "dropout_forward vs ct_dropout_keep"), f[0].got, want, n, TOL_EXACT);
-        RUN(be, g, be->i->dropout_backward(be, g[0].dev, g[1].dev, n, p, key));
+        RUN(be, g, be->i->dropout_backward(be, g[0].dev, g[1].dev, n, p, key, offset));
         CHECK_CLOSE_F(label(be, "dropout_backward adds"), g[0].got, want_d, n, TOL_EXACT);
+        // three parts at their offsets, in place: the whole buffer's bits
+        size_t cut[4] = {0, n / 3, n / 3 + (n > 7 ? 7 : 0), n};
+        karg h[] = {ARG(x, n)};
+        RUN(be, h, {
+            for (int k = 0; k < 3; k++) {
+                float *part = (float *)h[0].dev + cut[k];
+                be->i->dropout_forward(be, part, part, cut[k + 1] - cut[k], p, key,
+                                       offset + cut[k]);
+            }
+        });
+        CHECK_MSG(same_floats(h[0].got, f[0].got, n), "%s",
+                  label(be, "dropout_forward in parts at their offsets == whole"));
+        karg h2[] = {ARG(dinp, n), ARG(dout, n)};
+        RUN(be, h2, {
+            for (int k = 0; k < 3; k++)
+                be->i->dropout_backward(be, (float *)h2[0].dev + cut[k],
+                                        (const float *)h2[1].dev + cut[k], cut[k + 1] - cut[k], p,
+                                        key, offset + cut[k]);
+        });
+        CHECK_MSG(same_floats(h2[0].got, g[0].got, n), "%s",
+                  label(be, "dropout_backward in parts at their offsets == whole"));
     }
     pool_free();
 }
@@ -670,9 +712,11 @@ int main(void) {
     test_elementwise_memory(1001);
     test_reductions(7);
     test_reductions(100003);
-    test_dropout(100003, 0.1f, 0x5DEECE66DULL);
-    test_dropout(7, 0.5f, 42);
-    test_dropout(33, 0.0f, 1);
+    test_dropout(100003, 0.1f, 0x5DEECE66DULL, 0);
+    test_dropout(7, 0.5f, 42, 0);
+    test_dropout(33, 0.0f, 1, 0);
+    test_dropout(20011, 0.3f, 7, 3 * 20011); // a micro-batch past the first
+    test_dropout(4099, 0.999f, 9, (uint64_t)1 << 41);
 
     if (verbose) printf("backends vs ref:\n");
     cmp_encoder(3, 7, 12, 37, 9, NULL, 0);

@@ -200,6 +200,7 @@ typedef struct {
     double *qkv, *R;
     const int32_t *pos; /* (B,T) or NULL: query t sees keys [t - pos[b,t], t], or [0, t] */
     int B, T, NH, NKV, HS;
+    const ct_attn_dropout *drop; /* dropout of the probabilities, or NULL */
 } att_ctx;
 
 static double dot_d(const double *a, const double *b, int n) {
@@ -210,7 +211,9 @@ static double dot_d(const double *a, const double *b, int n) {
 
 /* Naive causal attention in double with a full score row, KV heads repeated
  * over their groups (HF repeat_kv), each query over its example's keys j0..t
- * when packed. out (B,T,NH*HS); lse (B,NH,T) unless NULL. */
+ * when packed, the normalised probabilities multiplied by the dropout mask
+ * (a fixed function of the key: finite differences see a smooth function).
+ * out (B,T,NH*HS); lse (B,NH,T) unless NULL. */
 static void att_d(double *out, double *lse, const att_ctx *a) {
     int W = (a->NH + 2 * a->NKV) * a->HS, C = a->NH * a->HS, group = a->NH / a->NKV;
     double *p = malloc((size_t)a->T * sizeof *p);
@@ -232,7 +235,8 @@ static void att_d(double *out, double *lse, const att_ctx *a) {
                 for (int d = 0; d < a->HS; d++) {
                     double acc = 0.0;
                     for (int j = j0; j <= t; j++)
-                        acc += p[j] * a->qkv[((size_t)b * a->T + j) * W + vo + d];
+                        acc += p[j] * ct_attn_drop_mult(a->drop, b, h, t, j, a->NH, a->T) *
+                               a->qkv[((size_t)b * a->T + j) * W + vo + d];
                     o[d] = acc / sum;
                 }
             }
@@ -248,12 +252,14 @@ static double att_loss(void *ctx_) {
     return dot_loss(out, a->R, n);
 }
 
-/* pos (B,T) or NULL: the packed rows' positions (pos_packed). */
-static void test_attention(int B, int T, int NH, int NKV, int HS, const int32_t *pos) {
+/* pos (B,T) or NULL: the packed rows' positions (pos_packed); drop: dropout
+ * of the probabilities or NULL (decode is then not compared: it never drops). */
+static void test_attention_drop(int B, int T, int NH, int NKV, int HS, const int32_t *pos,
+                                const ct_attn_dropout *drop) {
     int C = NH * HS, KV = NKV * HS, W = (NH + 2 * NKV) * HS;
     size_t rows = (size_t)B * T, nqkv = rows * W, nout = rows * C, NL = (size_t)B * NH * T;
     float *qkv = frand(nqkv, 1.5f), *R = frand(nout, 1.0f);
-    att_ctx a = {to_double(qkv, nqkv), to_double(R, nout), pos, B, T, NH, NKV, HS};
+    att_ctx a = {to_double(qkv, nqkv), to_double(R, nout), pos, B, T, NH, NKV, HS, drop};
     double *want = dalloc(nout), *want_lse = dalloc(NL), *g = dalloc(nqkv);
     att_d(want, want_lse, &a);
     fd_grad(g, a.qkv, nqkv, att_loss, &a);
@@ -267,18 +273,25 @@ static void test_attention(int B, int T, int NH, int NKV, int HS, const int32_t 
     karg f[] = {ARG(ffill(nout, NAN), nout), ARG(ffill(NL, NAN), NL), ARG(qkv, nqkv),
                 ARG(pos, rows)};
     FOR_ALL(be) {
-        RUN(be, f, be->i->attention_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, B, T, NH,
-                                            NKV, HS));
-        CHECK_EXACT(be, pos ? "attention_forward packed out" : "attention_forward out", f[0].got,
-                    want, nout);
+        RUN(be, f, be->i->attention_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, drop, B,
+                                            T, NH, NKV, HS));
+        CHECK_CLOSE_D(label(be, !drop ? (pos ? "attention_forward packed out vs double"
+                                             : "attention_forward out vs double")
+                                      : (pos ? "attention_forward packed dropout out vs double"
+                                             : "attention_forward dropout out vs double")),
+                      f[0].got, want, nout, TOL_EXACT);
         CHECK_EXACT(be, pos ? "attention_forward packed lse" : "attention_forward lse", f[1].got,
                     want_lse, NL);
         karg bw[] = {ARG(ffill(nqkv, 0.5f), nqkv), ARG(R, nout), ARG(qkv, nqkv),
                      ARG(f[0].got, nout), ARG(f[1].got, NL), ARG(pos, rows)};
         RUN(be, bw, be->i->attention_backward(be, bw[0].dev, bw[1].dev, bw[2].dev, bw[3].dev,
-                                              bw[4].dev, bw[5].dev, B, T, NH, NKV, HS));
-        CHECK_FD(be, pos ? "attention_backward packed dqkv" : "attention_backward dqkv",
-                 bw[0].got, 0.5f, g, nqkv);
+                                              bw[4].dev, bw[5].dev, drop, B, T, NH, NKV, HS));
+        CHECK_CLOSE_D(label(be, !drop ? (pos ? "attention_backward packed dqkv vs FD"
+                                             : "attention_backward dqkv vs FD")
+                                      : (pos ? "attention_backward packed dropout dqkv vs FD"
+                                             : "attention_backward dropout dqkv vs FD")),
+                      fsub(bw[0].got, 0.5f, nqkv), g, nqkv, TOL_FD);
+        if (drop) continue;
         // decode: query row t over exactly the cached rows of its example (0..t
         // unpacked) equals forward row t
         double maxerr = 0.0;
@@ -300,10 +313,15 @@ static void test_attention(int B, int T, int NH, int NKV, int HS, const int32_t 
     pool_free();
 }
 
+static void test_attention(int B, int T, int NH, int NKV, int HS, const int32_t *pos) {
+    test_attention_drop(B, T, NH, NKV, HS, pos, NULL);
+}
+
 /* Grouped-query attention is multi-head attention over the KV heads repeated
  * across their groups: the same outputs and dq bit for bit, and dk, dv the
- * sums of the repeated heads' gradients over each group. */
-static void test_repeat_kv(int B, int T, int NH, int NKV, int HS) {
+ * sums of the repeated heads' gradients over each group; with dropout too
+ * (drop, or NULL), whose mask is indexed by the query head. */
+static void test_repeat_kv(int B, int T, int NH, int NKV, int HS, const ct_attn_dropout *drop) {
     int C = NH * HS, KV = NKV * HS, W = (NH + 2 * NKV) * HS, group = NH / NKV;
     size_t rows = (size_t)B * T, NL = (size_t)B * NH * T;
     float *qkv = frand(rows * W, 1.5f), *rep = falloc(rows * 3 * C), *dout = frand(rows * C, 1.0f);
@@ -320,14 +338,16 @@ static void test_repeat_kv(int B, int T, int NH, int NKV, int HS) {
                 ARG(falloc(rows * 3 * C), rows * 3 * C), ARG(dout, rows * C)};
     FOR_ALL(be) {
         RUN(be, g, {
-            be->i->attention_forward(be, g[0].dev, g[1].dev, g[2].dev, NULL, B, T, NH, NKV, HS);
-            be->i->attention_backward(be, g[3].dev, g[4].dev, g[2].dev, g[0].dev, g[1].dev, NULL, B,
-                                      T, NH, NKV, HS);
+            be->i->attention_forward(be, g[0].dev, g[1].dev, g[2].dev, NULL, drop, B, T, NH, NKV,
+                                     HS);
+            be->i->attention_backward(be, g[3].dev, g[4].dev, g[2].dev, g[0].dev, g[1].dev, NULL,
+                                      drop, B, T, NH, NKV, HS);
         });
         RUN(be, m, {
-            be->i->attention_forward(be, m[0].dev, m[1].dev, m[2].dev, NULL, B, T, NH, NH, HS);
-            be->i->attention_backward(be, m[3].dev, m[4].dev, m[2].dev, m[0].dev, m[1].dev, NULL, B,
-                                      T, NH, NH, HS);
+            be->i->attention_forward(be, m[0].dev, m[1].dev, m[2].dev, NULL, drop, B, T, NH, NH,
+                                     HS);
+            be->i->attention_backward(be, m[3].dev, m[4].dev, m[2].dev, m[0].dev, m[1].dev, NULL,
+                                      drop, B, T, NH, NH, HS);
         });
         CHECK_MSG(same_floats(g[0].got, m[0].got, rows * C) && same_floats(g[1].got, m[1].got, NL),
                   "%s", label(be, "attention_forward GQA == MHA over repeated KV heads"));
@@ -397,37 +417,43 @@ static void test_adamw(size_t n) {
 
 /* ------------------------------------------------------------ backends vs ref */
 
-/* lens (nlens) or NULL: the rows pack examples of these lengths (pos_packed). */
-static void cmp_attention_packed(int B, int T, int NH, int NKV, int HS, const int *lens,
-                                 int nlens) {
+/* lens (nlens) or NULL: the rows pack examples of these lengths (pos_packed);
+ * drop: dropout of the probabilities (the same masks on every backend) or NULL. */
+static void cmp_attention_drop(int B, int T, int NH, int NKV, int HS, const int *lens, int nlens,
+                               const ct_attn_dropout *drop) {
     int C = NH * HS, KV = NKV * HS;
     size_t rows = (size_t)B * T, nqkv = rows * (C + 2 * KV), nout = rows * C;
     size_t NL = (size_t)B * NH * T;
     float *qkv = frand(nqkv, 2.0f), *dout = frand(nout, 1.0f);
     int32_t *pos = lens ? pos_packed(B, T, lens, nlens) : NULL;
-    karg f[] = {OUT(pos ? "attention_forward packed out" : "attention_forward out",
-                    falloc(nout), nout),
-                OUT(pos ? "attention_forward packed lse" : "attention_forward lse", falloc(NL),
-                    NL),
-                ARG(qkv, nqkv), ARG(pos, rows)};
-    VS_REF(be, f, be->i->attention_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, B, T, NH,
-                                           NKV, HS));
-    karg g[] = {OUT(pos ? "attention_backward packed dqkv" : "attention_backward dqkv",
-                    ffill(nqkv, 0.25f), nqkv),
+    const char *kind = drop ? (pos ? " packed dropout" : " dropout") : (pos ? " packed" : "");
+    char n_out[64], n_lse[64], n_dqkv[64];
+    snprintf(n_out, sizeof n_out, "attention_forward%s out", kind);
+    snprintf(n_lse, sizeof n_lse, "attention_forward%s lse", kind);
+    snprintf(n_dqkv, sizeof n_dqkv, "attention_backward%s dqkv", kind);
+    karg f[] = {OUT(n_out, falloc(nout), nout), OUT(n_lse, falloc(NL), NL), ARG(qkv, nqkv),
+                ARG(pos, rows)};
+    VS_REF(be, f, be->i->attention_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, drop, B, T,
+                                           NH, NKV, HS));
+    karg g[] = {OUT(n_dqkv, ffill(nqkv, 0.25f), nqkv),
                 ARG(dout, nout), ARG(qkv, nqkv), ARG(f[0].want, nout), ARG(f[1].want, NL),
                 ARG(pos, rows)};
     VS_REF(be, g, be->i->attention_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev, g[4].dev,
-                                            g[5].dev, B, T, NH, NKV, HS));
+                                            g[5].dev, drop, B, T, NH, NKV, HS));
     // deterministic: a second run gives the same bits
     FOR_TESTED(be) {
         float *first = NULL;
         for (int rep = 0; rep < 2; rep++) {
             RUN(be, g, be->i->attention_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev,
-                                                 g[4].dev, g[5].dev, B, T, NH, NKV, HS));
+                                                 g[4].dev, g[5].dev, drop, B, T, NH, NKV, HS));
             if (!first) first = g[0].got;
         }
         CHECK_MSG(same_floats(first, g[0].got, nqkv), "%s",
                   label(be, "attention_backward is deterministic"));
+    }
+    if (drop) { // decode never drops
+        pool_free();
+        return;
     }
     // decode of one query over T cached rows
     float *q = frand(C, 2.0f), *kc = frand((size_t)T * KV, 2.0f), *vc = frand((size_t)T * KV, 1.0f);
@@ -436,6 +462,11 @@ static void cmp_attention_packed(int B, int T, int NH, int NKV, int HS, const in
     VS_REF(be, d, be->i->attention_decode(be, d[0].dev, d[1].dev, d[2].dev, d[3].dev, T, NH, NKV,
                                           HS));
     pool_free();
+}
+
+static void cmp_attention_packed(int B, int T, int NH, int NKV, int HS, const int *lens,
+                                 int nlens) {
+    cmp_attention_drop(B, T, NH, NKV, HS, lens, nlens, NULL);
 }
 
 static void cmp_attention(int B, int T, int NH, int NKV, int HS) {
@@ -463,9 +494,10 @@ static void test_positions_iota(int B, int T, int NH, int NKV, int HS) {
             RUN(be, a, {
                 const int32_t *p = k ? a[5].dev : NULL;
                 be->i->rope_forward(be, a[2].dev, p, B, T, NH, NKV, HS, 0, 10000.0f);
-                be->i->attention_forward(be, a[0].dev, a[1].dev, a[2].dev, p, B, T, NH, NKV, HS);
+                be->i->attention_forward(be, a[0].dev, a[1].dev, a[2].dev, p, NULL, B, T, NH, NKV,
+                                         HS);
                 be->i->attention_backward(be, a[3].dev, a[4].dev, a[2].dev, a[0].dev, a[1].dev, p,
-                                          B, T, NH, NKV, HS);
+                                          NULL, B, T, NH, NKV, HS);
                 be->i->rope_backward(be, a[3].dev, p, B, T, NH, NKV, HS, 0, 10000.0f);
             });
             if (!k) got[0] = a[0].got, got[1] = a[1].got, got[2] = a[2].got, got[3] = a[3].got;
@@ -476,6 +508,74 @@ static void test_positions_iota(int B, int T, int NH, int NKV, int HS) {
     }
     pool_free();
 }
+
+/* Dropout of the attention probabilities: p = 0 is the code path without it,
+ * bit for bit; and the masks follow the global row, so a batch run whole at
+ * row0 equals its rows run one at a time at row0 + b (forward and backward,
+ * bit for bit: the rows are independent), on every backend. lens: packed
+ * rows (pos_packed) or NULL. */
+static void test_attention_drop_rows(int B, int T, int NH, int NKV, int HS, const int *lens,
+                                     int nlens) {
+    int C = NH * HS, W = (NH + 2 * NKV) * HS;
+    size_t rows = (size_t)B * T, nqkv = rows * W, nout = rows * C, NL = (size_t)B * NH * T;
+    int32_t *pos = lens ? pos_packed(B, T, lens, nlens) : NULL;
+    float *qkv = frand(nqkv, 2.0f), *dout = frand(nout, 1.0f);
+    const ct_attn_dropout zero = {0.0f, 12345, 3}, drop = {0.25f, 0xC0FFEEull, 7};
+    FOR_ALL(be) {
+        // p = 0 and NULL
+        float *got[2][3];
+        for (int k = 0; k < 2; k++) {
+            karg a[] = {ARG(falloc(nout), nout), ARG(falloc(NL), NL), ARG(qkv, nqkv),
+                        ARG(ffill(nqkv, 0.25f), nqkv), ARG(dout, nout), ARG(pos, rows)};
+            const ct_attn_dropout *d = k ? &zero : NULL;
+            RUN(be, a, {
+                be->i->attention_forward(be, a[0].dev, a[1].dev, a[2].dev, a[5].dev, d, B, T, NH,
+                                         NKV, HS);
+                be->i->attention_backward(be, a[3].dev, a[4].dev, a[2].dev, a[0].dev, a[1].dev,
+                                          a[5].dev, d, B, T, NH, NKV, HS);
+            });
+            got[k][0] = a[0].got, got[k][1] = a[1].got, got[k][2] = a[3].got;
+        }
+        CHECK_MSG(same_floats(got[0][0], got[1][0], nout) &&
+                      same_floats(got[0][1], got[1][1], NL) &&
+                      same_floats(got[0][2], got[1][2], nqkv),
+                  "%s", label(be, "attention with dropout p = 0 == without"));
+        // the whole batch at row0, then each row alone at row0 + b
+        karg w[] = {ARG(falloc(nout), nout), ARG(falloc(NL), NL), ARG(qkv, nqkv),
+                    ARG(ffill(nqkv, 0.25f), nqkv), ARG(dout, nout), ARG(pos, rows)};
+        RUN(be, w, {
+            be->i->attention_forward(be, w[0].dev, w[1].dev, w[2].dev, w[5].dev, &drop, B, T, NH,
+                                     NKV, HS);
+            be->i->attention_backward(be, w[3].dev, w[4].dev, w[2].dev, w[0].dev, w[1].dev,
+                                      w[5].dev, &drop, B, T, NH, NKV, HS);
+        });
+        CHECK_MSG(!same_floats(w[0].got, got[0][0], nout), "%s",
+                  label(be, "attention dropout p = 0.25 changes the output"));
+        int same = 1;
+        for (int b = 0; b < B; b++) {
+            size_t T_ = (size_t)T;
+            ct_attn_dropout d1 = drop;
+            d1.row0 = drop.row0 + b;
+            karg r[] = {ARG(falloc(T_ * C), T_ * C), ARG(falloc((size_t)NH * T), (size_t)NH * T),
+                        ARG(qkv + b * T_ * W, T_ * W), ARG(ffill(T_ * W, 0.25f), T_ * W),
+                        ARG(dout + b * T_ * C, T_ * C), ARG(pos ? pos + b * T_ : NULL, T_)};
+            RUN(be, r, {
+                be->i->attention_forward(be, r[0].dev, r[1].dev, r[2].dev, r[5].dev, &d1, 1, T,
+                                         NH, NKV, HS);
+                be->i->attention_backward(be, r[3].dev, r[4].dev, r[2].dev, r[0].dev, r[1].dev,
+                                          r[5].dev, &d1, 1, T, NH, NKV, HS);
+            });
+            same &= same_floats(r[0].got, w[0].got + b * T_ * C, T_ * C) &&
+                    same_floats(r[1].got, w[1].got + (size_t)b * NH * T, (size_t)NH * T) &&
+                    same_floats(r[3].got, w[3].got + b * T_ * W, T_ * W);
+        }
+        CHECK_MSG(same, "%s", label(be, "attention dropout: rows alone at row0 + b == batch"));
+    }
+    pool_free();
+}
+
+/* The dropout of the dropout cases: p = 0.3, rows from 5 on. */
+static const ct_attn_dropout att_drop03 = {0.3f, 0x9E3779B97F4A7C15ull, 5};
 
 /* Other tile shapes on every backend under test (tiles are the cpu's; others
  * ignore them): square, tall, wide and odd, then the defaults back. */
@@ -496,6 +596,8 @@ static void cmp_attention_tiles(void) {
         cmp_attention(1, 45, 4, 2, 16);
         cmp_attention_packed(3, 70, 4, 2, 8, lens, 7); // GQA, rows start at other lengths
         cmp_attention_packed(2, 150, 2, 2, 16, pack_lens, PACK_N);
+        cmp_attention_drop(2, 150, 2, 2, 16, pack_lens, PACK_N, &att_drop03);
+        cmp_attention_drop(1, 45, 4, 2, 16, NULL, 0, &att_drop03);
     }
     FOR_TESTED(be) {
         CHECK(ct_backend_set_tiles(be, 0, 16) == -1);
@@ -596,8 +698,19 @@ int main(void) {
     }
     test_positions_iota(2, 37, 4, 2, 8);
     test_positions_iota(1, 300, 2, 2, 64); // several tiles at the default sizes
-    test_repeat_kv(2, 9, 4, 2, 4);
-    test_repeat_kv(1, 7, 3, 1, 5);
+    test_repeat_kv(2, 9, 4, 2, 4, NULL);
+    test_repeat_kv(1, 7, 3, 1, 5, NULL);
+    // dropout of the probabilities, p = 0.3: forward vs double, backward vs FD
+    // (the mask is fixed for a key), GQA == MHA, p = 0, rows split
+    test_attention_drop(2, 7, 3, 3, 4, NULL, &att_drop03);
+    test_attention_drop(2, 6, 4, 2, 3, NULL, &att_drop03); // grouped-query
+    {
+        const int lens[] = {3, 1, 1, 4, 2};
+        test_attention_drop(3, 8, 4, 2, 3, pos_packed(3, 8, lens, 5), &att_drop03);
+    }
+    test_repeat_kv(2, 9, 4, 2, 4, &att_drop03);
+    test_attention_drop_rows(3, 20, 2, 1, 8, NULL, 0);
+    test_attention_drop_rows(2, 300, 2, 2, 64, pack_lens, PACK_N); // tiles, packed
     test_adamw(1003);
 
     if (verbose) printf("backends vs ref:\n");
@@ -614,6 +727,11 @@ int main(void) {
     cmp_attention_packed(2, 300, 4, 1, 32, pack_lens + 3, PACK_N - 3); // multi-query
     cmp_attention(1, 9, 2, 2, 300);   // HS = 300: beyond the tiled kernel, falls back to ref
     cmp_attention_packed(2, 9, 2, 2, 300, pack_lens, 3);
+    // dropout: every backend draws ref's masks (tiles, packed rows, GQA, ref's fallback)
+    cmp_attention_drop(2, 150, 2, 2, 24, NULL, 0, &att_drop03);
+    cmp_attention_drop(1, 300, 2, 2, 64, NULL, 0, &att_drop03);
+    cmp_attention_drop(2, 300, 4, 1, 32, pack_lens, PACK_N, &att_drop03);
+    cmp_attention_drop(1, 9, 2, 2, 300, NULL, 0, &att_drop03);
     cmp_attention_tiles();
     cmp_adamw(13);
     cmp_adamw(100003);

@@ -28,6 +28,14 @@
  * whose s(r0) lies past the key tile). Inside a tile each row's visible keys
  * are one window [a, e), the rest masked to exact zeros, as on the diagonal.
  * The tile grid stays where it is, so without positions nothing changes.
+ * Dropout of the probabilities (drop, HF's attn_dropout in training): the
+ * forward multiplies each tile's exponentials by their mask values (0 or
+ * 1/(1-p)) after the row sum took them, so out = (P o M) V / l and lse is the
+ * undropped softmax's; the backward draws the same mask from the same index
+ * (ct_attn_dropout) and forms dP = (dO V^T) o M and dV += (P o M)^T dO in one
+ * pass over the tile. The mask is a hash of the element's global index, one
+ * per visible (query, key) pair, never stored. Without drop (or p == 0) the
+ * code path is the one before dropout existed, bit for bit.
  */
 #include <math.h>
 #include <string.h>
@@ -67,12 +75,77 @@ static inline int hidden(const int32_t *pos, int r, int c0, int bc) {
     return n < 0 ? 0 : n > bc ? bc : n;
 }
 
+/* Dropout of one (batch, head): the mask key, the global index of its
+ * element (0, 0) (element (i, j) is base + i*T + j), the integer threshold
+ * (ct_dropout_threshold) and the kept elements' scale 1/(1-p). */
+typedef struct att_drop {
+    uint64_t key, base;
+    uint32_t thr;
+    float inv;
+} att_drop;
+
+/* Dropout of (batch b, head h) under d, or false (nothing dropped) when d is
+ * NULL or its p is 0. */
+static bool att_drop_of(att_drop *out, const ct_attn_dropout *d, int b, int h, int NH, int T) {
+    if (!d || !(d->p > 0.0f)) return false;
+    out->key = d->key;
+    out->base = ((uint64_t)(d->row0 + b) * (uint64_t)NH + (uint64_t)h) * (uint64_t)T * (uint64_t)T;
+    out->thr = ct_dropout_threshold(d->p);
+    out->inv = 1.0f / (1.0f - d->p);
+    return true;
+}
+
+/* x[j] *= mask of element idx0 + j (1/(1-p) or 0), j < n: the same decision
+ * as ct_dropout_keep_t, written so the compiler vectorises the hash. */
+static inline void drop_mul(float *x, int n, const att_drop *d, uint64_t idx0) {
+    uint64_t key = d->key;
+    uint32_t thr = d->thr;
+    float inv = d->inv;
+#ifdef CT_USE_OPENMP
+#pragma omp simd
+#endif
+    for (int j = 0; j < n; j++) {
+        uint64_t z = key ^ (idx0 + (uint64_t)j);
+        z ^= z >> 30;
+        z *= 0xBF58476D1CE4E5B9ull;
+        z ^= z >> 27;
+        z *= 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        x[j] = (uint32_t)(z >> 40) >= thr ? x[j] * inv : 0.0f;
+    }
+}
+
+/* The dropout backward of one tile row over its visible keys [a, nv): with
+ * p the probabilities (undropped) and dp = dO V^T, writes dp = p o (dp o M -
+ * Di) scale (dS) and p = p o M (for dV). */
+static inline void drop_bwd_row(float *p, float *dp, int a, int nv, float Di, float scale,
+                                const att_drop *d, uint64_t idx0) {
+    uint64_t key = d->key;
+    uint32_t thr = d->thr;
+    float inv = d->inv;
+#ifdef CT_USE_OPENMP
+#pragma omp simd
+#endif
+    for (int j = a; j < nv; j++) {
+        uint64_t z = key ^ (idx0 + (uint64_t)j);
+        z ^= z >> 30;
+        z *= 0xBF58476D1CE4E5B9ull;
+        z ^= z >> 27;
+        z *= 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        float mk = (uint32_t)(z >> 40) >= thr ? inv : 0.0f;
+        dp[j] = p[j] * (dp[j] * mk - Di) * scale;
+        p[j] *= mk;
+    }
+}
+
 /* One (batch, head) of the forward: q, k, v point at the head's first row
  * (row stride ld); out at its first output row (stride C); lse (T); pos the
- * batch row's positions (T) or NULL. */
+ * batch row's positions (T) or NULL; drop its dropout or NULL. */
 static void attention_head_fwd(float *out, float *lse, const float *q, const float *k,
-                               const float *v, const int32_t *pos, int T, int HS, int ld, int C,
-                               float scale, int ATT_BQ, int ATT_BK, ct_gemm_lib lib) {
+                               const float *v, const int32_t *pos, const att_drop *drop, int T,
+                               int HS, int ld, int C, float scale, int ATT_BQ, int ATT_BK,
+                               ct_gemm_lib lib) {
     float S[ATT_BQ_MAX * ATT_BK_MAX];
     float O[ATT_BQ_MAX * ATT_HS_MAX];
     float m[ATT_BQ_MAX], l[ATT_BQ_MAX];
@@ -101,6 +174,9 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
                 l[i] = l[i] * corr + v_exp_sub_sum(s + a, nv - a, mnew);
                 memset(s, 0, (size_t)a * sizeof(float));
                 memset(s + nv, 0, (size_t)(bc - nv) * sizeof(float));
+                // dropout after the sum: l normalises the undropped softmax
+                if (drop)
+                    drop_mul(s + a, nv - a, drop, drop->base + (uint64_t)(r0 + i) * T + c0 + a);
                 m[i] = mnew;
                 if (corr != 1.0f)
                     for (int d = 0; d < HS; d++) O[(size_t)i * HS + d] *= corr;
@@ -119,11 +195,13 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
 
 /* One (batch, head) of the backward. q, k, v, dq, dk, dv point at the head's
  * first row (row stride ld); o and dout at the head's first row (stride C);
- * pos the batch row's positions (T) or NULL. */
+ * pos the batch row's positions (T) or NULL; drop the forward's dropout or
+ * NULL. */
 static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, const float *k,
                                const float *v, const float *o, const float *dout,
-                               const float *lse, const int32_t *pos, int T, int HS, int ld, int C,
-                               float scale, int ATT_BQ, int ATT_BK, ct_gemm_lib lib) {
+                               const float *lse, const int32_t *pos, const att_drop *drop, int T,
+                               int HS, int ld, int C, float scale, int ATT_BQ, int ATT_BK,
+                               ct_gemm_lib lib) {
     float P[ATT_BQ_MAX * ATT_BK_MAX], dP[ATT_BQ_MAX * ATT_BK_MAX], D[ATT_BQ_MAX];
     for (int c0 = 0; c0 < T; c0 += ATT_BK) {
         int bc = T - c0 < ATT_BK ? T - c0 : ATT_BK;
@@ -145,16 +223,34 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
                 // D = dout . out, the softmax Jacobian's row term
                 D[i] = attention_dot(dor + (size_t)i * C, o + (size_t)(r0 + i) * C, HS);
             }
-            // dV += P^T dO; dP = dO V^T
-            ct_sgemm(lib, true, false, bc, HS, br, 1.0f, P, bc, dor, C,
-                        1.0f, dv + (size_t)c0 * ld, ld);
-            ct_sgemm(lib, false, true, br, bc, HS, 1.0f, dor, C,
-                        v + (size_t)c0 * ld, ld, 0.0f, dP, bc);
-            // dS = P (dP - D) scale, written over dP (masked entries have P = 0)
-            for (int i = 0; i < br; i++) {
-                float *p = P + (size_t)i * bc, *dp = dP + (size_t)i * bc;
-                float Di = D[i];
-                for (int j = 0; j < bc; j++) dp[j] = p[j] * (dp[j] - Di) * scale;
+            if (drop) {
+                // dP = (dO V^T) o M; dS = P (dP - D) scale over dP; P o M for dV
+                ct_sgemm(lib, false, true, br, bc, HS, 1.0f, dor, C,
+                            v + (size_t)c0 * ld, ld, 0.0f, dP, bc);
+                for (int i = 0; i < br; i++) {
+                    float *p = P + (size_t)i * bc, *dp = dP + (size_t)i * bc;
+                    int nv = visible(r0 + i, c0, bc), a = hidden(pos, r0 + i, c0, bc);
+                    if (nv < a) nv = a;
+                    // masked entries have P = 0: their dS is 0 as it stands
+                    for (int j = 0; j < a; j++) dp[j] = 0.0f;
+                    for (int j = nv; j < bc; j++) dp[j] = 0.0f;
+                    drop_bwd_row(p, dp, a, nv, D[i], scale, drop,
+                                 drop->base + (uint64_t)(r0 + i) * T + c0);
+                }
+                ct_sgemm(lib, true, false, bc, HS, br, 1.0f, P, bc, dor, C,
+                            1.0f, dv + (size_t)c0 * ld, ld);
+            } else {
+                // dV += P^T dO; dP = dO V^T
+                ct_sgemm(lib, true, false, bc, HS, br, 1.0f, P, bc, dor, C,
+                            1.0f, dv + (size_t)c0 * ld, ld);
+                ct_sgemm(lib, false, true, br, bc, HS, 1.0f, dor, C,
+                            v + (size_t)c0 * ld, ld, 0.0f, dP, bc);
+                // dS = P (dP - D) scale, written over dP (masked entries have P = 0)
+                for (int i = 0; i < br; i++) {
+                    float *p = P + (size_t)i * bc, *dp = dP + (size_t)i * bc;
+                    float Di = D[i];
+                    for (int j = 0; j < bc; j++) dp[j] = p[j] * (dp[j] - Di) * scale;
+                }
             }
             // dQ += dS K; dK += dS^T Q
             ct_sgemm(lib, false, false, br, HS, bc, 1.0f, dP, bc,
@@ -194,12 +290,14 @@ static void attention_row(float *out, const float *q, const float *k, const floa
 
 /* out (B,T,NH*HS), lse (B,NH,T) = causal attention of qkv (B,T,(NH+2*NKV)*HS),
  * scale 1/sqrt(HS); query head h reads KV head h / (NH/NKV); pos (B,T) or
- * NULL: query t sees keys [t - pos[b,t], t]. */
+ * NULL: query t sees keys [t - pos[b,t], t]; drop: dropout of the
+ * probabilities (NULL: none). */
 void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const float *qkv,
-                              const int32_t *pos, int B, int T, int NH, int NKV, int HS) {
+                              const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
+                              int NH, int NKV, int HS) {
     (void)be;
     if (HS > ATT_HS_MAX) {
-        ct_attention_forward_ref(be, out, lse, qkv, pos, B, T, NH, NKV, HS);
+        ct_attention_forward_ref(be, out, lse, qkv, pos, drop, B, T, NH, NKV, HS);
         return;
     }
     float scale = (float)(1.0 / sqrt((double)HS));
@@ -211,10 +309,12 @@ void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const floa
         for (int h = 0; h < NH; h++) {
             const float *base = qkv + (size_t)b * T * ld;
             const float *kb = base + C + (size_t)(h / group) * HS;
+            att_drop d;
+            bool dropping = att_drop_of(&d, drop, b, h, NH, T);
             attention_head_fwd(out + (size_t)b * T * C + (size_t)h * HS,
                                lse + ((size_t)b * NH + h) * T, base + (size_t)h * HS, kb, kb + KC,
-                               pos ? pos + (size_t)b * T : NULL, T, HS, ld, C, scale, be->att_bq,
-                               be->att_bk, (ct_gemm_lib)be->gemm);
+                               pos ? pos + (size_t)b * T : NULL, dropping ? &d : NULL, T, HS, ld,
+                               C, scale, be->att_bq, be->att_bk, (ct_gemm_lib)be->gemm);
         }
     }
 }
@@ -225,11 +325,12 @@ void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const floa
  * head): one thread owns a KV head's dK and dV and runs the query heads of its
  * group in order, so the sums are deterministic. */
 void ct_attention_backward_cpu(ct_backend *be, float *dqkv, const float *dout, const float *qkv,
-                               const float *out, const float *lse, const int32_t *pos, int B,
-                               int T, int NH, int NKV, int HS) {
+                               const float *out, const float *lse, const int32_t *pos,
+                               const ct_attn_dropout *drop, int B, int T, int NH, int NKV,
+                               int HS) {
     (void)be;
     if (HS > ATT_HS_MAX) {
-        ct_attention_backward_ref(be, dqkv, dout, qkv, out, lse, pos, B, T, NH, NKV, HS);
+        ct_attention_backward_ref(be, dqkv, dout, qkv, out, lse, pos, drop, B, T, NH, NKV, HS);
         return;
     }
     float scale = (float)(1.0 / sqrt((double)HS));
@@ -244,11 +345,13 @@ void ct_attention_backward_cpu(ct_backend *be, float *dqkv, const float *dout, c
             for (int h = g * group; h < (g + 1) * group; h++) {
                 size_t qoff = off + (size_t)h * HS;
                 size_t ooff = (size_t)b * T * C + (size_t)h * HS;
+                att_drop d;
+                bool dropping = att_drop_of(&d, drop, b, h, NH, T);
                 attention_head_bwd(dqkv + qoff, dqkv + koff, dqkv + koff + KC, qkv + qoff,
                                    qkv + koff, qkv + koff + KC, out + ooff, dout + ooff,
                                    lse + ((size_t)b * NH + h) * T,
-                                   pos ? pos + (size_t)b * T : NULL, T, HS, ld, C, scale,
-                                   be->att_bq, be->att_bk, (ct_gemm_lib)be->gemm);
+                                   pos ? pos + (size_t)b * T : NULL, dropping ? &d : NULL, T, HS,
+                                   ld, C, scale, be->att_bq, be->att_bk, (ct_gemm_lib)be->gemm);
             }
         }
     }

@@ -28,10 +28,12 @@ void ct_matmul_backward_cpu(ct_backend *be, float *dinp, float *dweight, float *
 
 
 void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const float *qkv,
-                              const int32_t *pos, int B, int T, int NH, int NKV, int HS);
+                              const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
+                              int NH, int NKV, int HS);
 void ct_attention_backward_cpu(ct_backend *be, float *dqkv, const float *dout, const float *qkv,
-                               const float *out, const float *lse, const int32_t *pos, int B,
-                               int T, int NH, int NKV, int HS);
+                               const float *out, const float *lse, const int32_t *pos,
+                               const ct_attn_dropout *drop, int B, int T, int NH, int NKV,
+                               int HS);
 void ct_attention_decode_cpu(ct_backend *be, float *out, const float *q, const float *kcache,
                                  const float *vcache, int n, int NH, int NKV, int HS);
 
@@ -50,6 +52,10 @@ void ct_gelu_forward_cpu(ct_backend *be, float *out, const float *inp, size_t n)
 void ct_gelu_backward_cpu(ct_backend *be, float *dinp, const float *inp, const float *dout, size_t n);
 void ct_residual_forward_cpu(ct_backend *be, float *out, const float *a, const float *b, size_t n);
 void ct_residual_backward_cpu(ct_backend *be, float *da, float *db, const float *dout, size_t n);
+void ct_dropout_forward_cpu(ct_backend *be, float *out, const float *inp, size_t n, float p,
+                            uint64_t key, uint64_t offset);
+void ct_dropout_backward_cpu(ct_backend *be, float *dinp, const float *dout, size_t n, float p,
+                             uint64_t key, uint64_t offset);
 
 void ct_crossentropy_forward_cpu(ct_backend *be, float *losses, float *dlogits, const float *logits,
                                  const int32_t *targets, int N, int V, float dloss);

@@ -2,7 +2,8 @@
  * The cpu backend: OpenMP threads and CBLAS, same semantics as ref, over host
  * memory. Every kernel entry is a cpu kernel; those that meet shapes they do
  * not handle call their ref twin themselves (see matmul.c). The sum of squares
- * is a threaded reduction (deterministic for a given thread count).
+ * is a threaded reduction (deterministic for a given thread count); dropout
+ * is threaded and gives ref's bits.
  */
 #include "backend/cpu/cpu.h"
 #include "backend/host/host.h"
@@ -32,4 +33,6 @@ const ct_backend_i ct_backend_cpu_i = {
     .crossentropy_forward = ct_crossentropy_forward_cpu,
     .adamw_update = ct_adamw_update_cpu,
     .sumsq = ct_sumsq_cpu,
+    .dropout_forward = ct_dropout_forward_cpu,
+    .dropout_backward = ct_dropout_backward_cpu,
 };

@@ -75,18 +75,21 @@ size_t ct_host_nonfinite(ct_backend *be, const float *x, size_t n) {
 }
 
 void ct_host_dropout_forward(ct_backend *be, float *out, const float *inp, size_t n, float p,
-                             uint64_t key) {
+                             uint64_t key, uint64_t offset) {
     (void)be;
     float inv = 1.0f / (1.0f - p);
-    for (size_t i = 0; i < n; i++) out[i] = ct_dropout_keep(key, i, p) ? inp[i] * inv : 0.0f;
+    uint32_t thr = ct_dropout_threshold(p);
+    for (size_t i = 0; i < n; i++)
+        out[i] = ct_dropout_keep_t(key, offset + i, thr) ? inp[i] * inv : 0.0f;
 }
 
 void ct_host_dropout_backward(ct_backend *be, float *dinp, const float *dout, size_t n, float p,
-                              uint64_t key) {
+                              uint64_t key, uint64_t offset) {
     (void)be;
     float inv = 1.0f / (1.0f - p);
+    uint32_t thr = ct_dropout_threshold(p);
     for (size_t i = 0; i < n; i++)
-        if (ct_dropout_keep(key, i, p)) dinp[i] += dout[i] * inv;
+        if (ct_dropout_keep_t(key, offset + i, thr)) dinp[i] += dout[i] * inv;
 }
 
 ct_status ct_host_synchronize(ct_backend *be) {

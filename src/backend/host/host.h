@@ -21,15 +21,16 @@ void ct_host_scale(ct_backend *be, float *x, float a, size_t n);
 double ct_host_sum(ct_backend *be, const float *x, size_t n);
 size_t ct_host_nonfinite(ct_backend *be, const float *x, size_t n);
 void ct_host_dropout_forward(ct_backend *be, float *out, const float *inp, size_t n, float p,
-                             uint64_t key);
+                             uint64_t key, uint64_t offset);
 void ct_host_dropout_backward(ct_backend *be, float *dinp, const float *dout, size_t n, float p,
-                              uint64_t key);
+                              uint64_t key, uint64_t offset);
 ct_status ct_host_synchronize(ct_backend *be);
 void ct_host_event_record(ct_backend *be, ct_event *ev);
 double ct_host_event_elapsed(ct_backend *be, const ct_event *a, const ct_event *b);
 
 /* The memory, stream and timing entries of a host-visible table, for a
- * designated initializer: CT_HOST_MEMORY_OPS, then the kernels. */
+ * designated initializer: CT_HOST_MEMORY_OPS, then the kernels (dropout
+ * among them: ref's are the host loops above, cpu's threaded). */
 #define CT_HOST_MEMORY_OPS                                                                    \
     .buf_alloc = ct_host_buf_alloc, .buf_free = ct_host_buf_free,                             \
     .host_alloc = ct_host_buf_alloc, .host_free = ct_host_buf_free, .memset = ct_host_memset, \
@@ -37,7 +38,6 @@ double ct_host_event_elapsed(ct_backend *be, const ct_event *a, const ct_event *
     .f32_to_bf16 = ct_host_f32_to_bf16, .bf16_to_f32 = ct_host_bf16_to_f32,                   \
     .scale_add = ct_host_scale_add, .fill = ct_host_fill, .scale = ct_host_scale,             \
     .sum = ct_host_sum, .nonfinite = ct_host_nonfinite,                                       \
-    .dropout_forward = ct_host_dropout_forward, .dropout_backward = ct_host_dropout_backward, \
     .synchronize = ct_host_synchronize, .event_record = ct_host_event_record,                 \
     .event_elapsed = ct_host_event_elapsed
 #endif

@@ -6,7 +6,10 @@
  * is the float accumulator. Grouped-query attention (NKV < NH) reads each KV head from every query head of
  * its group. With positions (rows that pack several examples) query t sees
  * only the keys of its own example, [t - pos[t], t]: the same row routine over
- * a shorter window. Leaves out: dropout, masks other than causal and packed.
+ * a shorter window. Dropout of the probabilities (HF's attn_dropout, training)
+ * multiplies each p_j by its mask value M_j (0 or 1/(1-p), ct_attn_drop_mult)
+ * in the output's sum, while the softmax's normaliser and lse stay undropped.
+ * Leaves out: masks other than causal and packed.
  */
 #include <math.h>
 
@@ -19,14 +22,20 @@ static double attention_dot(const float *a, const float *b, int n) {
 }
 
 /* One query row against n keys and values whose rows lie kv_stride floats
- * apart: writes out (HS) = softmax(scale * q k^T) v and returns the log-sum-exp
- * of the scaled scores. q (HS); k, v (n rows of HS); n >= 1. */
+ * apart: writes out (HS) = (softmax(scale * q k^T) o M) v and returns the
+ * log-sum-exp of the scaled scores (undropped). q (HS); k, v (n rows of HS);
+ * n >= 1. M_j = ct_attn_drop_mult(drop, b, h, i, j0 + j, NH, T): the dropout
+ * multiplier of key j (1 when drop is NULL or its p is 0, and a product
+ * with 1 changes no bit). */
 static float attention_row(float *out, const float *q, const float *k, const float *v,
-                           size_t kv_stride, int n, int HS, double scale) {
+                           size_t kv_stride, int n, int HS, double scale,
+                           const ct_attn_dropout *drop, int b, int h, int i, int j0, int NH,
+                           int T) {
     // key 0 seeds the running max, so no -inf arithmetic is needed
     double m = scale * attention_dot(q, k, HS);
     double l = 1.0;
-    for (int d = 0; d < HS; d++) out[d] = v[d];
+    double mk = ct_attn_drop_mult(drop, b, h, i, j0, NH, T);
+    for (int d = 0; d < HS; d++) out[d] = (float)(mk * v[d]);
     for (int j = 1; j < n; j++) {
         const float *kj = k + j * kv_stride;
         const float *vj = v + j * kv_stride;
@@ -39,8 +48,9 @@ static float attention_row(float *out, const float *q, const float *k, const flo
             m = s;
         }
         double p = exp(s - m);
-        l += p;
-        for (int d = 0; d < HS; d++) out[d] = (float)(out[d] + p * vj[d]);
+        l += p; // the normaliser sums the undropped probabilities
+        double pm = p * ct_attn_drop_mult(drop, b, h, i, j0 + j, NH, T);
+        for (int d = 0; d < HS; d++) out[d] = (float)(out[d] + pm * vj[d]);
     }
     for (int d = 0; d < HS; d++) out[d] = (float)(out[d] / l);
     return (float)(m + log(l));
@@ -56,11 +66,13 @@ static int attention_first_key(const int32_t *pos, int b, int T, int t) {
  * (B,NH,T). qkv (B,T,(NH+2*NKV)*HS) holds q, k, v side by side; query head h
  * reads KV head h / (NH/NKV) (grouped-query attention; NKV == NH is plain
  * multi-head attention). pos (B,T) or NULL: query t sees keys
- * [t - pos[b,t], t] (its packed example), or [0, t].
- * Ref: torch.nn.functional.scaled_dot_product_attention(is_causal=True);
- * FlashAttention-2 (Dao, 2023), Algorithm 1; HF LLaMA repeat_kv. */
+ * [t - pos[b,t], t] (its packed example), or [0, t]. drop: dropout of the
+ * probabilities (NULL: none).
+ * Ref: torch.nn.functional.scaled_dot_product_attention(is_causal=True,
+ * dropout_p); FlashAttention-2 (Dao, 2023), Algorithm 1; HF LLaMA repeat_kv. */
 void ct_attention_forward_ref(ct_backend *be, float *out, float *lse, const float *qkv,
-                              const int32_t *pos, int B, int T, int NH, int NKV, int HS) {
+                              const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
+                              int NH, int NKV, int HS) {
     (void)be;
     double scale = 1.0 / sqrt((double)HS);
     size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS, KC = (size_t)NKV * HS;
@@ -78,7 +90,7 @@ void ct_attention_forward_ref(ct_backend *be, float *out, float *lse, const floa
                 int j0 = attention_first_key(pos, b, T, t);
                 lse[((size_t)b * NH + h) * T + t] =
                     attention_row(o, q, k + (size_t)j0 * W, v + (size_t)j0 * W, W, t + 1 - j0, HS,
-                                  scale);
+                                  scale, drop, b, h, t, j0, NH, T);
             }
         }
     }
@@ -87,15 +99,17 @@ void ct_attention_forward_ref(ct_backend *be, float *out, float *lse, const floa
 
 /* dqkv (B,T,(NH+2*NKV)*HS) += gradient of attention given dout (B,T,NH*HS),
  * the forward's qkv, out (B,T,NH*HS) and lse (B,NH,T). Per query row t, with
- * p_j = exp(s_j - lse) and D = dout . out (= sum_j p_j dout . v_j):
- *   ds_j = p_j (dout . v_j - D); dq += scale ds_j k_j; dk_j += scale ds_j q;
- *   dv_j += p_j dout.
+ * p_j = exp(s_j - lse), M_j the dropout multiplier (1 without drop) and
+ * D = dout . out (= sum_j p_j M_j dout . v_j):
+ *   ds_j = p_j (M_j dout . v_j - D); dq += scale ds_j k_j; dk_j += scale ds_j q;
+ *   dv_j += p_j M_j dout.
  * A KV head's dk, dv sum over the query heads of its group, in head order.
  * j runs over the keys the forward's query saw (pos as there).
  * Ref: FlashAttention-2 (Dao, 2023), Algorithm 2. */
 void ct_attention_backward_ref(ct_backend *be, float *dqkv, const float *dout, const float *qkv,
-                               const float *out, const float *lse, const int32_t *pos, int B,
-                               int T, int NH, int NKV, int HS) {
+                               const float *out, const float *lse, const int32_t *pos,
+                               const ct_attn_dropout *drop, int B, int T, int NH, int NKV,
+                               int HS) {
     (void)be;
     double scale = 1.0 / sqrt((double)HS);
     size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS, KC = (size_t)NKV * HS;
@@ -117,12 +131,14 @@ void ct_attention_backward_ref(ct_backend *be, float *dqkv, const float *dout, c
                     const float *v = qkv_b + j * W + vo;
                     float *dk = dqkv_b + j * W + ko;
                     float *dv = dqkv_b + j * W + vo;
+                    double mk = ct_attn_drop_mult(drop, b, h, t, j, NH, T);
                     double p = exp(scale * attention_dot(q, k, HS) - lse_t);
-                    double ds = p * (attention_dot(dout_t, v, HS) - D);
+                    double ds = p * (mk * attention_dot(dout_t, v, HS) - D);
+                    double pm = p * mk;
                     for (int d = 0; d < HS; d++) {
                         dq[d] += (float)(scale * ds * k[d]);
                         dk[d] += (float)(scale * ds * q[d]);
-                        dv[d] += (float)(p * dout_t[d]);
+                        dv[d] += (float)(pm * dout_t[d]);
                     }
                 }
             }
@@ -143,7 +159,7 @@ void ct_attention_decode_ref(ct_backend *be, float *out, const float *q, const f
     for (int h = 0; h < NH; h++) {
         size_t g = (size_t)(h / group) * HS;
         attention_row(out + (size_t)h * HS, q + (size_t)h * HS, kcache + g, vcache + g, KC, n, HS,
-                      scale);
+                      scale, NULL, 0, h, 0, 0, NH, 1);
     }
 }
 

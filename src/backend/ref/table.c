@@ -31,4 +31,6 @@ const ct_backend_i ct_backend_ref_i = {
     .crossentropy_forward = ct_crossentropy_forward_ref,
     .adamw_update = ct_adamw_update_ref,
     .sumsq = ct_sumsq_ref,
+    .dropout_forward = ct_host_dropout_forward,
+    .dropout_backward = ct_host_dropout_backward,
 };

@@ -74,12 +74,12 @@ static size_t sim_nonfinite(ct_backend *be, const float *x, size_t n) {
     return ct_host_nonfinite(be, HF(x), n);
 }
 static void sim_dropout_forward(ct_backend *be, float *out, const float *inp, size_t n, float p,
-                                uint64_t key) {
-    ct_host_dropout_forward(be, HF(out), HF(inp), n, p, key);
+                                uint64_t key, uint64_t offset) {
+    ct_host_dropout_forward(be, HF(out), HF(inp), n, p, key, offset);
 }
 static void sim_dropout_backward(ct_backend *be, float *dinp, const float *dout, size_t n,
-                                 float p, uint64_t key) {
-    ct_host_dropout_backward(be, HF(dinp), HF(dout), n, p, key);
+                                 float p, uint64_t key, uint64_t offset) {
+    ct_host_dropout_backward(be, HF(dinp), HF(dout), n, p, key, offset);
 }
 
 /* ------------------------------------------------------------- kernels */
@@ -116,14 +116,16 @@ static void sim_matmul_backward(ct_backend *be, float *dinp, float *dweight, flo
                            N, C, OC);
 }
 static void sim_attention_forward(ct_backend *be, float *out, float *lse, const float *qkv,
-                                  const int32_t *pos, int B, int T, int NH, int NKV, int HS) {
-    ct_attention_forward_ref(be, HF(out), HF(lse), HF(qkv), HI(pos), B, T, NH, NKV, HS);
+                                  const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
+                                  int NH, int NKV, int HS) {
+    ct_attention_forward_ref(be, HF(out), HF(lse), HF(qkv), HI(pos), drop, B, T, NH, NKV, HS);
 }
 static void sim_attention_backward(ct_backend *be, float *dqkv, const float *dout,
                                    const float *qkv, const float *out, const float *lse,
-                                   const int32_t *pos, int B, int T, int NH, int NKV, int HS) {
-    ct_attention_backward_ref(be, HF(dqkv), HF(dout), HF(qkv), HF(out), HF(lse), HI(pos), B, T,
-                              NH, NKV, HS);
+                                   const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
+                                   int NH, int NKV, int HS) {
+    ct_attention_backward_ref(be, HF(dqkv), HF(dout), HF(qkv), HF(out), HF(lse), HI(pos), drop,
+                              B, T, NH, NKV, HS);
 }
 static void sim_attention_decode(ct_backend *be, float *out, const float *q, const float *kcache,
                                  const float *vcache, int n, int NH, int NKV, int HS) {
