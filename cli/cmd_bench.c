@@ -374,7 +374,7 @@ static void print_item(const ct_bench_item *it, void *user) {
                "\"bytes\": %.6e, \"read_bytes\": %.6e, \"write_bytes\": %.6e, "
                "\"footprint_bytes\": %.6e, \"level\": \"%s\", \"rate\": %.3f, \"unit\": \"%s\", "
                "\"roofline_s\": %.6e, \"bound\": \"%s\", \"bound_rate\": %.6e, "
-               "\"of_roofline\": %.4f}",
+               "\"of_roofline\": %.6e}",
                o->n ? ", " : "", it->name, it->shape, it->seconds, it->flops, it->bytes,
                it->read_bytes, it->write_bytes, it->footprint, it->level, rate, unit, it->roof_s,
                it->bound, it->bound_rate, eff);

@@ -10,7 +10,9 @@ cache's bandwidth, not memory's). Each term is a real bound, so no kernel may re
 over 100%. Checked on gpt2-tiny, llama-tiny and gpt2-demo (footprints from a few KiB
 in L1 to MiBs in L2/L3, the sizes at which the old DRAM-triad roof read AdamW at
 ~700% and residual at ~1600-2200%):
-  * every item's of_roofline is in (0, 1] and its bound is compute, read or write;
+  * every item's of_roofline is in (0, 1] and its bound is compute, read or write (a
+    kernel outside is run again, twice at most: on a shared machine one sample can meet
+    a busy moment, a wrong model is outside every time);
   * roofline_s is the binding term: FLOPs / bound_rate or bytes of that direction /
     bound_rate, and it is at least FLOPs / the FMA ceiling;
   * AdamW counts 16 bytes read (p, g, m, v) and 12 written (p, m, v) per parameter;
@@ -56,6 +58,11 @@ SHAPES = {
     "gpt2-demo": ["--preset", "gpt2-demo", "--batch", "4", "--seq", "64"],
 }
 
+def outside(items):
+    return {it["name"]: round(100 * it["of_roofline"], 3) for it in items
+            if not 0 < it["of_roofline"] <= 1.0}
+
+
 for name, shape in SHAPES.items():
     rc, out, err = bench(*shape, "--threads", "2", "--repeat", "1", "--json")
     j = json.loads(out) if rc == 0 else {}
@@ -67,8 +74,21 @@ for name, shape in SHAPES.items():
         # an -O0 or sanitized build: its probes are slow compiled loops, the BLAS is not
         print("note: %s: this ctrain is not an optimized build; the bound itself is not "
               "checked" % name)
-    over = [(it["name"], round(100 * it["of_roofline"], 1)) for it in items
-            if not 0 < it["of_roofline"] <= 1.0]
+    # One sample per kernel on a shared machine: a neighbour can hold a stream probe
+    # down for its whole remeasure, or deschedule a kernel of a few microseconds. A
+    # wrong model reads over its bound every time; noise does not. So a kernel fails
+    # only when it is outside (0, 100%] in each of up to three runs.
+    over = outside(items)
+    for attempt in range(2):
+        if not over or not valid:
+            break
+        print("note: %s: outside on run %d: %s; running again" % (name, attempt + 1, over))
+        rc2, out2, _ = bench(*shape, "--threads", "2", "--repeat", "1", "--json")
+        if rc2 != 0:
+            break
+        again = outside(json.loads(out2)["items"])
+        over = {k: (v, again[k]) for k, v in over.items() if k in again}
+    over = sorted(over.items())
     check(not over or not valid,
           "%s: every kernel reads (0, 100%%] of its roofline (over: %s)" % (name, over))
     if not check("fma_peak_gflops" in j and all("bound" in it for it in items),
