@@ -157,10 +157,21 @@ typedef enum ct_act_dtype {
                       * stay fp32. */
     CT_ACT_COUNT
 } ct_act_dtype;
+/* The matmul precision (train.precision). */
+typedef enum ct_precision {
+    CT_PREC_FP32 = 0, /* every GEMM in fp32 */
+    CT_PREC_BF16 = 1, /* mixed precision as autocast: the linear layers' and the
+                       * head's GEMM inputs rounded to bf16 (weights from bf16
+                       * copies refreshed after each update), fp32 accumulation
+                       * and output; fp32 master weights, gradients, moments,
+                       * norms, softmax and loss */
+    CT_PREC_COUNT
+} ct_precision;
 typedef struct ct_model_opts {
     ct_recompute recompute;
     ct_act_dtype act_dtype;
     int head_chunk_rows; /* logits rows per chunk of the fused head; 0: ct_model_head_chunk_rows */
+    ct_precision precision;
 } ct_model_opts;
 CT_API ct_model_opts ct_model_opts_default(void); /* none, fp32, automatic head chunk */
 /* "none" | "light" | "full", "fp32" | "bf16"; "?" outside the enums. Static

@@ -527,7 +527,7 @@ ct_status model_stage_fill(ct_model *m, float *dst, size_t n, model_fill_fn fill
 /* ---------------------------------------------------- options */
 
 ct_model_opts ct_model_opts_default(void) {
-    ct_model_opts o = {CT_RECOMPUTE_NONE, CT_ACT_FP32, 0};
+    ct_model_opts o = {CT_RECOMPUTE_NONE, CT_ACT_FP32, 0, CT_PREC_FP32};
     return o;
 }
 
