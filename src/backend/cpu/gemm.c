@@ -618,6 +618,16 @@ bool ct_gemm_have_bf16(void) {
 #endif
 }
 
+bool ct_gemm_have_brgemm(void) {
+#if GEMM_PRIM
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    unsigned want = (unsigned)dnnl_cpu_isa_avx512_core;
+    return (isa & want) == want;
+#else
+    return false;
+#endif
+}
+
 const char *ct_gemm_lib_name(ct_gemm_lib lib) {
     return lib == CT_GEMM_ONEDNN ? "onednn" : "openblas";
 }

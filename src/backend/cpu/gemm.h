@@ -124,6 +124,10 @@ bool ct_gemm_have_onednn(void);
 /* Whether bf16 GEMMs run on native bf16 instructions here (oneDNN built in and
  * the CPU has AVX512_BF16 or AMX-BF16, as oneDNN detects at run time). */
 bool ct_gemm_have_bf16(void);
+/* Whether oneDNN runs its brgemm matmul here (AVX-512 cores: it then asks for
+ * a scratchpad and packs B); on AVX2 its matmul primitives run the gemm
+ * kernels, which hold no workspace of their own. false without oneDNN. */
+bool ct_gemm_have_brgemm(void);
 /* "openblas" | "onednn" */
 const char *ct_gemm_lib_name(ct_gemm_lib lib);
 /* The library run.gemm names: "auto" (oneDNN when built with it), "onednn",
