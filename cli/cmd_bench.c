@@ -56,7 +56,7 @@ typedef struct bench_args {
     char slow_name[48];                   /* --debug-slow NAME=FACTOR */
     long long slow_factor;
     int tile_q, tile_k; /* --attention-tiles; 0: the backend's default */
-    const char *gemm;   /* --gemm / run.gemm; NULL: auto */
+    const char *gemm;   /* --gemm / run.gemm; NULL: run.gemm's default */
     const char *config;           /* --config FILE */
     char *kv[BENCH_MAX_KV];       /* key=value overrides (borrowed from argv) */
     int n_kv;
@@ -81,7 +81,8 @@ static int bench_long(const char *opt, const char *s, long long lo, long long hi
 
 static void bench_usage(void) {
     printf("usage: ctrain bench [peak|kernels|step|gemm] [options]\n"
-           "  peak     sustained sgemm GFLOP/s, register-only FMA ceiling, memory bandwidth\n"
+           "  peak     sustained sgemm GFLOP/s (and oneDNN's bf16 matmul), register-only FMA\n"
+           "           and bf16 dot-product (AVX512_BF16) ceilings, memory bandwidth\n"
            "  kernels  every kernel at the model's training shapes against its roofline: the\n"
            "           least time the register FMA ceiling and the read and write streams\n"
            "           measured at the kernel's footprint (L1/L2/L3/memory) allow, so <= 100%%\n"
@@ -109,8 +110,8 @@ static void bench_usage(void) {
            "  --recompute none|light|full  step: what backward recomputes (default none)\n"
            "  --activation-dtype fp32|bf16 step: storage of saved activations (default fp32)\n"
            "  --attention-tiles QxK  attention tile: query rows x keys (default 64x128)\n"
-           "  --gemm openblas|onednn|auto  the fp32 GEMM library (default openblas; auto:\n"
-           "                  oneDNN when built with it)\n"
+           "  --gemm openblas|onednn|auto  the GEMM library (default: run.gemm's default,\n"
+           "                  openblas; auto: oneDNN when built with it)\n"
            "  --json          one JSON object per benchmark on stdout\n"
            "regression gate (kernels and step):\n"
            "  --repeat R      time each kernel (step: run the steps) R times (default 5); the\n"
@@ -283,6 +284,8 @@ static int bench_config(bench_args *a, ct_model_config *mc) {
 
 typedef struct roofs {
     double gemm, fma, theo, mhz, bw;
+    double bf16;      /* register bf16 dot-product ceiling; 0: no AVX512_BF16 */
+    double gemm_bf16; /* oneDNN's bf16 matmul; -1: not measured (no oneDNN) */
     ct_bench_gemm_info gi;
 } roofs;
 
@@ -307,6 +310,8 @@ static int run_peak(ct_ctx *ctx, const bench_args *a, roofs *r, bool print) {
                 "during the sgemm runs: the machine is busy and every figure may read low\n",
                 r->gi.others_cpus);
     r->fma = ct_bench_fma_peak(ctx);
+    r->bf16 = ct_bench_bf16_peak(ctx);
+    r->gemm_bf16 = -1;
     r->theo = ct_bench_theoretical_gflops(ct_ctx_threads(ctx), &r->mhz);
     if (ct_bench_membw(ctx, 128, (int)a->reps, &r->bw)) return cli_fail("bench");
     if (!print) return 0;
@@ -324,28 +329,56 @@ static int run_peak(ct_ctx *ctx, const bench_args *a, roofs *r, bool print) {
         be->gemm = used;
         if (st) return cli_fail("bench");
     }
-    char libs[160];
+    /* oneDNN's bf16 matmul (bf16 inputs, fp32 accumulation) beside its sgemm */
+    if (ct_gemm_have_onednn()) {
+        ct_bench_gemm_info bi;
+        be->gemm = CT_GEMM_ONEDNN;
+        ct_status st = ct_bench_gemm_bf16_peak_info(ctx, (int)a->peak_n, (int)a->reps, &bi);
+        be->gemm = used;
+        if (st) return cli_fail("bench");
+        r->gemm_bf16 = bi.gflops;
+    }
+    char libs[200], bf16[96];
     int ln = snprintf(libs, sizeof libs, "OpenBLAS (%s kernels) %.1f", openblas_get_corename(),
                       lib_peak[CT_GEMM_OPENBLAS]);
     if (lib_peak[CT_GEMM_ONEDNN] >= 0)
-        snprintf(libs + ln, sizeof libs - (size_t)ln, ", oneDNN %.1f", lib_peak[CT_GEMM_ONEDNN]);
+        ln += snprintf(libs + ln, sizeof libs - (size_t)ln, ", oneDNN %.1f",
+                       lib_peak[CT_GEMM_ONEDNN]);
+    if (r->gemm_bf16 >= 0)
+        snprintf(libs + ln, sizeof libs - (size_t)ln, ", oneDNN bf16 matmul %.1f%s",
+                 r->gemm_bf16, ct_gemm_have_bf16() ? "" : " (emulated: no native bf16)");
+    if (r->bf16 > 0)
+        snprintf(bf16, sizeof bf16, "%.1f GFLOP/s", r->bf16);
+    else
+        snprintf(bf16, sizeof bf16, "n/a (no avx512_bf16)");
     if (a->json)
         printf("{\"bench\": \"peak\", \"threads\": %d, \"gemm_peak_gflops\": %.2f, "
                "\"fma_peak_gflops\": %.2f, \"theoretical_gflops\": %.2f, \"nominal_mhz\": %.0f, "
                "\"membw_gbps\": %.2f, \"gemm_shape\": [%lld, %lld, %lld], \"blas\": \"%s\", "
                "\"gemm_long_gflops\": %.2f, \"gemm_short_gflops\": %.2f, \"gemm_runs\": %d, "
                "\"others_cpus\": %.3f, \"gemm\": \"%s\", \"gemm_peak_openblas_gflops\": %.2f, "
-               "\"gemm_peak_onednn_gflops\": %.2f}\n",
+               "\"gemm_peak_onednn_gflops\": %.2f, \"avx512_bf16\": %s, "
+               "\"bf16_peak_gflops\": ",
                ct_ctx_threads(ctx), r->gemm, r->fma, r->theo, r->mhz, r->bw, a->peak_n, a->peak_n,
                a->peak_n, openblas_get_corename(), r->gi.long_gflops, r->gi.short_gflops,
                r->gi.runs, r->gi.others_cpus, ct_gemm_lib_name((ct_gemm_lib)used),
-               lib_peak[CT_GEMM_OPENBLAS], lib_peak[CT_GEMM_ONEDNN]);
+               lib_peak[CT_GEMM_OPENBLAS], lib_peak[CT_GEMM_ONEDNN],
+               ct_bench_have_bf16_dot() ? "true" : "false");
     else
         printf("roofs (%d threads): sgemm %lldx%lldx%lld %.1f GFLOP/s (%s, run.gemm) | register "
-               "FMA ceiling %.1f GFLOP/s | theoretical %.1f GFLOP/s at %.0f MHz | triad bandwidth "
-               "%.1f GB/s | sgemm by library: %s GFLOP/s\n",
+               "FMA ceiling %.1f GFLOP/s | register bf16 dot-product ceiling %s | theoretical "
+               "%.1f GFLOP/s at %.0f MHz | triad bandwidth %.1f GB/s | GEMM by library: %s "
+               "GFLOP/s\n",
                ct_ctx_threads(ctx), a->peak_n, a->peak_n, a->peak_n, r->gemm,
-               ct_gemm_lib_name((ct_gemm_lib)used), r->fma, r->theo, r->mhz, r->bw, libs);
+               ct_gemm_lib_name((ct_gemm_lib)used), r->fma, bf16, r->theo, r->mhz, r->bw, libs);
+    if (a->json) { /* null: not measured here (no avx512_bf16; no oneDNN) */
+        if (r->bf16 > 0) printf("%.2f", r->bf16);
+        else printf("null");
+        printf(", \"gemm_bf16_onednn_gflops\": ");
+        if (r->gemm_bf16 >= 0) printf("%.2f", r->gemm_bf16);
+        else printf("null");
+        printf(", \"gemm_bf16_native\": %s}\n", ct_gemm_have_bf16() ? "true" : "false");
+    }
     return 0;
 }
 
@@ -679,7 +712,11 @@ int cmd_bench(int argc, char **argv) {
     cp.backend = !strcmp(a.table, "ref") ? CT_BACKEND_REF : CT_BACKEND_CPU;
     ct_ctx *ctx;
     if (ct_ctx_init(&ctx, &cp)) return cli_fail("bench");
-    if (a.gemm && ct_backend_set_gemm(ct_ctx_base_backend(ctx), a.gemm)) {
+    /* no --gemm: run.gemm's default, as `ctrain train` runs */
+    static ct_config defaults;
+    ct_config_default(&defaults);
+    if (!a.gemm) a.gemm = defaults.run.gemm;
+    if (ct_backend_set_gemm(ct_ctx_base_backend(ctx), a.gemm)) {
         ct_ctx_free(ctx);
         return cli_usage_error("bench", "--gemm / run.gemm = %s: this build has no oneDNN", a.gemm);
     }

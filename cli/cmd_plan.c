@@ -1,14 +1,17 @@
 /*
  * `ctrain plan [--config F] [key=value ...] [--json]`: the memory plan of a
  * training run, computed from the configuration without allocating, for its
- * train.recompute policy and train.activation_dtype, against run.memory_limit
+ * train.recompute policy, train.activation_dtype and train.precision (bf16 on
+ * a CPU without bf16 instructions is refused here as train refuses it),
+ * against run.memory_limit
  * (batch_size=auto and recompute=auto are resolved here exactly as `train`
  * resolves them). A plan over the limit is an error (exit 2) whose hint names
  * settings that fit. A tuned profile given as --config plans its settings on the
  * machine it was tuned on, as train runs them (cli_load_config). The process
  * itself is planned as `train` plans it: this process's measured RSS and the
- * run's tokenizer loaded here, the OpenBLAS packing buffers of the run's GEMMs
- * for the kernel set this process runs, and the constants of memplan.h.
+ * run's tokenizer loaded here, the GEMM library's memory for the run's GEMMs
+ * (OpenBLAS's packing buffers for the kernel set this process runs, or
+ * oneDNN's workspace), and the constants of memplan.h.
  */
 #include <stdio.h>
 #include <string.h>
@@ -43,28 +46,35 @@ int cmd_plan(int argc, char **argv) {
     int B = rp.B, T = rp.T;
     const char *rc_name = ct_model_recompute_name(rp.opts.recompute);
     const char *dt_name = ct_model_act_dtype_name(rp.opts.act_dtype);
+    const char *prec_name = ct_model_precision_name(rp.opts.precision);
     size_t optim = rp.optim, data = rp.data, total = rp.total;
     if (json) {
         printf("{\"batch_size\": %d, \"grad_accum\": %d, \"recompute\": \"%s\", "
-               "\"activation_dtype\": \"%s\", \"params_bytes\": %zu, \"grads_bytes\": %zu, "
+               "\"activation_dtype\": \"%s\", \"precision\": \"%s\", \"params_bytes\": %zu, "
+               "\"weights16_bytes\": %zu, \"grads_bytes\": %zu, "
                "\"optim_bytes\": %zu, \"acts_bytes\": %zu, \"work_bytes\": %zu, "
                "\"scratch_bytes\": %zu, \"data_bytes\": %zu, \"shards_bytes\": %zu, "
                "\"runtime_bytes\": %zu, \"process_bytes\": %zu, \"code_bytes\": %zu, "
                "\"tokenizer_bytes\": %zu, \"threads_bytes\": %zu, \"io_bytes\": %zu, "
                "\"reserve_bytes\": %zu, \"blas_bytes\": %zu, \"blas_core\": \"%s\", "
-               "\"threads\": %d, \"total_bytes\": %zu, \"limit_bytes\": %zu}\n",
-               B, rp.grad_accum, rc_name, dt_name, p->params, p->grads, optim, p->acts, p->work,
+               "\"gemm\": \"%s\", \"threads\": %d, \"total_bytes\": %zu, \"limit_bytes\": %zu}\n",
+               B, rp.grad_accum, rc_name, dt_name, prec_name, p->params, p->weights16, p->grads,
+               optim, p->acts, p->work,
                p->scratch, data, rp.shards, rp.runtime, rp.rt_process, rp.rt_code, rp.rt_tokenizer,
-               rp.rt_threads, rp.rt_io, rp.rt_reserve, rp.rt_blas, rp.env.blas.core, rp.threads,
+               rp.rt_threads, rp.rt_io, rp.rt_reserve, rp.rt_blas, rp.env.blas.core,
+               ct_gemm_lib_name((ct_gemm_lib)rp.env.gemm), rp.threads,
                total, limit);
         return 0;
     }
     const double MiB = 1024.0 * 1024.0;
     const ct_blas_params *bp = &rp.env.blas;
     printf("memory plan (B=%d, grad_accum %d, T=%d, %d layers, C=%d, V=%d; recompute %s, "
-           "activations %s)\n",
-           B, rp.grad_accum, T, mc.n_layer, mc.n_embd, mc.vocab_size, rc_name, dt_name);
+           "activations %s, precision %s)\n",
+           B, rp.grad_accum, T, mc.n_layer, mc.n_embd, mc.vocab_size, rc_name, dt_name, prec_name);
     printf("  params   %10.1f MiB\n", p->params / MiB);
+    if (p->weights16)
+        printf("  params16 %10.1f MiB  (bf16 copies of the GEMM weights, precision bf16)\n",
+               p->weights16 / MiB);
     printf("  grads    %10.1f MiB\n", p->grads / MiB);
     printf("  optim    %10.1f MiB  (AdamW m, v)\n", optim / MiB);
     printf("  acts     %10.1f MiB  (kept for backward, %s)\n", p->acts / MiB, dt_name);
@@ -84,9 +94,13 @@ int cmd_plan(int argc, char **argv) {
     printf("    threads   %7.1f MiB  (stacks of the pool's workers and the prefetch thread; "
            "%d compute threads)\n", rp.rt_threads / MiB, rp.threads);
     printf("    io        %7.1f MiB  (the checkpoint writer's buffers)\n", rp.rt_io / MiB);
-    printf("    blas      %7.1f MiB  (OpenBLAS %s packing buffers for this run's GEMMs, P=%d "
-           "Q=%d%s)\n", rp.rt_blas / MiB, bp->core, bp->p, bp->q,
-           bp->known ? "" : "; kernels not in the table: counted high");
+    if (rp.env.gemm == CT_GEMM_ONEDNN)
+        printf("    gemm      %7.1f MiB  (oneDNN: the workspace of this run's matmul primitives "
+               "and the library's state)\n", rp.rt_blas / MiB);
+    else
+        printf("    blas      %7.1f MiB  (OpenBLAS %s packing buffers for this run's GEMMs, P=%d "
+               "Q=%d%s)\n", rp.rt_blas / MiB, bp->core, bp->p, bp->q,
+               bp->known ? "" : "; kernels not in the table: counted high");
     printf("    reserve   %7.1f MiB  (what varies from run to run: the heap's layout)\n",
            rp.rt_reserve / MiB);
     printf("  total    %10.1f MiB  of run.memory_limit %.1f MiB (%s)\n", total / MiB,

@@ -52,6 +52,7 @@ typedef struct ct_config {
         int64_t early_stop_patience; /* evaluations without improvement; 0 = off */
         char recompute[CT_NAME_MAX];        /* none | light | full | auto */
         char activation_dtype[CT_NAME_MAX]; /* fp32 | bf16: storage of kept activations */
+        char precision[CT_NAME_MAX];        /* fp32 | bf16: matmul precision (bf16: autocast) */
     } train;
     struct {
         double lr, beta1, beta2, eps, weight_decay, grad_clip;
@@ -125,6 +126,7 @@ typedef struct ct_config {
         int64_t hang_step;       /* after step K, rank debug.rank stops answering */
         double tune_noise;       /* ctrain tune: runs slowed by 1 + x*U (tests); 0 = off */
         char tune_fake[CT_NAME_MAX]; /* ctrain tune: synthetic run times (tests); "" = off */
+        bool emulate_bf16;       /* train.precision=bf16 on a CPU without bf16 instructions */
     } debug;
     struct {
         /* a tuned profile (written by `ctrain tune`, read by train and plan) */

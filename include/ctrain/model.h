@@ -178,15 +178,33 @@ CT_API ct_model_opts ct_model_opts_default(void); /* none, fp32, automatic head 
  * strings: never freed. */
 CT_API const char *ct_model_recompute_name(ct_recompute r);
 CT_API const char *ct_model_act_dtype_name(ct_act_dtype d);
+/* "fp32" | "bf16"; "?" outside the enum. Static string. */
+CT_API const char *ct_model_precision_name(ct_precision p);
+/* Parse train.precision's word ("fp32" | "bf16", borrowed) into *out
+ * (untouched on error). CT_ERR_ARG naming train.precision and the choices. */
+CT_API ct_status ct_model_precision_from_name(ct_precision *out, const char *name);
 /* Parse the config words of train.recompute and train.activation_dtype into
  * *out (borrows both strings; *out is untouched on error). CT_ERR_ARG naming
  * the key and listing the choices when unknown. */
 CT_API ct_status ct_model_opts_from_names(ct_model_opts *out, const char *recompute,
                                           const char *act_dtype);
-/* Choose the policy and dtype; before ct_model_reserve (afterwards only the
- * same options are accepted: CT_ERR_ARG otherwise, or for values outside the
- * enums). Borrows o. */
+/* Choose the policy, dtype and precision; before ct_model_reserve
+ * (afterwards only the same options are accepted: CT_ERR_ARG otherwise, or
+ * for values outside the enums). Precision bf16 allocates the bf16 copies of
+ * the GEMM weights here (counted under params; none with a bf16 LoRA base,
+ * whose GEMMs read it as it is) and fills them from the current weights:
+ * CT_ERR_OOM when that fails, CT_ERR_ARG when the model's backend has no bf16
+ * matmul. Borrows o. */
 CT_API ct_status ct_model_set_opts(ct_model *m, const ct_model_opts *o);
+/* Precision bf16: make the bf16 copies of the weights the GEMMs read from the
+ * fp32 master weights (round to nearest even). The GEMMs never round weights
+ * themselves, so call it after every change of the weights made outside the
+ * model's own functions: after each optimizer update and after writing the
+ * weights through ct_model_params (the model's loads, initialisation and
+ * merge refresh by themselves; ct_model_upload into the weights marks them
+ * stale). With LoRA adapters the base is frozen: once it is fresh this does
+ * nothing. Nothing for fp32. Not thread-safe against a pass on m. */
+CT_API void ct_model_refresh_weights16(ct_model *m);
 
 /* Bytes of each memory category for a batch shape, computed without
  * allocating, by the same code that lays out the arena (exact: the arena of
@@ -200,6 +218,8 @@ typedef struct ct_model_plan {
                      * fp32 copies of bf16 ones (0 for none/fp32) */
     size_t scratch; /* gradient activations, logits chunk */
     size_t trainable; /* bytes of the trainable parameters: params, or the adapter's */
+    size_t weights16; /* precision bf16: the bf16 copies of the GEMM weights (0 for
+                       * fp32 and for a bf16 LoRA base); their input copy is in scratch */
     size_t total;
 } ct_model_plan;
 /* The plan for recompute none and fp32 activations. */

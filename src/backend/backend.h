@@ -157,6 +157,26 @@ typedef struct ct_backend_i {
                             const float *dout, const float *inp, const float *weight, int N,
                             int C, int OC);
 
+    /* Mixed precision (train.precision = bf16, torch.autocast's semantics for
+     * a linear layer): the same products with every GEMM input rounded to
+     * bf16 (nearest even), the products exact, sums in fp32 (any order:
+     * the backends differ by the accumulation order only), outputs fp32.
+     * weight16 (OC,C) is a bf16 copy of the fp32 master weight (the model
+     * refreshes it after each update, never per call).
+     * out(N,OC) = bf16(inp)(N,C) @ weight16^T + bias(OC) (bias fp32, added to
+     * the fp32 sum; may be NULL). Writes out. */
+    void (*matmul_forward_bf16)(ct_backend *be, float *out, const float *inp,
+                                const uint16_t *weight16, const float *bias, int N, int C,
+                                int OC);
+    /* dinp(N,C) += bf16(dout) @ weight16; dweight(OC,C) += bf16(dout)^T @ inp16,
+     * where inp16 (N,C) is the bf16 copy of the forward's input (the caller
+     * rounds it, f32_to_bf16: what autocast saves for the backward); dbias(OC)
+     * += column sums of the fp32 dout. Any of dinp, dweight, dbias may be NULL
+     * to skip it; inp16 may be NULL when dweight is. */
+    void (*matmul_backward_bf16)(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const uint16_t *inp16,
+                                 const uint16_t *weight16, int N, int C, int OC);
+
     /* Causal self-attention without a T x T matrix in memory, on fused rows
      * qkv (B,T,(NH+2*NKV)*HS) (see the legend); scale 1/sqrt(HS). Writes
      * out (B,T,NH*HS) and lse (B,NH,T), the log-sum-exp of each row's scaled

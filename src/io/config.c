@@ -92,6 +92,9 @@ const key_def config_keys[] = {
       "auto (the lightest that fits run.memory_limit)"),
     E("train.activation_dtype", train.activation_dtype, "fp32|bf16",
       "storage of the activations kept for backward (math stays fp32)"),
+    E("train.precision", train.precision, "fp32|bf16",
+      "matmul precision: bf16 = mixed as torch.autocast (bf16 GEMM inputs, fp32 sums, "
+      "fp32 master weights; faster only on CPUs with fast bf16: AMX, Zen 4/5)"),
     F("optim.lr", optim.lr, 0, 10, "peak learning rate"),
     F("optim.beta1", optim.beta1, 0, 0.999999, "AdamW beta1"),
     F("optim.beta2", optim.beta2, 0, 0.999999999, "AdamW beta2"),
@@ -119,8 +122,9 @@ const key_def config_keys[] = {
     I("run.log_every", run.log_every, 1, BIG, "steps between progress lines"),
     S("run.memory_limit", run.memory_limit, "bytes (KB/MB/GB) or N% of RAM"),
     E("run.gemm", run.gemm, "auto|onednn|openblas",
-      "fp32 GEMM library: openblas (default), onednn (often faster; its packing buffers are "
-      "not in the memory plan yet), auto (oneDNN when built with it)"),
+      "GEMM library: openblas (default), onednn (faster on every CPU measured; its "
+      "memory plan is calibrated on AVX-512 CPUs only), auto (oneDNN when built with it); "
+      "the memory plan counts the one that runs"),
     S("run.attention_tiles", run.attention_tiles,
       "attention tile: QxK query rows (1..128) x keys (1..256), or auto (64x128)"),
     S("run.device", run.device, "where tensors live and kernels run: cpu | cuda | cuda:N "
@@ -200,6 +204,9 @@ const key_def config_keys[] = {
     S("debug.tune_fake", debug.tune_fake,
       "ctrain tune: \"on\" or \"KEY=VALUE:FACTOR ...\": runs take 1 us per token (times "
       "the factors the point matches) instead of running the model"),
+    B("debug.emulate_bf16", debug.emulate_bf16,
+      "run train.precision=bf16 on a CPU without bf16 instructions, emulated (slower than "
+      "fp32: for numerics checks, never for speed)"),
     S("tune.signature", tune.signature,
       "tuned profile: machine signature it was measured on (`ctrain hw`); \"\": not a profile"),
     E("tune.level", tune.level, "basic|advanced|ultra|custom",
@@ -244,6 +251,7 @@ void ct_config_default(ct_config *c) {
     c->train.eval_tokens = 262144;
     snprintf(c->train.recompute, sizeof c->train.recompute, "none");
     snprintf(c->train.activation_dtype, sizeof c->train.activation_dtype, "fp32");
+    snprintf(c->train.precision, sizeof c->train.precision, "fp32");
     c->optim.lr = 3e-4;
     c->optim.beta1 = 0.9;
     c->optim.beta2 = 0.999;

@@ -85,7 +85,12 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
         k->residual_forward(be, d->x, d->x, d->tmp, (size_t)C);
     }
     model_norm_fwd(m, d->ln, NULL, NULL, d->x, m->lnf_w, m->lnf_b, 1);
-    k->matmul_forward(be, d->logits, d->ln, model_p(m, m->head_w), NULL, 1, C, c->vocab_size);
+    if (model_bf16(m))
+        k->matmul_forward_bf16(be, d->logits, d->ln, model_w16(m, m->head_w), NULL, 1, C,
+                               c->vocab_size);
+    else
+        k->matmul_forward(be, d->logits, d->ln, model_p(m, m->head_w), NULL, 1, C,
+                          c->vocab_size);
     ct_be_download(be, logits, d->logits, (size_t)c->vocab_size * sizeof(float));
     d->len++;
     return k->synchronize(be);

@@ -365,6 +365,7 @@ ct_status ct_model_load_hf_weights(ct_model *m, const char *dir) {
     st = check_weights(m, &w);
     if (!st) st = read_weights(m, &w);
     hf_weights_close(&w);
+    model_weights_changed(m); /* precision bf16: the copies follow (even a part) */
     if (!st) st = m->be->i->synchronize(m->be);
     return st;
 }

@@ -2,6 +2,10 @@
  * The linear layers of a block: the base GEMM (fp32 weights, or a bf16 base
  * widened by the weight store) followed by the layer's LoRA adapters, so the
  * block code (model_train.c, decode.c) and the adapters meet in one place.
+ * Under precision bf16 the base GEMM runs on bf16 inputs (autocast): the
+ * weight's bf16 copy (or the bf16 base as it is), the input rounded by the
+ * backend, and for the weight gradient the input's bf16 copy (acts.inp16).
+ * The adapters' own small GEMMs stay fp32.
  * Leaves out: the vocabulary head (fused with the loss in model_train.c).
  */
 #include "models/model_impl.h"
@@ -20,14 +24,29 @@ linear_shape model_linear_shape(const ct_model *m, int l, int lin) {
 
 void model_linear_fwd(ct_model *m, int l, int lin, float *out, const float *x, int N) {
     linear_shape s = model_linear_shape(m, l, lin);
-    m->be->i->matmul_forward(m->be, out, x, model_p(m, s.w), model_p(m, s.b), N, s.in, s.out);
+    if (model_bf16(m))
+        m->be->i->matmul_forward_bf16(m->be, out, x, model_w16(m, s.w), model_p(m, s.b), N, s.in,
+                                      s.out);
+    else
+        m->be->i->matmul_forward(m->be, out, x, model_p(m, s.w), model_p(m, s.b), N, s.in, s.out);
     model_lora_forward(m, l, lin, out, s.out, x, N);
 }
 
 void model_linear_bwd(ct_model *m, int l, int lin, float *dx, const float *dout, const float *x,
                       int N) {
     linear_shape s = model_linear_shape(m, l, lin);
-    m->be->i->matmul_backward(m->be, dx, model_g(m, s.w), model_g(m, s.b), dout, x,
-                              model_p(m, s.w), N, s.in, s.out);
+    if (model_bf16(m)) {
+        float *dw = model_g(m, s.w);
+        const uint16_t *x16 = NULL;
+        if (dw) { /* autocast keeps bf16(x) for the weight gradient */
+            m->be->i->f32_to_bf16(m->be, m->acts.inp16, x, (size_t)N * s.in);
+            x16 = m->acts.inp16;
+        }
+        m->be->i->matmul_backward_bf16(m->be, dx, dw, model_g(m, s.b), dout, x16,
+                                       model_w16(m, s.w), N, s.in, s.out);
+    } else {
+        m->be->i->matmul_backward(m->be, dx, model_g(m, s.w), model_g(m, s.b), dout, x,
+                                  model_p(m, s.w), N, s.in, s.out);
+    }
     model_lora_backward(m, l, lin, dx, dout, s.out, x, N);
 }

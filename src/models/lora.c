@@ -428,5 +428,6 @@ ct_status ct_model_lora_merge(ct_model *m) {
     }
     be->i->host_free(be, stage);
     lora_free(m);
+    model_weights_changed(m); /* precision bf16: the merged weights' copies */
     return be->i->synchronize(be);
 }

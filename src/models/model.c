@@ -359,6 +359,7 @@ void ct_model_free(ct_model *m) {
     if (!m) return;
     model_buf_free(m, m->dec.block);
     model_lora_free(m);
+    weights16_free(m);
     model_buf_free(m, m->params16);
     model_buf_free(m, m->small);
     free(m->small_off);
@@ -407,6 +408,7 @@ ct_status ct_model_init_weights(ct_model *m, uint64_t seed) {
             be->i->memset(be, w, 0, n * sizeof *w);
         }
     }
+    model_weights_changed(m);
     return be->i->synchronize(be);
 }
 
@@ -485,6 +487,10 @@ void ct_model_download(ct_model *m, void *host_dst, const void *dev_src, size_t 
 
 void ct_model_upload(ct_model *m, void *dev_dst, const void *host_src, size_t bytes) {
     ct_be_upload(m->be, dev_dst, host_src, bytes);
+    /* into the master weights: the bf16 copies are stale until refreshed */
+    if (m->params && bytes && (const float *)dev_dst < m->params + m->numel &&
+        (const float *)dev_dst + bytes / sizeof(float) > m->params)
+        m->w16_fresh = false;
 }
 
 const void *model_host_read(ct_model *m, const void *dev, size_t bytes, void **stage) {
@@ -533,6 +539,21 @@ ct_model_opts ct_model_opts_default(void) {
 
 static const char *const recompute_names[CT_RECOMPUTE_COUNT] = {"none", "light", "full"};
 static const char *const act_dtype_names[CT_ACT_COUNT] = {"fp32", "bf16"};
+static const char *const precision_names[CT_PREC_COUNT] = {"fp32", "bf16"};
+
+const char *ct_model_precision_name(ct_precision p) {
+    return (int)p >= 0 && p < CT_PREC_COUNT ? precision_names[p] : "?";
+}
+
+ct_status ct_model_precision_from_name(ct_precision *out, const char *name) {
+    for (int p = 0; p < CT_PREC_COUNT; p++) {
+        if (strcmp(name, precision_names[p]) == 0) {
+            *out = (ct_precision)p;
+            return CT_OK;
+        }
+    }
+    return CT_ERR(CT_ERR_ARG, "train.precision = '%s' is unknown: expected fp32 or bf16", name);
+}
 
 const char *ct_model_recompute_name(ct_recompute r) {
     return (int)r >= 0 && r < CT_RECOMPUTE_COUNT ? recompute_names[r] : "?";
@@ -567,6 +588,9 @@ static ct_status check_opts(const ct_model_opts *o) {
     if ((int)o->act_dtype < 0 || o->act_dtype >= CT_ACT_COUNT)
         return CT_ERR(CT_ERR_ARG, "activation dtype %d is invalid: expected CT_ACT_FP32 or "
                       "CT_ACT_BF16", (int)o->act_dtype);
+    if ((int)o->precision < 0 || o->precision >= CT_PREC_COUNT)
+        return CT_ERR(CT_ERR_ARG, "precision %d is invalid: expected CT_PREC_FP32 or "
+                      "CT_PREC_BF16", (int)o->precision);
     if (o->head_chunk_rows < 0)
         return CT_ERR(CT_ERR_ARG, "head_chunk_rows = %d is invalid: expected 0 (automatic) or a "
                       "positive row count", o->head_chunk_rows);
@@ -584,13 +608,26 @@ ct_status ct_model_set_opts(ct_model *m, const ct_model_opts *o) {
     ct_status st = check_opts(o);
     if (st) return st;
     if (m->B && (o->recompute != m->opts.recompute || o->act_dtype != m->opts.act_dtype ||
-                   o->head_chunk_rows != m->opts.head_chunk_rows))
-        return CT_ERR(CT_ERR_ARG, "model already reserved with recompute %s, activations %s: "
-                      "options are set before ct_model_reserve",
+                   o->head_chunk_rows != m->opts.head_chunk_rows ||
+                   o->precision != m->opts.precision))
+        return CT_ERR(CT_ERR_ARG, "model already reserved with recompute %s, activations %s, "
+                      "precision %s: options are set before ct_model_reserve",
                       ct_model_recompute_name(m->opts.recompute),
-                      ct_model_act_dtype_name(m->opts.act_dtype));
+                      ct_model_act_dtype_name(m->opts.act_dtype),
+                      ct_model_precision_name(m->opts.precision));
+    const ct_backend_i *k = m->be->i;
+    if (o->precision == CT_PREC_BF16 && (!k->matmul_forward_bf16 || !k->matmul_backward_bf16))
+        return CT_ERR(CT_ERR_ARG, "train.precision = bf16: backend '%s' has no bf16 matmul",
+                      k->name);
+    ct_model_opts was = m->opts;
     m->opts = *o;
-    return CT_OK;
+    if (o->precision != CT_PREC_BF16) {
+        weights16_free(m);
+        return CT_OK;
+    }
+    ct_status st2 = weights16_alloc(m);
+    if (st2) m->opts = was;
+    return st2;
 }
 
 /* ---------------------------------------------------- activation plan */
@@ -727,6 +764,11 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
         a->dbig2 = carve(cv, N * FW);
         if (work_norm) w->fch_gelu = a->dbig2;
     }
+    /* precision bf16: a GEMM input's bf16 copy for its weight gradient (a
+     * frozen LoRA base has none) */
+    a->inp16 = training && o->precision == CT_PREC_BF16 && !nmod
+                   ? carve_bytes(cv, N * (F > C ? F : C) * sizeof(uint16_t))
+                   : NULL;
     if (nmod) {
         a->lora_tmp = carve(cv, N * (size_t)max_out);
         a->lora_dh = carve(cv, N * (size_t)lo->r);
@@ -762,13 +804,17 @@ ct_status ct_model_plan_memory_lora(const ct_model_config *cfg, int B, int T, bo
     acts_layout(cfg, o, lo, B, T, training, &cv, NULL, out);
     size_t adapter = lora_numel(cfg, lo) * sizeof(float);
     size_t base = lo && lo->base_bf16 ? weights_bf16_bytes(&m) : m.numel * sizeof(float);
+    /* precision bf16: the copies (ct_model_set_opts), unless the base is bf16 itself */
+    out->weights16 = o->precision == CT_PREC_BF16 && !(lo && lo->base_bf16)
+                         ? weights16_numel(&m) * sizeof(uint16_t)
+                         : 0;
     free(m.table);
     free(m.layers);
     out->params = base + adapter;
     /* a frozen base has no gradients: only the adapter trains */
     out->trainable = lo ? adapter : out->params;
     out->grads = training ? out->trainable : 0;
-    out->total = out->params + out->grads + out->acts + out->work + out->scratch;
+    out->total = out->params + out->weights16 + out->grads + out->acts + out->work + out->scratch;
     return CT_OK;
 }
 

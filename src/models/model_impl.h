@@ -91,6 +91,9 @@ typedef struct model_acts {
     float *lora_dh;   /* (N, r) */
     float *lora_xd;   /* (N, max adapted in): the dropped-out input (dropout > 0) */
     float *lora_sink; /* (2C): where frozen norms' weight gradients go (never read) */
+    /* precision bf16, training, full model: the bf16 copy of one GEMM input
+     * (a linear's or a head chunk's), rounded before its weight gradient */
+    uint16_t *inp16;  /* (N, max(C,F)) */
     float *base_w;    /* (max GEMM weight span): a bf16 base matrix widened for one call */
     float *base_wpe;  /* (n_ctx, C): GPT-2's positions, widened beside wte */
 } model_acts;
@@ -182,8 +185,16 @@ struct ct_model {
     size_t *small_off;                  /* [n_table] offset of a 1-D entry in small */
     size_t *span;                       /* [n_table] elements one GEMM reads from the entry:
                                          * the fused q,k,v or gate,up rows from the first */
+    /* precision bf16: bf16 copies of the matrices the GEMMs read (every 2-D
+     * entry but GPT-2's wpe and an untied embedding), made from the fp32
+     * master weights by ct_model_refresh_weights16, never per GEMM. NULL for
+     * fp32, and with a bf16 LoRA base (its GEMMs read params16 as it is). */
+    uint16_t *w16;                      /* (w16_numel) bf16 bits */
+    size_t w16_numel;
+    size_t *w16_off;                    /* [n_table] an entry's offset in w16; SIZE_MAX: none */
+    bool w16_fresh;                     /* w16 equals the master weights */
     /* activations */
-    ct_model_opts opts; /* recompute policy and activation dtype */
+    ct_model_opts opts; /* recompute policy, activation dtype, matmul precision */
     int B, T, chunk; /* reserved shape; chunk = rows per logits chunk */
     int pos_B, pos_T; /* shape of the positions in acts.pos; 0 when none are set */
     bool training;
@@ -251,6 +262,27 @@ static inline float *model_p(ct_model *m, int idx) {
     if (idx < 0) return NULL;
     return m->params16 ? weights_bf16_view(m, idx) : m->params + m->table[idx].offset;
 }
+/* Precision bf16: the GEMMs read bf16 weights. */
+static inline bool model_bf16(const ct_model *m) { return m->opts.precision == CT_PREC_BF16; }
+/* Whether table entry i is a matrix some GEMM reads (a linear's or the head). */
+bool weights16_entry(const ct_model *t, int i);
+/* Elements of the bf16 weight copies of t's table (entries weights16_entry). */
+size_t weights16_numel(const ct_model *t);
+/* The bf16 weights a GEMM of precision bf16 reads for entry idx (a matrix):
+ * its copy in w16, or a bf16 LoRA base itself. */
+static inline const uint16_t *model_w16(const ct_model *m, int idx) {
+    if (m->params16) return m->params16 + m->table[idx].offset;
+    CT_ASSERT(m->w16 && m->w16_off[idx] != SIZE_MAX);
+    return m->w16 + m->w16_off[idx];
+}
+/* Allocate the copies for precision bf16 (nothing when they exist, for fp32,
+ * or with a bf16 base) and fill them; ct_model_set_opts calls it. */
+ct_status weights16_alloc(ct_model *m);
+/* Free them (NULL-safe). */
+void weights16_free(ct_model *m);
+/* The master weights changed (loaded, initialised, merged): refresh the
+ * copies now, a frozen base's included. */
+void model_weights_changed(ct_model *m);
 static inline float *model_g(ct_model *m, int idx) {
     return idx < 0 || !m->grads ? NULL : m->grads + m->table[idx].offset;
 }

@@ -7,7 +7,9 @@
  * policy (none | light | full) decides which block activations the forward
  * keeps, and the activation dtype (fp32 | bf16) how. All math is fp32: bf16
  * values are widened into the shared work set before a kernel reads them, and
- * the residual stream that feeds the next block stays fp32.
+ * the residual stream that feeds the next block stays fp32. Precision bf16
+ * (autocast) changes only the GEMMs of the linears (linear.c) and the head:
+ * bf16 inputs, fp32 sums and outputs.
  * Every tensor lives in the backend's device memory and is touched only
  * through m->be: kernels, memsets, bf16 conversions, the loss sum, uploads of
  * the token ids and downloads of logits.
@@ -240,12 +242,19 @@ static double head_forward(ct_model *m, const int32_t *targets, int N, size_t co
     const ct_backend_i *k = be->i;
     int C = m->cfg.n_embd, V = m->cfg.vocab_size;
     model_acts *a = &m->acts;
-    const float *head = model_p(m, m->head_w);
+    /* precision bf16: the head's bf16 weights (autocast), else fp32 */
+    bool bf16 = model_bf16(m);
+    const float *head = bf16 ? NULL : model_p(m, m->head_w);
+    const uint16_t *head16 = bf16 ? model_w16(m, m->head_w) : NULL;
+    float *dhead = model_g(m, m->head_w);
     if (training) zero(m, a->dln, (size_t)N * C);
     for (int r0 = 0; r0 < N; r0 += m->chunk) {
         int rows = N - r0 < m->chunk ? N - r0 : m->chunk;
         const float *x = a->lnf + (size_t)r0 * C;
-        k->matmul_forward(be, a->logits, x, head, NULL, rows, C, V);
+        if (bf16)
+            k->matmul_forward_bf16(be, a->logits, x, head16, NULL, rows, C, V);
+        else
+            k->matmul_forward(be, a->logits, x, head, NULL, rows, C, V);
         if (logits_out)
             ct_be_download(be, logits_out + (size_t)r0 * V, a->logits, (size_t)rows * V * 4);
         if (!targets) continue;
@@ -254,8 +263,18 @@ static double head_forward(ct_model *m, const int32_t *targets, int N, size_t co
         if (training) {
             ct_event e0, e1;
             k->event_record(be, &e0);
-            k->matmul_backward(be, a->dln + (size_t)r0 * C, model_g(m, m->head_w), NULL,
-                               a->logits, x, head, rows, C, V);
+            if (bf16) {
+                const uint16_t *x16 = NULL;
+                if (dhead) { /* the chunk's bf16 rows, for the weight gradient */
+                    k->f32_to_bf16(be, a->inp16, x, (size_t)rows * C);
+                    x16 = a->inp16;
+                }
+                k->matmul_backward_bf16(be, a->dln + (size_t)r0 * C, dhead, NULL, a->logits,
+                                        x16, head16, rows, C, V);
+            } else {
+                k->matmul_backward(be, a->dln + (size_t)r0 * C, dhead, NULL, a->logits, x,
+                                   head, rows, C, V);
+            }
             k->event_record(be, &e1);
             m->head_bwd_s += k->event_elapsed(be, &e0, &e1);
         }

@@ -3,6 +3,8 @@
  * for a frozen LoRA base, the matrices as bf16 (params16) with the 1-D weights
  * kept fp32 (small); a GEMM reads a bf16 matrix widened into an fp32 work
  * buffer of the arena (model_p). Everything through the backend.
+ * Under precision bf16 it also keeps bf16 copies of the matrices the GEMMs
+ * read (w16), refreshed from the fp32 master weights after every change.
  * Leaves out: the adapters (lora.c) and the files (hf.c).
  */
 #include "models/model_impl.h"
@@ -38,6 +40,7 @@ float *weights_bf16_view(ct_model *m, int idx) {
 ct_status weights_bf16_alloc(ct_model *m) {
     const ct_model_config *c = &m->cfg;
     size_t small = 0;
+    weights16_free(m); /* the GEMMs read the bf16 base itself */
     m->small_off = calloc((size_t)m->n_table, sizeof *m->small_off);
     m->span = calloc((size_t)m->n_table, sizeof *m->span);
     if (!m->small_off || !m->span) return CT_ERR(CT_ERR_OOM, "out of memory for the bf16 base");
@@ -82,3 +85,66 @@ ct_status weights_to_bf16(ct_model *m) {
 }
 
 const uint16_t *ct_model_params_bf16(const ct_model *m) { return m->params16; }
+
+/* ------------------------------------------- precision bf16: the copies */
+
+bool weights16_entry(const ct_model *t, int i) {
+    if (t->table[i].ndim != 2 || i == t->wpe) return false;
+    /* the embedding is a GEMM's weight only when it is the (tied) head */
+    return i != t->wte || t->head_w == t->wte;
+}
+
+size_t weights16_numel(const ct_model *t) {
+    size_t n = 0;
+    for (int i = 0; i < t->n_table; i++)
+        if (weights16_entry(t, i)) n += t->table[i].numel;
+    return n;
+}
+
+void weights16_free(ct_model *m) {
+    model_buf_free(m, m->w16);
+    free(m->w16_off);
+    m->w16 = NULL;
+    m->w16_off = NULL;
+    m->w16_numel = 0;
+    m->w16_fresh = false;
+}
+
+ct_status weights16_alloc(ct_model *m) {
+    if (!model_bf16(m) || m->w16 || m->params16) return CT_OK;
+    /* in table order, so LLaMA's q,k,v (gate,up) stay back to back: a fused
+     * GEMM reads them from the first entry's copy on */
+    m->w16_off = malloc((size_t)m->n_table * sizeof *m->w16_off);
+    if (!m->w16_off) return CT_ERR(CT_ERR_OOM, "out of memory for the bf16 weight table");
+    size_t n = 0;
+    for (int i = 0; i < m->n_table; i++) {
+        m->w16_off[i] = weights16_entry(m, i) ? n : SIZE_MAX;
+        if (m->w16_off[i] != SIZE_MAX) n += m->table[i].numel;
+    }
+    m->w16 = model_buf_alloc(m, n * sizeof(uint16_t), CT_TAG_PARAMS);
+    if (!m->w16) {
+        ct_status st = ct_last_status();
+        weights16_free(m);
+        return st;
+    }
+    m->w16_numel = n;
+    ct_model_refresh_weights16(m);
+    return CT_OK;
+}
+
+void ct_model_refresh_weights16(ct_model *m) {
+    if (!m->w16 || !m->params) return;
+    /* a frozen base (LoRA) changes only when loaded, which marks it stale */
+    if (m->lora && m->w16_fresh) return;
+    ct_backend *be = m->be;
+    for (int i = 0; i < m->n_table; i++)
+        if (m->w16_off[i] != SIZE_MAX)
+            be->i->f32_to_bf16(be, m->w16 + m->w16_off[i], m->params + m->table[i].offset,
+                               m->table[i].numel);
+    m->w16_fresh = true;
+}
+
+void model_weights_changed(ct_model *m) {
+    m->w16_fresh = false;
+    ct_model_refresh_weights16(m);
+}

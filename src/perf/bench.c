@@ -12,8 +12,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h> /* also for the bf16 probe, compiled with its own target */
 #endif
 #ifdef CT_USE_OPENMP
 #include <omp.h>
@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/gemm.h"
 #include "backend/ctx.h"
+#include "core/dtype.h"
 #include "perf/hwinfo.h"
 
 /* ------------------------------------------------------------- helpers */
@@ -102,24 +103,47 @@ static ct_gemm_lib bench_lib(ct_ctx *ctx) {
     return be ? (ct_gemm_lib)be->gemm : (ct_gemm_lib)ct_gemm_lib_of("auto");
 }
 
-/* Seconds of one n x n x n sgemm on a, b into c. */
-static double gemm_once(ct_gemm_lib lib, int n, const float *a, const float *b, float *c) {
+/* The operands of a peak measurement: fp32 a, b, c, and for the bf16 GEMM
+ * bf16 copies of a and b. */
+typedef struct peak_bufs {
+    float *a, *b, *c;
+    uint16_t *ah, *bh; /* NULL for fp32 */
+} peak_bufs;
+
+/* Seconds of one n x n x n GEMM (fp32, or bf16 inputs when bf16) on the
+ * leading corners of the buffers. */
+static double gemm_once(ct_gemm_lib lib, bool bf16, int n, const peak_bufs *p) {
     double t0 = ct_time_s();
-    ct_sgemm(lib, false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    if (bf16)
+        ct_gemm_bf16(lib, false, true, n, n, n, 1.0f, p->ah, n, p->bh, n, 0.0f, p->c, n);
+    else
+        ct_sgemm(lib, false, true, n, n, n, 1.0f, p->a, n, p->b, n, 0.0f, p->c, n);
     return ct_time_s() - t0;
 }
 
-ct_status ct_bench_gemm_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_info *info) {
-    ct_gemm_lib lib = bench_lib(ctx);
+/* ct_bench_gemm_peak_info on lib, fp32 or bf16 inputs. */
+static ct_status gemm_peak_run(ct_ctx *ctx, ct_gemm_lib lib, bool bf16, int n, int reps,
+                               ct_bench_gemm_info *info) {
+    (void)ctx;
     memset(info, 0, sizeof *info);
     info->others_cpus = -1;
     size_t nn = (size_t)n * n;
-    float *a = bench_alloc(nn), *b = bench_alloc(nn), *c = bench_alloc(nn);
-    if (!a || !b || !c) {
-        free(a), free(b), free(c);
+    peak_bufs p = {bench_alloc(nn), bench_alloc(nn), bench_alloc(nn), NULL, NULL};
+    bool ok = p.a && p.b && p.c;
+    if (ok && bf16) {
+        p.ah = malloc(nn * sizeof *p.ah);
+        p.bh = malloc(nn * sizeof *p.bh);
+        ok = p.ah && p.bh;
+    }
+    if (!ok) {
+        free(p.a), free(p.b), free(p.c), free(p.ah), free(p.bh);
         return CT_ERR(CT_ERR_OOM, "out of memory for a %d x %d GEMM benchmark", n, n);
     }
-    bench_fill(a, nn, 1), bench_fill(b, nn, 2), bench_fill(c, nn, 3);
+    bench_fill(p.a, nn, 1), bench_fill(p.b, nn, 2), bench_fill(p.c, nn, 3);
+    if (bf16) {
+        ct_f32_to_bf16_array(p.ah, p.a, nn);
+        ct_f32_to_bf16_array(p.bh, p.b, nn);
+    }
     if (reps > 64) reps = 64;
     if (reps < 1) reps = 1;
     ct_hw_cpu_sample s0, s1;
@@ -127,10 +151,10 @@ ct_status ct_bench_gemm_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_in
     double t0 = ct_time_s();
     /* the long runs, after one warm-up: the best one, since a ceiling is what
      * the library can reach, not what a busy moment allows */
-    (void)gemm_once(lib, n, a, b, c);
+    (void)gemm_once(lib, bf16, n, &p);
     double best = 0, spent = 0;
     for (int r = 0; r < reps; r++) {
-        double dt = gemm_once(lib, n, a, b, c);
+        double dt = gemm_once(lib, bf16, n, &p);
         spent += dt;
         best = r == 0 || dt < best ? dt : best;
     }
@@ -142,7 +166,7 @@ ct_status ct_bench_gemm_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_in
     int sruns = 0;
     if (m < n) {
         for (; sruns < 256 && (sruns < 4 || sspent < spent); sruns++) {
-            double dt = gemm_once(lib, m, a, b, c); /* the leading m x m corner of each */
+            double dt = gemm_once(lib, bf16, m, &p); /* the leading m x m corner of each */
             sspent += dt;
             sbest = sruns == 0 || dt < sbest ? dt : sbest;
         }
@@ -153,8 +177,16 @@ ct_status ct_bench_gemm_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_in
     info->others_cpus = ct_hwinfo_cpu_others(&s0, &s1);
     info->runs = reps + sruns;
     info->gflops = info->long_gflops > info->short_gflops ? info->long_gflops : info->short_gflops;
-    free(a), free(b), free(c);
+    free(p.a), free(p.b), free(p.c), free(p.ah), free(p.bh);
     return CT_OK;
+}
+
+ct_status ct_bench_gemm_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_info *info) {
+    return gemm_peak_run(ctx, bench_lib(ctx), false, n, reps, info);
+}
+
+ct_status ct_bench_gemm_bf16_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_info *info) {
+    return gemm_peak_run(ctx, bench_lib(ctx), true, n, reps, info);
 }
 
 ct_status ct_bench_gemm_peak(ct_ctx *ctx, int n, int reps, double *gflops) {
@@ -210,11 +242,12 @@ static float fma_loop(long iters) {
 }
 #endif
 
-double ct_bench_fma_peak(ct_ctx *ctx) {
+/* The best GFLOP/s of loop (flops_per_iter FLOPs per iteration) on all of
+ * ctx's threads: short runs (a few ms each) until 0.1 s; the best one caught
+ * the cores free, a busy moment lowers only some. */
+static double register_peak(ct_ctx *ctx, float (*loop)(long), double flops_per_iter) {
     int nt = ct_ctx_threads(ctx);
-    volatile float fma_sink; /* keeps the loops' result alive */
-    /* short runs (a few ms each) until 0.1 s: the best one caught the cores
-     * free, a busy moment lowers only some */
+    volatile float sink; /* keeps the loops' result alive */
     long iters = 2 * 1000 * 1000;
     double best = 0, start = ct_time_s();
     for (int r = 0; r < 200 && (r < 3 || ct_time_s() - start < 0.1); r++) {
@@ -223,14 +256,65 @@ double ct_bench_fma_peak(ct_ctx *ctx) {
 #ifdef CT_USE_OPENMP
 #pragma omp parallel num_threads(nt) reduction(+ : sum)
 #endif
-        sum += fma_loop(iters);
+        sum += loop(iters);
         double dt = ct_time_s() - t0;
-        fma_sink = sum;
-        double flops = 2.0 * FMA_LANES * 12 * (double)iters * nt;
+        sink = sum;
+        double flops = flops_per_iter * (double)iters * nt;
         if (flops / dt > best) best = flops / dt;
     }
-    (void)fma_sink;
+    (void)sink;
     return best / 1e9;
+}
+
+double ct_bench_fma_peak(ct_ctx *ctx) {
+    return register_peak(ctx, fma_loop, 2.0 * FMA_LANES * 12);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define BF16_CHAINS 24
+/* Register-only bf16 dot products: vdpbf16ps adds the products of 16 pairs
+ * of bf16 (32 multiply-adds, 64 FLOPs) into 16 fp32 lanes. Its latency is
+ * long (12 chains reach half the rate on Intel cores), so 24 independent
+ * accumulators. Compiled for AVX512_BF16 whatever the build's -march: call it
+ * only where the CPU has it (bench_have_bf16). */
+__attribute__((target("avx512f,avx512bf16"))) static float bf16_loop(long iters) {
+    __m512 acc[BF16_CHAINS];
+    /* bf16 0.0039 in every half: each step adds 2 x 1.5e-5 per lane, far from
+     * overflow over the run, and never subnormal */
+    __m512bh x = (__m512bh)_mm512_set1_epi16(0x3b80), y = (__m512bh)_mm512_set1_epi16(0x3b80);
+    for (int i = 0; i < BF16_CHAINS; i++) acc[i] = _mm512_set1_ps((float)i);
+    /* unrolled, so the accumulators live in registers (rolled, gcc 12 keeps
+     * them in memory: a store and a load on every chain) */
+    for (long it = 0; it < iters; it++) {
+#pragma GCC unroll 24
+        for (int i = 0; i < BF16_CHAINS; i++) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
+    }
+    float s = 0;
+    for (int i = 0; i < BF16_CHAINS; i++) s += _mm512_reduce_add_ps(acc[i]);
+    return s;
+}
+
+static bool bench_have_bf16(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+}
+#endif
+
+bool ct_bench_have_bf16_dot(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    return bench_have_bf16();
+#else
+    return false;
+#endif
+}
+
+double ct_bench_bf16_peak(ct_ctx *ctx) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (bench_have_bf16()) return register_peak(ctx, bf16_loop, 64.0 * BF16_CHAINS);
+#else
+    (void)ctx;
+#endif
+    return 0;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)

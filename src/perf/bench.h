@@ -1,6 +1,7 @@
 /*
  * What the trainer measures with: the model FLOPs of a step (MFU's numerator),
- * the roofs (sustained GEMM peak, FMA ceiling, nominal peak, memory bandwidth),
+ * the roofs (sustained GEMM peak, FMA ceiling, bf16 dot-product ceiling,
+ * nominal peak, memory bandwidth),
  * the GEMM-only time of a training step (every sgemm the step makes, nothing
  * else), the median and the peak RSS. Results are plain numbers; cli/cmd_bench.c
  * and cli/cmd_hw.c print them. The benchmarks that run the library as a whole
@@ -49,11 +50,27 @@ ct_status ct_bench_gemm_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_in
  * when other processes used more than CT_HW_BUSY_CPUS of this process's CPUs
  * during the measurement, since the figure may then read low. */
 ct_status ct_bench_gemm_peak(ct_ctx *ctx, int n, int reps, double *gflops);
+/* ct_bench_gemm_peak_info with bf16 A and B (ct_gemm_bf16: exact products,
+ * fp32 accumulation and output) on ctx's GEMM library: oneDNN's bf16 matmul
+ * (native on AVX512_BF16 or AMX, emulated elsewhere: ct_gemm_have_bf16), or
+ * OpenBLAS on fp32 copies. Same measurement and errors. */
+ct_status ct_bench_gemm_bf16_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_info *info);
 /* Register-only FMA loop on every thread: the boosted arithmetic ceiling of the
  * cores, in GFLOP/s; the best of short runs (at least 3, about 0.1 s in all),
  * so a busy moment lowers it less. No real code computes faster: it is the
  * compute bound of the kernel suite's roofline. */
 double ct_bench_fma_peak(ct_ctx *ctx);
+/* Whether this CPU runs vdpbf16ps (AVX512_BF16, detected at run time with
+ * cpuid, whatever the build's -march). */
+bool ct_bench_have_bf16_dot(void);
+/* Register-only bf16 dot-product loop (vdpbf16ps: 16 lanes x 2 bf16 products
+ * summed into fp32, 64 FLOPs, on 24 independent accumulators) on every
+ * thread, measured as ct_bench_fma_peak: the bf16 compute ceiling, in
+ * GFLOP/s. 0 when the CPU lacks AVX512_BF16 (ct_bench_have_bf16_dot). On
+ * Intel cores without AMX one vdpbf16ps issues per cycle, the multiply-adds
+ * of two fp32 FMAs, so it reads about ct_bench_fma_peak: bf16 GEMMs have no
+ * compute advantage there, only half the bytes. */
+double ct_bench_bf16_peak(ct_ctx *ctx);
 /* ISA lanes x 2 FMA pipes x 2 FLOPs x threads x the clock, GFLOP/s. The clock
  * is measured (a chain of dependent adds, one per cycle, best of 12 runs of
  * ~5 ms: the boosted clock one core runs at), else the "cpu MHz" of

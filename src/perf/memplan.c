@@ -24,6 +24,7 @@
 #include "data/shard_remote.h"
 #include "io/fileio.h"
 #include "perf/hwinfo.h"
+#include "backend/cpu/gemm.h"
 
 ct_status ct_run_plan_make(const ct_model_config *mc, int B, int T, int grad_accum, int prefetch,
                            const ct_model_opts *o, ct_run_plan *out) {
@@ -224,22 +225,30 @@ size_t ct_blas_gemm_resident(const ct_blas_params *bp, int64_t M, int64_t N, int
     return total;
 }
 
-/* per[i] = max(per[i], the bytes thread i touches in the sgemm M x N x K) */
-static void blas_add(const ct_blas_params *b, int64_t M, int64_t N, int64_t K, int threads,
-                     size_t *per, size_t *tmp) {
-    if (M <= 0 || N <= 0 || K <= 0) return;
-    int n = ct_blas_gemm_touch(b, M, N, K, threads, tmp);
-    for (int i = 0; i < n; i++) per[i] = tmp[i] > per[i] ? tmp[i] : per[i];
+/* ------------------------------------------------ the step's GEMMs */
+
+/* The operand types of the linears' and the head's GEMMs under o: fp32, or
+ * under CT_PREC_BF16 fp32 activations (and gradients) times bf16 weights, the
+ * weight gradient's B being a bf16 copy of the layer's input. */
+static ct_gemm_type plan_gemm_type(const ct_model_opts *o) {
+    return o && o->precision == CT_PREC_BF16 ? CT_GEMM_F32_BF16 : CT_GEMM_F32;
 }
 
-/* A linear layer (N rows, in -> out) as OpenBLAS sees its row-major calls:
- * forward (out, N, in), the input gradient (in, N, out) and, when its weight
- * trains, the weight gradient (in, out, N). */
-static void blas_linear(const ct_blas_params *b, int64_t N, int64_t in, int64_t out, bool dw,
-                        int threads, size_t *per, size_t *tmp) {
-    blas_add(b, out, N, in, threads, per, tmp);
-    blas_add(b, in, N, out, threads, per, tmp);
-    if (dw) blas_add(b, in, out, N, threads, per, tmp);
+static void plan_gemm(ct_plan_gemm_fn fn, void *user, ct_gemm_type t, bool ta, bool tb,
+                      int64_t M, int64_t N, int64_t K) {
+    ct_plan_gemm g = {.type = t, .ta = ta, .tb = tb, .M = M, .N = N, .K = K};
+    fn(&g, user);
+}
+
+/* A linear layer (N rows, in -> out) as backend/cpu/matmul.c issues it:
+ * forward out (N,out) = inp (N,in) W (out,in)^T, the input gradient
+ * dinp (N,in) += dout (N,out) W, and when its weight trains the weight
+ * gradient dW (out,in) += dout^T inp. */
+static void plan_linear(ct_plan_gemm_fn fn, void *user, ct_gemm_type t, int64_t N, int64_t in,
+                        int64_t out, bool dw) {
+    plan_gemm(fn, user, t, false, true, N, out, in);
+    plan_gemm(fn, user, t, false, false, N, in, out);
+    if (dw) plan_gemm(fn, user, t, true, false, out, in, N);
 }
 
 /* The LoRA group (0 qkv, 1 attention output, 2 first MLP GEMM, 3 MLP output)
@@ -255,37 +264,67 @@ static int lora_group(const ct_model_config *mc, int k) {
     return 3;
 }
 
-size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
-                        const ct_lora_opts *lo, int threads, const ct_blas_params *bp) {
-    if (threads < 1) threads = 1;
-    size_t *per = calloc((size_t)threads * 2, sizeof *per);
-    if (!per) return 0;
-    size_t *tmp = per + threads;
+void ct_run_plan_gemms(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
+                       const ct_lora_opts *lo, ct_plan_gemm_fn fn, void *user) {
     bool lora = lo && lo->r > 0, dw = !lora; /* a LoRA base is frozen: no weight gradients */
+    ct_gemm_type t = plan_gemm_type(o);
     int64_t N = (int64_t)B * T, C = mc->n_embd, F = mc->n_ffn;
     int64_t kv = (int64_t)C / mc->n_head * mc->n_kv_head;
     int64_t width[4] = {C + 2 * kv, C, mc->mlp == CT_MLP_SWIGLU ? 2 * F : F, C};
     int64_t input[4] = {C, C, C, F};
-    for (int g = 0; g < 4; g++) blas_linear(bp, N, input[g], width[g], dw, threads, per, tmp);
-    if (lora) { /* A: in -> r and B: r -> out, both training */
+    for (int g = 0; g < 4; g++) plan_linear(fn, user, t, N, input[g], width[g], dw);
+    if (lora) { /* A: in -> r and B: r -> out, both training, fp32 (their own block) */
         bool seen[4] = {false, false, false, false};
         for (int k = 0; k < ct_lora_num_kinds(mc); k++) {
             int g = lora_group(mc, k);
             if (g < 0 || seen[g] || !(lo->targets & (1u << k))) continue;
             seen[g] = true;
-            blas_linear(bp, N, input[g], lo->r, true, threads, per, tmp);
-            blas_linear(bp, N, lo->r, width[g], true, threads, per, tmp);
+            plan_linear(fn, user, CT_GEMM_F32, N, input[g], lo->r, true);
+            plan_linear(fn, user, CT_GEMM_F32, N, lo->r, width[g], true);
         }
     }
     /* the head, chunked over rows; its weight trains unless LoRA froze it */
     int chunk = ct_model_head_chunk_rows(mc, (int)N);
     if (o && o->head_chunk_rows > 0) chunk = o->head_chunk_rows < N ? o->head_chunk_rows : (int)N;
-    blas_linear(bp, chunk, C, mc->vocab_size, dw, threads, per, tmp);
-    size_t total = 0;
+    plan_linear(fn, user, t, chunk, C, mc->vocab_size, dw);
+}
+
+/* ct_run_plan_gemms' visitor for OpenBLAS: per thread, the most any GEMM
+ * packs, and the GEMM layer's fp32 operand copies of the bf16 types (one
+ * buffer set: the step's GEMMs are top-level calls, one at a time). */
+typedef struct blas_visit {
+    const ct_blas_params *bp;
+    int threads;
+    size_t *per, *tmp;
+    size_t convert;
+} blas_visit;
+
+static void blas_visit_gemm(const ct_plan_gemm *g, void *user) {
+    blas_visit *v = user;
+    if (g->M <= 0 || g->N <= 0 || g->K <= 0) return;
+    /* OpenBLAS is column-major: a row-major call's M and N swap */
+    int n = ct_blas_gemm_touch(v->bp, g->N, g->M, g->K, v->threads, v->tmp);
+    for (int i = 0; i < n; i++) v->per[i] = v->tmp[i] > v->per[i] ? v->tmp[i] : v->per[i];
+    if (g->type != CT_GEMM_F32) {
+        ct_gemm_workspace w;
+        ct_gemm_workspace_bytes(CT_GEMM_OPENBLAS, g->type, g->ta, g->tb, (int)g->M, (int)g->N,
+                                (int)g->K, &w);
+        v->convert = w.convert > v->convert ? w.convert : v->convert;
+    }
+}
+
+size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
+                        const ct_lora_opts *lo, int threads, const ct_blas_params *bp) {
+    if (threads < 1) threads = 1;
+    size_t *per = calloc((size_t)threads * 2, sizeof *per);
+    if (!per) return 0;
+    blas_visit v = {.bp = bp, .threads = threads, .per = per, .tmp = per + threads};
+    ct_run_plan_gemms(mc, B, T, o, lo, blas_visit_gemm, &v);
+    size_t *tmp = v.tmp, total = v.convert;
     for (int i = 0; i < threads; i++) total += per[i];
     /* attention's tile GEMMs run inside the pool, serially in each thread, on
      * their own buffers (64 x 128 tiles of head size HS): the workers' count */
-    int64_t HS = C / mc->n_head, bq = 64, bk = 128;
+    int64_t HS = mc->n_embd / mc->n_head, bq = 64, bk = 128;
     size_t att = 0;
     const int64_t shapes[3][3] = {{bk, bq, HS}, {HS, bq, bk}, {HS, bk, bq}};
     for (int s = 0; s < 3; s++) {
@@ -295,6 +334,35 @@ size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_
     total += (size_t)(threads - 1) * att;
     free(per);
     return total;
+}
+
+/* ct_run_plan_gemms' visitor for oneDNN: each part of the one buffer set the
+ * step's top-level GEMMs use, at its largest (ct_gemm_workspace_bytes). */
+static void dnnl_visit_gemm(const ct_plan_gemm *g, void *user) {
+    ct_gemm_workspace *most = user, w;
+    if (g->M <= 0 || g->N <= 0 || g->K <= 0) return;
+    ct_gemm_workspace_bytes(CT_GEMM_ONEDNN, g->type, g->ta, g->tb, (int)g->M, (int)g->N,
+                            (int)g->K, &w);
+    if (w.scratch > most->scratch) most->scratch = w.scratch;
+    if (w.packed > most->packed) most->packed = w.packed;
+    if (w.convert > most->convert) most->convert = w.convert;
+}
+
+size_t ct_run_plan_onednn(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
+                          const ct_lora_opts *lo, int threads, ct_gemm_workspace *parts) {
+    ct_gemm_workspace most = {0, 0, 0};
+    ct_run_plan_gemms(mc, B, T, o, lo, dnnl_visit_gemm, &most);
+    if (parts) *parts = most;
+    if (threads < 1) threads = 1;
+    double state = CT_RUNTIME_ONEDNN_MIB + CT_RUNTIME_ONEDNN_THREAD_MIB * (threads - 1);
+    return most.scratch + most.packed + most.convert + (size_t)(state * 1048576.0);
+}
+
+size_t ct_run_plan_gemm(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
+                        const ct_lora_opts *lo, int threads, int lib, const ct_blas_params *bp) {
+    if (lib == CT_GEMM_ONEDNN && ct_gemm_have_onednn())
+        return ct_run_plan_onednn(mc, B, T, o, lo, threads, NULL);
+    return ct_run_plan_blas(mc, B, T, o, lo, threads, bp);
 }
 
 /* ---------------------------------------------------- measuring the process */
@@ -398,8 +466,23 @@ static size_t tokenizer_bytes(const ct_config *cfg) {
     return 0;
 }
 
+/* Starts oneDNN as a run's first GEMM does (the engine, a stream, its
+ * dispatcher's code and data pages) with one small matmul, so that the RSS a
+ * plan measures holds it in every process alike: `plan`, and `train` after
+ * its start-up GEMM benchmark. The step's own primitives are the plan's. */
+static void onednn_start(void) {
+    float a[16 * 16], b[16 * 16], c[16 * 16];
+    for (int i = 0; i < 16 * 16; i++) a[i] = b[i] = 1.0f / (float)(i + 1);
+    ct_sgemm(CT_GEMM_ONEDNN, false, true, 16, 16, 16, 1.0f, a, 16, b, 16, 0.0f, c, 16);
+}
+
 ct_status ct_run_env_measure(ct_run_env *out, const ct_config *cfg) {
     memset(out, 0, sizeof *out);
+    /* the library run.gemm names (a build without oneDNN refuses `onednn`
+     * later, in the trainer; OpenBLAS is what it would run) */
+    int lib = ct_gemm_lib_of(cfg ? cfg->run.gemm : "auto");
+    out->gemm = lib < 0 ? CT_GEMM_OPENBLAS : lib;
+    if (out->gemm == CT_GEMM_ONEDNN) onednn_start();
     if (read_rss(&out->process)) { /* no /proc: the plan's floor stands in */
         ct_error_clear();
         out->process = 0;
@@ -436,7 +519,8 @@ void ct_run_plan_measure(ct_run_plan *p, const ct_model_config *mc, int prefetch
     p->rt_threads = (size_t)(threads * CT_RUNTIME_THREAD_MIB * 1048576.0);
     size_t w = p->model.trainable; /* what a checkpoint writes */
     p->rt_io = 3 * (w < MB ? w : MB) + (size_t)(CT_RUNTIME_IO_MIB * 1048576.0);
-    p->rt_blas = ct_run_plan_blas(mc, p->B, p->T, &p->opts, &p->lora, p->threads, &env->blas);
+    p->rt_blas = ct_run_plan_gemm(mc, p->B, p->T, &p->opts, &p->lora, p->threads, env->gemm,
+                                  &env->blas);
     p->rt_reserve = (size_t)(CT_RUNTIME_RESERVE_MIB * 1048576.0);
     p->runtime = p->rt_process + p->rt_code + p->rt_tokenizer + p->rt_threads + p->rt_io +
                  p->rt_blas + p->rt_reserve;
@@ -614,6 +698,32 @@ ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc
                                  out, limit);
 }
 
+ct_status ct_run_precision(const ct_config *cfg, ct_precision *out) {
+    ct_precision p;
+    ct_status st = ct_model_precision_from_name(&p, cfg->train.precision);
+    if (st) return st;
+    int kind, index;
+    if ((st = ct_config_device(cfg->run.device, &kind, &index))) return st;
+    /* ref and sim compute bf16 products by their formula: the test backends
+     * take bf16 anywhere */
+    if (p == CT_PREC_BF16 && kind == CT_BACKEND_CPU && !cfg->debug.emulate_bf16) {
+        ct_hwinfo h;
+        ct_hwinfo_read(&h);
+        if (!h.avx512_bf16 && !h.amx) {
+            st = CT_ERR(CT_ERR_ARG, "train.precision = bf16: this CPU (%s) has no bf16 "
+                        "instructions (neither AVX512_BF16 nor AMX-BF16): its bf16 matmuls "
+                        "would be emulated, slower than fp32",
+                        h.cpu_model[0] ? h.cpu_model : "model unknown");
+            ct_error_hint("train with train.precision=fp32 (the default) on this machine; "
+                          "debug.emulate_bf16=true runs bf16 emulated anyway, for numerics "
+                          "checks only");
+            return st;
+        }
+    }
+    *out = p;
+    return CT_OK;
+}
+
 ct_status ct_run_plan_for_env(const ct_config *cfg, const ct_model_config *mc, int world,
                               int local, const ct_run_env *env, ct_run_plan *out, size_t *limit) {
     ct_fit_request r;
@@ -622,6 +732,7 @@ ct_status ct_run_plan_for_env(const ct_config *cfg, const ct_model_config *mc, i
     r.recompute_auto = strcmp(cfg->train.recompute, "auto") == 0;
     ct_status st = ct_model_opts_from_names(&r.opts, r.recompute_auto ? "none" :
                                             cfg->train.recompute, cfg->train.activation_dtype);
+    if (!st) st = ct_run_precision(cfg, &r.opts.precision);
     if (st) return st;
     r.B = (int)cfg->train.batch_size;
     r.T = (int)cfg->train.seq_len;

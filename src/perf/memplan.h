@@ -5,9 +5,11 @@
  * work, scratch), AdamW's moments (one rank's shard under ZeRO-1), the token
  * buffers of the loader's prefetch ring and the trainer, the mapped token
  * shards, and the process itself: its resident set when planned (program,
- * libraries, heap: measured), the threads the run starts later, and the part
- * of OpenBLAS's per-thread packing buffers this run's GEMMs touch (modelled
- * from the GEMM shapes and the kernel set's blocking). run.memory_limit
+ * libraries, heap: measured), the threads the run starts later, and the GEMM
+ * library's memory: the part of OpenBLAS's per-thread packing buffers this
+ * run's GEMMs touch (modelled from the GEMM shapes and the kernel set's
+ * blocking), or oneDNN's workspace for the step's shapes (asked of the GEMM
+ * layer) and its state (measured constants). run.memory_limit
  * ("85%", "12GB", bytes) caps it; batch_size=auto and recompute=auto pick
  * settings under the cap by planning, never by trying an allocation.
  * Leaves out: what an MPI library maps after planning (its shared-memory
@@ -20,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/cpu/gemm.h"
 #include "ctrain/config.h"
 #include "ctrain/core.h"
 #include "ctrain/model.h"
@@ -47,6 +50,8 @@ typedef struct ct_run_env {
                        * CT_PLAN_SHARDS_MAX_MIB MiB */
     size_t tokenizer; /* resident bytes loading the run's tokenizer added */
     ct_blas_params blas;
+    int gemm;         /* the GEMM library the run uses: a ct_gemm_lib (run.gemm; auto
+                       * and no config: oneDNN when built with it) */
 } ct_run_env;
 
 typedef struct ct_run_plan {
@@ -70,8 +75,9 @@ typedef struct ct_run_plan {
     size_t rt_threads;   /* stacks and arenas of the threads the run starts later */
     size_t rt_io;        /* the checkpoint writer's buffers (see CT_RUNTIME_IO_MIB) */
     size_t rt_reserve;   /* CT_RUNTIME_RESERVE_MIB: what varies from run to run */
-    size_t rt_blas;      /* OpenBLAS packing buffers: measured plans, those this run's
-                          * GEMMs touch (ct_run_plan_blas); otherwise the constants */
+    size_t rt_blas;      /* the GEMM library's memory: measured plans, what this run's
+                          * GEMMs hold (ct_run_plan_gemm: OpenBLAS's packing buffers, or
+                          * oneDNN's workspace and state); otherwise the constants */
     int threads;         /* the thread count runtime was planned for */
     int prefetch;        /* the prefetch ring's batches (0: no prefetch thread) */
     bool measured;       /* runtime from a ct_run_env (ct_run_plan_measure) */
@@ -150,17 +156,63 @@ int ct_blas_gemm_touch(const ct_blas_params *bp, int64_t M, int64_t N, int64_t K
 size_t ct_blas_gemm_resident(const ct_blas_params *bp, int64_t M, int64_t N, int64_t K,
                              int threads);
 
+/* One GEMM of a training step as the model issues it (ct_sgemm's row-major
+ * arguments): C (M,N) = op(A) (M,K) op(B) (K,N), operands of `type`. */
+typedef struct ct_plan_gemm {
+    ct_gemm_type type;
+    bool ta, tb;
+    int64_t M, N, K;
+} ct_plan_gemm;
+typedef void (*ct_plan_gemm_fn)(const ct_plan_gemm *g, void *user);
+
+/* Calls fn once for each GEMM shape of a training step of mc at (B,T) under
+ * o (and the LoRA adapters lo; NULL or r == 0: none): each linear's forward,
+ * input gradient and, when its weight trains, weight gradient (one layer: the
+ * others repeat it; recompute's re-runs are forwards again), the adapters' A
+ * and B (fp32), and the head's row chunk. o->precision picks the linears' and
+ * the head's types: CT_PREC_FP32 all CT_GEMM_F32; CT_PREC_BF16 all
+ * CT_GEMM_F32_BF16 (fp32 A, bf16 weights or, for the weight gradient, the
+ * input's bf16 copy). Attention's tile GEMMs (inside the pool) are not here. */
+void ct_run_plan_gemms(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
+                       const ct_lora_opts *lo, ct_plan_gemm_fn fn, void *user);
+
 /* The OpenBLAS packing buffers a training step of mc at (B,T) under o (and
  * the LoRA adapters lo; NULL or r == 0: none) leaves resident on `threads`
- * threads: per thread, the most any of its GEMMs (forward, backward, the
- * chunked head, recompute's re-runs) touches; summed over threads, plus the
- * small buffers the attention kernel's per-thread GEMMs touch. */
+ * threads: per thread, the most any of its GEMMs (ct_run_plan_gemms) touches;
+ * summed over threads, plus the small buffers the attention kernel's
+ * per-thread GEMMs touch, plus the GEMM layer's fp32 operand copies when the
+ * step has bf16 GEMMs (ct_gemm_workspace_bytes). */
 size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
                         const ct_lora_opts *lo, int threads, const ct_blas_params *bp);
 
+/* oneDNN's memory in a training step, measured on this machine (oneDNN 2.6,
+ * glibc 2.36) as the peak RSS of `train` runs with run.gemm=onednn over the
+ * plan less this line: STATE is what the library holds whatever the shapes
+ * (the JIT kernels of the step's matmul primitives, its code and data pages
+ * the step touches, the engine and the streams); THREAD each worker thread's
+ * share (the attention tiles' dnnl_sgemm packing buffers, freed per call into
+ * the thread's malloc arena, and oneDNN's per-thread state). */
+#define CT_RUNTIME_ONEDNN_MIB 8.0
+#define CT_RUNTIME_ONEDNN_THREAD_MIB 0.5
+
+/* oneDNN's memory in a training step of mc at (B,T) under o (lo as above) on
+ * `threads` threads: the GEMM layer's one buffer set (the step's GEMMs are
+ * top-level calls, one at a time), each part at the largest any of the
+ * step's GEMMs asks (ct_gemm_workspace_bytes, which creates those primitives
+ * in the process's cache: they are the ones the step runs), written to *parts
+ * when not NULL, plus CT_RUNTIME_ONEDNN_MIB and CT_RUNTIME_ONEDNN_THREAD_MIB
+ * per thread but the first. */
+size_t ct_run_plan_onednn(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
+                          const ct_lora_opts *lo, int threads, ct_gemm_workspace *parts);
+
+/* The GEMM library's memory in the step: ct_run_plan_onednn when lib is
+ * CT_GEMM_ONEDNN (and the build has it), else ct_run_plan_blas. */
+size_t ct_run_plan_gemm(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
+                        const ct_lora_opts *lo, int threads, int lib, const ct_blas_params *bp);
+
 /* Measures this process for a plan of the run cfg describes (NULL: no data,
  * no tokenizer): its RSS now (/proc/self/status), the BLAS
- * blocking, the bytes of the token shards data.train and data.val name
+ * blocking, the GEMM library run.gemm names, the bytes of the token shards data.train and data.val name
  * (resolved as the loader does: a file, a glob, or a directory's
  * <split>_*.bin, else its *.bin; a spec that names nothing counts 0, the
  * loader reports it later), and the RSS that loading the run's tokenizer
@@ -174,7 +226,7 @@ ct_status ct_run_env_measure(ct_run_env *out, const ct_config *cfg);
  * + the tokenizer (env->tokenizer, rounded) + CT_RUNTIME_CODE_MIB + the
  * threads but the main one (threads - 1 workers and a prefetch thread when
  * prefetch > 0) x CT_RUNTIME_THREAD_MIB + the I/O buffers +
- * ct_run_plan_blas + CT_RUNTIME_RESERVE_MIB; shards = env->shards; total
+ * ct_run_plan_gemm (env->gemm's library) + CT_RUNTIME_RESERVE_MIB; shards = env->shards; total
  * follows. Borrows mc and env. */
 void ct_run_plan_measure(ct_run_plan *p, const ct_model_config *mc, int prefetch,
                          const ct_run_env *env);
@@ -222,6 +274,13 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *req, 
  * from cfg. CT_ERR_ARG naming the key, or the adapter file's errors. */
 ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *mc,
                                    ct_lora_opts *out);
+
+/* train.precision of cfg into *out: CT_ERR_ARG for an unknown word, and for
+ * bf16 on the cpu device of a CPU without bf16 instructions (AVX512_BF16 or
+ * AMX-BF16, read from /proc/cpuinfo), where oneDNN would emulate it slower
+ * than fp32, unless debug.emulate_bf16 asks for that; the ref and sim
+ * devices take bf16 anywhere. Borrows cfg; *out is untouched on error. */
+ct_status ct_run_precision(const ct_config *cfg, ct_precision *out);
 
 /* The run's settings from cfg (batch size, recompute, activation dtype,
  * accumulation, effective batch, prefetch, run.threads, run.memory_limit against

@@ -198,6 +198,7 @@ static ct_status rollback(trainer *t, int64_t step, int64_t *to) {
             ct_error_prefix("rollback to %s", dir);
             return st;
         }
+        ct_model_refresh_weights16(t->model); /* precision bf16 (the load did it too) */
     } else {
         target = bad_start - 1;
         snprintf(dir, sizeof dir, "the current weights (no checkpoint yet; the skipped updates "
@@ -302,6 +303,8 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
         } else {
             ct_adamw_step(&t->opt, t->model, &t->ap, (float)info->lr, scale);
         }
+        /* precision bf16: the next GEMMs read bf16 copies of the new weights */
+        ct_model_refresh_weights16(t->model);
     } else {
         info->skipped = true;
         info->spike = verdict == CT_GUARD_SPIKE_LOSS || verdict == CT_GUARD_SPIKE_NORM;
@@ -724,6 +727,7 @@ static ct_status load_best(trainer *t) {
     if (!st && got != t->best_step)
         st = CT_ERR(CT_ERR_FORMAT, "%s: the manifest is for step %lld", dir, (long long)got);
     if (!st) st = ct_train_state_load_weights(t->model, dir);
+    if (!st) ct_model_refresh_weights16(t->model);
     if (st) {
         ct_error_prefix("train.load_best_at_end: the best checkpoint (step %lld)",
                         (long long)t->best_step);

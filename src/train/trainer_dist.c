@@ -120,12 +120,16 @@ ct_status trainer_dist_after_setup(trainer *t) {
      * adapters are what trains) */
     float *w = ct_model_trainable_params(t->model);
     size_t bytes = ct_model_trainable_numel(t->model) * sizeof(float);
-    if (!t->stage) return ct_dist_bcast(t->dist, w, bytes, 0);
-    /* MPI reads host memory: through the host mirror */
-    ct_model_download(t->model, t->stage, w, bytes);
-    if ((st = ct_dist_bcast(t->dist, t->stage, bytes, 0))) return st;
-    ct_model_upload(t->model, w, t->stage, bytes);
-    return CT_OK;
+    if (!t->stage) {
+        st = ct_dist_bcast(t->dist, w, bytes, 0);
+    } else { /* MPI reads host memory: through the host mirror */
+        ct_model_download(t->model, t->stage, w, bytes);
+        if ((st = ct_dist_bcast(t->dist, t->stage, bytes, 0))) return st;
+        ct_model_upload(t->model, w, t->stage, bytes);
+    }
+    /* precision bf16: the GEMMs' copies of the broadcast weights */
+    if (!st) ct_model_refresh_weights16(t->model);
+    return st;
 }
 
 /* ------------------------------------------------------------ dropout */

@@ -365,9 +365,13 @@ static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
     if (st) return st;
     t->B = t->plan.B;
     t->accum = t->plan.grad_accum;
-    t->mopts = t->plan.opts;
+    t->mopts = t->plan.opts; /* train.precision included (ct_run_precision) */
     const ct_run_plan *p = &t->plan;
     const double MiB = 1048576.0;
+    if (t->mopts.precision == CT_PREC_BF16 && t->rank == 0)
+        ct_log(CT_LOG_INFO, "train.precision = bf16: the linear and head GEMMs read bf16 inputs "
+               "(autocast), fp32 sums and master weights; bf16 weight copies %.1f MiB",
+               p->model.weights16 / MiB);
     if (cfg->train.batch_size == 0 || strcmp(cfg->train.recompute, "auto") == 0)
         ct_log(CT_LOG_INFO, "memory plan: train.batch_size=%d train.grad_accum=%lld "
                "train.recompute=%s, %.0f MiB of run.memory_limit %.0f MiB", t->B,

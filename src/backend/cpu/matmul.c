@@ -4,6 +4,9 @@
  * copies. The bias is fused by pre-filling out and using beta = 1, which is
  * also how torch's addmm adds it. Degenerate shapes (a zero dimension, which
  * BLAS rejects through its leading dimensions) go to ref.
+ * Mixed precision (bf16 weights): the same layer through ct_gemm_f32_bf16,
+ * fp32 activations rounded to bf16 by the GEMM layer, bf16 weight copies read
+ * as they are.
  */
 #include <string.h>
 
@@ -11,6 +14,33 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/vmath.h"
 #include "backend/ref/ref.h"
+
+/* dbias (OC) += column sums of dout (N,OC), 16 columns per block: rows are
+ * read whole, lanes flush to double. */
+static void matmul_dbias(float *dbias, const float *dout, int N, int OC) {
+    int ov = OC / V16 * V16, nblk = ov / V16;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (int blk = 0; blk < nblk + (OC - ov); blk++) {
+        if (blk < nblk) {
+            int o = blk * V16;
+            double acc[V16] = {0};
+            for (int n0 = 0; n0 < N; n0 += 64) {
+                int n1 = N - n0 < 64 ? N : n0 + 64;
+                v16f a = {0};
+                for (int n = n0; n < n1; n++) a += v16_load(dout + (size_t)n * OC + o);
+                for (int l = 0; l < V16; l++) acc[l] += a[l];
+            }
+            for (int l = 0; l < V16; l++) dbias[o + l] += (float)acc[l];
+        } else {
+            int o = ov + (blk - nblk);
+            double acc = 0.0;
+            for (int n = 0; n < N; n++) acc += dout[(size_t)n * OC + o];
+            dbias[o] += (float)acc;
+        }
+    }
+}
 
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL. */
 void ct_matmul_forward_cpu(ct_backend *be, float *out, const float *inp, const float *weight, const float *bias,
@@ -45,29 +75,43 @@ void ct_matmul_backward_cpu(ct_backend *be, float *dinp, float *dweight, float *
         ct_sgemm(be->gemm, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
     if (dweight)
         ct_sgemm(be->gemm, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-    if (dbias) {
-        // column sums, 16 columns per block: rows are read whole, lanes flush to double
-        int ov = OC / V16 * V16, nblk = ov / V16;
-#ifdef CT_USE_OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-        for (int blk = 0; blk < nblk + (OC - ov); blk++) {
-            if (blk < nblk) {
-                int o = blk * V16;
-                double acc[V16] = {0};
-                for (int n0 = 0; n0 < N; n0 += 64) {
-                    int n1 = N - n0 < 64 ? N : n0 + 64;
-                    v16f a = {0};
-                    for (int n = n0; n < n1; n++) a += v16_load(dout + (size_t)n * OC + o);
-                    for (int l = 0; l < V16; l++) acc[l] += a[l];
-                }
-                for (int l = 0; l < V16; l++) dbias[o + l] += (float)acc[l];
-            } else {
-                int o = ov + (blk - nblk);
-                double acc = 0.0;
-                for (int n = 0; n < N; n++) acc += dout[(size_t)n * OC + o];
-                dbias[o] += (float)acc;
-            }
-        }
+    if (dbias) matmul_dbias(dbias, dout, N, OC);
+}
+
+/* out (N,OC) = bf16(inp) (N,C) @ weight16 (OC,C)^T + bias (OC): ct_gemm_f32_bf16
+ * with tb (the weight rows are the output columns). */
+void ct_matmul_forward_bf16_cpu(ct_backend *be, float *out, const float *inp,
+                               const uint16_t *weight16, const float *bias, int N, int C, int OC) {
+    if (N <= 0 || C <= 0 || OC <= 0) {
+        ct_matmul_forward_bf16_ref(be, out, inp, weight16, bias, N, C, OC);
+        return;
     }
+    float beta = 0.0f;
+    if (bias) {
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for
+#endif
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+        beta = 1.0f;
+    }
+    ct_gemm_f32_bf16(be->gemm, false, true, N, OC, C, 1.0f, inp, C, weight16, C, beta, out, OC);
+}
+
+/* dinp (N,C) += bf16(dout) @ weight16 (OC,C); dweight (OC,C) += bf16(dout)^T @
+ * inp16 (N,C); dbias (OC) += column sums of dout. A NULL gradient buffer is
+ * skipped. */
+void ct_matmul_backward_bf16_cpu(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const uint16_t *inp16,
+                                const uint16_t *weight16, int N, int C, int OC) {
+    if (N <= 0 || C <= 0 || OC <= 0) {
+        ct_matmul_backward_bf16_ref(be, dinp, dweight, dbias, dout, inp16, weight16, N, C, OC);
+        return;
+    }
+    if (dinp)
+        ct_gemm_f32_bf16(be->gemm, false, false, N, C, OC, 1.0f, dout, OC, weight16, C, 1.0f,
+                         dinp, C);
+    if (dweight)
+        ct_gemm_f32_bf16(be->gemm, true, false, OC, C, N, 1.0f, dout, OC, inp16, C, 1.0f,
+                         dweight, C);
+    if (dbias) matmul_dbias(dbias, dout, N, OC);
 }

@@ -115,6 +115,17 @@ static void sim_matmul_backward(ct_backend *be, float *dinp, float *dweight, flo
     ct_matmul_backward_ref(be, HF(dinp), HF(dweight), HF(dbias), HF(dout), HF(inp), HF(weight),
                            N, C, OC);
 }
+static void sim_matmul_forward_bf16(ct_backend *be, float *out, const float *inp,
+                                    const uint16_t *weight16, const float *bias, int N, int C,
+                                    int OC) {
+    ct_matmul_forward_bf16_ref(be, HF(out), HF(inp), H(weight16), HF(bias), N, C, OC);
+}
+static void sim_matmul_backward_bf16(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                     const float *dout, const uint16_t *inp16,
+                                     const uint16_t *weight16, int N, int C, int OC) {
+    ct_matmul_backward_bf16_ref(be, HF(dinp), HF(dweight), HF(dbias), HF(dout), H(inp16),
+                                H(weight16), N, C, OC);
+}
 static void sim_attention_forward(ct_backend *be, float *out, float *lse, const float *qkv,
                                   const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
                                   int NH, int NKV, int HS) {
@@ -213,6 +224,8 @@ const ct_backend_i ct_backend_sim_i = {
     .layernorm_backward = sim_layernorm_backward,
     .matmul_forward = sim_matmul_forward,
     .matmul_backward = sim_matmul_backward,
+    .matmul_forward_bf16 = sim_matmul_forward_bf16,
+    .matmul_backward_bf16 = sim_matmul_backward_bf16,
     .attention_forward = sim_attention_forward,
     .attention_backward = sim_attention_backward,
     .attention_decode = sim_attention_decode,
