@@ -33,7 +33,8 @@
 
 /* the shape options and the config keys that replace them under --config */
 enum { GIVEN_PRESET = 1, GIVEN_BATCH = 2, GIVEN_SEQ = 4, GIVEN_THREADS = 8, GIVEN_RECOMPUTE = 16,
-       GIVEN_ACT = 32, GIVEN_TILES = 64, GIVEN_GEMM = 128 };
+       GIVEN_ACT = 32, GIVEN_TILES = 64, GIVEN_GEMM = 128,
+       GIVEN_PREC = 256 };
 static const struct {
     unsigned bit;
     const char *opt, *key;
@@ -46,10 +47,11 @@ static const struct {
     {GIVEN_ACT, "--activation-dtype", "train.activation_dtype"},
     {GIVEN_TILES, "--attention-tiles", "run.attention_tiles"},
     {GIVEN_GEMM, "--gemm", "run.gemm"},
+    {GIVEN_PREC, "--precision", "train.precision"},
 };
 
 typedef struct bench_args {
-    const char *sub, *preset, *filter, *table, *recompute, *act_dtype;
+    const char *sub, *preset, *filter, *table, *recompute, *act_dtype, *precision;
     long long B, T, threads, warmup, steps, reps, peak_n, repeat;
     bool json;
     const char *save_baseline, *baseline; /* the regression gate (kernels) */
@@ -92,11 +94,13 @@ static void bench_usage(void) {
            "the run's own settings:\n"
            "  --config RUN.yaml [key=value ...]  the model (model.*), micro-batch\n"
            "                  (train.batch_size, auto as train plans it), train.seq_len,\n"
-           "                  run.threads, train.recompute, train.activation_dtype and\n"
-           "                  run.attention_tiles and run.gemm of a run config, read as `ctrain train`\n"
+           "                  run.threads, train.recompute, train.activation_dtype,\n"
+           "                  train.precision, run.attention_tiles and run.gemm of a run\n"
+           "                  config, read as `ctrain train`\n"
            "                  reads it (a tuned profile's settings apply); key=value\n"
            "                  overrides win. Replaces --preset, --batch, --seq, --threads,\n"
-           "                  --recompute, --activation-dtype, --attention-tiles and --gemm.\n"
+           "                  --recompute, --activation-dtype, --precision, --attention-tiles\n"
+           "                  and --gemm.\n"
            "options:\n"
            "  --preset NAME   model preset (default gpt2; see `ctrain train --print-config`)\n"
            "  --batch B       micro-batch (default 4)\n"
@@ -109,6 +113,8 @@ static void bench_usage(void) {
            "  --table cpu|ref kernel table to measure (default cpu)\n"
            "  --recompute none|light|full  step: what backward recomputes (default none)\n"
            "  --activation-dtype fp32|bf16 step: storage of saved activations (default fp32)\n"
+           "  --precision fp32|bf16  step: the GEMMs' precision (train.precision; default fp32;\n"
+           "                  bf16 is emulated, slowly, on CPUs without bf16 instructions)\n"
            "  --attention-tiles QxK  attention tile: query rows x keys (default 64x128)\n"
            "  --gemm openblas|onednn|auto  the GEMM library (default: run.gemm's default,\n"
            "                  openblas; auto: oneDNN when built with it)\n"
@@ -125,7 +131,7 @@ static void bench_usage(void) {
 }
 
 static int bench_parse(int argc, char **argv, bench_args *a) {
-    *a = (bench_args){NULL, "gpt2", NULL, "cpu", "none", "fp32", 4, 64, 0, 1, 3, 3, 2048, 5,
+    *a = (bench_args){NULL, "gpt2", NULL, "cpu", "none", "fp32", "fp32", 4, 64, 0, 1, 3, 3, 2048, 5,
                       false, NULL, NULL, "", 1, 0, 0, NULL, NULL, {NULL}, 0, 0, 1, {0}, false, ""};
     int i = 0;
     if (argc > 0 && argv[0][0] != '-' && !strchr(argv[0], '=')) a->sub = argv[i++];
@@ -160,6 +166,7 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         else if (!strcmp(o, "--filter")) a->filter = v;
         else if (!strcmp(o, "--recompute")) a->recompute = v;
         else if (!strcmp(o, "--activation-dtype")) a->act_dtype = v;
+        else if (!strcmp(o, "--precision")) a->precision = v;
         else if (!strcmp(o, "--gemm")) {
             if (ct_gemm_lib_of(v) < 0)
                 return cli_usage_error("bench", "--gemm = '%s': expected auto, onednn or "
@@ -230,7 +237,9 @@ static ct_status bench_model_opts(const bench_args *a, ct_model_opts *o) {
         *o = a->opts;
         return CT_OK;
     }
-    return ct_model_opts_from_names(o, a->recompute, a->act_dtype);
+    ct_status st = ct_model_opts_from_names(o, a->recompute, a->act_dtype);
+    if (!st) st = ct_model_precision_from_name(&o->precision, a->precision);
+    return st;
 }
 
 /* --config FILE [key=value ...]: the run's model and batch shape, read and
@@ -269,6 +278,7 @@ static int bench_config(bench_args *a, ct_model_config *mc) {
     a->have_opts = true;
     a->recompute = ct_model_recompute_name(rp.opts.recompute);
     a->act_dtype = ct_model_act_dtype_name(rp.opts.act_dtype);
+    a->precision = ct_model_precision_name(rp.opts.precision);
     a->tile_q = q, a->tile_k = k;
     const char *name = cfg.model.preset[0] ? cfg.model.preset
                        : cfg.model.init_from[0] ? cfg.model.init_from : "custom model";
@@ -562,8 +572,9 @@ static int run_gate(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
     bool step = !strcmp(a->sub, "step");
     char options[48] = "";
     if (step)
-        snprintf(options, sizeof options, "recompute %s, activations %s, %lld steps",
-                 a->recompute, a->act_dtype, a->steps);
+        snprintf(options, sizeof options, "recompute %s, activations %s, %lld steps%s",
+                 a->recompute, a->act_dtype, a->steps,
+                 strcmp(a->precision, "bf16") ? "" : ", bf16");
     ct_baseline_init(now, step ? "step" : "kernels", options, a->label, a->table, (int)a->B,
                      (int)a->T, ct_ctx_threads(ctx));
     int rc = 0;
@@ -650,10 +661,10 @@ static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
                "\"n_head\": %d, \"n_kv_head\": %d, \"n_ffn\": %d, \"vocab_size\": %d, "
                "\"n_ctx\": %d}, \"B\": %lld, \"T\": %lld, \"grad_accum\": %lld, "
                "\"threads\": %d, \"recompute\": \"%s\", \"activation_dtype\": \"%s\", "
-               "\"attention_tiles\": \"%dx%d\", \"gemm\": \"%s\", \"step_s\": [",
+               "\"precision\": \"%s\", \"attention_tiles\": \"%dx%d\", \"gemm\": \"%s\", \"step_s\": [",
                mc->arch == CT_ARCH_LLAMA ? "llama" : "gpt2", mc->n_layer, mc->n_embd, mc->n_head,
                mc->n_kv_head, mc->n_ffn, mc->vocab_size, mc->n_ctx, a->B, a->T, a->grad_accum,
-               ct_ctx_threads(ctx), a->recompute, a->act_dtype, tq, tk,
+               ct_ctx_threads(ctx), a->recompute, a->act_dtype, a->precision, tq, tk,
                ct_gemm_lib_name((ct_gemm_lib)be->gemm));
         for (int i = 0; i < r->steps; i++) printf("%s%.9g", i ? ", " : "", r->step_s[i]);
         printf("], \"loss\": [");
@@ -674,10 +685,13 @@ static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
                    a->label, mc->arch == CT_ARCH_LLAMA ? "llama" : "gpt2", mc->n_layer,
                    mc->n_embd, mc->n_head, mc->n_kv_head, mc->n_ffn, mc->vocab_size, mc->n_ctx,
                    a->grad_accum, a->grad_accum, tq, tk);
-        printf("training step (%s, B=%lld T=%lld, recompute %s, %s activations, %d threads): "
+        printf("training step (%s, B=%lld T=%lld, recompute %s, %s activations, %s%s GEMMs, "
+               "%d threads): "
                "median %.3f s (min %.3f, max %.3f), %.0f tok/s, %.1f GFLOP/s, peak RSS %.2f GB "
                "(plan %.2f GB)\n",
-               a->label, a->B, a->T, a->recompute, a->act_dtype, ct_ctx_threads(ctx), r->median_s,
+               a->label, a->B, a->T, a->recompute, a->act_dtype, a->precision,
+               strcmp(a->precision, "bf16") || ct_gemm_have_bf16() ? "" : " (emulated)",
+               ct_ctx_threads(ctx), r->median_s,
                lo, hi, tps, r->flops / r->median_s / 1e9, r->peak_rss / 1e9,
                r->planned_bytes / 1e9);
         double total = 0;

@@ -179,6 +179,17 @@ static void p_matmul_backward(ct_backend *be, float *dinp, float *dweight, float
                               int C, int OC) {
     TIMED(CT_KP_MATMUL_BWD, matmul_backward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
+static void p_matmul_forward_bf16(ct_backend *be, float *out, const float *inp,
+                                  const uint16_t *weight16, const float *bias, int N, int C,
+                                  int OC) {
+    TIMED(CT_KP_MATMUL_FWD, matmul_forward_bf16, out, inp, weight16, bias, N, C, OC);
+}
+static void p_matmul_backward_bf16(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const uint16_t *inp16,
+                                   const uint16_t *weight16, int N, int C, int OC) {
+    TIMED(CT_KP_MATMUL_BWD, matmul_backward_bf16, dinp, dweight, dbias, dout, inp16, weight16, N,
+          C, OC);
+}
 static void p_attention_forward(ct_backend *be, float *out, float *lse, const float *qkv,
                                 const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
                                 int NH, int NKV, int HS) {
@@ -275,6 +286,8 @@ static const ct_backend_i prof_i = {
     .layernorm_backward = p_layernorm_backward,
     .matmul_forward = p_matmul_forward,
     .matmul_backward = p_matmul_backward,
+    .matmul_forward_bf16 = p_matmul_forward_bf16,
+    .matmul_backward_bf16 = p_matmul_backward_bf16,
     .attention_forward = p_attention_forward,
     .attention_backward = p_attention_backward,
     .attention_decode = p_attention_decode,

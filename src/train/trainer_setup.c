@@ -762,8 +762,9 @@ ct_status trainer_setup(trainer *t) {
         return st;
     }
     if (ct_ctx_base_backend(t->ctx)->gemm == CT_GEMM_ONEDNN && t->rank == 0)
-        ct_log(CT_LOG_INFO, "run.gemm: oneDNN runs the GEMMs; its packing buffers (up to a copy "
-               "of the largest weight it multiplies) are not in the memory plan");
+        ct_log(CT_LOG_INFO, "run.gemm: oneDNN runs the GEMMs (the plan counts its workspace%s)",
+               ct_gemm_have_brgemm() ? "" : "; its memory constants were measured on AVX-512 "
+               "cores, this CPU has none: the plan may be a few percent low");
     if ((st = ct_schedule_from_config(&t->sched, cfg))) return st;
     if ((st = parse_bad_steps(cfg->debug.bad_steps, &t->bad_first, &t->bad_last))) return st;
     if ((st = check_run_dir(cfg->run.dir))) return st;
@@ -823,7 +824,18 @@ ct_status trainer_measure_peak(trainer *t) {
     t->gemm_peak = t->cfg->alerts.gemm_peak_gflops;
     if (t->gemm_peak > 0) return CT_OK;
     double t0 = ct_time_s();
-    if (ct_bench_gemm_peak(t->ctx, TRAINER_PEAK_N, 2, &t->gemm_peak)) {
+    /* precision bf16: MFU against the GEMMs the step runs, bf16 ones */
+    ct_precision prec = CT_PREC_FP32;
+    if (ct_model_precision_from_name(&prec, t->cfg->train.precision)) ct_error_clear();
+    ct_status st;
+    if (prec == CT_PREC_BF16) {
+        ct_bench_gemm_info gi;
+        st = ct_bench_gemm_bf16_peak_info(t->ctx, TRAINER_PEAK_N, 2, &gi);
+        if (!st) t->gemm_peak = gi.gflops;
+    } else {
+        st = ct_bench_gemm_peak(t->ctx, TRAINER_PEAK_N, 2, &t->gemm_peak);
+    }
+    if (st) {
         ct_log(CT_LOG_WARN, "cannot measure the GEMM peak (%s): MFU is not reported; set "
                "alerts.gemm_peak_gflops", ct_last_error());
         ct_error_clear();
@@ -831,8 +843,8 @@ ct_status trainer_measure_peak(trainer *t) {
         return CT_OK;
     }
     t->gemm_n = TRAINER_PEAK_N;
-    ct_log(CT_LOG_DEBUG, "GEMM peak %.1f GFLOP/s (sgemm n=%d, %.2f s)", t->gemm_peak,
-           TRAINER_PEAK_N, ct_time_s() - t0);
+    ct_log(CT_LOG_DEBUG, "GEMM peak %.1f GFLOP/s (%s n=%d, %.2f s)", t->gemm_peak,
+           prec == CT_PREC_BF16 ? "bf16 GEMM" : "sgemm", TRAINER_PEAK_N, ct_time_s() - t0);
     return CT_OK;
 }
 
@@ -852,8 +864,9 @@ void trainer_monitor_init(trainer *t) {
     ct_monitor_init(&t->mon, &p);
     size_t rss, peak;
     if (ct_monitor_read_process(&rss, &peak, &t->faults_prev)) ct_error_clear();
-    ct_log(CT_LOG_INFO, "monitor: GEMM peak %.1f GFLOP/s (%s), theoretical %.1f GFLOP/s, "
-           "%.3g model GFLOP per step, expected %.0f tokens/s", t->gemm_peak,
+    ct_log(CT_LOG_INFO, "monitor: %sGEMM peak %.1f GFLOP/s (%s), theoretical %.1f GFLOP/s, "
+           "%.3g model GFLOP per step, expected %.0f tokens/s",
+           t->mopts.precision == CT_PREC_BF16 ? "bf16 " : "", t->gemm_peak,
            t->gemm_n ? "measured" : t->gemm_peak > 0 ? "alerts.gemm_peak_gflops" : "unknown",
            theory, p.step_flops / 1e9, p.expected_tokens_per_s);
 }

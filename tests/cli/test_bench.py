@@ -119,6 +119,17 @@ check(all(abs(v - base) <= 1e-6 * abs(base) for v in first_losses.values()),
 check(planned[("none", "fp32")] > planned[("light", "fp32")] > planned[("full", "fp32")],
       "step: the plan shrinks none > light > full")
 check(planned[("none", "fp32")] > planned[("none", "bf16")], "step: bf16 storage plans less")
+# mixed precision: the bf16 GEMMs change the loss a little and plan the bf16 weight copies
+p = run("step", *TINY, "--steps", "2", "--warmup", "1", "--precision", "bf16", "--json")
+st = json.loads(p.stdout)
+check(st.get("precision") == "bf16" and 0 < abs(st["loss"][0] - base) <= 1e-2 * abs(base),
+      "step --precision bf16: named, and its first loss near fp32's but not equal (%s vs %s)"
+      % (st["loss"][0], base))
+w16 = 2 * (V * C + L * 12 * C * C)   # the GEMM weights (tied head included) as bf16
+check(st["planned_bytes"] >= planned[("none", "fp32")] + w16,
+      "step --precision bf16 plans the bf16 weight copies (%d >= %d + %d)"
+      % (st["planned_bytes"], planned[("none", "fp32")], w16))
+run("step", *TINY, "--precision", "fp16", rc=2)
 
 # LLaMA: grouped KV heads shrink the qkv weight, SwiGLU has three MLP matrices
 Ll, Cl, Fl, Vl, kvl = 2, 32, 88, 64, 32 * 2 // 4  # llama-tiny: 4 heads, 2 KV heads
