@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all test test-fast demo asan nompi clean bench-tokenizer bench-train fuzz fuzz-build fuzz-corpus
+.PHONY: all test test-gpu test-fast demo asan nompi clean bench-tokenizer bench-train fuzz fuzz-build fuzz-corpus
 
 all:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -14,8 +14,14 @@ test: all asan
 	cd $(BUILD) && ctest --output-on-failure -j 2
 	cd build-asan && ctest --output-on-failure -L unit
 
+# The GPU tests (ctest label gpu): the kernel checks with the CUDA backend held
+# to ref, and the training suite with run.device=cuda. `make test` runs them
+# too and they skip without a GPU; here a missing GPU is a failure.
+test-gpu: all
+	cd $(BUILD) && CT_GPU_REQUIRED=1 ctest --output-on-failure -L gpu
+
 asan:
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCT_SANITIZE=ON >/dev/null
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCT_SANITIZE=ON -DCT_CUDA=OFF >/dev/null
 	cmake --build build-asan -j $(JOBS)
 
 demo: all

@@ -68,7 +68,18 @@ static int hw_print_json(const ct_hwinfo *h, const hw_measured *m) {
                           .gemm_gflops = m->gemm, .fma_gflops = m->fma, .membw_gbps = m->bw};
     char *json = ct_hwinfo_to_json(h, m ? &r : NULL);
     if (!json) return cli_fail("hw");
-    fputs(json, stdout);
+    /* the CUDA backend's view, added to the profile's object */
+    char name[128], why[256];
+    int n = ct_cuda_probe(name, sizeof name, why, sizeof why);
+    size_t len = strlen(json);
+    while (len && (json[len - 1] == '\n' || json[len - 1] == '}')) json[--len] = 0;
+    printf("%s, \"cuda_built\": %s, \"cuda_devices\": %d, \"cuda_name\": ", json,
+           n >= 0 ? "true" : "false", n > 0 ? n : 0);
+    cli_put_json_string(name, strlen(name));
+    printf(", \"cuda_error\": ");
+    const char *err = n > 0 ? "" : why;
+    cli_put_json_string(err, strlen(err));
+    printf("}\n");
     free(json);
     return 0;
 }
@@ -92,6 +103,10 @@ static void hw_print_text(const ct_hwinfo *h, const hw_measured *m, const char *
            h->cgroup_limit_bytes ? hw_bytes(b, sizeof b, h->cgroup_limit_bytes) : "none",
            hw_bytes(c, sizeof c, ct_hwinfo_memory_available(h)));
     printf("gpu          %s\n", !h->gpu ? "none" : h->gpu_name[0] ? h->gpu_name : "NVIDIA (model unknown)");
+    char name[128], why[256];
+    int n = ct_cuda_probe(name, sizeof name, why, sizeof why);
+    if (n > 0) printf("cuda         %d device%s (run.device=cuda): %s\n", n, n == 1 ? "" : "s", name);
+    else printf("cuda         %s\n", n < 0 ? "not built (run.device=cuda exits 2)" : why);
     printf("peak fp32    %.1f GFLOP/s theoretical at %.0f MHz (the clock measured now; %.0f MHz "
            "nominal)\n", h->theoretical_gflops, h->measured_mhz, h->nominal_mhz);
     printf("openblas     %s kernels, OPENBLAS_CORETYPE %s\n", openblas_get_corename(),

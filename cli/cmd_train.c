@@ -240,6 +240,7 @@ int cmd_train(int argc, char **argv) {
         return rc;
     }
     cp.backend = (ct_backend_kind)kind;
+    cp.device = index;
     int local = ct_dist_local_size(dist);
     if (local > 1) {
         /* ranks sharing a machine share its cores: split them, and leave

@@ -24,6 +24,7 @@ ct_status cli_device_from_env(ct_ctx_params *cp) {
     ct_status st = ct_config_device(dev, &kind, &index);
     if (st) return st;
     cp->backend = (ct_backend_kind)kind;
+    cp->device = index;
     return CT_OK;
 }
 

@@ -99,16 +99,25 @@ typedef enum ct_backend_kind {
     CT_BACKEND_CPU = 0, /* OpenMP + BLAS kernels */
     CT_BACKEND_REF = 1, /* plain scalar references */
     CT_BACKEND_SIM = 2, /* ref kernels on memory the host cannot dereference (tests) */
+    CT_BACKEND_CUDA = 3, /* an NVIDIA GPU (builds with the CUDA backend) */
     CT_BACKEND_COUNT
 } ct_backend_kind;
-/* "cpu", "ref", "sim"; "?" outside the enum. Static strings. */
+/* "cpu", "ref", "sim", "cuda"; "?" outside the enum. Static strings. */
 CT_API const char *ct_backend_kind_name(ct_backend_kind k);
 /* The kind named name (a run.device word); -1 when none is. */
 CT_API int ct_backend_kind_of(const char *name);
+/* Whether this build has the backend of kind k (cuda: built with the CUDA
+ * toolkit; whether a GPU is present is ct_ctx_init's to find out). */
+CT_API bool ct_backend_built(ct_backend_kind k);
+/* The CUDA devices the driver sees (starts the CUDA runtime: call it only
+ * where a GPU matters); the first one's name into name. 0 with the driver's
+ * reason in why when there is none; -1 when the build has no CUDA backend. */
+CT_API int ct_cuda_probe(char *name, size_t name_size, char *why, size_t why_size);
 
 typedef struct ct_ctx_params {
     int n_threads;           /* 0: all available cores */
     ct_backend_kind backend; /* where tensors live and kernels run */
+    int device;              /* CT_BACKEND_CUDA: the GPU's index (run.device cuda:N) */
     bool pin_threads;   /* pin OpenMP (and so BLAS) threads to cores, one each;
                            default on when there are no more threads than cores */
 } ct_ctx_params;

@@ -8,8 +8,12 @@
 #include "backend/backend.h"
 
 #include "backend/cpu/gemm.h"
+#ifdef CT_USE_CUDA
+#include "backend/cuda/cuda_int.h"
+#endif
 
 #include <sched.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cblas.h>
@@ -43,15 +47,52 @@ static void pin_pool(int n) {
 
 ct_status ct_backend_init(ct_backend *be, ct_ctx *ctx, ct_backend_kind kind, int n_threads,
                           bool pin) {
+    return ct_backend_init_device(be, ctx, kind, 0, n_threads, pin);
+}
+
+bool ct_backend_built(ct_backend_kind k) {
+#ifdef CT_USE_CUDA
+    if (k == CT_BACKEND_CUDA) return true;
+#endif
+    return k >= 0 && k < CT_BACKEND_CUDA;
+}
+
+int ct_cuda_probe(char *name, size_t name_size, char *why, size_t why_size) {
+    if (name && name_size) name[0] = 0;
+    if (why && why_size) why[0] = 0;
+#ifdef CT_USE_CUDA
+    int n = ct_cuda_device_count(why, why_size);
+    if (n > 0 && name) ct_cuda_device_name(0, name, name_size);
+    return n;
+#else
+    if (why) snprintf(why, why_size, "this ctrain was built without the CUDA backend");
+    return -1;
+#endif
+}
+
+ct_status ct_backend_init_device(ct_backend *be, ct_ctx *ctx, ct_backend_kind kind, int device,
+                                 int n_threads, bool pin) {
     memset(be, 0, sizeof *be);
     switch (kind) {
     case CT_BACKEND_CPU: be->i = &ct_backend_cpu_i; break;
     case CT_BACKEND_REF: be->i = &ct_backend_ref_i; break;
     case CT_BACKEND_SIM: be->i = &ct_backend_sim_i; break;
+    case CT_BACKEND_CUDA: {
+#ifdef CT_USE_CUDA
+        be->i = &ct_backend_cuda_i;
+        break;
+#else
+        ct_status st = CT_ERR(CT_ERR_ARG, "run.device = cuda:%d: no CUDA device: this ctrain "
+                              "was built without the CUDA backend", device);
+        ct_error_hint("build where the CUDA toolkit is (nvcc found, CT_CUDA on), or train on the "
+                      "CPU with run.device=cpu");
+        return st;
+#endif
+    }
     default: return CT_ERR(CT_ERR_ARG, "unknown backend %d", (int)kind);
     }
     be->ctx = ctx;
-    be->host_visible = kind != CT_BACKEND_SIM;
+    be->host_visible = kind != CT_BACKEND_SIM && kind != CT_BACKEND_CUDA;
     be->n_threads = n_threads > 0 ? n_threads : 1;
     be->att_bq = 64;
     be->att_bk = 128;
@@ -65,11 +106,24 @@ ct_status ct_backend_init(ct_backend *be, ct_ctx *ctx, ct_backend_kind kind, int
     (void)pin;
 #endif
     openblas_set_num_threads(be->n_threads);
+#ifdef CT_USE_CUDA
+    if (kind == CT_BACKEND_CUDA) {
+        ct_status st = ct_cuda_init(be, device);
+        if (st) memset(be, 0, sizeof *be);
+        return st;
+    }
+#else
+    (void)device;
+#endif
     return CT_OK;
 }
 
 void ct_backend_free(ct_backend *be) {
-    if (be) memset(be, 0, sizeof *be);
+    if (!be) return;
+#ifdef CT_USE_CUDA
+    if (be->i == &ct_backend_cuda_i) ct_cuda_free(be);
+#endif
+    memset(be, 0, sizeof *be);
 }
 
 int ct_backend_set_gemm(ct_backend *be, const char *name) {

@@ -6,7 +6,8 @@
  *   sim  ref's kernels over "device" memory the host cannot dereference
  *        (backend/sim): a test backend that proves nothing above the seam
  *        touches a tensor behind the backend's back.
- * A CUDA backend fills in the same table. In the spirit of ggml's
+ *   cuda an NVIDIA GPU (backend/cuda; cuBLAS for the GEMMs), when built.
+ * In the spirit of ggml's
  * ggml_backend_i and llm.c's launchers, every entry takes the backend itself
  * first (its threads, tiles, streams and library handles live behind it);
  * entries are enqueued in order on the backend's one stream, and synchronize
@@ -286,10 +287,16 @@ struct ct_backend {
  * what init acquired (not be itself). */
 ct_status ct_backend_init(ct_backend *be, ct_ctx *ctx, ct_backend_kind kind, int n_threads,
                           bool pin);
+/* The same for device `device` of a kind that has several (CT_BACKEND_CUDA:
+ * cuda:N; CT_ERR_ARG "no CUDA device: <the driver's reason>" when there is
+ * none, or when the build has no CUDA backend). */
+ct_status ct_backend_init_device(ct_backend *be, ct_ctx *ctx, ct_backend_kind kind, int device,
+                                 int n_threads, bool pin);
 void ct_backend_free(ct_backend *be);
 extern const ct_backend_i ct_backend_ref_i;
 extern const ct_backend_i ct_backend_cpu_i;
 extern const ct_backend_i ct_backend_sim_i;
+extern const ct_backend_i ct_backend_cuda_i; /* with CT_USE_CUDA only */
 
 /* Set the cpu attention tiles; -1 (and nothing changed) when out of range. */
 int ct_backend_set_tiles(ct_backend *be, int bq, int bk);

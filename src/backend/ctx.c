@@ -40,7 +40,7 @@ const char *ct_tag_str(ct_tag t) {
     return (t >= 0 && t < CT_TAG_COUNT) ? names[t] : "?";
 }
 
-static const char *const backend_names[CT_BACKEND_COUNT] = {"cpu", "ref", "sim"};
+static const char *const backend_names[CT_BACKEND_COUNT] = {"cpu", "ref", "sim", "cuda"};
 
 const char *ct_backend_kind_name(ct_backend_kind k) {
     return (k >= 0 && k < CT_BACKEND_COUNT) ? backend_names[k] : "?";
@@ -78,7 +78,8 @@ ct_status ct_ctx_init(ct_ctx **out, const ct_ctx_params *params) {
     }
     int n = p.n_threads ? p.n_threads : n_allowed;
     ctx->n_threads = n;
-    ct_status st = ct_backend_init(&ctx->be, ctx, p.backend, n, p.pin_threads && n <= n_allowed);
+    ct_status st = ct_backend_init_device(&ctx->be, ctx, p.backend, p.device, n,
+                                          p.pin_threads && n <= n_allowed);
     if (st) {
         free(ctx);
         return st;

@@ -718,12 +718,16 @@ ct_status ct_config_trace_steps(const char *spec, int64_t *first, int64_t *last)
 ct_status ct_config_device(const char *spec, int *kind, int *index) {
     *index = 0;
     int k = ct_backend_kind_of(spec);
-    if (k >= 0) {
+    if (k >= 0 && k != CT_BACKEND_CUDA) {
         *kind = k;
         return CT_OK;
     }
     char tail = 0;
     if (!strcmp(spec, "cuda") || (sscanf(spec, "cuda:%d%c", index, &tail) == 1 && *index >= 0)) {
+        if (ct_backend_built(CT_BACKEND_CUDA)) {
+            *kind = CT_BACKEND_CUDA; /* whether the GPU is there: the context finds out */
+            return CT_OK;
+        }
         ct_status st = CT_ERR(CT_ERR_ARG, "run.device = %s: no CUDA device: this ctrain was built "
                               "without the CUDA backend", spec);
         ct_error_hint("train on the CPU with run.device=cpu");

@@ -11,11 +11,18 @@
 #include <string.h>
 
 /* The backends held to ref. Adding a backend to the kernel tests is one line
- * here. */
-static const ct_backend_kind under_test[] = {
+ * here. With CT_TEST_GPU=1 (the `gpu` ctest label, `make test-gpu`) the
+ * CUDA backend alone is held to ref instead; without a GPU (or a build
+ * without CUDA) that run says why and exits 77, which ctest reports as
+ * skipped, or fails when CT_GPU_REQUIRED=1 asks for a GPU. */
+static const ct_backend_kind under_test_cpu[] = {
     CT_BACKEND_CPU,
     CT_BACKEND_SIM,
 };
+static const ct_backend_kind under_test_gpu[] = {
+    CT_BACKEND_CUDA,
+};
+static const ct_backend_kind *under_test = under_test_cpu;
 
 int verbose = 0;
 
@@ -147,15 +154,21 @@ void fd_grad(double *g, double *x, size_t n, loss_fn loss, void *loss_ctx) {
 
 /* ------------------------------------------------------------ the harness */
 
-const size_t n_under_test = sizeof under_test / sizeof *under_test;
+size_t n_under_test = sizeof under_test_cpu / sizeof *under_test_cpu;
 ct_ctx *ctx;
-ct_backend bes[1 + sizeof under_test / sizeof *under_test];
+ct_backend bes[1 + sizeof under_test_cpu / sizeof *under_test_cpu];
 ct_backend *const ref_be = &bes[0];
 
 ct_status harness_init(uint64_t seed) {
     const char *env = getenv("CT_TEST_VERBOSE");
     verbose = env && env[0] && env[0] != '0';
     harness_seed(seed);
+    const char *gpu = getenv("CT_TEST_GPU");
+    bool on_gpu = gpu && gpu[0] && gpu[0] != '0';
+    if (on_gpu) {
+        under_test = under_test_gpu;
+        n_under_test = sizeof under_test_gpu / sizeof *under_test_gpu;
+    }
     ct_ctx_params cp = ct_ctx_params_default();
     cp.backend = CT_BACKEND_REF;
     cp.pin_threads = false;
@@ -163,6 +176,13 @@ ct_status harness_init(uint64_t seed) {
     for (size_t i = 0; st == CT_OK && i <= N_UNDER_TEST; i++)
         st = ct_backend_init(&bes[i], ctx, i ? under_test[i - 1] : CT_BACKEND_REF,
                              ct_ctx_threads(ctx), false);
+    if (st && on_gpu) {
+        const char *req = getenv("CT_GPU_REQUIRED");
+        bool required = req && req[0] && req[0] != '0';
+        printf("%s: the CUDA backend cannot run here: %s\n", required ? "FAIL" : "skip",
+               ct_last_error());
+        exit(required ? 1 : 77);
+    }
     CHECK(st != CT_OK || (!strcmp(ref_be->i->name, "ref") && ref_be->host_visible));
     return st;
 }

@@ -80,7 +80,7 @@ void fd_grad(double *g, double *x, size_t n, loss_fn loss, void *ctx);
 
 /* ------------------------------------------------------------ the harness */
 
-extern const size_t n_under_test; /* the length of under_test[] in harness.c */
+extern size_t n_under_test; /* the length of under_test[] in harness.c */
 #define N_UNDER_TEST n_under_test
 extern ct_ctx *ctx;
 extern ct_backend bes[];            /* 1 + N_UNDER_TEST: bes[0] is ref, the truth */

@@ -1,0 +1,102 @@
+/*
+ * Helpers of the CUDA sources: the stream, launch checks, grid sizes, warp
+ * and block reductions, and the device twin of the counter-based dropout
+ * hash of backend.h (the same bits, so a mask drawn on the GPU equals the
+ * CPU's). Internal to src/backend/cuda.
+ */
+#ifndef CT_BACKEND_CUDA_COMMON_CUH
+#define CT_BACKEND_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_int.h"
+
+/* cuBLAS's entry points, found with dlsym when the backend starts: linking
+ * libcublas (and libcublasLt) would make every ctrain process, CPU runs
+ * included, map and relocate them (about 200 MB of resident memory and 0.15 s
+ * at each start), so they load only for run.device=cuda. */
+typedef struct cublas_fns {
+    cublasStatus_t (*create)(cublasHandle_t *);
+    cublasStatus_t (*destroy)(cublasHandle_t);
+    cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+    cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
+    cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const float *, const float *, int, const float *, int, const float *,
+                            float *, int);
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                              const void *, const void *, cudaDataType, int, const void *,
+                              cudaDataType, int, const void *, void *, cudaDataType, int,
+                              cublasComputeType_t, cublasGemmAlgo_t);
+} cublas_fns;
+
+static inline const cublas_fns *cuda_blas(ct_backend *be) {
+    return (const cublas_fns *)cuda_st(be)->cublas_fns;
+}
+
+static inline cudaStream_t cuda_stream(ct_backend *be) {
+    return (cudaStream_t)cuda_st(be)->stream;
+}
+
+/* After a launch: latch a launch error under the kernel's name. */
+static inline void cuda_launched(ct_backend *be, const char *kernel) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) cuda_latch(be, (int)e, kernel, cudaGetErrorString(e));
+}
+/* A runtime call's result: latched when it failed. Returns whether it worked. */
+static inline bool cuda_ok(ct_backend *be, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return true;
+    cuda_latch(be, (int)e, what, cudaGetErrorString(e));
+    return false;
+}
+
+/* Blocks of `block` threads for a grid-stride loop over n items. */
+static inline unsigned cuda_grid(size_t n, int block) {
+    size_t g = (n + (size_t)block - 1) / (size_t)block;
+    if (g < 1) g = 1;
+    if (g > 65536) g = 65536;
+    return (unsigned)g;
+}
+
+template <typename T> __device__ inline T warp_sum(T x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ inline float warp_max(float x) {
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+/* The sum of x over the block (blockDim.x a multiple of 32, at most 1024),
+ * in a fixed order; every thread gets it. shared: 32 slots. */
+template <typename T> __device__ inline T block_sum(T x, T *shared) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    x = warp_sum(x);
+    __syncthreads(); /* shared may hold an earlier call's values */
+    if (lane == 0) shared[warp] = x;
+    __syncthreads();
+    T t = lane < nw ? shared[lane] : (T)0;
+    return warp_sum(t);
+}
+__device__ inline float block_max(float x, float *shared) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    x = warp_max(x);
+    __syncthreads();
+    if (lane == 0) shared[warp] = x;
+    __syncthreads();
+    float t = lane < nw ? shared[lane] : -INFINITY;
+    return warp_max(t);
+}
+
+/* ct_dropout_keep_t of backend.h, on the device. */
+__device__ inline bool cuda_dropout_keep(uint64_t key, uint64_t i, uint32_t threshold) {
+    uint64_t x = key ^ i;
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return (uint32_t)(x >> 40) >= threshold;
+}
+
+#endif

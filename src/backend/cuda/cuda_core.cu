@@ -1,0 +1,527 @@
+/*
+ * The CUDA backend's memory, stream and the small kernels: device buffers
+ * (cudaMalloc, zero-filled, counted under their tag in the context),
+ * pinned staging buffers, copies on the backend's stream, events from a
+ * ring, the reductions the trainer needs (sum and sum of squares in double,
+ * per-block partials of a fixed grid summed on the host in block order, so
+ * they are deterministic), bf16 conversions, dropout and fused AdamW with the
+ * float arithmetic of the ref backend (torch 1.13's single-tensor AdamW).
+ * Never managed memory. Leaves out: a caching allocator (the model and the
+ * trainer allocate once) and multi-stream overlap.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+/* ------------------------------------------------------------ errors */
+
+extern "C" void cuda_latch(ct_backend *be, int code, const char *what, const char *detail) {
+    cuda_state *s = cuda_st(be);
+    if (!s || code == 0 || s->err) return;
+    s->err = code;
+    snprintf(s->err_what, sizeof s->err_what, "%s: %s", what, detail ? detail : "failed");
+}
+
+/* ------------------------------------------------------------ device */
+
+extern "C" int ct_cuda_device_count(char *why, size_t why_size) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        if (why) snprintf(why, why_size, "%s", cudaGetErrorString(e));
+        cudaGetLastError(); /* clear it */
+        return 0;
+    }
+    if (n == 0 && why) snprintf(why, why_size, "the driver reports no CUDA device");
+    return n;
+}
+
+extern "C" void ct_cuda_device_name(int dev, char *name, size_t name_size) {
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess) snprintf(name, name_size, "%s", prop.name);
+    else if (name_size) name[0] = 0;
+}
+
+#define CT_STR2(x) #x
+#define CT_STR(x) CT_STR2(x)
+
+/* Loads libcublas and its entry points into s: the soname the loader knows
+ * (ldconfig, LD_LIBRARY_PATH), else the toolkit's directory this build was
+ * made with. CT_OK, or CT_ERR_ARG naming what is missing. */
+static ct_status cublas_load(cuda_state *s) {
+    const char *names[] = {"libcublas.so." CT_STR(CUBLAS_VER_MAJOR),
+#ifdef CT_CUDA_LIBDIR
+                           CT_CUDA_LIBDIR "/libcublas.so." CT_STR(CUBLAS_VER_MAJOR),
+#endif
+                           "libcublas.so"};
+    void *lib = NULL;
+    for (size_t i = 0; !lib && i < sizeof names / sizeof *names; i++)
+        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return CT_ERR(CT_ERR_ARG, "run.device = cuda: cannot load cuBLAS (%s): %s", names[0],
+                      dlerror());
+    cublas_fns *f = (cublas_fns *)calloc(1, sizeof *f);
+    if (!f) {
+        dlclose(lib);
+        return CT_ERR(CT_ERR_OOM, "out of memory loading cuBLAS");
+    }
+    struct {
+        void **slot;
+        const char *sym;
+    } syms[] = {{(void **)&f->create, "cublasCreate_v2"},
+                {(void **)&f->destroy, "cublasDestroy_v2"},
+                {(void **)&f->set_stream, "cublasSetStream_v2"},
+                {(void **)&f->set_math_mode, "cublasSetMathMode"},
+                {(void **)&f->sgemm, "cublasSgemm_v2"},
+                {(void **)&f->gemm_ex, "cublasGemmEx"}};
+    for (size_t i = 0; i < sizeof syms / sizeof *syms; i++) {
+        *syms[i].slot = dlsym(lib, syms[i].sym);
+        if (!*syms[i].slot) {
+            free(f);
+            dlclose(lib);
+            return CT_ERR(CT_ERR_ARG, "run.device = cuda: cuBLAS (%s) lacks %s", names[0],
+                          syms[i].sym);
+        }
+    }
+    s->cublas_lib = lib;
+    s->cublas_fns = f;
+    return CT_OK;
+}
+
+static void state_release(cuda_state *s) {
+    if (!s) return;
+    for (int i = 0; i < CUDA_EVENTS; i++)
+        if (s->events[i]) cudaEventDestroy((cudaEvent_t)s->events[i]);
+    if (s->red) cudaFree(s->red);
+    if (s->count) cudaFree(s->count);
+    if (s->red_host) cudaFreeHost(s->red_host);
+    if (s->count_host) cudaFreeHost(s->count_host);
+    if (s->ws) cudaFree(s->ws);
+    if (s->att_ws) cudaFree(s->att_ws);
+    for (int i = 0; i < s->n_bufs; i++) {
+        if (s->bufs[i].pinned) cudaFreeHost(s->bufs[i].p);
+        else cudaFree(s->bufs[i].p);
+    }
+    free(s->bufs);
+    const cublas_fns *f = (const cublas_fns *)s->cublas_fns;
+    if (s->cublas && f) f->destroy((cublasHandle_t)s->cublas);
+    free(s->cublas_fns);
+    if (s->cublas_lib) dlclose(s->cublas_lib);
+    if (s->stream) cudaStreamDestroy((cudaStream_t)s->stream);
+    free(s);
+}
+
+extern "C" ct_status ct_cuda_init(ct_backend *be, int device) {
+    char why[256] = "";
+    int n = ct_cuda_device_count(why, sizeof why);
+    if (n == 0) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "run.device = cuda:%d: no CUDA device: %s", device, why);
+        ct_error_hint("train on the CPU with run.device=cpu");
+        return st;
+    }
+    if (device < 0 || device >= n) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "run.device = cuda:%d: no such CUDA device (the driver "
+                              "sees %d: cuda:0..cuda:%d)", device, n, n - 1);
+        ct_error_hint("pick one of them, or run.device=cuda for the first");
+        return st;
+    }
+    cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
+    if (!s) return CT_ERR(CT_ERR_OOM, "out of memory for the CUDA backend's state");
+    s->device = device;
+    cudaStream_t stream = NULL;
+    cublasHandle_t h = NULL;
+    cudaDeviceProp prop;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, device);
+    if (e == cudaSuccess) {
+        snprintf(s->name, sizeof s->name, "%s", prop.name);
+        e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    }
+    s->stream = stream;
+    if (e == cudaSuccess) e = cudaMalloc((void **)&s->red, CUDA_RED_BLOCKS * sizeof(double));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&s->count, sizeof(unsigned long long));
+    if (e == cudaSuccess)
+        e = cudaMallocHost((void **)&s->red_host, CUDA_RED_BLOCKS * sizeof(double));
+    if (e == cudaSuccess) e = cudaMallocHost((void **)&s->count_host, sizeof(unsigned long long));
+    for (int i = 0; e == cudaSuccess && i < CUDA_EVENTS; i++) {
+        cudaEvent_t ev;
+        e = cudaEventCreate(&ev);
+        s->events[i] = ev;
+    }
+    if (e != cudaSuccess) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "run.device = cuda:%d: no CUDA device: %s", device,
+                              cudaGetErrorString(e));
+        state_release(s);
+        return st;
+    }
+    ct_status lst = cublas_load(s);
+    if (lst) {
+        state_release(s);
+        return lst;
+    }
+    const cublas_fns *f = (const cublas_fns *)s->cublas_fns;
+    cublasStatus_t cs = f->create(&h);
+    if (cs == CUBLAS_STATUS_SUCCESS) {
+        s->cublas = h;
+        cs = f->set_stream(h, stream);
+    }
+    /* fp32 GEMMs in fp32: no TF32 (PyTorch parity with TF32 off on both sides) */
+    if (cs == CUBLAS_STATUS_SUCCESS) cs = f->set_math_mode(h, CUBLAS_PEDANTIC_MATH);
+    if (cs != CUBLAS_STATUS_SUCCESS) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "run.device = cuda:%d: cuBLAS did not start (status "
+                              "%d)", device, (int)cs);
+        state_release(s);
+        return st;
+    }
+    be->state = s;
+    be->host_visible = false;
+    return CT_OK;
+}
+
+extern "C" void ct_cuda_free(ct_backend *be) {
+    if (!be || !be->state) return;
+    cuda_state *s = cuda_st(be);
+    cudaStreamSynchronize((cudaStream_t)s->stream);
+    for (int i = 0; i < s->n_bufs; i++)
+        ct_ctx_count(be->ctx, (ct_tag)s->bufs[i].tag, -(int64_t)s->bufs[i].bytes);
+    state_release(s);
+    be->state = NULL;
+}
+
+/* ------------------------------------------------------------ memory */
+
+static bool buf_track(ct_backend *be, void *p, size_t bytes, ct_tag tag, int pinned) {
+    cuda_state *s = cuda_st(be);
+    if (s->n_bufs == s->cap_bufs) {
+        int cap = s->cap_bufs ? 2 * s->cap_bufs : 64;
+        cuda_buf *nb = (cuda_buf *)realloc(s->bufs, (size_t)cap * sizeof *nb);
+        if (!nb) return false;
+        s->bufs = nb;
+        s->cap_bufs = cap;
+    }
+    s->bufs[s->n_bufs++] = cuda_buf{p, bytes, (int)tag, pinned};
+    ct_ctx_count(be->ctx, tag, (int64_t)bytes);
+    return true;
+}
+
+/* Forget p; returns whether it was pinned (-1: not ours). */
+static int buf_untrack(ct_backend *be, void *p) {
+    cuda_state *s = cuda_st(be);
+    for (int i = s->n_bufs - 1; i >= 0; i--) {
+        if (s->bufs[i].p != p) continue;
+        int pinned = s->bufs[i].pinned;
+        ct_ctx_count(be->ctx, (ct_tag)s->bufs[i].tag, -(int64_t)s->bufs[i].bytes);
+        s->bufs[i] = s->bufs[--s->n_bufs];
+        return pinned;
+    }
+    return -1;
+}
+
+extern "C" void *ct_buf_alloc_cuda(ct_backend *be, size_t bytes, ct_tag tag) {
+    void *p = NULL;
+    size_t n = bytes ? bytes : 1;
+    cudaError_t e = cudaMalloc(&p, n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        CT_ERR(CT_ERR_OOM, "out of GPU memory allocating %zu bytes for %s on %s (%.1f of %.1f "
+               "GiB free): %s", bytes, ct_tag_str(tag), cuda_st(be)->name, free_b / 1073741824.0,
+               total_b / 1073741824.0, cudaGetErrorString(e));
+        return NULL;
+    }
+    /* zero-filled, as the seam promises, before anything else reads it */
+    e = cudaMemsetAsync(p, 0, n, cuda_stream(be));
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cuda_stream(be));
+    if (e != cudaSuccess || !buf_track(be, p, bytes, tag, 0)) {
+        cudaFree(p);
+        CT_ERR(CT_ERR_OOM, "cannot prepare a %zu-byte GPU buffer: %s", bytes,
+               cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void ct_buf_free_cuda(ct_backend *be, void *p) {
+    if (!p) return;
+    cudaStreamSynchronize(cuda_stream(be)); /* nothing queued may still use it */
+    if (buf_untrack(be, p) == 0) cudaFree(p);
+}
+
+extern "C" void *ct_host_alloc_cuda(ct_backend *be, size_t bytes, ct_tag tag) {
+    void *p = NULL;
+    size_t n = bytes ? bytes : 1;
+    cudaError_t e = cudaMallocHost(&p, n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        CT_ERR(CT_ERR_OOM, "out of pinned host memory allocating %zu bytes for %s: %s", bytes,
+               ct_tag_str(tag), cudaGetErrorString(e));
+        return NULL;
+    }
+    memset(p, 0, n);
+    if (!buf_track(be, p, bytes, tag, 1)) {
+        cudaFreeHost(p);
+        CT_ERR(CT_ERR_OOM, "out of memory tracking a host buffer");
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void ct_host_free_cuda(ct_backend *be, void *p) {
+    if (!p) return;
+    cudaStreamSynchronize(cuda_stream(be));
+    if (buf_untrack(be, p) == 1) cudaFreeHost(p);
+}
+
+extern "C" void ct_memset_cuda(ct_backend *be, void *dst, int value, size_t bytes) {
+    if (!bytes) return;
+    cuda_ok(be, cudaMemsetAsync(dst, value, bytes, cuda_stream(be)), "memset");
+}
+
+extern "C" void ct_upload_cuda(ct_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    cuda_ok(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)),
+            "upload");
+    /* the caller may reuse src at once (a pageable buffer is copied before
+     * the call returns; a pinned one is not): wait */
+    cuda_ok(be, cudaStreamSynchronize(cuda_stream(be)), "upload");
+}
+
+extern "C" void ct_download_cuda(ct_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    cuda_ok(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)),
+            "download");
+    cuda_ok(be, cudaStreamSynchronize(cuda_stream(be)), "download");
+}
+
+extern "C" void ct_copy_cuda(ct_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes || dst == src) return;
+    cuda_ok(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)),
+            "copy");
+}
+
+/* ------------------------------------------------------------ stream, events */
+
+extern "C" ct_status ct_synchronize_cuda(ct_backend *be) {
+    cuda_state *s = cuda_st(be);
+    cuda_ok(be, cudaStreamSynchronize((cudaStream_t)s->stream), "synchronize");
+    if (!s->err) return CT_OK;
+    return CT_ERR(CT_ERR_IO, "CUDA device %d (%s): %s", s->device, s->name, s->err_what);
+}
+
+extern "C" void ct_event_record_cuda(ct_backend *be, ct_event *ev) {
+    cuda_state *s = cuda_st(be);
+    cudaEvent_t e = (cudaEvent_t)s->events[s->next_event];
+    s->next_event = (s->next_event + 1) % CUDA_EVENTS;
+    cuda_ok(be, cudaEventRecord(e, (cudaStream_t)s->stream), "event record");
+    ev->t = 0;
+    ev->handle = e;
+}
+
+extern "C" double ct_event_elapsed_cuda(ct_backend *be, const ct_event *a, const ct_event *b) {
+    float ms = 0;
+    if (!cuda_ok(be, cudaEventSynchronize((cudaEvent_t)b->handle), "event wait")) return 0;
+    if (!cuda_ok(be, cudaEventElapsedTime(&ms, (cudaEvent_t)a->handle, (cudaEvent_t)b->handle),
+                 "event time"))
+        return 0;
+    return ms / 1e3;
+}
+
+/* ------------------------------------------------------------ conversions */
+
+__device__ inline uint16_t f32_to_bf16_rne(float f) {
+    uint32_t u = __float_as_uint(f);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = (u >> 16) | 0x0040u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+__global__ void k_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = f32_to_bf16_rne(src[i]);
+}
+__global__ void k_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __uint_as_float((uint32_t)src[i] << 16);
+}
+
+extern "C" void ct_f32_to_bf16_cuda(ct_backend *be, uint16_t *dst, const float *src, size_t n) {
+    if (!n) return;
+    k_f32_to_bf16<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(dst, src, n);
+    cuda_launched(be, "f32_to_bf16");
+}
+extern "C" void ct_bf16_to_f32_cuda(ct_backend *be, float *dst, const uint16_t *src, size_t n) {
+    if (!n) return;
+    k_bf16_to_f32<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(dst, src, n);
+    cuda_launched(be, "bf16_to_f32");
+}
+
+/* ------------------------------------------------------------ elementwise */
+
+__global__ void k_scale_add(float *y, int ldy, const float *x, int ldx, int rows, int cols,
+                            float a, bool accumulate) {
+    size_t n = (size_t)rows * cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / cols, c = i % cols;
+        float v = a * x[r * ldx + c];
+        if (accumulate) y[r * ldy + c] += v;
+        else y[r * ldy + c] = v;
+    }
+}
+extern "C" void ct_scale_add_cuda(ct_backend *be, float *y, int ldy, const float *x, int ldx,
+                                  int rows, int cols, float a, bool accumulate) {
+    if (rows <= 0 || cols <= 0) return;
+    k_scale_add<<<cuda_grid((size_t)rows * cols, 256), 256, 0, cuda_stream(be)>>>(
+        y, ldy, x, ldx, rows, cols, a, accumulate);
+    cuda_launched(be, "scale_add");
+}
+
+__global__ void k_fill(float *x, float value, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = value;
+}
+__global__ void k_scale(float *x, float a, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= a;
+}
+extern "C" void ct_fill_cuda(ct_backend *be, float *x, float value, size_t n) {
+    if (!n) return;
+    k_fill<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(x, value, n);
+    cuda_launched(be, "fill");
+}
+extern "C" void ct_scale_cuda(ct_backend *be, float *x, float a, size_t n) {
+    if (!n) return;
+    k_scale<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(x, a, n);
+    cuda_launched(be, "scale");
+}
+
+/* ------------------------------------------------------------ reductions */
+
+/* partial[b] = sum over the b-th contiguous chunk of x (or of x^2), in
+ * double, in a fixed order: thread i of the block sums its strided elements,
+ * then the block tree. */
+__global__ void k_sum_partials(double *partial, const float *x, size_t n, bool squares) {
+    __shared__ double sh[32];
+    size_t chunk = (n + gridDim.x - 1) / gridDim.x;
+    size_t lo = blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    double acc = 0.0;
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        double v = x[i];
+        acc += squares ? v * v : v;
+    }
+    acc = block_sum(acc, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+static double reduce(ct_backend *be, const float *x, size_t n, bool squares) {
+    cuda_state *s = cuda_st(be);
+    if (!n) return 0.0;
+    k_sum_partials<<<CUDA_RED_BLOCKS, 256, 0, cuda_stream(be)>>>(s->red, x, n, squares);
+    cuda_launched(be, squares ? "sumsq" : "sum");
+    cuda_ok(be, cudaMemcpyAsync(s->red_host, s->red, CUDA_RED_BLOCKS * sizeof(double),
+                                cudaMemcpyDeviceToHost, cuda_stream(be)), "reduction");
+    if (!cuda_ok(be, cudaStreamSynchronize(cuda_stream(be)), "reduction")) return NAN;
+    double acc = 0.0;
+    for (int b = 0; b < CUDA_RED_BLOCKS; b++) acc += s->red_host[b];
+    return acc;
+}
+extern "C" double ct_sum_cuda(ct_backend *be, const float *x, size_t n) {
+    return reduce(be, x, n, false);
+}
+extern "C" double ct_sumsq_cuda(ct_backend *be, const float *x, size_t n) {
+    return reduce(be, x, n, true);
+}
+
+__global__ void k_nonfinite(unsigned long long *count, const float *x, size_t n) {
+    unsigned long long bad = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        bad += !isfinite(x[i]);
+    bad = warp_sum(bad);
+    /* a count: the order of integer additions changes nothing */
+    if ((threadIdx.x & 31) == 0 && bad) atomicAdd(count, bad);
+}
+extern "C" size_t ct_nonfinite_cuda(ct_backend *be, const float *x, size_t n) {
+    cuda_state *s = cuda_st(be);
+    if (!n) return 0;
+    cuda_ok(be, cudaMemsetAsync(s->count, 0, sizeof *s->count, cuda_stream(be)), "nonfinite");
+    k_nonfinite<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(s->count, x, n);
+    cuda_launched(be, "nonfinite");
+    cuda_ok(be, cudaMemcpyAsync(s->count_host, s->count, sizeof *s->count,
+                                cudaMemcpyDeviceToHost, cuda_stream(be)), "nonfinite");
+    /* a failed device says "all of them", so a run never trusts its values */
+    if (!cuda_ok(be, cudaStreamSynchronize(cuda_stream(be)), "nonfinite")) return n;
+    return (size_t)*s->count_host;
+}
+
+/* ------------------------------------------------------------ dropout */
+
+__global__ void k_dropout_fwd(float *out, const float *inp, size_t n, float inv, uint32_t thr,
+                              uint64_t key, uint64_t offset) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = cuda_dropout_keep(key, offset + i, thr) ? inp[i] * inv : 0.0f;
+}
+__global__ void k_dropout_bwd(float *dinp, const float *dout, size_t n, float inv, uint32_t thr,
+                              uint64_t key, uint64_t offset) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        if (cuda_dropout_keep(key, offset + i, thr)) dinp[i] += dout[i] * inv;
+}
+extern "C" void ct_dropout_forward_cuda(ct_backend *be, float *out, const float *inp, size_t n,
+                                        float p, uint64_t key, uint64_t offset) {
+    if (!n) return;
+    k_dropout_fwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(
+        out, inp, n, 1.0f / (1.0f - p), ct_dropout_threshold(p), key, offset);
+    cuda_launched(be, "dropout_forward");
+}
+extern "C" void ct_dropout_backward_cuda(ct_backend *be, float *dinp, const float *dout, size_t n,
+                                         float p, uint64_t key, uint64_t offset) {
+    if (!n) return;
+    k_dropout_bwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(
+        dinp, dout, n, 1.0f / (1.0f - p), ct_dropout_threshold(p), key, offset);
+    cuda_launched(be, "dropout_backward");
+}
+
+/* ------------------------------------------------------------ AdamW */
+
+/* ref/adamw.c's float arithmetic element by element (no FMA contraction:
+ * __fmul_rn and __fadd_rn keep each rounding where the C code has it). */
+__global__ void k_adamw(float *params, const float *grads, float *m, float *v, size_t n,
+                        float beta1, float beta2, float eps, float grad_scale, float decay,
+                        float one_minus_b1, float one_minus_b2, float step_size, float bc2_sqrt) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float g = __fmul_rn(grads[i], grad_scale);
+        float p = __fmul_rn(params[i], decay);
+        float mi = __fadd_rn(__fmul_rn(m[i], beta1), __fmul_rn(one_minus_b1, g));
+        float vi = __fadd_rn(__fmul_rn(v[i], beta2), __fmul_rn(__fmul_rn(one_minus_b2, g), g));
+        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+        params[i] = __fadd_rn(p, __fmul_rn(-step_size, __fdiv_rn(mi, denom)));
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+extern "C" void ct_adamw_update_cuda(ct_backend *be, float *params, const float *grads, float *m,
+                                     float *v, size_t n, float lr, float beta1, float beta2,
+                                     float eps, float weight_decay, float grad_scale, int64_t t) {
+    if (!n) return;
+    double bc1 = 1.0 - pow((double)beta1, (double)t);
+    double bc2 = 1.0 - pow((double)beta2, (double)t);
+    float decay = (float)(1.0 - (double)lr * weight_decay);
+    k_adamw<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(
+        params, grads, m, v, n, beta1, beta2, eps, grad_scale, decay, (float)(1.0 - beta1),
+        (float)(1.0 - beta2), (float)(lr / bc1), (float)sqrt(bc2));
+    cuda_launched(be, "adamw");
+}

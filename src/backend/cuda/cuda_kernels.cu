@@ -1,0 +1,393 @@
+/*
+ * The CUDA backend's row and elementwise kernels, written as straight ports of
+ * the ref backend (backend/ref), with the same formulas and, where ref sums in
+ * double, double accumulators: the embedding and its scatter, LayerNorm,
+ * RMSNorm, RoPE, SwiGLU, GELU, residual adds and the fused softmax
+ * cross-entropy. One block per row for the row kernels. Gradients of shared
+ * weights (norm weights, embedding rows) are column sums in a fixed order, one
+ * thread per column, never atomics: runs are deterministic and resume is
+ * bit-exact. Leaves out: fused residual+norm, vectorised 128-bit loads and
+ * the other speed work of the GPU performance issue.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+#define GELU_BETA 0.7978845608028654
+#define GELU_KAPPA 0.044715
+#define ROW_THREADS 256
+
+/* ------------------------------------------------------------ embedding */
+
+__global__ void k_encoder_fwd(float *out, const int32_t *inp, const float *wte, const float *wpe,
+                              const int32_t *pos, int B, int T, int C, int pos0) {
+    size_t n = (size_t)B * T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / C;
+        int c = (int)(i % C), t = (int)(bt % T);
+        float v = wte[(size_t)inp[bt] * C + c];
+        if (wpe) {
+            int p = pos ? pos[bt] : t;
+            v = v + wpe[(size_t)(pos0 + p) * C + c];
+        }
+        out[i] = v;
+    }
+}
+extern "C" void ct_encoder_forward_cuda(ct_backend *be, float *out, const int32_t *inp,
+                                        const float *wte, const float *wpe, const int32_t *pos,
+                                        int B, int T, int C, int pos0) {
+    size_t n = (size_t)B * T * C;
+    if (!n) return;
+    k_encoder_fwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(out, inp, wte, wpe, pos, B, T,
+                                                                  C, pos0);
+    cuda_launched(be, "encoder_forward");
+}
+
+/* dwte rows gather their tokens' gradients: thread c walks every (b,t) in
+ * order and adds column c, so no two threads touch one element and the sum
+ * order is that of ref. */
+__global__ void k_encoder_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                              const int32_t *pos, int N, int T, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    for (int bt = 0; bt < N; bt++) {
+        float g = dout[(size_t)bt * C + c];
+        dwte[(size_t)inp[bt] * C + c] += g;
+        if (dwpe) {
+            int p = pos ? pos[bt] : bt % T;
+            dwpe[(size_t)p * C + c] += g;
+        }
+    }
+}
+extern "C" void ct_encoder_backward_cuda(ct_backend *be, float *dwte, float *dwpe,
+                                         const float *dout, const int32_t *inp,
+                                         const int32_t *pos, int B, int T, int C) {
+    if (B * T <= 0 || C <= 0) return;
+    k_encoder_bwd<<<(C + 127) / 128, 128, 0, cuda_stream(be)>>>(dwte, dwpe, dout, inp, pos, B * T,
+                                                               T, C);
+    cuda_launched(be, "encoder_backward");
+}
+
+/* ------------------------------------------------------------ LayerNorm */
+
+__global__ void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
+                                const float *weight, const float *bias, int C, float eps) {
+    __shared__ double sh[32];
+    size_t n = blockIdx.x;
+    const float *x = inp + n * C;
+    float *y = out + n * C;
+    double s = 0.0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
+    double mu = block_sum(s, sh) / C;
+    double ss = 0.0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        double d = x[c] - mu;
+        ss += d * d;
+    }
+    double var = block_sum(ss, sh) / C;
+    double r = 1.0 / sqrt(var + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        y[c] = (float)((x[c] - mu) * r * weight[c] + bias[c]);
+    if (threadIdx.x == 0) {
+        if (mean) mean[n] = (float)mu;
+        if (rstd) rstd[n] = (float)r;
+    }
+}
+extern "C" void ct_layernorm_forward_cuda(ct_backend *be, float *out, float *mean, float *rstd,
+                                          const float *inp, const float *weight,
+                                          const float *bias, int N, int C, float eps) {
+    if (N <= 0) return;
+    k_layernorm_fwd<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(out, mean, rstd, inp, weight, bias, C,
+                                                            eps);
+    cuda_launched(be, "layernorm_forward");
+}
+
+__global__ void k_layernorm_bwd_rows(float *dinp, const float *dout, const float *inp,
+                                     const float *weight, const float *mean, const float *rstd,
+                                     int C) {
+    __shared__ double sh[32];
+    size_t n = blockIdx.x;
+    const float *x = inp + n * C, *dy = dout + n * C;
+    float *dx = dinp + n * C;
+    double mu = mean[n], s = rstd[n];
+    double gm = 0.0, gxm = 0.0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        double xhat = (x[c] - mu) * s;
+        double g = (double)weight[c] * dy[c];
+        gm += g;
+        gxm += g * xhat;
+    }
+    gm = block_sum(gm, sh) / C;
+    gxm = block_sum(gxm, sh) / C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        double xhat = (x[c] - mu) * s;
+        double g = (double)weight[c] * dy[c];
+        dx[c] += (float)(s * (g - gm - xhat * gxm));
+    }
+}
+__global__ void k_layernorm_bwd_cols(float *dweight, float *dbias, const float *dout,
+                                     const float *inp, const float *mean, const float *rstd,
+                                     int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double dw = 0.0, db = 0.0;
+    for (int n = 0; n < N; n++) {
+        size_t i = (size_t)n * C + c;
+        double xhat = (inp[i] - (double)mean[n]) * rstd[n];
+        dw += xhat * dout[i];
+        db += dout[i];
+    }
+    dweight[c] += (float)dw;
+    dbias[c] += (float)db;
+}
+extern "C" void ct_layernorm_backward_cuda(ct_backend *be, float *dinp, float *dweight,
+                                           float *dbias, const float *dout, const float *inp,
+                                           const float *weight, const float *mean,
+                                           const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    k_layernorm_bwd_rows<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(dinp, dout, inp, weight, mean,
+                                                                 rstd, C);
+    k_layernorm_bwd_cols<<<(C + 127) / 128, 128, 0, cuda_stream(be)>>>(dweight, dbias, dout, inp,
+                                                                      mean, rstd, N, C);
+    cuda_launched(be, "layernorm_backward");
+}
+
+/* ------------------------------------------------------------ RMSNorm */
+
+__global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *weight,
+                              int C, float eps) {
+    __shared__ double sh[32];
+    size_t n = blockIdx.x;
+    const float *x = inp + n * C;
+    float *y = out + n * C;
+    double ss = 0.0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) ss += (double)x[c] * x[c];
+    double s = 1.0 / sqrt(block_sum(ss, sh) / C + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) y[c] = (float)(x[c] * s * weight[c]);
+    if (threadIdx.x == 0 && rstd) rstd[n] = (float)s;
+}
+extern "C" void ct_rmsnorm_forward_cuda(ct_backend *be, float *out, float *rstd, const float *inp,
+                                        const float *weight, int N, int C, float eps) {
+    if (N <= 0) return;
+    k_rmsnorm_fwd<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(out, rstd, inp, weight, C, eps);
+    cuda_launched(be, "rmsnorm_forward");
+}
+
+__global__ void k_rmsnorm_bwd_rows(float *dinp, const float *dout, const float *inp,
+                                   const float *weight, const float *rstd, int C) {
+    __shared__ double sh[32];
+    size_t n = blockIdx.x;
+    const float *x = inp + n * C, *dy = dout + n * C;
+    float *dx = dinp + n * C;
+    double s = rstd[n], gxm = 0.0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) gxm += (double)weight[c] * dy[c] * x[c] * s;
+    gxm = block_sum(gxm, sh) / C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        double xhat = x[c] * s;
+        dx[c] += (float)(s * ((double)weight[c] * dy[c] - xhat * gxm));
+    }
+}
+__global__ void k_rmsnorm_bwd_cols(float *dweight, const float *dout, const float *inp,
+                                   const float *rstd, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double dw = 0.0;
+    for (int n = 0; n < N; n++) {
+        size_t i = (size_t)n * C + c;
+        dw += (double)inp[i] * rstd[n] * dout[i];
+    }
+    dweight[c] += (float)dw;
+}
+extern "C" void ct_rmsnorm_backward_cuda(ct_backend *be, float *dinp, float *dweight,
+                                         const float *dout, const float *inp, const float *weight,
+                                         const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    k_rmsnorm_bwd_rows<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(dinp, dout, inp, weight, rstd, C);
+    k_rmsnorm_bwd_cols<<<(C + 127) / 128, 128, 0, cuda_stream(be)>>>(dweight, dout, inp, rstd, N,
+                                                                    C);
+    cuda_launched(be, "rmsnorm_backward");
+}
+
+/* ------------------------------------------------------------ RoPE */
+
+/* Thread per (row, head, pair i): ref's angle (float inverse frequency from
+ * powf, float angle, cos and sin in double then rounded), turned by dir. */
+__global__ void k_rope(float *qkv, const int32_t *pos, int B, int T, int NH, int NKV, int HS,
+                       int pos0, float theta, double dir) {
+    int half = HS / 2, heads = NH + NKV;
+    size_t W = (size_t)(NH + 2 * NKV) * HS;
+    size_t n = (size_t)B * T * heads * half;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(k % half);
+        size_t rest = k / half;
+        int h = (int)(rest % heads);
+        size_t bt = rest / heads;
+        int t = (int)(bt % T);
+        int p = pos0 + (pos ? pos[bt] : t);
+        float inv_freq = (float)(1.0 / (double)powf(theta, (float)(2 * i) / (float)HS));
+        float angle = (float)p * inv_freq;
+        double c = (float)cos((double)angle), s = dir * (float)sin((double)angle);
+        float *x = qkv + bt * W + (size_t)h * HS;
+        double x1 = x[i], x2 = x[i + half];
+        x[i] = (float)(x1 * c - x2 * s);
+        x[i + half] = (float)(x2 * c + x1 * s);
+    }
+}
+static void rope(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH, int NKV,
+                 int HS, int pos0, float theta, double dir, const char *name) {
+    size_t n = (size_t)B * T * (NH + NKV) * (HS / 2);
+    if (!n) return;
+    k_rope<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(qkv, pos, B, T, NH, NKV, HS, pos0,
+                                                           theta, dir);
+    cuda_launched(be, name);
+}
+extern "C" void ct_rope_forward_cuda(ct_backend *be, float *qkv, const int32_t *pos, int B, int T,
+                                     int NH, int NKV, int HS, int pos0, float theta) {
+    rope(be, qkv, pos, B, T, NH, NKV, HS, pos0, theta, 1.0, "rope_forward");
+}
+extern "C" void ct_rope_backward_cuda(ct_backend *be, float *dqkv, const int32_t *pos, int B,
+                                      int T, int NH, int NKV, int HS, int pos0, float theta) {
+    rope(be, dqkv, pos, B, T, NH, NKV, HS, pos0, theta, -1.0, "rope_backward");
+}
+
+/* ------------------------------------------------------------ SwiGLU, GELU */
+
+__global__ void k_swiglu_fwd(float *out, const float *inp, int N, int F) {
+    size_t n = (size_t)N * F;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        size_t r = k / F, i = k % F;
+        const float *g = inp + r * 2 * F;
+        double x = g[i];
+        out[k] = (float)(x / (1.0 + exp(-x)) * g[F + i]);
+    }
+}
+__global__ void k_swiglu_bwd(float *dinp, const float *inp, const float *dout, int N, int F) {
+    size_t n = (size_t)N * F;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        size_t r = k / F, i = k % F;
+        const float *g = inp + r * 2 * F;
+        float *dg = dinp + r * 2 * F;
+        double x = g[i], s = 1.0 / (1.0 + exp(-x)), dy = dout[k], u = g[F + i];
+        dg[i] += (float)(dy * u * s * (1.0 + x * (1.0 - s)));
+        dg[F + i] += (float)(dy * x * s);
+    }
+}
+extern "C" void ct_swiglu_forward_cuda(ct_backend *be, float *out, const float *inp, int N,
+                                       int F) {
+    size_t n = (size_t)N * F;
+    if (!n) return;
+    k_swiglu_fwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(out, inp, N, F);
+    cuda_launched(be, "swiglu_forward");
+}
+extern "C" void ct_swiglu_backward_cuda(ct_backend *be, float *dinp, const float *inp,
+                                        const float *dout, int N, int F) {
+    size_t n = (size_t)N * F;
+    if (!n) return;
+    k_swiglu_bwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(dinp, inp, dout, N, F);
+    cuda_launched(be, "swiglu_backward");
+}
+
+__global__ void k_gelu_fwd(float *out, const float *inp, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double x = inp[i];
+        out[i] = (float)(0.5 * x * (1.0 + tanh(GELU_BETA * (x + GELU_KAPPA * x * x * x))));
+    }
+}
+__global__ void k_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double x = inp[i], x2 = x * x;
+        double th = tanh(GELU_BETA * (x + GELU_KAPPA * x2 * x));
+        double inner = GELU_BETA * (1.0 + 3.0 * GELU_KAPPA * x2);
+        double grad = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * inner;
+        dinp[i] += (float)(grad * dout[i]);
+    }
+}
+extern "C" void ct_gelu_forward_cuda(ct_backend *be, float *out, const float *inp, size_t n) {
+    if (!n) return;
+    k_gelu_fwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(out, inp, n);
+    cuda_launched(be, "gelu_forward");
+}
+extern "C" void ct_gelu_backward_cuda(ct_backend *be, float *dinp, const float *inp,
+                                      const float *dout, size_t n) {
+    if (!n) return;
+    k_gelu_bwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(dinp, inp, dout, n);
+    cuda_launched(be, "gelu_backward");
+}
+
+/* ------------------------------------------------------------ residual */
+
+__global__ void k_residual_fwd(float *out, const float *a, const float *b, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+__global__ void k_residual_bwd(float *da, float *db, const float *dout, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float g = dout[i];
+        da[i] += g;
+        db[i] += g;
+    }
+}
+extern "C" void ct_residual_forward_cuda(ct_backend *be, float *out, const float *a,
+                                         const float *b, size_t n) {
+    if (!n) return;
+    k_residual_fwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(out, a, b, n);
+    cuda_launched(be, "residual_forward");
+}
+extern "C" void ct_residual_backward_cuda(ct_backend *be, float *da, float *db, const float *dout,
+                                          size_t n) {
+    if (!n) return;
+    k_residual_bwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(da, db, dout, n);
+    cuda_launched(be, "residual_backward");
+}
+
+/* ------------------------------------------------------------ cross-entropy */
+
+/* One block per row: the max, the sum of exponentials in double, the loss
+ * (read before dlogits, which may alias logits, is written), then the
+ * gradient. Ignored targets (< 0) give 0 and a zero row. */
+__global__ void k_crossentropy(float *losses, float *dlogits, const float *logits,
+                               const int32_t *targets, int V, float dloss) {
+    __shared__ double shd[32];
+    __shared__ float shf[32];
+    __shared__ float xt;
+    size_t n = blockIdx.x;
+    const float *x = logits + n * V;
+    float *dx = dlogits ? dlogits + n * V : NULL;
+    int32_t target = targets[n];
+    if (target < 0) {
+        if (threadIdx.x == 0) losses[n] = 0.0f;
+        if (dx)
+            for (int i = threadIdx.x; i < V; i += blockDim.x) dx[i] = 0.0f;
+        return;
+    }
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
+    double maxval = block_max(mx, shf);
+    double s = 0.0;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) s += exp(x[i] - maxval);
+    double lse = maxval + log(block_sum(s, shd));
+    if (threadIdx.x == 0) xt = x[target];
+    __syncthreads(); /* every thread has read its x before any dx is written */
+    if (threadIdx.x == 0) losses[n] = (float)(lse - xt);
+    if (dx)
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            double p = exp(x[i] - lse);
+            dx[i] = (float)((p - (i == target ? 1.0 : 0.0)) * dloss);
+        }
+}
+extern "C" void ct_crossentropy_forward_cuda(ct_backend *be, float *losses, float *dlogits,
+                                             const float *logits, const int32_t *targets, int N,
+                                             int V, float dloss) {
+    if (N <= 0) return;
+    k_crossentropy<<<N, 512, 0, cuda_stream(be)>>>(losses, dlogits, logits, targets, V, dloss);
+    cuda_launched(be, "crossentropy_forward");
+}

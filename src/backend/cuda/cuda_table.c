@@ -1,0 +1,55 @@
+/*
+ * The CUDA backend's table (run.device=cuda, cuda:N): every entry of the seam
+ * (backend.h) from the CUDA sources beside this file. Built when CMake finds
+ * nvcc (CT_CUDA, on by default); the kernel harness holds it to ref wherever a
+ * GPU is present.
+ */
+#include "backend/cuda/cuda_int.h"
+
+const ct_backend_i ct_backend_cuda_i = {
+    .name = "cuda",
+    .buf_alloc = ct_buf_alloc_cuda,
+    .buf_free = ct_buf_free_cuda,
+    .host_alloc = ct_host_alloc_cuda,
+    .host_free = ct_host_free_cuda,
+    .memset = ct_memset_cuda,
+    .upload = ct_upload_cuda,
+    .download = ct_download_cuda,
+    .copy = ct_copy_cuda,
+    .f32_to_bf16 = ct_f32_to_bf16_cuda,
+    .bf16_to_f32 = ct_bf16_to_f32_cuda,
+    .scale_add = ct_scale_add_cuda,
+    .fill = ct_fill_cuda,
+    .scale = ct_scale_cuda,
+    .sum = ct_sum_cuda,
+    .sumsq = ct_sumsq_cuda,
+    .nonfinite = ct_nonfinite_cuda,
+    .dropout_forward = ct_dropout_forward_cuda,
+    .dropout_backward = ct_dropout_backward_cuda,
+    .synchronize = ct_synchronize_cuda,
+    .event_record = ct_event_record_cuda,
+    .event_elapsed = ct_event_elapsed_cuda,
+    .encoder_forward = ct_encoder_forward_cuda,
+    .encoder_backward = ct_encoder_backward_cuda,
+    .layernorm_forward = ct_layernorm_forward_cuda,
+    .layernorm_backward = ct_layernorm_backward_cuda,
+    .matmul_forward = ct_matmul_forward_cuda,
+    .matmul_backward = ct_matmul_backward_cuda,
+    .matmul_forward_bf16 = ct_matmul_forward_bf16_cuda,
+    .matmul_backward_bf16 = ct_matmul_backward_bf16_cuda,
+    .attention_forward = ct_attention_forward_cuda,
+    .attention_backward = ct_attention_backward_cuda,
+    .attention_decode = ct_attention_decode_cuda,
+    .rmsnorm_forward = ct_rmsnorm_forward_cuda,
+    .rmsnorm_backward = ct_rmsnorm_backward_cuda,
+    .rope_forward = ct_rope_forward_cuda,
+    .rope_backward = ct_rope_backward_cuda,
+    .swiglu_forward = ct_swiglu_forward_cuda,
+    .swiglu_backward = ct_swiglu_backward_cuda,
+    .gelu_forward = ct_gelu_forward_cuda,
+    .gelu_backward = ct_gelu_backward_cuda,
+    .residual_forward = ct_residual_forward_cuda,
+    .residual_backward = ct_residual_backward_cuda,
+    .crossentropy_forward = ct_crossentropy_forward_cuda,
+    .adamw_update = ct_adamw_update_cuda,
+};
