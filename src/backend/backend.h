@@ -304,19 +304,27 @@ int ct_backend_set_tiles(ct_backend *be, int bq, int bk);
  * nothing changed) for another word or oneDNN in a build without it. */
 int ct_backend_set_gemm(ct_backend *be, const char *name);
 
+/* The mask functions below run on the host and, compiled by nvcc, on the GPU
+ * too (backend/cuda): one definition, so a mask drawn there equals this one. */
+#ifdef __CUDACC__
+#define CT_HOSTDEV __host__ __device__
+#else
+#define CT_HOSTDEV
+#endif
+
 /* The dropout mask of element index i under key: a counter-based hash (the
  * splitmix64 finalizer of key ^ i), shared by every implementation, whose top
  * 24 bits u (a uniform in [0, 1) in steps of 2^-24) keep the element when
  * u >= p. ct_dropout_threshold turns p into the integer form of that test:
  * keep when (hash >> 40) >= threshold (the same decision, as p * 2^24 is
  * exact in float). */
-static inline uint32_t ct_dropout_threshold(float p) {
+CT_HOSTDEV static inline uint32_t ct_dropout_threshold(float p) {
     if (!(p > 0.0f)) return 0;
     float s = p * 16777216.0f; /* exact: a power-of-two scale */
     uint32_t t = (uint32_t)s;
     return (float)t < s ? t + 1 : t; /* ceil */
 }
-static inline bool ct_dropout_keep_t(uint64_t key, uint64_t i, uint32_t threshold) {
+CT_HOSTDEV static inline bool ct_dropout_keep_t(uint64_t key, uint64_t i, uint32_t threshold) {
     uint64_t x = key ^ i;
     x ^= x >> 30;
     x *= 0xBF58476D1CE4E5B9ull;
@@ -325,17 +333,17 @@ static inline bool ct_dropout_keep_t(uint64_t key, uint64_t i, uint32_t threshol
     x ^= x >> 31;
     return (uint32_t)(x >> 40) >= threshold;
 }
-static inline bool ct_dropout_keep(uint64_t key, uint64_t i, float p) {
+CT_HOSTDEV static inline bool ct_dropout_keep(uint64_t key, uint64_t i, float p) {
     return ct_dropout_keep_t(key, i, ct_dropout_threshold(p));
 }
 /* The multiplier dropout applies to element i: 1/(1-p) when kept, else 0
  * (1 when p == 0, so a product with it changes no bit). */
-static inline float ct_dropout_mult(uint64_t key, uint64_t i, float p) {
+CT_HOSTDEV static inline float ct_dropout_mult(uint64_t key, uint64_t i, float p) {
     return ct_dropout_keep(key, i, p) ? 1.0f / (1.0f - p) : 0.0f;
 }
 /* The multiplier of attention probability (b, h, i, j) under d (see
  * ct_attn_dropout); 1 when d is NULL or d->p == 0. */
-static inline float ct_attn_drop_mult(const ct_attn_dropout *d, int b, int h, int i, int j,
+CT_HOSTDEV static inline float ct_attn_drop_mult(const ct_attn_dropout *d, int b, int h, int i, int j,
                                       int NH, int T) {
     if (!d || !(d->p > 0.0f)) return 1.0f;
     uint64_t idx = (((uint64_t)(d->row0 + b) * (uint64_t)NH + (uint64_t)h) * (uint64_t)T +

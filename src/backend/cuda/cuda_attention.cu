@@ -20,19 +20,10 @@
 #define ATT_MAXK 8 /* head sizes up to 256: 8 elements per lane */
 #define ATT_WARPS 4
 
-/* ct_attn_drop_mult on the device; 1 without dropout. */
-__device__ inline float drop_mult(const ct_attn_dropout d, int b, int h, int i, int j, int NH,
+/* ct_attn_drop_mult (backend.h, compiled for the device); 1 without dropout. */
+__device__ inline float drop_mult(const ct_attn_dropout &d, int b, int h, int i, int j, int NH,
                                   int T) {
-    if (!(d.p > 0.0f)) return 1.0f;
-    uint64_t idx = (((uint64_t)(d.row0 + b) * (uint64_t)NH + (uint64_t)h) * (uint64_t)T +
-                    (uint64_t)i) * (uint64_t)T + (uint64_t)j;
-    uint32_t thr;
-    {
-        float s = d.p * 16777216.0f;
-        uint32_t t = (uint32_t)s;
-        thr = (float)t < s ? t + 1 : t;
-    }
-    return cuda_dropout_keep(d.key, idx, thr) ? 1.0f / (1.0f - d.p) : 0.0f;
+    return ct_attn_drop_mult(&d, b, h, i, j, NH, T);
 }
 
 /* The dot product of two HS-vectors, lanes striding over it; every lane

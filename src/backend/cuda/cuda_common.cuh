@@ -1,8 +1,7 @@
 /*
  * Helpers of the CUDA sources: the stream, launch checks, grid sizes, warp
- * and block reductions, and the device twin of the counter-based dropout
- * hash of backend.h (the same bits, so a mask drawn on the GPU equals the
- * CPU's). Internal to src/backend/cuda.
+ * and block reductions (the dropout masks are backend.h's own functions,
+ * compiled for the device too). Internal to src/backend/cuda.
  */
 #ifndef CT_BACKEND_CUDA_COMMON_CUH
 #define CT_BACKEND_CUDA_COMMON_CUH
@@ -86,17 +85,6 @@ __device__ inline float block_max(float x, float *shared) {
     __syncthreads();
     float t = lane < nw ? shared[lane] : -INFINITY;
     return warp_max(t);
-}
-
-/* ct_dropout_keep_t of backend.h, on the device. */
-__device__ inline bool cuda_dropout_keep(uint64_t key, uint64_t i, uint32_t threshold) {
-    uint64_t x = key ^ i;
-    x ^= x >> 30;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 27;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 31;
-    return (uint32_t)(x >> 40) >= threshold;
 }
 
 #endif

@@ -471,13 +471,13 @@ __global__ void k_dropout_fwd(float *out, const float *inp, size_t n, float inv,
                               uint64_t key, uint64_t offset) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        out[i] = cuda_dropout_keep(key, offset + i, thr) ? inp[i] * inv : 0.0f;
+        out[i] = ct_dropout_keep_t(key, offset + i, thr) ? inp[i] * inv : 0.0f;
 }
 __global__ void k_dropout_bwd(float *dinp, const float *dout, size_t n, float inv, uint32_t thr,
                               uint64_t key, uint64_t offset) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        if (cuda_dropout_keep(key, offset + i, thr)) dinp[i] += dout[i] * inv;
+        if (ct_dropout_keep_t(key, offset + i, thr)) dinp[i] += dout[i] * inv;
 }
 extern "C" void ct_dropout_forward_cuda(ct_backend *be, float *out, const float *inp, size_t n,
                                         float p, uint64_t key, uint64_t offset) {
