@@ -152,13 +152,15 @@ static void print_json(const ct_tune_result *r, const char *out, const char *set
         const ct_tune_trial *t = &r->trials[i];
         char tiles[16];
         printf("%s{\"threads\": %d, \"batch_size\": %d, \"grad_accum\": %d, \"recompute\": "
-               "\"%s\", \"activation_dtype\": \"%s\", \"attention_tiles\": \"%s\", "
+               "\"%s\", \"activation_dtype\": \"%s\", \"precision\": \"%s\", "
+               "\"attention_tiles\": \"%s\", "
                "\"plan_bytes\": %zu, \"fits\": %s, \"measured\": %s, \"step_s\": %.6f, "
                "\"opt_step_s\": %.6f, \"tokens_per_s\": %.3f, \"gflops\": %.3f, \"mfu\": %.5f, "
                "\"runs\": %d, \"spread\": %.5f, \"run_tokens_per_s\": [",
                i ? ", " : "", t->p.threads, t->p.B, t->p.grad_accum,
                ct_model_recompute_name(t->p.opts.recompute),
-               ct_model_act_dtype_name(t->p.opts.act_dtype), tiles_str(&t->p, tiles, sizeof tiles),
+               ct_model_act_dtype_name(t->p.opts.act_dtype),
+               ct_model_precision_name(t->p.opts.precision), tiles_str(&t->p, tiles, sizeof tiles),
                t->plan_bytes, t->fits ? "true" : "false", t->measured ? "true" : "false",
                t->step_s, t->opt_step_s, t->tokens_per_s, t->gflops, t->mfu, t->runs, t->spread);
         for (int k = 0; k < t->runs; k++) printf("%s%.3f", k ? ", " : "", t->run_tps[k]);

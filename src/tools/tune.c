@@ -1,6 +1,7 @@
 /*
  * The tuner: ready levels, the search over threads, micro-batch, recompute,
- * activation storage and attention tiles by timed trial steps under the
+ * activation storage (with it, train.precision=bf16 where the CPU has bf16
+ * instructions) and attention tiles by timed trial steps under the
  * memory plan, repeated until the noise band is known, so that no setting
  * wins by less than the noise. The profile hook of train and plan and the
  * profile text are in tune_profile.c. See tune.h.
@@ -90,6 +91,8 @@ typedef struct tune_state {
     int tile_q, tile_k; /* the config's attention tile (the backend's default when auto) */
     ct_run_env env;     /* this process, measured once: candidates are planned as train
                          * plans them, so a profile's setting is one train accepts */
+    bool bf16_ok;       /* the dtype search may try train.precision=bf16: the CPU has bf16
+                         * instructions, or debug.emulate_bf16 */
 } tune_state;
 
 static ct_status parse_search(const char *text, unsigned *dims) {
@@ -138,7 +141,7 @@ static ct_status parse_tiles(tune_state *s, const char *text) {
 static bool same_point(const ct_tune_point *a, const ct_tune_point *b) {
     return a->threads == b->threads && a->B == b->B && a->grad_accum == b->grad_accum &&
            a->opts.recompute == b->opts.recompute && a->opts.act_dtype == b->opts.act_dtype &&
-           a->tile_q == b->tile_q && a->tile_k == b->tile_k;
+           a->opts.precision == b->opts.precision && a->tile_q == b->tile_q && a->tile_k == b->tile_k;
 }
 
 static ct_status plan_point(const tune_state *s, const ct_tune_point *p, size_t *bytes) {
@@ -209,6 +212,8 @@ static double fake_step_s(const tune_state *s, const ct_tune_point *p) {
             snprintf(val, sizeof val, "%s", ct_model_recompute_name(p->opts.recompute));
         else if (!strcmp(key, "train.activation_dtype"))
             snprintf(val, sizeof val, "%s", ct_model_act_dtype_name(p->opts.act_dtype));
+        else if (!strcmp(key, "train.precision"))
+            snprintf(val, sizeof val, "%s", ct_model_precision_name(p->opts.precision));
         else snprintf(val, sizeof val, "%dx%d", p->tile_q, p->tile_k);
         if (!strcmp(val, want)) sec *= atof(colon + 1);
     }
@@ -230,12 +235,13 @@ static ct_status fake_check(const char *text) {
             *eq = '\0';
             key_ok = !strcmp(tok, "run.threads") || !strcmp(tok, "train.batch_size") ||
                      !strcmp(tok, "train.recompute") || !strcmp(tok, "train.activation_dtype") ||
-                     !strcmp(tok, "run.attention_tiles");
+                     !strcmp(tok, "run.attention_tiles") || !strcmp(tok, "train.precision");
         }
         if (!key_ok || !colon || colon < eq || !end || *end || !(f > 0)) {
             ct_status st = CT_ERR(CT_ERR_ARG, "debug.tune_fake = '%s': expected \"on\" or "
                                   "KEY=VALUE:FACTOR words (KEY run.threads, train.batch_size, "
-                                  "train.recompute, train.activation_dtype or run.attention_tiles; "
+                                  "train.recompute, train.activation_dtype, run.attention_tiles or "
+                                  "train.precision; "
                                   "FACTOR > 0)", text);
             ct_error_hint("e.g. debug.tune_fake=\"run.threads=1:0.97\" (a test knob)");
             return st;
@@ -564,6 +570,13 @@ static ct_status search_dim(tune_state *s, unsigned dim, const ct_tune_point *cu
             q.opts = opts[i];
             st = try_point(s, &q, &idx);
         }
+        /* and the other GEMM precision, where bf16 runs natively (or is
+         * emulated on request: debug.emulate_bf16) */
+        if (!st && (s->dims & DIM_DTYPE) && s->bf16_ok) {
+            ct_tune_point q = *cur;
+            q.opts.precision = cur->opts.precision == CT_PREC_BF16 ? CT_PREC_FP32 : CT_PREC_BF16;
+            if (fit_memory(s, &q)) st = try_point(s, &q, &idx);
+        }
     } else if (dim == DIM_TILES) {
         for (int i = 0; i < s->n_tiles && !st; i++) {
             ct_tune_point q = *cur;
@@ -582,6 +595,7 @@ static ct_status start_point(tune_state *s, ct_tune_point *p) {
     bool rc_auto = !strcmp(cfg->train.recompute, "auto");
     ct_status st = ct_model_opts_from_names(&p->opts, rc_auto ? "none" : cfg->train.recompute,
                                             cfg->train.activation_dtype);
+    if (!st) st = ct_run_precision(cfg, &p->opts.precision);
     if (st) return st;
     p->threads = cfg->run.threads > 0 ? (int)cfg->run.threads : s->r->cores;
     p->tile_q = s->tile_q;
@@ -714,6 +728,7 @@ ct_status ct_tune_run(const ct_config *cfg, const ct_model_config *mc, ct_tune_t
     strftime(out->date, sizeof out->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
     s.have_mask = sched_getaffinity(0, sizeof s.mask, &s.mask) == 0;
     s.physical = h.physical_cores > 0 ? h.physical_cores : 1;
+    s.bf16_ok = h.avx512_bf16 || h.amx || cfg->debug.emulate_bf16;
     int q, k;
     if ((st = ct_config_attention_tiles(cfg->run.attention_tiles, &q, &k))) return st;
 

@@ -18,6 +18,8 @@ any machine:
     its gain beats the band, and interleaved runs confirm it;
   * B=2 3% faster without noise: the band is 0, so the 2% floor applies and B=2 wins
     (the threshold is the measured noise, not a fixed margin);
+  * with tune.search=dtype and debug.emulate_bf16, bf16 twice as fast wins and the
+    profile sets train.precision=bf16 (plan reads it back); bf16 1.5x slower leaves it out;
   * a bad debug.tune_fake exits 2 naming the key.
 A real search with CPU-burning processes on every core (a busy machine):
   * the JSON reports busy, other processes' CPU use before the search, and the noise
@@ -120,6 +122,32 @@ with tempfile.TemporaryDirectory() as tmp:
         check(j["noise_band"] == 0 and abs(j["threshold"] - 0.02) < 1e-9 and
               settings(j["settings"])["train.batch_size"] == "2",
               "without noise the band is 0 and 3%% beats the 2%% floor: B=2 wins (%s)"
+              % j["settings"])
+
+    # ------------------------------------------------------------ precision
+    # the dtype search tries train.precision=bf16 where the CPU has bf16 instructions
+    # (here on request, emulated: debug.emulate_bf16); bf16 twice as fast wins and the
+    # profile sets it, and train reads the profile back with it
+    PREC = [base, "tune.search=dtype", "tune.budget_s=20", "debug.emulate_bf16=true"]
+    rc, out, err = tune("--config", *PREC, "debug.tune_fake=train.precision=bf16:0.5",
+                        "--json", "--out", P("bf16.yaml"))
+    j = json.loads(out) if rc == 0 else {}
+    if check(rc == 0 and j.get("trials"), "tune with bf16 twice as fast runs: %s" % err[-300:]):
+        check(j["trials"][j["start"]]["precision"] == "fp32" and
+              settings(j["settings"]).get("train.precision") == "bf16",
+              "bf16 wins and the profile sets train.precision=bf16 (%s)" % j["settings"])
+        q = subprocess.run([CTRAIN, "plan", "--config", P("bf16.yaml"), "--json"],
+                           capture_output=True, text=True, timeout=120)
+        check(q.returncode == 0 and json.loads(q.stdout).get("precision") == "bf16",
+              "plan --config of the profile runs bf16: %s" % q.stderr[-200:])
+    rc, out, err = tune("--config", *PREC, "debug.tune_fake=train.precision=bf16:1.5",
+                        "--json", "--out", P("fp32.yaml"))
+    j = json.loads(out) if rc == 0 else {}
+    if check(rc == 0 and j.get("trials"), "tune with bf16 slower runs"):
+        check(any(x["precision"] == "bf16" and x["measured"] for x in j["trials"]),
+              "bf16 was tried: %s" % [x["precision"] for x in j["trials"]])
+        check("train.precision" not in settings(j["settings"]),
+              "fp32 stays when bf16 is slower: the profile does not set train.precision (%s)"
               % j["settings"])
 
     rc, out, err = tune("--config", *FAKE, "debug.tune_fake=train.batch_size:2", "--out",
