@@ -3,13 +3,17 @@
 
 usage: python3 bench/compare_torch.py [--preset gpt2] [--batch 4] [--seqs 64,256,1024]
            [--rounds 3] [--warmup 1] [--steps 3] [--threads 2] [--ctrain build/ctrain]
-           [--json-out FILE] [--markdown FILE]
+           [--precisions fp32[,bf16]] [--json-out FILE] [--markdown FILE]
 
 For each sequence length, each round runs three fresh processes in turn: A `ctrain bench
 step`, B bench/torch_gpt2_step.py (PyTorch, same model and shapes), C `ctrain bench gemm`
 (the step's GEMMs alone). `ctrain bench peak` runs once, for the machine's GEMM peak. The
 peak RSS of every child is read here with wait4(), so both sides are measured the same
 way; both sides' MFU uses the FLOP count that ctrain reports for the step.
+--precisions fp32,bf16 runs every length in both: ctrain's train.precision=bf16 (bf16 GEMM
+inputs, fp32 sums; its GEMM-only column the same mixed-precision GEMMs) against PyTorch's
+forward under CPU autocast bf16. On a CPU without bf16 instructions both sides emulate it
+and the bf16 rows say nothing about speed.
 Prints a table and PASS/MISS lines for the project's goals; exits 0 even when a goal is
 missed, 1 when a child fails or prints something unreadable, 2 on bad arguments.
 Standard library only; PyTorch runs in its own interpreter (--python, /usr/bin/python3).
@@ -36,6 +40,8 @@ NAME = "compare_torch.py"
 GOAL_SPEEDUP = {64: 2.0, 256: 1.6, 1024: 2.0}
 GOAL_STEP_OVER_GEMM = 1.25      # ctrain step time <= this x its GEMM-only time, every T
 GOAL_RSS = (4, 1024, 0.5)       # at B=4 T=1024, ctrain peak RSS <= 0.5 x PyTorch's
+GOAL_BF16_OVER_FP32 = {256: 1.8, 1024: 1.8}  # ctrain bf16 tokens/s >= this x its fp32
+GOAL_BF16_SPEEDUP = {64: 5.0}                # ctrain bf16 tokens/s >= this x PyTorch autocast
 
 
 class RunError(Exception):
@@ -186,7 +192,8 @@ def summarize(cfg_runs, B, T, peak):
     gemm_s = [r["json"]["gemm_s"] for r in gm_runs]
     gemm = {"gemm_s": gemm_s, "median_s": median(gemm_s), "min_s": min(gemm_s), "max_s": max(gemm_s)}
     return {
-        "B": B, "T": T, "flops_per_step": flops, "ctrain": ct, "pytorch": pt, "gemm": gemm,
+        "B": B, "T": T, "precision": ct_runs[0]["json"].get("precision", "fp32"),
+        "flops_per_step": flops, "ctrain": ct, "pytorch": pt, "gemm": gemm,
         "ratio_tokens_per_s": ct["tokens_per_s"] / pt["tokens_per_s"],
         "ratio_step_over_gemm": ct["median_s"] / gemm["median_s"],
         "ratio_peak_rss": ct["peak_rss_bytes"] / pt["peak_rss_bytes"],
@@ -196,11 +203,25 @@ def summarize(cfg_runs, B, T, peak):
 def goals(results):
     """[(status, text)] with status PASS, MISS or N/A (the config was not run)."""
     out = []
-    by_t = {r["T"]: r for r in results}
+    by_t = {r["T"]: r for r in results if r["precision"] == "fp32"}
+    bf = {r["T"]: r for r in results if r["precision"] == "bf16"}
     for r in results:
         x = r["ratio_step_over_gemm"]
         out.append(("PASS" if x <= GOAL_STEP_OVER_GEMM else "MISS",
-                    "T=%d: ctrain step <= %.2fx GEMM-only (%.2fx)" % (r["T"], GOAL_STEP_OVER_GEMM, x)))
+                    "T=%d%s: ctrain step <= %.2fx GEMM-only (%.2fx)"
+                    % (r["T"], "" if r["precision"] == "fp32" else " " + r["precision"],
+                       GOAL_STEP_OVER_GEMM, x)))
+    for t, want in sorted(GOAL_BF16_OVER_FP32.items()):
+        if t in bf and t in by_t:
+            x = bf[t]["ctrain"]["tokens_per_s"] / by_t[t]["ctrain"]["tokens_per_s"]
+            out.append(("PASS" if x >= want else "MISS",
+                        "T=%d: ctrain bf16 tokens/s >= %.1fx its fp32 (%.2fx)" % (t, want, x)))
+    for t, want in sorted(GOAL_BF16_SPEEDUP.items()):
+        if t in bf:
+            x = bf[t]["ratio_tokens_per_s"]
+            out.append(("PASS" if x >= want else "MISS",
+                        "T=%d: ctrain bf16 tokens/s >= %.1fx PyTorch autocast bf16 (%.2fx)"
+                        % (t, want, x)))
     for t, want in sorted(GOAL_SPEEDUP.items()):
         if t in by_t:
             x = by_t[t]["ratio_tokens_per_s"]
@@ -238,7 +259,7 @@ def fmt_pct(x):
     return "%.1f%%" % (100 * x)
 
 
-COLUMNS = ["T", "ctrain step (min-max)", "PyTorch step (min-max)", "ctrain tok/s", "PyTorch tok/s",
+COLUMNS = ["T", "precision", "ctrain step (min-max)", "PyTorch step (min-max)", "ctrain tok/s", "PyTorch tok/s",
            "speedup", "GEMM-only", "step/GEMM", "MFU ctrain", "MFU PyTorch",
            "RSS ctrain", "RSS PyTorch", "RSS ratio"]
 
@@ -246,7 +267,7 @@ COLUMNS = ["T", "ctrain step (min-max)", "PyTorch step (min-max)", "ctrain tok/s
 def row_cells(r):
     ct, pt = r["ctrain"], r["pytorch"]
     return [
-        str(r["T"]),
+        str(r["T"]), r["precision"],
         "%s (%s-%s)" % (fmt_s(ct["median_s"]), fmt_s(ct["min_s"]), fmt_s(ct["max_s"])),
         "%s (%s-%s)" % (fmt_s(pt["median_s"]), fmt_s(pt["min_s"]), fmt_s(pt["max_s"])),
         "%.0f" % ct["tokens_per_s"], "%.0f" % pt["tokens_per_s"],
@@ -296,7 +317,7 @@ def render_text(m, results, goal_lines):
         if split:
             parts = ", ".join("%s %s" % (k, fmt_s(v)) for k, v in
                               sorted(split.items(), key=lambda kv: -kv[1]))
-            lines.append("ctrain time per step at T=%d: %s" % (r["T"], parts))
+            lines.append("ctrain time per step at T=%d %s: %s" % (r["T"], r["precision"], parts))
     lines.append("")
     lines += ["%-4s %s" % g for g in goal_lines]
     return "\n".join(lines) + "\n"
@@ -352,6 +373,9 @@ def parse_args(argv):
     ap.add_argument("--gemm", default="openblas", choices=("openblas", "onednn", "auto"),
                     help="ctrain's GEMM library, run.gemm (default openblas); the GEMM-only "
                          "column and the peak use the same one")
+    ap.add_argument("--precisions", default="fp32",
+                    help="comma-separated: fp32 and/or bf16 (ctrain train.precision, PyTorch "
+                         "autocast)")
     ap.add_argument("--python", default="/usr/bin/python3", help="interpreter with torch")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per child (default 3600)")
     ap.add_argument("--json-out", help="write the raw runs and the summary here")
@@ -363,6 +387,10 @@ def parse_args(argv):
         ap.error("--seqs %r: expected comma-separated integers such as 64,256,1024" % a.seqs)
     if not a.seq_list or min(a.seq_list) < 1 or len(set(a.seq_list)) != len(a.seq_list):
         ap.error("--seqs %r: expected distinct positive integers" % a.seqs)
+    a.prec_list = [p.strip() for p in a.precisions.split(",") if p.strip()]
+    if not a.prec_list or any(p not in ("fp32", "bf16") for p in a.prec_list) or \
+            len(set(a.prec_list)) != len(a.prec_list):
+        ap.error("--precisions %r: expected fp32, bf16 or fp32,bf16" % a.precisions)
     for k in ("batch", "rounds", "steps", "threads", "timeout"):
         if getattr(a, k) < 1:
             ap.error("--%s must be at least 1, got %d" % (k, getattr(a, k)))
@@ -385,26 +413,27 @@ def run_all(a):
                                "--gemm", a.gemm],
                               env, a.timeout, ["gemm_peak_gflops", "theoretical_gflops"])
     results, raw = [], []
-    for T in a.seq_list:
+    for prec, T in [(p, t) for p in a.prec_list for t in a.seq_list]:
         runs = {"ctrain": [], "pytorch": [], "gemm": []}
         shape = common + ["--seq", str(T)]
+        pr = ["--precision", prec]
         cmds = [
-            ("ctrain", [a.ctrain, "bench", "step"] + shape + lib + timing + ["--json"],
+            ("ctrain", [a.ctrain, "bench", "step"] + shape + lib + pr + timing + ["--json"],
              ["step_s", "median_s", "flops_per_step"]),
-            ("pytorch", [a.python, TORCH_SCRIPT] + shape + timing + ["--json"],
+            ("pytorch", [a.python, TORCH_SCRIPT] + shape + pr + timing + ["--json"],
              ["step_s", "median_s", "peak_rss_bytes"]),
-            ("gemm", [a.ctrain, "bench", "gemm"] + shape + lib +
+            ("gemm", [a.ctrain, "bench", "gemm"] + shape + lib + pr +
              ["--threads", str(a.threads), "--json"],
              ["gemm_s"]),
         ]
         for rnd in range(a.rounds):
             for side, cmd, need in cmds:
-                log("T=%d round %d/%d: %s ..." % (T, rnd + 1, a.rounds, side))
+                log("T=%d %s round %d/%d: %s ..." % (T, prec, rnd + 1, a.rounds, side))
                 obj, rec = run_json(cmd, env, a.timeout, need)
                 if obj.get("B", a.batch) != a.batch or obj.get("T", T) != T:
                     raise RunError("`%s` reports B=%r T=%r, expected B=%d T=%d"
                                    % (" ".join(cmd), obj.get("B"), obj.get("T"), a.batch, T))
-                rec.update(side=side, round=rnd + 1, T=T)
+                rec.update(side=side, round=rnd + 1, T=T, precision=prec)
                 runs[side].append(rec)
         raw += runs["ctrain"] + runs["pytorch"] + runs["gemm"]
         results.append(summarize(runs, a.batch, T, peak))

@@ -2,7 +2,7 @@
 """Time GPT-2 training steps in PyTorch on the CPU: the other side of bench/compare_torch.py.
 
 usage: /usr/bin/python3 bench/torch_gpt2_step.py [--preset gpt2] [--batch 4] [--seq 64]
-           [--warmup 1] [--steps 3] [--threads 2] [--json]
+           [--warmup 1] [--steps 3] [--threads 2] [--precision fp32|bf16] [--json]
 
 The model is written here, not imported: token and position embeddings, pre-LayerNorm
 blocks (eps 1e-5) with a fused qkv projection, causal attention spelled out as Hugging
@@ -10,8 +10,10 @@ Face's GPT-2 computes it (q @ k^T / sqrt(head size), causal mask, softmax, @ v),
 with tanh-approximated GELU, a final LayerNorm and an lm_head tied to the token embedding.
 Each timed step is forward + mean cross-entropy + backward + AdamW step, in fp32 on
 random token batches from a seeded generator; the data draw is outside the timed region.
-Left out on purpose: dropout, autocast (bf16 autocast is much slower on CPUs without
-bf16 units), torch.compile and anything that needs more than torch and the standard library.
+--precision bf16 runs the forward under torch.autocast("cpu", dtype=torch.bfloat16), the
+mixed precision ctrain's train.precision=bf16 is checked against (much slower than fp32 on
+CPUs without bf16 units). Left out on purpose: dropout, torch.compile and anything that
+needs more than torch and the standard library.
 """
 
 import argparse
@@ -134,6 +136,8 @@ def parse_args(argv):
     ap.add_argument("--steps", type=int, default=3, help="timed steps (default 3)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                    help="bf16: the forward under CPU autocast (bf16 matmuls)")
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     a = ap.parse_args(argv)
 
@@ -187,7 +191,8 @@ def main(argv):
         x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = model(x, y)
         loss.backward()
         opt.step()
         dt = time.perf_counter() - t0
@@ -205,7 +210,7 @@ def main(argv):
     out = {
         "bench": "torch_step", "impl": "pytorch", "torch": torch.__version__,
         "preset": a.preset_name, "config": a.cfg, "params": n_params,
-        "B": B, "T": T, "threads": a.threads, "warmup": a.warmup,
+        "B": B, "T": T, "threads": a.threads, "warmup": a.warmup, "precision": a.precision,
         "step_s": step_s, "median_s": med, "tokens_per_s": B * T / med, "loss": losses,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }

@@ -113,8 +113,9 @@ static void bench_usage(void) {
            "  --table cpu|ref kernel table to measure (default cpu)\n"
            "  --recompute none|light|full  step: what backward recomputes (default none)\n"
            "  --activation-dtype fp32|bf16 step: storage of saved activations (default fp32)\n"
-           "  --precision fp32|bf16  step: the GEMMs' precision (train.precision; default fp32;\n"
-           "                  bf16 is emulated, slowly, on CPUs without bf16 instructions)\n"
+           "  --precision fp32|bf16  step, gemm: the GEMMs' precision (train.precision; default\n"
+           "                  fp32; bf16 is emulated, slowly, on CPUs without bf16\n"
+           "                  instructions)\n"
            "  --attention-tiles QxK  attention tile: query rows x keys (default 64x128)\n"
            "  --gemm openblas|onednn|auto  the GEMM library (default: run.gemm's default,\n"
            "                  openblas; auto: oneDNN when built with it)\n"
@@ -615,22 +616,28 @@ static int run_gate(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
 
 static int run_gemm(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc) {
     double t[64], flops = 0;
-    if (ct_bench_gemm_step(ctx, mc, (int)a->B, (int)a->T, (int)a->reps, t, &flops))
+    ct_precision prec;
+    if (ct_model_precision_from_name(&prec, a->precision)) return cli_fail("bench");
+    if (ct_bench_gemm_step(ctx, mc, (int)a->B, (int)a->T, prec, (int)a->reps, t, &flops))
         return cli_fail("bench");
     double med = ct_bench_median(t, (int)a->reps), lo = t[0], hi = t[0];
     for (int i = 1; i < a->reps; i++) lo = t[i] < lo ? t[i] : lo, hi = t[i] > hi ? t[i] : hi;
     if (a->json) {
         printf("{\"bench\": \"gemm\", \"preset\": ");
         json_str(a->label);
-        printf(", \"B\": %lld, \"T\": %lld, \"threads\": %d, \"gemm_s\": %.9g, "
-               "\"gemm_s_min\": %.9g, \"gemm_s_max\": %.9g, \"runs_s\": [",
-               a->B, a->T, ct_ctx_threads(ctx), med, lo, hi);
+        printf(", \"B\": %lld, \"T\": %lld, \"threads\": %d, \"precision\": \"%s\", "
+               "\"gemm\": \"%s\", \"gemm_s\": %.9g, \"gemm_s_min\": %.9g, "
+               "\"gemm_s_max\": %.9g, \"runs_s\": [",
+               a->B, a->T, ct_ctx_threads(ctx), a->precision,
+               ct_gemm_lib_name((ct_gemm_lib)ct_ctx_base_backend(ctx)->gemm), med, lo, hi);
         for (int i = 0; i < a->reps; i++) printf("%s%.9g", i ? ", " : "", t[i]);
         printf("], \"flops\": %.6e, \"gflops\": %.3f}\n", flops, flops / med / 1e9);
     } else {
-        printf("GEMM-only step (%s, B=%lld T=%lld): median %.3f s (min %.3f, max %.3f), "
-               "%.1f GFLOP/s, %.0f tok/s\n",
-               a->label, a->B, a->T, med, lo, hi, flops / med / 1e9, a->B * a->T / med);
+        printf("GEMM-only step (%s, B=%lld T=%lld, %s GEMMs, %s): median %.3f s (min %.3f, "
+               "max %.3f), %.1f GFLOP/s, %.0f tok/s\n",
+               a->label, a->B, a->T, a->precision,
+               ct_gemm_lib_name((ct_gemm_lib)ct_ctx_base_backend(ctx)->gemm), med, lo, hi,
+               flops / med / 1e9, a->B * a->T / med);
     }
     return 0;
 }

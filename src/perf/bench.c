@@ -496,22 +496,36 @@ bool ct_bench_build_optimized(void) {
 
 /* ------------------------------------------------------- GEMM-only step */
 
-/* The sgemms of one linear layer exactly as backend/cpu/matmul.c issues them:
+/* The GEMMs of one linear layer exactly as backend/cpu/matmul.c issues them:
  * forward out(N,OC) = in(N,C) W(OC,C)^T, backward dinp += dout W and
- * dW += dout^T in. */
-static void linear_fwd(ct_gemm_lib lib, float *out, const float *in, const float *w, int N,
-                       int C, int OC) {
-    ct_sgemm(lib, false, true, N, OC, C, 1.0f, in, C, w, C, 1.0f, out, OC);
+ * dW += dout^T in; with bf16 weights (w16, and in16 the input's copy) the
+ * mixed-precision twins. */
+typedef struct gemm_ops {
+    ct_gemm_lib lib;
+    bool bf16;
+} gemm_ops;
+static void linear_fwd(const gemm_ops *g, float *out, const float *in, const float *w,
+                       const uint16_t *w16, int N, int C, int OC) {
+    if (g->bf16)
+        ct_gemm_f32_bf16(g->lib, false, true, N, OC, C, 1.0f, in, C, w16, C, 1.0f, out, OC);
+    else
+        ct_sgemm(g->lib, false, true, N, OC, C, 1.0f, in, C, w, C, 1.0f, out, OC);
 }
-static void linear_bwd(ct_gemm_lib lib, float *dinp, float *dw, const float *dout,
-                       const float *in, const float *w, int N, int C, int OC) {
-    ct_sgemm(lib, false, false, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
-    ct_sgemm(lib, true, false, OC, C, N, 1.0f, dout, OC, in, C, 1.0f, dw, C);
+static void linear_bwd(const gemm_ops *g, float *dinp, float *dw, const float *dout,
+                       const float *in, const uint16_t *in16, const float *w,
+                       const uint16_t *w16, int N, int C, int OC) {
+    if (g->bf16) {
+        ct_gemm_f32_bf16(g->lib, false, false, N, C, OC, 1.0f, dout, OC, w16, C, 1.0f, dinp, C);
+        ct_gemm_f32_bf16(g->lib, true, false, OC, C, N, 1.0f, dout, OC, in16, C, 1.0f, dw, C);
+    } else {
+        ct_sgemm(g->lib, false, false, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
+        ct_sgemm(g->lib, true, false, OC, C, N, 1.0f, dout, OC, in, C, 1.0f, dw, C);
+    }
 }
 
-ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int T, int reps,
-                             double *times, double *flops) {
-    ct_gemm_lib lib = bench_lib(ctx);
+ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int T,
+                             ct_precision prec, int reps, double *times, double *flops) {
+    gemm_ops g = {bench_lib(ctx), prec == CT_PREC_BF16};
     ct_status st = ct_model_config_validate(cfg);
     if (st) return st;
     if (B < 1 || T < 1 || T > cfg->n_ctx)
@@ -531,46 +545,56 @@ ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int
     float *x = malloc(big * sizeof(float)), *y = malloc(big * sizeof(float));
     float *dx = malloc(big * sizeof(float));
     float *logits = malloc((size_t)rows * V * sizeof(float));
-    if (!w || !dw || !x || !y || !dx || !logits) {
-        free(w), free(dw), free(x), free(y), free(dx), free(logits);
+    /* bf16: the weights' copies and the inputs' (zero bits are bf16 zeros) */
+    uint16_t *w16 = g.bf16 ? calloc(nw, sizeof *w16) : NULL;
+    uint16_t *x16 = g.bf16 ? calloc(big, sizeof *x16) : NULL;
+    if (!w || !dw || !x || !y || !dx || !logits || (g.bf16 && (!w16 || !x16))) {
+        free(w), free(dw), free(x), free(y), free(dx), free(logits), free(w16), free(x16);
         return CT_ERR(CT_ERR_OOM, "out of memory for the GEMM-only step (%.1f GB)",
                       (2.0 * nw + 3.0 * big + (double)rows * V) * 4 / 1e9);
     }
     memset(w, 0, nw * sizeof(float));
     memset(dw, 0, nw * sizeof(float));
     for (size_t i = 0; i < nw; i += 97) w[i] = 0.01f;
+    if (w16) ct_f32_to_bf16_array(w16, w, nw);
     memset(x, 0, big * sizeof(float));
     memset(y, 0, big * sizeof(float));
     memset(dx, 0, big * sizeof(float));
     memset(logits, 0, (size_t)rows * V * sizeof(float));
     const float *head = w + per_layer * L;
+    const uint16_t *head16 = w16 ? w16 + per_layer * L : NULL;
     float *dhead = dw + per_layer * L;
     for (int r = -1; r < reps; r++) {
         double t0 = ct_time_s();
         for (int l = 0; l < L; l++) {
             const float *wl = w + per_layer * l;
-            linear_fwd(lib, y, x, wl, N, C, QKV);
-            linear_fwd(lib, y, x, wl + o_proj, N, C, C);
-            linear_fwd(lib, y, x, wl + o_fc, N, C, UP);
-            linear_fwd(lib, y, x, wl + o_fp, N, F, C);
+            const uint16_t *hl = w16 ? w16 + per_layer * l : NULL;
+            linear_fwd(&g, y, x, wl, hl, N, C, QKV);
+            linear_fwd(&g, y, x, wl + o_proj, hl ? hl + o_proj : NULL, N, C, C);
+            linear_fwd(&g, y, x, wl + o_fc, hl ? hl + o_fc : NULL, N, C, UP);
+            linear_fwd(&g, y, x, wl + o_fp, hl ? hl + o_fp : NULL, N, F, C);
         }
         for (int r0 = 0; r0 < N; r0 += rows) {
             int n = N - r0 < rows ? N - r0 : rows;
-            linear_fwd(lib, logits, x + (size_t)r0 * C, head, n, C, V);
-            linear_bwd(lib, dx + (size_t)r0 * C, dhead, logits, x + (size_t)r0 * C, head, n, C, V);
+            const float *xr = x + (size_t)r0 * C;
+            const uint16_t *xr16 = x16 ? x16 + (size_t)r0 * C : NULL;
+            linear_fwd(&g, logits, xr, head, head16, n, C, V);
+            linear_bwd(&g, dx + (size_t)r0 * C, dhead, logits, xr, xr16, head, head16, n, C, V);
         }
         for (int l = L - 1; l >= 0; l--) {
             const float *wl = w + per_layer * l;
+            const uint16_t *hl = w16 ? w16 + per_layer * l : NULL;
             float *dwl = dw + per_layer * l;
-            linear_bwd(lib, dx, dwl + o_fp, y, x, wl + o_fp, N, F, C);
-            linear_bwd(lib, dx, dwl + o_fc, y, x, wl + o_fc, N, C, UP);
-            linear_bwd(lib, dx, dwl + o_proj, y, x, wl + o_proj, N, C, C);
-            linear_bwd(lib, dx, dwl, y, x, wl, N, C, QKV);
+            linear_bwd(&g, dx, dwl + o_fp, y, x, x16, wl + o_fp, hl ? hl + o_fp : NULL, N, F, C);
+            linear_bwd(&g, dx, dwl + o_fc, y, x, x16, wl + o_fc, hl ? hl + o_fc : NULL, N, C, UP);
+            linear_bwd(&g, dx, dwl + o_proj, y, x, x16, wl + o_proj, hl ? hl + o_proj : NULL, N,
+                       C, C);
+            linear_bwd(&g, dx, dwl, y, x, x16, wl, hl, N, C, QKV);
         }
         if (r >= 0) times[r] = ct_time_s() - t0;
     }
     double per_layer_flops = 6.0 * N * (double)per_layer;
     *flops = L * per_layer_flops + 6.0 * N * (double)V * C;
-    free(w), free(dw), free(x), free(y), free(dx), free(logits);
+    free(w), free(dw), free(x), free(y), free(dx), free(logits), free(w16), free(x16);
     return CT_OK;
 }

@@ -98,12 +98,15 @@ ct_status ct_bench_stream_bw(ct_ctx *ctx, size_t bytes, double min_s, double *re
  * BLAS it calls stays fast: its roofline figures are then no bounds. */
 bool ct_bench_build_optimized(void);
 
-/* GEMM-only step: every sgemm of one GPT-2 training step at (B,T), in the
+/* GEMM-only step: every GEMM of one GPT-2 training step at (B,T), in the
  * step's order with the step's shapes and transposes, on distinct weights per
- * layer. Runs it reps times; writes each run's seconds to times (reps) and the
- * step's GEMM FLOPs to *flops. CT_ERR_OOM, CT_ERR_ARG on a bad shape. */
-ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int T, int reps,
-                             double *times, double *flops);
+ * layer: sgemm, or under CT_PREC_BF16 the mixed-precision GEMMs the step
+ * runs then (fp32 activations and gradients times bf16 weights, and the
+ * input's bf16 copy for the weight gradient). Runs it reps times; writes each
+ * run's seconds to times (reps) and the step's GEMM FLOPs to *flops.
+ * CT_ERR_OOM, CT_ERR_ARG on a bad shape. */
+ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int T,
+                             ct_precision prec, int reps, double *times, double *flops);
 
 /* Peak resident set size of this process in bytes (getrusage). */
 size_t ct_bench_peak_rss(void);

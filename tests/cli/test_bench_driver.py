@@ -7,7 +7,8 @@ Runs the driver on gpt2-tiny (B=2, T=8 and 16, one round of one step) and checks
 sides ran, that every number is positive and finite, that the summary (medians, tokens/s,
 ratios, MFU, peak RSS) recomputes from the raw runs in --json-out, and that the Markdown
 table has one row per sequence length. Also: a failing child or bad arguments give a
-non-zero exit, and the PyTorch model of the benchmark computes the same loss and gradients
+non-zero exit; --precisions fp32,bf16 runs each length in both; and the PyTorch model of
+the benchmark computes the same loss and gradients
 as the golden reference model (tests/golden/gpt2_ref.py) and starts from GPT-2's init.
 """
 import importlib.util
@@ -143,6 +144,41 @@ def test_driver(tmp):
               for ln in rows) if any(ln.startswith("| T |") for ln in md) else False)
 
 
+def test_precisions(tmp):
+    """--precisions fp32,bf16: both precisions per length, each side told which, and each
+    row's ratios taken between runs of its own precision."""
+    jpath = os.path.join(tmp, "prec.json")
+    p = driver(["--preset", "gpt2-tiny", "--batch", str(B), "--seqs", "16", "--rounds", "1",
+                "--warmup", "1", "--steps", "1", "--threads", "2", "--precisions", "fp32,bf16",
+                "--json-out", jpath])
+    if not check("--precisions fp32,bf16 exits 0", p.returncode == 0, p.stderr[-2000:]):
+        return
+    with open(jpath) as f:
+        doc = json.load(f)
+    res, runs = doc["results"], doc["runs"]
+    check("one result per precision", [(r["T"], r["precision"]) for r in res] ==
+          [(16, "fp32"), (16, "bf16")], str([(r.get("T"), r.get("precision")) for r in res]))
+    for r in runs:
+        check("%s %s run reports its precision" % (r["side"], r["precision"]),
+              r["json"].get("precision") == r["precision"], str(r["json"].get("precision")))
+    for r in res:
+        mine = {s: [x for x in runs if x["precision"] == r["precision"] and x["side"] == s]
+                for s in ("ctrain", "pytorch", "gemm")}
+        if any(len(v) != 1 for v in mine.values()):
+            check("%s: one run per side" % r["precision"], False, str(mine))
+            continue
+        ct, pt = (statistics.median(mine[s][0]["json"]["step_s"]) for s in ("ctrain", "pytorch"))
+        check("%s: the speed-up is between runs of that precision" % r["precision"],
+              close(r["ratio_tokens_per_s"], pt / ct), "%r vs %r" % (r["ratio_tokens_per_s"], pt / ct))
+        check("%s: step/GEMM uses that precision's GEMM-only run" % r["precision"],
+              close(r["ratio_step_over_gemm"], ct / mine["gemm"][0]["json"]["gemm_s"]))
+    check("a bf16 step/GEMM verdict", any(ln.startswith(("PASS", "MISS")) and "T=16 bf16:" in ln
+                                          for ln in p.stdout.splitlines()), p.stdout[-800:])
+    p = driver(["--precisions", "fp16"])
+    check("--precisions fp16 exits 2", p.returncode == 2 and "--precisions" in p.stderr,
+          p.stderr[-300:])
+
+
 def test_failures(tmp):
     p = driver(["--seqs", "64,x"])
     check("bad --seqs exits 2", p.returncode == 2 and "--seqs" in p.stderr, p.stderr[-300:])
@@ -227,6 +263,7 @@ def test_same_model():
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_driver(tmp)
+        test_precisions(tmp)
         test_failures(tmp)
     test_same_model()
     if failures:
