@@ -101,8 +101,8 @@ extern "C" void ct_attention_forward_cuda(ct_backend *be, float *out, float *lse
     cuda_launched(be, "attention_forward");
 }
 
-/* D (B,NH,T) = rowsum(dout o out), a warp per row, in double as ref. */
-__global__ void k_attn_D(float *D, const float *dout, const float *out, int B, int T, int NH,
+/* D (B,NH,T) = rowsum(dout o out), a warp per row, kept in double as ref keeps it. */
+__global__ void k_attn_D(double *D, const float *dout, const float *out, int B, int T, int NH,
                          int HS) {
     size_t row = (size_t)blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
     if (row >= (size_t)B * NH * T) return;
@@ -111,13 +111,13 @@ __global__ void k_attn_D(float *D, const float *dout, const float *out, int B, i
     double acc = 0.0;
     for (int d = threadIdx.x & 31; d < HS; d += 32) acc += (double)dout[o + d] * out[o + d];
     acc = warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) D[row] = (float)acc;
+    if ((threadIdx.x & 31) == 0) D[row] = acc;
 }
 
 /* dq of one query row: sum over its keys of scale * ds_j * k_j. */
 __global__ void k_attn_dq(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                          const float *D, const int32_t *pos, ct_attn_dropout drop, int B, int T,
-                          int NH, int NKV, int HS) {
+                          const double *D, const int32_t *pos, ct_attn_dropout drop, int B,
+                          int T, int NH, int NKV, int HS) {
     size_t row = (size_t)blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
     if (row >= (size_t)B * NH * T) return;
     int lane = threadIdx.x & 31;
@@ -145,8 +145,8 @@ __global__ void k_attn_dq(float *dqkv, const float *dout, const float *qkv, cons
 /* dk, dv of one key row j of KV head g: over the query heads of the group in
  * order, then the queries that saw j (i >= j inside j's example) in order. */
 __global__ void k_attn_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                           const float *D, const int32_t *pos, ct_attn_dropout drop, int B, int T,
-                           int NH, int NKV, int HS) {
+                           const double *D, const int32_t *pos, ct_attn_dropout drop, int B,
+                           int T, int NH, int NKV, int HS) {
     size_t row = (size_t)blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
     if (row >= (size_t)B * NKV * T) return;
     int lane = threadIdx.x & 31;
@@ -166,7 +166,7 @@ __global__ void k_attn_dkv(float *dqkv, const float *dout, const float *qkv, con
             size_t r = ((size_t)b * NH + h) * T + i;
             double mk = drop_mult(drop, b, h, i, j, NH, T);
             double p = exp(scale * warp_dot(q, k, HS) - (double)lse[r]);
-            double ds = p * (mk * warp_dot(dout_i, v, HS) - (double)D[r]);
+            double ds = p * (mk * warp_dot(dout_i, v, HS) - D[r]);
             double pm = p * mk;
             for (int kk = 0, d = lane; kk < ATT_MAXK && d < HS; kk++, d += 32) {
                 dk[kk] += (float)(scale * ds * q[d]);
@@ -192,7 +192,7 @@ extern "C" void ct_attention_backward_cuda(ct_backend *be, float *dqkv, const fl
         cuda_latch(be, 2000, "attention_backward", "head size over 256 is not supported");
         return;
     }
-    size_t bytes = rows * sizeof(float);
+    size_t bytes = rows * sizeof(double);
     if (bytes > s->att_ws_bytes) {
         cudaStreamSynchronize(cuda_stream(be));
         if (s->att_ws) cudaFree(s->att_ws);

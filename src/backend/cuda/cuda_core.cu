@@ -171,8 +171,12 @@ extern "C" ct_status ct_cuda_init(ct_backend *be, int device) {
         s->cublas = h;
         cs = f->set_stream(h, stream);
     }
-    /* fp32 GEMMs in fp32: no TF32 (PyTorch parity with TF32 off on both sides) */
-    if (cs == CUBLAS_STATUS_SUCCESS) cs = f->set_math_mode(h, CUBLAS_PEDANTIC_MATH);
+    /* the default math mode runs fp32 GEMMs in fp32 (TF32 only on request:
+     * PyTorch parity with TF32 off on both sides) and bf16 inputs on tensor
+     * cores; reduced-precision reductions are refused */
+    if (cs == CUBLAS_STATUS_SUCCESS)
+        cs = f->set_math_mode(h, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                                CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     if (cs != CUBLAS_STATUS_SUCCESS) {
         ct_status st = CT_ERR(CT_ERR_ARG, "run.device = cuda:%d: cuBLAS did not start (status "
                               "%d)", device, (int)cs);

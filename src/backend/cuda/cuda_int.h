@@ -48,7 +48,7 @@ typedef struct cuda_state {
     unsigned long long *count_host; /* pinned */
     void *ws;              /* device: bf16 operand workspace of the mixed-precision GEMMs */
     size_t ws_bytes;
-    float *att_ws;         /* device: attention backward's D = rowsum(dout o out), (B,NH,T) */
+    double *att_ws;        /* device: attention backward's D = rowsum(dout o out), (B,NH,T) */
     size_t att_ws_bytes;
     void *events[CUDA_EVENTS]; /* cudaEvent_t */
     int next_event;

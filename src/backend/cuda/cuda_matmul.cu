@@ -1,9 +1,9 @@
 /*
- * The CUDA backend's dense layers through cuBLAS. Row-major (N,C) @ (OC,C)^T
- * is column-major (OC,C)... so every call is the transposed column-major
- * product: out^T (OC,N) = W (C,OC)^T-view x inp (C,N), and so on; no copies,
- * the transposes are flags. fp32 runs in pedantic math mode (no TF32), for
- * parity with PyTorch with TF32 off. Mixed precision (train.precision=bf16)
+ * The CUDA backend's dense layers through cuBLAS. A row-major (R,K) matrix
+ * is the column-major (K,R) one, its transpose, so every call is the
+ * transposed product in column-major terms: out^T (OC,N) = W^T-view^T (OC,C)
+ * x inp^T (C,N), and so on; no copies, the transposes are flags. fp32 runs in fp32 (cuBLAS's default math mode:
+ * no TF32), for parity with PyTorch with TF32 off. Mixed precision (train.precision=bf16)
  * rounds the fp32 operand into a bf16 workspace and calls cublasGemmEx with
  * bf16 inputs, fp32 compute and fp32 output (tensor cores). The bias is fused
  * by pre-filling the output and beta = 1, as the cpu backend does; its
