@@ -56,7 +56,7 @@ FUZZ_KEEP_GOING ?= 0
 fuzz-build:
 	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 		-DCT_SANITIZE=ON -DCT_FUZZ=ON -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link \
-		-DCT_OPENMP=OFF -DCT_MPI=OFF -DCT_BENCH=OFF >/dev/null
+		-DCT_OPENMP=OFF -DCT_MPI=OFF -DCT_BENCH=OFF -DCT_CUDA=OFF >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_all
 
 fuzz: fuzz-build
@@ -100,7 +100,7 @@ valgrind:
 	@command -v valgrind >/dev/null 2>&1 || { echo "make valgrind: valgrind is not installed"; \
 		echo "(Debian/Ubuntu: apt-get install valgrind); nothing was run"; exit 1; }
 	cmake -S . -B $(VALGRIND_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCT_NATIVE=OFF -DCT_TESTS=OFF \
-		-DCT_BENCH=OFF >/dev/null
+		-DCT_BENCH=OFF -DCT_CUDA=OFF >/dev/null
 	cmake --build $(VALGRIND_BUILD) -j $(JOBS) --target ctrain
 	/usr/bin/python3 tests/soak/valgrind_run.py --ctrain $(VALGRIND_BUILD)/ctrain \
 		--jobs $(VALGRIND_JOBS) --logs $(VALGRIND_BUILD)/valgrind-logs $(VALGRIND_TESTS)
