@@ -15,8 +15,9 @@ share regress, other step options or an unknown kind exit 2, and a kernels basel
 refused by `bench step`.
 
 Timing on a shared machine: one thread, a few kernels of gpt2-demo at B=4 T=64 and
-15 repetitions each. The same-settings rerun may be retried (up to 3 runs) because a
-burst of load from another process can slow one run; a 4x slowdown never needs one.
+15 repetitions each. The same-settings rerun may be retried (up to 4 runs, the last two
+against a baseline taken again just before) because a burst of load from another process
+can slow one run, or the whole machine for minutes; a 4x slowdown never needs one.
 """
 import json
 import os
@@ -91,8 +92,13 @@ with tempfile.TemporaryDirectory() as d:
         check(abs(k["noise"] - spread) <= 1e-9 * max(1.0, spread),
               "%s: noise = (max - min) / median (%g vs %g)" % (k["name"], k["noise"], spread))
 
-    # the same settings: no regression
-    for attempt in range(3):
+    # the same settings: no regression. A shared machine can slow down for minutes (its
+    # neighbours' load), so after a failed rerun the baseline is taken again and compared
+    # at once: a rerun must pass against a baseline of the machine as it is now
+    for attempt in range(4):
+        if attempt >= 2:
+            q = run(*ARGS, "--save-baseline", base)
+            print("attempt %d: the baseline taken again (exit %d)" % (attempt + 1, q.returncode))
         p = run(*ARGS, "--baseline", base)
         if p.returncode == 0:
             break
@@ -176,7 +182,11 @@ with tempfile.TemporaryDirectory() as d:
     for k in sb.get("kernels", []):
         check(len(k["repeats_s"]) == 7 and abs(k["median_s"] - median(k["repeats_s"])) <=
               1e-12 * max(1.0, k["median_s"]), "%s: 7 repetitions and their median" % k["name"])
-    for attempt in range(3):
+    for attempt in range(4):
+        if attempt >= 2:  # the machine may have changed under it: as above
+            q = run(*STEP, "--save-baseline", sbase)
+            print("attempt %d: the step baseline taken again (exit %d)" % (attempt + 1,
+                                                                         q.returncode))
         p = run(*STEP, "--baseline", sbase)
         if p.returncode == 0:
             break
