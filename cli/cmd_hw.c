@@ -72,7 +72,8 @@ static int hw_print_json(const ct_hwinfo *h, const hw_measured *m) {
     char name[128], why[256];
     int n = ct_cuda_probe(name, sizeof name, why, sizeof why);
     size_t len = strlen(json);
-    while (len && (json[len - 1] == '\n' || json[len - 1] == '}')) json[--len] = 0;
+    while (len && json[len - 1] == '\n') json[--len] = 0;
+    if (len && json[len - 1] == '}') json[--len] = 0; /* the object's own brace only */
     printf("%s, \"cuda_built\": %s, \"cuda_devices\": %d, \"cuda_name\": ", json,
            n >= 0 ? "true" : "false", n > 0 ? n : 0);
     cli_put_json_string(name, strlen(name));

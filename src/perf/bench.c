@@ -122,9 +122,8 @@ static double gemm_once(ct_gemm_lib lib, bool bf16, int n, const peak_bufs *p) {
 }
 
 /* ct_bench_gemm_peak_info on lib, fp32 or bf16 inputs. */
-static ct_status gemm_peak_run(ct_ctx *ctx, ct_gemm_lib lib, bool bf16, int n, int reps,
+static ct_status gemm_peak_run(ct_gemm_lib lib, bool bf16, int n, int reps,
                                ct_bench_gemm_info *info) {
-    (void)ctx;
     memset(info, 0, sizeof *info);
     info->others_cpus = -1;
     size_t nn = (size_t)n * n;
@@ -182,11 +181,11 @@ static ct_status gemm_peak_run(ct_ctx *ctx, ct_gemm_lib lib, bool bf16, int n, i
 }
 
 ct_status ct_bench_gemm_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_info *info) {
-    return gemm_peak_run(ctx, bench_lib(ctx), false, n, reps, info);
+    return gemm_peak_run(bench_lib(ctx), false, n, reps, info);
 }
 
 ct_status ct_bench_gemm_bf16_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_info *info) {
-    return gemm_peak_run(ctx, bench_lib(ctx), true, n, reps, info);
+    return gemm_peak_run(bench_lib(ctx), true, n, reps, info);
 }
 
 ct_status ct_bench_gemm_peak(ct_ctx *ctx, int n, int reps, double *gflops) {

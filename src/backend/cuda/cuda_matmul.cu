@@ -35,15 +35,6 @@ __global__ void k_dbias(float *dbias, const float *dout, int N, int OC) {
     for (int n = 0; n < N; n++) acc += dout[(size_t)n * OC + o];
     dbias[o] += (float)acc;
 }
-__global__ void k_round_bf16(uint16_t *dst, const float *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t u = __float_as_uint(src[i]);
-        uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        uint32_t nan = (u >> 16) | 0x0040u;
-        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-    }
-}
 
 /* out (N,OC) = bias rows, or untouched; returns the beta to use. */
 static float prefill_bias(ct_backend *be, float *out, const float *bias, int N, int OC) {
@@ -103,8 +94,7 @@ static const uint16_t *bf16_operand(ct_backend *be, const float *x, size_t n) {
         if (!cuda_ok(be, cudaMalloc(&s->ws, bytes), "bf16 GEMM workspace")) return NULL;
         s->ws_bytes = bytes;
     }
-    k_round_bf16<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>((uint16_t *)s->ws, x, n);
-    cuda_launched(be, "bf16 operand");
+    ct_f32_to_bf16_cuda(be, (uint16_t *)s->ws, x, n);
     return (const uint16_t *)s->ws;
 }
 
