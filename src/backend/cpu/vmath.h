@@ -1,8 +1,10 @@
 /*
  * Vector exp for the cpu kernels, written once with GCC/Clang vector
- * extensions: 16 floats per vector, which the compiler maps onto whatever the
- * target has (one AVX-512 register, two AVX2 registers, four SSE registers),
- * so there is no per-ISA code and no scalar-only path to keep in step.
+ * extensions: the kernels' loops go 16 floats at a time (v16f), which the
+ * compiler maps onto whatever the target has (one AVX-512 register, two AVX2
+ * registers, four SSE registers), so there is no per-ISA code and no
+ * scalar-only path to keep in step. The exp itself, and the loops that are
+ * mostly exp (softmax rows), run on the target's own width (vnf, below).
  * Cephes' expf: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two so r is
  * exact), a degree-6 polynomial for e^r, 2^n through the exponent bits. About
  * 1 ulp on [-87, 88]; inputs are clamped there, so exp of a very negative
@@ -19,6 +21,22 @@ typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 #define V16 16
 
+/* The target's own vector (16 floats with AVX-512, 8 with AVX, 4 else).
+ * Comparisons and selects are done at this width: on a 64-byte vector GCC
+ * splits them lane by lane into scalar compares and branches wherever the
+ * target's registers are narrower (AVX2: v16_exp ran ~8x slower than at this
+ * width, and attention's softmax with it). Lane for lane the same operations,
+ * so the results do not depend on the width. */
+#if defined(__AVX512F__)
+#define VN 16
+#elif defined(__AVX__)
+#define VN 8
+#else
+#define VN 4
+#endif
+typedef float vnf __attribute__((vector_size(VN * 4)));
+typedef int32_t vni __attribute__((vector_size(VN * 4)));
+
 static inline v16f v16_load(const float *p) {
     v16f v;
     memcpy(&v, p, sizeof v);
@@ -26,52 +44,82 @@ static inline v16f v16_load(const float *p) {
 }
 static inline void v16_store(float *p, v16f v) { memcpy(p, &v, sizeof v); }
 static inline v16f v16_set1(float x) { return (v16f){0} + x; }
+static inline vnf vn_set1(float x) { return (vnf){0} + x; }
 /* mask ? a : b, mask lanes all-ones or zero (a vector comparison's result). */
-static inline v16f v16_select(v16i mask, v16f a, v16f b) {
-    return (v16f)(((v16i)a & mask) | ((v16i)b & ~mask));
+static inline vnf vn_select(vni mask, vnf a, vnf b) {
+    return (vnf)(((vni)a & mask) | ((vni)b & ~mask));
 }
 
-static inline v16f v16_exp(v16f x) {
-    const v16f hi = v16_set1(88.3762626647949f), lo = v16_set1(-87.3365478515625f);
-    v16i nan = x != x;
-    v16f xc = v16_select(x > hi, hi, x);
-    xc = v16_select(xc < lo, lo, xc);
+static inline vnf vn_exp(vnf x) {
+    const vnf hi = vn_set1(88.3762626647949f), lo = vn_set1(-87.3365478515625f);
+    vni nan = x != x;
+    vnf xc = vn_select(x > hi, hi, x);
+    xc = vn_select(xc < lo, lo, xc);
     // n = round(x / ln2): adding 1.5 * 2^23 rounds to an integer (|x/ln2| < 2^22)
-    const v16f shifter = v16_set1(12582912.0f);
-    v16f n = (xc * 1.44269504088896341f + shifter) - shifter;
-    v16f r = xc - n * 0.693359375f;
+    const vnf shifter = vn_set1(12582912.0f);
+    vnf n = (xc * 1.44269504088896341f + shifter) - shifter;
+    vnf r = xc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
-    v16f p = v16_set1(1.9875691500e-4f);
+    vnf p = vn_set1(1.9875691500e-4f);
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    v16f y = p * (r * r) + r + 1.0f;
-    v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
-    y = y * (v16f)e;
-    return v16_select(nan, x, y);
+    vnf y = p * (r * r) + r + 1.0f;
+    vni e = (__builtin_convertvector(n, vni) + 127) << 23;
+    y = y * (vnf)e;
+    return vn_select(nan, x, y);
+}
+
+/* exp of each lane: vn_exp on each native-width piece (taken apart and put
+ * together with shuffles: through memory, GCC went by way of the integer
+ * registers, and v16_exp cost ~10 cycles a lane on AVX2). */
+static inline v16f v16_exp(v16f x) {
+#if VN == 16
+    return vn_exp(x);
+#elif VN == 8
+    vnf lo = vn_exp(__builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7));
+    vnf hi = vn_exp(__builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15));
+    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
+    vnf a = vn_exp(__builtin_shufflevector(x, x, 0, 1, 2, 3));
+    vnf b = vn_exp(__builtin_shufflevector(x, x, 4, 5, 6, 7));
+    vnf c = vn_exp(__builtin_shufflevector(x, x, 8, 9, 10, 11));
+    vnf d = vn_exp(__builtin_shufflevector(x, x, 12, 13, 14, 15));
+    typedef float v8f __attribute__((vector_size(32)));
+    v8f ab = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7);
+    v8f cd = __builtin_shufflevector(c, d, 0, 1, 2, 3, 4, 5, 6, 7);
+    return __builtin_shufflevector(ab, cd, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#endif
 }
 
 /* Scalar twin (the same polynomial), for loop tails. */
 static inline float s_exp(float x) {
-    float buf[V16] = {0};
-    buf[0] = x;
-    v16_store(buf, v16_exp(v16_load(buf)));
-    return buf[0];
+    vnf v = vn_set1(x);
+    return vn_exp(v)[0];
 }
 
-/* x[i] = exp(x[i] - sub) for i < n; returns the sum of the results. */
+/* x[i] = exp(x[i] - sub) for i < n; returns the sum of the results. Runs at
+ * the native width, summed as 16 lanes (V16 / VN accumulators), so the sum is
+ * the same on every target. */
 static inline float v_exp_sub_sum(float *x, int n, float sub) {
-    v16f acc = {0};
+    vnf acc[V16 / VN];
+    for (int c = 0; c < V16 / VN; c++) acc[c] = vn_set1(0.0f);
+    const vnf vs = vn_set1(sub);
     int i = 0;
     for (; i + V16 <= n; i += V16) {
-        v16f e = v16_exp(v16_load(x + i) - sub);
-        v16_store(x + i, e);
-        acc += e;
+        for (int c = 0; c < V16 / VN; c++) {
+            vnf v;
+            memcpy(&v, x + i + c * VN, sizeof v);
+            vnf e = vn_exp(v - vs);
+            memcpy(x + i + c * VN, &e, sizeof e);
+            acc[c] += e;
+        }
     }
     float s = 0.0f;
-    for (int l = 0; l < V16; l++) s += acc[l];
+    for (int c = 0; c < V16 / VN; c++)
+        for (int l = 0; l < VN; l++) s += acc[c][l];
     for (; i < n; i++) {
         x[i] = s_exp(x[i] - sub);
         s += x[i];
@@ -83,14 +131,16 @@ static inline float v_exp_sub_sum(float *x, int n, float sub) {
 static inline float v_max(const float *x, int n) {
     float m = x[0];
     int i = 0;
-    if (n >= V16) {
-        v16f acc = v16_load(x);
-        for (i = V16; i + V16 <= n; i += V16) {
-            v16f v = v16_load(x + i);
-            acc = v16_select(v > acc, v, acc);
+    if (n >= VN) {
+        vnf acc;
+        memcpy(&acc, x, sizeof acc);
+        for (i = VN; i + VN <= n; i += VN) {
+            vnf v;
+            memcpy(&v, x + i, sizeof v);
+            acc = vn_select(v > acc, v, acc);
         }
         m = acc[0];
-        for (int l = 1; l < V16; l++) m = acc[l] > m ? acc[l] : m;
+        for (int l = 1; l < VN; l++) m = acc[l] > m ? acc[l] : m;
     }
     for (; i < n; i++) m = x[i] > m ? x[i] : m;
     return m;
