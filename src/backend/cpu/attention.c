@@ -41,7 +41,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/tile.h"
 #include "backend/cpu/vmath.h"
 #include "backend/ref/ref.h"
 
@@ -144,10 +144,12 @@ static inline void drop_bwd_row(float *p, float *dp, int a, int nv, float Di, fl
  * batch row's positions (T) or NULL; drop its dropout or NULL. */
 static void attention_head_fwd(float *out, float *lse, const float *q, const float *k,
                                const float *v, const int32_t *pos, const att_drop *drop, int T,
-                               int HS, int ld, int C, float scale, int ATT_BQ, int ATT_BK,
-                               ct_gemm_lib lib) {
+                               int HS, int ld, int C, float scale, int ATT_BQ, int ATT_BK) {
     float S[ATT_BQ_MAX * ATT_BK_MAX];
     float O[ATT_BQ_MAX * ATT_HS_MAX];
+    /* the tile's operands, packed: its queries, scale K^T and V of the key
+     * tile (strided qkv rows, 9 KiB apart in GPT-2, cost a TLB entry each) */
+    float Qp[ATT_BQ * HS], Kt[HS * ATT_BK], Vp[ATT_BK * HS];
     float m[ATT_BQ_MAX], l[ATT_BQ_MAX];
     for (int r0 = 0; r0 < T; r0 += ATT_BQ) {
         int br = T - r0 < ATT_BQ ? T - r0 : ATT_BQ;
@@ -156,10 +158,12 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
         int kbeg = seg_start(pos, r0) / ATT_BK * ATT_BK;
         for (int i = 0; i < br; i++) m[i] = -INFINITY, l[i] = 0.0f;
         memset(O, 0, (size_t)br * HS * sizeof(float));
+        ct_tile_pack_rows(Qp, q + (size_t)r0 * ld, ld, br, HS);
         for (int c0 = kbeg; c0 < kend; c0 += ATT_BK) {
             int bc = kend - c0 < ATT_BK ? kend - c0 : ATT_BK;
-            ct_sgemm(lib, false, true, br, bc, HS, scale,
-                        q + (size_t)r0 * ld, ld, k + (size_t)c0 * ld, ld, 0.0f, S, bc);
+            ct_tile_pack_t(Kt, k + (size_t)c0 * ld, ld, bc, HS, scale);
+            ct_tile_pack_rows(Vp, v + (size_t)c0 * ld, ld, bc, HS);
+            ct_tile_gemm(br, bc, HS, Qp, HS, 1, Kt, bc, false, S, bc);
             for (int i = 0; i < br; i++) {
                 float *s = S + (size_t)i * bc;
                 // row i sees the tile's keys [a, nv): a window
@@ -181,8 +185,7 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
                 if (corr != 1.0f)
                     for (int d = 0; d < HS; d++) O[(size_t)i * HS + d] *= corr;
             }
-            ct_sgemm(lib, false, false, br, HS, bc, 1.0f, S, bc,
-                        v + (size_t)c0 * ld, ld, 1.0f, O, HS);
+            ct_tile_gemm(br, HS, bc, S, bc, 1, Vp, HS, true, O, HS);
         }
         for (int i = 0; i < br; i++) {
             float inv = 1.0f / l[i];
@@ -200,19 +203,29 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
 static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, const float *k,
                                const float *v, const float *o, const float *dout,
                                const float *lse, const int32_t *pos, const att_drop *drop, int T,
-                               int HS, int ld, int C, float scale, int ATT_BQ, int ATT_BK,
-                               ct_gemm_lib lib) {
-    float P[ATT_BQ_MAX * ATT_BK_MAX], dP[ATT_BQ_MAX * ATT_BK_MAX], D[ATT_BQ_MAX];
+                               int HS, int ld, int C, float scale, int ATT_BQ, int ATT_BK) {
+    float P[ATT_BQ_MAX * ATT_BK_MAX], dP[ATT_BQ_MAX * ATT_BK_MAX];
+    /* D = dout . out per query row, the softmax Jacobian's row term: once per
+     * head (per tile, its strided rows were re-read T / ATT_BK times) */
+    float D[T];
+    for (int t = 0; t < T; t++) D[t] = attention_dot(dout + (size_t)t * C, o + (size_t)t * C, HS);
+    /* packed operands: scale K^T, V^T and K of the key tile, Q and dO of the
+     * query tile (see the forward) */
+    float Kt[HS * ATT_BK], Vt[HS * ATT_BK], Kp[ATT_BK * HS], Qp[ATT_BQ * HS], dOp[ATT_BQ * HS];
     for (int c0 = 0; c0 < T; c0 += ATT_BK) {
         int bc = T - c0 < ATT_BK ? T - c0 : ATT_BK;
+        ct_tile_pack_t(Kt, k + (size_t)c0 * ld, ld, bc, HS, scale);
+        ct_tile_pack_t(Vt, v + (size_t)c0 * ld, ld, bc, HS, 1.0f);
+        ct_tile_pack_rows(Kp, k + (size_t)c0 * ld, ld, bc, HS);
         // query tiles that see at least one key of this tile: rows >= c0, and
         // (packed) up to the first tile whose earliest example starts past it
         for (int r0 = (c0 / ATT_BQ) * ATT_BQ; r0 < T; r0 += ATT_BQ) {
             if (seg_start(pos, r0) >= c0 + bc) break;
             int br = T - r0 < ATT_BQ ? T - r0 : ATT_BQ;
             const float *qr = q + (size_t)r0 * ld, *dor = dout + (size_t)r0 * C;
-            ct_sgemm(lib, false, true, br, bc, HS, scale, qr, ld,
-                        k + (size_t)c0 * ld, ld, 0.0f, P, bc);
+            ct_tile_pack_rows(Qp, qr, ld, br, HS);
+            ct_tile_pack_rows(dOp, dor, C, br, HS);
+            ct_tile_gemm(br, bc, HS, Qp, HS, 1, Kt, bc, false, P, bc);
             for (int i = 0; i < br; i++) {
                 float *p = P + (size_t)i * bc;
                 int nv = visible(r0 + i, c0, bc), a = hidden(pos, r0 + i, c0, bc);
@@ -220,13 +233,10 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
                 v_exp_sub_sum(p + a, nv - a, lse[r0 + i]);
                 memset(p, 0, (size_t)a * sizeof(float));
                 memset(p + nv, 0, (size_t)(bc - nv) * sizeof(float));
-                // D = dout . out, the softmax Jacobian's row term
-                D[i] = attention_dot(dor + (size_t)i * C, o + (size_t)(r0 + i) * C, HS);
             }
             if (drop) {
                 // dP = (dO V^T) o M; dS = P (dP - D) scale over dP; P o M for dV
-                ct_sgemm(lib, false, true, br, bc, HS, 1.0f, dor, C,
-                            v + (size_t)c0 * ld, ld, 0.0f, dP, bc);
+                ct_tile_gemm(br, bc, HS, dOp, HS, 1, Vt, bc, false, dP, bc);
                 for (int i = 0; i < br; i++) {
                     float *p = P + (size_t)i * bc, *dp = dP + (size_t)i * bc;
                     int nv = visible(r0 + i, c0, bc), a = hidden(pos, r0 + i, c0, bc);
@@ -234,29 +244,24 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
                     // masked entries have P = 0: their dS is 0 as it stands
                     for (int j = 0; j < a; j++) dp[j] = 0.0f;
                     for (int j = nv; j < bc; j++) dp[j] = 0.0f;
-                    drop_bwd_row(p, dp, a, nv, D[i], scale, drop,
+                    drop_bwd_row(p, dp, a, nv, D[r0 + i], scale, drop,
                                  drop->base + (uint64_t)(r0 + i) * T + c0);
                 }
-                ct_sgemm(lib, true, false, bc, HS, br, 1.0f, P, bc, dor, C,
-                            1.0f, dv + (size_t)c0 * ld, ld);
+                ct_tile_gemm(bc, HS, br, P, 1, bc, dOp, HS, true, dv + (size_t)c0 * ld, ld);
             } else {
                 // dV += P^T dO; dP = dO V^T
-                ct_sgemm(lib, true, false, bc, HS, br, 1.0f, P, bc, dor, C,
-                            1.0f, dv + (size_t)c0 * ld, ld);
-                ct_sgemm(lib, false, true, br, bc, HS, 1.0f, dor, C,
-                            v + (size_t)c0 * ld, ld, 0.0f, dP, bc);
+                ct_tile_gemm(bc, HS, br, P, 1, bc, dOp, HS, true, dv + (size_t)c0 * ld, ld);
+                ct_tile_gemm(br, bc, HS, dOp, HS, 1, Vt, bc, false, dP, bc);
                 // dS = P (dP - D) scale, written over dP (masked entries have P = 0)
                 for (int i = 0; i < br; i++) {
                     float *p = P + (size_t)i * bc, *dp = dP + (size_t)i * bc;
-                    float Di = D[i];
+                    float Di = D[r0 + i];
                     for (int j = 0; j < bc; j++) dp[j] = p[j] * (dp[j] - Di) * scale;
                 }
             }
             // dQ += dS K; dK += dS^T Q
-            ct_sgemm(lib, false, false, br, HS, bc, 1.0f, dP, bc,
-                        k + (size_t)c0 * ld, ld, 1.0f, dq + (size_t)r0 * ld, ld);
-            ct_sgemm(lib, true, false, bc, HS, br, 1.0f, dP, bc, qr, ld,
-                        1.0f, dk + (size_t)c0 * ld, ld);
+            ct_tile_gemm(br, HS, bc, dP, bc, 1, Kp, HS, true, dq + (size_t)r0 * ld, ld);
+            ct_tile_gemm(bc, HS, br, dP, 1, bc, Qp, HS, true, dk + (size_t)c0 * ld, ld);
         }
     }
 }
@@ -314,7 +319,7 @@ void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const floa
             attention_head_fwd(out + (size_t)b * T * C + (size_t)h * HS,
                                lse + ((size_t)b * NH + h) * T, base + (size_t)h * HS, kb, kb + KC,
                                pos ? pos + (size_t)b * T : NULL, dropping ? &d : NULL, T, HS, ld,
-                               C, scale, be->att_bq, be->att_bk, (ct_gemm_lib)be->gemm);
+                               C, scale, be->att_bq, be->att_bk);
         }
     }
 }
@@ -351,7 +356,7 @@ void ct_attention_backward_cpu(ct_backend *be, float *dqkv, const float *dout, c
                                    qkv + koff, qkv + koff + KC, out + ooff, dout + ooff,
                                    lse + ((size_t)b * NH + h) * T,
                                    pos ? pos + (size_t)b * T : NULL, dropping ? &d : NULL, T, HS,
-                                   ld, C, scale, be->att_bq, be->att_bk, (ct_gemm_lib)be->gemm);
+                                   ld, C, scale, be->att_bq, be->att_bk);
             }
         }
     }
