@@ -2,24 +2,28 @@
  * Threaded causal attention, flash-style: for each (batch, head), query rows
  * go in tiles of ATT_BQ and keys in tiles of ATT_BK (the backend's att_bq x
  * att_bk, 64 x 128 unless ct_backend_set_tiles says otherwise); a tile's scores
- * S = scale Q K^T and its products with V come from single-threaded sgemm
- * calls on the strided qkv rows, and the softmax is online (running max and
- * sum per row, earlier output rescaled when the max grows). No T x T matrix
- * exists: each thread holds one tile and its gradient (on its stack, 256 KiB at
- * the largest tile sizes). Tiles
+ * S = scale Q K^T and its products with V come from the register-blocked
+ * tile products of tile.c on operands packed per tile (Q and dO of the query
+ * tile, scale K^T, V^T and K of the key tile: the qkv rows are strided), and
+ * the softmax is online (running max and sum per row, earlier output rescaled
+ * when the max grows). No T x T matrix exists: each thread holds one tile,
+ * its gradient and its packed operands on its stack (~100 KiB at GPT-2's
+ * HS = 64 and the default tiles; ~1.3 MiB at the largest tiles and HS = 256),
+ * plus T floats of D in backward. Tiles
  * entirely above the diagonal are skipped; the diagonal tile masks its upper
  * part to exact zeros. The backward recomputes each tile's probabilities from
  * the saved log-sum-exp (FlashAttention-2's loop order: key tile outer, so a
  * thread owns its head's dK, dV and dQ). Work is split by (batch, head), so
  * threads never share an output element (grouped-query attention: by (batch,
- * KV head), the group's query heads in order); BLAS sees that it runs inside a
- * parallel region and stays on the calling thread.
+ * KV head), the group's query heads in order).
  * Measured on GPT-2 124M shapes (B=4, 2 threads, `ctrain bench kernels --seq T
  * --filter attention`): the row-at-a-time version before it, one dot product per
- * (query, key) pair, ran at 7-13 GFLOP/s at T=256; this one at 65-70 (T=256)
- * and ~105 (T=1024) forward and backward, against a 200 GFLOP/s sgemm peak.
- * Tiles of 64 x 256 or 128 x 256 were slower in backward; the sgemm calls on
- * 64-wide operands are what bounds it now.
+ * (query, key) pair, ran at 7-13 GFLOP/s at T=256; tiles through sgemm calls
+ * at 65-70 (T=256) and ~105 (T=1024) on a Zen 5 (200 GFLOP/s sgemm peak).
+ * On a Zen 3 (AVX2, ~190 GFLOP/s FMA ceiling) at T=1024: sgemm tiles 80 ms
+ * forward, 196 ms backward; tile.c's products 81 and 163 ms (the exp at the
+ * native vector width in both). Tiles of 64 x 256 or 128 x 256 were slower
+ * in backward.
  * Packed rows (positions pos, several examples per row): query t sees keys
  * [s(t), t], s(t) = t - pos[t] its example's start. s is nondecreasing in t,
  * so a query tile's earliest start is its first row's: key tiles that end
