@@ -15,6 +15,7 @@ With a GPU: a few steps of a tiny GPT-2 and LLaMA on cuda:0 equal the CPU's loss
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,6 +101,10 @@ def main():
         q = run(["train"] + common + ["run.device=cuda:%d" % ndev, "run.dir=%s/past" % tmp])
         check(q.returncode == 2 and "no such CUDA device" in q.stderr,
               "cuda:%d (past the last) exits 2" % ndev, q.stderr[-300:])
+    if failures:
+        print("kept %s" % tmp)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     print("%d failure(s)" % failures)
     return 1 if failures else 0
 
