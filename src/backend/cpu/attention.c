@@ -9,7 +9,7 @@
  * when the max grows). No T x T matrix exists: each thread holds one tile,
  * its gradient and its packed operands on its stack (~100 KiB at GPT-2's
  * HS = 64 and the default tiles; ~1.3 MiB at the largest tiles and HS = 256),
- * plus T floats of D in backward. Tiles
+ * and backward T floats of D (dO . O per row) on the heap. Tiles
  * entirely above the diagonal are skipped; the diagonal tile masks its upper
  * part to exact zeros. The backward recomputes each tile's probabilities from
  * the saved log-sum-exp (FlashAttention-2's loop order: key tile outer, so a
@@ -42,6 +42,7 @@
  * code path is the one before dropout existed, bit for bit.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
@@ -210,9 +211,15 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
                                int HS, int ld, int C, float scale, int ATT_BQ, int ATT_BK) {
     float P[ATT_BQ_MAX * ATT_BK_MAX], dP[ATT_BQ_MAX * ATT_BK_MAX];
     /* D = dout . out per query row, the softmax Jacobian's row term: once per
-     * head (per tile, its strided rows were re-read T / ATT_BK times) */
-    float D[T];
-    for (int t = 0; t < T; t++) D[t] = attention_dot(dout + (size_t)t * C, o + (size_t)t * C, HS);
+     * head into Dall (per tile, its strided rows were re-read T / ATT_BK times
+     * and took 38% of the backward's own time); on the heap, as T may be
+     * large. With one key tile (T <= ATT_BK: nothing is re-read), or when no
+     * memory is had, per tile as before. */
+    float D[ATT_BQ_MAX];
+    float *Dall = T > ATT_BK ? malloc((size_t)T * sizeof(float)) : NULL;
+    if (Dall)
+        for (int t = 0; t < T; t++)
+            Dall[t] = attention_dot(dout + (size_t)t * C, o + (size_t)t * C, HS);
     /* packed operands: scale K^T, V^T and K of the key tile, Q and dO of the
      * query tile (see the forward) */
     float Kt[HS * ATT_BK], Vt[HS * ATT_BK], Kp[ATT_BK * HS], Qp[ATT_BQ * HS], dOp[ATT_BQ * HS];
@@ -237,6 +244,8 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
                 v_exp_sub_sum(p + a, nv - a, lse[r0 + i]);
                 memset(p, 0, (size_t)a * sizeof(float));
                 memset(p + nv, 0, (size_t)(bc - nv) * sizeof(float));
+                D[i] = Dall ? Dall[r0 + i]
+                            : attention_dot(dor + (size_t)i * C, o + (size_t)(r0 + i) * C, HS);
             }
             if (drop) {
                 // dP = (dO V^T) o M; dS = P (dP - D) scale over dP; P o M for dV
@@ -248,7 +257,7 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
                     // masked entries have P = 0: their dS is 0 as it stands
                     for (int j = 0; j < a; j++) dp[j] = 0.0f;
                     for (int j = nv; j < bc; j++) dp[j] = 0.0f;
-                    drop_bwd_row(p, dp, a, nv, D[r0 + i], scale, drop,
+                    drop_bwd_row(p, dp, a, nv, D[i], scale, drop,
                                  drop->base + (uint64_t)(r0 + i) * T + c0);
                 }
                 ct_tile_gemm(bc, HS, br, P, 1, bc, dOp, HS, true, dv + (size_t)c0 * ld, ld);
@@ -259,7 +268,7 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
                 // dS = P (dP - D) scale, written over dP (masked entries have P = 0)
                 for (int i = 0; i < br; i++) {
                     float *p = P + (size_t)i * bc, *dp = dP + (size_t)i * bc;
-                    float Di = D[r0 + i];
+                    float Di = D[i];
                     for (int j = 0; j < bc; j++) dp[j] = p[j] * (dp[j] - Di) * scale;
                 }
             }
@@ -268,6 +277,7 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
             ct_tile_gemm(bc, HS, br, dP, 1, bc, Qp, HS, true, dk + (size_t)c0 * ld, ld);
         }
     }
+    free(Dall);
 }
 
 /* One query row q (HS) against n >= 1 keys and values whose rows lie kv_stride
