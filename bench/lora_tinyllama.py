@@ -7,7 +7,8 @@ usage: /usr/bin/python3 bench/lora_tinyllama.py [--ctrain build/ctrain] [--layer
 
 Writes a TinyLlama-1.1B-shaped LLaMA directory with random BF16 weights (22 layers, 32
 heads, 4 KV heads, C=2048, ffn 5632, vocab 32000; --layers shrinks it for a quick try) and
-a random token shard, then trains LoRA r=8, alpha=16 on q_proj,k_proj,v_proj,o_proj at B=1,
+a random token shard (under --workdir, kept and reused; without it a temporary directory,
+removed at the end), then trains LoRA r=8, alpha=16 on q_proj,k_proj,v_proj,o_proj at B=1,
 T=--seq for --steps AdamW steps, in two fresh processes:
   ctrain   `ctrain train model.init_from=DIR lora.* lora.base_dtype=--base-dtype`
   PyTorch  the --torch-worker mode of this file: the same model in plain torch ops
@@ -23,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import struct
 import subprocess
@@ -218,6 +220,15 @@ def main():
         ap.error("--steps must be at least 2 (the first is warm-up)")
     c = dict(CFG, num_hidden_layers=a.layers)
     work = a.workdir or tempfile.mkdtemp(prefix="ctrain_lora_bench_")
+    try:
+        return bench(a, c, work)
+    finally:
+        if not a.workdir:  # ours: ~2 GB of weights at the full size
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def bench(a, c, work):
+    """Write the model and shard under work, run both sides, print and write the results."""
     base, shard = os.path.join(work, "base"), os.path.join(work, "train.bin")
     if not os.path.exists(os.path.join(base, "model.safetensors")):
         t0 = time.time()
