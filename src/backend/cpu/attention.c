@@ -8,8 +8,9 @@
  * the softmax is online (running max and sum per row, earlier output rescaled
  * when the max grows). No T x T matrix exists: each thread holds one tile,
  * its gradient and its packed operands on its stack (~100 KiB at GPT-2's
- * HS = 64 and the default tiles; ~1.3 MiB at the largest tiles and HS = 256),
- * and backward T floats of D (dO . O per row) on the heap. Tiles
+ * HS = 64 and the default tiles; ~1.3 MiB at the largest tiles and HS = 256);
+ * the operands every tile pair shares are packed once per head on the heap
+ * (forward: K^T and V, 2 T HS floats; backward: Q, dO and D = dO . O). Tiles
  * entirely above the diagonal are skipped; the diagonal tile masks its upper
  * part to exact zeros. The backward recomputes each tile's probabilities from
  * the saved log-sum-exp (FlashAttention-2's loop order: key tile outer, so a
@@ -22,8 +23,10 @@
  * at 65-70 (T=256) and ~105 (T=1024) on a Zen 5 (200 GFLOP/s sgemm peak).
  * On a Zen 3 (AVX2, ~190 GFLOP/s FMA ceiling) at T=1024: sgemm tiles 80 ms
  * forward, 196 ms backward; tile.c's products 81 and 163 ms (the exp at the
- * native vector width in both). Tiles of 64 x 256 or 128 x 256 were slower
- * in backward.
+ * native vector width in both); packing a head's operands once, not per
+ * tile pair, then took forward 86 -> 74 ms and backward 179 -> 159 ms (medians
+ * of 5 alternating runs). Tiles of 64 x 256 or 128 x 256 were slower in
+ * backward.
  * Packed rows (positions pos, several examples per row): query t sees keys
  * [s(t), t], s(t) = t - pos[t] its example's start. s is nondecreasing in t,
  * so a query tile's earliest start is its first row's: key tiles that end
@@ -153,9 +156,19 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
     float S[ATT_BQ_MAX * ATT_BK_MAX];
     float O[ATT_BQ_MAX * ATT_HS_MAX];
     /* the tile's operands, packed: its queries, scale K^T and V of the key
-     * tile (strided qkv rows, 9 KiB apart in GPT-2, cost a TLB entry each) */
+     * tile (strided qkv rows, 9 KiB apart in GPT-2, cost a TLB entry each).
+     * Every query tile reads the same key tiles, so with more than one query
+     * tile the whole head's K^T (tile by tile, each HS x its width) and V are
+     * packed once, on the heap (KVall); without it, per pair into Kt, Vp. */
     float Qp[ATT_BQ * HS], Kt[HS * ATT_BK], Vp[ATT_BK * HS];
     float m[ATT_BQ_MAX], l[ATT_BQ_MAX];
+    float *KVall = T > ATT_BQ ? malloc((size_t)2 * T * HS * sizeof(float)) : NULL;
+    if (KVall)
+        for (int c0 = 0; c0 < T; c0 += ATT_BK) {
+            int bw = T - c0 < ATT_BK ? T - c0 : ATT_BK;
+            ct_tile_pack_t(KVall + (size_t)c0 * HS, k + (size_t)c0 * ld, ld, bw, HS, scale);
+            ct_tile_pack_rows(KVall + (size_t)(T + c0) * HS, v + (size_t)c0 * ld, ld, bw, HS);
+        }
     for (int r0 = 0; r0 < T; r0 += ATT_BQ) {
         int br = T - r0 < ATT_BQ ? T - r0 : ATT_BQ;
         int kend = r0 + br; /* keys 0..kend-1 are visible to some row of the tile */
@@ -166,9 +179,16 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
         ct_tile_pack_rows(Qp, q + (size_t)r0 * ld, ld, br, HS);
         for (int c0 = kbeg; c0 < kend; c0 += ATT_BK) {
             int bc = kend - c0 < ATT_BK ? kend - c0 : ATT_BK;
-            ct_tile_pack_t(Kt, k + (size_t)c0 * ld, ld, bc, HS, scale);
-            ct_tile_pack_rows(Vp, v + (size_t)c0 * ld, ld, bc, HS);
-            ct_tile_gemm(br, bc, HS, Qp, HS, 1, Kt, bc, false, S, bc);
+            const float *kt = Kt, *vp = Vp;
+            int ldkt = bc; /* row stride of the packed K^T: its tile's width */
+            if (KVall) {
+                kt = KVall + (size_t)c0 * HS, vp = KVall + (size_t)(T + c0) * HS;
+                ldkt = T - c0 < ATT_BK ? T - c0 : ATT_BK;
+            } else {
+                ct_tile_pack_t(Kt, k + (size_t)c0 * ld, ld, bc, HS, scale);
+                ct_tile_pack_rows(Vp, v + (size_t)c0 * ld, ld, bc, HS);
+            }
+            ct_tile_gemm(br, bc, HS, Qp, HS, 1, kt, ldkt, false, S, bc);
             for (int i = 0; i < br; i++) {
                 float *s = S + (size_t)i * bc;
                 // row i sees the tile's keys [a, nv): a window
@@ -190,7 +210,7 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
                 if (corr != 1.0f)
                     for (int d = 0; d < HS; d++) O[(size_t)i * HS + d] *= corr;
             }
-            ct_tile_gemm(br, HS, bc, S, bc, 1, Vp, HS, true, O, HS);
+            ct_tile_gemm(br, HS, bc, S, bc, 1, vp, HS, true, O, HS);
         }
         for (int i = 0; i < br; i++) {
             float inv = 1.0f / l[i];
@@ -199,6 +219,7 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
             lse[r0 + i] = m[i] + logf(l[i]);
         }
     }
+    free(KVall);
 }
 
 /* One (batch, head) of the backward. q, k, v, dq, dk, dv point at the head's
@@ -210,19 +231,23 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
                                const float *lse, const int32_t *pos, const att_drop *drop, int T,
                                int HS, int ld, int C, float scale, int ATT_BQ, int ATT_BK) {
     float P[ATT_BQ_MAX * ATT_BK_MAX], dP[ATT_BQ_MAX * ATT_BK_MAX];
-    /* D = dout . out per query row, the softmax Jacobian's row term: once per
-     * head into Dall (per tile, its strided rows were re-read T / ATT_BK times
-     * and took 38% of the backward's own time); on the heap, as T may be
-     * large. With one key tile (T <= ATT_BK: nothing is re-read), or when no
-     * memory is had, per tile as before. */
-    float D[ATT_BQ_MAX];
-    float *Dall = T > ATT_BK ? malloc((size_t)T * sizeof(float)) : NULL;
-    if (Dall)
+    /* What each query row brings to every key tile, once per head when there
+     * is more than one key tile (per tile, the strided rows were re-read
+     * T / ATT_BK times; D alone took 38% of the backward's own time): D =
+     * dout . out (the softmax Jacobian's row term) and Q and dO packed, on the
+     * heap (Dall, then Qall and dOall), as T may be large. With one key tile,
+     * or when no memory is had, per tile into D, Qp and dOp. */
+    float D[ATT_BQ_MAX], Qp[ATT_BQ * HS], dOp[ATT_BQ * HS];
+    float *Dall = T > ATT_BK ? malloc((size_t)T * (1 + 2 * (size_t)HS) * sizeof(float)) : NULL;
+    float *Qall = Dall ? Dall + T : NULL, *dOall = Dall ? Dall + T + (size_t)T * HS : NULL;
+    if (Dall) {
         for (int t = 0; t < T; t++)
             Dall[t] = attention_dot(dout + (size_t)t * C, o + (size_t)t * C, HS);
-    /* packed operands: scale K^T, V^T and K of the key tile, Q and dO of the
-     * query tile (see the forward) */
-    float Kt[HS * ATT_BK], Vt[HS * ATT_BK], Kp[ATT_BK * HS], Qp[ATT_BQ * HS], dOp[ATT_BQ * HS];
+        ct_tile_pack_rows(Qall, q, ld, T, HS);
+        ct_tile_pack_rows(dOall, dout, C, T, HS);
+    }
+    /* the key tile's scale K^T, V^T and K, packed (see the forward) */
+    float Kt[HS * ATT_BK], Vt[HS * ATT_BK], Kp[ATT_BK * HS];
     for (int c0 = 0; c0 < T; c0 += ATT_BK) {
         int bc = T - c0 < ATT_BK ? T - c0 : ATT_BK;
         ct_tile_pack_t(Kt, k + (size_t)c0 * ld, ld, bc, HS, scale);
@@ -233,10 +258,14 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
         for (int r0 = (c0 / ATT_BQ) * ATT_BQ; r0 < T; r0 += ATT_BQ) {
             if (seg_start(pos, r0) >= c0 + bc) break;
             int br = T - r0 < ATT_BQ ? T - r0 : ATT_BQ;
-            const float *qr = q + (size_t)r0 * ld, *dor = dout + (size_t)r0 * C;
-            ct_tile_pack_rows(Qp, qr, ld, br, HS);
-            ct_tile_pack_rows(dOp, dor, C, br, HS);
-            ct_tile_gemm(br, bc, HS, Qp, HS, 1, Kt, bc, false, P, bc);
+            const float *dor = dout + (size_t)r0 * C, *qp = Qp, *dop = dOp;
+            if (Dall) {
+                qp = Qall + (size_t)r0 * HS, dop = dOall + (size_t)r0 * HS;
+            } else {
+                ct_tile_pack_rows(Qp, q + (size_t)r0 * ld, ld, br, HS);
+                ct_tile_pack_rows(dOp, dor, C, br, HS);
+            }
+            ct_tile_gemm(br, bc, HS, qp, HS, 1, Kt, bc, false, P, bc);
             for (int i = 0; i < br; i++) {
                 float *p = P + (size_t)i * bc;
                 int nv = visible(r0 + i, c0, bc), a = hidden(pos, r0 + i, c0, bc);
@@ -249,7 +278,7 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
             }
             if (drop) {
                 // dP = (dO V^T) o M; dS = P (dP - D) scale over dP; P o M for dV
-                ct_tile_gemm(br, bc, HS, dOp, HS, 1, Vt, bc, false, dP, bc);
+                ct_tile_gemm(br, bc, HS, dop, HS, 1, Vt, bc, false, dP, bc);
                 for (int i = 0; i < br; i++) {
                     float *p = P + (size_t)i * bc, *dp = dP + (size_t)i * bc;
                     int nv = visible(r0 + i, c0, bc), a = hidden(pos, r0 + i, c0, bc);
@@ -260,11 +289,11 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
                     drop_bwd_row(p, dp, a, nv, D[i], scale, drop,
                                  drop->base + (uint64_t)(r0 + i) * T + c0);
                 }
-                ct_tile_gemm(bc, HS, br, P, 1, bc, dOp, HS, true, dv + (size_t)c0 * ld, ld);
+                ct_tile_gemm(bc, HS, br, P, 1, bc, dop, HS, true, dv + (size_t)c0 * ld, ld);
             } else {
                 // dV += P^T dO; dP = dO V^T
-                ct_tile_gemm(bc, HS, br, P, 1, bc, dOp, HS, true, dv + (size_t)c0 * ld, ld);
-                ct_tile_gemm(br, bc, HS, dOp, HS, 1, Vt, bc, false, dP, bc);
+                ct_tile_gemm(bc, HS, br, P, 1, bc, dop, HS, true, dv + (size_t)c0 * ld, ld);
+                ct_tile_gemm(br, bc, HS, dop, HS, 1, Vt, bc, false, dP, bc);
                 // dS = P (dP - D) scale, written over dP (masked entries have P = 0)
                 for (int i = 0; i < br; i++) {
                     float *p = P + (size_t)i * bc, *dp = dP + (size_t)i * bc;
@@ -274,7 +303,7 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
             }
             // dQ += dS K; dK += dS^T Q
             ct_tile_gemm(br, HS, bc, dP, bc, 1, Kp, HS, true, dq + (size_t)r0 * ld, ld);
-            ct_tile_gemm(bc, HS, br, dP, 1, bc, Qp, HS, true, dk + (size_t)c0 * ld, ld);
+            ct_tile_gemm(bc, HS, br, dP, 1, bc, qp, HS, true, dk + (size_t)c0 * ld, ld);
         }
     }
     free(Dall);
