@@ -483,6 +483,12 @@ ct_status ct_run_env_measure(ct_run_env *out, const ct_config *cfg) {
     int lib = ct_gemm_lib_of(cfg ? cfg->run.gemm : "auto");
     out->gemm = lib < 0 ? CT_GEMM_OPENBLAS : lib;
     if (out->gemm == CT_GEMM_ONEDNN) onednn_start();
+#ifdef __GLIBC__
+    /* freed heap pages given back first, in every process alike (`train`
+     * trims after its start-up GEMM benchmark), so that what is measured is
+     * what the process holds, not what its heap kept of earlier work */
+    malloc_trim(0);
+#endif
     if (read_rss(&out->process)) { /* no /proc: the plan's floor stands in */
         ct_error_clear();
         out->process = 0;

@@ -20,6 +20,9 @@
 #include "train/run_tokenizer.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -351,9 +354,10 @@ static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
     c->run.threads = ct_ctx_threads(t->ctx);
     ct_run_env env;
     ct_status st = ct_run_env_measure(&env, c);
-    if (!st && t->gemm_n > 0) {
+    if (!st && t->gemm_n > 0 && env.gemm == CT_GEMM_OPENBLAS) {
         /* the GEMM peak measurement's packing buffers are resident already,
-         * and the plan's BLAS line counts them (as `ctrain plan` sees it) */
+         * and the plan's BLAS line counts them (as `ctrain plan` sees it).
+         * oneDNN's were released after the measurement */
         size_t b = ct_blas_gemm_resident(&env.blas, t->gemm_n, t->gemm_n, t->gemm_n,
                                          c->run.threads);
         env.process -= b < env.process ? b : env.process;
@@ -835,6 +839,14 @@ ct_status trainer_measure_peak(trainer *t) {
     } else {
         st = ct_bench_gemm_peak(t->ctx, TRAINER_PEAK_N, 2, &t->gemm_peak);
     }
+    /* the benchmark's oneDNN primitives and their buffers (n x n: 4 MiB of
+     * packed B on AVX-512 cores) are not the step's: dropped, and the heap's
+     * freed pages (the libraries' packing buffers too) given back, so the
+     * process the plan measures next holds what `ctrain plan`'s does */
+    ct_gemm_release();
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
     if (st) {
         ct_log(CT_LOG_WARN, "cannot measure the GEMM peak (%s): MFU is not reported; set "
                "alerts.gemm_peak_gflops", ct_last_error());
