@@ -371,8 +371,9 @@ def parse_args(argv):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctrain", default=os.path.join(ROOT, "build", "ctrain"))
     ap.add_argument("--gemm", default="openblas", choices=("openblas", "onednn", "auto"),
-                    help="ctrain's GEMM library, run.gemm (default openblas); the GEMM-only "
-                         "column and the peak use the same one")
+                    help="ctrain's GEMM library, run.gemm (default openblas, as `ctrain train`; "
+                         "auto: oneDNN where OpenBLAS's kernels are narrower than the cores); "
+                         "the GEMM-only column and the peak use the same one")
     ap.add_argument("--precisions", default="fp32",
                     help="comma-separated: fp32 and/or bf16 (ctrain train.precision, PyTorch "
                          "autocast)")
@@ -458,7 +459,7 @@ def main(argv):
                                 max(r["loadavg_before"] for r in raw)],
         "preset": a.preset, "B": a.batch, "rounds": a.rounds, "warmup": a.warmup, "steps": a.steps,
         "gemm_peak_gflops": peak["gemm_peak_gflops"], "theoretical_gflops": peak["theoretical_gflops"],
-        "gemm_shape": peak.get("gemm_shape") or [], "gemm": a.gemm,
+        "gemm_shape": peak.get("gemm_shape") or [], "gemm": peak.get("gemm", a.gemm),
         "blas": peak.get("blas"), "gemm_peak_openblas_gflops": peak.get("gemm_peak_openblas_gflops"),
         "gemm_peak_onednn_gflops": peak.get("gemm_peak_onednn_gflops"),
     }

@@ -1,7 +1,8 @@
 /*
  * `ctrain hw [--json] [--quick] [--no-bench]`: this machine's hardware profile
  * (src/perf/hwinfo.h) and its measured roofs (src/perf/bench.h): sustained
- * sgemm, the register-only FMA ceiling and the triad bandwidth. --quick runs
+ * sgemm (each GEMM library the build has), the register-only FMA ceiling and
+ * the triad bandwidth, and the library run.gemm=auto would run. --quick runs
  * small benchmarks (sgemm n=512, 32 MiB arrays) for tests; --no-bench skips
  * them. A readable block by default, one JSON object with --json.
  */
@@ -12,6 +13,8 @@
 #include <cblas.h>
 
 #include "cli.h"
+#include "backend/cpu/gemm.h"
+#include "backend/ctx.h"
 #include "perf/bench.h"
 #include "perf/hwinfo.h"
 
@@ -38,7 +41,8 @@ static const char *hw_bytes(char *buf, size_t n, size_t v) {
 
 typedef struct hw_measured {
     double gemm, fma, bw;
-    int threads, gemm_n;
+    double lib_gemm[2]; /* sgemm per ct_gemm_lib; -1: not in this build */
+    int threads, gemm_n, lib; /* lib: the one `gemm` measured (run.gemm's default) */
     size_t bw_mib;
 } hw_measured;
 
@@ -51,11 +55,21 @@ static int hw_measure(bool quick, hw_measured *m) {
     m->bw_mib = quick ? 32 : 128;
     int reps = quick ? 2 : 3;
     int rc = 0;
+    ct_backend *be = ct_ctx_base_backend(ctx);
+    m->lib = be->gemm;
+    m->lib_gemm[0] = m->lib_gemm[1] = -1;
     if (ct_bench_gemm_peak(ctx, m->gemm_n, reps, &m->gemm) ||
         ct_bench_membw(ctx, m->bw_mib, reps, &m->bw))
         rc = cli_fail("hw");
     else
         m->fma = ct_bench_fma_peak(ctx);
+    m->lib_gemm[m->lib] = m->gemm;
+    if (!rc && ct_gemm_have_onednn()) { /* the other library, the same way */
+        be->gemm = m->lib == CT_GEMM_ONEDNN ? CT_GEMM_OPENBLAS : CT_GEMM_ONEDNN;
+        if (ct_bench_gemm_peak(ctx, m->gemm_n, reps, &m->lib_gemm[be->gemm]))
+            rc = cli_fail("hw");
+        be->gemm = m->lib;
+    }
     ct_ctx_free(ctx);
     return rc;
 }
@@ -74,7 +88,13 @@ static int hw_print_json(const ct_hwinfo *h, const hw_measured *m) {
     size_t len = strlen(json);
     while (len && json[len - 1] == '\n') json[--len] = 0;
     if (len && json[len - 1] == '}') json[--len] = 0; /* the object's own brace only */
-    printf("%s, \"cuda_built\": %s, \"cuda_devices\": %d, \"cuda_name\": ", json,
+    printf("%s, \"gemm_auto\": \"%s\", \"onednn_built\": %s", json,
+           ct_gemm_lib_name((ct_gemm_lib)ct_gemm_lib_of("auto")),
+           ct_gemm_have_onednn() ? "true" : "false");
+    if (m)
+        printf(", \"gemm_peak_openblas_gflops\": %.2f, \"gemm_peak_onednn_gflops\": %.2f",
+               m->lib_gemm[CT_GEMM_OPENBLAS], m->lib_gemm[CT_GEMM_ONEDNN]);
+    printf(", \"cuda_built\": %s, \"cuda_devices\": %d, \"cuda_name\": ",
            n >= 0 ? "true" : "false", n > 0 ? n : 0);
     cli_put_json_string(name, strlen(name));
     printf(", \"cuda_error\": ");
@@ -112,11 +132,25 @@ static void hw_print_text(const ct_hwinfo *h, const hw_measured *m, const char *
            "nominal)\n", h->theoretical_gflops, h->measured_mhz, h->nominal_mhz);
     printf("openblas     %s kernels, OPENBLAS_CORETYPE %s\n", openblas_get_corename(),
            coretype ? coretype : "not set");
+    int autolib = ct_gemm_lib_of("auto");
+    int bb = ct_gemm_blas_bits(openblas_get_corename()), cb = ct_gemm_cpu_bits();
+    printf("gemm         run.gemm=openblas (the default); auto runs %s here (%s: OpenBLAS's "
+           "kernels %d-bit, the cores %d-bit)\n",
+           autolib == CT_GEMM_ONEDNN ? "oneDNN" : "OpenBLAS",
+           !ct_gemm_have_onednn() ? "this build has no oneDNN"
+           : autolib == CT_GEMM_ONEDNN ? "OpenBLAS's kernels are narrower than the cores"
+                                       : "OpenBLAS's kernels use the cores' full width",
+           bb, cb);
     printf("signature    %s\n", h->signature);
-    if (m)
-        printf("measured     sgemm %dx%dx%d %.1f GFLOP/s, FMA ceiling %.1f GFLOP/s, triad "
+    if (m) {
+        printf("measured     sgemm %dx%dx%d %.1f GFLOP/s (%s), FMA ceiling %.1f GFLOP/s, triad "
                "bandwidth %.1f GB/s (%d threads)\n",
-               m->gemm_n, m->gemm_n, m->gemm_n, m->gemm, m->fma, m->bw, m->threads);
+               m->gemm_n, m->gemm_n, m->gemm_n, m->gemm, ct_gemm_lib_name((ct_gemm_lib)m->lib),
+               m->fma, m->bw, m->threads);
+        if (m->lib_gemm[CT_GEMM_ONEDNN] >= 0)
+            printf("sgemm        OpenBLAS %.1f GFLOP/s, oneDNN %.1f GFLOP/s\n",
+                   m->lib_gemm[CT_GEMM_OPENBLAS], m->lib_gemm[CT_GEMM_ONEDNN]);
+    }
 }
 
 int cmd_hw(int argc, char **argv) {

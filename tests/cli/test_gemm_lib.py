@@ -53,8 +53,21 @@ def main():
         rc, out = run("bench", "gemm", "--preset", "gpt2-tiny", "--seq", "32", "--gemm", "openblas", "--json")
         check("bench --gemm openblas runs", rc == 0, out)
         ob = os.path.join(tmp, "openblas")
-        rc, out = run("train", *common, "train.steps=6", f"run.dir={ob}")
-        check("the default (OpenBLAS) trains", rc == 0, out)
+        rc, out_default = run("train", *common, "train.steps=6", f"run.dir={ob}")
+        check("the default (OpenBLAS) trains", rc == 0, out_default)
+        # auto: the library `ctrain hw` says auto runs on this machine, named at start-up
+        rc, hwout = run("hw", "--json", "--no-bench")
+        hw = json.loads(hwout) if rc == 0 else {}
+        auto = hw.get("gemm_auto")
+        au = os.path.join(tmp, "auto")
+        rc, out = run("train", *common, "train.steps=2", "run.gemm=auto", f"run.dir={au}")
+        said = "run.gemm=auto: oneDNN runs the GEMMs" in out
+        check("run.gemm=auto (%s here) trains and says so when it runs oneDNN" % auto,
+              rc == 0 and auto in ("onednn", "openblas") and said == (auto == "onednn"), out)
+        # the default on a machine where auto would run oneDNN says so, once
+        warned = "run.gemm=auto runs oneDNN's here" in out_default
+        check("the default warns exactly when auto would run oneDNN (%s)" % auto,
+              warned == (auto == "onednn"), out_default[-400:])
         rc, out = run("bench", "step", "--preset", "gpt2-tiny", "--seq", "32", "--steps", "1", "--gemm", "onednn",
                       "--json")
         if rc == 2 and "no oneDNN" in out:

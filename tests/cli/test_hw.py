@@ -78,6 +78,26 @@ if platform.machine() == "x86_64":
           "theoretical %.0f GFLOP/s at a measured %.0f MHz is not under the FMA ceiling %.0f" %
           (hw["theoretical_gflops"], hw["measured_mhz"], hw["fma_peak_gflops"]))
 
+# run.gemm=auto: oneDNN (where the build has it) when OpenBLAS's kernel set uses
+# narrower vectors than the cores have, OpenBLAS otherwise; with oneDNN built,
+# both libraries' sgemm are measured
+flags = open("/proc/cpuinfo").read().split()
+cpu_bits = 512 if all(f in flags for f in ("avx512f", "avx512bw", "avx512vl")) else \
+    256 if "avx" in flags else 128
+core = (hw.get("blas_corename") or "").lower()
+blas_bits = 512 if core in ("skylakex", "cooperlake", "sapphirerapids") else \
+    256 if core in ("haswell", "zen", "sandybridge", "bulldozer", "piledriver", "steamroller",
+                    "excavator") else 128
+want = "onednn" if hw.get("onednn_built") and blas_bits < cpu_bits else "openblas"
+check(hw.get("gemm_auto") == want, "run.gemm=auto picks %s here (%s; OpenBLAS %s %d-bit, cores "
+      "%d-bit, oneDNN built %s)" % (want, hw.get("gemm_auto"), core, blas_bits, cpu_bits,
+                                    hw.get("onednn_built")))
+check(hw.get("gemm_peak_openblas_gflops") == hw["gemm_peak_gflops"],
+      "the headline sgemm is the default library's, OpenBLAS (%s)" % hw)
+if hw.get("onednn_built"):
+    check(hw.get("gemm_peak_openblas_gflops", 0) > 0 and hw.get("gemm_peak_onednn_gflops", 0) > 0,
+          "both libraries' sgemm measured")
+
 p2 = run("--json", "--no-bench")
 hw2 = json.loads(p2.stdout)
 check(hw2.get("signature") == hw["signature"], "signature stable across runs")
@@ -86,6 +106,8 @@ check(all(k in hw2 for k in FIELDS), "--no-bench keeps every profile field")
 
 p3 = run("--no-bench")
 check(hw["signature"] in p3.stdout and "cores" in p3.stdout, "human block shows cores and signature")
+check(("auto runs %s here" % ("oneDNN" if want == "onednn" else "OpenBLAS")) in p3.stdout,
+      "human block names the library run.gemm=auto runs")
 
 p4 = run("--bogus", rc=2)
 check("--bogus" in p4.stderr, "bad option is named in the error")

@@ -17,6 +17,8 @@
  */
 #include "ct_test.h"
 
+#include <cblas.h>
+
 #include "backend/cpu/gemm.h"
 #include "core/dtype.h"
 
@@ -408,7 +410,22 @@ int main(void) {
     test_workspace(prim);
     /* the run.gemm words */
     CHECK(ct_gemm_lib_of("openblas") == CT_GEMM_OPENBLAS);
-    CHECK(ct_gemm_lib_of("auto") == (ct_gemm_have_onednn() ? CT_GEMM_ONEDNN : CT_GEMM_OPENBLAS));
+    /* auto: oneDNN exactly where OpenBLAS's kernels are narrower than the cores */
+    CHECK(ct_gemm_blas_bits("SkylakeX") == 512 && ct_gemm_blas_bits("COOPERLAKE") == 512);
+    CHECK(ct_gemm_blas_bits("Haswell") == 256 && ct_gemm_blas_bits("Zen") == 256 &&
+          ct_gemm_blas_bits("Sandybridge") == 256);
+    CHECK(ct_gemm_blas_bits("Prescott") == 128 && ct_gemm_blas_bits("Core2") == 128 &&
+          ct_gemm_blas_bits("") == 128 && ct_gemm_blas_bits(NULL) == 128);
+    int cb = ct_gemm_cpu_bits();
+    CHECK(cb == 128 || cb == 256 || cb == 512);
+    CHECK(ct_gemm_auto_pick(true, 128, 512) == CT_GEMM_ONEDNN);
+    CHECK(ct_gemm_auto_pick(true, 256, 512) == CT_GEMM_ONEDNN);
+    CHECK(ct_gemm_auto_pick(true, 256, 256) == CT_GEMM_OPENBLAS);
+    CHECK(ct_gemm_auto_pick(true, 512, 512) == CT_GEMM_OPENBLAS);
+    CHECK(ct_gemm_auto_pick(false, 128, 512) == CT_GEMM_OPENBLAS);
+    CHECK(ct_gemm_lib_of("auto") ==
+          (int)ct_gemm_auto_pick(ct_gemm_have_onednn(), ct_gemm_blas_bits(openblas_get_corename()),
+                                 cb));
     CHECK(ct_gemm_lib_of("onednn") == (ct_gemm_have_onednn() ? CT_GEMM_ONEDNN : -1));
     CHECK(ct_gemm_lib_of("mkl") == -1);
     ct_gemm_release();

@@ -632,9 +632,42 @@ const char *ct_gemm_lib_name(ct_gemm_lib lib) {
     return lib == CT_GEMM_ONEDNN ? "onednn" : "openblas";
 }
 
+int ct_gemm_blas_bits(const char *core) {
+    static const char *const w512[] = {"skylakex", "cooperlake", "sapphirerapids", NULL};
+    static const char *const w256[] = {"haswell", "zen", "sandybridge", "bulldozer", "piledriver",
+                                       "steamroller", "excavator", NULL};
+    char c[64];
+    size_t n = 0;
+    for (; core && core[n] && n + 1 < sizeof c; n++)
+        c[n] = (char)(core[n] >= 'A' && core[n] <= 'Z' ? core[n] - 'A' + 'a' : core[n]);
+    c[n] = 0;
+    for (int i = 0; w512[i]; i++)
+        if (!strcmp(c, w512[i])) return 512;
+    for (int i = 0; w256[i]; i++)
+        if (!strcmp(c, w256[i])) return 256;
+    return 128;
+}
+
+int ct_gemm_cpu_bits(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        return 512;
+    if (__builtin_cpu_supports("avx")) return 256;
+#endif
+    return 128;
+}
+
+ct_gemm_lib ct_gemm_auto_pick(bool onednn_built, int blas_bits, int cpu_bits) {
+    return onednn_built && blas_bits < cpu_bits ? CT_GEMM_ONEDNN : CT_GEMM_OPENBLAS;
+}
+
 int ct_gemm_lib_of(const char *name) {
     if (!name || !strcmp(name, "auto") || !name[0])
-        return ct_gemm_have_onednn() ? CT_GEMM_ONEDNN : CT_GEMM_OPENBLAS;
+        return (int)ct_gemm_auto_pick(ct_gemm_have_onednn(),
+                                      ct_gemm_blas_bits(openblas_get_corename()),
+                                      ct_gemm_cpu_bits());
     if (!strcmp(name, "openblas")) return CT_GEMM_OPENBLAS;
     if (!strcmp(name, "onednn")) return ct_gemm_have_onednn() ? CT_GEMM_ONEDNN : -1;
     return -1;

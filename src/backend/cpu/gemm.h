@@ -130,8 +130,23 @@ bool ct_gemm_have_bf16(void);
 bool ct_gemm_have_brgemm(void);
 /* "openblas" | "onednn" */
 const char *ct_gemm_lib_name(ct_gemm_lib lib);
-/* The library run.gemm names: "auto" (oneDNN when built with it), "onednn",
- * "openblas"; -1 for another word or oneDNN asked of a build without it. */
+/* The widest vectors, in bits, of OpenBLAS's kernel set `core`
+ * (openblas_get_corename(): "SkylakeX" 512, "Haswell" and "Zen" 256,
+ * "Prescott" 128, ...), and of this CPU's cores (AVX-512 F/BW/VL 512, AVX
+ * 256, else 128). */
+int ct_gemm_blas_bits(const char *core);
+int ct_gemm_cpu_bits(void);
+/* What run.gemm=auto runs: oneDNN where the build has it and OpenBLAS's
+ * kernels use narrower vectors than the cores have (OpenBLAS 0.3.21 falls
+ * back to Prescott on a CPU it cannot name, and OPENBLAS_CORETYPE may hold
+ * it to AVX2 on AVX-512 cores: there oneDNN, which picks the ISA itself, was
+ * 3.7x the GPT-2 step on a Xeon and 1.9x the sgemm on a Zen 5); OpenBLAS
+ * where both use the full width (on an AVX2 Zen 3 OpenBLAS's step was 2-6%
+ * faster, on a Zen 5 their AVX-512 sgemm level). */
+ct_gemm_lib ct_gemm_auto_pick(bool onednn_built, int blas_bits, int cpu_bits);
+/* The library run.gemm names: "auto" (ct_gemm_auto_pick on this machine),
+ * "onednn", "openblas"; -1 for another word or oneDNN asked of a build
+ * without it. */
 int ct_gemm_lib_of(const char *name);
 
 #endif
