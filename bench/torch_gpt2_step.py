@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""Time GPT-2 training steps in PyTorch on the CPU: the other side of bench/compare_torch.py.
+"""Time GPT-2 training steps in PyTorch: the other side of bench/compare_torch.py (CPU) and
+of scripts/gpu_check.sh (GPU).
 
 usage: /usr/bin/python3 bench/torch_gpt2_step.py [--preset gpt2] [--batch 4] [--seq 64]
            [--warmup 1] [--steps 3] [--threads 2] [--precision fp32|bf16] [--json]
+           [--device cpu|cuda] [--compile] [--attention explicit|sdpa]
 
 The model is written here, not imported: token and position embeddings, pre-LayerNorm
 blocks (eps 1e-5) with a fused qkv projection, causal attention spelled out as Hugging
@@ -12,8 +14,14 @@ Each timed step is forward + mean cross-entropy + backward + AdamW step, in fp32
 random token batches from a seeded generator; the data draw is outside the timed region.
 --precision bf16 runs the forward under torch.autocast("cpu", dtype=torch.bfloat16), the
 mixed precision ctrain's train.precision=bf16 is checked against (much slower than fp32 on
-CPUs without bf16 units). Left out on purpose: dropout, torch.compile and anything that
-needs more than torch and the standard library.
+CPUs without bf16 units). Left out on purpose: dropout and anything that needs more than
+torch and the standard library.
+
+--device cuda is the nanoGPT-style GPU step ctrain's CUDA backend is measured against: the
+model and batches on the GPU, TF32 off (fp32 is fp32, as ctrain's), autocast on the GPU for
+bf16, AdamW fused, --compile for torch.compile and --attention sdpa for
+F.scaled_dot_product_attention (flash attention where PyTorch has it). Steps are timed
+between device synchronisations; peak_device_bytes is torch.cuda.max_memory_allocated.
 """
 
 import argparse
@@ -52,9 +60,10 @@ def model_class():
     """The GPT2 module class (defined here so that importing this file does not need torch)."""
 
     class Attention(nn.Module):
-        def __init__(self, C, H, ctx):
+        def __init__(self, C, H, ctx, sdpa=False):
             super().__init__()
             self.H = H
+            self.sdpa = sdpa
             self.qkv = nn.Linear(C, 3 * C)
             self.proj = nn.Linear(C, C)
             mask = torch.tril(torch.ones(ctx, ctx, dtype=torch.bool)).view(1, 1, ctx, ctx)
@@ -68,6 +77,9 @@ def model_class():
             q = q.view(B, T, self.H, hs).transpose(1, 2)
             k = k.view(B, T, self.H, hs).transpose(1, 2)
             v = v.view(B, T, self.H, hs).transpose(1, 2)
+            if self.sdpa:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
             att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
             att = F.softmax(att, dim=-1)
@@ -75,10 +87,10 @@ def model_class():
             return self.proj(y)
 
     class Block(nn.Module):
-        def __init__(self, C, H, ctx):
+        def __init__(self, C, H, ctx, sdpa=False):
             super().__init__()
             self.ln_1 = nn.LayerNorm(C, eps=1e-5)
-            self.attn = Attention(C, H, ctx)
+            self.attn = Attention(C, H, ctx, sdpa)
             self.ln_2 = nn.LayerNorm(C, eps=1e-5)
             self.fc = nn.Linear(C, 4 * C)
             self.fc_proj = nn.Linear(4 * C, C)
@@ -89,12 +101,12 @@ def model_class():
             return x + self.fc_proj(h)
 
     class GPT2(nn.Module):
-        def __init__(self, cfg):
+        def __init__(self, cfg, sdpa=False):
             super().__init__()
             C = cfg["embd"]
             self.wte = nn.Embedding(cfg["vocab"], C)
             self.wpe = nn.Embedding(cfg["ctx"], C)
-            self.h = nn.ModuleList(Block(C, cfg["heads"], cfg["ctx"]) for _ in range(cfg["layers"]))
+            self.h = nn.ModuleList(Block(C, cfg["heads"], cfg["ctx"], sdpa) for _ in range(cfg["layers"]))
             self.ln_f = nn.LayerNorm(C, eps=1e-5)
             self.init_weights(cfg["layers"])
 
@@ -114,7 +126,7 @@ def model_class():
 
         def forward(self, idx, targets):
             B, T = idx.shape
-            pos = torch.arange(T, dtype=torch.long)
+            pos = torch.arange(T, dtype=torch.long, device=idx.device)
             x = self.wte(idx) + self.wpe(pos)
             for block in self.h:
                 x = block(x)
@@ -126,7 +138,7 @@ def model_class():
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(prog=NAME, description="Time PyTorch GPT-2 training steps on the CPU.")
+    ap = argparse.ArgumentParser(prog=NAME, description="Time PyTorch GPT-2 training steps.")
     ap.add_argument("--preset", default="gpt2", choices=sorted(PRESETS))
     for k in ("layers", "heads", "embd", "vocab", "ctx"):
         ap.add_argument("--" + k, type=int, help="override the preset's %s" % k)
@@ -139,6 +151,11 @@ def parse_args(argv):
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
                     help="bf16: the forward under CPU autocast (bf16 matmuls)")
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                    help="cuda: the step on the GPU (TF32 off, fused AdamW)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--attention", default="explicit", choices=("explicit", "sdpa"),
+                    help="sdpa: F.scaled_dot_product_attention (flash where available)")
     a = ap.parse_args(argv)
 
     cfg = dict(PRESETS[a.preset])
@@ -172,29 +189,46 @@ def main(argv):
         fail("cannot import torch; run with /usr/bin/python3 (Debian's python3-torch)", 1)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
+    cuda = a.device == "cuda"
+    if cuda:
+        if not torch.cuda.is_available():
+            fail("--device cuda: torch sees no CUDA device", 1)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device(a.device)
+    if a.attention == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
+        fail("--attention sdpa needs PyTorch 2.0 or later (this is %s)" % torch.__version__, 1)
+    if a.compile and not hasattr(torch, "compile"):
+        fail("--compile needs PyTorch 2.0 or later (this is %s)" % torch.__version__, 1)
 
-    model = model_class()(a.cfg)
+    model = model_class()(a.cfg, sdpa=a.attention == "sdpa").to(dev)
     model.train()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     # Weight decay on matrices and embeddings only, as ctrain's AdamW does.
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+                            lr=1e-4, betas=(0.9, 0.95), eps=1e-8,
+                            **({"fused": True} if cuda else {"foreach": True}))
     n_params = sum(p.numel() for p in model.parameters())
+    step_model = torch.compile(model) if a.compile else model
 
     gen = torch.Generator().manual_seed(a.seed)
     B, T, V = a.batch, a.seq, a.cfg["vocab"]
     step_s, losses = [], []
     for i in range(a.warmup + a.steps):
         tok = torch.randint(0, V, (B, T + 1), generator=gen)
-        x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+        x, y = tok[:, :-1].contiguous().to(dev), tok[:, 1:].contiguous().to(dev)
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-            loss = model(x, y)
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = step_model(x, y)
         loss.backward()
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         lv = loss.item()
         if not math.isfinite(lv):
@@ -213,7 +247,11 @@ def main(argv):
         "B": B, "T": T, "threads": a.threads, "warmup": a.warmup, "precision": a.precision,
         "step_s": step_s, "median_s": med, "tokens_per_s": B * T / med, "loss": losses,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "device": a.device, "compile": a.compile, "attention": a.attention,
     }
+    if cuda:
+        out["peak_device_bytes"] = torch.cuda.max_memory_allocated()
+        out["gpu"] = torch.cuda.get_device_name()
     if a.json:
         print(json.dumps(out))
     else:
