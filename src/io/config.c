@@ -122,9 +122,9 @@ const key_def config_keys[] = {
     I("run.log_every", run.log_every, 1, BIG, "steps between progress lines"),
     S("run.memory_limit", run.memory_limit, "bytes (KB/MB/GB) or N% of RAM"),
     E("run.gemm", run.gemm, "auto|onednn|openblas",
-      "GEMM library: openblas (default), onednn (faster on every CPU measured; its "
-      "memory plan is calibrated on AVX-512 CPUs only), auto (oneDNN when built with it); "
-      "the memory plan counts the one that runs"),
+      "GEMM library: openblas (default), onednn (its memory plan is calibrated on "
+      "AVX-512 CPUs only), auto (oneDNN where OpenBLAS's kernels are narrower than the "
+      "cores, as on a CPU OpenBLAS cannot name); the memory plan counts the one that runs"),
     S("run.attention_tiles", run.attention_tiles,
       "attention tile: QxK query rows (1..128) x keys (1..256), or auto (64x128)"),
     S("run.device", run.device, "where tensors live and kernels run: cpu | cuda | cuda:N "
