@@ -316,7 +316,12 @@ extern "C" ct_status ct_synchronize_cuda(ct_backend *be) {
     cuda_state *s = cuda_st(be);
     cuda_ok(be, cudaStreamSynchronize((cudaStream_t)s->stream), "synchronize");
     if (!s->err) return CT_OK;
-    return CT_ERR(CT_ERR_IO, "CUDA device %d (%s): %s", s->device, s->name, s->err_what);
+    ct_status st = CT_ERR(CT_ERR_IO, "CUDA device %d (%s): %s", s->device, s->name, s->err_what);
+    /* reported once: a later call starts clean (a sticky device error, which
+     * the runtime returns again, latches again) */
+    s->err = 0;
+    s->err_what[0] = 0;
+    return st;
 }
 
 extern "C" void ct_event_record_cuda(ct_backend *be, ct_event *ev) {
@@ -324,7 +329,7 @@ extern "C" void ct_event_record_cuda(ct_backend *be, ct_event *ev) {
     cudaEvent_t e = (cudaEvent_t)s->events[s->next_event];
     s->next_event = (s->next_event + 1) % CUDA_EVENTS;
     cuda_ok(be, cudaEventRecord(e, (cudaStream_t)s->stream), "event record");
-    ev->t = 0;
+    ev->t = ct_time_s(); /* when it was recorded (the trace places spans by it) */
     ev->handle = e;
 }
 

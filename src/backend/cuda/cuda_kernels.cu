@@ -227,7 +227,11 @@ __global__ void k_rope(float *qkv, const int32_t *pos, int B, int T, int NH, int
         size_t bt = rest / heads;
         int t = (int)(bt % T);
         int p = pos0 + (pos ? pos[bt] : t);
-        float inv_freq = (float)(1.0 / (double)powf(theta, (float)(2 * i) / (float)HS));
+        /* glibc's powf (ref's) is correctly rounded; CUDA's may be ulps off,
+         * which moves a late position's angle by more than the tests allow:
+         * pow in double, rounded once to float, gives glibc's result */
+        float tp = (float)pow((double)theta, (double)((float)(2 * i) / (float)HS));
+        float inv_freq = (float)(1.0 / (double)tp);
         float angle = (float)p * inv_freq;
         double c = (float)cos((double)angle), s = dir * (float)sin((double)angle);
         float *x = qkv + bt * W + (size_t)h * HS;

@@ -68,13 +68,14 @@ extern "C" void ct_matmul_forward_cuda(ct_backend *be, float *out, const float *
 extern "C" void ct_matmul_backward_cuda(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                         const float *dout, const float *inp, const float *weight,
                                         int N, int C, int OC) {
-    if (N <= 0 || C <= 0 || OC <= 0) return;
+    /* C == 0: no products, but dbias still sums dout's columns, as ref's does */
+    if (N <= 0 || OC <= 0) return;
     float one = 1.0f;
-    if (dinp) /* dinp^T (C,N) += W-view (C,OC) x dout^T (OC,N) */
+    if (dinp && C > 0) /* dinp^T (C,N) += W-view (C,OC) x dout^T (OC,N) */
         blas_ok(be, cuda_blas(be)->sgemm(handle(be), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C,
                                 dout, OC, &one, dinp, C),
                 "matmul_backward dinp");
-    if (dweight) /* dW^T (C,OC) += inp^T (C,N) x dout (N,OC) */
+    if (dweight && C > 0) /* dW^T (C,OC) += inp^T (C,N) x dout (N,OC) */
         blas_ok(be, cuda_blas(be)->sgemm(handle(be), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout,
                                 OC, &one, dweight, C),
                 "matmul_backward dweight");
@@ -128,8 +129,8 @@ extern "C" void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float 
                                              float *dbias, const float *dout,
                                              const uint16_t *inp16, const uint16_t *weight16,
                                              int N, int C, int OC) {
-    if (N <= 0 || C <= 0 || OC <= 0) return;
-    if (dinp || dweight) {
+    if (N <= 0 || OC <= 0) return; /* C == 0: dbias only, as ref */
+    if ((dinp || dweight) && C > 0) {
         const uint16_t *d16 = bf16_operand(be, dout, (size_t)N * OC);
         if (!d16) return;
         if (dinp)
