@@ -8,16 +8,30 @@
  * queries that saw it, query heads of its group in order, then queries in
  * order, as ref does. Dot products in fp32 (a fixed warp-reduction order),
  * softmax statistics in double. Dropout of the probabilities redraws ref's
- * mask from its key. Leaves out: tensor cores, tiles in shared memory and the
- * skipped causal blocks of a FlashAttention-2 kernel; this is the readable
- * GPU version a fast kernel will be tested against.
+ * mask from its key. These row kernels take any head size up to 1024 and
+ * dropout; the tiled kernels below (key or query tiles in shared memory, a
+ * row per thread) run the common case, head size 32 or 64 without dropout.
+ * Leaves out: tensor cores (bf16 tiles through mma.sync) and the work
+ * split of FlashAttention-2, the next step for speed.
  */
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "backend/cuda/cuda_attention_tiled.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
-#define ATT_MAXK 8 /* head sizes up to 256: 8 elements per lane */
+/* Head sizes the row kernels take: MAXK elements per lane, a template
+ * parameter (8 up to 256, 16 up to 512, 32 up to 1024). */
+#define ATT_HS_MAX 1024
+/* Launches kernel<MAXK> for head size HS (at most ATT_HS_MAX). */
+#define ATT_LAUNCH(kernel, HS, grid, block, stream, ...)                      \
+    do {                                                                      \
+        if ((HS) <= 256) kernel<8><<<(grid), (block), 0, (stream)>>>(__VA_ARGS__);  \
+        else if ((HS) <= 512) kernel<16><<<(grid), (block), 0, (stream)>>>(__VA_ARGS__); \
+        else kernel<32><<<(grid), (block), 0, (stream)>>>(__VA_ARGS__);       \
+    } while (0)
 #define ATT_WARPS 4
 
 /* ct_attn_drop_mult (backend.h, compiled for the device); 1 without dropout. */
@@ -36,6 +50,7 @@ __device__ inline float warp_dot(const float *a, const float *b, int HS) {
 
 /* One query row against n keys and values kv_stride floats apart: writes
  * out (HS) and returns the log-sum-exp (ref's attention_row). */
+template <int ATT_MAXK>
 __device__ float attn_row(float *out, const float *q, const float *k, const float *v,
                           size_t kv_stride, int n, int HS, double scale, ct_attn_dropout drop,
                           int b, int h, int i, int j0, int NH, int T) {
@@ -68,6 +83,7 @@ __device__ inline int first_key(const int32_t *pos, int b, int T, int t) {
     return pos ? t - pos[(size_t)b * T + t] : 0;
 }
 
+template <int ATT_MAXK>
 __global__ void k_attn_fwd(float *out, float *lse, const float *qkv, const int32_t *pos,
                            ct_attn_dropout drop, int B, int T, int NH, int NKV, int HS) {
     size_t row = (size_t)blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
@@ -79,10 +95,42 @@ __global__ void k_attn_fwd(float *out, float *lse, const float *qkv, const int32
     const float *k = qkv_b + C + (size_t)g * HS, *v = qkv_b + C + KC + (size_t)g * HS;
     int j0 = first_key(pos, b, T, t);
     double scale = 1.0 / sqrt((double)HS);
-    float r = attn_row(out + ((size_t)b * T + t) * C + (size_t)h * HS,
+    float r = attn_row<ATT_MAXK>(out + ((size_t)b * T + t) * C + (size_t)h * HS,
                        qkv_b + (size_t)t * W + (size_t)h * HS, k + (size_t)j0 * W,
                        v + (size_t)j0 * W, W, t + 1 - j0, HS, scale, drop, b, h, t, j0, NH, T);
     if ((threadIdx.x & 31) == 0) lse[((size_t)b * NH + h) * T + t] = r;
+}
+
+/* Whether the tiled kernels run this call: head size 32 or 64, no dropout,
+ * 16-byte aligned operands (their rows are read as float4), a grid within
+ * limits, and not forced off (CT_CUDA_ATTENTION=rows). */
+static bool tiled_ok(const ct_attn_dropout *drop, int B, int NH, int HS, const void *a,
+                     const void *b) {
+    static int forced = -1; /* -1: not read yet; 1: rows forced */
+    if (forced < 0) {
+        const char *e = getenv("CT_CUDA_ATTENTION");
+        forced = e && !strcmp(e, "rows") ? 1 : 0;
+    }
+    return !forced && (!drop || drop->p == 0.0f) && (HS == 32 || HS == 64) && B <= 65535 &&
+           NH <= 65535 && !(((uintptr_t)a | (uintptr_t)b) & 15);
+}
+
+template <int HS>
+static void fwd_tiled(ct_backend *be, float *out, float *lse, const float *qkv,
+                      const int32_t *pos, int B, int T, int NH, int NKV) {
+    dim3 grid((unsigned)((T + TILE_ROWS - 1) / TILE_ROWS), (unsigned)NH, (unsigned)B);
+    k_attn_fwd_tiled<HS><<<grid, TILE_ROWS, 0, cuda_stream(be)>>>(out, lse, qkv, pos, T, NH, NKV);
+}
+
+template <int HS>
+static void bwd_tiled(ct_backend *be, float *dqkv, const float *dout, const float *qkv,
+                      const float *lse, const double *D, const int32_t *pos, int B, int T,
+                      int NH, int NKV) {
+    cudaStream_t st = cuda_stream(be);
+    dim3 gq((unsigned)((T + TILE_ROWS - 1) / TILE_ROWS), (unsigned)NH, (unsigned)B);
+    k_attn_dq_tiled<HS><<<gq, TILE_ROWS, 0, st>>>(dqkv, dout, qkv, lse, D, pos, T, NH, NKV);
+    dim3 gk((unsigned)((T + DKV_ROWS - 1) / DKV_ROWS), (unsigned)NKV, (unsigned)B);
+    k_attn_dkv_tiled<HS><<<gk, DKV_ROWS, 0, st>>>(dqkv, dout, qkv, lse, D, pos, T, NH, NKV);
 }
 
 extern "C" void ct_attention_forward_cuda(ct_backend *be, float *out, float *lse,
@@ -91,13 +139,19 @@ extern "C" void ct_attention_forward_cuda(ct_backend *be, float *out, float *lse
                                           int NKV, int HS) {
     size_t rows = (size_t)B * NH * T;
     if (!rows) return;
-    if (HS > 32 * ATT_MAXK) {
-        cuda_latch(be, 2000, "attention_forward", "head size over 256 is not supported");
+    if (HS > ATT_HS_MAX) {
+        cuda_latch(be, 2000, "attention_forward", "head size over 1024 is not supported");
+        return;
+    }
+    if (tiled_ok(drop, B, NH, HS, qkv, out)) {
+        if (HS == 32) fwd_tiled<32>(be, out, lse, qkv, pos, B, T, NH, NKV);
+        else fwd_tiled<64>(be, out, lse, qkv, pos, B, T, NH, NKV);
+        cuda_launched(be, "attention_forward");
         return;
     }
     ct_attn_dropout d = drop ? *drop : ct_attn_dropout{0.0f, 0, 0};
-    k_attn_fwd<<<(unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS), 32 * ATT_WARPS, 0,
-                 cuda_stream(be)>>>(out, lse, qkv, pos, d, B, T, NH, NKV, HS);
+    ATT_LAUNCH(k_attn_fwd, HS, (unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS), 32 * ATT_WARPS,
+               cuda_stream(be), out, lse, qkv, pos, d, B, T, NH, NKV, HS);
     cuda_launched(be, "attention_forward");
 }
 
@@ -115,6 +169,7 @@ __global__ void k_attn_D(double *D, const float *dout, const float *out, int B, 
 }
 
 /* dq of one query row: sum over its keys of scale * ds_j * k_j. */
+template <int ATT_MAXK>
 __global__ void k_attn_dq(float *dqkv, const float *dout, const float *qkv, const float *lse,
                           const double *D, const int32_t *pos, ct_attn_dropout drop, int B,
                           int T, int NH, int NKV, int HS) {
@@ -144,6 +199,7 @@ __global__ void k_attn_dq(float *dqkv, const float *dout, const float *qkv, cons
 
 /* dk, dv of one key row j of KV head g: over the query heads of the group in
  * order, then the queries that saw j (i >= j inside j's example) in order. */
+template <int ATT_MAXK>
 __global__ void k_attn_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse,
                            const double *D, const int32_t *pos, ct_attn_dropout drop, int B,
                            int T, int NH, int NKV, int HS) {
@@ -188,8 +244,8 @@ extern "C" void ct_attention_backward_cuda(ct_backend *be, float *dqkv, const fl
     cuda_state *s = cuda_st(be);
     size_t rows = (size_t)B * NH * T, kv_rows = (size_t)B * NKV * T;
     if (!rows) return;
-    if (HS > 32 * ATT_MAXK) {
-        cuda_latch(be, 2000, "attention_backward", "head size over 256 is not supported");
+    if (HS > ATT_HS_MAX) {
+        cuda_latch(be, 2000, "attention_backward", "head size over 1024 is not supported");
         return;
     }
     size_t bytes = rows * sizeof(double);
@@ -205,20 +261,27 @@ extern "C" void ct_attention_backward_cuda(ct_backend *be, float *dqkv, const fl
     unsigned blocks = (unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS);
     cudaStream_t st = cuda_stream(be);
     k_attn_D<<<blocks, 32 * ATT_WARPS, 0, st>>>(s->att_ws, dout, out, B, T, NH, HS);
-    k_attn_dq<<<blocks, 32 * ATT_WARPS, 0, st>>>(dqkv, dout, qkv, lse, s->att_ws, pos, d, B, T,
-                                                 NH, NKV, HS);
-    k_attn_dkv<<<(unsigned)((kv_rows + ATT_WARPS - 1) / ATT_WARPS), 32 * ATT_WARPS, 0, st>>>(
-        dqkv, dout, qkv, lse, s->att_ws, pos, d, B, T, NH, NKV, HS);
+    if (tiled_ok(drop, B, NH, HS, qkv, dout)) {
+        if (HS == 32) bwd_tiled<32>(be, dqkv, dout, qkv, lse, s->att_ws, pos, B, T, NH, NKV);
+        else bwd_tiled<64>(be, dqkv, dout, qkv, lse, s->att_ws, pos, B, T, NH, NKV);
+        cuda_launched(be, "attention_backward");
+        return;
+    }
+    ATT_LAUNCH(k_attn_dq, HS, blocks, 32 * ATT_WARPS, st, dqkv, dout, qkv, lse, s->att_ws, pos,
+               d, B, T, NH, NKV, HS);
+    ATT_LAUNCH(k_attn_dkv, HS, (unsigned)((kv_rows + ATT_WARPS - 1) / ATT_WARPS), 32 * ATT_WARPS,
+               st, dqkv, dout, qkv, lse, s->att_ws, pos, d, B, T, NH, NKV, HS);
     cuda_launched(be, "attention_backward");
 }
 
+template <int ATT_MAXK>
 __global__ void k_attn_decode(float *out, const float *q, const float *kcache,
                               const float *vcache, int n, int NH, int NKV, int HS) {
     int h = blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
     if (h >= NH) return;
     size_t KC = (size_t)NKV * HS, g = (size_t)(h / (NH / NKV)) * HS;
     ct_attn_dropout none = {0.0f, 0, 0};
-    attn_row(out + (size_t)h * HS, q + (size_t)h * HS, kcache + g, vcache + g, KC, n, HS,
+    attn_row<ATT_MAXK>(out + (size_t)h * HS, q + (size_t)h * HS, kcache + g, vcache + g, KC, n, HS,
              1.0 / sqrt((double)HS), none, 0, h, 0, 0, NH, 1);
 }
 
@@ -226,11 +289,11 @@ extern "C" void ct_attention_decode_cuda(ct_backend *be, float *out, const float
                                          const float *kcache, const float *vcache, int n, int NH,
                                          int NKV, int HS) {
     if (n <= 0 || NH <= 0) return;
-    if (HS > 32 * ATT_MAXK) {
-        cuda_latch(be, 2000, "attention_decode", "head size over 256 is not supported");
+    if (HS > ATT_HS_MAX) {
+        cuda_latch(be, 2000, "attention_decode", "head size over 1024 is not supported");
         return;
     }
-    k_attn_decode<<<(NH + ATT_WARPS - 1) / ATT_WARPS, 32 * ATT_WARPS, 0, cuda_stream(be)>>>(
-        out, q, kcache, vcache, n, NH, NKV, HS);
+    ATT_LAUNCH(k_attn_decode, HS, (NH + ATT_WARPS - 1) / ATT_WARPS, 32 * ATT_WARPS,
+               cuda_stream(be), out, q, kcache, vcache, n, NH, NKV, HS);
     cuda_launched(be, "attention_decode");
 }
