@@ -1,7 +1,7 @@
 /*
  * The CUDA backend's tiled attention kernels (device code only, included by
  * cuda_attention.cu). They use nothing but CUDA's built-in variables, shared
- * memory, __syncthreads and float4, so tests/gpu/tile_emu.cpp can run them on
+ * memory, __syncthreads and float4, so tests/gpu/cuda_emu.cpp can run them on
  * the CPU, a thread per CUDA thread, and check their index and mask
  * arithmetic against a double reference where there is no GPU.
  */

@@ -66,6 +66,12 @@ __device__ inline uint16_t f32_to_bf16_rne(float f) {
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
+/* out0[c] (and out1[c]) += the column sums of N rows, kind a COLSUM_* of
+ * cuda_colsum.cuh (the terms and their order are there); mean and rstd as
+ * that kind reads them, else NULL. Launched on the stream (cuda_kernels.cu). */
+void cuda_colsum(ct_backend *be, int kind, float *out0, float *out1, const float *dout,
+                 const float *inp, const float *mean, const float *rstd, int N, int C);
+
 template <typename T> __device__ inline T warp_sum(T x) {
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;

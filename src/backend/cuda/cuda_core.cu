@@ -104,6 +104,7 @@ static void state_release(cuda_state *s) {
     if (s->count_host) cudaFreeHost(s->count_host);
     if (s->ws) cudaFree(s->ws);
     if (s->att_ws) cudaFree(s->att_ws);
+    if (s->col_ws) cudaFree(s->col_ws);
     for (int i = 0; i < s->n_bufs; i++) {
         if (s->bufs[i].pinned) cudaFreeHost(s->bufs[i].p);
         else cudaFree(s->bufs[i].p);

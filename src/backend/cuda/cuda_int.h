@@ -50,6 +50,8 @@ typedef struct cuda_state {
     size_t ws_bytes;
     double *att_ws;        /* device: attention backward's D = rowsum(dout o out), (B,NH,T) */
     size_t att_ws_bytes;
+    double *col_ws;        /* device: the column sums' partials (cuda_colsum.cuh) */
+    size_t col_ws_bytes;
     void *events[CUDA_EVENTS]; /* cudaEvent_t */
     int next_event;
     char name[256];        /* the device's name */

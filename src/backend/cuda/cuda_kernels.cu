@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "backend/cuda/cuda_colsum.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
 #define GELU_BETA 0.7978845608028654
@@ -68,6 +69,39 @@ extern "C" void ct_encoder_backward_cuda(ct_backend *be, float *dwte, float *dwp
     k_encoder_bwd<<<(C + 127) / 128, 128, 0, cuda_stream(be)>>>(dwte, dwpe, dout, inp, pos, B * T,
                                                                T, C);
     cuda_launched(be, "encoder_backward");
+}
+
+/* ------------------------------------------------------------ column sums */
+
+void cuda_colsum(ct_backend *be, int kind, float *out0, float *out1, const float *dout,
+                 const float *inp, const float *mean, const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    cuda_state *s = cuda_st(be);
+    int chunks = colsum_chunks(N);
+    size_t bytes = (size_t)2 * chunks * C * sizeof(double);
+    if (bytes > s->col_ws_bytes) { /* grows in the first step; the shapes repeat */
+        cudaStreamSynchronize(cuda_stream(be));
+        if (s->col_ws) cudaFree(s->col_ws);
+        s->col_ws = NULL;
+        s->col_ws_bytes = 0;
+        if (!cuda_ok(be, cudaMalloc((void **)&s->col_ws, bytes), "column-sum workspace")) return;
+        s->col_ws_bytes = bytes;
+    }
+    double *p0 = s->col_ws, *p1 = s->col_ws + (size_t)chunks * C;
+    dim3 grid((unsigned)((C + COLSUM_THREADS - 1) / COLSUM_THREADS), (unsigned)chunks);
+    cudaStream_t st = cuda_stream(be);
+    if (kind == COLSUM_LAYERNORM)
+        k_colsum_part<COLSUM_LAYERNORM><<<grid, COLSUM_THREADS, 0, st>>>(p0, p1, dout, inp, mean,
+                                                                        rstd, N, C, chunks);
+    else if (kind == COLSUM_RMSNORM)
+        k_colsum_part<COLSUM_RMSNORM><<<grid, COLSUM_THREADS, 0, st>>>(p0, NULL, dout, inp, NULL,
+                                                                      rstd, N, C, chunks);
+    else
+        k_colsum_part<COLSUM_BIAS><<<grid, COLSUM_THREADS, 0, st>>>(p0, NULL, dout, NULL, NULL,
+                                                                   NULL, N, C, chunks);
+    k_colsum_add<<<grid.x, COLSUM_THREADS, 0, st>>>(out0, kind == COLSUM_LAYERNORM ? out1 : NULL,
+                                                    p0, p1, C, chunks);
+    cuda_launched(be, "column sums");
 }
 
 /* ------------------------------------------------------------ LayerNorm */
@@ -127,21 +161,6 @@ __global__ void k_layernorm_bwd_rows(float *dinp, const float *dout, const float
         dx[c] += (float)(s * (g - gm - xhat * gxm));
     }
 }
-__global__ void k_layernorm_bwd_cols(float *dweight, float *dbias, const float *dout,
-                                     const float *inp, const float *mean, const float *rstd,
-                                     int N, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    double dw = 0.0, db = 0.0;
-    for (int n = 0; n < N; n++) {
-        size_t i = (size_t)n * C + c;
-        double xhat = (inp[i] - (double)mean[n]) * rstd[n];
-        dw += xhat * dout[i];
-        db += dout[i];
-    }
-    dweight[c] += (float)dw;
-    dbias[c] += (float)db;
-}
 extern "C" void ct_layernorm_backward_cuda(ct_backend *be, float *dinp, float *dweight,
                                            float *dbias, const float *dout, const float *inp,
                                            const float *weight, const float *mean,
@@ -149,9 +168,8 @@ extern "C" void ct_layernorm_backward_cuda(ct_backend *be, float *dinp, float *d
     if (N <= 0 || C <= 0) return;
     k_layernorm_bwd_rows<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(dinp, dout, inp, weight, mean,
                                                                  rstd, C);
-    k_layernorm_bwd_cols<<<(C + 127) / 128, 128, 0, cuda_stream(be)>>>(dweight, dbias, dout, inp,
-                                                                      mean, rstd, N, C);
     cuda_launched(be, "layernorm_backward");
+    cuda_colsum(be, COLSUM_LAYERNORM, dweight, dbias, dout, inp, mean, rstd, N, C);
 }
 
 /* ------------------------------------------------------------ RMSNorm */
@@ -189,25 +207,13 @@ __global__ void k_rmsnorm_bwd_rows(float *dinp, const float *dout, const float *
         dx[c] += (float)(s * ((double)weight[c] * dy[c] - xhat * gxm));
     }
 }
-__global__ void k_rmsnorm_bwd_cols(float *dweight, const float *dout, const float *inp,
-                                   const float *rstd, int N, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    double dw = 0.0;
-    for (int n = 0; n < N; n++) {
-        size_t i = (size_t)n * C + c;
-        dw += (double)inp[i] * rstd[n] * dout[i];
-    }
-    dweight[c] += (float)dw;
-}
 extern "C" void ct_rmsnorm_backward_cuda(ct_backend *be, float *dinp, float *dweight,
                                          const float *dout, const float *inp, const float *weight,
                                          const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
     k_rmsnorm_bwd_rows<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(dinp, dout, inp, weight, rstd, C);
-    k_rmsnorm_bwd_cols<<<(C + 127) / 128, 128, 0, cuda_stream(be)>>>(dweight, dout, inp, rstd, N,
-                                                                    C);
     cuda_launched(be, "rmsnorm_backward");
+    cuda_colsum(be, COLSUM_RMSNORM, dweight, NULL, dout, inp, NULL, rstd, N, C);
 }
 
 /* ------------------------------------------------------------ RoPE */

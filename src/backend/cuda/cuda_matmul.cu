@@ -14,6 +14,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/cuda_colsum.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
 static cublasHandle_t handle(ct_backend *be) { return (cublasHandle_t)cuda_st(be)->cublas; }
@@ -28,14 +29,6 @@ __global__ void k_bias_rows(float *out, const float *bias, int N, int OC) {
          i += (size_t)gridDim.x * blockDim.x)
         out[i] = bias[i % OC];
 }
-__global__ void k_dbias(float *dbias, const float *dout, int N, int OC) {
-    int o = blockIdx.x * blockDim.x + threadIdx.x;
-    if (o >= OC) return;
-    double acc = 0.0;
-    for (int n = 0; n < N; n++) acc += dout[(size_t)n * OC + o];
-    dbias[o] += (float)acc;
-}
-
 /* out (N,OC) = bias rows, or untouched; returns the beta to use. */
 static float prefill_bias(ct_backend *be, float *out, const float *bias, int N, int OC) {
     if (!bias) return 0.0f;
@@ -45,8 +38,7 @@ static float prefill_bias(ct_backend *be, float *out, const float *bias, int N, 
 }
 
 static void dbias_add(ct_backend *be, float *dbias, const float *dout, int N, int OC) {
-    k_dbias<<<(OC + 127) / 128, 128, 0, cuda_stream(be)>>>(dbias, dout, N, OC);
-    cuda_launched(be, "matmul dbias");
+    cuda_colsum(be, COLSUM_BIAS, dbias, NULL, dout, NULL, NULL, NULL, N, OC);
 }
 
 extern "C" void ct_matmul_forward_cuda(ct_backend *be, float *out, const float *inp,

@@ -1,6 +1,7 @@
 /*
  * The CUDA backend's tiled attention kernels (src/backend/cuda/
- * cuda_attention_tiled.cuh) run on the CPU: each CUDA thread of a block is a
+ * cuda_attention_tiled.cuh) and its column sums (cuda_colsum.cuh) run on the
+ * CPU: each CUDA thread of a block is a
  * POSIX thread, __shared__ arrays are the kernel's statics (one block runs at
  * a time), __syncthreads is a barrier. That checks what can go wrong without
  * a GPU in sight — the index arithmetic, the causal and packed-row masks, the
@@ -9,9 +10,11 @@
  * forward (out, lse) and backward (dq, dk, dv, accumulated onto what dqkv
  * held), for GQA and MHA, head sizes 32 and 64, packed rows. It does not check
  * what only a GPU shows (timing, memory coalescing, launch limits): the gpu_*
- * tests do that on one.
+ * tests do that on one. The column sums (a bias's, LayerNorm's and RMSNorm's
+ * parameter gradients) are checked against one double sum over the rows, as
+ * ref sums them, for row counts around the chunk count.
  *
- * usage: tile_emu   (exit 0: every check passed)
+ * usage: cuda_emu   (exit 0: every check passed)
  */
 #include <math.h>
 #include <pthread.h>
@@ -45,6 +48,7 @@ using std::min;
 #define __align__(n) __attribute__((aligned(n)))
 
 #include "backend/cuda/cuda_attention_tiled.cuh"
+#include "backend/cuda/cuda_colsum.cuh"
 
 /* Runs kernel over grid x block, one block at a time, a thread per CUDA thread. */
 template <typename F> static void launch(dim3 grid, unsigned block, F kernel) {
@@ -219,6 +223,54 @@ template <int HS> static void check(const shape &s) {
     fails += !ok;
 }
 
+/* The two-pass column sums of one kind against ref's terms summed in double. */
+static void check_colsum(int kind, int N, int C) {
+    std::vector<float> dout((size_t)N * C), inp((size_t)N * C), mean(N), rstd(N);
+    for (auto &x : dout) x = frand();
+    for (auto &x : inp) x = 3.0f * frand();
+    for (auto &x : mean) x = frand();
+    for (auto &x : rstd) x = 1.5f + frand();
+    std::vector<double> w0(C, 0.0), w1(C, 0.0);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            size_t i = (size_t)n * C + c;
+            if (kind == COLSUM_BIAS) {
+                w0[c] += dout[i];
+            } else if (kind == COLSUM_LAYERNORM) {
+                w0[c] += (inp[i] - (double)mean[n]) * rstd[n] * dout[i];
+                w1[c] += dout[i];
+            } else {
+                w0[c] += (double)inp[i] * rstd[n] * dout[i];
+            }
+        }
+    int chunks = colsum_chunks(N);
+    std::vector<double> p0((size_t)chunks * C, NAN), p1((size_t)chunks * C, NAN);
+    const float pre = 0.5f;
+    std::vector<float> o0(C, pre), o1(C, pre);
+    double *a = p0.data(), *b = p1.data();
+    const float *d = dout.data(), *x = inp.data(), *m = mean.data(), *r = rstd.data();
+    float *q0 = o0.data(), *q1 = o1.data();
+    dim3 grid((C + COLSUM_THREADS - 1) / COLSUM_THREADS, chunks);
+    if (kind == COLSUM_BIAS)
+        launch(grid, COLSUM_THREADS, [=]() {
+            k_colsum_part<COLSUM_BIAS>(a, NULL, d, NULL, NULL, NULL, N, C, chunks); });
+    else if (kind == COLSUM_LAYERNORM)
+        launch(grid, COLSUM_THREADS, [=]() {
+            k_colsum_part<COLSUM_LAYERNORM>(a, b, d, x, m, r, N, C, chunks); });
+    else
+        launch(grid, COLSUM_THREADS, [=]() {
+            k_colsum_part<COLSUM_RMSNORM>(a, NULL, d, x, NULL, r, N, C, chunks); });
+    bool two = kind == COLSUM_LAYERNORM;
+    launch(dim3(grid.x), COLSUM_THREADS,
+           [=]() { k_colsum_add(q0, two ? q1 : NULL, a, b, C, chunks); });
+    double e = err(o0.data(), w0, pre), e1 = two ? err(o1.data(), w1, pre) : 0.0;
+    bool untouched = two || std::all_of(o1.begin(), o1.end(), [=](float v) { return v == pre; });
+    bool ok = e < 1e-6 && e1 < 1e-6 && untouched;
+    printf("%s column sums kind %d N=%d C=%d (%d chunks): %.2g %.2g\n", ok ? "ok  " : "FAIL", kind,
+           N, C, chunks, e, e1);
+    fails += !ok;
+}
+
 int main(void) {
     check<64>({2, 150, 4, 2, 64, {}});                // GQA, ragged last tiles
     check<64>({1, 64, 2, 2, 64, {}});                 // exactly one query tile
@@ -226,6 +278,10 @@ int main(void) {
     check<64>({2, 130, 2, 2, 64, {1, 40, 3, 70, 17}}); // packed: key tiles skipped, length 1
     check<32>({3, 70, 4, 2, 32, {3, 1, 17, 1, 1, 9, 30}});
     check<32>({1, 5, 1, 1, 32, {}});                  // fewer rows than a tile
+    const int rows[] = {1, 5, 63, 64, 65, 1000};
+    for (int kind = 0; kind < 3; kind++)
+        for (int n : rows) check_colsum(kind, n, n == 1000 ? 130 : 7);
+    check_colsum(COLSUM_LAYERNORM, 300, 1);
     printf("%d failure(s)\n", fails);
     return fails ? 1 : 0;
 }

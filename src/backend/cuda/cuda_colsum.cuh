@@ -1,0 +1,73 @@
+/*
+ * Column sums over N rows for the gradients of per-channel parameters (a
+ * linear's bias, LayerNorm's and RMSNorm's weight and bias), in two passes
+ * without atomics: pass 1 gives each of `chunks` consecutive row ranges a
+ * block row, and each thread one column's double sum over its range; pass 2
+ * adds the chunks' partials of a column in chunk order and adds the total, as
+ * a float, to the gradient. The chunking depends on N alone, so every run
+ * sums in the same order (deterministic, resume bit-exact). A thread per
+ * column over all N rows (the first version) gave GPT-2's C = 768 six blocks
+ * on a GPU of 132 multiprocessors, each walking 16384 rows.
+ *
+ * Device code only, included by cuda_kernels.cu and cuda_matmul.cu; like
+ * cuda_attention_tiled.cuh it runs under tests/gpu/cuda_emu.cpp on the CPU.
+ */
+#ifndef CT_BACKEND_CUDA_COLSUM_CUH
+#define CT_BACKEND_CUDA_COLSUM_CUH
+
+#include <stddef.h>
+
+#define COLSUM_THREADS 128
+#define COLSUM_CHUNKS_MAX 64
+
+/* The row chunks of a column sum over N rows: 64, or N when fewer. */
+static inline int colsum_chunks(int N) {
+    return N < COLSUM_CHUNKS_MAX ? (N > 0 ? N : 1) : COLSUM_CHUNKS_MAX;
+}
+
+/* What a row adds to column c: dout (a bias), xhat * dout and dout
+ * (LayerNorm's weight and bias), x * rstd * dout (RMSNorm's weight). The
+ * terms are ref's, in double. */
+enum { COLSUM_BIAS = 0, COLSUM_LAYERNORM = 1, COLSUM_RMSNORM = 2 };
+
+/* Pass 1: grid (ceil(C / COLSUM_THREADS), chunks); part0 (and part1 for
+ * LayerNorm's bias) (chunks, C). */
+template <int KIND>
+static __global__ void k_colsum_part(double *part0, double *part1, const float *dout, const float *inp,
+                              const float *mean, const float *rstd, int N, int C, int chunks) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
+    if (c >= C) return;
+    int rows = (N + chunks - 1) / chunks;
+    int n0 = k * rows, n1 = n0 + rows < N ? n0 + rows : N;
+    double a = 0.0, b = 0.0;
+    for (int n = n0; n < n1; n++) {
+        size_t i = (size_t)n * C + c;
+        if (KIND == COLSUM_BIAS) {
+            a += dout[i];
+        } else if (KIND == COLSUM_LAYERNORM) {
+            double xhat = (inp[i] - (double)mean[n]) * rstd[n];
+            a += xhat * dout[i];
+            b += dout[i];
+        } else {
+            a += (double)inp[i] * rstd[n] * dout[i];
+        }
+    }
+    part0[(size_t)k * C + c] = a;
+    if (KIND == COLSUM_LAYERNORM) part1[(size_t)k * C + c] = b;
+}
+
+/* Pass 2: a thread per column; out1 and part1 may be NULL. */
+static __global__ void k_colsum_add(float *out0, float *out1, const double *part0, const double *part1,
+                             int C, int chunks) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double a = 0.0, b = 0.0;
+    for (int k = 0; k < chunks; k++) {
+        a += part0[(size_t)k * C + c];
+        if (out1) b += part1[(size_t)k * C + c];
+    }
+    out0[c] += (float)a;
+    if (out1) out1[c] += (float)b;
+}
+
+#endif
