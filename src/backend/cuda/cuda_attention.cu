@@ -248,15 +248,9 @@ extern "C" void ct_attention_backward_cuda(ct_backend *be, float *dqkv, const fl
         cuda_latch(be, 2000, "attention_backward", "head size over 1024 is not supported");
         return;
     }
-    size_t bytes = rows * sizeof(double);
-    if (bytes > s->att_ws_bytes) {
-        cudaStreamSynchronize(cuda_stream(be));
-        if (s->att_ws) cudaFree(s->att_ws);
-        s->att_ws = NULL;
-        s->att_ws_bytes = 0;
-        if (!cuda_ok(be, cudaMalloc((void **)&s->att_ws, bytes), "attention workspace")) return;
-        s->att_ws_bytes = bytes;
-    }
+    if (!cuda_workspace(be, (void **)&s->att_ws, &s->att_ws_bytes, rows * sizeof(double),
+                        "attention workspace"))
+        return;
     ct_attn_dropout d = drop ? *drop : ct_attn_dropout{0.0f, 0, 0};
     unsigned blocks = (unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS);
     cudaStream_t st = cuda_stream(be);

@@ -35,6 +35,17 @@ __device__ inline int tile_first_key(const int32_t *pos, int b, int T, int t) {
     return pos ? t - pos[(size_t)b * T + t] : 0;
 }
 
+/* The first key any query row of the tile at q0 sees: the least of its
+ * rows' first keys (thread 0 reads them in order; the caller shares it). */
+__device__ inline int tile_block_first_key(const int32_t *pos, int b, int T, int q0) {
+    int k = T;
+    for (int r = q0; r < q0 + TILE_ROWS && r < T; r++) {
+        int f = tile_first_key(pos, b, T, r);
+        k = f < k ? f : k;
+    }
+    return k;
+}
+
 /* Stages rows [r0, r0 + n) of an operand whose rows are W floats apart (src
  * at the head's first column; HS floats each) in dst[TILE_KEYS][HS]; rows
  * past n are zeros. */
@@ -48,6 +59,29 @@ __device__ inline void tile_stage(float (*dst)[HS], const float *src, size_t W, 
     }
 }
 
+/* Where a query-tile block (grid: query tile, h, b) and its thread's row i
+ * are: the row's first key j0 (T past the last row), the batch's qkv rows,
+ * and the key and value columns of h's KV head. */
+struct tile_q {
+    int h, b, q0, i, j0;
+    bool row; /* i < T */
+    size_t C, W;
+    const float *qkv_b, *kb, *vb;
+};
+template <int HS>
+__device__ inline tile_q tile_q_of(const float *qkv, const int32_t *pos, int T, int NH, int NKV) {
+    tile_q t;
+    t.h = blockIdx.y, t.b = blockIdx.z, t.q0 = blockIdx.x * TILE_ROWS;
+    t.i = t.q0 + (int)threadIdx.x;
+    t.row = t.i < T;
+    t.j0 = t.row ? tile_first_key(pos, t.b, T, t.i) : T;
+    t.C = (size_t)NH * HS, t.W = (size_t)(NH + 2 * NKV) * HS;
+    t.qkv_b = qkv + (size_t)t.b * T * t.W;
+    t.kb = t.qkv_b + t.C + (size_t)(t.h / (NH / NKV)) * HS;
+    t.vb = t.kb + (size_t)NKV * HS;
+    return t;
+}
+
 /* Forward: block (query tile, h, b); thread = query row i. */
 template <int HS>
 __global__ void __launch_bounds__(TILE_ROWS)
@@ -55,24 +89,13 @@ k_attn_fwd_tiled(float *out, float *lse, const float *qkv, const int32_t *pos, i
                  int NKV) {
     __shared__ __align__(16) float Ks[TILE_KEYS][HS], Vs[TILE_KEYS][HS];
     __shared__ int kmin_s;
-    int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * TILE_ROWS;
-    int i = q0 + (int)threadIdx.x;
-    bool row = i < T;
-    size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS, KC = (size_t)NKV * HS;
-    const float *qkv_b = qkv + (size_t)b * T * W;
-    const float *kb = qkv_b + C + (size_t)(h / (NH / NKV)) * HS, *vb = kb + KC;
+    tile_q t = tile_q_of<HS>(qkv, pos, T, NH, NKV);
+    int h = t.h, b = t.b, q0 = t.q0, i = t.i, j0 = t.j0;
+    bool row = t.row;
+    size_t C = t.C, W = t.W;
+    const float *qkv_b = t.qkv_b, *kb = t.kb, *vb = t.vb;
     const float scale = 1.0f / sqrtf((float)HS);
-    int j0 = row ? tile_first_key(pos, b, T, i) : T;
-    /* the block's first key: the least of its rows' (a shared minimum, in a
-     * fixed order: thread 0 reads them) */
-    if (threadIdx.x == 0) {
-        int k = T;
-        for (int r = q0; r < q0 + TILE_ROWS && r < T; r++) {
-            int f = tile_first_key(pos, b, T, r);
-            k = f < k ? f : k;
-        }
-        kmin_s = k;
-    }
+    if (threadIdx.x == 0) kmin_s = tile_block_first_key(pos, b, T, q0);
     float q[HS], o[HS];
     if (row) {
         const float *qi = qkv_b + (size_t)i * W + (size_t)h * HS;
@@ -146,22 +169,13 @@ k_attn_dq_tiled(float *dqkv, const float *dout, const float *qkv, const float *l
     __shared__ __align__(16) float Ks[TILE_KEYS][HS], Vs[TILE_KEYS][HS];
     __shared__ float dO[TILE_ROWS][HS + 1]; /* a row per thread: + 1 spreads the banks */
     __shared__ int kmin_s;
-    int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * TILE_ROWS;
-    int i = q0 + (int)threadIdx.x;
-    bool row = i < T;
-    size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS, KC = (size_t)NKV * HS;
-    const float *qkv_b = qkv + (size_t)b * T * W;
-    const float *kb = qkv_b + C + (size_t)(h / (NH / NKV)) * HS, *vb = kb + KC;
+    tile_q t = tile_q_of<HS>(qkv, pos, T, NH, NKV);
+    int h = t.h, b = t.b, q0 = t.q0, i = t.i, j0 = t.j0;
+    bool row = t.row;
+    size_t C = t.C, W = t.W;
+    const float *qkv_b = t.qkv_b, *kb = t.kb, *vb = t.vb;
     const float scale = 1.0f / sqrtf((float)HS);
-    int j0 = row ? tile_first_key(pos, b, T, i) : T;
-    if (threadIdx.x == 0) {
-        int k = T;
-        for (int r = q0; r < q0 + TILE_ROWS && r < T; r++) {
-            int f = tile_first_key(pos, b, T, r);
-            k = f < k ? f : k;
-        }
-        kmin_s = k;
-    }
+    if (threadIdx.x == 0) kmin_s = tile_block_first_key(pos, b, T, q0);
     float q[HS], dq[HS];
     float lse_i = 0.0f, D_i = 0.0f;
     if (row) {

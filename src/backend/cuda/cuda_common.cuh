@@ -50,6 +50,22 @@ static inline bool cuda_ok(ct_backend *be, cudaError_t e, const char *what) {
     return false;
 }
 
+/* A device workspace *buf of at least bytes (*have: its size now), replaced
+ * by a larger one when too small, once the stream's work that may still read
+ * the old one is done; false (latched under what) when it cannot be. The
+ * step's shapes repeat, so each settles in the first step. */
+static inline bool cuda_workspace(ct_backend *be, void **buf, size_t *have, size_t bytes,
+                                  const char *what) {
+    if (bytes <= *have) return true;
+    cudaStreamSynchronize(cuda_stream(be));
+    if (*buf) cudaFree(*buf);
+    *buf = NULL;
+    *have = 0;
+    if (!cuda_ok(be, cudaMalloc(buf, bytes), what)) return false;
+    *have = bytes;
+    return true;
+}
+
 /* Blocks of `block` threads for a grid-stride loop over n items. */
 static inline unsigned cuda_grid(size_t n, int block) {
     size_t g = (n + (size_t)block - 1) / (size_t)block;

@@ -78,15 +78,9 @@ void cuda_colsum(ct_backend *be, int kind, float *out0, float *out1, const float
     if (N <= 0 || C <= 0) return;
     cuda_state *s = cuda_st(be);
     int chunks = colsum_chunks(N);
-    size_t bytes = (size_t)2 * chunks * C * sizeof(double);
-    if (bytes > s->col_ws_bytes) { /* grows in the first step; the shapes repeat */
-        cudaStreamSynchronize(cuda_stream(be));
-        if (s->col_ws) cudaFree(s->col_ws);
-        s->col_ws = NULL;
-        s->col_ws_bytes = 0;
-        if (!cuda_ok(be, cudaMalloc((void **)&s->col_ws, bytes), "column-sum workspace")) return;
-        s->col_ws_bytes = bytes;
-    }
+    if (!cuda_workspace(be, (void **)&s->col_ws, &s->col_ws_bytes,
+                        (size_t)2 * chunks * C * sizeof(double), "column-sum workspace"))
+        return;
     double *p0 = s->col_ws, *p1 = s->col_ws + (size_t)chunks * C;
     dim3 grid((unsigned)((C + COLSUM_THREADS - 1) / COLSUM_THREADS), (unsigned)chunks);
     cudaStream_t st = cuda_stream(be);

@@ -78,15 +78,8 @@ extern "C" void ct_matmul_backward_cuda(ct_backend *be, float *dinp, float *dwei
  * step's shapes repeat, so it settles after the first step). */
 static const uint16_t *bf16_operand(ct_backend *be, const float *x, size_t n) {
     cuda_state *s = cuda_st(be);
-    size_t bytes = n * sizeof(uint16_t);
-    if (bytes > s->ws_bytes) {
-        cudaStreamSynchronize(cuda_stream(be));
-        if (s->ws) cudaFree(s->ws);
-        s->ws = NULL;
-        s->ws_bytes = 0;
-        if (!cuda_ok(be, cudaMalloc(&s->ws, bytes), "bf16 GEMM workspace")) return NULL;
-        s->ws_bytes = bytes;
-    }
+    if (!cuda_workspace(be, &s->ws, &s->ws_bytes, n * sizeof(uint16_t), "bf16 GEMM workspace"))
+        return NULL;
     ct_f32_to_bf16_cuda(be, (uint16_t *)s->ws, x, n);
     return (const uint16_t *)s->ws;
 }
