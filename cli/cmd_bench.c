@@ -329,25 +329,21 @@ static int run_peak(ct_ctx *ctx, const bench_args *a, roofs *r, bool print) {
     if (!print) return 0;
     /* both GEMM libraries' peaks, when the build has both: the one in use
      * was measured above, the other is measured the same way */
-    ct_backend *be = ct_ctx_base_backend(ctx);
-    int used = be->gemm;
+    int used = ct_ctx_base_backend(ctx)->gemm;
     double lib_peak[2] = {-1, -1};
     lib_peak[used] = r->gemm;
     if (ct_gemm_have_onednn()) {
         ct_bench_gemm_info other;
-        be->gemm = used == CT_GEMM_ONEDNN ? CT_GEMM_OPENBLAS : CT_GEMM_ONEDNN;
-        ct_status st = ct_bench_gemm_peak_info(ctx, (int)a->peak_n, (int)a->reps, &other);
-        lib_peak[be->gemm] = st ? -1 : other.gflops;
-        be->gemm = used;
-        if (st) return cli_fail("bench");
+        int lib = used == CT_GEMM_ONEDNN ? CT_GEMM_OPENBLAS : CT_GEMM_ONEDNN;
+        if (ct_bench_gemm_peak_lib(ctx, lib, false, (int)a->peak_n, (int)a->reps, &other))
+            return cli_fail("bench");
+        lib_peak[lib] = other.gflops;
     }
     /* oneDNN's bf16 matmul (bf16 inputs, fp32 accumulation) beside its sgemm */
     if (ct_gemm_have_onednn()) {
         ct_bench_gemm_info bi;
-        be->gemm = CT_GEMM_ONEDNN;
-        ct_status st = ct_bench_gemm_bf16_peak_info(ctx, (int)a->peak_n, (int)a->reps, &bi);
-        be->gemm = used;
-        if (st) return cli_fail("bench");
+        if (ct_bench_gemm_peak_lib(ctx, CT_GEMM_ONEDNN, true, (int)a->peak_n, (int)a->reps, &bi))
+            return cli_fail("bench");
         r->gemm_bf16 = bi.gflops;
     }
     char libs[200], bf16[96];

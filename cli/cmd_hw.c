@@ -55,8 +55,7 @@ static int hw_measure(bool quick, hw_measured *m) {
     m->bw_mib = quick ? 32 : 128;
     int reps = quick ? 2 : 3;
     int rc = 0;
-    ct_backend *be = ct_ctx_base_backend(ctx);
-    m->lib = be->gemm;
+    m->lib = ct_ctx_base_backend(ctx)->gemm;
     m->lib_gemm[0] = m->lib_gemm[1] = -1;
     if (ct_bench_gemm_peak(ctx, m->gemm_n, reps, &m->gemm) ||
         ct_bench_membw(ctx, m->bw_mib, reps, &m->bw))
@@ -65,10 +64,10 @@ static int hw_measure(bool quick, hw_measured *m) {
         m->fma = ct_bench_fma_peak(ctx);
     m->lib_gemm[m->lib] = m->gemm;
     if (!rc && ct_gemm_have_onednn()) { /* the other library, the same way */
-        be->gemm = m->lib == CT_GEMM_ONEDNN ? CT_GEMM_OPENBLAS : CT_GEMM_ONEDNN;
-        if (ct_bench_gemm_peak(ctx, m->gemm_n, reps, &m->lib_gemm[be->gemm]))
-            rc = cli_fail("hw");
-        be->gemm = m->lib;
+        int lib = m->lib == CT_GEMM_ONEDNN ? CT_GEMM_OPENBLAS : CT_GEMM_ONEDNN;
+        ct_bench_gemm_info gi;
+        if (ct_bench_gemm_peak_lib(ctx, lib, false, m->gemm_n, reps, &gi)) rc = cli_fail("hw");
+        else m->lib_gemm[lib] = gi.gflops;
     }
     ct_ctx_free(ctx);
     return rc;

@@ -188,6 +188,12 @@ ct_status ct_bench_gemm_bf16_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_ge
     return gemm_peak_run(bench_lib(ctx), true, n, reps, info);
 }
 
+ct_status ct_bench_gemm_peak_lib(ct_ctx *ctx, int lib, bool bf16, int n, int reps,
+                                 ct_bench_gemm_info *info) {
+    (void)ctx; /* the pool's threads are the process's */
+    return gemm_peak_run((ct_gemm_lib)lib, bf16, n, reps, info);
+}
+
 ct_status ct_bench_gemm_peak(ct_ctx *ctx, int n, int reps, double *gflops) {
     ct_bench_gemm_info info;
     ct_status st = ct_bench_gemm_peak_info(ctx, n, reps, &info);

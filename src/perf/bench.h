@@ -55,6 +55,11 @@ ct_status ct_bench_gemm_peak(ct_ctx *ctx, int n, int reps, double *gflops);
  * (native on AVX512_BF16 or AMX, emulated elsewhere: ct_gemm_have_bf16), or
  * OpenBLAS on fp32 copies. Same measurement and errors. */
 ct_status ct_bench_gemm_bf16_peak_info(ct_ctx *ctx, int n, int reps, ct_bench_gemm_info *info);
+/* ct_bench_gemm_peak_info (bf16: ct_bench_gemm_bf16_peak_info) on GEMM
+ * library lib (a ct_gemm_lib), whatever ctx's run.gemm: both libraries'
+ * peaks side by side. */
+ct_status ct_bench_gemm_peak_lib(ct_ctx *ctx, int lib, bool bf16, int n, int reps,
+                                 ct_bench_gemm_info *info);
 /* Register-only FMA loop on every thread: the boosted arithmetic ceiling of the
  * cores, in GFLOP/s; the best of short runs (at least 3, about 0.1 s in all),
  * so a busy moment lowers it less. No real code computes faster: it is the

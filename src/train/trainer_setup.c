@@ -768,17 +768,17 @@ ct_status trainer_setup(trainer *t) {
         return st;
     }
     bool gemm_auto = !strcmp(cfg->run.gemm, "auto");
-    int blas_bits = ct_gemm_blas_bits(openblas_get_corename()), cpu_bits = ct_gemm_cpu_bits();
     if (ct_ctx_base_backend(t->ctx)->gemm == CT_GEMM_ONEDNN && t->rank == 0)
         ct_log(CT_LOG_INFO, "run.gemm=%s: oneDNN runs the GEMMs (%sthe plan counts its workspace%s)",
                cfg->run.gemm, gemm_auto ? "OpenBLAS's kernels are narrower than the cores; " : "",
                ct_gemm_have_brgemm() ? "" : "; its memory constants were measured on AVX-512 "
                "cores, this CPU has none: the plan may be a few percent low");
-    else if (ct_gemm_have_onednn() && blas_bits < cpu_bits && t->rank == 0 &&
+    else if (ct_gemm_lib_of("auto") == CT_GEMM_ONEDNN && t->rank == 0 &&
              !strcmp(cfg->run.device, "cpu"))
         ct_log(CT_LOG_WARN, "OpenBLAS runs its %s kernels (%d-bit vectors) on cores with %d-bit "
                "ones: run.gemm=auto runs oneDNN's here, which were 1.9-3.7x faster where "
-               "measured", openblas_get_corename(), blas_bits, cpu_bits);
+               "measured", openblas_get_corename(), ct_gemm_blas_bits(openblas_get_corename()),
+               ct_gemm_cpu_bits());
     if ((st = ct_schedule_from_config(&t->sched, cfg))) return st;
     if ((st = parse_bad_steps(cfg->debug.bad_steps, &t->bad_first, &t->bad_last))) return st;
     if ((st = check_run_dir(cfg->run.dir))) return st;
@@ -850,9 +850,11 @@ ct_status trainer_measure_peak(trainer *t) {
         st = ct_bench_gemm_peak(t->ctx, TRAINER_PEAK_N, 2, &t->gemm_peak);
     }
     /* the benchmark's oneDNN primitives and their buffers (n x n: 4 MiB of
-     * packed B on AVX-512 cores) are not the step's: dropped, and the heap's
-     * freed pages (the libraries' packing buffers too) given back, so the
-     * process the plan measures next holds what `ctrain plan`'s does */
+     * packed B on AVX-512 cores) are not the step's: dropped, and the heap
+     * trimmed now, before the model's allocations land among the freed
+     * pages (ct_run_env_measure trims again before it reads RSS; without
+     * this one, train's plan read 0.3 MiB more than `ctrain plan`'s), so the
+     * process the plan measures holds what `ctrain plan`'s does */
     ct_gemm_release();
 #ifdef __GLIBC__
     malloc_trim(0);

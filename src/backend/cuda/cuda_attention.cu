@@ -79,10 +79,6 @@ __device__ float attn_row(float *out, const float *q, const float *k, const floa
     return (float)(m + log(l));
 }
 
-__device__ inline int first_key(const int32_t *pos, int b, int T, int t) {
-    return pos ? t - pos[(size_t)b * T + t] : 0;
-}
-
 template <int ATT_MAXK>
 __global__ void k_attn_fwd(float *out, float *lse, const float *qkv, const int32_t *pos,
                            ct_attn_dropout drop, int B, int T, int NH, int NKV, int HS) {
@@ -93,7 +89,7 @@ __global__ void k_attn_fwd(float *out, float *lse, const float *qkv, const int32
     int g = h / (NH / NKV);
     const float *qkv_b = qkv + (size_t)b * T * W;
     const float *k = qkv_b + C + (size_t)g * HS, *v = qkv_b + C + KC + (size_t)g * HS;
-    int j0 = first_key(pos, b, T, t);
+    int j0 = attn_first_key(pos, b, T, t);
     double scale = 1.0 / sqrt((double)HS);
     float r = attn_row<ATT_MAXK>(out + ((size_t)b * T + t) * C + (size_t)h * HS,
                        qkv_b + (size_t)t * W + (size_t)h * HS, k + (size_t)j0 * W,
@@ -185,7 +181,7 @@ __global__ void k_attn_dq(float *dqkv, const float *dout, const float *qkv, cons
     double scale = 1.0 / sqrt((double)HS), lse_t = lse[row], Dt = D[row];
     float acc[ATT_MAXK];
     for (int kk = 0; kk < ATT_MAXK; kk++) acc[kk] = 0.0f;
-    for (int j = first_key(pos, b, T, t); j <= t; j++) {
+    for (int j = attn_first_key(pos, b, T, t); j <= t; j++) {
         const float *k = qkv_b + (size_t)j * W + ko, *v = qkv_b + (size_t)j * W + vo;
         double mk = drop_mult(drop, b, h, t, j, NH, T);
         double p = exp(scale * warp_dot(q, k, HS) - lse_t);
@@ -216,7 +212,7 @@ __global__ void k_attn_dkv(float *dqkv, const float *dout, const float *qkv, con
     float dk[ATT_MAXK], dv[ATT_MAXK];
     for (int kk = 0; kk < ATT_MAXK; kk++) dk[kk] = dv[kk] = 0.0f;
     for (int h = g * group; h < (g + 1) * group; h++) {
-        for (int i = j; i < T && first_key(pos, b, T, i) <= j; i++) {
+        for (int i = j; i < T && attn_first_key(pos, b, T, i) <= j; i++) {
             const float *q = qkv_b + (size_t)i * W + (size_t)h * HS;
             const float *dout_i = dout + ((size_t)b * T + i) * C + (size_t)h * HS;
             size_t r = ((size_t)b * NH + h) * T + i;

@@ -27,11 +27,12 @@
 
 #define TILE_ROWS 64 /* rows a block owns: threads per block */
 #define TILE_KEYS 32 /* keys (forward, dq) or queries (dk, dv) staged at once */
-#define DKV_ROWS 32  /* key rows a dk, dv block owns (its key and value rows sit in shared
-                      * memory beside the staged queries: 48 KiB at head size 64) */
+#define DKV_ROWS 32  /* key rows a dk, dv block owns: its key and value rows sit in shared
+                      * memory beside the staged queries (64 rows would pass the 48 KiB of
+                      * static shared memory at head size 64) */
 
 /* The first key of query row t (packed rows: its example's start). */
-__device__ inline int tile_first_key(const int32_t *pos, int b, int T, int t) {
+__device__ inline int attn_first_key(const int32_t *pos, int b, int T, int t) {
     return pos ? t - pos[(size_t)b * T + t] : 0;
 }
 
@@ -40,7 +41,7 @@ __device__ inline int tile_first_key(const int32_t *pos, int b, int T, int t) {
 __device__ inline int tile_block_first_key(const int32_t *pos, int b, int T, int q0) {
     int k = T;
     for (int r = q0; r < q0 + TILE_ROWS && r < T; r++) {
-        int f = tile_first_key(pos, b, T, r);
+        int f = attn_first_key(pos, b, T, r);
         k = f < k ? f : k;
     }
     return k;
@@ -74,7 +75,7 @@ __device__ inline tile_q tile_q_of(const float *qkv, const int32_t *pos, int T, 
     t.h = blockIdx.y, t.b = blockIdx.z, t.q0 = blockIdx.x * TILE_ROWS;
     t.i = t.q0 + (int)threadIdx.x;
     t.row = t.i < T;
-    t.j0 = t.row ? tile_first_key(pos, t.b, T, t.i) : T;
+    t.j0 = t.row ? attn_first_key(pos, t.b, T, t.i) : T;
     t.C = (size_t)NH * HS, t.W = (size_t)(NH + 2 * NKV) * HS;
     t.qkv_b = qkv + (size_t)t.b * T * t.W;
     t.kb = t.qkv_b + t.C + (size_t)(t.h / (NH / NKV)) * HS;
@@ -261,7 +262,7 @@ k_attn_dkv_tiled(float *dqkv, const float *dout, const float *qkv, const float *
                 size_t r = ((size_t)b * NH + h) * T + ii;
                 lse_s[threadIdx.x] = ii < T ? lse[r] : 0.0f;
                 D_s[threadIdx.x] = ii < T ? (float)D[r] : 0.0f;
-                f_s[threadIdx.x] = ii < T ? tile_first_key(pos, b, T, ii) : T;
+                f_s[threadIdx.x] = ii < T ? attn_first_key(pos, b, T, ii) : T;
             }
             __syncthreads();
             if (!row) continue; /* the mask decides, row by row */
