@@ -14,6 +14,7 @@
 
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cblas.h>
@@ -70,6 +71,12 @@ int ct_cuda_probe(char *name, size_t name_size, char *why, size_t why_size) {
 #endif
 }
 
+/* A pool thread's buffer (ct_backend_thread_buf). */
+struct ct_thread_buf {
+    float *p;
+    size_t n; /* floats */
+};
+
 ct_status ct_backend_init_device(ct_backend *be, ct_ctx *ctx, ct_backend_kind kind, int device,
                                  int n_threads, bool pin) {
     memset(be, 0, sizeof *be);
@@ -106,10 +113,14 @@ ct_status ct_backend_init_device(ct_backend *be, ct_ctx *ctx, ct_backend_kind ki
     (void)pin;
 #endif
     openblas_set_num_threads(be->n_threads);
+    be->tbuf = calloc((size_t)be->n_threads, sizeof *be->tbuf); /* NULL: kernels do without */
 #ifdef CT_USE_CUDA
     if (kind == CT_BACKEND_CUDA) {
         ct_status st = ct_cuda_init(be, device);
-        if (st) memset(be, 0, sizeof *be);
+        if (st) {
+            free(be->tbuf);
+            memset(be, 0, sizeof *be);
+        }
         return st;
     }
 #else
@@ -118,11 +129,31 @@ ct_status ct_backend_init_device(ct_backend *be, ct_ctx *ctx, ct_backend_kind ki
     return CT_OK;
 }
 
+float *ct_backend_thread_buf(ct_backend *be, size_t n) {
+    int t = 0;
+#ifdef CT_USE_OPENMP
+    t = omp_get_thread_num();
+#endif
+    if (!be->tbuf || t >= be->n_threads) return NULL;
+    struct ct_thread_buf *b = &be->tbuf[t];
+    if (b->n < n) {
+        free(b->p);
+        /* cache-line aligned: the vector kernels' rows start on one */
+        void *p = NULL;
+        b->p = posix_memalign(&p, 64, n * sizeof(float)) ? NULL : p;
+        b->n = b->p ? n : 0;
+    }
+    return b->p;
+}
+
 void ct_backend_free(ct_backend *be) {
     if (!be) return;
 #ifdef CT_USE_CUDA
     if (be->i == &ct_backend_cuda_i) ct_cuda_free(be);
 #endif
+    if (be->tbuf)
+        for (int t = 0; t < be->n_threads; t++) free(be->tbuf[t].p);
+    free(be->tbuf);
     memset(be, 0, sizeof *be);
 }
 

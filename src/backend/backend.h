@@ -278,6 +278,7 @@ struct ct_backend {
     int att_bq, att_bk; /* cpu: attention tile sizes (64 x 128 by default) */
     int gemm;           /* cpu: the GEMM library, a ct_gemm_lib (backend/cpu/gemm.h) */
     void *state;       /* the implementation's own (streams, handles, the wrapped backend) */
+    struct ct_thread_buf *tbuf; /* n_threads per-thread buffers (ct_backend_thread_buf) */
 };
 
 /* The registered backends, by kind. ct_backend_init fills *be (caller-owned)
@@ -297,6 +298,14 @@ extern const ct_backend_i ct_backend_ref_i;
 extern const ct_backend_i ct_backend_cpu_i;
 extern const ct_backend_i ct_backend_sim_i;
 extern const ct_backend_i ct_backend_cuda_i; /* with CT_USE_CUDA only */
+
+/* The calling pool thread's buffer of at least n floats, kept between calls
+ * (grown when too small; freed by ct_backend_free), so that kernels whose
+ * scratch depends on the shape alone allocate in the first step and never
+ * after. NULL when it cannot be had (no memory, a thread outside the pool, a
+ * backend not made by ct_backend_init): the caller then works without it.
+ * Each thread owns its buffer, so calls from a parallel region are safe. */
+float *ct_backend_thread_buf(ct_backend *be, size_t n);
 
 /* Set the cpu attention tiles; -1 (and nothing changed) when out of range. */
 int ct_backend_set_tiles(ct_backend *be, int bq, int bk);

@@ -9,8 +9,9 @@
  * when the max grows). No T x T matrix exists: each thread holds one tile,
  * its gradient and its packed operands on its stack (~100 KiB at GPT-2's
  * HS = 64 and the default tiles; ~1.3 MiB at the largest tiles and HS = 256);
- * the operands every tile pair shares are packed once per head on the heap
- * (forward: K^T and V, 2 T HS floats; backward: Q, dO and D = dO . O). Tiles
+ * the operands every tile pair shares are packed once per head into the
+ * thread's buffer, which the backend keeps between calls (forward: K^T and V,
+ * 2 T HS floats; backward: Q, dO and D = dO . O). Tiles
  * entirely above the diagonal are skipped; the diagonal tile masks its upper
  * part to exact zeros. The backward recomputes each tile's probabilities from
  * the saved log-sum-exp (FlashAttention-2's loop order: key tile outer, so a
@@ -150,19 +151,21 @@ static inline void drop_bwd_row(float *p, float *dp, int a, int nv, float Di, fl
 /* One (batch, head) of the forward: q, k, v point at the head's first row
  * (row stride ld); out at its first output row (stride C); lse (T); pos the
  * batch row's positions (T) or NULL; drop its dropout or NULL. */
-static void attention_head_fwd(float *out, float *lse, const float *q, const float *k,
-                               const float *v, const int32_t *pos, const att_drop *drop, int T,
-                               int HS, int ld, int C, float scale, int ATT_BQ, int ATT_BK) {
+static void attention_head_fwd(ct_backend *be, float *out, float *lse, const float *q,
+                               const float *k, const float *v, const int32_t *pos,
+                               const att_drop *drop, int T, int HS, int ld, int C, float scale,
+                               int ATT_BQ, int ATT_BK) {
     float S[ATT_BQ_MAX * ATT_BK_MAX];
     float O[ATT_BQ_MAX * ATT_HS_MAX];
     /* the tile's operands, packed: its queries, scale K^T and V of the key
      * tile (strided qkv rows, 9 KiB apart in GPT-2, cost a TLB entry each).
      * Every query tile reads the same key tiles, so with more than one query
      * tile the whole head's K^T (tile by tile, each HS x its width) and V are
-     * packed once, on the heap (KVall); without it, per pair into Kt, Vp. */
+     * packed once, in the thread's buffer (KVall, kept by the backend: no
+     * allocation after the first step); without it, per pair into Kt, Vp. */
     float Qp[ATT_BQ * HS], Kt[HS * ATT_BK], Vp[ATT_BK * HS];
     float m[ATT_BQ_MAX], l[ATT_BQ_MAX];
-    float *KVall = T > ATT_BQ ? malloc((size_t)2 * T * HS * sizeof(float)) : NULL;
+    float *KVall = T > ATT_BQ ? ct_backend_thread_buf(be, (size_t)2 * T * HS) : NULL;
     if (KVall)
         for (int c0 = 0; c0 < T; c0 += ATT_BK) {
             int bw = T - c0 < ATT_BK ? T - c0 : ATT_BK;
@@ -219,26 +222,26 @@ static void attention_head_fwd(float *out, float *lse, const float *q, const flo
             lse[r0 + i] = m[i] + logf(l[i]);
         }
     }
-    free(KVall);
 }
 
 /* One (batch, head) of the backward. q, k, v, dq, dk, dv point at the head's
  * first row (row stride ld); o and dout at the head's first row (stride C);
  * pos the batch row's positions (T) or NULL; drop the forward's dropout or
  * NULL. */
-static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, const float *k,
-                               const float *v, const float *o, const float *dout,
-                               const float *lse, const int32_t *pos, const att_drop *drop, int T,
-                               int HS, int ld, int C, float scale, int ATT_BQ, int ATT_BK) {
+static void attention_head_bwd(ct_backend *be, float *dq, float *dk, float *dv, const float *q,
+                               const float *k, const float *v, const float *o,
+                               const float *dout, const float *lse, const int32_t *pos,
+                               const att_drop *drop, int T, int HS, int ld, int C, float scale,
+                               int ATT_BQ, int ATT_BK) {
     float P[ATT_BQ_MAX * ATT_BK_MAX], dP[ATT_BQ_MAX * ATT_BK_MAX];
     /* What each query row brings to every key tile, once per head when there
      * is more than one key tile (per tile, the strided rows were re-read
      * T / ATT_BK times; D alone took 38% of the backward's own time): D =
-     * dout . out (the softmax Jacobian's row term) and Q and dO packed, on the
-     * heap (Dall, then Qall and dOall), as T may be large. With one key tile,
-     * or when no memory is had, per tile into D, Qp and dOp. */
+     * dout . out (the softmax Jacobian's row term) and Q and dO packed, in the
+     * thread's buffer (Dall, then Qall and dOall), as T may be large. With one
+     * key tile, or when no memory is had, per tile into D, Qp and dOp. */
     float D[ATT_BQ_MAX], Qp[ATT_BQ * HS], dOp[ATT_BQ * HS];
-    float *Dall = T > ATT_BK ? malloc((size_t)T * (1 + 2 * (size_t)HS) * sizeof(float)) : NULL;
+    float *Dall = T > ATT_BK ? ct_backend_thread_buf(be, (size_t)T * (1 + 2 * (size_t)HS)) : NULL;
     float *Qall = Dall ? Dall + T : NULL, *dOall = Dall ? Dall + T + (size_t)T * HS : NULL;
     if (Dall) {
         for (int t = 0; t < T; t++)
@@ -306,7 +309,6 @@ static void attention_head_bwd(float *dq, float *dk, float *dv, const float *q, 
             ct_tile_gemm(bc, HS, br, dP, 1, bc, qp, HS, true, dk + (size_t)c0 * ld, ld);
         }
     }
-    free(Dall);
 }
 
 /* One query row q (HS) against n >= 1 keys and values whose rows lie kv_stride
@@ -343,7 +345,6 @@ static void attention_row(float *out, const float *q, const float *k, const floa
 void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const float *qkv,
                               const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
                               int NH, int NKV, int HS) {
-    (void)be;
     if (HS > ATT_HS_MAX) {
         ct_attention_forward_ref(be, out, lse, qkv, pos, drop, B, T, NH, NKV, HS);
         return;
@@ -359,7 +360,7 @@ void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const floa
             const float *kb = base + C + (size_t)(h / group) * HS;
             att_drop d;
             bool dropping = att_drop_of(&d, drop, b, h, NH, T);
-            attention_head_fwd(out + (size_t)b * T * C + (size_t)h * HS,
+            attention_head_fwd(be, out + (size_t)b * T * C + (size_t)h * HS,
                                lse + ((size_t)b * NH + h) * T, base + (size_t)h * HS, kb, kb + KC,
                                pos ? pos + (size_t)b * T : NULL, dropping ? &d : NULL, T, HS, ld,
                                C, scale, be->att_bq, be->att_bk);
@@ -376,7 +377,6 @@ void ct_attention_backward_cpu(ct_backend *be, float *dqkv, const float *dout, c
                                const float *out, const float *lse, const int32_t *pos,
                                const ct_attn_dropout *drop, int B, int T, int NH, int NKV,
                                int HS) {
-    (void)be;
     if (HS > ATT_HS_MAX) {
         ct_attention_backward_ref(be, dqkv, dout, qkv, out, lse, pos, drop, B, T, NH, NKV, HS);
         return;
@@ -395,7 +395,7 @@ void ct_attention_backward_cpu(ct_backend *be, float *dqkv, const float *dout, c
                 size_t ooff = (size_t)b * T * C + (size_t)h * HS;
                 att_drop d;
                 bool dropping = att_drop_of(&d, drop, b, h, NH, T);
-                attention_head_bwd(dqkv + qoff, dqkv + koff, dqkv + koff + KC, qkv + qoff,
+                attention_head_bwd(be, dqkv + qoff, dqkv + koff, dqkv + koff + KC, qkv + qoff,
                                    qkv + koff, qkv + koff + KC, out + ooff, dout + ooff,
                                    lse + ((size_t)b * NH + h) * T,
                                    pos ? pos + (size_t)b * T : NULL, dropping ? &d : NULL, T, HS,
