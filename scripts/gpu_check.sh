@@ -23,7 +23,11 @@
 # (default: the python3 on PATH, which must import torch for the parity tests).
 set -uo pipefail
 
-OUT=${1:?usage: scripts/gpu_check.sh OUTDIR}
+if [ $# -ne 1 ]; then
+  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
+OUT=$1
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

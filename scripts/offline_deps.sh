@@ -55,12 +55,19 @@ unpack() {
   ls "$dir"/*.deb >/dev/null 2>&1 || { echo "offline_deps: no .deb files in $dir" >&2; exit 2; }
   mkdir -p "$prefix"
   prefix=$(cd "$prefix" && pwd)
-  for f in "$dir"/*.deb; do dpkg-deb -x "$f" "$prefix" 2>/dev/null || {
-    # no dpkg-deb: an .deb is an ar archive holding data.tar.*
-    local t; t=$(mktemp -d)
-    (cd "$t" && ar x "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" && tar -xf data.tar.* -C "$prefix")
+  for f in "$dir"/*.deb; do
+    dpkg-deb -x "$f" "$prefix" 2>/dev/null && continue
+    # no dpkg-deb (or it refused): an .deb is an ar archive holding data.tar.*
+    local t ok=0; t=$(mktemp -d)
+    (cd "$t" && ar x "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" 2>/dev/null &&
+       tar -xf data.tar.* -C "$prefix") && ok=1
     rm -rf "$t"
-  }; done
+    if [ $ok = 0 ]; then
+      echo "offline_deps: $f is not a readable .deb (cut short in the copy?): fetch it again" \
+           "with scripts/offline_deps.sh fetch DIR" >&2
+      exit 2
+    fi
+  done
   local arch=x86_64-linux-gnu lib="$prefix/usr/lib/x86_64-linux-gnu"
   [ -d "$lib" ] || { arch=aarch64-linux-gnu; lib="$prefix/usr/lib/aarch64-linux-gnu"; }
   # Debian's alternatives would have made these links: BLAS and pkgconf
