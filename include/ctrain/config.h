@@ -19,9 +19,10 @@ extern "C" {
 typedef struct ct_config {
     struct {
         char init_from[CT_PATH_MAX]; /* HF directory or ctrain run dir; "" = from scratch */
-        char arch[CT_NAME_MAX];      /* gpt2 | llama */
+        char arch[CT_NAME_MAX];      /* gpt2 | llama | mistral | qwen2 | qwen3 */
         char preset[CT_NAME_MAX];    /* gpt2, gpt2-medium, gpt2-tiny, ... ; "" = use sizes */
         int64_t n_layer, n_head, n_kv_head, n_embd, n_ffn, vocab_size, n_ctx; /* 0 = preset's */
+        int64_t head_dim; /* 0 = preset's, else n_embd / n_head */
         double dropout; /* residual, embedding and attention dropout; -1: config.json's (0 from scratch) */
     } model;
     struct {

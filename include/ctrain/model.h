@@ -1,10 +1,15 @@
 /*
  * The transformer family: one model code with switches (norm, positions, MLP,
- * KV heads, biases, tied head). Two members: GPT-2 (LayerNorm, learned
- * positions, GELU, biases, tied head) and LLaMA (RMSNorm, rotary positions in
- * Hugging Face's rotate_half convention, SwiGLU, grouped-query attention, no
- * biases, untied head unless tie_word_embeddings). Other mixes of the
- * switches are refused: they have no Hugging Face names to load or save.
+ * KV heads, biases, q/k norms, head size, RoPE scaling, tied head). Two
+ * tensor layouts: GPT-2 (LayerNorm, learned positions, GELU, biases, tied
+ * head) and LLaMA (RMSNorm, rotary positions in Hugging Face's rotate_half
+ * convention, SwiGLU, grouped-query attention, untied head unless
+ * tie_word_embeddings). The LLaMA layout carries the families that share its
+ * tensor names, told apart by ct_family: Llama 2/3.x (RoPE scaling "llama3",
+ * attention biases), Mistral (no sliding window), Qwen2/2.5 (q, k and v
+ * biases) and Qwen3 (RMSNorm over each q and k head, an explicit head size).
+ * Other mixes of the switches are refused: they have no Hugging Face names to
+ * load or save.
  *
  * Memory: parameters, gradients live in flat buffers laid out by a parameter
  * table built from the config; activations in one arena sized by
@@ -26,6 +31,32 @@ typedef enum ct_arch { CT_ARCH_GPT2 = 0, CT_ARCH_LLAMA = 1, CT_ARCH_COUNT } ct_a
 typedef enum ct_norm { CT_NORM_LAYERNORM = 0, CT_NORM_RMSNORM = 1, CT_NORM_COUNT } ct_norm;
 typedef enum ct_posenc { CT_POS_LEARNED = 0, CT_POS_ROPE = 1, CT_POS_COUNT } ct_posenc;
 typedef enum ct_mlp { CT_MLP_GELU = 0, CT_MLP_SWIGLU = 1, CT_MLP_COUNT } ct_mlp;
+/* The Hugging Face model_type a config is read from and written back as
+ * (config.json, architectures). Serialized by name (ct_model_family_name):
+ * append only. */
+typedef enum ct_family {
+    CT_FAMILY_GPT2 = 0,    /* "gpt2", GPT2LMHeadModel */
+    CT_FAMILY_LLAMA = 1,   /* "llama", LlamaForCausalLM (Llama 1-3.x, TinyLlama, SmolLM2) */
+    CT_FAMILY_MISTRAL = 2, /* "mistral", MistralForCausalLM (no sliding window) */
+    CT_FAMILY_QWEN2 = 3,   /* "qwen2", Qwen2ForCausalLM (Qwen2, Qwen2.5) */
+    CT_FAMILY_QWEN3 = 4,   /* "qwen3", Qwen3ForCausalLM */
+    CT_FAMILY_COUNT
+} ct_family;
+/* RoPE frequency scaling (rope_scaling's rope_type). */
+typedef enum ct_rope_type {
+    CT_ROPE_DEFAULT = 0, /* inv_freq_i = theta^(-2i/HS) */
+    CT_ROPE_LINEAR = 1,  /* inv_freq / factor */
+    CT_ROPE_LLAMA3 = 2,  /* Llama 3.1's: low frequencies / factor, high ones kept,
+                          * the band between interpolated */
+    CT_ROPE_COUNT
+} ct_rope_type;
+typedef struct ct_rope_scaling {
+    ct_rope_type type;
+    float factor;           /* linear, llama3 */
+    float low_freq_factor;  /* llama3 */
+    float high_freq_factor; /* llama3 */
+    int original_max_pos;   /* llama3: original_max_position_embeddings */
+} ct_rope_scaling;
 
 typedef struct ct_model_config {
     ct_arch arch;
@@ -54,26 +85,63 @@ typedef struct ct_model_config {
     float embd_pdrop;
     float resid_pdrop;
     float attn_pdrop;
+    /* The LLaMA layout's family switches; all zero (the LLaMA of
+     * ct_model_config_llama) unless a family or a preset sets them. */
+    ct_family family;
+    int head_dim;     /* HS; 0: n_embd / n_head (see ct_model_head_dim) */
+    bool qkv_bias;    /* biases on q_proj, k_proj, v_proj (Qwen2; attention_bias) */
+    bool o_bias;      /* a bias on o_proj (attention_bias) */
+    bool qk_norm;     /* RMSNorm (weight (HS), norm_eps) over each q and k head
+                       * before RoPE: q_norm, k_norm (Qwen3) */
+    ct_rope_scaling rope_scaling;
+    /* Special token ids config.json carries, kept so a saved model says what
+     * generation starts and stops at: bos_token_id, eos_token_id (one, or up
+     * to 4 as Llama 3's list; n_eos 0: none), pad_token_id. */
+    bool has_bos, has_pad;
+    int bos_token_id, pad_token_id;
+    int eos_token_id[4];
+    int n_eos;
 } ct_model_config;
+
+/* The head size of cfg: head_dim, or n_embd / n_head when it is 0. */
+CT_API int ct_model_head_dim(const ct_model_config *cfg);
+/* The model_type of a family ("gpt2", "llama", "mistral", "qwen2", "qwen3";
+ * "?" outside the enum) and the reverse (false for a name no family has).
+ * Static strings. */
+CT_API const char *ct_model_family_name(ct_family f);
+CT_API bool ct_model_family_from_name(const char *name, ct_family *out);
+/* The RoPE inverse frequencies of cfg into out (HS/2 floats), computed as
+ * Hugging Face computes them in fp32: theta^(-2i/HS), then the scaling of
+ * cfg->rope_scaling. The rope kernels turn pair i of a head at position p by
+ * the fp32 angle p * out[i]. */
+CT_API void ct_model_rope_inv_freq(const ct_model_config *cfg, float *out);
 
 /* Fill cfg from a preset name: "gpt2" (124M), "gpt2-medium" (350M),
  * "gpt2-large", "gpt2-xl", "gpt2-demo" (~7M, the demo), "gpt2-tiny" (tests),
  * "tinyllama-1.1b" (TinyLlama-1.1B's shape: 22 layers, 32 heads, 4 KV heads,
  * 2048 channels, ffn 5632, vocab 32000, ctx 2048), "llama-demo" (~3M),
- * "llama-tiny" (tests). CT_ERR_ARG for an unknown name (the message lists the
- * presets). Writes *cfg only on success. */
+ * "llama-tiny" (tests); the shapes of the published models "llama3.2-1b",
+ * "smollm2-135m", "smollm2-360m", "qwen2.5-0.5b", "qwen2.5-1.5b",
+ * "qwen3-0.6b", "qwen3-1.7b", "mistral-7b", and a small test size of each
+ * family: "llama3-tiny", "mistral-tiny", "qwen2-tiny", "qwen3-tiny".
+ * CT_ERR_ARG for an unknown name (the message lists the presets). Writes
+ * *cfg only on success. */
 CT_API ct_status ct_model_config_preset(ct_model_config *cfg, const char *name);
 /* GPT-2 defaults for the given sizes. Writes *cfg. */
 CT_API void ct_model_config_gpt2(ct_model_config *cfg, int n_layer, int n_head, int n_embd,
                                  int vocab_size, int n_ctx);
 /* LLaMA defaults for the given sizes (HF LlamaConfig's): RMSNorm eps 1e-5,
- * rope_theta 10000, no biases, untied head. Writes *cfg. */
+ * rope_theta 10000, no biases, untied head, family llama, no RoPE scaling,
+ * no special token ids. Writes *cfg. */
 CT_API void ct_model_config_llama(ct_model_config *cfg, int n_layer, int n_head, int n_kv_head,
                                   int n_embd, int n_ffn, int vocab_size, int n_ctx);
-/* CT_ERR_ARG naming the first broken rule: the arch's switches, positive
- * sizes, n_head dividing n_embd, n_kv_head dividing n_head, an even head size
- * and a positive rope_theta for RoPE, a positive norm eps, dropout
- * probabilities in [0, 1) (LLaMA: embedding and residual 0). */
+/* CT_ERR_ARG naming the first broken rule: the arch's switches (the family
+ * switches only on the LLaMA layout, each family's own: q/k norms only on
+ * qwen3, q,k,v biases without an o_proj bias only on qwen2), positive sizes,
+ * n_head dividing n_embd unless head_dim is given, n_kv_head dividing n_head,
+ * an even head size and a positive rope_theta for RoPE, a RoPE scaling with
+ * its fields in range, a positive norm eps, dropout probabilities in [0, 1)
+ * (LLaMA: embedding and residual 0). */
 CT_API ct_status ct_model_config_validate(const ct_model_config *cfg);
 
 /* One entry of the parameter table: a tensor inside the flat buffer. */

@@ -218,14 +218,32 @@ typedef struct ct_backend_i {
     /* Rotary position embedding in Hugging Face's convention (rotate_half), IN
      * PLACE on the q and k heads of fused rows qkv (B,T,(NH+2*NKV)*HS); v is
      * untouched. Row (b,t) has position pos0 + pos[b,t] (pos0 + t when pos is
-     * NULL); within a head, the pair (i, i + HS/2) turns by angle
-     * position * theta^(-2i/HS), i < HS/2 (HS even). */
+     * NULL); within a head, the pair (i, i + HS/2) turns by the fp32 angle
+     * position * inv_freq[i], i < HS/2 (HS even); inv_freq (HS/2) is device
+     * memory (the model's ct_model_rope_inv_freq: any RoPE scaling is in it). */
     void (*rope_forward)(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH,
-                         int NKV, int HS, int pos0, float theta);
+                         int NKV, int HS, int pos0, const float *inv_freq);
     /* The transpose rotation, IN PLACE on dqkv (B,T,(NH+2*NKV)*HS): turns the
      * gradient of the rotated q and k into that of the unrotated ones (writes). */
     void (*rope_backward)(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH,
-                          int NKV, int HS, int pos0, float theta);
+                          int NKV, int HS, int pos0, const float *inv_freq);
+
+    /* Per-head RMSNorm of q and k (Qwen3's q_norm, k_norm): rows inp and out
+     * (N,(NH+2*NKV)*HS); each of the NH q heads of a row is normalised over
+     * its HS values, rstd = 1/sqrt(mean(x^2) + eps), and scaled by wq (HS),
+     * each of the NKV k heads likewise by wk (HS); the v heads are copied.
+     * Writes out and, unless NULL, rstd (N,NH+NKV): a row's q heads, then
+     * its k heads. out != inp. */
+    void (*qknorm_forward)(ct_backend *be, float *out, float *rstd, const float *inp,
+                           const float *wq, const float *wk, int N, int NH, int NKV, int HS,
+                           float eps);
+    /* Its gradient: WRITES dinp (N,(NH+2*NKV)*HS), the q and k heads' input
+     * gradients (RMSNorm's, from the forward's inp and rstd) and the v heads'
+     * dout copied; dinp may be dout (in place). dwq, dwk (HS) += the weight
+     * gradients summed over all rows and heads, in a fixed order. */
+    void (*qknorm_backward)(ct_backend *be, float *dinp, float *dwq, float *dwk,
+                            const float *dout, const float *inp, const float *wq,
+                            const float *wk, const float *rstd, int N, int NH, int NKV, int HS);
 
     /* SwiGLU: inp (N,2F) holds gate at [0,F) and up at [F,2F) of each row;
      * writes out(N,F) = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */

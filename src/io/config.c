@@ -30,8 +30,8 @@
 
 const key_def config_keys[] = {
     S("model.init_from", model.init_from, "HF model directory or ctrain run directory"),
-    E("model.arch", model.arch, "gpt2|llama", "architecture when building from scratch"),
-    S("model.preset", model.preset, "size preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt2-demo, gpt2-tiny, tinyllama-1.1b, llama-demo, llama-tiny)"),
+    E("model.arch", model.arch, "gpt2|llama|mistral|qwen2|qwen3", "family when building from scratch (qwen2: q, k, v biases; qwen3: q/k norms)"),
+    S("model.preset", model.preset, "size preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt2-demo, gpt2-tiny, tinyllama-1.1b, llama-demo, llama-tiny, llama3.2-1b, smollm2-135m, smollm2-360m, qwen2.5-0.5b, qwen2.5-1.5b, qwen3-0.6b, qwen3-1.7b, mistral-7b, llama3-tiny, mistral-tiny, qwen2-tiny, qwen3-tiny)"),
     I("model.n_layer", model.n_layer, 0, 4096, "layers (0: from preset)"),
     I("model.n_head", model.n_head, 0, 4096, "attention heads (0: from preset)"),
     I("model.n_kv_head", model.n_kv_head, 0, 4096, "key/value heads (0: = n_head)"),
@@ -39,6 +39,7 @@ const key_def config_keys[] = {
     I("model.n_ffn", model.n_ffn, 0, 1 << 22, "MLP hidden size (0: 4*n_embd)"),
     I("model.vocab_size", model.vocab_size, 0, 1 << 24, "vocabulary size (0: from preset)"),
     I("model.n_ctx", model.n_ctx, 0, 1 << 20, "context length (0: from preset)"),
+    I("model.head_dim", model.head_dim, 0, 1 << 20, "attention head size (0: the preset's, else n_embd / n_head)"),
     F("model.dropout", model.dropout, -1, 0.999,
       "training dropout where HF's modules apply it: GPT-2's embd_pdrop, resid_pdrop and "
       "attn_pdrop all set to p, LLaMA's attention_dropout (-1: config.json's, where GPT-2 "

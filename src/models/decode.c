@@ -20,12 +20,16 @@ ct_status ct_model_decode_reserve(ct_model *m, int max_len) {
     model_buf_free(m, d->block);
     *d = (decode_state){0};
     size_t L = (size_t)c->n_layer, C = (size_t)c->n_embd, F = (size_t)c->n_ffn;
-    size_t KC = (size_t)c->n_kv_head * (C / (size_t)c->n_head);
-    size_t QKV = (size_t)model_qkv_width(c), FW = (size_t)model_fc_width(c);
+    size_t KC = (size_t)c->n_kv_head * (size_t)ct_model_head_dim(c);
+    size_t NQ = (size_t)model_q_width(c), QKV = (size_t)model_qkv_width(c);
+    size_t FW = (size_t)model_fc_width(c);
     size_t cache = L * (size_t)max_len * KC;
     size_t V = (size_t)c->vocab_size;
+    /* q/k norms: the normalised row and its heads' statistics */
+    size_t qkn = c->qk_norm ? QKV + (size_t)(c->n_head + c->n_kv_head) : 0;
     /* + the logits row and one slot for the token id (int32 beside floats) */
-    size_t total = 2 * cache + 4 * C + QKV + FW + F + V + 1;
+    size_t rope = c->pos == CT_POS_ROPE ? model_rope_table_bytes(c) / sizeof(float) : 0;
+    size_t total = 2 * cache + 3 * C + NQ + QKV + qkn + rope + FW + F + V + 1;
     float *p = model_buf_alloc(m, total * sizeof(float), CT_TAG_ACTS);
     if (!p) return ct_last_status();
     d->block = p;
@@ -33,9 +37,17 @@ ct_status ct_model_decode_reserve(ct_model *m, int max_len) {
     d->vcache = p, p += cache;
     d->x = p, p += C;
     d->ln = p, p += C;
-    d->atty = p, p += C;
+    d->atty = p, p += NQ;
     d->tmp = p, p += C;
     d->qkv = p, p += QKV;
+    if (c->qk_norm) {
+        d->qkn = p, p += QKV;
+        d->qk_rstd = p, p += (size_t)(c->n_head + c->n_kv_head);
+    }
+    if (rope) {
+        d->rope_inv = p, p += rope;
+        model_upload_rope_table(m, d->rope_inv);
+    }
     d->fch = p, p += FW;
     d->fch_gelu = p, p += F;
     d->logits = p, p += V;
@@ -52,7 +64,8 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
     const ct_backend_i *k = be->i;
     const ct_model_config *c = &m->cfg;
     decode_state *d = &m->dec;
-    int C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, HS = C / NH, KC = NKV * HS;
+    int C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, HS = ct_model_head_dim(c);
+    int KC = NKV * HS, NQ = NH * HS;
     if (!d->block) return CT_ERR(CT_ERR_ARG, "ct_model_decode_reserve was not called");
     if (d->len >= d->max_len)
         return CT_ERR(CT_ERR_ARG, "KV cache full: %d positions (reserve more, up to n_ctx %d)",
@@ -70,12 +83,18 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
         float *vc = d->vcache + ((size_t)l * d->max_len) * KC;
         model_norm_fwd(m, d->ln, NULL, NULL, d->x, w->ln1_w, w->ln1_b, 1);
         model_linear_fwd(m, l, LIN_QKV, d->qkv, d->ln, 1);
+        float *q = d->qkv;
+        if (c->qk_norm) {
+            q = d->qkn;
+            k->qknorm_forward(be, q, d->qk_rstd, d->qkv, model_p(m, w->q_norm),
+                              model_p(m, w->k_norm), 1, NH, NKV, HS, c->norm_eps);
+        }
         /* the cache holds keys already turned to their position */
         if (c->pos == CT_POS_ROPE)
-            k->rope_forward(be, d->qkv, NULL, 1, 1, NH, NKV, HS, pos, c->rope_theta);
-        k->copy(be, kc + (size_t)pos * KC, d->qkv + C, (size_t)KC * sizeof(float));
-        k->copy(be, vc + (size_t)pos * KC, d->qkv + C + KC, (size_t)KC * sizeof(float));
-        k->attention_decode(be, d->atty, d->qkv, kc, vc, pos + 1, NH, NKV, HS);
+            k->rope_forward(be, q, NULL, 1, 1, NH, NKV, HS, pos, d->rope_inv);
+        k->copy(be, kc + (size_t)pos * KC, q + NQ, (size_t)KC * sizeof(float));
+        k->copy(be, vc + (size_t)pos * KC, q + NQ + KC, (size_t)KC * sizeof(float));
+        k->attention_decode(be, d->atty, q, kc, vc, pos + 1, NH, NKV, HS);
         model_linear_fwd(m, l, LIN_PROJ, d->tmp, d->atty, 1);
         k->residual_forward(be, d->x, d->x, d->tmp, (size_t)C);
         model_norm_fwd(m, d->ln, NULL, NULL, d->x, w->ln2_w, w->ln2_b, 1);

@@ -1,14 +1,20 @@
 /*
  * Hugging Face directories: the load and save entry points for the family,
  * and GPT-2's side (GPT2Config field names). config.json's model_type picks
- * the arch ("gpt2" here, "llama" in hf_llama.c); the weights are
+ * the family ("gpt2" here; "llama", "mistral", "qwen2", "qwen3" in
+ * hf_llama.c; anything else is refused with the list); the weights are
  * model.safetensors or the shards of model.safetensors.index.json (hf_llama.c
  * opens either). GPT-2 import accepts a `transformer.` name prefix, ignores
  * the causal-mask buffers (attn.bias, attn.masked_bias) and a tied
  * lm_head.weight and transposes Conv1D weights ([in, out] on disk) to our
- * (out, in); LLaMA's Linear weights are (out, in) already. F16/BF16 convert to
- * fp32. Export writes the reverse, F32 (or BF16), with {"format": "pt"}
- * metadata so `transformers` loads it unchanged.
+ * (out, in); LLaMA's Linear weights are (out, in) already. A tensor no
+ * parameter takes is an error naming it and what it means (no model silently
+ * loses weights), except buffers that carry no weights (the causal masks,
+ * RoPE's inv_freq, a tied head saved anyway). F16/BF16 convert to fp32.
+ * Export writes the reverse, F32 (or BF16), with {"format": "pt"} metadata
+ * so `transformers` loads it unchanged, and generation_config.json: the one
+ * the model was loaded with (kept verbatim), else one made from its token
+ * ids, as transformers writes it.
  * Every tensor's presence, shape and dtype is checked against the weight
  * files' headers before the parameter memory config.json declares is
  * allocated, so a config.json that lies about the sizes costs nothing.
@@ -85,14 +91,17 @@ ct_status ct_model_config_load_hf(ct_model_config *cfg, const char *dir) {
         return st;
     }
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    if (cJSON_IsString(mt) && strcmp(mt->valuestring, "llama") == 0) {
-        st = hf_llama_config(cfg, root, path);
+    ct_family fam;
+    if (!cJSON_IsString(mt) || !ct_model_family_from_name(mt->valuestring, &fam)) {
+        st = CT_ERR(CT_ERR_FORMAT, "%s: \"model_type\" is %s%s%s: the supported families are "
+                    "gpt2, llama (Llama 1-3.x, TinyLlama, SmolLM2), mistral, qwen2 (Qwen2, "
+                    "Qwen2.5) and qwen3", path, cJSON_IsString(mt) ? "\"" : "",
+                    cJSON_IsString(mt) ? mt->valuestring : "missing",
+                    cJSON_IsString(mt) ? "\"" : "");
         goto done;
     }
-    if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "gpt2") != 0) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: model_type is %s%s%s, expected \"gpt2\" or \"llama\"", path,
-                    cJSON_IsString(mt) ? "\"" : "", cJSON_IsString(mt) ? mt->valuestring : "missing",
-                    cJSON_IsString(mt) ? "\"" : "");
+    if (fam != CT_FAMILY_GPT2) {
+        st = hf_llama_config(cfg, root, fam, path);
         goto done;
     }
     /* required (n_inner aside: absent, null or 0 is 4 * n_embd) */
@@ -136,6 +145,7 @@ ct_status ct_model_config_load_hf(ct_model_config *cfg, const char *dir) {
                     path);
         goto done;
     }
+    if ((st = hf_token_ids(cfg, root, path))) goto done;
     st = ct_model_config_validate(cfg);
     if (st) ct_error_prefix("%s", path);
 done:
@@ -153,9 +163,10 @@ static const ct_st_tensor *find_tensor(const ct_model *m, const hf_weights *w, c
     return hf_weights_find(w, prefixed, file);
 }
 
+/* Whether name is a tensor m takes or a buffer that carries no weights (a
+ * tied head saved anyway, RoPE's inv_freq, GPT-2's causal masks). */
 static bool known_extra(const ct_model *m, const char *name) {
     if (m->cfg.arch == CT_ARCH_LLAMA) {
-        /* a tied head saved anyway; RoPE frequency buffers of older exports */
         const char *dot = strrchr(name, '.');
         return strcmp(name, "lm_head.weight") == 0 ||
                (dot && strcmp(dot, ".inv_freq") == 0) || ct_model_find_param(m, name) != NULL;
@@ -167,6 +178,62 @@ static bool known_extra(const ct_model *m, const char *name) {
         strstr(name, ".attn.") && !strstr(name, "c_attn") && !strstr(name, "c_proj"))
         return true; /* causal-mask buffers */
     return ct_model_find_param(m, name) != NULL;
+}
+
+/* What an unexpected tensor is, as far as its name tells, for the error. */
+static const char *extra_meaning(const ct_model *m, const char *name) {
+    const ct_model_config *c = &m->cfg;
+    if (strstr(name, "q_proj.bias") || strstr(name, "k_proj.bias") ||
+        strstr(name, "v_proj.bias"))
+        return c->family == CT_FAMILY_QWEN2 ? "attention biases"
+                                            : "attention biases on q, k, v (a qwen2 model, or "
+                                              "\"attention_bias\": true), which this config does "
+                                              "not have";
+    if (strstr(name, "o_proj.bias"))
+        return "an o_proj bias (\"attention_bias\": true), which this config does not have";
+    if (strstr(name, "q_norm") || strstr(name, "k_norm"))
+        return "per-head q/k norms (a qwen3 model), which this config does not have";
+    if (strstr(name, "mlp.") && strstr(name, ".bias")) return "MLP biases (not supported)";
+    if (strstr(name, "experts") || strstr(name, "gate.weight"))
+        return "mixture-of-experts layers (not supported)";
+    if (strstr(name, "layers.") || strstr(name, "h.")) {
+        const char *num = strstr(name, "layers.") ? strstr(name, "layers.") + 7
+                                                   : strstr(name, "h.") + 2;
+        if (atoi(num) >= c->n_layer) return "a layer beyond the config's num_hidden_layers";
+    }
+    return "a tensor no parameter of this model takes";
+}
+
+/* Every tensor of the set w is one m takes or a known buffer: else
+ * CT_ERR_FORMAT naming the file, the model_type, the first three tensors and
+ * what the first one means. */
+static ct_status check_extras(const ct_model *m, const hf_weights *w) {
+    int bad = 0;
+    char list[400] = "", first[128] = "";
+    const char *file = NULL;
+    for (int f = 0; f < w->n; f++) {
+        for (int i = 0; i < ct_st_count(w->files[f]); i++) {
+            const ct_st_tensor *t = ct_st_tensor_at(w->files[f], i);
+            if (known_extra(m, t->name)) continue;
+            if (!bad) {
+                snprintf(first, sizeof first, "%s", t->name);
+                file = ct_st_path(w->files[f]);
+            }
+            if (bad < 3) {
+                size_t n = strlen(list);
+                snprintf(list + n, sizeof list - n, "%s'%s'", bad ? ", " : "", t->name);
+            }
+            bad++;
+        }
+    }
+    if (!bad) return CT_OK;
+    ct_status st = CT_ERR(CT_ERR_FORMAT, "%s: %d tensor%s that a model_type \"%s\" model of this "
+                          "config.json does not take: %s%s; '%s' means %s", file, bad,
+                          bad > 1 ? "s" : "", ct_model_family_name(m->cfg.family), list,
+                          bad > 3 ? ", ..." : "", first, extra_meaning(m, first));
+    ct_error_hint("config.json's model_type and switches must describe the weights: loading "
+                  "without these tensors would train a different model");
+    return st;
 }
 
 /* Drop the resident pages of [p, p+n) of a read-only file mapping from this
@@ -220,6 +287,16 @@ static ct_status read_bf16_base(ct_model *m, int i, const ct_safetensors *sf,
     return st;
 }
 
+/* Why config.json asks for a tensor, when a switch does ("" otherwise). */
+static const char *missing_reason(const ct_model_config *c, const char *name) {
+    bool bias = strstr(name, "_proj.bias") != NULL;
+    if (bias && c->family == CT_FAMILY_QWEN2) return " with biases on q, k and v";
+    if (bias) return " with attention biases: \"attention_bias\" is true";
+    if (strstr(name, "q_norm") || strstr(name, "k_norm")) return " with per-head q/k norms";
+    if (!strcmp(name, "lm_head.weight")) return " with an untied head: \"tie_word_embeddings\" is false";
+    return "";
+}
+
 /* Check the headers of the opened set w against m's table, before anything of
  * the size config.json declares is allocated: every tensor present, with the
  * shape the table expects (Conv1D weights [in, out] on disk) and a float
@@ -234,8 +311,9 @@ static ct_status check_weights(const ct_model *m, const hf_weights *w) {
         const ct_st_tensor *t = find_tensor(m, w, p->name, &sf);
         if (!t)
             return CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' is missing (config.json describes a "
-                          "%d-layer %s)", sf ? ct_st_path(sf) : where, p->name, cfg->n_layer,
-                          cfg->arch == CT_ARCH_LLAMA ? "LLaMA" : "GPT-2");
+                          "%d-layer model_type \"%s\" model%s)", sf ? ct_st_path(sf) : where,
+                          p->name, cfg->n_layer, ct_model_family_name(cfg->family),
+                          missing_reason(cfg, p->name));
         const char *path = ct_st_path(sf);
         /* expected shape on disk: Conv1D weights are [in, out] */
         int64_t e0 = p->hf_conv1d ? p->shape[1] : p->shape[0];
@@ -264,8 +342,7 @@ static ct_status check_weights(const ct_model *m, const hf_weights *w) {
 }
 
 /* Read every tensor of the opened set w into m (fp32, or m's bf16 base); w
- * passed check_weights against m's table. Warns about tensors the model
- * lacks. */
+ * passed check_weights against m's table. */
 static ct_status read_weights(ct_model *m, hf_weights *w) {
     bool b16 = m->params16 != NULL;
     float *scratch = NULL;
@@ -287,16 +364,53 @@ static ct_status read_weights(ct_model *m, hf_weights *w) {
         }
         if (st) goto done;
     }
-    for (int f = 0; f < w->n; f++) {
-        for (int i = 0; i < ct_st_count(w->files[f]); i++) {
-            const ct_st_tensor *t = ct_st_tensor_at(w->files[f], i);
-            if (!known_extra(m, t->name))
-                ct_log(CT_LOG_WARN, "%s: ignoring unexpected tensor '%s'", ct_st_path(w->files[f]),
-                       t->name);
-        }
-    }
 done:
     free(scratch);
+    return st;
+}
+
+/* dir/generation_config.json into m->gen_config when the file exists: a
+ * JSON object, kept verbatim (its sampling settings travel with the model).
+ * CT_ERR_FORMAT naming the file when it is not one. */
+static ct_status read_gen_config(ct_model *m, const char *dir) {
+    char path[CT_IO_PATH_MAX];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if (access(path, F_OK) != 0) return CT_OK;
+    cJSON *root = NULL;
+    ct_status st = ct_json_read_object(path, &root);
+    cJSON_Delete(root);
+    if (st) return st;
+    free(m->gen_config);
+    m->gen_config = NULL;
+    return ct_file_read_all(path, &m->gen_config, NULL);
+}
+
+/* dir/generation_config.json: the loaded one as it was, else one made from
+ * the token ids as transformers makes it from a model config (nothing when
+ * the model has none). */
+static ct_status write_gen_config(const ct_model *m, const char *dir) {
+    char path[CT_IO_PATH_MAX];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if (m->gen_config) return ct_file_write_atomic(path, m->gen_config, strlen(m->gen_config));
+    const ct_model_config *c = &m->cfg;
+    bool gpt2 = c->arch == CT_ARCH_GPT2;
+    if (!gpt2 && !c->has_bos && !c->n_eos && !c->has_pad) return CT_OK;
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return CT_ERR(CT_ERR_OOM, "out of memory writing %s", path);
+    cJSON_AddBoolToObject(root, "_from_model_config", true);
+    if (gpt2 && !c->has_bos && !c->n_eos) { /* as config.json: <|endoftext|> */
+        cJSON_AddNumberToObject(root, "bos_token_id", c->vocab_size - 1);
+        cJSON_AddNumberToObject(root, "eos_token_id", c->vocab_size - 1);
+    } else {
+        hf_add_token_ids(root, c);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) return CT_ERR(CT_ERR_OOM, "out of memory writing %s", path);
+    size_t len = strlen(text);
+    text[len] = '\n'; /* cJSON_Print leaves room: replace the NUL, write len+1 */
+    ct_status st = ct_file_write_atomic(path, text, len + 1);
+    free(text);
     return st;
 }
 
@@ -318,7 +432,7 @@ static ct_status load_hf(ct_model **out, ct_ctx *ctx, const char *dir, const ct_
         ct_error_prefix("%s", dir);
         goto fail;
     }
-    if ((st = check_weights(m, &w))) goto fail;
+    if ((st = check_weights(m, &w)) || (st = check_extras(m, &w))) goto fail;
     if (b16) {
         st = weights_bf16_alloc(m);
     } else {
@@ -329,7 +443,7 @@ static ct_status load_hf(ct_model **out, ct_ctx *ctx, const char *dir, const ct_
         ct_error_prefix("%s (%zu parameters)", dir, m->numel);
         goto fail;
     }
-    if ((st = read_weights(m, &w))) goto fail;
+    if ((st = read_weights(m, &w)) || (st = read_gen_config(m, dir))) goto fail;
     hf_weights_close(&w);
     if (lo && (st = ct_model_lora_attach(m, lo))) {
         ct_model_free(m);
@@ -352,7 +466,9 @@ ct_status ct_model_load_hf_weights(ct_model *m, const char *dir) {
         cfg.n_kv_head != c->n_kv_head || cfg.n_embd != c->n_embd || cfg.n_ffn != c->n_ffn ||
         cfg.vocab_size != c->vocab_size || cfg.n_ctx != c->n_ctx || cfg.norm != c->norm ||
         cfg.pos != c->pos || cfg.mlp != c->mlp || cfg.bias != c->bias ||
-        cfg.tied_head != c->tied_head)
+        cfg.tied_head != c->tied_head || cfg.family != c->family ||
+        ct_model_head_dim(&cfg) != ct_model_head_dim(c) || cfg.qkv_bias != c->qkv_bias ||
+        cfg.o_bias != c->o_bias || cfg.qk_norm != c->qk_norm)
         return CT_ERR(CT_ERR_ARG, "%s holds a model of another shape: it is %s n_layer=%d "
                       "n_head=%d n_embd=%d vocab_size=%d n_ctx=%d, this model is %s n_layer=%d "
                       "n_head=%d n_embd=%d vocab_size=%d n_ctx=%d", dir,
@@ -363,6 +479,7 @@ ct_status ct_model_load_hf_weights(ct_model *m, const char *dir) {
     hf_weights w;
     if ((st = hf_weights_open(&w, dir))) return st;
     st = check_weights(m, &w);
+    if (!st) st = check_extras(m, &w);
     if (!st) st = read_weights(m, &w);
     hf_weights_close(&w);
     model_weights_changed(m); /* precision bf16: the copies follow (even a part) */
@@ -403,8 +520,12 @@ static cJSON *gpt2_config_json(const ct_model *m) {
     cJSON_AddNumberToObject(root, "embd_pdrop", ct_f32_decimal(c->embd_pdrop));
     cJSON_AddNumberToObject(root, "attn_pdrop", ct_f32_decimal(c->attn_pdrop));
     cJSON_AddNumberToObject(root, "initializer_range", 0.02);
-    cJSON_AddNumberToObject(root, "bos_token_id", c->vocab_size - 1);
-    cJSON_AddNumberToObject(root, "eos_token_id", c->vocab_size - 1);
+    if (c->has_bos || c->n_eos) {
+        hf_add_token_ids(root, c);
+    } else { /* GPT-2's <|endoftext|>, the last id */
+        cJSON_AddNumberToObject(root, "bos_token_id", c->vocab_size - 1);
+        cJSON_AddNumberToObject(root, "eos_token_id", c->vocab_size - 1);
+    }
     cJSON_AddBoolToObject(root, "tie_word_embeddings", true);
     cJSON_AddBoolToObject(root, "scale_attn_weights", true);
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
@@ -463,6 +584,7 @@ static ct_status save_hf(ct_model *m, const char *dir, const char *file, bool gr
     free(e);
     model_host_done(m, NULL, 0, stage, false);
     if (st == CT_OK && write_config) st = write_hf_config(m, dir, bf16);
+    if (st == CT_OK && write_config) st = write_gen_config(m, dir);
     return st;
 }
 

@@ -34,12 +34,22 @@ ct_status hf_json_int(const cJSON *root, const char *key, int lo, int hi, int *o
 ct_status hf_json_prob(const cJSON *root, const char *key, double dflt, float *out,
                        const char *path);
 
-/* LlamaConfig fields of config.json (root, borrowed) into *cfg; path names the
- * file in messages. CT_ERR_FORMAT naming the file and key. */
-ct_status hf_llama_config(ct_model_config *cfg, const cJSON *root, const char *path);
-/* LlamaConfig for m. Returns owned JSON (release with cJSON_Delete), NULL when
- * out of memory. */
+/* The config.json fields (root, borrowed) of a LLaMA-layout family fam
+ * (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config) into *cfg; path
+ * names the file in messages. CT_ERR_FORMAT naming the file, the key and its
+ * value. */
+ct_status hf_llama_config(ct_model_config *cfg, const cJSON *root, ct_family fam,
+                          const char *path);
+/* The family's config for m (LlamaConfig, MistralConfig, ...). Returns owned
+ * JSON (release with cJSON_Delete), NULL when out of memory. */
 cJSON *hf_llama_config_json(const ct_model *m);
+/* bos_token_id, pad_token_id (integers or null) and eos_token_id (an
+ * integer, a list of up to 4, or null) of root into cfg's has_bos, ...,
+ * n_eos; CT_ERR_FORMAT naming path and the key. */
+ct_status hf_token_ids(ct_model_config *cfg, const cJSON *root, const char *path);
+/* The token ids cfg carries, as config.json and generation_config.json
+ * hold them (eos_token_id a list when there are several). */
+void hf_add_token_ids(cJSON *root, const ct_model_config *c);
 
 /* The weights of a model directory: model.safetensors, or the shards named by
  * model.safetensors.index.json. */

@@ -16,7 +16,7 @@ linear_shape model_linear_shape(const ct_model *m, int l, int lin) {
     int C = c->n_embd;
     switch (lin) {
     case LIN_QKV: return (linear_shape){w->qkv_w, w->qkv_b, C, model_qkv_width(c)};
-    case LIN_PROJ: return (linear_shape){w->proj_w, w->proj_b, C, C};
+    case LIN_PROJ: return (linear_shape){w->proj_w, w->proj_b, model_q_width(c), C};
     case LIN_FC: return (linear_shape){w->fc_w, w->fc_b, C, model_fc_width(c)};
     default: return (linear_shape){w->fcproj_w, w->fcproj_b, c->n_ffn, C};
     }

@@ -39,14 +39,15 @@ const char *ct_lora_kind_path(const ct_model_config *c, int k) {
 bool lora_mod_of(const ct_model_config *c, int k, lora_mod *out) {
     const char *path = ct_lora_kind_path(c, k);
     if (!path) return false;
-    int C = c->n_embd, F = c->n_ffn, HS = c->n_embd / c->n_head, KC = c->n_kv_head * HS;
+    int C = c->n_embd, F = c->n_ffn, HS = ct_model_head_dim(c), KC = c->n_kv_head * HS;
+    int NQ = c->n_head * HS;
     lora_mod md = {path, 0, 0, 0, 0};
     if (c->arch == CT_ARCH_LLAMA) {
         static const int gemm[7] = {LIN_QKV, LIN_QKV, LIN_QKV, LIN_PROJ,
                                     LIN_FC, LIN_FC, LIN_FCPROJ};
-        int col0[7] = {0, C, C + KC, 0, 0, F, 0};
-        int outw[7] = {C, KC, KC, C, F, F, C};
-        int inw[7] = {C, C, C, C, C, C, F};
+        int col0[7] = {0, NQ, NQ + KC, 0, 0, F, 0};
+        int outw[7] = {NQ, KC, KC, C, F, F, C};
+        int inw[7] = {C, C, C, NQ, C, C, F};
         md.gemm = gemm[k];
         md.col0 = col0[k];
         md.out = outw[k];

@@ -1,12 +1,14 @@
 /*
- * The transformer family: config presets (GPT-2 and LLaMA), the parameter
- * table over one flat buffer (Hugging Face names of each arch), the memory
+ * The transformer family: the checks of a config, the parameter table over
+ * one flat buffer (Hugging Face names of each layout), the memory
  * options (recompute policy, activation dtype) and the activation plan (the
  * same function counts bytes for the planner and carves the arena). The
  * forward and backward live in model_train.c.
- * Leaves out: mixing the switches beyond the two archs (GPT-2: LayerNorm,
- * learned positions, GELU, biases, tied head; LLaMA: RMSNorm, RoPE, SwiGLU,
- * grouped KV heads, no biases), since only those two have HF names.
+ * Leaves out: the presets and RoPE's frequencies (family.c), and mixing the
+ * switches beyond what the families have (GPT-2: LayerNorm, learned
+ * positions, GELU, biases, tied head; LLaMA and its kin: RMSNorm, RoPE,
+ * SwiGLU, grouped KV heads, each family's biases and q/k norms), since only
+ * those have HF names.
  */
 #include "models/model_impl.h"
 
@@ -21,86 +23,6 @@
 
 /* ------------------------------------------------------------- config */
 
-void ct_model_config_gpt2(ct_model_config *c, int n_layer, int n_head, int n_embd,
-                          int vocab_size, int n_ctx) {
-    memset(c, 0, sizeof *c);
-    c->arch = CT_ARCH_GPT2;
-    c->norm = CT_NORM_LAYERNORM;
-    c->pos = CT_POS_LEARNED;
-    c->mlp = CT_MLP_GELU;
-    c->n_layer = n_layer;
-    c->n_head = n_head;
-    c->n_kv_head = n_head;
-    c->n_embd = n_embd;
-    /* 0 for a width whose 4x overflows: ct_model_config_validate refuses it */
-    c->n_ffn = n_embd > 0 && n_embd <= INT32_MAX / 4 ? 4 * n_embd : 0;
-    c->vocab_size = vocab_size;
-    c->n_ctx = n_ctx;
-    c->bias = true;
-    c->tied_head = true;
-    c->norm_eps = 1e-5f;
-    c->rope_theta = 10000.0f;
-}
-
-void ct_model_config_llama(ct_model_config *c, int n_layer, int n_head, int n_kv_head,
-                           int n_embd, int n_ffn, int vocab_size, int n_ctx) {
-    memset(c, 0, sizeof *c);
-    c->arch = CT_ARCH_LLAMA;
-    c->norm = CT_NORM_RMSNORM;
-    c->pos = CT_POS_ROPE;
-    c->mlp = CT_MLP_SWIGLU;
-    c->n_layer = n_layer;
-    c->n_head = n_head;
-    c->n_kv_head = n_kv_head;
-    c->n_embd = n_embd;
-    c->n_ffn = n_ffn;
-    c->vocab_size = vocab_size;
-    c->n_ctx = n_ctx;
-    c->bias = false;
-    c->tied_head = false;
-    c->norm_eps = 1e-5f;
-    c->rope_theta = 10000.0f;
-}
-
-typedef struct preset {
-    const char *name;
-    ct_arch arch;
-    int n_layer, n_head, n_kv_head, n_embd, n_ffn, vocab, n_ctx;
-} preset;
-
-/* n_ffn 0: GPT-2's 4 * n_embd. */
-static const preset presets[] = {
-    {"gpt2", CT_ARCH_GPT2, 12, 12, 12, 768, 0, 50257, 1024},
-    {"gpt2-medium", CT_ARCH_GPT2, 24, 16, 16, 1024, 0, 50257, 1024},
-    {"gpt2-large", CT_ARCH_GPT2, 36, 20, 20, 1280, 0, 50257, 1024},
-    {"gpt2-xl", CT_ARCH_GPT2, 48, 25, 25, 1600, 0, 50257, 1024},
-    {"gpt2-demo", CT_ARCH_GPT2, 4, 4, 4, 128, 0, 512, 128},
-    {"gpt2-tiny", CT_ARCH_GPT2, 2, 2, 2, 16, 0, 64, 32},
-    /* TinyLlama/TinyLlama-1.1B: LlamaConfig of its config.json */
-    {"tinyllama-1.1b", CT_ARCH_LLAMA, 22, 32, 4, 2048, 5632, 32000, 2048},
-    {"llama-demo", CT_ARCH_LLAMA, 4, 8, 4, 256, 688, 512, 256},
-    {"llama-tiny", CT_ARCH_LLAMA, 2, 4, 2, 32, 88, 64, 32},
-};
-
-ct_status ct_model_config_preset(ct_model_config *cfg, const char *name) {
-    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
-        const preset *p = &presets[i];
-        if (strcmp(p->name, name) != 0) continue;
-        if (p->arch == CT_ARCH_LLAMA)
-            ct_model_config_llama(cfg, p->n_layer, p->n_head, p->n_kv_head, p->n_embd, p->n_ffn,
-                                  p->vocab, p->n_ctx);
-        else
-            ct_model_config_gpt2(cfg, p->n_layer, p->n_head, p->n_embd, p->vocab, p->n_ctx);
-        return CT_OK;
-    }
-    char list[256] = "";
-    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
-        if (i) strcat(list, ", ");
-        strcat(list, presets[i].name);
-    }
-    return CT_ERR(CT_ERR_ARG, "model.preset = '%s' is unknown: expected one of %s", name, list);
-}
-
 /* s + k * a * b in size_t; *over is set (and stays set) once anything wraps. */
 static size_t add_mul(size_t s, size_t k, size_t a, size_t b, bool *over) {
     if (*over || (b && a > SIZE_MAX / b) || (k && a * b > SIZE_MAX / k) ||
@@ -113,18 +35,24 @@ static size_t add_mul(size_t s, size_t k, size_t a, size_t b, bool *over) {
 
 /* The parameter count of c's table (the sum model_build_table reaches),
  * computed with overflow checks; false when it does not fit in size_t. c's
- * sizes are positive and n_embd % n_head == 0. */
+ * sizes are positive and its head size is n_embd / n_head or head_dim. */
 static bool config_numel(const ct_model_config *c, size_t *out) {
     size_t L = (size_t)c->n_layer, C = (size_t)c->n_embd, F = (size_t)c->n_ffn;
-    size_t V = (size_t)c->vocab_size;
+    size_t V = (size_t)c->vocab_size, HS = (size_t)ct_model_head_dim(c);
     bool over = false;
     size_t layer = 0, n = 0;
     if (c->arch == CT_ARCH_LLAMA) {
-        size_t KC = (size_t)c->n_kv_head * (C / (size_t)c->n_head); /* <= C */
-        layer = add_mul(layer, 2, C, 1, &over);  /* the two norm weights */
-        layer = add_mul(layer, 2, C, C, &over);  /* q_proj, o_proj */
-        layer = add_mul(layer, 2, KC, C, &over); /* k_proj, v_proj */
-        layer = add_mul(layer, 3, F, C, &over);  /* gate, up, down */
+        size_t NQ = (size_t)c->n_head * HS, KC = (size_t)c->n_kv_head * HS;
+        layer = add_mul(layer, 2, C, 1, &over);   /* the two norm weights */
+        layer = add_mul(layer, 2, NQ, C, &over);  /* q_proj (NQ, C), o_proj (C, NQ) */
+        layer = add_mul(layer, 2, KC, C, &over);  /* k_proj, v_proj */
+        layer = add_mul(layer, 3, F, C, &over);   /* gate, up, down */
+        if (c->qkv_bias) {
+            layer = add_mul(layer, 1, NQ, 1, &over);
+            layer = add_mul(layer, 2, KC, 1, &over);
+        }
+        if (c->o_bias) layer = add_mul(layer, 1, C, 1, &over);
+        if (c->qk_norm) layer = add_mul(layer, 2, HS, 1, &over); /* q_norm, k_norm */
         n = add_mul(n, c->tied_head ? 1 : 2, V, C, &over); /* embed_tokens, lm_head */
         n = add_mul(n, 1, C, 1, &over);                    /* model.norm */
     } else {
@@ -146,6 +74,53 @@ static bool config_numel(const ct_model_config *c, size_t *out) {
  * gradients and AdamW's two moments (fp32 each) all fit in size_t. */
 #define MODEL_MAX_NUMEL (SIZE_MAX / (4 * sizeof(float)))
 
+/* The family switches of a LLaMA-layout config: each family's own. */
+static ct_status check_family(const ct_model_config *c) {
+    const char *fam = ct_model_family_name(c->family);
+    switch (c->family) {
+    case CT_FAMILY_LLAMA:
+        if (c->qkv_bias != c->o_bias || c->qk_norm)
+            return CT_ERR(CT_ERR_ARG, "a llama model has attention biases on all of q, k, v "
+                          "and o_proj or on none (attention_bias), and no q/k norms");
+        break;
+    case CT_FAMILY_MISTRAL:
+        if (c->qkv_bias || c->o_bias || c->qk_norm)
+            return CT_ERR(CT_ERR_ARG, "a mistral model has no attention biases and no q/k "
+                          "norms");
+        break;
+    case CT_FAMILY_QWEN2:
+        if (!c->qkv_bias || c->o_bias || c->qk_norm)
+            return CT_ERR(CT_ERR_ARG, "a qwen2 model has biases on q, k and v (not o_proj) and "
+                          "no q/k norms");
+        if (c->head_dim && c->head_dim * c->n_head != c->n_embd)
+            return CT_ERR(CT_ERR_ARG, "a qwen2 model's head size is n_embd / n_head = %d, not "
+                          "%d", c->n_embd / c->n_head, c->head_dim);
+        break;
+    case CT_FAMILY_QWEN3:
+        if (!c->qk_norm || c->qkv_bias != c->o_bias)
+            return CT_ERR(CT_ERR_ARG, "a qwen3 model has q/k norms, and attention biases on "
+                          "all of q, k, v and o_proj or on none (attention_bias)");
+        break;
+    default:
+        return CT_ERR(CT_ERR_ARG, "model family %d is unknown for the llama layout: expected "
+                      "llama, mistral, qwen2 or qwen3", (int)c->family);
+    }
+    const ct_rope_scaling *r = &c->rope_scaling;
+    if ((int)r->type < 0 || r->type >= CT_ROPE_COUNT)
+        return CT_ERR(CT_ERR_ARG, "%s: RoPE scaling type %d is unknown", fam, (int)r->type);
+    if (r->type != CT_ROPE_DEFAULT && (!(r->factor > 0) || !isfinite(r->factor)))
+        return CT_ERR(CT_ERR_ARG, "%s: rope_scaling factor %g must be positive", fam,
+                      (double)r->factor);
+    if (r->type == CT_ROPE_LLAMA3 &&
+        (!(r->low_freq_factor > 0) || !(r->high_freq_factor > r->low_freq_factor) ||
+         !isfinite(r->high_freq_factor) || r->original_max_pos < 1))
+        return CT_ERR(CT_ERR_ARG, "%s: llama3 rope_scaling needs 0 < low_freq_factor (%g) < "
+                      "high_freq_factor (%g) and original_max_position_embeddings >= 1 (%d)",
+                      fam, (double)r->low_freq_factor, (double)r->high_freq_factor,
+                      r->original_max_pos);
+    return CT_OK;
+}
+
 ct_status ct_model_config_validate(const ct_model_config *c) {
     if (c->arch == CT_ARCH_GPT2) {
         if (c->norm != CT_NORM_LAYERNORM || c->pos != CT_POS_LEARNED || c->mlp != CT_MLP_GELU ||
@@ -153,32 +128,46 @@ ct_status ct_model_config_validate(const ct_model_config *c) {
             return CT_ERR(CT_ERR_ARG, "a gpt2 model has LayerNorm, learned positions, GELU, "
                           "biases, a tied head and n_kv_head == n_head (n_kv_head = %d, "
                           "n_head = %d)", c->n_kv_head, c->n_head);
+        if (c->family != CT_FAMILY_GPT2 || c->qkv_bias || c->o_bias || c->qk_norm ||
+            (c->head_dim && c->head_dim * c->n_head != c->n_embd) ||
+            c->rope_scaling.type != CT_ROPE_DEFAULT)
+            return CT_ERR(CT_ERR_ARG, "a gpt2 model is family gpt2, with n_embd / n_head as its "
+                          "head size and none of the llama layout's switches (q/k norms, "
+                          "separate attention biases, RoPE scaling)");
     } else if (c->arch == CT_ARCH_LLAMA) {
         if (c->norm != CT_NORM_RMSNORM || c->pos != CT_POS_ROPE || c->mlp != CT_MLP_SWIGLU ||
             c->bias)
             return CT_ERR(CT_ERR_ARG, "a llama model has RMSNorm, rotary positions, SwiGLU "
-                          "and no biases");
+                          "and no MLP or norm biases");
+        ct_status st = check_family(c);
+        if (st) return st;
     } else {
         return CT_ERR(CT_ERR_ARG, "model arch %d is unknown: expected gpt2 or llama",
                       (int)c->arch);
     }
+    if (c->n_eos < 0 || c->n_eos > 4 || (c->has_bos && c->bos_token_id < 0) ||
+        (c->has_pad && c->pad_token_id < 0))
+        return CT_ERR(CT_ERR_ARG, "special token ids must be >= 0, with at most 4 EOS ids "
+                      "(n_eos = %d)", c->n_eos);
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_token_id[i] < 0)
+            return CT_ERR(CT_ERR_ARG, "eos_token_id %d must be >= 0", c->eos_token_id[i]);
     if (c->n_layer < 1 || c->n_head < 1 || c->n_embd < 1 || c->vocab_size < 2 || c->n_ctx < 1 ||
         c->n_ffn < 1)
         return CT_ERR(CT_ERR_ARG,
                       "model sizes must be positive (n_layer=%d n_head=%d n_embd=%d n_ffn=%d "
                       "vocab_size=%d n_ctx=%d)",
                       c->n_layer, c->n_head, c->n_embd, c->n_ffn, c->vocab_size, c->n_ctx);
-    if (c->n_embd % c->n_head)
-        return CT_ERR(CT_ERR_ARG, "n_embd = %d is not divisible by n_head = %d", c->n_embd,
-                      c->n_head);
+    if (c->head_dim < 0 || (!c->head_dim && c->n_embd % c->n_head))
+        return CT_ERR(CT_ERR_ARG, "n_embd = %d is not divisible by n_head = %d (set head_dim "
+                      "for another head size; it is %d)", c->n_embd, c->n_head, c->head_dim);
     if (c->n_kv_head < 1 || c->n_kv_head > c->n_head || c->n_head % c->n_kv_head)
         return CT_ERR(CT_ERR_ARG, "n_head = %d is not a multiple of n_kv_head = %d", c->n_head,
                       c->n_kv_head);
-    if (c->pos == CT_POS_ROPE && ((c->n_embd / c->n_head) % 2 || !(c->rope_theta > 0) ||
-                                  !isfinite(c->rope_theta)))
-        return CT_ERR(CT_ERR_ARG, "rotary positions need an even head size (n_embd / n_head = "
-                      "%d) and rope_theta > 0 (%g)", c->n_embd / c->n_head,
-                      (double)c->rope_theta);
+    int HS = ct_model_head_dim(c);
+    if (c->pos == CT_POS_ROPE && (HS % 2 || !(c->rope_theta > 0) || !isfinite(c->rope_theta)))
+        return CT_ERR(CT_ERR_ARG, "rotary positions need an even head size (%d) and rope_theta "
+                      "> 0 (%g)", HS, (double)c->rope_theta);
     if (!(c->norm_eps > 0) || !isfinite(c->norm_eps))
         return CT_ERR(CT_ERR_ARG, "norm epsilon %g must be positive", (double)c->norm_eps);
     if (!(c->embd_pdrop >= 0 && c->embd_pdrop < 1) ||
@@ -193,7 +182,7 @@ ct_status ct_model_config_validate(const ct_model_config *c) {
                       (double)c->resid_pdrop);
     /* the widths the table and the kernels hold in int, the table's entry count
      * (int), and the parameter count (size_t): none may wrap */
-    int64_t qkv_w = ((int64_t)c->n_head + 2 * (int64_t)c->n_kv_head) * (c->n_embd / c->n_head);
+    int64_t qkv_w = ((int64_t)c->n_head + 2 * (int64_t)c->n_kv_head) * HS;
     int64_t fc_w = (c->mlp == CT_MLP_SWIGLU ? 2 : 1) * (int64_t)c->n_ffn;
     if (qkv_w > INT_MAX || fc_w > INT_MAX || 3 * (int64_t)c->n_embd > INT_MAX)
         return CT_ERR(CT_ERR_ARG, "model widths overflow an int: the fused q,k,v width is "
@@ -231,26 +220,40 @@ static int table_add(ct_model *m, const char *name, int ndim, int64_t d0, int64_
     return m->n_table++;
 }
 
-/* LLaMA's table, HF names. q, k, v sit back to back, so the fused (QKVW, C)
- * weight starts at q_proj's offset; gate and up likewise form one (2F, C). */
+/* LLaMA's table (and its kin's), HF names. q, k, v sit back to back, so the
+ * fused (QKVW, C) weight starts at q_proj's offset; their biases likewise
+ * form one (QKVW) bias from q_proj's; gate and up form one (2F, C). */
 static void build_llama_table(ct_model *m) {
     const ct_model_config *c = &m->cfg;
-    int64_t C = c->n_embd, F = c->n_ffn, HS = c->n_embd / c->n_head, KC = c->n_kv_head * HS;
+    int64_t C = c->n_embd, F = c->n_ffn, HS = ct_model_head_dim(c);
+    int64_t NQ = c->n_head * HS, KC = c->n_kv_head * HS;
     char name[64];
     m->wte = table_add(m, "model.embed_tokens.weight", 2, c->vocab_size, C, false);
     m->wpe = -1;
     for (int l = 0; l < c->n_layer; l++) {
         layer_idx *li = &m->layers[l];
-        memset(li, -1, sizeof *li); /* every index -1: no biases */
+        memset(li, -1, sizeof *li); /* every index -1 until added */
 #define ADD(field, suffix, ndim, o, i)                                 \
     snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);      \
     field = table_add(m, name, ndim, o, i, false)
-        ADD(li->ln1_w, "input_layernorm.weight", 1, C, 1);
-        ADD(li->qkv_w, "self_attn.q_proj.weight", 2, C, C);
         int k_idx, v_idx, up_idx;
+        ADD(li->ln1_w, "input_layernorm.weight", 1, C, 1);
+        ADD(li->qkv_w, "self_attn.q_proj.weight", 2, NQ, C);
         ADD(k_idx, "self_attn.k_proj.weight", 2, KC, C);
         ADD(v_idx, "self_attn.v_proj.weight", 2, KC, C);
-        ADD(li->proj_w, "self_attn.o_proj.weight", 2, C, C);
+        if (c->qkv_bias) {
+            ADD(li->qkv_b, "self_attn.q_proj.bias", 1, NQ, 1);
+            ADD(k_idx, "self_attn.k_proj.bias", 1, KC, 1);
+            ADD(v_idx, "self_attn.v_proj.bias", 1, KC, 1);
+        }
+        if (c->qk_norm) {
+            ADD(li->q_norm, "self_attn.q_norm.weight", 1, HS, 1);
+            ADD(li->k_norm, "self_attn.k_norm.weight", 1, HS, 1);
+        }
+        ADD(li->proj_w, "self_attn.o_proj.weight", 2, C, NQ);
+        if (c->o_bias) {
+            ADD(li->proj_b, "self_attn.o_proj.bias", 1, C, 1);
+        }
         ADD(li->ln2_w, "post_attention_layernorm.weight", 1, C, 1);
         ADD(li->fc_w, "mlp.gate_proj.weight", 2, F, C);
         ADD(up_idx, "mlp.up_proj.weight", 2, F, C);
@@ -291,6 +294,7 @@ ct_status model_build_table(ct_model *m) {
     m->wpe = table_add(m, "wpe.weight", 2, c->n_ctx, C, false);
     for (int l = 0; l < L; l++) {
         layer_idx *li = &m->layers[l];
+        li->q_norm = li->k_norm = -1;
 #define ADD1(field, suffix, n)                                   \
     snprintf(name, sizeof name, "h.%d.%s", l, suffix);           \
     li->field = table_add(m, name, 1, n, 1, false)
@@ -337,12 +341,14 @@ ct_status model_init_impl(ct_model **out, ct_ctx *ctx, const ct_model_config *cf
     if (cfg->arch == CT_ARCH_LLAMA) {
         const ct_backend_i *k = m->be->i;
         if (!k->rmsnorm_forward || !k->rmsnorm_backward || !k->rope_forward ||
-            !k->rope_backward || !k->swiglu_forward || !k->swiglu_backward) {
-            st = CT_ERR(CT_ERR_ARG, "backend '%s' lacks the LLaMA ops (rmsnorm, rope, swiglu)",
-                        k->name);
+            !k->rope_backward || !k->swiglu_forward || !k->swiglu_backward ||
+            (cfg->qk_norm && (!k->qknorm_forward || !k->qknorm_backward))) {
+            st = CT_ERR(CT_ERR_ARG, "backend '%s' lacks the LLaMA ops (rmsnorm, rope, swiglu%s)",
+                        k->name, cfg->qk_norm ? ", qknorm" : "");
             goto fail;
         }
     }
+
     m->params = alloc_params ? model_buf_alloc(m, m->numel * sizeof(float), CT_TAG_PARAMS) : NULL;
     if (alloc_params && !m->params) {
         st = ct_last_status();
@@ -365,6 +371,7 @@ void ct_model_free(ct_model *m) {
     free(m->small_off);
     free(m->span);
     model_buf_free(m, m->arena.base);
+    free(m->gen_config);
     free(m->acts.layers);
     model_buf_free(m, m->grads);
     model_buf_free(m, m->params);
@@ -672,7 +679,7 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
                         const ct_lora_opts *lo, int B, int T, bool training, carver *cv,
                         model_acts *a, ct_model_plan *plan) {
     size_t N = (size_t)B * T, C = (size_t)c->n_embd, F = (size_t)c->n_ffn;
-    size_t NH = (size_t)c->n_head;
+    size_t NH = (size_t)c->n_head, NQ = (size_t)model_q_width(c);
     size_t QKV = (size_t)model_qkv_width(c), FW = (size_t)model_fc_width(c);
     bool ln = c->norm == CT_NORM_LAYERNORM; /* RMSNorm keeps no mean */
     bool bf16 = o->act_dtype == CT_ACT_BF16;
@@ -690,7 +697,7 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
             if (ln) la.ln1_mean = carve(cv, N);
             la.ln1_rstd = carve(cv, N);
             la.qkv = carve_act(cv, o, N * QKV);
-            la.atty = carve_act(cv, o, N * C);
+            la.atty = carve_act(cv, o, N * NQ);
             la.lse = carve(cv, (size_t)B * NH * T);
             la.res2 = carve_act(cv, o, N * C);
         }
@@ -711,6 +718,7 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     a->tok_in = carve_bytes(cv, N * sizeof(int32_t));
     a->tok_tg = carve_bytes(cv, N * sizeof(int32_t));
     a->pos = carve_bytes(cv, N * sizeof(int32_t)); /* ct_model_set_positions */
+    a->rope_inv = c->pos == CT_POS_ROPE ? carve_bytes(cv, model_rope_table_bytes(c)) : NULL;
     /* LoRA: every adapter's A x rows (N, r), kept for its backward */
     int nmod = 0, max_out = 0, max_in = 0;
     if (lo && lo->r > 0) {
@@ -733,7 +741,7 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     if (work_norm) w->ln1 = w->ln2 = carve(cv, N * C);
     if (work_inner) {
         w->qkv = carve(cv, N * QKV);
-        w->atty = carve(cv, N * C);
+        w->atty = carve(cv, N * NQ);
         w->res2 = carve(cv, N * C);
         w->fch = carve(cv, N * FW);
     }
@@ -745,6 +753,10 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
         w->ln2_rstd = carve(cv, N);
     }
     if (work_norm && !training) w->fch_gelu = carve(cv, N * F);
+    if (c->qk_norm) { /* the attention's input, derived per block */
+        a->qkn = carve(cv, N * QKV);
+        a->qk_rstd = carve(cv, N * (NH + (size_t)c->n_kv_head));
+    }
     /* a bf16 base: the fp32 copy of the one matrix a GEMM reads (and of GPT-2's
      * positions, read beside the token embedding) */
     if (lo && lo->r > 0 && lo->base_bf16) {
@@ -759,21 +771,24 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
         size_t big = F > QKV ? F : QKV;
         a->dres = carve(cv, N * C);
         a->dln = carve(cv, N * C);
-        a->datty = carve(cv, N * C);
+        a->datty = carve(cv, N * NQ);
         a->dbig1 = carve(cv, N * big);
         a->dbig2 = carve(cv, N * FW);
         if (work_norm) w->fch_gelu = a->dbig2;
     }
     /* precision bf16: a GEMM input's bf16 copy for its weight gradient (a
      * frozen LoRA base has none) */
+    size_t widest_in = F > C ? F : C; /* a linear's input: C, F, or NQ (o_proj) */
+    if (NQ > widest_in) widest_in = NQ;
     a->inp16 = training && o->precision == CT_PREC_BF16 && !nmod
-                   ? carve_bytes(cv, N * (F > C ? F : C) * sizeof(uint16_t))
+                   ? carve_bytes(cv, N * widest_in * sizeof(uint16_t))
                    : NULL;
     if (nmod) {
         a->lora_tmp = carve(cv, N * (size_t)max_out);
         a->lora_dh = carve(cv, N * (size_t)lo->r);
         a->lora_xd = lo->dropout > 0 ? carve(cv, N * (size_t)max_in) : NULL;
-        a->lora_sink = training ? carve(cv, 2 * C) : NULL;
+        size_t HS = (size_t)ct_model_head_dim(c); /* q/k norm weights are HS wide */
+        a->lora_sink = training ? carve(cv, 2 * (C > HS ? C : HS)) : NULL;
     }
     plan->scratch = cv->used - mark;
 }
@@ -854,6 +869,7 @@ ct_status ct_model_reserve(ct_model *m, int B, int T, bool training) {
     cv.base = ct_arena_alloc(&m->arena, cv.used);
     cv.used = 0;
     acts_layout(&m->cfg, &m->opts, lo, B, T, training, &cv, &m->acts, &plan);
+    if (m->acts.rope_inv) model_upload_rope_table(m, m->acts.rope_inv);
     if (training) {
         /* with adapters the base is frozen: only the adapter gets gradients */
         size_t n = m->lora ? m->lora->numel : m->numel;

@@ -19,12 +19,26 @@ typedef struct layer_idx {
     int ln2_w, ln2_b;
     int fc_w, fc_b;         /* (FW, C): c_fc, or LLaMA's gate_proj, up_proj back to back */
     int fcproj_w, fcproj_b; /* (C, F) */
+    int q_norm, k_norm;     /* (HS), (HS): Qwen3's per-head RMSNorm weights */
 } layer_idx;
 
 /* Width of the fused q,k,v rows: (NH + 2*NKV) * HS (3C for GPT-2). */
 static inline int model_qkv_width(const ct_model_config *c) {
-    return (c->n_head + 2 * c->n_kv_head) * (c->n_embd / c->n_head);
+    return (c->n_head + 2 * c->n_kv_head) * ct_model_head_dim(c);
 }
+/* Width of the q part of those rows and of the attention output: NH * HS
+ * (C unless the family sets its own head size). */
+static inline int model_q_width(const ct_model_config *c) {
+    return c->n_head * ct_model_head_dim(c);
+}
+/* Bytes of the model's RoPE table (ct_model_rope_inv_freq, HS/2 floats). */
+static inline size_t model_rope_table_bytes(const ct_model_config *c) {
+    int half = ct_model_head_dim(c) / 2;
+    return (size_t)(half > 0 ? half : 1) * sizeof(float);
+}
+/* Compute cfg's RoPE table on the host and upload it to dst (device memory
+ * of model_rope_table_bytes). */
+void model_upload_rope_table(ct_model *m, float *dst);
 /* Width of the first MLP GEMM's output: F, or 2F for SwiGLU's gate and up. */
 static inline int model_fc_width(const ct_model_config *c) {
     return c->mlp == CT_MLP_SWIGLU ? 2 * c->n_ffn : c->n_ffn;
@@ -41,8 +55,9 @@ static inline int model_fc_width(const ct_model_config *c) {
  * backward divides by them); full drops them too. */
 typedef struct layer_acts {
     void *ln1;                     /* (N,C) */
-    void *qkv;                     /* (N,QKVW) after RoPE when rotary */
-    void *atty;                    /* (N,C) attention output before c_proj */
+    void *qkv;                     /* (N,QKVW) after RoPE when rotary; with q/k norms
+                                    * before them (and RoPE): the GEMM's output */
+    void *atty;                    /* (N,NQ) attention output before c_proj */
     void *res2;                    /* (N,C) residual after attention */
     void *ln2;                     /* (N,C) */
     void *fch, *fch_gelu;          /* (N,FW), (N,F): MLP pre-activation and activation */
@@ -58,7 +73,7 @@ typedef struct layer_acts {
 typedef struct block_f32 {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
     float *qkv;                       /* (N,QKVW) */
-    float *atty, *lse;                /* (N,C), (B,NH,T) */
+    float *atty, *lse;                /* (N,NQ), (B,NH,T) */
     float *res2;                      /* (N,C) */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
     float *fch, *fch_gelu;            /* (N,FW), (N,F) */
@@ -74,15 +89,23 @@ typedef struct model_acts {
      * use it, and the backward reads gelu before it zeroes dbig2). */
     block_f32 work;
     float *res;                       /* (N,C) fp32 residual stream (bf16 storage only) */
+    /* q/k norms: the attention's input (q and k normalised and turned, v
+     * copied) and the heads' statistics, derived from the kept GEMM output
+     * by the forward and again by the backward (bit for bit), for one block
+     * at a time */
+    float *qkn;                       /* (N,QKVW) */
+    float *qk_rstd;                   /* (N,NH+NKV) */
     float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
     float *losses;                    /* (N) */
     float *logits;                    /* (chunk, V) */
     int32_t *tok_in, *tok_tg;         /* (N), (N): the batch's token ids, uploaded */
     int32_t *pos;                     /* (N): ct_model_set_positions' positions, uploaded */
+    float *rope_inv;                  /* (HS/2): RoPE's inverse frequencies, uploaded by
+                                       * ct_model_reserve; NULL without RoPE */
     /* gradient scratch (training only) */
     float *dres;  /* (N,C) gradient of the residual stream */
     float *dln;   /* (N,C) */
-    float *datty; /* (N,C) */
+    float *datty; /* (N,NQ) */
     float *dbig1; /* (N, max(F,QKVW)) */
     float *dbig2; /* (N,FW) */
     /* LoRA (NULL without adapters) */
@@ -90,7 +113,7 @@ typedef struct model_acts {
     float *lora_tmp;  /* (N, max adapted out): B h rows, then scaled dY rows */
     float *lora_dh;   /* (N, r) */
     float *lora_xd;   /* (N, max adapted in): the dropped-out input (dropout > 0) */
-    float *lora_sink; /* (2C): where frozen norms' weight gradients go (never read) */
+    float *lora_sink; /* (2 max(C,HS)): where frozen norms' weight gradients go (never read) */
     /* precision bf16, training, full model: the bf16 copy of one GEMM input
      * (a linear's or a head chunk's), rounded before its weight gradient */
     uint16_t *inp16;  /* (N, max(C,F)) */
@@ -160,6 +183,8 @@ typedef struct decode_state {
     int max_len, len;
     float *kcache, *vcache; /* (L, max_len, NKV*HS) each; keys after RoPE */
     float *x, *ln, *qkv, *atty, *tmp, *fch, *fch_gelu; /* one row each */
+    float *qkn, *qk_rstd;   /* one row, q/k norms only: qkv normalised */
+    float *rope_inv;        /* (HS/2) RoPE's inverse frequencies; NULL without RoPE */
     float *logits;  /* (V) */
     int32_t *token; /* (1) the step's token id, uploaded */
     void *block; /* owns all of the above */
@@ -174,6 +199,8 @@ struct ct_model {
     int n_table;
     size_t numel;
     int wte, wpe, lnf_w, lnf_b, head_w; /* table indices; -1 if absent; head_w == wte when tied */
+    char *gen_config;                   /* owned: the generation_config.json the model was
+                                         * loaded with (written back as it was), or NULL */
     layer_idx *layers;                  /* [L] */
     float *params;                      /* flat (numel) */
     float *grads;                       /* flat (numel) or NULL (always with LoRA) */

@@ -130,7 +130,7 @@ void model_attn_fwd(const ct_model *m, int l, float *out, float *lse, const floa
     const ct_model_config *c = &m->cfg;
     ct_attn_dropout d;
     m->be->i->attention_forward(m->be, out, lse, qkv, model_positions(m), attn_drop(m, l, &d), B,
-                                T, c->n_head, c->n_kv_head, c->n_embd / c->n_head);
+                                T, c->n_head, c->n_kv_head, ct_model_head_dim(c));
 }
 
 void model_attn_bwd(const ct_model *m, int l, float *dqkv, const float *dout, const float *qkv,
@@ -139,7 +139,7 @@ void model_attn_bwd(const ct_model *m, int l, float *dqkv, const float *dout, co
     ct_attn_dropout d;
     m->be->i->attention_backward(m->be, dqkv, dout, qkv, out, lse, model_positions(m),
                                  attn_drop(m, l, &d), B, T, c->n_head, c->n_kv_head,
-                                 c->n_embd / c->n_head);
+                                 ct_model_head_dim(c));
 }
 
 void model_mlp_act_fwd(const ct_model *m, float *out, const float *fch, int N) {
@@ -161,6 +161,27 @@ void model_mlp_act_bwd(const ct_model *m, float *dfch, const float *fch, const f
 
 /* ------------------------------------------------------------ forward */
 
+/* The attention's input from the q,k,v GEMM's output qkv (N,QKVW) of layer
+ * l: RoPE in place on qkv, or, with q/k norms, the normalised heads turned
+ * in acts.qkn (qkv stays the GEMM's output, which the backward needs). */
+static float *attn_input(ct_model *m, int l, float *qkv, int B, int T) {
+    ct_backend *be = m->be;
+    const ct_model_config *c = &m->cfg;
+    const layer_idx *w = &m->layers[l];
+    int HS = ct_model_head_dim(c), N = B * T;
+    float *x = qkv;
+    if (c->qk_norm) {
+        x = m->acts.qkn;
+        be->i->qknorm_forward(be, x, m->acts.qk_rstd, qkv, model_p(m, w->q_norm),
+                              model_p(m, w->k_norm), N, c->n_head, c->n_kv_head, HS,
+                              c->norm_eps);
+    }
+    if (c->pos == CT_POS_ROPE)
+        be->i->rope_forward(be, x, model_positions(m), B, T, c->n_head, c->n_kv_head, HS, 0,
+                            m->acts.rope_inv);
+    return x;
+}
+
 /* One block from res_in (fp32) into the buffers of v, keeping what la keeps
  * (la may be NULL: keep nothing). With out NULL it stops after c_fc, which is
  * all the backward's re-run of the block needs; otherwise it writes the
@@ -173,18 +194,16 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     const layer_idx *w = &m->layers[l];
     int N = B * T, C = c->n_embd, F = c->n_ffn, QKV = model_qkv_width(c);
     int FW = model_fc_width(c);
-    size_t NC = (size_t)N * C, NF = (size_t)N * F;
+    size_t NC = (size_t)N * C, NF = (size_t)N * F, NQ = (size_t)N * model_q_width(c);
     layer_acts none = {0};
     if (!la) la = &none;
     model_norm_fwd(m, v->ln1, v->ln1_mean, v->ln1_rstd, res_in, w->ln1_w, w->ln1_b, N);
     act_store(m, la->ln1, v->ln1, NC); /* before ln2 reuses a shared work buffer */
     model_linear_fwd(m, l, LIN_QKV, v->qkv, v->ln1, N);
-    if (c->pos == CT_POS_ROPE)
-        k->rope_forward(be, v->qkv, model_positions(m), B, T, c->n_head, c->n_kv_head,
-                        C / c->n_head, 0, c->rope_theta);
+    const float *att_in = attn_input(m, l, v->qkv, B, T);
     act_store(m, la->qkv, v->qkv, (size_t)N * QKV);
-    model_attn_fwd(m, l, v->atty, v->lse, v->qkv, B, T);
-    act_store(m, la->atty, v->atty, NC);
+    model_attn_fwd(m, l, v->atty, v->lse, att_in, B, T);
+    act_store(m, la->atty, v->atty, NQ);
     model_linear_fwd(m, l, LIN_PROJ, v->res2, v->atty, N);
     model_drop_rows(m, v->res2, v->res2, CT_DROPOUT_ATTN_RESID, l, B, T);
     k->residual_forward(be, v->res2, v->res2, res_in, NC);
@@ -300,8 +319,9 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     const layer_acts *la = &m->acts.layers[l];
     model_acts *a = &m->acts;
     int N = B * T, C = c->n_embd, F = c->n_ffn, QKV = model_qkv_width(c);
-    int FW = model_fc_width(c);
+    int FW = model_fc_width(c), HS = ct_model_head_dim(c);
     size_t NC = (size_t)N * C, NF = (size_t)N * F, NFW = (size_t)N * FW;
+    size_t NQ = (size_t)N * model_q_width(c);
     const float *res_in = block_input(m, l, NC);
     block_f32 v = block_view(m, l);
     if (m->opts.recompute == CT_RECOMPUTE_FULL) block_forward(m, l, &v, NULL, res_in, NULL, B, T);
@@ -330,10 +350,13 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     zero(m, a->dln, NC);
     model_linear_bwd(m, l, LIN_FC, a->dln, a->dbig2, v.ln2, N);
     model_norm_bwd(m, a->dres, a->dln, v.res2, w->ln2_w, w->ln2_b, v.ln2_mean, v.ln2_rstd, N);
-    /* res2 = res_in + o(attn(rope(qkv(norm1(res_in))))) */
-    act_load(m, la->atty, v.atty, NC);
+    /* res2 = res_in + o(attn(rope(qknorm(qkv(norm1(res_in)))))) */
+    act_load(m, la->atty, v.atty, NQ);
     act_load(m, la->qkv, v.qkv, (size_t)N * QKV);
-    zero(m, a->datty, NC);
+    /* with q/k norms the kept qkv is the GEMM's output: the attention's input
+     * is derived again, bit for bit as the forward's */
+    const float *att_in = c->qk_norm ? attn_input(m, l, v.qkv, B, T) : v.qkv;
+    zero(m, a->datty, NQ);
     /* dln is free until norm1's backward: the dropped c_proj output's gradient */
     const float *dattn = a->dres;
     if (model_drop_p(m, CT_DROPOUT_ATTN_RESID) > 0.0f) {
@@ -342,10 +365,17 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     }
     model_linear_bwd(m, l, LIN_PROJ, a->datty, dattn, v.atty, N);
     zero(m, a->dbig1, (size_t)N * QKV);
-    model_attn_bwd(m, l, a->dbig1, a->datty, v.qkv, v.atty, v.lse, B, T);
+    model_attn_bwd(m, l, a->dbig1, a->datty, att_in, v.atty, v.lse, B, T);
     if (c->pos == CT_POS_ROPE)
-        k->rope_backward(be, a->dbig1, model_positions(m), B, T, c->n_head, c->n_kv_head,
-                         C / c->n_head, 0, c->rope_theta);
+        k->rope_backward(be, a->dbig1, model_positions(m), B, T, c->n_head, c->n_kv_head, HS, 0,
+                         m->acts.rope_inv);
+    if (c->qk_norm) {
+        /* a frozen base's norm weights: their gradients go to the sink */
+        float *dwq = m->grads ? model_g(m, w->q_norm) : a->lora_sink;
+        float *dwk = m->grads ? model_g(m, w->k_norm) : a->lora_sink + HS;
+        k->qknorm_backward(be, a->dbig1, dwq, dwk, a->dbig1, v.qkv, model_p(m, w->q_norm),
+                           model_p(m, w->k_norm), a->qk_rstd, N, c->n_head, c->n_kv_head, HS);
+    }
     if (la->ln1)
         act_load(m, la->ln1, v.ln1, NC);
     else

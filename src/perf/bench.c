@@ -69,18 +69,21 @@ static void bench_fill(float *x, size_t n, uint32_t seed) {
     }
 }
 
-/* Weights of the model's GEMMs: fused qkv (keys and values are n_kv_head
- * heads wide under grouped-query attention), the output projection, the MLP
- * (two matrices for GELU, three for SwiGLU's gate, up and down) and the head. */
+/* Weights of the model's GEMMs: fused qkv (q is n_head heads of the head
+ * size, keys and values n_kv_head heads), the output projection, the MLP (two
+ * matrices for GELU, three for SwiGLU's gate, up and down) and the head. */
 static double gemm_weights(const ct_model_config *c) {
-    double C = c->n_embd, F = c->n_ffn, V = c->vocab_size;
-    double kv = c->n_head > 0 ? C * (c->n_kv_head > 0 ? c->n_kv_head : c->n_head) / c->n_head : C;
+    double C = c->n_embd, F = c->n_ffn, V = c->vocab_size, HS = ct_model_head_dim(c);
+    double q = c->n_head * HS, kv = (c->n_kv_head > 0 ? c->n_kv_head : c->n_head) * HS;
     double mlp = (c->mlp == CT_MLP_SWIGLU ? 3.0 : 2.0) * C * F;
-    return c->n_layer * (C * (C + 2 * kv) + C * C + mlp) + V * C;
+    return c->n_layer * (C * (q + 2 * kv) + q * C + mlp) + V * C;
 }
 
+/* q k^T and P v over the causal half, forward and backward (6 matmul FLOPs
+ * per multiply-add pair, 2 matmuls): 12 L (NH HS) T(T+1)/2 B. */
 static double attention_flops(const ct_model_config *c, int B, int T) {
-    return 12.0 * c->n_layer * c->n_embd * ((double)T * (T + 1) / 2.0) * B;
+    double q = (double)c->n_head * ct_model_head_dim(c);
+    return 12.0 * c->n_layer * q * ((double)T * (T + 1) / 2.0) * B;
 }
 
 double ct_bench_step_flops(const ct_model_config *c, int B, int T) {
@@ -539,9 +542,10 @@ ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int
     int rows = ct_model_head_chunk_rows(cfg, N);
     /* the model's own linears: fused qkv (grouped KV heads are narrower), the
      * output projection, the MLP's up (gate and up fused for SwiGLU) and down */
-    int QKV = C + 2 * (C / cfg->n_head) * cfg->n_kv_head;
+    int HS = ct_model_head_dim(cfg), NQ = cfg->n_head * HS;
+    int QKV = NQ + 2 * HS * cfg->n_kv_head;
     int UP = cfg->mlp == CT_MLP_SWIGLU ? 2 * F : F;
-    size_t o_proj = (size_t)QKV * C, o_fc = o_proj + (size_t)C * C, o_fp = o_fc + (size_t)UP * C;
+    size_t o_proj = (size_t)QKV * C, o_fc = o_proj + (size_t)NQ * C, o_fp = o_fc + (size_t)UP * C;
     size_t per_layer = o_fp + (size_t)F * C;
     size_t nw = per_layer * L + (size_t)V * C;
     int widest = UP > QKV ? UP : QKV;
@@ -575,7 +579,7 @@ ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int
             const float *wl = w + per_layer * l;
             const uint16_t *hl = w16 ? w16 + per_layer * l : NULL;
             linear_fwd(&g, y, x, wl, hl, N, C, QKV);
-            linear_fwd(&g, y, x, wl + o_proj, hl ? hl + o_proj : NULL, N, C, C);
+            linear_fwd(&g, y, x, wl + o_proj, hl ? hl + o_proj : NULL, N, NQ, C);
             linear_fwd(&g, y, x, wl + o_fc, hl ? hl + o_fc : NULL, N, C, UP);
             linear_fwd(&g, y, x, wl + o_fp, hl ? hl + o_fp : NULL, N, F, C);
         }
@@ -593,7 +597,7 @@ ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int
             linear_bwd(&g, dx, dwl + o_fp, y, x, x16, wl + o_fp, hl ? hl + o_fp : NULL, N, F, C);
             linear_bwd(&g, dx, dwl + o_fc, y, x, x16, wl + o_fc, hl ? hl + o_fc : NULL, N, C, UP);
             linear_bwd(&g, dx, dwl + o_proj, y, x, x16, wl + o_proj, hl ? hl + o_proj : NULL, N,
-                       C, C);
+                       NQ, C);
             linear_bwd(&g, dx, dwl, y, x, x16, wl, hl, N, C, QKV);
         }
         if (r >= 0) times[r] = ct_time_s() - t0;

@@ -216,12 +216,24 @@ static void p_rmsnorm_backward(ct_backend *be, float *dinp, float *dweight, cons
     TIMED(CT_KP_NORM_BWD, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 static void p_rope_forward(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH,
-                           int NKV, int HS, int pos0, float theta) {
-    TIMED(CT_KP_ROPE, rope_forward, qkv, pos, B, T, NH, NKV, HS, pos0, theta);
+                           int NKV, int HS, int pos0, const float *inv_freq) {
+    TIMED(CT_KP_ROPE, rope_forward, qkv, pos, B, T, NH, NKV, HS, pos0, inv_freq);
 }
 static void p_rope_backward(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH,
-                            int NKV, int HS, int pos0, float theta) {
-    TIMED(CT_KP_ROPE, rope_backward, dqkv, pos, B, T, NH, NKV, HS, pos0, theta);
+                            int NKV, int HS, int pos0, const float *inv_freq) {
+    TIMED(CT_KP_ROPE, rope_backward, dqkv, pos, B, T, NH, NKV, HS, pos0, inv_freq);
+}
+static void p_qknorm_forward(ct_backend *be, float *out, float *rstd, const float *inp,
+                             const float *wq, const float *wk, int N, int NH, int NKV, int HS,
+                             float eps) {
+    TIMED(CT_KP_NORM_FWD, qknorm_forward, out, rstd, inp, wq, wk, N, NH, NKV, HS, eps);
+}
+static void p_qknorm_backward(ct_backend *be, float *dinp, float *dwq, float *dwk,
+                              const float *dout, const float *inp, const float *wq,
+                              const float *wk, const float *rstd, int N, int NH, int NKV,
+                              int HS) {
+    TIMED(CT_KP_NORM_BWD, qknorm_backward, dinp, dwq, dwk, dout, inp, wq, wk, rstd, N, NH, NKV,
+          HS);
 }
 static void p_swiglu_forward(ct_backend *be, float *out, const float *inp, int N, int F) {
     TIMED(CT_KP_ACT_FWD, swiglu_forward, out, inp, N, F);
@@ -295,6 +307,8 @@ static const ct_backend_i prof_i = {
     .rmsnorm_backward = p_rmsnorm_backward,
     .rope_forward = p_rope_forward,
     .rope_backward = p_rope_backward,
+    .qknorm_forward = p_qknorm_forward,
+    .qknorm_backward = p_qknorm_backward,
     .swiglu_forward = p_swiglu_forward,
     .swiglu_backward = p_swiglu_backward,
     .gelu_forward = p_gelu_forward,

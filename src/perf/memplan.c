@@ -269,9 +269,9 @@ void ct_run_plan_gemms(const ct_model_config *mc, int B, int T, const ct_model_o
     bool lora = lo && lo->r > 0, dw = !lora; /* a LoRA base is frozen: no weight gradients */
     ct_gemm_type t = plan_gemm_type(o);
     int64_t N = (int64_t)B * T, C = mc->n_embd, F = mc->n_ffn;
-    int64_t kv = (int64_t)C / mc->n_head * mc->n_kv_head;
-    int64_t width[4] = {C + 2 * kv, C, mc->mlp == CT_MLP_SWIGLU ? 2 * F : F, C};
-    int64_t input[4] = {C, C, C, F};
+    int64_t HS = ct_model_head_dim(mc), q = HS * mc->n_head, kv = HS * mc->n_kv_head;
+    int64_t width[4] = {q + 2 * kv, C, mc->mlp == CT_MLP_SWIGLU ? 2 * F : F, C};
+    int64_t input[4] = {C, q, C, F};
     for (int g = 0; g < 4; g++) plan_linear(fn, user, t, N, input[g], width[g], dw);
     if (lora) { /* A: in -> r and B: r -> out, both training, fp32 (their own block) */
         bool seen[4] = {false, false, false, false};
@@ -324,7 +324,7 @@ size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_
     for (int i = 0; i < threads; i++) total += per[i];
     /* attention's tile GEMMs run inside the pool, serially in each thread, on
      * their own buffers (64 x 128 tiles of head size HS): the workers' count */
-    int64_t HS = mc->n_embd / mc->n_head, bq = 64, bk = 128;
+    int64_t HS = ct_model_head_dim(mc), bq = 64, bk = 128;
     size_t att = 0;
     const int64_t shapes[3][3] = {{bk, bq, HS}, {HS, bq, bk}, {HS, bk, bq}};
     for (int s = 0; s < 3; s++) {

@@ -280,12 +280,13 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
                .repeat = o.repeat, .slow_name = o.slow_name, .slow_factor = o.slow_factor,
                .fn = fn, .user = user};
     int C = cfg->n_embd, F = cfg->n_ffn, V = cfg->vocab_size, NH = cfg->n_head, N = B * T;
-    int NKV = cfg->n_kv_head, HS = C / NH;
+    int NKV = cfg->n_kv_head, HS = ct_model_head_dim(cfg), NQ = NH * HS;
     bool llama = cfg->arch == CT_ARCH_LLAMA;
     /* widths of the fused qkv rows and of the MLP's first linear (SwiGLU: gate and up) */
     int QKV = (NH + 2 * NKV) * HS, UP = cfg->mlp == CT_MLP_SWIGLU ? 2 * F : F;
     int wide = UP > QKV ? UP : QKV;
     if (wide < C) wide = C;
+    if (wide < NQ) wide = NQ;
     int rows = ct_model_head_chunk_rows(cfg, N);
     size_t big = (size_t)N * wide;
     size_t wbig = (size_t)C * wide;
@@ -299,11 +300,14 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     float *b = dev_alloc(be, (size_t)wide), *db = dev_alloc(be, (size_t)wide);
     float *mean = dev_alloc(be, (size_t)N), *rstd = dev_alloc(be, (size_t)N);
     float *lse = dev_alloc(be, (size_t)B * NH * T), *losses = dev_alloc(be, (size_t)N);
+    /* RoPE's inverse frequencies and the q/k norms' statistics */
+    float *inv = dev_alloc(be, (size_t)(HS / 2 > 0 ? HS / 2 : 1));
+    float *qkr = dev_alloc(be, (size_t)N * (NH + NKV));
     int32_t *tok = be->i->buf_alloc(be, (size_t)N * sizeof(int32_t), CT_TAG_SCRATCH);
     int32_t *htok = malloc((size_t)N * sizeof(int32_t));
     float *stage = malloc(STAGE * sizeof(float));
     if (!x || !y || !dy || !dx || !w || !dw || !b || !db || !mean || !rstd || !lse || !losses ||
-        !tok || !htok || !stage) {
+        !tok || !htok || !stage || !inv || !qkr) {
         st = CT_ERR(CT_ERR_OOM, "out of memory for the kernel benchmark");
         goto done;
     }
@@ -314,13 +318,17 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     upload_pattern(be, b, (size_t)wide, stage, pattern_bias);
     for (int i = 0; i < N; i++) htok[i] = (int32_t)((i * 7919u) % (unsigned)V);
     ct_be_upload(be, tok, htok, (size_t)N * sizeof(int32_t));
+    if (llama) {
+        ct_model_rope_inv_freq(cfg, stage); /* HS/2 <= STAGE */
+        ct_be_upload(be, inv, stage, (size_t)(HS / 2) * sizeof(float));
+    }
 
     char shape[48];
     double sec;
     /* every linear of a block and the head (one chunk of rows) */
     float *lb = cfg->bias ? b : NULL, *ldb = cfg->bias ? db : NULL;
     bench_linear(&s, "qkv", x, w, lb, y, dy, dx, dw, ldb, N, C, QKV);
-    bench_linear(&s, "attn_proj", x, w, lb, y, dy, dx, dw, ldb, N, C, C);
+    bench_linear(&s, "attn_proj", x, w, lb, y, dy, dx, dw, ldb, N, NQ, C);
     bench_linear(&s, llama ? "gate_up" : "fc", x, w, lb, y, dy, dx, dw, ldb, N, C, UP);
     bench_linear(&s, llama ? "down" : "fc_proj", x, w, lb, y, dy, dx, dw, ldb, N, F, C);
     bench_linear(&s, "head", x, w, NULL, y, dy, dx, dw, NULL, rows, C, V);
@@ -397,15 +405,31 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
         snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
         if (wanted(&s, "rope.fwd")) {
             TIME_KERNEL(&s, "rope.fwd", sec,
-                        s.be->i->rope_forward(s.be, x, NULL, B, T, NH, NKV, HS, 0,
-                                              cfg->rope_theta));
+                        s.be->i->rope_forward(s.be, x, NULL, B, T, NH, NKV, HS, 0, inv));
             report(&s, "rope.fwd", shape, sec, 0, qk, qk, qk);
         }
         if (wanted(&s, "rope.bwd")) {
             TIME_KERNEL(&s, "rope.bwd", sec,
-                        s.be->i->rope_backward(s.be, dx, NULL, B, T, NH, NKV, HS, 0,
-                                               cfg->rope_theta));
+                        s.be->i->rope_backward(s.be, dx, NULL, B, T, NH, NKV, HS, 0, inv));
             report(&s, "rope.bwd", shape, sec, 0, qk, qk, qk);
+        }
+    }
+    if (cfg->qk_norm) {
+        /* Qwen3's per-head RMSNorm of q and k (v copied): rows of QKV floats */
+        double qk = (double)N * (NH + NKV) * HS, nq = (double)N * QKV;
+        snprintf(shape, sizeof shape, "N=%d NH=%d NKV=%d HS=%d", N, NH, NKV, HS);
+        if (wanted(&s, "qknorm.fwd")) {
+            TIME_KERNEL(&s, "qknorm.fwd", sec,
+                        s.be->i->qknorm_forward(s.be, y, qkr, x, w, w + HS, N, NH, NKV, HS,
+                                                cfg->norm_eps));
+            report(&s, "qknorm.fwd", shape, sec, 0, 4.0 * qk, 4.0 * nq, 4.0 * nq);
+        }
+        if (wanted(&s, "qknorm.bwd")) {
+            TIME_KERNEL(&s, "qknorm.bwd", sec,
+                        s.be->i->qknorm_backward(s.be, dx, dw, dw + HS, dy, x, w, w + HS, qkr,
+                                                 N, NH, NKV, HS));
+            /* reads inp and dout twice (weight, then input gradients), writes dinp */
+            report(&s, "qknorm.bwd", shape, sec, 0, 10.0 * qk, 16.0 * nq, 20.0 * nq);
         }
     }
     if (!llama && wanted(&s, "gelu.fwd")) {
@@ -476,6 +500,7 @@ done:
     dev_free(be, x), dev_free(be, y), dev_free(be, dy), dev_free(be, dx), dev_free(be, w);
     dev_free(be, dw), dev_free(be, b), dev_free(be, db), dev_free(be, mean), dev_free(be, rstd);
     dev_free(be, lse), dev_free(be, losses), be->i->buf_free(be, tok);
+    dev_free(be, inv), dev_free(be, qkr);
     free(htok), free(stage);
     return st;
 }

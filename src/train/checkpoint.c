@@ -29,6 +29,7 @@
 #define CKPT_ZSTD_LEVEL 3
 #define CKPT_MANIFEST "MANIFEST.json"
 #define CKPT_WEIGHTS "model.safetensors"
+#define CKPT_GEN_CONFIG "generation_config.json"
 #define CKPT_CONFIG "config.json"
 /* a LoRA run's checkpoint holds the adapter (PEFT files), not the frozen base */
 #define CKPT_ADAPTER "adapter_model.safetensors"
@@ -379,6 +380,21 @@ ct_status ct_ckpt_signature(const ct_model *m, char *buf, size_t cap) {
                      arch[c->arch], c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->n_ffn,
                      c->vocab_size, c->n_ctx, norm[c->norm], pos[c->pos], mlp[c->mlp],
                      (int)c->bias, (int)c->tied_head, ct_model_numel(m));
+    /* the family switches, only when set: a GPT-2's or plain LLaMA's
+     * signature stays what earlier versions wrote */
+    bool family = (c->family != CT_FAMILY_GPT2 && c->family != CT_FAMILY_LLAMA) ||
+                  c->head_dim || c->qkv_bias || c->o_bias || c->qk_norm ||
+                  c->rope_scaling.type != CT_ROPE_DEFAULT;
+    if (family && k >= 0 && (size_t)k < cap) {
+        const ct_rope_scaling *r = &c->rope_scaling;
+        int k2 = snprintf(buf + k, cap - (size_t)k, " family=%s head_dim=%d qkv_bias=%d "
+                          "o_bias=%d qk_norm=%d rope_scaling=%d/%g/%g/%g/%d",
+                          ct_model_family_name(c->family), ct_model_head_dim(c),
+                          (int)c->qkv_bias, (int)c->o_bias, (int)c->qk_norm, (int)r->type,
+                          (double)r->factor, (double)r->low_freq_factor,
+                          (double)r->high_freq_factor, r->original_max_pos);
+        k = k2 < 0 ? k2 : k + k2;
+    }
     const ct_lora_opts *lo = ct_model_lora(m);
     if (lo && k >= 0 && (size_t)k < cap) {
         /* the frozen base is part of what a LoRA run is: its hash, so that a
@@ -596,7 +612,7 @@ ct_status ct_ckpt_save(const char *run_dir, int64_t step, ct_model *model,
                       k2 + 1, cap);
 
     ckpt_manifest man = {.step = step, .n_params = (int64_t)ct_model_numel(model)};
-    man.files = calloc((size_t)n_blobs + 2 + CT_TOK_FILES_MAX, sizeof *man.files);
+    man.files = calloc((size_t)n_blobs + 3 + CT_TOK_FILES_MAX, sizeof *man.files);
     if (!man.files) return CT_ERR(CT_ERR_OOM, "checkpoint: out of memory");
     ct_status st = ct_mkdir_p(ckdir);
     if (st) {
@@ -621,11 +637,15 @@ ct_status ct_ckpt_save(const char *run_dir, int64_t step, ct_model *model,
     else
         st = ct_model_save_hf(model, tmp, CKPT_WEIGHTS, false, true);
     if (st) goto fail;
-    static const char *hf_files[2] = {CKPT_CONFIG, CKPT_WEIGHTS};
+    static const char *hf_files[3] = {CKPT_CONFIG, CKPT_WEIGHTS, CKPT_GEN_CONFIG};
     static const char *peft_files[2] = {CKPT_ADAPTER_CONFIG, CKPT_ADAPTER};
-    for (int i = 0; i < 2; i++) {
-        ckpt_file *f = &man.files[man.n_files++];
+    for (int i = 0; i < (lora ? 2 : 3); i++) {
         char path[CKPT_PATH_MAX];
+        if (i == 2) { /* generation_config.json: written when the model has token ids */
+            if ((st = ckpt_join(path, sizeof path, tmp, CKPT_GEN_CONFIG))) goto fail;
+            if (access(path, F_OK) != 0) continue;
+        }
+        ckpt_file *f = &man.files[man.n_files++];
         snprintf(f->name, sizeof f->name, "%s", lora ? peft_files[i] : hf_files[i]);
         if ((st = ckpt_join(path, sizeof path, tmp, f->name))) goto fail;
         if ((st = ckpt_stream_file(path, true, NULL, NULL, &f->size, &f->hash))) goto fail; /* fsyncs again */

@@ -168,7 +168,7 @@ static const char *const result_files[] = {
     "model.safetensors", "adapter_model.safetensors", "config.json", "adapter_config.json",
     "metrics.jsonl", "config.yaml", "hw.json", "trace.json", "report.html",
     "vocab.json", "merges.txt", "encoder.json", "vocab.bpe", "tokenizer.json",
-    "tokenizer_config.json", "special_tokens_map.json",
+    "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
 };
 #define N_RESULT_FILES (sizeof result_files / sizeof *result_files)
 /* the leftovers of a run that saved no weights, cleared by any fresh start */

@@ -36,9 +36,11 @@
 
 ct_status ct_model_config_from(ct_model_config *out, const ct_config *cfg) {
     const char *arch = cfg->model.arch;
-    bool llama = strcmp(arch, "llama") == 0;
-    if (!llama && strcmp(arch, "gpt2") != 0)
-        return CT_ERR(CT_ERR_ARG, "model.arch = %s is unknown: expected gpt2 or llama", arch);
+    ct_family fam;
+    if (!ct_model_family_from_name(arch, &fam))
+        return CT_ERR(CT_ERR_ARG, "model.arch = %s is unknown: expected gpt2, llama, mistral, "
+                      "qwen2 or qwen3", arch);
+    bool llama = fam != CT_FAMILY_GPT2;
     if (cfg->model.preset[0]) {
         ct_status st = ct_model_config_preset(out, cfg->model.preset);
         if (st) return st;
@@ -48,7 +50,7 @@ ct_status ct_model_config_from(ct_model_config *out, const ct_config *cfg) {
             ct_status st = CT_ERR(CT_ERR_ARG, "no model given: set model.init_from, model.preset, "
                                   "or all of model.n_layer, model.n_head, model.n_embd, "
                                   "model.vocab_size and model.n_ctx%s",
-                                  llama ? " (and model.n_ffn for model.arch=llama)" : "");
+                                  llama ? " (and model.n_ffn for the llama layout)" : "");
             ct_error_hint(llama ? "e.g. model.preset=llama-demo, with model.vocab_size=32000 for "
                                   "text prepared with LLaMA's tokenizer (the preset's own "
                                   "vocabulary is a toy 512)"
@@ -57,10 +59,16 @@ ct_status ct_model_config_from(ct_model_config *out, const ct_config *cfg) {
                                   "vocabulary is a toy 512)");
             return st;
         }
-        if (llama)
+        if (llama) {
             ct_model_config_llama(out, 1, 1, 1, 2, 1, 2, 1);
-        else
+            /* the family's own switches: Qwen2's q, k, v biases, Qwen3's q/k norms */
+            out->family = fam;
+            out->qkv_bias = fam == CT_FAMILY_QWEN2;
+            out->qk_norm = fam == CT_FAMILY_QWEN3;
+            if (fam == CT_FAMILY_QWEN2 || fam == CT_FAMILY_QWEN3) out->norm_eps = 1e-6f;
+        } else {
             ct_model_config_gpt2(out, 1, 1, 1, 2, 1);
+        }
     }
     bool is_llama = out->arch == CT_ARCH_LLAMA; /* a preset decides the arch */
     if (cfg->model.n_layer) out->n_layer = (int)cfg->model.n_layer;
@@ -81,6 +89,13 @@ ct_status ct_model_config_from(ct_model_config *out, const ct_config *cfg) {
                           "available for gpt2 (n_head = %d)", (long long)cfg->model.n_kv_head,
                           out->n_head);
         out->n_kv_head = (int)cfg->model.n_kv_head;
+    }
+    if (cfg->model.head_dim) {
+        if (!is_llama && cfg->model.head_dim * out->n_head != out->n_embd)
+            return CT_ERR(CT_ERR_ARG, "model.head_dim = %lld: a gpt2 model's head size is "
+                          "n_embd / n_head = %d", (long long)cfg->model.head_dim,
+                          out->n_embd / out->n_head);
+        out->head_dim = (int)cfg->model.head_dim;
     }
     return ct_model_config_validate(out);
 }

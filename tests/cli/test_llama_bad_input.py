@@ -141,20 +141,27 @@ def main():
         expect_fail("index names a missing shard", train_args(d, shard, run_dir),
                     ["model.safetensors.index.json", "model-00002-of-00002.safetensors"], run_dir)
 
+        # (linear and llama3 RoPE scaling, head_dim, attention biases and model_type
+        # mistral are supported now: what is refused is what is not built, or what the
+        # weights do not hold)
         cases = [
-            ("rope_scaling linear", {"rope_scaling": {"type": "linear", "factor": 2.0}},
-             ["config.json", "rope_scaling", "linear"]),
-            ("rope_scaling llama3", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
-             ["config.json", "rope_scaling", "llama3"]),
+            ("rope_scaling dynamic", {"rope_scaling": {"type": "dynamic", "factor": 2.0}},
+             ["config.json", "rope_scaling", "dynamic"]),
+            ("rope_scaling llama3 without its fields",
+             {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+             ["config.json", "rope_scaling", "low_freq_factor", "llama3"]),
             ("heads do not divide hidden_size", {"num_attention_heads": 3},
              ["config.json", "num_attention_heads", "hidden_size"]),
             ("kv heads do not divide heads", {"num_key_value_heads": 3},
              ["config.json", "num_key_value_heads"]),
-            ("head_dim disagrees", {"head_dim": 8}, ["config.json", "head_dim"]),
-            ("attention_bias true", {"attention_bias": True}, ["config.json", "attention_bias"]),
+            ("head_dim the weights do not have", {"head_dim": 8},
+             ["self_attn.q_proj.weight", "[16, 16]", "[32, 16]"]),
+            ("attention_bias the weights do not have", {"attention_bias": True},
+             ["self_attn.q_proj.bias", "is missing", "attention_bias"]),
             ("hidden_act gelu", {"hidden_act": "gelu"}, ["config.json", "hidden_act", "silu"]),
             ("hidden_size missing", {"hidden_size": None}, ["config.json", "hidden_size"]),
-            ("unknown model_type", {"model_type": "mistral"}, ["config.json", "model_type"]),
+            ("unknown model_type", {"model_type": "phi3"},
+             ["config.json", "model_type", "phi3", "qwen3"]),
         ]
         for label, change, want in cases:
             d = os.path.join(tmp, label.replace(" ", "_"))

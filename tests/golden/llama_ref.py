@@ -1,21 +1,32 @@
-"""Reference LLaMA in PyTorch for the golden tests, written to Hugging Face's
-LlamaForCausalLM semantics (no rope scaling; dropout only when forward() is asked for it:
-attention_dropout on the probabilities, LlamaAttention's only dropout):
+"""Reference LLaMA (and its kin: Mistral, Qwen2/2.5, Qwen3, Llama 3.x) in PyTorch for the
+golden tests, written to Hugging Face's LlamaForCausalLM, MistralForCausalLM,
+Qwen2ForCausalLM and Qwen3ForCausalLM semantics (dropout only when forward() is asked for
+it: attention_dropout on the probabilities, their attention's only dropout). The family
+is the config dict's "model_type" (default "llama"):
 
 - RMSNorm in float32: x * rsqrt(mean(x^2) + eps), then times the weight;
+- q_proj (n_heads * head_dim, C), k_proj and v_proj (n_kv * head_dim, C), o_proj
+  (C, n_heads * head_dim); head_dim = config["head_dim"] when given (Qwen3's differs
+  from C / heads), else C / heads;
+- biases on q, k and v for qwen2, on q, k, v and o when "attention_bias" (llama, qwen3);
+- qwen3: RMSNorm over each q and k head (q_norm, k_norm weights of head_dim, eps
+  rms_norm_eps) right after the projection, before RoPE;
 - rotary embedding on q and k, rotate_half convention (pairs (i, i + d/2)),
-  inv_freq = 1 / theta^(2i/d) computed in float32, angles = position * inv_freq;
+  inv_freq = 1 / theta^(2i/d) computed in float32, then rope_scaling ("linear": / factor;
+  "llama3": HF's _compute_llama3_parameters, low frequencies / factor, high ones kept,
+  the band between interpolated), angles = position * inv_freq;
 - grouped-query attention: KV head g serves query heads g*n_rep .. (g+1)*n_rep - 1
   (repeat_kv), causal softmax(q k^T / sqrt(d)) v;
-- SwiGLU MLP: down(silu(gate(x)) * up(x)); no biases anywhere;
+- SwiGLU MLP: down(silu(gate(x)) * up(x));
 - lm_head untied unless tie_word_embeddings.
 
 Parameters are a plain dict {HF tensor name: tensor}, Linear weights [out, in].
-File helpers (safetensors, shards) come from gpt2_ref; this adds LlamaConfig and sharded
+File helpers (safetensors, shards) come from gpt2_ref; this adds the configs and sharded
 model directories (model-0000i-of-0000n.safetensors + model.safetensors.index.json).
 """
 
 import json
+import math
 import os
 from collections import namedtuple
 
@@ -31,22 +42,50 @@ except ImportError:  # pragma: no cover - reported by the caller
     F = None
 
 
+def family(c):
+    return c.get("model_type", "llama")
+
+
 def head_dim(c):
-    return c["hidden_size"] // c["num_attention_heads"]
+    return c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+
+
+def qkv_bias(c):
+    return family(c) == "qwen2" or bool(c.get("attention_bias", False))
+
+
+def o_bias(c):
+    return family(c) != "qwen2" and bool(c.get("attention_bias", False))
+
+
+def qk_norm(c):
+    return family(c) == "qwen3"
 
 
 def param_shapes(c):
     """{name: shape} in HF order."""
     C, Fd, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    KC = c["num_key_value_heads"] * head_dim(c)
+    d = head_dim(c)
+    QC, KC = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
     out = {"model.embed_tokens.weight": (V, C)}
     for l in range(c["num_hidden_layers"]):
         p = "model.layers.%d." % l
         out[p + "input_layernorm.weight"] = (C,)
-        out[p + "self_attn.q_proj.weight"] = (C, C)
+        out[p + "self_attn.q_proj.weight"] = (QC, C)
+        if qkv_bias(c):
+            out[p + "self_attn.q_proj.bias"] = (QC,)
         out[p + "self_attn.k_proj.weight"] = (KC, C)
+        if qkv_bias(c):
+            out[p + "self_attn.k_proj.bias"] = (KC,)
         out[p + "self_attn.v_proj.weight"] = (KC, C)
-        out[p + "self_attn.o_proj.weight"] = (C, C)
+        if qkv_bias(c):
+            out[p + "self_attn.v_proj.bias"] = (KC,)
+        out[p + "self_attn.o_proj.weight"] = (C, QC)
+        if o_bias(c):
+            out[p + "self_attn.o_proj.bias"] = (C,)
+        if qk_norm(c):
+            out[p + "self_attn.q_norm.weight"] = (d,)
+            out[p + "self_attn.k_norm.weight"] = (d,)
         out[p + "post_attention_layernorm.weight"] = (C,)
         out[p + "mlp.gate_proj.weight"] = (Fd, C)
         out[p + "mlp.up_proj.weight"] = (Fd, C)
@@ -59,11 +98,14 @@ def param_shapes(c):
 
 def init_params(c, seed=0):
     """Random weights: matrices N(0, 0.08) (larger than HF's 0.02, so every path matters),
-    norm weights 1 + U(-0.3, 0.3) (random, so their gradients are tested)."""
+    norm weights 1 + U(-0.3, 0.3) and biases 0.1 N(0, 1) (random, so their gradients are
+    tested)."""
     g = torch.Generator().manual_seed(seed)
     out = {}
     for n, shape in param_shapes(c).items():
-        if len(shape) == 1:
+        if n.endswith(".bias"):
+            out[n] = 0.1 * torch.randn(shape, generator=g)
+        elif len(shape) == 1:
             out[n] = 1.0 + 0.6 * (torch.rand(shape, generator=g) - 0.5)
         else:
             out[n] = 0.08 * torch.randn(shape, generator=g)
@@ -81,24 +123,51 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def rope_cos_sin(T, d, theta, dtype):
-    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+def inv_freq(d, theta, scaling=None):
+    """RoPE's inverse frequencies as HF computes them (fp32), scaled by rope_scaling."""
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    if not scaling:
+        return inv
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind == "default":
+        return inv
+    if kind == "linear":
+        return inv / scaling["factor"]
+    assert kind == "llama3", kind
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old = scaling["original_max_position_embeddings"]
+    low_wl, high_wl = old / low, old / high
+    wavelen = 2 * math.pi / inv
+    inv_l = torch.where(wavelen > low_wl, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * inv_l / factor + smooth * inv_l
+    medium = ~(wavelen < high_wl) * ~(wavelen > low_wl)
+    return torch.where(medium, smoothed, inv_l)
+
+
+def rope_cos_sin(T, d, theta, dtype, scaling=None):
     t = torch.arange(T, dtype=torch.int64).float()
-    freqs = torch.outer(t, inv_freq)
+    freqs = torch.outer(t, inv_freq(d, theta, scaling))
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
-def rope_cos_sin_at(pos, d, theta, dtype):
+def rope_cos_sin_at(pos, d, theta, dtype, scaling=None):
     """cos, sin (B, 1, T, d) at positions pos (int64 (B, T)): HF's position_ids. The angle
     pos * inv_freq is the same float32 product rope_cos_sin forms for pos = 0..T-1."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
-    freqs = pos.float()[..., None] * inv_freq
+    freqs = pos.float()[..., None] * inv_freq(d, theta, scaling)
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
 
 
-def forward(P, c, idx, targets=None, pos=None, attn_mask=None, dropout=None):
+def linear(P, h, path):
+    """A Linear module of the model: h @ W^T (+ b when the family has one)."""
+    y = h @ P[path + ".weight"].T
+    b = P.get(path + ".bias")
+    return y if b is None else y + b
+
+
+def forward(P, c, idx, targets=None, pos=None, attn_mask=None, dropout=None, lin=None):
     """Logits (B, T, V) and the mean cross-entropy (or None) of token ids idx (B, T).
 
     pos: optional int64 (B, T) rotary position of each token (HF's position_ids; default
@@ -106,16 +175,19 @@ def forward(P, c, idx, targets=None, pos=None, attn_mask=None, dropout=None):
     attend to key s (default causal). Instruction data (sft_ref.py) passes both.
     dropout: None (eval), a dict {"h.<l>.attn_probs": (B, NH, T, T) multipliers}
     (ctrain's debug.dump_dropout masks without "mb<a>."; absent layers are not dropped),
-    or a float p: torch's own dropout of the probabilities (train mode)."""
+    or a float p: torch's own dropout of the probabilities (train mode).
+    lin: optional lin(P, h, module path) for every Linear of the blocks (LoRA's hook;
+    default `linear`)."""
+    lin = lin or linear
     Bn, T = idx.shape
     C, NH, NKV = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
     d, rep = head_dim(c), NH // NKV
-    eps, theta = c["rms_norm_eps"], c["rope_theta"]
+    eps, theta, scaling = c["rms_norm_eps"], c["rope_theta"], c.get("rope_scaling")
     x = P["model.embed_tokens.weight"][idx]
     if pos is None:
-        cos, sin = rope_cos_sin(T, d, theta, x.dtype)
+        cos, sin = rope_cos_sin(T, d, theta, x.dtype, scaling)
     else:
-        cos, sin = rope_cos_sin_at(pos, d, theta, x.dtype)
+        cos, sin = rope_cos_sin_at(pos, d, theta, x.dtype, scaling)
     if attn_mask is None:
         mask = torch.ones(T, T, dtype=torch.bool).tril()
     else:
@@ -123,9 +195,13 @@ def forward(P, c, idx, targets=None, pos=None, attn_mask=None, dropout=None):
     for l in range(c["num_hidden_layers"]):
         p = "model.layers.%d." % l
         h = rms_norm(x, P[p + "input_layernorm.weight"], eps)
-        q = (h @ P[p + "self_attn.q_proj.weight"].T).view(Bn, T, NH, d).transpose(1, 2)
-        k = (h @ P[p + "self_attn.k_proj.weight"].T).view(Bn, T, NKV, d).transpose(1, 2)
-        v = (h @ P[p + "self_attn.v_proj.weight"].T).view(Bn, T, NKV, d).transpose(1, 2)
+        q = lin(P, h, p + "self_attn.q_proj").view(Bn, T, NH, d)
+        k = lin(P, h, p + "self_attn.k_proj").view(Bn, T, NKV, d)
+        v = lin(P, h, p + "self_attn.v_proj").view(Bn, T, NKV, d).transpose(1, 2)
+        if qk_norm(c):  # Qwen3: per head, before the transpose and RoPE
+            q = rms_norm(q, P[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, P[p + "self_attn.k_norm.weight"], eps)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         # repeat_kv: (B, NKV, T, d) -> (B, NKV * rep, T, d)
@@ -138,12 +214,12 @@ def forward(P, c, idx, targets=None, pos=None, attn_mask=None, dropout=None):
             att = att * torch.as_tensor(np.asarray(dropout["h.%d.attn_probs" % l]), dtype=att.dtype)
         elif dropout is not None and not isinstance(dropout, dict) and dropout > 0:
             att = F.dropout(att, dropout, training=True)
-        y = (att @ v).transpose(1, 2).reshape(Bn, T, C)
-        x = x + y @ P[p + "self_attn.o_proj.weight"].T
+        y = (att @ v).transpose(1, 2).reshape(Bn, T, NH * d)
+        x = x + lin(P, y, p + "self_attn.o_proj")
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
-        gate = h @ P[p + "mlp.gate_proj.weight"].T
-        up = h @ P[p + "mlp.up_proj.weight"].T
-        x = x + (F.silu(gate) * up) @ P[p + "mlp.down_proj.weight"].T
+        gate = lin(P, h, p + "mlp.gate_proj")
+        up = lin(P, h, p + "mlp.up_proj")
+        x = x + lin(P, F.silu(gate) * up, p + "mlp.down_proj")
     x = rms_norm(x, P["model.norm.weight"], eps)
     head = P["model.embed_tokens.weight"] if c.get("tie_word_embeddings", False) else P["lm_head.weight"]
     logits = x @ head.T
@@ -162,23 +238,33 @@ def loss_on_batch(params, c, x, y):
     return float(loss)
 
 
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+
 def hf_config(c):
-    """A LlamaConfig dict as transformers writes it."""
+    """The family's config dict as transformers writes it."""
+    fam = family(c)
     out = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        "architectures": [ARCHITECTURES[fam]],
+        "model_type": fam,
         "hidden_act": "silu",
-        "attention_bias": False,
-        "mlp_bias": False,
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
         "rope_scaling": None,
-        "pretraining_tp": 1,
         "use_cache": True,
         "bos_token_id": 1,
         "eos_token_id": 2,
         "torch_dtype": "float32",
     }
+    if fam == "llama":
+        out.update(attention_bias=False, mlp_bias=False, pretraining_tp=1)
+    elif fam == "mistral":
+        out.update(sliding_window=None)
+    else:
+        out.update(use_sliding_window=False, sliding_window=4096, max_window_layers=28)
+        if fam == "qwen3":
+            out.update(attention_bias=False)
     out.update(c)
     return out
 

@@ -97,43 +97,12 @@ def _lora(x, adapter, path, scale):
 
 
 def llama_forward(P, c, idx, targets, adapter, scale):
-    """llama_ref.forward with LoRA on every adapted Linear."""
-    Bn, T = idx.shape
-    C, NH, NKV = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
-    d, rep = R.head_dim(c), NH // NKV
-    eps, theta = c["rms_norm_eps"], c["rope_theta"]
+    """llama_ref.forward (any of its families) with LoRA on every adapted Linear."""
 
-    def lin(h, path):
-        return h @ P[path + ".weight"].T + _lora(h, adapter, path, scale)
+    def lin(P_, h, path):
+        return R.linear(P_, h, path) + _lora(h, adapter, path, scale)
 
-    x = P["model.embed_tokens.weight"][idx]
-    cos, sin = R.rope_cos_sin(T, d, theta, x.dtype)
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
-    for l in range(c["num_hidden_layers"]):
-        p = "model.layers.%d." % l
-        h = R.rms_norm(x, P[p + "input_layernorm.weight"], eps)
-        q = lin(h, p + "self_attn.q_proj").view(Bn, T, NH, d).transpose(1, 2)
-        k = lin(h, p + "self_attn.k_proj").view(Bn, T, NKV, d).transpose(1, 2)
-        v = lin(h, p + "self_attn.v_proj").view(Bn, T, NKV, d).transpose(1, 2)
-        q = q * cos + R.rotate_half(q) * sin
-        k = k * cos + R.rotate_half(k) * sin
-        k = k[:, :, None].expand(Bn, NKV, rep, T, d).reshape(Bn, NH, T, d)
-        v = v[:, :, None].expand(Bn, NKV, rep, T, d).reshape(Bn, NH, T, d)
-        att = (q @ k.transpose(-2, -1)) / (d ** 0.5)
-        att = att.masked_fill(~mask, float("-inf"))
-        att = torch.softmax(att.float(), dim=-1).to(q.dtype)
-        y = (att @ v).transpose(1, 2).reshape(Bn, T, C)
-        x = x + lin(y, p + "self_attn.o_proj")
-        h = R.rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
-        gate, up = lin(h, p + "mlp.gate_proj"), lin(h, p + "mlp.up_proj")
-        x = x + lin(F.silu(gate) * up, p + "mlp.down_proj")
-    x = R.rms_norm(x, P["model.norm.weight"], eps)
-    tied = c.get("tie_word_embeddings", False)
-    logits = x @ (P["model.embed_tokens.weight"] if tied else P["lm_head.weight"]).T
-    loss = None
-    if targets is not None:
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
-    return logits, loss
+    return R.forward(P, c, idx, targets, lin=lin)
 
 
 def gpt2_forward(P, config, idx, targets, adapter, scale):

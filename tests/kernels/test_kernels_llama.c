@@ -4,7 +4,8 @@
  * own buffers, and adding one to under_test[] in harness.c holds it to ref.
  * Attention is one entry for grouped-query and plain multi-head (NKV == NH)
  * attention; the LLaMA kernels are RMSNorm, RoPE (Hugging Face's rotate_half
- * convention) and SwiGLU. Every backend, ref included, is checked against
+ * convention, at a table of inverse frequencies), Qwen3's per-head q/k RMSNorm
+ * and SwiGLU. Every backend, ref included, is checked against
  * double-precision forwards written here from the papers' formulas and its
  * backwards against central finite differences of them (loss L = sum(out * R),
  * gradient buffers pre-filled to check that backwards add); attention against a
@@ -22,6 +23,7 @@
 #include "backend/backend.h"
 #include "ct_test.h"
 #include "ctrain/core.h"
+#include "ctrain/model.h"
 #include "harness.h"
 
 #define TOL_ROPE 2e-6  /* RoPE angles are rounded to fp32 as HF does */
@@ -87,11 +89,12 @@ typedef struct {
     double *x, *R;
     const int32_t *pos; /* (B,T) or NULL: positions 0..T-1 */
     int B, T, NH, NKV, HS, pos0;
-    double theta;
+    const float *inv;   /* (HS/2) inverse frequencies */
 } rope_ctx;
 
 /* The RoFormer rotation in double, HF's pairing: (i, i + HS/2) turns by
- * pos * theta^(-2i/HS). q and k heads rotate; v passes through. */
+ * the fp32 angle pos * inv[i] (theta^(-2i/HS) unscaled). q and k heads
+ * rotate; v passes through. */
 static void rope_d(double *out, const rope_ctx *r) {
     int W = (r->NH + 2 * r->NKV) * r->HS, half = r->HS / 2;
     for (int b = 0; b < r->B; b++)
@@ -102,7 +105,9 @@ static void rope_d(double *out, const rope_ctx *r) {
             for (int h = 0; h < r->NH + r->NKV; h++)
                 for (int i = 0; i < half; i++) {
                     int p = r->pos ? r->pos[(size_t)b * r->T + t] : t;
-                    double a = (r->pos0 + p) * pow(r->theta, -2.0 * i / r->HS);
+                    /* the fp32 angle, as HF rounds it (at position 9000 an
+                     * fp32 ulp is ~1e-3 rad: the spec, not an error) */
+                    double a = (float)((float)(r->pos0 + p) * r->inv[i]);
                     double x1 = x[h * r->HS + i], x2 = x[h * r->HS + i + half];
                     y[h * r->HS + i] = x1 * cos(a) - x2 * sin(a);
                     y[h * r->HS + i + half] = x2 * cos(a) + x1 * sin(a);
@@ -118,20 +123,34 @@ static double rope_loss(void *ctx_) {
     return dot_loss(out, r->R, n);
 }
 
-/* pos (B,T) or NULL: the packed rows' positions (pos_packed). */
-static void test_rope(int B, int T, int NH, int NKV, int HS, int pos0, float theta,
-                      const int32_t *pos) {
+/* RoPE's unscaled inverse frequencies theta^(-2i/HS) (HS/2), from the
+ * model's function (a llama config of head size HS). */
+static float *rope_table(int HS, float theta) {
+    ct_model_config c;
+    ct_model_config_llama(&c, 1, 1, 1, HS, 1, 2, 1);
+    c.rope_theta = theta;
+    float *inv = pool_alloc((size_t)(HS / 2) * sizeof(float));
+    ct_model_rope_inv_freq(&c, inv);
+    return inv;
+}
+
+/* pos (B,T) or NULL: the packed rows' positions (pos_packed). The table
+ * (HS/2) is theta's unless inv is given. */
+static void test_rope_table(int B, int T, int NH, int NKV, int HS, int pos0, const float *inv,
+                            const int32_t *pos) {
     size_t n = (size_t)B * T * (NH + 2 * NKV) * HS, N = (size_t)B * T;
     float *x = frand(n, 1.0f), *R = frand(n, 1.0f);
-    rope_ctx r = {to_double(x, n), to_double(R, n), pos, B, T, NH, NKV, HS, pos0, theta};
+    float *table = (float *)inv; /* uploaded as an argument, like the others */
+    rope_ctx r = {to_double(x, n), to_double(R, n), pos, B, T, NH, NKV, HS, pos0, inv};
     double *want = dalloc(n), *g = dalloc(n);
     rope_d(want, &r);
     fd_grad(g, r.x, n, rope_loss, &r);
     int W = (NH + 2 * NKV) * HS, voff = (NH + NKV) * HS;
 
-    karg f[] = {ARG(x, n), ARG(pos, N)}, b[] = {ARG(R, n), ARG(pos, N)};
+    karg f[] = {ARG(x, n), ARG(pos, N), ARG(table, HS / 2)};
+    karg b[] = {ARG(R, n), ARG(pos, N), ARG(table, HS / 2)};
     FOR_ALL(be) {
-        RUN(be, f, be->i->rope_forward(be, f[0].dev, f[1].dev, B, T, NH, NKV, HS, pos0, theta));
+        RUN(be, f, be->i->rope_forward(be, f[0].dev, f[1].dev, B, T, NH, NKV, HS, pos0, f[2].dev));
         CHECK_CLOSE_D(label(be, pos ? "rope_forward packed vs double" : "rope_forward vs double"),
                       f[0].got, want, n, TOL_ROPE);
         // v is untouched bit for bit
@@ -141,14 +160,132 @@ static void test_rope(int B, int T, int NH, int NKV, int HS, int pos0, float the
                                   (size_t)NKV * HS);
         CHECK_MSG(v_same, "%s", label(be, "rope_forward leaves v alone"));
         // backward writes the transpose rotation: dx = J^T R
-        RUN(be, b, be->i->rope_backward(be, b[0].dev, b[1].dev, B, T, NH, NKV, HS, pos0, theta));
+        RUN(be, b, be->i->rope_backward(be, b[0].dev, b[1].dev, B, T, NH, NKV, HS, pos0, b[2].dev));
         CHECK_FD(be, pos ? "rope_backward packed" : "rope_backward", b[0].got, 0.0f, g, n);
         // backward undoes forward (the rotation is orthogonal)
         RUN(be, f, {
-            be->i->rope_forward(be, f[0].dev, f[1].dev, B, T, NH, NKV, HS, pos0, theta);
-            be->i->rope_backward(be, f[0].dev, f[1].dev, B, T, NH, NKV, HS, pos0, theta);
+            be->i->rope_forward(be, f[0].dev, f[1].dev, B, T, NH, NKV, HS, pos0, f[2].dev);
+            be->i->rope_backward(be, f[0].dev, f[1].dev, B, T, NH, NKV, HS, pos0, f[2].dev);
         });
         CHECK_CLOSE_F(label(be, "rope_backward(rope_forward(x)) == x"), f[0].got, x, n, 1e-6);
+    }
+    pool_free();
+}
+
+static void test_rope(int B, int T, int NH, int NKV, int HS, int pos0, float theta,
+                      const int32_t *pos) {
+    test_rope_table(B, T, NH, NKV, HS, pos0, rope_table(HS, theta), pos);
+}
+
+/* The model's inverse frequencies: unscaled, theta^(-2i/HS) to fp32
+ * rounding; linear scaling divides them; Llama 3's keeps the high
+ * frequencies (wavelength < old/high), divides the low ones (wavelength >
+ * old/low) and interpolates the band between, smooth = (old/wavelength -
+ * low) / (high - low), all checked against double formulas. */
+static void test_rope_inv_freq(void) {
+    ct_model_config c;
+    ct_model_config_llama(&c, 1, 4, 4, 4 * 64, 1, 2, 131072);
+    c.rope_theta = 500000.0f;
+    int half = 32;
+    float base[32], lin[32], l3[32];
+    ct_model_rope_inv_freq(&c, base);
+    for (int i = 0; i < half; i++) {
+        double want = pow(500000.0, -2.0 * i / 64);
+        CHECK_MSG(fabs(base[i] - want) <= 2e-7 * want, "rope inv_freq[%d] %.9g vs %.9g", i,
+                  (double)base[i], want);
+    }
+    c.rope_scaling = (ct_rope_scaling){CT_ROPE_LINEAR, 4.0f, 0, 0, 0};
+    ct_model_rope_inv_freq(&c, lin);
+    for (int i = 0; i < half; i++)
+        CHECK_MSG(lin[i] == base[i] / 4.0f, "linear rope inv_freq[%d]", i);
+    c.rope_scaling = (ct_rope_scaling){CT_ROPE_LLAMA3, 32.0f, 1.0f, 4.0f, 8192};
+    ct_model_rope_inv_freq(&c, l3);
+    int kept = 0, divided = 0, between = 0;
+    for (int i = 0; i < half; i++) {
+        double wl = 2 * CT_PI / base[i], want;
+        if (wl < 8192.0 / 4.0) {
+            want = base[i], kept++;
+        } else if (wl > 8192.0) {
+            want = base[i] / 32.0, divided++;
+        } else {
+            double sm = (8192.0 / wl - 1.0) / 3.0;
+            want = (1 - sm) * base[i] / 32.0 + sm * base[i], between++;
+        }
+        CHECK_MSG(fabs(l3[i] - want) <= 1e-6 * want, "llama3 rope inv_freq[%d] %.9g vs %.9g", i,
+                  (double)l3[i], want);
+    }
+    CHECK_MSG(kept && divided && between, "llama3 scaling: %d kept, %d divided, %d between",
+              kept, divided, between);
+}
+
+/* ------------------------------------------------------------ q/k norms */
+
+typedef struct {
+    double *inp, *wq, *wk, *R;
+    int N, NH, NKV, HS;
+    double eps;
+} qkn_ctx;
+
+/* Each q head (HS values) of a row is RMSNorm'd with wq, each k head with
+ * wk; v copied. rstd (N, NH+NKV) unless NULL. */
+static void qknorm_d(double *out, double *rstd, const qkn_ctx *q) {
+    int heads = q->NH + q->NKV, W = (q->NH + 2 * q->NKV) * q->HS;
+    for (int n = 0; n < q->N; n++) {
+        for (int j = 0; j < W; j++) out[(size_t)n * W + j] = q->inp[(size_t)n * W + j];
+        for (int h = 0; h < heads; h++) {
+            const double *x = q->inp + (size_t)n * W + (size_t)h * q->HS;
+            const double *w = h < q->NH ? q->wq : q->wk;
+            double ms = 0.0;
+            for (int c = 0; c < q->HS; c++) ms += x[c] * x[c];
+            double s = 1.0 / sqrt(ms / q->HS + q->eps);
+            for (int c = 0; c < q->HS; c++) out[(size_t)n * W + (size_t)h * q->HS + c] = x[c] * s * w[c];
+            if (rstd) rstd[(size_t)n * heads + h] = s;
+        }
+    }
+}
+
+static double qkn_loss(void *ctx_) {
+    qkn_ctx *q = ctx_;
+    size_t n = (size_t)q->N * (q->NH + 2 * q->NKV) * q->HS;
+    double *out = malloc(n * sizeof *out);
+    qknorm_d(out, NULL, q);
+    return dot_loss(out, q->R, n);
+}
+
+static void test_qknorm(int N, int NH, int NKV, int HS, float eps) {
+    size_t n = (size_t)N * (NH + 2 * NKV) * HS, nr = (size_t)N * (NH + NKV);
+    float *inp = frand(n, 2.0f), *wq = frand(HS, 1.5f), *wk = frand(HS, 1.5f), *R = frand(n, 1.0f);
+    qkn_ctx q = {to_double(inp, n), to_double(wq, HS), to_double(wk, HS), to_double(R, n), N, NH,
+                 NKV, HS, eps};
+    double *want = dalloc(n), *want_rstd = dalloc(nr), *g_inp = dalloc(n);
+    double *g_wq = dalloc(HS), *g_wk = dalloc(HS);
+    qknorm_d(want, want_rstd, &q);
+    fd_grad(g_inp, q.inp, n, qkn_loss, &q);
+    fd_grad(g_wq, q.wq, HS, qkn_loss, &q);
+    fd_grad(g_wk, q.wk, HS, qkn_loss, &q);
+    karg f[] = {ARG(ffill(n, NAN), n), ARG(falloc(nr), nr), ARG(inp, n), ARG(wq, HS),
+                ARG(wk, HS)};
+    FOR_ALL(be) {
+        RUN(be, f, be->i->qknorm_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, f[4].dev, N,
+                                         NH, NKV, HS, eps));
+        CHECK_EXACT(be, "qknorm_forward out", f[0].got, want, n);
+        CHECK_EXACT(be, "qknorm_forward rstd", f[1].got, want_rstd, nr);
+        // dinp is written (a prefill must not survive), the weights' gradients add
+        karg g[] = {ARG(ffill(n, 7.0f), n), ARG(ffill(HS, 0.5f), HS), ARG(ffill(HS, -1.0f), HS),
+                    ARG(R, n),              ARG(inp, n),              ARG(wq, HS),
+                    ARG(wk, HS),            ARG(f[1].got, nr)};
+        RUN(be, g, be->i->qknorm_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev, g[4].dev,
+                                          g[5].dev, g[6].dev, g[7].dev, N, NH, NKV, HS));
+        CHECK_FD(be, "qknorm_backward dinp", g[0].got, 0.0f, g_inp, n);
+        CHECK_FD(be, "qknorm_backward dwq", g[1].got, 0.5f, g_wq, HS);
+        CHECK_FD(be, "qknorm_backward dwk", g[2].got, -1.0f, g_wk, HS);
+        // in place: dinp == dout gives the same bits
+        float *first = g[0].got;
+        karg h[] = {ARG(R, n), ARG(falloc(HS), HS), ARG(falloc(HS), HS), ARG(inp, n), ARG(wq, HS),
+                    ARG(wk, HS), ARG(f[1].got, nr)};
+        RUN(be, h, be->i->qknorm_backward(be, h[0].dev, h[1].dev, h[2].dev, h[0].dev, h[3].dev,
+                                          h[4].dev, h[5].dev, h[6].dev, N, NH, NKV, HS));
+        CHECK_MSG(same_floats(first, h[0].got, n), "%s", label(be, "qknorm_backward in place"));
     }
     pool_free();
 }
@@ -486,19 +623,21 @@ static void test_positions_iota(int B, int T, int NH, int NKV, int HS) {
     size_t rows = (size_t)B * T, nqkv = rows * W, nout = rows * C, NL = (size_t)B * NH * T;
     int32_t *iota = pool_alloc(rows * sizeof(int32_t));
     for (size_t r = 0; r < rows; r++) iota[r] = (int32_t)(r % T);
+    float *inv = rope_table(HS, 10000.0f);
     karg a[] = {ARG(falloc(nout), nout), ARG(falloc(NL), NL), ARG(frand(nqkv, 2.0f), nqkv),
-                ARG(ffill(nqkv, 0.25f), nqkv), ARG(frand(nout, 1.0f), nout), ARG(iota, rows)};
+                ARG(ffill(nqkv, 0.25f), nqkv), ARG(frand(nout, 1.0f), nout), ARG(iota, rows),
+                ARG(inv, HS / 2)};
     FOR_ALL(be) {
         float *got[4];
         for (int k = 0; k < 2; k++) {
             RUN(be, a, {
                 const int32_t *p = k ? a[5].dev : NULL;
-                be->i->rope_forward(be, a[2].dev, p, B, T, NH, NKV, HS, 0, 10000.0f);
+                be->i->rope_forward(be, a[2].dev, p, B, T, NH, NKV, HS, 0, a[6].dev);
                 be->i->attention_forward(be, a[0].dev, a[1].dev, a[2].dev, p, NULL, B, T, NH, NKV,
                                          HS);
                 be->i->attention_backward(be, a[3].dev, a[4].dev, a[2].dev, a[0].dev, a[1].dev, p,
                                           NULL, B, T, NH, NKV, HS);
-                be->i->rope_backward(be, a[3].dev, p, B, T, NH, NKV, HS, 0, 10000.0f);
+                be->i->rope_backward(be, a[3].dev, p, B, T, NH, NKV, HS, 0, a[6].dev);
             });
             if (!k) got[0] = a[0].got, got[1] = a[1].got, got[2] = a[2].got, got[3] = a[3].got;
         }
@@ -622,15 +761,32 @@ static void cmp_llama(int B, int T, int NH, int NKV, int HS, int F) {
     VS_REF(be, g, be->i->rmsnorm_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev, g[4].dev,
                                           g[5].dev, N, C));
 
-    karg r[] = {OUT("rope_forward", frand(nqkv, 1.0f), nqkv)};
-    VS_REF(be, r, be->i->rope_forward(be, r[0].dev, NULL, B, T, NH, NKV, HS, 3, 10000.0f));
-    karg rb[] = {OUT("rope_backward", r[0].want, nqkv)};
-    VS_REF(be, rb, be->i->rope_backward(be, rb[0].dev, NULL, B, T, NH, NKV, HS, 3, 10000.0f));
-    karg rp[] = {OUT("rope_forward packed", frand(nqkv, 1.0f), nqkv), ARG(pos, N)};
-    VS_REF(be, rp, be->i->rope_forward(be, rp[0].dev, rp[1].dev, B, T, NH, NKV, HS, 0, 10000.0f));
-    karg rpb[] = {OUT("rope_backward packed", rp[0].want, nqkv), ARG(pos, N)};
+    float *inv = rope_table(HS, 10000.0f);
+    karg r[] = {OUT("rope_forward", frand(nqkv, 1.0f), nqkv), ARG(inv, HS / 2)};
+    VS_REF(be, r, be->i->rope_forward(be, r[0].dev, NULL, B, T, NH, NKV, HS, 3, r[1].dev));
+    karg rb[] = {OUT("rope_backward", r[0].want, nqkv), ARG(inv, HS / 2)};
+    VS_REF(be, rb, be->i->rope_backward(be, rb[0].dev, NULL, B, T, NH, NKV, HS, 3, rb[1].dev));
+    karg rp[] = {OUT("rope_forward packed", frand(nqkv, 1.0f), nqkv), ARG(pos, N),
+                 ARG(inv, HS / 2)};
+    VS_REF(be, rp, be->i->rope_forward(be, rp[0].dev, rp[1].dev, B, T, NH, NKV, HS, 0, rp[2].dev));
+    karg rpb[] = {OUT("rope_backward packed", rp[0].want, nqkv), ARG(pos, N), ARG(inv, HS / 2)};
     VS_REF(be, rpb,
-           be->i->rope_backward(be, rpb[0].dev, rpb[1].dev, B, T, NH, NKV, HS, 0, 10000.0f));
+           be->i->rope_backward(be, rpb[0].dev, rpb[1].dev, B, T, NH, NKV, HS, 0, rpb[2].dev));
+    float *wq = frand(HS, 1.5f), *wk = frand(HS, 1.5f), *dq = frand(nqkv, 1.0f);
+    float *qin = frand(nqkv, 3.0f);
+    size_t nr = (size_t)N * (NH + NKV);
+    karg q[] = {OUT("qknorm_forward out", falloc(nqkv), nqkv),
+                OUT("qknorm_forward rstd", falloc(nr), nr), ARG(qin, nqkv), ARG(wq, HS),
+                ARG(wk, HS)};
+    VS_REF(be, q, be->i->qknorm_forward(be, q[0].dev, q[1].dev, q[2].dev, q[3].dev, q[4].dev, N,
+                                        NH, NKV, HS, 1e-6f));
+    karg qb[] = {OUT("qknorm_backward dinp", ffill(nqkv, 3.0f), nqkv),
+                 OUT("qknorm_backward dwq", ffill(HS, 1.0f), HS),
+                 OUT("qknorm_backward dwk", falloc(HS), HS), ARG(dq, nqkv), ARG(qin, nqkv),
+                 ARG(wq, HS), ARG(wk, HS), ARG(q[1].want, nr)};
+    VS_REF(be, qb, be->i->qknorm_backward(be, qb[0].dev, qb[1].dev, qb[2].dev, qb[3].dev,
+                                          qb[4].dev, qb[5].dev, qb[6].dev, qb[7].dev, N, NH, NKV,
+                                          HS));
 
     float *h = frand(2 * NF, 6.0f), *dh = frand(NF, 1.0f);
     karg s[] = {OUT("swiglu_forward", falloc(NF), NF), ARG(h, 2 * NF)};
@@ -681,6 +837,23 @@ int main(void) {
         const int lens[] = {2, 1, 4};
         test_rope(3, 7, 2, 1, 8, 0, 10000.0f, pos_packed(3, 7, lens, 3)); // packed rows
     }
+    test_rope_inv_freq();
+    {
+        // Llama 3's scaled frequencies through the kernels, at positions past
+        // the original context (pos0 = 9000 > 8192)
+        ct_model_config c;
+        ct_model_config_llama(&c, 1, 2, 1, 2 * 16, 1, 2, 16384);
+        c.rope_theta = 500000.0f;
+        c.rope_scaling = (ct_rope_scaling){CT_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 8192};
+        float *inv = pool_alloc(8 * sizeof(float));
+        ct_model_rope_inv_freq(&c, inv);
+        float keep[8];
+        memcpy(keep, inv, sizeof keep);
+        test_rope_table(1, 3, 2, 1, 16, 9000, keep, NULL);
+    }
+    test_qknorm(3, 2, 1, 8, 1e-6f);
+    test_qknorm(2, 4, 2, 16, 1e-5f);
+    test_qknorm(1, 1, 1, 19, 0.5f); // HS not a multiple of 16, one head each
     test_swiglu(5, 11);
     test_swiglu(2, 33);
     test_attention(2, 7, 3, 3, 4, NULL); // multi-head: NKV == NH

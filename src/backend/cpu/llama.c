@@ -2,11 +2,13 @@
  * Threaded kernels of the LLaMA switches: RMSNorm (16-lane vectors, parallel
  * over rows; the weight gradient a second pass over 16-channel column blocks,
  * so no two threads add into one element and the result does not depend on
- * the thread count), RoPE (parallel over positions, each position's angles
- * computed once for all batch rows and heads) and SwiGLU (parallel over rows,
- * vector exp). Same formulas as backend/ref/llama.c.
+ * the thread count), Qwen3's per-head q/k RMSNorm (the same, per head), RoPE
+ * (parallel over positions, each position's angles computed once for all
+ * batch rows and heads) and SwiGLU (parallel over rows, vector exp). Same
+ * formulas as backend/ref/llama.c.
  */
 #include <math.h>
+#include <string.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/vmath.h"
@@ -107,7 +109,7 @@ void ct_rmsnorm_backward_cpu(ct_backend *be, float *dinp, float *dweight, const 
  * positions). The angles are kept while b runs down column t and recomputed
  * only when the position changes: once per t for plain rows. */
 static void rope_apply(float *qkv, const int32_t *pos, int B, int T, int NH, int NKV, int HS,
-                       int pos0, float theta, float dir) {
+                       int pos0, const float *inv_freq, float dir) {
     int half = HS / 2, heads = NH + NKV;
     size_t W = (size_t)(NH + 2 * NKV) * HS;
 #ifdef CT_USE_OPENMP
@@ -119,7 +121,7 @@ static void rope_apply(float *qkv, const int32_t *pos, int B, int T, int NH, int
         for (int b = 0; b < B; b++) {
             int p = pos0 + (pos ? pos[(size_t)b * T + t] : t);
             if (p != have) {
-                ct_rope_cos_sin(cosv, sinv, p, HS, theta);
+                ct_rope_cos_sin(cosv, sinv, p, HS, inv_freq);
                 for (int i = 0; i < half; i++) sinv[i] *= dir;
                 have = p;
             }
@@ -138,24 +140,121 @@ static void rope_apply(float *qkv, const int32_t *pos, int B, int T, int NH, int
 
 /* In place on the q and k heads of qkv (B,T,(NH+2*NKV)*HS); pos (B,T) or NULL. */
 void ct_rope_forward_cpu(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH, int NKV,
-                         int HS, int pos0, float theta) {
+                         int HS, int pos0, const float *inv_freq) {
     (void)be;
     if (HS / 2 > ROPE_HALF_MAX) {
-        ct_rope_forward_ref(be, qkv, pos, B, T, NH, NKV, HS, pos0, theta);
+        ct_rope_forward_ref(be, qkv, pos, B, T, NH, NKV, HS, pos0, inv_freq);
         return;
     }
-    rope_apply(qkv, pos, B, T, NH, NKV, HS, pos0, theta, 1.0f);
+    rope_apply(qkv, pos, B, T, NH, NKV, HS, pos0, inv_freq, 1.0f);
 }
 
 /* The transpose rotation, in place on dqkv's q and k parts. */
 void ct_rope_backward_cpu(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH,
-                          int NKV, int HS, int pos0, float theta) {
+                          int NKV, int HS, int pos0, const float *inv_freq) {
     (void)be;
     if (HS / 2 > ROPE_HALF_MAX) {
-        ct_rope_backward_ref(be, dqkv, pos, B, T, NH, NKV, HS, pos0, theta);
+        ct_rope_backward_ref(be, dqkv, pos, B, T, NH, NKV, HS, pos0, inv_freq);
         return;
     }
-    rope_apply(dqkv, pos, B, T, NH, NKV, HS, pos0, theta, -1.0f);
+    rope_apply(dqkv, pos, B, T, NH, NKV, HS, pos0, inv_freq, -1.0f);
+}
+
+/* Per-head q/k RMSNorm: rows in parallel, each head as
+ * ct_rmsnorm_forward_cpu's row; v copied. */
+void ct_qknorm_forward_cpu(ct_backend *be, float *out, float *rstd, const float *inp,
+                           const float *wq, const float *wk, int N, int NH, int NKV, int HS,
+                           float eps) {
+    (void)be;
+    int heads = NH + NKV, hv = HS / V16 * V16;
+    size_t W = (size_t)(NH + 2 * NKV) * HS;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (int n = 0; n < N; n++) {
+        for (int h = 0; h < heads; h++) {
+            size_t off = (size_t)n * W + (size_t)h * HS;
+            const float *x = inp + off, *w = h < NH ? wq : wk;
+            float *y = out + off;
+            v16f acc = {0};
+            for (int c = 0; c < hv; c += V16) {
+                v16f v = v16_load(x + c);
+                acc += v * v;
+            }
+            double ss = lane_sum(acc);
+            for (int c = hv; c < HS; c++) ss += (double)x[c] * x[c];
+            float s = (float)(1.0 / sqrt(ss / HS + eps));
+            for (int c = 0; c < hv; c += V16)
+                v16_store(y + c, v16_load(x + c) * s * v16_load(w + c));
+            for (int c = hv; c < HS; c++) y[c] = x[c] * s * w[c];
+            if (rstd) rstd[(size_t)n * heads + h] = s;
+        }
+        size_t v = (size_t)n * W + (size_t)heads * HS;
+        memcpy(out + v, inp + v, (size_t)NKV * HS * sizeof(float));
+    }
+}
+
+/* dinp written (may be dout), dwq, dwk +=. The weight gradients first (dinp
+ * may overwrite dout): a pass over 16-channel column blocks, each summing
+ * every row and head in order (independent of the thread count); then the
+ * input gradients, rows in parallel. */
+void ct_qknorm_backward_cpu(ct_backend *be, float *dinp, float *dwq, float *dwk,
+                            const float *dout, const float *inp, const float *wq,
+                            const float *wk, const float *rstd, int N, int NH, int NKV, int HS) {
+    (void)be;
+    int heads = NH + NKV, hv = HS / V16 * V16, nblk = hv / V16, ntail = HS - hv;
+    size_t W = (size_t)(NH + 2 * NKV) * HS;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (int blk = 0; blk < nblk + ntail; blk++) {
+        int c = blk < nblk ? blk * V16 : hv + (blk - nblk);
+        int width = blk < nblk ? V16 : 1;
+        double gq[V16] = {0}, gk[V16] = {0};
+        for (int n = 0; n < N; n++) {
+            for (int h = 0; h < heads; h++) {
+                size_t i = (size_t)n * W + (size_t)h * HS + c;
+                float r = rstd[(size_t)n * heads + h];
+                double *g = h < NH ? gq : gk;
+                if (width == V16) {
+                    v16f t = v16_load(inp + i) * r * v16_load(dout + i);
+                    for (int l = 0; l < V16; l++) g[l] += t[l];
+                } else {
+                    g[0] += (double)(inp[i] * r) * dout[i];
+                }
+            }
+        }
+        for (int l = 0; l < width; l++) {
+            dwq[c + l] += (float)gq[l];
+            dwk[c + l] += (float)gk[l];
+        }
+    }
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (int n = 0; n < N; n++) {
+        for (int h = 0; h < heads; h++) {
+            size_t off = (size_t)n * W + (size_t)h * HS;
+            const float *x = inp + off, *dy = dout + off, *w = h < NH ? wq : wk;
+            float *dx = dinp + off;
+            float s = rstd[(size_t)n * heads + h];
+            v16f agx = {0};
+            for (int c = 0; c < hv; c += V16)
+                agx += v16_load(w + c) * v16_load(dy + c) * v16_load(x + c);
+            double gx_sum = lane_sum(agx);
+            for (int c = hv; c < HS; c++) gx_sum += (double)w[c] * dy[c] * x[c];
+            float gx_mean = (float)(gx_sum * s / HS);
+            /* each dy[c] is read before dx[c] is written: in place is fine */
+            for (int c = 0; c < hv; c += V16) {
+                v16f xhat = v16_load(x + c) * s;
+                v16f g = v16_load(w + c) * v16_load(dy + c);
+                v16_store(dx + c, s * (g - xhat * gx_mean));
+            }
+            for (int c = hv; c < HS; c++) dx[c] = s * (w[c] * dy[c] - x[c] * s * gx_mean);
+        }
+        size_t v = (size_t)n * W + (size_t)heads * HS;
+        if (dinp != dout) memcpy(dinp + v, dout + v, (size_t)NKV * HS * sizeof(float));
+    }
 }
 
 /* out (N,F) = silu(gate) * up; inp (N,2F) = [gate | up]. */

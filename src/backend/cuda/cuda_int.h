@@ -117,9 +117,15 @@ void ct_rmsnorm_backward_cuda(ct_backend *be, float *dinp, float *dweight, const
                               const float *inp, const float *weight, const float *rstd, int N,
                               int C);
 void ct_rope_forward_cuda(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH,
-                          int NKV, int HS, int pos0, float theta);
+                          int NKV, int HS, int pos0, const float *inv_freq);
 void ct_rope_backward_cuda(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH,
-                           int NKV, int HS, int pos0, float theta);
+                           int NKV, int HS, int pos0, const float *inv_freq);
+void ct_qknorm_forward_cuda(ct_backend *be, float *out, float *rstd, const float *inp,
+                            const float *wq, const float *wk, int N, int NH, int NKV, int HS,
+                            float eps);
+void ct_qknorm_backward_cuda(ct_backend *be, float *dinp, float *dwq, float *dwk,
+                             const float *dout, const float *inp, const float *wq,
+                             const float *wk, const float *rstd, int N, int NH, int NKV, int HS);
 void ct_swiglu_forward_cuda(ct_backend *be, float *out, const float *inp, int N, int F);
 void ct_swiglu_backward_cuda(ct_backend *be, float *dinp, const float *inp, const float *dout,
                              int N, int F);

@@ -2,7 +2,8 @@
  * The CUDA backend's row and elementwise kernels, written as straight ports of
  * the ref backend (backend/ref), with the same formulas and, where ref sums in
  * double, double accumulators: the embedding and its scatter, LayerNorm,
- * RMSNorm, RoPE, SwiGLU, GELU, residual adds and the fused softmax
+ * RMSNorm, Qwen3's per-head q/k RMSNorm, RoPE, SwiGLU, GELU, residual adds
+ * and the fused softmax
  * cross-entropy. One block per row for the row kernels. Gradients of shared
  * weights (norm weights, embedding rows) are column sums in a fixed order, one
  * thread per column, never atomics: runs are deterministic and resume is
@@ -212,10 +213,11 @@ extern "C" void ct_rmsnorm_backward_cuda(ct_backend *be, float *dinp, float *dwe
 
 /* ------------------------------------------------------------ RoPE */
 
-/* Thread per (row, head, pair i): ref's angle (float inverse frequency from
- * powf, float angle, cos and sin in double then rounded), turned by dir. */
+/* Thread per (row, head, pair i): ref's angle (the float product of the
+ * position and the model's fp32 inverse frequency, cos and sin in double
+ * then rounded), turned by dir. */
 __global__ void k_rope(float *qkv, const int32_t *pos, int B, int T, int NH, int NKV, int HS,
-                       int pos0, float theta, double dir) {
+                       int pos0, const float *inv_freq, double dir) {
     int half = HS / 2, heads = NH + NKV;
     size_t W = (size_t)(NH + 2 * NKV) * HS;
     size_t n = (size_t)B * T * heads * half;
@@ -227,12 +229,7 @@ __global__ void k_rope(float *qkv, const int32_t *pos, int B, int T, int NH, int
         size_t bt = rest / heads;
         int t = (int)(bt % T);
         int p = pos0 + (pos ? pos[bt] : t);
-        /* glibc's powf (ref's) is correctly rounded; CUDA's may be ulps off,
-         * which moves a late position's angle by more than the tests allow:
-         * pow in double, rounded once to float, gives glibc's result */
-        float tp = (float)pow((double)theta, (double)((float)(2 * i) / (float)HS));
-        float inv_freq = (float)(1.0 / (double)tp);
-        float angle = (float)p * inv_freq;
+        float angle = (float)p * inv_freq[i];
         double c = (float)cos((double)angle), s = dir * (float)sin((double)angle);
         float *x = qkv + bt * W + (size_t)h * HS;
         double x1 = x[i], x2 = x[i + half];
@@ -241,20 +238,140 @@ __global__ void k_rope(float *qkv, const int32_t *pos, int B, int T, int NH, int
     }
 }
 static void rope(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH, int NKV,
-                 int HS, int pos0, float theta, double dir, const char *name) {
+                 int HS, int pos0, const float *inv_freq, double dir, const char *name) {
     size_t n = (size_t)B * T * (NH + NKV) * (HS / 2);
     if (!n) return;
     k_rope<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(qkv, pos, B, T, NH, NKV, HS, pos0,
-                                                           theta, dir);
+                                                           inv_freq, dir);
     cuda_launched(be, name);
 }
 extern "C" void ct_rope_forward_cuda(ct_backend *be, float *qkv, const int32_t *pos, int B, int T,
-                                     int NH, int NKV, int HS, int pos0, float theta) {
-    rope(be, qkv, pos, B, T, NH, NKV, HS, pos0, theta, 1.0, "rope_forward");
+                                     int NH, int NKV, int HS, int pos0, const float *inv_freq) {
+    rope(be, qkv, pos, B, T, NH, NKV, HS, pos0, inv_freq, 1.0, "rope_forward");
 }
 extern "C" void ct_rope_backward_cuda(ct_backend *be, float *dqkv, const int32_t *pos, int B,
-                                      int T, int NH, int NKV, int HS, int pos0, float theta) {
-    rope(be, dqkv, pos, B, T, NH, NKV, HS, pos0, theta, -1.0, "rope_backward");
+                                      int T, int NH, int NKV, int HS, int pos0,
+                                      const float *inv_freq) {
+    rope(be, dqkv, pos, B, T, NH, NKV, HS, pos0, inv_freq, -1.0, "rope_backward");
+}
+
+/* ------------------------------------------------------------ q/k norms */
+
+#define QK_WARPS 4 /* heads per block: a warp each */
+
+/* A warp per q or k head (global head g = n * heads + h): ref's RMSNorm of
+ * its HS values, sums in double. */
+__global__ void k_qknorm_fwd(float *out, float *rstd, const float *inp, const float *wq,
+                             const float *wk, int N, int NH, int NKV, int HS, float eps) {
+    int heads = NH + NKV, lane = threadIdx.x & 31;
+    size_t g = (size_t)blockIdx.x * QK_WARPS + (threadIdx.x >> 5);
+    if (g >= (size_t)N * heads) return; /* a whole warp leaves together */
+    size_t n = g / heads;
+    int h = (int)(g % heads);
+    size_t off = n * (size_t)(NH + 2 * NKV) * HS + (size_t)h * HS;
+    const float *x = inp + off, *w = h < NH ? wq : wk;
+    double ss = 0.0;
+    for (int c = lane; c < HS; c += 32) ss += (double)x[c] * x[c];
+    double s = 1.0 / sqrt(warp_sum(ss) / HS + eps);
+    for (int c = lane; c < HS; c += 32) out[off + c] = (float)(x[c] * s * w[c]);
+    if (lane == 0 && rstd) rstd[g] = (float)s;
+}
+
+/* The v heads copied: thread per element. */
+__global__ void k_qknorm_copy_v(float *out, const float *inp, int N, int NH, int NKV, int HS) {
+    size_t KC = (size_t)NKV * HS, n = (size_t)N * KC, W = (size_t)(NH + 2 * NKV) * HS;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        size_t i = (k / KC) * W + (size_t)(NH + NKV) * HS + k % KC;
+        out[i] = inp[i];
+    }
+}
+
+extern "C" void ct_qknorm_forward_cuda(ct_backend *be, float *out, float *rstd, const float *inp,
+                                       const float *wq, const float *wk, int N, int NH, int NKV,
+                                       int HS, float eps) {
+    size_t heads = (size_t)N * (NH + NKV);
+    if (!heads) return;
+    cudaStream_t st = cuda_stream(be);
+    k_qknorm_fwd<<<(unsigned)((heads + QK_WARPS - 1) / QK_WARPS), 32 * QK_WARPS, 0, st>>>(
+        out, rstd, inp, wq, wk, N, NH, NKV, HS, eps);
+    size_t nv = (size_t)N * NKV * HS;
+    k_qknorm_copy_v<<<cuda_grid(nv, 256), 256, 0, st>>>(out, inp, N, NH, NKV, HS);
+    cuda_launched(be, "qknorm_forward");
+}
+
+/* Weight gradients, pass 1: grid (ceil(HS / COLSUM_THREADS), chunks of rows);
+ * thread c sums column c of its rows' q heads into pq and k heads into pk
+ * (chunks, HS), in row then head order, in double. */
+__global__ void k_qknorm_wgrad_part(double *pq, double *pk, const float *dout, const float *inp,
+                                    const float *rstd, int N, int NH, int NKV, int HS,
+                                    int chunks) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y, heads = NH + NKV;
+    if (c >= HS) return;
+    int rows = (N + chunks - 1) / chunks;
+    int n0 = k * rows, n1 = n0 + rows < N ? n0 + rows : N;
+    size_t W = (size_t)(NH + 2 * NKV) * HS;
+    double a = 0.0, b = 0.0;
+    for (int n = n0; n < n1; n++) {
+        for (int h = 0; h < heads; h++) {
+            size_t i = (size_t)n * W + (size_t)h * HS + c;
+            double t = (double)inp[i] * rstd[(size_t)n * heads + h] * dout[i];
+            if (h < NH)
+                a += t;
+            else
+                b += t;
+        }
+    }
+    pq[(size_t)k * HS + c] = a;
+    pk[(size_t)k * HS + c] = b;
+}
+
+/* A warp per q or k head: dinp = RMSNorm's input gradient (written, may be
+ * dout: each lane reads its dy[c] before it writes dx[c]). */
+__global__ void k_qknorm_bwd(float *dinp, const float *dout, const float *inp, const float *wq,
+                             const float *wk, const float *rstd, int N, int NH, int NKV, int HS) {
+    int heads = NH + NKV, lane = threadIdx.x & 31;
+    size_t g = (size_t)blockIdx.x * QK_WARPS + (threadIdx.x >> 5);
+    if (g >= (size_t)N * heads) return;
+    size_t n = g / heads;
+    int h = (int)(g % heads);
+    size_t off = n * (size_t)(NH + 2 * NKV) * HS + (size_t)h * HS;
+    const float *x = inp + off, *dy = dout + off, *w = h < NH ? wq : wk;
+    double s = rstd[g], gxm = 0.0;
+    for (int c = lane; c < HS; c += 32) gxm += (double)w[c] * dy[c] * x[c] * s;
+    gxm = warp_sum(gxm) / HS; /* every lane has read its dy before any writes */
+    for (int c = lane; c < HS; c += 32) {
+        double xhat = x[c] * s;
+        dinp[off + c] = (float)(s * ((double)w[c] * dy[c] - xhat * gxm));
+    }
+}
+
+extern "C" void ct_qknorm_backward_cuda(ct_backend *be, float *dinp, float *dwq, float *dwk,
+                                        const float *dout, const float *inp, const float *wq,
+                                        const float *wk, const float *rstd, int N, int NH,
+                                        int NKV, int HS) {
+    size_t heads = (size_t)N * (NH + NKV);
+    if (!heads || HS <= 0) return;
+    cuda_state *s = cuda_st(be);
+    int chunks = colsum_chunks(N);
+    if (!cuda_workspace(be, (void **)&s->col_ws, &s->col_ws_bytes,
+                        (size_t)2 * chunks * HS * sizeof(double), "column-sum workspace"))
+        return;
+    double *pq = s->col_ws, *pk = s->col_ws + (size_t)chunks * HS;
+    cudaStream_t st = cuda_stream(be);
+    /* the weight gradients first: dinp may overwrite dout */
+    dim3 grid((unsigned)((HS + COLSUM_THREADS - 1) / COLSUM_THREADS), (unsigned)chunks);
+    k_qknorm_wgrad_part<<<grid, COLSUM_THREADS, 0, st>>>(pq, pk, dout, inp, rstd, N, NH, NKV, HS,
+                                                         chunks);
+    k_colsum_add<<<grid.x, COLSUM_THREADS, 0, st>>>(dwq, NULL, pq, NULL, HS, chunks);
+    k_colsum_add<<<grid.x, COLSUM_THREADS, 0, st>>>(dwk, NULL, pk, NULL, HS, chunks);
+    k_qknorm_bwd<<<(unsigned)((heads + QK_WARPS - 1) / QK_WARPS), 32 * QK_WARPS, 0, st>>>(
+        dinp, dout, inp, wq, wk, rstd, N, NH, NKV, HS);
+    if (dinp != dout) {
+        size_t nv = (size_t)N * NKV * HS;
+        k_qknorm_copy_v<<<cuda_grid(nv, 256), 256, 0, st>>>(dinp, dout, N, NH, NKV, HS);
+    }
+    cuda_launched(be, "qknorm_backward");
 }
 
 /* ------------------------------------------------------------ SwiGLU, GELU */

@@ -1,9 +1,11 @@
 /*
  * Reference kernels of the LLaMA switches of the transformer family: RMSNorm,
- * rotary position embedding (Hugging Face's rotate_half convention) and the
- * SwiGLU gate, forward and backward, evaluated in double and rounded once.
- * Leaves out: rope scaling variants (linear, dynamic NTK, llama3) and the
- * interleaved-pairs RoPE layout of the original Meta checkpoints.
+ * Qwen3's per-head RMSNorm of q and k, rotary position embedding (Hugging
+ * Face's rotate_half convention, at the model's inverse frequencies, so any
+ * RoPE scaling comes in with them) and the SwiGLU gate, forward and
+ * backward, evaluated in double and rounded once.
+ * Leaves out: the interleaved-pairs RoPE layout of the original Meta
+ * checkpoints.
  */
 #include <math.h>
 
@@ -56,12 +58,12 @@ void ct_rmsnorm_backward_ref(ct_backend *be, float *dinp, float *dweight, const 
 }
 
 /* cos, sin (HS/2) of the angles at position pos, as HF LlamaRotaryEmbedding
- * computes them: inv_freq_i = 1 / theta^(2i/HS) in fp32, angle = pos * inv_freq_i
- * rounded to fp32, then cosine and sine (here in double, rounded once). */
-void ct_rope_cos_sin(float *cosv, float *sinv, int pos, int HS, float theta) {
+ * computes them: angle = pos * inv_freq_i rounded to fp32 (the model's
+ * inverse frequencies, ct_model_rope_inv_freq), then cosine and sine (here in
+ * double, rounded once). */
+void ct_rope_cos_sin(float *cosv, float *sinv, int pos, int HS, const float *inv_freq) {
     for (int i = 0; i < HS / 2; i++) {
-        float inv_freq = (float)(1.0 / (double)powf(theta, (float)(2 * i) / (float)HS));
-        float angle = (float)pos * inv_freq;
+        float angle = (float)pos * inv_freq[i];
         cosv[i] = (float)cos((double)angle);
         sinv[i] = (float)sin((double)angle);
     }
@@ -71,14 +73,14 @@ void ct_rope_cos_sin(float *cosv, float *sinv, int pos, int HS, float theta) {
  * row (b,t) sits at pos0 + pos[b,t] (pos0 + t when pos is NULL); dir = +1
  * rotates (forward), -1 applies the transpose (backward). */
 static void rope_apply(float *qkv, const int32_t *pos, int B, int T, int NH, int NKV, int HS,
-                       int pos0, float theta, double dir) {
+                       int pos0, const float *inv_freq, double dir) {
     int half = HS / 2, heads = NH + NKV; // q heads then k heads, contiguous
     size_t W = (size_t)(NH + 2 * NKV) * HS;
     float cosv[half > 0 ? half : 1], sinv[half > 0 ? half : 1];
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             int p = pos ? pos[(size_t)b * T + t] : t;
-            ct_rope_cos_sin(cosv, sinv, pos0 + p, HS, theta);
+            ct_rope_cos_sin(cosv, sinv, pos0 + p, HS, inv_freq);
             float *row = qkv + ((size_t)b * T + t) * W;
             for (int h = 0; h < heads; h++) {
                 float *x = row + (size_t)h * HS;
@@ -97,17 +99,81 @@ static void rope_apply(float *qkv, const int32_t *pos, int B, int T, int NH, int
  * (B,T) or NULL (see rope_apply).
  * Ref: Su et al., RoFormer (2021); HF modeling_llama apply_rotary_pos_emb. */
 void ct_rope_forward_ref(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH, int NKV,
-                         int HS, int pos0, float theta) {
+                         int HS, int pos0, const float *inv_freq) {
     (void)be;
-    rope_apply(qkv, pos, B, T, NH, NKV, HS, pos0, theta, 1.0);
+    rope_apply(qkv, pos, B, T, NH, NKV, HS, pos0, inv_freq, 1.0);
 }
 
 /* The rotation is orthogonal: its gradient is the rotation by -angle. Writes
  * dqkv's q and k parts in place. */
 void ct_rope_backward_ref(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH,
-                          int NKV, int HS, int pos0, float theta) {
+                          int NKV, int HS, int pos0, const float *inv_freq) {
     (void)be;
-    rope_apply(dqkv, pos, B, T, NH, NKV, HS, pos0, theta, -1.0);
+    rope_apply(dqkv, pos, B, T, NH, NKV, HS, pos0, inv_freq, -1.0);
+}
+
+/* Per-head RMSNorm of the q and k heads of rows inp (N,(NH+2*NKV)*HS) into
+ * out, v copied; rstd (N,NH+NKV) unless NULL. Each head is RMSNorm's row
+ * (ct_rmsnorm_forward_ref over HS values) with weight wq or wk.
+ * Ref: HF modeling_qwen3 Qwen3Attention (q_norm, k_norm on head_dim). */
+void ct_qknorm_forward_ref(ct_backend *be, float *out, float *rstd, const float *inp,
+                           const float *wq, const float *wk, int N, int NH, int NKV, int HS,
+                           float eps) {
+    int heads = NH + NKV;
+    size_t W = (size_t)(NH + 2 * NKV) * HS;
+    for (int n = 0; n < N; n++) {
+        for (int h = 0; h < heads; h++) {
+            size_t off = (size_t)n * W + (size_t)h * HS;
+            ct_rmsnorm_forward_ref(be, out + off, rstd ? rstd + (size_t)n * heads + h : NULL,
+                                   inp + off, h < NH ? wq : wk, 1, HS, eps);
+        }
+        size_t v = (size_t)n * W + (size_t)heads * HS;
+        for (size_t i = 0; i < (size_t)NKV * HS; i++) out[v + i] = inp[v + i];
+    }
+}
+
+/* dinp (written; may be dout) and dwq, dwk += : RMSNorm's backward per head
+ * (see ct_rmsnorm_backward_ref), the weight gradients summed over rows and
+ * heads in double, in order. */
+void ct_qknorm_backward_ref(ct_backend *be, float *dinp, float *dwq, float *dwk,
+                            const float *dout, const float *inp, const float *wq,
+                            const float *wk, const float *rstd, int N, int NH, int NKV, int HS) {
+    (void)be;
+    int heads = NH + NKV;
+    size_t W = (size_t)(NH + 2 * NKV) * HS;
+    /* the weight gradients first: dinp may overwrite dout */
+    for (int c = 0; c < HS; c++) {
+        double gq = 0.0, gk = 0.0;
+        for (int n = 0; n < N; n++) {
+            for (int h = 0; h < heads; h++) {
+                size_t i = (size_t)n * W + (size_t)h * HS + c;
+                double g = (double)inp[i] * rstd[(size_t)n * heads + h] * dout[i];
+                if (h < NH)
+                    gq += g;
+                else
+                    gk += g;
+            }
+        }
+        dwq[c] += (float)gq;
+        dwk[c] += (float)gk;
+    }
+    for (int n = 0; n < N; n++) {
+        for (int h = 0; h < heads; h++) {
+            size_t off = (size_t)n * W + (size_t)h * HS;
+            const float *x = inp + off, *dy = dout + off, *w = h < NH ? wq : wk;
+            float *dx = dinp + off;
+            double s = rstd[(size_t)n * heads + h], gx_mean = 0.0;
+            for (int c = 0; c < HS; c++) gx_mean += (double)w[c] * dy[c] * x[c] * s;
+            gx_mean /= HS;
+            for (int c = 0; c < HS; c++) { /* dy[c] is read before dx[c] is written */
+                double xhat = x[c] * s;
+                dx[c] = (float)(s * ((double)w[c] * dy[c] - xhat * gx_mean));
+            }
+        }
+        size_t v = (size_t)n * W + (size_t)heads * HS;
+        if (dinp != dout)
+            for (size_t i = 0; i < (size_t)NKV * HS; i++) dinp[v + i] = dout[v + i];
+    }
 }
 
 /* out (N,F) = silu(gate) * up, inp (N,2F) = [gate | up] per row.

@@ -49,12 +49,19 @@ void ct_rmsnorm_forward_ref(ct_backend *be, float *out, float *rstd, const float
                             int N, int C, float eps);
 void ct_rmsnorm_backward_ref(ct_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
                              const float *weight, const float *rstd, int N, int C);
-/* cos, sin (HS/2) of RoPE's angles at position pos (shared by ref and cpu). */
-void ct_rope_cos_sin(float *cosv, float *sinv, int pos, int HS, float theta);
+/* cos, sin (HS/2) of RoPE's angles at position pos for the inverse
+ * frequencies inv_freq (HS/2, host memory) (shared by ref and cpu). */
+void ct_rope_cos_sin(float *cosv, float *sinv, int pos, int HS, const float *inv_freq);
 void ct_rope_forward_ref(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH, int NKV,
-                         int HS, int pos0, float theta);
+                         int HS, int pos0, const float *inv_freq);
 void ct_rope_backward_ref(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH,
-                          int NKV, int HS, int pos0, float theta);
+                          int NKV, int HS, int pos0, const float *inv_freq);
+void ct_qknorm_forward_ref(ct_backend *be, float *out, float *rstd, const float *inp,
+                           const float *wq, const float *wk, int N, int NH, int NKV, int HS,
+                           float eps);
+void ct_qknorm_backward_ref(ct_backend *be, float *dinp, float *dwq, float *dwk,
+                            const float *dout, const float *inp, const float *wq,
+                            const float *wk, const float *rstd, int N, int NH, int NKV, int HS);
 void ct_swiglu_forward_ref(ct_backend *be, float *out, const float *inp, int N, int F);
 void ct_swiglu_backward_ref(ct_backend *be, float *dinp, const float *inp, const float *dout, int N, int F);
 

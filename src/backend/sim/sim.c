@@ -153,12 +153,24 @@ static void sim_rmsnorm_backward(ct_backend *be, float *dinp, float *dweight, co
                             N, C);
 }
 static void sim_rope_forward(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH,
-                             int NKV, int HS, int pos0, float theta) {
-    ct_rope_forward_ref(be, HF(qkv), HI(pos), B, T, NH, NKV, HS, pos0, theta);
+                             int NKV, int HS, int pos0, const float *inv_freq) {
+    ct_rope_forward_ref(be, HF(qkv), HI(pos), B, T, NH, NKV, HS, pos0, HF(inv_freq));
 }
 static void sim_rope_backward(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T,
-                              int NH, int NKV, int HS, int pos0, float theta) {
-    ct_rope_backward_ref(be, HF(dqkv), HI(pos), B, T, NH, NKV, HS, pos0, theta);
+                              int NH, int NKV, int HS, int pos0, const float *inv_freq) {
+    ct_rope_backward_ref(be, HF(dqkv), HI(pos), B, T, NH, NKV, HS, pos0, HF(inv_freq));
+}
+static void sim_qknorm_forward(ct_backend *be, float *out, float *rstd, const float *inp,
+                               const float *wq, const float *wk, int N, int NH, int NKV, int HS,
+                               float eps) {
+    ct_qknorm_forward_ref(be, HF(out), HF(rstd), HF(inp), HF(wq), HF(wk), N, NH, NKV, HS, eps);
+}
+static void sim_qknorm_backward(ct_backend *be, float *dinp, float *dwq, float *dwk,
+                                const float *dout, const float *inp, const float *wq,
+                                const float *wk, const float *rstd, int N, int NH, int NKV,
+                                int HS) {
+    ct_qknorm_backward_ref(be, HF(dinp), HF(dwq), HF(dwk), HF(dout), HF(inp), HF(wq), HF(wk),
+                           HF(rstd), N, NH, NKV, HS);
 }
 static void sim_swiglu_forward(ct_backend *be, float *out, const float *inp, int N, int F) {
     ct_swiglu_forward_ref(be, HF(out), HF(inp), N, F);
@@ -233,6 +245,8 @@ const ct_backend_i ct_backend_sim_i = {
     .rmsnorm_backward = sim_rmsnorm_backward,
     .rope_forward = sim_rope_forward,
     .rope_backward = sim_rope_backward,
+    .qknorm_forward = sim_qknorm_forward,
+    .qknorm_backward = sim_qknorm_backward,
     .swiglu_forward = sim_swiglu_forward,
     .swiglu_backward = sim_swiglu_backward,
     .gelu_forward = sim_gelu_forward,
