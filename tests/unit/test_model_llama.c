@@ -395,6 +395,42 @@ static void test_presets_and_validation(ct_ctx *ctx) {
     ct_model_config_gpt2(&c, 2, 4, 16, V, 12);
     c.n_kv_head = 2; /* GPT-2 has no grouped heads */
     CHECK(ct_model_config_validate(&c) == CT_ERR_ARG);
+    /* the published models' parameter counts, as Hugging Face reports them:
+     * their q,k,v biases, q/k norms, head sizes and tied heads all count */
+    const struct {
+        const char *preset;
+        ct_family family;
+        size_t numel;
+    } pub[] = {{"qwen2.5-0.5b", CT_FAMILY_QWEN2, 494032768u},
+               {"qwen3-0.6b", CT_FAMILY_QWEN3, 596049920u},
+               {"llama3.2-1b", CT_FAMILY_LLAMA, 1235814400u},
+               {"smollm2-135m", CT_FAMILY_LLAMA, 134515008u},
+               {"mistral-7b", CT_FAMILY_MISTRAL, 7248023552u}};
+    for (size_t i = 0; i < sizeof pub / sizeof *pub; i++) {
+        CHECK(ct_model_config_preset(&c, pub[i].preset) == CT_OK && c.family == pub[i].family);
+        CHECK(ct_model_plan_memory(&c, 1, 16, false, &plan) == CT_OK);
+        CHECK_MSG(plan.params / sizeof(float) == pub[i].numel, "%s has %zu parameters, not %zu",
+                  pub[i].preset, plan.params / sizeof(float), pub[i].numel);
+    }
+    CHECK(ct_model_config_preset(&c, "qwen3-0.6b") == CT_OK && ct_model_head_dim(&c) == 128 &&
+          c.n_embd / c.n_head == 64 && c.qk_norm && !c.qkv_bias);
+    CHECK(ct_model_config_preset(&c, "llama3.2-1b") == CT_OK &&
+          c.rope_scaling.type == CT_ROPE_LLAMA3 && c.rope_scaling.factor == 32.0f &&
+          c.rope_scaling.original_max_pos == 8192 && c.rope_theta == 500000.0f && c.tied_head);
+    /* each family's switches and no other's */
+    CHECK(ct_model_config_preset(&c, "qwen2-tiny") == CT_OK);
+    c.o_bias = true; /* Qwen2 has no o_proj bias */
+    CHECK(ct_model_config_validate(&c) == CT_ERR_ARG && strstr(ct_last_error(), "qwen2"));
+    CHECK(ct_model_config_preset(&c, "mistral-tiny") == CT_OK);
+    c.qk_norm = true;
+    CHECK(ct_model_config_validate(&c) == CT_ERR_ARG && strstr(ct_last_error(), "mistral"));
+    CHECK(ct_model_config_preset(&c, "llama3-tiny") == CT_OK);
+    c.rope_scaling.high_freq_factor = c.rope_scaling.low_freq_factor;
+    CHECK(ct_model_config_validate(&c) == CT_ERR_ARG &&
+          strstr(ct_last_error(), "high_freq_factor"));
+    ct_model_config_gpt2(&c, 2, 4, 16, V, 12);
+    c.qk_norm = true; /* the llama layout's switches are not GPT-2's */
+    CHECK(ct_model_config_validate(&c) == CT_ERR_ARG);
 }
 
 int main(void) {

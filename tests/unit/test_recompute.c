@@ -1,7 +1,8 @@
 /*
  * Memory levers of the model: the recompute policies (none, light, full) and
  * bf16 activation storage, on a small random GPT-2 (3 layers, C=32, 4 heads,
- * T=16). Checks that light and full (fp32) give the same loss and gradients
+ * T=16) and a Qwen3 of the same size (q/k norms, whose backward re-derives
+ * the attention's input; head size 16, not C / heads; grouped KV heads). Checks that light and full (fp32) give the same loss and gradients
  * as none (bit for bit on the ref kernels; within 1e-6 of the largest
  * gradient on the cpu kernels, and the test prints whether they were exact),
  * over several AdamW steps and an accumulation with a smaller second
@@ -24,15 +25,31 @@ enum { L = 3, NH = 4, C = 32, V = 67, B = 2, T = 16, STEPS = 3 };
 
 /* Per-tensor bound for bf16 storage: max|g_bf16 - g_fp32| <= BF16_GRAD_RTOL *
  * max|g_fp32|. The rounding of one stored value is at most 2^-9 (2e-3)
- * relative; the measured worst tensor on this model is 3.6e-3 for every
- * policy and both kernel tables (printed below), so this leaves ~3x margin. */
-#define BF16_GRAD_RTOL 1e-2
+ * relative; the measured worst tensor on the GPT-2 is 3.6e-3 for every
+ * policy and both kernel tables (printed below), so this leaves ~3x margin.
+ * On the Qwen3 the kept q,k,v rows are the GEMM's output, rounded before two
+ * normalisations (the q/k norm, then the softmax) that the backward derives
+ * again from them: its k_proj gradients move by up to 1.04e-2 (light), so it
+ * gets twice the bound. */
+#define BF16_GRAD_RTOL (model_kind ? 2e-2 : 1e-2)
 
 static const ct_recompute policies[] = {CT_RECOMPUTE_NONE, CT_RECOMPUTE_LIGHT,
                                         CT_RECOMPUTE_FULL};
 static const ct_act_dtype dtypes[] = {CT_ACT_FP32, CT_ACT_BF16};
 
-static void model_config(ct_model_config *c) { ct_model_config_gpt2(c, L, NH, C, V, T); }
+/* 0: GPT-2; 1: Qwen3 (q/k norms, head_dim 16 with 4 heads of C = 32, 2 KV heads) */
+static int model_kind = 0;
+
+static void model_config(ct_model_config *c) {
+    if (!model_kind) {
+        ct_model_config_gpt2(c, L, NH, C, V, T);
+        return;
+    }
+    ct_model_config_llama(c, L, NH, 2, C, 88, V, T);
+    c->family = CT_FAMILY_QWEN3;
+    c->qk_norm = true;
+    c->head_dim = 16;
+}
 
 /* Rows per chunk of the fused head for make_model (0: automatic, one chunk here). */
 static int head_chunk_rows = 0;
@@ -186,7 +203,8 @@ static double check_bf16(ct_model *shape, const char *backend, const char *what,
 }
 
 static void test_policies(ct_backend_kind backend) {
-    const char *bname = backend == CT_BACKEND_REF ? "ref" : "cpu";
+    const char *bname = backend == CT_BACKEND_REF ? (model_kind ? "ref qwen3" : "ref")
+                                                  : (model_kind ? "cpu qwen3" : "cpu");
     ct_ctx *ctx = NULL;
     ct_ctx_params p = ct_ctx_params_default();
     p.backend = backend;
@@ -415,7 +433,10 @@ int main(void) {
     test_head_chunks();
     test_opts_errors();
     test_plan();
-    test_policies(CT_BACKEND_REF);
-    test_policies(CT_BACKEND_CPU);
+    for (model_kind = 0; model_kind < 2; model_kind++) {
+        test_policies(CT_BACKEND_REF);
+        test_policies(CT_BACKEND_CPU);
+    }
+    model_kind = 0;
     return ct_test_result("test_recompute");
 }

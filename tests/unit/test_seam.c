@@ -222,6 +222,12 @@ int main(void) {
         {"llama-tiny", false, true, false},
         {"llama-tiny", true, false, false},
         {"gpt2-tiny", true, false, true},
+        /* the families' switches: q/k norms (their op, re-derived in the
+         * backward), q,k,v biases, Llama 3's RoPE table through device memory */
+        {"qwen3-tiny", false, false, true},
+        {"qwen3-tiny", true, false, false},
+        {"qwen2-tiny", false, true, false},
+        {"llama3-tiny", true, false, false},
     };
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) test_sim_equals_ref(&runs[i]);
     test_hf_round_trip();
