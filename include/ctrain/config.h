@@ -106,6 +106,7 @@ typedef struct ct_config {
         char targets[CT_PATH_MAX];
         char init_from[CT_PATH_MAX];
         char base_dtype[CT_NAME_MAX]; /* fp32 | bf16: storage of the frozen base */
+        char modules_to_save[CT_NAME_MAX]; /* "embed_tokens,lm_head": trained in full */
     } lora;
     struct {
         int64_t zero;      /* 1: ZeRO-1, each rank keeps the AdamW moments of its shard */

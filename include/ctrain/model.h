@@ -447,9 +447,16 @@ CT_API ct_status ct_model_export_hf(ct_model *m, const char *dir, bool bf16);
  * does: a module is adapted when its path equals a target or ends with
  * "." + target (GPT-2's "c_proj" hits attn.c_proj and mlp.c_proj). Modules:
  * LLaMA q_proj k_proj v_proj o_proj gate_proj up_proj down_proj; GPT-2
- * attn.c_attn attn.c_proj mlp.c_fc mlp.c_proj. Leaves out: biases in the
- * adapter, rsLoRA/DoRA, adapters on embeddings or the head, and the KV-cache
- * decoder (decode a merged model: ct_model_lora_merge). */
+ * attn.c_attn attn.c_proj mlp.c_fc mlp.c_proj.
+ * modules_to_save (PEFT's, LLaMA layout): embed_tokens and lm_head train in
+ * full beside the adapters, as trainable copies of the base's matrices in the
+ * adapter's table ("model.embed_tokens.weight", "lm_head.weight"); the base
+ * keeps its own, frozen. The copies are independent, as PEFT's are: on a tied
+ * base, training the head's copy leaves the embedding as it was, and merging
+ * unties the head. Leaves out: biases in the adapter, rsLoRA/DoRA, adapters
+ * on embeddings or the head, modules_to_save on GPT-2 (its head is always
+ * tied), and the KV-cache decoder (decode a merged model:
+ * ct_model_lora_merge). */
 typedef struct ct_lora_opts {
     int r;            /* rank; 0: no adapter */
     float alpha;      /* scale = alpha / r */
@@ -458,7 +465,15 @@ typedef struct ct_lora_opts {
     uint64_t seed;    /* mixed into the dropout masks' key (ct_model_set_dropout_key) */
     bool base_bf16;   /* store the frozen base's matrices as bf16 (1-D weights stay fp32);
                        * each GEMM widens its weight into an fp32 work buffer first */
+    uint32_t save_modules; /* modules_to_save: CT_LORA_SAVE_* bits */
 } ct_lora_opts;
+/* The modules PEFT's modules_to_save may name (LLaMA layout). */
+enum { CT_LORA_SAVE_EMBED = 1u << 0, CT_LORA_SAVE_HEAD = 1u << 1 };
+/* Parse a comma-separated modules_to_save list (borrowed; "embed_tokens",
+ * "lm_head", or their full paths "model.embed_tokens") into *mask.
+ * CT_ERR_ARG naming `key` for another name, or for any on GPT-2. "" is 0. */
+CT_API ct_status ct_lora_save_modules_parse(const ct_model_config *cfg, const char *list,
+                                            const char *key, uint32_t *mask);
 
 /* The module kinds of cfg's arch: their count, and kind k's path below a
  * layer ("self_attn.q_proj", "attn.c_attn"). NULL for k out of range. Static

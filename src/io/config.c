@@ -173,6 +173,7 @@ const key_def config_keys[] = {
     F("lora.dropout", lora.dropout, 0, 1, "LoRA dropout"),
     S("lora.targets", lora.targets, "modules to adapt, comma-separated"),
     S("lora.init_from", lora.init_from, "PEFT adapter directory"),
+    S("lora.modules_to_save", lora.modules_to_save, "modules trained in full beside the adapters, as PEFT's modules_to_save: embed_tokens, lm_head (comma-separated)"),
     E("lora.base_dtype", lora.base_dtype, "fp32|bf16",
       "storage of the frozen base weights (bf16 halves them; math stays fp32)"),
     I("dist.zero", dist.zero, 0, 1,

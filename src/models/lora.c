@@ -4,6 +4,9 @@
  * block, target matching, the adapter's parameter table and flat buffers, its
  * initialisation, the trainable view, the adapter forward and backward that
  * model_train.c calls right after each base GEMM, and merging into the base.
+ * modules_to_save: trainable copies of embed_tokens and lm_head at the end of
+ * the adapter's table, filled from the base when attached; merging writes
+ * them into the base, untying a tied head.
  * Leaves out: PEFT files (lora_peft.c) and the base GEMMs themselves (the
  * frozen base runs through the ordinary block code with no weight gradients).
  * The strided scale-adds (an adapter owns a column range of a fused GEMM's
@@ -135,6 +138,36 @@ void ct_lora_targets_format(const ct_model_config *c, uint32_t mask, char *buf, 
     }
 }
 
+ct_status ct_lora_save_modules_parse(const ct_model_config *c, const char *list,
+                                     const char *key, uint32_t *mask) {
+    uint32_t m = 0;
+    const char *p = list;
+    while (*p) {
+        while (*p == ' ' || *p == ',') p++;
+        const char *e = p;
+        while (*e && *e != ',') e++;
+        size_t n = (size_t)(e - p);
+        while (n && p[n - 1] == ' ') n--;
+        if (n) {
+            if (c->arch != CT_ARCH_LLAMA)
+                return CT_ERR(CT_ERR_ARG, "%s = %s: modules_to_save are built for the llama "
+                              "layout's families; GPT-2's head is tied to wte in every Hugging "
+                              "Face config (train the whole model instead)", key, list);
+            if ((n == 12 && !memcmp(p, "embed_tokens", 12)) ||
+                (n == 18 && !memcmp(p, "model.embed_tokens", 18)))
+                m |= CT_LORA_SAVE_EMBED;
+            else if (n == 7 && !memcmp(p, "lm_head", 7))
+                m |= CT_LORA_SAVE_HEAD;
+            else
+                return CT_ERR(CT_ERR_ARG, "%s: '%.*s' is not a module ctrain trains in full: "
+                              "expected embed_tokens and/or lm_head", key, (int)n, p);
+        }
+        p = e;
+    }
+    *mask = m;
+    return CT_OK;
+}
+
 ct_status ct_lora_opts_validate(const ct_model_config *c, const ct_lora_opts *o) {
     if (o->r < 1 || o->r > 65536)
         return CT_ERR(CT_ERR_ARG, "lora.r = %d: expected a rank from 1 to 65536", o->r);
@@ -147,7 +180,18 @@ ct_status ct_lora_opts_validate(const ct_model_config *c, const ct_lora_opts *o)
     if (!o->targets || (o->targets & ~all))
         return CT_ERR(CT_ERR_ARG, "lora.targets: mask 0x%x names no module of this model "
                       "(valid bits 0x%x)", (unsigned)o->targets, (unsigned)all);
+    if (o->save_modules & ~(uint32_t)(CT_LORA_SAVE_EMBED | CT_LORA_SAVE_HEAD))
+        return CT_ERR(CT_ERR_ARG, "lora.modules_to_save: mask 0x%x has unknown bits",
+                      (unsigned)o->save_modules);
+    if (o->save_modules && c->arch != CT_ARCH_LLAMA)
+        return CT_ERR(CT_ERR_ARG, "lora.modules_to_save: built for the llama layout's families "
+                      "only (GPT-2's head is always tied to wte)");
     return CT_OK;
+}
+
+/* Number of trainable copies modules_to_save asks for (each V x C). */
+static int save_count(const ct_lora_opts *lo) {
+    return !!(lo->save_modules & CT_LORA_SAVE_EMBED) + !!(lo->save_modules & CT_LORA_SAVE_HEAD);
 }
 
 size_t lora_numel(const ct_model_config *c, const ct_lora_opts *lo) {
@@ -158,7 +202,8 @@ size_t lora_numel(const ct_model_config *c, const ct_lora_opts *lo) {
         if (!(lo->targets & (1u << k)) || !lora_mod_of(c, k, &md)) continue;
         per_layer += (size_t)lo->r * ((size_t)md.in + (size_t)md.out);
     }
-    return per_layer * (size_t)c->n_layer;
+    return per_layer * (size_t)c->n_layer +
+           (size_t)save_count(lo) * (size_t)c->vocab_size * (size_t)c->n_embd;
 }
 
 /* ------------------------------------------------------------ attach */
@@ -173,6 +218,47 @@ static void lora_free(ct_model *m) {
 }
 
 void model_lora_free(ct_model *m) { lora_free(m); }
+
+/* Fill the modules_to_save copies from the base's embedding and head (fp32,
+ * or a bf16 base widened). */
+static void lora_copies_from_base(ct_model *m) {
+    model_lora *a = m->lora;
+    int idx[2] = {a->save_embed, a->save_head}, base[2] = {m->wte, m->head_w};
+    for (int k = 0; k < 2; k++) {
+        if (idx[k] < 0) continue;
+        const ct_param *p = &a->table[idx[k]];
+        float *dst = a->params + p->offset;
+        if (m->params16)
+            m->be->i->bf16_to_f32(m->be, dst, m->params16 + m->table[base[k]].offset, p->numel);
+        else
+            m->be->i->copy(m->be, dst, m->params + m->table[base[k]].offset,
+                           p->numel * sizeof(float));
+    }
+}
+
+const float *model_embed_w(ct_model *m) {
+    if (m->lora && m->lora->save_embed >= 0)
+        return m->lora->params + m->lora->table[m->lora->save_embed].offset;
+    return model_p(m, m->wte);
+}
+
+float *model_embed_g(ct_model *m) {
+    if (m->lora && m->lora->save_embed >= 0 && m->lora->grads)
+        return m->lora->grads + m->lora->table[m->lora->save_embed].offset;
+    return NULL;
+}
+
+const float *model_head_copy(ct_model *m) {
+    if (m->lora && m->lora->save_head >= 0)
+        return m->lora->params + m->lora->table[m->lora->save_head].offset;
+    return NULL;
+}
+
+float *model_head_copy_g(ct_model *m) {
+    if (m->lora && m->lora->save_head >= 0 && m->lora->grads)
+        return m->lora->grads + m->lora->table[m->lora->save_head].offset;
+    return NULL;
+}
 
 static void lora_add(model_lora *a, const char *name, int64_t d0, int64_t d1) {
     ct_param *p = &a->table[a->n_table++];
@@ -210,7 +296,7 @@ ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o) {
         a->nmod++;
     }
     int L = c->n_layer;
-    a->table = calloc((size_t)(2 * L * a->nmod), sizeof *a->table);
+    a->table = calloc((size_t)(2 * L * a->nmod + 2), sizeof *a->table);
     if (!a->table) {
         free(a);
         return CT_ERR(CT_ERR_OOM, "out of memory for the LoRA parameter table");
@@ -226,6 +312,17 @@ ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o) {
             lora_add(a, name, md->out, o->r);
         }
     }
+    /* modules_to_save: the copies under the base's own names (PEFT saves them
+     * as base_model.model.<module>.weight) */
+    a->save_embed = a->save_head = -1;
+    if (o->save_modules & CT_LORA_SAVE_EMBED) {
+        a->save_embed = a->n_table;
+        lora_add(a, "model.embed_tokens.weight", c->vocab_size, c->n_embd);
+    }
+    if (o->save_modules & CT_LORA_SAVE_HEAD) {
+        a->save_head = a->n_table;
+        lora_add(a, "lm_head.weight", c->vocab_size, c->n_embd);
+    }
     a->params = model_buf_alloc(m, a->numel * sizeof(float), CT_TAG_PARAMS);
     if (!a->params) {
         st = ct_last_status();
@@ -234,6 +331,8 @@ ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o) {
         return st;
     }
     m->lora = a;
+    /* the copies start as the base's matrices (before a bf16 base is rounded) */
+    lora_copies_from_base(m);
     if (o->base_bf16 && !m->params16 && (st = weights_to_bf16(m))) {
         lora_free(m);
         return st;
@@ -257,7 +356,8 @@ ct_status ct_model_lora_init_weights(ct_model *m, uint64_t seed) {
     if (!a) return CT_OK;
     lora_init li;
     ct_rng_init(&li.rng, seed);
-    for (int i = 0; i < a->n_table; i++) {
+    int pairs = 2 * m->cfg.n_layer * a->nmod; /* the modules_to_save copies follow */
+    for (int i = 0; i < pairs; i++) {
         const ct_param *p = &a->table[i];
         float *w = a->params + p->offset;
         if (i % 2 == 0) {
@@ -384,6 +484,57 @@ void model_lora_backward(ct_model *m, int l, int gemm, float *dx, const float *d
 
 /* ------------------------------------------------------------- merge */
 
+/* Give a tied base its own lm_head.weight (a new table entry after the
+ * others, the flat buffer grown by V x C), filled from the embedding: the
+ * model stays the same function. Before ct_model_reserve only. */
+static ct_status untie_head(ct_model *m) {
+    if (m->B)
+        return CT_ERR(CT_ERR_ARG, "merging modules_to_save unties the head, which is done "
+                      "before ct_model_reserve");
+    ct_model_config *c = &m->cfg;
+    size_t add = (size_t)c->vocab_size * (size_t)c->n_embd, old = m->numel;
+    float *p = model_buf_alloc(m, (old + add) * sizeof(float), CT_TAG_PARAMS);
+    if (!p) return ct_last_status();
+    m->be->i->copy(m->be, p, m->params, old * sizeof(float));
+    m->be->i->copy(m->be, p + old, m->params + m->table[m->wte].offset, add * sizeof(float));
+    model_buf_free(m, m->params);
+    m->params = p;
+    ct_param *e = &m->table[m->n_table];
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "lm_head.weight");
+    e->ndim = 2;
+    e->shape[0] = c->vocab_size;
+    e->shape[1] = c->n_embd;
+    e->numel = add;
+    e->offset = old;
+    e->decay = true;
+    m->head_w = m->n_table++;
+    m->numel = old + add;
+    c->tied_head = false;
+    weights16_free(m); /* re-made for the new table by model_weights_changed's caller */
+    return CT_OK;
+}
+
+/* modules_to_save: write the trained copies into the base (a tied head is
+ * untied first when either copy exists: they were trained apart). */
+static ct_status merge_saved(ct_model *m) {
+    model_lora *a = m->lora;
+    if (a->save_embed < 0 && a->save_head < 0) return CT_OK;
+    if (m->head_w == m->wte) {
+        ct_status st = untie_head(m);
+        if (st) return st;
+    }
+    int idx[2] = {a->save_embed, a->save_head}, base[2] = {m->wte, m->head_w};
+    for (int k = 0; k < 2; k++) {
+        if (idx[k] < 0) continue;
+        const ct_param *p = &a->table[idx[k]];
+        m->be->i->copy(m->be, m->params + m->table[base[k]].offset, a->params + p->offset,
+                       p->numel * sizeof(float));
+    }
+    if (model_bf16(m)) return weights16_alloc(m);
+    return CT_OK;
+}
+
 ct_status ct_model_lora_merge(ct_model *m) {
     model_lora *a = m->lora;
     if (!a) return CT_ERR(CT_ERR_ARG, "ct_model_lora_merge: the model has no LoRA adapters");
@@ -428,6 +579,8 @@ ct_status ct_model_lora_merge(ct_model *m) {
         }
     }
     be->i->host_free(be, stage);
+    ct_status st = merge_saved(m);
+    if (st) return st;
     lora_free(m);
     model_weights_changed(m); /* precision bf16: the merged weights' copies */
     return be->i->synchronize(be);

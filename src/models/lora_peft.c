@@ -4,10 +4,13 @@
  * target_modules, base_model_name_or_path, bias "none", fan_in_fan_out: true
  * for GPT-2's Conv1D, task_type "CAUSAL_LM") and adapter_model.safetensors
  * holding "base_model.model.<module path>.lora_A.weight" (r, in) and
- * ".lora_B.weight" (out, r), F32 when written, F32/F16/BF16 when read.
+ * ".lora_B.weight" (out, r), and for modules_to_save (embed_tokens, lm_head)
+ * the trained copies as "base_model.model.model.embed_tokens.weight" and
+ * "base_model.model.lm_head.weight", as PEFT saves them; F32 when written,
+ * F32/F16/BF16 when read.
  * Leaves out: PEFT's other adapter types, regex target_modules, rsLoRA/DoRA,
- * biases, per-layer ranks (rank_pattern) and modules_to_save: such files are
- * refused, naming the key.
+ * biases, per-layer ranks (rank_pattern), modules_to_save other than
+ * embed_tokens and lm_head: such files are refused, naming the key.
  */
 #include "models/model_impl.h"
 
@@ -81,7 +84,15 @@ ct_status ct_model_lora_save_peft(ct_model *m, const char *dir, const char *base
     cJSON_AddBoolToObject(root, "init_lora_weights", true);
     cJSON_AddBoolToObject(root, "use_rslora", false);
     cJSON_AddBoolToObject(root, "use_dora", false);
-    cJSON_AddNullToObject(root, "modules_to_save");
+    if (a->o.save_modules) {
+        cJSON *ms = cJSON_AddArrayToObject(root, "modules_to_save");
+        if (a->o.save_modules & CT_LORA_SAVE_EMBED)
+            cJSON_AddItemToArray(ms, cJSON_CreateString("embed_tokens"));
+        if (a->o.save_modules & CT_LORA_SAVE_HEAD)
+            cJSON_AddItemToArray(ms, cJSON_CreateString("lm_head"));
+    } else {
+        cJSON_AddNullToObject(root, "modules_to_save");
+    }
     cJSON_AddNullToObject(root, "layers_to_transform");
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
@@ -143,12 +154,14 @@ ct_status ct_lora_config_load_peft(const ct_model_config *cfg, const char *dir,
     } else if (json_true(root, "use_rslora") || json_true(root, "use_dora")) {
         st = CT_ERR(CT_ERR_FORMAT, "%s: use_rslora / use_dora are not supported: expected "
                     "plain LoRA", path);
-    } else if ((mts && !cJSON_IsNull(mts) && cJSON_GetArraySize(mts) > 0) ||
-               (ltt && !cJSON_IsNull(ltt)) ||
+    } else if ((ltt && !cJSON_IsNull(ltt)) ||
                (rp && cJSON_IsObject(rp) && cJSON_GetArraySize(rp) > 0) ||
                (ap && cJSON_IsObject(ap) && cJSON_GetArraySize(ap) > 0)) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: modules_to_save, layers_to_transform, rank_pattern and "
-                    "alpha_pattern are not supported: expected one rank on whole layers", path);
+        st = CT_ERR(CT_ERR_FORMAT, "%s: layers_to_transform, rank_pattern and alpha_pattern are "
+                    "not supported: expected one rank on whole layers", path);
+    } else if (mts && !cJSON_IsNull(mts) && !cJSON_IsArray(mts)) {
+        st = CT_ERR(CT_ERR_FORMAT, "%s: key \"modules_to_save\" must be null or a list of "
+                    "module names", path);
     } else if (!(st = json_num(root, path, "r", NAN, &v))) {
         if (v < 1 || v > 65536 || v != floor(v))
             st = CT_ERR(CT_ERR_FORMAT, "%s: key \"r\" = %g: expected an integer rank 1..65536",
@@ -180,6 +193,22 @@ ct_status ct_lora_config_load_peft(const ct_model_config *cfg, const char *dir,
         snprintf(key, sizeof key, "%s: target_modules", path);
         if (!st) st = ct_lora_targets_parse(cfg, list, key, &r.targets);
     }
+    if (!st && cJSON_IsArray(mts)) {
+        char list[256] = "";
+        const cJSON *it;
+        cJSON_ArrayForEach(it, mts) {
+            if (!cJSON_IsString(it) || strlen(list) + strlen(it->valuestring) + 2 > sizeof list) {
+                st = CT_ERR(CT_ERR_FORMAT, "%s: key \"modules_to_save\" must hold module names",
+                            path);
+                break;
+            }
+            if (list[0]) strcat(list, ",");
+            strcat(list, it->valuestring);
+        }
+        char key[PEFT_PATH_MAX + 32];
+        snprintf(key, sizeof key, "%s: modules_to_save", path);
+        if (!st) st = ct_lora_save_modules_parse(cfg, list, key, &r.save_modules);
+    }
     cJSON_Delete(root);
     if (st) return st;
     if ((st = ct_lora_opts_validate(cfg, &r))) {
@@ -207,11 +236,13 @@ ct_status ct_model_lora_load_peft(ct_model *m, const char *dir) {
             st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' is missing: the adapter does not adapt "
                         "this model's modules (targets or layers differ)", path, name);
         } else if (t->ndim != 2 || t->shape[0] != p->shape[0] || t->shape[1] != p->shape[1]) {
+            bool copy = i == a->save_embed || i == a->save_head;
             st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld] (%d dims), "
-                        "expected [%lld, %lld] (r = %d on a %lld-wide module)", path, name,
-                        (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0),
-                        t->ndim, (long long)p->shape[0], (long long)p->shape[1], a->o.r,
-                        (long long)(i % 2 ? p->shape[0] : p->shape[1]));
+                        "expected [%lld, %lld] (%s)", path, name, (long long)t->shape[0],
+                        (long long)(t->ndim > 1 ? t->shape[1] : 0), t->ndim,
+                        (long long)p->shape[0], (long long)p->shape[1],
+                        copy ? "modules_to_save: vocab_size x hidden_size of the base"
+                             : "r on the module's width");
         } else if (t->dtype != CT_DTYPE_F32 && t->dtype != CT_DTYPE_F16 &&
                    t->dtype != CT_DTYPE_BF16) {
             st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16",
@@ -234,8 +265,8 @@ ct_status ct_model_lora_load_peft(ct_model *m, const char *dir) {
                 known = strcmp(t->name + k, a->table[j].name) == 0;
         if (!known)
             st = CT_ERR(CT_ERR_FORMAT, "%s: tensor '%s' adapts no module of this model (expected "
-                        "only %s<module>.lora_A.weight / .lora_B.weight of the targets)", path,
-                        t->name, PEFT_PREFIX);
+                        "only %s<module>.lora_A.weight / .lora_B.weight of the targets, and the "
+                        "modules_to_save of adapter_config.json)", path, t->name, PEFT_PREFIX);
     }
     ct_st_close(sf);
     return st;

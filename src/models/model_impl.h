@@ -161,7 +161,17 @@ typedef struct model_lora {
     float *params, *grads;
     bool dropping;        /* inside forward_backward: dropout applies (keyed as the
                            * model's dropout: its drop_key and drop_row0) */
+    int save_embed, save_head; /* modules_to_save: table indices of the trainable copies
+                                * of embed_tokens and lm_head (after the A, B pairs); -1 */
 } model_lora;
+
+/* modules_to_save: the embedding and head matrices the passes read, (V, C)
+ * each: an adapter's trainable copy when it has one, else the base's; and
+ * the copies' gradients (NULL for the base's, which is frozen). */
+const float *model_embed_w(ct_model *m);
+float *model_embed_g(ct_model *m);
+const float *model_head_copy(ct_model *m);
+float *model_head_copy_g(ct_model *m);
 
 /* Kind k of cfg's arch; false when k is out of range. */
 bool lora_mod_of(const ct_model_config *c, int k, lora_mod *out);

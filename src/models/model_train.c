@@ -235,7 +235,7 @@ static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool 
     /* the fp32 residual stream: the kept buffers themselves, or acts.res
      * updated in place when they are bf16 */
     float *res = bf16 ? a->res : (float *)a->encoded;
-    k->encoder_forward(be, res, inputs, model_p(m, m->wte), model_p(m, m->wpe),
+    k->encoder_forward(be, res, inputs, model_embed_w(m), model_p(m, m->wpe),
                        model_positions(m), B, T, C, 0);
     model_drop_rows(m, res, res, CT_DROPOUT_EMBD, 0, B, T);
     if (keep) act_store(m, a->encoded, res, NC);
@@ -261,11 +261,13 @@ static double head_forward(ct_model *m, const int32_t *targets, int N, size_t co
     const ct_backend_i *k = be->i;
     int C = m->cfg.n_embd, V = m->cfg.vocab_size;
     model_acts *a = &m->acts;
-    /* precision bf16: the head's bf16 weights (autocast), else fp32 */
-    bool bf16 = model_bf16(m);
-    const float *head = bf16 ? NULL : model_p(m, m->head_w);
+    /* precision bf16: the head's bf16 weights (autocast), else fp32; a
+     * modules_to_save copy of lm_head is trained, in fp32 */
+    const float *copy = model_head_copy(m);
+    bool bf16 = model_bf16(m) && !copy;
+    const float *head = bf16 ? NULL : copy ? copy : model_p(m, m->head_w);
     const uint16_t *head16 = bf16 ? model_w16(m, m->head_w) : NULL;
-    float *dhead = model_g(m, m->head_w);
+    float *dhead = copy ? model_head_copy_g(m) : model_g(m, m->head_w);
     if (training) zero(m, a->dln, (size_t)N * C);
     for (int r0 = 0; r0 < N; r0 += m->chunk) {
         int rows = N - r0 < m->chunk ? N - r0 : m->chunk;
@@ -435,6 +437,9 @@ static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
                             model_positions(m), B, T, C);
         int emb[2] = {m->wte, m->wpe};
         grad_ready(m, emb, 2); /* the tied head's part came first */
+    } else if (model_embed_g(m)) { /* LoRA's modules_to_save copy of embed_tokens */
+        k->encoder_backward(be, model_embed_g(m), NULL, a->dres, inputs, model_positions(m), B,
+                            T, C);
     }
 }
 

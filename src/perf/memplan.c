@@ -655,10 +655,10 @@ ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *
         if (bf16)
             return CT_ERR(CT_ERR_ARG, "lora.base_dtype = bf16 stores a frozen LoRA base: set "
                           "lora.r (or lora.init_from) too; a full run trains fp32 weights");
-        if (cfg->lora.targets[0] || cfg->lora.dropout > 0)
+        if (cfg->lora.targets[0] || cfg->lora.dropout > 0 || cfg->lora.modules_to_save[0])
             return CT_ERR(CT_ERR_ARG, "lora.%s is set but LoRA is off: set lora.r (or "
                           "lora.init_from) to train adapters", cfg->lora.targets[0] ? "targets"
-                          : "dropout");
+                          : cfg->lora.dropout > 0 ? "dropout" : "modules_to_save");
         return CT_OK;
     }
     ct_lora_opts o = {0};
@@ -689,6 +689,20 @@ ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *
         const char *t = cfg->lora.targets[0] ? cfg->lora.targets
                         : mc->arch == CT_ARCH_LLAMA ? "q_proj,v_proj" : "c_attn";
         if ((st = ct_lora_targets_parse(mc, t, "lora.targets", &o.targets))) return st;
+    }
+    if (cfg->lora.modules_to_save[0]) {
+        uint32_t mask = 0;
+        if ((st = ct_lora_save_modules_parse(mc, cfg->lora.modules_to_save,
+                                             "lora.modules_to_save", &mask)))
+            return st;
+        if (dir[0] && mask != o.save_modules)
+            return CT_ERR(CT_ERR_ARG, "lora.modules_to_save = %s, but lora.init_from = %s saves "
+                          "%s%s%s (adapter_config.json modules_to_save)",
+                          cfg->lora.modules_to_save, dir,
+                          o.save_modules & CT_LORA_SAVE_EMBED ? "embed_tokens " : "",
+                          o.save_modules & CT_LORA_SAVE_HEAD ? "lm_head" : "",
+                          o.save_modules ? "" : "none");
+        o.save_modules = mask;
     }
     o.dropout = (float)cfg->lora.dropout;
     o.seed = (uint64_t)cfg->train.seed;

@@ -409,6 +409,12 @@ ct_status ct_ckpt_signature(const ct_model *m, char *buf, size_t cap) {
                           "base=%s base_xxh64=%016llx", lo->r, (double)lo->alpha,
                           (double)lo->dropout, targets, b16 ? "bf16" : "fp32",
                           (unsigned long long)h);
+        if (k2 >= 0 && lo->save_modules && (size_t)(k + k2) < cap) {
+            /* only when set: earlier adapters' signatures stay as they were */
+            int k3 = snprintf(buf + k + k2, cap - (size_t)(k + k2), " modules_to_save=%u",
+                              (unsigned)lo->save_modules);
+            k2 = k3 < 0 ? k3 : k2 + k3;
+        }
         k = k2 < 0 ? k2 : k + k2;
     }
     if (k < 0 || (size_t)k >= cap)

@@ -427,9 +427,15 @@ static ct_status build_lora_model(trainer *t, const ct_model_config *mc) {
     if ((st = ct_ckpt_signature(t->model, t->signature, sizeof t->signature))) return st;
     if ((st = find_resume(t))) return st;
     const ct_lora_opts *lo = &t->plan.lora;
-    ct_log(CT_LOG_INFO, "LoRA: r=%d alpha=%g dropout=%g on %d modules per layer, %zu trainable "
-           "parameters, base frozen (%zu)", lo->r, (double)lo->alpha, (double)lo->dropout,
-           ct_model_num_trainable(t->model) / (2 * mc->n_layer),
+    int kinds = 0;
+    for (uint32_t b = lo->targets; b; b &= b - 1) kinds++;
+    ct_log(CT_LOG_INFO, "LoRA: r=%d alpha=%g dropout=%g on %d modules per layer%s%s, %zu "
+           "trainable parameters, base frozen (%zu)", lo->r, (double)lo->alpha,
+           (double)lo->dropout, kinds,
+           lo->save_modules ? ", trained in full (modules_to_save):" : "",
+           lo->save_modules == (CT_LORA_SAVE_EMBED | CT_LORA_SAVE_HEAD) ? " embed_tokens, lm_head"
+           : lo->save_modules == CT_LORA_SAVE_EMBED ? " embed_tokens"
+           : lo->save_modules == CT_LORA_SAVE_HEAD ? " lm_head" : "",
            ct_model_trainable_numel(t->model), ct_model_numel(t->model));
     if (t->resume_step >= 0) {
         if ((st = check_resume_fits(t))) return st;

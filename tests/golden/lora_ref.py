@@ -12,6 +12,12 @@ The base forwards repeat llama_ref.forward and gpt2_ref.forward with every adapt
 routed through `lin`, so no weight is ever merged during training. Adapters are dicts
 {module path: (A, B)} with PEFT's module paths ("model.layers.0.self_attn.q_proj",
 "transformer.h.0.attn.c_attn"); files use "base_model.model.<path>.lora_A.weight".
+
+modules_to_save (PEFT's ModulesToSaveWrapper): the adapter dict may also hold
+"model.embed_tokens" and "lm_head" mapped to a single tensor, a trainable copy of that
+module's weight used in place of the base's; the copies are independent, so on a tied base
+a copied head no longer shares the embedding (and the other way round). Files hold them as
+"base_model.model.<module>.weight".
 """
 
 import json
@@ -48,6 +54,21 @@ def module_dims(arch, base, path):
     return (w[0], w[1]) if arch == "gpt2" else (w[1], w[0])  # Conv1D is [in, out]
 
 
+SAVED = ("model.embed_tokens", "lm_head")
+
+
+def add_saved(adapter, base, c, modules, seed):
+    """modules_to_save copies: the base's embedding / head (the embedding when tied), moved
+    a little (0.01 N(0, 1)) so the test can tell a loaded copy from the base's own."""
+    g = torch.Generator().manual_seed(seed)
+    for m in modules:
+        src = "model.embed_tokens.weight" if (m == "model.embed_tokens" or
+                                              c.get("tie_word_embeddings")) else "lm_head.weight"
+        t = torch.as_tensor(np.asarray(base[src])).float()
+        adapter[m] = t + 0.01 * torch.randn(t.shape, generator=g)
+    return adapter
+
+
 def make_adapter(arch, base, paths, r, seed):
     """PEFT's A init (kaiming-uniform with a=sqrt(5): U(-1/sqrt(in), 1/sqrt(in))) and a
     non-zero B ~ 0.05 N(0, 1), so that both factors get gradients from step 1."""
@@ -64,15 +85,20 @@ def make_adapter(arch, base, paths, r, seed):
 
 def save_peft(path, adapter, r, alpha, targets, fan_in_fan_out, base_name=""):
     os.makedirs(path, exist_ok=True)
+    saved = [m.split(".")[-1] for m in SAVED if m in adapter]
     cfg = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": r, "lora_alpha": alpha,
            "lora_dropout": 0.0, "target_modules": targets, "bias": "none",
            "fan_in_fan_out": fan_in_fan_out, "base_model_name_or_path": base_name,
-           "inference_mode": True, "modules_to_save": None, "use_rslora": False,
+           "inference_mode": True, "modules_to_save": saved or None, "use_rslora": False,
            "use_dora": False}
     with open(os.path.join(path, "adapter_config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     tensors = {}
-    for p, (A, B) in adapter.items():
+    for p, v in adapter.items():
+        if p in SAVED:
+            tensors["base_model.model.%s.weight" % p] = v.detach().numpy()
+            continue
+        A, B = v
         tensors["base_model.model.%s.lora_A.weight" % p] = A.detach().numpy()
         tensors["base_model.model.%s.lora_B.weight" % p] = B.detach().numpy()
     G.write_safetensors(os.path.join(path, "adapter_model.safetensors"), tensors)
@@ -86,11 +112,14 @@ def load_peft(path):
             p = n[len("base_model.model."):-len(".lora_A.weight")]
             B = raw["base_model.model.%s.lora_B.weight" % p]
             out[p] = (torch.from_numpy(np.array(raw[n])), torch.from_numpy(np.array(B)))
+    for m in SAVED:
+        if "base_model.model.%s.weight" % m in raw:
+            out[m] = torch.from_numpy(np.array(raw["base_model.model.%s.weight" % m]))
     return out
 
 
 def _lora(x, adapter, path, scale):
-    if path not in adapter:
+    if path not in adapter or path in SAVED:
         return 0.0
     A, B = adapter[path]
     return (x @ A.T) @ B.T * scale
@@ -102,6 +131,14 @@ def llama_forward(P, c, idx, targets, adapter, scale):
     def lin(P_, h, path):
         return R.linear(P_, h, path) + _lora(h, adapter, path, scale)
 
+    if any(m in adapter for m in SAVED):
+        # modules_to_save: the copies replace the base's modules, each on its own
+        tied = c.get("tie_word_embeddings", False)
+        P = dict(P)
+        emb = P["model.embed_tokens.weight"]
+        P["lm_head.weight"] = adapter.get("lm_head", emb if tied else P.get("lm_head.weight"))
+        P["model.embed_tokens.weight"] = adapter.get("model.embed_tokens", emb)
+        c = dict(c, tie_word_embeddings=False)
     return R.forward(P, c, idx, targets, lin=lin)
 
 
@@ -156,9 +193,10 @@ def train(arch, base, c, adapter, scale, tokens, B, T, steps, lr, beta1, beta2, 
     torch.set_num_threads(2)
     P = {n: torch.as_tensor(np.asarray(t) if not torch.is_tensor(t) else t).float()
          for n, t in base.items()}
-    ad = {p: (A.detach().clone().requires_grad_(True), Bm.detach().clone().requires_grad_(True))
-          for p, (A, Bm) in adapter.items()}
-    plist = [t for p in ad for t in ad[p]]
+    ad = {p: (v.detach().clone().requires_grad_(True) if p in SAVED else
+              (v[0].detach().clone().requires_grad_(True), v[1].detach().clone().requires_grad_(True)))
+          for p, v in adapter.items()}
+    plist = [t for p in ad for t in ((ad[p],) if p in SAVED else ad[p])]
     opt = torch.optim.AdamW(plist, lr=lr, betas=(beta1, beta2), eps=eps,
                             weight_decay=weight_decay, foreach=False)
     batches = G.sequential_batches(tokens, B, T)
@@ -174,7 +212,8 @@ def train(arch, base, c, adapter, scale, tokens, B, T, steps, lr, beta1, beta2, 
         if grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(plist, grad_clip)
         opt.step()
-    return TrainResult(losses, norms, {p: (A.detach(), Bm.detach()) for p, (A, Bm) in ad.items()})
+    return TrainResult(losses, norms, {p: (v.detach() if p in SAVED else (v[0].detach(), v[1].detach()))
+                                       for p, v in ad.items()})
 
 
 def merge(arch, base, adapter, scale):

@@ -23,6 +23,12 @@ LoRA on all seven Linear kinds (a PEFT adapter with non-zero B) for 10 steps to 
 (h) greedy `ctrain sample` (the KV-cache decoder: q/k norms, scaled RoPE at later
 positions) picks at every step a token that torch's full forward ranks first (within 1e-4
 of the best logit).
+Then LoRA with PEFT's modules_to_save (embed_tokens and lm_head trained in full beside the
+adapters, as independent copies) on the tied qwen2 and the untied qwen3: (i) 10 steps of
+losses to 1e-4 against torch with the copies in its optimizer, (j) the written adapter
+holds the copies under PEFT's names equal to torch's final ones, (k) `ctrain merge` unties
+the tied head (tie_word_embeddings false, lm_head.weight written) and the merged model's
+logits equal torch's base + adapter + copies.
 Set CT_KEEP_TMP=1 to keep the working directory (kept anyway when a check fails).
 """
 
@@ -189,6 +195,59 @@ def run_family(rep, binary, tmp, name, cfg, tokens):
         recs = TP.read_metrics(P("run_lora", "metrics.jsonl"))
         TP.compare_series(rep, L, "(g) per-step losses", ref_l.losses, recs, "loss", LOSS_RTOL)
     check_generation(rep, binary, name, P("init"), cfg, params)
+    if name in ("qwen2", "qwen3"):
+        run_modules_to_save(rep, binary, P, name, cfg, params, tokens, shard)
+
+
+def run_modules_to_save(rep, binary, P, name, cfg, params, tokens, shard):
+    paths = LR.modules("llama", cfg["num_hidden_layers"], ["self_attn.q_proj", "self_attn.v_proj"])
+    adapter = LR.make_adapter("llama", params, paths, LORA_R, seed=8)
+    LR.add_saved(adapter, params, cfg, LR.SAVED, seed=9)
+    LR.save_peft(P("adapter_mts"), adapter, LORA_R, LORA_ALPHA, ["q_proj", "v_proj"], False)
+    scale = LORA_ALPHA / LORA_R
+    ref = LR.train("llama", params, cfg, adapter, scale, tokens, B, T, STEPS, LORA_LR, BETA1,
+                   BETA2, EPS, WD, CLIP)
+    L = "%s LoRA + modules_to_save embed_tokens, lm_head%s" % (
+        name, " (tied base)" if cfg.get("tie_word_embeddings") else "")
+    if not TP.run_ctrain(rep, binary, train_args(P("init"), shard, P("run_mts"), STEPS, LORA_LR,
+                                                 ["lora.init_from=%s" % P("adapter_mts"),
+                                                  "lora.dropout=0"]), L):
+        return
+    recs = TP.read_metrics(P("run_mts", "metrics.jsonl"))
+    TP.compare_series(rep, L, "(i) per-step losses", ref.losses, recs, "loss", LOSS_RTOL)
+    want = {"base_model.model.%s.weight" % m: ref.adapter[m].numpy().astype(np.float64)
+            for m in LR.SAVED}
+    got = G.read_safetensors(P("run_mts", "adapter_model.safetensors"))
+    # 2e-4: an embedding row whose token is absent from a batch gets a gradient of fp32
+    # noise, which AdamW (eps 1e-6, lr 1e-2) turns into steps of up to ~1e-5 (measured:
+    # 6.6e-5 after 10 steps, the LoRA factors 1e-6)
+    TP.compare_tensors(rep, L, "(j) the copies under PEFT's names = torch's",
+                       P("run_mts", "adapter_model.safetensors"),
+                       dict(want, **{k: np.asarray(got[k], np.float64) for k in got
+                                     if k not in want}), lambda r: 2 * W_ATOL)
+    moved = max(float(np.abs(ref.adapter[m].numpy() - adapter[m].numpy()).max())
+                for m in LR.SAVED)
+    rep.check("%s: test setup: the copies moved" % L, moved > 100 * W_ATOL,
+              "max change %.3g" % moved)
+    if not TP.run_ctrain(rep, binary, ["merge", "--base", P("init"), "--adapter", P("run_mts"),
+                                       "--out", P("merged_mts")], L + " merge"):
+        return
+    with open(P("merged_mts", "config.json")) as f:
+        mcfg = json.load(f)
+    merged = G.read_safetensors(P("merged_mts", "model.safetensors"))
+    rep.check("%s: (k) merged: untied head with its own lm_head.weight" % L,
+              mcfg.get("tie_word_embeddings") is False and "lm_head.weight" in merged,
+              "tie_word_embeddings=%r, lm_head %s" % (mcfg.get("tie_word_embeddings"),
+                                                       "lm_head.weight" in merged))
+    x, y = next(G.sequential_batches(tokens, B, T))
+    Pb = {n: torch.as_tensor(np.asarray(t)).float() for n, t in params.items()}
+    Pm = {n: torch.from_numpy(np.array(t)).float() for n, t in merged.items()}
+    with torch.no_grad():
+        la, _ = LR.forward("llama", Pb, cfg, torch.from_numpy(x), None, ref.adapter, scale)
+        lm, _ = R.forward(Pm, dict(cfg, tie_word_embeddings=False), torch.from_numpy(x))
+    d = float((la - lm).abs().max()) / max(float(la.abs().max()), 1e-30)
+    rep.check("%s: (k) merged logits = torch's base + adapter + copies" % L, d <= 1e-4,
+              "max rel diff %.2e" % d)
 
 
 def main(argv):

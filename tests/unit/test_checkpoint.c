@@ -145,16 +145,18 @@ static void test_round_trip(bool compress) {
     char want[512];
     step_dir(want, sizeof want, run, 42);
     CHECK_MSG(strcmp(out, want) == 0, "%s", out);
-    /* the files, and nothing else */
-    CHECK(ct_tmpdir_count(out) == 6);
-    const char *files[] = {"config.json", "model.safetensors", "MANIFEST.json",
+    /* the files, and nothing else (generation_config.json: a GPT-2 carries its
+     * <|endoftext|> as bos and eos) */
+    CHECK(ct_tmpdir_count(out) == 7);
+    const char *files[] = {"config.json", "model.safetensors", "generation_config.json",
+                           "MANIFEST.json",
                            compress ? "optimizer.bin.zst" : "optimizer.bin",
                            compress ? "state.bin.zst" : "state.bin",
                            compress ? "empty.bin.zst" : "empty.bin"};
-    for (int i = 0; i < 6; i++) CHECK_MSG(ct_tmpdir_size(ct_tmpdir_join(p, sizeof p, out, files[i])) >= 0, "%s", files[i]);
+    for (int i = 0; i < 7; i++) CHECK_MSG(ct_tmpdir_size(ct_tmpdir_join(p, sizeof p, out, files[i])) >= 0, "%s", files[i]);
     ct_tmpdir_join(p, sizeof p, run, "checkpoints");
     CHECK(ct_tmpdir_count(p) == 1); /* no temporary directory left */
-    long opt_size = ct_tmpdir_size(ct_tmpdir_join(p, sizeof p, out, files[3]));
+    long opt_size = ct_tmpdir_size(ct_tmpdir_join(p, sizeof p, out, files[4]));
     if (compress) {
         /* a zstd frame, smaller than the raw bytes (half of them repeat) */
         unsigned char magic[4] = {0};
