@@ -7,8 +7,10 @@
  * tie_word_embeddings). The LLaMA layout carries the families that share its
  * tensor names, told apart by ct_family: Llama 2/3.x (RoPE scaling "llama3",
  * attention biases), Mistral (no sliding window), Qwen2/2.5 (q, k and v
- * biases) and Qwen3 (RMSNorm over each q and k head, an explicit head size).
- * Other mixes of the switches are refused: they have no Hugging Face names to
+ * biases), Qwen3 (RMSNorm over each q and k head, an explicit head size) and
+ * Gemma 3's text models (q/k norms, norms scaling by 1 + weight before and
+ * after the attention and the MLP, GeGLU, scaled embeddings, sliding-window
+ * layers with their own RoPE base). Other mixes of the switches are refused: they have no Hugging Face names to
  * load or save.
  *
  * Memory: parameters, gradients live in flat buffers laid out by a parameter
@@ -30,7 +32,12 @@ extern "C" {
 typedef enum ct_arch { CT_ARCH_GPT2 = 0, CT_ARCH_LLAMA = 1, CT_ARCH_COUNT } ct_arch;
 typedef enum ct_norm { CT_NORM_LAYERNORM = 0, CT_NORM_RMSNORM = 1, CT_NORM_COUNT } ct_norm;
 typedef enum ct_posenc { CT_POS_LEARNED = 0, CT_POS_ROPE = 1, CT_POS_COUNT } ct_posenc;
-typedef enum ct_mlp { CT_MLP_GELU = 0, CT_MLP_SWIGLU = 1, CT_MLP_COUNT } ct_mlp;
+typedef enum ct_mlp {
+    CT_MLP_GELU = 0,   /* GPT-2: c_proj(gelu_tanh(c_fc(x))) */
+    CT_MLP_SWIGLU = 1, /* LLaMA: down(silu(gate(x)) * up(x)) */
+    CT_MLP_GEGLU = 2,  /* Gemma: down(gelu_tanh(gate(x)) * up(x)) */
+    CT_MLP_COUNT
+} ct_mlp;
 /* The Hugging Face model_type a config is read from and written back as
  * (config.json, architectures). Serialized by name (ct_model_family_name):
  * append only. */
@@ -40,6 +47,7 @@ typedef enum ct_family {
     CT_FAMILY_MISTRAL = 2, /* "mistral", MistralForCausalLM (no sliding window) */
     CT_FAMILY_QWEN2 = 3,   /* "qwen2", Qwen2ForCausalLM (Qwen2, Qwen2.5) */
     CT_FAMILY_QWEN3 = 4,   /* "qwen3", Qwen3ForCausalLM */
+    CT_FAMILY_GEMMA3 = 5,  /* "gemma3_text", Gemma3ForCausalLM (Gemma 3 270M, 1B) */
     CT_FAMILY_COUNT
 } ct_family;
 /* RoPE frequency scaling (rope_scaling's rope_type). */
@@ -92,8 +100,21 @@ typedef struct ct_model_config {
     bool qkv_bias;    /* biases on q_proj, k_proj, v_proj (Qwen2; attention_bias) */
     bool o_bias;      /* a bias on o_proj (attention_bias) */
     bool qk_norm;     /* RMSNorm (weight (HS), norm_eps) over each q and k head
-                       * before RoPE: q_norm, k_norm (Qwen3) */
+                       * before RoPE: q_norm, k_norm (Qwen3, Gemma 3) */
     ct_rope_scaling rope_scaling;
+    /* Gemma 3's switches */
+    bool norm_offset;   /* every RMSNorm scales by 1 + weight (the stored weight) */
+    bool sandwich_norm; /* a norm also after the attention and after the MLP, before
+                         * each residual add (post_attention_layernorm,
+                         * post_feedforward_layernorm; pre_feedforward_layernorm is the
+                         * MLP's input norm) */
+    bool embed_scale;   /* the embeddings times sqrt(n_embd) (in fp32) */
+    int sliding_window; /* W > 0: sliding layers' queries see their last W keys (their
+                         * own included); 0: full attention everywhere */
+    int sliding_pattern;/* P > 0: every P-th layer (l + 1 multiple of P) is global, the
+                         * others slide; 0: every layer slides (when W > 0) */
+    float rope_local_theta; /* RoPE base of the sliding layers (rope_local_base_freq);
+                             * their RoPE is unscaled. 0: rope_theta */
     /* Special token ids config.json carries, kept so a saved model says what
      * generation starts and stops at: bos_token_id, eos_token_id (one, or up
      * to 4 as Llama 3's list; n_eos 0: none), pad_token_id. */
@@ -105,6 +126,12 @@ typedef struct ct_model_config {
 
 /* The head size of cfg: head_dim, or n_embd / n_head when it is 0. */
 CT_API int ct_model_head_dim(const ct_model_config *cfg);
+/* Whether layer l of cfg attends through a sliding window (sliding_window,
+ * sliding_pattern). */
+CT_API bool ct_model_layer_slides(const ct_model_config *cfg, int l);
+/* The RoPE inverse frequencies of cfg's sliding layers (HS/2 floats): those
+ * of rope_local_theta, unscaled. */
+CT_API void ct_model_rope_inv_freq_local(const ct_model_config *cfg, float *out);
 /* The model_type of a family ("gpt2", "llama", "mistral", "qwen2", "qwen3";
  * "?" outside the enum) and the reverse (false for a name no family has).
  * Static strings. */

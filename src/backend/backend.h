@@ -206,14 +206,17 @@ typedef struct ct_backend_i {
     void (*attention_decode)(ct_backend *be, float *out, const float *q, const float *kcache,
                              const float *vcache, int n, int NH, int NKV, int HS);
 
-    /* RMSNorm (LLaMA): out(N,C) = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps),
-     * statistics in fp32 or better; writes rstd(N) unless NULL. */
+    /* RMSNorm (LLaMA): out(N,C) = inp * rstd * (wofs + weight), rstd = 1/sqrt(mean(inp^2)
+     * + eps), statistics in fp32 or better; writes rstd(N) unless NULL. wofs is 0, or 1
+     * for Gemma's norms, whose stored weight is the scale's offset from 1 (the sum is
+     * the fp32 one Gemma's own forward forms). */
     void (*rmsnorm_forward)(ct_backend *be, float *out, float *rstd, const float *inp,
-                            const float *weight, int N, int C, float eps);
-    /* dinp(N,C), dweight(C) += ...; uses the saved rstd. */
+                            const float *weight, int N, int C, float eps, float wofs);
+    /* dinp(N,C), dweight(C) += ...; uses the saved rstd (the weight's gradient is the
+     * same with or without wofs). */
     void (*rmsnorm_backward)(ct_backend *be, float *dinp, float *dweight, const float *dout,
                              const float *inp, const float *weight, const float *rstd, int N,
-                             int C);
+                             int C, float wofs);
 
     /* Rotary position embedding in Hugging Face's convention (rotate_half), IN
      * PLACE on the q and k heads of fused rows qkv (B,T,(NH+2*NKV)*HS); v is
@@ -233,17 +236,18 @@ typedef struct ct_backend_i {
      * its HS values, rstd = 1/sqrt(mean(x^2) + eps), and scaled by wq (HS),
      * each of the NKV k heads likewise by wk (HS); the v heads are copied.
      * Writes out and, unless NULL, rstd (N,NH+NKV): a row's q heads, then
-     * its k heads. out != inp. */
+     * its k heads. out != inp. wofs as RMSNorm's (Gemma: 1). */
     void (*qknorm_forward)(ct_backend *be, float *out, float *rstd, const float *inp,
                            const float *wq, const float *wk, int N, int NH, int NKV, int HS,
-                           float eps);
+                           float eps, float wofs);
     /* Its gradient: WRITES dinp (N,(NH+2*NKV)*HS), the q and k heads' input
      * gradients (RMSNorm's, from the forward's inp and rstd) and the v heads'
      * dout copied; dinp may be dout (in place). dwq, dwk (HS) += the weight
      * gradients summed over all rows and heads, in a fixed order. */
     void (*qknorm_backward)(ct_backend *be, float *dinp, float *dwq, float *dwk,
                             const float *dout, const float *inp, const float *wq,
-                            const float *wk, const float *rstd, int N, int NH, int NKV, int HS);
+                            const float *wk, const float *rstd, int N, int NH, int NKV, int HS,
+                            float wofs);
 
     /* SwiGLU: inp (N,2F) holds gate at [0,F) and up at [F,2F) of each row;
      * writes out(N,F) = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */
@@ -251,6 +255,13 @@ typedef struct ct_backend_i {
     /* dinp(N,2F) += ... given dout(N,F). */
     void (*swiglu_backward)(ct_backend *be, float *dinp, const float *inp, const float *dout,
                             int N, int F);
+
+    /* GeGLU (Gemma): inp (N,2F) holds gate at [0,F) and up at [F,2F) of each row;
+     * writes out(N,F) = gelu_tanh(gate) * up (HF gelu_pytorch_tanh). */
+    void (*geglu_forward)(ct_backend *be, float *out, const float *inp, int N, int F);
+    /* dinp(N,2F) += ... given dout(N,F). */
+    void (*geglu_backward)(ct_backend *be, float *dinp, const float *inp, const float *dout,
+                           int N, int F);
 
     /* GELU, tanh form (HF "gelu_new"): writes out(n). */
     void (*gelu_forward)(ct_backend *be, float *out, const float *inp, size_t n);

@@ -29,7 +29,8 @@ ct_status ct_model_decode_reserve(ct_model *m, int max_len) {
     size_t qkn = c->qk_norm ? QKV + (size_t)(c->n_head + c->n_kv_head) : 0;
     /* + the logits row and one slot for the token id (int32 beside floats) */
     size_t rope = c->pos == CT_POS_ROPE ? model_rope_table_bytes(c) / sizeof(float) : 0;
-    size_t total = 2 * cache + 3 * C + NQ + QKV + qkn + rope + FW + F + V + 1;
+    size_t rope_local = c->sliding_window ? rope : 0;
+    size_t total = 2 * cache + 3 * C + NQ + QKV + qkn + rope + rope_local + FW + F + V + 1;
     float *p = model_buf_alloc(m, total * sizeof(float), CT_TAG_ACTS);
     if (!p) return ct_last_status();
     d->block = p;
@@ -46,7 +47,11 @@ ct_status ct_model_decode_reserve(ct_model *m, int max_len) {
     }
     if (rope) {
         d->rope_inv = p, p += rope;
-        model_upload_rope_table(m, d->rope_inv);
+        model_upload_rope_table(m, d->rope_inv, false);
+    }
+    if (rope_local) {
+        d->rope_inv_local = p, p += rope_local;
+        model_upload_rope_table(m, d->rope_inv_local, true);
     }
     d->fch = p, p += FW;
     d->fch_gelu = p, p += F;
@@ -77,6 +82,7 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
     ct_be_upload(be, d->token, &token, sizeof token);
     k->encoder_forward(be, d->x, d->token, model_p(m, m->wte), model_p(m, m->wpe), NULL, 1, 1, C,
                        pos);
+    if (c->embed_scale) k->scale(be, d->x, model_embed_scale(c), (size_t)C);
     for (int l = 0; l < c->n_layer; l++) {
         const layer_idx *w = &m->layers[l];
         float *kc = d->kcache + ((size_t)l * d->max_len) * KC;
@@ -87,20 +93,30 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
         if (c->qk_norm) {
             q = d->qkn;
             k->qknorm_forward(be, q, d->qk_rstd, d->qkv, model_p(m, w->q_norm),
-                              model_p(m, w->k_norm), 1, NH, NKV, HS, c->norm_eps);
+                              model_p(m, w->k_norm), 1, NH, NKV, HS, c->norm_eps,
+                              model_wofs(c));
         }
+        bool slides = ct_model_layer_slides(c, l);
         /* the cache holds keys already turned to their position */
         if (c->pos == CT_POS_ROPE)
-            k->rope_forward(be, q, NULL, 1, 1, NH, NKV, HS, pos, d->rope_inv);
+            k->rope_forward(be, q, NULL, 1, 1, NH, NKV, HS, pos,
+                            slides ? d->rope_inv_local : d->rope_inv);
         k->copy(be, kc + (size_t)pos * KC, q + NQ, (size_t)KC * sizeof(float));
         k->copy(be, vc + (size_t)pos * KC, q + NQ + KC, (size_t)KC * sizeof(float));
-        k->attention_decode(be, d->atty, q, kc, vc, pos + 1, NH, NKV, HS);
+        /* a sliding layer attends over its last W positions only */
+        int first = slides && pos + 1 > c->sliding_window ? pos + 1 - c->sliding_window : 0;
+        k->attention_decode(be, d->atty, q, kc + (size_t)first * KC, vc + (size_t)first * KC,
+                            pos + 1 - first, NH, NKV, HS);
         model_linear_fwd(m, l, LIN_PROJ, d->tmp, d->atty, 1);
+        if (c->sandwich_norm) /* Gemma: the attention's output normalised before the add */
+            model_norm_fwd(m, d->tmp, NULL, NULL, d->tmp, w->pan_w, -1, 1);
         k->residual_forward(be, d->x, d->x, d->tmp, (size_t)C);
         model_norm_fwd(m, d->ln, NULL, NULL, d->x, w->ln2_w, w->ln2_b, 1);
         model_linear_fwd(m, l, LIN_FC, d->fch, d->ln, 1);
         model_mlp_act_fwd(m, d->fch_gelu, d->fch, 1);
         model_linear_fwd(m, l, LIN_FCPROJ, d->tmp, d->fch_gelu, 1);
+        if (c->sandwich_norm)
+            model_norm_fwd(m, d->tmp, NULL, NULL, d->tmp, w->pfn_w, -1, 1);
         k->residual_forward(be, d->x, d->x, d->tmp, (size_t)C);
     }
     model_norm_fwd(m, d->ln, NULL, NULL, d->x, m->lnf_w, m->lnf_b, 1);

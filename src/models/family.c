@@ -2,8 +2,9 @@
  * The members of the transformer family: the config constructors of the two
  * tensor layouts (GPT-2, LLaMA), the presets (the published models' shapes
  * and a small test size of each family), the families' model_type names,
- * the head size, and RoPE's inverse frequencies with their scaling (default,
- * linear, Llama 3's), computed in fp32 as Hugging Face computes them.
+ * the head size, which layers slide (Gemma 3), and RoPE's inverse
+ * frequencies with their scaling (default, linear, Llama 3's), computed in
+ * fp32 as Hugging Face computes them.
  * Leaves out: the checks of a config (model.c) and reading config.json
  * (hf.c, hf_llama.c).
  */
@@ -62,8 +63,13 @@ int ct_model_head_dim(const ct_model_config *c) {
     return c->n_head > 0 ? c->n_embd / c->n_head : 0;
 }
 
-static const char *const family_names[CT_FAMILY_COUNT] = {"gpt2", "llama", "mistral", "qwen2",
-                                                          "qwen3"};
+bool ct_model_layer_slides(const ct_model_config *c, int l) {
+    if (c->sliding_window <= 0) return false;
+    return c->sliding_pattern <= 0 || (l + 1) % c->sliding_pattern != 0;
+}
+
+static const char *const family_names[CT_FAMILY_COUNT] = {"gpt2",  "llama", "mistral",
+                                                          "qwen2", "qwen3", "gemma3_text"};
 
 const char *ct_model_family_name(ct_family f) {
     return (int)f >= 0 && f < CT_FAMILY_COUNT ? family_names[f] : "?";
@@ -90,6 +96,7 @@ typedef struct preset {
     float norm_eps;    /* 0: 1e-5 (LLaMA, GPT-2) */
     bool tied;
     bool llama3_rope;  /* Llama 3.2's rope_scaling: llama3, factor 32, 1, 4, 8192 */
+    int window;        /* Gemma 3: sliding window (every 6th layer global) */
 } preset;
 
 /* n_ffn 0: GPT-2's 4 * n_embd. The published ones are their config.json's
@@ -99,35 +106,45 @@ typedef struct preset {
  * family (Qwen3's head size differs from n_embd / n_head, Llama 3's RoPE is
  * scaled with an original context shorter than n_ctx). */
 static const preset presets[] = {
-    {"gpt2", CT_FAMILY_GPT2, 12, 12, 12, 768, 0, 50257, 1024, 0, 0, 0, true, false},
-    {"gpt2-medium", CT_FAMILY_GPT2, 24, 16, 16, 1024, 0, 50257, 1024, 0, 0, 0, true, false},
-    {"gpt2-large", CT_FAMILY_GPT2, 36, 20, 20, 1280, 0, 50257, 1024, 0, 0, 0, true, false},
-    {"gpt2-xl", CT_FAMILY_GPT2, 48, 25, 25, 1600, 0, 50257, 1024, 0, 0, 0, true, false},
-    {"gpt2-demo", CT_FAMILY_GPT2, 4, 4, 4, 128, 0, 512, 128, 0, 0, 0, true, false},
-    {"gpt2-tiny", CT_FAMILY_GPT2, 2, 2, 2, 16, 0, 64, 32, 0, 0, 0, true, false},
-    {"tinyllama-1.1b", CT_FAMILY_LLAMA, 22, 32, 4, 2048, 5632, 32000, 2048, 0, 0, 0, false, false},
-    {"llama-demo", CT_FAMILY_LLAMA, 4, 8, 4, 256, 688, 512, 256, 0, 0, 0, false, false},
-    {"llama-tiny", CT_FAMILY_LLAMA, 2, 4, 2, 32, 88, 64, 32, 0, 0, 0, false, false},
+    /* name, family, L, NH, NKV, C, F, V, n_ctx, head_dim, theta, eps, tied, llama3, window */
+    {"gpt2", CT_FAMILY_GPT2, 12, 12, 12, 768, 0, 50257, 1024, 0, 0, 0, true, false, 0},
+    {"gpt2-medium", CT_FAMILY_GPT2, 24, 16, 16, 1024, 0, 50257, 1024, 0, 0, 0, true, false, 0},
+    {"gpt2-large", CT_FAMILY_GPT2, 36, 20, 20, 1280, 0, 50257, 1024, 0, 0, 0, true, false, 0},
+    {"gpt2-xl", CT_FAMILY_GPT2, 48, 25, 25, 1600, 0, 50257, 1024, 0, 0, 0, true, false, 0},
+    {"gpt2-demo", CT_FAMILY_GPT2, 4, 4, 4, 128, 0, 512, 128, 0, 0, 0, true, false, 0},
+    {"gpt2-tiny", CT_FAMILY_GPT2, 2, 2, 2, 16, 0, 64, 32, 0, 0, 0, true, false, 0},
+    {"tinyllama-1.1b", CT_FAMILY_LLAMA, 22, 32, 4, 2048, 5632, 32000, 2048, 0, 0, 0, false, false,
+     0},
+    {"llama-demo", CT_FAMILY_LLAMA, 4, 8, 4, 256, 688, 512, 256, 0, 0, 0, false, false, 0},
+    {"llama-tiny", CT_FAMILY_LLAMA, 2, 4, 2, 32, 88, 64, 32, 0, 0, 0, false, false, 0},
     {"llama3.2-1b", CT_FAMILY_LLAMA, 16, 32, 8, 2048, 8192, 128256, 131072, 64, 500000.0f,
-     1e-5f, true, true},
+     1e-5f, true, true, 0},
     {"smollm2-135m", CT_FAMILY_LLAMA, 30, 9, 3, 576, 1536, 49152, 8192, 0, 100000.0f, 1e-5f,
-     true, false},
+     true, false, 0},
     {"smollm2-360m", CT_FAMILY_LLAMA, 32, 15, 5, 960, 2560, 49152, 8192, 0, 100000.0f, 1e-5f,
-     true, false},
+     true, false, 0},
     {"qwen2.5-0.5b", CT_FAMILY_QWEN2, 24, 14, 2, 896, 4864, 151936, 32768, 0, 1e6f, 1e-6f, true,
-     false},
+     false, 0},
     {"qwen2.5-1.5b", CT_FAMILY_QWEN2, 28, 12, 2, 1536, 8960, 151936, 131072, 0, 1e6f, 1e-6f, true,
-     false},
+     false, 0},
     {"qwen3-0.6b", CT_FAMILY_QWEN3, 28, 16, 8, 1024, 3072, 151936, 40960, 128, 1e6f, 1e-6f, true,
-     false},
+     false, 0},
     {"qwen3-1.7b", CT_FAMILY_QWEN3, 28, 16, 8, 2048, 6144, 151936, 40960, 128, 1e6f, 1e-6f, true,
-     false},
+     false, 0},
     {"mistral-7b", CT_FAMILY_MISTRAL, 32, 32, 8, 4096, 14336, 32768, 32768, 0, 1e6f, 1e-5f, false,
-     false},
-    {"llama3-tiny", CT_FAMILY_LLAMA, 2, 4, 2, 32, 88, 64, 64, 0, 500000.0f, 1e-5f, true, true},
-    {"mistral-tiny", CT_FAMILY_MISTRAL, 2, 4, 2, 32, 88, 64, 32, 0, 1e6f, 1e-5f, false, false},
-    {"qwen2-tiny", CT_FAMILY_QWEN2, 2, 4, 2, 32, 88, 64, 32, 0, 1e6f, 1e-6f, true, false},
-    {"qwen3-tiny", CT_FAMILY_QWEN3, 2, 4, 2, 32, 88, 64, 32, 16, 1e6f, 1e-6f, false, false},
+     false, 0},
+    /* google/gemma-3-270m, google/gemma-3-1b-pt: 256-wide heads, one KV head,
+     * windows of 512 on five layers of six */
+    {"gemma3-270m", CT_FAMILY_GEMMA3, 18, 4, 1, 640, 2048, 262144, 32768, 256, 1e6f, 1e-6f, true,
+     false, 512},
+    {"gemma3-1b", CT_FAMILY_GEMMA3, 26, 4, 1, 1152, 6912, 262144, 32768, 256, 1e6f, 1e-6f, true,
+     false, 512},
+    {"llama3-tiny", CT_FAMILY_LLAMA, 2, 4, 2, 32, 88, 64, 64, 0, 500000.0f, 1e-5f, true, true, 0},
+    {"mistral-tiny", CT_FAMILY_MISTRAL, 2, 4, 2, 32, 88, 64, 32, 0, 1e6f, 1e-5f, false, false, 0},
+    {"qwen2-tiny", CT_FAMILY_QWEN2, 2, 4, 2, 32, 88, 64, 32, 0, 1e6f, 1e-6f, true, false, 0},
+    {"qwen3-tiny", CT_FAMILY_QWEN3, 2, 4, 2, 32, 88, 64, 32, 16, 1e6f, 1e-6f, false, false, 0},
+    /* 7 layers: 6 slide (window 8, shorter than its sequences), the 6th is global */
+    {"gemma3-tiny", CT_FAMILY_GEMMA3, 7, 4, 2, 32, 88, 64, 64, 16, 1e6f, 1e-6f, true, false, 8},
 };
 
 /* A family's switches on a LLaMA-layout config (q,k,v biases for Qwen2, q/k
@@ -136,8 +153,16 @@ static void family_switches(ct_model_config *c, ct_family f) {
     c->family = f;
     c->qkv_bias = f == CT_FAMILY_QWEN2;
     c->o_bias = false;
-    c->qk_norm = f == CT_FAMILY_QWEN3;
+    c->qk_norm = f == CT_FAMILY_QWEN3 || f == CT_FAMILY_GEMMA3;
+    if (f == CT_FAMILY_GEMMA3) { /* Gemma3TextConfig's, sliding window aside */
+        c->mlp = CT_MLP_GEGLU;
+        c->norm_offset = c->sandwich_norm = c->embed_scale = true;
+        c->sliding_pattern = 6;
+        c->rope_local_theta = 10000.0f;
+    }
 }
+
+void model_family_defaults(ct_model_config *c, ct_family f) { family_switches(c, f); }
 
 ct_status ct_model_config_preset(ct_model_config *cfg, const char *name) {
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
@@ -154,6 +179,7 @@ ct_status ct_model_config_preset(ct_model_config *cfg, const char *name) {
         if (p->rope_theta > 0) cfg->rope_theta = p->rope_theta;
         if (p->norm_eps > 0) cfg->norm_eps = p->norm_eps;
         cfg->tied_head = p->tied;
+        cfg->sliding_window = p->window;
         if (p->llama3_rope) {
             /* Llama 3.2's; the tiny test size's original context (16) is
              * shorter than its n_ctx (64), so sequences cross it */
@@ -204,9 +230,19 @@ void ct_model_rope_inv_freq(const ct_model_config *c, float *out) {
     }
 }
 
-void model_upload_rope_table(ct_model *m, float *dst) {
+void ct_model_rope_inv_freq_local(const ct_model_config *c, float *out) {
+    ct_model_config l = *c;
+    l.rope_theta = c->rope_local_theta > 0 ? c->rope_local_theta : c->rope_theta;
+    l.rope_scaling = (ct_rope_scaling){CT_ROPE_DEFAULT, 1.0f, 0, 0, 0};
+    ct_model_rope_inv_freq(&l, out);
+}
+
+void model_upload_rope_table(ct_model *m, float *dst, bool local) {
     int half = ct_model_head_dim(&m->cfg) / 2;
     float host[half > 0 ? half : 1];
-    ct_model_rope_inv_freq(&m->cfg, host);
+    if (local)
+        ct_model_rope_inv_freq_local(&m->cfg, host);
+    else
+        ct_model_rope_inv_freq(&m->cfg, host);
     ct_be_upload(m->be, dst, host, (size_t)half * sizeof(float));
 }

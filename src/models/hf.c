@@ -95,9 +95,13 @@ ct_status ct_model_config_load_hf(ct_model_config *cfg, const char *dir) {
     if (!cJSON_IsString(mt) || !ct_model_family_from_name(mt->valuestring, &fam)) {
         st = CT_ERR(CT_ERR_FORMAT, "%s: \"model_type\" is %s%s%s: the supported families are "
                     "gpt2, llama (Llama 1-3.x, TinyLlama, SmolLM2), mistral, qwen2 (Qwen2, "
-                    "Qwen2.5) and qwen3", path, cJSON_IsString(mt) ? "\"" : "",
+                    "Qwen2.5), qwen3 and gemma3_text (Gemma 3 270M, 1B)", path,
+                    cJSON_IsString(mt) ? "\"" : "",
                     cJSON_IsString(mt) ? mt->valuestring : "missing",
                     cJSON_IsString(mt) ? "\"" : "");
+        if (cJSON_IsString(mt) && !strcmp(mt->valuestring, "gemma3"))
+            ct_error_hint("model_type gemma3 is Gemma 3's image-and-text model (4B and up); its "
+                          "text-only members (gemma3_text) load");
         goto done;
     }
     if (fam != CT_FAMILY_GPT2) {

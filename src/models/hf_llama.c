@@ -2,18 +2,21 @@
  * Hugging Face directories of the LLaMA layout and sharded weights. Reads the
  * configs of the families that share LLaMA's tensor names (model_type
  * "llama": Llama 1-3.x, TinyLlama, SmolLM2; "mistral"; "qwen2": Qwen2,
- * Qwen2.5; "qwen3") into the family's switches: head_dim, q/k norms, q,k,v
- * (and o_proj) biases, RoPE scaling (rope_scaling or transformers 5's
- * rope_parameters: default, linear, llama3), the special token ids; and
- * refuses what the model cannot honour, naming the file, the key and its
- * value (other RoPE scalings, a sliding window that binds, MLP biases, an
- * activation other than silu, mixtures of experts). Writes each family's
- * config back. Opens the weights of a directory as one set: a single
- * model.safetensors, or the shards that model.safetensors.index.json's
- * weight_map names (each opened once; a named shard that is missing is an
- * error naming the index and the shard).
- * Leaves out: sliding-window attention, Meta's original consolidated.*.pth
- * checkpoints, and writing shards (export writes one file).
+ * Qwen2.5; "qwen3"; "gemma3_text": Gemma 3 270M and 1B) into the family's
+ * switches: head_dim, q/k norms, q,k,v (and o_proj) biases, RoPE scaling
+ * (rope_scaling or transformers 5's rope_parameters: default, linear,
+ * llama3), Gemma's norms, GeGLU, embedding scale and sliding layers
+ * (sliding_window with sliding_window_pattern or layer_types), the special
+ * token ids; and refuses what the model cannot honour, naming the file, the
+ * key and its value (other RoPE scalings, a sliding window outside Gemma 3,
+ * MLP biases, another activation, mixtures of experts, logit soft-capping).
+ * Writes each family's config back. Opens the weights of a directory as one
+ * set: a single model.safetensors, or the shards that
+ * model.safetensors.index.json's weight_map names (each opened once; a named
+ * shard that is missing is an error naming the index and the shard).
+ * Leaves out: sliding windows outside Gemma 3, a query scale other than
+ * 1/sqrt(head_dim), Meta's original consolidated.*.pth checkpoints, and
+ * writing shards (export writes one file).
  */
 #include "models/model_impl.h"
 
@@ -162,6 +165,7 @@ ct_status hf_token_ids(ct_model_config *cfg, const cJSON *root, const char *path
 /* Refuse a sliding window that binds: Mistral's sliding_window (absent:
  * MistralConfig's 4096), Qwen's use_sliding_window / layer_types. */
 static ct_status cfg_window(const cJSON *root, ct_family fam, int n_ctx, const char *path) {
+    if (fam == CT_FAMILY_GEMMA3) return CT_OK; /* its windows are built: gemma_window */
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
     if (cJSON_IsArray(lt)) {
         const cJSON *x;
@@ -217,6 +221,65 @@ static ct_status cfg_no_moe(const cJSON *root, const char *path) {
     return CT_OK;
 }
 
+/* Gemma 3's attention and layer pattern: query_pre_attn_scalar equal to the
+ * head size (the kernels scale by 1/sqrt(head_dim)), no soft-capping, the
+ * sliding window, and which layers slide (layer_types, else
+ * sliding_window_pattern: every P-th layer is global) into *cfg. */
+static ct_status gemma_window(ct_model_config *cfg, const cJSON *root, int HS, int L,
+                              const char *path) {
+    ct_status st;
+    int qs = HS;
+    if ((st = cfg_int(root, "query_pre_attn_scalar", 256, 1, HF_MAX_EMBD, &qs, path))) return st;
+    if (qs != HS)
+        return CT_ERR(CT_ERR_FORMAT, "%s: \"query_pre_attn_scalar\" = %d differs from head_dim = "
+                      "%d: attention scaled by another size than the head's is not built", path,
+                      qs, HS);
+    const char *caps[2] = {"final_logit_softcapping", "attn_logit_softcapping"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, caps[i]);
+        if (v && !cJSON_IsNull(v))
+            return CT_ERR(CT_ERR_FORMAT, "%s: \"%s\" is set: logit soft-capping is not built "
+                          "(Gemma 3 has it null)", path, caps[i]);
+    }
+    if ((st = cfg_false(root, "use_bidirectional_attention", "bidirectional attention masks",
+                        path)))
+        return st;
+    int W = 4096, P = 6; /* Gemma3TextConfig's defaults */
+    if ((st = cfg_int(root, "sliding_window", 4096, 1, INT32_MAX, &W, path)) ||
+        (st = cfg_int(root, "sliding_window_pattern", 6, 1, HF_MAX_LAYERS, &P, path)))
+        return st;
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt)) {
+        /* the list must be a pattern: every P-th layer global (P = the first
+         * global layer's index + 1), or all sliding (P = 0) */
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != L)
+            return CT_ERR(CT_ERR_FORMAT, "%s: \"layer_types\" must be a list of %d layer types",
+                          path, L);
+        P = 0;
+        for (int l = 0; l < L && !P; l++) {
+            const cJSON *x = cJSON_GetArrayItem(lt, l);
+            if (cJSON_IsString(x) && !strcmp(x->valuestring, "full_attention")) P = l + 1;
+        }
+        for (int l = 0; l < L; l++) {
+            const cJSON *x = cJSON_GetArrayItem(lt, l);
+            bool full = P && (l + 1) % P == 0;
+            const char *want = full ? "full_attention" : "sliding_attention";
+            if (!cJSON_IsString(x) || strcmp(x->valuestring, want) != 0)
+                return CT_ERR(CT_ERR_FORMAT, "%s: \"layer_types\"[%d] is %s%s%s, expected \"%s\": "
+                              "only a repeating pattern (every layer whose number is a multiple of %d global) is built",
+                              path, l, cJSON_IsString(x) ? "\"" : "",
+                              cJSON_IsString(x) ? x->valuestring : "not a string",
+                              cJSON_IsString(x) ? "\"" : "", want, P ? P : L + 1);
+        }
+    }
+    double local = 10000.0;
+    if ((st = cfg_num(root, "rope_local_base_freq", 10000.0, &local, path))) return st;
+    cfg->sliding_window = W;
+    cfg->sliding_pattern = P;
+    cfg->rope_local_theta = (float)local;
+    return CT_OK;
+}
+
 ct_status hf_llama_config(ct_model_config *cfg, const cJSON *root, ct_family fam,
                           const char *path) {
     ct_status st;
@@ -232,11 +295,11 @@ ct_status hf_llama_config(ct_model_config *cfg, const cJSON *root, ct_family fam
         (st = cfg_int(root, "max_position_embeddings", 2048, 1, HF_MAX_CTX, &ctx, path)))
         return st;
     if ((st = cfg_no_moe(root, path))) return st;
-    /* head_dim: Qwen3Config's default is 128; the others' hidden / heads */
+    /* head_dim: Qwen3Config's default is 128, Gemma3TextConfig's 256; the
+     * others' hidden / heads */
     int HS = 0;
-    if ((st = cfg_int(root, "head_dim", fam == CT_FAMILY_QWEN3 ? 128 : 0, 1, HF_MAX_EMBD, &HS,
-                      path)))
-        return st;
+    int hs_dflt = fam == CT_FAMILY_QWEN3 ? 128 : fam == CT_FAMILY_GEMMA3 ? 256 : 0;
+    if ((st = cfg_int(root, "head_dim", hs_dflt, 1, HF_MAX_EMBD, &HS, path))) return st;
     if (!HS && C % NH)
         return CT_ERR(CT_ERR_FORMAT, "%s: \"num_attention_heads\" = %d does not divide "
                       "\"hidden_size\" = %d (and there is no \"head_dim\")", path, NH, C);
@@ -271,30 +334,37 @@ ct_status hf_llama_config(ct_model_config *cfg, const cJSON *root, ct_family fam
     /* biases: Llama and Qwen3 read attention_bias (all of q, k, v, o);
      * Qwen2 always has q, k, v biases; Mistral none */
     bool attn_bias = false;
-    if (fam == CT_FAMILY_LLAMA || fam == CT_FAMILY_QWEN3) {
+    if (fam == CT_FAMILY_LLAMA || fam == CT_FAMILY_QWEN3 || fam == CT_FAMILY_GEMMA3) {
         if ((st = cfg_bool(root, "attention_bias", false, &attn_bias, path))) return st;
     } else if ((st = cfg_false(root, "attention_bias", "attention biases on this family", path))) {
         return st;
     }
     if ((st = cfg_false(root, "mlp_bias", "MLP biases", path))) return st;
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
-    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
-        return CT_ERR(CT_ERR_FORMAT, "%s: \"hidden_act\" %s%s%s is not supported: expected "
-                      "\"silu\"", path, cJSON_IsString(act) ? "\"" : "",
+    /* the activation: SiLU (SwiGLU), or Gemma's tanh GELU (GeGLU), which its
+     * config names hidden_activation */
+    const char *act_key = fam == CT_FAMILY_GEMMA3 ? "hidden_activation" : "hidden_act";
+    const char *act_want = fam == CT_FAMILY_GEMMA3 ? "gelu_pytorch_tanh" : "silu";
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, act_key);
+    if (act && !cJSON_IsNull(act) &&
+        (!cJSON_IsString(act) || strcmp(act->valuestring, act_want) != 0))
+        return CT_ERR(CT_ERR_FORMAT, "%s: \"%s\" %s%s%s is not supported: expected \"%s\"",
+                      path, act_key, cJSON_IsString(act) ? "\"" : "",
                       cJSON_IsString(act) ? act->valuestring : "(not a string)",
-                      cJSON_IsString(act) ? "\"" : "");
+                      cJSON_IsString(act) ? "\"" : "", act_want);
     if ((st = cfg_window(root, fam, ctx, path))) return st;
     if ((st = cfg_num(root, "rms_norm_eps", 1e-6, &eps, path))) return st;
     bool tied = false;
-    if ((st = cfg_bool(root, "tie_word_embeddings", false, &tied, path))) return st;
+    if ((st = cfg_bool(root, "tie_word_embeddings", fam == CT_FAMILY_GEMMA3, &tied, path)))
+        return st;
     float attn_drop;
     if ((st = hf_json_prob(root, "attention_dropout", 0.0, &attn_drop, path))) return st;
     ct_model_config_llama(cfg, L, NH, NKV, C, F, V, ctx);
-    cfg->family = fam;
+    model_family_defaults(cfg, fam);
     cfg->head_dim = HS && HS * NH != C ? HS : 0;
     cfg->qkv_bias = fam == CT_FAMILY_QWEN2 || attn_bias;
     cfg->o_bias = attn_bias;
-    cfg->qk_norm = fam == CT_FAMILY_QWEN3;
+    if (fam == CT_FAMILY_GEMMA3 && (st = gemma_window(cfg, root, ct_model_head_dim(cfg), L, path)))
+        return st;
     cfg->rope_scaling = rope;
     cfg->attn_pdrop = attn_drop;
     cfg->norm_eps = (float)eps;
@@ -307,8 +377,8 @@ ct_status hf_llama_config(ct_model_config *cfg, const cJSON *root, ct_family fam
 }
 
 static const char *const family_arch[CT_FAMILY_COUNT] = {
-    "GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM"};
+    "GPT2LMHeadModel",  "LlamaForCausalLM", "MistralForCausalLM",
+    "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Gemma3ForCausalLM"};
 
 void hf_add_token_ids(cJSON *root, const ct_model_config *c) {
     if (c->has_bos) cJSON_AddNumberToObject(root, "bos_token_id", c->bos_token_id);
@@ -330,7 +400,10 @@ cJSON *hf_llama_config_json(const ct_model *m) {
     cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString(family_arch[fam]));
     cJSON_AddStringToObject(root, "model_type", ct_model_family_name(fam));
-    cJSON_AddStringToObject(root, "hidden_act", "silu");
+    if (fam == CT_FAMILY_GEMMA3)
+        cJSON_AddStringToObject(root, "hidden_activation", "gelu_pytorch_tanh");
+    else
+        cJSON_AddStringToObject(root, "hidden_act", "silu");
     cJSON_AddNumberToObject(root, "hidden_size", c->n_embd);
     cJSON_AddNumberToObject(root, "intermediate_size", c->n_ffn);
     cJSON_AddNumberToObject(root, "num_hidden_layers", c->n_layer);
@@ -358,8 +431,23 @@ cJSON *hf_llama_config_json(const ct_model *m) {
             }
         }
     }
-    if (fam == CT_FAMILY_LLAMA || fam == CT_FAMILY_QWEN3)
+    if (fam == CT_FAMILY_LLAMA || fam == CT_FAMILY_QWEN3 || fam == CT_FAMILY_GEMMA3)
         cJSON_AddBoolToObject(root, "attention_bias", c->o_bias);
+    if (fam == CT_FAMILY_GEMMA3) {
+        cJSON_AddNumberToObject(root, "query_pre_attn_scalar", ct_model_head_dim(c));
+        cJSON_AddNullToObject(root, "final_logit_softcapping");
+        cJSON_AddNullToObject(root, "attn_logit_softcapping");
+        cJSON_AddNumberToObject(root, "sliding_window", c->sliding_window);
+        if (c->sliding_pattern > 0)
+            cJSON_AddNumberToObject(root, "sliding_window_pattern", c->sliding_pattern);
+        cJSON *lt = cJSON_AddArrayToObject(root, "layer_types");
+        for (int l = 0; lt && l < c->n_layer; l++)
+            cJSON_AddItemToArray(lt, cJSON_CreateString(ct_model_layer_slides(c, l)
+                                                            ? "sliding_attention"
+                                                            : "full_attention"));
+        cJSON_AddNumberToObject(root, "rope_local_base_freq",
+                                ct_f32_decimal(c->rope_local_theta));
+    }
     if (fam == CT_FAMILY_LLAMA) cJSON_AddBoolToObject(root, "mlp_bias", false);
     if (fam == CT_FAMILY_MISTRAL) cJSON_AddNullToObject(root, "sliding_window");
     if (fam == CT_FAMILY_QWEN2 || fam == CT_FAMILY_QWEN3) {

@@ -43,7 +43,7 @@ static bool config_numel(const ct_model_config *c, size_t *out) {
     size_t layer = 0, n = 0;
     if (c->arch == CT_ARCH_LLAMA) {
         size_t NQ = (size_t)c->n_head * HS, KC = (size_t)c->n_kv_head * HS;
-        layer = add_mul(layer, 2, C, 1, &over);   /* the two norm weights */
+        layer = add_mul(layer, c->sandwich_norm ? 4 : 2, C, 1, &over); /* the norm weights */
         layer = add_mul(layer, 2, NQ, C, &over);  /* q_proj (NQ, C), o_proj (C, NQ) */
         layer = add_mul(layer, 2, KC, C, &over);  /* k_proj, v_proj */
         layer = add_mul(layer, 3, F, C, &over);   /* gate, up, down */
@@ -101,10 +101,29 @@ static ct_status check_family(const ct_model_config *c) {
             return CT_ERR(CT_ERR_ARG, "a qwen3 model has q/k norms, and attention biases on "
                           "all of q, k, v and o_proj or on none (attention_bias)");
         break;
+    case CT_FAMILY_GEMMA3:
+        if (!c->qk_norm || c->qkv_bias != c->o_bias || c->mlp != CT_MLP_GEGLU ||
+            !c->norm_offset || !c->sandwich_norm || !c->embed_scale)
+            return CT_ERR(CT_ERR_ARG, "a gemma3_text model has q/k norms, GeGLU, norms scaling "
+                          "by 1 + weight before and after the attention and the MLP, embeddings "
+                          "scaled by sqrt(n_embd), and attention biases on all of q, k, v and "
+                          "o_proj or on none");
+        break;
     default:
         return CT_ERR(CT_ERR_ARG, "model family %d is unknown for the llama layout: expected "
-                      "llama, mistral, qwen2 or qwen3", (int)c->family);
+                      "llama, mistral, qwen2, qwen3 or gemma3_text", (int)c->family);
     }
+    if (c->family != CT_FAMILY_GEMMA3 &&
+        (c->mlp != CT_MLP_SWIGLU || c->norm_offset || c->sandwich_norm || c->embed_scale ||
+         c->sliding_window))
+        return CT_ERR(CT_ERR_ARG, "a %s model has SwiGLU, plain RMSNorm weights, no sandwich "
+                      "norms, unscaled embeddings and no sliding window (those are Gemma 3's)",
+                      fam);
+    if (c->sliding_window < 0 || c->sliding_pattern < 0 ||
+        !(c->rope_local_theta >= 0) || !isfinite(c->rope_local_theta))
+        return CT_ERR(CT_ERR_ARG, "%s: sliding_window %d, sliding_pattern %d and the local RoPE "
+                      "base %g must not be negative", fam, c->sliding_window,
+                      c->sliding_pattern, (double)c->rope_local_theta);
     const ct_rope_scaling *r = &c->rope_scaling;
     if ((int)r->type < 0 || r->type >= CT_ROPE_COUNT)
         return CT_ERR(CT_ERR_ARG, "%s: RoPE scaling type %d is unknown", fam, (int)r->type);
@@ -130,15 +149,16 @@ ct_status ct_model_config_validate(const ct_model_config *c) {
                           "n_head = %d)", c->n_kv_head, c->n_head);
         if (c->family != CT_FAMILY_GPT2 || c->qkv_bias || c->o_bias || c->qk_norm ||
             (c->head_dim && c->head_dim * c->n_head != c->n_embd) ||
-            c->rope_scaling.type != CT_ROPE_DEFAULT)
+            c->rope_scaling.type != CT_ROPE_DEFAULT || c->norm_offset || c->sandwich_norm ||
+            c->embed_scale || c->sliding_window)
             return CT_ERR(CT_ERR_ARG, "a gpt2 model is family gpt2, with n_embd / n_head as its "
                           "head size and none of the llama layout's switches (q/k norms, "
                           "separate attention biases, RoPE scaling)");
     } else if (c->arch == CT_ARCH_LLAMA) {
-        if (c->norm != CT_NORM_RMSNORM || c->pos != CT_POS_ROPE || c->mlp != CT_MLP_SWIGLU ||
-            c->bias)
+        if (c->norm != CT_NORM_RMSNORM || c->pos != CT_POS_ROPE ||
+            (c->mlp != CT_MLP_SWIGLU && c->mlp != CT_MLP_GEGLU) || c->bias)
             return CT_ERR(CT_ERR_ARG, "a llama model has RMSNorm, rotary positions, SwiGLU "
-                          "and no MLP or norm biases");
+                          "(GeGLU for Gemma) and no MLP or norm biases");
         ct_status st = check_family(c);
         if (st) return st;
     } else {
@@ -183,7 +203,7 @@ ct_status ct_model_config_validate(const ct_model_config *c) {
     /* the widths the table and the kernels hold in int, the table's entry count
      * (int), and the parameter count (size_t): none may wrap */
     int64_t qkv_w = ((int64_t)c->n_head + 2 * (int64_t)c->n_kv_head) * HS;
-    int64_t fc_w = (c->mlp == CT_MLP_SWIGLU ? 2 : 1) * (int64_t)c->n_ffn;
+    int64_t fc_w = (c->mlp != CT_MLP_GELU ? 2 : 1) * (int64_t)c->n_ffn;
     if (qkv_w > INT_MAX || fc_w > INT_MAX || 3 * (int64_t)c->n_embd > INT_MAX)
         return CT_ERR(CT_ERR_ARG, "model widths overflow an int: the fused q,k,v width is "
                       "%lld, the first MLP width %lld (n_embd=%d n_head=%d n_kv_head=%d "
@@ -254,10 +274,18 @@ static void build_llama_table(ct_model *m) {
         if (c->o_bias) {
             ADD(li->proj_b, "self_attn.o_proj.bias", 1, C, 1);
         }
-        ADD(li->ln2_w, "post_attention_layernorm.weight", 1, C, 1);
+        if (c->sandwich_norm) { /* Gemma: the attention's output norm, then the MLP's input's */
+            ADD(li->pan_w, "post_attention_layernorm.weight", 1, C, 1);
+            ADD(li->ln2_w, "pre_feedforward_layernorm.weight", 1, C, 1);
+        } else {
+            ADD(li->ln2_w, "post_attention_layernorm.weight", 1, C, 1);
+        }
         ADD(li->fc_w, "mlp.gate_proj.weight", 2, F, C);
         ADD(up_idx, "mlp.up_proj.weight", 2, F, C);
         ADD(li->fcproj_w, "mlp.down_proj.weight", 2, C, F);
+        if (c->sandwich_norm) {
+            ADD(li->pfn_w, "post_feedforward_layernorm.weight", 1, C, 1);
+        }
 #undef ADD
         (void)k_idx, (void)v_idx, (void)up_idx;
     }
@@ -294,7 +322,7 @@ ct_status model_build_table(ct_model *m) {
     m->wpe = table_add(m, "wpe.weight", 2, c->n_ctx, C, false);
     for (int l = 0; l < L; l++) {
         layer_idx *li = &m->layers[l];
-        li->q_norm = li->k_norm = -1;
+        li->q_norm = li->k_norm = li->pan_w = li->pfn_w = -1;
 #define ADD1(field, suffix, n)                                   \
     snprintf(name, sizeof name, "h.%d.%s", l, suffix);           \
     li->field = table_add(m, name, 1, n, 1, false)
@@ -342,9 +370,11 @@ ct_status model_init_impl(ct_model **out, ct_ctx *ctx, const ct_model_config *cf
         const ct_backend_i *k = m->be->i;
         if (!k->rmsnorm_forward || !k->rmsnorm_backward || !k->rope_forward ||
             !k->rope_backward || !k->swiglu_forward || !k->swiglu_backward ||
-            (cfg->qk_norm && (!k->qknorm_forward || !k->qknorm_backward))) {
-            st = CT_ERR(CT_ERR_ARG, "backend '%s' lacks the LLaMA ops (rmsnorm, rope, swiglu%s)",
-                        k->name, cfg->qk_norm ? ", qknorm" : "");
+            (cfg->qk_norm && (!k->qknorm_forward || !k->qknorm_backward)) ||
+            (cfg->mlp == CT_MLP_GEGLU && (!k->geglu_forward || !k->geglu_backward))) {
+            st = CT_ERR(CT_ERR_ARG, "backend '%s' lacks the LLaMA ops (rmsnorm, rope, swiglu%s%s)",
+                        k->name, cfg->qk_norm ? ", qknorm" : "",
+                        cfg->mlp == CT_MLP_GEGLU ? ", geglu" : "");
             goto fail;
         }
     }
@@ -372,6 +402,7 @@ void ct_model_free(ct_model *m) {
     free(m->span);
     model_buf_free(m, m->arena.base);
     free(m->gen_config);
+    free(m->acts.look_host);
     free(m->acts.layers);
     model_buf_free(m, m->grads);
     model_buf_free(m, m->params);
@@ -409,8 +440,9 @@ ct_status ct_model_init_weights(ct_model *m, uint64_t seed) {
             ct_status st = model_stage_fill(m, w, n, fill_normal, &f);
             if (st) return st;
         } else if (len > 7 && strcmp(p->name + len - 7, ".weight") == 0) {
-            /* the only 1-D weights are norm weights (ln_*, *layernorm, norm) */
-            be->i->fill(be, w, 1.0f, n);
+            /* the only 1-D weights are norm weights (ln_*, *layernorm, norm): a
+             * scale of 1, which Gemma's (1 + weight) norms store as 0 */
+            be->i->fill(be, w, m->cfg.norm_offset ? 0.0f : 1.0f, n);
         } else {
             be->i->memset(be, w, 0, n * sizeof *w);
         }
@@ -700,6 +732,12 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
             la.atty = carve_act(cv, o, N * NQ);
             la.lse = carve(cv, (size_t)B * NH * T);
             la.res2 = carve_act(cv, o, N * C);
+            if (c->sandwich_norm) { /* the GEMM outputs the sandwich norms read */
+                la.pa = carve_act(cv, o, N * C);
+                la.pa_rstd = carve(cv, N);
+                la.pf = carve_act(cv, o, N * C);
+                la.pf_rstd = carve(cv, N);
+            }
         }
         if (keep_norm) la.ln2 = carve_act(cv, o, N * C);
         if (keep_inner) {
@@ -719,6 +757,9 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     a->tok_tg = carve_bytes(cv, N * sizeof(int32_t));
     a->pos = carve_bytes(cv, N * sizeof(int32_t)); /* ct_model_set_positions */
     a->rope_inv = c->pos == CT_POS_ROPE ? carve_bytes(cv, model_rope_table_bytes(c)) : NULL;
+    /* Gemma's sliding layers: their RoPE table and how far back each query sees */
+    a->rope_inv_local = c->sliding_window ? carve_bytes(cv, model_rope_table_bytes(c)) : NULL;
+    a->look = c->sliding_window ? carve_bytes(cv, N * sizeof(int32_t)) : NULL;
     /* LoRA: every adapter's A x rows (N, r), kept for its backward */
     int nmod = 0, max_out = 0, max_in = 0;
     if (lo && lo->r > 0) {
@@ -744,6 +785,14 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
         w->atty = carve(cv, N * NQ);
         w->res2 = carve(cv, N * C);
         w->fch = carve(cv, N * FW);
+        if (c->sandwich_norm) {
+            w->pa = carve(cv, N * C);
+            w->pf = carve(cv, N * C);
+        }
+    }
+    if (!keep_inner && c->sandwich_norm) {
+        w->pa_rstd = carve(cv, N);
+        w->pf_rstd = carve(cv, N);
     }
     if (!keep_inner) {
         if (ln) w->ln1_mean = carve(cv, N);
@@ -869,7 +918,13 @@ ct_status ct_model_reserve(ct_model *m, int B, int T, bool training) {
     cv.base = ct_arena_alloc(&m->arena, cv.used);
     cv.used = 0;
     acts_layout(&m->cfg, &m->opts, lo, B, T, training, &cv, &m->acts, &plan);
-    if (m->acts.rope_inv) model_upload_rope_table(m, m->acts.rope_inv);
+    if (m->acts.rope_inv) model_upload_rope_table(m, m->acts.rope_inv, false);
+    if (m->acts.rope_inv_local) model_upload_rope_table(m, m->acts.rope_inv_local, true);
+    if (m->acts.look) {
+        m->acts.look_host = malloc((size_t)B * T * sizeof(int32_t));
+        if (!m->acts.look_host) return CT_ERR(CT_ERR_OOM, "out of memory for the window's rows");
+        m->acts.look_T = 0; /* built by the first pass */
+    }
     if (training) {
         /* with adapters the base is frozen: only the adapter gets gradients */
         size_t n = m->lora ? m->lora->numel : m->numel;

@@ -6,6 +6,8 @@
 #ifndef CT_MODEL_IMPL_H
 #define CT_MODEL_IMPL_H
 
+#include <math.h>
+
 #include "backend/ctx.h"
 #include "ctrain/model.h"
 
@@ -19,7 +21,9 @@ typedef struct layer_idx {
     int ln2_w, ln2_b;
     int fc_w, fc_b;         /* (FW, C): c_fc, or LLaMA's gate_proj, up_proj back to back */
     int fcproj_w, fcproj_b; /* (C, F) */
-    int q_norm, k_norm;     /* (HS), (HS): Qwen3's per-head RMSNorm weights */
+    int q_norm, k_norm;     /* (HS), (HS): Qwen3's and Gemma's per-head RMSNorm weights */
+    int pan_w, pfn_w;       /* (C), (C): Gemma's norms after the attention and after the
+                             * MLP (post_attention_layernorm, post_feedforward_layernorm) */
 } layer_idx;
 
 /* Width of the fused q,k,v rows: (NH + 2*NKV) * HS (3C for GPT-2). */
@@ -37,11 +41,23 @@ static inline size_t model_rope_table_bytes(const ct_model_config *c) {
     return (size_t)(half > 0 ? half : 1) * sizeof(float);
 }
 /* Compute cfg's RoPE table on the host and upload it to dst (device memory
- * of model_rope_table_bytes). */
-void model_upload_rope_table(ct_model *m, float *dst);
-/* Width of the first MLP GEMM's output: F, or 2F for SwiGLU's gate and up. */
+ * of model_rope_table_bytes); local: the sliding layers' table. */
+void model_upload_rope_table(ct_model *m, float *dst, bool local);
+/* Set a LLaMA-layout config's family switches (Qwen2's biases, Qwen3's and
+ * Gemma's q/k norms, Gemma's norms, GeGLU, embedding scale, window pattern
+ * and local RoPE base); sizes and the window itself are the caller's. */
+void model_family_defaults(ct_model_config *c, ct_family f);
+/* Gemma's embedding scale: sqrt(n_embd) rounded to fp32, as its forward
+ * makes the scale a float tensor. */
+static inline float model_embed_scale(const ct_model_config *c) {
+    return (float)sqrt((double)c->n_embd);
+}
+/* The RMSNorm weight offset of cfg's norms: 1 for Gemma's (1 + weight), else 0. */
+static inline float model_wofs(const ct_model_config *c) { return c->norm_offset ? 1.0f : 0.0f; }
+/* Width of the first MLP GEMM's output: F, or 2F for SwiGLU's and GeGLU's
+ * gate and up. */
 static inline int model_fc_width(const ct_model_config *c) {
-    return c->mlp == CT_MLP_SWIGLU ? 2 * c->n_ffn : c->n_ffn;
+    return c->mlp != CT_MLP_GELU ? 2 * c->n_ffn : c->n_ffn;
 }
 
 /* Activations of one block kept for backward. Shapes use N = B*T, F = n_ffn.
@@ -62,6 +78,9 @@ typedef struct layer_acts {
     void *ln2;                     /* (N,C) */
     void *fch, *fch_gelu;          /* (N,FW), (N,F): MLP pre-activation and activation */
     void *res3;                    /* (N,C) residual after the MLP */
+    void *pa, *pf;                 /* (N,C), (N,C): sandwich norms' inputs, the o_proj
+                                    * and down_proj outputs (Gemma) */
+    float *pa_rstd, *pf_rstd;      /* (N), (N) their statistics */
     float *ln1_mean, *ln1_rstd;    /* (N), (N); no mean with RMSNorm */
     float *lse;                    /* (B,NH,T) */
     float *ln2_mean, *ln2_rstd;    /* (N), (N) */
@@ -77,6 +96,7 @@ typedef struct block_f32 {
     float *res2;                      /* (N,C) */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
     float *fch, *fch_gelu;            /* (N,FW), (N,F) */
+    float *pa, *pa_rstd, *pf, *pf_rstd; /* (N,C), (N), (N,C), (N): sandwich norms */
 } block_f32;
 
 typedef struct model_acts {
@@ -102,6 +122,13 @@ typedef struct model_acts {
     int32_t *pos;                     /* (N): ct_model_set_positions' positions, uploaded */
     float *rope_inv;                  /* (HS/2): RoPE's inverse frequencies, uploaded by
                                        * ct_model_reserve; NULL without RoPE */
+    float *rope_inv_local;            /* (HS/2): the sliding layers' (Gemma); NULL without */
+    int32_t *look;                    /* (N): sliding layers: how far back each query
+                                       * sees, min(position, W - 1), the attention
+                                       * kernels' positions; NULL without a window */
+    int32_t *look_host;               /* (N) host scratch to build look in */
+    int look_T;                       /* the T look holds positions 0..T-1 for (0: set
+                                       * from ct_model_set_positions) */
     /* gradient scratch (training only) */
     float *dres;  /* (N,C) gradient of the residual stream */
     float *dln;   /* (N,C) */
@@ -195,6 +222,7 @@ typedef struct decode_state {
     float *x, *ln, *qkv, *atty, *tmp, *fch, *fch_gelu; /* one row each */
     float *qkn, *qk_rstd;   /* one row, q/k norms only: qkv normalised */
     float *rope_inv;        /* (HS/2) RoPE's inverse frequencies; NULL without RoPE */
+    float *rope_inv_local;  /* (HS/2) the sliding layers'; NULL without a window */
     float *logits;  /* (V) */
     int32_t *token; /* (1) the step's token id, uploaded */
     void *block; /* owns all of the above */

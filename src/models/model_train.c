@@ -70,6 +70,10 @@ static block_f32 block_view(ct_model *m, int l) {
     v.lse = la->lse ? la->lse : w->lse;
     v.ln2_mean = la->ln2_mean ? la->ln2_mean : w->ln2_mean;
     v.ln2_rstd = la->ln2_rstd ? la->ln2_rstd : w->ln2_rstd;
+    v.pa = f32_or_work(m, la->pa, w->pa);
+    v.pf = f32_or_work(m, la->pf, w->pf);
+    v.pa_rstd = la->pa_rstd ? la->pa_rstd : w->pa_rstd;
+    v.pf_rstd = la->pf_rstd ? la->pf_rstd : w->pf_rstd;
     return v;
 }
 
@@ -88,6 +92,40 @@ static const int32_t *model_positions(const ct_model *m) {
     return m->pos_B ? m->acts.pos : NULL;
 }
 
+/* What layer l's attention kernels take as positions: a query at position
+ * p sees keys [t - p, t], so a sliding layer (Gemma) gets min(p, W - 1) (its
+ * last W keys, within its example), the others the positions themselves. */
+static const int32_t *attn_positions(const ct_model *m, int l) {
+    return ct_model_layer_slides(&m->cfg, l) ? m->acts.look : model_positions(m);
+}
+
+/* Layer l's RoPE table: the sliding layers' own base (Gemma), else the model's. */
+static const float *rope_table(const ct_model *m, int l) {
+    return ct_model_layer_slides(&m->cfg, l) ? m->acts.rope_inv_local : m->acts.rope_inv;
+}
+
+/* The window's lookback rows min(p, W - 1) of positions pos (B,T) (NULL: p =
+ * t in every row), built on the host and uploaded. */
+static void look_upload(ct_model *m, const int32_t *pos, int B, int T) {
+    int W = m->cfg.sliding_window;
+    int32_t *h = m->acts.look_host;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            int p = pos ? pos[(size_t)b * T + t] : t;
+            h[(size_t)b * T + t] = p < W - 1 ? p : W - 1;
+        }
+    ct_be_upload(m->be, m->acts.look, h, (size_t)B * T * sizeof(int32_t));
+}
+
+/* Before a pass over rows of T tokens: the window's rows for positions
+ * 0..T-1 when no positions are set and they are not there yet (the
+ * reserve's rows all get them). */
+static void look_prepare(ct_model *m, int T) {
+    if (!m->acts.look || m->pos_B || m->acts.look_T == T) return;
+    look_upload(m, NULL, (m->B * m->T) / T, T);
+    m->acts.look_T = T;
+}
+
 /* ------------------------------------------------- switch dispatchers */
 
 /* Declared in model_impl.h (decode.c runs the same switches). */
@@ -96,7 +134,8 @@ void model_norm_fwd(const ct_model *m, float *out, float *mean, float *rstd, con
     const ct_model_config *c = &m->cfg;
     ct_model *mm = (ct_model *)m;
     if (c->norm == CT_NORM_RMSNORM)
-        m->be->i->rmsnorm_forward(m->be, out, rstd, inp, model_p(mm, w), N, c->n_embd, c->norm_eps);
+        m->be->i->rmsnorm_forward(m->be, out, rstd, inp, model_p(mm, w), N, c->n_embd, c->norm_eps,
+                                  model_wofs(c));
     else
         m->be->i->layernorm_forward(m->be, out, mean, rstd, inp, model_p(mm, w), model_p(mm, b), N,
                                 c->n_embd, c->norm_eps);
@@ -110,7 +149,8 @@ void model_norm_bwd(ct_model *m, float *dinp, const float *dout, const float *in
     float *dw = m->grads ? model_g(m, w) : m->acts.lora_sink;
     float *db = m->grads ? model_g(m, b) : m->acts.lora_sink + c->n_embd;
     if (c->norm == CT_NORM_RMSNORM)
-        m->be->i->rmsnorm_backward(m->be, dinp, dw, dout, inp, model_p(m, w), rstd, N, c->n_embd);
+        m->be->i->rmsnorm_backward(m->be, dinp, dw, dout, inp, model_p(m, w), rstd, N, c->n_embd,
+                                   model_wofs(c));
     else
         m->be->i->layernorm_backward(m->be, dinp, dw, db, dout, inp, model_p(m, w), mean, rstd, N,
                                  c->n_embd);
@@ -129,15 +169,15 @@ void model_attn_fwd(const ct_model *m, int l, float *out, float *lse, const floa
                     int T) {
     const ct_model_config *c = &m->cfg;
     ct_attn_dropout d;
-    m->be->i->attention_forward(m->be, out, lse, qkv, model_positions(m), attn_drop(m, l, &d), B,
-                                T, c->n_head, c->n_kv_head, ct_model_head_dim(c));
+    m->be->i->attention_forward(m->be, out, lse, qkv, attn_positions(m, l), attn_drop(m, l, &d),
+                                B, T, c->n_head, c->n_kv_head, ct_model_head_dim(c));
 }
 
 void model_attn_bwd(const ct_model *m, int l, float *dqkv, const float *dout, const float *qkv,
                     const float *out, const float *lse, int B, int T) {
     const ct_model_config *c = &m->cfg;
     ct_attn_dropout d;
-    m->be->i->attention_backward(m->be, dqkv, dout, qkv, out, lse, model_positions(m),
+    m->be->i->attention_backward(m->be, dqkv, dout, qkv, out, lse, attn_positions(m, l),
                                  attn_drop(m, l, &d), B, T, c->n_head, c->n_kv_head,
                                  ct_model_head_dim(c));
 }
@@ -146,6 +186,8 @@ void model_mlp_act_fwd(const ct_model *m, float *out, const float *fch, int N) {
     int F = m->cfg.n_ffn;
     if (m->cfg.mlp == CT_MLP_SWIGLU)
         m->be->i->swiglu_forward(m->be, out, fch, N, F);
+    else if (m->cfg.mlp == CT_MLP_GEGLU)
+        m->be->i->geglu_forward(m->be, out, fch, N, F);
     else
         m->be->i->gelu_forward(m->be, out, fch, (size_t)N * F);
 }
@@ -155,6 +197,8 @@ void model_mlp_act_bwd(const ct_model *m, float *dfch, const float *fch, const f
     int F = m->cfg.n_ffn;
     if (m->cfg.mlp == CT_MLP_SWIGLU)
         m->be->i->swiglu_backward(m->be, dfch, fch, dout, N, F);
+    else if (m->cfg.mlp == CT_MLP_GEGLU)
+        m->be->i->geglu_backward(m->be, dfch, fch, dout, N, F);
     else
         m->be->i->gelu_backward(m->be, dfch, fch, dout, (size_t)N * F);
 }
@@ -174,11 +218,11 @@ static float *attn_input(ct_model *m, int l, float *qkv, int B, int T) {
         x = m->acts.qkn;
         be->i->qknorm_forward(be, x, m->acts.qk_rstd, qkv, model_p(m, w->q_norm),
                               model_p(m, w->k_norm), N, c->n_head, c->n_kv_head, HS,
-                              c->norm_eps);
+                              c->norm_eps, model_wofs(c));
     }
     if (c->pos == CT_POS_ROPE)
         be->i->rope_forward(be, x, model_positions(m), B, T, c->n_head, c->n_kv_head, HS, 0,
-                            m->acts.rope_inv);
+                            rope_table(m, l));
     return x;
 }
 
@@ -204,7 +248,13 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     act_store(m, la->qkv, v->qkv, (size_t)N * QKV);
     model_attn_fwd(m, l, v->atty, v->lse, att_in, B, T);
     act_store(m, la->atty, v->atty, NQ);
-    model_linear_fwd(m, l, LIN_PROJ, v->res2, v->atty, N);
+    if (c->sandwich_norm) { /* Gemma: the attention's output normalised, then added */
+        model_linear_fwd(m, l, LIN_PROJ, v->pa, v->atty, N);
+        act_store(m, la->pa, v->pa, NC);
+        model_norm_fwd(m, v->res2, NULL, v->pa_rstd, v->pa, w->pan_w, -1, N);
+    } else {
+        model_linear_fwd(m, l, LIN_PROJ, v->res2, v->atty, N);
+    }
     model_drop_rows(m, v->res2, v->res2, CT_DROPOUT_ATTN_RESID, l, B, T);
     k->residual_forward(be, v->res2, v->res2, res_in, NC);
     act_store(m, la->res2, v->res2, NC);
@@ -216,7 +266,13 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     model_mlp_act_fwd(m, v->fch_gelu, v->fch, N);
     act_store(m, la->fch_gelu, v->fch_gelu, NF);
     /* res_in is dead from here on, so out may overwrite it */
-    model_linear_fwd(m, l, LIN_FCPROJ, out, v->fch_gelu, N);
+    if (c->sandwich_norm) {
+        model_linear_fwd(m, l, LIN_FCPROJ, v->pf, v->fch_gelu, N);
+        act_store(m, la->pf, v->pf, NC);
+        model_norm_fwd(m, out, NULL, v->pf_rstd, v->pf, w->pfn_w, -1, N);
+    } else {
+        model_linear_fwd(m, l, LIN_FCPROJ, out, v->fch_gelu, N);
+    }
     model_drop_rows(m, out, out, CT_DROPOUT_MLP_RESID, l, B, T);
     k->residual_forward(be, out, out, v->res2, NC);
     act_store(m, la->res3, out, NC);
@@ -235,8 +291,10 @@ static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool 
     /* the fp32 residual stream: the kept buffers themselves, or acts.res
      * updated in place when they are bf16 */
     float *res = bf16 ? a->res : (float *)a->encoded;
+    look_prepare(m, T);
     k->encoder_forward(be, res, inputs, model_embed_w(m), model_p(m, m->wpe),
                        model_positions(m), B, T, C, 0);
+    if (c->embed_scale) k->scale(be, res, model_embed_scale(c), NC);
     model_drop_rows(m, res, res, CT_DROPOUT_EMBD, 0, B, T);
     if (keep) act_store(m, a->encoded, res, NC);
     for (int l = 0; l < c->n_layer; l++) {
@@ -340,6 +398,17 @@ static void block_backward(ct_model *m, int l, int B, int T) {
         model_drop_rows(m, a->dln, a->dres, CT_DROPOUT_MLP_RESID, l, B, T);
         dmlp = a->dln;
     }
+    if (c->sandwich_norm) { /* through the norm after the MLP: its input is down_proj's */
+        if (la->pf) {
+            act_load(m, la->pf, v.pf, NC);
+        } else { /* full recompute stopped at c_fc: the rest of the MLP again */
+            model_linear_fwd(m, l, LIN_FCPROJ, v.pf, v.fch_gelu, N);
+            model_norm_fwd(m, a->dln, NULL, v.pf_rstd, v.pf, w->pfn_w, -1, N);
+        }
+        zero(m, a->dln, NC);
+        model_norm_bwd(m, a->dln, a->dres, v.pf, w->pfn_w, -1, NULL, v.pf_rstd, N);
+        dmlp = a->dln;
+    }
     model_linear_bwd(m, l, LIN_FCPROJ, a->dbig1, dmlp, v.fch_gelu, N);
     /* v.fch_gelu may be dbig2 itself: it is not read after this point */
     zero(m, a->dbig2, NFW);
@@ -365,18 +434,25 @@ static void block_backward(ct_model *m, int l, int B, int T) {
         model_drop_rows(m, a->dln, a->dres, CT_DROPOUT_ATTN_RESID, l, B, T);
         dattn = a->dln;
     }
+    if (c->sandwich_norm) { /* through the norm after the attention (pa kept, or re-run) */
+        act_load(m, la->pa, v.pa, NC);
+        zero(m, a->dln, NC);
+        model_norm_bwd(m, a->dln, a->dres, v.pa, w->pan_w, -1, NULL, v.pa_rstd, N);
+        dattn = a->dln;
+    }
     model_linear_bwd(m, l, LIN_PROJ, a->datty, dattn, v.atty, N);
     zero(m, a->dbig1, (size_t)N * QKV);
     model_attn_bwd(m, l, a->dbig1, a->datty, att_in, v.atty, v.lse, B, T);
     if (c->pos == CT_POS_ROPE)
         k->rope_backward(be, a->dbig1, model_positions(m), B, T, c->n_head, c->n_kv_head, HS, 0,
-                         m->acts.rope_inv);
+                         rope_table(m, l));
     if (c->qk_norm) {
         /* a frozen base's norm weights: their gradients go to the sink */
         float *dwq = m->grads ? model_g(m, w->q_norm) : a->lora_sink;
         float *dwk = m->grads ? model_g(m, w->k_norm) : a->lora_sink + HS;
         k->qknorm_backward(be, a->dbig1, dwq, dwk, a->dbig1, v.qkv, model_p(m, w->q_norm),
-                           model_p(m, w->k_norm), a->qk_rstd, N, c->n_head, c->n_kv_head, HS);
+                           model_p(m, w->k_norm), a->qk_rstd, N, c->n_head, c->n_kv_head, HS,
+                           model_wofs(c));
     }
     if (la->ln1)
         act_load(m, la->ln1, v.ln1, NC);
@@ -430,6 +506,9 @@ static void backward_body(ct_model *m, const int32_t *inputs, int B, int T) {
         block_backward(m, l, B, T);
         grad_ready(m, (const int *)&m->layers[l], (int)(sizeof(layer_idx) / sizeof(int)));
     }
+    /* Gemma scaled the embeddings: so is their gradient (dres is not read after) */
+    if (c->embed_scale && (m->grads || model_embed_g(m)))
+        k->scale(be, a->dres, model_embed_scale(c), NC);
     if (m->grads) { /* a frozen base (LoRA) has no embedding gradient */
         /* the embedding was dropped out in place: so is its gradient */
         model_drop_rows(m, a->dres, a->dres, CT_DROPOUT_EMBD, 0, B, T);
@@ -497,6 +576,7 @@ static ct_status check_shape(const ct_model *m, int B, int T, bool training) {
 ct_status ct_model_set_positions(ct_model *m, const int32_t *pos, int B, int T) {
     if (!pos) { /* back to 0..T-1 in every row */
         m->pos_B = m->pos_T = 0;
+        m->acts.look_T = 0; /* the window's rows are built again for them */
         return CT_OK;
     }
     ct_status st = check_fit(m, B, T);
@@ -514,6 +594,8 @@ ct_status ct_model_set_positions(ct_model *m, const int32_t *pos, int B, int T) 
         }
     }
     ct_be_upload(m->be, m->acts.pos, pos, (size_t)B * T * sizeof(int32_t));
+    if (m->acts.look) look_upload(m, pos, B, T); /* each example's window */
+    m->acts.look_T = 0;
     m->pos_B = B;
     m->pos_T = T;
     return CT_OK;

@@ -75,7 +75,7 @@ static void bench_fill(float *x, size_t n, uint32_t seed) {
 static double gemm_weights(const ct_model_config *c) {
     double C = c->n_embd, F = c->n_ffn, V = c->vocab_size, HS = ct_model_head_dim(c);
     double q = c->n_head * HS, kv = (c->n_kv_head > 0 ? c->n_kv_head : c->n_head) * HS;
-    double mlp = (c->mlp == CT_MLP_SWIGLU ? 3.0 : 2.0) * C * F;
+    double mlp = (c->mlp != CT_MLP_GELU ? 3.0 : 2.0) * C * F;
     return c->n_layer * (C * (q + 2 * kv) + q * C + mlp) + V * C;
 }
 
@@ -544,7 +544,7 @@ ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int
      * output projection, the MLP's up (gate and up fused for SwiGLU) and down */
     int HS = ct_model_head_dim(cfg), NQ = cfg->n_head * HS;
     int QKV = NQ + 2 * HS * cfg->n_kv_head;
-    int UP = cfg->mlp == CT_MLP_SWIGLU ? 2 * F : F;
+    int UP = cfg->mlp != CT_MLP_GELU ? 2 * F : F;
     size_t o_proj = (size_t)QKV * C, o_fc = o_proj + (size_t)NQ * C, o_fp = o_fc + (size_t)UP * C;
     size_t per_layer = o_fp + (size_t)F * C;
     size_t nw = per_layer * L + (size_t)V * C;

@@ -207,13 +207,13 @@ static void p_attention_decode(ct_backend *be, float *out, const float *q, const
     TIMED(CT_KP_OTHER, attention_decode, out, q, kcache, vcache, n, NH, NKV, HS);
 }
 static void p_rmsnorm_forward(ct_backend *be, float *out, float *rstd, const float *inp,
-                              const float *weight, int N, int C, float eps) {
-    TIMED(CT_KP_NORM_FWD, rmsnorm_forward, out, rstd, inp, weight, N, C, eps);
+                              const float *weight, int N, int C, float eps, float wofs) {
+    TIMED(CT_KP_NORM_FWD, rmsnorm_forward, out, rstd, inp, weight, N, C, eps, wofs);
 }
 static void p_rmsnorm_backward(ct_backend *be, float *dinp, float *dweight, const float *dout,
                                const float *inp, const float *weight, const float *rstd, int N,
-                               int C) {
-    TIMED(CT_KP_NORM_BWD, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, N, C);
+                               int C, float wofs) {
+    TIMED(CT_KP_NORM_BWD, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, N, C, wofs);
 }
 static void p_rope_forward(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH,
                            int NKV, int HS, int pos0, const float *inv_freq) {
@@ -225,15 +225,22 @@ static void p_rope_backward(ct_backend *be, float *dqkv, const int32_t *pos, int
 }
 static void p_qknorm_forward(ct_backend *be, float *out, float *rstd, const float *inp,
                              const float *wq, const float *wk, int N, int NH, int NKV, int HS,
-                             float eps) {
-    TIMED(CT_KP_NORM_FWD, qknorm_forward, out, rstd, inp, wq, wk, N, NH, NKV, HS, eps);
+                             float eps, float wofs) {
+    TIMED(CT_KP_NORM_FWD, qknorm_forward, out, rstd, inp, wq, wk, N, NH, NKV, HS, eps, wofs);
 }
 static void p_qknorm_backward(ct_backend *be, float *dinp, float *dwq, float *dwk,
                               const float *dout, const float *inp, const float *wq,
                               const float *wk, const float *rstd, int N, int NH, int NKV,
-                              int HS) {
+                              int HS, float wofs) {
     TIMED(CT_KP_NORM_BWD, qknorm_backward, dinp, dwq, dwk, dout, inp, wq, wk, rstd, N, NH, NKV,
-          HS);
+          HS, wofs);
+}
+static void p_geglu_forward(ct_backend *be, float *out, const float *inp, int N, int F) {
+    TIMED(CT_KP_ACT_FWD, geglu_forward, out, inp, N, F);
+}
+static void p_geglu_backward(ct_backend *be, float *dinp, const float *inp, const float *dout,
+                             int N, int F) {
+    TIMED(CT_KP_ACT_BWD, geglu_backward, dinp, inp, dout, N, F);
 }
 static void p_swiglu_forward(ct_backend *be, float *out, const float *inp, int N, int F) {
     TIMED(CT_KP_ACT_FWD, swiglu_forward, out, inp, N, F);
@@ -309,6 +316,8 @@ static const ct_backend_i prof_i = {
     .rope_backward = p_rope_backward,
     .qknorm_forward = p_qknorm_forward,
     .qknorm_backward = p_qknorm_backward,
+    .geglu_forward = p_geglu_forward,
+    .geglu_backward = p_geglu_backward,
     .swiglu_forward = p_swiglu_forward,
     .swiglu_backward = p_swiglu_backward,
     .gelu_forward = p_gelu_forward,

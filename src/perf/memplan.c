@@ -270,7 +270,7 @@ void ct_run_plan_gemms(const ct_model_config *mc, int B, int T, const ct_model_o
     ct_gemm_type t = plan_gemm_type(o);
     int64_t N = (int64_t)B * T, C = mc->n_embd, F = mc->n_ffn;
     int64_t HS = ct_model_head_dim(mc), q = HS * mc->n_head, kv = HS * mc->n_kv_head;
-    int64_t width[4] = {q + 2 * kv, C, mc->mlp == CT_MLP_SWIGLU ? 2 * F : F, C};
+    int64_t width[4] = {q + 2 * kv, C, mc->mlp != CT_MLP_GELU ? 2 * F : F, C};
     int64_t input[4] = {C, q, C, F};
     for (int g = 0; g < 4; g++) plan_linear(fn, user, t, N, input[g], width[g], dw);
     if (lora) { /* A: in -> r and B: r -> out, both training, fp32 (their own block) */

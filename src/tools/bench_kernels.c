@@ -283,7 +283,7 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     int NKV = cfg->n_kv_head, HS = ct_model_head_dim(cfg), NQ = NH * HS;
     bool llama = cfg->arch == CT_ARCH_LLAMA;
     /* widths of the fused qkv rows and of the MLP's first linear (SwiGLU: gate and up) */
-    int QKV = (NH + 2 * NKV) * HS, UP = cfg->mlp == CT_MLP_SWIGLU ? 2 * F : F;
+    int QKV = (NH + 2 * NKV) * HS, UP = cfg->mlp != CT_MLP_GELU ? 2 * F : F;
     int wide = UP > QKV ? UP : QKV;
     if (wide < C) wide = C;
     if (wide < NQ) wide = NQ;
@@ -359,12 +359,12 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
     if (llama && wanted(&s, "rmsnorm.fwd")) {
         TIME_KERNEL(&s, "rmsnorm.fwd", sec,
-                    s.be->i->rmsnorm_forward(s.be, y, rstd, x, w, N, C, 1e-5f));
+                    s.be->i->rmsnorm_forward(s.be, y, rstd, x, w, N, C, 1e-5f, 0.0f));
         report(&s, "rmsnorm.fwd", shape, sec, 0, 4.0 * nc, 4.0 * nc, 8.0 * nc);
     }
     if (llama && wanted(&s, "rmsnorm.bwd")) {
         TIME_KERNEL(&s, "rmsnorm.bwd", sec,
-                    s.be->i->rmsnorm_backward(s.be, dx, dw, dy, x, w, rstd, N, C));
+                    s.be->i->rmsnorm_backward(s.be, dx, dw, dy, x, w, rstd, N, C, 0.0f));
         report(&s, "rmsnorm.bwd", shape, sec, 0, 12.0 * nc, 4.0 * nc, 12.0 * nc);
     }
     if (!llama && wanted(&s, "layernorm.fwd")) {
@@ -421,13 +421,13 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
         if (wanted(&s, "qknorm.fwd")) {
             TIME_KERNEL(&s, "qknorm.fwd", sec,
                         s.be->i->qknorm_forward(s.be, y, qkr, x, w, w + HS, N, NH, NKV, HS,
-                                                cfg->norm_eps));
+                                                cfg->norm_eps, cfg->norm_offset ? 1.0f : 0.0f));
             report(&s, "qknorm.fwd", shape, sec, 0, 4.0 * qk, 4.0 * nq, 4.0 * nq);
         }
         if (wanted(&s, "qknorm.bwd")) {
             TIME_KERNEL(&s, "qknorm.bwd", sec,
                         s.be->i->qknorm_backward(s.be, dx, dw, dw + HS, dy, x, w, w + HS, qkr,
-                                                 N, NH, NKV, HS));
+                                                 N, NH, NKV, HS, cfg->norm_offset ? 1.0f : 0.0f));
             /* reads inp and dout twice (weight, then input gradients), writes dinp */
             report(&s, "qknorm.bwd", shape, sec, 0, 10.0 * qk, 16.0 * nq, 20.0 * nq);
         }

@@ -8,11 +8,12 @@ made by ctrain itself (a one-step run of each family's tiny preset) and then edi
 Refused: a model_type of another family (the message lists the supported ones), Mistral
 v0.1's sliding window of 4096 (and MistralConfig's default window when the key is absent),
 Qwen's use_sliding_window, Phi-3's LongRoPE scaling, mixture-of-experts keys, MLP
-biases; and, with their tensors named and explained, a Qwen2 directory relabelled llama
+biases, Gemma 3's image-and-text model_type, a query_pre_attn_scalar other than the head
+size, logit soft-capping, layer_types that are no repeating pattern; and, with their tensors named and explained, a Qwen2 directory relabelled llama
 (its q/k/v biases), a Qwen3 one relabelled llama (its q/k norms) or qwen2 (its head
 size), and a llama one whose shards gained an extra tensor. Loaded: a window that cannot bind (sliding_window >=
-max_position_embeddings, or null), RoPE's inv_freq buffers of older exports, and
-transformers 5's rope_parameters.
+max_position_embeddings, or null), RoPE's inv_freq buffers of older exports,
+transformers 5's rope_parameters, and Gemma's pattern given as layer_types.
 
 usage: test_family_bad_input.py path/to/ctrain
 """
@@ -112,7 +113,7 @@ def main():
             print("FAIL ctrain synth: %s" % out)
             return 1
         base = {}
-        for preset in ("llama-tiny", "mistral-tiny", "qwen2-tiny", "qwen3-tiny"):
+        for preset in ("llama-tiny", "mistral-tiny", "qwen2-tiny", "qwen3-tiny", "gemma3-tiny"):
             d = os.path.join(tmp, "made_" + preset)
             rc, out = run("train", "model.preset=" + preset, "data.train=" + shard,
                           "train.batch_size=2", "train.seq_len=8", "train.steps=1",
@@ -157,6 +158,22 @@ def main():
         case("mixture of experts", "qwen3", {"num_experts": 8},
              want=["config.json", "num_experts", "mixture-of-experts"])
         case("MLP biases", "llama", {"mlp_bias": True}, want=["config.json", "mlp_bias"])
+        # Gemma 3: what its text model has that is not built
+        case("Gemma 3's image-and-text model_type", "gemma3", {"model_type": "gemma3"},
+             want=["config.json", "model_type", "gemma3", "gemma3_text"])
+        case("a query scale other than the head's", "gemma3", {"query_pre_attn_scalar": 168},
+             want=["config.json", "query_pre_attn_scalar", "168"])
+        case("logit soft-capping", "gemma3", {"final_logit_softcapping": 30.0},
+             want=["config.json", "final_logit_softcapping"])
+        case("layer_types that are no repeating pattern", "gemma3",
+             {"layer_types": ["sliding_attention", "full_attention", "full_attention",
+                              "sliding_attention", "sliding_attention", "full_attention",
+                              "sliding_attention"]},
+             want=["config.json", '"layer_types"[2]', "sliding_attention"])
+        case("Gemma's window and pattern from layer_types load", "gemma3",
+             {"sliding_window_pattern": None,
+              "layer_types": ["sliding_attention", "full_attention"] * 3 + ["sliding_attention"]},
+             rc=0)
         # a config.json that does not describe its weights: the tensors are named
         case("a qwen2 directory relabelled llama", "qwen2",
              {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},

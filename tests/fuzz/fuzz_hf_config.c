@@ -4,7 +4,8 @@
  * ct_model_config_load_hf and then loaded whole with ct_model_load_hf beside
  * the weights of a tiny model of each family (GPT-2, LLaMA, Llama 3 with its
  * RoPE scaling and a tied head, Mistral, Qwen2's q,k,v biases, Qwen3's q/k
- * norms and head size), so a config that matches one of them loads.
+ * norms and head size, Gemma 3's norms, GeGLU and sliding layers), so a
+ * config that matches one of them loads.
  * Oracles: failures name the directory; a config that loads is valid, plans
  * (or refuses to plan) without overflow, and a model that loads has exactly
  * that config. The sizes are checked against the weights before the model is
@@ -20,14 +21,18 @@ static bool same_config(const ct_model_config *a, const ct_model_config *b) {
            a->n_ctx == b->n_ctx && a->bias == b->bias && a->tied_head == b->tied_head &&
            a->family == b->family && ct_model_head_dim(a) == ct_model_head_dim(b) &&
            a->qkv_bias == b->qkv_bias && a->o_bias == b->o_bias && a->qk_norm == b->qk_norm &&
+           a->norm_offset == b->norm_offset && a->sandwich_norm == b->sandwich_norm &&
+           a->embed_scale == b->embed_scale && a->sliding_window == b->sliding_window &&
+           a->sliding_pattern == b->sliding_pattern &&
+           !memcmp(&a->rope_local_theta, &b->rope_local_theta, sizeof a->rope_local_theta) &&
            !memcmp(&a->rope_scaling, &b->rope_scaling, sizeof a->rope_scaling) &&
            !memcmp(&a->norm_eps, &b->norm_eps, sizeof a->norm_eps) &&
            !memcmp(&a->rope_theta, &b->rope_theta, sizeof a->rope_theta);
 }
 
 /* The tiny model of each family: its preset and directory. */
-static const char *const presets[] = {"gpt2-tiny",   "llama-tiny", "llama3-tiny",
-                                      "mistral-tiny", "qwen2-tiny", "qwen3-tiny"};
+static const char *const presets[] = {"gpt2-tiny",  "llama-tiny", "llama3-tiny", "mistral-tiny",
+                                      "qwen2-tiny", "qwen3-tiny", "gemma3-tiny"};
 #define N_DIRS (sizeof presets / sizeof *presets)
 static char dirs[N_DIRS][FUZZ_PATH_MAX];
 

@@ -18,7 +18,14 @@ is the config dict's "model_type" (default "llama"):
 - grouped-query attention: KV head g serves query heads g*n_rep .. (g+1)*n_rep - 1
   (repeat_kv), causal softmax(q k^T / sqrt(d)) v;
 - SwiGLU MLP: down(silu(gate(x)) * up(x));
-- lm_head untied unless tie_word_embeddings.
+- lm_head untied unless tie_word_embeddings;
+- gemma3_text (Gemma3ForCausalLM): embeddings times sqrt(hidden) (an fp32 scale), every
+  RMSNorm scaling by 1 + weight in fp32, q/k norms, norms also after the attention and
+  after the MLP (post_attention_layernorm, post_feedforward_layernorm; the MLP's input
+  norm is pre_feedforward_layernorm), GeGLU (tanh GELU), scores scaled by
+  query_pre_attn_scalar^-0.5, and sliding layers (all but every sliding_window_pattern-th)
+  whose queries see their last sliding_window keys and whose RoPE base is
+  rope_local_base_freq (unscaled).
 
 Parameters are a plain dict {HF tensor name: tensor}, Linear weights [out, in].
 File helpers (safetensors, shards) come from gpt2_ref; this adds the configs and sharded
@@ -59,7 +66,20 @@ def o_bias(c):
 
 
 def qk_norm(c):
-    return family(c) == "qwen3"
+    return family(c) in ("qwen3", "gemma3_text")
+
+
+def gemma(c):
+    return family(c) == "gemma3_text"
+
+
+def layer_slides(c, l):
+    """Gemma 3: every sliding_window_pattern-th layer is global, the others slide."""
+    if not gemma(c):
+        return False
+    if c.get("layer_types"):
+        return c["layer_types"][l] == "sliding_attention"
+    return (l + 1) % c.get("sliding_window_pattern", 6) != 0
 
 
 def param_shapes(c):
@@ -87,9 +107,13 @@ def param_shapes(c):
             out[p + "self_attn.q_norm.weight"] = (d,)
             out[p + "self_attn.k_norm.weight"] = (d,)
         out[p + "post_attention_layernorm.weight"] = (C,)
+        if gemma(c):
+            out[p + "pre_feedforward_layernorm.weight"] = (C,)
         out[p + "mlp.gate_proj.weight"] = (Fd, C)
         out[p + "mlp.up_proj.weight"] = (Fd, C)
         out[p + "mlp.down_proj.weight"] = (C, Fd)
+        if gemma(c):
+            out[p + "post_feedforward_layernorm.weight"] = (C,)
     out["model.norm.weight"] = (C,)
     if not c.get("tie_word_embeddings", False):
         out["lm_head.weight"] = (V, C)
@@ -105,16 +129,18 @@ def init_params(c, seed=0):
     for n, shape in param_shapes(c).items():
         if n.endswith(".bias"):
             out[n] = 0.1 * torch.randn(shape, generator=g)
-        elif len(shape) == 1:
-            out[n] = 1.0 + 0.6 * (torch.rand(shape, generator=g) - 0.5)
+        elif len(shape) == 1:  # Gemma stores the scale's offset from 1
+            out[n] = (0.0 if gemma(c) else 1.0) + 0.6 * (torch.rand(shape, generator=g) - 0.5)
         else:
             out[n] = 0.08 * torch.randn(shape, generator=g)
     return out
 
 
-def rms_norm(x, w, eps):
+def rms_norm(x, w, eps, offset=False):
     x32 = x.float()
     var = x32.pow(2).mean(-1, keepdim=True)
+    if offset:  # Gemma3RMSNorm: the scale is 1 + weight, in fp32
+        return ((x32 * torch.rsqrt(var + eps)) * (1.0 + w.float())).to(x.dtype)
     return w * (x32 * torch.rsqrt(var + eps)).to(x.dtype)
 
 
@@ -183,44 +209,63 @@ def forward(P, c, idx, targets=None, pos=None, attn_mask=None, dropout=None, lin
     C, NH, NKV = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
     d, rep = head_dim(c), NH // NKV
     eps, theta, scaling = c["rms_norm_eps"], c["rope_theta"], c.get("rope_scaling")
+    gm = gemma(c)
     x = P["model.embed_tokens.weight"][idx]
-    if pos is None:
-        cos, sin = rope_cos_sin(T, d, theta, x.dtype, scaling)
-    else:
-        cos, sin = rope_cos_sin_at(pos, d, theta, x.dtype, scaling)
+    if gm:  # Gemma3TextScaledWordEmbedding: times sqrt(hidden) as an fp32 tensor
+        x = x * torch.tensor(C ** 0.5).to(x.dtype)
+    rope = (rope_cos_sin if pos is None else rope_cos_sin_at)
+    at = T if pos is None else pos
+    cos, sin = rope(at, d, theta, x.dtype, scaling)
+    if gm:
+        cos_l, sin_l = rope(at, d, c.get("rope_local_base_freq", 10000.0), x.dtype, None)
     if attn_mask is None:
         mask = torch.ones(T, T, dtype=torch.bool).tril()
     else:
         mask = attn_mask.to(torch.bool)[:, None]                                  # (B,1,T,T)
+    if gm:  # sliding layers: query i sees keys j with i - j < sliding_window
+        i = torch.arange(T)
+        window = (i[:, None] - i[None, :]) < c["sliding_window"]
+        mask_l = mask & window
+    scale = (c.get("query_pre_attn_scalar", d) if gm else d) ** -0.5
     for l in range(c["num_hidden_layers"]):
         p = "model.layers.%d." % l
-        h = rms_norm(x, P[p + "input_layernorm.weight"], eps)
+        slides = layer_slides(c, l)
+        h = rms_norm(x, P[p + "input_layernorm.weight"], eps, gm)
         q = lin(P, h, p + "self_attn.q_proj").view(Bn, T, NH, d)
         k = lin(P, h, p + "self_attn.k_proj").view(Bn, T, NKV, d)
         v = lin(P, h, p + "self_attn.v_proj").view(Bn, T, NKV, d).transpose(1, 2)
-        if qk_norm(c):  # Qwen3: per head, before the transpose and RoPE
-            q = rms_norm(q, P[p + "self_attn.q_norm.weight"], eps)
-            k = rms_norm(k, P[p + "self_attn.k_norm.weight"], eps)
+        if qk_norm(c):  # Qwen3, Gemma 3: per head, before the transpose and RoPE
+            q = rms_norm(q, P[p + "self_attn.q_norm.weight"], eps, gm)
+            k = rms_norm(k, P[p + "self_attn.k_norm.weight"], eps, gm)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        cs, sn = (cos_l, sin_l) if slides else (cos, sin)
+        q = q * cs + rotate_half(q) * sn
+        k = k * cs + rotate_half(k) * sn
         # repeat_kv: (B, NKV, T, d) -> (B, NKV * rep, T, d)
         k = k[:, :, None].expand(Bn, NKV, rep, T, d).reshape(Bn, NH, T, d)
         v = v[:, :, None].expand(Bn, NKV, rep, T, d).reshape(Bn, NH, T, d)
-        att = (q @ k.transpose(-2, -1)) / (d ** 0.5)
-        att = att.masked_fill(~mask, float("-inf"))
+        att = (q @ k.transpose(-2, -1)) * scale
+        att = att.masked_fill(~(mask_l if slides else mask), float("-inf"))
         att = torch.softmax(att.float(), dim=-1).to(q.dtype)
         if isinstance(dropout, dict) and ("h.%d.attn_probs" % l) in dropout:
             att = att * torch.as_tensor(np.asarray(dropout["h.%d.attn_probs" % l]), dtype=att.dtype)
         elif dropout is not None and not isinstance(dropout, dict) and dropout > 0:
             att = F.dropout(att, dropout, training=True)
         y = (att @ v).transpose(1, 2).reshape(Bn, T, NH * d)
-        x = x + lin(P, y, p + "self_attn.o_proj")
-        h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
+        y = lin(P, y, p + "self_attn.o_proj")
+        if gm:
+            y = rms_norm(y, P[p + "post_attention_layernorm.weight"], eps, True)
+        x = x + y
+        pre = "pre_feedforward_layernorm" if gm else "post_attention_layernorm"
+        h = rms_norm(x, P[p + pre + ".weight"], eps, gm)
         gate = lin(P, h, p + "mlp.gate_proj")
         up = lin(P, h, p + "mlp.up_proj")
-        x = x + lin(P, F.silu(gate) * up, p + "mlp.down_proj")
-    x = rms_norm(x, P["model.norm.weight"], eps)
+        act = F.gelu(gate, approximate="tanh") if gm else F.silu(gate)
+        y = lin(P, act * up, p + "mlp.down_proj")
+        if gm:
+            y = rms_norm(y, P[p + "post_feedforward_layernorm.weight"], eps, True)
+        x = x + y
+    x = rms_norm(x, P["model.norm.weight"], eps, gm)
     head = P["model.embed_tokens.weight"] if c.get("tie_word_embeddings", False) else P["lm_head.weight"]
     logits = x @ head.T
     loss = None
@@ -239,7 +284,8 @@ def loss_on_batch(params, c, x, y):
 
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                 "gemma3_text": "Gemma3ForCausalLM"}
 
 
 def hf_config(c):
@@ -259,6 +305,12 @@ def hf_config(c):
     }
     if fam == "llama":
         out.update(attention_bias=False, mlp_bias=False, pretraining_tp=1)
+    elif fam == "gemma3_text":
+        out.pop("hidden_act")
+        out.update(hidden_activation="gelu_pytorch_tanh", attention_bias=False,
+                   query_pre_attn_scalar=c.get("head_dim", 256), final_logit_softcapping=None,
+                   attn_logit_softcapping=None, rope_local_base_freq=10000.0,
+                   sliding_window_pattern=6, bos_token_id=2, eos_token_id=1, pad_token_id=0)
     elif fam == "mistral":
         out.update(sliding_window=None)
     else:

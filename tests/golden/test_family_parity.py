@@ -12,7 +12,10 @@ One small random model per family, each with the switches that family adds:
 - qwen2: biases on q, k and v (not o_proj), a tied head;
 - qwen3: per-head RMSNorm of q and k, head_dim 24 with hidden_size 64 and 4 heads (the
   attention is 96 wide, not 64), grouped-query attention, an untied head;
-- mistral: multi-query attention (1 KV head), "sliding_window": null.
+- mistral: multi-query attention (1 KV head), "sliding_window": null;
+- gemma3 (gemma3_text): embeddings scaled by sqrt(hidden), every RMSNorm by 1 + weight,
+  norms after the attention and the MLP too, GeGLU, q/k norms, head_dim 24, a tied head,
+  and sliding layers (three of four, window 16 < T) with their own RoPE base.
 For each, the Python side writes a Hugging Face directory (config.json as transformers
 writes the family's config); `ctrain train model.init_from=DIR` runs 10 AdamW steps with
 clipping, checked against torch.optim.AdamW: (a) per-step losses to 1e-4, (b) pre-clip
@@ -66,9 +69,14 @@ FAMILIES = {
                   tie_word_embeddings=False),
     "mistral": dict(BASE, model_type="mistral", rope_theta=1000000.0, num_key_value_heads=1,
                     tie_word_embeddings=False),
+    # 4 layers, every 3rd global: layers 0, 1 and 3 slide with a window of 16 < T = 48
+    "gemma3": dict(BASE, model_type="gemma3_text", rope_theta=1000000.0, head_dim=24,
+                   query_pre_attn_scalar=24, num_hidden_layers=4, sliding_window=16,
+                   sliding_window_pattern=3, rope_local_base_freq=10000.0,
+                   tie_word_embeddings=True),
 }
 ARCH = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-        "mistral": "MistralForCausalLM"}
+        "mistral": "MistralForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
 B, T, STEPS = 2, 48, 10
 LR_, BETA1, BETA2, WD, CLIP, EPS = 3e-3, 0.9, 0.95, 0.1, 1.0, 1e-6
 LORA_LR, LORA_R, LORA_ALPHA = 1e-2, 4, 16
@@ -102,6 +110,10 @@ def check_config(rep, label, path, cfg):
     want.update(model_type=fam, architectures=[ARCH[fam]], bos_token_id=1)
     if fam != "qwen2":
         want["head_dim"] = R.head_dim(cfg)
+    if fam == "gemma3_text":
+        want.update(sliding_window=cfg["sliding_window"], query_pre_attn_scalar=R.head_dim(cfg),
+                    layer_types=["sliding_attention" if R.layer_slides(cfg, l) else
+                                 "full_attention" for l in range(cfg["num_hidden_layers"])])
     if "attention_bias" in cfg:
         want["attention_bias"] = cfg["attention_bias"]
     if fam in ("qwen2", "qwen3"):

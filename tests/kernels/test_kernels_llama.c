@@ -5,7 +5,7 @@
  * Attention is one entry for grouped-query and plain multi-head (NKV == NH)
  * attention; the LLaMA kernels are RMSNorm, RoPE (Hugging Face's rotate_half
  * convention, at a table of inverse frequencies), Qwen3's per-head q/k RMSNorm
- * and SwiGLU. Every backend, ref included, is checked against
+ * (both norms also with Gemma's 1 + weight scale), SwiGLU and Gemma's GeGLU. Every backend, ref included, is checked against
  * double-precision forwards written here from the papers' formulas and its
  * backwards against central finite differences of them (loss L = sum(out * R),
  * gradient buffers pre-filled to check that backwards add); attention against a
@@ -33,7 +33,7 @@
 typedef struct {
     double *inp, *w, *R;
     int N, C;
-    double eps;
+    double eps, wofs; /* wofs 1: Gemma's (1 + weight) scale */
 } rms_ctx;
 
 static void rmsnorm_d(double *out, double *rstd, const rms_ctx *r) {
@@ -42,7 +42,7 @@ static void rmsnorm_d(double *out, double *rstd, const rms_ctx *r) {
         double ms = 0.0;
         for (int c = 0; c < r->C; c++) ms += x[c] * x[c];
         double s = 1.0 / sqrt(ms / r->C + r->eps);
-        for (int c = 0; c < r->C; c++) out[(size_t)n * r->C + c] = x[c] * s * r->w[c];
+        for (int c = 0; c < r->C; c++) out[(size_t)n * r->C + c] = x[c] * s * (r->wofs + r->w[c]);
         if (rstd) rstd[n] = s;
     }
 }
@@ -55,10 +55,13 @@ static double rms_loss(void *ctx_) {
     return dot_loss(out, r->R, n);
 }
 
-static void test_rmsnorm(int N, int C, float eps) {
+static void test_rmsnorm(int N, int C, float eps, float wofs) {
     size_t NC = (size_t)N * C;
     float *inp = frand(NC, 2.0f), *w = frand(C, 1.0f), *R = frand(NC, 1.0f);
-    rms_ctx r = {to_double(inp, NC), to_double(w, C), to_double(R, NC), N, C, eps};
+    /* the fp32 sum wofs + w is what the kernels scale by (Gemma's, in fp32) */
+    rms_ctx r = {to_double(inp, NC), to_double(w, C), to_double(R, NC), N, C, eps, wofs};
+    if (wofs != 0.0f)
+        for (int c = 0; c < C; c++) r.w[c] = (double)(wofs + w[c]) - wofs;
     double *want = dalloc(NC), *want_rstd = dalloc(N), *g_inp = dalloc(NC), *g_w = dalloc(C);
     rmsnorm_d(want, want_rstd, &r);
     fd_grad(g_inp, r.inp, NC, rms_loss, &r);
@@ -67,16 +70,18 @@ static void test_rmsnorm(int N, int C, float eps) {
     karg f[] = {ARG(ffill(NC, NAN), NC), ARG(falloc(N), N), ARG(inp, NC), ARG(w, C)};
     karg f2[] = {ARG(falloc(NC), NC), ARG(inp, NC), ARG(w, C)};
     FOR_ALL(be) {
-        RUN(be, f, be->i->rmsnorm_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, N, C, eps));
+        RUN(be, f, be->i->rmsnorm_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, N, C, eps,
+                                          wofs));
         CHECK_EXACT(be, "rmsnorm_forward out", f[0].got, want, NC);
         CHECK_EXACT(be, "rmsnorm_forward rstd", f[1].got, want_rstd, N);
-        RUN(be, f2, be->i->rmsnorm_forward(be, f2[0].dev, NULL, f2[1].dev, f2[2].dev, N, C, eps));
+        RUN(be, f2, be->i->rmsnorm_forward(be, f2[0].dev, NULL, f2[1].dev, f2[2].dev, N, C, eps,
+                                           wofs));
         CHECK_MSG(same_floats(f[0].got, f2[0].got, NC), "%s",
                   label(be, "rmsnorm_forward with rstd NULL"));
         karg g[] = {ARG(ffill(NC, 0.5f), NC), ARG(ffill(C, -1.0f), C), ARG(R, NC),
                     ARG(inp, NC),            ARG(w, C),               ARG(f[1].got, N)};
         RUN(be, g, be->i->rmsnorm_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev, g[4].dev,
-                                           g[5].dev, N, C));
+                                           g[5].dev, N, C, wofs));
         CHECK_FD(be, "rmsnorm_backward dinp", g[0].got, 0.5f, g_inp, NC);
         CHECK_FD(be, "rmsnorm_backward dweight", g[1].got, -1.0f, g_w, C);
     }
@@ -223,7 +228,7 @@ static void test_rope_inv_freq(void) {
 typedef struct {
     double *inp, *wq, *wk, *R;
     int N, NH, NKV, HS;
-    double eps;
+    double eps, wofs;
 } qkn_ctx;
 
 /* Each q head (HS values) of a row is RMSNorm'd with wq, each k head with
@@ -238,7 +243,8 @@ static void qknorm_d(double *out, double *rstd, const qkn_ctx *q) {
             double ms = 0.0;
             for (int c = 0; c < q->HS; c++) ms += x[c] * x[c];
             double s = 1.0 / sqrt(ms / q->HS + q->eps);
-            for (int c = 0; c < q->HS; c++) out[(size_t)n * W + (size_t)h * q->HS + c] = x[c] * s * w[c];
+            for (int c = 0; c < q->HS; c++)
+                out[(size_t)n * W + (size_t)h * q->HS + c] = x[c] * s * (q->wofs + w[c]);
             if (rstd) rstd[(size_t)n * heads + h] = s;
         }
     }
@@ -252,11 +258,16 @@ static double qkn_loss(void *ctx_) {
     return dot_loss(out, q->R, n);
 }
 
-static void test_qknorm(int N, int NH, int NKV, int HS, float eps) {
+static void test_qknorm(int N, int NH, int NKV, int HS, float eps, float wofs) {
     size_t n = (size_t)N * (NH + 2 * NKV) * HS, nr = (size_t)N * (NH + NKV);
     float *inp = frand(n, 2.0f), *wq = frand(HS, 1.5f), *wk = frand(HS, 1.5f), *R = frand(n, 1.0f);
     qkn_ctx q = {to_double(inp, n), to_double(wq, HS), to_double(wk, HS), to_double(R, n), N, NH,
-                 NKV, HS, eps};
+                 NKV, HS, eps, wofs};
+    if (wofs != 0.0f)
+        for (int c = 0; c < HS; c++) { /* the kernels' fp32 sums */
+            q.wq[c] = (double)(wofs + wq[c]) - wofs;
+            q.wk[c] = (double)(wofs + wk[c]) - wofs;
+        }
     double *want = dalloc(n), *want_rstd = dalloc(nr), *g_inp = dalloc(n);
     double *g_wq = dalloc(HS), *g_wk = dalloc(HS);
     qknorm_d(want, want_rstd, &q);
@@ -267,7 +278,7 @@ static void test_qknorm(int N, int NH, int NKV, int HS, float eps) {
                 ARG(wk, HS)};
     FOR_ALL(be) {
         RUN(be, f, be->i->qknorm_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, f[4].dev, N,
-                                         NH, NKV, HS, eps));
+                                         NH, NKV, HS, eps, wofs));
         CHECK_EXACT(be, "qknorm_forward out", f[0].got, want, n);
         CHECK_EXACT(be, "qknorm_forward rstd", f[1].got, want_rstd, nr);
         // dinp is written (a prefill must not survive), the weights' gradients add
@@ -275,7 +286,7 @@ static void test_qknorm(int N, int NH, int NKV, int HS, float eps) {
                     ARG(R, n),              ARG(inp, n),              ARG(wq, HS),
                     ARG(wk, HS),            ARG(f[1].got, nr)};
         RUN(be, g, be->i->qknorm_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev, g[4].dev,
-                                          g[5].dev, g[6].dev, g[7].dev, N, NH, NKV, HS));
+                                          g[5].dev, g[6].dev, g[7].dev, N, NH, NKV, HS, wofs));
         CHECK_FD(be, "qknorm_backward dinp", g[0].got, 0.0f, g_inp, n);
         CHECK_FD(be, "qknorm_backward dwq", g[1].got, 0.5f, g_wq, HS);
         CHECK_FD(be, "qknorm_backward dwk", g[2].got, -1.0f, g_wk, HS);
@@ -284,7 +295,7 @@ static void test_qknorm(int N, int NH, int NKV, int HS, float eps) {
         karg h[] = {ARG(R, n), ARG(falloc(HS), HS), ARG(falloc(HS), HS), ARG(inp, n), ARG(wq, HS),
                     ARG(wk, HS), ARG(f[1].got, nr)};
         RUN(be, h, be->i->qknorm_backward(be, h[0].dev, h[1].dev, h[2].dev, h[0].dev, h[3].dev,
-                                          h[4].dev, h[5].dev, h[6].dev, N, NH, NKV, HS));
+                                          h[4].dev, h[5].dev, h[6].dev, N, NH, NKV, HS, wofs));
         CHECK_MSG(same_floats(first, h[0].got, n), "%s", label(be, "qknorm_backward in place"));
     }
     pool_free();
@@ -327,6 +338,44 @@ static void test_swiglu(int N, int F) {
         CHECK_EXACT(be, "swiglu_forward", f[0].got, want, NF);
         RUN(be, b, be->i->swiglu_backward(be, b[0].dev, b[1].dev, b[2].dev, N, F));
         CHECK_FD(be, "swiglu_backward", b[0].got, 0.25f, g, 2 * NF);
+    }
+    pool_free();
+}
+
+/* ------------------------------------------------------------ geglu */
+
+static void geglu_d(double *out, const swiglu_ctx *s) {
+    for (int n = 0; n < s->N; n++)
+        for (int i = 0; i < s->F; i++) {
+            double g = s->inp[(size_t)n * 2 * s->F + i], u = s->inp[(size_t)n * 2 * s->F + s->F + i];
+            /* GELU, tanh form: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) */
+            double gelu = 0.5 * g * (1.0 + tanh(sqrt(2.0 / CT_PI) * (g + 0.044715 * g * g * g)));
+            out[(size_t)n * s->F + i] = gelu * u;
+        }
+}
+
+static double geglu_loss(void *ctx_) {
+    swiglu_ctx *s = ctx_;
+    size_t n = (size_t)s->N * s->F;
+    double *out = malloc(n * sizeof *out);
+    geglu_d(out, s);
+    return dot_loss(out, s->R, n);
+}
+
+static void test_geglu(int N, int F) {
+    size_t NF = (size_t)N * F;
+    float *inp = frand(2 * NF, 4.0f), *R = frand(NF, 1.0f);
+    swiglu_ctx s = {to_double(inp, 2 * NF), to_double(R, NF), N, F};
+    double *want = dalloc(NF), *g = dalloc(2 * NF);
+    geglu_d(want, &s);
+    fd_grad(g, s.inp, 2 * NF, geglu_loss, &s);
+    karg f[] = {ARG(ffill(NF, NAN), NF), ARG(inp, 2 * NF)};
+    karg b[] = {ARG(ffill(2 * NF, 0.25f), 2 * NF), ARG(inp, 2 * NF), ARG(R, NF)};
+    FOR_ALL(be) {
+        RUN(be, f, be->i->geglu_forward(be, f[0].dev, f[1].dev, N, F));
+        CHECK_EXACT(be, "geglu_forward", f[0].got, want, NF);
+        RUN(be, b, be->i->geglu_backward(be, b[0].dev, b[1].dev, b[2].dev, N, F));
+        CHECK_FD(be, "geglu_backward", b[0].got, 0.25f, g, 2 * NF);
     }
     pool_free();
 }
@@ -754,12 +803,22 @@ static void cmp_llama(int B, int T, int NH, int NKV, int HS, int F) {
     float *x = frand(NC, 3.0f), *w = frand(C, 1.0f), *dy = frand(NC, 1.0f);
     karg f[] = {OUT("rmsnorm_forward out", falloc(NC), NC),
                 OUT("rmsnorm_forward rstd", falloc(N), N), ARG(x, NC), ARG(w, C)};
-    VS_REF(be, f, be->i->rmsnorm_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, N, C, 1e-6f));
+    VS_REF(be, f, be->i->rmsnorm_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, N, C, 1e-6f,
+                                         0.0f));
     karg g[] = {OUT("rmsnorm_backward dinp", ffill(NC, 1.0f), NC),
                 OUT("rmsnorm_backward dweight", falloc(C), C), ARG(dy, NC), ARG(x, NC), ARG(w, C),
                 ARG(f[1].want, N)};
     VS_REF(be, g, be->i->rmsnorm_backward(be, g[0].dev, g[1].dev, g[2].dev, g[3].dev, g[4].dev,
-                                          g[5].dev, N, C));
+                                          g[5].dev, N, C, 0.0f));
+    karg fo[] = {OUT("rmsnorm_forward out, 1 + w", falloc(NC), NC),
+                 OUT("rmsnorm_forward rstd, 1 + w", falloc(N), N), ARG(x, NC), ARG(w, C)};
+    VS_REF(be, fo, be->i->rmsnorm_forward(be, fo[0].dev, fo[1].dev, fo[2].dev, fo[3].dev, N, C,
+                                          1e-6f, 1.0f));
+    karg go[] = {OUT("rmsnorm_backward dinp, 1 + w", ffill(NC, 1.0f), NC),
+                 OUT("rmsnorm_backward dweight, 1 + w", falloc(C), C), ARG(dy, NC), ARG(x, NC),
+                 ARG(w, C), ARG(fo[1].want, N)};
+    VS_REF(be, go, be->i->rmsnorm_backward(be, go[0].dev, go[1].dev, go[2].dev, go[3].dev,
+                                           go[4].dev, go[5].dev, N, C, 1.0f));
 
     float *inv = rope_table(HS, 10000.0f);
     karg r[] = {OUT("rope_forward", frand(nqkv, 1.0f), nqkv), ARG(inv, HS / 2)};
@@ -779,20 +838,24 @@ static void cmp_llama(int B, int T, int NH, int NKV, int HS, int F) {
                 OUT("qknorm_forward rstd", falloc(nr), nr), ARG(qin, nqkv), ARG(wq, HS),
                 ARG(wk, HS)};
     VS_REF(be, q, be->i->qknorm_forward(be, q[0].dev, q[1].dev, q[2].dev, q[3].dev, q[4].dev, N,
-                                        NH, NKV, HS, 1e-6f));
+                                        NH, NKV, HS, 1e-6f, 1.0f));
     karg qb[] = {OUT("qknorm_backward dinp", ffill(nqkv, 3.0f), nqkv),
                  OUT("qknorm_backward dwq", ffill(HS, 1.0f), HS),
                  OUT("qknorm_backward dwk", falloc(HS), HS), ARG(dq, nqkv), ARG(qin, nqkv),
                  ARG(wq, HS), ARG(wk, HS), ARG(q[1].want, nr)};
     VS_REF(be, qb, be->i->qknorm_backward(be, qb[0].dev, qb[1].dev, qb[2].dev, qb[3].dev,
                                           qb[4].dev, qb[5].dev, qb[6].dev, qb[7].dev, N, NH, NKV,
-                                          HS));
+                                          HS, 1.0f));
 
     float *h = frand(2 * NF, 6.0f), *dh = frand(NF, 1.0f);
     karg s[] = {OUT("swiglu_forward", falloc(NF), NF), ARG(h, 2 * NF)};
     VS_REF(be, s, be->i->swiglu_forward(be, s[0].dev, s[1].dev, N, F));
     karg sb[] = {OUT("swiglu_backward", ffill(2 * NF, -0.5f), 2 * NF), ARG(h, 2 * NF), ARG(dh, NF)};
     VS_REF(be, sb, be->i->swiglu_backward(be, sb[0].dev, sb[1].dev, sb[2].dev, N, F));
+    karg gg[] = {OUT("geglu_forward", falloc(NF), NF), ARG(h, 2 * NF)};
+    VS_REF(be, gg, be->i->geglu_forward(be, gg[0].dev, gg[1].dev, N, F));
+    karg gb[] = {OUT("geglu_backward", ffill(2 * NF, -0.5f), 2 * NF), ARG(h, 2 * NF), ARG(dh, NF)};
+    VS_REF(be, gb, be->i->geglu_backward(be, gb[0].dev, gb[1].dev, gb[2].dev, N, F));
     pool_free();
     cmp_attention(B, T, NH, NKV, HS);
     cmp_attention_packed(B, T, NH, NKV, HS, pack_lens, PACK_N);
@@ -827,9 +890,10 @@ int main(void) {
         return 1;
     }
     if (verbose) printf("every backend vs double / finite differences:\n");
-    test_rmsnorm(6, 13, 1e-5f);
-    test_rmsnorm(3, 32, 1e-6f);
-    test_rmsnorm(2, 1, 0.5f); // C = 1 (a large eps keeps the gradient away from 0)
+    test_rmsnorm(6, 13, 1e-5f, 0.0f);
+    test_rmsnorm(3, 32, 1e-6f, 0.0f);
+    test_rmsnorm(2, 1, 0.5f, 0.0f); // C = 1 (a large eps keeps the gradient away from 0)
+    test_rmsnorm(5, 19, 1e-6f, 1.0f); // Gemma's 1 + weight
     test_rope(2, 5, 2, 1, 8, 0, 10000.0f, NULL);
     test_rope(1, 4, 3, 3, 6, 7, 500000.0f, NULL); // pos0 > 0 (decoding), other theta
     test_rope(1, 3, 1, 1, 2, 0, 10.0f, NULL);     // HS = 2
@@ -851,11 +915,14 @@ int main(void) {
         memcpy(keep, inv, sizeof keep);
         test_rope_table(1, 3, 2, 1, 16, 9000, keep, NULL);
     }
-    test_qknorm(3, 2, 1, 8, 1e-6f);
-    test_qknorm(2, 4, 2, 16, 1e-5f);
-    test_qknorm(1, 1, 1, 19, 0.5f); // HS not a multiple of 16, one head each
+    test_qknorm(3, 2, 1, 8, 1e-6f, 0.0f);
+    test_qknorm(2, 4, 2, 16, 1e-5f, 0.0f);
+    test_qknorm(1, 1, 1, 19, 0.5f, 0.0f); // HS not a multiple of 16, one head each
+    test_qknorm(2, 2, 1, 24, 1e-6f, 1.0f); // Gemma's 1 + weight
     test_swiglu(5, 11);
     test_swiglu(2, 33);
+    test_geglu(5, 11);
+    test_geglu(2, 33);
     test_attention(2, 7, 3, 3, 4, NULL); // multi-head: NKV == NH
     test_attention(1, 5, 1, 1, 8, NULL);
     test_attention(2, 4, 3, 3, 1, NULL); // HS = 1

@@ -405,7 +405,9 @@ static void test_presets_and_validation(ct_ctx *ctx) {
                {"qwen3-0.6b", CT_FAMILY_QWEN3, 596049920u},
                {"llama3.2-1b", CT_FAMILY_LLAMA, 1235814400u},
                {"smollm2-135m", CT_FAMILY_LLAMA, 134515008u},
-               {"mistral-7b", CT_FAMILY_MISTRAL, 7248023552u}};
+               {"mistral-7b", CT_FAMILY_MISTRAL, 7248023552u},
+               {"gemma3-270m", CT_FAMILY_GEMMA3, 268098176u},
+               {"gemma3-1b", CT_FAMILY_GEMMA3, 999885952u}};
     for (size_t i = 0; i < sizeof pub / sizeof *pub; i++) {
         CHECK(ct_model_config_preset(&c, pub[i].preset) == CT_OK && c.family == pub[i].family);
         CHECK(ct_model_plan_memory(&c, 1, 16, false, &plan) == CT_OK);

@@ -1,8 +1,11 @@
 /*
  * Memory levers of the model: the recompute policies (none, light, full) and
  * bf16 activation storage, on a small random GPT-2 (3 layers, C=32, 4 heads,
- * T=16) and a Qwen3 of the same size (q/k norms, whose backward re-derives
- * the attention's input; head size 16, not C / heads; grouped KV heads). Checks that light and full (fp32) give the same loss and gradients
+ * T=16), a Qwen3 of the same size (q/k norms, whose backward re-derives
+ * the attention's input; head size 16, not C / heads; grouped KV heads) and
+ * a Gemma 3 (norms after the attention and the MLP too, whose inputs full
+ * recompute re-derives; 1 + weight norms; GeGLU; sliding layers of window 5
+ * with their own RoPE table; scaled embeddings). Checks that light and full (fp32) give the same loss and gradients
  * as none (bit for bit on the ref kernels; within 1e-6 of the largest
  * gradient on the cpu kernels, and the test prints whether they were exact),
  * over several AdamW steps and an accumulation with a smaller second
@@ -13,6 +16,7 @@
  * converters against the scalar ones.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,8 +41,10 @@ static const ct_recompute policies[] = {CT_RECOMPUTE_NONE, CT_RECOMPUTE_LIGHT,
                                         CT_RECOMPUTE_FULL};
 static const ct_act_dtype dtypes[] = {CT_ACT_FP32, CT_ACT_BF16};
 
-/* 0: GPT-2; 1: Qwen3 (q/k norms, head_dim 16 with 4 heads of C = 32, 2 KV heads) */
+/* 0: GPT-2; 1: Qwen3 (q/k norms, head_dim 16 with 4 heads of C = 32, 2 KV
+ * heads); 2: Gemma 3 (its switches; layers 0 and 2 slide, layer 1 is global) */
 static int model_kind = 0;
+static const char *const kind_names[] = {"", " qwen3", " gemma3"};
 
 static void model_config(ct_model_config *c) {
     if (!model_kind) {
@@ -46,9 +52,17 @@ static void model_config(ct_model_config *c) {
         return;
     }
     ct_model_config_llama(c, L, NH, 2, C, 88, V, T);
-    c->family = CT_FAMILY_QWEN3;
+    c->family = model_kind == 1 ? CT_FAMILY_QWEN3 : CT_FAMILY_GEMMA3;
     c->qk_norm = true;
     c->head_dim = 16;
+    if (model_kind == 2) {
+        c->mlp = CT_MLP_GEGLU;
+        c->norm_offset = c->sandwich_norm = c->embed_scale = true;
+        c->sliding_window = 5;
+        c->sliding_pattern = 2;
+        c->rope_local_theta = 10000.0f;
+        c->rope_theta = 1e6f;
+    }
 }
 
 /* Rows per chunk of the fused head for make_model (0: automatic, one chunk here). */
@@ -203,8 +217,9 @@ static double check_bf16(ct_model *shape, const char *backend, const char *what,
 }
 
 static void test_policies(ct_backend_kind backend) {
-    const char *bname = backend == CT_BACKEND_REF ? (model_kind ? "ref qwen3" : "ref")
-                                                  : (model_kind ? "cpu qwen3" : "cpu");
+    char bname[32];
+    snprintf(bname, sizeof bname, "%s%s", backend == CT_BACKEND_REF ? "ref" : "cpu",
+             kind_names[model_kind]);
     ct_ctx *ctx = NULL;
     ct_ctx_params p = ct_ctx_params_default();
     p.backend = backend;
@@ -433,7 +448,7 @@ int main(void) {
     test_head_chunks();
     test_opts_errors();
     test_plan();
-    for (model_kind = 0; model_kind < 2; model_kind++) {
+    for (model_kind = 0; model_kind < 3; model_kind++) {
         test_policies(CT_BACKEND_REF);
         test_policies(CT_BACKEND_CPU);
     }

@@ -228,6 +228,9 @@ int main(void) {
         {"qwen3-tiny", true, false, false},
         {"qwen2-tiny", false, true, false},
         {"llama3-tiny", true, false, false},
+        /* Gemma: sandwich norms re-derived under full recompute, sliding layers */
+        {"gemma3-tiny", false, false, true},
+        {"gemma3-tiny", true, true, false},
     };
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) test_sim_equals_ref(&runs[i]);
     test_hf_round_trip();

@@ -22,9 +22,9 @@ static inline double lane_sum(v16f v) {
     return s;
 }
 
-/* out (N,C) = inp * rstd * weight; rstd (N) written unless NULL. */
+/* out (N,C) = inp * rstd * (wofs + weight); rstd (N) written unless NULL. */
 void ct_rmsnorm_forward_cpu(ct_backend *be, float *out, float *rstd, const float *inp, const float *weight,
-                            int N, int C, float eps) {
+                            int N, int C, float eps, float wofs) {
     (void)be;
     int cv = C / V16 * V16;
 #ifdef CT_USE_OPENMP
@@ -42,15 +42,15 @@ void ct_rmsnorm_forward_cpu(ct_backend *be, float *out, float *rstd, const float
         for (int c = cv; c < C; c++) ss += (double)x[c] * x[c];
         float s = (float)(1.0 / sqrt(ss / C + eps));
         for (int c = 0; c < cv; c += V16)
-            v16_store(y + c, v16_load(x + c) * s * v16_load(weight + c));
-        for (int c = cv; c < C; c++) y[c] = x[c] * s * weight[c];
+            v16_store(y + c, v16_load(x + c) * s * (wofs + v16_load(weight + c)));
+        for (int c = cv; c < C; c++) y[c] = x[c] * s * (wofs + weight[c]);
         if (rstd) rstd[n] = s;
     }
 }
 
 /* dinp (N,C), dweight (C) += RMSNorm gradients; same formula as ref. */
 void ct_rmsnorm_backward_cpu(ct_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
-                             const float *weight, const float *rstd, int N, int C) {
+                             const float *weight, const float *rstd, int N, int C, float wofs) {
     (void)be;
     int cv = C / V16 * V16;
 #ifdef CT_USE_OPENMP
@@ -63,17 +63,18 @@ void ct_rmsnorm_backward_cpu(ct_backend *be, float *dinp, float *dweight, const 
         float s = rstd[n];
         v16f agx = {0};
         for (int c = 0; c < cv; c += V16)
-            agx += v16_load(weight + c) * v16_load(dy + c) * v16_load(x + c);
+            agx += (wofs + v16_load(weight + c)) * v16_load(dy + c) * v16_load(x + c);
         double gx_sum = lane_sum(agx);
-        for (int c = cv; c < C; c++) gx_sum += (double)weight[c] * dy[c] * x[c];
+        for (int c = cv; c < C; c++) gx_sum += (double)(wofs + weight[c]) * dy[c] * x[c];
         // mean(g * xhat) = s * mean(g * x)
         float gx_mean = (float)(gx_sum * s / C);
         for (int c = 0; c < cv; c += V16) {
             v16f xhat = v16_load(x + c) * s;
-            v16f g = v16_load(weight + c) * v16_load(dy + c);
+            v16f g = (wofs + v16_load(weight + c)) * v16_load(dy + c);
             v16_store(dx + c, v16_load(dx + c) + s * (g - xhat * gx_mean));
         }
-        for (int c = cv; c < C; c++) dx[c] += s * (weight[c] * dy[c] - x[c] * s * gx_mean);
+        for (int c = cv; c < C; c++)
+            dx[c] += s * ((wofs + weight[c]) * dy[c] - x[c] * s * gx_mean);
     }
     int nblk = cv / V16, ntail = C - cv;
 #ifdef CT_USE_OPENMP
@@ -164,7 +165,7 @@ void ct_rope_backward_cpu(ct_backend *be, float *dqkv, const int32_t *pos, int B
  * ct_rmsnorm_forward_cpu's row; v copied. */
 void ct_qknorm_forward_cpu(ct_backend *be, float *out, float *rstd, const float *inp,
                            const float *wq, const float *wk, int N, int NH, int NKV, int HS,
-                           float eps) {
+                           float eps, float wofs) {
     (void)be;
     int heads = NH + NKV, hv = HS / V16 * V16;
     size_t W = (size_t)(NH + 2 * NKV) * HS;
@@ -185,8 +186,8 @@ void ct_qknorm_forward_cpu(ct_backend *be, float *out, float *rstd, const float 
             for (int c = hv; c < HS; c++) ss += (double)x[c] * x[c];
             float s = (float)(1.0 / sqrt(ss / HS + eps));
             for (int c = 0; c < hv; c += V16)
-                v16_store(y + c, v16_load(x + c) * s * v16_load(w + c));
-            for (int c = hv; c < HS; c++) y[c] = x[c] * s * w[c];
+                v16_store(y + c, v16_load(x + c) * s * (wofs + v16_load(w + c)));
+            for (int c = hv; c < HS; c++) y[c] = x[c] * s * (wofs + w[c]);
             if (rstd) rstd[(size_t)n * heads + h] = s;
         }
         size_t v = (size_t)n * W + (size_t)heads * HS;
@@ -200,7 +201,8 @@ void ct_qknorm_forward_cpu(ct_backend *be, float *out, float *rstd, const float 
  * input gradients, rows in parallel. */
 void ct_qknorm_backward_cpu(ct_backend *be, float *dinp, float *dwq, float *dwk,
                             const float *dout, const float *inp, const float *wq,
-                            const float *wk, const float *rstd, int N, int NH, int NKV, int HS) {
+                            const float *wk, const float *rstd, int N, int NH, int NKV, int HS,
+                            float wofs) {
     (void)be;
     int heads = NH + NKV, hv = HS / V16 * V16, nblk = hv / V16, ntail = HS - hv;
     size_t W = (size_t)(NH + 2 * NKV) * HS;
@@ -240,17 +242,18 @@ void ct_qknorm_backward_cpu(ct_backend *be, float *dinp, float *dwq, float *dwk,
             float s = rstd[(size_t)n * heads + h];
             v16f agx = {0};
             for (int c = 0; c < hv; c += V16)
-                agx += v16_load(w + c) * v16_load(dy + c) * v16_load(x + c);
+                agx += (wofs + v16_load(w + c)) * v16_load(dy + c) * v16_load(x + c);
             double gx_sum = lane_sum(agx);
-            for (int c = hv; c < HS; c++) gx_sum += (double)w[c] * dy[c] * x[c];
+            for (int c = hv; c < HS; c++) gx_sum += (double)(wofs + w[c]) * dy[c] * x[c];
             float gx_mean = (float)(gx_sum * s / HS);
             /* each dy[c] is read before dx[c] is written: in place is fine */
             for (int c = 0; c < hv; c += V16) {
                 v16f xhat = v16_load(x + c) * s;
-                v16f g = v16_load(w + c) * v16_load(dy + c);
+                v16f g = (wofs + v16_load(w + c)) * v16_load(dy + c);
                 v16_store(dx + c, s * (g - xhat * gx_mean));
             }
-            for (int c = hv; c < HS; c++) dx[c] = s * (w[c] * dy[c] - x[c] * s * gx_mean);
+            for (int c = hv; c < HS; c++)
+                dx[c] = s * ((wofs + w[c]) * dy[c] - x[c] * s * gx_mean);
         }
         size_t v = (size_t)n * W + (size_t)heads * HS;
         if (dinp != dout) memcpy(dinp + v, dout + v, (size_t)NKV * HS * sizeof(float));

@@ -112,23 +112,27 @@ void ct_layernorm_backward_cuda(ct_backend *be, float *dinp, float *dweight, flo
                                 const float *dout, const float *inp, const float *weight,
                                 const float *mean, const float *rstd, int N, int C);
 void ct_rmsnorm_forward_cuda(ct_backend *be, float *out, float *rstd, const float *inp,
-                             const float *weight, int N, int C, float eps);
+                             const float *weight, int N, int C, float eps, float wofs);
 void ct_rmsnorm_backward_cuda(ct_backend *be, float *dinp, float *dweight, const float *dout,
                               const float *inp, const float *weight, const float *rstd, int N,
-                              int C);
+                              int C, float wofs);
 void ct_rope_forward_cuda(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH,
                           int NKV, int HS, int pos0, const float *inv_freq);
 void ct_rope_backward_cuda(ct_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH,
                            int NKV, int HS, int pos0, const float *inv_freq);
 void ct_qknorm_forward_cuda(ct_backend *be, float *out, float *rstd, const float *inp,
                             const float *wq, const float *wk, int N, int NH, int NKV, int HS,
-                            float eps);
+                            float eps, float wofs);
 void ct_qknorm_backward_cuda(ct_backend *be, float *dinp, float *dwq, float *dwk,
                              const float *dout, const float *inp, const float *wq,
-                             const float *wk, const float *rstd, int N, int NH, int NKV, int HS);
+                             const float *wk, const float *rstd, int N, int NH, int NKV, int HS,
+                             float wofs);
 void ct_swiglu_forward_cuda(ct_backend *be, float *out, const float *inp, int N, int F);
 void ct_swiglu_backward_cuda(ct_backend *be, float *dinp, const float *inp, const float *dout,
                              int N, int F);
+void ct_geglu_forward_cuda(ct_backend *be, float *out, const float *inp, int N, int F);
+void ct_geglu_backward_cuda(ct_backend *be, float *dinp, const float *inp, const float *dout,
+                            int N, int F);
 void ct_gelu_forward_cuda(ct_backend *be, float *out, const float *inp, size_t n);
 void ct_gelu_backward_cuda(ct_backend *be, float *dinp, const float *inp, const float *dout,
                            size_t n);

@@ -170,7 +170,7 @@ extern "C" void ct_layernorm_backward_cuda(ct_backend *be, float *dinp, float *d
 /* ------------------------------------------------------------ RMSNorm */
 
 __global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *weight,
-                              int C, float eps) {
+                              int C, float eps, float wofs) {
     __shared__ double sh[32];
     size_t n = blockIdx.x;
     const float *x = inp + n * C;
@@ -178,35 +178,39 @@ __global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const f
     double ss = 0.0;
     for (int c = threadIdx.x; c < C; c += blockDim.x) ss += (double)x[c] * x[c];
     double s = 1.0 / sqrt(block_sum(ss, sh) / C + eps);
-    for (int c = threadIdx.x; c < C; c += blockDim.x) y[c] = (float)(x[c] * s * weight[c]);
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        y[c] = (float)(x[c] * s * (wofs + weight[c]));
     if (threadIdx.x == 0 && rstd) rstd[n] = (float)s;
 }
 extern "C" void ct_rmsnorm_forward_cuda(ct_backend *be, float *out, float *rstd, const float *inp,
-                                        const float *weight, int N, int C, float eps) {
+                                        const float *weight, int N, int C, float eps,
+                                        float wofs) {
     if (N <= 0) return;
-    k_rmsnorm_fwd<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(out, rstd, inp, weight, C, eps);
+    k_rmsnorm_fwd<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(out, rstd, inp, weight, C, eps, wofs);
     cuda_launched(be, "rmsnorm_forward");
 }
 
 __global__ void k_rmsnorm_bwd_rows(float *dinp, const float *dout, const float *inp,
-                                   const float *weight, const float *rstd, int C) {
+                                   const float *weight, const float *rstd, int C, float wofs) {
     __shared__ double sh[32];
     size_t n = blockIdx.x;
     const float *x = inp + n * C, *dy = dout + n * C;
     float *dx = dinp + n * C;
     double s = rstd[n], gxm = 0.0;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) gxm += (double)weight[c] * dy[c] * x[c] * s;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        gxm += (double)(wofs + weight[c]) * dy[c] * x[c] * s;
     gxm = block_sum(gxm, sh) / C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         double xhat = x[c] * s;
-        dx[c] += (float)(s * ((double)weight[c] * dy[c] - xhat * gxm));
+        dx[c] += (float)(s * ((double)(wofs + weight[c]) * dy[c] - xhat * gxm));
     }
 }
 extern "C" void ct_rmsnorm_backward_cuda(ct_backend *be, float *dinp, float *dweight,
                                          const float *dout, const float *inp, const float *weight,
-                                         const float *rstd, int N, int C) {
+                                         const float *rstd, int N, int C, float wofs) {
     if (N <= 0 || C <= 0) return;
-    k_rmsnorm_bwd_rows<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(dinp, dout, inp, weight, rstd, C);
+    k_rmsnorm_bwd_rows<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(dinp, dout, inp, weight, rstd, C,
+                                                              wofs);
     cuda_launched(be, "rmsnorm_backward");
     cuda_colsum(be, COLSUM_RMSNORM, dweight, NULL, dout, inp, NULL, rstd, N, C);
 }
@@ -262,7 +266,8 @@ extern "C" void ct_rope_backward_cuda(ct_backend *be, float *dqkv, const int32_t
 /* A warp per q or k head (global head g = n * heads + h): ref's RMSNorm of
  * its HS values, sums in double. */
 __global__ void k_qknorm_fwd(float *out, float *rstd, const float *inp, const float *wq,
-                             const float *wk, int N, int NH, int NKV, int HS, float eps) {
+                             const float *wk, int N, int NH, int NKV, int HS, float eps,
+                             float wofs) {
     int heads = NH + NKV, lane = threadIdx.x & 31;
     size_t g = (size_t)blockIdx.x * QK_WARPS + (threadIdx.x >> 5);
     if (g >= (size_t)N * heads) return; /* a whole warp leaves together */
@@ -273,7 +278,7 @@ __global__ void k_qknorm_fwd(float *out, float *rstd, const float *inp, const fl
     double ss = 0.0;
     for (int c = lane; c < HS; c += 32) ss += (double)x[c] * x[c];
     double s = 1.0 / sqrt(warp_sum(ss) / HS + eps);
-    for (int c = lane; c < HS; c += 32) out[off + c] = (float)(x[c] * s * w[c]);
+    for (int c = lane; c < HS; c += 32) out[off + c] = (float)(x[c] * s * (wofs + w[c]));
     if (lane == 0 && rstd) rstd[g] = (float)s;
 }
 
@@ -289,12 +294,12 @@ __global__ void k_qknorm_copy_v(float *out, const float *inp, int N, int NH, int
 
 extern "C" void ct_qknorm_forward_cuda(ct_backend *be, float *out, float *rstd, const float *inp,
                                        const float *wq, const float *wk, int N, int NH, int NKV,
-                                       int HS, float eps) {
+                                       int HS, float eps, float wofs) {
     size_t heads = (size_t)N * (NH + NKV);
     if (!heads) return;
     cudaStream_t st = cuda_stream(be);
     k_qknorm_fwd<<<(unsigned)((heads + QK_WARPS - 1) / QK_WARPS), 32 * QK_WARPS, 0, st>>>(
-        out, rstd, inp, wq, wk, N, NH, NKV, HS, eps);
+        out, rstd, inp, wq, wk, N, NH, NKV, HS, eps, wofs);
     size_t nv = (size_t)N * NKV * HS;
     k_qknorm_copy_v<<<cuda_grid(nv, 256), 256, 0, st>>>(out, inp, N, NH, NKV, HS);
     cuda_launched(be, "qknorm_forward");
@@ -329,7 +334,8 @@ __global__ void k_qknorm_wgrad_part(double *pq, double *pk, const float *dout, c
 /* A warp per q or k head: dinp = RMSNorm's input gradient (written, may be
  * dout: each lane reads its dy[c] before it writes dx[c]). */
 __global__ void k_qknorm_bwd(float *dinp, const float *dout, const float *inp, const float *wq,
-                             const float *wk, const float *rstd, int N, int NH, int NKV, int HS) {
+                             const float *wk, const float *rstd, int N, int NH, int NKV, int HS,
+                             float wofs) {
     int heads = NH + NKV, lane = threadIdx.x & 31;
     size_t g = (size_t)blockIdx.x * QK_WARPS + (threadIdx.x >> 5);
     if (g >= (size_t)N * heads) return;
@@ -338,18 +344,18 @@ __global__ void k_qknorm_bwd(float *dinp, const float *dout, const float *inp, c
     size_t off = n * (size_t)(NH + 2 * NKV) * HS + (size_t)h * HS;
     const float *x = inp + off, *dy = dout + off, *w = h < NH ? wq : wk;
     double s = rstd[g], gxm = 0.0;
-    for (int c = lane; c < HS; c += 32) gxm += (double)w[c] * dy[c] * x[c] * s;
+    for (int c = lane; c < HS; c += 32) gxm += (double)(wofs + w[c]) * dy[c] * x[c] * s;
     gxm = warp_sum(gxm) / HS; /* every lane has read its dy before any writes */
     for (int c = lane; c < HS; c += 32) {
         double xhat = x[c] * s;
-        dinp[off + c] = (float)(s * ((double)w[c] * dy[c] - xhat * gxm));
+        dinp[off + c] = (float)(s * ((double)(wofs + w[c]) * dy[c] - xhat * gxm));
     }
 }
 
 extern "C" void ct_qknorm_backward_cuda(ct_backend *be, float *dinp, float *dwq, float *dwk,
                                         const float *dout, const float *inp, const float *wq,
                                         const float *wk, const float *rstd, int N, int NH,
-                                        int NKV, int HS) {
+                                        int NKV, int HS, float wofs) {
     size_t heads = (size_t)N * (NH + NKV);
     if (!heads || HS <= 0) return;
     cuda_state *s = cuda_st(be);
@@ -366,7 +372,7 @@ extern "C" void ct_qknorm_backward_cuda(ct_backend *be, float *dinp, float *dwq,
     k_colsum_add<<<grid.x, COLSUM_THREADS, 0, st>>>(dwq, NULL, pq, NULL, HS, chunks);
     k_colsum_add<<<grid.x, COLSUM_THREADS, 0, st>>>(dwk, NULL, pk, NULL, HS, chunks);
     k_qknorm_bwd<<<(unsigned)((heads + QK_WARPS - 1) / QK_WARPS), 32 * QK_WARPS, 0, st>>>(
-        dinp, dout, inp, wq, wk, rstd, N, NH, NKV, HS);
+        dinp, dout, inp, wq, wk, rstd, N, NH, NKV, HS, wofs);
     if (dinp != dout) {
         size_t nv = (size_t)N * NKV * HS;
         k_qknorm_copy_v<<<cuda_grid(nv, 256), 256, 0, st>>>(dinp, dout, N, NH, NKV, HS);
@@ -411,6 +417,48 @@ extern "C" void ct_swiglu_backward_cuda(ct_backend *be, float *dinp, const float
     if (!n) return;
     k_swiglu_bwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(dinp, inp, dout, N, F);
     cuda_launched(be, "swiglu_backward");
+}
+
+/* GeGLU: thread per (row, i), ref's double math. */
+__global__ void k_geglu_fwd(float *out, const float *inp, int N, int F) {
+    size_t n = (size_t)N * F;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        size_t r = k / F, i = k % F;
+        const float *g = inp + r * 2 * F;
+        double x = g[i];
+        double gelu = 0.5 * x * (1.0 + tanh(GELU_BETA * (x + GELU_KAPPA * x * x * x)));
+        out[k] = (float)(gelu * g[F + i]);
+    }
+}
+__global__ void k_geglu_bwd(float *dinp, const float *inp, const float *dout, int N, int F) {
+    size_t n = (size_t)N * F;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        size_t r = k / F, i = k % F;
+        const float *g = inp + r * 2 * F;
+        float *dg = dinp + r * 2 * F;
+        double x = g[i], x2 = x * x, dy = dout[k];
+        double th = tanh(GELU_BETA * (x + GELU_KAPPA * x2 * x));
+        double grad = 0.5 * (1.0 + th) +
+                      0.5 * x * (1.0 - th * th) * GELU_BETA * (1.0 + 3.0 * GELU_KAPPA * x2);
+        dg[i] += (float)(dy * g[F + i] * grad);
+        dg[F + i] += (float)(dy * 0.5 * x * (1.0 + th));
+    }
+}
+extern "C" void ct_geglu_forward_cuda(ct_backend *be, float *out, const float *inp, int N,
+                                      int F) {
+    size_t n = (size_t)N * F;
+    if (!n) return;
+    k_geglu_fwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(out, inp, N, F);
+    cuda_launched(be, "geglu_forward");
+}
+extern "C" void ct_geglu_backward_cuda(ct_backend *be, float *dinp, const float *inp,
+                                       const float *dout, int N, int F) {
+    size_t n = (size_t)N * F;
+    if (!n) return;
+    k_geglu_bwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(dinp, inp, dout, N, F);
+    cuda_launched(be, "geglu_backward");
 }
 
 __global__ void k_gelu_fwd(float *out, const float *inp, size_t n) {

@@ -34,6 +34,39 @@ void ct_gelu_backward_ref(ct_backend *be, float *dinp, const float *inp, const f
     }
 }
 
+/* out (N,F) = gelu_tanh(gate) * up, inp (N,2F) = [gate | up] per row, in
+ * double, rounded once. Ref: Shazeer, GLU Variants (2020); HF GemmaMLP. */
+void ct_geglu_forward_ref(ct_backend *be, float *out, const float *inp, int N, int F) {
+    (void)be;
+    for (int n = 0; n < N; n++) {
+        const float *g = inp + (size_t)n * 2 * F, *u = g + F;
+        for (int i = 0; i < F; i++) {
+            double x = g[i];
+            double gelu = 0.5 * x * (1.0 + tanh(CT_GELU_BETA * (x + CT_GELU_KAPPA * x * x * x)));
+            out[(size_t)n * F + i] = (float)(gelu * u[i]);
+        }
+    }
+}
+
+/* dinp (N,2F) += d gate = dout * up * gelu'(gate), d up = dout * gelu(gate). */
+void ct_geglu_backward_ref(ct_backend *be, float *dinp, const float *inp, const float *dout, int N,
+                           int F) {
+    (void)be;
+    for (int n = 0; n < N; n++) {
+        const float *g = inp + (size_t)n * 2 * F, *u = g + F;
+        float *dg = dinp + (size_t)n * 2 * F, *du = dg + F;
+        for (int i = 0; i < F; i++) {
+            double x = g[i], x2 = x * x, dy = dout[(size_t)n * F + i];
+            double th = tanh(CT_GELU_BETA * (x + CT_GELU_KAPPA * x2 * x));
+            double gelu = 0.5 * x * (1.0 + th);
+            double grad = 0.5 * (1.0 + th) +
+                          0.5 * x * (1.0 - th * th) * CT_GELU_BETA * (1.0 + 3.0 * CT_GELU_KAPPA * x2);
+            dg[i] += (float)(dy * u[i] * grad);
+            du[i] += (float)(dy * gelu);
+        }
+    }
+}
+
 /* out (n) = a (n) + b (n); out may alias a or b. */
 void ct_residual_forward_ref(ct_backend *be, float *out, const float *a, const float *b, size_t n) {
     (void)be;

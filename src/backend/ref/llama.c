@@ -11,11 +11,12 @@
 
 #include "backend/ref/ref.h"
 
-/* out (N,C) = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps) per row;
- * writes rstd (N) unless NULL. Ref: Zhang & Sennrich (2019); HF LlamaRMSNorm
- * (variance in fp32, eps inside the square root, weight applied last). */
+/* out (N,C) = inp * rstd * (wofs + weight), rstd = 1/sqrt(mean(inp^2) + eps)
+ * per row; writes rstd (N) unless NULL. Ref: Zhang & Sennrich (2019); HF
+ * LlamaRMSNorm (variance in fp32, eps inside the square root, weight applied
+ * last); Gemma3RMSNorm's scale is 1 + weight, summed in fp32 (wofs 1). */
 void ct_rmsnorm_forward_ref(ct_backend *be, float *out, float *rstd, const float *inp, const float *weight,
-                            int N, int C, float eps) {
+                            int N, int C, float eps, float wofs) {
     (void)be;
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -23,28 +24,29 @@ void ct_rmsnorm_forward_ref(ct_backend *be, float *out, float *rstd, const float
         double ss = 0.0;
         for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
         double s = 1.0 / sqrt(ss / C + eps);
-        for (int c = 0; c < C; c++) y[c] = (float)(x[c] * s * weight[c]);
+        for (int c = 0; c < C; c++) y[c] = (float)(x[c] * s * (wofs + weight[c]));
         if (rstd) rstd[n] = (float)s;
     }
 }
 
 /* dinp (N,C), dweight (C) += RMSNorm gradients from dout (N,C), the forward's
- * inp (N,C), weight (C) and rstd (N). With xhat = x * rstd and g = weight * dout:
+ * inp (N,C), weight (C) and rstd (N). With xhat = x * rstd and g = (wofs +
+ * weight) * dout:
  *   dinp = rstd * (g - xhat * mean(g * xhat)), dweight = sum over rows of dout * xhat
  * (LayerNorm's formula without the mean terms). */
 void ct_rmsnorm_backward_ref(ct_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
-                             const float *weight, const float *rstd, int N, int C) {
+                             const float *weight, const float *rstd, int N, int C, float wofs) {
     (void)be;
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         const float *dy = dout + (size_t)n * C;
         float *dx = dinp + (size_t)n * C;
         double s = rstd[n], gx_mean = 0.0;
-        for (int c = 0; c < C; c++) gx_mean += (double)weight[c] * dy[c] * x[c] * s;
+        for (int c = 0; c < C; c++) gx_mean += (double)(wofs + weight[c]) * dy[c] * x[c] * s;
         gx_mean /= C;
         for (int c = 0; c < C; c++) {
             double xhat = x[c] * s;
-            dx[c] += (float)(s * ((double)weight[c] * dy[c] - xhat * gx_mean));
+            dx[c] += (float)(s * ((double)(wofs + weight[c]) * dy[c] - xhat * gx_mean));
         }
     }
     for (int c = 0; c < C; c++) {
@@ -118,14 +120,14 @@ void ct_rope_backward_ref(ct_backend *be, float *dqkv, const int32_t *pos, int B
  * Ref: HF modeling_qwen3 Qwen3Attention (q_norm, k_norm on head_dim). */
 void ct_qknorm_forward_ref(ct_backend *be, float *out, float *rstd, const float *inp,
                            const float *wq, const float *wk, int N, int NH, int NKV, int HS,
-                           float eps) {
+                           float eps, float wofs) {
     int heads = NH + NKV;
     size_t W = (size_t)(NH + 2 * NKV) * HS;
     for (int n = 0; n < N; n++) {
         for (int h = 0; h < heads; h++) {
             size_t off = (size_t)n * W + (size_t)h * HS;
             ct_rmsnorm_forward_ref(be, out + off, rstd ? rstd + (size_t)n * heads + h : NULL,
-                                   inp + off, h < NH ? wq : wk, 1, HS, eps);
+                                   inp + off, h < NH ? wq : wk, 1, HS, eps, wofs);
         }
         size_t v = (size_t)n * W + (size_t)heads * HS;
         for (size_t i = 0; i < (size_t)NKV * HS; i++) out[v + i] = inp[v + i];
@@ -137,7 +139,8 @@ void ct_qknorm_forward_ref(ct_backend *be, float *out, float *rstd, const float 
  * heads in double, in order. */
 void ct_qknorm_backward_ref(ct_backend *be, float *dinp, float *dwq, float *dwk,
                             const float *dout, const float *inp, const float *wq,
-                            const float *wk, const float *rstd, int N, int NH, int NKV, int HS) {
+                            const float *wk, const float *rstd, int N, int NH, int NKV, int HS,
+                            float wofs) {
     (void)be;
     int heads = NH + NKV;
     size_t W = (size_t)(NH + 2 * NKV) * HS;
@@ -163,11 +166,11 @@ void ct_qknorm_backward_ref(ct_backend *be, float *dinp, float *dwq, float *dwk,
             const float *x = inp + off, *dy = dout + off, *w = h < NH ? wq : wk;
             float *dx = dinp + off;
             double s = rstd[(size_t)n * heads + h], gx_mean = 0.0;
-            for (int c = 0; c < HS; c++) gx_mean += (double)w[c] * dy[c] * x[c] * s;
+            for (int c = 0; c < HS; c++) gx_mean += (double)(wofs + w[c]) * dy[c] * x[c] * s;
             gx_mean /= HS;
             for (int c = 0; c < HS; c++) { /* dy[c] is read before dx[c] is written */
                 double xhat = x[c] * s;
-                dx[c] = (float)(s * ((double)w[c] * dy[c] - xhat * gx_mean));
+                dx[c] = (float)(s * ((double)(wofs + w[c]) * dy[c] - xhat * gx_mean));
             }
         }
         size_t v = (size_t)n * W + (size_t)heads * HS;

@@ -46,9 +46,9 @@ void ct_attention_decode_ref(ct_backend *be, float *out, const float *q, const f
                                  const float *vcache, int n, int NH, int NKV, int HS);
 
 void ct_rmsnorm_forward_ref(ct_backend *be, float *out, float *rstd, const float *inp, const float *weight,
-                            int N, int C, float eps);
+                            int N, int C, float eps, float wofs);
 void ct_rmsnorm_backward_ref(ct_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
-                             const float *weight, const float *rstd, int N, int C);
+                             const float *weight, const float *rstd, int N, int C, float wofs);
 /* cos, sin (HS/2) of RoPE's angles at position pos for the inverse
  * frequencies inv_freq (HS/2, host memory) (shared by ref and cpu). */
 void ct_rope_cos_sin(float *cosv, float *sinv, int pos, int HS, const float *inv_freq);
@@ -58,13 +58,17 @@ void ct_rope_backward_ref(ct_backend *be, float *dqkv, const int32_t *pos, int B
                           int NKV, int HS, int pos0, const float *inv_freq);
 void ct_qknorm_forward_ref(ct_backend *be, float *out, float *rstd, const float *inp,
                            const float *wq, const float *wk, int N, int NH, int NKV, int HS,
-                           float eps);
+                           float eps, float wofs);
 void ct_qknorm_backward_ref(ct_backend *be, float *dinp, float *dwq, float *dwk,
                             const float *dout, const float *inp, const float *wq,
-                            const float *wk, const float *rstd, int N, int NH, int NKV, int HS);
+                            const float *wk, const float *rstd, int N, int NH, int NKV, int HS,
+                            float wofs);
 void ct_swiglu_forward_ref(ct_backend *be, float *out, const float *inp, int N, int F);
 void ct_swiglu_backward_ref(ct_backend *be, float *dinp, const float *inp, const float *dout, int N, int F);
 
+void ct_geglu_forward_ref(ct_backend *be, float *out, const float *inp, int N, int F);
+void ct_geglu_backward_ref(ct_backend *be, float *dinp, const float *inp, const float *dout, int N,
+                           int F);
 void ct_gelu_forward_ref(ct_backend *be, float *out, const float *inp, size_t n);
 void ct_gelu_backward_ref(ct_backend *be, float *dinp, const float *inp, const float *dout, size_t n);
 void ct_residual_forward_ref(ct_backend *be, float *out, const float *a, const float *b, size_t n);

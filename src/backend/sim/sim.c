@@ -143,14 +143,14 @@ static void sim_attention_decode(ct_backend *be, float *out, const float *q, con
     ct_attention_decode_ref(be, HF(out), HF(q), HF(kcache), HF(vcache), n, NH, NKV, HS);
 }
 static void sim_rmsnorm_forward(ct_backend *be, float *out, float *rstd, const float *inp,
-                                const float *weight, int N, int C, float eps) {
-    ct_rmsnorm_forward_ref(be, HF(out), HF(rstd), HF(inp), HF(weight), N, C, eps);
+                                const float *weight, int N, int C, float eps, float wofs) {
+    ct_rmsnorm_forward_ref(be, HF(out), HF(rstd), HF(inp), HF(weight), N, C, eps, wofs);
 }
 static void sim_rmsnorm_backward(ct_backend *be, float *dinp, float *dweight, const float *dout,
                                  const float *inp, const float *weight, const float *rstd, int N,
-                                 int C) {
+                                 int C, float wofs) {
     ct_rmsnorm_backward_ref(be, HF(dinp), HF(dweight), HF(dout), HF(inp), HF(weight), HF(rstd),
-                            N, C);
+                            N, C, wofs);
 }
 static void sim_rope_forward(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH,
                              int NKV, int HS, int pos0, const float *inv_freq) {
@@ -162,15 +162,23 @@ static void sim_rope_backward(ct_backend *be, float *dqkv, const int32_t *pos, i
 }
 static void sim_qknorm_forward(ct_backend *be, float *out, float *rstd, const float *inp,
                                const float *wq, const float *wk, int N, int NH, int NKV, int HS,
-                               float eps) {
-    ct_qknorm_forward_ref(be, HF(out), HF(rstd), HF(inp), HF(wq), HF(wk), N, NH, NKV, HS, eps);
+                               float eps, float wofs) {
+    ct_qknorm_forward_ref(be, HF(out), HF(rstd), HF(inp), HF(wq), HF(wk), N, NH, NKV, HS, eps,
+                          wofs);
 }
 static void sim_qknorm_backward(ct_backend *be, float *dinp, float *dwq, float *dwk,
                                 const float *dout, const float *inp, const float *wq,
                                 const float *wk, const float *rstd, int N, int NH, int NKV,
-                                int HS) {
+                                int HS, float wofs) {
     ct_qknorm_backward_ref(be, HF(dinp), HF(dwq), HF(dwk), HF(dout), HF(inp), HF(wq), HF(wk),
-                           HF(rstd), N, NH, NKV, HS);
+                           HF(rstd), N, NH, NKV, HS, wofs);
+}
+static void sim_geglu_forward(ct_backend *be, float *out, const float *inp, int N, int F) {
+    ct_geglu_forward_ref(be, HF(out), HF(inp), N, F);
+}
+static void sim_geglu_backward(ct_backend *be, float *dinp, const float *inp, const float *dout,
+                               int N, int F) {
+    ct_geglu_backward_ref(be, HF(dinp), HF(inp), HF(dout), N, F);
 }
 static void sim_swiglu_forward(ct_backend *be, float *out, const float *inp, int N, int F) {
     ct_swiglu_forward_ref(be, HF(out), HF(inp), N, F);
@@ -247,6 +255,8 @@ const ct_backend_i ct_backend_sim_i = {
     .rope_backward = sim_rope_backward,
     .qknorm_forward = sim_qknorm_forward,
     .qknorm_backward = sim_qknorm_backward,
+    .geglu_forward = sim_geglu_forward,
+    .geglu_backward = sim_geglu_backward,
     .swiglu_forward = sim_swiglu_forward,
     .swiglu_backward = sim_swiglu_backward,
     .gelu_forward = sim_gelu_forward,
