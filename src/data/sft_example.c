@@ -90,7 +90,9 @@ ct_status ct_sft_encoder_init(ct_sft_encoder **out, const char *tokenizer, const
         goto fail;
     }
     if (chat_template) {
-        if ((st = ct_chat_template_load_file(&e->tpl, chat_template, e->tok_dir))) goto fail;
+        if ((st = ct_chat_template_load_file(&e->tpl, chat_template, e->tok_dir)) ||
+            (st = ct_chat_template_use_tokenizer(e->tpl, e->tok)))
+            goto fail;
         e->tpl_tried = true;
     }
     *out = e;
@@ -195,6 +197,18 @@ static bool has_nul_escape(const char *s, size_t n) {
     return false;
 }
 
+/* Room for n + 1 token offsets in e->offs. */
+static ct_status offs_reserve(ct_sft_encoder *e, size_t n) {
+    if (n + 1 <= e->offs_cap) return CT_OK;
+    size_t c = e->offs_cap ? e->offs_cap : 256;
+    while (c < n + 1) c *= 2;
+    size_t *v = realloc(e->offs, c * sizeof *v);
+    if (!v) return CT_ERR(CT_ERR_OOM, "out of memory for %zu token offsets", n + 1);
+    e->offs = v;
+    e->offs_cap = c;
+    return CT_OK;
+}
+
 /* Encode text into ex->ids with mask value m; a bad line on invalid UTF-8. */
 static ct_status ex_encode(ct_sft_encoder *e, ct_sft_example *ex, const char *text, uint8_t m, const char *field,
                            bool *bad, char *why, size_t cap) {
@@ -240,7 +254,7 @@ static ct_status load_template(ct_sft_encoder *e) {
     if (e->tpl) return CT_OK;
     if (!e->tpl_tried) {
         e->tpl_tried = true;
-        if (ct_chat_template_load(&e->tpl, e->tok_dir) == CT_OK) return CT_OK;
+        if (ct_chat_template_load(&e->tpl, e->tok_dir) == CT_OK) return ct_chat_template_use_tokenizer(e->tpl, e->tok);
         e->tpl = NULL;
     }
     ct_status st = CT_ERR(CT_ERR_ARG, "messages need a chat template, and %s has none: %s", e->tok_dir,
@@ -250,14 +264,10 @@ static ct_status load_template(ct_sft_encoder *e) {
     return st;
 }
 
-/* A conversation: render, encode whole, mark the tokens inside assistant spans. */
-static ct_status ex_messages(ct_sft_encoder *e, ct_sft_example *ex, const cJSON *msgs, bool *bad, char *why,
-                             size_t cap) {
-    if (!cJSON_IsArray(msgs)) {
-        snprintf(why, cap, "field \"messages\" is not an array");
-        *bad = true;
-        return CT_OK;
-    }
+/* A conversation (borrowed messages, vars): render, encode whole, mark the
+ * tokens inside assistant spans. */
+static ct_status ex_conversation(ct_sft_encoder *e, ct_sft_example *ex, const cJSON *msgs, const cJSON *vars,
+                                 bool *bad, char *why, size_t cap) {
     int i = 0, assistants = 0;
     for (const cJSON *m = msgs->child; m; m = m->next, i++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
@@ -283,7 +293,7 @@ static ct_status ex_messages(ct_sft_encoder *e, ct_sft_example *ex, const cJSON 
     char *text = NULL;
     size_t len = 0, n_spans = 0;
     ct_chat_span *spans = NULL;
-    st = ct_chat_render_spans_json(e->tpl, msgs, &text, &len, &spans, &n_spans);
+    st = ct_chat_render_spans_json(e->tpl, msgs, vars, &text, &len, &spans, &n_spans);
     if (st == CT_ERR_ARG || st == CT_ERR_FORMAT) {
         /* the template refuses this conversation (roles out of order, ...) */
         snprintf(why, cap, "%s", ct_last_error());
@@ -303,17 +313,7 @@ static ct_status ex_messages(ct_sft_encoder *e, ct_sft_example *ex, const cJSON 
     }
     size_t n = ex->ids.n - n0;
     if (st || (st = ex_reserve(ex, ex->ids.n))) goto done;
-    if (n + 1 > e->offs_cap) {
-        size_t c = e->offs_cap ? e->offs_cap : 256;
-        while (c < n + 1) c *= 2;
-        size_t *v = realloc(e->offs, c * sizeof *v);
-        if (!v) {
-            st = CT_ERR(CT_ERR_OOM, "out of memory for %zu token offsets", n + 1);
-            goto done;
-        }
-        e->offs = v;
-        e->offs_cap = c;
-    }
+    if ((st = offs_reserve(e, n))) goto done;
     if ((st = ct_sft_token_offsets(e->tok, text, len, ex->ids.ids + n0, n, e->offs))) {
         ct_error_prefix("the tokens of a rendered conversation");
         goto done;
@@ -341,6 +341,31 @@ static ct_status ex_messages(ct_sft_encoder *e, ct_sft_example *ex, const cJSON 
 done:
     free(text);
     free(spans);
+    return st;
+}
+
+/* A conversation (line j: "messages", and TRL's "tools" and
+ * "chat_template_kwargs"): render, encode whole, mark the tokens inside
+ * assistant spans. */
+static ct_status ex_messages(ct_sft_encoder *e, ct_sft_example *ex, const cJSON *j, bool *bad, char *why,
+                             size_t cap) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    if (!cJSON_IsArray(msgs)) {
+        snprintf(why, cap, "field \"messages\" is not an array");
+        *bad = true;
+        return CT_OK;
+    }
+    cJSON *vars = NULL;
+    ct_status st = ct_chat_conv_vars(j, true, &msgs, &vars);
+    if (st == CT_ERR_ARG) {
+        snprintf(why, cap, "%s", ct_last_error());
+        ct_error_clear();
+        *bad = true;
+        return CT_OK;
+    }
+    if (st) return st;
+    st = ex_conversation(e, ex, msgs, vars, bad, why, cap);
+    cJSON_Delete(vars);
     return st;
 }
 
@@ -376,7 +401,7 @@ ct_status ct_sft_encode_line(ct_sft_encoder *e, const char *line, size_t len, ct
         *bad = true;
     } else if (has_msgs) {
         ex->kind = CT_SFT_KIND_MESSAGES;
-        st = ex_messages(e, ex, cJSON_GetObjectItemCaseSensitive(j, "messages"), bad, why, cap);
+        st = ex_messages(e, ex, j, bad, why, cap);
     } else if (has_pc) {
         ex->kind = CT_SFT_KIND_PROMPT_COMPLETION;
         const char *p = str_field(j, "prompt", why, cap), *c = p ? str_field(j, "completion", why, cap) : NULL;

@@ -14,8 +14,10 @@
  *  - Alpaca's {"instruction", "input" (optional), "output"}: the Stanford
  *    Alpaca prompt (with or without its input section) as the prompt, the
  *    output as the completion.
- *  - {"messages": [{"role", "content"}, ...]}: rendered by the model's chat
- *    template (add_generation_prompt false), encoded whole with
+ *  - {"messages": [{"role", "content"}, ...]} (with TRL's optional "tools"
+ *    and "chat_template_kwargs", which become template variables): rendered
+ *    by the model's chat template (add_generation_prompt false), encoded
+ *    whole with
  *    CT_TOK_ADDED_TOKENS (markup becomes the special tokens' ids, as
  *    `ctrain tokenize --chat`); the tokens that overlap an assistant span of
  *    ct_chat_render_spans count. Nothing is added: the template writes BOS
@@ -29,7 +31,7 @@
  * cut, the EOS lost) or dropped; a truncated example left with no counted
  * token is dropped too. Examples are sequential: SFT sets are small.
  * Leaves out: packing and batching (the loader), conversational
- * prompt/completion lists (TRL's {"prompt": [messages], ...}), tools.
+ * prompt/completion lists (TRL's {"prompt": [messages], ...}).
  */
 #ifndef CT_SFT_PREPARE_H
 #define CT_SFT_PREPARE_H
