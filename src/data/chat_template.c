@@ -606,17 +606,19 @@ static ct_status chat_partial_prompt(const ct_chat_template *t, const cJSON *mes
 /* Where the assistant's turn starts: after the generation prompt when the
  * render before message i with it begins r (*an: its length); else after the
  * render without it, plus as much of the generation prompt as r has there
- * before the content (chat_partial_prompt). */
+ * before the content (chat_partial_prompt). *has_gp: whether the template
+ * writes a generation prompt at all. */
 static ct_status chat_turn_start(const ct_chat_template *t, const cJSON *messages, const cJSON *vars, size_t i,
-                                 const char *r, size_t rn, size_t *an) {
+                                 const char *r, size_t rn, size_t *an, bool *has_gp) {
     char *a = NULL, *p = NULL;
     size_t alen = 0, plen = 0;
     ct_status st = chat_render_n(t, messages, i, vars, true, &a, &alen);
+    if (!st) st = chat_render_n(t, messages, i, vars, false, &p, &plen);
+    if (!st) *has_gp = alen != plen || memcmp(a, p, alen) != 0;
     if (!st && chat_starts(r, rn, a, alen)) {
         *an = alen;
     } else if (!st) {
-        st = chat_render_n(t, messages, i, vars, false, &p, &plen);
-        if (!st && !chat_starts(r, rn, p, plen)) {
+        if (!chat_starts(r, rn, p, plen)) {
             st = chat_span_fail(t, i, "before it", p, plen, r, rn);
         } else if (!st) {
             size_t k = 0;
@@ -653,8 +655,8 @@ ct_status ct_chat_render_spans_json(const ct_chat_template *t, const cJSON *mess
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         if (!cJSON_IsString(role) || strcmp(role->valuestring, "assistant") != 0) continue;
         size_t an = 0, turn_end = 0, content_end = 0;
-        bool measured = false; /* content_end known */
-        st = chat_turn_start(t, messages, vars, i, r, rn, &an);
+        bool measured = false, has_gp = false; /* content_end known; a generation prompt */
+        st = chat_turn_start(t, messages, vars, i, r, rn, &an, &has_gp);
         /* where it ends: the render through it begins r (or ends as r does, after an EOS) */
         char *b = NULL;
         size_t bn = 0;
@@ -687,7 +689,9 @@ ct_status ct_chat_render_spans_json(const ct_chat_template *t, const cJSON *mess
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         if (cJSON_IsString(content)) {
             /* the content as it is, else trimmed (templates that strip() or |trim it), where
-             * only whitespace lies between the turn's start and it */
+             * only whitespace lies between the generation prompt and it (else the model writes
+             * what is there: a thinking block); anywhere in the turn for a template that writes
+             * no generation prompt (its header is what comes before the content) */
             jstr cs = {content->valuestring, strlen(content->valuestring)};
             for (int trim = 0; trim < 2; trim++) {
                 if (trim) cs = ju_trim(cs, true, true);
@@ -697,7 +701,7 @@ ct_status ct_chat_render_spans_json(const ct_chat_template *t, const cJSON *mess
                                                                                                  : NULL;
                 else
                     hit = chat_find(r + an, turn_end - an, cs.p, cs.n);
-                if (hit && chat_all_space(r + an, (size_t)(hit - r) - an)) {
+                if (hit && (!has_gp || chat_all_space(r + an, (size_t)(hit - r) - an))) {
                     start = (size_t)(hit - r);
                     if (!measured) content_end = start + cs.n;
                     break;

@@ -147,8 +147,10 @@ ct_status ct_chat_conv_vars(const struct cJSON *conv, bool other_keys, const str
  * with a placeholder for the content: what follows the content in the whole
  * render, as far as the markup after a last message goes, ends the turn.
  * The span starts where the content does when only whitespace lies between
- * the generation prompt and it; else (a template that rewrites the content,
- * or writes a thinking block before it) right after the generation prompt
+ * the generation prompt and it (anywhere in the turn for a template that
+ * writes no generation prompt: LLaMA-2's, Mistral's); else (a template that
+ * rewrites the content, or writes a thinking block before it) right after
+ * the generation prompt
  * (the part of it the whole render has, when a turn there has less of it:
  * Qwen3's empty thinking block with enable_thinking false). Returns the text as ct_chat_render does
  * and the spans, in message order, owned through *spans (release with free;
