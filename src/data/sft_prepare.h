@@ -6,11 +6,22 @@
  * Each JSONL line is one example, its kind told by its keys:
  *  - {"prompt": "...", "completion": "..."}: the tokenizer's document token
  *    (what plain prepare starts each document with: BOS <s> for
- *    SentencePiece, <|endoftext|> for GPT-2) + encode(prompt) +
- *    encode(completion) + EOS. Prompt and completion are encoded separately
- *    and their ids concatenated, as TRL does (so with SentencePiece the
- *    completion gets its own "▁" prefix); special-token text in them stays
- *    text. The completion's tokens and the EOS count.
+ *    SentencePiece, <|endoftext|> for GPT-2) + encode(prompt + completion)
+ *    + EOS: the text encoded whole, as TRL's SFTTrainer tokenises
+ *    prompt-completion data (so " vehicle" after "?\n" is LLaMA's one token
+ *    "▁vehicle", not a lone "▁" and then "▁vehicle"); special-token text in
+ *    them stays text. The tokens that reach past the prompt's last byte and
+ *    the EOS count: the mask starts at the token holding the completion's
+ *    first byte, even when that token starts inside the prompt ("Answer:"
+ *    + " Paris" with GPT-2: " Paris" counts; "Answer: " + "Paris": the one
+ *    token " Paris" straddles the boundary and counts). TRL instead masks
+ *    the first len(encode(prompt)) tokens, which is the same mask whenever
+ *    encode(prompt) begins encode(prompt + completion) (most prompts: those
+ *    that end in "?\n", ":" or a word before a completion that starts with
+ *    a space). Where it does not, TRL's count is off: a token that straddles
+ *    the boundary is left out, and a prompt whose end tokenises otherwise
+ *    before the completion (GPT-2 splits "\n\n" before a letter into two
+ *    "\n") has a prompt token counted; here the bytes decide.
  *  - Alpaca's {"instruction", "input" (optional), "output"}: the Stanford
  *    Alpaca prompt (with or without its input section) as the prompt, the
  *    output as the completion.
