@@ -127,6 +127,7 @@ int32_t ct_sft_encoder_eos(const ct_sft_encoder *e) { return e->eos; }
 const char *ct_sft_encoder_template(const ct_sft_encoder *e) {
     return e->tpl ? ct_chat_template_name(e->tpl) : NULL;
 }
+const ct_chat_template *ct_sft_encoder_chat_template(const ct_sft_encoder *e) { return e->tpl; }
 
 /* ------------------------------------------------------ token offsets */
 

@@ -106,6 +106,8 @@ int32_t ct_sft_encoder_bos(const ct_sft_encoder *e); /* the document token promp
 int32_t ct_sft_encoder_eos(const ct_sft_encoder *e); /* what ends their completion */
 /* The template's name, or NULL when none is loaded (yet). Borrowed. */
 const char *ct_sft_encoder_template(const ct_sft_encoder *e);
+/* The template itself (what the manifest records), or NULL. Borrowed. */
+const struct ct_chat_template *ct_sft_encoder_chat_template(const ct_sft_encoder *e);
 
 /* Turn one JSONL line (borrowed, need not be NUL-terminated) into *ex.
  * A bad line returns CT_OK with *bad set and the reason in why[cap] (the
