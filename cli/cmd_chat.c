@@ -540,7 +540,8 @@ int cmd_chat(int argc, char **argv) {
         goto done;
     }
     const char *model_dir = src->adapter ? (src->base[0] ? src->base : NULL) : src->dir;
-    if (chat_load_template(&tpl, a.tpl_file, src->tok_dir, model_dir)) goto fail;
+    if (chat_load_template(&tpl, a.tpl_file, src->tok_dir, model_dir) || ct_chat_template_use_tokenizer(tpl, tok))
+        goto fail;
     c.m = m;
     c.tok = tok;
     c.tpl = tpl;

@@ -4,10 +4,12 @@
  * --bos). --decode turns ids back into text; --jsonl encodes one JSON string
  * per input line into one line of ids each (a batch mode for tests and
  * scripts). Either kind of tokenizer: GPT-2 byte-level BPE or
- * SentencePiece-BPE (LLaMA). --chat reads one JSON array of messages per
- * line, renders it with the model's chat template (data/chat_template.h) and
- * prints the ids of the text, its markup as the added tokens' ids; --render
- * prints the rendered text as one JSON string per line instead.
+ * SentencePiece-BPE (LLaMA). --chat reads one conversation per line (a
+ * JSON array of messages, or TRL's {"messages", "tools",
+ * "chat_template_kwargs"}), renders it with the model's chat template
+ * (data/chat_template.h) and prints the ids of the text, its markup as the
+ * added tokens' ids; --render prints the rendered text as one JSON string
+ * per line instead.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -36,7 +38,9 @@ static void tokenize_usage(FILE *f) {
                "                   (<s> for LLaMA, <|endoftext|> for GPT-2); off by default\n"
                "  --jsonl          each input line is a JSON string; one line of ids per line\n"
                "  --decode         read whitespace-separated ids, write the text they stand for\n"
-               "  --chat           each input line is a JSON array of messages ({\"role\", \"content\"});\n"
+               "  --chat           each input line is a JSON array of messages ({\"role\", \"content\"}), or\n"
+               "                   {\"messages\": [...], \"tools\": [...], \"chat_template_kwargs\": {...}} as TRL\n"
+               "                   takes them (kwargs such as Qwen3's enable_thinking become template variables);\n"
                "                   render it with the model's chat template (DIR/chat_template.jinja or\n"
                "                   DIR/tokenizer_config.json) and print its ids, one line per conversation;\n"
                "                   the template's markup (<|im_start|>, </s>, ...) becomes its added tokens' ids\n"
@@ -44,7 +48,9 @@ static void tokenize_usage(FILE *f) {
                "  --generation-prompt  render with add_generation_prompt (the prompt for the\n"
                "                   assistant's next turn)\n"
                "  --chat-template FILE  the template to use instead of the model's: a .jinja file, or a\n"
-               "                   JSON file with a chat_template (special tokens from DIR's config)\n");
+               "                   JSON file with a chat_template; the special tokens (bos_token, eos_token,\n"
+               "                   ...) come from FILE, then DIR's tokenizer_config.json and\n"
+               "                   special_tokens_map.json, then the tokenizer in DIR itself\n");
 }
 
 /* All of stdin; owned (release with free). NULL on failure (message printed). */
@@ -338,19 +344,27 @@ static int tokenize_chat(const ct_tokenizer *tok, ct_tok_state *st, const ct_cha
         cJSON *msgs = cJSON_ParseWithLengthOpts(text, n, &end, false);
         size_t stop = end && end >= text && end <= text + n ? (size_t)(end - text) : 0;
         while (msgs && stop < n && (text[stop] == ' ' || text[stop] == '\t')) stop++;
-        if (!msgs || stop < n || !cJSON_IsArray(msgs)) {
+        const cJSON *conv = NULL;
+        cJSON *vars = NULL;
+        if (!msgs || stop < n || (!cJSON_IsArray(msgs) && !cJSON_IsObject(msgs))) {
             if (!msgs || stop < n)
                 rc = cli_usage_error(cmd, "stdin line %zu: not valid JSON (parsing stopped at byte offset %zu); --chat "
                                      "and --render want one JSON array of messages per line", line, stop);
             else
                 rc = cli_usage_error(cmd, "stdin line %zu: expected a JSON array of messages ([{\"role\": ..., "
-                                     "\"content\": ...}, ...])", line);
+                                     "\"content\": ...}, ...]) or an object with \"messages\"", line);
+            cJSON_Delete(msgs);
+            break;
+        }
+        if (ct_chat_conv_vars(msgs, false, &conv, &vars)) {
+            ct_error_prefix("stdin line %zu", line);
+            rc = cli_fail(cmd);
             cJSON_Delete(msgs);
             break;
         }
         char *out = NULL;
         size_t out_n = 0;
-        if (ct_chat_render_json(tpl, msgs, agp, &out, &out_n)) {
+        if (ct_chat_render_json(tpl, conv, vars, agp, &out, &out_n)) {
             ct_error_prefix("stdin line %zu", line);
             rc = cli_fail(cmd);
         } else if (render_only) {
@@ -369,6 +383,7 @@ static int tokenize_chat(const ct_tokenizer *tok, ct_tok_state *st, const ct_cha
             rc = 2;
         }
         free(out);
+        cJSON_Delete(vars);
         cJSON_Delete(msgs);
     }
     ct_tokens_free(&ids);
@@ -404,8 +419,11 @@ static int tokenize_chat_main(const char *dir, const char *tpl_file, bool render
         return 2;
     }
     if (!render_only && (ct_tokenizer_load(&tok, dir) || !(st = ct_tok_state_new(tok)))) rc = cli_fail(cmd);
+    /* --render needs no tokenizer, but takes the special tokens of one that is there */
+    if (!rc && render_only && dir && ct_tokenizer_load(&tok, dir)) ct_error_clear();
     if (!rc && (tpl_file ? ct_chat_template_load_file(&tpl, tpl_file, tdir) : ct_chat_template_load(&tpl, tdir)))
         rc = cli_fail(cmd);
+    if (!rc && tok && ct_chat_template_use_tokenizer(tpl, tok)) rc = cli_fail(cmd);
     if (!rc && !(in = read_stdin(&len))) rc = 2;
     if (!rc) rc = tokenize_chat(tok, st, tpl, in, len, agp, render_only);
     if (!rc && fflush(stdout)) {

@@ -1,14 +1,15 @@
 /*
  * Chat templates (data/chat_template.h): finding a model's chat_template
  * (chat_template.jinja, or tokenizer_config.json's string or "default" entry),
- * its special tokens, rendering conversations through the Jinja subset with
- * the variables transformers.js passes, and the assistant spans found by
- * rendering the conversation's prefixes.
- * Leaves out: the Jinja language (data/jinja*.c), tokenising.
+ * its special tokens (the config files', then the tokenizer's), TRL's
+ * conversation objects, and rendering conversations through the Jinja subset
+ * with the variables transformers.js passes.
+ * Leaves out: the Jinja language (data/jinja*.c), the assistant spans
+ * (chat_spans.c), tokenising.
  */
 #include "data/chat_template.h"
+#include "data/chat_template_impl.h"
 #include "data/jinja.h"
-#include "data/jinja_impl.h"
 #include "io/fileio.h"
 
 #include <cJSON.h>
@@ -19,8 +20,11 @@
 
 struct ct_chat_template {
     ct_jinja *tpl;
-    cJSON *tokens; /* object: special token name -> text */
-    char *name;    /* owned */
+    cJSON *tokens;     /* object: special token name -> text */
+    unsigned declared; /* bit k: a config file names chat_token_keys[k] (perhaps as null) */
+    char *name;        /* owned */
+    char *text;        /* owned: the template's source, NUL-terminated */
+    size_t text_len;
 };
 
 /* The special tokens transformers.js passes to the template (SPECIAL_TOKEN_ATTRIBUTES). */
@@ -33,6 +37,7 @@ void ct_chat_template_free(ct_chat_template *t) {
     ct_jinja_free(t->tpl);
     cJSON_Delete(t->tokens);
     free(t->name);
+    free(t->text);
     free(t);
 }
 
@@ -44,10 +49,15 @@ const char *ct_chat_template_token(const ct_chat_template *t, const char *key) {
 }
 
 /* Add the special tokens of config cfg that tokens lacks: a non-empty string,
- * or an AddedToken object's "content". */
-static ct_status chat_add_tokens(cJSON *tokens, const cJSON *cfg) {
+ * or an AddedToken object's "content". *declared (may be NULL) gets a bit
+ * for each key cfg names, whatever its value; a key declared before (by a
+ * file read earlier, perhaps as null: a token turned off) is not taken. */
+static ct_status chat_add_tokens(cJSON *tokens, const cJSON *cfg, unsigned *declared) {
+    unsigned before = declared ? *declared : 0;
     for (size_t i = 0; i < CHAT_N_TOKEN_KEYS; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, chat_token_keys[i]);
+        if (!v || (before >> i & 1)) continue;
+        if (declared) *declared |= 1u << i;
         if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
         if (!cJSON_IsString(v) || !v->valuestring[0] || cJSON_HasObjectItem(tokens, chat_token_keys[i])) continue;
         if (!cJSON_AddStringToObject(tokens, chat_token_keys[i], v->valuestring))
@@ -92,17 +102,24 @@ static ct_status chat_template_text(const cJSON *cfg, const char *file, const ch
     return CT_ERR(CT_ERR_FORMAT, "%s: chat_template is neither a string nor a list of {\"name\", \"template\"}", file);
 }
 
-static ct_status chat_make(ct_chat_template **out, const char *text, size_t len, const char *name, cJSON *tokens) {
+static ct_status chat_make(ct_chat_template **out, const char *text, size_t len, const char *name, cJSON *tokens,
+                           unsigned declared) {
     ct_chat_template *t = calloc(1, sizeof *t);
     size_t nlen = strlen(name);
     if (t) t->name = malloc(nlen + 1);
-    if (!t || !t->name) {
+    if (t && t->name) t->text = malloc(len + 1);
+    if (!t || !t->name || !t->text) {
+        if (t) free(t->name);
         free(t);
         cJSON_Delete(tokens);
         return CT_ERR(CT_ERR_OOM, "out of memory for a chat template");
     }
     memcpy(t->name, name, nlen + 1);
+    memcpy(t->text, text, len);
+    t->text[len] = '\0';
+    t->text_len = len;
     t->tokens = tokens;
+    t->declared = declared;
     ct_status st = ct_jinja_parse(&t->tpl, text, len, name, NULL);
     if (st) {
         ct_chat_template_free(t);
@@ -121,7 +138,7 @@ ct_status ct_chat_template_from_text(ct_chat_template **out, const char *text, s
         cJSON_Delete(tokens);
         return CT_ERR(CT_ERR_OOM, "out of memory for a chat template");
     }
-    return chat_make(out, text, len, name ? name : "chat template", tokens);
+    return chat_make(out, text, len, name ? name : "chat template", tokens, 0);
 }
 
 static bool chat_is_file(const char *path) {
@@ -137,30 +154,35 @@ static char *chat_join(const char *dir, const char *name) {
     return p;
 }
 
-/* Special tokens from dir/tokenizer_config.json into tokens, when it exists. */
-static ct_status chat_tokens_of_dir(cJSON *tokens, const char *dir) {
-    char *cfg_path = chat_join(dir, "tokenizer_config.json");
-    if (!cfg_path) return CT_ERR(CT_ERR_OOM, "out of memory");
+/* Special tokens from dir's tokenizer_config.json, then (for the keys it
+ * does not name) its special_tokens_map.json, as transformers reads them. */
+static ct_status chat_tokens_of_dir(cJSON *tokens, const char *dir, unsigned *declared) {
+    static const char *const files[] = {"tokenizer_config.json", "special_tokens_map.json"};
     ct_status st = CT_OK;
-    if (chat_is_file(cfg_path)) {
-        cJSON *cfg = NULL;
-        st = ct_json_read_object(cfg_path, &cfg);
-        if (!st) st = chat_add_tokens(tokens, cfg);
-        cJSON_Delete(cfg);
+    for (size_t f = 0; f < 2 && !st; f++) {
+        char *path = chat_join(dir, files[f]);
+        if (!path) return CT_ERR(CT_ERR_OOM, "out of memory");
+        if (chat_is_file(path)) {
+            cJSON *cfg = NULL;
+            st = ct_json_read_object(path, &cfg);
+            if (!st) st = chat_add_tokens(tokens, cfg, declared);
+            cJSON_Delete(cfg);
+        }
+        free(path);
     }
-    free(cfg_path);
     return st;
 }
 
-/* A config file's template and tokens. */
+/* A config file's template and tokens (then tokens_dir's, when not NULL). */
 static ct_status chat_load_config(ct_chat_template **out, const char *cfg_path, const char *tokens_dir) {
     cJSON *cfg = NULL, *tokens = cJSON_CreateObject();
     const char *text = NULL;
     char *name = NULL;
+    unsigned declared = 0;
     ct_status st = tokens ? ct_json_read_object(cfg_path, &cfg) : CT_ERR(CT_ERR_OOM, "out of memory");
     if (!st) st = chat_template_text(cfg, cfg_path, &text);
-    if (!st) st = chat_add_tokens(tokens, cfg);
-    if (!st && tokens_dir) st = chat_tokens_of_dir(tokens, tokens_dir);
+    if (!st) st = chat_add_tokens(tokens, cfg, &declared);
+    if (!st && tokens_dir) st = chat_tokens_of_dir(tokens, tokens_dir, &declared);
     if (!st) {
         size_t n = strlen(cfg_path) + 32;
         name = malloc(n);
@@ -168,7 +190,7 @@ static ct_status chat_load_config(ct_chat_template **out, const char *cfg_path, 
         else snprintf(name, n, "%s (chat_template)", cfg_path);
     }
     if (!st) {
-        st = chat_make(out, text, strlen(text), name, tokens);
+        st = chat_make(out, text, strlen(text), name, tokens, declared);
         tokens = NULL;
     }
     free(name);
@@ -181,13 +203,14 @@ static ct_status chat_load_config(ct_chat_template **out, const char *cfg_path, 
 static ct_status chat_load_text(ct_chat_template **out, const char *file, const char *text, size_t len,
                                 const char *tokens_dir) {
     cJSON *tokens = cJSON_CreateObject();
+    unsigned declared = 0;
     ct_status st = tokens ? CT_OK : CT_ERR(CT_ERR_OOM, "out of memory");
-    if (!st && tokens_dir) st = chat_tokens_of_dir(tokens, tokens_dir);
+    if (!st && tokens_dir) st = chat_tokens_of_dir(tokens, tokens_dir, &declared);
     if (st) {
         cJSON_Delete(tokens);
         return st;
     }
-    return chat_make(out, text, len, file, tokens);
+    return chat_make(out, text, len, file, tokens, declared);
 }
 
 ct_status ct_chat_template_load(ct_chat_template **out, const char *path) {
@@ -211,7 +234,7 @@ ct_status ct_chat_template_load(ct_chat_template **out, const char *path) {
         if (!st) st = chat_load_text(out, jinja, text, len, path);
         free(text);
     } else if (chat_is_file(cfg)) {
-        st = chat_load_config(out, cfg, NULL);
+        st = chat_load_config(out, cfg, path); /* path: its special_tokens_map.json too */
     } else {
         st = CT_ERR(CT_ERR_IO, "%s: no tokenizer_config.json or chat_template.jinja (where a model keeps its chat "
                     "template)", path);
@@ -245,40 +268,175 @@ ct_status ct_chat_template_load_file(ct_chat_template **out, const char *file, c
     return st;
 }
 
+const char *ct_chat_template_source(const ct_chat_template *t, size_t *len) {
+    if (len) *len = t->text_len;
+    return t->text;
+}
+
+cJSON *ct_chat_template_record(const ct_chat_template *t) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON *tok = r ? cJSON_Duplicate(t->tokens, true) : NULL;
+    if (!tok || !cJSON_AddStringToObject(r, "name", t->name) || !cJSON_AddStringToObject(r, "template", t->text) ||
+        !cJSON_AddItemToObject(r, "special_tokens", tok)) {
+        if (tok && !tok->prev) cJSON_Delete(tok);
+        cJSON_Delete(r);
+        CT_ERR(CT_ERR_OOM, "out of memory recording a chat template");
+        return NULL;
+    }
+    return r;
+}
+
+/* Whether the single token of text s is a token of tok (text that encodes,
+ * added tokens matched, to one id whose bytes are s). */
+static bool chat_tok_has(const ct_tokenizer *tok, const char *s) {
+    ct_tokens ids = {0};
+    bool one = ct_tokenizer_encode(tok, NULL, s, strlen(s), CT_TOK_ADDED_TOKENS, &ids) == CT_OK && ids.n == 1;
+    size_t n = 0;
+    const char *b = one ? ct_tokenizer_token_bytes(tok, ids.ids[0], &n) : NULL;
+    bool same = b && n == strlen(s) && memcmp(b, s, n) == 0;
+    ct_tokens_free(&ids);
+    ct_error_clear();
+    return same;
+}
+
+/* The text of token id, NUL-terminated into buf[cap], or NULL. */
+static const char *chat_tok_text(const ct_tokenizer *tok, int32_t id, char *buf, size_t cap) {
+    size_t n = 0;
+    const char *b = id >= 0 ? ct_tokenizer_token_bytes(tok, id, &n) : NULL;
+    if (!b || !n || n >= cap || ct_utf8_valid_prefix(b, n) != n || memchr(b, '\0', n)) return NULL;
+    memcpy(buf, b, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+ct_status ct_chat_template_use_tokenizer(ct_chat_template *t, const ct_tokenizer *tok) {
+    CT_ASSERT(t && tok);
+    char bos[256], eos[256];
+    const char *vals[3] = {NULL, NULL, NULL}; /* bos_token, eos_token, unk_token */
+    if (ct_tokenizer_kind(tok) == CT_TOK_KIND_SPM_BPE) {
+        /* LlamaTokenizer's defaults: <s>, </s>, <unk> (the BOS and EOS the tokenizer uses) */
+        vals[0] = chat_tok_text(tok, ct_tokenizer_bos(tok), bos, sizeof bos);
+        vals[1] = chat_tok_text(tok, ct_tokenizer_eot(tok), eos, sizeof eos);
+        vals[2] = chat_tok_has(tok, "<unk>") ? "<unk>" : NULL;
+    } else {
+        /* GPT2Tokenizer's: <|endoftext|> for all three */
+        vals[0] = vals[1] = vals[2] = chat_tok_text(tok, ct_tokenizer_eot(tok), eos, sizeof eos);
+    }
+    static const char *const keys[3] = {"bos_token", "eos_token", "unk_token"};
+    for (size_t i = 0; i < 3; i++) {
+        size_t k = 0;
+        while (strcmp(chat_token_keys[k], keys[i]) != 0) k++;
+        if (!vals[i] || (t->declared >> k & 1) || cJSON_HasObjectItem(t->tokens, keys[i])) continue;
+        if (!cJSON_AddStringToObject(t->tokens, keys[i], vals[i]))
+            return CT_ERR(CT_ERR_OOM, "out of memory for a chat template's special tokens");
+    }
+    return CT_OK;
+}
+
 /* ------------------------------------------------------------ rendering */
 
-/* Render messages[0..n) (references: nothing is copied). */
-static ct_status chat_render_n(const ct_chat_template *t, const cJSON *messages, size_t n, bool agp, char **text,
-                               size_t *len) {
-    cJSON *vars = cJSON_CreateObject();
-    cJSON *list = vars ? cJSON_AddArrayToObject(vars, "messages") : NULL;
+/* After a render error naming an undefined special token the template does
+ * not have: say where templates get them. */
+static void chat_hint_undefined(const ct_chat_template *t) {
+    const char *e = ct_last_error();
+    for (size_t k = 0; k < CHAT_N_TOKEN_KEYS; k++) {
+        char pat[48];
+        snprintf(pat, sizeof pat, "'%s' is undefined", chat_token_keys[k]);
+        if (!strstr(e, pat) || cJSON_HasObjectItem(t->tokens, chat_token_keys[k])) continue;
+        ct_error_hint("%s is a special token: templates get it from tokenizer_config.json or special_tokens_map.json "
+                      "beside the tokenizer, or from the tokenizer itself; give the tokenizer (--tokenizer DIR), or "
+                      "the template as a JSON file with \"%s\" beside its \"chat_template\"", chat_token_keys[k],
+                      chat_token_keys[k]);
+        return;
+    }
+}
+
+ct_status ct_chat_conv_vars(const cJSON *conv, bool other_keys, const cJSON **messages, cJSON **vars) {
+    CT_ASSERT(messages && vars);
+    *messages = NULL;
+    *vars = NULL;
+    if (cJSON_IsArray(conv)) {
+        *messages = conv;
+        return CT_OK;
+    }
+    if (!cJSON_IsObject(conv))
+        return CT_ERR(CT_ERR_ARG, "a conversation is a JSON array of messages, or an object with \"messages\"");
+    if (!cJSON_HasObjectItem(conv, "messages"))
+        return CT_ERR(CT_ERR_ARG, "expected a JSON array of messages ([{\"role\": ..., \"content\": ...}, ...]), or an "
+                      "object with \"messages\" (and \"tools\", \"chat_template_kwargs\")");
+    const cJSON *msgs = NULL, *tools = NULL, *kw = NULL;
+    for (const cJSON *e = conv->child; e; e = e->next) {
+        if (!strcmp(e->string, "messages")) msgs = e;
+        else if (!strcmp(e->string, "tools")) tools = e;
+        else if (!strcmp(e->string, "chat_template_kwargs")) kw = e;
+        else if (!other_keys)
+            return CT_ERR(CT_ERR_ARG, "a conversation object has \"messages\", \"tools\" and \"chat_template_kwargs\", "
+                          "not \"%s\"", e->string);
+    }
+    if (!cJSON_IsArray(msgs))
+        return CT_ERR(CT_ERR_ARG, "\"messages\" is %s, expected an array of messages", msgs ? "not an array" : "missing");
+    if (tools && !cJSON_IsArray(tools) && !cJSON_IsNull(tools))
+        return CT_ERR(CT_ERR_ARG, "\"tools\" is not an array (of the tools' JSON schemas)");
+    if (kw && !cJSON_IsObject(kw) && !cJSON_IsNull(kw))
+        return CT_ERR(CT_ERR_ARG, "\"chat_template_kwargs\" is not an object (of the template's variables)");
+    cJSON *v = NULL;
+    if (cJSON_IsArray(tools) || cJSON_IsObject(kw)) {
+        v = cJSON_CreateObject();
+        bool ok = v != NULL;
+        if (ok && cJSON_IsArray(tools)) ok = cJSON_AddItemToObject(v, "tools", cJSON_Duplicate(tools, true));
+        for (const cJSON *e = cJSON_IsObject(kw) ? kw->child : NULL; ok && e; e = e->next) {
+            cJSON *d = cJSON_Duplicate(e, true);
+            cJSON_DeleteItemFromObjectCaseSensitive(v, e->string); /* a kwarg overrides tools, as in JavaScript */
+            ok = d && cJSON_AddItemToObject(v, e->string, d);
+            if (!ok) cJSON_Delete(d);
+        }
+        if (!ok) {
+            cJSON_Delete(v);
+            return CT_ERR(CT_ERR_OOM, "out of memory for a conversation's variables");
+        }
+    }
+    *messages = msgs;
+    *vars = v;
+    return CT_OK;
+}
+
+ct_status chat_render_n(const ct_chat_template *t, const cJSON *messages, size_t n, const cJSON *vars, bool agp,
+                        char **text, size_t *len) {
+    cJSON *g = cJSON_CreateObject();
+    cJSON *list = g ? cJSON_AddArrayToObject(g, "messages") : NULL;
     ct_status st = CT_OK;
     if (!list) {
-        cJSON_Delete(vars);
+        cJSON_Delete(g);
         return CT_ERR(CT_ERR_OOM, "out of memory rendering a chat template");
     }
     size_t i = 0;
     for (cJSON *m = messages->child; m && i < n && !st; m = m->next, i++)
         if (!cJSON_AddItemReferenceToArray(list, m)) st = CT_ERR(CT_ERR_OOM, "out of memory rendering a chat template");
-    if (!st && !cJSON_AddBoolToObject(vars, "add_generation_prompt", agp))
+    if (!st && (!cJSON_AddBoolToObject(g, "add_generation_prompt", agp) || !cJSON_AddNullToObject(g, "tools") ||
+                !cJSON_AddNullToObject(g, "documents")))
         st = CT_ERR(CT_ERR_OOM, "out of memory rendering a chat template");
+    /* the engine takes the last of a name given twice */
     for (cJSON *k = t->tokens->child; k && !st; k = k->next)
-        if (!cJSON_AddItemReferenceToObject(vars, k->string, k))
+        if (!cJSON_AddItemReferenceToObject(g, k->string, k))
             st = CT_ERR(CT_ERR_OOM, "out of memory rendering a chat template");
-    if (!st) st = ct_jinja_render(t->tpl, vars, text, len);
-    cJSON_Delete(vars);
+    for (cJSON *k = cJSON_IsObject(vars) ? vars->child : NULL; k && !st; k = k->next)
+        if (!cJSON_AddItemReferenceToObject(g, k->string, k))
+            st = CT_ERR(CT_ERR_OOM, "out of memory rendering a chat template");
+    if (!st) st = ct_jinja_render(t->tpl, g, text, len);
+    if (st == CT_ERR_ARG) chat_hint_undefined(t);
+    cJSON_Delete(g);
     return st;
 }
 
-ct_status ct_chat_render_json(const ct_chat_template *t, const cJSON *messages, bool agp, char **text, size_t *len) {
+ct_status ct_chat_render_json(const ct_chat_template *t, const cJSON *messages, const cJSON *vars, bool agp,
+                              char **text, size_t *len) {
     CT_ASSERT(t && text);
     *text = NULL;
     if (!cJSON_IsArray(messages)) return CT_ERR(CT_ERR_ARG, "a conversation is a JSON array of messages");
-    return chat_render_n(t, messages, (size_t)cJSON_GetArraySize(messages), agp, text, len);
+    return chat_render_n(t, messages, (size_t)cJSON_GetArraySize(messages), vars, agp, text, len);
 }
 
-/* msgs as a JSON array of {"role", "content"} objects. */
-static ct_status chat_msgs_json(const ct_chat_msg *msgs, size_t n, cJSON **out) {
+ct_status chat_msgs_json(const ct_chat_msg *msgs, size_t n, cJSON **out) {
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; a && i < n; i++) {
         CT_ASSERT(msgs[i].role && msgs[i].content);
@@ -300,139 +458,7 @@ ct_status ct_chat_render(const ct_chat_template *t, const ct_chat_msg *msgs, siz
     *text = NULL;
     cJSON *a = NULL;
     ct_status st = chat_msgs_json(msgs, n, &a);
-    if (!st) st = chat_render_n(t, a, n, agp, text, len);
-    cJSON_Delete(a);
-    return st;
-}
-
-/* ------------------------------------------------------------ spans */
-
-static bool chat_starts(const char *s, size_t n, const char *pre, size_t k) { return k <= n && memcmp(s, pre, k) == 0; }
-
-static ct_status chat_span_fail(const ct_chat_template *t, size_t i, const char *what, const char *a, size_t an,
-                                const char *b, size_t bn) {
-    size_t at = 0;
-    while (at < an && at < bn && a[at] == b[at]) at++;
-    ct_status st = CT_ERR(CT_ERR_FORMAT,
-                          "%s: cannot find the assistant span of message %zu: the render of the conversation %s is "
-                          "not the start of the whole conversation's render (they differ at byte %zu)",
-                          t->name, i, what, at);
-    ct_error_hint("spans need a template whose renders of a conversation's first messages begin the render of the "
-                  "whole, as most chat templates' do");
-    return st;
-}
-
-static const char *chat_find(const char *hay, size_t n, const char *needle, size_t k) {
-    if (k == 0) return hay;
-    for (size_t i = 0; i + k <= n; i++)
-        if (memcmp(hay + i, needle, k) == 0) return hay + i;
-    return NULL;
-}
-
-ct_status ct_chat_render_spans_json(const ct_chat_template *t, const cJSON *messages, char **text, size_t *len,
-                                    ct_chat_span **spans, size_t *n_spans) {
-    CT_ASSERT(t && text && spans && n_spans);
-    *text = NULL;
-    *spans = NULL;
-    *n_spans = 0;
-    if (len) *len = 0;
-    if (!cJSON_IsArray(messages)) return CT_ERR(CT_ERR_ARG, "a conversation is a JSON array of messages");
-    size_t n = (size_t)cJSON_GetArraySize(messages), rn = 0;
-    char *r = NULL;
-    ct_status st = chat_render_n(t, messages, n, false, &r, &rn);
-    if (st) return st;
-    ct_chat_span *out = calloc(n ? n : 1, sizeof *out);
-    if (!out) {
-        free(r);
-        return CT_ERR(CT_ERR_OOM, "out of memory for spans");
-    }
-    const char *eos = ct_chat_template_token(t, "eos_token");
-    size_t eos_n = eos ? strlen(eos) : 0, k = 0, i = 0;
-    for (const cJSON *m = messages->child; m && !st; m = m->next, i++) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (!cJSON_IsString(role) || strcmp(role->valuestring, "assistant") != 0) continue;
-        /* where the assistant's turn starts: after the generation prompt */
-        char *a = NULL, *b = NULL;
-        size_t an = 0, bn = 0;
-        st = chat_render_n(t, messages, i, true, &a, &an);
-        if (!st && !chat_starts(r, rn, a, an)) {
-            free(a);
-            a = NULL;
-            st = chat_render_n(t, messages, i, false, &a, &an);
-            if (!st && !chat_starts(r, rn, a, an))
-                st = chat_span_fail(t, i, "before it", a, an, r, rn);
-        }
-        /* where it ends */
-        if (!st) st = chat_render_n(t, messages, i + 1, false, &b, &bn);
-        size_t turn_end = 0;
-        if (!st && !chat_starts(b, bn, a, an)) st = chat_span_fail(t, i, "through it", b, bn, r, rn);
-        if (!st && chat_starts(r, rn, b, bn)) {
-            turn_end = bn;
-        } else if (!st) {
-            /* b = r[0..p) + a conversation-end suffix (starting with EOS) that r ends with too */
-            size_t common = 0;
-            while (common < bn && common < rn && b[common] == r[common]) common++;
-            bool found = false;
-            for (size_t p = common + 1; eos_n && p-- > an;) {
-                size_t tail = bn - p;
-                if (chat_starts(b + p, tail, eos, eos_n) && tail <= rn && memcmp(r + rn - tail, b + p, tail) == 0) {
-                    turn_end = p;
-                    found = true;
-                    break;
-                }
-            }
-            if (!found) st = chat_span_fail(t, i, "through it", b, bn, r, rn);
-        }
-        if (!st) {
-            size_t start = an, content_end = an;
-            const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-            if (cJSON_IsString(content)) {
-                /* the content as it is, else trimmed (templates that strip() or |trim it) */
-                jstr cs = {content->valuestring, strlen(content->valuestring)};
-                const char *hit = chat_find(r + an, turn_end - an, cs.p, cs.n);
-                if (!hit) {
-                    cs = ju_trim(cs, true, true);
-                    hit = chat_find(r + an, turn_end - an, cs.p, cs.n);
-                }
-                if (hit) {
-                    start = (size_t)(hit - r);
-                    content_end = start + cs.n;
-                }
-            }
-            /* the markup after the content, without the whitespace that ends the turn */
-            size_t end = content_end + ju_trim((jstr){r + content_end, turn_end - content_end}, false, true).n;
-            out[k++] = (ct_chat_span){i, start, end};
-        }
-        free(a);
-        free(b);
-    }
-    if (st) {
-        free(out);
-        free(r);
-        return st;
-    }
-    if (!k) {
-        free(out);
-        out = NULL;
-    }
-    *text = r;
-    if (len) *len = rn;
-    *spans = out;
-    *n_spans = k;
-    return CT_OK;
-}
-
-ct_status ct_chat_render_spans(const ct_chat_template *t, const ct_chat_msg *msgs, size_t n, char **text,
-                               size_t *len, ct_chat_span **spans, size_t *n_spans) {
-    CT_ASSERT(msgs || n == 0);
-    cJSON *a = NULL;
-    ct_status st = chat_msgs_json(msgs, n, &a);
-    if (!st) st = ct_chat_render_spans_json(t, a, text, len, spans, n_spans);
-    else {
-        *text = NULL;
-        *spans = NULL;
-        *n_spans = 0;
-    }
+    if (!st) st = chat_render_n(t, a, n, NULL, agp, text, len);
     cJSON_Delete(a);
     return st;
 }

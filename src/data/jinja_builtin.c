@@ -502,8 +502,10 @@ jv *jinja_test(jctx *c, const jnode *n, jv *v) {
 /* ------------------------------------------------------------ filters */
 
 static jv *b_filter_fail(jctx *c, const jnode *n, const jv *v) {
-    return jerr(c, n->line, CT_ERR_ARG, "the filter '%.*s%s' does not apply to a %s", (int)n->s.n, n->s.p,
-                n->flag ? "(...)" : "", jv_kind_name(v));
+    char what[200];
+    jinja_undefined_name(v->kind == JV_UNDEF ? n->a : NULL, what, sizeof what);
+    return jerr(c, n->line, CT_ERR_ARG, "the filter '%.*s%s' does not apply to a %s%s", (int)n->s.n, n->s.p,
+                n->flag ? "(...)" : "", jv_kind_name(v), what);
 }
 
 static jv *b_tojson(jctx *c, const jnode *n, jv *v, const bargs *b) {

@@ -81,6 +81,32 @@ static bool ev_contains(jstr hay, jstr needle) {
     return false;
 }
 
+/* The source of a variable or an access into one ("message['content']"),
+ * appended to buf[*o..cap); false when n is anything else or it does not fit. */
+static bool ev_expr_text(const jnode *n, char *buf, size_t cap, size_t *o, int depth) {
+    if (depth > 8) return false;
+    int k = -1;
+    if (n->kind == JN_NAME) {
+        k = snprintf(buf + *o, cap - *o, "%.*s", (int)n->s.n, n->s.p);
+    } else if (n->kind == JN_MEMBER && ev_expr_text(n->a, buf, cap, o, depth + 1)) {
+        const jnode *b = n->b;
+        if (b->kind == JN_INT) k = snprintf(buf + *o, cap - *o, "[%.0f]", b->num);
+        else if (n->flag && b->kind == JN_STR) k = snprintf(buf + *o, cap - *o, "['%.*s']", (int)b->s.n, b->s.p);
+        else if (!n->flag && b->kind == JN_NAME) k = snprintf(buf + *o, cap - *o, ".%.*s", (int)b->s.n, b->s.p);
+    }
+    if (k < 0 || (size_t)k >= cap - *o) return false;
+    *o += (size_t)k;
+    return true;
+}
+
+const char *jinja_undefined_name(const jnode *n, char *buf, size_t cap) {
+    size_t o = 0;
+    char expr[160];
+    buf[0] = '\0';
+    if (n && ev_expr_text(n, expr, sizeof expr, &o, 0)) snprintf(buf, cap, ": '%s' is undefined", expr);
+    return buf;
+}
+
 static jv *ev_binary(jctx *c, jenv *env, const jnode *n) {
     int line = n->line;
     jv *x = jinja_eval(c, env, n->a);
@@ -95,8 +121,10 @@ static jv *ev_binary(jctx *c, jenv *env, const jnode *n) {
     if (c->st) return NULL;
     if (x->kind == JV_UNDEF || y->kind == JV_UNDEF) {
         if (y->kind == JV_UNDEF && (op == JB_IN || op == JB_NOTIN)) return jv_bool(c, op == JB_NOTIN);
-        return jerr(c, line, CT_ERR_ARG, "cannot apply '%s' to an undefined value (%s %s %s)", ev_op_names[op],
-                    jv_kind_name(x), ev_op_names[op], jv_kind_name(y));
+        char what[200];
+        jinja_undefined_name(x->kind == JV_UNDEF ? n->a : n->b, what, sizeof what);
+        return jerr(c, line, CT_ERR_ARG, "cannot apply '%s' to an undefined value%s (%s %s %s)", ev_op_names[op],
+                    what, jv_kind_name(x), ev_op_names[op], jv_kind_name(y));
     }
     if (x->kind == JV_NULL || y->kind == JV_NULL)
         return jerr(c, line, CT_ERR_ARG, "cannot apply '%s' to none (%s %s %s)", ev_op_names[op], jv_kind_name(x),
@@ -288,8 +316,14 @@ static jv *ev_member(jctx *c, jenv *env, const jnode *n) {
         return jerr(c, line, CT_ERR_ARG, "a %s is indexed by an integer or a name, not a %s", jv_kind_name(obj),
                     jv_kind_name(prop));
     }
-    if (prop->kind != JV_STR)
-        return jerr(c, line, CT_ERR_ARG, "cannot index a %s with a %s", jv_kind_name(obj), jv_kind_name(prop));
+    if (prop->kind != JV_STR || obj->kind == JV_UNDEF) {
+        char what[200];
+        jinja_undefined_name(obj->kind == JV_UNDEF ? n->a : NULL, what, sizeof what);
+        if (prop->kind != JV_STR)
+            return jerr(c, line, CT_ERR_ARG, "cannot index a %s with a %s%s", jv_kind_name(obj), jv_kind_name(prop),
+                        what);
+        /* as the reference: an attribute of an undefined value is undefined */
+    }
     return c->undef;
 }
 
@@ -313,7 +347,11 @@ static jv *ev_call(jctx *c, jenv *env, const jnode *n) {
     }
     jv *fn = jinja_eval(c, env, n->a);
     if (!fn) return NULL;
-    if (fn->kind != JV_FUNC) return jerr(c, line, CT_ERR_ARG, "cannot call a %s: it is not a function", jv_kind_name(fn));
+    if (fn->kind != JV_FUNC) {
+        char what[200];
+        jinja_undefined_name(fn->kind == JV_UNDEF ? n->a : NULL, what, sizeof what);
+        return jerr(c, line, CT_ERR_ARG, "cannot call a %s: it is not a function%s", jv_kind_name(fn), what);
+    }
     return jinja_call(c, line, fn, args, na, &kw);
 }
 

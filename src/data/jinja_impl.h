@@ -289,6 +289,10 @@ const char *jv_kind_name(const jv *v); /* "StringValue", ... as the reference na
 
 /* Evaluate (jinja_eval.c). */
 jv *jinja_eval(jctx *c, jenv *env, const jnode *n);
+/* ": 'NAME' is undefined" for an expression that names what it reads (a
+ * variable, a.b, a['b'], a[0]) into buf[cap], else ""; for errors on an
+ * undefined value. Returns buf. */
+const char *jinja_undefined_name(const jnode *n, char *buf, size_t cap);
 /* Built-ins (jinja_builtin.c): filter, test, call of a function value. */
 jv *jinja_filter(jctx *c, jenv *env, const jnode *n, jv *operand);
 jv *jinja_test(jctx *c, const jnode *n, jv *operand);

@@ -1,12 +1,17 @@
 /*
  * One line of instruction data to one example (data/sft_prepare.h): the
- * kind told by its keys, the tokens, and the loss mask. For conversations,
- * the rendered text's bytes are tied to the tokens by matching each token's
- * bytes against the text (ct_sft_token_offsets), so the ids stay exactly
- * those of encoding the whole text at once; a token counts when any of its
- * bytes lies inside an assistant span, as transformers'
- * return_assistant_tokens_mask marks every token from the one holding a
- * span's first character to the one holding its last.
+ * kind told by its keys, the tokens, and the loss mask. Every example's text
+ * is encoded whole (prompt + completion, or the rendered conversation), and
+ * its bytes are tied to the tokens by matching each token's bytes against
+ * the text (ct_sft_token_offsets), so the ids are exactly those of encoding
+ * the whole text at once and the mask follows the text:
+ *  - a prompt/completion token counts when it reaches past the prompt's end
+ *    (its last byte is the completion's); a token that starts in the prompt
+ *    and ends in the completion counts (see sft_prepare.h for TRL's rule);
+ *  - a conversation token counts when any of its bytes lies inside an
+ *    assistant span, as transformers' return_assistant_tokens_mask marks
+ *    every token from the one holding a span's first character to the one
+ *    holding its last.
  * Leaves out: shards, splits, limits (sft_prepare.c).
  */
 #include "data/sft_prepare.h"
@@ -28,6 +33,8 @@ struct ct_sft_encoder {
     char *tok_dir;           /* where the model's template is looked for */
     char *buf;               /* the Alpaca prompt */
     size_t buf_cap;
+    char *text;              /* prompt + completion */
+    size_t text_cap;
     size_t *offs;            /* token offsets of a conversation */
     size_t offs_cap;
 };
@@ -90,7 +97,9 @@ ct_status ct_sft_encoder_init(ct_sft_encoder **out, const char *tokenizer, const
         goto fail;
     }
     if (chat_template) {
-        if ((st = ct_chat_template_load_file(&e->tpl, chat_template, e->tok_dir))) goto fail;
+        if ((st = ct_chat_template_load_file(&e->tpl, chat_template, e->tok_dir)) ||
+            (st = ct_chat_template_use_tokenizer(e->tpl, e->tok)))
+            goto fail;
         e->tpl_tried = true;
     }
     *out = e;
@@ -107,6 +116,7 @@ void ct_sft_encoder_free(ct_sft_encoder *e) {
     ct_tokenizer_free(e->tok);
     free(e->tok_dir);
     free(e->buf);
+    free(e->text);
     free(e->offs);
     free(e);
 }
@@ -117,6 +127,7 @@ int32_t ct_sft_encoder_eos(const ct_sft_encoder *e) { return e->eos; }
 const char *ct_sft_encoder_template(const ct_sft_encoder *e) {
     return e->tpl ? ct_chat_template_name(e->tpl) : NULL;
 }
+const ct_chat_template *ct_sft_encoder_chat_template(const ct_sft_encoder *e) { return e->tpl; }
 
 /* ------------------------------------------------------ token offsets */
 
@@ -195,34 +206,54 @@ static bool has_nul_escape(const char *s, size_t n) {
     return false;
 }
 
-/* Encode text into ex->ids with mask value m; a bad line on invalid UTF-8. */
-static ct_status ex_encode(ct_sft_encoder *e, ct_sft_example *ex, const char *text, uint8_t m, const char *field,
-                           bool *bad, char *why, size_t cap) {
-    size_t n0 = ex->ids.n;
-    ct_status st = ct_tokenizer_encode(e->tok, e->state, text, strlen(text), 0, &ex->ids);
-    if (st == CT_ERR_FORMAT) {
-        snprintf(why, cap, "invalid UTF-8 in field \"%s\" at byte %zu of its text", field,
-                 ct_utf8_valid_prefix(text, strlen(text)));
-        ct_error_clear();
-        *bad = true;
-        return CT_OK;
-    }
-    if (st) return st;
-    if ((st = ex_reserve(ex, ex->ids.n))) return st;
-    memset(ex->mask + n0, m, ex->ids.n - n0);
+/* Room for n + 1 token offsets in e->offs. */
+static ct_status offs_reserve(ct_sft_encoder *e, size_t n) {
+    if (n + 1 <= e->offs_cap) return CT_OK;
+    size_t c = e->offs_cap ? e->offs_cap : 256;
+    while (c < n + 1) c *= 2;
+    size_t *v = realloc(e->offs, c * sizeof *v);
+    if (!v) return CT_ERR(CT_ERR_OOM, "out of memory for %zu token offsets", n + 1);
+    e->offs = v;
+    e->offs_cap = c;
     return CT_OK;
 }
 
-/* prompt + completion (both NUL-terminated): document token, the two
- * encodings, EOS; the completion and EOS count. */
+/* prompt + completion (both NUL-terminated): the document token, the
+ * encoding of the two texts as one, EOS. A token counts when it ends past
+ * the prompt (token k covers bytes [a, b) of the text: b > |prompt|; a token
+ * of no byte, SentencePiece's own "▁", when it sits at or after it); EOS
+ * counts. */
 static ct_status ex_prompt_completion(ct_sft_encoder *e, ct_sft_example *ex, const char *prompt, const char *pfield,
                                       const char *completion, const char *cfield, bool *bad, char *why, size_t cap) {
+    size_t pl = strlen(prompt), cl = strlen(completion), at;
+    if ((at = ct_utf8_valid_prefix(prompt, pl)) < pl || (at = ct_utf8_valid_prefix(completion, cl)) < cl) {
+        snprintf(why, cap, "invalid UTF-8 in field \"%s\" at byte %zu of its text", at < pl ? pfield : cfield, at);
+        *bad = true;
+        return CT_OK;
+    }
+    if (pl + cl + 1 > e->text_cap) {
+        char *t = realloc(e->text, pl + cl + 1);
+        if (!t) return CT_ERR(CT_ERR_OOM, "out of memory for an example of %zu bytes", pl + cl);
+        e->text = t;
+        e->text_cap = pl + cl + 1;
+    }
+    memcpy(e->text, prompt, pl);
+    memcpy(e->text + pl, completion, cl + 1);
     ct_status st;
     if ((st = ct_tokens_push(&ex->ids, e->bos)) || (st = ex_reserve(ex, 1))) return st;
     ex->mask[0] = 0;
-    if ((st = ex_encode(e, ex, prompt, 0, pfield, bad, why, cap)) || *bad) return st;
-    if ((st = ex_encode(e, ex, completion, 1, cfield, bad, why, cap)) || *bad) return st;
-    if ((st = ct_tokens_push(&ex->ids, e->eos)) || (st = ex_reserve(ex, ex->ids.n))) return st;
+    if ((st = ct_tokenizer_encode(e->tok, e->state, e->text, pl + cl, 0, &ex->ids))) return st;
+    size_t n = ex->ids.n - 1;
+    if ((st = ex_reserve(ex, ex->ids.n + 1)) || (st = offs_reserve(e, n))) return st;
+    if ((st = ct_sft_token_offsets(e->tok, e->text, pl + cl, ex->ids.ids + 1, n, e->offs))) {
+        ct_error_prefix("the tokens of a prompt and its completion");
+        return st;
+    }
+    for (size_t k = 0; k < n; k++) {
+        size_t a = e->offs[k], b = e->offs[k + 1];
+        ex->mask[1 + k] = b > pl || (a == b && a >= pl);
+    }
+    if ((st = ct_tokens_push(&ex->ids, e->eos))) return st;
     ex->mask[ex->ids.n - 1] = 1;
     return CT_OK;
 }
@@ -240,7 +271,7 @@ static ct_status load_template(ct_sft_encoder *e) {
     if (e->tpl) return CT_OK;
     if (!e->tpl_tried) {
         e->tpl_tried = true;
-        if (ct_chat_template_load(&e->tpl, e->tok_dir) == CT_OK) return CT_OK;
+        if (ct_chat_template_load(&e->tpl, e->tok_dir) == CT_OK) return ct_chat_template_use_tokenizer(e->tpl, e->tok);
         e->tpl = NULL;
     }
     ct_status st = CT_ERR(CT_ERR_ARG, "messages need a chat template, and %s has none: %s", e->tok_dir,
@@ -250,14 +281,10 @@ static ct_status load_template(ct_sft_encoder *e) {
     return st;
 }
 
-/* A conversation: render, encode whole, mark the tokens inside assistant spans. */
-static ct_status ex_messages(ct_sft_encoder *e, ct_sft_example *ex, const cJSON *msgs, bool *bad, char *why,
-                             size_t cap) {
-    if (!cJSON_IsArray(msgs)) {
-        snprintf(why, cap, "field \"messages\" is not an array");
-        *bad = true;
-        return CT_OK;
-    }
+/* A conversation (borrowed messages, vars): render, encode whole, mark the
+ * tokens inside assistant spans. */
+static ct_status ex_conversation(ct_sft_encoder *e, ct_sft_example *ex, const cJSON *msgs, const cJSON *vars,
+                                 bool *bad, char *why, size_t cap) {
     int i = 0, assistants = 0;
     for (const cJSON *m = msgs->child; m; m = m->next, i++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
@@ -283,7 +310,7 @@ static ct_status ex_messages(ct_sft_encoder *e, ct_sft_example *ex, const cJSON 
     char *text = NULL;
     size_t len = 0, n_spans = 0;
     ct_chat_span *spans = NULL;
-    st = ct_chat_render_spans_json(e->tpl, msgs, &text, &len, &spans, &n_spans);
+    st = ct_chat_render_spans_json(e->tpl, msgs, vars, &text, &len, &spans, &n_spans);
     if (st == CT_ERR_ARG || st == CT_ERR_FORMAT) {
         /* the template refuses this conversation (roles out of order, ...) */
         snprintf(why, cap, "%s", ct_last_error());
@@ -303,17 +330,7 @@ static ct_status ex_messages(ct_sft_encoder *e, ct_sft_example *ex, const cJSON 
     }
     size_t n = ex->ids.n - n0;
     if (st || (st = ex_reserve(ex, ex->ids.n))) goto done;
-    if (n + 1 > e->offs_cap) {
-        size_t c = e->offs_cap ? e->offs_cap : 256;
-        while (c < n + 1) c *= 2;
-        size_t *v = realloc(e->offs, c * sizeof *v);
-        if (!v) {
-            st = CT_ERR(CT_ERR_OOM, "out of memory for %zu token offsets", n + 1);
-            goto done;
-        }
-        e->offs = v;
-        e->offs_cap = c;
-    }
+    if ((st = offs_reserve(e, n))) goto done;
     if ((st = ct_sft_token_offsets(e->tok, text, len, ex->ids.ids + n0, n, e->offs))) {
         ct_error_prefix("the tokens of a rendered conversation");
         goto done;
@@ -341,6 +358,31 @@ static ct_status ex_messages(ct_sft_encoder *e, ct_sft_example *ex, const cJSON 
 done:
     free(text);
     free(spans);
+    return st;
+}
+
+/* A conversation (line j: "messages", and TRL's "tools" and
+ * "chat_template_kwargs"): render, encode whole, mark the tokens inside
+ * assistant spans. */
+static ct_status ex_messages(ct_sft_encoder *e, ct_sft_example *ex, const cJSON *j, bool *bad, char *why,
+                             size_t cap) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    if (!cJSON_IsArray(msgs)) {
+        snprintf(why, cap, "field \"messages\" is not an array");
+        *bad = true;
+        return CT_OK;
+    }
+    cJSON *vars = NULL;
+    ct_status st = ct_chat_conv_vars(j, true, &msgs, &vars);
+    if (st == CT_ERR_ARG) {
+        snprintf(why, cap, "%s", ct_last_error());
+        ct_error_clear();
+        *bad = true;
+        return CT_OK;
+    }
+    if (st) return st;
+    st = ex_conversation(e, ex, msgs, vars, bad, why, cap);
+    cJSON_Delete(vars);
     return st;
 }
 
@@ -376,7 +418,7 @@ ct_status ct_sft_encode_line(ct_sft_encoder *e, const char *line, size_t len, ct
         *bad = true;
     } else if (has_msgs) {
         ex->kind = CT_SFT_KIND_MESSAGES;
-        st = ex_messages(e, ex, cJSON_GetObjectItemCaseSensitive(j, "messages"), bad, why, cap);
+        st = ex_messages(e, ex, j, bad, why, cap);
     } else if (has_pc) {
         ex->kind = CT_SFT_KIND_PROMPT_COMPLETION;
         const char *p = str_field(j, "prompt", why, cap), *c = p ? str_field(j, "completion", why, cap) : NULL;

@@ -18,6 +18,10 @@
  *                  "shard_tokens", "chat_template" (its name, or null),
  *                  "bos" (starts prompt/completion examples), "eos" (ends
  *                  their completions), "mask": "target-overlap"},
+ *      "chat_template": {"name", "template", "special_tokens": {"bos_token",
+ *                  ...}} (ct_chat_template_record; only when a template was
+ *                  loaded: --chat-template, or a messages line read the
+ *                  tokenizer directory's),
  *      "sources": [{"path", "format": "jsonl", "bytes", "xxh3_128",
  *                   "examples", "tokens", "counted_tokens", "bad_lines",
  *                   "truncated", "dropped"}],
@@ -48,6 +52,7 @@
 #include <xxhash.h>
 
 #include "ctrain/config.h"
+#include "data/chat_template.h"
 #include "data/prepare_impl.h"
 #include "data/sft_shard.h"
 #include "data/shard.h"
@@ -221,6 +226,15 @@ static ct_status write_manifest(sft_run *r) {
         cJSON_AddNumberToObject(op, "bos", ct_sft_encoder_bos(r->enc));
         cJSON_AddNumberToObject(op, "eos", ct_sft_encoder_eos(r->enc));
         cJSON_AddStringToObject(op, "mask", "target-overlap");
+    }
+    /* the template the conversations were rendered with: train writes it into the run */
+    const ct_chat_template *tpl = ct_sft_encoder_chat_template(r->enc);
+    if (tpl) {
+        cJSON *rec = ct_chat_template_record(tpl);
+        if (!rec || !cJSON_AddItemToObject(m, "chat_template", rec)) {
+            cJSON_Delete(rec);
+            goto fail;
+        }
     }
     cJSON *srcs = cJSON_AddArrayToObject(m, "sources");
     for (int i = 0; srcs && i < r->n_src; i++) {

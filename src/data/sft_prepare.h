@@ -6,16 +6,29 @@
  * Each JSONL line is one example, its kind told by its keys:
  *  - {"prompt": "...", "completion": "..."}: the tokenizer's document token
  *    (what plain prepare starts each document with: BOS <s> for
- *    SentencePiece, <|endoftext|> for GPT-2) + encode(prompt) +
- *    encode(completion) + EOS. Prompt and completion are encoded separately
- *    and their ids concatenated, as TRL does (so with SentencePiece the
- *    completion gets its own "▁" prefix); special-token text in them stays
- *    text. The completion's tokens and the EOS count.
+ *    SentencePiece, <|endoftext|> for GPT-2) + encode(prompt + completion)
+ *    + EOS: the text encoded whole, as TRL's SFTTrainer tokenises
+ *    prompt-completion data (so " vehicle" after "?\n" is LLaMA's one token
+ *    "▁vehicle", not a lone "▁" and then "▁vehicle"); special-token text in
+ *    them stays text. The tokens that reach past the prompt's last byte and
+ *    the EOS count: the mask starts at the token holding the completion's
+ *    first byte, even when that token starts inside the prompt ("Answer:"
+ *    + " Paris" with GPT-2: " Paris" counts; "Answer: " + "Paris": the one
+ *    token " Paris" straddles the boundary and counts). TRL instead masks
+ *    the first len(encode(prompt)) tokens, which is the same mask whenever
+ *    encode(prompt) begins encode(prompt + completion) (most prompts: those
+ *    that end in "?\n", ":" or a word before a completion that starts with
+ *    a space). Where it does not, TRL's count is off: a token that straddles
+ *    the boundary is left out, and a prompt whose end tokenises otherwise
+ *    before the completion (GPT-2 splits "\n\n" before a letter into two
+ *    "\n") has a prompt token counted; here the bytes decide.
  *  - Alpaca's {"instruction", "input" (optional), "output"}: the Stanford
  *    Alpaca prompt (with or without its input section) as the prompt, the
  *    output as the completion.
- *  - {"messages": [{"role", "content"}, ...]}: rendered by the model's chat
- *    template (add_generation_prompt false), encoded whole with
+ *  - {"messages": [{"role", "content"}, ...]} (with TRL's optional "tools"
+ *    and "chat_template_kwargs", which become template variables): rendered
+ *    by the model's chat template (add_generation_prompt false), encoded
+ *    whole with
  *    CT_TOK_ADDED_TOKENS (markup becomes the special tokens' ids, as
  *    `ctrain tokenize --chat`); the tokens that overlap an assistant span of
  *    ct_chat_render_spans count. Nothing is added: the template writes BOS
@@ -29,7 +42,7 @@
  * cut, the EOS lost) or dropped; a truncated example left with no counted
  * token is dropped too. Examples are sequential: SFT sets are small.
  * Leaves out: packing and batching (the loader), conversational
- * prompt/completion lists (TRL's {"prompt": [messages], ...}), tools.
+ * prompt/completion lists (TRL's {"prompt": [messages], ...}).
  */
 #ifndef CT_SFT_PREPARE_H
 #define CT_SFT_PREPARE_H
@@ -93,6 +106,8 @@ int32_t ct_sft_encoder_bos(const ct_sft_encoder *e); /* the document token promp
 int32_t ct_sft_encoder_eos(const ct_sft_encoder *e); /* what ends their completion */
 /* The template's name, or NULL when none is loaded (yet). Borrowed. */
 const char *ct_sft_encoder_template(const ct_sft_encoder *e);
+/* The template itself (what the manifest records), or NULL. Borrowed. */
+const struct ct_chat_template *ct_sft_encoder_chat_template(const ct_sft_encoder *e);
 
 /* Turn one JSONL line (borrowed, need not be NUL-terminated) into *ex.
  * A bad line returns CT_OK with *bad set and the reason in why[cap] (the

@@ -2,16 +2,21 @@
  * The run's tokenizer (see run_tokenizer.h): every source that names one
  * (the checkpoint resumed, model.init_from, data.train's and data.val's
  * manifests) must name the same; the files of the first that has them go
- * into run.dir, whence ct_ckpt_save copies them into each checkpoint.
+ * into run.dir, whence ct_ckpt_save copies them into each checkpoint. The
+ * chat template instruction shards were rendered with (their manifest's
+ * "chat_template") goes into run.dir's tokenizer_config.json with them.
  * Leaves out: what an identity is (data/tokenizer_ident.c).
  */
 #include "train/run_tokenizer.h"
 
 #include "ctrain/data.h"
+#include "io/fileio.h"
 
+#include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define RUN_TOK_SOURCES 4
 
@@ -102,6 +107,94 @@ static ct_tokenizer *run_tok_files(const run_tok_src *x) {
     return t;
 }
 
+/* The chat template shards source x's manifest records (ctrain prepare
+ * --format sft: {"name", "template", "special_tokens"}), owned; NULL when it
+ * records none (or x is a model directory). */
+static cJSON *run_tok_template(const run_tok_src *x) {
+    size_t n = strlen(x->info.where);
+    if (x->model || n < 13 || strcmp(x->info.where + n - 13, "manifest.json") != 0) return NULL;
+    cJSON *man = NULL;
+    if (ct_json_read_object(x->info.where, &man)) {
+        ct_error_clear(); /* read at setup; said then */
+        return NULL;
+    }
+    cJSON *rec = cJSON_DetachItemFromObjectCaseSensitive(man, "chat_template");
+    cJSON_Delete(man);
+    if (rec && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(rec, "template"))) {
+        ct_log(CT_LOG_WARN, "%s: chat_template has no \"template\" string: it is not saved with the run", x->info.where);
+        cJSON_Delete(rec);
+        rec = NULL;
+    }
+    return rec;
+}
+
+/* The text of token id (NUL-terminated into buf[cap]), or "". */
+static const char *run_tok_text(const ct_tokenizer *t, int32_t id, char *buf, size_t cap) {
+    size_t n = 0;
+    const char *b = id >= 0 ? ct_tokenizer_token_bytes(t, id, &n) : NULL;
+    buf[0] = '\0';
+    if (b && n < cap) {
+        memcpy(buf, b, n);
+        buf[n] = '\0';
+    }
+    return buf;
+}
+
+/* Write template record rec (from `from`) into dir/tokenizer_config.json,
+ * which the tokenizer t's files were just saved beside: its chat_template,
+ * and each special token the template rendered with that the config does not
+ * name. A SentencePiece tokenizer reads bos_token and eos_token from that
+ * file (they are part of its identity), so those are added only when they
+ * are the tokenizer's own. A chat_template.jinja there (which readers prefer)
+ * gets the template too. */
+static ct_status run_tok_write_template(const ct_tokenizer *t, const cJSON *rec, const char *from, const char *dir) {
+    char path[CT_PATH_MAX + 32], jinja[CT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    snprintf(jinja, sizeof jinja, "%s/chat_template.jinja", dir);
+    const char *text = cJSON_GetObjectItemCaseSensitive(rec, "template")->valuestring;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(rec, "name");
+    struct stat sb;
+    cJSON *cfg = NULL;
+    ct_status st = stat(path, &sb) == 0 ? ct_json_read_object(path, &cfg) : CT_OK;
+    if (!st && !cfg && !(cfg = cJSON_CreateObject())) st = CT_ERR(CT_ERR_OOM, "out of memory");
+    if (st) return st;
+    const cJSON *old = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+    bool replaced = old && !cJSON_IsNull(old) && !(cJSON_IsString(old) && !strcmp(old->valuestring, text));
+    cJSON *v = cJSON_CreateString(text);
+    if (!v) st = CT_ERR(CT_ERR_OOM, "out of memory");
+    else if (old) cJSON_ReplaceItemInObjectCaseSensitive(cfg, "chat_template", v);
+    else cJSON_AddItemToObject(cfg, "chat_template", v);
+    bool spm = ct_tokenizer_kind(t) == CT_TOK_KIND_SPM_BPE;
+    char own[256];
+    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(rec, "special_tokens");
+    for (const cJSON *k = cJSON_IsObject(toks) ? toks->child : NULL; !st && k; k = k->next) {
+        if (!cJSON_IsString(k) || cJSON_HasObjectItem(cfg, k->string)) continue;
+        bool bos = !strcmp(k->string, "bos_token"), eos = !strcmp(k->string, "eos_token");
+        if (spm && (bos || eos) &&
+            strcmp(k->valuestring, run_tok_text(t, bos ? ct_tokenizer_bos(t) : ct_tokenizer_eot(t), own, sizeof own))) {
+            ct_log(CT_LOG_WARN, "the chat template of %s renders with %s \"%s\", but the tokenizer's is \"%s\": "
+                   "%s is left out of %s (it would change the tokenizer)", from, k->string, k->valuestring, own,
+                   k->string, path);
+            continue;
+        }
+        if (!cJSON_AddStringToObject(cfg, k->string, k->valuestring)) st = CT_ERR(CT_ERR_OOM, "out of memory");
+    }
+    char *out = st ? NULL : cJSON_Print(cfg);
+    if (!st && !out) st = CT_ERR(CT_ERR_OOM, "out of memory");
+    if (!st) {
+        size_t n = strlen(out);
+        out[n] = '\n'; /* cJSON_Print's NUL; the file ends with a newline */
+        st = ct_file_write_atomic(path, out, n + 1);
+    }
+    if (!st && stat(jinja, &sb) == 0) st = ct_file_write_atomic(jinja, text, strlen(text));
+    if (!st)
+        ct_log(CT_LOG_INFO, "chat template %s (from %s) saved in %s%s", cJSON_IsString(name) ? name->valuestring : "",
+               from, path, replaced ? ", replacing the one there before" : "");
+    free(out);
+    cJSON_Delete(cfg);
+    return st;
+}
+
 ct_status run_tokenizer_write(const ct_config *cfg, const char *resume_dir, const char *dir) {
     run_tok_src *s = calloc(RUN_TOK_SOURCES, sizeof *s);
     if (!s) return CT_ERR(CT_ERR_OOM, "out of memory writing the tokenizer");
@@ -117,6 +210,11 @@ ct_status run_tokenizer_write(const ct_config *cfg, const char *resume_dir, cons
             if ((t = run_tok_files(&s[i]))) known = &s[i];
         }
     }
+    /* the chat template instruction shards were rendered with: data.train's, else data.val's */
+    cJSON *tpl = NULL;
+    const run_tok_src *tpl_src = NULL;
+    for (int i = 0; !st && i < n && !tpl; i++)
+        if ((tpl = run_tok_template(&s[i]))) tpl_src = &s[i];
     if (st) {
         /* checked at setup; a file changed since */
     } else if (t) {
@@ -126,6 +224,10 @@ ct_status run_tokenizer_write(const ct_config *cfg, const char *resume_dir, cons
                    known->info.load, dir);
         else
             ct_error_prefix("saving the run's tokenizer (%s) in run.dir", known->info.load);
+        if (!st && tpl) {
+            st = run_tok_write_template(t, tpl, tpl_src->name, dir);
+            if (st) ct_error_prefix("saving the chat template of %s in run.dir", tpl_src->name);
+        }
     } else if (known) {
         ct_log(CT_LOG_WARN, "%s names tokenizer %s (%s), but its files are not at hand: %s gets no "
                "tokenizer files (copy them there to sample with --tokenizer %s)", known->name,
@@ -141,6 +243,10 @@ ct_status run_tokenizer_write(const ct_config *cfg, const char *resume_dir, cons
                "model): they are kept, and copied into checkpoints; remove them if they are not "
                "this model's", dir);
     }
+    if (!st && tpl && !t)
+        ct_log(CT_LOG_WARN, "%s records the chat template its conversations were rendered with, but the run has no "
+               "tokenizer files to keep it beside: give `ctrain chat` the template with --chat-template", tpl_src->name);
+    cJSON_Delete(tpl);
     ct_tokenizer_free(t);
     free(s);
     return st;

@@ -22,8 +22,14 @@ ct_status run_tokenizer_check(const ct_config *cfg, const char *resume_dir);
 
 /* Put the run's tokenizer files into dir (run.dir; it exists): the starting
  * model's when it has them, else those the shards' manifest names (when they
- * still have the manifest's identity). Logs where they came from, or why the
- * run has none. Errors: those of run_tokenizer_check, CT_ERR_IO (writing). */
+ * still have the manifest's identity). When data.train's (else data.val's)
+ * manifest records the chat template its examples were rendered with
+ * (prepare --format sft), dir/tokenizer_config.json gets it as
+ * "chat_template", with the special tokens it rendered with that the config
+ * lacks (SentencePiece's bos_token and eos_token only when they are the
+ * tokenizer's own), so `ctrain chat --model RUN` and transformers'
+ * apply_chat_template use it. Logs where they came from, or why the run has
+ * none. Errors: those of run_tokenizer_check, CT_ERR_IO (writing). */
 ct_status run_tokenizer_write(const ct_config *cfg, const char *resume_dir, const char *dir);
 
 #endif

@@ -6,7 +6,9 @@ reading: the tokens are `ctrain tokenize` of the pieces (document token + prompt
 completion + EOS) or `ctrain tokenize --chat` of the conversation; the mask is recomputed
 here from `ctrain tokenize --render`'s text, the assistant contents and each token's bytes
 read from tokenizer.json (a token counts when one of its bytes lies in an assistant span:
-the content and the end-of-turn token after it). Then bad lines (exit 2 listing them, or
+the content and the end-of-turn token after it; for prompt/completion, when it reaches past
+the prompt's last byte, the text being encoded whole). LLaMA's " vehicle" after "?\n" is one
+token, as in the whole text, not "▁" + "▁vehicle". Then bad lines (exit 2 listing them, or
 skipped), --max-len truncate/drop with their counts in the manifest and the summary, a
 validation split, a rerun refused without --overwrite, a failed run leaving nothing
 behind, option errors, and (with nginx) the sidecars uploaded with --out http://.
@@ -253,8 +255,11 @@ def expected(tok, tb, doc, eos, line, header, end):
     else:
         t = ALPACA_INPUT if line.get("input") else ALPACA
         prompt, completion = t.format(instruction=line["instruction"], input=line.get("input")), line["output"]
-    p, c = tokenize_plain(tok, [prompt, completion])
-    return [doc] + p + c + [eos], [0] * (1 + len(p)) + [1] * (len(c) + 1)
+    # the text encoded whole (as TRL does); a token counts when it reaches past the prompt's last byte
+    ids = tokenize_plain(tok, [prompt + completion])[0]
+    st, pn = tb.offsets(ids, (prompt + completion).encode()), len(prompt.encode())
+    mask = [int(st[k + 1] > pn or st[k] == st[k + 1] >= pn) for k in range(len(ids))]
+    return [doc] + ids + [eos], [0] + mask + [1]
 
 
 def write_jsonl(path, lines):
@@ -315,6 +320,27 @@ def formats(tmp, name, tok, tb, doc, eos, header, end):
     return src, out, want
 
 
+def whole_text(tmp, llama):
+    """Issue #33's case: with the completion tokenised apart, " vehicle" after "?\n" was 29871 19716
+    (a lone "▁", then "▁vehicle"); the whole text has 19716 alone. A prompt ending in a space:
+    the token " Paris" holds the completion's first byte and counts."""
+    src = os.path.join(tmp, "vehicle.jsonl")
+    write_jsonl(src, [{"prompt": "What is a car?\n", "completion": " vehicle"},
+                      {"prompt": "The capital of France is ", "completion": "Paris"}])
+    out = os.path.join(tmp, "vehicle_out")
+    rc, text = prepare(llama, out, src)
+    got = read_examples(out) if rc == 0 else [([], []), ([], [])]
+    whole = tokenize_plain(llama, ["What is a car?\n vehicle", "The capital of France is Paris"])
+    check(got[0][0] == [1] + whole[0] + [2] and got[0][0][-2:] == [19716, 2] and 29871 not in got[0][0],
+          "LLaMA: \"...?\\n\" + \" vehicle\" is the whole text's ids (... 13 19716), not ... 13 29871 19716",
+          f"{got[0][0]} vs {whole[0]}: {text[-300:]}")
+    check(got[0][1] == [0] * (len(got[0][0]) - 2) + [1, 1], "... and only \"▁vehicle\" and EOS count", str(got[0][1]))
+    paris = whole[1][-1]
+    check(got[1][0] == [1] + whole[1] + [2] and got[1][1] == [0] * (len(got[1][0]) - 2) + [1, 1] and
+          paris not in tokenize_plain(llama, ["The capital of France is "])[0],
+          "a token straddling the prompt's end (\"▁Paris\" after \"is \") counts", f"{got[1]}")
+
+
 def main():
     if not os.path.exists(os.path.join(GPT2, "encoder.json")):
         print("SKIP: data/gpt2-tokenizer missing (scripts/fetch_data.sh)")
@@ -333,6 +359,7 @@ def body(tmp):
     if os.path.exists(LLAMA_JSON):
         llama = llama_dir(tmp)
         formats(tmp, "tinyllama", llama, TokenBytes(LLAMA_JSON), 1, 2, "<|assistant|>\n", "</s>")
+        whole_text(tmp, llama)
     else:
         print("SKIP: LLaMA's tokenizer: %s missing (scripts/fetch_data.sh)" % LLAMA_JSON)
     if not res:

@@ -2,15 +2,17 @@
 // The reference for `ctrain tokenize --render`: renders chat templates with
 // @huggingface/jinja (the Jinja transformers.js uses; deps/npm, installed by
 // scripts/fetch_data.sh), with the variables transformers.js passes to
-// apply_chat_template: messages, add_generation_prompt and the special tokens
-// of the config (bos_token, eos_token, unk_token, sep_token, pad_token,
-// cls_token, mask_token: a string or an AddedToken's "content", when
-// non-empty).
+// apply_chat_template: messages, add_generation_prompt, tools and documents
+// (null unless given), the special tokens of the config (bos_token,
+// eos_token, unk_token, sep_token, pad_token, cls_token, mask_token: a string
+// or an AddedToken's "content", when non-empty), then the keyword arguments.
 //
 // usage: node chat_render.js CONFIG.json [--generation-prompt] < conversations
 //   CONFIG.json  a tokenizer_config.json (chat_template: a string, or a list
 //                of {name, template} whose "default" is taken)
-//   stdin        one JSON array of messages per line
+//   stdin        one conversation per line: a JSON array of messages, or an
+//                object {"messages", "tools", "chat_template_kwargs"} as TRL's
+//                datasets hold them (the kwargs are apply_chat_template's)
 // stdout: per line, the rendered text as a JSON string, or {"error": MESSAGE}
 // when the template (or the parser) throws.
 "use strict";
@@ -55,7 +57,13 @@ function main() {
       continue;
     }
     try {
-      const text = template.render({ messages: JSON.parse(line), add_generation_prompt: agp, ...tokens });
+      const conv = JSON.parse(line);
+      const messages = Array.isArray(conv) ? conv : conv.messages;
+      const tools = Array.isArray(conv) ? null : conv.tools ?? null;
+      const kwargs = Array.isArray(conv) ? {} : conv.chat_template_kwargs ?? {};
+      const text = template.render({
+        messages, add_generation_prompt: agp, tools, documents: null, ...tokens, ...kwargs,
+      });
       out.push(JSON.stringify(text));
     } catch (e) {
       out.push(JSON.stringify({ error: String(e.message) }));

@@ -7,7 +7,10 @@
  * ChatML/Qwen2, Phi-3, Gemma): every span covers exactly the assistant's
  * (trimmed) content and the end-of-turn markup after it, starts right after
  * the generation prompt, and a template whose prefixes do not render as
- * prefixes is refused. Also the encode flag chat text is tokenised with,
+ * prefixes is refused; Qwen3's, whose turns render otherwise when they are
+ * the last (its thinking). The special tokens a template gets from a
+ * tokenizer, TRL's conversation objects, errors naming an undefined value.
+ * Also the encode flag chat text is tokenised with,
  * CT_TOK_ADDED_TOKENS: every added token (special or not) becomes its id,
  * while the default and CT_TOK_ALLOW_SPECIAL keep their behaviour. The parity
  * of the rendered text itself with @huggingface/jinja is
@@ -251,7 +254,7 @@ static void test_render(void) {
           strstr(ct_last_error(), "System role not supported") && strstr(ct_last_error(), "gemma.json"));
     /* JSON messages: not an array */
     cJSON *obj = cJSON_CreateObject();
-    CHECK(ct_chat_render_json(t, obj, false, &text, &len) == CT_ERR_ARG);
+    CHECK(ct_chat_render_json(t, obj, NULL, false, &text, &len) == CT_ERR_ARG);
     cJSON_Delete(obj);
     ct_chat_template_free(t);
 }
@@ -319,7 +322,110 @@ static void test_added_tokens(void) {
     for (size_t i = 0; i < ids.n; i++) any |= ids.ids[i] == 260 || ids.ids[i] == 259 || ids.ids[i] == 2;
     CHECK(!any);
     ct_tokens_free(&ids);
+    /* the special tokens a template gets from the tokenizer (LlamaTokenizer's defaults), unless a
+     * config names them (null: off) */
+    const char *src = "{{ bos_token }}|{{ eos_token }}|{{ unk_token }}|{{ pad_token is defined }}";
+    ct_chat_template *t = NULL;
+    CHECK(ct_chat_template_from_text(&t, src, strlen(src), "tokens", NULL, NULL) == CT_OK);
+    CHECK(t && ct_chat_template_use_tokenizer(t, tok) == CT_OK);
+    char *s = t ? render1(t, false) : NULL;
+    CHECK_MSG(s && strcmp(s, "<s>|</s>|<unk>|false") == 0, "got %s", s ? s : "(null)");
+    free(s);
+    ct_chat_template_free(t);
+    t = NULL;
+    write_file(dir, "special_tokens_map.json", "{\"bos_token\": null, \"eos_token\": {\"content\": \"<|im_start|>\"}}");
+    snprintf(path, sizeof path, "%s/t2.jinja", tmpdir);
+    CHECK(ct_tmpdir_write(path, src, strlen(src)) == 0);
+    CHECK(ct_chat_template_load_file(&t, path, dir) == CT_OK && ct_chat_template_use_tokenizer(t, tok) == CT_OK);
+    s = t ? render1(t, false) : NULL;
+    CHECK_MSG(s && strcmp(s, "|<|im_start|>|<unk>|false") == 0, "got %s", s ? s : "(null)");
+    free(s);
+    ct_chat_template_free(t);
     ct_tokenizer_free(tok);
+}
+
+/* The spans of a JSON conversation (with vars), as text: "span1|span2|...". */
+static char *spans_text(const ct_chat_template *t, const char *conv_json, const char *vars_json) {
+    cJSON *conv = cJSON_Parse(conv_json), *vars = vars_json ? cJSON_Parse(vars_json) : NULL;
+    char *text = NULL, *out = calloc(1, 4096);
+    size_t len = 0, ns = 0, o = 0;
+    ct_chat_span *spans = NULL;
+    if (conv && out && ct_chat_render_spans_json(t, conv, vars, &text, &len, &spans, &ns) == CT_OK) {
+        for (size_t i = 0; i < ns && o < 4000; i++)
+            o += (size_t)snprintf(out + o, 4096 - o, "%s%.*s", i ? "|" : "", (int)(spans[i].end - spans[i].start),
+                                  text + spans[i].start);
+    } else if (out) {
+        snprintf(out, 4096, "error: %s", ct_last_error());
+    }
+    free(text);
+    free(spans);
+    cJSON_Delete(conv);
+    cJSON_Delete(vars);
+    return out;
+}
+
+/* Qwen3: turns before the last user query lose their thinking in the whole render (so the
+ * render through such a turn is not a prefix of it); a tool call with no content; the empty
+ * thinking block of enable_thinking false belongs to the prompt. */
+static void test_qwen3_spans(void) {
+    char path[1200];
+    ct_chat_template *t = NULL;
+    CHECK_MSG(ct_chat_template_load(&t, tpl_path(path, sizeof path, "qwen3")) == CT_OK, "%s", ct_last_error());
+    if (!t) return;
+    char *s = spans_text(t,
+                         "[{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": "
+                         "\"<think>\\nr1\\n</think>\\n\\nb\"}, {\"role\": \"user\", \"content\": \"c\"}, {\"role\": "
+                         "\"assistant\", \"content\": \"d\", \"reasoning_content\": \"r2\"}]",
+                         NULL);
+    CHECK_MSG(strcmp(s, "b<|im_end|>|<think>\nr2\n</think>\n\nd<|im_end|>") == 0, "got %s", s);
+    free(s);
+    s = spans_text(t,
+                   "[{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"\", "
+                   "\"tool_calls\": [{\"name\": \"f\", \"arguments\": {\"x\": 1}}]}, {\"role\": \"tool\", "
+                   "\"content\": \"42\"}, {\"role\": \"assistant\", \"content\": \"It is 42.\"}]",
+                   "{\"enable_thinking\": false}");
+    CHECK_MSG(strcmp(s, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call><|im_end|>|"
+                        "It is 42.<|im_end|>") == 0,
+              "got %s", s);
+    free(s);
+    ct_chat_template_free(t);
+}
+
+/* TRL's conversation objects, and errors that name an undefined value. */
+static void test_conv_vars(void) {
+    cJSON *c = cJSON_Parse("{\"messages\": [], \"tools\": [{\"name\": \"f\"}], \"chat_template_kwargs\": "
+                           "{\"enable_thinking\": false, \"tools\": null}}");
+    const cJSON *msgs = NULL;
+    cJSON *vars = NULL;
+    CHECK(ct_chat_conv_vars(c, false, &msgs, &vars) == CT_OK && cJSON_IsArray(msgs) && vars);
+    /* a kwarg overrides tools, as JavaScript's spread does */
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(vars, "enable_thinking")) && cJSON_IsNull(cJSON_GetObjectItem(vars, "tools")));
+    cJSON_Delete(vars);
+    cJSON_Delete(c);
+    const char *bad[] = {"{\"messages\": {}}", "{\"messages\": [], \"tools\": 1}",
+                         "{\"messages\": [], \"chat_template_kwargs\": []}", "{\"messages\": [], \"id\": 1}", "{}", "3"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c = cJSON_Parse(bad[i]);
+        CHECK_MSG(ct_chat_conv_vars(c, false, &msgs, &vars) == CT_ERR_ARG && !vars && !msgs, "%s", bad[i]);
+        cJSON_Delete(c);
+    }
+    c = cJSON_Parse("{\"messages\": [], \"id\": 1}");
+    CHECK(ct_chat_conv_vars(c, true, &msgs, &vars) == CT_OK && msgs && !vars);
+    cJSON_Delete(c);
+    /* an undefined special token is named, with where templates get it */
+    ct_chat_template *t = NULL;
+    const char *src = "{% for m in messages %}{{ m.content + eos_token }}{% endfor %}";
+    CHECK(ct_chat_template_from_text(&t, src, strlen(src), "eos.jinja", NULL, NULL) == CT_OK);
+    char *s = t ? render1(t, false) : NULL;
+    CHECK_MSG(!s && strstr(ct_last_error(), "'eos_token' is undefined") && strstr(ct_last_error(), "eos.jinja:1") &&
+                  strstr(ct_last_hint(), "special token"),
+              "%s / %s", ct_last_error(), ct_last_hint());
+    ct_chat_template_free(t);
+    src = "{{ messages[0]['nope'] | trim }}";
+    CHECK(ct_chat_template_from_text(&t, src, strlen(src), "nope.jinja", NULL, NULL) == CT_OK);
+    s = t ? render1(t, false) : NULL;
+    CHECK_MSG(!s && strstr(ct_last_error(), "'messages[0]['nope']' is undefined"), "%s", ct_last_error());
+    ct_chat_template_free(t);
 }
 
 int main(void) {
@@ -332,6 +438,8 @@ int main(void) {
     test_loading();
     test_render();
     test_added_tokens();
+    test_qwen3_spans();
+    test_conv_vars();
     ct_tmpdir_remove(tmpdir);
     return ct_test_result("test_chat_template");
 }

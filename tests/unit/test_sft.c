@@ -2,8 +2,10 @@
  * Instruction-tuning data: the .sft sidecar (write/read round trip, every
  * validation error), token byte offsets against a reference made by
  * decoding prefixes, the tokens and loss mask of each kind of line with
- * GPT-2's and LLaMA's tokenizers against expectations built here from the
- * pieces, bad lines, and whole runs of ct_sft_prepare_run (shards and
+ * GPT-2's and LLaMA's tokenizers against expectations built here (prompt
+ * and completion encoded as one text, a token counting when the decoding
+ * through it reaches past the prompt; conversations from their pieces), bad
+ * lines, and whole runs of ct_sft_prepare_run (shards and
  * sidecars read back, --max-len truncate/drop, validation splits, a failing
  * run leaving nothing). Needs ../data/gpt2-tokenizer and
  * ../data/llama-tokenizer (scripts/fetch_data.sh).
@@ -67,6 +69,22 @@ static void ref_offsets(const ct_tokenizer *t, const int32_t *ids, size_t n, siz
         start[i] = len;
         free(s);
     }
+}
+
+/* dst += the encoding of prompt + completion as one text; a token counts
+ * (mask 1) when the decoding of the ids through it is longer than the prompt
+ * (it holds a byte of the completion), as TRL tokenises prompt-completion
+ * data whole. */
+static void whole(ct_tokens *dst, uint8_t *mask, const ct_tokenizer *t, const char *prompt, const char *completion) {
+    char text[2048];
+    snprintf(text, sizeof text, "%s%s", prompt, completion);
+    ct_tokens v = enc(t, text);
+    size_t start[512];
+    CHECK(v.n < 511);
+    if (v.n >= 511) return;
+    ref_offsets(t, v.ids, v.n, start);
+    for (size_t i = 0; i < v.n; i++) one(dst, mask, v.ids[i], start[i + 1] > strlen(prompt));
+    ct_tokens_free(&v);
 }
 
 static bool write_file(const char *path, const char *text) { return ct_tmpdir_write(path, text, strlen(text)) == 0; }
@@ -304,8 +322,7 @@ static void test_lines_gpt2(void) {
     if (line_ok(e, "{\"prompt\": \"What is 2+2?\", \"completion\": \" It is 4.\"}", &ex)) {
         want.n = 0;
         one(&want, mask, 50256, 0);
-        piece(&want, mask, t, "What is 2+2?", 0);
-        piece(&want, mask, t, " It is 4.", 1);
+        whole(&want, mask, t, "What is 2+2?", " It is 4.");
         one(&want, mask, 50256, 1);
         check_example("gpt2 prompt/completion", &ex, &want, mask);
         CHECK(ex.kind == CT_SFT_KIND_PROMPT_COMPLETION);
@@ -314,8 +331,7 @@ static void test_lines_gpt2(void) {
     if (line_ok(e, "{\"prompt\": \"<|endoftext|>\", \"completion\": \"x\", \"id\": 7}", &ex)) {
         want.n = 0;
         one(&want, mask, 50256, 0);
-        piece(&want, mask, t, "<|endoftext|>", 0);
-        piece(&want, mask, t, "x", 1);
+        whole(&want, mask, t, "<|endoftext|>", "x");
         one(&want, mask, 50256, 1);
         check_example("gpt2 prompt with special text", &ex, &want, mask);
     }
@@ -323,7 +339,7 @@ static void test_lines_gpt2(void) {
     if (line_ok(e, "{\"prompt\": \"\", \"completion\": \"Only this.\"}", &ex)) {
         want.n = 0;
         one(&want, mask, 50256, 0);
-        piece(&want, mask, t, "Only this.", 1);
+        whole(&want, mask, t, "", "Only this.");
         one(&want, mask, 50256, 1);
         check_example("gpt2 empty prompt", &ex, &want, mask);
     }
@@ -331,11 +347,10 @@ static void test_lines_gpt2(void) {
     if (line_ok(e, "{\"instruction\": \"Add.\", \"input\": \"2 and 3\", \"output\": \"5\"}", &ex)) {
         want.n = 0;
         one(&want, mask, 50256, 0);
-        piece(&want, mask, t,
+        whole(&want, mask, t,
               "Below is an instruction that describes a task, paired with an input that provides further context. "
               "Write a response that appropriately completes the request.\n\n### Instruction:\nAdd.\n\n### Input:\n"
-              "2 and 3\n\n### Response:\n", 0);
-        piece(&want, mask, t, "5", 1);
+              "2 and 3\n\n### Response:\n", "5");
         one(&want, mask, 50256, 1);
         check_example("gpt2 alpaca with input", &ex, &want, mask);
         CHECK(ex.kind == CT_SFT_KIND_ALPACA);
@@ -347,10 +362,9 @@ static void test_lines_gpt2(void) {
         if (!line_ok(e, no_input[i], &ex)) continue;
         want.n = 0;
         one(&want, mask, 50256, 0);
-        piece(&want, mask, t,
+        whole(&want, mask, t,
               "Below is an instruction that describes a task. Write a response that appropriately completes the "
-              "request.\n\n### Instruction:\nSay hi.\n\n### Response:\n", 0);
-        piece(&want, mask, t, "Hi!", 1);
+              "request.\n\n### Instruction:\nSay hi.\n\n### Response:\n", "Hi!");
         one(&want, mask, 50256, 1);
         check_example("gpt2 alpaca without input", &ex, &want, mask);
     }
@@ -504,22 +518,41 @@ static void test_lines_llama(void) {
     ct_tokens want = {0};
     uint8_t mask[512];
 
-    /* prompt and completion encoded apart: each gets its own "▁" prefix */
+    /* prompt and completion encoded as one text: "Paris" right after "A:" is "Par" "is", with no
+     * "▁" of its own (encoded apart it was "▁Paris", which the whole text never has) */
     if (line_ok(e, "{\"prompt\": \"Q: capital of France?\\nA:\", \"completion\": \"Paris\"}", &ex)) {
         want.n = 0;
         one(&want, mask, 1, 0);
-        piece(&want, mask, t, "Q: capital of France?\nA:", 0);
-        piece(&want, mask, t, "Paris", 1);
+        whole(&want, mask, t, "Q: capital of France?\nA:", "Paris");
         one(&want, mask, 2, 1);
         check_example("llama prompt/completion", &ex, &want, mask);
+        CHECK(ex.ids.n == 13 && ex.ids.ids[10] == 2177 && ex.ids.ids[11] == 275 && ex.mask[10] && !ex.mask[9]);
+    }
+    /* issue #33: " vehicle" after "?\n" is "▁vehicle" (19716), not "▁" (29871) + "▁vehicle" */
+    if (line_ok(e, "{\"prompt\": \"What is a car?\\n\", \"completion\": \" vehicle\"}", &ex)) {
+        want.n = 0;
+        one(&want, mask, 1, 0);
+        whole(&want, mask, t, "What is a car?\n", " vehicle");
+        one(&want, mask, 2, 1);
+        check_example("llama vehicle", &ex, &want, mask);
+        CHECK(ex.ids.n >= 3 && ex.ids.ids[ex.ids.n - 2] == 19716 && ex.ids.ids[ex.ids.n - 3] == 13 &&
+              ex.mask[ex.ids.n - 2] && !ex.mask[ex.ids.n - 3]);
+    }
+    /* a prompt ending in a space: "▁Paris" holds the completion's first byte, and counts */
+    if (line_ok(e, "{\"prompt\": \"The capital is \", \"completion\": \"Paris\"}", &ex)) {
+        want.n = 0;
+        one(&want, mask, 1, 0);
+        whole(&want, mask, t, "The capital is ", "Paris");
+        one(&want, mask, 2, 1);
+        check_example("llama straddling token", &ex, &want, mask);
+        CHECK(ex.ids.n >= 2 && ex.ids.ids[ex.ids.n - 2] == 3681 && ex.mask[ex.ids.n - 2]);
     }
     if (line_ok(e, "{\"instruction\": \"Name a color.\", \"output\": \"Blue.\"}", &ex)) {
         want.n = 0;
         one(&want, mask, 1, 0);
-        piece(&want, mask, t,
+        whole(&want, mask, t,
               "Below is an instruction that describes a task. Write a response that appropriately completes the "
-              "request.\n\n### Instruction:\nName a color.\n\n### Response:\n", 0);
-        piece(&want, mask, t, "Blue.", 1);
+              "request.\n\n### Instruction:\nName a color.\n\n### Response:\n", "Blue.");
         one(&want, mask, 2, 1);
         check_example("llama alpaca", &ex, &want, mask);
     }
