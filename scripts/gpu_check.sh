@@ -132,10 +132,14 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
     result "ok"
   }
 
-  bundle_start() { # DIR: does the bundle's ctrain start and see the GPU?
+  # DIR: 0 the bundle's ctrain starts and sees the GPU; 1 it does not start
+  # (glibc, a library, the CPU); 3 it starts but CUDA sees no GPU (a build
+  # here would not either: same runtime), the driver's words in $NOGPU
+  bundle_start() {
     local j; j=$("$1/bin/ctrain" hw --json --no-bench 2>>"$LOG") || return 1
-    echo "$j" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if d.get("cuda_devices",0)>0 else 3)' ||
-      { echo "bundle: ctrain sees no CUDA device: $(echo "$j" | grep -o '"cuda_error": "[^"]*"')" >>"$LOG"; return 1; }
+    echo "$j" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if d.get("cuda_devices",0)>0 else 3)' && return 0
+    NOGPU=$(echo "$j" | grep -o '"cuda_error": "[^"]*"' | cut -d'"' -f4)
+    return 3
   }
 
   body_setup() {
@@ -156,7 +160,13 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
       local want have
       want=$(grep -m1 '^source hash:' "$dir/MANIFEST.txt" 2>/dev/null | awk '{print $3}')
       have=$(src_hash)
-      if [ -z "$why" ] && bundle_start "$dir"; then
+      local started=1
+      if [ -z "$why" ]; then bundle_start "$dir"; started=$?; fi
+      if [ $started = 3 ]; then
+        result "FAIL: the bundle's ctrain starts, but CUDA sees no GPU: ${NOGPU:-?} (nvidia-smi: see env)"
+        return 1
+      fi
+      if [ $started = 0 ]; then
         echo "CTRAIN='$dir/bin/ctrain'; TESTBIN='$dir/bin'; BUNDLE='$dir'" >>"$WORK/env.sh"
         detail "- bundle: $(grep -m1 '^commit:' "$dir/MANIFEST.txt" | cut -c14-), $(grep -m1 '^glibc:' "$dir/MANIFEST.txt" | cut -c14-)"
         if [ "$want" = "$have" ]; then result "ok: the bundle (built from these sources, $have)"
@@ -164,7 +174,7 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
         fi
         return 0
       fi
-      [ -n "$why" ] || why="the bundle's ctrain did not start or saw no GPU (logs/setup.log)"
+      [ -n "$why" ] || why="the bundle's ctrain did not start here (logs/setup.log)"
     else
       why="no bundle (.gpu-bundle/ctrain-gpu.tar.xz not carried)"
     fi

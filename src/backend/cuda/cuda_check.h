@@ -24,17 +24,32 @@
  * (cuda_core.cu; the emulation's fake makes the stream fail). */
 void cuda_fault_inject(cuda_state *s);
 
+/* Whether code is a fault of a kernel's execution (the runtime's 700, 702,
+ * 710, 714-719: an illegal or misaligned address, a trap, an assert, a
+ * timeout, an illegal instruction, a launch failure), which any later call
+ * may report, rather than an error of the call itself. */
+static inline bool cuda_async_fault(int code) {
+    return code == 700 || code == 702 || code == 710 || (code >= 714 && code <= 719);
+}
+
 /* Latch the first error (code != 0) with what failed; later ones are
- * dropped. */
+ * dropped. A kernel's fault reported by a call that did not wait for that
+ * kernel (no CT_CUDA_SYNC) belongs to some kernel launched before it: said
+ * so, not blamed on the call. */
 static inline void cuda_latch_state(cuda_state *s, int code, const char *what,
                                     const char *detail) {
     if (!s || code == 0 || s->err) return;
     s->err = code;
-    snprintf(s->err_what, sizeof s->err_what, "%s: %s", what, detail ? detail : "failed");
+    if (cuda_async_fault(code) && !s->sync_each)
+        snprintf(s->err_what, sizeof s->err_what, "a kernel launched before %.64s: %.200s", what,
+                 detail ? detail : "failed");
+    else
+        snprintf(s->err_what, sizeof s->err_what, "%.64s: %.200s", what, detail ? detail : "failed");
 }
 
 /* After the launch of kernel (or the cuBLAS call) what: its launch error,
- * and with sync_each its fault too, latched under what. */
+ * and with sync_each its fault too, latched under what (without it, a fault
+ * of an earlier kernel that surfaces here is latched as such). */
 static inline void cuda_check_after(cuda_state *s, const char *what) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess && s->fault_after[0] && !strcmp(s->fault_after, what)) {
@@ -58,15 +73,12 @@ static inline void cuda_check_wait(cuda_state *s) {
 }
 
 /* The message and hint of a latched error, for synchronize's status: the
- * call that failed and the runtime's words; a fault found only by the wait
- * itself (no launch named) gets the hint to rerun with CT_CUDA_SYNC=1. */
+ * call that failed and the runtime's words; a kernel's fault that no launch
+ * was found to cause gets the hint to rerun with CT_CUDA_SYNC=1. */
 static inline void cuda_error_text(const cuda_state *s, char *msg, size_t msg_size, char *hint,
                                    size_t hint_size) {
     snprintf(msg, msg_size, "CUDA device %d (%s): %s", s->device, s->name, s->err_what);
-    bool unnamed = !strncmp(s->err_what, "synchronize:", 12) ||
-                   !strncmp(s->err_what, "download:", 9) || !strncmp(s->err_what, "upload:", 7) ||
-                   !strncmp(s->err_what, "reduction:", 10) || !strncmp(s->err_what, "nonfinite:", 10) ||
-                   !strncmp(s->err_what, "event wait:", 11);
+    bool unnamed = !strncmp(s->err_what, "a kernel launched before ", 25);
     if (unnamed && !s->sync_each)
         snprintf(hint, hint_size, "a kernel launched before this wait failed; run again with "
                  "CT_CUDA_SYNC=1 to wait after every kernel and name the one that faults");

@@ -362,7 +362,7 @@ extern "C" ct_status ct_synchronize_cuda(ct_backend *be) {
     cuda_check_wait(s);
     cuda_mem_sample(be);
     if (!s->err) return CT_OK;
-    char msg[512], hint[256];
+    char msg[640], hint[256];
     cuda_error_text(s, msg, sizeof msg, hint, sizeof hint);
     ct_status st = CT_ERR(CT_ERR_IO, "%s", msg);
     if (hint[0]) ct_error_hint("%s", hint);

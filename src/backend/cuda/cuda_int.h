@@ -40,7 +40,7 @@ typedef struct cuda_state {
     void *cublas_lib;      /* dlopen handle of libcublas (loaded at init, never linked) */
     void *cublas_fns;      /* its entry points (cublas_fns, cuda_common.cuh) */
     int err;               /* the first latched cudaError_t / cublasStatus_t; 0: none */
-    char err_what[160];    /* what failed, with the library's words */
+    char err_what[320];    /* what failed, with the library's words */
     cuda_buf *bufs;        /* live allocations, for the counters */
     int n_bufs, cap_bufs;
     double *red;           /* device: CUDA_RED_BLOCKS partials */
