@@ -40,8 +40,9 @@
 # (setup and env always run first, quickly); --tests: only the kernel and
 # training tests whose names match REGEX. GPU_CHECK_CAP_<stage>=S overrides a
 # stage's timeout; CTRAIN=path skips the bundle (that ctrain, its tests beside
-# it). GPU_CHECK_FAKE=stage:hang|fail|pass,... replaces stages and
-# GPU_CHECK_WORK moves .gpu-check (tests of this script).
+# it). GPU_CHECK_FAKE=stage:hang|fail|pass,... replaces stages, GPU_CHECK_WORK
+# moves .gpu-check, GPU_CHECK_DEVICE (cuda) and GPU_CHECK_BENCH_MODEL /
+# GPU_CHECK_BENCH_VOCAB (GPT-2 124M) change the runs (trying it without a GPU).
 set -uo pipefail
 
 usage() { sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
@@ -61,6 +62,10 @@ if [ "${1:-}" = "--body" ]; then
   PY=${PY:-$(command -v python3 || echo /usr/bin/python3)}
   HFPY=${HFPY:-$PY}
   CTRAIN=${CTRAIN:-${CTRAIN_GIVEN:-ctrain}}
+  # the device and the benchmark's model (other values: trying this script without a GPU)
+  DEV=${GPU_CHECK_DEVICE:-cuda}
+  BENCH_MODEL=${GPU_CHECK_BENCH_MODEL:-model.preset=gpt2 train.seq_len=1024}
+  export BENCH_VOCAB=${GPU_CHECK_BENCH_VOCAB:-50257}
   TESTBIN=${TESTBIN:-$(dirname "$CTRAIN")}
   RES=$WORK/result.$NAME
   DET=$WORK/details.$NAME
@@ -193,18 +198,22 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
     result "ok: built here ($why), warnings: $(grep -c warning "$LOG")"
   }
 
+  # A set GEMM peak skips the start-up measurement (an 8192^3 cuBLAS GEMM: under
+  # compute-sanitizer that alone would take minutes)
+  NOPEAK=alerts.gemm_peak_gflops=1000
   tiny() { # the arguments of a one-step run of a small GPT-2 on the GPU
     echo model.arch=gpt2 model.n_layer=1 model.n_head=2 model.n_embd=128 model.vocab_size=256 \
-         model.n_ctx=128 train.batch_size=2 train.seq_len=80 train.steps=1 run.device=cuda \
-         data.train="$WORK/small.bin"
+         model.n_ctx=128 train.batch_size=2 train.seq_len=80 train.steps=1 run.device="$DEV" \
+         data.train="$WORK/small.bin" "$NOPEAK"
   }
 
   body_sync() {
     synth "$WORK/small.bin" 40000 256
+    rm -rf "$WORK/sync1" "$WORK/sync2"
     local out=$WORK/sync.err ok=0
     # shellcheck disable=SC2046 # tiny's words are separate arguments
     CT_CUDA_SYNC=1 CT_CUDA_FAULT=layernorm_forward timeout 60 "$CTRAIN" train $(tiny) \
-      run.dir="$WORK/sync1" run.resume=never >/dev/null 2>"$out"
+      run.dir="$WORK/sync1" >/dev/null 2>"$out"
     local rc=$?
     cat "$out" >>"$LOG"
     if [ $rc = 2 ] && grep -q 'layernorm_forward: an illegal memory access' "$out"; then
@@ -249,13 +258,14 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
     synth "$WORK/small.bin" 40000 256
     local gpt2="model.arch=gpt2 model.n_layer=1 model.n_head=2 model.n_embd=128"
     local llama="model.arch=llama model.n_layer=1 model.n_head=4 model.n_kv_head=2 model.n_embd=256 model.n_ffn=512"
-    local common="model.vocab_size=256 model.n_ctx=128 train.batch_size=2 train.seq_len=80 train.steps=1 run.device=cuda data.train=$WORK/small.bin"
+    local common="model.vocab_size=256 model.n_ctx=128 train.batch_size=2 train.seq_len=80 train.steps=1 run.device=$DEV data.train=$WORK/small.bin $NOPEAK"
     local -A cfgs=([gpt2_hs64]="$gpt2" [llama_gqa_hs64]="$llama" [gpt2_hs64_bf16]="$gpt2 train.precision=bf16")
     local tool c n=0 bad=0 cant=0 lines=""
     for tool in memcheck racecheck; do
       local pids=() names=()
       for c in "${!cfgs[@]}"; do
         want_test "$tool:$c" || continue
+        rm -rf "$WORK/san_${tool}_$c"
         ( compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 9 --print-limit 20 \
             "$CTRAIN" train ${cfgs[$c]} $common run.dir="$WORK/san_${tool}_$c" \
             >"$WORK/san_${tool}_$c.log" 2>&1 ) &
@@ -328,9 +338,10 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
   bench_one() { # PRECISION: a short GPT-2 124M run, its losses, speed, memory and kernel split
     local p=$1 d=$WORK/bench_$1
     rm -rf "$d"
-    timeout $(( ${STAGE_LEFT:-80} / 2 )) "$CTRAIN" train model.preset=gpt2 train.seq_len=1024 \
+    # shellcheck disable=SC2086 # the model's settings are separate words
+    timeout $(( ${STAGE_LEFT:-80} / 2 )) "$CTRAIN" train $BENCH_MODEL \
       train.batch_size=auto train.effective_batch="${GPU_CHECK_BATCH:-16}" data.train="$WORK/bench.bin" \
-      run.device=cuda train.precision="$p" train.steps=8 schedule.warmup_steps=2 \
+      run.device="$DEV" train.precision="$p" train.steps=8 schedule.warmup_steps=2 \
       run.trace=steps:6-7 run.dir="$d" >>"$LOG" 2>&1
     local rc=$?
     mkdir -p "$OUT/bench"
@@ -353,7 +364,7 @@ late = [r for r in tr if r["step"] >= 3] or tr
 tps = statistics.median(r["tokens_per_s"] for r in late)
 mfu = statistics.median(r.get("mfu", float("nan")) for r in late)
 mfut = statistics.median(r.get("mfu_theory", float("nan")) for r in late)
-ok = all(math.isfinite(x) for x in losses) and abs(losses[0] - math.log(50257)) < 1.0 and losses[-1] < losses[0]
+ok = all(math.isfinite(x) for x in losses) and abs(losses[0] - math.log(int(os.environ["BENCH_VOCAB"]))) < 1.0 and losses[-1] < losses[0]
 print("- %s: %s %.0f tokens/s, MFU %.1f%% of the measured GEMM peak, %.1f%% of theory; losses %s"
       % (p, "ok" if ok and rc == 0 else "FAIL", tps, 100 * mfu, 100 * mfut,
          " ".join("%.3f" % x for x in losses)))
@@ -389,7 +400,7 @@ EOF
   }
 
   body_bench() {
-    synth "$WORK/bench.bin" 2000000 50257
+    synth "$WORK/bench.bin" 2000000 "$BENCH_VOCAB"
     local ok=0
     bench_one fp32 && ok=$((ok + 1))
     bench_one bf16 && ok=$((ok + 1))
@@ -399,7 +410,7 @@ EOF
   }
 
   body_hf() {
-    "$HFPY" "$ROOT/scripts/hf_check.py" "$CTRAIN" "$WORK/hf" --device cuda >"$WORK/hf.log" 2>&1
+    "$HFPY" "$ROOT/scripts/hf_check.py" "$CTRAIN" "$WORK/hf" --device "$DEV" >"$WORK/hf.log" 2>&1
     local rc=$?
     grep -E '^(PASS|FAIL|SKIP)' "$WORK/hf.log" | cut -c1-200 | sed 's/^/- /' >>"$DET"
     case $rc in
