@@ -244,8 +244,21 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
     for i in "${!pids[@]}"; do
       if wait "${pids[$i]}"; then pass=$((pass + 1))
       else fail=$((fail + 1)); failed="$failed ${names[$i]}"; keep_tail "${names[$i]}" "$WORK/${names[$i]}.log"
-        detail "- FAIL ${names[$i]}: $(grep -m3 -iE 'fail|error' "$WORK/${names[$i]}.log" | tr '\n' ' ' | cut -c1-300)"
+        local why; why=$(grep -m3 -iE 'fail|error' "$WORK/${names[$i]}.log" | tr '\n' ' ' | cut -c1-300)
+        [ -n "$why" ] || why=$(tail -2 "$WORK/${names[$i]}.log" | tr '\n' ' ' | cut -c1-240)
+        detail "- FAIL ${names[$i]}: $why"
         echo "${names[$i]}" >>"$WORK/failed_tests"
+        # a kernel's fault poisons the rest of the binary and names no kernel:
+        # once more with a wait after every launch, which names it
+        if grep -qE 'illegal memory access|launch failure|misaligned address|illegal instruction' \
+             "$WORK/${names[$i]}.log"; then
+          local bin=$TESTBIN/${names[$i]}
+          [ -x "$bin" ] || bin=$(dirname "$TESTBIN")/tests/${names[$i]}
+          (cd "$WORK" && CT_CUDA_SYNC=1 CT_TEST_GPU=1 CT_GPU_REQUIRED=1 timeout 60 "$bin" \
+             >"$WORK/${names[$i]}.sync.log" 2>&1)
+          keep_tail "${names[$i]} again with CT_CUDA_SYNC=1" "$WORK/${names[$i]}.sync.log" 30
+          detail "  with CT_CUDA_SYNC=1: $(grep -m1 -oE '[a-z_ 0-9]+: an illegal[^(]*|[a-z_ 0-9]+: unspecified launch failure' "$WORK/${names[$i]}.sync.log" || echo 'no kernel named (logs/kernels.log)')"
+        fi
       fi
     done
     [ $fail = 0 ] && { result "ok: $pass of $pass kernel tests passed on the GPU"; return 0; }
@@ -327,7 +340,12 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
         77) skip=$((skip + 1)); detail "- skipped $name: $(tail -1 "$WORK/tests/$name.log")" ;;
         *) fail=$((fail + 1)); failed="$failed $name"; echo "$name" >>"$WORK/failed_tests"
            keep_tail "$name" "$WORK/tests/$name.log"
-           detail "- FAIL $name (exit $rc): $(grep -m3 '^FAIL' "$WORK/tests/$name.log" | cut -c1-200 | tr '\n' ' ')" ;;
+           local why; why=$(grep -m3 '^FAIL' "$WORK/tests/$name.log" | cut -c1-200 | tr '\n' ' ')
+           [ -n "$why" ] || why=$(grep -v '^[[:space:]]*$' "$WORK/tests/$name.log" | tail -1 | cut -c1-240)
+           detail "- FAIL $name (exit $rc): $why"
+           if grep -qE 'illegal memory access|launch failure|misaligned address' "$WORK/tests/$name.log"; then
+             detail "  a kernel faulted: CT_CUDA_SYNC=1 scripts/gpu_check.sh --stages training --tests '^$name\$' \"\$OUT\" names it"
+           fi ;;
       esac
     done <"$WORK/tests/results"
     [ $fail = 0 ] && { result "ok: $pass passed$([ $skip -gt 0 ] && echo ", $skip skipped")"; return 0; }
