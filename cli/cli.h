@@ -37,6 +37,16 @@ int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool
 /* The backend of commands without a config (eval, sample): CTRAIN_DEVICE
  * when set, as run.device spells it. CT_ERR_ARG for a bad name. */
 ct_status cli_device_from_env(ct_ctx_params *cp);
+/* The context parameters a run of cfg needs: run.threads, run.device (cuda:
+ * the GPU of this process's rank on its machine, local_rank, -1 for none,
+ * taken round-robin over the GPUs the driver sees; cuda:N names one
+ * whatever the rank) and debug.sim_device_memory. The config's errors. */
+ct_status cli_ctx_params(const ct_config *cfg, int local_rank, ct_ctx_params *cp);
+struct ct_gpu_peaks;
+/* A GPU's figures (perf/bench.h): two lines of text, or JSON members
+ * (", \"gpu_...\": ...", no braces) to put inside an object; measured peaks
+ * of 0 print as not measured (null). */
+void cli_gpu_print(const struct ct_gpu_peaks *g, bool json);
 
 /* A whole decimal number (strtol / strtod) in [lo, hi] into *out; -1 (out
  * untouched) for anything else. */

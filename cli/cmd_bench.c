@@ -385,8 +385,18 @@ static int run_peak(ct_ctx *ctx, const bench_args *a, roofs *r, bool print) {
         printf(", \"gemm_bf16_onednn_gflops\": ");
         if (r->gemm_bf16 >= 0) printf("%.2f", r->gemm_bf16);
         else printf("null");
-        printf(", \"gemm_bf16_native\": %s}\n", ct_gemm_have_bf16() ? "true" : "false");
+        printf(", \"gemm_bf16_native\": %s", ct_gemm_have_bf16() ? "true" : "false");
     }
+    /* a GPU's peaks too: its theoretical ones and cuBLAS's fp32 and bf16 GEMMs */
+    ct_gpu_peaks g;
+    bool gpu = ct_cuda_probe(NULL, 0, NULL, 0) > 0;
+    if (gpu && ct_bench_gpu_peaks(0, true, 8192, (int)a->reps, &g)) {
+        fprintf(stderr, "ctrain bench: warning: the GPU did not start: %s\n", ct_last_error());
+        ct_error_clear();
+        gpu = false;
+    }
+    if (gpu) cli_gpu_print(&g, a->json);
+    if (a->json) printf("}\n");
     return 0;
 }
 

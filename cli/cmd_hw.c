@@ -2,9 +2,11 @@
  * `ctrain hw [--json] [--quick] [--no-bench]`: this machine's hardware profile
  * (src/perf/hwinfo.h) and its measured roofs (src/perf/bench.h): sustained
  * sgemm (each GEMM library the build has), the register-only FMA ceiling and
- * the triad bandwidth, and the library run.gemm=auto would run. --quick runs
- * small benchmarks (sgemm n=512, 32 MiB arrays) for tests; --no-bench skips
- * them. A readable block by default, one JSON object with --json.
+ * the triad bandwidth, and the library run.gemm=auto would run; with a GPU,
+ * its figures and theoretical peaks, and cuBLAS's fp32 and bf16 GEMM peaks on
+ * it. --quick runs small benchmarks (sgemm n=512, 32 MiB arrays, GPU GEMMs
+ * n=2048) for tests; --no-bench skips them. A readable block by default, one
+ * JSON object with --json.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +23,8 @@
 static void hw_usage(void) {
     printf("usage: ctrain hw [--json] [--quick] [--no-bench]\n"
            "  cores, SMT, caches, ISA features, RAM and cgroup limits, allowed CPUs, GPU,\n"
-           "  the theoretical FP32 peak and the machine signature, then measured roofs\n"
+           "  the theoretical FP32 peak and the machine signature, then measured roofs;\n"
+           "  with a GPU, its figures, theoretical fp32/bf16 peaks and cuBLAS's GEMM peaks\n"
            "options:\n"
            "  --json      one JSON object on stdout\n"
            "  --quick     small benchmarks (sgemm n=512, 32 MiB bandwidth arrays)\n"
@@ -40,6 +43,8 @@ static const char *hw_bytes(char *buf, size_t n, size_t v) {
 }
 
 typedef struct hw_measured {
+    ct_gpu_peaks gpu; /* the first GPU's, when there is one (gpu_ok) */
+    bool gpu_ok;
     double gemm, fma, bw;
     double lib_gemm[2]; /* sgemm per ct_gemm_lib; -1: not in this build */
     int threads, gemm_n, lib; /* lib: the one `gemm` measured (run.gemm's default) */
@@ -73,13 +78,28 @@ static int hw_measure(bool quick, hw_measured *m) {
     return rc;
 }
 
+/* The first GPU's figures into m->gpu (its GEMM peaks with bench), when the
+ * build and the machine have one; otherwise gpu_ok stays false (ct_cuda_probe
+ * says why). */
+static void hw_gpu(bool bench, bool quick, hw_measured *m) {
+    if (ct_cuda_probe(NULL, 0, NULL, 0) <= 0) return;
+    int n = quick ? 2048 : 8192;
+    if (ct_bench_gpu_peaks(0, bench, n, quick ? 2 : 3, &m->gpu)) {
+        fprintf(stderr, "ctrain hw: warning: the GPU did not start: %s\n", ct_last_error());
+        ct_error_clear();
+        return;
+    }
+    m->gpu_ok = true;
+}
+
 /* The profile and roofs as ct_hwinfo_to_json writes them (one line). */
-static int hw_print_json(const ct_hwinfo *h, const hw_measured *m) {
+/* bench: m's roofs were measured (else only its GPU part may be set). */
+static int hw_print_json(const ct_hwinfo *h, const hw_measured *m, bool bench) {
     ct_hw_roofs r = {0};
-    if (m)
+    if (bench)
         r = (ct_hw_roofs){.threads = m->threads, .gemm_n = m->gemm_n, .membw_mib = m->bw_mib,
                           .gemm_gflops = m->gemm, .fma_gflops = m->fma, .membw_gbps = m->bw};
-    char *json = ct_hwinfo_to_json(h, m ? &r : NULL);
+    char *json = ct_hwinfo_to_json(h, bench ? &r : NULL);
     if (!json) return cli_fail("hw");
     /* the CUDA backend's view, added to the profile's object */
     char name[128], why[256];
@@ -90,7 +110,7 @@ static int hw_print_json(const ct_hwinfo *h, const hw_measured *m) {
     printf("%s, \"gemm_auto\": \"%s\", \"onednn_built\": %s", json,
            ct_gemm_lib_name((ct_gemm_lib)ct_gemm_lib_of("auto")),
            ct_gemm_have_onednn() ? "true" : "false");
-    if (m)
+    if (bench)
         printf(", \"gemm_peak_openblas_gflops\": %.2f, \"gemm_peak_onednn_gflops\": %.2f",
                m->lib_gemm[CT_GEMM_OPENBLAS], m->lib_gemm[CT_GEMM_ONEDNN]);
     printf(", \"cuda_built\": %s, \"cuda_devices\": %d, \"cuda_name\": ",
@@ -99,12 +119,14 @@ static int hw_print_json(const ct_hwinfo *h, const hw_measured *m) {
     printf(", \"cuda_error\": ");
     const char *err = n > 0 ? "" : why;
     cli_put_json_string(err, strlen(err));
+    if (m->gpu_ok) cli_gpu_print(&m->gpu, true);
     printf("}\n");
     free(json);
     return 0;
 }
 
-static void hw_print_text(const ct_hwinfo *h, const hw_measured *m, const char *coretype) {
+static void hw_print_text(const ct_hwinfo *h, const hw_measured *m, bool bench,
+                          const char *coretype) {
     char a[32], b[32], c[32];
     printf("cpu          %s\n", h->cpu_model[0] ? h->cpu_model : "unknown");
     printf("cores        %d physical, %d logical (%d thread%s per core), %d allowed to this "
@@ -127,6 +149,7 @@ static void hw_print_text(const ct_hwinfo *h, const hw_measured *m, const char *
     int n = ct_cuda_probe(name, sizeof name, why, sizeof why);
     if (n > 0) printf("cuda         %d device%s (run.device=cuda): %s\n", n, n == 1 ? "" : "s", name);
     else printf("cuda         %s\n", n < 0 ? "not built (run.device=cuda exits 2)" : why);
+    if (m->gpu_ok) cli_gpu_print(&m->gpu, false);
     printf("peak fp32    %.1f GFLOP/s theoretical at %.0f MHz (the clock measured now; %.0f MHz "
            "nominal)\n", h->theoretical_gflops, h->measured_mhz, h->nominal_mhz);
     printf("openblas     %s kernels, OPENBLAS_CORETYPE %s\n", openblas_get_corename(),
@@ -141,7 +164,7 @@ static void hw_print_text(const ct_hwinfo *h, const hw_measured *m, const char *
                                        : "OpenBLAS's kernels use the cores' full width",
            bb, cb);
     printf("signature    %s\n", h->signature);
-    if (m) {
+    if (bench) {
         printf("measured     sgemm %dx%dx%d %.1f GFLOP/s (%s), FMA ceiling %.1f GFLOP/s, triad "
                "bandwidth %.1f GB/s (%d threads)\n",
                m->gemm_n, m->gemm_n, m->gemm_n, m->gemm, ct_gemm_lib_name((ct_gemm_lib)m->lib),
@@ -172,8 +195,9 @@ int cmd_hw(int argc, char **argv) {
         int rc = hw_measure(quick, &m);
         if (rc) return rc;
     }
+    hw_gpu(bench, quick, &m);
     const char *coretype = getenv("OPENBLAS_CORETYPE");
-    if (json) return hw_print_json(&h, bench ? &m : NULL);
-    hw_print_text(&h, bench ? &m : NULL, coretype);
+    if (json) return hw_print_json(&h, &m, bench);
+    hw_print_text(&h, &m, bench, coretype);
     return 0;
 }

@@ -11,12 +11,17 @@
  * itself is planned as `train` plans it: this process's measured RSS and the
  * run's tokenizer loaded here, the GEMM library's memory for the run's GEMMs
  * (OpenBLAS's packing buffers for the kernel set this process runs, or
- * oneDNN's workspace), and the constants of memplan.h.
+ * oneDNN's workspace), and the constants of memplan.h. A run on a device with
+ * memory of its own (run.device=cuda, or sim with debug.sim_device_memory)
+ * starts that backend, as train does, to read the memory it has: the plan
+ * then has a device part, which run.memory_limit bounds.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "backend/ctx.h"
+#include "backend/device.h"
 #include "ctrain/train.h"
 #include "perf/memplan.h"
 
@@ -41,7 +46,27 @@ int cmd_plan(int argc, char **argv) {
     }
     ct_run_plan rp;
     size_t limit;
-    if (ct_run_plan_for_config(&cfg, &mc, &rp, &limit)) return cli_fail("plan");
+    int kind, index;
+    if (ct_config_device(cfg.run.device, &kind, &index)) return cli_fail("plan");
+    if (kind == CT_BACKEND_CUDA || (kind == CT_BACKEND_SIM && cfg.debug.sim_device_memory[0])) {
+        /* the device's memory is read from the backend, started as train starts it */
+        ct_ctx_params cp;
+        ct_ctx *ctx = NULL;
+        ct_run_env env;
+        int world = cfg.dist.world > 0 ? (int)cfg.dist.world : 1;
+        if (cli_ctx_params(&cfg, ct_device_local_rank(), &cp) || ct_ctx_init(&ctx, &cp) ||
+            ct_run_env_measure(&env, &cfg) ||
+            ct_run_env_measure_device(&env, ct_ctx_base_backend(ctx), 1) ||
+            ct_run_plan_for_env(&cfg, &mc, world, 1, &env, &rp, &limit)) {
+            int rc2 = cli_fail("plan");
+            ct_ctx_free(ctx);
+            return rc2;
+        }
+        ct_ctx_free(ctx);
+    } else if (ct_run_plan_for_config(&cfg, &mc, &rp, &limit)) {
+        return cli_fail("plan");
+    }
+    bool dev = rp.env.device;
     const ct_model_plan *p = &rp.model;
     int B = rp.B, T = rp.T;
     const char *rc_name = ct_model_recompute_name(rp.opts.recompute);
@@ -57,13 +82,17 @@ int cmd_plan(int argc, char **argv) {
                "\"runtime_bytes\": %zu, \"process_bytes\": %zu, \"code_bytes\": %zu, "
                "\"tokenizer_bytes\": %zu, \"threads_bytes\": %zu, \"io_bytes\": %zu, "
                "\"reserve_bytes\": %zu, \"blas_bytes\": %zu, \"blas_core\": \"%s\", "
-               "\"gemm\": \"%s\", \"threads\": %d, \"total_bytes\": %zu, \"limit_bytes\": %zu}\n",
+               "\"gemm\": \"%s\", \"threads\": %d, \"total_bytes\": %zu, \"limit_bytes\": %zu, "
+               "\"device\": %s, \"device_bytes\": %zu, \"device_workspace_bytes\": %zu, "
+               "\"device_reserve_bytes\": %zu, \"device_free_bytes\": %zu, "
+               "\"device_total_bytes\": %zu}\n",
                B, rp.grad_accum, rc_name, dt_name, prec_name, p->params, p->weights16, p->grads,
                optim, p->acts, p->work,
                p->scratch, data, rp.shards, rp.runtime, rp.rt_process, rp.rt_code, rp.rt_tokenizer,
                rp.rt_threads, rp.rt_io, rp.rt_reserve, rp.rt_blas, rp.env.blas.core,
                ct_gemm_lib_name((ct_gemm_lib)rp.env.gemm), rp.threads,
-               total, limit);
+               total, limit, dev ? "true" : "false", rp.device, rp.dev_ws, rp.dev_reserve,
+               dev ? rp.env.device_free : (size_t)0, dev ? rp.env.device_total : (size_t)0);
         return 0;
     }
     const double MiB = 1024.0 * 1024.0;
@@ -103,7 +132,22 @@ int cmd_plan(int argc, char **argv) {
                bp->known ? "" : "; kernels not in the table: counted high");
     printf("    reserve   %7.1f MiB  (what varies from run to run: the heap's layout)\n",
            rp.rt_reserve / MiB);
-    printf("  total    %10.1f MiB  of run.memory_limit %.1f MiB (%s)\n", total / MiB,
-           limit / MiB, cfg.run.memory_limit);
+    if (!dev) {
+        printf("  total    %10.1f MiB  of run.memory_limit %.1f MiB (%s)\n", total / MiB,
+               limit / MiB, cfg.run.memory_limit);
+        return 0;
+    }
+    printf("  host     %10.1f MiB  (data, shards and runtime: params to scratch and AdamW are "
+           "the device's)\n", total / MiB);
+    printf("device %s: %.1f MiB free when the backend had started (of %.1f MiB)\n",
+           rp.env.device_name, rp.env.device_free / MiB, rp.env.device_total / MiB);
+    printf("  tensors  %10.1f MiB  (params, bf16 copies, grads, acts, work, scratch, AdamW "
+           "above)\n", (p->total + optim) / MiB);
+    printf("  workspaces %8.1f MiB  (the CUDA kernels' and the bf16 GEMM operands')\n",
+           rp.dev_ws / MiB);
+    printf("  reserve  %10.1f MiB  (kernel code loaded on first launch, allocation rounding)\n",
+           rp.dev_reserve / MiB);
+    printf("  total    %10.1f MiB  of run.memory_limit %.1f MiB (%s of the free device memory)\n",
+           rp.device / MiB, limit / MiB, cfg.run.memory_limit);
     return 0;
 }

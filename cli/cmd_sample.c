@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/strbuf.h"
 #include "ctrain/data.h"
 #include "ctrain/model.h"
 #include "io/fileio.h"
@@ -176,6 +177,31 @@ static ct_status sample_generate(sample_run *r, gen *g) {
         g->slides++;
     }
     return CT_OK;
+}
+
+/* --logits FILE: the logits after each token of prompt ids (n of them), fed
+ * one at a time through the KV cache as generation feeds them, written
+ * atomically as JSON {"ids": [...], "logits": [[V floats] per position]}
+ * (%.9g: float32 exactly), for comparisons with other implementations. */
+static ct_status sample_dump_logits(sample_run *r, const int32_t *ids, size_t n, int V,
+                                    const char *path) {
+    ct_strbuf b = {0};
+    ct_strbuf_printf(&b, "{\"ids\": [");
+    for (size_t i = 0; i < n; i++) ct_strbuf_printf(&b, "%s%d", i ? ", " : "", ids[i]);
+    ct_strbuf_printf(&b, "], \"logits\": [");
+    ct_model_decode_reset(r->m);
+    ct_status st = CT_OK;
+    for (size_t i = 0; i < n && !st; i++) {
+        if ((st = ct_model_decode_step(r->m, ids[i], r->logits))) break;
+        ct_strbuf_printf(&b, "%s[", i ? ",\n" : "");
+        for (int v = 0; v < V; v++) ct_strbuf_printf(&b, "%s%.9g", v ? ", " : "", r->logits[v]);
+        ct_strbuf_printf(&b, "]");
+    }
+    ct_strbuf_printf(&b, "]}\n");
+    if (!st && b.oom) st = CT_ERR(CT_ERR_OOM, "out of memory writing %s", path);
+    if (!st) st = ct_file_write_atomic(path, b.p, b.len);
+    ct_strbuf_free(&b);
+    return st;
 }
 
 /* ------------------------------------------------------------ arguments */
@@ -340,6 +366,7 @@ static void sample_usage(void) {
            "                     [--temperature X] [--top-k K] [--top-p P]\n"
            "                     [--repetition-penalty R] [--stop STR]... [--seed S]\n"
            "                     [--threads N] [--tokenizer DIR] [--base DIR] [--json]\n"
+           "                     [--logits FILE]\n"
            "Generates N tokens after each prompt. DIR is a Hugging Face model directory,\n"
            "a checkpoint, a run directory, or a LoRA run / PEFT adapter (merged into its\n"
            "base in memory; --base DIR names the base when the adapter does not).\n"
@@ -361,6 +388,9 @@ static void sample_usage(void) {
            "                     the tokenizer beside the model's weights when there is one\n"
            "  --json             one line per prompt: {\"prompt\", \"text\" or \"ids\", \"tokens\",\n"
            "                     \"stopped\": \"stop\" | \"length\"}\n"
+           "  --logits FILE      generate nothing: write the logits after each token of the\n"
+           "                     first prompt, read one at a time through the KV cache, to\n"
+           "                     FILE as JSON {\"ids\": [...], \"logits\": [[...], ...]}\n"
            "Several prompts print one line each (text with \\n, \\r and \\\\ escaped).\n");
 }
 
@@ -368,7 +398,7 @@ static void sample_usage(void) {
 
 int cmd_sample(int argc, char **argv) {
     const char *cmd = "sample", *model_dir = NULL, *tok_dir = NULL, *prompts_file = NULL,
-               *base = NULL;
+               *base = NULL, *logits_path = NULL;
     const char **prompts = NULL;
     const char *stop_args[SAMPLE_MAX_STOPS];
     int n_prompts = 0, n_stops = 0;
@@ -411,6 +441,7 @@ int cmd_sample(int argc, char **argv) {
             else stop_args[n_stops++] = v;
         } else if (!strcmp(a, "--tokenizer")) tok_dir = v;
         else if (!strcmp(a, "--base")) base = v;
+        else if (!strcmp(a, "--logits")) logits_path = v;
         else if (!strcmp(a, "--tokens")) {
             if (cli_parse_long(v, 1, 1 << 20, &n_tokens)) bad = "expected a positive integer";
         } else if (!strcmp(a, "--top-k")) {
@@ -456,6 +487,10 @@ int cmd_sample(int argc, char **argv) {
                                                   SAMPLE_MAX_PROMPTS, &file_text)))
         goto done;
     rc = 2;
+    if (n_all == 0 && logits_path) {
+        rc = cli_usage_error(cmd, "--logits needs a --prompt (the ids to score)");
+        goto done;
+    }
     if (n_all == 0) prompts[n_all++] = ""; /* no prompt: the start token below */
     ct_ctx_params cp = ct_ctx_params_default();
     cp.n_threads = (int)threads;
@@ -537,6 +572,19 @@ int cmd_sample(int argc, char **argv) {
     r.logits = malloc((size_t)V * sizeof *r.logits);
     g.hist = malloc(((size_t)mc->n_ctx + (size_t)n_tokens + 1) * sizeof *g.hist);
     if (!r.logits || !g.hist) goto oom;
+    if (logits_path) { /* the first prompt's logits instead of a generation */
+        if (!plen[0]) {
+            rc = cli_usage_error(cmd, "--logits: the first prompt holds no tokens");
+            goto done;
+        }
+        if (ct_model_decode_reserve(m, (int)plen[0]) ||
+            sample_dump_logits(&r, pids[0], plen[0], V, logits_path)) {
+            rc = cli_fail(cmd);
+            goto done;
+        }
+        rc = 0;
+        goto done;
+    }
     if (ct_model_decode_reserve(m, r.cap)) {
         rc = cli_fail(cmd);
         goto done;

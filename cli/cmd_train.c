@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "backend/device.h"
 #include "stop.h"
 #include "ctrain/train.h"
 
@@ -231,16 +232,15 @@ int cmd_train(int argc, char **argv) {
         return 0;
     }
     ct_ctx *ctx = NULL;
-    ct_ctx_params cp = ct_ctx_params_default();
-    cp.n_threads = (int)cfg.run.threads;
-    int kind, index;
-    if (ct_config_device(cfg.run.device, &kind, &index)) {
+    ct_ctx_params cp;
+    /* under mpirun each rank of a machine takes its own GPU (run.device=cuda) */
+    int local_rank = ct_device_local_rank();
+    if (local_rank < 0) local_rank = ct_dist_local_rank(dist);
+    if (cli_ctx_params(&cfg, local_rank, &cp)) {
         rc = cli_fail("train");
         ct_dist_free(dist);
         return rc;
     }
-    cp.backend = (ct_backend_kind)kind;
-    cp.device = index;
     int local = ct_dist_local_size(dist);
     if (local > 1) {
         /* ranks sharing a machine share its cores: split them, and leave

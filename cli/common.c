@@ -14,7 +14,9 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "backend/device.h"
 #include "ctrain/data.h"
+#include "perf/bench.h"
 #include "tools/tune.h"
 
 ct_status cli_device_from_env(ct_ctx_params *cp) {
@@ -26,6 +28,61 @@ ct_status cli_device_from_env(ct_ctx_params *cp) {
     cp->backend = (ct_backend_kind)kind;
     cp->device = index;
     return CT_OK;
+}
+
+ct_status cli_ctx_params(const ct_config *cfg, int local_rank, ct_ctx_params *cp) {
+    *cp = ct_ctx_params_default();
+    cp->n_threads = (int)cfg->run.threads;
+    int kind, index;
+    ct_status st = ct_config_device(cfg->run.device, &kind, &index);
+    if (st) return st;
+    cp->backend = (ct_backend_kind)kind;
+    cp->device = index;
+    if (kind == CT_BACKEND_CUDA && local_rank > 0 && !strchr(cfg->run.device, ':')) {
+        /* ranks of one machine spread over its GPUs (the driver starts here) */
+        int n = ct_cuda_probe(NULL, 0, NULL, 0);
+        cp->device = ct_device_for_rank(cfg->run.device, local_rank, n);
+    }
+    if (cfg->debug.sim_device_memory[0]) {
+        int64_t bytes;
+        if ((st = ct_config_bytes("debug.sim_device_memory", cfg->debug.sim_device_memory,
+                                  &bytes)))
+            return st;
+        cp->sim_device_memory = (size_t)bytes;
+    }
+    return CT_OK;
+}
+
+void cli_gpu_print(const ct_gpu_peaks *g, bool json) {
+    const ct_device_info *d = &g->info;
+    if (json) {
+        printf(", \"gpu_index\": %d, \"gpu_cc\": \"%d.%d\", \"gpu_sms\": %d, "
+               "\"gpu_clock_mhz\": %.0f, \"gpu_memory_bytes\": %zu, \"gpu_memory_free_bytes\": "
+               "%zu, \"gpu_fp32_theory_gflops\": %.1f, \"gpu_bf16_theory_gflops\": %.1f",
+               d->index, d->cc_major, d->cc_minor, d->sms, d->clock_mhz, d->mem_total,
+               d->mem_free, d->fp32_theory_gflops, d->bf16_theory_gflops);
+        if (g->gemm_n > 0)
+            printf(", \"gpu_gemm_n\": %d, \"gpu_fp32_gemm_gflops\": %.1f, "
+                   "\"gpu_bf16_gemm_gflops\": %.1f", g->gemm_n, g->fp32_gemm_gflops,
+                   g->bf16_gemm_gflops);
+        else
+            printf(", \"gpu_fp32_gemm_gflops\": null, \"gpu_bf16_gemm_gflops\": null");
+        return;
+    }
+    printf("gpu          %s (cuda:%d): compute capability %d.%d, %d multiprocessors at %.0f MHz, "
+           "%.1f GiB (%.1f GiB free)\n", d->name, d->index, d->cc_major, d->cc_minor, d->sms,
+           d->clock_mhz, d->mem_total / 1073741824.0, d->mem_free / 1073741824.0);
+    if (d->fp32_theory_gflops > 0)
+        printf("gpu peak     theoretical fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s (dense, at %.0f "
+               "MHz)", d->fp32_theory_gflops, d->bf16_theory_gflops, d->clock_mhz);
+    else
+        printf("gpu peak     theoretical: n/a (compute capability %d.%d is not in ctrain's "
+               "table)", d->cc_major, d->cc_minor);
+    if (g->gemm_n > 0)
+        printf("; cuBLAS measured fp32 %.0f GFLOP/s (TF32 off), bf16 %.0f GFLOP/s (n=%d)\n",
+               g->fp32_gemm_gflops, g->bf16_gemm_gflops, g->gemm_n);
+    else
+        printf("\n");
 }
 
 int cli_fail(const char *cmd) {

@@ -1,146 +1,575 @@
 #!/usr/bin/env bash
-# One pass of the GPU checks, for a machine with an NVIDIA GPU that may be lent
-# for minutes at a time: build, test, sanitize and time the CUDA backend in one
-# command, and leave at most six files in OUTDIR (summary.md last and shortest).
+# The GPU checks in one command of at most 8.5 minutes, for a GPU machine that
+# may be at hand for minutes only and cannot install packages:
 #
-#   scripts/gpu_check.sh OUTDIR
+#   scripts/gpu_check.sh [--stages LIST] [--tests REGEX] [--rerun] OUTDIR
 #
-# Stages, most important first, each skipped (and said so) when the time left
-# (GPU_CHECK_BUDGET_S, default 540 s from the start) is too short for it:
-#   1. build    cmake + build in build-gpu (Release; CUDA for sm_80, sm_90 + PTX)
-#   2. kernels  the kernel tests with the CUDA backend held to ref (ctest -L gpu,
-#               the C ones): every kernel, forward and backward, fp32 and bf16
-#   3. training the training suite on run.device=cuda (the gpu_* Python tests:
-#               PyTorch parity, exact resume, guard, LoRA, instruction data)
-#   4. bench    GPT-2 124M, T=1024, B=GPU_CHECK_BATCH (default 16): ctrain fp32 and
-#               bf16 against PyTorch (compiled, SDPA attention, fused AdamW) bf16
-#               and fp32, tokens/s and peak device memory
-#   5. sanitize compute-sanitizer memcheck and racecheck on a 2-step tiny run
-#
-# Where the machine has no package registry, the build's libraries come from
-# .debs made beforehand by `scripts/offline_deps.sh fetch .offline-deps` (copy
-# that folder along; CT_DEPS names another). The tests run under CT_PYTHON
-# (default: the python3 on PATH, which must import torch for the parity tests).
+# Stages, in this order, each under its own timeout (seconds; a stage also
+# stops when the budget, GPU_CHECK_BUDGET_S = 510 from the start, runs out),
+# so a stage that hangs is killed and the next one still runs:
+#   env       20  the GPU, driver and CUDA, the runtime (gVisor or not), the
+#                 Python with PyTorch (CT_PYTHON, else the first python3 that
+#                 imports torch), transformers and peft, compute-sanitizer, glibc
+#   setup     40  the bundle .gpu-bundle/ctrain-gpu.tar.xz (scripts/gpu_bundle.sh,
+#                 made beforehand on a machine with the packages) unpacked and
+#                 started; when it does not start or is not there, a build here
+#                 (up to 300 s, the libraries from .offline-deps when carried)
+#   sync      25  CT_CUDA_SYNC=1 names the kernel that faults (CT_CUDA_FAULT
+#                 makes one), and without it the hint says to set it
+#   kernels   60  every kernel, forward and backward, fp32 and bf16, GPT-2 and
+#                 LLaMA shapes, held to the ref backend on the GPU
+#   sanitize  80  compute-sanitizer memcheck and racecheck on training steps that
+#                 take the tiled attention kernels: GPT-2 at head size 64,
+#                 LLaMA with grouped-query attention, bf16 (said so, not failed,
+#                 where the sanitizer cannot attach: gVisor)
+#   training 160  the training suite with run.device=cuda: PyTorch parity fp32,
+#                 bf16 and dropout (also at head size 64), LLaMA, exact resume,
+#                 the guard, LoRA, instruction data, eval, trace
+#   bench     80  GPT-2 124M, T=1024, batch_size=auto for GPU_CHECK_BATCH (16)
+#                 sequences, fp32 and bf16: tokens/s, MFU against the GPU's
+#                 peaks, every step's loss (kept), the device memory plan against
+#                 the peak the device reports, the time split per kernel from a
+#                 trace of two steps
+#   hf        45  scripts/hf_check.py: the exports load in transformers and peft
+#                 and give ctrain's logits (skipped where transformers is missing)
+# OUTDIR gets summary.md, rewritten after every stage (a command killed
+# midway still says what passed), a log per stage in logs/ (failures' tails
+# only), bench/ (metrics and kernel split) and the rerun command for what
+# failed; .gpu-check/ (ignored) keeps the unpacked bundle and what failed, for
+# `--rerun` on the same machine. --stages: a comma list of the stages above
+# (setup and env always run first, quickly); --tests: only the kernel and
+# training tests whose names match REGEX. GPU_CHECK_CAP_<stage>=S overrides a
+# stage's timeout; CTRAIN=path skips the bundle (that ctrain, its tests beside
+# it). GPU_CHECK_FAKE=stage:hang|fail|pass,... replaces stages, GPU_CHECK_WORK
+# moves .gpu-check, GPU_CHECK_DEVICE (cuda) and GPU_CHECK_BENCH_MODEL /
+# GPU_CHECK_BENCH_VOCAB (GPT-2 124M) change the runs (trying it without a GPU).
 set -uo pipefail
 
-if [ $# -ne 1 ]; then
-  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
-  exit 2
-fi
-OUT=$1
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-T0=$(date +%s)
-BUDGET=${GPU_CHECK_BUDGET_S:-540}
-B=${GPU_CHECK_BATCH:-16}
-BUILD=build-gpu
-SUMMARY="$OUT/summary.md"
-: >"$SUMMARY"
-left() { echo $((BUDGET - ($(date +%s) - T0))); }
-say() { echo "$*" | tee -a "$SUMMARY"; }
-# stage NAME SECONDS_NEEDED: false (and a line in the summary) when time is short
-stage() {
-  local l; l=$(left)
-  if [ "$l" -lt "$2" ]; then say "- $1: skipped, ${l} s left of the budget (needs ~$2 s)"; return 1; fi
-  echo "== $1 ($l s left)" >&2
-}
+usage() { sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
-say "# GPU check $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | head -4
-  nvcc --version 2>&1 | tail -1
-  "${CT_PYTHON:-python3}" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1
-} | sed 's/^/    /' | tee -a "$SUMMARY"
+SELF=$(readlink -f "$0")
+ROOT=$(cd "$(dirname "$SELF")/.." && pwd)
+export ROOT SELF
+export PATH="$PATH:/usr/local/cuda/bin"
 
-# ---------------------------------------------------------------- libraries
-DEPS=${CT_DEPS:-.offline-deps}
-if ls "$DEPS"/*.deb >/dev/null 2>&1; then
-  eval "$(scripts/offline_deps.sh unpack "$DEPS" /tmp/ctrain-deps 2>>"$OUT/build.log")"
-fi
-PY=${CT_PYTHON:-$(command -v python3)}
+# ---------------------------------------------------------------- a stage's body
+# (run as `gpu_check.sh --body NAME` under the stage's timeout; it writes its
+# result line to $WORK/result.NAME and details to $WORK/details.NAME)
+if [ "${1:-}" = "--body" ]; then
+  NAME=$2
+  # shellcheck disable=SC1091
+  [ -f "$WORK/env.sh" ] && . "$WORK/env.sh"
+  PY=${PY:-$(command -v python3 || echo /usr/bin/python3)}
+  HFPY=${HFPY:-$PY}
+  CTRAIN=${CTRAIN:-${CTRAIN_GIVEN:-ctrain}}
+  # the device and the benchmark's model (other values: trying this script without a GPU)
+  DEV=${GPU_CHECK_DEVICE:-cuda}
+  BENCH_MODEL=${GPU_CHECK_BENCH_MODEL:-model.preset=gpt2 train.seq_len=1024}
+  export BENCH_VOCAB=${GPU_CHECK_BENCH_VOCAB:-50257}
+  TESTBIN=${TESTBIN:-$(dirname "$CTRAIN")}
+  RES=$WORK/result.$NAME
+  DET=$WORK/details.$NAME
+  LOG=$OUT/logs/$NAME.log
+  : >"$DET"
+  result() { echo "$*" >"$RES"; }
+  detail() { echo "$*" >>"$DET"; }
+  # a test's log, tail only, into the stage's log
+  keep_tail() { { echo "---- $1 (last ${3:-60} lines)"; tail -n "${3:-60}" "$2"; } >>"$LOG"; }
+  want_test() { [ -z "${TESTS_RE:-}" ] || [[ "$1" =~ $TESTS_RE ]]; }
+  fake=$(echo ",${GPU_CHECK_FAKE:-}," | grep -o ",$NAME:[a-z]*," | tr -d , | cut -d: -f2)
+  case "$fake" in
+    hang) echo $$ >"$WORK/fake_hang.pid"; result "hanging (fake)"; sleep 86400; exit 0 ;;
+    fail) result "FAIL (fake)"; exit 1 ;;
+    pass) result "ok (fake)"; exit 0 ;;
+  esac
+  synth() { # FILE TOKENS VOCAB
+    [ -s "$1" ] || "$CTRAIN" synth --out "$1" --tokens "$2" --vocab "$3" >>"$LOG" 2>&1
+  }
 
-# ---------------------------------------------------------------- 1. build
-stage build 60 || exit 1
-{
-  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCT_PYTHON="$PY" \
+  body_env() {
+    local gpu drv gv py tv
+    gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,mig.mode.current \
+            --format=csv,noheader 2>&1 | head -4)
+    [ -n "$gpu" ] || gpu="nvidia-smi gave nothing"
+    command -v nvidia-smi >/dev/null || gpu="no nvidia-smi on PATH (no GPU driver?)"
+    drv=$(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -1)
+    gv=0
+    if dmesg 2>/dev/null | grep -qi gvisor || [ "$(uname -r)" = 4.4.0 ]; then gv=1; fi
+    # the Python with PyTorch: CT_PYTHON, else the first candidate that has torch
+    # (asked of its import system, not imported: fast)
+    has() { "$1" -c "import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in sys.argv[1:]) else 1)" "${@:2}" >/dev/null 2>&1; }
+    local cands=()
+    [ -n "${CT_PYTHON:-}" ] && cands+=("$CT_PYTHON")
+    cands+=(python3 /usr/bin/python3 /usr/local/bin/python3 /opt/conda/bin/python3
+            /opt/conda/bin/python "${HOME:-/root}"/.venv/bin/python3)
+    py=""
+    for p in "${cands[@]}"; do
+      command -v "$p" >/dev/null 2>&1 && has "$p" torch && { py=$(command -v "$p"); break; }
+    done
+    tv=$([ -n "$py" ] && timeout 15 "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())' 2>&1 | tail -1)
+    # transformers: in that Python, else any candidate (a CPU-only one is enough)
+    local hfpy="" hv=""
+    for p in "$py" "${cands[@]}"; do
+      [ -n "$p" ] && command -v "$p" >/dev/null 2>&1 || continue
+      if has "$p" transformers torch; then
+        hfpy=$(command -v "$p")
+        hv=$("$p" -c 'import importlib.metadata as m
+def v(n):
+    try: return m.version(n)
+    except Exception: return "missing"
+print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
+        break
+      fi
+    done
+    local san; san=$(command -v compute-sanitizer || true)
+    {
+      echo "PY='${py:-/usr/bin/python3}'"
+      echo "HFPY='${hfpy:-${py:-/usr/bin/python3}}'"
+      echo "GVISOR=$gv"
+      echo "SANITIZER='$san'"
+    } >>"$WORK/env.sh"
+    detail "- GPU: $gpu${drv:+; $drv}"
+    detail "- runtime: $([ $gv = 1 ] && echo 'gVisor (compute-sanitizer cannot attach to the GPU here)' || echo "native kernel $(uname -r)")"
+    detail "- CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) CPUs, $(grep -m1 -ow 'avx512f' /proc/cpuinfo || echo 'no avx512f'), $(grep -m1 -ow 'avx2' /proc/cpuinfo || echo 'no avx2'); $(ldd --version 2>&1 | head -1)"
+    detail "- nvcc: $(nvcc --version 2>/dev/null | tail -2 | head -1 || echo none); compute-sanitizer: ${san:-none}"
+    detail "- Python with torch: ${py:-none} (${tv:-no torch}); transformers: ${hfpy:-none} ${hv}"
+    if [ -z "$py" ]; then result "ok, but no Python imports torch: the parity tests will fail"; return 0; fi
+    result "ok"
+  }
+
+  # DIR: 0 the bundle's ctrain starts and sees the GPU; 1 it does not start
+  # (glibc, a library, the CPU); 3 it starts but CUDA sees no GPU (a build
+  # here would not either: same runtime), the driver's words in $NOGPU
+  bundle_start() {
+    local j; j=$("$1/bin/ctrain" hw --json --no-bench 2>>"$LOG") || return 1
+    echo "$j" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if d.get("cuda_devices",0)>0 else 3)' && return 0
+    NOGPU=$(echo "$j" | grep -o '"cuda_error": "[^"]*"' | cut -d'"' -f4)
+    return 3
+  }
+
+  body_setup() {
+    if [ -n "${CTRAIN_GIVEN:-}" ]; then
+      echo "CTRAIN='$CTRAIN_GIVEN'; TESTBIN='$(dirname "$CTRAIN_GIVEN")'" >>"$WORK/env.sh"
+      [ -d "$(dirname "$CTRAIN_GIVEN")/tests" ] && echo "TESTBIN='$(dirname "$CTRAIN_GIVEN")/tests'" >>"$WORK/env.sh"
+      result "ok: CTRAIN=$CTRAIN_GIVEN"
+      return 0
+    fi
+    local tb=$ROOT/.gpu-bundle/ctrain-gpu.tar.xz dir=$WORK/bundle why=""
+    if [ -f "$tb" ]; then
+      if ! cmp -s "$ROOT/.gpu-bundle/MANIFEST.txt" "$dir/MANIFEST.txt" 2>/dev/null; then
+        rm -rf "$dir" && mkdir -p "$dir"
+        if command -v xz >/dev/null; then tar -xJf "$tb" -C "$dir" 2>>"$LOG"
+        else "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$tb" "$dir" 2>>"$LOG"
+        fi || why="cannot unpack $tb"
+      fi
+      local want have
+      want=$(grep -m1 '^source hash:' "$dir/MANIFEST.txt" 2>/dev/null | awk '{print $3}')
+      have=$(src_hash)
+      local started=1
+      if [ -z "$why" ]; then bundle_start "$dir"; started=$?; fi
+      if [ $started = 3 ]; then
+        result "FAIL: the bundle's ctrain starts, but CUDA sees no GPU: ${NOGPU:-?} (nvidia-smi: see env)"
+        return 1
+      fi
+      if [ $started = 0 ]; then
+        echo "CTRAIN='$dir/bin/ctrain'; TESTBIN='$dir/bin'; BUNDLE='$dir'" >>"$WORK/env.sh"
+        detail "- bundle: $(grep -m1 '^commit:' "$dir/MANIFEST.txt" | cut -c14-), $(grep -m1 '^glibc:' "$dir/MANIFEST.txt" | cut -c14-)"
+        if [ "$want" = "$have" ]; then result "ok: the bundle (built from these sources, $have)"
+        else result "ok: the bundle, but built from OTHER sources ($want; this tree: $have): results are the bundle's"
+        fi
+        return 0
+      fi
+      [ -n "$why" ] || why="the bundle's ctrain did not start here (logs/setup.log)"
+    else
+      why="no bundle (.gpu-bundle/ctrain-gpu.tar.xz not carried)"
+    fi
+    detail "- $why: building here"
+    local deps=${CT_DEPS:-$ROOT/.offline-deps}
+    if ls "$deps"/*.deb >/dev/null 2>&1; then
+      eval "$("$ROOT/scripts/offline_deps.sh" unpack "$deps" "$WORK/deps" 2>>"$LOG")"
+    fi
+    local b=$ROOT/build-gpu
+    { cmake -S "$ROOT" -B "$b" -DCMAKE_BUILD_TYPE=Release -DCT_PYTHON="$PY" -DCT_BENCH=OFF \
         ${CT_DEPS_PREFIX:+-DCT_DEPS_PREFIX="$CT_DEPS_PREFIX"} &&
-  cmake --build "$BUILD" -j "$(nproc)"
-} >>"$OUT/build.log" 2>&1
-if [ ! -x "$BUILD/ctrain" ]; then
-  say "- build: FAILED (build.log)"; tail -30 "$OUT/build.log" >&2; exit 1
-fi
-say "- build: ok in $(( $(date +%s) - T0 )) s; warnings: $(grep -c 'warning' "$OUT/build.log")"
-"$BUILD/ctrain" hw --no-bench 2>&1 | grep -E '^(gpu|cuda|cpu) ' | sed 's/^/    /' | tee -a "$SUMMARY"
-CTRAIN=$ROOT/$BUILD/ctrain
+      cmake --build "$b" -j "$(nproc)" --target ctrain test_kernels test_kernels_bf16 test_kernels_llama
+    } >>"$LOG" 2>&1
+    if [ ! -x "$b/ctrain" ]; then result "FAIL: $why, and the build failed (logs/setup.log)"; return 1; fi
+    echo "CTRAIN='$b/ctrain'; TESTBIN='$b/tests'" >>"$WORK/env.sh"
+    result "ok: built here ($why), warnings: $(grep -c warning "$LOG")"
+  }
 
-# ------------------------------------------------- 2 and 3. the gpu tests
-run_tests() { # name regex seconds
-  local name=$1 re=$2 secs=$3
-  stage "$name" "$secs" || return 0
-  (cd "$BUILD" && CT_GPU_REQUIRED=1 timeout $(( $(left) - 20 )) ctest -L gpu -R "$re" -j 4 \
-     --timeout 300 --output-on-failure) >>"$OUT/tests.log" 2>&1
-  local res; res=$(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1)
-  say "- $name: ${res:-no ctest summary (timed out?)}"
-  grep -E '\*\*\*(Failed|Timeout)|Failed +[0-9.]+ sec' "$OUT/tests.log" | grep -E "$re" |
-    sed 's/^/    /' | tee -a "$SUMMARY"
-}
-run_tests kernels 'gpu_test_kernels' 60
-run_tests training 'gpu_test_(resume|guard|llama_resume|lora|eval|trace|mpi|gpt2_parity|llama_parity|sft_parity)' 150
+  # A set GEMM peak skips the start-up measurement (an 8192^3 cuBLAS GEMM: under
+  # compute-sanitizer that alone would take minutes)
+  NOPEAK=alerts.gemm_peak_gflops=1000
+  tiny() { # the arguments of a one-step run of a small GPT-2 on the GPU
+    echo model.arch=gpt2 model.n_layer=1 model.n_head=2 model.n_embd=128 model.vocab_size=256 \
+         model.n_ctx=128 train.batch_size=2 train.seq_len=80 train.steps=1 run.device="$DEV" \
+         data.train="$WORK/small.bin" "$NOPEAK"
+  }
 
-# ---------------------------------------------------------------- 4. bench
-bench_ctrain() { # precision -> tokens/s and peak device MiB on stdout
-  local d; d=$(mktemp -d)
-  timeout $(( $(left) - 10 )) "$CTRAIN" train model.preset=gpt2 train.seq_len=1024 \
-    train.batch_size="$B" data.train="$DATA" run.device=cuda train.precision="$1" \
-    train.steps=10 schedule.warmup_steps=2 run.dir="$d/run" \
-    >>"$OUT/bench.log" 2>&1
-  "$PY" - "$d/run/metrics.jsonl" <<'EOF'
-import json, statistics, sys
-try:
-    rows = [json.loads(l) for l in open(sys.argv[1]) if '"split": "train"' in l]
-except OSError:
-    rows = []
-tps = [r["tokens_per_s"] for r in rows if r.get("step", 0) > 3]
-print("%.0f" % statistics.median(tps) if tps else "failed")
-EOF
-  rm -rf "$d"
-}
-bench_torch() { # precision [--compile] -> tokens/s and peak device MiB
-  timeout $(( $(left) - 10 )) "$PY" bench/torch_gpt2_step.py --device cuda --seq 1024 \
-    --batch "$B" --precision "$1" --attention sdpa --warmup 3 --steps 10 --json "${@:2}" \
-    2>>"$OUT/bench.log" | tee -a "$OUT/bench.log" | "$PY" -c '
-import json, sys
-try:
-    d = json.loads(sys.stdin.read().strip().splitlines()[-1])
-    print("%.0f tokens/s, peak %.0f MiB" % (d["tokens_per_s"], d["peak_device_bytes"] / 2**20))
-except Exception:
-    print("failed")'
-}
-if stage bench 150; then
-  DATA=$(mktemp -d)/train.bin
-  "$CTRAIN" synth --out "$DATA" --tokens 2000000 --vocab 50257 >>"$OUT/bench.log" 2>&1
-  say "- bench: GPT-2 124M, B=$B, T=1024, tokens/s (median of steps 4-10)"
-  say "    ctrain fp32: $(bench_ctrain fp32)"
-  say "    ctrain bf16: $(bench_ctrain bf16)"
-  stage "bench PyTorch bf16 compiled" 90 && say "    PyTorch bf16, compiled, SDPA: $(bench_torch bf16 --compile)"
-  stage "bench PyTorch fp32" 40 && say "    PyTorch fp32 (TF32 off), SDPA: $(bench_torch fp32)"
-fi
-
-# ---------------------------------------------------------------- 5. sanitize
-if ! command -v compute-sanitizer >/dev/null; then
-  say "- compute-sanitizer: not on PATH, not run"
-elif stage sanitize 60; then
-  D=$(mktemp -d)
-  "$CTRAIN" synth --out "$D/t.bin" --tokens 20000 --vocab 64 >/dev/null 2>&1
-  for tool in memcheck racecheck; do
-    stage "sanitize $tool" 30 || break
-    timeout $(( $(left) - 5 )) compute-sanitizer --tool "$tool" --error-exitcode 9 "$CTRAIN" train \
-      model.preset=gpt2-tiny data.train="$D/t.bin" train.batch_size=2 train.seq_len=16 \
-      train.steps=2 run.device=cuda run.dir="$D/$tool" >>"$OUT/sanitizer.log" 2>&1
+  body_sync() {
+    synth "$WORK/small.bin" 40000 256
+    rm -rf "$WORK/sync1" "$WORK/sync2"
+    local out=$WORK/sync.err ok=0
+    # shellcheck disable=SC2046 # tiny's words are separate arguments
+    CT_CUDA_SYNC=1 CT_CUDA_FAULT=layernorm_forward timeout 60 "$CTRAIN" train $(tiny) \
+      run.dir="$WORK/sync1" >/dev/null 2>"$out"
+    local rc=$?
+    cat "$out" >>"$LOG"
+    if [ $rc = 2 ] && grep -q 'layernorm_forward: an illegal memory access' "$out"; then
+      detail "- CT_CUDA_SYNC=1: $(grep -m1 'error:' "$out" | cut -c1-200)"
+      ok=$((ok + 1))
+    else detail "- CT_CUDA_SYNC=1 with a fault after layernorm_forward: exit $rc, kernel not named"; fi
+    # shellcheck disable=SC2046
+    CT_CUDA_FAULT=layernorm_forward timeout 60 "$CTRAIN" train $(tiny) run.dir="$WORK/sync2" \
+      >/dev/null 2>"$out"
     rc=$?
-    say "- compute-sanitizer $tool: $([ $rc = 0 ] && echo clean || echo "exit $rc (sanitizer.log)")"
-  done
+    cat "$out" >>"$LOG"
+    if [ $rc = 2 ] && grep -q 'CT_CUDA_SYNC=1' "$out"; then ok=$((ok + 1))
+    else detail "- without CT_CUDA_SYNC: exit $rc, no hint to set it"; fi
+    [ $ok = 2 ] && { result "ok: CT_CUDA_SYNC=1 names the kernel that faults; without it the hint says to set it"; return 0; }
+    result "FAIL ($ok of 2; logs/sync.log)"
+    return 1
+  }
+
+  body_kernels() {
+    local pids=() names=() t pass=0 fail=0 failed=""
+    for t in test_kernels test_kernels_bf16 test_kernels_llama; do
+      want_test "$t" || continue
+      local bin=$TESTBIN/$t
+      [ -x "$bin" ] || bin=$(dirname "$TESTBIN")/tests/$t
+      (cd "$WORK" && CT_TEST_GPU=1 CT_GPU_REQUIRED=1 OMP_NUM_THREADS=4 "$bin" >"$WORK/$t.log" 2>&1) &
+      pids+=($!); names+=("$t")
+    done
+    for i in "${!pids[@]}"; do
+      if wait "${pids[$i]}"; then pass=$((pass + 1))
+      else fail=$((fail + 1)); failed="$failed ${names[$i]}"; keep_tail "${names[$i]}" "$WORK/${names[$i]}.log"
+        local why; why=$(grep -m3 -iE 'fail|error' "$WORK/${names[$i]}.log" | tr '\n' ' ' | cut -c1-300)
+        [ -n "$why" ] || why=$(tail -2 "$WORK/${names[$i]}.log" | tr '\n' ' ' | cut -c1-240)
+        detail "- FAIL ${names[$i]}: $why"
+        echo "${names[$i]}" >>"$WORK/failed_tests"
+        # a kernel's fault poisons the rest of the binary and names no kernel:
+        # once more with a wait after every launch, which names it
+        if grep -qE 'illegal memory access|launch failure|misaligned address|illegal instruction' \
+             "$WORK/${names[$i]}.log"; then
+          local bin=$TESTBIN/${names[$i]}
+          [ -x "$bin" ] || bin=$(dirname "$TESTBIN")/tests/${names[$i]}
+          (cd "$WORK" && CT_CUDA_SYNC=1 CT_TEST_GPU=1 CT_GPU_REQUIRED=1 timeout 60 "$bin" \
+             >"$WORK/${names[$i]}.sync.log" 2>&1)
+          keep_tail "${names[$i]} again with CT_CUDA_SYNC=1" "$WORK/${names[$i]}.sync.log" 30
+          detail "  with CT_CUDA_SYNC=1: $(grep -m1 -oE '[a-z_ 0-9]+: an illegal[^(]*|[a-z_ 0-9]+: unspecified launch failure' "$WORK/${names[$i]}.sync.log" || echo 'no kernel named (logs/kernels.log)')"
+        fi
+      fi
+    done
+    [ $fail = 0 ] && { result "ok: $pass of $pass kernel tests passed on the GPU"; return 0; }
+    result "FAIL:$failed ($pass of $((pass + fail)) passed)"
+    return 1
+  }
+
+  body_sanitize() {
+    if [ -z "${SANITIZER:-}" ]; then result "skipped: compute-sanitizer is not on PATH"; return 77; fi
+    synth "$WORK/small.bin" 40000 256
+    local gpt2="model.arch=gpt2 model.n_layer=1 model.n_head=2 model.n_embd=128"
+    local llama="model.arch=llama model.n_layer=1 model.n_head=4 model.n_kv_head=2 model.n_embd=256 model.n_ffn=512"
+    local common="model.vocab_size=256 model.n_ctx=128 train.batch_size=2 train.seq_len=80 train.steps=1 run.device=$DEV data.train=$WORK/small.bin $NOPEAK"
+    local -A cfgs=([gpt2_hs64]="$gpt2" [llama_gqa_hs64]="$llama" [gpt2_hs64_bf16]="$gpt2 train.precision=bf16")
+    local tool c n=0 bad=0 cant=0 lines=""
+    for tool in memcheck racecheck; do
+      local pids=() names=()
+      for c in "${!cfgs[@]}"; do
+        want_test "$tool:$c" || continue
+        rm -rf "$WORK/san_${tool}_$c"
+        ( compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 9 --print-limit 20 \
+            "$CTRAIN" train ${cfgs[$c]} $common run.dir="$WORK/san_${tool}_$c" \
+            >"$WORK/san_${tool}_$c.log" 2>&1 ) &
+        pids+=($!); names+=("$c")
+      done
+      for i in "${!pids[@]}"; do
+        wait "${pids[$i]}"; local rc=$? l=$WORK/san_${tool}_${names[$i]}.log
+        n=$((n + 1))
+        if [ $rc = 0 ]; then lines="$lines $tool:${names[$i]}=clean"
+        elif grep -q 'ERROR SUMMARY: [1-9]' "$l" || [ $rc = 9 ]; then
+          bad=$((bad + 1)); lines="$lines $tool:${names[$i]}=ERRORS"; keep_tail "$tool ${names[$i]}" "$l" 80
+          detail "- $tool ${names[$i]}: $(grep -m1 'ERROR SUMMARY' "$l") $(grep -m2 -E 'Invalid|Race|Hazard' "$l" | tr '\n' ' ' | cut -c1-240)"
+          echo "$tool:${names[$i]}" >>"$WORK/failed_tests"
+        else
+          cant=$((cant + 1)); lines="$lines $tool:${names[$i]}=did-not-run(exit $rc)"; keep_tail "$tool ${names[$i]}" "$l" 30
+        fi
+      done
+    done
+    detail "- runs:$lines"
+    if [ $n -gt 0 ] && [ $cant = $n ]; then
+      if [ "${GVISOR:-0}" = 1 ]; then result "skipped: compute-sanitizer cannot attach to the GPU under gVisor (logs/sanitize.log)"; return 77; fi
+      result "FAIL: compute-sanitizer did not run (logs/sanitize.log)"; return 1
+    fi
+    [ $bad = 0 ] && [ $cant = 0 ] && { result "ok: $n runs clean (memcheck and racecheck: GPT-2 and bf16 at head size 64, LLaMA grouped-query)"; return 0; }
+    result "FAIL: $bad of $n runs with errors, $cant did not run"
+    return 1
+  }
+
+  body_training() {
+    # the longest first (they start first); hs64: at head size 64, the tiled
+    # attention's shapes (dropout: its parity part (a), the statistics once)
+    local list=(golden/test_dropout_parity hs64:golden/test_gpt2_parity
+                hs64:golden/test_llama_parity hs64:golden/test_bf16_parity
+                hs64:golden/test_dropout_parity golden/test_gpt2_parity golden/test_llama_parity
+                golden/test_bf16_parity golden/test_lora_parity golden/test_sft_parity
+                cli/test_resume cli/test_guard cli/test_llama_resume cli/test_lora_resume
+                cli/test_lora_setup cli/test_eval cli/test_trace)
+    local jobs=${GPU_CHECK_JOBS:-6} running=0 t
+    mkdir -p "$WORK/tests"
+    : >"$WORK/tests/results"
+    for t in "${list[@]}"; do
+      local file=${t#hs64:} hs="" parts=""
+      [[ "$t" == hs64:* ]] && { hs=64; parts=a; }
+      local name; name=gpu_$(basename "$file")${hs:+_hs$hs}
+      want_test "$name" || continue
+      (
+        cd "$WORK/tests" && CT_GPU_REQUIRED=1 CT_PARITY_HEAD_SIZE=$hs CT_DROPOUT_PARTS=$parts \
+          "$PY" "$ROOT/tests/gpu/on_gpu.py" "$CTRAIN" "$ROOT/tests/$file.py" >"$name.log" 2>&1
+        echo "$name $?" >>"$WORK/tests/results"
+      ) &
+      running=$((running + 1))
+      if [ $running -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+    done
+    wait
+    local pass=0 fail=0 skip=0 failed=""
+    while read -r name rc; do
+      case $rc in
+        0) pass=$((pass + 1)) ;;
+        77) skip=$((skip + 1)); detail "- skipped $name: $(tail -1 "$WORK/tests/$name.log")" ;;
+        *) fail=$((fail + 1)); failed="$failed $name"; echo "$name" >>"$WORK/failed_tests"
+           keep_tail "$name" "$WORK/tests/$name.log"
+           local why; why=$(grep -m3 '^FAIL' "$WORK/tests/$name.log" | cut -c1-200 | tr '\n' ' ')
+           [ -n "$why" ] || why=$(grep -v '^[[:space:]]*$' "$WORK/tests/$name.log" | tail -1 | cut -c1-240)
+           detail "- FAIL $name (exit $rc): $why"
+           if grep -qE 'illegal memory access|launch failure|misaligned address' "$WORK/tests/$name.log"; then
+             detail "  a kernel faulted: CT_CUDA_SYNC=1 scripts/gpu_check.sh --stages training --tests '^$name\$' \"\$OUT\" names it"
+           fi ;;
+      esac
+    done <"$WORK/tests/results"
+    [ $fail = 0 ] && { result "ok: $pass passed$([ $skip -gt 0 ] && echo ", $skip skipped")"; return 0; }
+    result "FAIL:$failed ($pass passed, $skip skipped)"
+    return 1
+  }
+
+  bench_one() { # PRECISION: a short GPT-2 124M run, its losses, speed, memory and kernel split
+    local p=$1 d=$WORK/bench_$1
+    rm -rf "$d"
+    # shellcheck disable=SC2086 # the model's settings are separate words
+    timeout $(( ${STAGE_LEFT:-80} / 2 )) "$CTRAIN" train $BENCH_MODEL \
+      train.batch_size=auto train.effective_batch="${GPU_CHECK_BATCH:-16}" data.train="$WORK/bench.bin" \
+      run.device="$DEV" train.precision="$p" train.steps=8 schedule.warmup_steps=2 \
+      run.trace=steps:6-7 run.dir="$d" >>"$LOG" 2>&1
+    local rc=$?
+    mkdir -p "$OUT/bench"
+    [ -f "$d/metrics.jsonl" ] && cp "$d/metrics.jsonl" "$OUT/bench/${p}_metrics.jsonl"
+    "$PY" - "$d" "$p" "$OUT/bench/kernels_$p.md" "$rc" <<'EOF' >>"$DET"
+import json, math, os, statistics, sys
+d, p, md, rc = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+rows = []
+try:
+    rows = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
+except OSError:
+    pass
+tr = [r for r in rows if r.get("split") == "train"]
+dev = [r for r in rows if r.get("split") == "device"]
+if not tr:
+    print("- %s: FAIL: no training steps (exit %d; logs/bench.log)" % (p, rc))
+    sys.exit(1)
+losses = [r["loss"] for r in tr]
+late = [r for r in tr if r["step"] >= 3] or tr
+tps = statistics.median(r["tokens_per_s"] for r in late)
+mfu = statistics.median(r.get("mfu", float("nan")) for r in late)
+mfut = statistics.median(r.get("mfu_theory", float("nan")) for r in late)
+ok = all(math.isfinite(x) for x in losses) and abs(losses[0] - math.log(int(os.environ["BENCH_VOCAB"]))) < 1.0 and losses[-1] < losses[0]
+print("- %s: %s %.0f tokens/s, MFU %.1f%% of the measured GEMM peak, %.1f%% of theory; losses %s"
+      % (p, "ok" if ok and rc == 0 else "FAIL", tps, 100 * mfu, 100 * mfut,
+         " ".join("%.3f" % x for x in losses)))
+if dev:
+    last = dev[-1]
+    peak, plan = last["device_peak_bytes"], last["device_plan_bytes"]
+    print("  device memory: plan %.0f MiB, peak the device reports %.0f MiB (plan %+.1f%%), limit %.0f MiB"
+          % (plan / 2**20, peak / 2**20, 100 * (plan / peak - 1) if peak else float("nan"),
+             last["device_limit_bytes"] / 2**20))
+try:
+    ev = json.load(open(os.path.join(d, "trace.json")))
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    steps = [e for e in ev if e.get("cat") == "train" and e.get("name") == "step"]
+    per = {}
+    for e in ev:
+        if e.get("cat") == "kernel":
+            per[e["name"]] = per.get(e["name"], 0.0) + e.get("dur", 0.0)
+    n = max(1, len(steps))
+    step_ms = sum(e["dur"] for e in steps) / n / 1e3
+    tot = sum(per.values()) / n / 1e3
+    with open(md, "w") as f:
+        f.write("# %s: time per step by kernel (trace of %d steps; step %.1f ms, kernels %.1f ms)\n\n"
+                "| kernel | ms/step | share of the step |\n|---|---|---|\n" % (p, n, step_ms, tot))
+        for k, v in sorted(per.items(), key=lambda kv: -kv[1]):
+            f.write("| %s | %.2f | %.1f%% |\n" % (k, v / n / 1e3, 100 * v / n / 1e3 / step_ms))
+    top = sorted(per.items(), key=lambda kv: -kv[1])[:5]
+    print("  kernels (of %.0f ms/step): %s (bench/kernels_%s.md)"
+          % (step_ms, ", ".join("%s %.1f" % (k, v / n / 1e3) for k, v in top), p))
+except (OSError, ValueError, KeyError, ZeroDivisionError) as e:
+    print("  no kernel split: %s" % e)
+sys.exit(0 if ok and rc == 0 else 1)
+EOF
+  }
+
+  body_bench() {
+    synth "$WORK/bench.bin" 2000000 "$BENCH_VOCAB"
+    local ok=0
+    bench_one fp32 && ok=$((ok + 1))
+    bench_one bf16 && ok=$((ok + 1))
+    [ $ok = 2 ] && { result "ok: fp32 and bf16 (bench/)"; return 0; }
+    result "FAIL: $((2 - ok)) of 2 runs failed or gave a wrong loss (details, logs/bench.log)"
+    return 1
+  }
+
+  body_hf() {
+    "$HFPY" "$ROOT/scripts/hf_check.py" "$CTRAIN" "$WORK/hf" --device "$DEV" >"$WORK/hf.log" 2>&1
+    local rc=$?
+    grep -E '^(PASS|FAIL|SKIP)' "$WORK/hf.log" | cut -c1-200 | sed 's/^/- /' >>"$DET"
+    case $rc in
+      0) result "ok: $(grep -c '^PASS' "$WORK/hf.log") checks passed"; return 0 ;;
+      77) result "skipped: transformers not installed ($HFPY)"; return 77 ;;
+      *) keep_tail hf "$WORK/hf.log" 80; result "FAIL (exit $rc; logs/hf.log)"; return 1 ;;
+    esac
+  }
+
+  src_hash() { # as scripts/gpu_bundle.sh computes it
+    (cd "$ROOT" && find src include cli tests/kernels tests/gpu CMakeLists.txt tests/CMakeLists.txt \
+       -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' \
+       -o -name CMakeLists.txt \) -print0 | LC_ALL=C sort -z | xargs -0 sha256sum |
+       sha256sum | cut -c1-16)
+  }
+
+  "body_$NAME"
+  exit $?
 fi
-say "- total $(( $(date +%s) - T0 )) s"
+
+# ---------------------------------------------------------------- the driver
+STAGES_ALL=(env setup sync kernels sanitize training bench hf)
+declare -A CAP=([env]=20 [setup]=40 [sync]=25 [kernels]=60 [sanitize]=80 [training]=160 [bench]=80 [hf]=45)
+ONLY="" TESTS_RE="" RERUN=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --stages) ONLY=$2; shift 2 ;;
+    --tests) TESTS_RE=$2; shift 2 ;;
+    --rerun) RERUN=1; shift ;;
+    -h|--help) usage ;;
+    -*) echo "gpu_check: unknown option $1" >&2; usage ;;
+    *) break ;;
+  esac
+done
+[ $# -eq 1 ] || usage
+OUT=$1
+mkdir -p "$OUT/logs"
+OUT=$(cd "$OUT" && pwd)
+WORK=${GPU_CHECK_WORK:-$ROOT/.gpu-check}
+mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd)
+if [ $RERUN = 1 ] && [ -f "$WORK/last_failed" ]; then
+  # shellcheck disable=SC1091
+  . "$WORK/last_failed" # ONLY=... TESTS_RE=...
+elif [ $RERUN = 1 ]; then
+  echo "gpu_check: --rerun: no earlier check on this machine ($WORK/last_failed): running every stage" >&2
+fi
+rm -f "$WORK"/result.* "$WORK"/details.* "$WORK/failed_tests" "$WORK/fake_hang.pid"
+: >"$WORK/env.sh"
+CTRAIN_GIVEN=${CTRAIN:-}
+export OUT WORK TESTS_RE CTRAIN_GIVEN GPU_CHECK_FAKE="${GPU_CHECK_FAKE:-}"
+T0=$(date +%s)
+BUDGET=${GPU_CHECK_BUDGET_S:-510}
+declare -A STATUS SECS
+now() { echo $(( $(date +%s) - T0 )); }
+want() { [ -z "$ONLY" ] || [ "$1" = env ] || [ "$1" = setup ] || [[ ",$ONLY," == *",$1,"* ]]; }
+
+write_summary() {
+  local tmp=$OUT/.summary.md.tmp s
+  {
+    echo "# GPU check, $(date -u +%FT%TZ)"
+    echo
+    echo "budget ${BUDGET} s, $(now) s used; stages: ${ONLY:-all}${TESTS_RE:+; tests matching '$TESTS_RE'}"
+    echo
+    echo "| stage | seconds | result |"
+    echo "|---|---|---|"
+    for s in "${STAGES_ALL[@]}"; do
+      [ -n "${STATUS[$s]:-}" ] || continue
+      echo "| $s | ${SECS[$s]:-} | ${STATUS[$s]} |"
+    done
+    for s in "${STAGES_ALL[@]}"; do
+      [ -s "$WORK/details.$s" ] || continue
+      echo
+      echo "$s:"
+      head -40 "$WORK/details.$s"
+    done
+    local failed_stages="" st
+    for s in "${STAGES_ALL[@]}"; do
+      st=${STATUS[$s]:-}
+      case "$st" in FAIL*|TIMEOUT*|*"s left of the budget"|"not run"*) failed_stages="$failed_stages,$s" ;; esac
+    done
+    failed_stages=${failed_stages#,}
+    if [ -n "$failed_stages" ]; then
+      local tre=""
+      [ -s "$WORK/failed_tests" ] && tre="^($(sort -u "$WORK/failed_tests" | paste -sd'|'))\$"
+      echo
+      echo "rerun what failed (same machine, or carry the same paths):"
+      echo
+      echo "    scripts/gpu_check.sh --stages $failed_stages${tre:+ --tests '$tre'} \"\$OUT\""
+      echo
+      echo "(on the same machine, while it is still warm: scripts/gpu_check.sh --rerun \"\$OUT\")"
+      { echo "ONLY='$failed_stages'"; echo "TESTS_RE='$tre'"; } >"$WORK/last_failed"
+    elif [ -z "${RUNNING:-}" ]; then
+      rm -f "$WORK/last_failed"
+    fi
+  } >"$tmp"
+  mv -f "$tmp" "$OUT/summary.md"
+}
+
+for s in "${STAGES_ALL[@]}"; do
+  want "$s" || continue
+  left=$(( BUDGET - $(now) - 3 ))
+  capvar=GPU_CHECK_CAP_$s
+  cap=${!capvar:-${CAP[$s]}}
+  [ "$s" = setup ] && [ -z "$CTRAIN_GIVEN" ] && [ ! -f "$ROOT/.gpu-bundle/ctrain-gpu.tar.xz" ] && cap=${!capvar:-300}
+  if [ "$left" -lt 5 ]; then
+    STATUS[$s]="skipped: ${left} s left of the budget"
+    write_summary
+    continue
+  fi
+  t=$(( cap < left ? cap : left ))
+  RUNNING=1
+  STATUS[$s]="running (timeout ${t} s, started at $(now) s)"
+  write_summary
+  start=$(date +%s)
+  STAGE_LEFT=$t timeout -k 5 "$t" "$SELF" --body "$s" >>"$OUT/logs/$s.log" 2>&1
+  rc=$?
+  SECS[$s]=$(( $(date +%s) - start ))
+  res=$(cat "$WORK/result.$s" 2>/dev/null)
+  case $rc in
+    0|77) STATUS[$s]=${res:-ok} ;;
+    124|137) STATUS[$s]="TIMEOUT: killed after ${t} s${res:+ (it had said: $res)}" ;;
+    *) STATUS[$s]=${res:-FAIL (exit $rc)}; [[ "${STATUS[$s]}" == FAIL* ]] || STATUS[$s]="FAIL (exit $rc): ${STATUS[$s]}" ;;
+  esac
+  unset RUNNING
+  write_summary
+  # a hung setup leaves nothing to run the rest with
+  if [ "$s" = setup ] && [ $rc != 0 ]; then
+    for r in "${STAGES_ALL[@]}"; do
+      case $r in env|setup) ;; *) want "$r" && STATUS[$r]="not run: setup failed" ;; esac
+    done
+    write_summary
+    break
+  fi
+  # keep what comes back small: a stage's log to its last 256 KiB
+  f=$OUT/logs/$s.log
+  if [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt 262144 ]; then
+    tail -c 262144 "$f" >"$f.tmp" && mv -f "$f.tmp" "$f"
+  fi
+done
+echo "gpu_check: $(now) s; $OUT/summary.md:" >&2
+cat "$OUT/summary.md" >&2
+grep -qE '\| (FAIL|TIMEOUT)' "$OUT/summary.md" && exit 1
+exit 0

@@ -129,6 +129,8 @@ typedef struct ct_config {
         double tune_noise;       /* ctrain tune: runs slowed by 1 + x*U (tests); 0 = off */
         char tune_fake[CT_NAME_MAX]; /* ctrain tune: synthetic run times (tests); "" = off */
         bool emulate_bf16;       /* train.precision=bf16 on a CPU without bf16 instructions */
+        char sim_device_memory[CT_NAME_MAX]; /* run.device=sim: its device memory, bytes with
+                                              * KB/MB/GB; "": no limit */
     } debug;
     struct {
         /* a tuned profile (written by `ctrain tune`, read by train and plan) */

@@ -120,6 +120,8 @@ typedef struct ct_ctx_params {
     int device;              /* CT_BACKEND_CUDA: the GPU's index (run.device cuda:N) */
     bool pin_threads;   /* pin OpenMP (and so BLAS) threads to cores, one each;
                            default on when there are no more threads than cores */
+    size_t sim_device_memory; /* CT_BACKEND_SIM: the device memory it simulates, bytes
+                               * (0: no limit) */
 } ct_ctx_params;
 CT_API ct_ctx_params ct_ctx_params_default(void);
 

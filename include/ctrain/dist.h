@@ -54,6 +54,9 @@ CT_API void ct_dist_abort(ct_dist *d, int code);
 CT_API int ct_dist_rank(const ct_dist *d);       /* 0 for NULL */
 CT_API int ct_dist_world(const ct_dist *d);      /* 1 for NULL */
 CT_API int ct_dist_local_size(const ct_dist *d); /* ranks on this machine; 1 for NULL */
+/* This rank's index among the ranks on its machine (0..local_size-1); -1
+ * for one process (NULL, world 1). */
+CT_API int ct_dist_local_rank(const ct_dist *d);
 /* The host rank runs on (MPI's processor name, gathered at init); "" for an
  * unknown rank, and for one process. */
 CT_API const char *ct_dist_host(const ct_dist *d, int rank);

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 
 #include "backend/cpu/gemm.h"
+#include "backend/sim/sim.h"
 #ifdef CT_USE_CUDA
 #include "backend/cuda/cuda_int.h"
 #endif
@@ -114,6 +115,14 @@ ct_status ct_backend_init_device(ct_backend *be, ct_ctx *ctx, ct_backend_kind ki
 #endif
     openblas_set_num_threads(be->n_threads);
     be->tbuf = calloc((size_t)be->n_threads, sizeof *be->tbuf); /* NULL: kernels do without */
+    if (kind == CT_BACKEND_SIM) {
+        ct_status st = ct_sim_init(be);
+        if (st) {
+            free(be->tbuf);
+            memset(be, 0, sizeof *be);
+            return st;
+        }
+    }
 #ifdef CT_USE_CUDA
     if (kind == CT_BACKEND_CUDA) {
         ct_status st = ct_cuda_init(be, device);
@@ -151,6 +160,7 @@ void ct_backend_free(ct_backend *be) {
 #ifdef CT_USE_CUDA
     if (be->i == &ct_backend_cuda_i) ct_cuda_free(be);
 #endif
+    if (be->i == &ct_backend_sim_i) ct_sim_free(be);
     if (be->tbuf)
         for (int t = 0; t < be->n_threads; t++) free(be->tbuf[t].p);
     free(be->tbuf);

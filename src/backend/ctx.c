@@ -8,6 +8,8 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "backend/ctx.h"
 
+#include "backend/device.h"
+
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -84,6 +86,7 @@ ct_status ct_ctx_init(ct_ctx **out, const ct_ctx_params *params) {
         free(ctx);
         return st;
     }
+    if (p.sim_device_memory) ct_backend_sim_set_capacity(&ctx->be, p.sim_device_memory);
     ctx->active = &ctx->be;
     *out = ctx;
     return CT_OK;
@@ -152,6 +155,13 @@ void *ct_alloc(ct_ctx *ctx, size_t bytes, ct_tag tag) {
     h->magic = ALLOC_MAGIC;
     ct_ctx_count(ctx, tag, (int64_t)bytes);
     return raw + ALLOC_HDR;
+}
+
+size_t ct_alloc_size(const void *p) {
+    if (!p) return 0;
+    const alloc_header *h = (const alloc_header *)((const uint8_t *)p - ALLOC_HDR);
+    CT_ASSERT(h->magic == ALLOC_MAGIC);
+    return h->bytes;
 }
 
 void ct_free(ct_ctx *ctx, void *p) {

@@ -23,4 +23,6 @@ void ct_ctx_set_trace(ct_ctx *ctx, ct_trace *tr);
 /* Count bytes (negative: released) of tag in the context's statistics: what
  * ct_alloc does for host memory, for memory a backend allocates itself. */
 void ct_ctx_count(ct_ctx *ctx, ct_tag tag, int64_t bytes);
+/* The bytes ct_alloc was asked for when it returned p (0 for NULL). */
+size_t ct_alloc_size(const void *p);
 #endif

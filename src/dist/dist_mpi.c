@@ -30,6 +30,7 @@
 struct ct_dist {
     bool mpi;             /* MPI was initialised by us */
     int rank, world, local;
+    int local_rank; /* this rank among those of its machine; -1 for one process */
     double timeout;       /* seconds; 0: none */
     double comm_s;        /* seconds in communication since the last take */
     bool failed_together; /* an agreed error was returned */
@@ -195,6 +196,7 @@ ct_status ct_dist_init(ct_dist **out) {
     ct_dist *d = calloc(1, sizeof *d);
     if (!d) return CT_ERR(CT_ERR_OOM, "out of memory for the communicator");
     d->world = d->local = 1;
+    d->local_rank = -1;
     d->live = MPI_COMM_NULL;
     d->timeout = 600;
     if (!ct_dist_launched()) {
@@ -235,6 +237,7 @@ ct_status ct_dist_init(ct_dist **out) {
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL,
                             &node) == MPI_SUCCESS) {
         MPI_Comm_size(node, &d->local);
+        MPI_Comm_rank(node, &d->local_rank);
         MPI_Comm_free(&node);
     }
     *out = d;
@@ -261,6 +264,7 @@ void ct_dist_abort(ct_dist *d, int code) {
 int ct_dist_rank(const ct_dist *d) { return d ? d->rank : 0; }
 int ct_dist_world(const ct_dist *d) { return d ? d->world : 1; }
 int ct_dist_local_size(const ct_dist *d) { return d ? d->local : 1; }
+int ct_dist_local_rank(const ct_dist *d) { return d && d->world > 1 ? d->local_rank : -1; }
 const char *ct_dist_host(const ct_dist *d, int rank) {
     return d && d->hosts && rank >= 0 && rank < d->world ? d->hosts[rank] : "";
 }

@@ -209,6 +209,9 @@ const key_def config_keys[] = {
     B("debug.emulate_bf16", debug.emulate_bf16,
       "run train.precision=bf16 on a CPU without bf16 instructions, emulated (slower than "
       "fp32: for numerics checks, never for speed)"),
+    S("debug.sim_device_memory", debug.sim_device_memory,
+      "run.device=sim: the device memory it simulates, bytes (KB/MB/GB); a buffer past it "
+      "fails as on a full GPU, and run.memory_limit is of it (\"\": no limit)"),
     S("tune.signature", tune.signature,
       "tuned profile: machine signature it was measured on (`ctrain hw`); \"\": not a profile"),
     E("tune.level", tune.level, "basic|advanced|ultra|custom",
@@ -751,6 +754,10 @@ ct_status ct_config_validate(const ct_config *c) {
     int64_t cache_limit, readahead;
     if ((st0 = ct_config_bytes("data.cache_limit", c->data.cache_limit, &cache_limit))) return st0;
     if ((st0 = ct_config_bytes("data.readahead", c->data.readahead, &readahead))) return st0;
+    int64_t sim_mem;
+    if (c->debug.sim_device_memory[0] &&
+        (st0 = ct_config_bytes("debug.sim_device_memory", c->debug.sim_device_memory, &sim_mem)))
+        return st0;
     int64_t tr0, tr1;
     if (c->run.trace[0] && (st0 = ct_config_trace_steps(c->run.trace, &tr0, &tr1))) return st0;
     if (c->schedule.warmup_steps > c->train.steps && c->train.steps > 0)

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "backend/device.h"
 #include "ctrain/core.h"
 #include "ctrain/model.h"
 
@@ -112,6 +113,20 @@ bool ct_bench_build_optimized(void);
  * CT_ERR_OOM, CT_ERR_ARG on a bad shape. */
 ct_status ct_bench_gemm_step(ct_ctx *ctx, const ct_model_config *cfg, int B, int T,
                              ct_precision prec, int reps, double *times, double *flops);
+
+/* A GPU's figures (src/perf/gpupeak.c). */
+typedef struct ct_gpu_peaks {
+    ct_device_info info;     /* properties, memory, theoretical peaks */
+    int gemm_n;              /* size of the measured GEMMs; 0: not measured */
+    double fp32_gemm_gflops; /* cuBLAS sgemm, TF32 off (as the backend runs fp32) */
+    double bf16_gemm_gflops; /* cuBLAS GemmEx, bf16 inputs, fp32 accumulation */
+} ct_gpu_peaks;
+/* Starts CUDA device `device` (a context of its own, released before it
+ * returns), reads its figures and, with measure, cuBLAS's fp32 and bf16 GEMM
+ * peaks at n x n x n (the best of reps runs after a warm-up). CT_ERR_ARG
+ * "no CUDA device: <the driver's reason>" without one; the backend's
+ * errors. */
+ct_status ct_bench_gpu_peaks(int device, bool measure, int n, int reps, ct_gpu_peaks *out);
 
 /* Peak resident set size of this process in bytes (getrusage). */
 size_t ct_bench_peak_rss(void);

@@ -25,6 +25,20 @@
 #include "io/fileio.h"
 #include "perf/hwinfo.h"
 #include "backend/cpu/gemm.h"
+#include "backend/device.h"
+
+/* The totals from the parts: on a device run the model and the moments are
+ * the device's, the rest the host's. */
+static void plan_totals(ct_run_plan *p) {
+    size_t tensors = p->model.total + p->optim;
+    if (p->measured && p->env.device) {
+        p->device = tensors + p->dev_ws + p->dev_reserve;
+        p->total = p->data + p->shards + p->runtime;
+    } else {
+        p->device = 0;
+        p->total = tensors + p->data + p->shards + p->runtime;
+    }
+}
 
 ct_status ct_run_plan_make(const ct_model_config *mc, int B, int T, int grad_accum, int prefetch,
                            const ct_model_opts *o, ct_run_plan *out) {
@@ -80,17 +94,16 @@ void ct_run_plan_set_threads(ct_run_plan *p, int threads) {
     p->rt_process = (size_t)(CT_RUNTIME_BASE_MIB * 1048576.0);
     p->rt_code = p->rt_tokenizer = p->rt_threads = p->rt_io = p->rt_reserve = 0;
     p->rt_blas = p->runtime - p->rt_process;
-    p->total = p->model.total + p->optim + p->data + p->shards + p->runtime;
+    plan_totals(p);
 }
 
 void ct_run_plan_shard_optim(ct_run_plan *p, int shards) {
     if (shards <= 1) return;
     size_t numel = p->model.trainable / sizeof(float); /* the adapters alone under LoRA */
     size_t shard = (numel + (size_t)shards - 1) / (size_t)shards; /* padded, as the trainer */
-    p->total -= p->optim;
     p->optim = 2 * shard * sizeof(float);
-    p->total += p->optim;
     p->optim_shards = shards;
+    plan_totals(p);
 }
 
 /* ------------------------------------------------ OpenBLAS packing buffers */
@@ -531,7 +544,48 @@ void ct_run_plan_measure(ct_run_plan *p, const ct_model_config *mc, int prefetch
     p->runtime = p->rt_process + p->rt_code + p->rt_tokenizer + p->rt_threads + p->rt_io +
                  p->rt_blas + p->rt_reserve;
     p->shards = env->shards;
-    p->total = p->model.total + p->optim + p->data + p->shards + p->runtime;
+    p->dev_ws = env->device && env->device_cuda
+                    ? ct_run_plan_cuda_ws(mc, p->B, p->T, &p->opts, &p->lora)
+                    : 0;
+    p->dev_reserve = env->device && env->device_cuda ? (size_t)CT_CUDA_RESERVE_MIB << 20 : 0;
+    plan_totals(p);
+}
+
+ct_status ct_run_env_measure_device(ct_run_env *env, ct_backend *be, int share) {
+    env->device = false;
+    if (!ct_backend_has_device_memory(be)) return CT_OK;
+    ct_device_info di;
+    ct_status st = ct_backend_device_info(be, &di);
+    if (st) return st;
+    env->device = true;
+    env->device_cuda = di.cc_major > 0;
+    env->device_free = di.mem_base_free;
+    env->device_total = di.mem_total;
+    env->device_share = share > 1 ? share : 1;
+    snprintf(env->device_name, sizeof env->device_name, "%s", di.name);
+    return CT_OK;
+}
+
+/* ct_run_plan_gemms' visitor for the CUDA backend's bf16 operand copy: the
+ * largest fp32 A (M x K) of a mixed-precision GEMM */
+static void cuda_ws_visit(const ct_plan_gemm *g, void *user) {
+    size_t *most = user;
+    if (g->type == CT_GEMM_F32 || g->M <= 0 || g->K <= 0) return;
+    size_t b = ct_cuda_ws_bf16_bytes((size_t)g->M * (size_t)g->K);
+    if (b > *most) *most = b;
+}
+
+size_t ct_run_plan_cuda_ws(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
+                           const ct_lora_opts *lo) {
+    size_t bf16 = 0;
+    ct_run_plan_gemms(mc, B, T, o, lo, cuda_ws_visit, &bf16);
+    int C = mc->n_embd, HS = C / mc->n_head;
+    int qkv = (mc->n_head + 2 * mc->n_kv_head) * HS;
+    int fw = mc->mlp == CT_MLP_SWIGLU ? 2 * mc->n_ffn : mc->n_ffn;
+    int widest = C > qkv ? C : qkv;
+    widest = widest > fw ? widest : fw;
+    return bf16 + ct_cuda_ws_attention_bytes(B, mc->n_head, T) +
+           ct_cuda_ws_colsum_bytes(B * T, widest);
 }
 
 /* ct_run_plan_make for the request's thread count and its ZeRO sharding. */
@@ -552,6 +606,17 @@ size_t ct_memory_available(void) {
     return ct_hwinfo_memory_available(&h);
 }
 
+/* Whether plan p fits r's limits: the host part, and a device run's device part. */
+static bool plan_fits(const ct_fit_request *r, const ct_run_plan *p) {
+    return p->total <= r->limit && (!r->device_limit || p->device <= r->device_limit);
+}
+
+/* The part of p that r's binding limit bounds, for messages: the device's on
+ * a device run (unless the host's is what does not fit). */
+static size_t plan_need(const ct_fit_request *r, const ct_run_plan *p) {
+    return r->device_limit && p->total <= r->limit ? p->device : p->total;
+}
+
 /* The largest micro-batch (a divisor of eff when eff > 0, else <= cap) whose
  * plan fits the limit under opts; 0 when not even 1 does. */
 static int largest_fit(const ct_model_config *mc, const ct_fit_request *r, const ct_model_opts *o,
@@ -564,7 +629,7 @@ static int largest_fit(const ct_model_config *mc, const ct_fit_request *r, const
         ct_run_plan p;
         int accum = r->effective_batch > 0 ? r->effective_batch / B : r->grad_accum;
         if (plan_for(mc, r, B, accum, o, &p)) break;
-        if (p.total > r->limit) break;
+        if (!plan_fits(r, &p)) break;
         *best = p;
         found = B;
     }
@@ -591,7 +656,7 @@ static void hint_fits(const ct_model_config *mc, const ct_fit_request *r) {
             n += (size_t)snprintf(hint + n, sizeof hint - n, "%strain.batch_size=%d "
                                   "train.recompute=%s train.activation_dtype=%s (%.0f MiB)",
                                   n ? "; " : "", B, ct_model_recompute_name(o.recompute),
-                                  ct_model_act_dtype_name(o.act_dtype), p.total / MiB);
+                                  ct_model_act_dtype_name(o.act_dtype), plan_need(r, &p) / MiB);
         }
     }
     if (n)
@@ -613,7 +678,7 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
         if (r->B > 0) {
             ct_status st = plan_for(mc, r, r->B, r->grad_accum, &o, &plans[i]);
             if (st) return st;
-            fits[i] = plans[i].total <= r->limit ? r->B : 0;
+            fits[i] = plan_fits(r, &plans[i]) ? r->B : 0;
         } else {
             fits[i] = largest_fit(mc, r, &o, &plans[i]);
         }
@@ -632,6 +697,22 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
     if (r->recompute_auto) o.recompute = CT_RECOMPUTE_FULL;
     ct_status st = plan_for(mc, r, r->B > 0 ? r->B : 1, r->grad_accum, &o, &need);
     if (st) return st;
+    if (r->device_limit && need.total <= r->limit) {
+        st = CT_ERR(CT_ERR_ARG,
+                    "the run needs %.0f MiB of device memory on %s (params %.0f, bf16 copies "
+                    "%.0f, grads %.0f, AdamW %.0f, activations %.0f, work %.0f, scratch %.0f, "
+                    "workspaces %.0f, reserve %.0f; B=%d T=%d recompute %s, %s activations) but "
+                    "run.memory_limit = '%s' of its %.0f MiB free allows %.0f MiB",
+                    need.device / MiB, need.env.device_name, need.model.params / MiB,
+                    need.model.weights16 / MiB, need.model.grads / MiB, need.optim / MiB,
+                    need.model.acts / MiB, need.model.work / MiB, need.model.scratch / MiB,
+                    need.dev_ws / MiB, need.dev_reserve / MiB, need.B, need.T,
+                    ct_model_recompute_name(o.recompute), ct_model_act_dtype_name(o.act_dtype),
+                    r->limit_spec ? r->limit_spec : "?", need.env.device_free / MiB,
+                    r->device_limit / MiB);
+        hint_fits(mc, r);
+        return st;
+    }
     st = CT_ERR(CT_ERR_ARG,
                 "the run needs %.0f MiB (params %.0f, grads %.0f, AdamW %.0f, activations %.0f, "
                 "work %.0f, scratch %.0f, data %.0f, shards %.0f, runtime %.0f; B=%d T=%d "
@@ -788,11 +869,21 @@ ct_status ct_run_plan_for_env(const ct_config *cfg, const ct_model_config *mc, i
         r.effective_batch = (int)eff;
     }
     size_t avail = ct_memory_available() / (size_t)(local > 1 ? local : 1);
-    if ((st = ct_config_memory_limit(cfg->run.memory_limit, avail, &r.limit)))
+    if (env && env->device) {
+        /* run.memory_limit is of the device's memory; the host part must fit
+         * the host */
+        size_t dev = env->device_free / (size_t)(env->device_share > 1 ? env->device_share : 1);
+        if ((st = ct_config_memory_limit(cfg->run.memory_limit, dev, &r.device_limit)))
+            return st;
+        /* bytes past what the device has would be found out by an allocation */
+        if (r.device_limit > dev) r.device_limit = dev;
+        r.limit = avail ? avail : SIZE_MAX;
+    } else if ((st = ct_config_memory_limit(cfg->run.memory_limit, avail, &r.limit))) {
         return st;
+    }
     r.env = env;
     if ((st = ct_run_plan_fit(mc, &r, out))) return st;
-    *limit = r.limit;
+    *limit = r.device_limit ? r.device_limit : r.limit;
     return CT_OK;
 }
 

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/gemm.h"
 #include "ctrain/config.h"
 #include "ctrain/core.h"
@@ -45,6 +46,14 @@ typedef struct ct_blas_params {
 #define CT_PLAN_SHARDS_MAX_MIB 256
 
 typedef struct ct_run_env {
+    /* device runs (ct_run_env_measure_device): the tensors live in memory of
+     * the device's own, which run.memory_limit is then of */
+    bool device;          /* cuda, or sim with debug.sim_device_memory */
+    bool device_cuda;     /* the CUDA backend: its workspaces and reserve count too */
+    size_t device_free;   /* bytes the run may fill: free when the backend had started */
+    size_t device_total;  /* bytes of device memory */
+    int device_share;     /* ranks of this machine that share the GPU (>= 1) */
+    char device_name[128];
     size_t process;   /* resident bytes of this process when measured */
     size_t shards;    /* bytes of the token shards the run maps (train + val), at most
                        * CT_PLAN_SHARDS_MAX_MIB MiB */
@@ -83,7 +92,13 @@ typedef struct ct_run_plan {
     bool measured;       /* runtime from a ct_run_env (ct_run_plan_measure) */
     ct_run_env env;      /* measured plans: what was measured */
     ct_model_config mc;  /* measured plans: the model shape (to re-plan the BLAS part) */
-    size_t total;        /* model.total + optim + data + shards + runtime */
+    size_t total;        /* the host's part: model.total + optim + data + shards + runtime;
+                          * on a device run (env.device) data + shards + runtime only */
+    size_t device;       /* device runs: what the device holds, model.total + optim +
+                          * dev_ws + dev_reserve; 0 otherwise */
+    size_t dev_ws;       /* the CUDA backend's workspaces for the step
+                          * (ct_run_plan_cuda_ws) */
+    size_t dev_reserve;  /* CT_CUDA_RESERVE_MIB on cuda (backend/device.h) */
 } ct_run_plan;
 
 /* Plans a training run of mc at micro-batch (B,T) with the options o and a
@@ -222,6 +237,23 @@ size_t ct_run_plan_gemm(const ct_model_config *mc, int B, int T, const ct_model_
  * CT_RUNTIME_PROCESS_MIB); returns CT_OK. */
 ct_status ct_run_env_measure(ct_run_env *out, const ct_config *cfg);
 
+/* The device part of env for a run on backend be (ct_backend_has_device_memory:
+ * cuda, sim with a capacity; else env->device stays false): its free memory
+ * when it started, its total and name; share: the ranks of this machine that
+ * use the same GPU (a percentage run.memory_limit is of free / share). CT_OK,
+ * or the backend's error. */
+ct_status ct_run_env_measure_device(ct_run_env *env, ct_backend *be, int share);
+
+/* What the CUDA backend's workspaces hold in a training step of mc at (B,T)
+ * under o (lo: LoRA adapters or NULL), by backend/device.h's rules: the bf16
+ * copy of the largest fp32 operand of the step's mixed-precision GEMMs
+ * (ct_run_plan_gemms), attention backward's D, and the column sums' partials
+ * for the widest per-channel gradient; each grows to its most, never beside an
+ * older one. cuBLAS's own workspace is allocated at start, so it is outside
+ * the free memory a plan fills. */
+size_t ct_run_plan_cuda_ws(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
+                           const ct_lora_opts *lo);
+
 /* Makes p a measured plan: runtime = max(env->process, CT_RUNTIME_PROCESS_MIB)
  * + the tokenizer (env->tokenizer, rounded) + CT_RUNTIME_CODE_MIB + the
  * threads but the main one (threads - 1 workers and a prefetch thread when
@@ -249,15 +281,17 @@ typedef struct ct_fit_request {
     ct_lora_opts lora;   /* r == 0: no adapters */
     int prefetch;
     int threads;         /* threads the run uses; 0: the CPUs this process may run on */
-    size_t limit;        /* bytes */
+    size_t limit;        /* bytes the host part may take */
+    size_t device_limit; /* device runs: bytes the device part may take; 0: no device */
     const char *limit_spec; /* for messages: the run.memory_limit text */
     int optim_shards;    /* ZeRO-1: ranks the AdamW moments are split over; 0 or 1: none */
     const ct_run_env *env; /* measured plans (ct_run_plan_measure); NULL: the constant
                             * runtime of ct_run_plan_make */
 } ct_fit_request;
 
-/* Resolves the automatic settings and checks the plan against the limit.
- * batch_size=auto takes the largest micro-batch that fits (a divisor of
+/* Resolves the automatic settings and checks the plan against the limit
+ * (and, for a device run, its device part against device_limit: a plan fits
+ * when both do). batch_size=auto takes the largest micro-batch that fits (a divisor of
  * effective_batch when that is set, which then sets grad_accum; at most 1024
  * otherwise). recompute=auto takes the lightest policy whose largest fitting
  * micro-batch is at least half of the largest any policy allows. On success
@@ -287,7 +321,8 @@ ct_status ct_run_precision(const ct_config *cfg, ct_precision *out);
  * ct_memory_available, dist.zero over dist.world ranks, 0 counting as 1, the
  * lora.* adapters) planned and fitted for the model shape mc, as `train` and
  * `plan` both do: a measured plan (ct_run_env_measure of this process and
- * data.train/data.val). batch_size=auto keeps the effective batch: the
+ * data.train/data.val). *limit: run.memory_limit in bytes (of the device's
+ * memory on a device run, bounding out->device). batch_size=auto keeps the effective batch: the
  * micro-batch is the largest divisor of train.effective_batch, or when that is
  * 0 of train.grad_accum x the default train.batch_size, whose plan fits, and
  * grad_accum takes the rest. Writes the plan and the limit in bytes.
@@ -297,7 +332,10 @@ ct_status ct_run_plan_for_config(const ct_config *cfg, const ct_model_config *mc
 /* The same for one rank of a run of `world` ranks, `local` of them on this
  * machine (the trainer passes the launcher's counts): ranks that share a
  * machine share its memory, so a percentage run.memory_limit is of the
- * available memory divided by local (a byte count stays per rank). */
+ * available memory divided by local (a byte count stays per rank). On a
+ * device run (env->device) run.memory_limit is of the device's free memory
+ * (divided by env->device_share) and bounds the plan's device part, and the
+ * host part must fit the host's available memory divided by local. */
 ct_status ct_run_plan_for_world(const ct_config *cfg, const ct_model_config *mc, int world,
                                 int local, ct_run_plan *out, size_t *limit);
 /* The same with the measurement env of this process (ct_run_env_measure of

@@ -89,7 +89,8 @@ void ct_monitor_figures_of(const ct_monitor_params *p, const ct_monitor_sample *
     out->gflops = ratio(p->step_flops / 1e9, s->step_s);
     out->mfu = ratio(out->gflops, p->gemm_peak_gflops);
     out->mfu_theory = ratio(out->gflops, p->theory_gflops);
-    out->value[CT_ALERT_MEMORY] = ratio((double)s->rss_bytes, p->mem_limit_bytes);
+    out->value[CT_ALERT_MEMORY] =
+        ratio((double)(p->device_memory ? s->device_bytes : s->rss_bytes), p->mem_limit_bytes);
     out->value[CT_ALERT_THROUGHPUT] = ratio(out->tokens_per_s, p->expected_tokens_per_s);
     out->value[CT_ALERT_LOSS] = s->loss;
     out->value[CT_ALERT_DATA_WAIT] = ratio(s->data_s, s->step_s);
@@ -140,12 +141,13 @@ static void describe(const ct_monitor *m, const ct_monitor_sample *s, double tps
     char x[32], y[32];
     switch (a->kind) {
     case CT_ALERT_MEMORY:
-        a->value = (double)s->rss_bytes;
+        a->value = (double)(p->device_memory ? s->device_bytes : s->rss_bytes);
         a->threshold = thr * p->mem_limit_bytes;
         fmt_bytes(x, sizeof x, a->value);
         fmt_bytes(y, sizeof y, p->mem_limit_bytes);
-        snprintf(a->message, sizeof a->message, "RSS %s is %.3g%% of run.memory_limit %s "
-                 "(%s above %.3g%%)", x, 100 * v, y, lv, 100 * thr);
+        snprintf(a->message, sizeof a->message, "%s %s is %.3g%% of run.memory_limit %s "
+                 "(%s above %.3g%%)", p->device_memory ? "device memory" : "RSS", x, 100 * v, y,
+                 lv, 100 * thr);
         break;
     case CT_ALERT_THROUGHPUT:
         a->value = tps;

@@ -78,6 +78,8 @@ typedef struct ct_monitor_params {
     double theory_gflops;         /* mfu_theory's denominator; <= 0: unknown */
     double expected_tokens_per_s; /* <= 0: no throughput alerts */
     double mem_limit_bytes;       /* <= 0: no memory alerts */
+    bool device_memory;           /* a device run: memory is judged on the sample's
+                                   * device_bytes, run.memory_limit being the device's */
     double plan_bytes;            /* the memory plan's total (reported, not judged) */
     double warning[CT_ALERT_KIND_COUNT], critical[CT_ALERT_KIND_COUNT];
     double data_wait_min_s; /* a step's data wait below this is not judged (sub-millisecond
@@ -117,6 +119,7 @@ typedef struct ct_monitor_sample {
     double opt_s;         /* zeroing gradients, grad norm, guard, clipping, AdamW */
     double comm_s;        /* gradient communication; 0 without data parallelism */
     size_t rss_bytes, rss_peak_bytes; /* resident set now and its high-water mark */
+    size_t device_bytes;  /* a device run: the most device memory in use so far */
     size_t arena_bytes;   /* bytes ctrain's allocator holds */
     int64_t major_faults; /* major page faults during the step */
 } ct_monitor_sample;

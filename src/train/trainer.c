@@ -14,6 +14,7 @@
  * started each time; metrics.jsonl is the trimmed record).
  */
 #include "train/trainer_int.h"
+#include "backend/device.h"
 
 #include <errno.h>
 #include <math.h>
@@ -377,6 +378,12 @@ static ct_status monitor_step(trainer *t, ct_step_info *info) {
     s.comm_s = info->t_comm_ms * 1e-3;
     s.rss_bytes = rss;
     s.rss_peak_bytes = peak;
+    if (t->plan.env.device) { /* the device's own count, not ours */
+        ct_device_info di;
+        if (ct_backend_device_info(ct_ctx_base_backend(t->ctx), &di)) ct_error_clear();
+        else t->dev_peak = di.mem_peak_used;
+        s.device_bytes = t->dev_peak;
+    }
     s.arena_bytes = (size_t)info->mem_bytes;
     s.major_faults = faults - t->faults_prev;
     t->faults_prev = faults;
@@ -461,6 +468,13 @@ static ct_status log_step(trainer *t, ct_step_info *info) {
         n--;
     }
     if ((st = ct_metrics_write(t->metrics, info->step, "train", n, keys, vals))) return st;
+    if (t->plan.env.device) { /* the device's memory: its peak so far against the plan */
+        const char *dk[] = {"device_peak_bytes", "device_plan_bytes", "device_limit_bytes",
+                            "device_free_bytes"};
+        double dv[] = {(double)t->dev_peak, (double)t->plan.device, (double)t->mem_limit,
+                       (double)t->plan.env.device_free};
+        if ((st = ct_metrics_write(t->metrics, info->step, "device", 4, dk, dv))) return st;
+    }
     if ((st = log_remote(t, info->step))) return st;
     const char *tk[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s",
                         "memory/peak_bytes", "memory/current_bytes", "guard/skipped",
@@ -787,6 +801,11 @@ ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_ho
             ct_ckpt_prune(cfg->run.dir, t->resume_step, (int)cfg->run.keep_last, t->best_step);
     }
     if ((st = run_loop(t))) goto done;
+    if (t->plan.env.device && t->dev_peak && trainer_root(t))
+        ct_log(CT_LOG_INFO, "device memory: peak %.1f MiB in use (%s's own count since the "
+               "backend started), plan %.1f MiB (%+.1f%%)", t->dev_peak / 1048576.0,
+               t->plan.env.device_name, t->plan.device / 1048576.0,
+               100.0 * ((double)t->plan.device / (double)t->dev_peak - 1.0));
     if ((st = ct_dist_agree(t->dist, load_best(t), "loading the best checkpoint"))) goto done;
     if (trainer_root(t) && !(st = ct_tb_flush(t->tb))) {
         if (ct_model_lora(t->model)) { /* the adapter, in PEFT's format; the base is unchanged */

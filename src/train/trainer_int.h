@@ -54,6 +54,9 @@ typedef struct trainer {
     ct_hwinfo hw;        /* this machine, read during setup */
     double gemm_peak;    /* GFLOP/s MFU is measured against; 0: unknown */
     int gemm_n;          /* sgemm size of the measured peak; 0: from alerts.gemm_peak_gflops */
+    bool gpu;            /* the run's backend is a GPU: the peaks below are its */
+    double gpu_theory;   /* the GPU's theoretical peak at the run's precision; 0 unknown */
+    size_t dev_peak;     /* a device run: the most device memory in use so far (bytes) */
     ct_monitor mon;
     int64_t faults_prev; /* major page faults before the current step */
 

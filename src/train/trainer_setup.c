@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/gemm.h"
 #include "backend/ctx.h"
+#include "backend/device.h"
 #include "perf/kprof.h"
 #include "train/run_tokenizer.h"
 
@@ -379,9 +380,16 @@ static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
                                          c->run.threads);
         env.process -= b < env.process ? b : env.process;
     }
+    /* a device's memory holds the tensors of a GPU run: run.memory_limit is of it */
+    int local = ct_dist_local_size(t->dist);
+    if (!st) {
+        ct_backend *be = ct_ctx_base_backend(t->ctx);
+        bool gpu = ct_backend_has_device_memory(be) && be->i != &ct_backend_sim_i;
+        int n = gpu ? ct_cuda_probe(NULL, 0, NULL, 0) : 1;
+        st = ct_run_env_measure_device(&env, be, ct_device_share(cfg->run.device, local, n));
+    }
     if (!st)
-        st = ct_run_plan_for_env(c, mc, t->world, ct_dist_local_size(t->dist), &env, &t->plan,
-                                 &t->mem_limit);
+        st = ct_run_plan_for_env(c, mc, t->world, local, &env, &t->plan, &t->mem_limit);
     free(c);
     if (st) return st;
     t->B = t->plan.B;
@@ -393,15 +401,24 @@ static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
         ct_log(CT_LOG_INFO, "train.precision = bf16: the linear and head GEMMs read bf16 inputs "
                "(autocast), fp32 sums and master weights; bf16 weight copies %.1f MiB",
                p->model.weights16 / MiB);
+    bool dev = p->env.device;
     if (cfg->train.batch_size == 0 || strcmp(cfg->train.recompute, "auto") == 0)
         ct_log(CT_LOG_INFO, "memory plan: train.batch_size=%d train.grad_accum=%lld "
-               "train.recompute=%s, %.0f MiB of run.memory_limit %.0f MiB", t->B,
+               "train.recompute=%s, %.0f MiB of run.memory_limit %.0f MiB%s", t->B,
                (long long)t->accum, ct_model_recompute_name(t->mopts.recompute),
-               p->total / MiB, t->mem_limit / MiB);
-    ct_log(CT_LOG_INFO, "memory plan: %.1f MiB = model %.1f + AdamW %.1f + data %.1f + shards "
+               (dev ? p->device : p->total) / MiB, t->mem_limit / MiB,
+               dev ? " (device memory)" : "");
+    if (dev)
+        ct_log(CT_LOG_INFO, "device memory plan: %.1f MiB of %s's %.1f MiB free (%.1f MiB in "
+               "all) = model %.1f + AdamW %.1f + workspaces %.1f + reserve %.1f; "
+               "run.memory_limit %.1f MiB", p->device / MiB, p->env.device_name,
+               p->env.device_free / MiB, p->env.device_total / MiB, p->model.total / MiB,
+               p->optim / MiB, p->dev_ws / MiB, p->dev_reserve / MiB, t->mem_limit / MiB);
+    ct_log(CT_LOG_INFO, "%smemory plan: %.1f MiB = model %.1f + AdamW %.1f + data %.1f + shards "
            "%.1f + process %.1f (measured %.1f) + code %.1f + tokenizer %.1f + threads %.1f + "
-           "I/O %.1f + OpenBLAS %s buffers %.1f + reserve %.1f", p->total / MiB,
-           p->model.total / MiB, p->optim / MiB, p->data / MiB, p->shards / MiB,
+           "I/O %.1f + OpenBLAS %s buffers %.1f + reserve %.1f", dev ? "host " : "", p->total / MiB,
+           dev ? 0.0 : p->model.total / MiB, dev ? 0.0 : p->optim / MiB, p->data / MiB,
+           p->shards / MiB,
            p->rt_process / MiB, env.process / MiB, p->rt_code / MiB, p->rt_tokenizer / MiB,
            p->rt_threads / MiB, p->rt_io / MiB, p->env.blas.core, p->rt_blas / MiB,
            p->rt_reserve / MiB);
@@ -853,15 +870,53 @@ ct_status trainer_setup(trainer *t) {
  * 0.1 s at 60 GFLOP/s, its 12 MiB of buffers freed before the run allocates */
 #define TRAINER_PEAK_N 1024
 
+/* cuBLAS GEMM size of a GPU's peak measurement: 1.1 TFLOP a run, a few ms
+ * in bf16 and some 20 ms in fp32 on a recent GPU, 0.75 GiB of buffers freed
+ * before the run allocates */
+#define TRAINER_GPU_PEAK_N 8192
+
+/* A GPU run's peaks: the theoretical one of the run's precision, and cuBLAS's
+ * measured GEMM rate unless alerts.gemm_peak_gflops sets it. */
+static ct_status measure_gpu_peak(trainer *t, ct_precision prec) {
+    ct_backend *be = ct_ctx_base_backend(t->ctx);
+    ct_device_info di;
+    ct_status st = ct_backend_device_info(be, &di);
+    if (st) return st;
+    bool bf16 = prec == CT_PREC_BF16;
+    t->gpu_theory = bf16 ? di.bf16_theory_gflops : di.fp32_theory_gflops;
+    if (t->gemm_peak > 0) return CT_OK;
+    double t0 = ct_time_s();
+    st = ct_backend_gemm_peak(be, bf16, TRAINER_GPU_PEAK_N, 3, &t->gemm_peak);
+    if (st) {
+        ct_log(CT_LOG_WARN, "cannot measure the GPU's GEMM peak (%s): MFU is reported against "
+               "the theoretical peak only (mfu_theory); set alerts.gemm_peak_gflops",
+               ct_last_error());
+        ct_error_clear();
+        t->gemm_peak = 0;
+        return CT_OK;
+    }
+    t->gemm_n = TRAINER_GPU_PEAK_N;
+    ct_log(CT_LOG_INFO, "%s: %s GEMM peak %.0f GFLOP/s (cuBLAS, n=%d, %.2f s); theoretical "
+           "%.0f GFLOP/s (%d multiprocessors at %.0f MHz, compute capability %d.%d)", di.name,
+           bf16 ? "bf16" : "fp32", t->gemm_peak, TRAINER_GPU_PEAK_N, ct_time_s() - t0,
+           t->gpu_theory, di.sms, di.clock_mhz, di.cc_major, di.cc_minor);
+    return CT_OK;
+}
+
 ct_status trainer_measure_peak(trainer *t) {
     ct_hwinfo_read(&t->hw);
     t->gemm_n = 0;
     t->gemm_peak = t->cfg->alerts.gemm_peak_gflops;
-    if (t->gemm_peak > 0) return CT_OK;
-    double t0 = ct_time_s();
     /* precision bf16: MFU against the GEMMs the step runs, bf16 ones */
     ct_precision prec = CT_PREC_FP32;
     if (ct_model_precision_from_name(&prec, t->cfg->train.precision)) ct_error_clear();
+    ct_backend *base = ct_ctx_base_backend(t->ctx);
+    ct_device_info di;
+    t->gpu = ct_backend_has_device_memory(base) && !ct_backend_device_info(base, &di) &&
+             di.cc_major > 0;
+    if (t->gpu) return measure_gpu_peak(t, prec);
+    if (t->gemm_peak > 0) return CT_OK;
+    double t0 = ct_time_s();
     ct_status st;
     if (prec == CT_PREC_BF16) {
         ct_bench_gemm_info gi;
@@ -900,17 +955,22 @@ void trainer_monitor_init(trainer *t) {
      * sees an affinity mask of one. */
     int cores = t->hw.physical_cores > 0 ? t->hw.physical_cores : 1;
     int threads = ct_ctx_threads(t->ctx);
-    double theory = ct_bench_theoretical_gflops(threads < cores ? threads : cores, NULL);
+    /* a GPU run's MFU is against the GPU's peaks */
+    double theory = t->gpu ? t->gpu_theory
+                           : ct_bench_theoretical_gflops(threads < cores ? threads : cores, NULL);
     t->hw.theoretical_gflops = theory; /* hw.json holds the peak mfu_theory uses */
     ct_monitor_params p;
     size_t adapters = ct_model_lora(t->model) ? ct_model_trainable_numel(t->model) : 0;
+    bool dev = t->plan.env.device;
     ct_monitor_params_for_run(&p, t->cfg, ct_model_get_config(t->model), t->B, t->T, t->accum,
-                              adapters, t->gemm_peak, theory, t->mem_limit, t->plan.total);
+                              adapters, t->gemm_peak, theory, t->mem_limit,
+                              dev ? t->plan.device : t->plan.total);
+    p.device_memory = dev;
     ct_monitor_init(&t->mon, &p);
     size_t rss, peak;
     if (ct_monitor_read_process(&rss, &peak, &t->faults_prev)) ct_error_clear();
-    ct_log(CT_LOG_INFO, "monitor: %sGEMM peak %.1f GFLOP/s (%s), theoretical %.1f GFLOP/s, "
-           "%.3g model GFLOP per step, expected %.0f tokens/s",
+    ct_log(CT_LOG_INFO, "monitor: %s%sGEMM peak %.1f GFLOP/s (%s), theoretical %.1f GFLOP/s, "
+           "%.3g model GFLOP per step, expected %.0f tokens/s", t->gpu ? "GPU " : "",
            t->mopts.precision == CT_PREC_BF16 ? "bf16 " : "", t->gemm_peak,
            t->gemm_n ? "measured" : t->gemm_peak > 0 ? "alerts.gemm_peak_gflops" : "unknown",
            theory, p.step_flops / 1e9, p.expected_tokens_per_s);

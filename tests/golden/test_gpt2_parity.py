@@ -72,6 +72,13 @@ CFG = dict(vocab_size=97, n_ctx=32, n_embd=32, n_layer=2, n_head=4)   # V odd on
 INIT_SEED = 1234
 DATA_SEED = 7
 B, T, STEPS = 4, 16, 10
+# CT_PARITY_HEAD_SIZE=64 (the GPU check, `ctest -L sim` for some): the same checks at
+# head size 64 and a longer sequence, the shapes whose attention the CUDA backend runs in
+# its tiled kernels (GPT-2 124M, TinyLlama); the head sizes above take its row kernels.
+HEAD_SIZE = int(os.environ.get("CT_PARITY_HEAD_SIZE") or 0)
+if HEAD_SIZE:
+    CFG = dict(CFG, n_ctx=64, n_head=2, n_embd=2 * HEAD_SIZE)
+    T = 48
 LR, BETA1, BETA2, WD, CLIP = 3e-3, 0.9, 0.95, 0.1, 0.5
 # eps = 1e-6, not 1e-8: Adam's update lr*g/(|g|+eps) turns float32 noise in a gradient
 # element with |g| ~ eps into a weight difference of up to lr*noise/eps. With 1e-8 two

@@ -41,6 +41,13 @@ CFG = dict(vocab_size=293, hidden_size=64, intermediate_size=172, num_hidden_lay
            rms_norm_eps=1e-6, rope_theta=20000.0, tie_word_embeddings=False)
 INIT_SEED, DATA_SEED = 4321, 11
 B, T, STEPS = 2, 32, 10
+# CT_PARITY_HEAD_SIZE=64 (the GPU check, `ctest -L sim` for some): the same checks at
+# head size 64 and a longer sequence, the shapes whose attention the CUDA backend runs in
+# its tiled kernels (GPT-2 124M, TinyLlama); the head sizes above take its row kernels.
+HEAD_SIZE = int(os.environ.get("CT_PARITY_HEAD_SIZE") or 0)
+if HEAD_SIZE:  # 4 query heads over 2 KV heads, as TinyLlama groups them
+    CFG = dict(CFG, hidden_size=4 * HEAD_SIZE, intermediate_size=344)
+    T = 48
 LR, BETA1, BETA2, WD, CLIP = 3e-3, 0.9, 0.95, 0.1, 1.0
 EPS = 1e-6  # see test_gpt2_parity.py: 1e-8 turns float32 noise into weight differences
 N_TOKENS = 6 * B * T + 1
@@ -49,6 +56,12 @@ LOSS_RTOL = 1e-4
 GNORM_RTOL = 1e-3
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-7
 W_ATOL = 1e-4
+if HEAD_SIZE:
+    # 4x the channels and 1.5x the rows: Adam turns the float32 noise of a rarely seen
+    # token's tiny gradient into more of an embedding row's difference after 10 steps
+    # (4.2e-4 on the CPU backend, whose losses, norms and step-1 gradients stay within
+    # 3e-6, 1e-5 and 0.02 of their tolerances)
+    W_ATOL = 1e-3
 CTRAIN_TIMEOUT_S = 300
 
 

@@ -20,7 +20,7 @@ def main():
     # ctrain itself says whether it can train on a GPU here: the config check
     # refuses run.device=cuda in a build without CUDA, and `ctrain hw` names the GPUs
     # the CUDA backend sees (none: no device, with the driver's reason)
-    p = subprocess.run([ctrain, "hw", "--json"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([ctrain, "hw", "--json", "--no-bench"], capture_output=True, text=True, timeout=120)
     why = None
     try:
         import json

@@ -17,13 +17,13 @@
 
 #include <stddef.h>
 
-#define COLSUM_THREADS 128
-#define COLSUM_CHUNKS_MAX 64
+#include "backend/device.h"
 
-/* The row chunks of a column sum over N rows: 64, or N when fewer. */
-static inline int colsum_chunks(int N) {
-    return N < COLSUM_CHUNKS_MAX ? (N > 0 ? N : 1) : COLSUM_CHUNKS_MAX;
-}
+#define COLSUM_THREADS 128
+
+/* The row chunks of a column sum over N rows: 64, or N when fewer (the rule
+ * the memory plan sizes the partials by, backend/device.h). */
+static inline int colsum_chunks(int N) { return ct_cuda_colsum_chunks(N); }
 
 /* What a row adds to column c: dout (a bias), xhat * dout and dout
  * (LayerNorm's weight and bias), x * rstd * dout (RMSNorm's weight). The

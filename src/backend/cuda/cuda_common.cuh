@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_int.h"
 
 /* cuBLAS's entry points, found with dlsym when the backend starts: linking
@@ -21,6 +22,7 @@ typedef struct cublas_fns {
     cublasStatus_t (*destroy)(cublasHandle_t);
     cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
     cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
+    cublasStatus_t (*set_workspace)(cublasHandle_t, void *, size_t);
     cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
                             const float *, const float *, int, const float *, int, const float *,
                             float *, int);
@@ -38,10 +40,10 @@ static inline cudaStream_t cuda_stream(ct_backend *be) {
     return (cudaStream_t)cuda_st(be)->stream;
 }
 
-/* After a launch: latch a launch error under the kernel's name. */
+/* After a launch (or a cuBLAS call): latch a launch error under the
+ * kernel's name, and under CT_CUDA_SYNC=1 its fault too (cuda_check.h). */
 static inline void cuda_launched(ct_backend *be, const char *kernel) {
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) cuda_latch(be, (int)e, kernel, cudaGetErrorString(e));
+    cuda_check_after(cuda_st(be), kernel);
 }
 /* A runtime call's result: latched when it failed. Returns whether it worked. */
 static inline bool cuda_ok(ct_backend *be, cudaError_t e, const char *what) {
@@ -63,6 +65,7 @@ static inline bool cuda_workspace(ct_backend *be, void **buf, size_t *have, size
     *have = 0;
     if (!cuda_ok(be, cudaMalloc(buf, bytes), what)) return false;
     *have = bytes;
+    cuda_mem_sample(be);
     return true;
 }
 

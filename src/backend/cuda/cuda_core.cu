@@ -22,10 +22,14 @@
 /* ------------------------------------------------------------ errors */
 
 extern "C" void cuda_latch(ct_backend *be, int code, const char *what, const char *detail) {
-    cuda_state *s = cuda_st(be);
-    if (!s || code == 0 || s->err) return;
-    s->err = code;
-    snprintf(s->err_what, sizeof s->err_what, "%s: %s", what, detail ? detail : "failed");
+    cuda_latch_state(cuda_st(be), code, what, detail);
+}
+
+/* A kernel that faults: one thread writing where no memory is. */
+__global__ void k_fault(float *p) { p[threadIdx.x] = 1.0f; }
+
+void cuda_fault_inject(cuda_state *s) {
+    k_fault<<<1, 1, 0, (cudaStream_t)s->stream>>>((float *)(uintptr_t)16);
 }
 
 /* ------------------------------------------------------------ device */
@@ -52,17 +56,23 @@ extern "C" void ct_cuda_device_name(int dev, char *name, size_t name_size) {
 #define CT_STR(x) CT_STR2(x)
 
 /* Loads libcublas and its entry points into s: the soname the loader knows
- * (ldconfig, LD_LIBRARY_PATH), else the toolkit's directory this build was
- * made with. CT_OK, or CT_ERR_ARG naming what is missing. */
+ * (ldconfig, LD_LIBRARY_PATH), else $CUDA_HOME's, /usr/local/cuda's or the
+ * toolkit's directory this build was made with (a build carried to another
+ * machine finds that machine's toolkit). CT_OK, or CT_ERR_ARG naming what is
+ * missing. */
 static ct_status cublas_load(cuda_state *s) {
-    const char *names[] = {"libcublas.so." CT_STR(CUBLAS_VER_MAJOR),
+    const char *so = "libcublas.so." CT_STR(CUBLAS_VER_MAJOR);
+    char home[1024] = "";
+    const char *ch = getenv("CUDA_HOME");
+    if (ch && *ch) snprintf(home, sizeof home, "%s/lib64/%s", ch, so);
+    const char *names[] = {so, home, "/usr/local/cuda/lib64/libcublas.so." CT_STR(CUBLAS_VER_MAJOR),
 #ifdef CT_CUDA_LIBDIR
                            CT_CUDA_LIBDIR "/libcublas.so." CT_STR(CUBLAS_VER_MAJOR),
 #endif
                            "libcublas.so"};
     void *lib = NULL;
     for (size_t i = 0; !lib && i < sizeof names / sizeof *names; i++)
-        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (names[i][0]) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib)
         return CT_ERR(CT_ERR_ARG, "run.device = cuda: cannot load cuBLAS (%s): %s", names[0],
                       dlerror());
@@ -78,6 +88,7 @@ static ct_status cublas_load(cuda_state *s) {
                 {(void **)&f->destroy, "cublasDestroy_v2"},
                 {(void **)&f->set_stream, "cublasSetStream_v2"},
                 {(void **)&f->set_math_mode, "cublasSetMathMode"},
+                {(void **)&f->set_workspace, "cublasSetWorkspace_v2"},
                 {(void **)&f->sgemm, "cublasSgemm_v2"},
                 {(void **)&f->gemm_ex, "cublasGemmEx"}};
     for (size_t i = 0; i < sizeof syms / sizeof *syms; i++) {
@@ -105,6 +116,7 @@ static void state_release(cuda_state *s) {
     if (s->ws) cudaFree(s->ws);
     if (s->att_ws) cudaFree(s->att_ws);
     if (s->col_ws) cudaFree(s->col_ws);
+    if (s->blas_ws) cudaFree(s->blas_ws);
     for (int i = 0; i < s->n_bufs; i++) {
         if (s->bufs[i].pinned) cudaFreeHost(s->bufs[i].p);
         else cudaFree(s->bufs[i].p);
@@ -135,6 +147,9 @@ extern "C" ct_status ct_cuda_init(ct_backend *be, int device) {
     cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
     if (!s) return CT_ERR(CT_ERR_OOM, "out of memory for the CUDA backend's state");
     s->device = device;
+    const char *sync = getenv("CT_CUDA_SYNC"), *fault = getenv("CT_CUDA_FAULT");
+    s->sync_each = sync && *sync && strcmp(sync, "0") != 0;
+    if (fault) snprintf(s->fault_after, sizeof s->fault_after, "%s", fault);
     cudaStream_t stream = NULL;
     cublasHandle_t h = NULL;
     cudaDeviceProp prop;
@@ -142,6 +157,12 @@ extern "C" ct_status ct_cuda_init(ct_backend *be, int device) {
     if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, device);
     if (e == cudaSuccess) {
         snprintf(s->name, sizeof s->name, "%s", prop.name);
+        s->cc_major = prop.major;
+        s->cc_minor = prop.minor;
+        s->sms = prop.multiProcessorCount;
+        int khz = 0;
+        if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device) == cudaSuccess)
+            s->clock_mhz = khz / 1000.0;
         e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     }
     s->stream = stream;
@@ -150,6 +171,7 @@ extern "C" ct_status ct_cuda_init(ct_backend *be, int device) {
     if (e == cudaSuccess)
         e = cudaMallocHost((void **)&s->red_host, CUDA_RED_BLOCKS * sizeof(double));
     if (e == cudaSuccess) e = cudaMallocHost((void **)&s->count_host, sizeof(unsigned long long));
+    if (e == cudaSuccess) e = cudaMalloc(&s->blas_ws, CT_CUDA_CUBLAS_WS_BYTES);
     for (int i = 0; e == cudaSuccess && i < CUDA_EVENTS; i++) {
         cudaEvent_t ev;
         e = cudaEventCreate(&ev);
@@ -172,6 +194,10 @@ extern "C" ct_status ct_cuda_init(ct_backend *be, int device) {
         s->cublas = h;
         cs = f->set_stream(h, stream);
     }
+    /* our own workspace, of a size the memory plan knows (cuBLAS would
+     * otherwise allocate its own when a GEMM first needs one) */
+    if (cs == CUBLAS_STATUS_SUCCESS)
+        cs = f->set_workspace(h, s->blas_ws, CT_CUDA_CUBLAS_WS_BYTES);
     /* the default math mode runs fp32 GEMMs in fp32 (TF32 only on request:
      * PyTorch parity with TF32 off on both sides) and bf16 inputs on tensor
      * cores; reduced-precision reductions are refused */
@@ -186,7 +212,24 @@ extern "C" ct_status ct_cuda_init(ct_backend *be, int device) {
     }
     be->state = s;
     be->host_visible = false;
+    /* what the run may fill: free now, with the context, cuBLAS and the
+     * buffers above taken */
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+        s->mem_total = total_b;
+        s->mem_base_free = s->mem_min_free = free_b;
+    }
     return CT_OK;
+}
+
+extern "C" void cuda_mem_sample(ct_backend *be) {
+    cuda_state *s = cuda_st(be);
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError(); /* a sample is not worth an error */
+        return;
+    }
+    if (free_b < s->mem_min_free) s->mem_min_free = free_b;
 }
 
 extern "C" void ct_cuda_free(ct_backend *be) {
@@ -250,6 +293,7 @@ extern "C" void *ct_buf_alloc_cuda(ct_backend *be, size_t bytes, ct_tag tag) {
                cudaGetErrorString(e));
         return NULL;
     }
+    cuda_mem_sample(be);
     return p;
 }
 
@@ -315,9 +359,13 @@ extern "C" void ct_copy_cuda(ct_backend *be, void *dst, const void *src, size_t 
 
 extern "C" ct_status ct_synchronize_cuda(ct_backend *be) {
     cuda_state *s = cuda_st(be);
-    cuda_ok(be, cudaStreamSynchronize((cudaStream_t)s->stream), "synchronize");
+    cuda_check_wait(s);
+    cuda_mem_sample(be);
     if (!s->err) return CT_OK;
-    ct_status st = CT_ERR(CT_ERR_IO, "CUDA device %d (%s): %s", s->device, s->name, s->err_what);
+    char msg[640], hint[256];
+    cuda_error_text(s, msg, sizeof msg, hint, sizeof hint);
+    ct_status st = CT_ERR(CT_ERR_IO, "%s", msg);
+    if (hint[0]) ct_error_hint("%s", hint);
     /* reported once: a later call starts clean (a sticky device error, which
      * the runtime returns again, latches again) */
     s->err = 0;

@@ -17,6 +17,7 @@ extern "C" {
 
 #include "backend/backend.h"
 #include "backend/ctx.h"
+#include "backend/device.h"
 
 /* Reduction partials: one double per block of the fixed grid, summed on the
  * host in block order, so sum and sumsq are deterministic. */
@@ -39,7 +40,7 @@ typedef struct cuda_state {
     void *cublas_lib;      /* dlopen handle of libcublas (loaded at init, never linked) */
     void *cublas_fns;      /* its entry points (cublas_fns, cuda_common.cuh) */
     int err;               /* the first latched cudaError_t / cublasStatus_t; 0: none */
-    char err_what[160];    /* what failed, with the library's words */
+    char err_what[320];    /* what failed, with the library's words */
     cuda_buf *bufs;        /* live allocations, for the counters */
     int n_bufs, cap_bufs;
     double *red;           /* device: CUDA_RED_BLOCKS partials */
@@ -55,6 +56,17 @@ typedef struct cuda_state {
     void *events[CUDA_EVENTS]; /* cudaEvent_t */
     int next_event;
     char name[256];        /* the device's name */
+    /* debugging (cuda_check.h): CT_CUDA_SYNC=1 waits after every launch and
+     * cuBLAS call; CT_CUDA_FAULT=NAME faults on purpose after launch NAME */
+    int sync_each;
+    char fault_after[64];
+    void *blas_ws;         /* device: cuBLAS's workspace, CT_CUDA_CUBLAS_WS_BYTES */
+    /* the device (cuda_info.cu) */
+    int cc_major, cc_minor, sms;
+    double clock_mhz;      /* peak SM clock the driver reports */
+    size_t mem_total;      /* bytes */
+    size_t mem_base_free;  /* free when init had finished */
+    size_t mem_min_free;   /* the least free seen since (cuda_mem_sample) */
 } cuda_state;
 
 /* Initialise be for CUDA device `device` (run.device cuda:N): CT_ERR_ARG "no
@@ -68,6 +80,12 @@ void ct_cuda_device_name(int dev, char *name, size_t name_size);
 
 /* Latch the first error (code != 0) with what failed; later ones are dropped. */
 void cuda_latch(ct_backend *be, int code, const char *what, const char *detail);
+/* Record the device's free memory now (its low-water mark is the run's peak). */
+void cuda_mem_sample(ct_backend *be);
+/* The device's properties and memory (backend/device.h); CT_OK. */
+ct_status ct_cuda_device_info(ct_backend *be, ct_device_info *out);
+/* cuBLAS's sustained fp32 or bf16 GEMM rate on the device (backend/device.h). */
+ct_status ct_cuda_gemm_peak(ct_backend *be, bool bf16, int n, int reps, double *gflops);
 /* The backend's state. */
 static inline cuda_state *cuda_st(ct_backend *be) { return (cuda_state *)be->state; }
 

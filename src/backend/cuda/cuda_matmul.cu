@@ -21,6 +21,7 @@ static cublasHandle_t handle(ct_backend *be) { return (cublasHandle_t)cuda_st(be
 
 static void blas_ok(ct_backend *be, cublasStatus_t s, const char *what) {
     if (s != CUBLAS_STATUS_SUCCESS) cuda_latch(be, 1000 + (int)s, what, "cuBLAS error");
+    else cuda_launched(be, what);
 }
 
 __global__ void k_bias_rows(float *out, const float *bias, int N, int OC) {

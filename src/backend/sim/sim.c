@@ -8,14 +8,20 @@
  * device one belongs fails an assertion. Each entry translates its pointers
  * and calls ref. Uploads and downloads really copy. It exists for the tests:
  * the training suite runs on it (run.device=sim) to prove the seam is whole,
- * as a GPU's separate memory would. Leaves out: asynchrony (every entry
+ * as a GPU's separate memory would. Given a capacity (debug.sim_device_memory)
+ * its device memory is finite: an allocation past it fails as cudaMalloc's
+ * would, and the most it held is kept, so the memory plan's device part and
+ * batch_size=auto are tested against it. Leaves out: asynchrony (every entry
  * completes before it returns) and speed.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "backend/ctx.h"
 #include "backend/host/host.h"
 #include "backend/ref/ref.h"
+#include "backend/sim/sim.h"
 #include "core/dtype.h"
 
 #define SIM_OFFSET ((uintptr_t)1 << 62)
@@ -29,11 +35,58 @@ static void *H(const void *p) {
 #define HF(p) ((float *)H(p))
 #define HI(p) ((int32_t *)H(p))
 
-static void *sim_buf_alloc(ct_backend *be, size_t bytes, ct_tag tag) {
-    uint8_t *p = ct_alloc(be->ctx, bytes ? bytes : 1, tag);
-    return p ? (void *)((uintptr_t)p + SIM_OFFSET) : NULL;
+typedef struct sim_state {
+    size_t cap;  /* bytes; 0: no limit */
+    size_t used; /* bytes of live device buffers */
+    size_t peak; /* their most */
+} sim_state;
+
+ct_status ct_sim_init(ct_backend *be) {
+    be->state = calloc(1, sizeof(sim_state));
+    return be->state ? CT_OK : CT_ERR(CT_ERR_OOM, "out of memory for the sim backend's state");
 }
-static void sim_buf_free(ct_backend *be, void *p) { ct_free(be->ctx, H(p)); }
+
+void ct_sim_free(ct_backend *be) {
+    free(be->state);
+    be->state = NULL;
+}
+
+void ct_sim_set_capacity(ct_backend *be, size_t cap) {
+    sim_state *s = be->state;
+    if (s) s->cap = cap;
+}
+
+void ct_sim_memory(const ct_backend *be, size_t *cap, size_t *used, size_t *peak) {
+    const sim_state *s = be->state;
+    if (cap) *cap = s ? s->cap : 0;
+    if (used) *used = s ? s->used : 0;
+    if (peak) *peak = s ? s->peak : 0;
+}
+
+static void *sim_buf_alloc(ct_backend *be, size_t bytes, ct_tag tag) {
+    sim_state *s = be->state;
+    size_t n = bytes ? bytes : 1;
+    if (s && s->cap && n > s->cap - s->used) {
+        CT_ERR(CT_ERR_OOM, "out of device memory allocating %zu bytes for %s on sim (%zu of "
+               "debug.sim_device_memory = %zu bytes in use)", bytes, ct_tag_str(tag), s->used,
+               s->cap);
+        return NULL;
+    }
+    uint8_t *p = ct_alloc(be->ctx, n, tag);
+    if (!p) return NULL;
+    if (s) {
+        s->used += n;
+        if (s->used > s->peak) s->peak = s->used;
+    }
+    return (void *)((uintptr_t)p + SIM_OFFSET);
+}
+static void sim_buf_free(ct_backend *be, void *p) {
+    if (!p) return;
+    sim_state *s = be->state;
+    void *h = H(p);
+    if (s) s->used -= ct_alloc_size(h);
+    ct_free(be->ctx, h);
+}
 static void sim_memset(ct_backend *be, void *dst, int value, size_t bytes) {
     ct_host_memset(be, H(dst), value, bytes);
 }

@@ -1,0 +1,116 @@
+/*
+ * The device questions of backend/device.h: answered by the CUDA backend
+ * (backend/cuda/cuda_info.cu) on a GPU, by the sim backend's capacity in
+ * tests, refused for host memory; and the pure parts (the theoretical GPU
+ * peaks, a rank's GPU) that need no device at all.
+ */
+#include "backend/device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/sim/sim.h"
+#ifdef CT_USE_CUDA
+#include "backend/cuda/cuda_int.h"
+#endif
+
+static bool is_cuda(const ct_backend *be) {
+#ifdef CT_USE_CUDA
+    return be && be->i == &ct_backend_cuda_i;
+#else
+    (void)be;
+    return false;
+#endif
+}
+
+static bool is_sim(const ct_backend *be) { return be && be->i == &ct_backend_sim_i; }
+
+bool ct_backend_has_device_memory(const ct_backend *be) {
+    if (is_cuda(be)) return true;
+    size_t cap = 0;
+    if (is_sim(be)) ct_sim_memory(be, &cap, NULL, NULL);
+    return cap > 0;
+}
+
+ct_status ct_backend_device_info(ct_backend *be, ct_device_info *out) {
+    memset(out, 0, sizeof *out);
+#ifdef CT_USE_CUDA
+    if (is_cuda(be)) return ct_cuda_device_info(be, out);
+#endif
+    size_t cap = 0, used = 0, peak = 0;
+    if (is_sim(be)) ct_sim_memory(be, &cap, &used, &peak);
+    if (!cap)
+        return CT_ERR(CT_ERR_ARG, "backend %s has no device memory of its own",
+                      be && be->i ? be->i->name : "?");
+    snprintf(out->name, sizeof out->name, "sim");
+    out->mem_total = cap;
+    out->mem_free = cap - used;
+    /* sim's "context" takes nothing: all of it is the run's */
+    out->mem_base_free = cap;
+    out->mem_peak_used = peak;
+    return CT_OK;
+}
+
+ct_status ct_backend_gemm_peak(ct_backend *be, bool bf16, int n, int reps, double *gflops) {
+    *gflops = 0;
+#ifdef CT_USE_CUDA
+    if (is_cuda(be)) return ct_cuda_gemm_peak(be, bf16, n, reps, gflops);
+#else
+    (void)bf16;
+    (void)n;
+    (void)reps;
+#endif
+    return CT_ERR(CT_ERR_ARG, "backend %s has no GPU to measure a GEMM peak on",
+                  be && be->i ? be->i->name : "?");
+}
+
+void ct_backend_sim_set_capacity(ct_backend *be, size_t cap) {
+    if (is_sim(be)) ct_sim_set_capacity(be, cap);
+}
+
+double ct_gpu_theory_gflops(int major, int minor, int sms, double clock_mhz, bool bf16) {
+    static const struct {
+        int major, minor, fp32_lanes, bf16_fma;
+    } rates[] = {{8, 0, 64, 1024}, {8, 6, 128, 512}, {8, 9, 128, 512}, {9, 0, 128, 2048},
+                 {10, 0, 128, 4096}};
+    if (sms <= 0 || !(clock_mhz > 0)) return 0;
+    for (size_t i = 0; i < sizeof rates / sizeof *rates; i++) {
+        if (rates[i].major != major || rates[i].minor != minor) continue;
+        double per_clock = 2.0 * (bf16 ? rates[i].bf16_fma : rates[i].fp32_lanes);
+        return per_clock * sms * clock_mhz * 1e6 / 1e9;
+    }
+    return 0;
+}
+
+int ct_device_for_rank(const char *spec, int local_rank, int n_devices) {
+    if (!spec) return -1;
+    int index;
+    char tail;
+    if (sscanf(spec, "cuda:%d%c", &index, &tail) == 1) return index >= 0 ? index : -1;
+    if (strcmp(spec, "cuda") != 0) return -1;
+    if (local_rank <= 0) return 0;
+    return n_devices > 0 ? local_rank % n_devices : local_rank;
+}
+
+int ct_device_share(const char *spec, int local_size, int n_devices) {
+    if (local_size < 1) local_size = 1;
+    if (n_devices < 1) n_devices = 1;
+    int index;
+    char tail;
+    if (spec && sscanf(spec, "cuda:%d%c", &index, &tail) == 1) return local_size;
+    return (local_size + n_devices - 1) / n_devices;
+}
+
+int ct_device_local_rank(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                       "PMI_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (!v || !*v) continue;
+        char *end;
+        long r = strtol(v, &end, 10);
+        if (*end == 0 && r >= 0 && r < 1 << 20) return (int)r;
+    }
+    return -1;
+}

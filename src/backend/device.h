@@ -1,0 +1,112 @@
+/*
+ * What a backend with memory of its own says about its device, for the
+ * memory plan and the monitor: the GPU's name, multiprocessors, clock and
+ * memory (free now, free when the backend started, the most in use since),
+ * the theoretical fp32 and bf16 peaks from those, and a GEMM peak measured
+ * on the device (cuBLAS); the sim backend answers with the capacity a test
+ * gives it (debug.sim_device_memory), so batch_size=auto and the plan's
+ * device part are tested without a GPU. Also the rules by which the CUDA
+ * backend sizes the workspaces it grows in the first step, which the plan
+ * counts (one definition, used by both), and the choice of a rank's GPU.
+ * Leaves out: several devices per process, and NVML (the runtime's
+ * attributes say enough).
+ */
+#ifndef CT_BACKEND_DEVICE_H
+#define CT_BACKEND_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backend/backend.h"
+
+typedef struct ct_device_info {
+    char name[128];          /* "NVIDIA H100 80GB HBM3"; "sim" */
+    int index;               /* cuda:N */
+    int cc_major, cc_minor;  /* compute capability; 0.0 for sim */
+    int sms;                 /* multiprocessors; 0 for sim */
+    double clock_mhz;        /* the SM clock the driver reports as its peak; 0 unknown */
+    size_t mem_total;        /* bytes of device memory (sim: its capacity) */
+    size_t mem_free;         /* bytes free now */
+    size_t mem_base_free;    /* bytes free when the backend had started (its context,
+                              * cuBLAS and its own small buffers already taken): what a
+                              * run's plan may fill */
+    size_t mem_peak_used;    /* the most bytes in use since then, against mem_base_free
+                              * (sampled at every allocation and synchronize) */
+    double fp32_theory_gflops; /* ct_gpu_theory_gflops; 0 unknown */
+    double bf16_theory_gflops;
+} ct_device_info;
+
+/* Whether be's tensors live in memory of their own that a plan must fit:
+ * cuda, and sim when it was given a capacity. */
+bool ct_backend_has_device_memory(const ct_backend *be);
+/* Fills *out for such a backend. CT_ERR_ARG otherwise (host memory: the
+ * plan's host part is all there is). */
+ct_status ct_backend_device_info(ct_backend *be, ct_device_info *out);
+/* Sustained GEMM rate on the device, GFLOP/s: the best of reps runs of an
+ * n x n x n product, fp32 (TF32 off, as the backend runs its fp32 GEMMs) or
+ * bf16 inputs with fp32 accumulation (bf16 true). Its buffers are freed
+ * before it returns. CT_ERR_ARG for a backend without a GPU; CT_ERR_OOM. */
+ct_status ct_backend_gemm_peak(ct_backend *be, bool bf16, int n, int reps, double *gflops);
+
+/* The sim backend's device memory: at most cap bytes of its device buffers at
+ * once (0: no limit, and no device memory of its own to plan); an allocation
+ * past it fails with CT_ERR_OOM as cudaMalloc would. Call before anything is
+ * allocated. No-op for other backends. */
+void ct_backend_sim_set_capacity(ct_backend *be, size_t cap);
+
+/* The theoretical dense peak of a GPU of compute capability major.minor
+ * with sms multiprocessors at clock_mhz, GFLOP/s: fp32 FMA lanes (bf16
+ * false) or dense bf16 tensor-core multiply-adds with fp32 accumulation
+ * (bf16 true) per multiprocessor and clock, two FLOPs each. The rates of the
+ * architectures ctrain knows, from NVIDIA's whitepapers (A100: 19.5 fp32 and
+ * 312 bf16 TFLOP/s on 108 multiprocessors at 1410 MHz; H100 SXM: 67 and 989
+ * on 132 at 1830-1980 MHz): 8.0: 64 fp32 lanes, 1024 bf16; 8.6 and 8.9: 128,
+ * 512; 9.0: 128, 2048; 10.0: 128, 4096. 0 for any other (MFU against the
+ * theory is then n/a) or a zero count or clock. */
+double ct_gpu_theory_gflops(int major, int minor, int sms, double clock_mhz, bool bf16);
+
+/* The GPU a process takes for run.device = spec (cuda or cuda:N), as
+ * `local_rank` of the ranks on its machine (-1: not launched by mpirun) on a
+ * machine whose driver sees n_devices GPUs (<= 0: unknown): cuda:N takes N
+ * whatever the rank; cuda takes local rank r's GPU r mod n_devices (0 for
+ * one process), so ranks on a machine spread over its GPUs and share them
+ * round-robin when there are more ranks than GPUs. -1 when spec names no
+ * CUDA device. Pure. */
+int ct_device_for_rank(const char *spec, int local_rank, int n_devices);
+/* How many of the local_size ranks on a machine of n_devices GPUs (<= 0:
+ * unknown, taken as 1) share the GPU one of them takes for run.device =
+ * spec: all of them for cuda:N, ceil(local_size / n_devices) for cuda (at
+ * least 1). Pure. */
+int ct_device_share(const char *spec, int local_size, int n_devices);
+/* This process's rank among the ranks on its machine, from the launcher's
+ * environment (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, PMI_LOCAL_RANK,
+ * SLURM_LOCALID, LOCAL_RANK, in that order); -1 when none is set. */
+int ct_device_local_rank(void);
+
+/* ------------------------------------------------- the CUDA workspaces */
+/* What the CUDA backend allocates beyond the model's and the optimizer's
+ * buffers, sized here and used there (src/backend/cuda), so the plan counts
+ * what the backend will hold. */
+
+/* cuBLAS's workspace, set on the handle at start (cublasSetWorkspace):
+ * NVIDIA's recommendation for Hopper, enough for every architecture. */
+#define CT_CUDA_CUBLAS_WS_BYTES ((size_t)32 << 20)
+/* The column sums' row chunks (cuda_colsum.cuh): 64, or N when fewer. */
+static inline int ct_cuda_colsum_chunks(int N) { return N < 64 ? (N > 0 ? N : 1) : 64; }
+/* Their partials for N rows of C columns: two (chunks, C) double arrays. */
+static inline size_t ct_cuda_ws_colsum_bytes(int N, int C) {
+    return (size_t)2 * (size_t)ct_cuda_colsum_chunks(N) * (size_t)(C > 0 ? C : 0) * sizeof(double);
+}
+/* Attention backward's D = rowsum(dout o out): (B, NH, T) doubles. */
+static inline size_t ct_cuda_ws_attention_bytes(int B, int NH, int T) {
+    return (size_t)B * (size_t)NH * (size_t)T * sizeof(double);
+}
+/* The bf16 copy of a mixed-precision GEMM's fp32 operand of n elements. */
+static inline size_t ct_cuda_ws_bf16_bytes(size_t n) { return n * 2; }
+/* Device memory a CUDA run takes that no buffer of ours accounts for: the
+ * kernels' code, loaded on first launch (ours and cuBLAS's, lazily since CUDA
+ * 12.2), and the driver's rounding of allocations to its pages. An estimate:
+ * the GPU check prints the plan beside the peak the device reports. */
+#define CT_CUDA_RESERVE_MIB 256
+
+#endif
