@@ -1,12 +1,15 @@
 /*
  * GPT-2 byte-level BPE, encode and decode, token-for-token the npm package
- * gpt-3-encoder's (the reference): UTF-8 check, optional special-token split,
- * GPT-2's pre-tokenisation pattern run by PCRE2 (JIT when available), then
- * BPE of each word on token ids with a per-state word cache. The entry points
- * (encode, decode) and the per-thread state serve both kinds; SentencePiece
- * segments go to tokenizer_spm.c.
- * Leaves out: loading the files (tokenizer_load.c), normalisation (GPT-2 has
- * none), SentencePiece's own encoding (tokenizer_spm.c).
+ * gpt-3-encoder's (the reference): UTF-8 check, the added tokens split out
+ * (a byte trie; the special ones on request, whitespace dropped beside
+ * lstrip/rstrip ones), GPT-2's pre-tokenisation pattern run by PCRE2 (JIT
+ * when available), then BPE of each word on token ids with a per-state word
+ * cache. The entry points (encode, decode) and the per-thread state serve
+ * every kind; SentencePiece segments go to tokenizer_spm.c, those of a
+ * generic tokenizer.json to tokenizer_pipe.c.
+ * Leaves out: loading the files (tokenizer_load.c, tokenizer_hf.c),
+ * normalisation (GPT-2 has none), SentencePiece's own encoding
+ * (tokenizer_spm.c), the generic pipeline (tokenizer_pipe.c).
  */
 #include "data/tokenizer_impl.h"
 

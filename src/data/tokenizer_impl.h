@@ -2,10 +2,11 @@
  * Inside the tokenizers: the loaded tables shared by tokenizer_load.c
  * (reading encoder.json + vocab.bpe or tokenizer.json, hashing the identity,
  * compiling the pre-tokenisation pattern), tokenizer.c (GPT-2 encode, decode,
- * the per-thread state and its word cache) and tokenizer_spm.c (the
- * SentencePiece-BPE kind), plus hooks the unit tests use to check the fast
- * paths against the plain ones. Never installed; nothing outside
- * src/data/tokenizer*.c and the tests includes it.
+ * the per-thread state and its word cache), tokenizer_spm.c (the
+ * SentencePiece-BPE kind), tokenizer_hf.c / tokenizer_pipe.c /
+ * tokenizer_regex.c (the generic tokenizer.json pipeline), plus hooks the
+ * unit tests use to check the fast paths against the plain ones. Never
+ * installed; nothing outside src/data/tokenizer*.c and the tests includes it.
  * Leaves out: the public API (include/ctrain/data.h).
  */
 #ifndef CT_TOKENIZER_IMPL_H
@@ -258,9 +259,9 @@ ct_status tok_pairs_init(tok_pair_map *m, size_t n);
 void tok_pairs_set(tok_pair_map *m, int32_t left, int32_t right, int32_t rank, int32_t merged, bool keep_max);
 /* The identity hash over t's tables and b's merges: "<prefix>:<16 hex>";
  * extra[0..n_extra) is hashed after them (the SentencePiece settings). */
-/* Sort t's special tokens longest first (so the longest one matches at a
- * position) and mark their first bytes; CT_ERR_FORMAT naming b's file for an
- * empty one. Also builds t->added from b's added (raw) entries. */
+/* Check t's special tokens (CT_ERR_FORMAT naming b's file for an empty one)
+ * and build t->added, the trie over their texts as written and the
+ * first-byte tables from b's added (raw) entries. */
 ct_status tok_load_specials(ct_tokenizer *t, const load_builder *b);
 ct_status tok_load_identity(ct_tokenizer *t, const load_builder *b, const char *prefix, const void *extra,
                             size_t n_extra);

@@ -17,8 +17,9 @@
  * token is never produced and does not decode (tokenizer.c checks
  * TOK_NO_TOKEN). Each merge (pair of symbols) is listed once.
  * Leaves out: encoding and decoding (tokenizer.c); which files a path names
- * and the record of them (tokenizer_files.c); normalizers, other
- * pre-tokenizers and SentencePiece models (refused with CT_ERR_FORMAT).
+ * and the record of them (tokenizer_files.c); the settings of SentencePiece
+ * files (tokenizer_spm.c) and of every other tokenizer.json
+ * (tokenizer_hf.c), which the fixed forms send there.
  */
 #include "data/tokenizer_impl.h"
 #include "io/fileio.h"
@@ -32,9 +33,9 @@
 
 #define TOK_MAX_IDS (1 << 24) /* ids from this on are refused as implausible */
 #define TOK_EOT_TEXT "<|endoftext|>"
-#define TOK_KINDS                                                                             \
-    "supported: GPT-2-style byte-level BPE with a ByteLevel pre_tokenizer, or SentencePiece-style " \
-    "BPE with model.byte_fallback true"
+#define TOK_KINDS                                                                               \
+    "supported: BPE, byte-level (a ByteLevel pre_tokenizer) or SentencePiece-style (model.byte_fallback " \
+    "true); WordPiece, Unigram and WordLevel models are not"
 
 /* ------------------------------------------------------- the byte alphabet */
 
@@ -395,12 +396,14 @@ ct_status tok_load_dup_merge(const load_builder *b, const load_merge *m, const l
     return st;
 }
 
-/* The merge table. gpt-3-encoder keys its ranks by the pair joined with a
- * comma (a JavaScript array used as an object key), so a pair of symbols whose
- * comma-joined spelling equals a merge's, split at another comma, gets that
- * merge's rank too: for GPT-2, 11 such aliases like ("\",", "\"") for the
- * merge ("\"", ",\""). Both halves of each alias join to the same token as
- * the merge itself. We add the aliases so that ranks are the reference's. */
+/* The merge table (and each merge's ids, into b->m). gpt-3-encoder keys its
+ * ranks by the pair joined with a comma (a JavaScript array used as an object
+ * key), so a pair of symbols whose comma-joined spelling equals a merge's,
+ * split at another comma, gets that merge's rank too: for GPT-2, 11 such
+ * aliases like ("\",", "\"") for the merge ("\"", ",\""). Both halves of each
+ * alias join to the same token as the merge itself. With `aliases` (GPT-2's
+ * form) we add them so that ranks are the reference's; transformers.js keys
+ * by JSON arrays, which have no such aliases (the generic pipeline). */
 ct_status tok_load_merge_table(ct_tokenizer *t, const load_builder *b, bool aliases) {
     /* each comma in a merge can give one alias */
     size_t n_pairs = b->n_m;
