@@ -11,9 +11,11 @@
 //        Llama 3's <|begin_of_text|>, Gemma's <bos>)
 //   node tests/golden/hf_tok.js DIR --decode-jsonl
 //        stdin: one JSON array of ids per line; stdout: one JSON string per line
-//   node tests/golden/hf_tok.js DIR --bench FILE.jsonl REPEATS
-//        encode every line of FILE (JSON strings) REPEATS times on this one
-//        thread, after one warm-up pass; prints
+//   node tests/golden/hf_tok.js DIR --bench CORPUS_DIR REPEATS
+//        encode every *.txt file of CORPUS_DIR (sorted by name), one encode call
+//        per document as bench/bench_tokenizer does, REPEATS times on node's one
+//        thread: one warm-up pass for the JIT, then each timed pass with the BPE
+//        cache emptied (cold, as each of ctrain's repeats starts); prints
 //        RESULT bytes=N tokens=N median_s=S median_mbps=X load_s=S
 'use strict';
 const fs = require('fs');
@@ -57,7 +59,7 @@ function readLines(input) {
 function main() {
   const args = process.argv.slice(2);
   if (args.length < 2) {
-    fail('usage: node hf_tok.js DIR --jsonl [--special] | --decode-jsonl | --bench FILE.jsonl REPEATS');
+    fail('usage: node hf_tok.js DIR --jsonl [--special] | --decode-jsonl | --bench CORPUS_DIR REPEATS');
   }
   const t0 = process.hrtime.bigint();
   const tok = load(args[0]);
@@ -79,7 +81,8 @@ function main() {
     return;
   }
   if (mode === '--bench' && args.length === 4) {
-    const texts = readLines(fs.readFileSync(args[2]));
+    const names = fs.readdirSync(args[2]).filter((n) => n.endsWith('.txt')).sort();
+    const texts = names.map((n) => fs.readFileSync(path.join(args[2], n), 'utf-8'));
     const repeats = Math.max(1, parseInt(args[3], 10) || 1);
     let bytes = 0;
     for (const t of texts) bytes += Buffer.byteLength(t, 'utf-8');
@@ -88,9 +91,10 @@ function main() {
       for (const t of texts) n += tok.encode(t, {add_special_tokens: false}).length;
       return n;
     };
-    const tokens = pass(); // warm-up: the JIT, and the BPE cache as a long run has it
+    const tokens = pass(); // warm-up: the JIT
     const times = [];
     for (let r = 0; r < repeats; r++) {
+      if (tok.model.clear_cache) tok.model.clear_cache();
       const s = process.hrtime.bigint();
       if (pass() !== tokens) fail('token count changed between passes');
       times.push(Number(process.hrtime.bigint() - s) / 1e9);
@@ -101,7 +105,7 @@ function main() {
                          ' median_mbps=' + (bytes / med / 1e6).toFixed(3) + ' load_s=' + loadS.toFixed(3) + '\n');
     return;
   }
-  fail('usage: node hf_tok.js DIR --jsonl [--special] | --decode-jsonl | --bench FILE.jsonl REPEATS');
+  fail('usage: node hf_tok.js DIR --jsonl [--special] | --decode-jsonl | --bench CORPUS_DIR REPEATS');
 }
 
 main();
