@@ -365,6 +365,71 @@ void tok_cache_put(ct_tok_state *s, const uint8_t *w, size_t n, uint64_t h, cons
     s->used++;
 }
 
+/* ------------------------------------------------------- added tokens */
+
+/* Sort ids[0..n) longest token text first (insertion sort: few tokens). */
+static void added_sort_longest(const ct_tokenizer *t, int32_t *ids, size_t n) {
+    for (size_t i = 1; i < n; i++) {
+        int32_t x = ids[i];
+        size_t j = i;
+        while (j > 0 && t->tok_len[ids[j - 1]] < t->tok_len[x]) {
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        ids[j] = x;
+    }
+}
+
+/* Add the text of added token a to the trie (room is there: one node per byte). */
+static void added_trie_add(ct_tokenizer *t, const char *text, size_t len, int32_t a) {
+    int32_t node = 0;
+    for (size_t i = 0; i < len; i++) {
+        uint8_t c = (uint8_t)text[i];
+        int32_t k = t->trie[node].child;
+        while (k >= 0 && t->trie[k].byte != c) k = t->trie[k].sibling;
+        if (k < 0) {
+            k = (int32_t)t->n_trie++;
+            t->trie[k] = (tok_trie){-1, t->trie[node].child, -1, c};
+            t->trie[node].child = k;
+        }
+        node = k;
+    }
+    t->trie[node].added = a;
+}
+
+ct_status tok_load_specials(ct_tokenizer *t, const load_builder *b) {
+    /* longest special token first (the order the identity hash sorts away) */
+    added_sort_longest(t, t->special, t->n_special);
+    for (size_t i = 0; i < t->n_special; i++)
+        if (t->tok_len[t->special[i]] == 0)
+            return CT_ERR(CT_ERR_FORMAT, "%s: special token %d is empty", b->vocab_file, (int)t->special[i]);
+    /* every added token (raw entries), matched through a byte trie */
+    size_t n_raw = 0, bytes = 1;
+    for (size_t k = 0; k < b->n_e; k++)
+        if (b->e[k].raw) {
+            n_raw++;
+            bytes += b->e[k].len;
+        }
+    t->added = malloc((n_raw + 1) * sizeof *t->added);
+    t->trie = malloc(bytes * sizeof *t->trie);
+    if (!t->added || !t->trie) return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory for %zu added tokens", n_raw);
+    t->n_added = 0;
+    t->n_trie = 1;
+    t->trie[0] = (tok_trie){-1, -1, -1, 0};
+    for (size_t k = 0; k < b->n_e; k++) {
+        const load_entry *e = &b->e[k];
+        if (!e->raw || e->len == 0 || t->tok_len[e->id] == TOK_NO_TOKEN) continue;
+        const char *text = e->s; /* matched as written (its decoded bytes may differ: "▁") */
+        uint32_t len = e->len;
+        int32_t a = (int32_t)t->n_added++;
+        t->added[a] = (tok_added){e->id, len, e->special, e->lstrip, e->rstrip};
+        added_trie_add(t, text, len, a);
+        t->added_first[(unsigned char)text[0]] = true;
+        if (!e->special) t->plain_first[(unsigned char)text[0]] = true;
+    }
+    return CT_OK;
+}
+
 /* ------------------------------------------------------- encoding */
 
 /* Append the ids of one pre-tokenised word. */

@@ -495,6 +495,35 @@ static ct_status hf_glue(tok_hf *hf, const load_builder *b) {
     return CT_OK;
 }
 
+/* ------------------------------------------------------- which reader */
+
+bool tok_hf_is_gpt2_form(const cJSON *root) {
+    const cJSON *model = hf_get(root, "model");
+    const cJSON *norm = hf_get(root, "normalizer");
+    const cJSON *pt = hf_get(root, "pre_tokenizer");
+    const cJSON *pp = hf_get(root, "post_processor");
+    const cJSON *prefix = hf_get(model, "continuing_subword_prefix");
+    const cJSON *suffix = hf_get(model, "end_of_word_suffix");
+    if (norm && !cJSON_IsNull(norm)) return false;
+    if (cJSON_IsTrue(hf_get(model, "ignore_merges")) ||
+        cJSON_IsTrue(hf_get(model, "byte_fallback")))
+        return false;
+    if ((cJSON_IsString(prefix) && prefix->valuestring[0]) || (cJSON_IsString(suffix) && suffix->valuestring[0]))
+        return false;
+    if (pp && !cJSON_IsNull(pp) && !hf_is(hf_get(pp, "type"), "ByteLevel"))
+        return false; /* a TemplateProcessing's BOS is the generic pipeline's */
+    /* GPT-2's pre-tokenizer: ByteLevel (alone or as the only step of a
+     * Sequence) without add_prefix_space, with its regex */
+    if (hf_is(hf_get(pt, "type"), "Sequence")) {
+        const cJSON *steps = hf_get(pt, "pretokenizers");
+        if (cJSON_GetArraySize(steps) != 1) return false;
+        pt = cJSON_GetArrayItem(steps, 0);
+    }
+    return hf_is(hf_get(pt, "type"), "ByteLevel") &&
+           !cJSON_IsTrue(hf_get(pt, "add_prefix_space")) &&
+           !cJSON_IsFalse(hf_get(pt, "use_regex"));
+}
+
 /* ------------------------------------------------------- building */
 
 static uint32_t hf_ovec(const pcre2_code *re) {

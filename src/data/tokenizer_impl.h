@@ -261,7 +261,7 @@ void tok_pairs_set(tok_pair_map *m, int32_t left, int32_t right, int32_t rank, i
  * extra[0..n_extra) is hashed after them (the SentencePiece settings). */
 /* Check t's special tokens (CT_ERR_FORMAT naming b's file for an empty one)
  * and build t->added, the trie over their texts as written and the
- * first-byte tables from b's added (raw) entries. */
+ * first-byte tables from b's added (raw) entries (tokenizer.c). */
 ct_status tok_load_specials(ct_tokenizer *t, const load_builder *b);
 ct_status tok_load_identity(ct_tokenizer *t, const load_builder *b, const char *prefix, const void *extra,
                             size_t n_extra);
@@ -389,7 +389,8 @@ typedef struct tok_hf {
 } tok_hf;
 
 /* Whether root is one of the two fixed forms: GPT-2's byte-level BPE
- * (tokenizer_load.c builds it) or LLaMA's SentencePiece BPE (tok_spm_build);
+ * (tokenizer_load.c builds it; tokenizer_hf.c tells) or LLaMA's SentencePiece
+ * BPE (tok_spm_build);
  * everything else goes through the generic pipeline. */
 bool tok_hf_is_gpt2_form(const struct cJSON *root);
 bool tok_spm_is_form(const struct cJSON *root, const char *path);

@@ -237,69 +237,6 @@ void tok_pairs_set(tok_pair_map *m, int32_t left, int32_t right, int32_t rank, i
     }
 }
 
-/* Sort ids[0..n) longest token text first (insertion sort: few tokens). */
-static void load_sort_longest(const ct_tokenizer *t, int32_t *ids, size_t n) {
-    for (size_t i = 1; i < n; i++) {
-        int32_t x = ids[i];
-        size_t j = i;
-        while (j > 0 && t->tok_len[ids[j - 1]] < t->tok_len[x]) {
-            ids[j] = ids[j - 1];
-            j--;
-        }
-        ids[j] = x;
-    }
-}
-
-/* Add the text of added token a to the trie (room is there: one node per byte). */
-static void load_trie_add(ct_tokenizer *t, const char *text, size_t len, int32_t a) {
-    int32_t node = 0;
-    for (size_t i = 0; i < len; i++) {
-        uint8_t c = (uint8_t)text[i];
-        int32_t k = t->trie[node].child;
-        while (k >= 0 && t->trie[k].byte != c) k = t->trie[k].sibling;
-        if (k < 0) {
-            k = (int32_t)t->n_trie++;
-            t->trie[k] = (tok_trie){-1, t->trie[node].child, -1, c};
-            t->trie[node].child = k;
-        }
-        node = k;
-    }
-    t->trie[node].added = a;
-}
-
-ct_status tok_load_specials(ct_tokenizer *t, const load_builder *b) {
-    /* longest special token first (the order the identity hash sorts away) */
-    load_sort_longest(t, t->special, t->n_special);
-    for (size_t i = 0; i < t->n_special; i++)
-        if (t->tok_len[t->special[i]] == 0)
-            return CT_ERR(CT_ERR_FORMAT, "%s: special token %d is empty", b->vocab_file, (int)t->special[i]);
-    /* every added token (raw entries), matched through a byte trie */
-    size_t n_raw = 0, bytes = 1;
-    for (size_t k = 0; k < b->n_e; k++)
-        if (b->e[k].raw) {
-            n_raw++;
-            bytes += b->e[k].len;
-        }
-    t->added = malloc((n_raw + 1) * sizeof *t->added);
-    t->trie = malloc(bytes * sizeof *t->trie);
-    if (!t->added || !t->trie) return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory for %zu added tokens", n_raw);
-    t->n_added = 0;
-    t->n_trie = 1;
-    t->trie[0] = (tok_trie){-1, -1, -1, 0};
-    for (size_t k = 0; k < b->n_e; k++) {
-        const load_entry *e = &b->e[k];
-        if (!e->raw || e->len == 0 || t->tok_len[e->id] == TOK_NO_TOKEN) continue;
-        const char *text = e->s; /* matched as written (its decoded bytes may differ: "▁") */
-        uint32_t len = e->len;
-        int32_t a = (int32_t)t->n_added++;
-        t->added[a] = (tok_added){e->id, len, e->special, e->lstrip, e->rstrip};
-        load_trie_add(t, text, len, a);
-        t->added_first[(unsigned char)text[0]] = true;
-        if (!e->special) t->plain_first[(unsigned char)text[0]] = true;
-    }
-    return CT_OK;
-}
-
 /* Token bytes of every id, the byte table, the special list and eot. */
 ct_status tok_load_byte_tables(ct_tokenizer *t, const load_builder *b) {
     uint32_t cp_of[256];
@@ -682,33 +619,6 @@ ct_status tok_load_gpt2_files(ct_tokenizer *t, const char *enc_path, const char 
 
 static bool load_json_is(const cJSON *v, const char *s) {
     return cJSON_IsString(v) && strcmp(v->valuestring, s) == 0;
-}
-
-bool tok_hf_is_gpt2_form(const cJSON *root) {
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
-    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
-    const cJSON *pp = cJSON_GetObjectItemCaseSensitive(root, "post_processor");
-    const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(model, "continuing_subword_prefix");
-    const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(model, "end_of_word_suffix");
-    if (norm && !cJSON_IsNull(norm)) return false;
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges")) ||
-        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")))
-        return false;
-    if ((cJSON_IsString(prefix) && prefix->valuestring[0]) || (cJSON_IsString(suffix) && suffix->valuestring[0]))
-        return false;
-    if (pp && !cJSON_IsNull(pp) && !load_json_is(cJSON_GetObjectItemCaseSensitive(pp, "type"), "ByteLevel"))
-        return false; /* a TemplateProcessing's BOS is the generic pipeline's */
-    /* GPT-2's pre-tokenizer: ByteLevel (alone or as the only step of a
-     * Sequence) without add_prefix_space, with its regex */
-    if (load_json_is(cJSON_GetObjectItemCaseSensitive(pt, "type"), "Sequence")) {
-        const cJSON *steps = cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers");
-        if (cJSON_GetArraySize(steps) != 1) return false;
-        pt = cJSON_GetArrayItem(steps, 0);
-    }
-    return load_json_is(cJSON_GetObjectItemCaseSensitive(pt, "type"), "ByteLevel") &&
-           !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pt, "add_prefix_space")) &&
-           !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pt, "use_regex"));
 }
 
 /* Hugging Face tokenizer.json: model {type "BPE", vocab {token: id}, merges
