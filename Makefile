@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all test test-gpu test-fast demo asan nompi clean bench-tokenizer bench-train fuzz fuzz-build fuzz-corpus
+.PHONY: all test test-gpu test-fast demo asan nompi clean bench-tokenizer bench-hf-tokenizer bench-train fuzz fuzz-build fuzz-corpus
 
 all:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -30,6 +30,11 @@ demo: all
 # Tokenizer throughput against the gpt-3-encoder reference (one thread each).
 bench-tokenizer: all
 	bench/bench_tokenizer.sh $(BUILD)
+
+# The same for Llama 3.1, Qwen3 and Gemma 3's tokenizer.json against transformers.js's
+# tokenizers (@lenml/tokenizers), 3 runs each (about 5 minutes).
+bench-hf-tokenizer: all
+	bench/bench_hf_tokenizer.sh $(BUILD) 3
 
 # Training steps side by side with PyTorch: gpt2, B=4, T=64/256/1024, 3 rounds, 2 threads
 # (long: PyTorch alone needs about a minute per step at T=1024). Tables and raw numbers

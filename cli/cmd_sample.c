@@ -267,8 +267,9 @@ static int sample_encode(const char *cmd, const ct_tokenizer *tok, ct_tokens *sc
             ct_error_prefix("%s", which);
             return cli_fail(cmd);
         }
-        /* LLaMA documents start with BOS in training, as Hugging Face's tokenizer adds it */
-        bool bos = ct_tokenizer_kind(tok) == CT_TOK_KIND_SPM_BPE && ct_tokenizer_bos(tok) >= 0;
+        /* LLaMA, Llama 3 and Gemma documents start with BOS in training, as Hugging Face's
+         * tokenizer adds it */
+        bool bos = ct_tokenizer_adds_bos(tok);
         if (scratch->n + (bos ? 1 : 0) > (size_t)n_ctx)
             return cli_usage_error(cmd, "%s is %zu tokens, longer than the context (%d)", which,
                                    scratch->n, n_ctx);
@@ -596,8 +597,7 @@ int cmd_sample(int argc, char **argv) {
         g.n_gen = 0;
         g.slides = 0;
         g.stopped = false;
-        g.keep_bos = tok && ct_tokenizer_kind(tok) == CT_TOK_KIND_SPM_BPE &&
-                     g.hist[0] == ct_tokenizer_bos(tok);
+        g.keep_bos = tok && ct_tokenizer_adds_bos(tok) && g.hist[0] == ct_tokenizer_bos(tok);
         if (sample_generate(&r, &g)) {
             if (!json) printf("\n");
             rc = cli_fail(cmd);

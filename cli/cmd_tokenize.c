@@ -3,13 +3,13 @@
  * space-separated on one line (no end-of-text token added; BOS only with
  * --bos). --decode turns ids back into text; --jsonl encodes one JSON string
  * per input line into one line of ids each (a batch mode for tests and
- * scripts). Either kind of tokenizer: GPT-2 byte-level BPE or
- * SentencePiece-BPE (LLaMA). --chat reads one conversation per line (a
- * JSON array of messages, or TRL's {"messages", "tools",
- * "chat_template_kwargs"}), renders it with the model's chat template
- * (data/chat_template.h) and prints the ids of the text, its markup as the
- * added tokens' ids; --render prints the rendered text as one JSON string
- * per line instead.
+ * scripts). Any tokenizer ctrain reads: GPT-2 byte-level BPE,
+ * SentencePiece-BPE (LLaMA), or a tokenizer.json read generically (Llama 3,
+ * Qwen, SmolLM2, Gemma). --chat reads one conversation per line (a JSON
+ * array of messages, or TRL's {"messages", "tools", "chat_template_kwargs"}),
+ * renders it with the model's chat template (data/chat_template.h) and
+ * prints the ids of the text, its markup as the added tokens' ids; --render
+ * prints the rendered text as one JSON string per line instead.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -31,11 +31,14 @@ static void tokenize_usage(FILE *f) {
                "       ctrain tokenize [--tokenizer DIR] --render [--generation-prompt] [--chat-template FILE] < conversations\n"
                "  DIR holds encoder.json + vocab.bpe, vocab.json + merges.txt or tokenizer.json\n"
                "      (or is a tokenizer.json; the path of another of them means its directory):\n"
-               "      GPT-2 byte-level BPE, or SentencePiece-BPE with byte fallback (LLaMA's)\n"
+               "      GPT-2 byte-level BPE, SentencePiece-BPE with byte fallback (LLaMA's), or any\n"
+               "      tokenizer.json of a BPE model (Llama 3, Qwen2.5/Qwen3, SmolLM2, Gemma 3)\n"
                "  --allow-special  the text <|endoftext|>, <s>, </s> (special tokens) becomes its id\n"
+               "                   (added tokens that are not special always do, as in Hugging Face)\n"
                "  --lossy          encode invalid UTF-8 byte by byte instead of refusing it\n"
                "  --bos            start the ids (of each line, with --jsonl) with the BOS token\n"
-               "                   (<s> for LLaMA, <|endoftext|> for GPT-2); off by default\n"
+               "                   (<s> for LLaMA, <|begin_of_text|> for Llama 3, <bos> for Gemma;\n"
+               "                   <|endoftext|> for GPT-2 and Qwen, which have none); off by default\n"
                "  --jsonl          each input line is a JSON string; one line of ids per line\n"
                "  --decode         read whitespace-separated ids, write the text they stand for\n"
                "  --chat           each input line is a JSON array of messages ({\"role\", \"content\"}), or\n"

@@ -9,8 +9,9 @@ set -euo pipefail
 # libclang_rt.fuzzer-x86_64.a; only recommended by clang, so named here): `make fuzz`.
 # libcurl4-openssl-dev: shards read from http(s):// and s3:// (data.train, prepare --out).
 # libdnnl-dev: oneDNN, the fp32 GEMMs (run.gemm; OpenBLAS stays for the rest of BLAS).
+# libutf8proc-dev: Unicode normalisation (NFC and co.) for tokenizer.json normalizers.
 build_pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libyaml-dev libcjson-dev
-            libpcre2-dev libxxhash-dev libzstd-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev libdnnl-dev
+            libpcre2-dev libxxhash-dev libzstd-dev libutf8proc-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev libdnnl-dev
             clang libclang-rt-14-dev)
 # Test-time references only: PyTorch for parity, node for reference data,
 # headless Chromium to render `ctrain report` pages and check their console,

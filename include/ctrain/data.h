@@ -1,6 +1,6 @@
 /*
  * ctrain data: the tokenizers (encode and decode) and the growable token
- * vector they fill. Two kinds behind one interface:
+ * vector they fill. Two kinds of vocabulary behind one interface:
  *  - GPT-2 byte-level BPE, from OpenAI's encoder.json + vocab.bpe or a Hugging
  *    Face tokenizer.json with a ByteLevel pre-tokenizer. Pre-tokenisation runs
  *    GPT-2's pattern through PCRE2 (JIT, UTF, UCP); the output is
@@ -10,9 +10,15 @@
  *    before each text, <0xXX> tokens for characters outside the vocabulary,
  *    BOS/EOS. The output is token-for-token the npm package
  *    llama-tokenizer-js's (and Hugging Face tokenizers').
- * Leaves out: WordPiece and Unigram models, other normalizers (refused with
- * CT_ERR_FORMAT), shard writing and the tokenised-data cache
- * (data/prepare.c, data/cache.c).
+ * Any other Hugging Face tokenizer.json with a BPE model is read generically
+ * (Llama 3.x, Qwen2.5/Qwen3, SmolLM2, Gemma 3): its normalizer (NFC, NFD,
+ * NFKC, NFKD, Prepend, Replace), pre_tokenizer (Split by any regex or string,
+ * ByteLevel, Metaspace, Digits), ignore_merges, added tokens and
+ * post_processor BOS; the output is token-for-token transformers.js's
+ * (@lenml/tokenizers) on those models' files.
+ * Leaves out: WordPiece and Unigram models, other normalizers and
+ * pre-tokenizers (refused with CT_ERR_FORMAT naming the file and key), shard
+ * writing and the tokenised-data cache (data/prepare.c, data/cache.c).
  */
 #ifndef CT_DATA_H
 #define CT_DATA_H
@@ -35,9 +41,11 @@ CT_API void ct_tokens_free(ct_tokens *v);
 typedef struct ct_tokenizer ct_tokenizer; /* opaque, read-only once loaded */
 typedef struct ct_tok_state ct_tok_state; /* per-thread encoder scratch */
 
+/* The kind of vocabulary (what a token's bytes are), not the whole pipeline:
+ * the identity tells tokenizers apart. */
 typedef enum ct_tok_kind {
-    CT_TOK_KIND_GPT2_BPE = 0, /* GPT-2 byte-level BPE */
-    CT_TOK_KIND_SPM_BPE = 1,  /* SentencePiece-style BPE with byte fallback (LLaMA) */
+    CT_TOK_KIND_GPT2_BPE = 0, /* byte-level BPE (GPT-2; Llama 3, Qwen, SmolLM2) */
+    CT_TOK_KIND_SPM_BPE = 1,  /* SentencePiece-style BPE with byte fallback (LLaMA, Gemma) */
     CT_TOK_KIND_COUNT
 } ct_tok_kind;
 
@@ -56,16 +64,23 @@ typedef enum ct_tok_kind {
  *    them, else from post_processor (a TemplateProcessing that starts with a
  *    special token) and the tokens <s> and </s>;
  *  - a ByteLevel pre_tokenizer without add_prefix_space and no normalizer:
- *    GPT-2-style.
+ *    GPT-2-style;
+ *  - anything else: the generic pipeline (see the top of this file). The
+ *    vocabulary is byte-level when the pre_tokenizer has a ByteLevel step, else
+ *    it must have byte_fallback. BOS is the post_processor's leading special
+ *    token (TemplateProcessing); EOS tokenizer_config.json's eos_token, else the
+ *    post_processor's trailing one, else <|endoftext|> or </s>.
  * With encoder.json, <|endoftext|> (when present) is the special token; in a
- * tokenizer.json the special added_tokens are (other added tokens decode, and
- * are matched in text only with CT_TOK_ADDED_TOKENS).
+ * tokenizer.json the special added_tokens are. Added tokens that are not
+ * special are part of ordinary text: they are matched in every mode, as
+ * Hugging Face matches them (Gemma's "\n\n" and "<table>", Qwen's <think>).
  * Returns owned *out; release with ct_tokenizer_free. Errors name the file
  * and what was wrong: CT_ERR_IO (missing/unreadable), CT_ERR_FORMAT
  * (malformed JSON, a merge line that is not two symbols, a merge naming an
  * unknown symbol, duplicate ids, a kind not supported: the message names the
- * JSON key, e.g. model.type, normalizer.normalizers[0].type, and the kinds
- * that are; vocab.bpe errors give the line number), CT_ERR_OOM. */
+ * JSON key, e.g. model.type, normalizer.normalizers[0].type,
+ * pre_tokenizer.pretokenizers[0].pattern.Regex, and the kinds that are;
+ * vocab.bpe errors give the line number), CT_ERR_OOM. */
 CT_API ct_status ct_tokenizer_load(ct_tokenizer **out, const char *path);
 CT_API void ct_tokenizer_free(ct_tokenizer *t); /* NULL is fine */
 
@@ -73,16 +88,27 @@ CT_API ct_tok_kind ct_tokenizer_kind(const ct_tokenizer *t);
 /* Number of ids (largest id + 1). */
 CT_API int ct_tokenizer_vocab_size(const ct_tokenizer *t);
 /* Id of the end-of-text token: <|endoftext|> for GPT-2, EOS (</s>) for
- * SentencePiece; -1 when the vocabulary has none. */
+ * SentencePiece, tokenizer_config.json's eos_token for the generic pipeline
+ * (Llama 3.1's <|eot_id|>, Qwen3's <|im_end|>, Gemma 3's <end_of_turn>); -1
+ * when the vocabulary has none. */
 CT_API int32_t ct_tokenizer_eot(const ct_tokenizer *t);
 /* Id of the token that starts a document, as the model was trained:
  * <|endoftext|> for GPT-2 (as llm.c's preparation puts it), BOS (<s>) for
- * SentencePiece; -1 when there is none. */
+ * SentencePiece; for the generic pipeline the post_processor's BOS (Llama 3's
+ * <|begin_of_text|>, Gemma's <bos>), else the end-of-text token
+ * (<|endoftext|> when the vocabulary has it: Qwen, SmolLM2; else EOS); -1
+ * when there is none. */
 CT_API int32_t ct_tokenizer_bos(const ct_tokenizer *t);
+/* Whether the model's own tokenizer puts that BOS before every text it
+ * encodes for the model (SentencePiece LLaMA; a tokenizer.json whose
+ * post_processor starts with a special token: Llama 3's <|begin_of_text|>,
+ * Gemma's <bos>), rather than only between documents (GPT-2, Qwen). */
+CT_API bool ct_tokenizer_adds_bos(const ct_tokenizer *t);
 /* Identity string, stable across runs and machines, that changes whenever
  * the vocabulary, merges, special tokens or (SentencePiece) the way spaces
- * are marked change: "gpt2-bpe:" or "spm-bpe:" + 16 hex digits of a hash
- * over them. Borrowed; lives as long as t. Used to key cached tokenisations
+ * are marked change: "gpt2-bpe:", "spm-bpe:" or (the generic pipeline, whose
+ * normalizer, pre-tokenizer, model options, added tokens and BOS/EOS are
+ * hashed too) "hf-bpe:" / "hf-spm:" + 16 hex digits of a hash over them. Borrowed; lives as long as t. Used to key cached tokenisations
  * and recorded in manifests. */
 CT_API const char *ct_tokenizer_identity(const ct_tokenizer *t);
 
@@ -168,7 +194,8 @@ CT_API void ct_tok_state_free(ct_tok_state *s); /* NULL is fine */
 enum {
     /* The literal text "<|endoftext|>" (and other special tokens) encode to
      * their ids; without this flag they are ordinary text, as in the
-     * gpt-3-encoder reference and llm.c's encode_ordinary. */
+     * gpt-3-encoder reference and llm.c's encode_ordinary. (Added tokens
+     * that are not special are matched with or without it.) */
     CT_TOK_ALLOW_SPECIAL = 1 << 0,
     /* Invalid UTF-8 is encoded instead of refused (byte-level BPE can
      * represent any bytes): each maximal run of bytes that start no valid
@@ -184,9 +211,10 @@ enum {
      * (<|im_start|>, <start_of_turn>, </s>) becomes one token each. The
      * longest match wins at a position; the text between is encoded as
      * usual (SentencePiece: each piece with its "▁" prefix, as with
-     * CT_TOK_ALLOW_SPECIAL). Supersedes CT_TOK_ALLOW_SPECIAL. The added
-     * tokens' lstrip/rstrip/single_word options are not applied: each
-     * matches exactly its text. */
+     * CT_TOK_ALLOW_SPECIAL). Now the same as CT_TOK_ALLOW_SPECIAL, since
+     * the added tokens that are not special are always matched. Whitespace
+     * beside an added token with lstrip / rstrip is dropped, as
+     * transformers.js does (single_word: refused by the generic pipeline). */
     CT_TOK_ADDED_TOKENS = 1 << 2,
 };
 

@@ -177,7 +177,11 @@ cJSON *prep_manifest_tokenizer(cJSON *m, const ct_tokenizer *tok, const char *pa
     }
     cJSON_AddStringToObject(tk, "identity", ct_tokenizer_identity(tok));
     cJSON_AddNumberToObject(tk, "vocab_size", ct_tokenizer_vocab_size(tok));
-    cJSON_AddStringToObject(tk, "kind", ct_tokenizer_kind(tok) == CT_TOK_KIND_SPM_BPE ? "spm-bpe" : "gpt2-bpe");
+    /* the identity's kind: gpt2-bpe, spm-bpe, or hf-bpe / hf-spm (a tokenizer.json's pipeline) */
+    const char *ident = ct_tokenizer_identity(tok), *colon = strchr(ident, ':');
+    char kind[32];
+    snprintf(kind, sizeof kind, "%.*s", colon ? (int)(colon - ident) : (int)strlen(ident), ident);
+    cJSON_AddStringToObject(tk, "kind", kind);
     cJSON_AddNumberToObject(tk, "eot", ct_tokenizer_eot(tok));
     cJSON_AddNumberToObject(tk, "bos", ct_tokenizer_bos(tok));
     cJSON_AddNumberToObject(tk, "document_token", doc);
@@ -643,8 +647,9 @@ ct_status ct_prepare_run(const ct_prepare_opts *o, ct_prepare_report *rep) {
     if (r.doc < 0) {
         bool spm = ct_tokenizer_kind(r.tok) == CT_TOK_KIND_SPM_BPE;
         st = CT_ERR(CT_ERR_FORMAT, "%s: the tokenizer has no %s token, which starts each document",
-                    o->tokenizer, spm ? "BOS (<s>)" : "<|endoftext|>");
-        if (spm) ct_error_hint("name it in tokenizer_config.json (\"bos_token\") beside tokenizer.json");
+                    o->tokenizer, spm ? "BOS (<s>)" : "BOS or end-of-text (<|endoftext|>)");
+        ct_error_hint("name it in tokenizer_config.json (\"%s\") beside tokenizer.json, or in its post_processor",
+                      spm ? "bos_token" : "eos_token");
         goto done;
     }
     if ((st = prep_sources_list(o, &r.src, &r.n_src, &r.rep.bytes_total))) goto done;

@@ -1,15 +1,17 @@
 /*
  * GPT-2 byte-level BPE, encode and decode, token-for-token the npm package
- * gpt-3-encoder's (the reference): UTF-8 check, optional special-token split,
- * GPT-2's pre-tokenisation pattern run by PCRE2 (JIT when available), then
- * BPE of each word on token ids with a per-state word cache. The entry points
- * (encode, decode) and the per-thread state serve both kinds; SentencePiece
- * segments go to tokenizer_spm.c.
- * Leaves out: loading the files (tokenizer_load.c), normalisation (GPT-2 has
- * none), SentencePiece's own encoding (tokenizer_spm.c).
+ * gpt-3-encoder's (the reference): UTF-8 check, the added tokens split out
+ * (a byte trie; the special ones on request, whitespace dropped beside
+ * lstrip/rstrip ones), GPT-2's pre-tokenisation pattern run by PCRE2 (JIT
+ * when available), then BPE of each word on token ids with a per-state word
+ * cache. The entry points (encode, decode) and the per-thread state serve
+ * every kind; SentencePiece segments go to tokenizer_spm.c, those of a
+ * generic tokenizer.json to tokenizer_pipe.c.
+ * Leaves out: loading the files (tokenizer_load.c, tokenizer_hf.c),
+ * normalisation (GPT-2 has none), SentencePiece's own encoding
+ * (tokenizer_spm.c), the generic pipeline (tokenizer_pipe.c).
  */
 #include "data/tokenizer_impl.h"
-#include "data/tokenizer_unicode.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,86 +52,14 @@ void ct_tokens_free(ct_tokens *v) {
 
 /* ------------------------------------------------------- the pattern */
 
-/* The reference's pattern is the JavaScript regex
- *   /'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+/gu
- * PCRE2 and JavaScript disagree on \s (PCRE2 has U+0085 and U+180E, JavaScript
- * has U+FEFF) and may be built on different Unicode versions, so \s, \p{L} and
- * \p{N} are spelled out as classes of the code points node's regexes accept
- * (tokenizer_unicode.h); (?!\S) becomes (?![^S]). */
-typedef struct tok_buf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} tok_buf;
-
-static void buf_put(tok_buf *b, const char *s) {
-    size_t k = strlen(s);
-    if (b->oom) return;
-    if (b->n + k + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->n + k + 1) cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, k + 1);
-    b->n += k;
-}
-
-static void buf_ranges(tok_buf *b, const uint32_t (*r)[2], size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        char item[40];
-        if (r[i][0] == r[i][1]) snprintf(item, sizeof item, "\\x{%X}", (unsigned)r[i][0]);
-        else snprintf(item, sizeof item, "\\x{%X}-\\x{%X}", (unsigned)r[i][0], (unsigned)r[i][1]);
-        buf_put(b, item);
-    }
-}
-
-#define TOK_COUNT(a) (sizeof(a) / sizeof((a)[0]))
-#define TOK_SPACE(b) buf_ranges(b, tok_js_space, TOK_COUNT(tok_js_space))
-#define TOK_LETTER(b) buf_ranges(b, tok_js_letter, TOK_COUNT(tok_js_letter))
-#define TOK_NUMBER(b) buf_ranges(b, tok_js_number, TOK_COUNT(tok_js_number))
+/* The reference's pattern, a JavaScript regex with the u flag; tokenizer_regex.c
+ * spells \s, \p{L} and \p{N} out as the code points node's regexes accept
+ * (PCRE2 and JavaScript disagree on \s, and may be built on different Unicode
+ * versions). */
+const char tok_gpt2_pattern[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 ct_status tok_compile_pattern(ct_tokenizer *t) {
-    tok_buf b = {0};
-    buf_put(&b, "'s|'t|'re|'ve|'m|'ll|'d| ?[");
-    TOK_LETTER(&b);
-    buf_put(&b, "]+| ?[");
-    TOK_NUMBER(&b);
-    buf_put(&b, "]+| ?[^");
-    TOK_SPACE(&b);
-    TOK_LETTER(&b);
-    TOK_NUMBER(&b);
-    buf_put(&b, "]+|[");
-    TOK_SPACE(&b);
-    buf_put(&b, "]+(?![^");
-    TOK_SPACE(&b);
-    buf_put(&b, "])|[");
-    TOK_SPACE(&b);
-    buf_put(&b, "]+");
-    if (b.oom) {
-        free(b.p);
-        return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory building the pattern");
-    }
-    int err;
-    PCRE2_SIZE at;
-    t->re = pcre2_compile((PCRE2_SPTR)b.p, b.n, PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
-    free(b.p);
-    if (!t->re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(err, msg, sizeof msg);
-        ct_status st = CT_ERR(CT_ERR_ARG, "tokenizer: PCRE2 refused GPT-2's pattern at offset %zu: %s", (size_t)at,
-                              (const char *)msg);
-        ct_error_hint("ctrain needs PCRE2 built with Unicode support (Debian's libpcre2-8 has it)");
-        return st;
-    }
-    /* JIT when the platform has it; the interpreter gives the same matches */
-    t->jit = pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE) == 0;
-    return CT_OK;
+    return tok_regex_compile(&t->re, &t->jit, tok_gpt2_pattern, strlen(tok_gpt2_pattern), "GPT-2's pattern");
 }
 
 void tok_set_jit(ct_tokenizer *t, bool on) {
@@ -154,8 +84,8 @@ ct_tok_state *ct_tok_state_new(const ct_tokenizer *t) {
     ct_tok_state *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->t = t;
-    if (!t->re) return s; /* SentencePiece: no pattern */
-    s->md = pcre2_match_data_create_from_pattern(t->re, NULL);
+    if (!t->re && !(t->hf && t->hf->ovec)) return s; /* no pattern to match */
+    s->md = t->hf ? pcre2_match_data_create(t->hf->ovec, NULL) : pcre2_match_data_create_from_pattern(t->re, NULL);
     s->mctx = pcre2_match_context_create(NULL);
     s->jstack = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, NULL);
     if (!s->md || !s->mctx || !s->jstack) goto oom;
@@ -187,6 +117,7 @@ void ct_tok_state_free(ct_tok_state *s) {
     free(s->keys);
     free(s->ids);
     free(s->norm);
+    tok_hf_state_free(s);
     state_drop_scratch(s);
     free(s);
 }
@@ -434,6 +365,71 @@ void tok_cache_put(ct_tok_state *s, const uint8_t *w, size_t n, uint64_t h, cons
     s->used++;
 }
 
+/* ------------------------------------------------------- added tokens */
+
+/* Sort ids[0..n) longest token text first (insertion sort: few tokens). */
+static void added_sort_longest(const ct_tokenizer *t, int32_t *ids, size_t n) {
+    for (size_t i = 1; i < n; i++) {
+        int32_t x = ids[i];
+        size_t j = i;
+        while (j > 0 && t->tok_len[ids[j - 1]] < t->tok_len[x]) {
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        ids[j] = x;
+    }
+}
+
+/* Add the text of added token a to the trie (room is there: one node per byte). */
+static void added_trie_add(ct_tokenizer *t, const char *text, size_t len, int32_t a) {
+    int32_t node = 0;
+    for (size_t i = 0; i < len; i++) {
+        uint8_t c = (uint8_t)text[i];
+        int32_t k = t->trie[node].child;
+        while (k >= 0 && t->trie[k].byte != c) k = t->trie[k].sibling;
+        if (k < 0) {
+            k = (int32_t)t->n_trie++;
+            t->trie[k] = (tok_trie){-1, t->trie[node].child, -1, c};
+            t->trie[node].child = k;
+        }
+        node = k;
+    }
+    t->trie[node].added = a;
+}
+
+ct_status tok_load_specials(ct_tokenizer *t, const load_builder *b) {
+    /* longest special token first (the order the identity hash sorts away) */
+    added_sort_longest(t, t->special, t->n_special);
+    for (size_t i = 0; i < t->n_special; i++)
+        if (t->tok_len[t->special[i]] == 0)
+            return CT_ERR(CT_ERR_FORMAT, "%s: special token %d is empty", b->vocab_file, (int)t->special[i]);
+    /* every added token (raw entries), matched through a byte trie */
+    size_t n_raw = 0, bytes = 1;
+    for (size_t k = 0; k < b->n_e; k++)
+        if (b->e[k].raw) {
+            n_raw++;
+            bytes += b->e[k].len;
+        }
+    t->added = malloc((n_raw + 1) * sizeof *t->added);
+    t->trie = malloc(bytes * sizeof *t->trie);
+    if (!t->added || !t->trie) return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory for %zu added tokens", n_raw);
+    t->n_added = 0;
+    t->n_trie = 1;
+    t->trie[0] = (tok_trie){-1, -1, -1, 0};
+    for (size_t k = 0; k < b->n_e; k++) {
+        const load_entry *e = &b->e[k];
+        if (!e->raw || e->len == 0 || t->tok_len[e->id] == TOK_NO_TOKEN) continue;
+        const char *text = e->s; /* matched as written (its decoded bytes may differ: "▁") */
+        uint32_t len = e->len;
+        int32_t a = (int32_t)t->n_added++;
+        t->added[a] = (tok_added){e->id, len, e->special, e->lstrip, e->rstrip};
+        added_trie_add(t, text, len, a);
+        t->added_first[(unsigned char)text[0]] = true;
+        if (!e->special) t->plain_first[(unsigned char)text[0]] = true;
+    }
+    return CT_OK;
+}
+
 /* ------------------------------------------------------- encoding */
 
 /* Append the ids of one pre-tokenised word. */
@@ -550,23 +546,67 @@ static ct_status enc_text(const ct_tokenizer *t, ct_tok_state *s, const uint8_t 
     return CT_OK;
 }
 
-/* The first of tokens list[0..n_list) (longest first; first[] marks their
- * first bytes) at or after text[from], longest first at one position: its
- * offset (n when none) and id. */
-static size_t enc_find_special(const ct_tokenizer *t, const int32_t *list, size_t n_list, const bool *first,
-                               const uint8_t *text, size_t n, size_t from, int32_t *id) {
+/* The first added token at or after text[from] (all of them, or only the
+ * non-special ones), the longest one at a position, as transformers.js's
+ * splitter finds them: its offset (n when none) and index into t->added. */
+static size_t enc_find_added(const ct_tokenizer *t, bool all, const uint8_t *text, size_t n, size_t from,
+                             int32_t *which) {
+    const bool *first = all ? t->added_first : t->plain_first;
     for (size_t i = from; i < n; i++) {
         if (!first[text[i]]) continue;
-        for (size_t k = 0; k < n_list; k++) {
-            int32_t sp = list[k];
-            size_t len = t->tok_len[sp];
-            if (len <= n - i && memcmp(text + i, t->tok_bytes + t->tok_off[sp], len) == 0) {
-                *id = sp;
-                return i;
-            }
+        int32_t best = -1, node = 0;
+        for (size_t j = i; j < n; j++) {
+            int32_t c = t->trie[node].child;
+            while (c >= 0 && t->trie[c].byte != text[j]) c = t->trie[c].sibling;
+            if (c < 0) break;
+            node = c;
+            int32_t a = t->trie[node].added;
+            if (a >= 0 && (all || !t->added[a].special)) best = a;
+        }
+        if (best >= 0) {
+            *which = best;
+            return i;
         }
     }
     return n;
+}
+
+/* Whether the UTF-8 character ending at text[end - 1] / starting at text[i]
+ * is JavaScript whitespace (what trimEnd / trimStart drop): its length, or 0. */
+static size_t enc_space_before(const uint8_t *text, size_t begin, size_t end) {
+    if (end == begin) return 0;
+    uint8_t c = text[end - 1];
+    if (c == ' ' || (c >= '\t' && c <= '\r')) return 1;
+    size_t k = 1;
+    while (k < 4 && end - k > begin && (text[end - k] & 0xC0) == 0x80) k++;
+    return tok_js_space_len(text + end - k, k) == k ? k : 0;
+}
+
+static size_t enc_space_after(const uint8_t *text, size_t i, size_t end) {
+    return i < end ? tok_js_space_len(text + i, end - i) : 0;
+}
+
+/* Encode one segment of text between added tokens. */
+static ct_status enc_segment(const ct_tokenizer *t, ct_tok_state *s, const uint8_t *text, size_t n, bool at_start,
+                             bool lossy, ct_tokens *out) {
+    if (!t->hf) {
+        if (t->kind == CT_TOK_KIND_SPM_BPE) return tok_spm_encode(t, s, text, n, at_start, out);
+        return enc_text(t, s, text, n, lossy, out);
+    }
+    if (!lossy) return tok_hf_encode(t, s, text, n, at_start, out);
+    /* each run of bytes that start no valid sequence is a word of its own */
+    size_t i = 0;
+    while (i < n) {
+        size_t v = utf8_valid_prefix(text + i, n - i);
+        ct_status st = tok_hf_encode(t, s, text + i, v, at_start && i == 0, out);
+        if (st) return st;
+        i += v;
+        size_t j = i;
+        while (j < n && tok_utf8_seq(text + j, n - j) == 0) j++;
+        if (j > i && (st = tok_hf_encode_raw(t, s, text + i, j - i, out))) return st;
+        i = j;
+    }
+    return CT_OK;
 }
 
 ct_status ct_tokenizer_encode(const ct_tokenizer *t, ct_tok_state *state, const char *text, size_t len, int flags,
@@ -587,27 +627,23 @@ ct_status ct_tokenizer_encode(const ct_tokenizer *t, ct_tok_state *state, const 
     if (!s) return ct_last_status();
     size_t n0 = out->n, pos = 0;
     ct_status st = CT_OK;
-    /* the tokens matched in the text: every added token, the special ones, or none */
-    const int32_t *list = NULL;
-    size_t n_list = 0;
-    const bool *first = NULL;
-    if (flags & CT_TOK_ADDED_TOKENS) {
-        list = t->added;
-        n_list = t->n_added;
-        first = t->added_first;
-    } else if (flags & CT_TOK_ALLOW_SPECIAL) {
-        list = t->special;
-        n_list = t->n_special;
-        first = t->special_first;
-    }
+    /* the added tokens matched in the text: all of them, or the non-special ones
+     * (which are part of ordinary text, as Hugging Face matches them) */
+    bool all = (flags & (CT_TOK_ADDED_TOKENS | CT_TOK_ALLOW_SPECIAL)) != 0;
+    bool rstrip = false; /* the previous added token drops the whitespace after it */
     while (pos < len && !st) {
-        int32_t sp = -1;
-        size_t at = n_list ? enc_find_special(t, list, n_list, first, u, len, pos, &sp) : len;
-        if (t->kind == CT_TOK_KIND_SPM_BPE) st = tok_spm_encode(t, s, u + pos, at - pos, pos == 0, out);
-        else st = enc_text(t, s, u + pos, at - pos, lossy, out);
-        if (!st && sp >= 0) {
-            st = ct_tokens_push(out, sp);
-            at += t->tok_len[sp];
+        int32_t a = -1;
+        size_t at = t->n_added ? enc_find_added(t, all, u, len, pos, &a) : len;
+        size_t begin = pos, end = at, k;
+        if (rstrip)
+            while ((k = enc_space_after(u, begin, end)) > 0) begin += k;
+        if (a >= 0 && t->added[a].lstrip)
+            while ((k = enc_space_before(u, begin, end)) > 0) end -= k;
+        if (end > begin) st = enc_segment(t, s, u + begin, end - begin, pos == 0, lossy, out);
+        if (!st && a >= 0) {
+            st = ct_tokens_push(out, t->added[a].id);
+            at += t->added[a].len;
+            rstrip = t->added[a].rstrip;
         }
         pos = at;
     }

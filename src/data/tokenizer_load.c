@@ -17,8 +17,9 @@
  * token is never produced and does not decode (tokenizer.c checks
  * TOK_NO_TOKEN). Each merge (pair of symbols) is listed once.
  * Leaves out: encoding and decoding (tokenizer.c); which files a path names
- * and the record of them (tokenizer_files.c); normalizers, other
- * pre-tokenizers and SentencePiece models (refused with CT_ERR_FORMAT).
+ * and the record of them (tokenizer_files.c); the settings of SentencePiece
+ * files (tokenizer_spm.c) and of every other tokenizer.json
+ * (tokenizer_hf.c), which the fixed forms send there.
  */
 #include "data/tokenizer_impl.h"
 #include "io/fileio.h"
@@ -32,9 +33,9 @@
 
 #define TOK_MAX_IDS (1 << 24) /* ids from this on are refused as implausible */
 #define TOK_EOT_TEXT "<|endoftext|>"
-#define TOK_KINDS                                                                             \
-    "supported: GPT-2-style byte-level BPE with a ByteLevel pre_tokenizer, or SentencePiece-style " \
-    "BPE with model.byte_fallback true"
+#define TOK_KINDS                                                                               \
+    "supported: BPE, byte-level (a ByteLevel pre_tokenizer) or SentencePiece-style (model.byte_fallback " \
+    "true); WordPiece, Unigram and WordLevel models are not"
 
 /* ------------------------------------------------------- the byte alphabet */
 
@@ -69,7 +70,7 @@ static ct_status load_add_entry(load_builder *b, const char *s, size_t len, int3
                                 bool raw) {
     ct_status st = load_grow((void **)&b->e, &b->cap_e, b->n_e + 1, sizeof *b->e);
     if (st) return st;
-    b->e[b->n_e++] = (load_entry){s, (uint32_t)len, id, special, raw};
+    b->e[b->n_e++] = (load_entry){s, (uint32_t)len, id, special, raw, false, false, !raw};
     return CT_OK;
 }
 
@@ -77,7 +78,7 @@ static ct_status load_add_merge(load_builder *b, const char *a, size_t alen, con
                                 size_t blen, int64_t where) {
     ct_status st = load_grow((void **)&b->m, &b->cap_m, b->n_m + 1, sizeof *b->m);
     if (st) return st;
-    b->m[b->n_m++] = (load_merge){a, bs, (uint32_t)alen, (uint32_t)blen, where};
+    b->m[b->n_m++] = (load_merge){a, bs, (uint32_t)alen, (uint32_t)blen, where, -1, -1};
     return CT_OK;
 }
 
@@ -137,31 +138,57 @@ static ct_status load_check_ids(const load_builder *b) {
     return st;
 }
 
+/* Put entry k into the index; CT_ERR_FORMAT when its spelling is there. */
+static ct_status load_index_put(load_builder *b, size_t k) {
+    const load_entry *e = &b->e[k];
+    size_t i = load_hash(e->s, e->len) & b->mask;
+    for (; b->index[i] >= 0; i = (i + 1) & b->mask) {
+        const load_entry *o = &b->e[b->index[i]];
+        if (o->len == e->len && memcmp(o->s, e->s, e->len) == 0) {
+            char q[96];
+            return CT_ERR(CT_ERR_FORMAT, "%s: token %s appears twice (ids %d and %d)", b->vocab_file,
+                          tok_load_quote(q, sizeof q, e->s, e->len), (int)o->id, (int)e->id);
+        }
+    }
+    b->index[i] = (int32_t)k;
+    return CT_OK;
+}
+
+/* (Re)build the index over every entry, with room for as many again. */
+static ct_status load_index_build(load_builder *b) {
+    size_t slots = 16;
+    while (slots < 4 * b->n_e) slots *= 2;
+    free(b->index);
+    b->index = malloc(slots * sizeof *b->index);
+    if (!b->index) return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory indexing %zu tokens", b->n_e);
+    memset(b->index, 0xFF, slots * sizeof *b->index);
+    b->mask = slots - 1;
+    b->n_indexed = 0;
+    for (size_t k = 0; k < b->n_e; k++) {
+        ct_status st = load_index_put(b, k);
+        if (st) return st;
+        b->n_indexed++;
+    }
+    return CT_OK;
+}
+
+/* Index the entries added since the last call (growing the index when half
+ * full); refuses a spelling seen twice. */
+static ct_status load_index_more(load_builder *b) {
+    if (!b->index || 2 * b->n_e > b->mask + 1) return load_index_build(b);
+    for (; b->n_indexed < b->n_e; b->n_indexed++) {
+        ct_status st = load_index_put(b, b->n_indexed);
+        if (st) return st;
+    }
+    return CT_OK;
+}
+
 /* Index every entry by its spelling; refuses a spelling seen twice, and ids
  * too sparse (load_check_ids). */
 static ct_status load_index(load_builder *b) {
     ct_status cst = load_check_ids(b);
     if (cst) return cst;
-    size_t slots = 16;
-    while (slots < 2 * b->n_e) slots *= 2;
-    b->index = malloc(slots * sizeof *b->index);
-    if (!b->index) return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory indexing %zu tokens", b->n_e);
-    memset(b->index, 0xFF, slots * sizeof *b->index);
-    b->mask = slots - 1;
-    for (size_t k = 0; k < b->n_e; k++) {
-        const load_entry *e = &b->e[k];
-        size_t i = load_hash(e->s, e->len) & b->mask;
-        for (; b->index[i] >= 0; i = (i + 1) & b->mask) {
-            const load_entry *o = &b->e[b->index[i]];
-            if (o->len == e->len && memcmp(o->s, e->s, e->len) == 0) {
-                char q[96];
-                return CT_ERR(CT_ERR_FORMAT, "%s: token %s appears twice (ids %d and %d)", b->vocab_file,
-                              tok_load_quote(q, sizeof q, e->s, e->len), (int)o->id, (int)e->id);
-            }
-        }
-        b->index[i] = (int32_t)k;
-    }
-    return CT_OK;
+    return load_index_more(b);
 }
 
 /* Decode one UTF-8 code point of s[0..len) at *i and step past it. A byte
@@ -210,43 +237,8 @@ void tok_pairs_set(tok_pair_map *m, int32_t left, int32_t right, int32_t rank, i
     }
 }
 
-/* Sort ids[0..n) longest token text first (insertion sort: few tokens). */
-static void load_sort_longest(const ct_tokenizer *t, int32_t *ids, size_t n) {
-    for (size_t i = 1; i < n; i++) {
-        int32_t x = ids[i];
-        size_t j = i;
-        while (j > 0 && t->tok_len[ids[j - 1]] < t->tok_len[x]) {
-            ids[j] = ids[j - 1];
-            j--;
-        }
-        ids[j] = x;
-    }
-}
-
-ct_status tok_load_specials(ct_tokenizer *t, const load_builder *b) {
-    /* longest special token first, so the longest one matches at a position */
-    load_sort_longest(t, t->special, t->n_special);
-    for (size_t i = 0; i < t->n_special; i++) {
-        if (t->tok_len[t->special[i]] == 0)
-            return CT_ERR(CT_ERR_FORMAT, "%s: special token %d is empty", b->vocab_file, (int)t->special[i]);
-        t->special_first[(unsigned char)t->tok_bytes[t->tok_off[t->special[i]]]] = true;
-    }
-    /* every added token (raw entries), for CT_TOK_ADDED_TOKENS */
-    size_t n_raw = 0;
-    for (size_t k = 0; k < b->n_e; k++) n_raw += b->e[k].raw;
-    t->added = malloc((n_raw + 1) * sizeof *t->added);
-    if (!t->added) return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory for %zu added tokens", n_raw);
-    t->n_added = 0;
-    for (size_t k = 0; k < b->n_e; k++)
-        if (b->e[k].raw && t->tok_len[b->e[k].id] > 0 && t->tok_len[b->e[k].id] != TOK_NO_TOKEN)
-            t->added[t->n_added++] = b->e[k].id;
-    load_sort_longest(t, t->added, t->n_added);
-    for (size_t i = 0; i < t->n_added; i++) t->added_first[(unsigned char)t->tok_bytes[t->tok_off[t->added[i]]]] = true;
-    return CT_OK;
-}
-
 /* Token bytes of every id, the byte table, the special list and eot. */
-static ct_status load_tokens(ct_tokenizer *t, const load_builder *b) {
+ct_status tok_load_byte_tables(ct_tokenizer *t, const load_builder *b) {
     uint32_t cp_of[256];
     int16_t byte_of[324];
     load_byte_alphabet(cp_of, byte_of);
@@ -341,16 +333,18 @@ ct_status tok_load_dup_merge(const load_builder *b, const load_merge *m, const l
     return st;
 }
 
-/* The merge table. gpt-3-encoder keys its ranks by the pair joined with a
- * comma (a JavaScript array used as an object key), so a pair of symbols whose
- * comma-joined spelling equals a merge's, split at another comma, gets that
- * merge's rank too: for GPT-2, 11 such aliases like ("\",", "\"") for the
- * merge ("\"", ",\""). Both halves of each alias join to the same token as
- * the merge itself. We add the aliases so that ranks are the reference's. */
-static ct_status load_merges(ct_tokenizer *t, const load_builder *b) {
+/* The merge table (and each merge's ids, into b->m). gpt-3-encoder keys its
+ * ranks by the pair joined with a comma (a JavaScript array used as an object
+ * key), so a pair of symbols whose comma-joined spelling equals a merge's,
+ * split at another comma, gets that merge's rank too: for GPT-2, 11 such
+ * aliases like ("\",", "\"") for the merge ("\"", ",\""). Both halves of each
+ * alias join to the same token as the merge itself. With `aliases` (GPT-2's
+ * form) we add them so that ranks are the reference's; transformers.js keys
+ * by JSON arrays, which have no such aliases (the generic pipeline). */
+ct_status tok_load_merge_table(ct_tokenizer *t, const load_builder *b, bool aliases) {
     /* each comma in a merge can give one alias */
     size_t n_pairs = b->n_m;
-    for (size_t r = 0; r < b->n_m; r++) {
+    for (size_t r = 0; aliases && r < b->n_m; r++) {
         for (uint32_t i = 0; i < b->m[r].alen; i++) n_pairs += b->m[r].a[i] == ',';
         for (uint32_t i = 0; i < b->m[r].blen; i++) n_pairs += b->m[r].b[i] == ',';
     }
@@ -395,9 +389,11 @@ static ct_status load_merges(ct_tokenizer *t, const load_builder *b) {
             goto fail;
         }
         tok_pairs_set(&t->pairs, b->e[ka].id, b->e[kb].id, (int32_t)r, b->e[kab].id, false);
+        b->m[r].ida = b->e[ka].id;
+        b->m[r].idb = b->e[kb].id;
     }
     /* the comma aliases */
-    for (size_t r = 0; r < b->n_m; r++) {
+    for (size_t r = 0; aliases && r < b->n_m; r++) {
         const load_merge *m = &b->m[r];
         if (!memchr(m->a, ',', m->alen) && !memchr(m->b, ',', m->blen)) continue;
         size_t n = (size_t)m->alen + 1 + m->blen;
@@ -469,8 +465,7 @@ ct_status tok_load_identity(ct_tokenizer *t, const load_builder *b, const char *
     static const char mtag[] = "merges";
     XXH64_update(h, mtag, sizeof mtag);
     for (size_t r = 0; r < b->n_m; r++) {
-        int32_t ids[2] = {b->e[tok_load_find(b, b->m[r].a, b->m[r].alen)].id,
-                          b->e[tok_load_find(b, b->m[r].b, b->m[r].blen)].id};
+        int32_t ids[2] = {b->m[r].ida, b->m[r].idb}; /* set by the merge table */
         uint8_t le[8];
         for (int k = 0; k < 4; k++) {
             le[k] = (uint8_t)((uint32_t)ids[0] >> (8 * k));
@@ -500,8 +495,8 @@ ct_status tok_load_identity(ct_tokenizer *t, const load_builder *b, const char *
 
 static ct_status load_build(ct_tokenizer *t, load_builder *b) {
     ct_status st = load_index(b);
-    if (!st) st = load_tokens(t, b);
-    if (!st) st = load_merges(t, b);
+    if (!st) st = tok_load_byte_tables(t, b);
+    if (!st) st = tok_load_merge_table(t, b, true);
     if (!st) st = tok_load_identity(t, b, "gpt2-bpe", NULL, 0);
     if (!st) st = tok_compile_pattern(t);
     t->bos = t->eot; /* GPT-2 starts documents with <|endoftext|> */
@@ -626,28 +621,12 @@ static bool load_json_is(const cJSON *v, const char *s) {
     return cJSON_IsString(v) && strcmp(v->valuestring, s) == 0;
 }
 
-/* The pre-tokenizer must be GPT-2's: ByteLevel (alone or as the only step of
- * a Sequence) without add_prefix_space, with its regex. */
-static ct_status load_check_pretok(const char *path, const cJSON *pt) {
-    if (load_json_is(cJSON_GetObjectItemCaseSensitive(pt, "type"), "Sequence")) {
-        const cJSON *steps = cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers");
-        if (cJSON_GetArraySize(steps) == 1) pt = cJSON_GetArrayItem(steps, 0);
-    }
-    if (!load_json_is(cJSON_GetObjectItemCaseSensitive(pt, "type"), "ByteLevel"))
-        return CT_ERR(CT_ERR_FORMAT, "%s: pre_tokenizer is not ByteLevel and model.byte_fallback is not true (" TOK_KINDS
-                      ")", path);
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pt, "add_prefix_space")))
-        return CT_ERR(CT_ERR_FORMAT, "%s: pre_tokenizer.add_prefix_space is true; only GPT-2's false is supported",
-                      path);
-    if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pt, "use_regex")))
-        return CT_ERR(CT_ERR_FORMAT, "%s: pre_tokenizer.use_regex is false; only GPT-2's pattern is supported", path);
-    return CT_OK;
-}
-
 /* Hugging Face tokenizer.json: model {type "BPE", vocab {token: id}, merges
- * ["a b", ...] or [["a", "b"], ...]}, added_tokens [{id, content, special}],
- * and either pre_tokenizer ByteLevel without a normalizer (GPT-2), or
- * model.byte_fallback true (SentencePiece: tok_spm_build checks the rest). */
+ * ["a b", ...] or [["a", "b"], ...]}, added_tokens [{id, content, special,
+ * lstrip, rstrip}]. Two fixed forms keep their own builders (and identities):
+ * GPT-2's byte-level BPE (a ByteLevel pre_tokenizer, nothing else) and LLaMA's
+ * SentencePiece BPE (byte_fallback, tok_spm_build); every other file goes
+ * through the generic pipeline (tok_hf_build), which checks the rest. */
 ct_status tok_load_hf_file(ct_tokenizer *t, const char *path) {
     char *text = NULL;
     size_t len = 0;
@@ -658,31 +637,19 @@ ct_status tok_load_hf_file(ct_tokenizer *t, const char *path) {
     if (st) goto done;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
-    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
-    const cJSON *ignore = cJSON_GetObjectItemCaseSensitive(model, "ignore_merges");
-    const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(model, "continuing_subword_prefix");
-    const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(model, "end_of_word_suffix");
-    bool spm = tok_spm_detect(root);
     if (!cJSON_IsObject(model)) {
         st = CT_ERR(CT_ERR_FORMAT, "%s: no \"model\" object: not a Hugging Face tokenizer.json", path);
         ct_error_hint("give the directory holding the tokenizer files (encoder.json + vocab.bpe, "
                       "vocab.json + merges.txt, or tokenizer.json), or the path of a tokenizer.json");
-    } else if (type && !load_json_is(type, "BPE")) {
+        goto done;
+    }
+    if (type && !load_json_is(type, "BPE")) {
         st = CT_ERR(CT_ERR_FORMAT, "%s: model.type is %s, expected \"BPE\" (" TOK_KINDS ")", path,
                     cJSON_IsString(type) ? type->valuestring : "not a string");
-    } else if (spm) {
-        st = CT_OK; /* tok_spm_build checks the rest */
-    } else if (norm && !cJSON_IsNull(norm)) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: has a normalizer; GPT-2's byte-level BPE has none (" TOK_KINDS ")", path);
-    } else if (cJSON_IsTrue(ignore)) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: model.ignore_merges is true; only GPT-2's merging is supported", path);
-    } else if ((cJSON_IsString(prefix) && prefix->valuestring[0]) || (cJSON_IsString(suffix) && suffix->valuestring[0])) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: model has a subword prefix or suffix; GPT-2's has none", path);
-    } else {
-        st = load_check_pretok(path, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"));
+        goto done;
     }
-    if (!st) st = load_vocab_object(&b, cJSON_GetObjectItemCaseSensitive(model, "vocab"), "model.vocab");
-    if (st) goto done;
+    bool gpt2 = tok_hf_is_gpt2_form(root), spm = !gpt2 && tok_spm_is_form(root, path);
+    if ((st = load_vocab_object(&b, cJSON_GetObjectItemCaseSensitive(model, "vocab"), "model.vocab"))) goto done;
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
     if (!cJSON_IsArray(merges)) {
         st = CT_ERR(CT_ERR_FORMAT, "%s: model.merges is not an array", path);
@@ -710,8 +677,9 @@ ct_status tok_load_hf_file(ct_tokenizer *t, const char *path) {
         }
         if (st) goto done;
     }
-    /* added tokens: specials are matched whole with CT_TOK_ALLOW_SPECIAL;
-     * their text is taken as is (not byte-alphabet text) */
+    /* added tokens: their text is taken as is (not byte-alphabet text); the
+     * special ones are matched only on request */
+    if ((st = load_index_more(&b))) goto done;
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
     i = 0;
     for (const cJSON *a = cJSON_IsArray(added) ? added->child : NULL; a; a = a->next, i++) {
@@ -725,9 +693,8 @@ ct_status tok_load_hf_file(ct_tokenizer *t, const char *path) {
         }
         bool special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "special"));
         size_t n = strlen(content->valuestring);
-        size_t k = 0;
-        while (k < b.n_e && !(b.e[k].len == n && memcmp(b.e[k].s, content->valuestring, n) == 0)) k++;
-        if (k < b.n_e) {
+        int32_t k = tok_load_find(&b, content->valuestring, n);
+        if (k >= 0) {
             if (b.e[k].id != id) {
                 char q[96];
                 st = CT_ERR(CT_ERR_FORMAT, "%s: added_tokens[%" PRId64 "]: %s has id %d, but model.vocab gives it %d",
@@ -737,14 +704,17 @@ ct_status tok_load_hf_file(ct_tokenizer *t, const char *path) {
             b.e[k].raw = true;
             b.e[k].special = b.e[k].special || special;
         } else {
-            st = load_add_entry(&b, content->valuestring, n, id, special, true);
-            if (st) goto done;
+            if ((st = load_add_entry(&b, content->valuestring, n, id, special, true))) goto done;
+            if ((st = load_index_more(&b))) goto done;
+            k = (int32_t)b.n_e - 1;
         }
+        b.e[k].lstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "lstrip"));
+        b.e[k].rstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "rstrip"));
     }
-    if (!spm) {
+    if (gpt2) {
         st = load_build(t, &b);
     } else if (!(st = load_index(&b))) {
-        st = tok_spm_build(t, &b, root, path);
+        st = spm ? tok_spm_build(t, &b, root, path) : tok_hf_build(t, &b, root, path);
     }
 done:
     load_builder_free(&b);
@@ -758,6 +728,8 @@ done:
 void ct_tokenizer_free(ct_tokenizer *t) {
     if (!t) return;
     tok_spm_free(&t->spm);
+    tok_hf_free(t->hf);
+    free(t->trie);
     free(t->tok_off);
     free(t->tok_len);
     free(t->tok_bytes);
@@ -772,5 +744,6 @@ void ct_tokenizer_free(ct_tokenizer *t) {
 int ct_tokenizer_vocab_size(const ct_tokenizer *t) { return t->n_ids; }
 int32_t ct_tokenizer_eot(const ct_tokenizer *t) { return t->eot; }
 int32_t ct_tokenizer_bos(const ct_tokenizer *t) { return t->bos; }
+bool ct_tokenizer_adds_bos(const ct_tokenizer *t) { return t->adds_bos && t->bos >= 0; }
 ct_tok_kind ct_tokenizer_kind(const ct_tokenizer *t) { return t->kind; }
 const char *ct_tokenizer_identity(const ct_tokenizer *t) { return t->identity; }

@@ -37,6 +37,20 @@ static const char *spm_show(char *buf, size_t cap, const cJSON *v) {
 
 bool tok_spm_detect(const cJSON *root) { return cJSON_IsTrue(spm_get(spm_get(root, "model"), "byte_fallback")); }
 
+static ct_status spm_normalizers(tok_spm *spm, const char *path, const cJSON *norm);
+static ct_status spm_pretokenizer(tok_spm *spm, const char *path, const cJSON *pt);
+static ct_status spm_model_options(const char *path, const cJSON *model);
+
+bool tok_spm_is_form(const cJSON *root, const char *path) {
+    if (!tok_spm_detect(root)) return false;
+    tok_spm spm = {.prepend = TOK_PREPEND_NEVER};
+    ct_status st = spm_model_options(path, spm_get(root, "model"));
+    if (!st) st = spm_normalizers(&spm, path, spm_get(root, "normalizer"));
+    if (!st) st = spm_pretokenizer(&spm, path, spm_get(root, "pre_tokenizer"));
+    if (st) ct_error_clear(); /* the generic pipeline says what it makes of the file */
+    return st == CT_OK;
+}
+
 /* ------------------------------------------------------- settings */
 
 /* One normalizer (key names it in messages). */
@@ -216,19 +230,19 @@ static ct_status spm_tokens(ct_tokenizer *t, const load_builder *b) {
         }
         t->tok_off[e->id] = (uint32_t)off;
         int byte = e->raw ? -1 : spm_byte_token(e->s, e->len);
-        if (e->raw) {
+        if (e->raw && e->special) {
             memcpy(t->tok_bytes + off, e->s, e->len);
             off += e->len;
-            if (e->special) {
-                spm->flags[e->id] |= TOK_SPM_SPECIAL;
-                t->special[t->n_special++] = e->id;
-            }
+            spm->flags[e->id] |= TOK_SPM_SPECIAL;
+            t->special[t->n_special++] = e->id;
         } else if (byte >= 0) {
             t->tok_bytes[off++] = (char)byte;
             spm->flags[e->id] |= TOK_SPM_BYTE;
             if (t->byte_id[byte] < 0) t->byte_id[byte] = e->id;
         } else {
-            if (e->len >= 3 && memcmp(e->s, SPM_MARK, 3) == 0) spm->flags[e->id] |= TOK_SPM_LEAD_MARK;
+            /* a token of the vocabulary, or an added one that is not special (Gemma's
+             * "\n\n", "▁▁"): "▁" decodes as a space, as the decoder's Replace has it */
+            if (e->len >= 3 && memcmp(e->s, SPM_MARK, 3) == 0 && !e->raw) spm->flags[e->id] |= TOK_SPM_LEAD_MARK;
             for (size_t i = 0; i < e->len;) {
                 if (i + 3 <= e->len && memcmp(e->s + i, SPM_MARK, 3) == 0) {
                     t->tok_bytes[off++] = ' ';
@@ -238,7 +252,7 @@ static ct_status spm_tokens(ct_tokenizer *t, const load_builder *b) {
                 }
             }
             size_t n = e->len ? tok_utf8_seq(u, e->len) : 0;
-            if (n && n == e->len) { /* a one-character token */
+            if (n && n == e->len && (!e->raw || e->in_model)) { /* a one-character token */
                 uint32_t cp = spm_cp(u, n);
                 if (cp < 128) {
                     spm->ascii_id[cp] = e->id;
@@ -331,6 +345,8 @@ static ct_status spm_merges(ct_tokenizer *t, const load_builder *b) {
             break;
         }
         tok_pairs_set(&t->pairs, b->e[ka].id, b->e[kb].id, (int32_t)r, b->e[kab].id, false);
+        b->m[r].ida = b->e[ka].id;
+        b->m[r].idb = b->e[kb].id;
     }
     free(joined);
     t->n_merges = (int64_t)b->n_m;
@@ -395,6 +411,13 @@ static ct_status spm_bos_eos(ct_tokenizer *t, const load_builder *b, const cJSON
     return st;
 }
 
+ct_status tok_spm_tables(ct_tokenizer *t, const load_builder *b, const cJSON *model) {
+    ct_status st = spm_tokens(t, b);
+    if (!st) st = spm_bytes(t, b, model);
+    if (!st) st = spm_merges(t, b);
+    return st;
+}
+
 ct_status tok_spm_build(ct_tokenizer *t, load_builder *b, const cJSON *root, const char *path) {
     tok_spm *spm = &t->spm;
     t->kind = CT_TOK_KIND_SPM_BPE;
@@ -403,11 +426,10 @@ ct_status tok_spm_build(ct_tokenizer *t, load_builder *b, const cJSON *root, con
     ct_status st = spm_model_options(path, model);
     if (!st) st = spm_normalizers(spm, path, spm_get(root, "normalizer"));
     if (!st) st = spm_pretokenizer(spm, path, spm_get(root, "pre_tokenizer"));
-    if (!st) st = spm_tokens(t, b);
-    if (!st) st = spm_bytes(t, b, model);
-    if (!st) st = spm_merges(t, b);
+    if (!st) st = tok_spm_tables(t, b, model);
     if (!st) st = spm_bos_eos(t, b, root, path);
     if (st) return st;
+    t->adds_bos = true; /* LLaMA's documents start with BOS, as Hugging Face's tokenizer adds it */
     /* the settings and per-id kinds are part of the identity */
     size_t n_extra = 16 + (size_t)t->n_ids;
     uint8_t *extra = malloc(n_extra);
@@ -457,6 +479,11 @@ static size_t spm_bpe(const ct_tokenizer *t, ct_tok_state *s, const uint8_t *w, 
             for (size_t j = 0; j < len; j++) sym[k++].id = t->byte_id[w[i + j]];
         i += len;
     }
+    return tok_bpe_merge(t, s, k, out);
+}
+
+size_t tok_bpe_merge(const ct_tokenizer *t, ct_tok_state *s, size_t k, int32_t *out) {
+    bpe_sym *sym = s->sym;
     for (size_t i = 0; i < k; i++) {
         sym[i].prev = (int32_t)i - 1;
         sym[i].next = i + 1 < k ? (int32_t)i + 1 : -1;
@@ -480,7 +507,7 @@ static size_t spm_bpe(const ct_tokenizer *t, ct_tok_state *s, const uint8_t *w, 
 }
 
 /* Append the ids of one piece, through the word cache when it is short. */
-static ct_status spm_piece(const ct_tokenizer *t, ct_tok_state *s, const uint8_t *w, size_t n, ct_tokens *out) {
+ct_status tok_spm_piece(const ct_tokenizer *t, ct_tok_state *s, const uint8_t *w, size_t n, ct_tokens *out) {
     ct_status st = tok_tokens_reserve(out, n);
     if (st) return st;
     uint64_t h = 0;
@@ -559,13 +586,13 @@ ct_status tok_spm_encode(const ct_tokenizer *t, ct_tok_state *s, const uint8_t *
         size_t k = tok_utf8_seq(w + i, m - i);
         bool mark = k == 3 && w[i] == 0xE2 && w[i + 1] == 0x96 && w[i + 2] == 0x81;
         if (mark && split && i > start && (spm->split_all || !prev_mark)) {
-            st = spm_piece(t, s, w + start, i - start, out);
+            st = tok_spm_piece(t, s, w + start, i - start, out);
             start = i;
         }
         prev_mark = mark;
         i += k ? k : 1;
     }
-    if (!st) st = spm_piece(t, s, w + start, m - start, out);
+    if (!st) st = tok_spm_piece(t, s, w + start, m - start, out);
     tok_state_trim(s);
     return st;
 }

@@ -393,12 +393,21 @@ def llama_tests(tmp, src, docs):
                     [os.path.join(bad, "tokenizer.json"), key], outb, None)
     with open(os.path.join(LLAMA, "tokenizer.json"), encoding="utf-8") as f:
         tj = json.load(f)
-    tj["normalizer"]["normalizers"].append({"type": "NFKC"})
-    bad = os.path.join(tmp, "tok_nfkc")
+    tj["normalizer"]["normalizers"].append({"type": "Lowercase"})
+    bad = os.path.join(tmp, "tok_lowercase")
     write(os.path.join(bad, "tokenizer.json"), json.dumps(tj))
     p = subprocess.run([CTRAIN, "tokenize", "--tokenizer", bad], input=b"a", capture_output=True, timeout=60)
     expect_fail("tokenize refuses an unknown normalizer", p.returncode, (p.stdout + p.stderr).decode(),
-                [os.path.join(bad, "tokenizer.json"), "normalizer.normalizers[2].type", "NFKC"])
+                [os.path.join(bad, "tokenizer.json"), "normalizer.normalizers[2].type", "Lowercase"])
+    tj["normalizer"]["normalizers"][2] = {"type": "NFKC"}
+    tj["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [{"type": "UnicodeScripts"}]}
+    bad = os.path.join(tmp, "tok_scripts")
+    write(os.path.join(bad, "tokenizer.json"), json.dumps(tj))
+    outb = os.path.join(tmp, "out_scripts")
+    rc, msg = run(["prepare", "--tokenizer", bad, "--out", outb, "--quiet", "--no-cache", src])
+    expect_fail("prepare refuses an unknown pre-tokenizer", rc, msg,
+                [os.path.join(bad, "tokenizer.json"), "pre_tokenizer.pretokenizers[0].type", "UnicodeScripts"],
+                outb, None)
 
 
 if __name__ == "__main__":

