@@ -34,6 +34,10 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) CT_PRINTF(2, 3);
  * Returns 0 to go on, 1 when the config was printed (caller exits 0), 2 on
  * error (already printed). */
 int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool *print_only);
+/* model.arch from model.preset when one is set (a preset decides the
+ * architecture), warning when a given model.arch differs; gpt2 when model.arch
+ * is unset ("") and no preset names one. Call once the config is complete. */
+void cli_config_arch(const char *cmd, ct_config *cfg);
 /* The backend of commands without a config (eval, sample): CTRAIN_DEVICE
  * when set, as run.device spells it. CT_ERR_ARG for a bad name. */
 ct_status cli_device_from_env(ct_ctx_params *cp);

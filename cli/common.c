@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "ctrain/data.h"
+#include "ctrain/model.h"
 #include "tools/tune.h"
 
 ct_status cli_device_from_env(ct_ctx_params *cp) {
@@ -58,8 +59,23 @@ static void cli_dir_of_file(const char *cmd, const char *key, char *path, size_t
     snprintf(path, cap, "%s", dir);
 }
 
+void cli_config_arch(const char *cmd, ct_config *cfg) {
+    bool given = cfg->model.arch[0] != '\0';
+    ct_model_config pc;
+    if (cfg->model.preset[0] && ct_model_config_preset(&pc, cfg->model.preset) == CT_OK) {
+        const char *arch = pc.arch == CT_ARCH_LLAMA ? "llama" : "gpt2";
+        if (given && strcmp(cfg->model.arch, arch) != 0 && !cfg->model.init_from[0])
+            fprintf(stderr, "ctrain %s: warning: model.arch = %s is not used: model.preset = %s is "
+                    "a %s model\n", cmd, cfg->model.arch, cfg->model.preset, arch);
+        snprintf(cfg->model.arch, sizeof cfg->model.arch, "%s", arch);
+    }
+    ct_error_clear(); /* an unknown preset: the run names it */
+    if (!cfg->model.arch[0]) snprintf(cfg->model.arch, sizeof cfg->model.arch, "gpt2");
+}
+
 int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool *print_only) {
     ct_config_default(cfg);
+    cfg->model.arch[0] = '\0'; /* unset: the preset's (cli_config_arch) */
     /* CTRAIN_DEVICE: the default of run.device (the test suite runs on sim) */
     const char *dev = getenv("CTRAIN_DEVICE");
     if (dev && *dev) snprintf(cfg->run.device, sizeof cfg->run.device, "%s", dev);
@@ -86,6 +102,7 @@ int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool
         if (argv[i][0] == '-') return cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         if (ct_config_apply_override(cfg, argv[i])) return cli_fail(cmd);
     }
+    cli_config_arch(cmd, cfg);
     cli_dir_of_file(cmd, "model.init_from", cfg->model.init_from, sizeof cfg->model.init_from);
     cli_dir_of_file(cmd, "lora.init_from", cfg->lora.init_from, sizeof cfg->lora.init_from);
     return 0;
