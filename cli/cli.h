@@ -7,6 +7,7 @@
 #define CT_CLI_H
 #include "ctrain/config.h"
 #include "ctrain/core.h"
+#include "ctrain/data.h"
 
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
@@ -90,6 +91,29 @@ void cli_sampler_see(cli_sampler *s, int32_t id);
  *     top-p (as before top-p existed), largest first with it.
  * One ct_rng_double per sampled (not greedy) token. */
 int cli_sample_token(cli_sampler *s, const float *logits, const cli_sample_params *p, ct_rng *rng);
+
+/* ---- end of sequence (sample, chat) */
+
+#define CLI_MAX_EOS 16
+
+/* The ids that end a generation, and where they came from. */
+typedef struct cli_eos {
+    int32_t ids[CLI_MAX_EOS];
+    int n;
+    char from[CT_PATH_MAX + 96]; /* for messages; "" when there are none */
+} cli_eos;
+
+/* The model's end-of-sequence ids, as transformers' generate finds them:
+ * eos_token_id (a number, or a list: every id of it, as Llama 3's
+ * <|end_of_text|> and <|eot_id|>) of model_dir's generation_config.json, else
+ * of its config.json, else the tokenizer's end-of-sequence token
+ * (tokenizer_config.json's eos_token, GPT-2's <|endoftext|>). model_dir and
+ * tok may be NULL. Ids outside 0..V-1 are left out; a file that is not JSON is
+ * warned about on stderr ("ctrain CMD: warning: ...") and passed over. */
+void cli_eos_find(const char *cmd, cli_eos *e, const char *model_dir, const ct_tokenizer *tok, int V);
+/* Add id (when in 0..V-1, new and there is room). */
+void cli_eos_add(cli_eos *e, int32_t id, int V);
+bool cli_eos_has(const cli_eos *e, int32_t id);
 
 /* ---- output on stdout */
 
