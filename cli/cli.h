@@ -29,7 +29,8 @@ int cli_fail(const char *cmd);
 /* Print a usage error; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) CT_PRINTF(2, 3);
 
-/* Parse --config FILE, --print-config and key=value arguments into cfg. A
+/* Parse --config FILE, --print-config, --tokenizer DIR (data.tokenizer) and
+ * key=value arguments into cfg. A
  * tuned profile's settings (tune.signature, tune.settings) apply after the
  * file and before the key=value overrides.
  * Returns 0 to go on, 1 when the config was printed (caller exits 0), 2 on

@@ -88,6 +88,9 @@ int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool
         if (!strcmp(argv[i], "--config")) {
             if (i + 1 >= argc) return cli_usage_error(cmd, "--config needs a file");
             config_path = argv[++i];
+        } else if (!strcmp(argv[i], "--tokenizer")) {
+            if (i + 1 >= argc) return cli_usage_error(cmd, "--tokenizer needs a directory or file");
+            i++;
         } else if (!strcmp(argv[i], "--print-config")) {
             *print_only = true;
         }
@@ -102,6 +105,10 @@ int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool
             continue;
         }
         if (!strcmp(argv[i], "--print-config") || !strcmp(argv[i], "--json")) continue;
+        if (!strcmp(argv[i], "--tokenizer")) { /* data.tokenizer, in its place among the overrides */
+            if (ct_config_set(cfg, "data.tokenizer", argv[++i], "--tokenizer")) return cli_fail(cmd);
+            continue;
+        }
         if (argv[i][0] == '-') return cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         if (ct_config_apply_override(cfg, argv[i])) return cli_fail(cmd);
     }

@@ -27,6 +27,8 @@ typedef struct ct_config {
     struct {
         char train[CT_PATH_MAX]; /* shard file, glob or directory */
         char val[CT_PATH_MAX];
+        char tokenizer[CT_PATH_MAX]; /* the model's tokenizer when its directory's files do not
+                                      * load or it has none; "" = the model's or the shards' */
         bool shuffle;
         bool packing;         /* instruction data: several examples per row (false: one, padded) */
         bool group_by_length; /* instruction data: batch examples of similar length */

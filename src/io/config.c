@@ -45,6 +45,9 @@ const key_def config_keys[] = {
       "absent means HF's 0.1; 0 from scratch)"),
     S("data.train", data.train, "training shards: file, glob or directory"),
     S("data.val", data.val, "validation shards: file, glob or directory"),
+    S("data.tokenizer", data.tokenizer,
+      "the model's tokenizer (a directory or tokenizer file) when the model directory's own "
+      "files do not load or it has none; checked against the shards' and saved in run.dir"),
     B("data.shuffle", data.shuffle, "shuffle windows (false: sequential llm.c order)"),
     B("data.packing", data.packing,
       "instruction data: pack several examples into each row, attention kept inside each "
