@@ -40,6 +40,7 @@ typedef struct ct_config {
         char readahead[CT_NAME_MAX];   /* bytes fetched ahead of the reader */
         int64_t retries;               /* attempts after the first, per request */
         double timeout_s;              /* connect / stalled-transfer timeout */
+        bool offline;                  /* the disk cache only, never the network */
     } data;
     struct {
         int64_t batch_size; /* 0: auto (the planner picks it under run.memory_limit) */

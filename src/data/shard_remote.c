@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,10 @@ typedef struct mem_slot {
     uint8_t *data;          /* block_bytes */
 } mem_slot;
 
+/* How a context reaches the network (set by ct_remote_list, before any shard
+ * is opened on it). */
+enum { NET_ON = 0, NET_DOWN = 1, NET_OFF = 2 };
+
 struct ct_remote_ctx {
     ct_remote_data_opts o;
     char cache_dir[CT_PATH_MAX];
@@ -66,6 +71,13 @@ struct ct_remote_ctx {
     uint64_t clock;
     ct_remote_data_stats st;
     bool warned_cache_write;
+    /* NET_DOWN: the server could not be reached when the manifest was asked
+     * for, and the cached copy stands in (a missing block gets one attempt);
+     * NET_OFF: data.offline (no request at all) */
+    int net;
+    char net_why[ERR_MAX];          /* NET_DOWN: what the manifest's request met */
+    char split[8];                  /* "train" | "val", for messages */
+    int64_t cached_blocks, blocks;  /* of the split's shards, when the copy was taken */
 };
 
 ct_status ct_remote_ctx_open(ct_remote_ctx **out, const ct_remote_data_opts *o) {
@@ -73,6 +85,7 @@ ct_status ct_remote_ctx_open(ct_remote_ctx **out, const ct_remote_data_opts *o) 
     ct_remote_ctx *c = calloc(1, sizeof *c);
     if (!c) return CT_ERR(CT_ERR_OOM, "out of memory for remote data");
     c->o = *o;
+    c->net = o->offline ? NET_OFF : NET_ON;
     if (o->cache_dir && o->cache_dir[0]) snprintf(c->cache_dir, sizeof c->cache_dir, "%s", o->cache_dir);
     else ct_blockcache_default_dir(c->cache_dir, sizeof c->cache_dir);
     c->o.cache_dir = c->cache_dir;
@@ -103,6 +116,31 @@ void ct_remote_ctx_stats(ct_remote_ctx *c, ct_remote_data_stats *out) {
     pthread_mutex_lock(&c->mu);
     *out = c->st;
     pthread_mutex_unlock(&c->mu);
+}
+
+/* ---------------------------------------------------------------- cache keys */
+
+/* xxh3-128 of text as 32 hex digits: a cache key. */
+static void key_of(const char *text, size_t len, char key[33]) {
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(text, len));
+    for (int i = 0; i < 16; i++) snprintf(key + 2 * i, 3, "%02x", c.digest[i]);
+}
+
+/* A shard's key: where it is (as displayed: no credentials or query) and what
+ * it holds, so a dataset prepared again at the same URL never reads an older
+ * one's blocks. */
+static void shard_key(const char *disp, const char *hash, int64_t bytes, char key[33]) {
+    char id[CT_PATH_MAX + 64];
+    int idl = snprintf(id, sizeof id, "%s\n%s\n%" PRId64, disp, hash, bytes);
+    key_of(id, (size_t)(idl < (int)sizeof id ? idl : (int)sizeof id - 1), key);
+}
+
+/* A manifest's key: its URL as displayed (block 0 of it holds the text). */
+static void manifest_key(const char *disp, char key[33]) {
+    char id[CT_PATH_MAX + 32];
+    int idl = snprintf(id, sizeof id, "manifest\n%s", disp);
+    key_of(id, (size_t)(idl < (int)sizeof id ? idl : (int)sizeof id - 1), key);
 }
 
 /* ---------------------------------------------------------------- manifest */
@@ -268,14 +306,75 @@ ct_status ct_remote_manifest_parse(const char *text, size_t len, const char *mur
     return CT_OK;
 }
 
-ct_status ct_remote_list(const char *spec, const char *split, const ct_remote_opts *net,
-                         ct_remote_shard_info **out, int *n, int *vocab_size) {
+/* "3 h 12 min", "45 s": an age for messages. */
+static void fmt_age(char *buf, size_t cap, double s) {
+    if (s < 0) s = 0;
+    if (s < 90) snprintf(buf, cap, "%.0f s", s);
+    else if (s < 5400) snprintf(buf, cap, "%.0f min", s / 60);
+    else if (s < 48 * 3600) snprintf(buf, cap, "%.0f h %.0f min", floor(s / 3600), fmod(s / 60, 60));
+    else snprintf(buf, cap, "%.1f days", s / 86400);
+}
+
+/* The reason in a transport error, without the URL it starts with (the
+ * message names it) and the count of the one quick attempt. */
+static void net_reason(char *buf, size_t cap, const char *err, const char *disp) {
+    size_t dl = strlen(disp);
+    if (!strncmp(err, disp, dl) && !strncmp(err + dl, ": ", 2)) err += dl + 2;
+    snprintf(buf, cap, "%s", err);
+    char *cut = strstr(buf, " after 1 attempt (");
+    if (!cut) cut = strstr(buf, ", on each of 1 attempt (");
+    if (cut) *cut = '\0';
+}
+
+/* How many blocks of the listed shards the disk cache holds (into ctx). */
+static void count_cached(ct_remote_ctx *ctx, const ct_remote_shard_info *v, int n) {
+    ctx->cached_blocks = ctx->blocks = 0;
+    for (int i = 0; i < n; i++) {
+        char disp[CT_PATH_MAX], key[33];
+        ct_remote_display(v[i].url, disp, sizeof disp);
+        shard_key(disp, v[i].hash, v[i].bytes, key);
+        int64_t nb = (v[i].bytes + CT_REMOTE_BLOCK_BYTES - 1) / CT_REMOTE_BLOCK_BYTES;
+        for (int64_t k = 0; k < nb; k++) {
+            int64_t left = v[i].bytes - k * CT_REMOTE_BLOCK_BYTES;
+            size_t len = (size_t)(left < CT_REMOTE_BLOCK_BYTES ? left : CT_REMOTE_BLOCK_BYTES);
+            ctx->cached_blocks += ct_blockcache_has(ctx->cache, key, k, len);
+        }
+        ctx->blocks += nb;
+    }
+}
+
+/* The lone shard spec without a manifest: usable, checked by length only. */
+static ct_status list_lone_shard(const char *spec, const ct_remote_opts *net, const char *why,
+                                 ct_remote_shard_info **out, int *n) {
+    char disp[CT_PATH_MAX];
+    ct_remote_shard_info *v = calloc(1, sizeof *v);
+    if (!v) return CT_ERR(CT_ERR_OOM, "out of memory");
+    ct_status st = info_from_header(spec, net, v);
+    if (st) {
+        ct_remote_shard_info_free(v, 1);
+        return st;
+    }
+    ct_log(CT_LOG_WARN, "%s: no manifest.json beside it (%s): its blocks are checked for "
+           "length only (a ctrain prepare output has hashes for every block)",
+           ct_remote_display(spec, disp, sizeof disp), why);
+    *out = v;
+    *n = 1;
+    return CT_OK;
+}
+
+ct_status ct_remote_list(ct_remote_ctx *ctx, const char *spec, const char *split,
+                         ct_remote_shard_info **out, int *n, int *vocab_size, char **manifest,
+                         size_t *manifest_len) {
     *out = NULL;
     *n = 0;
     *vocab_size = 0;
+    *manifest = NULL;
+    *manifest_len = 0;
+    const ct_remote_opts *net = &ctx->o.net;
+    snprintf(ctx->split, sizeof ctx->split, "%s", split);
     size_t sl = strlen(spec);
     bool one = sl > 4 && !strcmp(spec + sl - 4, ".bin");
-    char base[CT_PATH_MAX], murl[CT_PATH_MAX + 16], disp[CT_PATH_MAX];
+    char base[CT_PATH_MAX], murl[CT_PATH_MAX + 16], disp[CT_PATH_MAX], mkey[33];
     if (sl + 2 > sizeof base) return CT_ERR(CT_ERR_ARG, "data.%s: URL too long", split);
     if (one) {
         const char *slash = strrchr(spec, '/');
@@ -285,36 +384,90 @@ ct_status ct_remote_list(const char *spec, const char *split, const ct_remote_op
     }
     snprintf(murl, sizeof murl, "%smanifest.json", base);
     ct_remote_display(murl, disp, sizeof disp);
-    char *text = NULL;
-    size_t len = 0;
-    ct_status st = ct_remote_get(murl, MANIFEST_MAX, &text, &len, net);
-    if (st && one) {
+    manifest_key(disp, mkey);
+    /* the cached copy, and whether every block of the split is there with it */
+    char *copy = NULL, *text = NULL;
+    size_t copy_len = 0, len = 0;
+    double stored = 0;
+    bool have_copy = ct_blockcache_get_all(ctx->cache, mkey, 0, MANIFEST_MAX, &copy, &copy_len, &stored);
+    ct_status st = CT_OK;
+    bool transient = false, use_copy = false;
+    if (ctx->net == NET_OFF) {
+        if (!have_copy) {
+            st = CT_ERR(CT_ERR_IO, "data.%s: data.offline=true, and the disk cache (%s) holds no "
+                        "copy of %s", split, ctx->cache_dir, disp);
+            ct_error_hint("run once with the network (data.offline=false) to fill the cache, with "
+                          "the same data.cache_dir");
+            return st;
+        }
+        use_copy = true;
+    } else {
+        /* a warm cache needs one answer from the server, not every retry */
+        ct_remote_opts quick = *net;
+        if (have_copy) quick.retries = 0;
+        st = ct_remote_get_ex(murl, MANIFEST_MAX, &text, &len, &quick, &transient);
+        if (st && transient && have_copy) {
+            net_reason(ctx->net_why, sizeof ctx->net_why, ct_last_error(), disp);
+            ct_error_clear();
+            ctx->net = NET_DOWN;
+            use_copy = true;
+        }
+    }
+    if (use_copy) {
+        text = copy;
+        len = copy_len;
+        copy = NULL;
+        st = CT_OK;
+    }
+    free(copy);
+    if (st && one && !transient) {
         /* a lone shard: usable without a manifest, checked by length only */
         char why[512];
         snprintf(why, sizeof why, "%s", ct_last_error());
         ct_error_clear();
-        ct_remote_shard_info *v = calloc(1, sizeof *v);
-        if (!v) return CT_ERR(CT_ERR_OOM, "out of memory");
-        if ((st = info_from_header(spec, net, v))) {
-            ct_remote_shard_info_free(v, 1);
-            return st;
-        }
-        ct_log(CT_LOG_WARN, "%s: no manifest.json beside it (%s): its blocks are checked for "
-               "length only (a ctrain prepare output has hashes for every block)",
-               ct_remote_display(spec, disp, sizeof disp), why);
-        *out = v;
-        *n = 1;
-        return CT_OK;
+        return list_lone_shard(spec, net, why, out, n);
     }
-    if (st) { /* the URL is in the message; the caller names the key */
+    if (st && transient) {
+        ct_error_hint("the server cannot be reached (and nothing of this dataset is in the disk "
+                      "cache, %s, to train from): check that it is up and reachable, or raise "
+                      "data.retries for a flaky link", ctx->cache_dir);
+        return st;
+    }
+    if (st) { /* an answer: the URL is in the message; the caller names the key */
         ct_error_hint("the URL must name a ctrain prepare output (a directory with its "
                       "manifest.json) or one shard");
         return st;
     }
     st = ct_remote_manifest_parse(text, len, disp, base, split, one ? strrchr(spec, '/') + 1 : NULL,
                                   out, n, vocab_size);
-    free(text);
-    return st;
+    if (st) {
+        if (use_copy) ct_error_prefix("the disk cache's copy of it");
+        free(text);
+        return st;
+    }
+    if (!use_copy) {
+        /* kept for a later run without the server; a cache that cannot take it is no error */
+        if (ct_blockcache_put(ctx->cache, mkey, 0, text, len)) ct_error_clear();
+    } else {
+        count_cached(ctx, *out, *n);
+        char age[48], held[96];
+        fmt_age(age, sizeof age, (double)time(NULL) - stored);
+        if (ctx->cached_blocks == ctx->blocks)
+            snprintf(held, sizeof held, "every one of the %" PRId64 " blocks", ctx->blocks);
+        else
+            snprintf(held, sizeof held, "%" PRId64 " of the %" PRId64 " blocks (a block it "
+                     "lacks stops the run)", ctx->cached_blocks, ctx->blocks);
+        if (ctx->net == NET_DOWN)
+            ct_log(CT_LOG_WARN, "data.%s: %s cannot be reached (%s): reading the dataset from "
+                   "the disk cache instead (its copy of the manifest is %s old; the cache holds "
+                   "%s of the %s split)", split, disp, ctx->net_why, age, held, split);
+        else
+            ct_log(CT_LOG_INFO, "data.%s: data.offline: %s from the disk cache (its copy is %s "
+                   "old; the cache holds %s of the %s split)", split, disp, age, held, split);
+    }
+    *manifest = text;
+    *manifest_len = len;
+    return CT_OK;
 }
 
 /* ------------------------------------------------------------------ shard */
@@ -354,13 +507,7 @@ ct_status ct_rshard_open(ct_rshard **out, ct_remote_ctx *ctx, ct_remote_shard_in
     s->tsize = info->tsize;
     s->n_blocks = nb;
     s->vocab = vocab_size;
-    /* the cache key: where the shard is and what it holds, so a dataset
-     * prepared again at the same URL never reads an older one's blocks */
-    char id[CT_PATH_MAX + 64];
-    int idl = snprintf(id, sizeof id, "%s\n%s\n%" PRId64, s->disp, info->hash, info->bytes);
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits(id, (size_t)idl));
-    for (int i = 0; i < 16; i++) snprintf(s->key + 2 * i, 3, "%02x", c.digest[i]);
+    shard_key(s->disp, info->hash, info->bytes, s->key);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     *out = s;
@@ -434,12 +581,34 @@ static void sleep_s(double s) {
  * manifest; a mismatch is fetched again (data.retries), as a truncated or
  * corrupted transfer would be. */
 static ct_status fetch_run(ct_rshard *s, int64_t b0, int64_t nb, uint8_t *buf) {
-    const ct_remote_opts *net = &s->ctx->o.net;
+    ct_remote_ctx *c = s->ctx;
+    ct_remote_opts down = c->o.net;
+    down.retries = 0; /* the server was not there a moment ago: one try per block */
+    const ct_remote_opts *net = c->net == NET_DOWN ? &down : &c->o.net;
     int64_t off = b0 * CT_REMOTE_BLOCK_BYTES, end = (b0 + nb) * CT_REMOTE_BLOCK_BYTES;
     if (end > s->bytes) end = s->bytes;
+    if (c->net == NET_OFF) {
+        ct_status st = CT_ERR(CT_ERR_IO, "%s: block %" PRId64 " is not in the disk cache, and "
+                              "data.offline=true fetches nothing (the cache held %" PRId64 " of "
+                              "the %" PRId64 " blocks of data.%s's shards at the start)", s->disp,
+                              b0, c->cached_blocks, c->blocks, c->split);
+        ct_error_hint("run with the network (data.offline=false) to fetch the rest, then "
+                      "train.resume=auto");
+        return st;
+    }
     double wait = net->backoff_s > 0 ? net->backoff_s : 0.5;
     for (int attempt = 0;; attempt++) {
         ct_status st = ct_remote_get_range(s->url, off, end - off, buf, net);
+        if (st && c->net == NET_DOWN) {
+            char why[ERR_MAX];
+            net_reason(why, sizeof why, ct_last_error(), s->disp);
+            ct_error_clear();
+            st = CT_ERR(CT_ERR_IO, "%s: block %" PRId64 " is not in the disk cache, and the server "
+                        "cannot be reached (%s); the cache held %" PRId64 " of the %" PRId64
+                        " blocks of data.%s's shards at the start", s->disp, b0, why,
+                        c->cached_blocks, c->blocks, c->split);
+            ct_error_hint("start the server or mend the network, then train.resume=auto");
+        }
         if (st) return st;
         int64_t bad = -1;
         for (int64_t b = b0; s->hashes && b < b0 + nb && bad < 0; b++)

@@ -69,6 +69,9 @@ const key_def config_keys[] = {
       "remote data: retries of a failed request (reset, timeout, 5xx), with backoff"),
     F("data.timeout_s", data.timeout_s, 0.1, 86400,
       "remote data: seconds to connect, and a stalled transfer's limit"),
+    B("data.offline", data.offline,
+      "remote data: read the disk cache only (its copy of the manifest and the blocks), never "
+      "the network"),
     {"train.batch_size", KEY_INT, OFF(train.batch_size), SZ(train.batch_size), 1, 1 << 20, "auto",
      "micro-batch size B, or auto: the largest that fits run.memory_limit"},
     I("train.effective_batch", train.effective_batch, 0, 1 << 30,

@@ -536,6 +536,7 @@ static ct_status open_loaders(trainer *t) {
     lo.cache_ttl_s = cfg->data.cache_ttl;
     lo.retries = (int)cfg->data.retries;
     lo.timeout_s = cfg->data.timeout_s;
+    lo.offline = cfg->data.offline;
     lo.spec = cfg->data.train;
     lo.B = t->B;
     lo.T = t->T;
