@@ -394,8 +394,8 @@ ct_status ct_remote_list(ct_remote_ctx *ctx, const char *spec, const char *split
     bool transient = false, use_copy = false;
     if (ctx->net == NET_OFF) {
         if (!have_copy) {
-            st = CT_ERR(CT_ERR_IO, "data.%s: data.offline=true, and the disk cache (%s) holds no "
-                        "copy of %s", split, ctx->cache_dir, disp);
+            st = CT_ERR(CT_ERR_IO, "data.offline=true, and the disk cache (%s) holds no copy of %s",
+                        ctx->cache_dir, disp);
             ct_error_hint("run once with the network (data.offline=false) to fill the cache, with "
                           "the same data.cache_dir");
             return st;
@@ -428,9 +428,13 @@ ct_status ct_remote_list(ct_remote_ctx *ctx, const char *spec, const char *split
         return list_lone_shard(spec, net, why, out, n);
     }
     if (st && transient) {
-        ct_error_hint("the server cannot be reached (and nothing of this dataset is in the disk "
-                      "cache, %s, to train from): check that it is up and reachable, or raise "
-                      "data.retries for a flaky link", ctx->cache_dir);
+        char why[ERR_MAX];
+        snprintf(why, sizeof why, "%s", ct_last_error());
+        ct_error_clear();
+        st = CT_ERR(CT_ERR_IO, "%s; the server cannot be reached, and nothing of this dataset is "
+                    "in the disk cache (%s) to read instead", why, ctx->cache_dir);
+        ct_error_hint("check that the server is up and reachable (a run that has cached the "
+                      "dataset then trains without it), or raise data.retries for a flaky link");
         return st;
     }
     if (st) { /* an answer: the URL is in the message; the caller names the key */
