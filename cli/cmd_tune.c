@@ -123,11 +123,11 @@ static void tune_warn_busy(const ct_tune_result *r) {
     } else if (r->noisy) {
         /* not others' load: frequency scaling, a virtual machine's neighbours, heat */
         fprintf(stderr, "ctrain tune: warning: the timings are noisy: a repeated setting spread "
-                "up to %.1f%% (noise band %.1f%%), though other processes used only %s before "
-                "the search and %s during it (CPU frequency changes, a virtual machine's "
-                "neighbours or heat can do this). No setting won by less than its noise; re-run "
-                "ctrain tune to confirm the choice.\n", 100.0 * spread, 100.0 * r->noise_band,
-                before, during);
+                "up to %.1f%% (noise band %.1f%%) while other processes used %s before the search "
+                "and %s during it, not enough to call the machine busy (noise without their load "
+                "comes from CPU frequency changes, a virtual machine's neighbours or heat). No "
+                "setting won by less than its noise; re-run ctrain tune to confirm the choice.\n",
+                100.0 * spread, 100.0 * r->noise_band, before, during);
     }
 }
 

@@ -121,7 +121,7 @@ with tempfile.TemporaryDirectory() as tmp:
         # synthetic timings are nobody's load: the machine is not busy for them
         check(not j["busy"] and "machine is busy" not in err and "BUSY" not in prof and
               "warning: the timings are noisy" in err and "NOISY" in prof and
-              re.search(r"used only [0-9.]+ of [0-9]+ CPUs before the search", err),
+              re.search(r"other processes used [0-9.]+ of [0-9]+ CPUs before the search", err),
               "noisy timings are called noisy, naming the others' load, not a busy machine: %s"
               % err.strip()[-400:])
 
