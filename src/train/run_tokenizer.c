@@ -35,14 +35,15 @@ typedef struct run_tok_src {
  * Unigram tokenizer.json, say): nothing to compare the shards with, and
  * nothing of the model's to put beside its weights. Refused, unless
  * data.tokenizer names the model's tokenizer in a form ctrain reads. */
-static ct_status run_tok_unreadable(run_tok_src *x, const ct_config *cfg) {
+static ct_status run_tok_unreadable(run_tok_src *x, const ct_config *cfg, bool log) {
     char why[1024];
     snprintf(why, sizeof why, "%s", ct_last_error());
     ct_error_clear();
     memset(&x->info, 0, sizeof x->info);
     if (cfg->data.tokenizer[0]) {
-        ct_log(CT_LOG_INFO, "%s: its tokenizer files do not load (%s): data.tokenizer = %s stands "
-               "for them", x->name, why, cfg->data.tokenizer);
+        if (log)
+            ct_log(CT_LOG_INFO, "%s: its tokenizer files do not load (%s): data.tokenizer = %s "
+                   "stands for them", x->name, why, cfg->data.tokenizer);
         return CT_OK;
     }
     ct_status st = CT_ERR(CT_ERR_ARG, "%s: the model's tokenizer files do not load (%s), so the "
@@ -55,7 +56,7 @@ static ct_status run_tok_unreadable(run_tok_src *x, const ct_config *cfg) {
 }
 
 static ct_status run_tok_add(run_tok_src *s, int *n, const ct_config *cfg, const char *key,
-                             const char *path, run_tok_kind kind) {
+                             const char *path, run_tok_kind kind, bool log) {
     run_tok_src *x = &s[*n];
     if (key) snprintf(x->name, sizeof x->name, "%s = %s", key, path);
     else snprintf(x->name, sizeof x->name, "the checkpoint resumed (%s)", path);
@@ -63,7 +64,7 @@ static ct_status run_tok_add(run_tok_src *s, int *n, const ct_config *cfg, const
     x->kind = kind;
     ct_status st = CT_OK;
     if (kind == RUN_TOK_MODEL) {
-        if (ct_tok_info_of_dir(&x->info, path)) st = run_tok_unreadable(x, cfg);
+        if (ct_tok_info_of_dir(&x->info, path)) st = run_tok_unreadable(x, cfg, log);
     } else if (kind == RUN_TOK_GIVEN) {
         ct_tokenizer *t = NULL;
         if (!(st = ct_tokenizer_load(&t, path))) ct_tok_info_of(&x->info, t, path);
@@ -80,18 +81,21 @@ static ct_status run_tok_add(run_tok_src *s, int *n, const ct_config *cfg, const
 }
 
 /* Every source that names a tokenizer: the model's first, then data.tokenizer,
- * then the shards'. */
-static ct_status run_tok_sources(const ct_config *cfg, const char *resume_dir, run_tok_src *s, int *n) {
+ * then the shards'. log: say what data.tokenizer stands for (once a run). */
+static ct_status run_tok_sources(const ct_config *cfg, const char *resume_dir, run_tok_src *s, int *n,
+                                 bool log) {
     *n = 0;
     ct_status st = CT_OK;
-    if (resume_dir && resume_dir[0]) st = run_tok_add(s, n, cfg, NULL, resume_dir, RUN_TOK_MODEL);
+    if (resume_dir && resume_dir[0])
+        st = run_tok_add(s, n, cfg, NULL, resume_dir, RUN_TOK_MODEL, log);
     if (!st && cfg->model.init_from[0])
-        st = run_tok_add(s, n, cfg, "model.init_from", cfg->model.init_from, RUN_TOK_MODEL);
+        st = run_tok_add(s, n, cfg, "model.init_from", cfg->model.init_from, RUN_TOK_MODEL, log);
     if (!st && cfg->data.tokenizer[0])
-        st = run_tok_add(s, n, cfg, "data.tokenizer", cfg->data.tokenizer, RUN_TOK_GIVEN);
+        st = run_tok_add(s, n, cfg, "data.tokenizer", cfg->data.tokenizer, RUN_TOK_GIVEN, log);
     if (!st && cfg->data.train[0])
-        st = run_tok_add(s, n, cfg, "data.train", cfg->data.train, RUN_TOK_SHARDS);
-    if (!st && cfg->data.val[0]) st = run_tok_add(s, n, cfg, "data.val", cfg->data.val, RUN_TOK_SHARDS);
+        st = run_tok_add(s, n, cfg, "data.train", cfg->data.train, RUN_TOK_SHARDS, log);
+    if (!st && cfg->data.val[0])
+        st = run_tok_add(s, n, cfg, "data.val", cfg->data.val, RUN_TOK_SHARDS, log);
     return st;
 }
 
@@ -118,7 +122,7 @@ ct_status run_tokenizer_check(const ct_config *cfg, const char *resume_dir) {
     run_tok_src *s = calloc(RUN_TOK_SOURCES, sizeof *s);
     if (!s) return CT_ERR(CT_ERR_OOM, "out of memory checking the tokenizers");
     int n;
-    ct_status st = run_tok_sources(cfg, resume_dir, s, &n);
+    ct_status st = run_tok_sources(cfg, resume_dir, s, &n, true);
     if (!st) st = run_tok_agree(s, n);
     free(s);
     return st;
@@ -148,7 +152,7 @@ ct_status run_tokenizer_write(const ct_config *cfg, const char *resume_dir, cons
     run_tok_src *s = calloc(RUN_TOK_SOURCES, sizeof *s);
     if (!s) return CT_ERR(CT_ERR_OOM, "out of memory writing the tokenizer");
     int n;
-    ct_status st = run_tok_sources(cfg, resume_dir, s, &n);
+    ct_status st = run_tok_sources(cfg, resume_dir, s, &n, false);
     if (!st) st = run_tok_agree(s, n);
     const run_tok_src *known = NULL;
     ct_tokenizer *t = NULL;
