@@ -7,6 +7,7 @@
 #define CT_CLI_H
 #include "ctrain/config.h"
 #include "ctrain/core.h"
+#include "ctrain/data.h"
 
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
@@ -28,12 +29,17 @@ int cli_fail(const char *cmd);
 /* Print a usage error; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) CT_PRINTF(2, 3);
 
-/* Parse --config FILE, --print-config and key=value arguments into cfg. A
+/* Parse --config FILE, --print-config, --tokenizer DIR (data.tokenizer) and
+ * key=value arguments into cfg. A
  * tuned profile's settings (tune.signature, tune.settings) apply after the
  * file and before the key=value overrides.
  * Returns 0 to go on, 1 when the config was printed (caller exits 0), 2 on
  * error (already printed). */
 int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool *print_only);
+/* model.arch from model.preset when one is set (a preset decides the
+ * architecture), warning when a given model.arch differs; gpt2 when model.arch
+ * is unset ("") and no preset names one. Call once the config is complete. */
+void cli_config_arch(const char *cmd, ct_config *cfg);
 /* The backend of commands without a config (eval, sample): CTRAIN_DEVICE
  * when set, as run.device spells it. CT_ERR_ARG for a bad name. */
 ct_status cli_device_from_env(ct_ctx_params *cp);
@@ -96,6 +102,29 @@ void cli_sampler_see(cli_sampler *s, int32_t id);
  *     top-p (as before top-p existed), largest first with it.
  * One ct_rng_double per sampled (not greedy) token. */
 int cli_sample_token(cli_sampler *s, const float *logits, const cli_sample_params *p, ct_rng *rng);
+
+/* ---- end of sequence (sample, chat) */
+
+#define CLI_MAX_EOS 16
+
+/* The ids that end a generation, and where they came from. */
+typedef struct cli_eos {
+    int32_t ids[CLI_MAX_EOS];
+    int n;
+    char from[CT_PATH_MAX + 96]; /* for messages; "" when there are none */
+} cli_eos;
+
+/* The model's end-of-sequence ids, as transformers' generate finds them:
+ * eos_token_id (a number, or a list: every id of it, as Llama 3's
+ * <|end_of_text|> and <|eot_id|>) of model_dir's generation_config.json, else
+ * of its config.json, else the tokenizer's end-of-sequence token
+ * (tokenizer_config.json's eos_token, GPT-2's <|endoftext|>). model_dir and
+ * tok may be NULL. Ids outside 0..V-1 are left out; a file that is not JSON is
+ * warned about on stderr ("ctrain CMD: warning: ...") and passed over. */
+void cli_eos_find(const char *cmd, cli_eos *e, const char *model_dir, const ct_tokenizer *tok, int V);
+/* Add id (when in 0..V-1, new and there is room). */
+void cli_eos_add(cli_eos *e, int32_t id, int V);
+bool cli_eos_has(const cli_eos *e, int32_t id);
 
 /* ---- output on stdout */
 

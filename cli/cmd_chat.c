@@ -8,7 +8,9 @@
  * keeps the conversation: when the new prompt starts with the ids it holds,
  * only the rest is read. A reply ends at an end-of-sequence id, --max-new
  * tokens or a full context; a conversation that outgrows the context loses
- * its oldest exchanges. Leaves out: tools, multi-line turns, stop strings
+ * its oldest exchanges. --prompts FILE answers each conversation of a file
+ * (JSONL messages, so turns may hold newlines) on its own instead.
+ * Leaves out: tools, multi-line turns on stdin, stop strings
  * and rewinding the cache to a common prefix (the library has no such call:
  * a prompt that departs from the cached ids is read again from position 0).
  */
@@ -26,8 +28,6 @@
 #include "data/chat_template.h"
 #include "io/fileio.h"
 #include "train/eval.h"
-
-#define CHAT_MAX_EOS 16
 
 typedef enum chat_stop {
     CHAT_STOP_EOS = 0,
@@ -56,8 +56,7 @@ typedef struct chat {
     float *logits;        /* (V) */
     int V, n_ctx;
     long max_new;
-    int32_t eos[CHAT_MAX_EOS]; /* ids that end a reply */
-    int n_eos;
+    cli_eos eos;          /* ids that end a reply (none with --ignore-eos) */
     int32_t *cache;       /* (n_ctx) the ids the KV cache holds, in order */
     size_t n_cache;
     ct_tokens prompt;     /* this turn's rendered conversation */
@@ -215,12 +214,6 @@ static ct_status chat_stream(chat *c) {
     return CT_OK;
 }
 
-static bool chat_is_eos(const chat *c, int32_t id) {
-    for (int k = 0; k < c->n_eos; k++)
-        if (c->eos[k] == id) return true;
-    return false;
-}
-
 /* Generate the reply to c->prompt (already in the cache, its logits in
  * c->logits); *stop says why it ended. */
 static ct_status chat_generate(chat *c, chat_stop *stop) {
@@ -233,7 +226,7 @@ static ct_status chat_generate(chat *c, chat_stop *stop) {
     c->len = 0;
     for (;;) {
         int32_t id = cli_sample_token(&c->s, c->logits, &c->sp, &c->rng);
-        if (chat_is_eos(c, id)) {
+        if (cli_eos_has(&c->eos, id)) {
             *stop = CHAT_STOP_EOS;
             return CT_OK;
         }
@@ -274,49 +267,25 @@ static void chat_finish(chat *c, long turn, const char *reply, size_t reply_len,
 
 /* ------------------------------------------------------------ setup */
 
-static void chat_add_eos(chat *c, int32_t id) {
-    if (id < 0 || id >= c->V || chat_is_eos(c, id) || c->n_eos >= CHAT_MAX_EOS) return;
-    c->eos[c->n_eos++] = id;
-}
-
-/* The ids that end a reply: the tokenizer's end-of-text, the template's
- * eos_token (when it is one token) and generation_config.json's
- * eos_token_id (a number or a list) in gen_dir (may be NULL). */
+/* The ids that end a reply: the model's (cli_eos_find: generation_config.json's
+ * or config.json's eos_token_id in gen_dir, which may be NULL, else the
+ * tokenizer's EOS), and beside them the tokenizer's end-of-text and the
+ * template's eos_token (when it is one token): a turn ends at the end of turn. */
 static void chat_eos_ids(chat *c, const char *gen_dir) {
-    chat_add_eos(c, ct_tokenizer_eot(c->tok));
+    cli_eos_find("chat", &c->eos, gen_dir, c->tok, c->V);
+    cli_eos_add(&c->eos, ct_tokenizer_eot(c->tok), c->V);
     const char *eos = ct_chat_template_token(c->tpl, "eos_token");
     if (eos && eos[0]) {
         ct_tokens ids = {0};
         if (ct_tokenizer_encode(c->tok, c->ts, eos, strlen(eos), CT_TOK_ADDED_TOKENS, &ids) == CT_OK &&
             ids.n == 1)
-            chat_add_eos(c, ids.ids[0]);
+            cli_eos_add(&c->eos, ids.ids[0], c->V);
         else
             fprintf(stderr, "ctrain chat: warning: the template's eos_token \"%s\" is not one token: "
                     "it does not end a reply\n", eos);
         ct_error_clear();
         ct_tokens_free(&ids);
     }
-    if (!gen_dir || !gen_dir[0]) return;
-    char path[CT_EVAL_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/generation_config.json", gen_dir);
-    if (access(path, F_OK) != 0) return;
-    char *text = NULL;
-    size_t len = 0;
-    cJSON *root = NULL;
-    if (ct_file_read_all(path, &text, &len) == CT_OK) root = cJSON_ParseWithLength(text, len);
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
-    if (!root)
-        fprintf(stderr, "ctrain chat: warning: %s does not parse: its eos_token_id is not used\n", path);
-    if (cJSON_IsNumber(e)) chat_add_eos(c, (int32_t)e->valuedouble);
-    const cJSON *it;
-    if (cJSON_IsArray(e)) {
-        cJSON_ArrayForEach(it, e) {
-            if (cJSON_IsNumber(it)) chat_add_eos(c, (int32_t)it->valuedouble);
-        }
-    }
-    ct_error_clear();
-    cJSON_Delete(root);
-    free(text);
 }
 
 /* The chat template: --chat-template FILE, else the one beside the
@@ -338,6 +307,7 @@ static void chat_usage(void) {
     printf("usage: ctrain chat --model DIR [--adapter DIR] [--system TEXT] [--max-new N]\n"
            "                   [--temperature X] [--top-k K] [--top-p P] [--repetition-penalty R]\n"
            "                   [--seed S] [--chat-template FILE] [--threads N] [--json]\n"
+           "                   [--prompts FILE] [--ignore-eos]\n"
            "Chats with a model through its chat template: each line of stdin is a user turn\n"
            "(an empty line is skipped, end of input ends the chat; on a terminal the prompt\n"
            "is \"> \" on stderr). The whole conversation is rendered with the template and\n"
@@ -356,11 +326,20 @@ static void chat_usage(void) {
            "                     the RNG is seeded once, for the whole chat (default 1337)\n"
            "  --chat-template FILE  a template instead of the model's: a .jinja file, or a\n"
            "                     JSON file with a chat_template\n"
-           "  --json             one line per turn: {\"turn\", \"reply\", \"tokens\" (the reply's\n"
+           "  --prompts FILE     instead of stdin: each line a conversation of its own,\n"
+           "                     answered with one reply (the RNG seeded with --seed for\n"
+           "                     each); FILE.jsonl (or .ndjson): a JSON list of {\"role\",\n"
+           "                     \"content\"} messages per line, {\"messages\": [...]}, or a\n"
+           "                     string (one user message); another file: a user message per\n"
+           "                     line. --system goes first where there is no system message\n"
+           "  --ignore-eos       a reply goes on past an end-of-sequence id (to --max-new)\n"
+           "  --json             one line per turn: {\"turn\" (with --prompts: the conversation's\n"
+           "                     number), \"reply\", \"tokens\" (the reply's\n"
            "                     ids), \"prompt_tokens\", \"cached_tokens\" (prompt ids the cache\n"
            "                     already held), \"stop\": \"eos\" | \"max_new\" | \"n_ctx\"}\n"
-           "A reply ends at an end-of-sequence id (the tokenizer's, the template's eos_token,\n"
-           "generation_config.json's eos_token_id), after --max-new tokens, or when the\n"
+           "A reply ends at an end-of-sequence id (generation_config.json's eos_token_id, a\n"
+           "number or a list, else config.json's; the tokenizer's end-of-text; the template's\n"
+           "eos_token), after --max-new tokens, or when the\n"
            "context (n_ctx) is full. When the conversation leaves less than\n"
            "min(--max-new, n_ctx/2) positions for the reply, its oldest exchanges are dropped\n"
            "(the system message stays; said on stderr); a single message that fills the\n"
@@ -370,10 +349,10 @@ static void chat_usage(void) {
 /* ------------------------------------------------------------ command */
 
 typedef struct chat_args {
-    const char *model, *adapter, *system, *tpl_file;
+    const char *model, *adapter, *system, *tpl_file, *prompts;
     long max_new, top_k, seed, threads;
     double temperature, top_p, penalty;
-    bool json;
+    bool json, ignore_eos;
 } chat_args;
 
 /* 0 to go on, 1 after --help, 2 after a usage error. */
@@ -390,6 +369,10 @@ static int chat_parse(const char *cmd, int argc, char **argv, chat_args *a) {
             a->json = true;
             continue;
         }
+        if (!strcmp(o, "--ignore-eos")) {
+            a->ignore_eos = true;
+            continue;
+        }
         if (!v) return cli_usage_error(cmd, "option '%s' needs a value", o);
         const char *bad = NULL;
         if (!strcmp(o, "--model")) a->model = v;
@@ -398,6 +381,7 @@ static int chat_parse(const char *cmd, int argc, char **argv, chat_args *a) {
             if (ct_utf8_valid_prefix(v, strlen(v)) < strlen(v)) bad = "not valid UTF-8";
             else a->system = v;
         } else if (!strcmp(o, "--chat-template")) a->tpl_file = v;
+        else if (!strcmp(o, "--prompts")) a->prompts = v;
         else if (!strcmp(o, "--max-new")) {
             if (cli_parse_long(v, 1, 1 << 24, &a->max_new)) bad = "expected a positive integer";
         } else if (!strcmp(o, "--top-k")) {
@@ -497,6 +481,137 @@ static int chat_loop(const char *cmd, chat *c, chat_conv *cv) {
     return rc;
 }
 
+/* ------------------------------------------------------------ --prompts FILE */
+
+/* role as the conversation's static string; NULL for another. */
+static const char *chat_role(const char *r) {
+    static const char *const roles[] = {"system", "user", "assistant"};
+    for (size_t i = 0; i < sizeof roles / sizeof *roles; i++)
+        if (!strcmp(r, roles[i])) return roles[i];
+    return NULL;
+}
+
+/* The messages of JSONL value v (an array of {"role", "content"}, an object
+ * with such "messages", or a string: one user message) appended to cv.
+ * CT_ERR_ARG naming what is wrong (the caller names the line). */
+static ct_status chat_conv_from_json(chat_conv *cv, const cJSON *v) {
+    if (cJSON_IsString(v)) {
+        size_t n = strlen(v->valuestring);
+        if (ct_utf8_valid_prefix(v->valuestring, n) < n)
+            return CT_ERR(CT_ERR_ARG, "the message is not valid UTF-8");
+        return conv_push(cv, "user", v->valuestring, n);
+    }
+    const cJSON *msgs = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "messages") : v;
+    if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs))
+        return CT_ERR(CT_ERR_ARG, "expected a conversation: a list of {\"role\", \"content\"} "
+                      "messages, an object with \"messages\", or a string");
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(m, "content");
+        const char *role = cJSON_IsString(r) ? chat_role(r->valuestring) : NULL;
+        if (!role || !cJSON_IsString(t))
+            return CT_ERR(CT_ERR_ARG, "message %d: expected {\"role\": \"system\" | \"user\" | "
+                          "\"assistant\", \"content\": a string}", i + 1);
+        if (ct_utf8_valid_prefix(t->valuestring, strlen(t->valuestring)) < strlen(t->valuestring))
+            return CT_ERR(CT_ERR_ARG, "message %d: its content is not valid UTF-8", i + 1);
+        ct_status st = conv_push(cv, role, t->valuestring, strlen(t->valuestring));
+        if (st) return st;
+        i++;
+    }
+    return CT_OK;
+}
+
+/* One conversation of --prompts: cv answered with one reply (number k). */
+static ct_status chat_answer(chat *c, chat_conv *cv, long k, long seed) {
+    int dropped = 0;
+    size_t reused = 0;
+    chat_stop stop = CHAT_STOP_EOS;
+    ct_rng_init(&c->rng, (uint64_t)seed); /* each conversation as if alone */
+    ct_status st = chat_fit(c, cv, &dropped);
+    if (!st && dropped)
+        fprintf(stderr, "ctrain chat: conversation %ld outgrew the context (n_ctx %d): dropped its "
+                "oldest %d exchange%s\n", k, c->n_ctx, dropped, dropped == 1 ? "" : "s");
+    if (!st) st = chat_prefill(c, &reused);
+    if (!st) st = chat_generate(c, &stop);
+    if (st) {
+        if (!c->json) printf("\n");
+        return st;
+    }
+    size_t reply_len = 0;
+    char *reply = chat_clean(c->text ? c->text : "", c->len, &reply_len);
+    if (!reply) return CT_ERR(CT_ERR_OOM, "out of memory for the reply");
+    chat_finish(c, k, reply, reply_len, reused, stop);
+    free(reply);
+    return CT_OK;
+}
+
+/* --prompts FILE: each line one conversation of its own, answered with one
+ * reply (in order, one output line each): FILE.jsonl / .ndjson holds a JSON
+ * conversation per line (blank lines skipped), any other file a user message
+ * per line. --system goes first when a conversation has no system message.
+ * 0, or 2 after printing the error. */
+static int chat_prompts(const char *cmd, chat *c, const chat_args *a) {
+    char *text = NULL;
+    size_t len = 0;
+    if (ct_file_read_all(a->prompts, &text, &len)) {
+        ct_error_prefix("--prompts");
+        return cli_fail(cmd);
+    }
+    size_t fl = strlen(a->prompts);
+    bool jsonl = (fl > 6 && !strcmp(a->prompts + fl - 6, ".jsonl")) ||
+                 (fl > 7 && !strcmp(a->prompts + fl - 7, ".ndjson"));
+    char *p = text, *end = text + len;
+    long k = 0;
+    int rc = 0;
+    for (long line = 1; p < end && !rc; line++) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        char *e = nl ? nl : end;
+        if (e > p && e[-1] == '\r') e--;
+        *e = '\0';
+        char *at = p;
+        p = nl ? nl + 1 : end;
+        if (at[strspn(at, " \t")] == '\0') continue;
+        chat_conv cv = {0};
+        ct_status st = CT_OK;
+        if (jsonl) {
+            cJSON *v = cJSON_Parse(at);
+            st = v ? chat_conv_from_json(&cv, v) : CT_ERR(CT_ERR_ARG, "not JSON");
+            cJSON_Delete(v);
+        } else {
+            size_t bad = ct_utf8_valid_prefix(at, strlen(at));
+            st = bad < strlen(at) ? CT_ERR(CT_ERR_ARG, "invalid UTF-8 at byte offset %zu", bad)
+                                  : conv_push(&cv, "user", at, strlen(at));
+        }
+        if (!st && a->system && strcmp(cv.msg[0].role, "system") != 0) {
+            st = conv_push(&cv, "system", a->system, strlen(a->system));
+            if (!st) { /* it goes first */
+                ct_chat_msg sys = cv.msg[cv.n - 1];
+                memmove(cv.msg + 1, cv.msg, (cv.n - 1) * sizeof *cv.msg);
+                cv.msg[0] = sys;
+            }
+        }
+        if (st) {
+            ct_error_prefix("--prompts %s line %ld", a->prompts, line);
+            rc = cli_fail(cmd);
+        } else {
+            cv.first = !strcmp(cv.msg[0].role, "system") ? 1 : 0;
+            if ((st = chat_answer(c, &cv, ++k, a->seed))) {
+                ct_error_prefix("--prompts %s line %ld", a->prompts, line);
+                rc = cli_fail(cmd);
+            } else if (ferror(stdout)) {
+                fprintf(stderr, "ctrain %s: error: writing stdout: %s\n", cmd, strerror(errno));
+                rc = 2;
+            }
+        }
+        conv_free(&cv);
+    }
+    if (!rc && k == 0) rc = cli_usage_error(cmd, "--prompts %s holds no conversation", a->prompts);
+    free(text);
+    return rc;
+}
+
 int cmd_chat(int argc, char **argv) {
     const char *cmd = "chat";
     chat_args a;
@@ -552,7 +667,7 @@ int cmd_chat(int argc, char **argv) {
     c.escape = !isatty(STDOUT_FILENO);
     ct_rng_init(&c.rng, (uint64_t)a.seed);
     if (!(c.ts = ct_tok_state_new(tok))) goto fail;
-    chat_eos_ids(&c, model_dir);
+    if (!a.ignore_eos) chat_eos_ids(&c, model_dir);
     if (cli_sampler_init(&c.s, c.V)) goto fail;
     c.logits = malloc((size_t)c.V * sizeof *c.logits);
     c.cache = malloc((size_t)c.n_ctx * sizeof *c.cache);
@@ -564,7 +679,7 @@ int cmd_chat(int argc, char **argv) {
         if (conv_push(&cv, "system", a.system, strlen(a.system))) goto fail;
         cv.first = 1;
     }
-    rc = chat_loop(cmd, &c, &cv);
+    rc = a.prompts ? chat_prompts(cmd, &c, &a) : chat_loop(cmd, &c, &cv);
     goto done;
 oom:
     fprintf(stderr, "ctrain chat: error: out of memory\n");

@@ -241,6 +241,11 @@ static int prepare_sft(ct_sft_opts *so, bool quiet) {
         fprintf(stderr, " (--max-len %lld, %s)", (long long)so->max_len,
                 so->max_len_policy == CT_SFT_LEN_DROP ? "drop" : "truncate");
     fprintf(stderr, "; skipped %lld bad line%s\n", (long long)r.bad_lines, r.bad_lines == 1 ? "" : "s");
+    if (so->val_fraction > 0 && r.val_examples == 0)
+        fprintf(stderr, "ctrain prepare: warning: --val-fraction %g put none of the %lld example%s "
+                "into the validation split (chosen by a hash of each example): no val shard was "
+                "written; give more examples, or --val-examples N\n", so->val_fraction,
+                (long long)r.examples, r.examples == 1 ? "" : "s");
     return 0;
 }
 
@@ -475,6 +480,12 @@ int cmd_prepare(int argc, char **argv) {
             (long long)r.docs_tokenized, (long long)r.chunks_cached, (long long)r.chunks);
     if (r.bad_lines) fprintf(stderr, "; skipped %lld bad lines", (long long)r.bad_lines);
     fputc('\n', stderr);
+    if (o.val_fraction > 0 && r.val_documents == 0)
+        fprintf(stderr, "ctrain prepare: warning: --val-fraction %g put none of the %lld document%s "
+                "into the validation split (a document goes whole to one split, chosen by a hash "
+                "of its text): no val shard was written. Split the text into more documents "
+                "(--separator '\\n\\n', one JSONL line each, or several files)\n", o.val_fraction,
+                (long long)r.documents, r.documents == 1 ? "" : "s");
     if (!no_cache) {
         char line[256];
         ct_cache_format_stats(&r.cache, line, sizeof line);

@@ -5,7 +5,11 @@
  * greedy. Prints the generated ids, space-separated, on stdout (the prompt is
  * not repeated); with --tokenizer DIR the prompt is text and the output is
  * text (refused when the model directory carries another tokenizer beside its
- * weights). Several prompts give one line each (--json: one object each).
+ * weights). Generation ends at the model's end-of-sequence ids (as
+ * transformers' generate: generation_config.json, config.json, the
+ * tokenizer's EOS), a --stop or --tokens. Several prompts (--prompt, or
+ * --prompts FILE of lines or JSONL strings) give one line each (--json: one
+ * object each).
  * A LoRA run or PEFT adapter is merged into its base in memory first.
  * When prompt + generation outgrow the context, the window slides (see
  * sample_generate). Leaves out: beam search, batched prompts (each prompt is
@@ -15,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cJSON.h>
 
 #include "cli.h"
 #include "core/strbuf.h"
@@ -47,6 +53,7 @@ typedef struct sample_run {
     stop_seq *stops;
     int n_stops;
     size_t hold;      /* bytes (text) or ids held back while streaming: a stop may begin there */
+    cli_eos eos;      /* ids that end the generation (none with --ignore-eos) */
     bool json, escape;
 } sample_run;
 
@@ -60,6 +67,7 @@ typedef struct gen {
     long n_gen;
     int slides;
     bool stopped;
+    bool eos;        /* it ended at an end-of-sequence id (stopped too; not in the output) */
     bool keep_bos;   /* the window keeps hist[0] (a BOS the prompt was given) */
 } gen;
 
@@ -155,6 +163,11 @@ static ct_status sample_generate(sample_run *r, gen *g) {
         g->hist[g->n_hist++] = id;
         cli_sampler_see(&r->s, id);
         g->n_gen++;
+        if (cli_eos_has(&r->eos, id)) {
+            /* the end of the sequence: counted, not output (a stop pending stays out too) */
+            g->stopped = g->eos = true;
+            break;
+        }
         if ((st = gen_append(r, g, id))) return st;
         gen_print(r, g, false);
         if (g->stopped || t + 1 == r->n_tokens) break;
@@ -312,7 +325,8 @@ static void sample_finish(sample_run *r, gen *g, const char *prompt) {
         for (size_t i = 0; i < g->out; i++) printf("%s%d", i ? ", " : "", g->hist[g->n_prompt + i]);
         printf("]");
     }
-    printf(", \"tokens\": %ld, \"stopped\": \"%s\"}\n", g->n_gen, g->stopped ? "stop" : "length");
+    printf(", \"tokens\": %ld, \"stopped\": \"%s\"}\n", g->n_gen,
+           g->eos ? "eos" : g->stopped ? "stop" : "length");
     fflush(stdout);
 }
 
@@ -337,45 +351,81 @@ static int sample_check_tokenizer(const char *cmd, const ct_tokenizer *tok, cons
     return cli_fail(cmd);
 }
 
+/* Whether --prompts FILE is JSONL (by its name, as prepare tells). */
+static bool sample_is_jsonl(const char *file) {
+    size_t n = strlen(file);
+    return (n > 6 && !strcmp(file + n - 6, ".jsonl")) || (n > 7 && !strcmp(file + n - 7, ".ndjson"));
+}
+
+/* JSONL line p (NUL-terminated, inside *text): a JSON string, or an object
+ * with a "prompt" string; the prompt is written over the line (it is never
+ * longer). 0, or 2 after printing the error. */
+static int sample_jsonl_prompt(const char *cmd, const char *file, int line, char *p) {
+    cJSON *v = cJSON_Parse(p);
+    const cJSON *s = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "prompt") : v;
+    if (!cJSON_IsString(s)) {
+        int rc = cli_usage_error(cmd, "--prompts %s line %d: %s: expected a JSON string (or an "
+                                 "object with a \"prompt\" string) per line", file, line,
+                                 !v ? "not JSON" : cJSON_IsObject(v) ? "no \"prompt\" string"
+                                                                     : "not a string");
+        cJSON_Delete(v);
+        return rc;
+    }
+    memmove(p, s->valuestring, strlen(s->valuestring) + 1);
+    cJSON_Delete(v);
+    return 0;
+}
+
 /* The prompts: every --prompt in order, then each line of --prompts FILE (a
- * final newline ends the last line; "\r\n" counts as one). *text owns the
- * file's bytes the lines point into. */
-static int sample_read_prompts(const char *cmd, const char *file, const char **list, int *n,
-                               int cap, char **text) {
+ * final newline ends the last line; "\r\n" counts as one): the line's text,
+ * or for FILE.jsonl / .ndjson the JSON string on it (blank lines skipped),
+ * so a prompt may hold newlines. *text owns the file's bytes the prompts
+ * point into; lines[i] gets the line of list[i] (0 for --prompt). */
+static int sample_read_prompts(const char *cmd, const char *file, const char **list, int *lines,
+                               int *n, int cap, char **text) {
     size_t len = 0;
     if (ct_file_read_all(file, text, &len)) {
         ct_error_prefix("--prompts");
         return cli_fail(cmd);
     }
     char *p = *text, *end = *text + len;
+    bool jsonl = sample_is_jsonl(file);
     if (len == 0) return cli_usage_error(cmd, "--prompts %s is empty: expected one prompt per line", file);
-    while (p < end) {
+    for (int line = 1; p < end; line++) {
         char *nl = memchr(p, '\n', (size_t)(end - p));
         char *e = nl ? nl : end;
         if (e > p && e[-1] == '\r') e--;
         *e = '\0';
+        char *at = p;
+        p = nl ? nl + 1 : end;
+        if (jsonl && at[strspn(at, " \t")] == '\0') continue;
+        if (jsonl && sample_jsonl_prompt(cmd, file, line, at)) return 2;
         if (*n >= cap)
             return cli_usage_error(cmd, "--prompts %s: more than %d prompts", file, cap);
-        list[(*n)++] = p;
-        p = nl ? nl + 1 : end;
+        lines[*n] = line;
+        list[(*n)++] = at;
     }
+    if (*n == 0) return cli_usage_error(cmd, "--prompts %s holds no prompt", file);
     return 0;
 }
 
 static void sample_usage(void) {
     printf("usage: ctrain sample --model DIR [--prompt TEXT]... [--prompts FILE] [--tokens N]\n"
            "                     [--temperature X] [--top-k K] [--top-p P]\n"
-           "                     [--repetition-penalty R] [--stop STR]... [--seed S]\n"
-           "                     [--threads N] [--tokenizer DIR] [--base DIR] [--json]\n"
+           "                     [--repetition-penalty R] [--stop STR]... [--ignore-eos]\n"
+           "                     [--seed S] [--threads N] [--tokenizer DIR] [--base DIR] [--json]\n"
            "                     [--logits FILE]\n"
-           "Generates N tokens after each prompt. DIR is a Hugging Face model directory,\n"
-           "a checkpoint, a run directory, or a LoRA run / PEFT adapter (merged into its\n"
-           "base in memory; --base DIR names the base when the adapter does not).\n"
+           "Generates up to N tokens after each prompt, ending at the model's end-of-sequence\n"
+           "token. DIR is a Hugging Face model directory, a checkpoint, a run directory, or a\n"
+           "LoRA run / PEFT adapter (merged into its base in memory; --base DIR names the base\n"
+           "when the adapter does not).\n"
            "  --prompt TEXT      ids \"1 2 3\", or text with --tokenizer; repeatable\n"
-           "  --prompts FILE     one prompt per line, after the --prompt ones; each prompt\n"
-           "                     is generated on its own, the RNG seeded with --seed for each\n"
-           "  --tokens N         tokens to generate (default 64); past the model's context\n"
-           "                     the window slides: the last n_ctx/2 tokens are re-read\n"
+           "  --prompts FILE     one prompt per line, after the --prompt ones; FILE.jsonl\n"
+           "                     (or .ndjson): one JSON string per line (or {\"prompt\": ...}),\n"
+           "                     so a prompt may hold newlines; each prompt is generated on\n"
+           "                     its own, the RNG seeded with --seed for each\n"
+           "  --tokens N         tokens to generate at most (default 64); past the model's\n"
+           "                     context the window slides: the last n_ctx/2 tokens are re-read\n"
            "  --temperature X    0 is greedy (default 1)\n"
            "  --top-k K          keep the K most likely tokens (0: all)\n"
            "  --top-p P          keep the most likely tokens up to probability P (1: all)\n"
@@ -383,16 +433,20 @@ static void sample_usage(void) {
            "                     already in the context by R (1: none)\n"
            "  --stop STR         stop when the generated text contains STR (not printed);\n"
            "                     without --tokenizer, STR is a token id sequence; repeatable\n"
+           "  --ignore-eos       go on past the end-of-sequence token (it is then printed)\n"
            "  --tokenizer DIR    the prompt is text and the output is text; DIR holds\n"
            "                     encoder.json + vocab.bpe, vocab.json + merges.txt or\n"
            "                     tokenizer.json (a run directory holds its model's); it must be\n"
            "                     the tokenizer beside the model's weights when there is one\n"
            "  --json             one line per prompt: {\"prompt\", \"text\" or \"ids\", \"tokens\",\n"
-           "                     \"stopped\": \"stop\" | \"length\"}\n"
+           "                     \"stopped\": \"eos\" | \"stop\" | \"length\"}\n"
            "  --logits FILE      generate nothing: write the logits after each token of the\n"
            "                     first prompt, read one at a time through the KV cache, to\n"
            "                     FILE as JSON {\"ids\": [...], \"logits\": [[...], ...]}\n"
-           "Several prompts print one line each (text with \\n, \\r and \\\\ escaped).\n");
+           "The end-of-sequence ids are generation_config.json's eos_token_id (a number or a\n"
+           "list: any of them ends it), else config.json's, else the tokenizer's EOS token;\n"
+           "the EOS is not printed. Several prompts print one line each (text with \\n, \\r\n"
+           "and \\\\ escaped).\n");
 }
 
 /* ------------------------------------------------------------ command */
@@ -405,7 +459,7 @@ int cmd_sample(int argc, char **argv) {
     int n_prompts = 0, n_stops = 0;
     long n_tokens = 64, top_k = 0, seed = 1337, threads = 0;
     double temperature = 1.0, top_p = 1.0, penalty = 1.0;
-    bool json = false;
+    bool json = false, ignore_eos = false;
     prompts = calloc(SAMPLE_MAX_PROMPTS, sizeof *prompts);
     if (!prompts) {
         fprintf(stderr, "ctrain sample: error: out of memory\n");
@@ -422,6 +476,10 @@ int cmd_sample(int argc, char **argv) {
         }
         if (!strcmp(a, "--json")) {
             json = true;
+            continue;
+        }
+        if (!strcmp(a, "--ignore-eos")) {
+            ignore_eos = true;
             continue;
         }
         if (!v) {
@@ -482,9 +540,12 @@ int cmd_sample(int argc, char **argv) {
     gen g = {0};
     size_t *plen = NULL;
     int32_t **pids = NULL;
+    int *plines = NULL;
     int n_all = n_prompts;
 
-    if (prompts_file && (rc = sample_read_prompts(cmd, prompts_file, prompts, &n_all,
+    plines = calloc(SAMPLE_MAX_PROMPTS, sizeof *plines);
+    if (!plines) goto oom;
+    if (prompts_file && (rc = sample_read_prompts(cmd, prompts_file, prompts, plines, &n_all,
                                                   SAMPLE_MAX_PROMPTS, &file_text)))
         goto done;
     rc = 2;
@@ -532,6 +593,12 @@ int cmd_sample(int argc, char **argv) {
     }
 
     r.tok = tok;
+    /* the model's end of sequence: its generation_config.json or config.json (beside the
+     * base an adapter was merged into), else the tokenizer's */
+    if (!ignore_eos) {
+        const char *gen_dir = src->adapter ? src->base : src->dir;
+        cli_eos_find(cmd, &r.eos, gen_dir, tok, V);
+    }
     if ((rc = sample_stops(cmd, &r, stop_args, n_stops, V))) goto done;
     rc = 2;
 
@@ -547,7 +614,7 @@ int cmd_sample(int argc, char **argv) {
         char which[CT_PATH_MAX + 64] = "--prompt";
         if (k >= n_prompts && prompts_file)
             snprintf(which, sizeof which, "prompt %d (--prompts %s line %d)", k + 1, prompts_file,
-                     k - n_prompts + 1);
+                     plines[k]);
         else if (n_all > 1)
             snprintf(which, sizeof which, "prompt %d", k + 1);
         size_t n = 0;
@@ -622,6 +689,7 @@ done:
         for (int k = 0; k < n_all; k++) free(pids[k]);
     free(pids);
     free(plen);
+    free(plines);
     if (r.stops)
         for (int k = 0; k < r.n_stops; k++) free(r.stops[k].ids);
     free(r.stops);

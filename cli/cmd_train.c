@@ -202,8 +202,12 @@ static void print_progress(const ct_step_info *s, void *user) {
 int cmd_train(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: ctrain train [--config FILE.yaml] [--print-config] [key=value ...]\n"
-                   "Keys are dotted paths (optim.lr=1e-3); --print-config lists them all.\n");
+            printf("usage: ctrain train [--config FILE.yaml] [--print-config] [--tokenizer DIR]\n"
+                   "                    [key=value ...]\n"
+                   "Keys are dotted paths (optim.lr=1e-3); --print-config lists them all.\n"
+                   "--tokenizer DIR is data.tokenizer=DIR: the model's tokenizer, when the files\n"
+                   "beside model.init_from do not load (the run is refused otherwise) or it has\n"
+                   "none; it must match the shards' (manifest.json) and goes into run.dir.\n");
             return 0;
         }
     }

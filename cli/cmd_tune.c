@@ -7,7 +7,7 @@
  * `ctrain train --config` reads. The config is read as given: a profile's own
  * tune.settings are not applied here, so re-tuning starts from the base. It
  * says how noisy the timings were, which candidates were faster only inside
- * the noise, and warns when the machine was busy.
+ * the noise, and warns when the machine was busy or the timings noisy.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +33,8 @@ static void tune_usage(void) {
            "Each trial is repeated until its noise band ((max - min) / median of its runs)\n"
            "is known; the config's own settings stay unless another setting is faster by\n"
            "more than the noise band (and 2%%), confirmed by interleaved runs at the end.\n"
-           "It warns when other processes were using the CPUs (a busy machine).\n");
+           "It warns when other processes were using the CPUs (a busy machine), and when\n"
+           "the timings spread more than 10%% without such load (a noisy machine).\n");
 }
 
 /* --level FILE: a YAML file of tune.* keys only; its search keys replace cfg's. */
@@ -109,15 +110,25 @@ static void tune_warn_busy(const ct_tune_result *r) {
                 "implausibly low for these cores (theoretical %.1f GFLOP/s) or beaten by a "
                 "trial: the machine was busy; MFU is against the %s peak %.1f GFLOP/s\n",
                 r->gemm_measured_gflops, r->theory_gflops, r->peak_source, r->gemm_peak_gflops);
-    if (!r->busy) return;
-    fprintf(stderr, "ctrain tune: warning: the machine is busy: other processes used %s before "
-            "the search and %s during it; the noise band of the timings is %.1f%% (up to "
-            "%.1f%% for a repeated setting). The settings were measured under that load (a "
-            "thread count that wins on a busy machine may lose on a quiet one), and none won "
-            "by less than its noise. Re-run ctrain tune when the machine is quiet.\n",
-            load_str(r->others_before, r->cores, before, sizeof before),
-            load_str(r->others_during, r->cores, during, sizeof during), 100.0 * r->noise_band,
-            100.0 * (r->max_spread > r->noise_band ? r->max_spread : r->noise_band));
+    double spread = r->max_spread > r->noise_band ? r->max_spread : r->noise_band;
+    load_str(r->others_before, r->cores, before, sizeof before);
+    load_str(r->others_during, r->cores, during, sizeof during);
+    if (r->busy) {
+        fprintf(stderr, "ctrain tune: warning: the machine is busy: other processes used %s "
+                "before the search and %s during it; the noise band of the timings is %.1f%% (up "
+                "to %.1f%% for a repeated setting). The settings were measured under that load (a "
+                "thread count that wins on a busy machine may lose on a quiet one), and none won "
+                "by less than its noise. Re-run ctrain tune when the machine is quiet.\n",
+                before, during, 100.0 * r->noise_band, 100.0 * spread);
+    } else if (r->noisy) {
+        /* not others' load: frequency scaling, a virtual machine's neighbours, heat */
+        fprintf(stderr, "ctrain tune: warning: the timings are noisy: a repeated setting spread "
+                "up to %.1f%% (noise band %.1f%%) while other processes used %s before the search "
+                "and %s during it, not enough to call the machine busy (noise without their load "
+                "comes from CPU frequency changes, a virtual machine's neighbours or heat). No "
+                "setting won by less than its noise; re-run ctrain tune to confirm the choice.\n",
+                100.0 * spread, 100.0 * r->noise_band, before, during);
+    }
 }
 
 /* s as the inside of a JSON string (quotes, backslashes and controls escaped). */
@@ -139,13 +150,15 @@ static void print_json(const ct_tune_result *r, const char *out, const char *set
            "\"elapsed_s\": %.3f, \"budget_hit\": %s, \"best\": %d, \"start\": %d, "
            "\"noise_band\": %.5f, \"threshold\": %.5f, \"max_spread\": %.5f, \"inside_noise\": %d, "
            "\"confirm_gain\": %.5f, \"unconfirmed\": %s, \"others_cpus_before\": %.3f, "
-           "\"others_cpus_during\": %.3f, \"busy\": %s, \"settings\": \"%s\", \"profile\": ",
+           "\"others_cpus_during\": %.3f, \"busy\": %s, \"noisy\": %s, \"settings\": \"%s\", "
+           "\"profile\": ",
            r->signature, r->level, r->cores, r->gemm_peak_gflops, r->gemm_measured_gflops,
            r->theory_gflops, r->peak_source, r->membw_gbps, r->limit, r->effective_batch, r->T,
            r->elapsed_s, r->budget_hit ? "true" : "false", r->best, r->start, r->noise_band,
            r->threshold, r->max_spread, r->inside_noise, r->confirm_gain,
            r->unconfirmed ? "true" : "false",
-           r->others_before, r->others_during, r->busy ? "true" : "false", settings);
+           r->others_before, r->others_during, r->busy ? "true" : "false",
+           r->noisy ? "true" : "false", settings);
     json_str(out);
     printf(", \"trials\": [");
     for (int i = 0; i < r->n_trials; i++) {
@@ -187,6 +200,7 @@ int cmd_tune(int argc, char **argv) {
     bool json = false, print_only = false;
     ct_config cfg;
     ct_config_default(&cfg);
+    cfg.model.arch[0] = '\0'; /* unset: the preset's (cli_config_arch) */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -225,6 +239,7 @@ int cmd_tune(int argc, char **argv) {
         if (a[0] == '-') continue;
         if (ct_config_apply_override(&cfg, a)) return cli_fail("tune");
     }
+    cli_config_arch("tune", &cfg);
     if (ct_config_validate(&cfg)) return cli_fail("tune");
     if (print_only) {
         char *yaml = ct_config_to_yaml(&cfg);

@@ -2,7 +2,7 @@
  * What every subcommand shares: the error printers, the configuration loader
  * (defaults, the YAML file, a tuned profile's settings, then key=value
  * overrides), the backend named by CTRAIN_DEVICE, number arguments, and the
- * token sampler and output escapes of `sample` and `chat`. main.c dispatches
+ * token sampler, end-of-sequence ids and output escapes of `sample` and `chat`. main.c dispatches
  * to cmd_*.c, and they call down into this file, never back into main.c.
  */
 #include <errno.h>
@@ -13,9 +13,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cJSON.h>
+
 #include "cli.h"
 #include "backend/device.h"
 #include "ctrain/data.h"
+#include "ctrain/model.h"
+#include "io/fileio.h"
 #include "perf/bench.h"
 #include "tools/tune.h"
 
@@ -115,8 +119,23 @@ static void cli_dir_of_file(const char *cmd, const char *key, char *path, size_t
     snprintf(path, cap, "%s", dir);
 }
 
+void cli_config_arch(const char *cmd, ct_config *cfg) {
+    bool given = cfg->model.arch[0] != '\0';
+    ct_model_config pc;
+    if (cfg->model.preset[0] && ct_model_config_preset(&pc, cfg->model.preset) == CT_OK) {
+        const char *arch = ct_model_family_name(pc.family); /* gpt2, llama, qwen3, ... */
+        if (given && strcmp(cfg->model.arch, arch) != 0 && !cfg->model.init_from[0])
+            fprintf(stderr, "ctrain %s: warning: model.arch = %s is not used: model.preset = %s is "
+                    "a %s model\n", cmd, cfg->model.arch, cfg->model.preset, arch);
+        snprintf(cfg->model.arch, sizeof cfg->model.arch, "%s", arch);
+    }
+    ct_error_clear(); /* an unknown preset: the run names it */
+    if (!cfg->model.arch[0]) snprintf(cfg->model.arch, sizeof cfg->model.arch, "gpt2");
+}
+
 int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool *print_only) {
     ct_config_default(cfg);
+    cfg->model.arch[0] = '\0'; /* unset: the preset's (cli_config_arch) */
     /* CTRAIN_DEVICE: the default of run.device (the test suite runs on sim) */
     const char *dev = getenv("CTRAIN_DEVICE");
     if (dev && *dev) snprintf(cfg->run.device, sizeof cfg->run.device, "%s", dev);
@@ -126,6 +145,9 @@ int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool
         if (!strcmp(argv[i], "--config")) {
             if (i + 1 >= argc) return cli_usage_error(cmd, "--config needs a file");
             config_path = argv[++i];
+        } else if (!strcmp(argv[i], "--tokenizer")) {
+            if (i + 1 >= argc) return cli_usage_error(cmd, "--tokenizer needs a directory or file");
+            i++;
         } else if (!strcmp(argv[i], "--print-config")) {
             *print_only = true;
         }
@@ -140,9 +162,14 @@ int cli_load_config(const char *cmd, int argc, char **argv, ct_config *cfg, bool
             continue;
         }
         if (!strcmp(argv[i], "--print-config") || !strcmp(argv[i], "--json")) continue;
+        if (!strcmp(argv[i], "--tokenizer")) { /* data.tokenizer, in its place among the overrides */
+            if (ct_config_set(cfg, "data.tokenizer", argv[++i], "--tokenizer")) return cli_fail(cmd);
+            continue;
+        }
         if (argv[i][0] == '-') return cli_usage_error(cmd, "unknown option '%s'", argv[i]);
         if (ct_config_apply_override(cfg, argv[i])) return cli_fail(cmd);
     }
+    cli_config_arch(cmd, cfg);
     cli_dir_of_file(cmd, "model.init_from", cfg->model.init_from, sizeof cfg->model.init_from);
     cli_dir_of_file(cmd, "lora.init_from", cfg->lora.init_from, sizeof cfg->lora.init_from);
     return 0;
@@ -166,6 +193,64 @@ int cli_parse_double(const char *s, double lo, double hi, double *out) {
     if (errno || end == s || *end || !(v >= lo && v <= hi)) return -1;
     *out = v;
     return 0;
+}
+
+/* ------------------------------------------------------------ end of sequence */
+
+bool cli_eos_has(const cli_eos *e, int32_t id) {
+    for (int k = 0; k < e->n; k++)
+        if (e->ids[k] == id) return true;
+    return false;
+}
+
+void cli_eos_add(cli_eos *e, int32_t id, int V) {
+    if (id < 0 || id >= V || cli_eos_has(e, id) || e->n >= CLI_MAX_EOS) return;
+    e->ids[e->n++] = id;
+}
+
+/* eos_token_id of dir/name (a number, a list or null) into e; whether the
+ * file names any. A file that does not parse is warned about. */
+static bool eos_from_file(const char *cmd, cli_eos *e, const char *dir, const char *name, int V) {
+    char path[CT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return false;
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    if (ct_file_read_all(path, &text, &len) == CT_OK) root = cJSON_ParseWithLength(text, len);
+    ct_error_clear();
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        fprintf(stderr, "ctrain %s: warning: %s is not a JSON object: its eos_token_id is not "
+                "used\n", cmd, path);
+        cJSON_Delete(root);
+        return false;
+    }
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id"), *it;
+    int before = e->n;
+    if (cJSON_IsNumber(x)) cli_eos_add(e, (int32_t)x->valuedouble, V);
+    if (cJSON_IsArray(x)) {
+        cJSON_ArrayForEach(it, x) {
+            if (cJSON_IsNumber(it)) cli_eos_add(e, (int32_t)it->valuedouble, V);
+        }
+    }
+    cJSON_Delete(root);
+    if (e->n == before) return false;
+    snprintf(e->from, sizeof e->from, "%s's eos_token_id", path);
+    return true;
+}
+
+void cli_eos_find(const char *cmd, cli_eos *e, const char *model_dir, const ct_tokenizer *tok, int V) {
+    memset(e, 0, sizeof *e);
+    if (model_dir && model_dir[0] &&
+        (eos_from_file(cmd, e, model_dir, "generation_config.json", V) ||
+         eos_from_file(cmd, e, model_dir, "config.json", V)))
+        return;
+    if (tok && ct_tokenizer_eot(tok) >= 0) {
+        cli_eos_add(e, ct_tokenizer_eot(tok), V);
+        if (e->n) snprintf(e->from, sizeof e->from, "the tokenizer's end-of-sequence token");
+    }
 }
 
 /* ------------------------------------------------------------ sampling */

@@ -6,13 +6,15 @@ set -euo pipefail
 
 # libopenmpi-dev + openmpi-bin: data parallel under mpirun (the build runs as one
 # process without them). clang + libclang-rt-14-dev (libFuzzer's runtime,
-# libclang_rt.fuzzer-x86_64.a; only recommended by clang, so named here): `make fuzz`.
+# libclang_rt.fuzzer-x86_64.a; only recommended by clang, so named here): `make fuzz`;
+# libomp-dev: OpenMP for clang, so that `make test`'s clang build of the library
+# compiles the OpenMP code paths gcc compiles.
 # libcurl4-openssl-dev: shards read from http(s):// and s3:// (data.train, prepare --out).
 # libdnnl-dev: oneDNN, the fp32 GEMMs (run.gemm; OpenBLAS stays for the rest of BLAS).
 # libutf8proc-dev: Unicode normalisation (NFC and co.) for tokenizer.json normalizers.
 build_pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libyaml-dev libcjson-dev
             libpcre2-dev libxxhash-dev libzstd-dev libutf8proc-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev libdnnl-dev
-            clang libclang-rt-14-dev)
+            clang libclang-rt-14-dev libomp-dev)
 # Test-time references only: PyTorch for parity, node for reference data,
 # headless Chromium to render `ctrain report` pages and check their console,
 # iproute2 (`ip netns`) for the two-host test (tests/cli/test_mpi_hosts.py),

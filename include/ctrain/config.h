@@ -28,6 +28,8 @@ typedef struct ct_config {
     struct {
         char train[CT_PATH_MAX]; /* shard file, glob or directory */
         char val[CT_PATH_MAX];
+        char tokenizer[CT_PATH_MAX]; /* the model's tokenizer when its directory's files do not
+                                      * load or it has none; "" = the model's or the shards' */
         bool shuffle;
         bool packing;         /* instruction data: several examples per row (false: one, padded) */
         bool group_by_length; /* instruction data: batch examples of similar length */
@@ -39,6 +41,7 @@ typedef struct ct_config {
         char readahead[CT_NAME_MAX];   /* bytes fetched ahead of the reader */
         int64_t retries;               /* attempts after the first, per request */
         double timeout_s;              /* connect / stalled-transfer timeout */
+        bool offline;                  /* the disk cache only, never the network */
     } data;
     struct {
         int64_t batch_size; /* 0: auto (the planner picks it under run.memory_limit) */

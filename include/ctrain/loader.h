@@ -64,6 +64,8 @@ typedef struct ct_loader_opts {
     int64_t readahead;     /* data.readahead, bytes fetched ahead (default 256 MiB) */
     int retries;           /* data.retries (-1: default 5) */
     double timeout_s;      /* data.timeout_s (0: default 30) */
+    bool offline;          /* data.offline: read the disk cache only (manifest and blocks),
+                            * never the network */
 } ct_loader_opts;
 
 /* split "train", B = T = 1, no vocabulary check, sequential, seed 0, rank 0 of

@@ -132,9 +132,14 @@ CT_API bool ct_model_layer_slides(const ct_model_config *cfg, int l);
 /* The RoPE inverse frequencies of cfg's sliding layers (HS/2 floats): those
  * of rope_local_theta, unscaled. */
 CT_API void ct_model_rope_inv_freq_local(const ct_model_config *cfg, float *out);
-/* The model_type of a family ("gpt2", "llama", "mistral", "qwen2", "qwen3";
- * "?" outside the enum) and the reverse (false for a name no family has).
- * Static strings. */
+/* Make a LLaMA-layout config (ct_model_config_llama's) family f, with that
+ * family's switches and defaults: Qwen2's q,k,v biases, Qwen3's and Gemma's
+ * q/k norms, Gemma's norms, GeGLU, embedding scale, layer pattern and local
+ * RoPE base (its window stays the caller's: 0, none). Sizes are untouched. */
+CT_API void ct_model_config_family(ct_model_config *cfg, ct_family f);
+/* The model_type of a family ("gpt2", "llama", "mistral", "qwen2", "qwen3",
+ * "gemma3_text"; "?" outside the enum) and the reverse (false for a name no
+ * family has). Static strings. */
 CT_API const char *ct_model_family_name(ct_family f);
 CT_API bool ct_model_family_from_name(const char *name, ct_family *out);
 /* The RoPE inverse frequencies of cfg into out (HS/2 floats), computed as

@@ -213,10 +213,7 @@ void ct_bf16_to_f32_array(float *restrict dst, const uint16_t *restrict src, siz
 #ifdef CT_USE_OPENMP
 #pragma omp parallel for simd schedule(static) if (n >= BF16_PARALLEL_MIN)
 #endif
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        memcpy(&dst[i], &u, sizeof u);
-    }
+    for (size_t i = 0; i < n; i++) dst[i] = f32_from_bits((uint32_t)src[i] << 16);
 }
 
 void ct_f32_round_bf16_array(float *dst, const float *src, size_t n) {
@@ -226,8 +223,7 @@ void ct_f32_round_bf16_array(float *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &src[i], sizeof u);
-        u = (uint32_t)bf16_round_bits(u) << 16;
-        memcpy(&dst[i], &u, sizeof u);
+        dst[i] = f32_from_bits((uint32_t)bf16_round_bits(u) << 16);
     }
 }
 

@@ -197,16 +197,19 @@ static void count(ct_blockcache *c, int64_t *field) {
 
 /* ------------------------------------------------------------ get / put */
 
-/* Open block file and check its header against len; fills hash and time.
- * Returns the descriptor, or -1 (the file is deleted when it is bad). */
-static int open_block(ct_blockcache *c, const char *path, size_t len, uint64_t *hash,
-                      struct stat *sb) {
+/* Open block file and check its header against *len (SIZE_MAX: any length,
+ * set from the header); fills hash and time. Returns the descriptor, or -1
+ * (the file is deleted when it is bad). */
+static int open_block(ct_blockcache *c, const char *path, size_t *len, uint64_t *hash,
+                      struct stat *sb, uint64_t *stored) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
     uint8_t h[BLK_HEADER];
-    bool ok = fstat(fd, sb) == 0 && (size_t)sb->st_size == BLK_HEADER + len &&
-              pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h &&
-              !memcmp(h, BLK_MAGIC, 8) && ct_le_load_u64(h + 8) == (uint64_t)len;
+    bool ok = fstat(fd, sb) == 0 && pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h &&
+              !memcmp(h, BLK_MAGIC, 8);
+    if (ok && *len == SIZE_MAX && sb->st_size >= BLK_HEADER) *len = (size_t)ct_le_load_u64(h + 8);
+    ok = ok && (uint64_t)sb->st_size == BLK_HEADER + (uint64_t)*len &&
+         ct_le_load_u64(h + 8) == (uint64_t)*len;
     if (!ok) {
         close(fd);
         unlink(path);
@@ -215,6 +218,7 @@ static int open_block(ct_blockcache *c, const char *path, size_t len, uint64_t *
     }
     *hash = ct_le_load_u64(h + 16);
     uint64_t fetched = ct_le_load_u64(h + 24);
+    if (stored) *stored = fetched;
     if (c->ttl_s > 0 && (double)time(NULL) - (double)fetched > c->ttl_s) {
         close(fd);
         unlink(path);
@@ -235,10 +239,46 @@ bool ct_blockcache_has(ct_blockcache *c, const char *key, int64_t idx, size_t le
     blk_path(c, path, sizeof path, key, idx);
     uint64_t hash;
     struct stat sb;
-    int fd = open_block(c, path, len, &hash, &sb);
+    int fd = open_block(c, path, &len, &hash, &sb, NULL);
     if (fd < 0) return false;
     close(fd);
     touch(path, &sb);
+    return true;
+}
+
+bool ct_blockcache_get_all(ct_blockcache *c, const char *key, int64_t idx, size_t max, char **out,
+                           size_t *len, double *stored) {
+    *out = NULL;
+    *len = 0;
+    char path[CT_PATH_MAX + 64];
+    blk_path(c, path, sizeof path, key, idx);
+    uint64_t hash, when = 0;
+    struct stat sb;
+    size_t n = SIZE_MAX;
+    int fd = open_block(c, path, &n, &hash, &sb, &when);
+    if (fd < 0) return false;
+    char *buf = n <= max ? malloc(n + 1) : NULL;
+    size_t got = 0;
+    while (buf && got < n) {
+        ssize_t r = pread(fd, buf + got, n - got, (off_t)(BLK_HEADER + got));
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!buf || got != n || ct_block_hash(buf, n) != hash) {
+        if (buf) { /* torn or corrupt: drop it (too large or no memory: keep it) */
+            unlink(path);
+            count(c, &c->st.corrupt);
+        }
+        free(buf);
+        return false;
+    }
+    buf[n] = '\0';
+    touch(path, &sb);
+    count(c, &c->st.hits);
+    *out = buf;
+    *len = n;
+    if (stored) *stored = (double)when;
     return true;
 }
 
@@ -248,7 +288,7 @@ bool ct_blockcache_get(ct_blockcache *c, const char *key, int64_t idx, void *buf
     blk_path(c, path, sizeof path, key, idx);
     uint64_t hash;
     struct stat sb;
-    int fd = open_block(c, path, len, &hash, &sb);
+    int fd = open_block(c, path, &len, &hash, &sb, NULL);
     if (fd < 0) {
         count(c, &c->st.misses);
         return false;

@@ -42,6 +42,13 @@ void ct_blockcache_close(ct_blockcache *c); /* NULL is fine */
  * that xxh3-64 (the manifest's); a file that fails is deleted. Thread-safe. */
 bool ct_blockcache_get(ct_blockcache *c, const char *key, int64_t idx, void *buf, size_t len,
                        uint64_t expect);
+/* Block idx of key whatever its length (a whole small object, such as a
+ * manifest, kept as one block): owned *out (malloc, NUL-terminated beyond
+ * *len; release with free), *stored the Unix time it was put. false (nothing
+ * allocated) when it is absent, expired, fails its checksum or is larger than
+ * max bytes. Thread-safe. */
+bool ct_blockcache_get_all(ct_blockcache *c, const char *key, int64_t idx, size_t max, char **out,
+                           size_t *len, double *stored);
 /* Whether a usable block is there, without reading its data (header only). */
 bool ct_blockcache_has(ct_blockcache *c, const char *key, int64_t idx, size_t len);
 /* Store block idx of key (atomic: temp file and rename), then evict the least

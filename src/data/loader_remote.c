@@ -11,7 +11,9 @@
  * the pass goes on; the reader tries them once more when it gets there, so a
  * run stops only at a batch that cannot be read then, never earlier.
  * Instruction data (a `ctrain prepare --format sft` output) at a URL is
- * recognised by its manifest and refused for now.
+ * recognised by its manifest and refused for now. The manifest comes from
+ * the disk cache when the server cannot be reached or data.offline is set
+ * (ct_remote_list).
  * Leaves out: the fetching itself (shard_remote.c).
  */
 #include "data/loader_int.h"
@@ -35,31 +37,15 @@ static ct_remote_data_opts remote_opts(const ct_loader_opts *o) {
     if (o->readahead > 0) r.readahead = o->readahead;
     if (o->retries >= 0) r.net.retries = o->retries;
     if (o->timeout_s > 0) r.net.timeout_s = o->timeout_s;
+    r.offline = o->offline;
     return r;
 }
 
-/* Refuse instruction data: its manifest (beside the shards, as ct_remote_list
- * finds it) says ctrain-sft/1. A manifest that cannot be had was already
- * dealt with by ct_remote_list. */
-static ct_status remote_refuse_sft(const char *spec, const ct_remote_opts *net) {
-    size_t sl = strlen(spec);
-    char murl[CT_PATH_MAX + 16], disp[CT_PATH_MAX];
-    if (sl + 16 > sizeof murl) return CT_OK;
-    if (sl > 4 && !strcmp(spec + sl - 4, ".bin")) {
-        const char *slash = strrchr(spec, '/');
-        snprintf(murl, sizeof murl, "%.*smanifest.json", (int)(slash - spec + 1), spec);
-    } else {
-        snprintf(murl, sizeof murl, "%s%smanifest.json", spec, spec[sl - 1] == '/' ? "" : "/");
-    }
-    char *text = NULL;
-    size_t len = 0;
-    if (ct_remote_get(murl, (size_t)256 << 20, &text, &len, net)) { /* shard_remote.c's limit */
-        ct_error_clear();
-        return CT_OK;
-    }
-    bool sft = loader_sft_manifest_says_sft(text, len);
-    free(text);
-    if (!sft) return CT_OK;
+/* Refuse instruction data: its manifest (text, from ct_remote_list; NULL for
+ * a lone shard without one) says ctrain-sft/1. */
+static ct_status remote_refuse_sft(const char *spec, const char *text, size_t len) {
+    if (!text || !loader_sft_manifest_says_sft(text, len)) return CT_OK;
+    char disp[CT_PATH_MAX];
     ct_status st = CT_ERR(CT_ERR_ARG, "%s: instruction data from URLs is not supported yet; "
                           "this `ctrain prepare --format sft` output must be read from a local "
                           "directory", ct_remote_display(spec, disp, sizeof disp));
@@ -83,8 +69,14 @@ ct_status loader_remote_open(ct_loader *l, const ct_loader_opts *o) {
     if (st) return st;
     ct_remote_shard_info *info = NULL;
     int n = 0, vocab = 0;
-    if ((st = ct_remote_list(o->spec, l->split_name, &ro.net, &info, &n, &vocab))) return st;
-    if ((st = remote_refuse_sft(o->spec, &ro.net))) {
+    char *manifest = NULL;
+    size_t mlen = 0;
+    if ((st = ct_remote_list(l->remote, o->spec, l->split_name, &info, &n, &vocab, &manifest,
+                             &mlen)))
+        return st;
+    st = remote_refuse_sft(o->spec, manifest, mlen);
+    free(manifest);
+    if (st) {
         ct_remote_shard_info_free(info, n);
         return st;
     }

@@ -732,6 +732,7 @@ ct_status remote_run(const remote_target *t, remote_req *r, const ct_remote_opts
     if (!(op.backoff_s >= 0)) op.backoff_s = 0;
     r->content_length = r->total = -1;
     r->etag[0] = '\0';
+    r->transient = false;
 
     size_t ulen = strlen(t->url) + (r->query ? strlen(r->query) + 1 : 0) + 1;
     char *url = malloc(ulen);
@@ -772,6 +773,7 @@ ct_status remote_run(const remote_target *t, remote_req *r, const ct_remote_opts
     free(x);
     free(url);
     if (v == REMOTE_DONE) return CT_OK;
+    r->transient = v == REMOTE_RETRY;
     ct_status code = kind == REMOTE_K_OOM ? CT_ERR_OOM : CT_ERR_IO;
     if (r->quiet) return code;
     char suffix[96] = "";
@@ -833,14 +835,21 @@ ct_status ct_remote_get_range(const char *url, int64_t off, int64_t len, void *b
 
 ct_status ct_remote_get(const char *url, size_t max, char **data, size_t *len,
                         const ct_remote_opts *o) {
+    return ct_remote_get_ex(url, max, data, len, o, NULL);
+}
+
+ct_status ct_remote_get_ex(const char *url, size_t max, char **data, size_t *len,
+                           const ct_remote_opts *o, bool *transient) {
     *data = NULL;
     if (len) *len = 0;
+    if (transient) *transient = false;
     remote_target t;
     ct_status st = remote_target_init(&t, url);
     if (st) return remote_finish(&t, st);
     remote_buf b = {.max = max};
     remote_req r = {.method = "GET", .out = &b, .fd = -1};
     st = remote_run(&t, &r, o);
+    if (transient) *transient = st && r.transient;
     if (st == CT_OK && !b.data) { /* an empty object */
         b.data = malloc(1);
         if (!b.data) st = CT_ERR(CT_ERR_OOM, "%s: out of memory", t.disp);

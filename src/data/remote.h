@@ -53,6 +53,11 @@ ct_status ct_remote_get_range(const char *url, int64_t off, int64_t len, void *b
  * Errors: CT_ERR_IO, CT_ERR_OOM, CT_ERR_ARG. */
 ct_status ct_remote_get(const char *url, size_t max, char **data, size_t *len,
                         const ct_remote_opts *o);
+/* ct_remote_get that also says (*transient, may be NULL) whether a failure is
+ * one retries may cure (the server unreachable, timing out, answering 5xx):
+ * no answer about the object, as against a 404, 403 or a bad URL. */
+ct_status ct_remote_get_ex(const char *url, size_t max, char **data, size_t *len,
+                           const ct_remote_opts *o, bool *transient);
 /* Object size in bytes (HEAD; for S3 too; a 1-byte range GET when HEAD gives no
  * length). 404 -> CT_ERR_IO naming the URL. */
 ct_status ct_remote_size(const char *url, int64_t *size, const ct_remote_opts *o);

@@ -64,6 +64,8 @@ typedef struct remote_req {
     int64_t content_length; /* of the last 2xx response; -1 unknown */
     int64_t total;          /* object size from a Content-Range; -1 unknown */
     char etag[256];         /* the last response's ETag */
+    bool transient;         /* it failed in a way retries may cure (unreachable, timeouts,
+                               5xx): the server gave no answer about the object */
 } remote_req;
 
 /* Run r against t with retries and backoff; counts requests, retries and bytes.

@@ -1,34 +1,26 @@
 /*
- * Remote token shards (see shard_remote.h): the manifest, the per-block
- * states of a shard (absent, on disk, being fetched, failed), fetching runs
- * of blocks checked against the manifest, the memory tier, and the manifest
- * fields prepare writes for each shard.
+ * Remote token shards (see shard_remote.h): the context (the disk cache, the
+ * memory tier, whether the network may be used), the per-block states of a
+ * shard (absent, on disk, being fetched, failed), and fetching runs of blocks
+ * checked against the manifest.
  * A block's state is this process's knowledge only: the disk cache is shared
  * and may lose a block at any time (eviction by another run), so a reader
- * that finds a block gone fetches it again.
- * Leaves out: HTTP and S3 (remote.c), the read-ahead order (loader_remote.c).
+ * that finds a block gone fetches it again (once, when the server could not
+ * be reached at the start; never under data.offline).
+ * Leaves out: the manifest (remote_manifest.c), HTTP and S3 (remote.c), the
+ * read-ahead order (loader_remote.c).
  */
-#include "data/shard_remote.h"
+#include "data/shard_remote_int.h"
 
 #include "core/dtype.h"
-#include "ctrain/config.h" /* CT_PATH_MAX */
 #include "data/shard.h"
 
-#include <cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
-
-#define MANIFEST_MAX ((size_t)256 << 20) /* bytes: a larger manifest.json is refused */
-#define ERR_MAX 1024
 
 /* A block's state in this process. FAILED: the last fetch ran out of retries
  * (the reader tries once more itself, the read-ahead passes over it); BAD: its
@@ -49,30 +41,12 @@ ct_remote_data_opts ct_remote_data_opts_default(void) {
 
 /* ---------------------------------------------------------------- context */
 
-typedef struct mem_slot {
-    const ct_rshard *owner; /* NULL: free */
-    int64_t block;
-    uint64_t used;          /* LRU clock */
-    size_t len;
-    uint8_t *data;          /* block_bytes */
-} mem_slot;
-
-struct ct_remote_ctx {
-    ct_remote_data_opts o;
-    char cache_dir[CT_PATH_MAX];
-    ct_blockcache *cache;
-    pthread_mutex_t mu; /* slots, clock, stats */
-    mem_slot slots[CT_REMOTE_MEM_SLOTS];
-    uint64_t clock;
-    ct_remote_data_stats st;
-    bool warned_cache_write;
-};
-
 ct_status ct_remote_ctx_open(ct_remote_ctx **out, const ct_remote_data_opts *o) {
     *out = NULL;
     ct_remote_ctx *c = calloc(1, sizeof *c);
     if (!c) return CT_ERR(CT_ERR_OOM, "out of memory for remote data");
     c->o = *o;
+    c->net = o->offline ? REMOTE_NET_OFF : REMOTE_NET_ON;
     if (o->cache_dir && o->cache_dir[0]) snprintf(c->cache_dir, sizeof c->cache_dir, "%s", o->cache_dir);
     else ct_blockcache_default_dir(c->cache_dir, sizeof c->cache_dir);
     c->o.cache_dir = c->cache_dir;
@@ -105,218 +79,6 @@ void ct_remote_ctx_stats(ct_remote_ctx *c, ct_remote_data_stats *out) {
     pthread_mutex_unlock(&c->mu);
 }
 
-/* ---------------------------------------------------------------- manifest */
-
-void ct_remote_shard_info_free(ct_remote_shard_info *v, int n) {
-    if (!v) return;
-    for (int i = 0; i < n; i++) {
-        free(v[i].url);
-        free(v[i].blocks);
-    }
-    free(v);
-}
-
-static int cmp_info(const void *a, const void *b) {
-    return strcmp(((const ct_remote_shard_info *)a)->url, ((const ct_remote_shard_info *)b)->url);
-}
-
-static bool is_hex(const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
-    return s[n] == '\0';
-}
-
-static double num_field(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : -1;
-}
-
-/* One manifest entry into *out (url = base + file). */
-static ct_status parse_entry(const char *murl, const char *base, const cJSON *e,
-                             ct_remote_shard_info *out) {
-    const cJSON *file = cJSON_GetObjectItemCaseSensitive(e, "file");
-    const char *f = cJSON_IsString(file) ? file->valuestring : NULL;
-    if (!f || !f[0] || strchr(f, '/') || !strcmp(f, "..") || strlen(f) > 255)
-        return CT_ERR(CT_ERR_FORMAT, "%s: a shard's \"file\" is missing or not a plain file name",
-                      murl);
-    double tokens = num_field(e, "tokens"), version = num_field(e, "version");
-    double bytes = num_field(e, "bytes");
-    if (tokens < 1 || tokens > INT32_MAX || tokens != (double)(int64_t)tokens ||
-        (version != 1 && version != 2))
-        return CT_ERR(CT_ERR_FORMAT, "%s: shard %s: \"tokens\" (1..%d) or \"version\" (1 or 2) "
-                      "missing or out of range", murl, f, INT32_MAX);
-    out->ntok = (int64_t)tokens;
-    out->tsize = version == 1 ? 2 : 4;
-    int64_t expect = CT_SHARD_HEADER_BYTES + out->ntok * out->tsize;
-    if (bytes >= 0 && bytes != (double)expect)
-        return CT_ERR(CT_ERR_FORMAT, "%s: shard %s: \"bytes\" is %.0f but %" PRId64 " tokens of "
-                      "%d bytes make %" PRId64, murl, f, bytes, out->ntok, out->tsize, expect);
-    out->bytes = expect;
-    size_t ul = strlen(base) + strlen(f) + 1;
-    if (!(out->url = malloc(ul))) return CT_ERR(CT_ERR_OOM, "out of memory reading %s", murl);
-    snprintf(out->url, ul, "%s%s", base, f);
-    const cJSON *h = cJSON_GetObjectItemCaseSensitive(e, "xxh3_128");
-    if (cJSON_IsString(h) && strlen(h->valuestring) == 32 && is_hex(h->valuestring, 32))
-        memcpy(out->hash, h->valuestring, 33);
-    const cJSON *bl = cJSON_GetObjectItemCaseSensitive(e, "blocks");
-    double bb = num_field(e, "block_bytes");
-    if (!cJSON_IsArray(bl)) return CT_OK; /* an older manifest: lengths are checked, no hashes */
-    if (bb != (double)CT_REMOTE_BLOCK_BYTES)
-        return CT_ERR(CT_ERR_FORMAT, "%s: shard %s: \"block_bytes\" is %.0f, expected %" PRId64,
-                      murl, f, bb, CT_REMOTE_BLOCK_BYTES);
-    int64_t nb = (expect + CT_REMOTE_BLOCK_BYTES - 1) / CT_REMOTE_BLOCK_BYTES;
-    if (cJSON_GetArraySize(bl) != nb)
-        return CT_ERR(CT_ERR_FORMAT, "%s: shard %s lists %d block hashes, expected %" PRId64
-                      " for %" PRId64 " bytes", murl, f, cJSON_GetArraySize(bl), nb, expect);
-    if (!(out->blocks = calloc((size_t)nb, sizeof *out->blocks)))
-        return CT_ERR(CT_ERR_OOM, "out of memory reading %s", murl);
-    int64_t i = 0;
-    const cJSON *x;
-    cJSON_ArrayForEach(x, bl) {
-        if (!cJSON_IsString(x) || strlen(x->valuestring) != 16 || !is_hex(x->valuestring, 16))
-            return CT_ERR(CT_ERR_FORMAT, "%s: shard %s: block hash %" PRId64 " is not 16 hex "
-                          "digits", murl, f, i);
-        out->blocks[i++] = strtoull(x->valuestring, NULL, 16);
-    }
-    out->block_bytes = CT_REMOTE_BLOCK_BYTES;
-    out->n_blocks = nb;
-    return CT_OK;
-}
-
-/* A shard URL without a manifest: its header gives the size. */
-static ct_status info_from_header(const char *url, const ct_remote_opts *net,
-                                  ct_remote_shard_info *out) {
-    uint8_t h[12];
-    ct_status st = ct_remote_get_range(url, 0, sizeof h, h, net);
-    if (st) return st;
-    uint32_t magic = ct_le_load_u32(h), version = ct_le_load_u32(h + 4);
-    uint32_t ntok = ct_le_load_u32(h + 8);
-    if (magic != CT_SHARD_MAGIC || (version != 1 && version != 2) || ntok < 1 ||
-        ntok > (uint32_t)INT32_MAX)
-        return CT_ERR(CT_ERR_FORMAT, "%s: not a token shard (magic %" PRIu32 ", version %" PRIu32
-                      ", expected %d and 1 or 2)", url, magic, version, CT_SHARD_MAGIC);
-    out->ntok = ntok;
-    out->tsize = version == 1 ? 2 : 4;
-    out->bytes = CT_SHARD_HEADER_BYTES + out->ntok * out->tsize;
-    int64_t size;
-    if ((st = ct_remote_size(url, &size, net))) return st;
-    if (size != out->bytes)
-        return CT_ERR(CT_ERR_FORMAT, "%s: the header says %" PRId64 " tokens of %d bytes (%"
-                      PRId64 " bytes) but the object is %" PRId64 " bytes", url, out->ntok,
-                      out->tsize, out->bytes, size);
-    if (!(out->url = strdup(url))) return CT_ERR(CT_ERR_OOM, "out of memory");
-    return CT_OK;
-}
-
-ct_status ct_remote_manifest_parse(const char *text, size_t len, const char *murl,
-                                   const char *base, const char *split, const char *fname,
-                                   ct_remote_shard_info **out, int *n, int *vocab_size) {
-    *out = NULL;
-    *n = 0;
-    *vocab_size = 0;
-    cJSON *m = cJSON_ParseWithLength(text, len);
-    const cJSON *shards = cJSON_IsObject(m) ? cJSON_GetObjectItemCaseSensitive(m, "shards") : NULL;
-    if (!cJSON_IsArray(shards)) {
-        cJSON_Delete(m);
-        return CT_ERR(CT_ERR_FORMAT, "%s: expected a ctrain prepare manifest (a JSON object with "
-                      "a \"shards\" array)", murl);
-    }
-    const cJSON *tk = cJSON_GetObjectItemCaseSensitive(m, "tokenizer");
-    double vs = cJSON_IsObject(tk) ? num_field(tk, "vocab_size") : -1;
-    if (vs > 0 && vs <= INT32_MAX) *vocab_size = (int)vs;
-    int cap = cJSON_GetArraySize(shards), cnt = 0, other = 0;
-    ct_remote_shard_info *v = calloc((size_t)(cap ? cap : 1), sizeof *v);
-    if (!v) {
-        cJSON_Delete(m);
-        return CT_ERR(CT_ERR_OOM, "out of memory reading %s", murl);
-    }
-    ct_status st = CT_OK;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, shards) {
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(e, "file");
-        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(e, "split");
-        if (fname) {
-            if (!cJSON_IsString(f) || strcmp(f->valuestring, fname)) continue;
-        } else if (!cJSON_IsString(sp) || strcmp(sp->valuestring, split)) {
-            other++;
-            continue;
-        }
-        if ((st = parse_entry(murl, base, e, &v[cnt]))) break;
-        cnt++;
-    }
-    cJSON_Delete(m);
-    if (!st && cnt == 0) {
-        if (fname)
-            st = CT_ERR(CT_ERR_FORMAT, "%s does not list %s", murl, fname);
-        else if (other)
-            st = CT_ERR(CT_ERR_IO, "%s: lists no %s shards (its %d shard(s) are another split's: "
-                        "`ctrain prepare` made no %s split)", murl, split, other, split);
-        else
-            st = CT_ERR(CT_ERR_FORMAT, "%s: lists no shards", murl);
-    }
-    if (!st) qsort(v, (size_t)cnt, sizeof *v, cmp_info); /* the order a local directory has */
-    /* two entries of one file would read its windows twice an epoch */
-    for (int i = 0; !st && i + 1 < cnt; i++)
-        if (!strcmp(v[i].url, v[i + 1].url))
-            st = CT_ERR(CT_ERR_FORMAT, "%s lists %s twice", murl, v[i].url + strlen(base));
-    if (st) { /* entry cnt may hold what parse_entry had allocated when it failed */
-        ct_remote_shard_info_free(v, cnt < cap ? cnt + 1 : cnt);
-        return st;
-    }
-    *out = v;
-    *n = cnt;
-    return CT_OK;
-}
-
-ct_status ct_remote_list(const char *spec, const char *split, const ct_remote_opts *net,
-                         ct_remote_shard_info **out, int *n, int *vocab_size) {
-    *out = NULL;
-    *n = 0;
-    *vocab_size = 0;
-    size_t sl = strlen(spec);
-    bool one = sl > 4 && !strcmp(spec + sl - 4, ".bin");
-    char base[CT_PATH_MAX], murl[CT_PATH_MAX + 16], disp[CT_PATH_MAX];
-    if (sl + 2 > sizeof base) return CT_ERR(CT_ERR_ARG, "data.%s: URL too long", split);
-    if (one) {
-        const char *slash = strrchr(spec, '/');
-        snprintf(base, sizeof base, "%.*s", (int)(slash - spec + 1), spec);
-    } else {
-        snprintf(base, sizeof base, "%s%s", spec, spec[sl - 1] == '/' ? "" : "/");
-    }
-    snprintf(murl, sizeof murl, "%smanifest.json", base);
-    ct_remote_display(murl, disp, sizeof disp);
-    char *text = NULL;
-    size_t len = 0;
-    ct_status st = ct_remote_get(murl, MANIFEST_MAX, &text, &len, net);
-    if (st && one) {
-        /* a lone shard: usable without a manifest, checked by length only */
-        char why[512];
-        snprintf(why, sizeof why, "%s", ct_last_error());
-        ct_error_clear();
-        ct_remote_shard_info *v = calloc(1, sizeof *v);
-        if (!v) return CT_ERR(CT_ERR_OOM, "out of memory");
-        if ((st = info_from_header(spec, net, v))) {
-            ct_remote_shard_info_free(v, 1);
-            return st;
-        }
-        ct_log(CT_LOG_WARN, "%s: no manifest.json beside it (%s): its blocks are checked for "
-               "length only (a ctrain prepare output has hashes for every block)",
-               ct_remote_display(spec, disp, sizeof disp), why);
-        *out = v;
-        *n = 1;
-        return CT_OK;
-    }
-    if (st) { /* the URL is in the message; the caller names the key */
-        ct_error_hint("the URL must name a ctrain prepare output (a directory with its "
-                      "manifest.json) or one shard");
-        return st;
-    }
-    st = ct_remote_manifest_parse(text, len, disp, base, split, one ? strrchr(spec, '/') + 1 : NULL,
-                                  out, n, vocab_size);
-    free(text);
-    return st;
-}
-
 /* ------------------------------------------------------------------ shard */
 
 struct ct_rshard {
@@ -330,7 +92,7 @@ struct ct_rshard {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint8_t *state;   /* (n_blocks) BLK_* | BLK_CHECKED */
-    char err_msg[ERR_MAX], err_hint[ERR_MAX];
+    char err_msg[REMOTE_ERR_MAX], err_hint[REMOTE_ERR_MAX];
     ct_status err;
 };
 
@@ -354,13 +116,7 @@ ct_status ct_rshard_open(ct_rshard **out, ct_remote_ctx *ctx, ct_remote_shard_in
     s->tsize = info->tsize;
     s->n_blocks = nb;
     s->vocab = vocab_size;
-    /* the cache key: where the shard is and what it holds, so a dataset
-     * prepared again at the same URL never reads an older one's blocks */
-    char id[CT_PATH_MAX + 64];
-    int idl = snprintf(id, sizeof id, "%s\n%s\n%" PRId64, s->disp, info->hash, info->bytes);
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits(id, (size_t)idl));
-    for (int i = 0; i < 16; i++) snprintf(s->key + 2 * i, 3, "%02x", c.digest[i]);
+    remote_shard_key(s->disp, info->hash, info->bytes, s->key);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     *out = s;
@@ -434,12 +190,34 @@ static void sleep_s(double s) {
  * manifest; a mismatch is fetched again (data.retries), as a truncated or
  * corrupted transfer would be. */
 static ct_status fetch_run(ct_rshard *s, int64_t b0, int64_t nb, uint8_t *buf) {
-    const ct_remote_opts *net = &s->ctx->o.net;
+    ct_remote_ctx *c = s->ctx;
+    ct_remote_opts down = c->o.net;
+    down.retries = 0; /* the server was not there a moment ago: one try per block */
+    const ct_remote_opts *net = c->net == REMOTE_NET_DOWN ? &down : &c->o.net;
     int64_t off = b0 * CT_REMOTE_BLOCK_BYTES, end = (b0 + nb) * CT_REMOTE_BLOCK_BYTES;
     if (end > s->bytes) end = s->bytes;
+    if (c->net == REMOTE_NET_OFF) {
+        ct_status st = CT_ERR(CT_ERR_IO, "%s: block %" PRId64 " is not in the disk cache, and "
+                              "data.offline=true fetches nothing (the cache held %" PRId64 " of "
+                              "the %" PRId64 " blocks of data.%s's shards at the start)", s->disp,
+                              b0, c->cached_blocks, c->blocks, c->split);
+        ct_error_hint("run with the network (data.offline=false) to fetch the rest, then "
+                      "train.resume=auto");
+        return st;
+    }
     double wait = net->backoff_s > 0 ? net->backoff_s : 0.5;
     for (int attempt = 0;; attempt++) {
         ct_status st = ct_remote_get_range(s->url, off, end - off, buf, net);
+        if (st && c->net == REMOTE_NET_DOWN) {
+            char why[REMOTE_ERR_MAX];
+            remote_net_reason(why, sizeof why, ct_last_error(), s->disp);
+            ct_error_clear();
+            st = CT_ERR(CT_ERR_IO, "%s: block %" PRId64 " is not in the disk cache, and the server "
+                        "cannot be reached (%s); the cache held %" PRId64 " of the %" PRId64
+                        " blocks of data.%s's shards at the start", s->disp, b0, why,
+                        c->cached_blocks, c->blocks, c->split);
+            ct_error_hint("start the server or mend the network, then train.resume=auto");
+        }
         if (st) return st;
         int64_t bad = -1;
         for (int64_t b = b0; s->hashes && b < b0 + nb && bad < 0; b++)
@@ -664,56 +442,5 @@ ct_status ct_rshard_prefetch(ct_rshard *s, int64_t off, int64_t len, int64_t *fe
         b += run;
     }
     free(buf);
-    return st;
-}
-
-/* -------------------------------------------------------- prepare's side */
-
-ct_status ct_shard_hash_manifest(const char *path, cJSON *entry) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return CT_ERR(CT_ERR_IO, "%s: cannot open to hash: %s", path, strerror(errno));
-    uint8_t *buf = malloc((size_t)CT_REMOTE_BLOCK_BYTES);
-    cJSON *arr = cJSON_CreateArray();
-    ct_status st = CT_OK;
-    if (!buf || !arr) {
-        st = CT_ERR(CT_ERR_OOM, "out of memory hashing %s", path);
-        goto done;
-    }
-    XXH3_state_t whole;
-    XXH3_128bits_reset(&whole);
-    int64_t total = 0;
-    for (;;) {
-        size_t got = 0;
-        while (got < (size_t)CT_REMOTE_BLOCK_BYTES) {
-            ssize_t r = read(fd, buf + got, (size_t)CT_REMOTE_BLOCK_BYTES - got);
-            if (r < 0 && errno == EINTR) continue;
-            if (r < 0) {
-                st = CT_ERR(CT_ERR_IO, "%s: read error while hashing: %s", path, strerror(errno));
-                goto done;
-            }
-            if (r == 0) break;
-            got += (size_t)r;
-        }
-        if (got == 0) break;
-        XXH3_128bits_update(&whole, buf, got);
-        char hex[17];
-        snprintf(hex, sizeof hex, "%016" PRIx64, (uint64_t)ct_block_hash(buf, got));
-        cJSON_AddItemToArray(arr, cJSON_CreateString(hex));
-        total += (int64_t)got;
-        if (got < (size_t)CT_REMOTE_BLOCK_BYTES) break;
-    }
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&whole));
-    char hex[33];
-    for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", c.digest[i]);
-    cJSON_AddNumberToObject(entry, "bytes", (double)total);
-    cJSON_AddStringToObject(entry, "xxh3_128", hex);
-    cJSON_AddNumberToObject(entry, "block_bytes", (double)CT_REMOTE_BLOCK_BYTES);
-    cJSON_AddItemToObject(entry, "blocks", arr);
-    arr = NULL;
-done:
-    cJSON_Delete(arr);
-    free(buf);
-    close(fd);
     return st;
 }

@@ -4,7 +4,9 @@
  * hash per shard and one per block), by byte ranges of whole blocks, through
  * the disk block cache, with a small memory tier of decoded blocks in front.
  * A block is used only when it matches the manifest's hash; a block that
- * cannot be had after data.retries is an error naming the URL.
+ * cannot be had after data.retries is an error naming the URL. The manifest
+ * is cached too, so a warm cache trains without the server (data.offline, or
+ * when the server cannot be reached).
  * Leaves out: HTTP and S3 themselves (data/remote.c), the order of reads and
  * how far ahead to fetch (data/loader_remote.c).
  */
@@ -32,6 +34,7 @@ typedef struct ct_remote_data_opts {
     int64_t cache_limit;   /* bytes */
     double cache_ttl_s;    /* 0: blocks never expire */
     int64_t readahead;     /* bytes of shard data fetched ahead of the reader */
+    bool offline;          /* data.offline: the disk cache only, never the network */
     ct_remote_opts net;    /* retries, timeout, backoff */
 } ct_remote_data_opts;
 ct_remote_data_opts ct_remote_data_opts_default(void);
@@ -58,9 +61,21 @@ void ct_remote_shard_info_free(ct_remote_shard_info *v, int n);
 /* The shards of split ("train" | "val") named by spec: a directory URL (its
  * manifest.json) or one shard's URL (its sibling manifest.json describes it;
  * without one, sizes come from the shard's header and blocks are checked for
- * length only). *vocab_size: the manifest tokenizer's, or 0. Owned *out. */
-ct_status ct_remote_list(const char *spec, const char *split, const ct_remote_opts *net,
-                         ct_remote_shard_info **out, int *n, int *vocab_size);
+ * length only). *vocab_size: the manifest tokenizer's, or 0. Owned *out, and
+ * owned *manifest (its text, NUL-terminated beyond *manifest_len; NULL for a
+ * lone shard without one; release with free).
+ * The manifest is kept in ctx's disk cache beside the blocks. When the
+ * server cannot be reached (a failure retries may cure; with a cached copy,
+ * after one attempt) or ctx is offline (data.offline), the cached copy
+ * stands in for it: one warning names the URL, the reason, the copy's age and
+ * how many of the split's blocks the cache holds, and from then on ctx
+ * fetches nothing (offline) or tries a missing block once (the server was
+ * down), so a run goes as far as the cache holds and no further. Without a
+ * copy: CT_ERR_IO saying the server cannot be reached and that nothing of the
+ * dataset is cached (offline: that there is no copy). */
+ct_status ct_remote_list(ct_remote_ctx *ctx, const char *spec, const char *split,
+                         ct_remote_shard_info **out, int *n, int *vocab_size, char **manifest,
+                         size_t *manifest_len);
 
 /* The shards of split listed by a manifest's text (what ct_remote_list does
  * after fetching it): murl names the manifest in errors, base is prepended

@@ -30,7 +30,7 @@
 
 const key_def config_keys[] = {
     S("model.init_from", model.init_from, "HF model directory or ctrain run directory"),
-    E("model.arch", model.arch, "gpt2|llama|mistral|qwen2|qwen3", "family when building from scratch (qwen2: q, k, v biases; qwen3: q/k norms)"),
+    E("model.arch", model.arch, "gpt2|llama|mistral|qwen2|qwen3|gemma3_text", "family when building from scratch (qwen2: q, k, v biases; qwen3: q/k norms; gemma3_text: Gemma 3's switches, no sliding window)"),
     S("model.preset", model.preset, "size preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt2-demo, gpt2-tiny, tinyllama-1.1b, llama-demo, llama-tiny, llama3.2-1b, smollm2-135m, smollm2-360m, qwen2.5-0.5b, qwen2.5-1.5b, qwen3-0.6b, qwen3-1.7b, mistral-7b, llama3-tiny, mistral-tiny, qwen2-tiny, qwen3-tiny)"),
     I("model.n_layer", model.n_layer, 0, 4096, "layers (0: from preset)"),
     I("model.n_head", model.n_head, 0, 4096, "attention heads (0: from preset)"),
@@ -46,6 +46,9 @@ const key_def config_keys[] = {
       "absent means HF's 0.1; 0 from scratch)"),
     S("data.train", data.train, "training shards: file, glob or directory"),
     S("data.val", data.val, "validation shards: file, glob or directory"),
+    S("data.tokenizer", data.tokenizer,
+      "the model's tokenizer (a directory or tokenizer file) when the model directory's own "
+      "files do not load or it has none; checked against the shards' and saved in run.dir"),
     B("data.shuffle", data.shuffle, "shuffle windows (false: sequential llm.c order)"),
     B("data.packing", data.packing,
       "instruction data: pack several examples into each row, attention kept inside each "
@@ -67,6 +70,9 @@ const key_def config_keys[] = {
       "remote data: retries of a failed request (reset, timeout, 5xx), with backoff"),
     F("data.timeout_s", data.timeout_s, 0.1, 86400,
       "remote data: seconds to connect, and a stalled transfer's limit"),
+    B("data.offline", data.offline,
+      "remote data: read the disk cache only (its copy of the manifest and the blocks), never "
+      "the network"),
     {"train.batch_size", KEY_INT, OFF(train.batch_size), SZ(train.batch_size), 1, 1 << 20, "auto",
      "micro-batch size B, or auto: the largest that fits run.memory_limit"},
     I("train.effective_batch", train.effective_batch, 0, 1 << 30,

@@ -164,6 +164,12 @@ static void family_switches(ct_model_config *c, ct_family f) {
 
 void model_family_defaults(ct_model_config *c, ct_family f) { family_switches(c, f); }
 
+void ct_model_config_family(ct_model_config *c, ct_family f) {
+    family_switches(c, f);
+    if (f == CT_FAMILY_QWEN2 || f == CT_FAMILY_QWEN3 || f == CT_FAMILY_GEMMA3)
+        c->norm_eps = 1e-6f; /* their configs' rms_norm_eps */
+}
+
 ct_status ct_model_config_preset(ct_model_config *cfg, const char *name) {
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
         const preset *p = &presets[i];

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctrain/config.h"
 #include "ctrain/core.h"
 #include "core/strbuf.h"
 
@@ -124,6 +125,16 @@ typedef struct ct_report_data {
     char *config_text;                   /* config.yaml, owned; NULL when absent */
     size_t config_len;
     char *hw_text;                       /* hw.json, owned; NULL when absent */
+    /* what was trained, from config.yaml (and the adapter_config.json the run
+     * wrote); has_setup false when config.yaml is absent or does not load */
+    bool has_setup;
+    char setup_model[CT_PATH_MAX + 32];  /* "model.init_from = DIR" or "from scratch: ..." */
+    bool lora;                           /* a LoRA run: the fields below hold its settings */
+    int64_t lora_r;
+    double lora_alpha, lora_dropout;
+    char lora_targets[CT_PATH_MAX];      /* as the run gave them; "" = the default */
+    char lora_from[CT_PATH_MAX];         /* lora.init_from; "" = none */
+    char lora_base_dtype[CT_NAME_MAX];   /* storage of the frozen base */
 } ct_report_data;
 
 /* Read run_dir/metrics.jsonl (required), run_dir/config.yaml and

@@ -3,7 +3,10 @@
  * config.yaml as text, hw.json as text checked to be a JSON object) into
  * ct_report_data. The page (report.c, report_html.c) reads it; nothing here
  * knows the page.
- * Leaves out: any interpretation of config.yaml beyond showing it.
+ * config.yaml is shown as text; only what the summary names (the model it
+ * started from, LoRA's settings) is read from it, and adapter_config.json
+ * (what a LoRA run wrote) decides LoRA's settings when present.
+ * Leaves out: any other interpretation of config.yaml.
  */
 #include "tools/report.h"
 
@@ -16,6 +19,7 @@
 
 #include <cJSON.h>
 
+#include "ctrain/config.h"
 #include "io/fileio.h"
 
 static const char *const report_key_names[CT_REPORT_KEY_COUNT] = {
@@ -379,6 +383,72 @@ static bool report_check_hw(const char *path, const char *text, size_t len) {
     return false;
 }
 
+/* LoRA's settings as the run's adapter_config.json (PEFT's) records them:
+ * they are the adapter's own when lora.init_from gave it. Absent or damaged:
+ * config.yaml's stand. */
+static void report_read_adapter(ct_report_data *d, const char *path) {
+    char *text = NULL;
+    size_t len = 0;
+    if (report_read_optional(path, &text, &len) || !text) {
+        ct_error_clear();
+        free(text);
+        return;
+    }
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "r");
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "lora_alpha");
+    const cJSON *dr = cJSON_GetObjectItemCaseSensitive(o, "lora_dropout");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "target_modules");
+    if (cJSON_IsNumber(r) && r->valuedouble >= 1 && r->valuedouble < 1e9) {
+        d->lora = true;
+        d->lora_r = (int64_t)r->valuedouble;
+        if (cJSON_IsNumber(a)) d->lora_alpha = a->valuedouble;
+        if (cJSON_IsNumber(dr)) d->lora_dropout = dr->valuedouble;
+        size_t n = 0;
+        const cJSON *e;
+        if (cJSON_IsString(t)) {
+            snprintf(d->lora_targets, sizeof d->lora_targets, "%s", t->valuestring);
+        } else if (cJSON_IsArray(t)) {
+            d->lora_targets[0] = '\0';
+            cJSON_ArrayForEach(e, t) {
+                if (!cJSON_IsString(e) || n >= sizeof d->lora_targets) continue;
+                n += (size_t)snprintf(d->lora_targets + n, sizeof d->lora_targets - n, "%s%s",
+                                      n ? "," : "", e->valuestring);
+            }
+        }
+    }
+    cJSON_Delete(o);
+}
+
+/* d's setup fields from config.yaml at path (and adapter_config.json beside
+ * it). A config.yaml this version cannot read leaves them out. */
+static void report_read_setup(ct_report_data *d, const char *path, const char *adapter) {
+    ct_config *c = malloc(sizeof *c);
+    if (!c) return;
+    ct_config_default(c);
+    if (ct_config_load_yaml(c, path)) {
+        ct_error_clear();
+        free(c);
+        return;
+    }
+    d->has_setup = true;
+    if (c->model.init_from[0])
+        snprintf(d->setup_model, sizeof d->setup_model, "model.init_from = %s", c->model.init_from);
+    else
+        snprintf(d->setup_model, sizeof d->setup_model, "from scratch: %s%s%s", c->model.arch,
+                 c->model.preset[0] ? ", preset " : "", c->model.preset);
+    d->lora = c->lora.r > 0 || c->lora.init_from[0];
+    d->lora_r = c->lora.r;
+    d->lora_alpha = c->lora.alpha;
+    d->lora_dropout = c->lora.dropout;
+    snprintf(d->lora_targets, sizeof d->lora_targets, "%s", c->lora.targets);
+    snprintf(d->lora_from, sizeof d->lora_from, "%s", c->lora.init_from);
+    snprintf(d->lora_base_dtype, sizeof d->lora_base_dtype, "%s", c->lora.base_dtype);
+    free(c);
+    if (d->lora) report_read_adapter(d, adapter);
+}
+
 ct_status ct_report_load(ct_report_data **out, const char *run_dir) {
     *out = NULL;
     struct stat sb;
@@ -407,6 +477,16 @@ ct_status ct_report_load(ct_report_data **out, const char *run_dir) {
     if ((st = report_read_metrics(d, path))) goto fail;
     snprintf(path, rl + 32, "%s/config.yaml", d->run_dir);
     if ((st = report_read_optional(path, &d->config_text, &d->config_len))) goto fail;
+    if (d->config_text) {
+        char *adapter = malloc(rl + 32);
+        if (!adapter) {
+            st = CT_ERR(CT_ERR_OOM, "out of memory for the report");
+            goto fail;
+        }
+        snprintf(adapter, rl + 32, "%s/adapter_config.json", d->run_dir);
+        report_read_setup(d, path, adapter);
+        free(adapter);
+    }
     size_t hl;
     snprintf(path, rl + 32, "%s/hw.json", d->run_dir);
     if ((st = report_read_optional(path, &d->hw_text, &hl))) goto fail;

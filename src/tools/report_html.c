@@ -142,6 +142,28 @@ static void row(ct_strbuf *b, const char *key, const char *val) {
 
 /* ----------------------------------------------------------------- summary */
 
+/* What was trained: the starting model and LoRA's settings (config.yaml). */
+static void setup_rows(html_ctx *h) {
+    const ct_report_data *d = h->d;
+    if (!d->has_setup) return;
+    char v[3 * CT_PATH_MAX], a[64], c[64];
+    row(h->b, "model", d->setup_model);
+    if (!d->lora) {
+        row(h->b, "LoRA", "off: every weight trained");
+        return;
+    }
+    report_fmt_num(a, sizeof a, d->lora_alpha);
+    if (d->lora_r > 0) report_fmt_num(c, sizeof c, d->lora_alpha / (double)d->lora_r);
+    int n = snprintf(v, sizeof v, "r %lld, alpha %s", (long long)d->lora_r, a);
+    if (d->lora_r > 0) n += snprintf(v + n, sizeof v - (size_t)n, " (scale alpha/r %s)", c);
+    report_fmt_num(a, sizeof a, d->lora_dropout);
+    n += snprintf(v + n, sizeof v - (size_t)n, ", dropout %s, targets %s, base weights %s", a,
+                  d->lora_targets[0] ? d->lora_targets : "the default (q_proj,v_proj or c_attn)",
+                  d->lora_base_dtype[0] ? d->lora_base_dtype : "fp32");
+    if (d->lora_from[0]) snprintf(v + n, sizeof v - (size_t)n, "; from the adapter %s", d->lora_from);
+    row(h->b, "LoRA", v);
+}
+
 static void summary(html_ctx *h) {
     const ct_report_data *d = h->d;
     ct_strbuf *b = h->b;
@@ -150,6 +172,7 @@ static void summary(html_ctx *h) {
     snprintf(v, sizeof v, "%zu (steps %lld to %lld)", d->n_train, (long long)d->train[0].step,
              (long long)d->train[d->n_train - 1].step);
     row(b, "steps recorded", v);
+    setup_rows(h);
     double tokens = NAN, wall = NAN;
     if (h->col[CT_REPORT_KEY_TOKENS_PER_S] && h->col[CT_REPORT_KEY_STEP_MS]) {
         tokens = 0;

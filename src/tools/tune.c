@@ -766,8 +766,10 @@ ct_status ct_tune_run(const ct_config *cfg, const ct_model_config *mc, ct_tune_t
     out->others_during = ct_hwinfo_cpu_others(&c0, &c1);
     if (s.have_mask) (void)sched_setaffinity(0, sizeof s.mask, &s.mask);
     if (!st) st = remeasure_peak(&s, quick);
-    out->busy = out->others_before >= CT_HW_BUSY_CPUS || out->others_during >= CT_HW_BUSY_CPUS ||
-                out->max_spread > CT_TUNE_NOISY;
+    /* synthetic timings (debug.tune_fake) were not measured under anyone's load */
+    out->busy = !cfg->debug.tune_fake[0] &&
+                (out->others_before >= CT_HW_BUSY_CPUS || out->others_during >= CT_HW_BUSY_CPUS);
+    out->noisy = out->max_spread > CT_TUNE_NOISY;
     out->elapsed_s = ct_time_s() - s.t0;
     if (st) {
         ct_tune_result_free(out);

@@ -133,8 +133,10 @@ typedef struct ct_tune_result {
     bool unconfirmed;      /* a winner was set back to the start by the interleaved runs */
     double others_before;  /* CPUs other processes used just before the search; -1 unknown */
     double others_during;  /* CPUs they used on average during it; -1 unknown */
-    bool busy;             /* either is over CT_HW_BUSY_CPUS, or max_spread over
-                            * CT_TUNE_NOISY: the settings were measured under load */
+    bool busy;             /* either is over CT_HW_BUSY_CPUS: the settings were measured
+                            * under other processes' load */
+    bool noisy;            /* max_spread over CT_TUNE_NOISY: the timings themselves spread
+                            * (with or without others' load) */
     double membw_gbps;     /* triad bandwidth */
     size_t limit;          /* run.memory_limit in bytes */
     int effective_batch;   /* sequences per optimizer step, held fixed */

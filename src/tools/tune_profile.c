@@ -165,7 +165,10 @@ char *ct_tune_profile_yaml(const ct_config *base, const ct_tune_result *r) {
     if (r->unconfirmed) put(&b, "; the best was not confirmed by interleaved runs");
     put(&b, "\n# load: other processes used %.2f CPUs before the search, %.2f during it%s\n",
         r->others_before, r->others_during,
-        r->busy ? " -- BUSY: measured under load, re-run ctrain tune on a quiet machine" : "");
+        r->busy ? " -- BUSY: measured under load, re-run ctrain tune on a quiet machine"
+        : r->noisy ? " -- NOISY: the timings spread without other load; re-run ctrain tune to "
+                     "confirm"
+                   : "");
     put(&b, "# search: level %s (tune.search %s), %d sequences x %d tokens per optimizer step, "
         "%d trial(s) in %.0f s%s\n", r->level, base->tune.search, r->effective_batch, r->T,
         r->n_trials, r->elapsed_s, r->budget_hit ? ", stopped by tune.budget_s" : "");

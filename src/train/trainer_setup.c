@@ -40,7 +40,7 @@ ct_status ct_model_config_from(ct_model_config *out, const ct_config *cfg) {
     ct_family fam;
     if (!ct_model_family_from_name(arch, &fam))
         return CT_ERR(CT_ERR_ARG, "model.arch = %s is unknown: expected gpt2, llama, mistral, "
-                      "qwen2 or qwen3", arch);
+                      "qwen2, qwen3 or gemma3_text", arch);
     bool llama = fam != CT_FAMILY_GPT2;
     if (cfg->model.preset[0]) {
         ct_status st = ct_model_config_preset(out, cfg->model.preset);
@@ -62,11 +62,9 @@ ct_status ct_model_config_from(ct_model_config *out, const ct_config *cfg) {
         }
         if (llama) {
             ct_model_config_llama(out, 1, 1, 1, 2, 1, 2, 1);
-            /* the family's own switches: Qwen2's q, k, v biases, Qwen3's q/k norms */
-            out->family = fam;
-            out->qkv_bias = fam == CT_FAMILY_QWEN2;
-            out->qk_norm = fam == CT_FAMILY_QWEN3;
-            if (fam == CT_FAMILY_QWEN2 || fam == CT_FAMILY_QWEN3) out->norm_eps = 1e-6f;
+            /* the family's own switches (Qwen2's q, k, v biases, Qwen3's q/k norms,
+             * Gemma's; no sliding window from sizes) */
+            ct_model_config_family(out, fam);
         } else {
             ct_model_config_gpt2(out, 1, 1, 1, 2, 1);
         }
@@ -574,6 +572,7 @@ static ct_status open_loaders(trainer *t) {
     lo.cache_ttl_s = cfg->data.cache_ttl;
     lo.retries = (int)cfg->data.retries;
     lo.timeout_s = cfg->data.timeout_s;
+    lo.offline = cfg->data.offline;
     lo.spec = cfg->data.train;
     lo.B = t->B;
     lo.T = t->T;

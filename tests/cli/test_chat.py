@@ -21,6 +21,12 @@ LLaMA's tokenizer.json with TinyLlama's template, both in Hugging Face layout. C
     say k-th: the reply is its first k-1 tokens), generation_config.json's eos_token_id, and
     a model whose every next token is <|im_end|> (empty replies); --max-new ends it with
     "max_new"; sampling with --seed is reproducible;
+  - config.json's eos_token_id ends a reply too; --ignore-eos goes on to --max-new;
+  - --prompts FILE.jsonl answers each line's conversation (a string, a message list, an
+    object with "messages"; a message may hold a newline) on its own, as the same
+    conversation typed on stdin (--system first where it has none), or as a fresh decode
+    of it rendered; a plain file is a user message per line; an unknown role exits 2
+    naming the line;
   - base + unmerged PEFT adapter (--adapter) replies as the merged model (`ctrain merge`)
     does, and differently from the base; an adapter for another model exits 2 naming the
     adapter's file;
@@ -160,8 +166,9 @@ def tokenize_convs(tok, convs):
 
 
 def sample_greedy(model, ids, n):
+    """n greedy ids after ids from a fresh KV cache (an EOS among them: --ignore-eos)."""
     rc, out, err = run("sample", "--model", model, "--prompt", " ".join(map(str, ids)),
-                       "--tokens", str(n), "--temperature", "0")
+                       "--tokens", str(n), "--temperature", "0", "--ignore-eos")
     check(rc == 0, "sample of a rendered conversation", err)
     return [int(x) for x in out.split()]
 
@@ -325,6 +332,17 @@ def eos_checks(tmp, gm):
     rc, turns, err = chat(d, [line], "--max-new", "12")
     check(rc == 0 and turns and turns[0]["tokens"] == toks[:k] and turns[0]["stop"] == "eos",
           "generation_config.json's eos_token_id ends the reply", (turns, toks, err))
+    # config.json's eos_token_id, without a generation_config.json
+    d = copy_dir(gm, os.path.join(tmp, "gm_cfg"))
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    cfg["eos_token_id"] = toks[k]
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    rc, turns, err = chat(d, [line], "--max-new", "12")
+    check(rc == 0 and turns and turns[0]["tokens"] == toks[:k] and turns[0]["stop"] == "eos",
+          "config.json's eos_token_id ends the reply", (turns, toks, err))
+    rc, turns, err = chat(d, [line], "--max-new", "12", "--ignore-eos")
+    check(rc == 0 and turns and turns[0]["tokens"][:k + 1] == toks[:k + 1] and
+          turns[0]["stop"] == "max_new", "--ignore-eos goes on past it to --max-new", (turns, toks, err))
     # a model whose next token is always <|im_end|>: empty replies, the chat goes on
     d = copy_dir(gm, os.path.join(tmp, "gm_end"))
     path = os.path.join(d, "model.safetensors")
@@ -342,6 +360,61 @@ def eos_checks(tmp, gm):
     verify("im_end model", d, d, turns, ["Hello", "Anyone?"], 128, 12, eos=(EOT, IM_END))
     rc, out, err = run("chat", "--model", d, "--temperature", "0", stdin="Hello\nAnyone?\n")
     check(rc == 0 and out == "\n\n", "text output: an empty line per empty reply", (out, err))
+    rc, turns, err = chat(d, ["Hello"], "--max-new", "3", "--ignore-eos")
+    check(rc == 0 and turns and turns[0]["tokens"] == [IM_END] * 3 and turns[0]["stop"] == "max_new",
+          "--ignore-eos: <|im_end|> three times, to --max-new", (turns, err))
+
+
+def prompts_checks(tmp, gm):
+    """--prompts FILE: each conversation answered on its own, as the same conversation on stdin."""
+    args = ["--max-new", "12", "--system", "Be brief."]
+    rc, turns, err = chat(gm, ["Hello there", "How are you today?"], *args)
+    if not check(rc == 0 and len(turns) == 2, "a stdin chat to compare --prompts with", err):
+        return
+    own = [{"role": "system", "content": "Answer in one line."},
+           {"role": "user", "content": "line one\nline two"}]
+    convs = ["Hello there",
+             [{"role": "user", "content": "Hello there"},
+              {"role": "assistant", "content": turns[0]["reply"]},
+              {"role": "user", "content": "How are you today?"}],
+             {"messages": own}]
+    path = os.path.join(tmp, "convs.jsonl")
+    with open(path, "w") as f:
+        f.write(json.dumps(convs[0]) + "\n\n" + "\n".join(json.dumps(c) for c in convs[1:]) + "\n")
+    rc, out, err = run("chat", "--model", gm, "--temperature", "0", "--json", "--prompts", path, *args)
+    recs = []
+    try:
+        recs = [json.loads(l) for l in out.splitlines()]
+    except ValueError:
+        pass
+    if not check(rc == 0 and [r.get("turn") for r in recs] == [1, 2, 3],
+                 "--prompts FILE.jsonl: one reply per conversation (a blank line skipped)", out + err):
+        return
+    check(recs[0]["tokens"] == turns[0]["tokens"] and recs[1]["tokens"] == turns[1]["tokens"],
+          "a string and a message list are answered as the same conversation on stdin (--system "
+          "first)", (recs, turns))
+    ids = tokenize_convs(gm, [own])[0]
+    want = sample_greedy(gm, ids, 12)
+    toks = recs[2]["tokens"]
+    check(recs[2]["prompt_tokens"] == len(ids) and toks == want[:len(toks)] and
+          (recs[2]["stop"] != "eos" or want[len(toks)] in (EOT, IM_END)),
+          "a conversation with its own system message and a newline in a message: as a fresh "
+          "decode of it rendered", (recs[2], want))
+    rc, out2, err = run("chat", "--model", gm, "--temperature", "0", "--prompts", path, *args)
+    esc = [r["reply"].replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r") for r in recs]
+    check(rc == 0 and out2.split("\n") == esc + [""], "text output: one reply per line", (out2, esc))
+    with open(os.path.join(tmp, "lines.txt"), "w") as f:
+        f.write("Hello there\nHow are you today?\n")
+    rc, turns3, err = chat(gm, [], "--prompts", os.path.join(tmp, "lines.txt"), *args)
+    check(rc == 0 and len(turns3) == 2 and turns3[0]["tokens"] == turns[0]["tokens"] and
+          turns3[1]["prompt_tokens"] < turns[1]["prompt_tokens"],
+          "--prompts FILE (not JSONL): a user message per line, each alone", (turns3, err))
+    with open(os.path.join(tmp, "bad.jsonl"), "w") as f:
+        f.write('"Hi"\n[{"role": "robot", "content": "beep"}]\n')
+    rc, out, err = run("chat", "--model", gm, "--temperature", "0", "--prompts",
+                       os.path.join(tmp, "bad.jsonl"))
+    check(rc == 2 and os.path.join(tmp, "bad.jsonl") + " line 2" in err and "message 1" in err and
+          "role" in err, "a message of no known role: exit 2 naming the line and message", (out, err))
 
 
 def adapter_checks(tmp, gm, data):
@@ -430,6 +503,7 @@ def main():
         sharpen(gm)
         gpt2_checks(tmp, gm)
         eos_checks(tmp, gm)
+        prompts_checks(tmp, gm)
         adapter_checks(tmp, gm, os.path.join(tmp, "synth_50259.bin"))
         error_checks(tmp, gm)
         llama_checks(tmp)

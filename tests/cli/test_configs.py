@@ -16,6 +16,8 @@ For every configs/*.yaml:
     other key of the file (schedule, resume, evaluation, checkpoints) is accepted by the
     trainer.
 A config that contradicts itself (warmup longer than the run) is refused by --print-config.
+A preset decides the architecture: `--print-config` of llama-demo prints arch: llama (train and
+tune), and a model.arch the preset contradicts is named in a warning.
 """
 import glob
 import json
@@ -131,6 +133,20 @@ def main():
         check("a config that contradicts itself is refused by --print-config (exit 2, naming the keys)",
               rc == 2 and "schedule.warmup_steps" in err and "train.steps" in err and not out,
               err.strip()[:200])
+
+        # a preset decides the architecture, and the printed config says which
+        for cmd in ("train", "tune"):
+            rc, out, err = run(cmd, "model.preset=llama-demo", "--print-config")
+            got = yaml.safe_load(out)["model"] if rc == 0 else {}
+            check("%s --print-config of the llama-demo preset prints arch: llama" % cmd,
+                  got.get("arch") == "llama", "exit %d, arch %r: %s" % (rc, got.get("arch"), err[-200:]))
+        rc, out, err = run("train", "--print-config")
+        check("without a preset, arch stays gpt2", rc == 0 and yaml.safe_load(out)["model"]["arch"] == "gpt2",
+              err[-200:])
+        rc, out, err = run("train", "model.preset=gpt2-tiny", "model.arch=llama", "--print-config")
+        check("a model.arch the preset contradicts is named in a warning and not used",
+              rc == 0 and yaml.safe_load(out)["model"]["arch"] == "gpt2" and "warning" in err and
+              "model.arch = llama" in err and "gpt2-tiny" in err, err[-300:])
     finally:
         if failures or os.environ.get("CT_KEEP_TMP"):
             print("kept %s" % tmp)

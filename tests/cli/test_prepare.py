@@ -10,6 +10,7 @@ tokenize with the file and key named.
 
 usage: test_prepare.py path/to/ctrain
 """
+import glob
 import json
 import os
 import resource
@@ -213,6 +214,13 @@ def tests(tmp):
     check(rc == 0 and 25 <= vd <= 80, "--val-fraction 0.1 picks about 10% of 500 documents",
           f"{vd} {msg[:200]}")
     brown_tokens = man["totals"]["tokens"]
+    # one document: the hash puts it whole into train, and prepare says there is no val split
+    one = os.path.join(tmp, "one_doc.txt")
+    write(one, "The jury said it did find that the city had no evidence. " * 40)
+    rc, msg = prepare(os.path.join(tmp, "o6c"), one, extra=["--val-fraction", "0.1"])
+    check(rc == 0 and not glob.glob(os.path.join(tmp, "o6c", "val_*.bin")) and "warning" in msg and
+          "--val-fraction 0.1" in msg and "no val shard" in msg and "1 document" in msg,
+          "--val-fraction on one document: no val split, and a warning that says so", msg[-400:])
 
     # shard size limit: same stream, cut into shards of at most N tokens
     out = os.path.join(tmp, "o7")

@@ -18,12 +18,19 @@ SigV4 signatures and injects faults. For each, through the real program:
   unbroken run;
 - a 404, a vocabulary the model cannot take and a cache smaller than the
   read-ahead are clear errors with exit 2;
+- the manifest is cached with the blocks: data.offline=true trains from a warm
+  cache with no request at all; with the server gone, a warm cache trains
+  bit-identically with one warning per data key (URL, reason, the copy's age),
+  a cache without the train split's blocks stops with exit 2 saying the server
+  cannot be reached and how many blocks it held, a cold cache says nothing of
+  the dataset is cached, and data.offline=true without a copy names it;
 - S3 credentials appear nowhere in the output, config.yaml or metrics.
 
 usage: test_remote_data.py path/to/ctrain
 """
 import glob
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -181,6 +188,24 @@ def body(tmp):
               f"{r} {out[-300:]}")
         ok, why = same_run(os.path.join(tmp, "local_false"), bad)
         check("the run over a corrupted cache is bit-identical", ok, why)
+        # --- the manifest is cached with the blocks: data.offline=true asks the server nothing
+        off_cache = os.path.join(tmp, "cache_off")
+        off = ["data.shuffle=false", f"data.cache_dir={off_cache}", *small_cache]
+        rc, out = train(os.path.join(tmp, "off_warm"), f"{base}/big/", "train.steps=12", *off)
+        check("a second cache is warmed", rc == 0, out[-300:])
+        off_up = os.path.join(tmp, "off_up")
+        rc, out = train(off_up, f"{base}/big/", "train.steps=12", *off, "data.offline=true")
+        r = last_remote(off_up)
+        check("data.offline=true with the server up: no request at all, bit-identical",
+              rc == 0 and r.get("requests", 0) == 0 and
+              same_run(os.path.join(tmp, "local_false"), off_up)[0], f"{r} {out[-400:]}")
+        # only the val split of the small dataset is cached (eval reads val)
+        xdg_off = os.path.join(tmp, "xdg_off")
+        rc, out = run("eval", "--model", os.path.join(tmp, "local_false"), "--data",
+                      f"{base}/small/", "--batches", "1", "--batch-size", "2", "--seq-len", "32",
+                      env={"XDG_CACHE_HOME": xdg_off})
+        check("eval caches the small dataset's val split", rc == 0, out[-300:])
+
         # --- ctrain eval scores the URL as the directory (its cache under XDG_CACHE_HOME)
         ev = []
         for data in (big, f"{base}/big/"):
@@ -310,6 +335,41 @@ def body(tmp):
               rc == 2 and "train_000001.bin" in out and "404" in out and time.time() - t0 < 60,
               f"exit {rc} in {time.time() - t0:.1f}s: {out[-500:]}")
         os.rename(os.path.join(tmp, "moved.bin"), os.path.join(small, "train_000001.bin"))
+
+    # --- the server gone: a warm cache trains on alone, with one warning per data key;
+    #     what the cache lacks is named, never "the URL must name a ctrain prepare output"
+    t0 = time.time()
+    down = os.path.join(tmp, "off_down")
+    rc, out = train(down, f"{base}/big/", "train.steps=12", *off)
+    took = time.time() - t0
+    warns = [l for l in out.splitlines() if "cannot be reached" in l]
+    check("server down, cache warm: trains from the cache, one warning per data key naming the "
+          "URL, the reason and the copy's age",
+          rc == 0 and len(warns) == 2 and all(f"{base}/big/manifest.json" in w and " old" in w and
+                                              "cannot connect" in w and "blocks" in w for w in warns)
+          and "data.train" in warns[0] + warns[1] and "data.val" in warns[0] + warns[1],
+          f"exit {rc} in {took:.1f}s: {out[-800:]}")
+    ok, why = same_run(os.path.join(tmp, "local_false"), down)
+    check("... bit-identical to the run from disk, without waiting out data.retries",
+          ok and took < 60, f"{why} ({took:.1f}s)")
+    rc, out = train(os.path.join(tmp, "off_part"), f"{base}/small/", "train.steps=4",
+                    "data.shuffle=false", f"data.cache_dir={os.path.join(xdg_off, 'ctrain', 'shards')}",
+                    *small_cache)
+    check("server down, only val cached: exit 2 saying the server cannot be reached and how much "
+          "the cache holds", rc == 2 and "cannot be reached" in out and
+          re.search(r"held 0 of the \d+ blocks of data\.train", out) and
+          "must name a ctrain prepare output" not in out, f"exit {rc}: {out[-800:]}")
+    rc, out = train(os.path.join(tmp, "off_cold"), f"{base}/big/", "train.steps=2",
+                    f"data.cache_dir={os.path.join(tmp, 'cache_none')}", *small_cache,
+                    "data.retries=1")
+    check("server down, nothing cached: exit 2, unreachable, nothing of the dataset cached",
+          rc == 2 and "nothing of this dataset is in the disk cache" in out and
+          "must name a ctrain prepare output" not in out, f"exit {rc}: {out[-600:]}")
+    rc, out = train(os.path.join(tmp, "off_none"), f"{base}/big/", "train.steps=2",
+                    f"data.cache_dir={os.path.join(tmp, 'cache_none2')}", *small_cache,
+                    "data.offline=true")
+    check("data.offline=true without a cached copy: exit 2 naming data.offline and the manifest",
+          rc == 2 and "data.offline" in out and "manifest.json" in out, f"exit {rc}: {out[-600:]}")
 
     # --- S3: upload with prepare, train from it; keys appear nowhere
     secret = "S3RVER"

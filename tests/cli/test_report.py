@@ -6,7 +6,8 @@ usage: /usr/bin/python3 tests/cli/test_report.py path/to/ctrain
 Builds two runs: a short real `ctrain train` of gpt2-tiny on synthetic shards (every plot must
 be drawn from what the trainer's monitor writes, hw.json included), and a hand-written metrics.jsonl with every key of the metrics schema,
 alerts of each kind, a rollback, validation points, steps written twice by a resume, nulls and a
-torn last line. For both: the command prints the path it wrote, the page is well-formed (parsed
+torn last line, and a short LoRA run whose summary must show r, alpha, dropout and the targets
+(and the full run's, that LoRA is off). For both: the command prints the path it wrote, the page is well-formed (parsed
 as XML), holds the expected plots, notes and tables, and refers to nothing outside itself. Then
 headless Chromium (Debian's `chromium`) opens each page, takes a screenshot and must log no
 console message; the screenshot is decoded (PNG, with zlib) and must not be blank. Self-tests
@@ -263,6 +264,24 @@ def main():
             ["checkpoints", "config.json", "config.yaml", "hw.json", "metrics.jsonl",
              "model.safetensors", "report.html"]
             + [x for x in os.listdir(P("real")) if x.startswith("events.out.tfevents")]))
+
+        check("real run: the summary names the model and that LoRA is off",
+              "<th>model</th><td>from scratch: gpt2, preset gpt2-tiny</td>" in real and
+              "<th>LoRA</th><td>off: every weight trained</td>" in real)
+
+        # --- a LoRA run: its settings in the summary -------------------------------------------
+        p = run("train", "model.preset=gpt2-tiny", "data.train=" + P("tr.bin"), "train.batch_size=2",
+                "train.seq_len=16", "train.steps=3", "run.checkpoint_every=0", "lora.r=4",
+                "lora.alpha=8", "lora.dropout=0.05", "lora.targets=c_attn,c_fc", "run.dir=" + P("lora"))
+        check("LoRA run trains", p.returncode == 0, p.stderr[-300:])
+        p = run("report", P("lora"))
+        with open(P("lora", "report.html")) as f:
+            lora = f.read()
+        m = re.search(r"<th>LoRA</th><td>([^<]*)</td>", lora)
+        check("LoRA run: the summary shows r, alpha, the scale, dropout and the targets",
+              p.returncode == 0 and m and "r 4, alpha 8 (scale alpha/r 2)" in m.group(1) and
+              "dropout 0.05" in m.group(1) and "c_attn" in m.group(1) and "c_fc" in m.group(1),
+              m.group(1) if m else p.stderr[-300:])
 
         # --- a hand-written run with every key -----------------------------------------------
         hw = run("hw", "--json", "--no-bench")

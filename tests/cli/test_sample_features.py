@@ -17,7 +17,16 @@ forward (tests/golden/gpt2_ref.py) scores what ctrain generates. Checks:
     "stopped": "stop" in --json; with GPT-2's tokenizer (a 50257-id model) --stop STR ends
     the text before STR, which is not printed;
   - several prompts (--prompt repeated, --prompts FILE) print one line each, each equal to
-    a run of that prompt alone (the RNG is seeded per prompt); --json lines parse.
+    a run of that prompt alone (the RNG is seeded per prompt); --json lines parse;
+    --prompts FILE.jsonl: JSON strings (or {"prompt": ...}), so a prompt holds a newline;
+    a line that is neither exits 2 naming it;
+  - the end of sequence (checks 1-6 run on models without one, as the reference has none):
+    config.json's eos_token_id ends the greedy ids before its first occurrence ("stopped":
+    "eos", not printed); generation_config.json's list (any id of it) wins over config.json;
+    --ignore-eos goes on; a model whose every next token is <|endoftext|> stops at once
+    with GPT-2's tokenizer (its EOS, when no file names one: no "<|endoftext|>" text, the
+    issue's "animal</s></s></s>"), runs on without one, and prints the tokens with
+    --ignore-eos.
 """
 import json
 import os
@@ -42,6 +51,7 @@ def check(ok, what, detail=""):
     print(("PASS: " if ok else "FAIL: ") + what + ("" if ok else " " + str(detail)[-1500:]))
     if not ok:
         failures += 1
+    return ok
 
 
 def run(*args, text=True):
@@ -110,10 +120,112 @@ def nucleus(scores, T, P):
     return set(keep)
 
 
+def st_read(path):
+    with open(path, "rb") as f:
+        b = f.read()
+    n = struct.unpack("<Q", b[:8])[0]
+    return json.loads(b[8:8 + n]), bytearray(b), 8 + n
+
+
+def st_set(buf, hdr, base, name, row, values):
+    """Overwrite F32 values of tensor `name` from element row*cols on."""
+    t = hdr[name]
+    cols = t["shape"][-1] if len(t["shape"]) > 1 else len(values)
+    off = base + t["data_offsets"][0] + 4 * row * cols
+    buf[off:off + 4 * len(values)] = struct.pack("<%df" % len(values), *values)
+
+
+def set_eos(d, config=None, generation=None):
+    """The end-of-sequence ids of model directory d: config.json's eos_token_id (None: no
+    key) and generation_config.json's (None: no file)."""
+    path = os.path.join(d, "config.json")
+    cfg = json.load(open(path))
+    cfg.pop("eos_token_id", None)
+    if config is not None:
+        cfg["eos_token_id"] = config
+    json.dump(cfg, open(path, "w"))
+    gen = os.path.join(d, "generation_config.json")
+    if os.path.exists(gen):
+        os.remove(gen)
+    if generation is not None:
+        json.dump({"eos_token_id": generation}, open(gen, "w"))
+
+
 def write_shard(path, toks):
     with open(path, "wb") as f:
         f.write(struct.pack("<256i", *([20240520, 1, len(toks)] + [0] * 253)))
         f.write(struct.pack("<%dH" % len(toks), *toks))
+
+
+def sample_json(*args):
+    rc, out, err = run("sample", *args, "--json")
+    try:
+        return rc, json.loads(out), err
+    except ValueError:
+        return rc, {}, out + err
+
+
+def eos_checks(P, model, wide):
+    # ids: an id the greedy generation first says at k ends it there
+    base = ["--model", model, "--prompt", "5 12 19", "--tokens", "24", "--temperature", "0"]
+    rc, full, err = sample_json(*base)
+    ids = full.get("ids", [])
+    k = next((i for i in range(2, len(ids)) if ids[i] not in ids[:i]), None)
+    if not check(rc == 0 and len(ids) == 24 and k is not None, "test setup: an id new at k >= 2",
+                 (ids, err)):
+        return
+    eos, never = ids[k], next(i for i in range(64) if i not in ids)
+    set_eos(model, config=eos)
+    rc, rec, err = sample_json(*base)
+    check(rc == 0 and rec.get("ids") == ids[:k] and rec.get("stopped") == "eos" and
+          rec.get("tokens") == k + 1,
+          "config.json's eos_token_id %d ends the ids before its first occurrence (%d)" % (eos, k),
+          (rec, ids, err))
+    rc, out, err = run("sample", *base)
+    check(rc == 0 and ids_of(out) == ids[:k], "text output: the ids before the EOS, not it",
+          out + err)
+    rc, rec, err = sample_json(*base, "--ignore-eos")
+    check(rc == 0 and rec.get("ids") == ids and rec.get("stopped") == "length",
+          "--ignore-eos goes on past it", (rec, err))
+    set_eos(model, config=eos, generation=[never])
+    rc, rec, err = sample_json(*base)
+    check(rc == 0 and rec.get("ids") == ids and rec.get("stopped") == "length",
+          "generation_config.json's eos_token_id wins over config.json's", (rec, err))
+    set_eos(model, config=never, generation=[100000, never, eos])
+    rc, rec, err = sample_json(*base)
+    check(rc == 0 and rec.get("ids") == ids[:k] and rec.get("stopped") == "eos",
+          "any id of generation_config.json's list ends it", (rec, err))
+    set_eos(model)
+
+    # text: a model whose next token is always <|endoftext|> (50256)
+    end = P("wide_end")
+    shutil.copytree(wide, end)
+    path = os.path.join(end, "model.safetensors")
+    hdr, buf, off = st_read(path)
+    C = hdr["ln_f.weight"]["shape"][0]
+    u = [3.0 if i % 2 else -3.0 for i in range(C)]  # a logit of 9 C for 50256
+    st_set(buf, hdr, off, "wte.weight", 50256, u)
+    st_set(buf, hdr, off, "ln_f.weight", 0, [0.0] * C)
+    st_set(buf, hdr, off, "ln_f.bias", 0, u)
+    open(path, "wb").write(bytes(buf))
+    text = ["--model", end, "--tokenizer", end, "--prompt", "The animal", "--tokens", "6",
+            "--temperature", "0"]
+    rc, rec, err = sample_json(*text)
+    check(rc == 0 and rec.get("text") == "" and rec.get("stopped") == "eos" and
+          rec.get("tokens") == 1,
+          "no file names an EOS: the tokenizer's <|endoftext|> ends the text, unprinted", (rec, err))
+    rc, out, err = run("sample", *text)
+    check(rc == 0 and out == "\n", "text output: an empty line, no <|endoftext|>", out + err)
+    rc, rec, err = sample_json(*text, "--ignore-eos")
+    check(rc == 0 and rec.get("text") == "<|endoftext|>" * 6 and rec.get("stopped") == "length",
+          "--ignore-eos prints the end-of-text tokens", (rec, err))
+    rc, rec, err = sample_json("--model", end, "--prompt", "1 2", "--tokens", "6", "--temperature", "0")
+    check(rc == 0 and rec.get("ids") == [50256] * 6 and rec.get("stopped") == "length",
+          "without a tokenizer or a file naming it, nothing ends the ids", (rec, err))
+    set_eos(end, config=50256)
+    rc, rec, err = sample_json("--model", end, "--prompt", "1 2", "--tokens", "6", "--temperature", "0")
+    check(rc == 0 and rec.get("ids") == [] and rec.get("stopped") == "eos",
+          "config.json's eos_token_id ends the ids", (rec, err))
 
 
 def main():
@@ -127,6 +239,7 @@ def main():
                          "train.batch_size=4", "train.seq_len=32", "train.steps=15",
                          "optim.lr=1e-2", "run.checkpoint_every=0", "run.dir=" + model)
         check(rc == 0, "a tiny GPT-2 is trained", err)
+        set_eos(model)  # the reference generates without an end of sequence (7. tests it)
         ref = Ref(model)
         n_ctx = int(ref.cfg["n_ctx"])
         check(n_ctx == 32, "the model's context is 32 (n_ctx)", n_ctx)
@@ -244,6 +357,7 @@ def main():
                          "data.train=" + P("wide.bin"), "train.batch_size=2", "train.seq_len=32",
                          "train.steps=1", "run.checkpoint_every=0", "run.dir=" + wide)
         check(rc == 0, "a small GPT-2 with GPT-2's vocabulary", err)
+        set_eos(wide)  # (and without the tokenizer's: 7. tests it)
         shutil.copy(os.path.join(GPT2, "encoder.json"), os.path.join(wide, "vocab.json"))
         shutil.copy(os.path.join(GPT2, "vocab.bpe"), os.path.join(wide, "merges.txt"))
         text_args = ["--model", wide, "--tokenizer", wide, "--prompt", "The jury said",
@@ -280,6 +394,27 @@ def main():
             recs = []
         check(rc == 0 and [r.get("prompt") for r in recs] == ["a\nb", "c"],
               "--json text lines parse, prompts kept", out + err)
+        with open(P("prompts.jsonl"), "w") as f:
+            f.write('"a\\nb"\n\n{"prompt": "c"}\n')
+        rc, out, err = run("sample", "--model", wide, "--tokenizer", wide, "--prompts",
+                           P("prompts.jsonl"), "--tokens", "4", "--json")
+        try:
+            recs2 = [json.loads(line) for line in out.splitlines()]
+        except ValueError:
+            recs2 = []
+        check(rc == 0 and [r.get("prompt") for r in recs2] == ["a\nb", "c"] and
+              [r.get("text") for r in recs2] == [r.get("text") for r in recs],
+              "--prompts FILE.jsonl: a JSON string per line holds a newline (blank lines skipped)",
+              out + err)
+        with open(P("bad.jsonl"), "w") as f:
+            f.write('"fine"\n[1, 2]\n')
+        rc, out, err = run("sample", "--model", wide, "--tokenizer", wide, "--prompts",
+                           P("bad.jsonl"), "--tokens", "4")
+        check(rc == 2 and P("bad.jsonl") + " line 2" in err and not out,
+              "a JSONL line that is no string: exit 2 naming the line", out + err)
+
+        # 7. the end of sequence
+        eos_checks(P, model, wide)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%s: %d failure(s)" % (os.path.basename(__file__), failures))

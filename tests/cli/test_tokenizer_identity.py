@@ -16,7 +16,12 @@ Checks:
   - sample with LLaMA's tokenizer, and eval on the LLaMA shards: exit 2 naming both; so is a
     data.val of the other tokenizer; a manifest of another program, or one that does not list
     the shard named, is not used; a damaged ctrain manifest is named (exit 2);
-  - a model trained from scratch on the LLaMA shards carries LLaMA's tokenizer.json in run.dir.
+  - a model trained from scratch on the LLaMA shards carries LLaMA's tokenizer.json in run.dir;
+  - a model directory whose tokenizer.json ctrain cannot read (WordPiece) is refused with the
+    reason and the way out, run.dir untouched (it used to train, and save the shards' GPT-2
+    files beside it); with --tokenizer (data.tokenizer) naming a tokenizer that reads, that
+    tokenizer stands for the model's: checked against the shards (and against a model whose
+    own files load), and the only one in run.dir.
 Needs data/gpt2-tokenizer, data/llama-tokenizer and data/brown/text (scripts/fetch_data.sh).
 """
 import glob
@@ -172,6 +177,60 @@ def main():
         rc, out, err = run("sample", "--model", lr, "--tokenizer", GPT2, "--tokens", "4")
         check(rc == 2 and id_gpt2 in err and id_llama in err,
               "sample with GPT-2's tokenizer on the LLaMA run: exit 2", "exit %d: %s" % (rc, err))
+
+        # 6. a model whose tokenizer ctrain cannot read (a WordPiece tokenizer.json beside it):
+        #    refused with the reason; data.tokenizer / --tokenizer stands for it, checked
+        smol = P("unreadable")
+        os.makedirs(smol)
+        for f in ("config.json", "model.safetensors"):
+            shutil.copy(os.path.join(base, f), smol)
+        wp = {"version": "1.0", "added_tokens": [], "normalizer": {"type": "BertNormalizer"},
+              "pre_tokenizer": {"type": "BertPreTokenizer"},
+              "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                        "max_input_chars_per_word": 100,
+                        "vocab": {"[UNK]": 0, "the": 1, "jury": 2, "##s": 3}}}
+        with open(os.path.join(smol, "tokenizer.json"), "w") as f:
+            json.dump(wp, f)
+        with open(os.path.join(smol, "tokenizer_config.json"), "w") as f:
+            json.dump({"eos_token": "[UNK]"}, f)
+        rc, _, err = run("train", "model.init_from=" + smol, "data.train=" + P("gpt2"),
+                         "train.steps=1", "run.dir=" + P("unread_run"), *small)
+        check(rc == 2 and "model.init_from" in err and smol in err and "do not load" in err and
+              "WordPiece" in err and "data.tokenizer" in err and "--tokenizer" in err and
+              not os.path.exists(P("unread_run")),
+              "a model whose tokenizer files do not load: exit 2 with the reason, nothing written",
+              "exit %d: %s" % (rc, err))
+        ur = P("unread_given")
+        rc, _, err = run("train", "model.init_from=" + smol, "data.train=" + P("gpt2"),
+                         "--tokenizer", GPT2, "train.steps=1", "run.checkpoint_every=1",
+                         "run.dir=" + ur, *small)
+        listed = sorted(f for f in os.listdir(ur) if "vocab" in f or "merges" in f or
+                        f.startswith("tokenizer")) if os.path.isdir(ur) else []
+        check(rc == 0 and listed == ["merges.txt", "vocab.json"],
+              "--tokenizer (data.tokenizer) stands for it: run.dir holds that tokenizer only",
+              "exit %d, %s: %s" % (rc, listed, err))
+        if rc == 0:
+            rc, out, err = run("sample", "--model", ur, "--tokenizer", ur, "--prompt", "The jury",
+                               "--tokens", "4")
+            check(rc == 0, "sample --tokenizer RUN_DIR of that run", err)
+        rc, _, err = run("train", "model.init_from=" + smol, "data.train=" + P("gpt2"),
+                         "data.tokenizer=" + LLAMA, "train.steps=1", "run.dir=" + P("unread_bad"),
+                         *small)
+        check(rc == 2 and "data.tokenizer" in err and "data.train" in err and id_llama in err and
+              id_gpt2 in err and not os.path.exists(P("unread_bad")),
+              "data.tokenizer of another tokenizer than the shards': exit 2 naming both",
+              "exit %d: %s" % (rc, err))
+        rc, _, err = run("train", "model.init_from=" + base, "data.train=" + P("gpt2"),
+                         "data.tokenizer=" + LLAMA, "train.steps=1", "run.dir=" + P("given_bad"),
+                         *small)
+        check(rc == 2 and "data.tokenizer" in err and "model.init_from" in err and id_llama in err
+              and id_gpt2 in err, "data.tokenizer against a model whose own files load: checked",
+              "exit %d: %s" % (rc, err))
+        rc, _, err = run("train", "model.init_from=" + smol, "data.train=" + P("gpt2"),
+                         "data.tokenizer=" + P("nowhere"), "train.steps=1",
+                         "run.dir=" + P("given_missing"), *small)
+        check(rc == 2 and "data.tokenizer" in err and P("nowhere") in err,
+              "a data.tokenizer that is not there: exit 2 naming it", "exit %d: %s" % (rc, err))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%s: %d failure(s)" % (os.path.basename(__file__), failures))

@@ -10,20 +10,23 @@
  */
 #include "backend/cpu/tile.h"
 
-#include <stdint.h>
 #include <string.h>
 
-/* The target's own vector width (arrays of wider GCC vectors, split in two,
- * did not stay in registers): 16 floats with AVX-512, 8 with AVX, 4 else. */
+/* The target's own vector width (arrays of wider vectors, split in two, did
+ * not stay in registers): 16 floats with AVX-512, 8 with AVX, 4 else. Only
+ * what gcc and clang both take: vector_size types, their arithmetic and
+ * __builtin_shufflevector (gcc 12+); gcc's __builtin_shuffle is not clang's. */
 #if defined(__AVX512F__)
-typedef float vf __attribute__((vector_size(64)));
+#define VW 16
+#define LANES0 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 #elif defined(__AVX__)
-typedef float vf __attribute__((vector_size(32)));
+#define VW 8
+#define LANES0 0, 0, 0, 0, 0, 0, 0, 0
 #else
-typedef float vf __attribute__((vector_size(16)));
+#define VW 4
+#define LANES0 0, 0, 0, 0
 #endif
-typedef int32_t vi __attribute__((vector_size(sizeof(vf))));
-#define VW ((int)(sizeof(vf) / sizeof(float)))
+typedef float vf __attribute__((vector_size(VW * sizeof(float))));
 #define TILE_MR 6
 #define TILE_NR (2 * VW)
 #define TILE_KC 128 /* k rows per pass of the column tail's padded copy */
@@ -38,7 +41,7 @@ static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
  * and a loop over the lanes became one insert per lane) */
 static inline vf vset1(float x) {
     vf v = {x};
-    return __builtin_shuffle(v, (vi){0});
+    return __builtin_shufflevector(v, v, LANES0);
 }
 
 /* Row i of a block: its two accumulators, loaded (or zero), updated by A's
