@@ -158,7 +158,8 @@ static ct_tokenizer *run_tok_files(const run_tok_src *x) {
  * records none (or x is a model directory). */
 static cJSON *run_tok_template(const run_tok_src *x) {
     size_t n = strlen(x->info.where);
-    if (x->model || n < 13 || strcmp(x->info.where + n - 13, "manifest.json") != 0) return NULL;
+    if (x->kind != RUN_TOK_SHARDS || n < 13 || strcmp(x->info.where + n - 13, "manifest.json") != 0)
+        return NULL;
     cJSON *man = NULL;
     if (ct_json_read_object(x->info.where, &man)) {
         ct_error_clear(); /* read at setup; said then */
