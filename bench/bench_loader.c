@@ -15,8 +15,8 @@
  * (4 shards and their sidecars), removed at exit.
  */
 #include "ctrain/train.h"
-#include "data/shard.h"
-#include "data/sft_shard.h"
+#include "data/shard/shard.h"
+#include "data/shard/sft_shard.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -154,7 +154,7 @@ CT_API int ct_loader_num_shards(const ct_loader *l);
 /*
  * Instruction data. A directory whose manifest.json says "format":
  * "ctrain-sft/1" (`ctrain prepare --format sft`) holds shards with .sft
- * sidecars (data/sft_shard.h): example boundaries and a loss mask. Its loader
+ * sidecars (data/shard/sft_shard.h): example boundaries and a loss mask. Its loader
  * yields rows of whole examples instead of windows. The shards are taken as
  * instruction data when any of them has a sidecar beside it (x.bin -> x.sft)
  * or the manifest.json beside the first shard says "ctrain-sft/1"; then every

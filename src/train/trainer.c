@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "backend/ctx.h"
-#include "data/remote.h"
+#include "data/shard/remote.h"
 #include "core/strbuf.h"
 #include "io/fileio.h"
 #include "train/run_tokenizer.h"
