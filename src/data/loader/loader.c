@@ -13,14 +13,10 @@
  */
 #include "data/loader/loader_int.h"
 
-#include "data/shard/remote.h"
-
-#include <glob.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define LOADER_PREFETCH_MAX 4096
 
@@ -39,107 +35,8 @@ ct_loader_opts ct_loader_opts_default(void) {
     return o;
 }
 
-/* ------------------------------------------------------------ shard files */
-
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* How many files match dir/pattern. */
-static size_t count_matches(const char *dir, const char *pattern) {
-    char pat[2048];
-    snprintf(pat, sizeof pat, "%s/%s", dir, pattern);
-    glob_t g;
-    memset(&g, 0, sizeof g);
-    size_t n = glob(pat, 0, NULL, &g) == 0 ? g.gl_pathc : 0;
-    globfree(&g);
-    return n;
-}
-
 bool ct_loader_split_missing(const char *spec, const char *split) {
-    struct stat sb;
-    if (!spec || !spec[0] || stat(spec, &sb) != 0 || !S_ISDIR(sb.st_mode)) return false;
-    char own[128];
-    snprintf(own, sizeof own, "%s_*.bin", split ? split : "train");
-    if (count_matches(spec, own)) return false;
-    /* the splits `ctrain prepare` writes */
-    const char *other = split && !strcmp(split, "train") ? "val_*.bin" : "train_*.bin";
-    return count_matches(spec, other) > 0;
-}
-
-/* Expand spec into a sorted list of shard paths (owned by *paths). */
-static ct_status resolve_paths(const char *spec, const char *split, char ***paths, int *n) {
-    struct stat sb;
-    *paths = NULL;
-    *n = 0;
-    glob_t g;
-    memset(&g, 0, sizeof g);
-    int rc;
-    if (ct_loader_split_missing(spec, split))
-        return CT_ERR(CT_ERR_IO, "%s: directory holds no %s_*.bin token shards (its *.bin are "
-                      "another split's: `ctrain prepare` made no %s split)", spec, split, split);
-    if (stat(spec, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        char pat[2048];
-        snprintf(pat, sizeof pat, "%s/%s_*.bin", spec, split);
-        rc = glob(pat, 0, NULL, &g);
-        if (rc == GLOB_NOMATCH) {
-            globfree(&g);
-            memset(&g, 0, sizeof g);
-            snprintf(pat, sizeof pat, "%s/*.bin", spec);
-            rc = glob(pat, 0, NULL, &g);
-        }
-        if (rc != 0) {
-            globfree(&g);
-            return CT_ERR(CT_ERR_IO, "%s: directory holds no %s_*.bin or *.bin token shards",
-                          spec, split);
-        }
-    } else if (strpbrk(spec, "*?[")) {
-        rc = glob(spec, 0, NULL, &g);
-        if (rc != 0) {
-            globfree(&g);
-            return CT_ERR(CT_ERR_IO, "%s: no files match this pattern", spec);
-        }
-    } else {
-        FILE *f = fopen(spec, "rb");
-        if (!f) return CT_ERR(CT_ERR_IO, "%s: cannot open token shard: no such file", spec);
-        fclose(f);
-        g.gl_pathc = 0;
-    }
-    size_t count = g.gl_pathc ? g.gl_pathc : 1;
-    if (count > INT32_MAX) {
-        globfree(&g);
-        return CT_ERR(CT_ERR_ARG, "%s: %zu shards, more than a loader takes", spec, count);
-    }
-    char **list = calloc(count, sizeof *list);
-    if (!list) {
-        globfree(&g);
-        return CT_ERR(CT_ERR_OOM, "out of memory listing shards");
-    }
-    for (size_t i = 0; i < count; i++) {
-        list[i] = strdup(g.gl_pathc ? g.gl_pathv[i] : spec);
-        if (!list[i]) {
-            for (size_t j = 0; j < i; j++) free(list[j]);
-            free(list);
-            globfree(&g);
-            return CT_ERR(CT_ERR_OOM, "out of memory listing shards");
-        }
-    }
-    globfree(&g);
-    qsort(list, count, sizeof *list, cmp_str);
-    *paths = list;
-    *n = (int)count;
-    return CT_OK;
-}
-
-/* Every token of the shard must be a valid id for the model. */
-ct_status loader_check_tokens(const ct_shard *s, const char *path, int vocab_size) {
-    int64_t i = ct_shard_find_token_ge(s, (uint32_t)vocab_size);
-    if (i < 0) return CT_OK;
-    ct_status st = CT_ERR(CT_ERR_ARG, "%s: token %" PRIu32 " at index %" PRId64 " is out of "
-                          "range: the model's vocab_size is %d (expected 0..%d)", path,
-                          ct_shard_token(s, i), i, vocab_size, vocab_size - 1);
-    ct_error_hint("the shards were made for a different vocabulary than the model");
-    return st;
+    return ct_source_split_missing(spec, split);
 }
 
 /* ------------------------------------------------------------------ order */
@@ -167,25 +64,28 @@ static ct_status check_opts(const ct_loader_opts *o) {
     return CT_OK;
 }
 
-/* Open, validate and count the windows of every shard. */
+/* Open the source, then validate and count the windows of every shard. */
 static ct_status open_shards(ct_loader *l, const ct_loader_opts *o) {
-    bool remote = ct_remote_is_url(o->spec);
-    ct_status st = remote ? loader_remote_open(l, o)
-                          : resolve_paths(o->spec, l->split_name, &l->paths, &l->n_shards);
+    ct_source_opts so = {
+        .spec = o->spec, .split = l->split_name, .vocab_size = o->vocab_size,
+        .cache_dir = o->cache_dir, .cache_limit = o->cache_limit, .cache_ttl_s = o->cache_ttl_s,
+        .readahead = o->readahead, .retries = o->retries, .timeout_s = o->timeout_s,
+        .offline = o->offline,
+    };
+    ct_status st = ct_source_open(&l->src, &so);
     if (st) return st;
+    l->n_shards = l->src->n;
+    l->paths = l->src->names;
     bool sft = false;
-    if (!remote && (st = loader_sft_detect(l, &sft))) return st;
+    if ((st = loader_sft_detect(l, &sft))) return st;
     if (sft) return loader_sft_open(l, o);
     int n = l->n_shards;
-    if (!remote) l->shards = calloc((size_t)n, sizeof *l->shards);
     l->wins = calloc((size_t)n, sizeof *l->wins);
     l->seq_cum = calloc((size_t)n + 1, sizeof *l->seq_cum);
-    if (!l->shards || !l->wins || !l->seq_cum)
-        return CT_ERR(CT_ERR_OOM, "out of memory for the loader");
+    if (!l->wins || !l->seq_cum) return CT_ERR(CT_ERR_OOM, "out of memory for the loader");
     int64_t BT = l->BT, stride = BT * l->world;
     for (int i = 0; i < n; i++) {
-        if (!remote && (st = ct_shard_open(&l->shards[i], l->paths[i]))) return st;
-        int64_t ntok = ct_shard_ntokens(l->shards[i]);
+        int64_t ntok = l->src->ntok[i];
         if (ntok < BT + 1) {
             /* the caller's prefix names its own settings (train.* or eval's flags) */
             st = CT_ERR(CT_ERR_ARG, "%s: shard has %" PRId64 " tokens, fewer than one batch "
@@ -193,11 +93,8 @@ static ct_status open_shards(ct_loader *l, const ct_loader_opts *o) {
                         o->T, BT + 1);
             return st;
         }
-        if (o->vocab_size > 0 && (st = loader_check_tokens(l->shards[i], l->paths[i],
-                                                           o->vocab_size)))
+        if (o->vocab_size > 0 && (st = l->src->i->check_tokens(l->src, i, o->vocab_size)))
             return st;
-        /* the scan touched every page: let them go (page cache, not our RSS) */
-        if (o->vocab_size > 0) ct_shard_drop_pages(l->shards[i]);
         l->total_tokens += ntok;
         l->wins[i] = (ntok - 1) / BT;
         l->n_windows += l->wins[i];
@@ -240,7 +137,7 @@ ct_status ct_loader_init(ct_loader **out, const ct_loader_opts *opts) {
     if ((st = open_shards(l, opts))) goto fail;
     if ((st = loader_locator_init(&l->cons_loc, l->n_shards))) goto fail;
     if ((st = loader_locator_init(&l->read_loc, l->n_shards))) goto fail;
-    if (l->remote && (st = loader_remote_start(l))) goto fail;
+    if ((st = loader_ahead_start(l))) goto fail;
     if (l->prefetch > 0 && (st = loader_ring_start(l))) goto fail;
     *out = l;
     return CT_OK;
@@ -252,15 +149,9 @@ fail:
 void ct_loader_free(ct_loader *l) {
     if (!l) return;
     loader_ring_stop(l);
-    loader_remote_stop(l);
-    for (int i = 0; i < l->n_shards; i++) {
-        if (l->shards) ct_shard_close(l->shards[i]);
-        if (l->paths) free(l->paths[i]);
-    }
-    loader_remote_close(l);
+    loader_ahead_stop(l);
     loader_sft_close(l);
-    free(l->shards);
-    free(l->paths);
+    ct_source_close(l->src);
     free(l->wins);
     free(l->seq_cum);
     loader_locator_free(&l->cons_loc);
@@ -293,7 +184,7 @@ ct_status ct_loader_next_pos(ct_loader *l, int32_t *inputs, int32_t *targets, in
             if (pos)
                 for (int64_t k = 0; k < l->BT; k++) pos[k] = (int32_t)(k % l->T);
         }
-        loader_remote_moved(l, false);
+        loader_ahead_moved(l, false);
     } else if (pin) {
         loader_sft_unpin(l, pin);
     }
@@ -311,7 +202,7 @@ void ct_loader_reset(ct_loader *l) {
     l->index = 0;
     if (l->sft) loader_sft_reset(l);
     if (l->prefetch > 0) loader_ring_restart(l);
-    loader_remote_moved(l, true);
+    loader_ahead_moved(l, true);
 }
 
 int32_t loader_pos_mode(const ct_loader *l) {
@@ -366,7 +257,7 @@ ct_status ct_loader_set_pos(ct_loader *l, const ct_loader_pos *pos) {
         ct_status st = loader_sft_set_pos(l, pos);
         if (st) return st;
         if (l->prefetch > 0) loader_ring_restart(l);
-        loader_remote_moved(l, true);
+        loader_ahead_moved(l, true);
         return CT_OK;
     }
     if (pos->index < 0 || pos->index >= l->per_epoch)
@@ -401,7 +292,7 @@ ct_status ct_loader_set_pos(ct_loader *l, const ct_loader_pos *pos) {
     l->epoch = pos->epoch;
     l->index = pos->index;
     if (l->prefetch > 0) loader_ring_restart(l);
-    loader_remote_moved(l, true);
+    loader_ahead_moved(l, true);
     return CT_OK;
 }
 
@@ -418,7 +309,7 @@ ct_status ct_loader_skip(ct_loader *l, int64_t n) {
         (void)loader_advance(l, NULL, &l->epoch, &l->index, n); /* plain: cannot fail */
     }
     if (l->prefetch > 0 && n > 0) loader_ring_drop(l, n);
-    if (n > 0) loader_remote_moved(l, true);
+    if (n > 0) loader_ahead_moved(l, true);
     return CT_OK;
 }
 
@@ -427,3 +318,17 @@ double ct_loader_wait_total_s(const ct_loader *l) { return l->wait_total; }
 int64_t ct_loader_batches_per_epoch(const ct_loader *l) { return l->per_epoch; }
 int64_t ct_loader_total_tokens(const ct_loader *l) { return l->total_tokens; }
 int ct_loader_num_shards(const ct_loader *l) { return l->n_shards; }
+
+bool ct_loader_get_remote_stats(const ct_loader *l, ct_loader_remote_stats *out) {
+    memset(out, 0, sizeof *out);
+    ct_source_stats s;
+    if (!l || !l->src->i->stats(l->src, &s)) return false;
+    out->blocks_fetched = s.blocks_fetched;
+    out->bytes_fetched = s.bytes_fetched;
+    out->disk_hits = s.disk_hits;
+    out->memory_hits = s.memory_hits;
+    out->bad_blocks = s.bad_blocks;
+    out->cache_write_errors = s.cache_write_errors;
+    out->read_wait_s = s.read_wait_s;
+    return true;
+}

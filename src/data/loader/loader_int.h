@@ -2,7 +2,8 @@
  * Loader internals shared by loader.c (shards, positions, the public calls),
  * loader_order.c (the order and the reads, below both others) and
  * loader_ring.c (the prefetch thread and its ring of batches), loader_sft.c
- * (rows of whole examples from instruction shards) and loader_remote.c.
+ * (rows of whole examples from instruction shards) and loader_ahead.c (the
+ * read-ahead of sources that fetch).
  * Leaves out: anything a user of ct_loader sees; include/ctrain/loader.h holds
  * the public contract.
  */
@@ -13,7 +14,7 @@
 
 #include <pthread.h>
 
-#include "data/shard/shard.h"
+#include "data/shard/source.h"
 
 struct sft_plan;
 struct loader_sft;
@@ -45,9 +46,9 @@ struct ct_loader {
     bool shuffle;
     uint64_t seed;
     char split_name[32]; /* "train" | "val" */
-    int n_shards;
-    ct_shard **shards; /* (n_shards) */
-    char **paths;      /* (n_shards) sorted */
+    ct_source *src;    /* where the shards' bytes come from (data/shard/source.h) */
+    int n_shards;      /* src->n */
+    char **paths;      /* src->names: (n_shards) sorted */
     int64_t total_tokens;
     int64_t *wins;     /* (n_shards) windows of shard s: (ntok - 1) / BT */
     int64_t *seq_cum;  /* (n_shards + 1) sequential: this rank's windows before shard s */
@@ -78,14 +79,13 @@ struct ct_loader {
     char err_msg[LOADER_MSG_MAX], err_hint[LOADER_MSG_MAX], err_site[128];
     pthread_t thread;
 
-    /* remote shards (loader_remote.c); remote is NULL for local ones */
-    struct ct_remote_ctx *remote;
+    /* the read-ahead thread (loader_ahead.c), for sources that fetch */
     pthread_mutex_t ra_mu;  /* guards the ra_ fields below it */
     pthread_cond_t ra_cv;
     bool ra_sync, ra_running;
     pthread_t ra_thread;
     loader_locator ra_loc;  /* the read-ahead thread's */
-    int64_t ra_batches, ra_budget_blocks; /* how far a pass looks: batches, blocks */
+    int64_t ra_batches;     /* how far a pass looks, in batches */
     int64_t ra_epoch, ra_index; /* the consumer's position, as last told */
     uint64_t ra_gen;        /* bumped by set_pos, skip and reset */
     bool ra_stop;
@@ -115,8 +115,6 @@ ct_status loader_advance(const ct_loader *l, loader_locator *loc, int64_t *epoch
  * s + 1 the windows of shard s. */
 uint64_t loader_mix64(uint64_t x);
 uint64_t loader_order_key(uint64_t seed, int64_t epoch, int64_t what);
-/* Every token of the shard must be a valid id for the model (loader.c). */
-ct_status loader_check_tokens(const ct_shard *s, const char *path, int vocab_size);
 
 /* loader_ring.c: the prefetch thread. */
 ct_status loader_ring_start(ct_loader *l); /* allocate the ring, start the thread */
@@ -129,25 +127,23 @@ void loader_ring_restart(ct_loader *l);
 /* The consumer skipped n batches: drop them if ready, else restart. */
 void loader_ring_drop(ct_loader *l, int64_t n);
 
-/* loader_remote.c: remote shards and their read-ahead thread. */
-ct_status loader_remote_open(ct_loader *l, const ct_loader_opts *o); /* fills shards, paths */
-ct_status loader_remote_start(ct_loader *l);
-void loader_remote_stop(ct_loader *l);  /* before the shards close */
-void loader_remote_close(ct_loader *l); /* after the shards close */
+/* loader_ahead.c: the read-ahead thread of a source that fetches (one
+ * with ct_source_i.ahead), started when the loader opens. */
+ct_status loader_ahead_start(ct_loader *l); /* nothing when the source needs none */
+void loader_ahead_stop(ct_loader *l);       /* before the source closes */
 /* The consumer moved (jump: not by one batch, so the pass starts over). */
-void loader_remote_moved(ct_loader *l, bool jump);
+void loader_ahead_moved(ct_loader *l, bool jump);
 
 /* loader_sft.c: rows of whole examples (include/ctrain/loader.h,
  * "Instruction data"). */
-/* Whether the local shards in l->paths are instruction data: a sidecar
- * beside a shard, or manifest.json beside the first saying ctrain-sft/1.
- * CT_ERR_FORMAT when some shards have sidecars and some do not. */
+/* Whether the source's shards are instruction data: a sidecar beside a
+ * shard, or the manifest saying ctrain-sft/1. CT_ERR_FORMAT when some
+ * shards have sidecars and some do not. */
 ct_status loader_sft_detect(const ct_loader *l, bool *is_sft);
 /* Whether a manifest's text says "format": "ctrain-sft/1". */
 bool loader_sft_manifest_says_sft(const char *text, size_t len);
-/* Open the shards in l->paths and their sidecars, check the tokens, measure
- * the examples, build epoch 0's plan; sets l->sft, shards, total_tokens,
- * per_epoch. */
+/* Open the sidecars of the source's shards, check the tokens, measure the
+ * examples, build epoch 0's plan; sets l->sft, total_tokens, per_epoch. */
 ct_status loader_sft_open(ct_loader *l, const ct_loader_opts *o);
 /* Release every plan (the threads are stopped) and the sidecars. */
 void loader_sft_close(ct_loader *l);

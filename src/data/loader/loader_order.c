@@ -157,12 +157,11 @@ ct_status loader_read_at(ct_loader *l, loader_locator *loc, int64_t epoch, int64
     int32_t s;
     int64_t off;
     loader_locate(l, loc, epoch, index, &s, &off);
-    const ct_shard *sh = l->shards[s];
     /* targets are the inputs moved by one, plus the window's last token */
-    ct_status st = ct_shard_read(sh, off, l->BT, in);
+    ct_status st = l->src->i->read(l->src, s, off, l->BT, in);
     if (st) return st;
     memcpy(tg, in + 1, (size_t)(l->BT - 1) * sizeof *tg);
-    return ct_shard_read(sh, off + l->BT, 1, tg + l->BT - 1);
+    return l->src->i->read(l->src, s, off + l->BT, 1, tg + l->BT - 1);
 }
 
 /* ------------------------------------------------------------ init / free */

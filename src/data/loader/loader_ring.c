@@ -54,7 +54,7 @@ static void *ring_main(void *arg) {
             int32_t s;
             int64_t off;
             loader_locate(l, &l->read_loc, next_epoch, next_index, &s, &off);
-            ct_shard_willneed(l->shards[s], off, l->BT + 1);
+            l->src->i->willneed(l->src, s, off, l->BT + 1);
         }
 
         pthread_mutex_lock(&l->mu);

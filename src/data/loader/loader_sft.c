@@ -9,20 +9,18 @@
  * prefetch thread through a small locked cache; each thread keeps its own
  * reference in its locator, the consumer one more for its current epoch, and
  * epoch 0's stays for reset. Unshuffled data has one plan for every epoch.
- * Leaves out: instruction data at URLs (loader_remote.c refuses it) and the
+ * Leaves out: instruction data at URLs (the remote source refuses it) and the
  * windows of plain shards (loader_order.c).
  */
 #include "data/loader/loader_int.h"
 
 #include "data/shard/sft_shard.h"
-#include "io/fileio.h"
 
 #include <cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define SFT_FORMAT "ctrain-sft/1"
 #define SFT_GROUP_RUN 50 /* group_by_length sorts runs of 50*B*world examples */
@@ -69,43 +67,20 @@ bool loader_sft_manifest_says_sft(const char *text, size_t len) {
     return yes;
 }
 
-/* Whether manifest.json in the directory of shard_path says ctrain-sft/1. */
-static bool manifest_beside(const char *shard_path) {
-    char path[SFT_PATH_MAX];
-    const char *slash = strrchr(shard_path, '/');
-    int k = slash ? snprintf(path, sizeof path, "%.*s/manifest.json",
-                             (int)(slash - shard_path), shard_path)
-                  : snprintf(path, sizeof path, "manifest.json");
-    struct stat sb;
-    if (k < 0 || (size_t)k >= sizeof path || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
-        return false;
-    char *text = NULL;
-    size_t len = 0;
-    if (ct_file_read_all(path, &text, &len)) {
-        ct_error_clear(); /* an unreadable manifest: the sidecars decide */
-        return false;
-    }
-    bool yes = loader_sft_manifest_says_sft(text, len);
-    free(text);
-    return yes;
-}
-
 ct_status loader_sft_detect(const ct_loader *l, bool *is_sft) {
     *is_sft = false;
+    ct_source *src = l->src;
     int with = -1, without = -1;
-    char side[SFT_PATH_MAX];
     for (int i = 0; i < l->n_shards && (with < 0 || without < 0); i++) {
-        ct_status st = ct_sft_sidecar_path(side, sizeof side, l->paths[i]);
-        if (st) return st;
-        struct stat sb;
-        if (stat(side, &sb) == 0) {
+        if (src->i->has_side(src, i, ".sft")) {
             if (with < 0) with = i;
         } else if (without < 0) {
             without = i;
         }
     }
     if (with >= 0 && without >= 0) {
-        (void)ct_sft_sidecar_path(side, sizeof side, l->paths[with]);
+        char side[SFT_PATH_MAX];
+        if (src->i->side_name(src, with, ".sft", side, sizeof side)) ct_error_clear();
         ct_status st = CT_ERR(CT_ERR_FORMAT, "the shards mix instruction data and plain tokens: "
                               "%s has its sidecar %s, but %s has no .sft beside it",
                               l->paths[with], side, l->paths[without]);
@@ -113,7 +88,9 @@ ct_status loader_sft_detect(const ct_loader *l, bool *is_sft) {
                       ".sft beside every shard)");
         return st;
     }
-    *is_sft = with >= 0 || (l->n_shards > 0 && manifest_beside(l->paths[0]));
+    size_t mlen = 0;
+    const char *m = with >= 0 ? NULL : src->i->manifest(src, &mlen);
+    *is_sft = with >= 0 || loader_sft_manifest_says_sft(m, mlen);
     return CT_OK;
 }
 
@@ -319,23 +296,21 @@ ct_status loader_sft_open(ct_loader *l, const ct_loader_opts *o) {
     if (pthread_mutex_init(&x->mu, NULL) != 0)
         return CT_ERR(CT_ERR_OOM, "cannot create the loader's plan lock");
     x->mu_ready = true;
-    l->shards = calloc((size_t)n, sizeof *l->shards);
     x->side = calloc((size_t)n, sizeof *x->side);
     x->ex_cum = calloc((size_t)n + 1, sizeof *x->ex_cum);
-    if (!l->shards || !x->side || !x->ex_cum)
-        return CT_ERR(CT_ERR_OOM, "out of memory for the loader");
+    if (!x->side || !x->ex_cum) return CT_ERR(CT_ERR_OOM, "out of memory for the loader");
     char side[SFT_PATH_MAX];
     ct_status st;
+    ct_source *src = l->src;
     for (int i = 0; i < n; i++) {
-        if ((st = ct_shard_open(&l->shards[i], l->paths[i]))) return st;
-        if (o->vocab_size > 0) {
-            if ((st = loader_check_tokens(l->shards[i], l->paths[i], o->vocab_size))) return st;
-            ct_shard_drop_pages(l->shards[i]); /* the scan touched every page */
-        }
-        if ((st = ct_sft_sidecar_path(side, sizeof side, l->paths[i])) ||
-            (st = ct_sft_open(&x->side[i], side, l->shards[i])))
+        if (o->vocab_size > 0 && (st = src->i->check_tokens(src, i, o->vocab_size))) return st;
+        ct_source_bytes b;
+        if ((st = src->i->side_name(src, i, ".sft", side, sizeof side)) ||
+            (st = src->i->side_open(src, i, ".sft", CT_SFT_HEADER_BYTES, ct_sft_file_msgs(), &b)) ||
+            (st = ct_sft_open_mem(&x->side[i], side, b.data, b.len, b.release, src->ntok[i],
+                                  l->paths[i])))
             return st;
-        l->total_tokens += ct_shard_ntokens(l->shards[i]);
+        l->total_tokens += src->ntok[i];
         x->ex_cum[i + 1] = x->ex_cum[i] + ct_sft_num_examples(x->side[i]);
     }
     int64_t E = x->E = x->ex_cum[n];
@@ -437,7 +412,7 @@ ct_status loader_sft_read(ct_loader *l, loader_locator *loc, int64_t epoch, int6
             int64_t a, n = x->len[id];
             example_at(l, id, &s, &a);
             CT_ASSERT(c + n <= T);
-            if ((st = ct_shard_read(l->shards[s], a, n, ri + c))) return st;
+            if ((st = l->src->i->read(l->src, s, a, n, ri + c))) return st;
             /* token t+1's bit says whether predicting it from token t counts */
             for (int64_t t = 0; t < n; t++) {
                 rt[c + t] = t + 1 < n && ct_sft_counts(x->side[s], a + t + 1) ? ri[c + t + 1] : -1;
@@ -476,7 +451,7 @@ void loader_sft_willneed(const ct_loader *l, loader_locator *loc, int64_t epoch,
                 continue;
             }
         }
-        if (cur >= 0) ct_shard_willneed(l->shards[cur], lo, hi - lo);
+        if (cur >= 0) l->src->i->willneed(l->src, cur, lo, hi - lo);
         cur = s;
         lo = a;
         hi = a + n;

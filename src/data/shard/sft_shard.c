@@ -40,9 +40,9 @@
 
 struct ct_sft_shard {
     char *path;
-    const uint8_t *map; /* the whole file (mapped, or owned when from bytes) */
+    const uint8_t *map; /* the whole file */
     size_t map_len;     /* bytes */
-    bool owned;         /* map is malloc'd */
+    void (*release)(const void *map, size_t len); /* gives map back at close */
     int64_t n, ntok, counted;
     const uint8_t *offsets; /* map + 32: n + 1 int64 */
     const uint8_t *mask;    /* map + 32 + 8 (n + 1): ceil(ntok / 8) bytes */
@@ -147,24 +147,51 @@ static ct_sft_shard *sft_new(const char *path) {
     return s;
 }
 
+static const ct_file_map_msgs sft_msgs = {
+    .noun = "SFT sidecar",
+    .missing_hint = "an instruction-tuning shard needs the .sft beside its .bin; `ctrain prepare --format sft` "
+                    "writes both",
+    .short_what = "header of an SFT sidecar",
+    .short_hint = "the file is truncated or not an SFT sidecar",
+};
+
+const ct_file_map_msgs *ct_sft_file_msgs(void) { return &sft_msgs; }
+
+static void sft_unmap(const void *map, size_t len) { ct_file_unmap(map, len); }
+static void sft_free(const void *map, size_t len) {
+    (void)len;
+    free((void *)map);
+}
+
 ct_status ct_sft_open(ct_sft_shard **out, const char *path, const ct_shard *shard) {
     *out = NULL;
     if (!path || !path[0]) return CT_ERR(CT_ERR_ARG, "sft sidecar: empty path");
-    ct_sft_shard *s = sft_new(path);
-    if (!s) return ct_last_status();
-    static const ct_file_map_msgs msgs = {
-        .noun = "SFT sidecar",
-        .missing_hint = "an instruction-tuning shard needs the .sft beside its .bin; `ctrain prepare --format sft` "
-                        "writes both",
-        .short_what = "header of an SFT sidecar",
-        .short_hint = "the file is truncated or not an SFT sidecar",
-    };
     const void *map = NULL;
-    ct_status st = ct_file_map(path, CT_SFT_HEADER_BYTES, &msgs, &map, &s->map_len);
-    if (!st) {
-        s->map = map;
-        st = sft_validate(s, ct_shard_ntokens(shard), ct_shard_path(shard));
+    size_t len = 0;
+    ct_status st = ct_file_map(path, CT_SFT_HEADER_BYTES, &sft_msgs, &map, &len);
+    if (st) return st;
+    return ct_sft_open_mem(out, path, map, len, sft_unmap, ct_shard_ntokens(shard),
+                           ct_shard_path(shard));
+}
+
+ct_status ct_sft_open_mem(ct_sft_shard **out, const char *name, const void *data, size_t len,
+                          void (*release)(const void *data, size_t len), int64_t shard_tokens,
+                          const char *shard_name) {
+    *out = NULL;
+    ct_sft_shard *s = sft_new(name);
+    if (!s) {
+        if (release) release(data, len);
+        return ct_last_status();
     }
+    s->map = data;
+    s->map_len = len;
+    s->release = release;
+    ct_status st;
+    if (len < CT_SFT_HEADER_BYTES)
+        st = CT_ERR(CT_ERR_FORMAT, "%s: %zu bytes, shorter than the %d-byte header of an SFT sidecar", name, len,
+                    CT_SFT_HEADER_BYTES);
+    else
+        st = sft_validate(s, shard_tokens, shard_name);
     if (st) {
         ct_sft_close(s);
         return st;
@@ -176,36 +203,15 @@ ct_status ct_sft_open(ct_sft_shard **out, const char *path, const ct_shard *shar
 ct_status ct_sft_open_bytes(ct_sft_shard **out, const char *name, const void *data, size_t len,
                             int64_t shard_tokens, const char *shard_name) {
     *out = NULL;
-    ct_sft_shard *s = sft_new(name);
-    if (!s) return ct_last_status();
-    ct_status st = CT_OK;
-    if (len < CT_SFT_HEADER_BYTES) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: %zu bytes, shorter than the %d-byte header of an SFT sidecar", name, len,
-                    CT_SFT_HEADER_BYTES);
-    } else {
-        uint8_t *copy = malloc(len);
-        if (!copy) {
-            st = CT_ERR(CT_ERR_OOM, "%s: out of memory (%zu bytes)", name, len);
-        } else {
-            memcpy(copy, data, len);
-            s->map = copy;
-            s->map_len = len;
-            s->owned = true;
-            st = sft_validate(s, shard_tokens, shard_name);
-        }
-    }
-    if (st) {
-        ct_sft_close(s);
-        return st;
-    }
-    *out = s;
-    return CT_OK;
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!copy) return CT_ERR(CT_ERR_OOM, "%s: out of memory (%zu bytes)", name, len);
+    if (len) memcpy(copy, data, len);
+    return ct_sft_open_mem(out, name, copy, len, sft_free, shard_tokens, shard_name);
 }
 
 void ct_sft_close(ct_sft_shard *s) {
     if (!s) return;
-    if (s->owned) free((void *)s->map);
-    else ct_file_unmap(s->map, s->map_len);
+    if (s->release) s->release(s->map, s->map_len);
     free(s->path);
     free(s);
 }

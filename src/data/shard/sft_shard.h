@@ -45,6 +45,15 @@ ct_status ct_sft_open(ct_sft_shard **out, const char *path, const struct ct_shar
  * shard_tokens is the token count of the shard it belongs to. */
 ct_status ct_sft_open_bytes(ct_sft_shard **out, const char *name, const void *data, size_t len,
                             int64_t shard_tokens, const char *shard_name);
+/* The same over a sidecar's bytes handed over by the caller (a mapping, or
+ * memory fetched from a URL): nothing is copied; release(data, len) (NULL:
+ * nothing to give back) runs when the sidecar closes, or at once when this
+ * fails. */
+ct_status ct_sft_open_mem(ct_sft_shard **out, const char *name, const void *data, size_t len,
+                          void (*release)(const void *data, size_t len), int64_t shard_tokens,
+                          const char *shard_name);
+/* How ct_sft_open words a sidecar it cannot map (for a source that maps it). */
+const struct ct_file_map_msgs *ct_sft_file_msgs(void);
 void ct_sft_close(ct_sft_shard *s); /* NULL is fine */
 
 const char *ct_sft_path(const ct_sft_shard *s);

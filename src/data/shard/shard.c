@@ -2,13 +2,13 @@
  * llm.c token shards: mmap reader with a fully validated header, and an
  * atomic streaming writer. Tokens are read with explicit little-endian loads,
  * so the reader has no alignment or host byte-order assumptions.
- * Leaves out: batching and shuffling (data/loader/loader.c).
+ * Leaves out: shards at URLs (source_remote.c), batching and shuffling (the
+ * loader).
  */
 #define _DEFAULT_SOURCE /* madvise */
 #include "data/shard/shard.h"
 
 #include "core/dtype.h"
-#include "data/shard/shard_remote.h"
 #include "io/fileio.h"
 
 #include <inttypes.h>
@@ -43,7 +43,6 @@ struct ct_shard {
     const uint8_t *tokens; /* map + 1024 */
     int64_t ntok;
     int tsize;         /* bytes per token: 2 or 4 */
-    ct_rshard *remote; /* a shard at a URL: reads go through it (map is NULL) */
 };
 
 static int32_t shard_i32(const uint8_t *p) {
@@ -126,34 +125,8 @@ fail:
     return st;
 }
 
-ct_status ct_shard_open_remote(ct_shard **out, struct ct_remote_ctx *ctx,
-                               struct ct_remote_shard_info *info, int vocab_size) {
-    *out = NULL;
-    ct_shard *s = calloc(1, sizeof *s);
-    if (!s) return CT_ERR(CT_ERR_OOM, "out of memory for a remote shard");
-    s->ntok = info->ntok;
-    s->tsize = info->tsize;
-    ct_status st = ct_rshard_open(&s->remote, ctx, info, vocab_size);
-    if (st == CT_OK && !(s->path = strdup(ct_rshard_url(s->remote))))
-        st = CT_ERR(CT_ERR_OOM, "out of memory for a remote shard");
-    if (st) {
-        ct_shard_close(s);
-        return st;
-    }
-    *out = s;
-    return CT_OK;
-}
-
-ct_status ct_shard_prefetch(const ct_shard *s, int64_t start, int64_t count, int64_t *fetched) {
-    *fetched = 0;
-    if (!s->remote) return CT_OK;
-    return ct_rshard_prefetch(s->remote, CT_SHARD_HEADER_BYTES + start * s->tsize,
-                              count * s->tsize, fetched);
-}
-
 void ct_shard_close(ct_shard *s) {
     if (!s) return;
-    ct_rshard_close(s->remote);
     ct_file_unmap(s->map, s->map_len);
     free(s->path);
     free(s);
@@ -165,44 +138,14 @@ int ct_shard_token_bytes(const ct_shard *s) { return s->tsize; }
 
 uint32_t ct_shard_token(const ct_shard *s, int64_t i) {
     CT_ASSERT(i >= 0 && i < s->ntok);
-    if (s->remote) {
-        uint8_t b[4] = {0};
-        if (ct_rshard_read(s->remote, CT_SHARD_HEADER_BYTES + i * s->tsize, s->tsize, b)) {
-            ct_error_clear();
-            return 0;
-        }
-        return s->tsize == 2 ? ct_le_load_u16(b) : ct_le_load_u32(b);
-    }
     const uint8_t *p = s->tokens + (size_t)i * (size_t)s->tsize;
     return s->tsize == 2 ? ct_le_load_u16(p) : ct_le_load_u32(p);
-}
-
-#define REMOTE_CHUNK 4096 /* tokens decoded per remote read */
-
-/* ct_shard_read of a remote shard: bytes through the block cache, decoded. */
-static ct_status read_remote(const ct_shard *s, int64_t start, int64_t count, int32_t *out) {
-    uint8_t buf[REMOTE_CHUNK * 4];
-    for (int64_t done = 0; done < count; done += REMOTE_CHUNK) {
-        int64_t n = count - done < REMOTE_CHUNK ? count - done : REMOTE_CHUNK;
-        ct_status st = ct_rshard_read(s->remote, CT_SHARD_HEADER_BYTES + (start + done) * s->tsize,
-                                      n * s->tsize, buf);
-        if (st) return st;
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t t = s->tsize == 2 ? ct_le_load_u16(buf + 2 * i) : ct_le_load_u32(buf + 4 * i);
-            if (t > (uint32_t)INT32_MAX)
-                return CT_ERR(CT_ERR_FORMAT, "%s: token %" PRIu32 " at position %" PRId64 " is "
-                              "out of range", s->path, t, start + done + i);
-            out[done + i] = (int32_t)t;
-        }
-    }
-    return CT_OK;
 }
 
 ct_status ct_shard_read(const ct_shard *s, int64_t start, int64_t count, int32_t *out) {
     if (start < 0 || count < 0 || start > s->ntok || count > s->ntok - start)
         return CT_ERR(CT_ERR_ARG, "%s: cannot read %" PRId64 " tokens from %" PRId64 ": the "
                       "shard holds %" PRId64, s->path, count, start, s->ntok);
-    if (s->remote) return read_remote(s, start, count, out);
     const uint8_t *p = s->tokens + (size_t)start * (size_t)s->tsize;
     if (s->tsize == 2) {
         for (int64_t i = 0; i < count; i++) out[i] = (int32_t)ct_le_load_u16(p + 2 * i);
@@ -238,7 +181,6 @@ static uint32_t shard_block_max(const uint8_t *p, int64_t n, int tsize) {
 }
 
 int64_t ct_shard_find_token_ge(const ct_shard *s, uint32_t limit) {
-    if (s->remote) return -1; /* checked block by block as they arrive (shard_remote.c) */
     for (int64_t b = 0; b < s->ntok; b += SHARD_SCAN_BLOCK) {
         int64_t n = s->ntok - b < SHARD_SCAN_BLOCK ? s->ntok - b : SHARD_SCAN_BLOCK;
         const uint8_t *p = s->tokens + (size_t)b * (size_t)s->tsize;
@@ -250,7 +192,6 @@ int64_t ct_shard_find_token_ge(const ct_shard *s, uint32_t limit) {
 }
 
 void ct_shard_willneed(const ct_shard *s, int64_t start, int64_t count) {
-    if (s->remote) return; /* the loader's read-ahead thread fetches remote blocks */
     if (start < 0) {
         count += start;
         start = 0;
@@ -266,7 +207,7 @@ void ct_shard_willneed(const ct_shard *s, int64_t start, int64_t count) {
 }
 
 void ct_shard_drop_pages(const ct_shard *s) {
-    if (!s || !s->map_len || s->remote) return;
+    if (!s || !s->map_len) return;
     /* a read-only file mapping: the pages leave this process (its RSS) and stay
      * in the page cache; a later read faults them back in */
     (void)madvise((void *)s->map, s->map_len, MADV_DONTNEED);

@@ -2,7 +2,8 @@
  * llm.c token shards (.bin): a validating mmap reader and an atomic writer.
  * The format is specified in shard.c next to the reader; shards written by
  * llm.c's data scripts and by `ctrain prepare` are interchangeable.
- * Leaves out: batching, shuffling and prefetch (data/loader/loader.c does those).
+ * Leaves out: shards at URLs (source_remote.c reads them through the block
+ * cache), batching, shuffling and prefetch (the loader).
  */
 #ifndef CT_SHARD_H
 #define CT_SHARD_H
@@ -25,18 +26,6 @@ typedef struct ct_shard ct_shard; /* an open shard: opaque, read-only */
  * An open shard may be read from several threads at once. */
 ct_status ct_shard_open(ct_shard **out, const char *path);
 void ct_shard_close(ct_shard *s); /* NULL is fine */
-
-/* A shard at a URL (data/shard/shard_remote.h): reads go through ctx's block cache
- * and the network; its header is checked against the manifest, and its
- * tokens against vocab_size (> 0), as each block is first used. Takes over
- * info's url and blocks. ct_shard_path is then the URL as printed. */
-struct ct_remote_ctx;
-struct ct_remote_shard_info;
-ct_status ct_shard_open_remote(ct_shard **out, struct ct_remote_ctx *ctx,
-                               struct ct_remote_shard_info *info, int vocab_size);
-/* Remote shards: make tokens [start, start+count) present in the disk cache
- * (the read-ahead); *fetched counts blocks fetched now. Local shards: no-op. */
-ct_status ct_shard_prefetch(const ct_shard *s, int64_t start, int64_t count, int64_t *fetched);
 
 const char *ct_shard_path(const ct_shard *s);
 int64_t ct_shard_ntokens(const ct_shard *s);

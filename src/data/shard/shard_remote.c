@@ -8,7 +8,7 @@
  * that finds a block gone fetches it again (once, when the server could not
  * be reached at the start; never under data.offline).
  * Leaves out: the manifest (remote_manifest.c), HTTP and S3 (remote.c), the
- * read-ahead order (loader_remote.c).
+ * read-ahead order (data/loader/loader_ahead.c).
  */
 #include "data/shard/shard_remote_int.h"
 

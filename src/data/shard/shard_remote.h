@@ -8,7 +8,8 @@
  * is cached too, so a warm cache trains without the server (data.offline, or
  * when the server cannot be reached).
  * Leaves out: HTTP and S3 themselves (data/shard/remote.c), the order of reads and
- * how far ahead to fetch (data/loader/loader_remote.c).
+ * how far ahead to fetch (data/loader/loader_ahead.c); the source over these
+ * shards (source_remote.c).
  */
 #ifndef CT_SHARD_REMOTE_H
 #define CT_SHARD_REMOTE_H
