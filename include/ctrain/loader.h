@@ -205,6 +205,26 @@ CT_API bool ct_loader_is_sft(const ct_loader *l);
  * on instruction data is this call without pos. */
 CT_API ct_status ct_loader_next_pos(ct_loader *l, int32_t *inputs, int32_t *targets,
                                     int32_t *pos);
+/* One batch with what a training step needs beside the tokens. */
+typedef struct ct_loader_batch {
+    int32_t *inputs, *targets; /* (B*T) each, caller-owned: filled */
+    int32_t *pos;              /* (B*T) caller-owned, or NULL: each token's position in
+                                * its example (0..T-1 in every row of plain shards) */
+    int64_t counted;           /* out: targets >= 0, what the batch's mean loss is over */
+    bool positions;            /* out: rows hold examples with positions of their own
+                                * (instruction data): pass pos to ct_model_set_positions;
+                                * false: every row is 0..T-1 (pass NULL) */
+} ct_loader_batch;
+/* ct_loader_next_pos that also says what the trainer weighs the batch by
+ * and how its positions go. Same errors. */
+CT_API ct_status ct_loader_next_batch(ct_loader *l, ct_loader_batch *b);
+/* Whether targets can be -1 (a loss mask, padding rows: instruction data),
+ * so a batch's counted targets may be fewer than B*T. */
+CT_API bool ct_loader_masked(const ct_loader *l);
+/* A line about the data for a run's log (instruction data: examples, rows,
+ * packing, fill, counted targets), into buf; "" when there is nothing to
+ * add (plain shards). Returns buf. */
+CT_API const char *ct_loader_describe(const ct_loader *l, char *buf, size_t cap);
 /* Counted targets (>= 0) of the next n micro-batches this loader returns,
  * summed over all world ranks' batches at those indices (global batches
  * m*world + r): what an optimizer step's loss is divided by. The n batches

@@ -22,21 +22,35 @@
 
 /* ------------------------------------------------------------ read-ahead */
 
-/* One pass from (e0, i0): make the blocks of the next batches present, up to
+/* A pass's ranges go to the source's read-ahead, which charges them. */
+typedef struct ra_walk {
+    ct_source *src;
+    ct_source_pass pass;
+    bool spent; /* the budget ran out */
+} ra_walk;
+
+static bool ra_span(void *arg, int32_t shard, int64_t start, int64_t count) {
+    ra_walk *w = arg;
+    if (!w->src->i->ahead(w->src, &w->pass, shard, start, count)) w->spent = true;
+    return !w->spent;
+}
+
+/* One pass from (e0, i0): make the data of the next batches present, up to
  * the budget. Returns how many batches ahead it got. */
 static int64_t ra_pass(ct_loader *l, int64_t e0, int64_t i0, uint64_t gen) {
-    ct_source *src = l->src;
-    ct_source_pass pass;
-    memset(&pass, 0, sizeof pass);
-    pass.budget = src->ahead_budget;
+    ra_walk w;
+    memset(&w, 0, sizeof w);
+    w.src = l->src;
+    w.pass.budget = l->src->ahead_budget;
     int64_t k;
     for (k = 0; k < l->ra_batches; k++) {
         int64_t e = e0, i = i0;
-        (void)loader_advance(l, &l->ra_loc, &e, &i, k); /* plain shards: cannot fail */
-        int32_t s;
-        int64_t off;
-        loader_locate(l, &l->ra_loc, e, i, &s, &off);
-        if (!src->i->ahead(src, &pass, s, off, l->BT + 1)) break;
+        if (loader_order_advance(l->order, l->ra_loc, &e, &i, k) ||
+            loader_batch_ranges(l, l->ra_loc, e, i, ra_span, &w)) {
+            ct_error_clear(); /* no memory for a plan now: the reader will say so */
+            break;
+        }
+        if (w.spent) break;
         pthread_mutex_lock(&l->ra_mu);
         bool moved = l->ra_stop || l->ra_gen != gen;
         pthread_mutex_unlock(&l->ra_mu);
@@ -53,7 +67,7 @@ static void *ra_main(void *arg) {
     int64_t pe = 0, pi = 0; /* where the last pass started */
     for (;;) {
         while (!l->ra_stop && seen_gen == l->ra_gen &&
-               (l->ra_epoch - pe) * l->per_epoch + (l->ra_index - pi) < need)
+               (l->ra_epoch - pe) * l->ra_per_epoch + (l->ra_index - pi) < need)
             pthread_cond_wait(&l->ra_cv, &l->ra_mu);
         if (l->ra_stop) break;
         seen_gen = l->ra_gen;
@@ -73,8 +87,9 @@ ct_status loader_ahead_start(ct_loader *l) {
     int64_t per_batch = (l->BT + 1) * 4;
     l->ra_batches = l->src->readahead / per_batch + 2;
     if (l->ra_batches > RA_MAX_BATCHES) l->ra_batches = RA_MAX_BATCHES;
-    ct_status st = loader_locator_init(&l->ra_loc, l->n_shards);
+    ct_status st = l->order->i->loc_new(l->order, &l->ra_loc);
     if (st) return st;
+    l->ra_per_epoch = l->per_epoch;
     pthread_mutex_init(&l->ra_mu, NULL);
     pthread_cond_init(&l->ra_cv, NULL);
     l->ra_sync = true;
@@ -98,7 +113,8 @@ void loader_ahead_stop(ct_loader *l) {
         pthread_cond_destroy(&l->ra_cv);
         l->ra_sync = false;
     }
-    loader_locator_free(&l->ra_loc);
+    if (l->order) l->order->i->loc_free(l->order, l->ra_loc);
+    l->ra_loc = NULL;
 }
 
 void loader_ahead_moved(ct_loader *l, bool jump) {
@@ -106,6 +122,7 @@ void loader_ahead_moved(ct_loader *l, bool jump) {
     pthread_mutex_lock(&l->ra_mu);
     l->ra_epoch = l->epoch;
     l->ra_index = l->index;
+    l->ra_per_epoch = l->per_epoch;
     if (jump) l->ra_gen++;
     pthread_cond_signal(&l->ra_cv);
     pthread_mutex_unlock(&l->ra_mu);

@@ -42,20 +42,13 @@ static void *ring_main(void *arg) {
         loader_slot *slot = &l->slots[(l->head + l->count) % l->prefetch];
         pthread_mutex_unlock(&l->mu);
 
-        ct_status st = loader_read_at(l, &l->read_loc, epoch, index, slot->in, slot->tg,
-                                      slot->pos);
+        ct_status st = loader_read_at(l, l->read_loc, epoch, index, slot->in, slot->tg,
+                                      slot->pos, &slot->counted);
         int64_t next_epoch = epoch, next_index = index;
         if (st == CT_OK)
-            st = loader_advance(l, &l->read_loc, &next_epoch, &next_index, 1);
-        if (st == CT_OK && l->sft) {
-            loader_sft_willneed(l, &l->read_loc, next_epoch, next_index);
-        } else if (st == CT_OK) {
-            /* ask the kernel for the following window while the consumer works */
-            int32_t s;
-            int64_t off;
-            loader_locate(l, &l->read_loc, next_epoch, next_index, &s, &off);
-            l->src->i->willneed(l->src, s, off, l->BT + 1);
-        }
+            st = loader_order_advance(l->order, l->read_loc, &next_epoch, &next_index, 1);
+        /* ask the source for the following batch while the consumer works */
+        if (st == CT_OK) loader_willneed(l, l->read_loc, next_epoch, next_index);
 
         pthread_mutex_lock(&l->mu);
         if (gen != l->gen) continue; /* restarted meanwhile: drop this read */
@@ -82,8 +75,9 @@ ct_status loader_ring_start(ct_loader *l) {
     for (int i = 0; i < l->prefetch; i++) {
         l->slots[i].in = malloc((size_t)l->BT * sizeof(int32_t));
         l->slots[i].tg = malloc((size_t)l->BT * sizeof(int32_t));
-        if (l->sft) l->slots[i].pos = malloc((size_t)l->BT * sizeof(int32_t));
-        if (!l->slots[i].in || !l->slots[i].tg || (l->sft && !l->slots[i].pos))
+        bool pos = !l->kind->plain_pos;
+        if (pos) l->slots[i].pos = malloc((size_t)l->BT * sizeof(int32_t));
+        if (!l->slots[i].in || !l->slots[i].tg || (pos && !l->slots[i].pos))
             return CT_ERR(CT_ERR_OOM, "out of memory for the prefetch ring (%d batches of "
                           "%lld tokens)", l->prefetch, (long long)l->BT);
     }
@@ -156,7 +150,8 @@ static ct_status ring_raise(ct_status st, const char *msg, const char *hint, con
     return st;
 }
 
-ct_status loader_ring_pop(ct_loader *l, int32_t *in, int32_t *tg, int32_t *pos) {
+ct_status loader_ring_pop(ct_loader *l, int32_t *in, int32_t *tg, int32_t *pos,
+                          int64_t *counted) {
     pthread_mutex_lock(&l->mu);
     while (l->count == 0 && l->err == CT_OK) pthread_cond_wait(&l->not_empty, &l->mu);
     if (l->count == 0) {
@@ -176,6 +171,7 @@ ct_status loader_ring_pop(ct_loader *l, int32_t *in, int32_t *tg, int32_t *pos) 
     memcpy(in, slot->in, (size_t)l->BT * sizeof *in);
     memcpy(tg, slot->tg, (size_t)l->BT * sizeof *tg);
     if (pos && slot->pos) memcpy(pos, slot->pos, (size_t)l->BT * sizeof *pos);
+    *counted = slot->counted;
 
     pthread_mutex_lock(&l->mu);
     l->head = (l->head + 1) % l->prefetch;
