@@ -97,7 +97,7 @@ typedef struct ct_loader_pos {
  * longer than T.
  * Errors: CT_ERR_ARG (bad options; a shard shorter than one window; a token
  * >= vocab_size, naming the shard and the token's index; no window for this
- * rank; fewer shuffled windows than ranks; instruction data at a URL),
+ * rank; fewer shuffled windows than ranks),
  * CT_ERR_IO (missing file, no match, cannot start the thread, a missing
  * sidecar), CT_ERR_FORMAT (bad shard or sidecar, a sidecar that does not
  * match its shard, shards with and without sidecars; naming the path),
@@ -195,7 +195,10 @@ CT_API int ct_loader_num_shards(const ct_loader *l);
  * a position only from a loader of the same mode bits.
  * The row plan of an epoch (O(E) memory) is built the first time that epoch
  * is needed and shared by the caller's and the prefetch thread.
- * data.train at a URL holding instruction data is refused for now (CT_ERR_ARG).
+ * At a URL (http://, https://, s3://) instruction data reads as plain shards
+ * do, through the disk cache: the manifest lists each shard's sidecar (its
+ * bytes and xxh3_128), fetched whole when the loader opens, checked, and
+ * kept in the cache (a changed one is CT_ERR_IO naming its URL).
  */
 CT_API bool ct_loader_is_sft(const ct_loader *l);
 /* ct_loader_next that also writes pos (B*T int32, caller-owned): each

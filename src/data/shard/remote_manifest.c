@@ -56,6 +56,7 @@ void ct_remote_shard_info_free(ct_remote_shard_info *v, int n) {
     for (int i = 0; i < n; i++) {
         free(v[i].url);
         free(v[i].blocks);
+        free(v[i].side_url);
     }
     free(v);
 }
@@ -73,6 +74,30 @@ static bool is_hex(const char *s, size_t n) {
 static double num_field(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+/* An entry's "sidecar": {"file", "bytes", "xxh3_128"} (prepare --format
+ * sft), into out->side_*; nothing when the entry has none. */
+static ct_status parse_sidecar(const char *murl, const char *base, const char *shard,
+                               const cJSON *e, ct_remote_shard_info *out) {
+    const cJSON *side = cJSON_GetObjectItemCaseSensitive(e, "sidecar");
+    if (!side) return CT_OK;
+    const cJSON *file = cJSON_GetObjectItemCaseSensitive(side, "file");
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(side, "xxh3_128");
+    const char *f = cJSON_IsString(file) ? file->valuestring : NULL;
+    double bytes = num_field(side, "bytes");
+    if (!cJSON_IsObject(side) || !f || !f[0] || strchr(f, '/') || !strcmp(f, "..") ||
+        strlen(f) > 255 || bytes < 0 || bytes > (double)((int64_t)1 << 48) ||
+        bytes != (double)(int64_t)bytes || !cJSON_IsString(h) || strlen(h->valuestring) != 32 ||
+        !is_hex(h->valuestring, 32))
+        return CT_ERR(CT_ERR_FORMAT, "%s: shard %s: \"sidecar\" needs a plain \"file\" name, "
+                      "its \"bytes\" and its \"xxh3_128\" (32 hex digits)", murl, shard);
+    size_t ul = strlen(base) + strlen(f) + 1;
+    if (!(out->side_url = malloc(ul))) return CT_ERR(CT_ERR_OOM, "out of memory reading %s", murl);
+    snprintf(out->side_url, ul, "%s%s", base, f);
+    out->side_bytes = (int64_t)bytes;
+    memcpy(out->side_hash, h->valuestring, 33);
+    return CT_OK;
 }
 
 /* One manifest entry into *out (url = base + file). */
@@ -102,6 +127,8 @@ static ct_status parse_entry(const char *murl, const char *base, const cJSON *e,
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(e, "xxh3_128");
     if (cJSON_IsString(h) && strlen(h->valuestring) == 32 && is_hex(h->valuestring, 32))
         memcpy(out->hash, h->valuestring, 33);
+    ct_status st = parse_sidecar(murl, base, f, e, out);
+    if (st) return st;
     const cJSON *bl = cJSON_GetObjectItemCaseSensitive(e, "blocks");
     double bb = num_field(e, "block_bytes");
     if (!cJSON_IsArray(bl)) return CT_OK; /* an older manifest: lengths are checked, no hashes */

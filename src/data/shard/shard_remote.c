@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 /* A block's state in this process. FAILED: the last fetch ran out of retries
  * (the reader tries once more itself, the read-ahead passes over it); BAD: its
@@ -443,4 +444,98 @@ ct_status ct_rshard_prefetch(ct_rshard *s, int64_t off, int64_t len, int64_t *fe
     }
     free(buf);
     return st;
+}
+
+/* ------------------------------------------------------- whole objects */
+
+/* xxh3-128 of data as 32 hex digits, as prepare writes it into the manifest. */
+static void hash128_hex(const void *data, size_t len, char hex[33]) {
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(data, len));
+    for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", c.digest[i]);
+}
+
+ct_status ct_remote_get_object(ct_remote_ctx *c, const char *url, int64_t bytes,
+                               const char *hash, void **data) {
+    *data = NULL;
+    char disp[CT_PATH_MAX], key[33], got_hash[33];
+    ct_remote_display(url, disp, sizeof disp);
+    remote_shard_key(disp, hash, bytes, key);
+    /* the cache: one block holding the object, used when whole and matching */
+    char *copy = NULL;
+    size_t len = 0;
+    double stored;
+    if (ct_blockcache_get_all(c->cache, key, 0, (size_t)bytes, &copy, &len, &stored)) {
+        hash128_hex(copy, len, got_hash);
+        if ((int64_t)len == bytes && !strcmp(got_hash, hash)) {
+            stat_add(c, &c->st.disk_hits, 1);
+            *data = copy;
+            return CT_OK;
+        }
+        free(copy);
+    }
+    if (c->net == REMOTE_NET_OFF) {
+        ct_status st = CT_ERR(CT_ERR_IO, "%s is not in the disk cache, and data.offline=true "
+                              "fetches nothing", disp);
+        ct_error_hint("run with the network (data.offline=false) to fetch it, then "
+                      "train.resume=auto");
+        return st;
+    }
+    ct_remote_opts down = c->o.net;
+    down.retries = 0; /* the server was not there a moment ago: one try */
+    const ct_remote_opts *net = c->net == REMOTE_NET_DOWN ? &down : &c->o.net;
+    double wait = net->backoff_s > 0 ? net->backoff_s : 0.5;
+    for (int attempt = 0;; attempt++) {
+        double t0 = ct_time_s();
+        ct_status st = ct_remote_get(url, (size_t)bytes, &copy, &len, net);
+        pthread_mutex_lock(&c->mu);
+        c->st.read_wait_s += ct_time_s() - t0;
+        pthread_mutex_unlock(&c->mu);
+        if (st && c->net == REMOTE_NET_DOWN) {
+            char why[REMOTE_ERR_MAX];
+            remote_net_reason(why, sizeof why, ct_last_error(), disp);
+            ct_error_clear();
+            st = CT_ERR(CT_ERR_IO, "%s is not in the disk cache, and the server cannot be "
+                        "reached (%s)", disp, why);
+            ct_error_hint("start the server or mend the network, then train.resume=auto");
+        }
+        if (st) return st;
+        hash128_hex(copy, len, got_hash);
+        if ((int64_t)len == bytes && !strcmp(got_hash, hash)) {
+            pthread_mutex_lock(&c->mu);
+            c->st.blocks_fetched++;
+            c->st.bytes_fetched += (int64_t)len;
+            pthread_mutex_unlock(&c->mu);
+            break;
+        }
+        free(copy);
+        copy = NULL;
+        stat_add(c, &c->st.bad_blocks, 1);
+        if (attempt >= net->retries) {
+            st = CT_ERR(CT_ERR_IO, "%s: %zu bytes that do not match the manifest (%" PRId64
+                        " bytes, xxh3_128 %s) after %d attempts", disp, len, bytes, hash,
+                        attempt + 1);
+            ct_error_hint("the object changed after its manifest was written (prepare it "
+                          "again), or something between here and the server corrupts data");
+            return st;
+        }
+        ct_log(CT_LOG_WARN, "%s does not match the manifest's hash; fetching it again (attempt "
+               "%d of %d)", disp, attempt + 2, net->retries + 1);
+        sleep_s(wait);
+        wait = wait * 2 > 8 ? 8 : wait * 2;
+    }
+    /* kept for later runs; a cache that cannot take it is no error */
+    if (ct_blockcache_put(c->cache, key, 0, copy, len)) {
+        pthread_mutex_lock(&c->mu);
+        c->st.cache_write_errors++;
+        bool warn = !c->warned_cache_write;
+        c->warned_cache_write = true;
+        pthread_mutex_unlock(&c->mu);
+        if (warn)
+            ct_log(CT_LOG_WARN, "data.cache_dir: %s; reading on without caching (blocks are "
+                   "fetched again when needed)", ct_last_error());
+        ct_error_clear();
+    }
+    *data = copy;
+    return CT_OK;
 }

@@ -56,6 +56,10 @@ typedef struct ct_remote_shard_info {
     int64_t block_bytes; /* block size of blocks[] */
     int64_t n_blocks;
     uint64_t *blocks;    /* (n_blocks) xxh3-64 per block, owned; NULL: none listed */
+    /* the file the manifest lists beside it (prepare --format sft's .sft) */
+    char *side_url;      /* owned; NULL: none */
+    int64_t side_bytes;  /* its size */
+    char side_hash[33];  /* xxh3-128 of it, hex */
 } ct_remote_shard_info;
 void ct_remote_shard_info_free(ct_remote_shard_info *v, int n);
 
@@ -101,6 +105,18 @@ ct_status ct_rshard_read(ct_rshard *s, int64_t off, int64_t len, void *dst);
 /* Make bytes [off, off+len) present in the disk cache (fetching whole blocks,
  * consecutive missing ones in one request). *fetched: blocks fetched now. */
 ct_status ct_rshard_prefetch(ct_rshard *s, int64_t off, int64_t len, int64_t *fetched);
+
+/* A whole object the manifest lists beside a shard (a .sft sidecar): url,
+ * its size and its xxh3-128 (32 hex digits). From the disk cache (one block
+ * holds all of it) when there and whole, else fetched whole (data.retries;
+ * a body that does not match the hash is fetched again, as a corrupted
+ * block is) and kept in the cache. Under data.offline, or when the server
+ * could not be reached for the manifest, as a block would be. Returns owned
+ * *data (malloc; release with free) of exactly bytes bytes. Errors name the
+ * URL: CT_ERR_IO (not cached and not fetched; never matching its hash),
+ * CT_ERR_OOM. Thread-safe. */
+ct_status ct_remote_get_object(ct_remote_ctx *ctx, const char *url, int64_t bytes,
+                               const char *hash, void **data);
 
 /* Counters of one context's shards, for metrics and the report. */
 typedef struct ct_remote_data_stats {

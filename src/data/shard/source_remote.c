@@ -30,6 +30,7 @@ typedef struct remote_source {
     ct_remote_ctx *ctx;
     ct_rshard **shards; /* (n) */
     int *tsize;         /* (n) bytes per token */
+    ct_remote_shard_info *side; /* (n) side_url, side_bytes, side_hash of each (the rest unused) */
     char *manifest;     /* the manifest's text (NULL: a lone shard without one) */
     size_t manifest_len;
     char spec_disp[CT_PATH_MAX];
@@ -56,6 +57,7 @@ static void remote_close(ct_source *src) {
     ct_remote_ctx_close(s->ctx); /* after every shard on it */
     free(s->shards);
     free(s->tsize);
+    ct_remote_shard_info_free(s->side, src->n);
     free(s->manifest);
     ct_source_base_free(src);
     free(s);
@@ -91,11 +93,17 @@ static ct_status remote_open(ct_source **out, const ct_source_opts *o) {
     if (st == CT_OK && (st = ct_source_base_alloc(&s->base, &ct_source_remote_i, n)) == CT_OK) {
         s->shards = calloc((size_t)(n > 0 ? n : 1), sizeof *s->shards);
         s->tsize = calloc((size_t)(n > 0 ? n : 1), sizeof *s->tsize);
-        if (!s->shards || !s->tsize) st = CT_ERR(CT_ERR_OOM, "out of memory for the loader");
+        s->side = calloc((size_t)(n > 0 ? n : 1), sizeof *s->side);
+        if (!s->shards || !s->tsize || !s->side)
+            st = CT_ERR(CT_ERR_OOM, "out of memory for the loader");
     }
     for (int i = 0; st == CT_OK && i < n; i++) {
         s->base.ntok[i] = info[i].ntok;
         s->tsize[i] = info[i].tsize;
+        s->side[i].side_url = info[i].side_url; /* taken over */
+        info[i].side_url = NULL;
+        s->side[i].side_bytes = info[i].side_bytes;
+        memcpy(s->side[i].side_hash, info[i].side_hash, sizeof s->side[i].side_hash);
         st = ct_rshard_open(&s->shards[i], s->ctx, &info[i], o->vocab_size);
         if (st == CT_OK && !(s->base.names[i] = strdup(ct_rshard_url(s->shards[i]))))
             st = CT_ERR(CT_ERR_OOM, "out of memory for the loader");
@@ -181,32 +189,62 @@ static bool remote_ahead(ct_source *src, ct_source_pass *p, int i, int64_t start
 
 /* ------------------------------------------------------ files beside them */
 
+/* The manifest's file beside shard i, when its name ends with suffix. */
+static const ct_remote_shard_info *side_of(const remote_source *s, int i, const char *suffix) {
+    const char *u = s->side[i].side_url;
+    size_t n = u ? strlen(u) : 0, k = strlen(suffix);
+    return n > k && !strcmp(u + n - k, suffix) ? &s->side[i] : NULL;
+}
+
 static bool remote_has_side(ct_source *src, int i, const char *suffix) {
-    (void)src;
-    (void)i;
-    (void)suffix;
-    return false;
+    return side_of((remote_source *)src, i, suffix) != NULL;
 }
 
 static ct_status remote_side_name(ct_source *src, int i, const char *suffix, char *buf,
                                   size_t cap) {
+    const ct_remote_shard_info *side = side_of((remote_source *)src, i, suffix);
+    if (side) {
+        ct_remote_display(side->side_url, buf, cap);
+        return CT_OK;
+    }
     return ct_source_side_path(buf, cap, src->names[i], suffix);
+}
+
+static void remote_free_bytes(const void *data, size_t len) {
+    (void)len;
+    free((void *)data);
 }
 
 static ct_status remote_side_open(ct_source *src, int i, const char *suffix, size_t min_bytes,
                                   const ct_file_map_msgs *msgs, ct_source_bytes *out) {
-    (void)i;
-    (void)suffix;
-    (void)min_bytes;
-    (void)msgs;
     memset(out, 0, sizeof *out);
     remote_source *s = (remote_source *)src;
-    ct_status st = CT_ERR(CT_ERR_ARG, "%s: instruction data from URLs is not supported yet; "
-                          "this `ctrain prepare --format sft` output must be read from a local "
-                          "directory", s->spec_disp);
-    ct_error_hint("download the directory (shards, .sft sidecars and manifest.json) and point "
-                  "the data key at it");
-    return st;
+    const ct_remote_shard_info *side = side_of(s, i, suffix);
+    char name[CT_PATH_MAX];
+    if (!side) {
+        /* the manifest lists no such file beside this shard */
+        ct_source_side_path(name, sizeof name, src->names[i], suffix);
+        ct_status st = CT_ERR(CT_ERR_IO, "cannot open %s %s: the manifest lists none beside %s",
+                              msgs && msgs->noun ? msgs->noun : "file", name, src->names[i]);
+        if (msgs && msgs->missing_hint) ct_error_hint("%s", msgs->missing_hint);
+        return st;
+    }
+    ct_remote_display(side->side_url, name, sizeof name);
+    if ((size_t)side->side_bytes < min_bytes) {
+        ct_status st = CT_ERR(CT_ERR_FORMAT, "%s: the manifest says %" PRId64 " bytes, shorter "
+                              "than the %zu-byte %s", name, side->side_bytes, min_bytes,
+                              msgs && msgs->short_what ? msgs->short_what : "minimum");
+        if (msgs && msgs->short_hint) ct_error_hint("%s", msgs->short_hint);
+        return st;
+    }
+    void *data;
+    ct_status st = ct_remote_get_object(s->ctx, side->side_url, side->side_bytes,
+                                        side->side_hash, &data);
+    if (st) return st;
+    out->data = data;
+    out->len = (size_t)side->side_bytes;
+    out->release = remote_free_bytes;
+    return CT_OK;
 }
 
 static const char *remote_manifest(ct_source *src, size_t *len) {
