@@ -182,13 +182,9 @@ static ct_status sft_fill_row(const loader_kind *base, const int64_t *ex, int n,
         ct_status st = k->src->i->read(k->src, s, a, len, in + c);
         if (st) return st;
         /* token t+1's bit says whether predicting it from token t counts */
-        const ct_sft_shard *side = k->side[s];
-        for (int64_t t = 0; t < len; t++) {
-            bool on = t + 1 < len && ct_sft_counts(side, a + t + 1);
-            tg[c + t] = on ? in[c + t + 1] : -1;
-            kept += on;
-            if (pos) pos[c + t] = (int32_t)t;
-        }
+        kept += ct_sft_targets(k->side[s], a, len, in + c, tg + c);
+        if (pos)
+            for (int64_t t = 0; t < len; t++) pos[c + t] = (int32_t)t;
         c += len;
     }
     for (int64_t t = c; t < T; t++) { /* padding */

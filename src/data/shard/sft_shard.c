@@ -243,6 +243,21 @@ bool ct_sft_counts(const ct_sft_shard *s, int64_t i) {
     return (s->mask[i >> 3] >> (i & 7)) & 1;
 }
 
+int64_t ct_sft_targets(const ct_sft_shard *s, int64_t start, int64_t n, const int32_t *in,
+                       int32_t *tg) {
+    CT_ASSERT(start >= 0 && n >= 1 && n <= s->ntok - start);
+    const uint8_t *m = s->mask;
+    int64_t kept = 0;
+    for (int64_t t = 0; t + 1 < n; t++) {
+        int64_t i = start + t + 1;
+        int32_t on = (m[i >> 3] >> (i & 7)) & 1;
+        tg[t] = on ? in[t + 1] : -1;
+        kept += on;
+    }
+    tg[n - 1] = -1;
+    return kept;
+}
+
 int64_t ct_sft_count_range(const ct_sft_shard *s, int64_t start, int64_t end) {
     CT_ASSERT(start >= 0 && start <= end && end <= s->ntok);
     int64_t c = 0, i = start;

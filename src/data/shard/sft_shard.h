@@ -70,6 +70,14 @@ int64_t ct_sft_example_of(const ct_sft_shard *s, int64_t pos);
 /* Whether the prediction of token i (from the tokens before it in its
  * example) counts in the loss: i is a completion or assistant token. */
 bool ct_sft_counts(const ct_sft_shard *s, int64_t i);
+/* The targets of one example's row: in[0..n) are the shard's tokens
+ * [start, start + n) (0 <= start, start + n <= num_tokens; CT_ASSERT);
+ * tg[t] = in[t + 1] when token start + t + 1 counts, else -1 (tg[n - 1] is
+ * -1: its next token is not in the row). Returns the targets set. One pass
+ * over the mask's bits, for the loader's rows (ct_sft_counts per token is
+ * the same, a call each). */
+int64_t ct_sft_targets(const ct_sft_shard *s, int64_t start, int64_t n, const int32_t *in,
+                       int32_t *tg);
 /* How many tokens of [start, end) count (0 <= start <= end <= num_tokens,
  * checked with CT_ASSERT): a popcount over the mask's bytes. */
 int64_t ct_sft_count_range(const ct_sft_shard *s, int64_t start, int64_t end);
