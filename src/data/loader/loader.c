@@ -180,8 +180,9 @@ ct_status ct_loader_next_batch(ct_loader *l, ct_loader_batch *b) {
         cons_move(l, ne, ni);
         b->counted = counted;
         b->positions = !l->kind->plain_pos;
-        if (b->pos && l->kind->plain_pos)
-            for (int64_t k = 0; k < l->BT; k++) b->pos[k] = (int32_t)(k % l->T);
+        if (b->pos && l->kind->plain_pos) /* row by row: no division per token */
+            for (int64_t r = 0; r < l->BT; r += l->T)
+                for (int t = 0; t < l->T; t++) b->pos[r + t] = t;
         loader_ahead_moved(l, false);
     }
     l->wait_last = ct_time_s() - t0;
