@@ -18,6 +18,7 @@
 
 #include <cblas.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -628,6 +629,84 @@ bool ct_gemm_have_brgemm(void) {
 #endif
 }
 
+ct_gemm_bf16_path ct_gemm_bf16_path_classify(const char *impl, bool native_isa) {
+    if (!impl || !impl[0]) return CT_GEMM_BF16_WIDENED;
+    if (strstr(impl, "amx")) return CT_GEMM_BF16_AMX;
+    if (strstr(impl, "bf16")) return CT_GEMM_BF16_NATIVE;
+    /* the gemm kernels use vdpbf16ps where the ISA has it, else emulate */
+    if (!strncmp(impl, "gemm:jit", 8)) return native_isa ? CT_GEMM_BF16_NATIVE : CT_GEMM_BF16_EMULATED;
+    return CT_GEMM_BF16_EMULATED;
+}
+
+ct_gemm_bf16_path ct_gemm_bf16_path_of(ct_gemm_lib lib, char *impl, size_t cap) {
+    const char *name = NULL;
+#if GEMM_PRIM
+    /* a mid-sized dense shape, as the step's GEMMs are (brgemm's) */
+    if (lib == CT_GEMM_ONEDNN) {
+        gemm_state *g = &g_gemm;
+        gemm_key k = key_of(CT_GEMM_BF16, false, true, 64, 64, 64, 1.0f, 64, 64, 0.0f, 64);
+        pthread_mutex_lock(&g->mu);
+        gemm_entry *e = entry_get(g, &k);
+        if (e && dnnl_primitive_desc_query(e->pd, dnnl_query_impl_info_str, 0, &name) !=
+                     dnnl_success)
+            name = NULL;
+        if (impl && cap) snprintf(impl, cap, "%s", name ? name : "");
+        pthread_mutex_unlock(&g->mu);
+        return ct_gemm_bf16_path_classify(name, ct_gemm_have_bf16());
+    }
+#else
+    (void)lib;
+#endif
+    if (impl && cap) impl[0] = 0;
+    return ct_gemm_bf16_path_classify(name, false);
+}
+
+const char *ct_gemm_bf16_path_name(ct_gemm_bf16_path p) {
+    static const char *const names[CT_GEMM_BF16_PATH_COUNT] = {"amx", "avx512_bf16", "emulated",
+                                                               "widened"};
+    return p >= 0 && p < CT_GEMM_BF16_PATH_COUNT ? names[p] : "widened";
+}
+
+const char *ct_gemm_bf16_path_describe(ct_gemm_bf16_path p, ct_gemm_lib lib, const char *impl,
+                                       char *buf, size_t cap) {
+    char k[80] = "";
+    if (impl && impl[0]) snprintf(k, sizeof k, " (%s)", impl);
+    switch (p) {
+    case CT_GEMM_BF16_AMX:
+        snprintf(buf, cap, "AMX tiles: oneDNN's bf16 matmul%s", k);
+        break;
+    case CT_GEMM_BF16_NATIVE:
+        snprintf(buf, cap, "AVX512_BF16: oneDNN's bf16 matmul%s", k);
+        break;
+    case CT_GEMM_BF16_EMULATED:
+        snprintf(buf, cap, "emulated: no AVX512_BF16 or AMX on this CPU, so oneDNN's bf16 "
+                 "matmul%s widens in registers and multiplies in fp32 (no speed-up over fp32)", k);
+        break;
+    default:
+        snprintf(buf, cap, "widened: %s, so bf16 GEMMs widen both operands to fp32 copies, "
+                 "then OpenBLAS's sgemm (no speed-up over fp32)",
+                 !ct_gemm_have_onednn()      ? "this build has no oneDNN"
+                 : lib == CT_GEMM_OPENBLAS ? "run.gemm runs OpenBLAS, which has no bf16 GEMM here"
+                                           : "oneDNN has no bf16 matmul on these cores");
+        break;
+    }
+    return buf;
+}
+
+bool ct_gemm_bf16_path_native(ct_gemm_bf16_path p) {
+    return p == CT_GEMM_BF16_AMX || p == CT_GEMM_BF16_NATIVE;
+}
+
+ct_gemm_lib ct_gemm_lib_for_run(ct_gemm_lib lib, bool bf16, bool native) {
+    return bf16 && native ? CT_GEMM_ONEDNN : lib;
+}
+
+int ct_gemm_lib_of_run(const char *name, bool bf16) {
+    int lib = ct_gemm_lib_of(name);
+    if (lib < 0) return lib;
+    return (int)ct_gemm_lib_for_run((ct_gemm_lib)lib, bf16, ct_gemm_have_bf16());
+}
+
 const char *ct_gemm_lib_name(ct_gemm_lib lib) {
     return lib == CT_GEMM_ONEDNN ? "onednn" : "openblas";
 }
@@ -661,6 +740,19 @@ int ct_gemm_cpu_bits(void) {
 
 ct_gemm_lib ct_gemm_auto_pick(bool onednn_built, int blas_bits, int cpu_bits) {
     return onednn_built && blas_bits < cpu_bits ? CT_GEMM_ONEDNN : CT_GEMM_OPENBLAS;
+}
+
+const char *ct_gemm_auto_why(char *buf, size_t cap) {
+    const char *core = openblas_get_corename();
+    int bb = ct_gemm_blas_bits(core), cb = ct_gemm_cpu_bits();
+    if (!ct_gemm_have_onednn())
+        snprintf(buf, cap, "this build has no oneDNN");
+    else if (ct_gemm_auto_pick(true, bb, cb) == CT_GEMM_ONEDNN)
+        snprintf(buf, cap, "OpenBLAS's %s kernels use %d-bit vectors on %d-bit cores, oneDNN's "
+                 "the full width", core, bb, cb);
+    else
+        snprintf(buf, cap, "OpenBLAS's %s kernels use the cores' full %d-bit width", core, cb);
+    return buf;
 }
 
 int ct_gemm_lib_of(const char *name) {

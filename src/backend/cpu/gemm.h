@@ -128,6 +128,48 @@ bool ct_gemm_have_bf16(void);
  * a scratchpad and packs B); on AVX2 its matmul primitives run the gemm
  * kernels, which hold no workspace of their own. false without oneDNN. */
 bool ct_gemm_have_brgemm(void);
+/* Which instructions run the bf16 GEMMs (ct_gemm_bf16, ct_gemm_f32_bf16). */
+typedef enum ct_gemm_bf16_path {
+    CT_GEMM_BF16_AMX = 0,      /* oneDNN's bf16 matmul on AMX tiles */
+    CT_GEMM_BF16_NATIVE = 1,   /* oneDNN's bf16 matmul on AVX512_BF16 (vdpbf16ps) */
+    CT_GEMM_BF16_EMULATED = 2, /* oneDNN's bf16 matmul on cores without bf16 instructions:
+                                * its gemm kernels widen in registers, fp32 FMAs */
+    CT_GEMM_BF16_WIDENED = 3,  /* fp32 copies of both operands, then OpenBLAS's sgemm (lib
+                                * OpenBLAS, or oneDNN refused: 2.6 has no bf16 matmul on
+                                * AVX2 cores) */
+    CT_GEMM_BF16_PATH_COUNT
+} ct_gemm_bf16_path;
+/* The bf16 path of library lib on this machine, asked of oneDNN itself: it
+ * creates (primes) a small bf16 matmul primitive and reads the kernel oneDNN
+ * chose (ct_gemm_bf16_path_classify). Writes that kernel's name ("" when none
+ * ran: OpenBLAS, or refused) to impl (cap bytes) when impl is not NULL.
+ * Thread-safe. */
+ct_gemm_bf16_path ct_gemm_bf16_path_of(ct_gemm_lib lib, char *impl, size_t cap);
+/* The path of a oneDNN bf16 matmul implementation name ("brg:avx512_core_amx"
+ * AMX; "brg:avx512_core_bf16" native; "gemm:jit" native when native_isa, the
+ * ISA oneDNN dispatches has bf16 instructions, else emulated; NULL or ""
+ * (no primitive) widened; another name emulated). */
+ct_gemm_bf16_path ct_gemm_bf16_path_classify(const char *impl, bool native_isa);
+/* "amx" | "avx512_bf16" | "emulated" | "widened" */
+const char *ct_gemm_bf16_path_name(ct_gemm_bf16_path p);
+/* Path p of library lib (impl: the kernel ct_gemm_bf16_path_of read, may be
+ * NULL or "") in words, with why, into buf (cap bytes): "AMX tiles: oneDNN's
+ * bf16 matmul (brg:avx512_core_amx)", "emulated: no AVX512_BF16 or AMX on
+ * this CPU: oneDNN's bf16 matmul (gemm:jit) widens in registers, fp32 FMAs
+ * (no speed-up over fp32)", ... Returns buf. */
+const char *ct_gemm_bf16_path_describe(ct_gemm_bf16_path p, ct_gemm_lib lib, const char *impl,
+                                       char *buf, size_t cap);
+/* Whether path p runs bf16 instructions (AMX or AVX512_BF16). */
+bool ct_gemm_bf16_path_native(ct_gemm_bf16_path p);
+/* The library a run uses: lib (run.gemm resolved), except that a bf16 run
+ * (bf16) where oneDNN's bf16 matmul is native (native: ct_gemm_have_bf16)
+ * runs oneDNN whatever run.gemm says, since OpenBLAS would widen its bf16
+ * GEMMs to fp32 (CT_GEMM_BF16_WIDENED: no faster than fp32). */
+ct_gemm_lib ct_gemm_lib_for_run(ct_gemm_lib lib, bool bf16, bool native);
+/* ct_gemm_lib_of(name), then ct_gemm_lib_for_run with this machine's
+ * ct_gemm_have_bf16; -1 as ct_gemm_lib_of. */
+int ct_gemm_lib_of_run(const char *name, bool bf16);
+
 /* "openblas" | "onednn" */
 const char *ct_gemm_lib_name(ct_gemm_lib lib);
 /* The widest vectors, in bits, of OpenBLAS's kernel set `core`
@@ -144,6 +186,10 @@ int ct_gemm_cpu_bits(void);
  * where both use the full width (on an AVX2 Zen 3 OpenBLAS's step was 2-6%
  * faster, on a Zen 5 their AVX-512 sgemm level). */
 ct_gemm_lib ct_gemm_auto_pick(bool onednn_built, int blas_bits, int cpu_bits);
+/* Why run.gemm=auto runs what it runs on this machine, in words, into buf
+ * (cap bytes), e.g. "OpenBLAS's SkylakeX kernels use the cores' full 512-bit
+ * width". Returns buf. */
+const char *ct_gemm_auto_why(char *buf, size_t cap);
 /* The library run.gemm names: "auto" (ct_gemm_auto_pick on this machine),
  * "onednn", "openblas"; -1 for another word or oneDNN asked of a build
  * without it. */
