@@ -337,25 +337,47 @@ size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_
 }
 
 /* ct_run_plan_gemms' visitor for oneDNN: each part of the one buffer set the
- * step's top-level GEMMs use, at its largest (ct_gemm_workspace_bytes). */
+ * step's top-level GEMMs use, at its largest (ct_gemm_workspace_bytes), and
+ * the most oneDNN's gemm kernels malloc in one of them on the run's threads. */
+typedef struct dnnl_visit {
+    ct_gemm_workspace most;
+    int threads;
+} dnnl_visit;
+
 static void dnnl_visit_gemm(const ct_plan_gemm *g, void *user) {
-    ct_gemm_workspace *most = user, w;
+    dnnl_visit *v = user;
+    ct_gemm_workspace *most = &v->most, w;
     if (g->M <= 0 || g->N <= 0 || g->K <= 0) return;
     ct_gemm_workspace_bytes(CT_GEMM_ONEDNN, g->type, g->ta, g->tb, (int)g->M, (int)g->N,
                             (int)g->K, &w);
+    if (w.driver) /* the gemm kernels run it: their blocks on the run's threads */
+        w.driver = ct_gemm_driver_bytes(ct_gemm_onednn_isa_bits(), g->type == CT_GEMM_F32 ? 4 : 2,
+                                        g->ta, g->tb, g->M, g->N, g->K, v->threads);
     if (w.scratch > most->scratch) most->scratch = w.scratch;
     if (w.packed > most->packed) most->packed = w.packed;
     if (w.convert > most->convert) most->convert = w.convert;
+    if (w.driver > most->driver) most->driver = w.driver;
 }
 
 size_t ct_run_plan_onednn(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
                           const ct_lora_opts *lo, int threads, ct_gemm_workspace *parts) {
-    ct_gemm_workspace most = {0, 0, 0};
-    ct_run_plan_gemms(mc, B, T, o, lo, dnnl_visit_gemm, &most);
-    if (parts) *parts = most;
     if (threads < 1) threads = 1;
-    double state = CT_RUNTIME_ONEDNN_MIB + CT_RUNTIME_ONEDNN_THREAD_MIB * (threads - 1);
-    return most.scratch + most.packed + most.convert + (size_t)(state * 1048576.0);
+    dnnl_visit v = {{0, 0, 0, 0}, threads};
+    ct_run_plan_gemms(mc, B, T, o, lo, dnnl_visit_gemm, &v);
+    ct_gemm_workspace most = v.most;
+    if (parts) *parts = most;
+    /* the gemm kernels: no brgemm on these cores, or bf16 emulated on them */
+    bool kernels = !ct_gemm_have_brgemm() ||
+                   (o && o->precision == CT_PREC_BF16 && !ct_gemm_have_bf16());
+    double state = (kernels ? CT_RUNTIME_ONEDNN_GEMM_MIB : CT_RUNTIME_ONEDNN_MIB) +
+                   CT_RUNTIME_ONEDNN_THREAD_MIB * (threads - 1);
+    /* the gemm kernels' blocks, and as much again: glibc frees a large block
+     * into its thread's heap after raising the mmap threshold to its size, and
+     * keeps up to twice that (the trim threshold) free at the heap's top, so a
+     * run holds between once and twice the blocks (seen: 1.0-2.4 times with
+     * oneDNN held to AVX2, run to run) */
+    return most.scratch + most.packed + most.convert + 2 * most.driver +
+           (size_t)(state * 1048576.0);
 }
 
 size_t ct_run_plan_gemm(const ct_model_config *mc, int B, int T, const ct_model_opts *o,

@@ -383,12 +383,15 @@ static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
                "train.recompute=%s, %.0f MiB of run.memory_limit %.0f MiB", t->B,
                (long long)t->accum, ct_model_recompute_name(t->mopts.recompute),
                p->total / MiB, t->mem_limit / MiB);
+    char gemm_label[64];
+    if (p->env.gemm == CT_GEMM_ONEDNN) snprintf(gemm_label, sizeof gemm_label, "oneDNN workspace");
+    else snprintf(gemm_label, sizeof gemm_label, "OpenBLAS %s buffers", p->env.blas.core);
     ct_log(CT_LOG_INFO, "memory plan: %.1f MiB = model %.1f + AdamW %.1f + data %.1f + shards "
            "%.1f + process %.1f (measured %.1f) + code %.1f + tokenizer %.1f + threads %.1f + "
-           "I/O %.1f + OpenBLAS %s buffers %.1f + reserve %.1f", p->total / MiB,
+           "I/O %.1f + %s %.1f + reserve %.1f", p->total / MiB,
            p->model.total / MiB, p->optim / MiB, p->data / MiB, p->shards / MiB,
            p->rt_process / MiB, env.process / MiB, p->rt_code / MiB, p->rt_tokenizer / MiB,
-           p->rt_threads / MiB, p->rt_io / MiB, p->env.blas.core, p->rt_blas / MiB,
+           p->rt_threads / MiB, p->rt_io / MiB, gemm_label, p->rt_blas / MiB,
            p->rt_reserve / MiB);
     return CT_OK;
 }

@@ -354,6 +354,12 @@ static void test_workspace(bool prim) {
                 /* a plain B is packed by brgemm: fp32's on AVX-512, bf16's where bf16 is
                  * native (an AVX-512 CPU without it runs bf16 on the gemm kernels) */
                 bool packs = type == CT_GEMM_F32 ? brgemm : ct_gemm_have_bf16();
+                /* the gemm kernels' own blocks are counted exactly where oneDNN runs
+                 * them (not brgemm), and only for oneDNN */
+                if (lib == CT_GEMM_ONEDNN && s < 3)
+                    CHECK_MSG((parts.driver > 0) == !packs, "type %d %dx%dx%d: driver %zu, "
+                              "brgemm %d", type, M, N, K, parts.driver, packs);
+                if (lib == CT_GEMM_OPENBLAS) CHECK(parts.driver == 0);
                 if (packs && lib == CT_GEMM_ONEDNN && !tb && s < 3)
                     CHECK_MSG(st.packed_bytes >= nb * (type == CT_GEMM_F32 ? 4 : 2),
                               "type %d %dx%dx%d: B not packed", type, M, N, K);
@@ -361,7 +367,7 @@ static void test_workspace(bool prim) {
             }
         /* a set of shapes, one after the other: each part grows to its maximum */
         ct_gemm_release();
-        ct_gemm_workspace most = {0, 0, 0};
+        ct_gemm_workspace most = {0, 0, 0, 0};
         size_t nmax = 0;
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
             ct_gemm_workspace p;
@@ -397,6 +403,33 @@ static void test_workspace(bool prim) {
 /* Which instructions the bf16 GEMMs get: the classification of oneDNN's
  * kernel names (every CPU's, checked here on any), the bf16 run's library,
  * and this machine's probe against oneDNN's own ISA detection. */
+/* oneDNN 2.6's gemm-kernel blocks, worked by hand from gemm_info.cpp's
+ * blocking and gemm_driver.cpp's padding, nocopy checks and threading. */
+static void test_driver_bytes(void) {
+    /* AVX2, 2 threads, a 1024-row head of 8192 over 128 channels (row-major
+     * M 1024, N 8192, K 128; column-major m 8192, n 1024): copied, split 2D
+     * into m halves of 4096 (n > 2 x 384, m >= 768): each thread packs 4104
+     * (um 24) x 128 (k <= bk_traditional: all, at least 128) of A and
+     * 128 x 384 (bn) of B, with two pages */
+    CHECK(ct_gemm_driver_bytes(256, 4, false, true, 1024, 8192, 128, 2) ==
+          2 * ((size_t)(4104 * 128 + 128 * 384) * 4 + 8192));
+    /* 256 rows: 1/256 + 1/8192 >= 0.0038, the nocopy kernels copy nothing */
+    CHECK(ct_gemm_driver_bytes(256, 4, false, true, 256, 8192, 128, 2) == 0);
+    /* AVX2, m 50257 >= 1000 and n 4096 >= 4000: one shared copy of A, m_padd
+     * (10008: bm capped) x 2 threads rows x k_padd 192 (k 768 >= 2 bk), and
+     * each thread's B block of 192 x 384 */
+    CHECK(ct_gemm_driver_bytes(256, 4, false, true, 4096, 50257, 768, 2) ==
+          (size_t)(20016 * 192) * 4 + 4096 + 2 * ((size_t)(192 * 384) * 4 + 8192));
+    /* AVX-512: the same head with n 1024 >= 2 x 96 shares A too (um 48, bk 384:
+     * k 768 >= 2 bk, one 384 block) */
+    CHECK(ct_gemm_driver_bytes(512, 4, false, true, 1024, 50257, 768, 2) ==
+          (size_t)(19968 * 384) * 4 + 4096 + 2 * ((size_t)(384 * 384) * 4 + 8192));
+    /* bf16 counts every thread whole, with the k-partition's copy of C */
+    CHECK(ct_gemm_driver_bytes(512, 2, false, false, 256, 512, 4096, 2) ==
+          2 * ((size_t)(528 * 768 + 768 * 256) * 2 + 8192 + (size_t)256 * 512 * 4));
+    CHECK(ct_gemm_driver_bytes(256, 4, false, false, 0, 5, 5, 2) == 0);
+}
+
 static void test_bf16_path(bool prim) {
     CHECK(ct_gemm_bf16_path_classify("brg:avx512_core_amx", true) == CT_GEMM_BF16_AMX);
     CHECK(ct_gemm_bf16_path_classify("brg:avx512_core_bf16", true) == CT_GEMM_BF16_NATIVE);
@@ -458,6 +491,7 @@ int main(void) {
     }
     test_workspace(prim);
     test_bf16_path(prim);
+    test_driver_bytes();
     /* the run.gemm words */
     CHECK(ct_gemm_lib_of("openblas") == CT_GEMM_OPENBLAS);
     /* auto: oneDNN exactly where OpenBLAS's kernels are narrower than the cores */

@@ -87,11 +87,16 @@ typedef struct ct_gemm_workspace {
     size_t packed;  /* the packed copy of a plain B (oneDNN, B untransposed, <= 64 MiB) */
     size_t convert; /* operand copies: bf16 A (oneDNN, CT_GEMM_F32_BF16); fp32 A and B
                      * (OpenBLAS, the bf16 types) */
+    size_t driver;  /* not this layer's: what oneDNN's gemm kernels malloc per call and
+                     * free, all threads of the call together, when the matmul oneDNN
+                     * dispatched is gemm:jit (cores without brgemm: AVX2; bf16 without
+                     * AVX512_BF16): ct_gemm_driver_bytes on this process's threads */
 } ct_gemm_workspace;
 
 /* Bytes this layer holds for one calling thread to run the GEMM M x N x K
  * (dense operands, alpha 1, beta 0 or 1: the larger) of `type` with `lib`,
- * the sum of the parts, which go to *parts when parts is not NULL. OpenBLAS's
+ * the sum of the parts scratch, packed and convert, which go to *parts when
+ * parts is not NULL (with driver, which is oneDNN's own and not in the sum). OpenBLAS's
  * own buffers for CT_GEMM_F32 are perf/memplan.c's to count (0 here). Each
  * part only grows, so what a run holds is, for each part, the maximum over
  * its shapes, summed over the parts; once per thread that calls from inside a
@@ -101,6 +106,23 @@ typedef struct ct_gemm_workspace {
  * oneDNN's JIT code. Thread-safe. */
 size_t ct_gemm_workspace_bytes(ct_gemm_lib lib, ct_gemm_type type, bool ta, bool tb, int M, int N,
                                int K, ct_gemm_workspace *parts);
+
+/* The bytes oneDNN 2.6's gemm kernels (src/cpu/x64/gemm/gemm_driver.cpp)
+ * malloc in one call of row-major op(A) (M,K) x op(B) (K,N), dense, with
+ * elem-byte operands (4 fp32, 2 bf16) on `threads` threads, all threads
+ * together: none where its nocopy kernels run, else a block of A (m_padd x
+ * k_padd) and of B (k_padd x n_padd) per thread of the split its threading
+ * chooses (or one shared copy of A), with the blocking gemm_info.cpp gives
+ * the ISA (isa_bits 512: avx512_core, 256: avx2, else sse41/avx); bf16, whose
+ * threading is not modelled, counts whole blocks on every thread and a
+ * k-partition's copy of C. Freed after the call; each thread's heap keeps
+ * its largest. Pure (tests feed it shapes). */
+size_t ct_gemm_driver_bytes(int isa_bits, size_t elem, bool ta, bool tb, int64_t M, int64_t N,
+                            int64_t K, int threads);
+
+/* The vector width of the ISA oneDNN dispatches here, in ct_gemm_driver_bytes'
+ * terms (512 avx512_core, 256 avx2, 128 below); 0 without oneDNN 2.x. */
+int ct_gemm_onednn_isa_bits(void);
 
 /* The GEMM layer's counters (process-wide), for tests and reports. */
 typedef struct ct_gemm_stats {
