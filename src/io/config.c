@@ -122,9 +122,10 @@ const key_def config_keys[] = {
     I("run.log_every", run.log_every, 1, BIG, "steps between progress lines"),
     S("run.memory_limit", run.memory_limit, "bytes (KB/MB/GB) or N% of RAM"),
     E("run.gemm", run.gemm, "auto|onednn|openblas",
-      "GEMM library: openblas (default), onednn (its memory plan is calibrated on "
-      "AVX-512 CPUs only), auto (oneDNN where OpenBLAS's kernels are narrower than the "
-      "cores, as on a CPU OpenBLAS cannot name); the memory plan counts the one that runs"),
+      "GEMM library: auto (default: oneDNN where OpenBLAS's kernels are narrower than "
+      "the cores, as on a CPU OpenBLAS cannot name, else OpenBLAS; `ctrain hw` says which "
+      "and why), onednn, openblas; a bf16 run on a CPU with bf16 instructions runs oneDNN "
+      "whatever this says; the memory plan counts the one that runs"),
     S("run.attention_tiles", run.attention_tiles,
       "attention tile: QxK query rows (1..128) x keys (1..256), or auto (64x128)"),
     S("run.device", run.device, "where tensors live and kernels run: cpu | cuda | cuda:N "
@@ -277,7 +278,7 @@ void ct_config_default(ct_config *c) {
     c->dist.bucket_mb = 8;
     c->dist.overlap = true;
     snprintf(c->run.memory_limit, sizeof c->run.memory_limit, "85%%");
-    snprintf(c->run.gemm, sizeof c->run.gemm, "openblas");
+    snprintf(c->run.gemm, sizeof c->run.gemm, "auto");
     c->alerts.memory_warning = 0.90;
     c->alerts.memory_critical = 0.95;
     c->alerts.throughput_warning = 0.5;

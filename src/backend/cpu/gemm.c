@@ -824,9 +824,14 @@ const char *ct_gemm_bf16_path_describe(ct_gemm_bf16_path p, ct_gemm_lib lib, con
     default:
         snprintf(buf, cap, "widened: %s, so bf16 GEMMs widen both operands to fp32 copies, "
                  "then OpenBLAS's sgemm (no speed-up over fp32)",
-                 !ct_gemm_have_onednn()      ? "this build has no oneDNN"
-                 : lib == CT_GEMM_OPENBLAS ? "run.gemm runs OpenBLAS, which has no bf16 GEMM here"
-                                           : "oneDNN has no bf16 matmul on these cores");
+                 !ct_gemm_have_onednn() ? "this build has no oneDNN"
+                 : lib == CT_GEMM_OPENBLAS
+                     ? (ct_gemm_have_bf16() ? "run.gemm=openblas, which has no bf16 GEMM here "
+                                              "(a bf16 run uses oneDNN's instead)"
+                                            : "no AVX512_BF16 or AMX on this CPU, and run.gemm "
+                                              "runs OpenBLAS, which has no bf16 GEMM here")
+                     : "no AVX512_BF16 or AMX on this CPU, and oneDNN has no bf16 matmul on "
+                       "these cores");
         break;
     }
     return buf;
@@ -843,7 +848,9 @@ ct_gemm_lib ct_gemm_lib_for_run(ct_gemm_lib lib, bool bf16, bool native) {
 int ct_gemm_lib_of_run(const char *name, bool bf16) {
     int lib = ct_gemm_lib_of(name);
     if (lib < 0) return lib;
-    return (int)ct_gemm_lib_for_run((ct_gemm_lib)lib, bf16, ct_gemm_have_bf16());
+    /* oneDNN's ISA is asked only for a bf16 run: it maps pages of the library
+     * that an fp32 run on OpenBLAS never touches (and its plan would count) */
+    return (int)ct_gemm_lib_for_run((ct_gemm_lib)lib, bf16, bf16 && ct_gemm_have_bf16());
 }
 
 const char *ct_gemm_lib_name(ct_gemm_lib lib) {
