@@ -219,7 +219,8 @@ const key_def config_keys[] = {
     F("tune.mfu", tune.mfu, 0, 100, "tuned profile: measured MFU (fraction of the GEMM peak)"),
     S("tune.date", tune.date, "tuned profile: UTC time of the measurement"),
     S("tune.search", tune.search,
-      "ctrain tune: dimensions searched, comma-separated: threads,batch,recompute,dtype,tiles"),
+      "ctrain tune: dimensions searched, comma-separated: gemm,threads,batch,recompute,dtype,"
+      "tiles"),
     S("tune.tile_candidates", tune.tile_candidates,
       "ctrain tune: attention tiles tried when tune.search has tiles (QxK,QxK,...)"),
     I("tune.trial_steps", tune.trial_steps, 1, 64,
@@ -293,7 +294,7 @@ void ct_config_default(ct_config *c) {
     snprintf(c->run.device, sizeof c->run.device, "cpu");
     /* the tune.* search keys default to the basic level (tools/tune.c) */
     snprintf(c->tune.level, sizeof c->tune.level, "basic");
-    snprintf(c->tune.search, sizeof c->tune.search, "threads,batch");
+    snprintf(c->tune.search, sizeof c->tune.search, "gemm,threads,batch");
     snprintf(c->tune.tile_candidates, sizeof c->tune.tile_candidates, "32x64,64x64,64x128,128x128");
     c->tune.trial_steps = 2;
     c->tune.budget_s = 300;
