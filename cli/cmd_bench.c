@@ -767,8 +767,8 @@ int cmd_bench(int argc, char **argv) {
     }
     /* a bf16 step runs oneDNN's bf16 matmul where it is native, as train does */
     ct_backend *be0 = ct_ctx_base_backend(ctx);
-    be0->gemm = ct_gemm_lib_for_run((ct_gemm_lib)be0->gemm, a.precision && !strcmp(a.precision, "bf16"),
-                                    ct_gemm_have_bf16());
+    bool bf16 = a.precision && !strcmp(a.precision, "bf16");
+    be0->gemm = ct_gemm_lib_for_run((ct_gemm_lib)be0->gemm, bf16, bf16 && ct_gemm_have_bf16());
     if (a.tile_q && ct_backend_set_tiles(ct_ctx_base_backend(ctx), a.tile_q, a.tile_k)) {
         ct_ctx_free(ctx);
         return cli_usage_error("bench", "--attention-tiles %dx%d is out of range", a.tile_q,

@@ -168,7 +168,8 @@ static void print_json(const ct_tune_result *r, const char *out, const char *set
                ct_model_recompute_name(t->p.opts.recompute),
                ct_model_act_dtype_name(t->p.opts.act_dtype),
                ct_model_precision_name(t->p.opts.precision), tiles_str(&t->p, tiles, sizeof tiles),
-               ct_gemm_lib_name((ct_gemm_lib)t->p.gemm), t->plan_bytes, t->fits ? "true" : "false", t->measured ? "true" : "false",
+               ct_gemm_lib_name((ct_gemm_lib)t->p.gemm), t->plan_bytes, t->fits ? "true" : "false",
+               t->measured ? "true" : "false",
                t->step_s, t->opt_step_s, t->tokens_per_s, t->gflops, t->mfu, t->runs, t->spread);
         for (int k = 0; k < t->runs; k++) printf("%s%.3f", k ? ", " : "", t->run_tps[k]);
         printf("]}");

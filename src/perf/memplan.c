@@ -500,7 +500,8 @@ static void onednn_start(bool bf16) {
     uint16_t h[64 * 64];
     for (int i = 0; i < 64 * 64; i++) a[i] = 1.0f / (float)(i + 1), h[i] = 0x3f80;
     ct_sgemm(CT_GEMM_ONEDNN, false, true, 16, 16, 16, 1.0f, a, 16, a, 16, 0.0f, c, 16);
-    if (bf16) ct_gemm_bf16(CT_GEMM_ONEDNN, false, true, 64, 64, 64, 1.0f, h, 64, h, 64, 0.0f, c, 64);
+    if (bf16)
+        ct_gemm_bf16(CT_GEMM_ONEDNN, false, true, 64, 64, 64, 1.0f, h, 64, h, 64, 0.0f, c, 64);
 }
 
 ct_status ct_run_env_measure(ct_run_env *out, const ct_config *cfg) {

@@ -192,15 +192,16 @@ size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_
  * gemm kernels malloc per call): the peak RSS of `train` runs with
  * run.gemm=onednn over the plan less this line, measured on a 2-core Cascade
  * Lake Xeon VM (oneDNN 2.6.3, glibc 2.36; tests/cli/test_plan_rss.py), the
- * largest seen rounded up (CT_RUNTIME_RESERVE_MIB is the margin). STATE where the step's matmuls run brgemm
- * (AVX-512 cores): the JIT kernels of its primitives, the engine and streams,
- * the code and data pages the step touches (0.9-3.9 MiB seen); STATE_GEMM
- * where they run the gemm kernels (AVX2 cores, measured with oneDNN held to
- * AVX2 by ONEDNN_MAX_CPU_ISA, which dispatches the kernels an AVX2-only CPU
- * runs; and bf16 emulated on AVX-512 cores without AVX512_BF16), beyond
- * twice the kernels' blocks: the same things (up to 3.9 MiB seen); THREAD each worker thread's share (the attention tiles' dnnl_sgemm
- * blocks in the thread's malloc arena, oneDNN's per-thread state), as
- * measured earlier on an AVX-512 Xeon: more threads than 2 were not
+ * largest seen rounded up (CT_RUNTIME_RESERVE_MIB is the margin). STATE where
+ * the step's matmuls run brgemm (AVX-512 cores): the JIT kernels of its
+ * primitives, the engine and streams, the code and data pages the step touches
+ * (0.9-3.9 MiB seen); STATE_GEMM where they run the gemm kernels (AVX2 cores,
+ * measured with oneDNN held to AVX2 by ONEDNN_MAX_CPU_ISA, which dispatches
+ * the kernels an AVX2-only CPU runs; and bf16 emulated on AVX-512 cores
+ * without AVX512_BF16), beyond twice the kernels' blocks: the same things (up
+ * to 3.9 MiB seen); THREAD each worker thread's share (the attention tiles'
+ * dnnl_sgemm blocks in the thread's malloc arena, oneDNN's per-thread state),
+ * as measured earlier on an AVX-512 Xeon: more threads than 2 were not
  * measured here. */
 #define CT_RUNTIME_ONEDNN_MIB 4.0
 #define CT_RUNTIME_ONEDNN_GEMM_MIB 4.0
@@ -208,15 +209,15 @@ size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_
 
 /* oneDNN's memory in a training step of mc at (B,T) under o (lo as above) on
  * `threads` threads: the GEMM layer's one buffer set (the step's GEMMs are
- * top-level calls, one at a time), each part at the largest any of the
- * step's GEMMs asks (ct_gemm_workspace_bytes, which creates those primitives
- * in the process's cache: they are the ones the step runs), the most that
- * oneDNN's gemm kernels malloc in one of those GEMMs on `threads` threads
- * where oneDNN dispatched them (ct_gemm_driver_bytes), written to *parts when
- * not NULL, counted twice (glibc's heaps may keep as much again free after
- * them: a conservative plan there), plus CT_RUNTIME_ONEDNN_MIB (CT_RUNTIME_ONEDNN_GEMM_MIB where the
- * step's matmuls run the gemm kernels) and CT_RUNTIME_ONEDNN_THREAD_MIB per
- * thread but the first. */
+ * top-level calls, one at a time), each part at the largest any of the step's
+ * GEMMs asks (ct_gemm_workspace_bytes, which creates those primitives in the
+ * process's cache: they are the ones the step runs), the most that oneDNN's
+ * gemm kernels malloc in one of those GEMMs on `threads` threads where oneDNN
+ * dispatched them (ct_gemm_driver_bytes), written to *parts when not NULL,
+ * counted twice (glibc's heaps may keep as much again free after them: a
+ * conservative plan there), plus CT_RUNTIME_ONEDNN_MIB
+ * (CT_RUNTIME_ONEDNN_GEMM_MIB where the step's matmuls run the gemm kernels)
+ * and CT_RUNTIME_ONEDNN_THREAD_MIB per thread but the first. */
 size_t ct_run_plan_onednn(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
                           const ct_lora_opts *lo, int threads, ct_gemm_workspace *parts);
 

@@ -681,7 +681,7 @@ static ct_status tune_search(tune_state *s, const ct_tune_point *start) {
     if (st) return st;
     if (idx < 0 || !r->trials[idx].measured)
         return CT_ERR(CT_ERR_ARG, "the starting trial could not run");
-    /* the library first: where it matters it matters most (1.9-3.7x) */
+    /* the library first: where it matters it matters most (1.6-3.7x) */
     static const unsigned order[] = {DIM_GEMM, DIM_THREADS, DIM_BATCH, DIM_RECOMPUTE, DIM_TILES};
     /* coordinate descent: each dimension in turn from the best point so far,
      * repeated while a pass moves the best point (measured points are reused) */

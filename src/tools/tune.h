@@ -4,8 +4,9 @@
  * steps of the configured model over the GEMM library (run.gemm), threads,
  * micro-batch (the effective batch B x grad_accum held fixed), recompute
  * policy, bf16 activation storage, train.precision=bf16 (only where the CPU's
- * bf16 GEMMs are native) and the attention tile, skipping every candidate whose memory plan does not fit
- * run.memory_limit (no trial can run out of memory), within tune.budget_s.
+ * bf16 GEMMs are native) and the attention tile, skipping every candidate
+ * whose memory plan does not fit run.memory_limit (no trial can run out of
+ * memory), within tune.budget_s.
  *
  * Noise: a trial is one or more runs (a fresh context, a warm-up step, the
  * timed steps). The starting point (the config's own settings) runs until

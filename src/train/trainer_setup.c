@@ -784,14 +784,14 @@ static ct_status gemm_setup(trainer *t) {
         ct_gemm_lib_of("auto") == CT_GEMM_ONEDNN && !bf16)
         ct_log(CT_LOG_WARN, "run.gemm=openblas runs OpenBLAS's %s kernels (%d-bit vectors) on "
                "cores with %d-bit ones: run.gemm=auto (the default) runs oneDNN's here, which "
-               "were 1.9-3.7x faster where measured", openblas_get_corename(),
+               "were 1.6-3.7x faster where measured", openblas_get_corename(),
                ct_gemm_blas_bits(openblas_get_corename()), ct_gemm_cpu_bits());
     if (bf16) {
         char impl[64];
         ct_gemm_bf16_path path = ct_gemm_bf16_path_of((ct_gemm_lib)be->gemm, impl, sizeof impl);
         bool native = ct_gemm_bf16_path_native(path);
-        ct_log(native ? CT_LOG_INFO : CT_LOG_WARN, "train.precision=bf16: bf16 GEMMs: %s%s", ct_gemm_bf16_path_describe(path, (ct_gemm_lib)be->gemm, impl, why,
-                                                  sizeof why),
+        ct_gemm_bf16_path_describe(path, (ct_gemm_lib)be->gemm, impl, why, sizeof why);
+        ct_log(native ? CT_LOG_INFO : CT_LOG_WARN, "train.precision=bf16: bf16 GEMMs: %s%s", why,
                native ? "" : "; debug.emulate_bf16 runs it for numerics checks, never for speed");
     }
     return CT_OK;

@@ -438,7 +438,8 @@ static void test_bf16_path(bool prim) {
     CHECK(ct_gemm_bf16_path_classify("ref:any", false) == CT_GEMM_BF16_EMULATED);
     CHECK(ct_gemm_bf16_path_classify("", true) == CT_GEMM_BF16_WIDENED);
     CHECK(ct_gemm_bf16_path_classify(NULL, false) == CT_GEMM_BF16_WIDENED);
-    CHECK(ct_gemm_bf16_path_native(CT_GEMM_BF16_AMX) && ct_gemm_bf16_path_native(CT_GEMM_BF16_NATIVE));
+    CHECK(ct_gemm_bf16_path_native(CT_GEMM_BF16_AMX) &&
+          ct_gemm_bf16_path_native(CT_GEMM_BF16_NATIVE));
     CHECK(!ct_gemm_bf16_path_native(CT_GEMM_BF16_EMULATED) &&
           !ct_gemm_bf16_path_native(CT_GEMM_BF16_WIDENED));
     CHECK(!strcmp(ct_gemm_bf16_path_name(CT_GEMM_BF16_AMX), "amx") &&

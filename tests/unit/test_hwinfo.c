@@ -114,7 +114,8 @@ static void test_bf16_detection(void) {
     /* the flags one by one */
     ct_hwinfo h;
     memset(&h, 0, sizeof h);
-    CHECK(ct_hwinfo_parse_cpuinfo(FLAGS_CPU("amx_bf16 amx_tile amx_int8 avx512_bf16"), &h) == CT_OK);
+    CHECK(ct_hwinfo_parse_cpuinfo(FLAGS_CPU("amx_bf16 amx_tile amx_int8 avx512_bf16"), &h) ==
+          CT_OK);
     CHECK(h.amx_tile && h.amx_bf16 && h.amx_int8 && h.amx && h.avx512_bf16);
     /* the profile's JSON names them, and the answer */
     h.amx_perm = 1;

@@ -689,8 +689,9 @@ size_t ct_gemm_workspace_bytes(ct_gemm_lib lib, ct_gemm_type type, bool ta, bool
             const char *impl = NULL;
             if (e && dnnl_primitive_desc_query(e->pd, dnnl_query_impl_info_str, 0, &impl) ==
                          dnnl_success && impl && !strncmp(impl, "gemm:", 5)) {
-                size_t d = ct_gemm_driver_bytes(ct_gemm_onednn_isa_bits(), pt == CT_GEMM_F32 ? 4 : 2, ta,
-                                                tb, M, N, K, gemm_threads());
+                size_t d = ct_gemm_driver_bytes(ct_gemm_onednn_isa_bits(),
+                                                pt == CT_GEMM_F32 ? 4 : 2, ta, tb, M, N, K,
+                                                gemm_threads());
                 if (d > w.driver) w.driver = d;
             }
         }
@@ -773,7 +774,8 @@ ct_gemm_bf16_path ct_gemm_bf16_path_classify(const char *impl, bool native_isa) 
     if (strstr(impl, "amx")) return CT_GEMM_BF16_AMX;
     if (strstr(impl, "bf16")) return CT_GEMM_BF16_NATIVE;
     /* the gemm kernels use vdpbf16ps where the ISA has it, else emulate */
-    if (!strncmp(impl, "gemm:jit", 8)) return native_isa ? CT_GEMM_BF16_NATIVE : CT_GEMM_BF16_EMULATED;
+    if (!strncmp(impl, "gemm:jit", 8))
+        return native_isa ? CT_GEMM_BF16_NATIVE : CT_GEMM_BF16_EMULATED;
     return CT_GEMM_BF16_EMULATED;
 }
 
