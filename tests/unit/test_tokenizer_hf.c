@@ -423,6 +423,9 @@ static void test_refused(void) {
          "added_tokens[1].single_word"},
         {"{\"type\": \"NFC\"}", NULL, NULL, NULL, "[{\"id\": 300, \"content\": \"<w>\", \"normalized\": true}]",
          "added_tokens[1].normalized"},
+        /* a raw byte that is not UTF-8 (a fuzzer's find: it made every text fail to normalise) */
+        {"{\"type\": \"Replace\", \"pattern\": {\"String\": \"e\"}, \"content\": \"e\xf8\xf8" "e\"}", NULL,
+         NULL, NULL, NULL, "not valid UTF-8 at byte offset"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         toy y = {NULL, 0, NULL, 0, cases[i].normalizer, cases[i].pre, cases[i].post, cases[i].model_extra,
