@@ -3,8 +3,9 @@
  * kind told by its keys, the tokens, and the loss mask. Every example's text
  * is encoded whole (prompt + completion, or the rendered conversation), and
  * its bytes are tied to the tokens by matching each token's bytes against
- * the text (ct_sft_token_offsets), so the ids are exactly those of encoding
- * the whole text at once and the mask follows the text:
+ * the text (ct_sft_token_offsets; in the text as the tokenizer's Unicode
+ * normalizer leaves it, for Qwen's NFC), so the ids are exactly those of
+ * encoding the whole text at once and the mask follows the text:
  *  - a prompt/completion token counts when it reaches past the prompt's end
  *    (its last byte is the completion's); a token that starts in the prompt
  *    and ends in the completion counts (see sft_prepare.h for TRL's rule);
@@ -151,7 +152,8 @@ static bool spm_prefix_mark(const ct_tokenizer *t, const int32_t *ids, size_t i,
     return one >= 0 && two == one + (int64_t)tl - 1;
 }
 
-ct_status ct_sft_token_offsets(const ct_tokenizer *t, const char *text, size_t len, const int32_t *ids, size_t n,
+/* ct_sft_token_offsets over the text the tokens spell (normalised). */
+static ct_status offsets_match(const ct_tokenizer *t, const char *text, size_t len, const int32_t *ids, size_t n,
                                size_t *start) {
     static const char mark[] = "\xE2\x96\x81"; /* "▁" */
     bool spm = ct_tokenizer_kind(t) == CT_TOK_KIND_SPM_BPE;
@@ -181,6 +183,23 @@ ct_status ct_sft_token_offsets(const ct_tokenizer *t, const char *text, size_t l
     if (p != len)
         return CT_ERR(CT_ERR_FORMAT, "the %zu tokens spell %zu of the text's %zu bytes", n, p, len);
     return CT_OK;
+}
+
+ct_status ct_sft_token_offsets(const ct_tokenizer *t, const char *text, size_t len, const int32_t *ids, size_t n,
+                               size_t *start) {
+    char *norm = NULL;
+    size_t nlen = len, *from = NULL;
+    ct_status st = ct_tokenizer_unicode_map(t, text, len, &norm, &nlen, &from);
+    if (st || !norm) return st ? st : offsets_match(t, text, len, ids, n, start);
+    /* Qwen's NFC: the tokens spell the composed text; each offset back to
+     * the text's bytes (a token inside a changed run starts where it does) */
+    if (!(st = offsets_match(t, norm, nlen, ids, n, start)))
+        for (size_t i = 0; i <= n; i++) start[i] = from[start[i]];
+    else
+        ct_error_prefix("in the text as the tokenizer normalises it (Unicode form)");
+    free(norm);
+    free(from);
+    return st;
 }
 
 /* ------------------------------------------------------------ lines */

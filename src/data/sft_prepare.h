@@ -126,6 +126,11 @@ ct_status ct_sft_encode_line(ct_sft_encoder *e, const char *line, size_t len, ct
  * byte: where the text has a space there too, ct_tokenizer_decode, which
  * drops exactly those, tells which it is. The offsets are those of decoding
  * each prefix ids[0..i) (the reference the tests hold them to), in one pass.
+ * A tokenizer whose normalizer has a Unicode form (Qwen's NFC) spells the
+ * text in that form: the tokens are matched against it and their offsets
+ * taken back to the text's bytes (ct_tokenizer_unicode_map: a token inside a
+ * run of characters the form changed starts where the run does), as Hugging
+ * Face's offsets follow the normalizer's alignments.
  * CT_ERR_FORMAT when the tokens do not spell the text. */
 ct_status ct_sft_token_offsets(const ct_tokenizer *t, const char *text, size_t len, const int32_t *ids, size_t n,
                                size_t *start);
