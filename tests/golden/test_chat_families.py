@@ -346,6 +346,42 @@ def special_tokens(ctrain, tmp):
           "special_tokens_map.json's \"bos_token\": null keeps bos_token undefined", (rc, err.strip()))
 
 
+def family_tokens(ctrain, tmp):
+    """The special tokens a family's own tokenizer directory gives a template: its config's, as
+    transformers.js passes them (Llama 3.1 names no unk_token: undefined, not its EOS); and, when a
+    config names none, the defaults of the tokenizer_class it names, as transformers' classes
+    construct them (PreTrainedTokenizerFast: none; Qwen2TokenizerFast: <|endoftext|> for eos, unk and
+    pad; GemmaTokenizerFast: <bos>, <eos>, <unk>, <pad>)."""
+    probe = "[{{ bos_token }}|{{ eos_token }}|{{ unk_token }}|{{ pad_token }}]"
+    jinja = os.path.join(tmp, "tokens.jinja")
+    with open(jinja, "w") as f:
+        f.write(probe)
+    conv = json.dumps([m("user", "x")]) + "\n"
+    defaults = {"llama3_1": ("PreTrainedTokenizerFast", "[|||]"),
+                "qwen3": ("Qwen2TokenizerFast", "[|<|endoftext|>|<|endoftext|>|<|endoftext|>]"),
+                "gemma3": ("GemmaTokenizerFast", "[<bos>|<eos>|<unk>|<pad>]")}
+    for f in FAMILIES:
+        d = family_dir(f)
+        if not os.path.exists(os.path.join(d, "tokenizer.json")):
+            continue
+        cfg = json.load(open(os.path.join(d, "tokenizer_config.json"), encoding="utf-8"))
+        cfg["chat_template"] = probe
+        ref_cfg = os.path.join(tmp, f + "_tokens.json")
+        json.dump(cfg, open(ref_cfg, "w"))
+        want = reference(ref_cfg, [json.loads(conv)], False)[0]
+        rc, out, err = ours(ctrain, ["tokenize", "--render", "--chat-template", jinja, "--tokenizer", d], conv)
+        check(rc == 0 and json.loads(out) == want, "%s's tokenizer directory: the special tokens of its config, as "
+              "transformers.js passes them (%s)" % (f, want), (rc, out.strip(), err.strip()))
+        bare = os.path.join(tmp, f + "_bare")
+        os.makedirs(bare, exist_ok=True)
+        shutil.copy(os.path.join(d, "tokenizer.json"), bare)
+        cls, want = defaults[f]
+        json.dump({"tokenizer_class": cls}, open(os.path.join(bare, "tokenizer_config.json"), "w"))
+        rc, out, err = ours(ctrain, ["tokenize", "--render", "--chat-template", jinja, "--tokenizer", bare], conv)
+        check(rc == 0 and json.loads(out) == want, "%s's tokenizer.json with a config naming only %s: that class's "
+              "defaults %s" % (f, cls, want), (rc, out.strip(), err.strip()))
+
+
 # ---------------------------------------------------------------- masking
 
 def bytes_to_unicode():
@@ -642,6 +678,7 @@ def main():
         test_qwen3(ctrain, tmp, toks)
         test_gemma3(ctrain, tmp, toks)
         special_tokens(ctrain, tmp)
+        family_tokens(ctrain, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(stats))
