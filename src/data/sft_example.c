@@ -83,14 +83,18 @@ ct_status ct_sft_encoder_init(ct_sft_encoder **out, const char *tokenizer, const
         st = ct_last_status();
         goto fail;
     }
-    bool spm = ct_tokenizer_kind(e->tok) == CT_TOK_KIND_SPM_BPE;
     e->bos = ct_tokenizer_bos(e->tok);
     e->eos = ct_tokenizer_eot(e->tok);
     if (e->bos < 0 || e->eos < 0) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: the tokenizer has no %s token, which %s each prompt/completion example",
-                    tokenizer, e->bos < 0 ? (spm ? "BOS (<s>)" : "<|endoftext|>") : (spm ? "EOS (</s>)" : "<|endoftext|>"),
+        /* GPT-2's own files have <|endoftext|> or nothing; a tokenizer.json (LLaMA, Llama 3, Qwen,
+         * Gemma) takes its BOS from the post_processor and its EOS from tokenizer_config.json */
+        bool gpt2_files = !strncmp(ct_tokenizer_identity(e->tok), "gpt2-bpe:", 9);
+        st = CT_ERR(CT_ERR_FORMAT, "%s: the tokenizer has no %s, which %s each prompt/completion example", tokenizer,
+                    e->bos < 0 ? "document token (a BOS its post_processor adds, <s>, or <|endoftext|>)"
+                               : "EOS (tokenizer_config.json's eos_token, </s> or <|endoftext|>)",
                     e->bos < 0 ? "starts" : "ends");
-        if (spm) ct_error_hint("name it in tokenizer_config.json (\"bos_token\", \"eos_token\") beside tokenizer.json");
+        if (!gpt2_files)
+            ct_error_hint("name them in tokenizer_config.json (\"bos_token\", \"eos_token\") beside tokenizer.json");
         goto fail;
     }
     if (!(e->tok_dir = sft_tokenizer_dir(tokenizer))) {

