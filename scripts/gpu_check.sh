@@ -17,13 +17,16 @@
 #   sync      25  CT_CUDA_SYNC=1 names the kernel that faults (CT_CUDA_FAULT
 #                 makes one), and without it the hint says to set it
 #   kernels   60  every kernel, forward and backward, fp32 and bf16, GPT-2 and
-#                 LLaMA shapes, held to the ref backend on the GPU
+#                 LLaMA shapes, held to the ref backend on the GPU; bf16's
+#                 tensor-core attention (head sizes 64 and 128, GQA, packed) to
+#                 the double formula, required to run on compute capability 8+
 #   sanitize  80  compute-sanitizer memcheck and racecheck on training steps that
 #                 take the tiled attention kernels: GPT-2 at head size 64,
 #                 LLaMA with grouped-query attention, bf16 (said so, not failed,
 #                 where the sanitizer cannot attach: gVisor)
 #   training 160  the training suite with run.device=cuda: PyTorch parity fp32,
-#                 bf16 and dropout (also at head size 64), LLaMA, exact resume,
+#                 bf16 and dropout (also at head size 64, where bf16 takes the
+#                 tensor-core attention), LLaMA, exact resume,
 #                 the guard, LoRA, instruction data, eval, trace
 #   bench     80  GPT-2 124M, T=1024, batch_size=auto for GPU_CHECK_BATCH (16)
 #                 sequences, fp32 and bf16: tokens/s, MFU against the GPU's
@@ -234,7 +237,11 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
   }
 
   body_kernels() {
-    local pids=() names=() t pass=0 fail=0 failed=""
+    local pids=() names=() t pass=0 fail=0 failed="" cc
+    # bf16 tensor cores (compute capability 8.0 on): the bf16 attention must take them
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)
+    if [ "${cc%%.*}" -ge 8 ] 2>/dev/null; then export CT_TEST_TENSOR_CORES=1
+    else detail "- compute capability '${cc:-?}': the tensor-core attention is not required"; fi
     for t in test_kernels test_kernels_bf16 test_kernels_llama; do
       want_test "$t" || continue
       local bin=$TESTBIN/$t
@@ -321,8 +328,8 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
     mkdir -p "$WORK/tests"
     : >"$WORK/tests/results"
     for t in "${list[@]}"; do
-      local file=${t#hs64:} hs="" parts=""
-      [[ "$t" == hs64:* ]] && { hs=64; parts=a; }
+      local file=${t#hs*:} hs="" parts=""
+      [[ "$t" == hs*:* ]] && { hs=${t%%:*}; hs=${hs#hs}; parts=a; }
       local name; name=gpu_$(basename "$file")${hs:+_hs$hs}
       want_test "$name" || continue
       (

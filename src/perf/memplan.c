@@ -617,7 +617,7 @@ size_t ct_run_plan_cuda_ws(const ct_model_config *mc, int B, int T, const ct_mod
     int widest = C > qkv ? C : qkv;
     widest = widest > fw ? widest : fw;
     return bf16 + ct_cuda_ws_attention_bytes(B, mc->n_head, T) +
-           ct_cuda_ws_colsum_bytes(B * T, widest);
+           ct_cuda_ws_colsum_bytes(B * T, widest) + ct_cuda_ws_encoder_bytes(B * T);
 }
 
 /* ct_run_plan_make for the request's thread count and its ZeRO sharding. */
