@@ -370,9 +370,9 @@ def parse_args(argv):
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctrain", default=os.path.join(ROOT, "build", "ctrain"))
-    ap.add_argument("--gemm", default="openblas", choices=("openblas", "onednn", "auto"),
-                    help="ctrain's GEMM library, run.gemm (default openblas, as `ctrain train`; "
-                         "auto: oneDNN where OpenBLAS's kernels are narrower than the cores); "
+    ap.add_argument("--gemm", default="auto", choices=("openblas", "onednn", "auto"),
+                    help="ctrain's GEMM library, run.gemm (default auto, as `ctrain train`: "
+                         "oneDNN where OpenBLAS's kernels are narrower than the cores); "
                          "the GEMM-only column and the peak use the same one")
     ap.add_argument("--precisions", default="fp32",
                     help="comma-separated: fp32 and/or bf16 (ctrain train.precision, PyTorch "

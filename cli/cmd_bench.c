@@ -114,12 +114,13 @@ static void bench_usage(void) {
            "  --recompute none|light|full  step: what backward recomputes (default none)\n"
            "  --activation-dtype fp32|bf16 step: storage of saved activations (default fp32)\n"
            "  --precision fp32|bf16  step, gemm: the GEMMs' precision (train.precision; default\n"
-           "                  fp32; bf16 is emulated, slowly, on CPUs without bf16\n"
-           "                  instructions)\n"
+           "                  fp32; bf16 runs oneDNN's bf16 matmul where the CPU has bf16\n"
+           "                  instructions, and is emulated or widened to fp32, slowly,\n"
+           "                  elsewhere: the step line says which)\n"
            "  --attention-tiles QxK  attention tile: query rows x keys (default 64x128)\n"
            "  --gemm openblas|onednn|auto  the GEMM library (default: run.gemm's default,\n"
-           "                  openblas; auto: oneDNN where OpenBLAS's kernels are\n"
-           "                  narrower than the cores, else OpenBLAS)\n"
+           "                  auto: oneDNN where OpenBLAS's kernels are narrower than\n"
+           "                  the cores, else OpenBLAS)\n"
            "  --json          one JSON object per benchmark on stdout\n"
            "regression gate (kernels and step):\n"
            "  --repeat R      time each kernel (step: run the steps) R times (default 5); the\n"
@@ -352,9 +353,15 @@ static int run_peak(ct_ctx *ctx, const bench_args *a, roofs *r, bool print) {
     if (lib_peak[CT_GEMM_ONEDNN] >= 0)
         ln += snprintf(libs + ln, sizeof libs - (size_t)ln, ", oneDNN %.1f",
                        lib_peak[CT_GEMM_ONEDNN]);
+    /* the instructions oneDNN's bf16 matmul runs here (what a bf16 run gets),
+     * and the AMX state the hardware profile read */
+    char impl[64];
+    ct_gemm_bf16_path path = ct_gemm_bf16_path_of(CT_GEMM_ONEDNN, impl, sizeof impl);
+    ct_hwinfo h;
+    ct_hwinfo_read(&h);
     if (r->gemm_bf16 >= 0)
-        snprintf(libs + ln, sizeof libs - (size_t)ln, ", oneDNN bf16 matmul %.1f%s",
-                 r->gemm_bf16, ct_gemm_have_bf16() ? "" : " (emulated: no native bf16)");
+        snprintf(libs + ln, sizeof libs - (size_t)ln, ", oneDNN bf16 matmul %.1f (%s%s%s)",
+                 r->gemm_bf16, ct_gemm_bf16_path_name(path), impl[0] ? ", " : "", impl);
     if (r->bf16 > 0)
         snprintf(bf16, sizeof bf16, "%.1f GFLOP/s", r->bf16);
     else
@@ -365,13 +372,17 @@ static int run_peak(ct_ctx *ctx, const bench_args *a, roofs *r, bool print) {
                "\"membw_gbps\": %.2f, \"gemm_shape\": [%lld, %lld, %lld], \"blas\": \"%s\", "
                "\"gemm_long_gflops\": %.2f, \"gemm_short_gflops\": %.2f, \"gemm_runs\": %d, "
                "\"others_cpus\": %.3f, \"gemm\": \"%s\", \"gemm_peak_openblas_gflops\": %.2f, "
-               "\"gemm_peak_onednn_gflops\": %.2f, \"avx512_bf16\": %s, "
-               "\"bf16_peak_gflops\": ",
+               "\"gemm_peak_onednn_gflops\": %.2f, \"avx512_bf16\": %s, \"amx_tile\": %s, "
+               "\"amx_bf16\": %s, \"amx_permitted\": %s, \"gemm_bf16_path\": \"%s\", "
+               "\"gemm_bf16_impl\": \"%s\", \"bf16_peak_gflops\": ",
                ct_ctx_threads(ctx), r->gemm, r->fma, r->theo, r->mhz, r->bw, a->peak_n, a->peak_n,
                a->peak_n, openblas_get_corename(), r->gi.long_gflops, r->gi.short_gflops,
                r->gi.runs, r->gi.others_cpus, ct_gemm_lib_name((ct_gemm_lib)used),
                lib_peak[CT_GEMM_OPENBLAS], lib_peak[CT_GEMM_ONEDNN],
-               ct_bench_have_bf16_dot() ? "true" : "false");
+               ct_bench_have_bf16_dot() ? "true" : "false", h.amx_tile ? "true" : "false",
+               h.amx_bf16 ? "true" : "false",
+               h.amx_perm < 0 ? "null" : h.amx_perm ? "true" : "false",
+               ct_gemm_bf16_path_name(path), impl);
     else
         printf("roofs (%d threads): sgemm %lldx%lldx%lld %.1f GFLOP/s (%s, run.gemm) | register "
                "FMA ceiling %.1f GFLOP/s | register bf16 dot-product ceiling %s | theoretical "
@@ -379,6 +390,17 @@ static int run_peak(ct_ctx *ctx, const bench_args *a, roofs *r, bool print) {
                "GFLOP/s\n",
                ct_ctx_threads(ctx), a->peak_n, a->peak_n, a->peak_n, r->gemm,
                ct_gemm_lib_name((ct_gemm_lib)used), r->fma, bf16, r->theo, r->mhz, r->bw, libs);
+    if (!a->json) {
+        char why[256];
+        printf("bf16 (%s): instructions %s; AMX tiles %s; bf16 GEMMs %s\n",
+               h.cpu_model[0] ? h.cpu_model : "CPU model unknown",
+               ct_hwinfo_bf16_describe(&h, why, sizeof why),
+               !h.amx_tile ? "absent" : h.amx_perm == 1 ? "granted by the kernel"
+                                      : h.amx_perm == 0 ? "refused by the kernel" : "not asked",
+               ct_gemm_bf16_path_native(path)
+                   ? "native: a bf16 run's MFU is against the bf16 matmul's rate"
+                   : "not native: train.precision=bf16 is refused here");
+    }
     if (a->json) { /* null: not measured here (no avx512_bf16; no oneDNN) */
         if (r->bf16 > 0) printf("%.2f", r->bf16);
         else printf("null");
@@ -704,7 +726,12 @@ static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
                "median %.3f s (min %.3f, max %.3f), %.0f tok/s, %.1f GFLOP/s, peak RSS %.2f GB "
                "(plan %.2f GB)\n",
                a->label, a->B, a->T, a->recompute, a->act_dtype, a->precision,
-               strcmp(a->precision, "bf16") || ct_gemm_have_bf16() ? "" : " (emulated)",
+               strcmp(a->precision, "bf16") ? ""
+               : ct_gemm_bf16_path_of((ct_gemm_lib)be->gemm, NULL, 0) == CT_GEMM_BF16_EMULATED
+                   ? " (emulated)"
+               : ct_gemm_bf16_path_of((ct_gemm_lib)be->gemm, NULL, 0) == CT_GEMM_BF16_WIDENED
+                   ? " (widened to fp32)"
+                   : "",
                ct_ctx_threads(ctx), r->median_s,
                lo, hi, tps, r->flops / r->median_s / 1e9, r->peak_rss / 1e9,
                r->planned_bytes / 1e9);
@@ -748,6 +775,10 @@ int cmd_bench(int argc, char **argv) {
         ct_ctx_free(ctx);
         return cli_usage_error("bench", "--gemm / run.gemm = %s: this build has no oneDNN", a.gemm);
     }
+    /* a bf16 step runs oneDNN's bf16 matmul where it is native, as train does */
+    ct_backend *be0 = ct_ctx_base_backend(ctx);
+    bool bf16 = a.precision && !strcmp(a.precision, "bf16");
+    be0->gemm = ct_gemm_lib_for_run((ct_gemm_lib)be0->gemm, bf16, bf16 && ct_gemm_have_bf16());
     if (a.tile_q && ct_backend_set_tiles(ct_ctx_base_backend(ctx), a.tile_q, a.tile_k)) {
         ct_ctx_free(ctx);
         return cli_usage_error("bench", "--attention-tiles %dx%d is out of range", a.tile_q,

@@ -1,12 +1,14 @@
 /*
  * `ctrain hw [--json] [--quick] [--no-bench]`: this machine's hardware profile
  * (src/perf/hwinfo.h) and its measured roofs (src/perf/bench.h): sustained
- * sgemm (each GEMM library the build has), the register-only FMA ceiling and
- * the triad bandwidth, and the library run.gemm=auto would run; with a GPU,
- * its figures and theoretical peaks, and cuBLAS's fp32 and bf16 GEMM peaks on
- * it. --quick runs small benchmarks (sgemm n=512, 32 MiB arrays, GPU GEMMs
- * n=2048) for tests; --no-bench skips them. A readable block by default, one
- * JSON object with --json.
+ * sgemm (each GEMM library the build has), the bf16 GEMM on the library and
+ * the path a train.precision=bf16 run would take (native, or emulated: then
+ * the rate says why bf16 is refused), the register-only FMA ceiling and the
+ * triad bandwidth; the AMX flags and the kernel's answer, and the library
+ * run.gemm=auto runs and why; with a GPU, its figures and theoretical peaks,
+ * and cuBLAS's fp32 and bf16 GEMM peaks on it. --quick runs small benchmarks
+ * (sgemm n=512, 32 MiB arrays, GPU GEMMs n=2048) for tests; --no-bench skips
+ * them. A readable block by default, one JSON object with --json.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 
 #include "cli.h"
 #include "backend/cpu/gemm.h"
+#include "ctrain/config.h"
 #include "backend/ctx.h"
 #include "perf/bench.h"
 #include "perf/hwinfo.h"
@@ -47,7 +50,9 @@ typedef struct hw_measured {
     bool gpu_ok;
     double gemm, fma, bw;
     double lib_gemm[2]; /* sgemm per ct_gemm_lib; -1: not in this build */
+    double bf16;        /* bf16 GEMM (bf16 inputs, fp32 sums) on bf16_lib; -1: not measured */
     int threads, gemm_n, lib; /* lib: the one `gemm` measured (run.gemm's default) */
+    int bf16_lib;       /* the library a train.precision=bf16 run uses here */
     size_t bw_mib;
 } hw_measured;
 
@@ -74,6 +79,17 @@ static int hw_measure(bool quick, hw_measured *m) {
         if (ct_bench_gemm_peak_lib(ctx, lib, false, m->gemm_n, reps, &gi)) rc = cli_fail("hw");
         else m->lib_gemm[lib] = gi.gflops;
     }
+    /* the bf16 GEMMs a bf16 run would make, on the library it would use:
+     * native, or (without bf16 instructions) the emulation's rate, which
+     * says why bf16 is refused here */
+    m->bf16 = -1;
+    m->bf16_lib = ct_gemm_lib_for_run((ct_gemm_lib)m->lib, true, ct_gemm_have_bf16());
+    if (!rc && ct_gemm_have_onednn()) {
+        ct_bench_gemm_info gi;
+        if (ct_bench_gemm_peak_lib(ctx, m->bf16_lib, true, m->gemm_n, reps, &gi))
+            rc = cli_fail("hw");
+        else m->bf16 = gi.gflops;
+    }
     ct_ctx_free(ctx);
     return rc;
 }
@@ -98,7 +114,8 @@ static int hw_print_json(const ct_hwinfo *h, const hw_measured *m, bool bench) {
     ct_hw_roofs r = {0};
     if (bench)
         r = (ct_hw_roofs){.threads = m->threads, .gemm_n = m->gemm_n, .membw_mib = m->bw_mib,
-                          .gemm_gflops = m->gemm, .fma_gflops = m->fma, .membw_gbps = m->bw};
+                          .gemm_gflops = m->gemm, .fma_gflops = m->fma, .membw_gbps = m->bw,
+                          .gemm_bf16_gflops = m->bf16 > 0 ? m->bf16 : 0};
     char *json = ct_hwinfo_to_json(h, bench ? &r : NULL);
     if (!json) return cli_fail("hw");
     /* the CUDA backend's view, added to the profile's object */
@@ -107,9 +124,22 @@ static int hw_print_json(const ct_hwinfo *h, const hw_measured *m, bool bench) {
     size_t len = strlen(json);
     while (len && json[len - 1] == '\n') json[--len] = 0;
     if (len && json[len - 1] == '}') json[--len] = 0; /* the object's own brace only */
-    printf("%s, \"gemm_auto\": \"%s\", \"onednn_built\": %s", json,
-           ct_gemm_lib_name((ct_gemm_lib)ct_gemm_lib_of("auto")),
-           ct_gemm_have_onednn() ? "true" : "false");
+    ct_config defaults;
+    ct_config_default(&defaults);
+    int bf16_lib = ct_gemm_lib_for_run((ct_gemm_lib)ct_gemm_lib_of(defaults.run.gemm), true,
+                                       ct_gemm_have_bf16());
+    char impl[64], awhy[256];
+    ct_gemm_bf16_path path = ct_gemm_bf16_path_of((ct_gemm_lib)bf16_lib, impl, sizeof impl);
+    printf("%s, \"gemm_default\": \"%s\", \"gemm_auto\": \"%s\", \"gemm_auto_why\": ", json,
+           defaults.run.gemm, ct_gemm_lib_name((ct_gemm_lib)ct_gemm_lib_of("auto")));
+    ct_gemm_auto_why(awhy, sizeof awhy);
+    cli_put_json_string(awhy, strlen(awhy));
+    printf(", \"onednn_built\": %s, \"bf16_gemm\": \"%s\", \"bf16_gemm_lib\": \"%s\", "
+           "\"bf16_gemm_impl\": ", ct_gemm_have_onednn() ? "true" : "false",
+           ct_gemm_bf16_path_name(path), ct_gemm_lib_name((ct_gemm_lib)bf16_lib));
+    cli_put_json_string(impl, strlen(impl));
+    printf(", \"bf16_precision_allowed\": %s",
+           ct_gemm_bf16_path_native(path) ? "true" : "false");
     if (bench)
         printf(", \"gemm_peak_openblas_gflops\": %.2f, \"gemm_peak_onednn_gflops\": %.2f",
                m->lib_gemm[CT_GEMM_OPENBLAS], m->lib_gemm[CT_GEMM_ONEDNN]);
@@ -140,6 +170,13 @@ static void hw_print_text(const ct_hwinfo *h, const hw_measured *m, bool bench,
     printf("isa          avx2 %s, fma %s, avx512f %s, avx512_bf16 %s, amx %s, neon %s\n",
            h->avx2 ? "yes" : "no", h->fma ? "yes" : "no", h->avx512f ? "yes" : "no",
            h->avx512_bf16 ? "yes" : "no", h->amx ? "yes" : "no", h->neon ? "yes" : "no");
+    printf("amx          amx_tile %s, amx_bf16 %s, amx_int8 %s; kernel permission (arch_prctl "
+           "ARCH_REQ_XCOMP_PERM): %s%s\n",
+           h->amx_tile ? "yes" : "no", h->amx_bf16 ? "yes" : "no", h->amx_int8 ? "yes" : "no",
+           h->amx_perm == 1 ? "granted" : h->amx_perm == 0 ? "refused: " : "not asked (no tiles)",
+           h->amx_perm == 0 ? strerror(h->amx_perm_errno) : "");
+    char bwhy[256];
+    printf("bf16         instructions: %s\n", ct_hwinfo_bf16_describe(h, bwhy, sizeof bwhy));
     printf("memory       RAM %s, cgroup limit %s, available %s\n",
            hw_bytes(a, sizeof a, h->ram_bytes),
            h->cgroup_limit_bytes ? hw_bytes(b, sizeof b, h->cgroup_limit_bytes) : "none",
@@ -155,14 +192,17 @@ static void hw_print_text(const ct_hwinfo *h, const hw_measured *m, bool bench,
     printf("openblas     %s kernels, OPENBLAS_CORETYPE %s\n", openblas_get_corename(),
            coretype ? coretype : "not set");
     int autolib = ct_gemm_lib_of("auto");
-    int bb = ct_gemm_blas_bits(openblas_get_corename()), cb = ct_gemm_cpu_bits();
-    printf("gemm         run.gemm=openblas (the default); auto runs %s here (%s: OpenBLAS's "
-           "kernels %d-bit, the cores %d-bit)\n",
-           autolib == CT_GEMM_ONEDNN ? "oneDNN" : "OpenBLAS",
-           !ct_gemm_have_onednn() ? "this build has no oneDNN"
-           : autolib == CT_GEMM_ONEDNN ? "OpenBLAS's kernels are narrower than the cores"
-                                       : "OpenBLAS's kernels use the cores' full width",
-           bb, cb);
+    ct_config defaults;
+    ct_config_default(&defaults);
+    printf("gemm         run.gemm=%s (the default) runs %s here: %s\n", defaults.run.gemm,
+           autolib == CT_GEMM_ONEDNN ? "oneDNN" : "OpenBLAS", ct_gemm_auto_why(bwhy, sizeof bwhy));
+    /* what train.precision=bf16 would run */
+    int bf16_lib = ct_gemm_lib_for_run((ct_gemm_lib)ct_gemm_lib_of(defaults.run.gemm), true,
+                                       ct_gemm_have_bf16());
+    char impl[64];
+    ct_gemm_bf16_path path = ct_gemm_bf16_path_of((ct_gemm_lib)bf16_lib, impl, sizeof impl);
+    printf("bf16 gemm    %s\n", ct_gemm_bf16_path_describe(path, (ct_gemm_lib)bf16_lib, impl,
+                                                          bwhy, sizeof bwhy));
     printf("signature    %s\n", h->signature);
     if (bench) {
         printf("measured     sgemm %dx%dx%d %.1f GFLOP/s (%s), FMA ceiling %.1f GFLOP/s, triad "
@@ -172,6 +212,13 @@ static void hw_print_text(const ct_hwinfo *h, const hw_measured *m, bool bench,
         if (m->lib_gemm[CT_GEMM_ONEDNN] >= 0)
             printf("sgemm        OpenBLAS %.1f GFLOP/s, oneDNN %.1f GFLOP/s\n",
                    m->lib_gemm[CT_GEMM_OPENBLAS], m->lib_gemm[CT_GEMM_ONEDNN]);
+        if (m->bf16 >= 0) {
+            ct_gemm_bf16_path bp = ct_gemm_bf16_path_of((ct_gemm_lib)m->bf16_lib, NULL, 0);
+            printf("bf16 peak    %.1f GFLOP/s (%s, %s)%s\n", m->bf16,
+                   ct_gemm_lib_name((ct_gemm_lib)m->bf16_lib), ct_gemm_bf16_path_name(bp),
+                   ct_gemm_bf16_path_native(bp) ? ": MFU of a bf16 run is against it"
+                                                : ": not a bf16 speed, so bf16 runs are refused");
+        }
     }
 }
 

@@ -15,6 +15,8 @@
  * memory of its own (run.device=cuda, or sim with debug.sim_device_memory)
  * starts that backend, as train does, to read the memory it has: the plan
  * then has a device part, which run.memory_limit bounds.
+ * It says which library runs the GEMMs and why, and for a bf16 run which
+ * instructions its bf16 GEMMs get (ct_gemm_bf16_path_of).
  */
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +24,7 @@
 #include "cli.h"
 #include "backend/ctx.h"
 #include "backend/device.h"
+#include "backend/cpu/gemm.h"
 #include "ctrain/train.h"
 #include "perf/memplan.h"
 
@@ -73,8 +76,39 @@ int cmd_plan(int argc, char **argv) {
     const char *dt_name = ct_model_act_dtype_name(rp.opts.act_dtype);
     const char *prec_name = ct_model_precision_name(rp.opts.precision);
     size_t optim = rp.optim, data = rp.data, total = rp.total;
+    /* which library runs the GEMMs and why; a bf16 run's path */
+    ct_gemm_lib lib = (ct_gemm_lib)rp.env.gemm;
+    int named = ct_gemm_lib_of(cfg.run.gemm);
+    char why[256], bwhy[320], impl[64] = "";
+    if (named >= 0 && named != (int)lib)
+        snprintf(why, sizeof why, "train.precision=bf16 on a CPU with bf16 instructions runs "
+                 "oneDNN's bf16 matmul, whatever run.gemm=%s says", cfg.run.gemm);
+    else if (!strcmp(cfg.run.gemm, "auto"))
+        ct_gemm_auto_why(why, sizeof why);
+    else
+        snprintf(why, sizeof why, "as run.gemm names it");
+    bool bf16 = rp.opts.precision == CT_PREC_BF16;
+    /* oneDNN's parts of the gemm line (the primitives are the plan's, cached) */
+    ct_gemm_workspace gw = {0, 0, 0, 0};
+    if (lib == CT_GEMM_ONEDNN)
+        ct_run_plan_onednn(&rp.mc, rp.B, rp.T, &rp.opts, &rp.lora, rp.threads, &gw);
+    ct_gemm_bf16_path path = ct_gemm_bf16_path_of(lib, impl, sizeof impl);
+    ct_gemm_bf16_path_describe(path, lib, impl, bwhy, sizeof bwhy);
     if (json) {
-        printf("{\"batch_size\": %d, \"grad_accum\": %d, \"recompute\": \"%s\", "
+        printf("{\"gemm_why\": ");
+        cli_put_json_string(why, strlen(why));
+        printf(", \"bf16_gemm\": ");
+        if (bf16) {
+            printf("\"%s\", \"bf16_gemm_impl\": ", ct_gemm_bf16_path_name(path));
+            cli_put_json_string(impl, strlen(impl));
+            printf(", \"bf16_gemm_why\": ");
+            cli_put_json_string(bwhy, strlen(bwhy));
+        } else {
+            printf("null");
+        }
+        printf(", \"gemm_workspace_bytes\": %zu, \"gemm_driver_bytes\": %zu, ",
+               gw.scratch + gw.packed + gw.convert, gw.driver);
+        printf("\"batch_size\": %d, \"grad_accum\": %d, \"recompute\": \"%s\", "
                "\"activation_dtype\": \"%s\", \"precision\": \"%s\", \"params_bytes\": %zu, "
                "\"weights16_bytes\": %zu, \"grads_bytes\": %zu, "
                "\"optim_bytes\": %zu, \"acts_bytes\": %zu, \"work_bytes\": %zu, "
@@ -100,6 +134,9 @@ int cmd_plan(int argc, char **argv) {
     printf("memory plan (B=%d, grad_accum %d, T=%d, %d layers, C=%d, V=%d; recompute %s, "
            "activations %s, precision %s)\n",
            B, rp.grad_accum, T, mc.n_layer, mc.n_embd, mc.vocab_size, rc_name, dt_name, prec_name);
+    printf("  gemm: %s runs the GEMMs (run.gemm=%s: %s)\n",
+           lib == CT_GEMM_ONEDNN ? "oneDNN" : "OpenBLAS", cfg.run.gemm, why);
+    if (bf16) printf("  bf16 GEMMs: %s\n", bwhy);
     printf("  params   %10.1f MiB\n", p->params / MiB);
     if (p->weights16)
         printf("  params16 %10.1f MiB  (bf16 copies of the GEMM weights, precision bf16)\n",
@@ -125,7 +162,9 @@ int cmd_plan(int argc, char **argv) {
     printf("    io        %7.1f MiB  (the checkpoint writer's buffers)\n", rp.rt_io / MiB);
     if (rp.env.gemm == CT_GEMM_ONEDNN)
         printf("    gemm      %7.1f MiB  (oneDNN: the workspace of this run's matmul primitives "
-               "and the library's state)\n", rp.rt_blas / MiB);
+               "%.1f, the blocks its gemm kernels malloc per call %.1f, and the library's "
+               "state)\n", rp.rt_blas / MiB, (gw.scratch + gw.packed + gw.convert) / MiB,
+               gw.driver / MiB);
     else
         printf("    blas      %7.1f MiB  (OpenBLAS %s packing buffers for this run's GEMMs, P=%d "
                "Q=%d%s)\n", rp.rt_blas / MiB, bp->core, bp->p, bp->q,

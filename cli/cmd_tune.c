@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "backend/cpu/gemm.h"
 #include "ctrain/train.h"
 #include "io/fileio.h"
 #include "tools/tune.h"
@@ -23,8 +24,9 @@ static void tune_usage(void) {
            "                   [--out FILE] [--json] [--print-config] [key=value ...]\n"
            "Times real training steps of the run's model over a search space and writes a\n"
            "profile (default: run.dir/profile.yaml) for `ctrain train --config PROFILE`.\n"
-           "  --level basic     threads and micro-batch (the default)\n"
-           "  --level advanced  + recompute policy and bf16 activation storage\n"
+           "  --level basic     GEMM library, threads and micro-batch (the default)\n"
+           "  --level advanced  + recompute policy, bf16 activation storage, and\n"
+           "                    train.precision=bf16 where the CPU has bf16 instructions\n"
            "  --level ultra     + attention tile size, more timed steps per trial\n"
            "  --level FILE      tune.* search keys from a file (configs/levels/*.yaml)\n"
            "  tune.budget_s=S   seconds the search may take (default 300)\n"
@@ -80,16 +82,17 @@ static void show_trial(const ct_tune_result *r, const ct_tune_trial *t, void *us
                 r->effective_batch, r->T);
         fprintf(v->f, "load: other processes used %s just before the search\n",
                 load_str(r->others_before, r->cores, load, sizeof load));
-        fprintf(v->f, "trial threads     B accum recompute acts  tiles     plan MiB     "
-                "tokens/s    MFU   runs  spread\n");
+        fprintf(v->f, "trial threads     B accum recompute acts  prec tiles     lib      plan MiB"
+                "     tokens/s    MFU   runs  spread\n");
         fflush(v->f);
         return;
     }
     char tiles[16];
     const ct_tune_point *p = &t->p;
-    fprintf(v->f, "%5d %7d %5d %5d %-9s %-5s %-9s %9.0f", (int)(t - r->trials) + 1, p->threads,
-            p->B, p->grad_accum, ct_model_recompute_name(p->opts.recompute),
-            ct_model_act_dtype_name(p->opts.act_dtype), tiles_str(p, tiles, sizeof tiles),
+    fprintf(v->f, "%5d %7d %5d %5d %-9s %-5s %-4s %-9s %-8s %9.0f", (int)(t - r->trials) + 1,
+            p->threads, p->B, p->grad_accum, ct_model_recompute_name(p->opts.recompute),
+            ct_model_act_dtype_name(p->opts.act_dtype), ct_model_precision_name(p->opts.precision),
+            tiles_str(p, tiles, sizeof tiles), ct_gemm_lib_name((ct_gemm_lib)p->gemm),
             t->plan_bytes / 1048576.0);
     if (t->measured)
         fprintf(v->f, " %12.1f %5.1f%% %5d %6.1f%%  (%.1f s)%s\n", t->tokens_per_s,
@@ -151,7 +154,7 @@ static void print_json(const ct_tune_result *r, const char *out, const char *set
            "\"noise_band\": %.5f, \"threshold\": %.5f, \"max_spread\": %.5f, \"inside_noise\": %d, "
            "\"confirm_gain\": %.5f, \"unconfirmed\": %s, \"others_cpus_before\": %.3f, "
            "\"others_cpus_during\": %.3f, \"busy\": %s, \"noisy\": %s, \"settings\": \"%s\", "
-           "\"profile\": ",
+           "\"why_gemm\": ",
            r->signature, r->level, r->cores, r->gemm_peak_gflops, r->gemm_measured_gflops,
            r->theory_gflops, r->peak_source, r->membw_gbps, r->limit, r->effective_batch, r->T,
            r->elapsed_s, r->budget_hit ? "true" : "false", r->best, r->start, r->noise_band,
@@ -159,6 +162,10 @@ static void print_json(const ct_tune_result *r, const char *out, const char *set
            r->unconfirmed ? "true" : "false",
            r->others_before, r->others_during, r->busy ? "true" : "false",
            r->noisy ? "true" : "false", settings);
+    json_str(r->why_gemm);
+    printf(", \"why_precision\": ");
+    json_str(r->why_bf16);
+    printf(", \"profile\": ");
     json_str(out);
     printf(", \"trials\": [");
     for (int i = 0; i < r->n_trials; i++) {
@@ -166,7 +173,7 @@ static void print_json(const ct_tune_result *r, const char *out, const char *set
         char tiles[16];
         printf("%s{\"threads\": %d, \"batch_size\": %d, \"grad_accum\": %d, \"recompute\": "
                "\"%s\", \"activation_dtype\": \"%s\", \"precision\": \"%s\", "
-               "\"attention_tiles\": \"%s\", "
+               "\"attention_tiles\": \"%s\", \"gemm\": \"%s\", "
                "\"plan_bytes\": %zu, \"fits\": %s, \"measured\": %s, \"step_s\": %.6f, "
                "\"opt_step_s\": %.6f, \"tokens_per_s\": %.3f, \"gflops\": %.3f, \"mfu\": %.5f, "
                "\"runs\": %d, \"spread\": %.5f, \"run_tokens_per_s\": [",
@@ -174,7 +181,8 @@ static void print_json(const ct_tune_result *r, const char *out, const char *set
                ct_model_recompute_name(t->p.opts.recompute),
                ct_model_act_dtype_name(t->p.opts.act_dtype),
                ct_model_precision_name(t->p.opts.precision), tiles_str(&t->p, tiles, sizeof tiles),
-               t->plan_bytes, t->fits ? "true" : "false", t->measured ? "true" : "false",
+               ct_gemm_lib_name((ct_gemm_lib)t->p.gemm), t->plan_bytes, t->fits ? "true" : "false",
+               t->measured ? "true" : "false",
                t->step_s, t->opt_step_s, t->tokens_per_s, t->gflops, t->mfu, t->runs, t->spread);
         for (int k = 0; k < t->runs; k++) printf("%s%.3f", k ? ", " : "", t->run_tps[k]);
         printf("]}");
@@ -289,6 +297,7 @@ int cmd_tune(int argc, char **argv) {
                    "the noise band (inside the noise)\n", r.inside_noise);
         else if (r.best == r.start)
             printf("kept the starting settings: no candidate was faster\n");
+        printf("why: %s\nwhy: %s\n", r.why_gemm, r.why_bf16);
         printf("best: %s\n  %.1f tokens/s, MFU %.1f%% of the %s peak %.1f GFLOP/s "
                "(%.2fx the starting settings, %.1f tokens/s%s)\n", settings, w->tokens_per_s,
                100.0 * w->mfu, r.peak_source, r.gemm_peak_gflops,

@@ -17,21 +17,25 @@
 #   sync      25  CT_CUDA_SYNC=1 names the kernel that faults (CT_CUDA_FAULT
 #                 makes one), and without it the hint says to set it
 #   kernels   60  every kernel, forward and backward, fp32 and bf16, GPT-2 and
-#                 LLaMA shapes, held to the ref backend on the GPU
+#                 LLaMA shapes, held to the ref backend on the GPU; bf16's
+#                 tensor-core attention (head sizes 64 and 128, GQA, packed) to
+#                 the double formula, required to run on compute capability 8+
 #   sanitize  80  compute-sanitizer memcheck and racecheck on training steps that
 #                 take the tiled attention kernels: GPT-2 at head size 64,
 #                 LLaMA with grouped-query attention, bf16 (said so, not failed,
 #                 where the sanitizer cannot attach: gVisor)
 #   training 160  the training suite with run.device=cuda: PyTorch parity fp32,
-#                 bf16 and dropout (also at head size 64), LLaMA, exact resume,
+#                 bf16 and dropout (also at head size 64, where bf16 takes the
+#                 tensor-core attention), LLaMA, exact resume,
 #                 the guard, LoRA, instruction data, eval, trace
 #   bench     80  GPT-2 124M, T=1024, batch_size=auto for GPU_CHECK_BATCH (16)
 #                 sequences, fp32 and bf16: tokens/s, MFU against the GPU's
 #                 peaks, every step's loss (kept), the device memory plan against
 #                 the peak the device reports, the time split per kernel from a
 #                 trace of two steps
-#   hf        45  scripts/hf_check.py: the exports load in transformers and peft
-#                 and give ctrain's logits (skipped where transformers is missing)
+#   hf        90  scripts/hf_check.py: the exports of seven architectures load in
+#                 transformers and peft and give ctrain's logits (skipped where
+#                 transformers is missing; what the budget leaves, at most)
 # OUTDIR gets summary.md, rewritten after every stage (a command killed
 # midway still says what passed), a log per stage in logs/ (failures' tails
 # only), bench/ (metrics and kernel split) and the rerun command for what
@@ -45,7 +49,7 @@
 # GPU_CHECK_BENCH_VOCAB (GPT-2 124M) change the runs (trying it without a GPU).
 set -uo pipefail
 
-usage() { sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 SELF=$(readlink -f "$0")
 ROOT=$(cd "$(dirname "$SELF")/.." && pwd)
@@ -233,7 +237,11 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
   }
 
   body_kernels() {
-    local pids=() names=() t pass=0 fail=0 failed=""
+    local pids=() names=() t pass=0 fail=0 failed="" cc
+    # bf16 tensor cores (compute capability 8.0 on): the bf16 attention must take them
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)
+    if [ "${cc%%.*}" -ge 8 ] 2>/dev/null; then export CT_TEST_TENSOR_CORES=1
+    else detail "- compute capability '${cc:-?}': the tensor-core attention is not required"; fi
     for t in test_kernels test_kernels_bf16 test_kernels_llama; do
       want_test "$t" || continue
       local bin=$TESTBIN/$t
@@ -320,8 +328,8 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
     mkdir -p "$WORK/tests"
     : >"$WORK/tests/results"
     for t in "${list[@]}"; do
-      local file=${t#hs64:} hs="" parts=""
-      [[ "$t" == hs64:* ]] && { hs=64; parts=a; }
+      local file=${t#hs*:} hs="" parts=""
+      [[ "$t" == hs*:* ]] && { hs=${t%%:*}; hs=${hs#hs}; parts=a; }
       local name; name=gpu_$(basename "$file")${hs:+_hs$hs}
       want_test "$name" || continue
       (
@@ -451,7 +459,7 @@ fi
 
 # ---------------------------------------------------------------- the driver
 STAGES_ALL=(env setup sync kernels sanitize training bench hf)
-declare -A CAP=([env]=20 [setup]=40 [sync]=25 [kernels]=60 [sanitize]=80 [training]=160 [bench]=80 [hf]=45)
+declare -A CAP=([env]=20 [setup]=40 [sync]=25 [kernels]=60 [sanitize]=80 [training]=160 [bench]=80 [hf]=90)
 ONLY="" TESTS_RE="" RERUN=0
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -2,8 +2,12 @@
 """What ctrain writes, loaded by Hugging Face: hf_check.py path/to/ctrain [WORKDIR] [--device D]
 
 Trains a small GPT-2 (Conv1D layers, learned positions) and a small LLaMA
-(grouped-query attention, RoPE, SwiGLU), both of head size 64, a few steps
-each with ctrain on run.device D (default: CTRAIN_DEVICE, else cpu), then:
+(grouped-query attention, RoPE, SwiGLU), both of head size 64, and one of
+each family of the llama layout with its switches (Llama 3's RoPE scaling
+past its original context, Qwen2's q,k,v biases, Qwen3's q/k norms with a
+head size unlike hidden / heads, Mistral, Gemma 3's norms, GeGLU, scaled
+embeddings and sliding layers), a few steps each with ctrain on run.device D
+(default: CTRAIN_DEVICE, else cpu), then:
 - loads each run directory with transformers' AutoModelForCausalLM.from_pretrained
   (fp32, eager attention) and compares its logits on a fixed sequence with the
   logits `ctrain sample --logits` writes (the KV-cache decoding ctrain samples
@@ -170,6 +174,16 @@ def main(argv):
             "gpt2": ["model.arch=gpt2", "model.n_head=2", "model.n_embd=128"],
             "llama": ["model.arch=llama", "model.n_head=4", "model.n_kv_head=2",
                       "model.n_embd=256", "model.n_ffn=512"],
+            # the families: transformers' own classes against ctrain's exports
+            "llama3": ["model.preset=llama3-tiny"],  # llama3 RoPE scaling, original ctx 16 < T
+            "mistral": ["model.arch=mistral", "model.n_head=4", "model.n_kv_head=1",
+                        "model.n_embd=128", "model.n_ffn=256"],
+            "qwen2": ["model.arch=qwen2", "model.n_head=4", "model.n_kv_head=2",
+                      "model.n_embd=128", "model.n_ffn=256"],
+            "qwen3": ["model.arch=qwen3", "model.n_head=4", "model.n_kv_head=2",
+                      "model.n_embd=128", "model.head_dim=64", "model.n_ffn=256"],
+            # 7 layers: six slide with a window of 8 < T, the sixth is global
+            "gemma3": ["model.preset=gemma3-tiny", "model.n_layer=7"],
         }
         for arch, shape in archs.items():
             base = os.path.join(work, arch)

@@ -242,6 +242,21 @@ CT_API size_t ct_utf8_valid_prefix(const char *text, size_t len);
  * NULL when id is out of range. A token may hold part of a UTF-8 character.
  * SentencePiece: decoded ("▁" as a space; no prefix space is dropped). */
 CT_API const char *ct_tokenizer_token_bytes(const ct_tokenizer *t, int32_t id, size_t *len);
+/* Where the bytes the tokens spell come from in the text, when the
+ * tokenizer's normalizer has a Unicode form (a tokenizer.json's NFC, NFD,
+ * NFKC or NFKD: Qwen's NFC) that changes it: "e" + U+0301 is the one
+ * character "é" in Qwen's tokens. *norm gets text[0..len) in those forms
+ * (owned, NUL-terminated, release with free), *norm_len its length, and
+ * *from[*norm_len + 1] (owned, release with free) the byte of text each of
+ * its bytes came from: the characters a form changed map, every byte, to
+ * where the change starts in text (a span of text that starts or ends at a
+ * character below U+0300 never splits a change); from[*norm_len] = len.
+ * When no form changes the text (or the tokenizer has none), *norm and
+ * *from are NULL and *norm_len = len. Other normalizer steps (Prepend,
+ * Replace) are not applied. Thread-safe. Errors: CT_ERR_ARG (text that is
+ * not valid UTF-8), CT_ERR_OOM. */
+CT_API ct_status ct_tokenizer_unicode_map(const ct_tokenizer *t, const char *text, size_t len, char **norm,
+                                          size_t *norm_len, size_t **from);
 /* Decode ids[0..n) into a NUL-terminated byte string. SentencePiece: "▁"
  * becomes a space, byte tokens are reassembled into the bytes they stand
  * for (invalid UTF-8 is kept as it is), special tokens give their text, and

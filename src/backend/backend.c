@@ -104,7 +104,7 @@ ct_status ct_backend_init_device(ct_backend *be, ct_ctx *ctx, ct_backend_kind ki
     be->n_threads = n_threads > 0 ? n_threads : 1;
     be->att_bq = 64;
     be->att_bk = 128;
-    be->gemm = CT_GEMM_OPENBLAS; /* run.gemm's default (see gemm.h) */
+    be->gemm = ct_gemm_lib_of("auto"); /* run.gemm's default, auto (see gemm.h) */
     /* every kind runs host code on the pool (the sim and ref kernels are
      * serial, the bf16 converters and data preparation are not) */
 #ifdef CT_USE_OPENMP

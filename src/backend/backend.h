@@ -200,6 +200,23 @@ typedef struct ct_backend_i {
                                const float *qkv, const float *out, const float *lse,
                                const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
                                int NH, int NKV, int HS);
+    /* Attention under train.precision = bf16 (torch.autocast's attention on
+     * bf16 q, k, v): the semantics of attention_forward / _backward with q, k,
+     * v and dout rounded to bf16 (nearest even), the probabilities rounded to
+     * bf16 where they multiply v or dout, and dS where it multiplies k or q;
+     * scores, softmax, lse and every sum in fp32. An approximation of the fp32
+     * entries at bf16's precision (about 3 significant digits), so fp32 runs
+     * never call it. May be NULL (the caller then calls attention_forward /
+     * _backward); an implementation may run its fp32 kernels for shapes its
+     * fast path does not take (backend/cuda: dropout, head sizes other than
+     * 64 and 128). Deterministic, as the fp32 entries. */
+    void (*attention_forward_bf16)(ct_backend *be, float *out, float *lse, const float *qkv,
+                                   const int32_t *pos, const ct_attn_dropout *drop, int B,
+                                   int T, int NH, int NKV, int HS);
+    void (*attention_backward_bf16)(ct_backend *be, float *dqkv, const float *dout,
+                                    const float *qkv, const float *out, const float *lse,
+                                    const int32_t *pos, const ct_attn_dropout *drop, int B,
+                                    int T, int NH, int NKV, int HS);
     /* One query row q (NH*HS) against kcache, vcache (n, NKV*HS) holding the
      * keys and values of positions 0..n-1 (the query's own included).
      * Writes out (NH*HS). */

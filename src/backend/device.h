@@ -101,6 +101,11 @@ static inline size_t ct_cuda_ws_colsum_bytes(int N, int C) {
 static inline size_t ct_cuda_ws_attention_bytes(int B, int NH, int T) {
     return (size_t)B * (size_t)NH * (size_t)T * sizeof(double);
 }
+/* The embedding backward's sort keys for N = B*T rows: two halves of N
+ * 64-bit keys (cuda_encoder_bwd.cuh). */
+static inline size_t ct_cuda_ws_encoder_bytes(int N) {
+    return (size_t)2 * (size_t)(N > 0 ? N : 0) * sizeof(uint64_t);
+}
 /* The bf16 copy of a mixed-precision GEMM's fp32 operand of n elements. */
 static inline size_t ct_cuda_ws_bf16_bytes(size_t n) { return n * 2; }
 /* Device memory a CUDA run takes that no buffer of ours accounts for: the

@@ -129,9 +129,10 @@ const key_def config_keys[] = {
     I("run.log_every", run.log_every, 1, BIG, "steps between progress lines"),
     S("run.memory_limit", run.memory_limit, "bytes (KB/MB/GB) or N% of RAM"),
     E("run.gemm", run.gemm, "auto|onednn|openblas",
-      "GEMM library: openblas (default), onednn (its memory plan is calibrated on "
-      "AVX-512 CPUs only), auto (oneDNN where OpenBLAS's kernels are narrower than the "
-      "cores, as on a CPU OpenBLAS cannot name); the memory plan counts the one that runs"),
+      "GEMM library: auto (default: oneDNN where OpenBLAS's kernels are narrower than "
+      "the cores, as on a CPU OpenBLAS cannot name, else OpenBLAS; `ctrain hw` says which "
+      "and why), onednn, openblas; a bf16 run on a CPU with bf16 instructions runs oneDNN "
+      "whatever this says; the memory plan counts the one that runs"),
     S("run.attention_tiles", run.attention_tiles,
       "attention tile: QxK query rows (1..128) x keys (1..256), or auto (64x128)"),
     S("run.device", run.device, "where tensors live and kernels run: cpu | cuda | cuda:N "
@@ -229,7 +230,8 @@ const key_def config_keys[] = {
     F("tune.mfu", tune.mfu, 0, 100, "tuned profile: measured MFU (fraction of the GEMM peak)"),
     S("tune.date", tune.date, "tuned profile: UTC time of the measurement"),
     S("tune.search", tune.search,
-      "ctrain tune: dimensions searched, comma-separated: threads,batch,recompute,dtype,tiles"),
+      "ctrain tune: dimensions searched, comma-separated: gemm,threads,batch,recompute,dtype,"
+      "tiles"),
     S("tune.tile_candidates", tune.tile_candidates,
       "ctrain tune: attention tiles tried when tune.search has tiles (QxK,QxK,...)"),
     I("tune.trial_steps", tune.trial_steps, 1, 64,
@@ -288,7 +290,7 @@ void ct_config_default(ct_config *c) {
     c->dist.bucket_mb = 8;
     c->dist.overlap = true;
     snprintf(c->run.memory_limit, sizeof c->run.memory_limit, "85%%");
-    snprintf(c->run.gemm, sizeof c->run.gemm, "openblas");
+    snprintf(c->run.gemm, sizeof c->run.gemm, "auto");
     c->alerts.memory_warning = 0.90;
     c->alerts.memory_critical = 0.95;
     c->alerts.throughput_warning = 0.5;
@@ -303,7 +305,7 @@ void ct_config_default(ct_config *c) {
     snprintf(c->run.device, sizeof c->run.device, "cpu");
     /* the tune.* search keys default to the basic level (tools/tune.c) */
     snprintf(c->tune.level, sizeof c->tune.level, "basic");
-    snprintf(c->tune.search, sizeof c->tune.search, "threads,batch");
+    snprintf(c->tune.search, sizeof c->tune.search, "gemm,threads,batch");
     snprintf(c->tune.tile_candidates, sizeof c->tune.tile_candidates, "32x64,64x64,64x128,128x128");
     c->tune.trial_steps = 2;
     c->tune.budget_s = 300;

@@ -168,18 +168,33 @@ static const ct_attn_dropout *attn_drop(const ct_model *m, int l, ct_attn_dropou
 void model_attn_fwd(const ct_model *m, int l, float *out, float *lse, const float *qkv, int B,
                     int T) {
     const ct_model_config *c = &m->cfg;
+    const ct_backend_i *k = m->be->i;
     ct_attn_dropout d;
-    m->be->i->attention_forward(m->be, out, lse, qkv, attn_positions(m, l), attn_drop(m, l, &d),
-                                B, T, c->n_head, c->n_kv_head, ct_model_head_dim(c));
+    /* precision bf16: the backend's bf16 attention where it has one (cuda's
+     * tensor-core kernels), else the fp32 entry, as on the CPU */
+    if (model_bf16(m) && k->attention_forward_bf16)
+        k->attention_forward_bf16(m->be, out, lse, qkv, attn_positions(m, l),
+                                  attn_drop(m, l, &d), B, T, c->n_head, c->n_kv_head,
+                                  ct_model_head_dim(c));
+    else
+        k->attention_forward(m->be, out, lse, qkv, attn_positions(m, l), attn_drop(m, l, &d), B,
+                             T, c->n_head, c->n_kv_head, ct_model_head_dim(c));
 }
 
 void model_attn_bwd(const ct_model *m, int l, float *dqkv, const float *dout, const float *qkv,
                     const float *out, const float *lse, int B, int T) {
     const ct_model_config *c = &m->cfg;
+    const ct_backend_i *k = m->be->i;
     ct_attn_dropout d;
-    m->be->i->attention_backward(m->be, dqkv, dout, qkv, out, lse, attn_positions(m, l),
-                                 attn_drop(m, l, &d), B, T, c->n_head, c->n_kv_head,
-                                 ct_model_head_dim(c));
+    /* the forward's entry's backward: its lse and out are what it saved */
+    if (model_bf16(m) && k->attention_backward_bf16)
+        k->attention_backward_bf16(m->be, dqkv, dout, qkv, out, lse, attn_positions(m, l),
+                                   attn_drop(m, l, &d), B, T, c->n_head, c->n_kv_head,
+                                   ct_model_head_dim(c));
+    else
+        k->attention_backward(m->be, dqkv, dout, qkv, out, lse, attn_positions(m, l),
+                              attn_drop(m, l, &d), B, T, c->n_head, c->n_kv_head,
+                              ct_model_head_dim(c));
 }
 
 void model_mlp_act_fwd(const ct_model *m, float *out, const float *fch, int N) {

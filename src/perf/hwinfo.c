@@ -17,6 +17,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#endif
 #include <unistd.h>
 
 #include <cblas.h>
@@ -139,7 +142,12 @@ ct_status ct_hwinfo_parse_cpuinfo(const char *text, ct_hwinfo *out) {
                 out->fma = hw_has_word(v, ve, "fma");
                 out->avx512f = hw_has_word(v, ve, "avx512f");
                 out->avx512_bf16 = hw_has_word(v, ve, "avx512_bf16");
-                out->amx = hw_has_word(v, ve, "amx_tile") && hw_has_word(v, ve, "amx_bf16");
+                out->amx_tile = hw_has_word(v, ve, "amx_tile");
+                out->amx_bf16 = hw_has_word(v, ve, "amx_bf16");
+                out->amx_int8 = hw_has_word(v, ve, "amx_int8");
+                out->amx = out->amx_tile && out->amx_bf16;
+                out->amx_perm = -1; /* ct_hwinfo_read asks the kernel */
+                out->amx_perm_errno = 0;
             } else if (hw_key_is(k, ke, "Features") && !flags_seen) {
                 flags_seen = true;
                 out->neon = hw_has_word(v, ve, "asimd");
@@ -323,6 +331,65 @@ static void hw_read_gpu(ct_hwinfo *out) {
     if (!out->gpu && access("/dev/nvidia0", F_OK) == 0) out->gpu = true;
 }
 
+/* Linux's arch_prctl codes for extended state permission (asm/prctl.h, 5.16+)
+ * and the XSAVE feature number of the AMX tile data */
+#define HW_ARCH_GET_XCOMP_PERM 0x1022
+#define HW_ARCH_REQ_XCOMP_PERM 0x1023
+#define HW_XFEATURE_XTILEDATA 18
+
+/* Asks the kernel for the AMX tile state, as a process must before its first
+ * tile instruction (Linux 5.16 and later; oneDNN asks the same): sets
+ * amx_perm to 1 when granted, 0 with the errno when refused (EINVAL: a kernel
+ * without AMX support; ENOSYS: older than arch_prctl's codes), -1 when the
+ * CPU has no amx_tile flag or this is not Linux x86-64. */
+static void hw_amx_permission(ct_hwinfo *h) {
+    h->amx_perm = -1;
+    h->amx_perm_errno = 0;
+    if (!h->amx_tile) return;
+#if defined(__linux__) && defined(__x86_64__)
+    unsigned long mask = 0;
+    if (syscall(SYS_arch_prctl, HW_ARCH_REQ_XCOMP_PERM, HW_XFEATURE_XTILEDATA) == 0 &&
+        syscall(SYS_arch_prctl, HW_ARCH_GET_XCOMP_PERM, &mask) == 0 &&
+        (mask >> HW_XFEATURE_XTILEDATA) & 1) {
+        h->amx_perm = 1;
+    } else {
+        h->amx_perm = 0;
+        h->amx_perm_errno = errno ? errno : EPERM;
+    }
+#endif
+}
+
+ct_hw_bf16 ct_hwinfo_bf16(const ct_hwinfo *h) {
+    CT_ASSERT(h);
+    if (h->amx_tile && h->amx_bf16 && h->amx_perm == 1) return CT_HW_BF16_AMX;
+    if (h->avx512_bf16) return CT_HW_BF16_AVX512;
+    return CT_HW_BF16_NONE;
+}
+
+const char *ct_hwinfo_bf16_describe(const ct_hwinfo *h, char *buf, size_t cap) {
+    CT_ASSERT(h && buf && cap > 0);
+    char tiles[160] = "";
+    if (h->amx_tile && h->amx_bf16 && h->amx_perm == 0)
+        snprintf(tiles, sizeof tiles, "; AMX tiles present but the kernel refused them: %s",
+                 strerror(h->amx_perm_errno));
+    else if (h->amx_tile && h->amx_bf16 && h->amx_perm < 0)
+        snprintf(tiles, sizeof tiles, "; AMX tiles present, the kernel not asked");
+    switch (ct_hwinfo_bf16(h)) {
+    case CT_HW_BF16_AMX:
+        snprintf(buf, cap, "AMX (amx_tile, amx_bf16; the kernel allows the tiles)%s",
+                 h->avx512_bf16 ? ", and AVX512_BF16" : "");
+        break;
+    case CT_HW_BF16_AVX512:
+        snprintf(buf, cap, "AVX512_BF16 (vdpbf16ps%s)", tiles);
+        break;
+    default:
+        snprintf(buf, cap, "none: no AVX512_BF16 or AMX-BF16 on this CPU%s%s",
+                 h->amx_tile && !h->amx_bf16 ? " (amx_tile without amx_bf16)" : "", tiles);
+        break;
+    }
+    return buf;
+}
+
 #if defined(__x86_64__)
 #define HW_ARCH "x86_64"
 #elif defined(__aarch64__)
@@ -349,6 +416,7 @@ ct_status ct_hwinfo_read(ct_hwinfo *out) {
     char *t = hw_read_text("/proc/cpuinfo");
     if (t) (void)ct_hwinfo_parse_cpuinfo(t, out);
     free(t);
+    hw_amx_permission(out);
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     if (online > 0 && online != out->logical_cpus) {
         /* cpuinfo may list offline or host CPUs; keep the SMT ratio it gave */
@@ -517,6 +585,13 @@ char *ct_hwinfo_to_json(const ct_hwinfo *h, const ct_hw_roofs *r) {
             hw_bool(h->avx512f), hw_bool(h->avx512_bf16), hw_bool(h->amx), hw_bool(h->neon),
             h->ram_bytes, h->cgroup_limit_bytes, ct_hwinfo_memory_available(h), hw_bool(h->gpu));
     hw_json_str(f, h->gpu_name);
+    static const char *const bf16_names[CT_HW_BF16_COUNT] = {"none", "avx512_bf16", "amx"};
+    char why[256];
+    fprintf(f, ", \"amx_tile\": %s, \"amx_bf16\": %s, \"amx_int8\": %s, \"amx_permitted\": %s, "
+            "\"bf16\": \"%s\", \"bf16_why\": ", hw_bool(h->amx_tile), hw_bool(h->amx_bf16),
+            hw_bool(h->amx_int8), h->amx_perm < 0 ? "null" : hw_bool(h->amx_perm == 1),
+            bf16_names[ct_hwinfo_bf16(h)]);
+    hw_json_str(f, ct_hwinfo_bf16_describe(h, why, sizeof why));
     fprintf(f, ", \"nominal_mhz\": %.1f, \"measured_mhz\": %.1f, \"theoretical_gflops\": %.4f, "
             "\"signature\": ", h->nominal_mhz, h->measured_mhz, h->theoretical_gflops);
     hw_json_str(f, h->signature);
@@ -531,6 +606,8 @@ char *ct_hwinfo_to_json(const ct_hwinfo *h, const ct_hw_roofs *r) {
         if (r->gemm_n > 0) fprintf(f, ", \"gemm_n\": %d", r->gemm_n);
         if (r->membw_mib > 0) fprintf(f, ", \"membw_mib\": %zu", r->membw_mib);
         if (r->gemm_gflops > 0) fprintf(f, ", \"gemm_peak_gflops\": %.2f", r->gemm_gflops);
+        if (r->gemm_bf16_gflops > 0)
+            fprintf(f, ", \"gemm_bf16_peak_gflops\": %.2f", r->gemm_bf16_gflops);
         if (r->fma_gflops > 0) fprintf(f, ", \"fma_peak_gflops\": %.2f", r->fma_gflops);
         if (r->membw_gbps > 0) fprintf(f, ", \"membw_gbps\": %.2f", r->membw_gbps);
         if (r->gemm_source) {

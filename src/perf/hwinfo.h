@@ -29,7 +29,13 @@ typedef struct ct_hwinfo {
     int allowed_cpus;        /* CPUs in this process's affinity mask */
     double cpu_quota;        /* cgroup CPU quota in CPUs; 0 = none */
     size_t l1d, l2, l3;      /* bytes per cache instance; 0 unknown */
-    bool avx2, fma, avx512f, avx512_bf16, amx, neon;
+    bool avx2, fma, avx512f, avx512_bf16, amx, neon; /* amx: amx_tile and amx_bf16 */
+    bool amx_tile, amx_bf16, amx_int8; /* the AMX flags one by one */
+    int amx_perm;            /* whether the kernel lets this process use the AMX tiles
+                              * (Linux arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA): 1 yes,
+                              * 0 refused (amx_perm_errno says why), -1 not asked (no
+                              * amx_tile flag, or not Linux x86-64) */
+    int amx_perm_errno;      /* the request's errno when amx_perm is 0 */
     size_t ram_bytes;          /* MemTotal; 0 unknown */
     size_t cgroup_limit_bytes; /* cgroup memory limit; 0 = none */
     bool gpu;                  /* an NVIDIA GPU is present */
@@ -46,7 +52,9 @@ typedef struct ct_hw_roofs {
     int threads;             /* threads the benchmarks ran on */
     int gemm_n;              /* sgemm size n (n x n x n); 0: the peak was not measured */
     size_t membw_mib;        /* MiB per bandwidth array */
-    double gemm_gflops;      /* sustained sgemm GFLOP/s */
+    double gemm_gflops;      /* sustained sgemm GFLOP/s (a bf16 run's trainer: its bf16
+                              * GEMM peak, the same as gemm_bf16_gflops) */
+    double gemm_bf16_gflops; /* sustained bf16 GEMM GFLOP/s (bf16 inputs, fp32 sums) */
     double fma_gflops;       /* register-only FMA ceiling GFLOP/s */
     double membw_gbps;       /* triad bandwidth GB/s */
     const char *gemm_source; /* where gemm_gflops came from ("measured", "config"); NULL: not
@@ -55,13 +63,17 @@ typedef struct ct_hw_roofs {
 
 /* The profile as one JSON object with a trailing newline, the form `ctrain hw
  * --json` prints and run.dir/hw.json holds: every ct_hwinfo field, the BLAS
- * core name and OPENBLAS_CORETYPE (null when unset), then the roofs when r is
+ * AMX flags one by one, the kernel's AMX permission (null: not asked), the
+ * bf16 instructions GEMMs get (ct_hwinfo_bf16: "none", "avx512_bf16", "amx")
+ * and why, the BLAS core name and OPENBLAS_CORETYPE (null when unset), then the roofs when r is
  * non-NULL. Borrows h and r. Returns owned text (release with free); NULL and
  * CT_ERR_OOM on failure. */
 char *ct_hwinfo_to_json(const ct_hwinfo *h, const ct_hw_roofs *r);
 
 /* Fills *out from this machine. Cheap (no benchmarks); never fails on missing
- * files. Returns CT_OK; CT_ASSERTs out. */
+ * files. Asks the kernel for AMX tile permission when the CPU has AMX (as
+ * oneDNN does before it uses the tiles; the grant is the process's). Returns
+ * CT_OK; CT_ASSERTs out. */
 ct_status ct_hwinfo_read(ct_hwinfo *out);
 
 /* The memory this process can use: min(RAM, cgroup limit), ignoring unknown
@@ -72,9 +84,26 @@ size_t ct_hwinfo_memory_available(const ct_hwinfo *h);
  * entries), physical_cores ("physical id" x "core id" pairs; falls back to
  * "cpu cores" per socket, then to logical_cpus), threads_per_core,
  * nominal_mhz and the ISA flags (x86 "flags", aarch64 "Features": asimd is
- * NEON). Fields it cannot find are left as they were. Borrows text.
+ * NEON; amx is amx_tile and amx_bf16; amx_perm, no flag, becomes -1: not
+ * asked). Fields it cannot find are left as they were. Borrows text.
  * CT_ERR_FORMAT when the text holds no "processor" entry. */
 ct_status ct_hwinfo_parse_cpuinfo(const char *text, ct_hwinfo *out);
+
+/* The bf16 instructions this CPU offers GEMMs: AMX tiles (amx_tile and
+ * amx_bf16, and the kernel allows them: amx_perm 1), else AVX512_BF16
+ * (vdpbf16ps), else none. From h's fields only (tests feed flag strings). */
+typedef enum ct_hw_bf16 {
+    CT_HW_BF16_NONE = 0,
+    CT_HW_BF16_AVX512 = 1,
+    CT_HW_BF16_AMX = 2,
+    CT_HW_BF16_COUNT
+} ct_hw_bf16;
+ct_hw_bf16 ct_hwinfo_bf16(const ct_hwinfo *h);
+/* The same in words with the reason, into buf (cap bytes), e.g. "AMX (amx_tile,
+ * amx_bf16; the kernel allows the tiles)", "AVX512_BF16 (AMX tiles present
+ * but the kernel refused them: Operation not permitted)", "none: no
+ * AVX512_BF16 or AMX-BF16 on this CPU". Returns buf. */
+const char *ct_hwinfo_bf16_describe(const ct_hwinfo *h, char *buf, size_t cap);
 
 /* Parses /proc/meminfo text: MemTotal in bytes into *ram_bytes. Borrows text.
  * CT_ERR_FORMAT when there is no "MemTotal: N kB" line. */

@@ -202,6 +202,30 @@ static void p_attention_backward(ct_backend *be, float *dqkv, const float *dout,
     TIMED(CT_KP_ATTN_BWD, attention_backward, dqkv, dout, qkv, out, lse, pos, drop, B, T, NH, NKV,
           HS);
 }
+/* precision bf16's attention: the inner backend's, or its fp32 entries where
+ * it has none (what a caller of the inner backend would run) */
+static void p_attention_forward_bf16(ct_backend *be, float *out, float *lse, const float *qkv,
+                                     const int32_t *pos, const ct_attn_dropout *drop, int B,
+                                     int T, int NH, int NKV, int HS) {
+    if (INNER(be)->i->attention_forward_bf16) {
+        TIMED(CT_KP_ATTN_FWD, attention_forward_bf16, out, lse, qkv, pos, drop, B, T, NH, NKV,
+              HS);
+    } else {
+        TIMED(CT_KP_ATTN_FWD, attention_forward, out, lse, qkv, pos, drop, B, T, NH, NKV, HS);
+    }
+}
+static void p_attention_backward_bf16(ct_backend *be, float *dqkv, const float *dout,
+                                      const float *qkv, const float *out, const float *lse,
+                                      const int32_t *pos, const ct_attn_dropout *drop, int B,
+                                      int T, int NH, int NKV, int HS) {
+    if (INNER(be)->i->attention_backward_bf16) {
+        TIMED(CT_KP_ATTN_BWD, attention_backward_bf16, dqkv, dout, qkv, out, lse, pos, drop, B,
+              T, NH, NKV, HS);
+    } else {
+        TIMED(CT_KP_ATTN_BWD, attention_backward, dqkv, dout, qkv, out, lse, pos, drop, B, T, NH,
+              NKV, HS);
+    }
+}
 static void p_attention_decode(ct_backend *be, float *out, const float *q, const float *kcache,
                                const float *vcache, int n, int NH, int NKV, int HS) {
     TIMED(CT_KP_OTHER, attention_decode, out, q, kcache, vcache, n, NH, NKV, HS);
@@ -309,6 +333,8 @@ static const ct_backend_i prof_i = {
     .matmul_backward_bf16 = p_matmul_backward_bf16,
     .attention_forward = p_attention_forward,
     .attention_backward = p_attention_backward,
+    .attention_forward_bf16 = p_attention_forward_bf16,
+    .attention_backward_bf16 = p_attention_backward_bf16,
     .attention_decode = p_attention_decode,
     .rmsnorm_forward = p_rmsnorm_forward,
     .rmsnorm_backward = p_rmsnorm_backward,

@@ -350,25 +350,47 @@ size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_
 }
 
 /* ct_run_plan_gemms' visitor for oneDNN: each part of the one buffer set the
- * step's top-level GEMMs use, at its largest (ct_gemm_workspace_bytes). */
+ * step's top-level GEMMs use, at its largest (ct_gemm_workspace_bytes), and
+ * the most oneDNN's gemm kernels malloc in one of them on the run's threads. */
+typedef struct dnnl_visit {
+    ct_gemm_workspace most;
+    int threads;
+} dnnl_visit;
+
 static void dnnl_visit_gemm(const ct_plan_gemm *g, void *user) {
-    ct_gemm_workspace *most = user, w;
+    dnnl_visit *v = user;
+    ct_gemm_workspace *most = &v->most, w;
     if (g->M <= 0 || g->N <= 0 || g->K <= 0) return;
     ct_gemm_workspace_bytes(CT_GEMM_ONEDNN, g->type, g->ta, g->tb, (int)g->M, (int)g->N,
                             (int)g->K, &w);
+    if (w.driver) /* the gemm kernels run it: their blocks on the run's threads */
+        w.driver = ct_gemm_driver_bytes(ct_gemm_onednn_isa_bits(), g->type == CT_GEMM_F32 ? 4 : 2,
+                                        g->ta, g->tb, g->M, g->N, g->K, v->threads);
     if (w.scratch > most->scratch) most->scratch = w.scratch;
     if (w.packed > most->packed) most->packed = w.packed;
     if (w.convert > most->convert) most->convert = w.convert;
+    if (w.driver > most->driver) most->driver = w.driver;
 }
 
 size_t ct_run_plan_onednn(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
                           const ct_lora_opts *lo, int threads, ct_gemm_workspace *parts) {
-    ct_gemm_workspace most = {0, 0, 0};
-    ct_run_plan_gemms(mc, B, T, o, lo, dnnl_visit_gemm, &most);
-    if (parts) *parts = most;
     if (threads < 1) threads = 1;
-    double state = CT_RUNTIME_ONEDNN_MIB + CT_RUNTIME_ONEDNN_THREAD_MIB * (threads - 1);
-    return most.scratch + most.packed + most.convert + (size_t)(state * 1048576.0);
+    dnnl_visit v = {{0, 0, 0, 0}, threads};
+    ct_run_plan_gemms(mc, B, T, o, lo, dnnl_visit_gemm, &v);
+    ct_gemm_workspace most = v.most;
+    if (parts) *parts = most;
+    /* the gemm kernels: no brgemm on these cores, or bf16 emulated on them */
+    bool kernels = !ct_gemm_have_brgemm() ||
+                   (o && o->precision == CT_PREC_BF16 && !ct_gemm_have_bf16());
+    double state = (kernels ? CT_RUNTIME_ONEDNN_GEMM_MIB : CT_RUNTIME_ONEDNN_MIB) +
+                   CT_RUNTIME_ONEDNN_THREAD_MIB * (threads - 1);
+    /* the gemm kernels' blocks, and as much again: glibc frees a large block
+     * into its thread's heap after raising the mmap threshold to its size, and
+     * keeps up to twice that (the trim threshold) free at the heap's top, so a
+     * run holds between once and twice the blocks (seen: 1.0-2.4 times with
+     * oneDNN held to AVX2, run to run) */
+    return most.scratch + most.packed + most.convert + 2 * most.driver +
+           (size_t)(state * 1048576.0);
 }
 
 size_t ct_run_plan_gemm(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
@@ -482,20 +504,30 @@ static size_t tokenizer_bytes(const ct_config *cfg) {
 /* Starts oneDNN as a run's first GEMM does (the engine, a stream, its
  * dispatcher's code and data pages) with one small matmul, so that the RSS a
  * plan measures holds it in every process alike: `plan`, and `train` after
- * its start-up GEMM benchmark. The step's own primitives are the plan's. */
-static void onednn_start(void) {
-    float a[16 * 16], b[16 * 16], c[16 * 16];
-    for (int i = 0; i < 16 * 16; i++) a[i] = b[i] = 1.0f / (float)(i + 1);
-    ct_sgemm(CT_GEMM_ONEDNN, false, true, 16, 16, 16, 1.0f, a, 16, b, 16, 0.0f, c, 16);
+ * its start-up GEMM benchmark. A bf16 run's start-up benchmark runs bf16
+ * GEMMs, whose kernels (without bf16 instructions oneDNN's emulating gemm
+ * kernels, ~2-3 MiB of code and state) stay after it: one small bf16 matmul
+ * starts them too. The step's own primitives are the plan's. */
+static void onednn_start(bool bf16) {
+    float a[64 * 64], c[64 * 64];
+    uint16_t h[64 * 64];
+    for (int i = 0; i < 64 * 64; i++) a[i] = 1.0f / (float)(i + 1), h[i] = 0x3f80;
+    ct_sgemm(CT_GEMM_ONEDNN, false, true, 16, 16, 16, 1.0f, a, 16, a, 16, 0.0f, c, 16);
+    if (bf16)
+        ct_gemm_bf16(CT_GEMM_ONEDNN, false, true, 64, 64, 64, 1.0f, h, 64, h, 64, 0.0f, c, 64);
 }
 
 ct_status ct_run_env_measure(ct_run_env *out, const ct_config *cfg) {
     memset(out, 0, sizeof *out);
-    /* the library run.gemm names (a build without oneDNN refuses `onednn`
-     * later, in the trainer; OpenBLAS is what it would run) */
-    int lib = ct_gemm_lib_of(cfg ? cfg->run.gemm : "auto");
+    /* the library run.gemm names, as a run of train.precision uses it
+     * (ct_gemm_lib_of_run: a bf16 run on a CPU with bf16 instructions runs
+     * oneDNN); a build without oneDNN refuses `onednn` later, in the
+     * trainer; OpenBLAS is what it would run */
+    ct_precision prec = CT_PREC_FP32;
+    if (cfg && ct_model_precision_from_name(&prec, cfg->train.precision)) ct_error_clear();
+    int lib = ct_gemm_lib_of_run(cfg ? cfg->run.gemm : "auto", prec == CT_PREC_BF16);
     out->gemm = lib < 0 ? CT_GEMM_OPENBLAS : lib;
-    if (out->gemm == CT_GEMM_ONEDNN) onednn_start();
+    if (out->gemm == CT_GEMM_ONEDNN) onednn_start(prec == CT_PREC_BF16);
 #ifdef __GLIBC__
     /* freed heap pages given back first, in every process alike (`train`
      * trims after its start-up GEMM benchmark), so that what is measured is
@@ -585,7 +617,7 @@ size_t ct_run_plan_cuda_ws(const ct_model_config *mc, int B, int T, const ct_mod
     int widest = C > qkv ? C : qkv;
     widest = widest > fw ? widest : fw;
     return bf16 + ct_cuda_ws_attention_bytes(B, mc->n_head, T) +
-           ct_cuda_ws_colsum_bytes(B * T, widest);
+           ct_cuda_ws_colsum_bytes(B * T, widest) + ct_cuda_ws_encoder_bytes(B * T);
 }
 
 /* ct_run_plan_make for the request's thread count and its ZeRO sharding. */
@@ -808,16 +840,27 @@ ct_status ct_run_precision(const ct_config *cfg, ct_precision *out) {
     /* ref and sim compute bf16 products by their formula: the test backends
      * take bf16 anywhere */
     if (p == CT_PREC_BF16 && kind == CT_BACKEND_CPU && !cfg->debug.emulate_bf16) {
-        ct_hwinfo h;
-        ct_hwinfo_read(&h);
-        if (!h.avx512_bf16 && !h.amx) {
-            st = CT_ERR(CT_ERR_ARG, "train.precision = bf16: this CPU (%s) has no bf16 "
-                        "instructions (neither AVX512_BF16 nor AMX-BF16): its bf16 matmuls "
-                        "would be emulated, slower than fp32",
-                        h.cpu_model[0] ? h.cpu_model : "model unknown");
-            ct_error_hint("train with train.precision=fp32 (the default) on this machine; "
-                          "debug.emulate_bf16=true runs bf16 emulated anyway, for numerics "
-                          "checks only");
+        /* the path the run's bf16 GEMMs would take, asked of oneDNN itself */
+        int lib = ct_gemm_lib_of_run(cfg->run.gemm, true);
+        char impl[64], why[320];
+        ct_gemm_bf16_path path = ct_gemm_bf16_path_of(lib < 0 ? CT_GEMM_OPENBLAS : (ct_gemm_lib)lib,
+                                                      impl, sizeof impl);
+        if (!ct_gemm_bf16_path_native(path)) {
+            ct_hwinfo h;
+            ct_hwinfo_read(&h);
+            char has[256];
+            ct_gemm_bf16_path_describe(path, lib < 0 ? CT_GEMM_OPENBLAS : (ct_gemm_lib)lib, impl,
+                                       why, sizeof why);
+            st = CT_ERR(CT_ERR_ARG, "train.precision = bf16 would run no bf16 instructions on "
+                        "this CPU (%s; bf16 instructions: %s): %s",
+                        h.cpu_model[0] ? h.cpu_model : "model unknown",
+                        ct_hwinfo_bf16_describe(&h, has, sizeof has), why);
+            ct_error_hint("%s; debug.emulate_bf16=true runs bf16 this way anyway, for numerics "
+                          "checks only",
+                          ct_hwinfo_bf16(&h) != CT_HW_BF16_NONE
+                              ? "build with oneDNN (scripts/bootstrap.sh installs libdnnl-dev), "
+                                "whose bf16 matmul uses this CPU's bf16 instructions"
+                              : "train with train.precision=fp32 (the default) on this machine");
             return st;
         }
     }

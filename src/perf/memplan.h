@@ -140,7 +140,9 @@ size_t ct_run_plan_runtime(int threads);
  *       far as the weights it writes reach (3 x min(1 MiB, trainable bytes)),
  *       plus CT_RUNTIME_IO_MIB for the run directory's small-file writes;
  *   RESERVE: what varies from run to run of the same settings (where malloc's
- *       heap ends up, when a freed buffer goes back): up to 1 MiB measured.
+ *       heap ends up, when a freed buffer goes back): up to 1 MiB measured
+ *       first; a one-thread OpenBLAS run on a Cascade Lake VM peaked 0.1-0.6
+ *       MiB above a plan with 1 MiB here, so 1.75.
  * The process line is the RSS measured when planning, but at least
  * CT_RUNTIME_PROCESS_MIB (above what this program measures there on its own:
  * 6.4-7.1 MiB in `plan` and `train`), so that plans do not vary with a few
@@ -150,7 +152,7 @@ size_t ct_run_plan_runtime(int threads);
 #define CT_RUNTIME_THREAD_MIB 0.25
 #define CT_RUNTIME_CODE_MIB 1.5
 #define CT_RUNTIME_IO_MIB 0.5
-#define CT_RUNTIME_RESERVE_MIB 1.0
+#define CT_RUNTIME_RESERVE_MIB 1.75
 #define CT_RUNTIME_PROCESS_MIB 7.5
 
 /* The sgemm blocking of the OpenBLAS kernel set this process runs (OpenBLAS
@@ -200,23 +202,37 @@ void ct_run_plan_gemms(const ct_model_config *mc, int B, int T, const ct_model_o
 size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
                         const ct_lora_opts *lo, int threads, const ct_blas_params *bp);
 
-/* oneDNN's memory in a training step, measured on this machine (oneDNN 2.6,
- * glibc 2.36) as the peak RSS of `train` runs with run.gemm=onednn over the
- * plan less this line: STATE is what the library holds whatever the shapes
- * (the JIT kernels of the step's matmul primitives, its code and data pages
- * the step touches, the engine and the streams); THREAD each worker thread's
- * share (the attention tiles' dnnl_sgemm packing buffers, freed per call into
- * the thread's malloc arena, and oneDNN's per-thread state). */
-#define CT_RUNTIME_ONEDNN_MIB 8.0
+/* oneDNN's memory in a training step beyond what ct_run_plan_onednn counts
+ * shape by shape (the workspace of the step's primitives, and the blocks its
+ * gemm kernels malloc per call): the peak RSS of `train` runs with
+ * run.gemm=onednn over the plan less this line, measured on a 2-core Cascade
+ * Lake Xeon VM (oneDNN 2.6.3, glibc 2.36; tests/cli/test_plan_rss.py), the
+ * largest seen rounded up (CT_RUNTIME_RESERVE_MIB is the margin). STATE where
+ * the step's matmuls run brgemm (AVX-512 cores): the JIT kernels of its
+ * primitives, the engine and streams, the code and data pages the step touches
+ * (0.9-3.9 MiB seen); STATE_GEMM where they run the gemm kernels (AVX2 cores,
+ * measured with oneDNN held to AVX2 by ONEDNN_MAX_CPU_ISA, which dispatches
+ * the kernels an AVX2-only CPU runs; and bf16 emulated on AVX-512 cores
+ * without AVX512_BF16), beyond twice the kernels' blocks: the same things (up
+ * to 3.9 MiB seen); THREAD each worker thread's share (the attention tiles'
+ * dnnl_sgemm blocks in the thread's malloc arena, oneDNN's per-thread state),
+ * as measured earlier on an AVX-512 Xeon: more threads than 2 were not
+ * measured here. */
+#define CT_RUNTIME_ONEDNN_MIB 4.0
+#define CT_RUNTIME_ONEDNN_GEMM_MIB 4.0
 #define CT_RUNTIME_ONEDNN_THREAD_MIB 0.5
 
 /* oneDNN's memory in a training step of mc at (B,T) under o (lo as above) on
  * `threads` threads: the GEMM layer's one buffer set (the step's GEMMs are
- * top-level calls, one at a time), each part at the largest any of the
- * step's GEMMs asks (ct_gemm_workspace_bytes, which creates those primitives
- * in the process's cache: they are the ones the step runs), written to *parts
- * when not NULL, plus CT_RUNTIME_ONEDNN_MIB and CT_RUNTIME_ONEDNN_THREAD_MIB
- * per thread but the first. */
+ * top-level calls, one at a time), each part at the largest any of the step's
+ * GEMMs asks (ct_gemm_workspace_bytes, which creates those primitives in the
+ * process's cache: they are the ones the step runs), the most that oneDNN's
+ * gemm kernels malloc in one of those GEMMs on `threads` threads where oneDNN
+ * dispatched them (ct_gemm_driver_bytes), written to *parts when not NULL,
+ * counted twice (glibc's heaps may keep as much again free after them: a
+ * conservative plan there), plus CT_RUNTIME_ONEDNN_MIB
+ * (CT_RUNTIME_ONEDNN_GEMM_MIB where the step's matmuls run the gemm kernels)
+ * and CT_RUNTIME_ONEDNN_THREAD_MIB per thread but the first. */
 size_t ct_run_plan_onednn(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
                           const ct_lora_opts *lo, int threads, ct_gemm_workspace *parts);
 
@@ -310,10 +326,13 @@ ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *
                                    ct_lora_opts *out);
 
 /* train.precision of cfg into *out: CT_ERR_ARG for an unknown word, and for
- * bf16 on the cpu device of a CPU without bf16 instructions (AVX512_BF16 or
- * AMX-BF16, read from /proc/cpuinfo), where oneDNN would emulate it slower
- * than fp32, unless debug.emulate_bf16 asks for that; the ref and sim
- * devices take bf16 anywhere. Borrows cfg; *out is untouched on error. */
+ * bf16 on the cpu device where the run's bf16 GEMMs would run no bf16
+ * instructions (ct_gemm_bf16_path_of the library the run would use: oneDNN
+ * emulates bf16 on a CPU without AVX512_BF16 or AMX-BF16, and OpenBLAS or a
+ * build without oneDNN widens it to fp32; either is slower than fp32), the
+ * message saying which and why, unless debug.emulate_bf16 asks for that; the
+ * ref and sim devices take bf16 anywhere. Borrows cfg; *out is untouched on
+ * error. */
 ct_status ct_run_precision(const ct_config *cfg, ct_precision *out);
 
 /* The run's settings from cfg (batch size, recompute, activation dtype,

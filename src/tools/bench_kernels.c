@@ -353,6 +353,24 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
         report(&s, "attention.bwd", shape, sec, 8.0 * B * C * causal, rd, qkv_bytes,
                rd + qkv_bytes);
     }
+    /* precision bf16's attention, on backends that have one (cuda's tensor
+     * cores at head sizes 64 and 128): the same work and bytes */
+    const ct_backend_i *bi = s.be->i;
+    if (bi->attention_forward_bf16 && wanted(&s, "attention_bf16.fwd")) {
+        TIME_KERNEL(&s, "attention_bf16.fwd", sec,
+                    bi->attention_forward_bf16(s.be, y, lse, x, NULL, NULL, B, T, NH, NKV, HS));
+        report(&s, "attention_bf16.fwd", shape, sec, 4.0 * B * C * causal, qkv_bytes,
+               out_bytes + lse_bytes, qkv_bytes + out_bytes + lse_bytes);
+    }
+    if (bi->attention_backward_bf16 && wanted(&s, "attention_bf16.bwd")) {
+        bi->attention_forward_bf16(s.be, y, lse, x, NULL, NULL, B, T, NH, NKV, HS);
+        TIME_KERNEL(&s, "attention_bf16.bwd", sec,
+                    bi->attention_backward_bf16(s.be, dx, dy, x, y, lse, NULL, NULL, B, T, NH,
+                                                NKV, HS));
+        double rd = qkv_bytes + 2.0 * out_bytes + lse_bytes;
+        report(&s, "attention_bf16.bwd", shape, sec, 8.0 * B * C * causal, rd, qkv_bytes,
+               rd + qkv_bytes);
+    }
 
     /* memory-bound kernels at the block's sizes */
     double nc = (double)N * C, nf = (double)N * F;

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/cpu/gemm.h"
 #include "backend/ctx.h"
 #include "perf/bench.h"
 #include "perf/hwinfo.h"
@@ -34,9 +35,9 @@ typedef struct tune_level {
 
 /* configs/levels/<name>.yaml hold the same values (tests/cli/test_tune.py checks). */
 static const tune_level levels[] = {
-    {"basic", "threads,batch", "32x64,64x64,64x128,128x128", 2},
-    {"advanced", "threads,batch,recompute,dtype", "32x64,64x64,64x128,128x128", 3},
-    {"ultra", "threads,batch,recompute,dtype,tiles",
+    {"basic", "gemm,threads,batch", "32x64,64x64,64x128,128x128", 2},
+    {"advanced", "gemm,threads,batch,recompute,dtype", "32x64,64x64,64x128,128x128", 3},
+    {"ultra", "gemm,threads,batch,recompute,dtype,tiles",
      "32x64,64x64,64x128,128x128,64x256,128x256", 5},
 };
 #define N_LEVELS (sizeof levels / sizeof levels[0])
@@ -69,7 +70,8 @@ const char *ct_tune_level_detect(const ct_config *cfg) {
 
 /* ------------------------------------------------------------ search */
 
-enum { DIM_THREADS = 1, DIM_BATCH = 2, DIM_RECOMPUTE = 4, DIM_DTYPE = 8, DIM_TILES = 16 };
+enum { DIM_THREADS = 1, DIM_BATCH = 2, DIM_RECOMPUTE = 4, DIM_DTYPE = 8, DIM_TILES = 16,
+       DIM_GEMM = 32 };
 #define MAX_TILES 16
 #define MAX_DIVISORS 256
 
@@ -91,8 +93,10 @@ typedef struct tune_state {
     int tile_q, tile_k; /* the config's attention tile (the backend's default when auto) */
     ct_run_env env;     /* this process, measured once: candidates are planned as train
                          * plans them, so a profile's setting is one train accepts */
-    bool bf16_ok;       /* the dtype search may try train.precision=bf16: the CPU has bf16
-                         * instructions, or debug.emulate_bf16 */
+    bool bf16_ok;       /* the dtype search may try train.precision=bf16: the run's bf16
+                         * GEMMs are native, or debug.emulate_bf16 */
+    bool bf16_native;   /* a bf16 run's GEMMs run bf16 instructions here */
+    char bf16_path[320]; /* which instructions they run, and why (ct_gemm_bf16_path_describe) */
 } tune_state;
 
 static ct_status parse_search(const char *text, unsigned *dims) {
@@ -100,7 +104,7 @@ static ct_status parse_search(const char *text, unsigned *dims) {
         const char *name;
         unsigned bit;
     } names[] = {{"threads", DIM_THREADS}, {"batch", DIM_BATCH}, {"recompute", DIM_RECOMPUTE},
-                 {"dtype", DIM_DTYPE}, {"tiles", DIM_TILES}};
+                 {"dtype", DIM_DTYPE}, {"tiles", DIM_TILES}, {"gemm", DIM_GEMM}};
     char buf[CT_NAME_MAX];
     snprintf(buf, sizeof buf, "%s", text);
     *dims = 0;
@@ -110,7 +114,7 @@ static ct_status parse_search(const char *text, unsigned *dims) {
         while (i < sizeof names / sizeof *names && strcmp(tok, names[i].name)) i++;
         if (i == sizeof names / sizeof *names)
             return CT_ERR(CT_ERR_ARG, "tune.search = '%s': '%s' is not a dimension: expected a "
-                          "comma-separated list of threads, batch, recompute, dtype, tiles",
+                          "comma-separated list of gemm, threads, batch, recompute, dtype, tiles",
                           text, tok);
         *dims |= names[i].bit;
     }
@@ -141,7 +145,8 @@ static ct_status parse_tiles(tune_state *s, const char *text) {
 static bool same_point(const ct_tune_point *a, const ct_tune_point *b) {
     return a->threads == b->threads && a->B == b->B && a->grad_accum == b->grad_accum &&
            a->opts.recompute == b->opts.recompute && a->opts.act_dtype == b->opts.act_dtype &&
-           a->opts.precision == b->opts.precision && a->tile_q == b->tile_q && a->tile_k == b->tile_k;
+           a->opts.precision == b->opts.precision && a->tile_q == b->tile_q &&
+           a->tile_k == b->tile_k && a->gemm == b->gemm;
 }
 
 static ct_status plan_point(const tune_state *s, const ct_tune_point *p, size_t *bytes) {
@@ -149,8 +154,10 @@ static ct_status plan_point(const tune_state *s, const ct_tune_point *p, size_t 
     ct_status st = ct_run_plan_make(s->mc, p->B, s->r->T, p->grad_accum, s->prefetch, &p->opts,
                                     &rp);
     if (!st) {
+        ct_run_env env = s->env;
+        env.gemm = p->gemm; /* the point's library's memory */
         ct_run_plan_set_threads(&rp, p->threads); /* the runtime grows with threads */
-        ct_run_plan_measure(&rp, s->mc, s->prefetch, &s->env);
+        ct_run_plan_measure(&rp, s->mc, s->prefetch, &env);
     }
     *bytes = st ? 0 : rp.total;
     return st;
@@ -214,6 +221,8 @@ static double fake_step_s(const tune_state *s, const ct_tune_point *p) {
             snprintf(val, sizeof val, "%s", ct_model_act_dtype_name(p->opts.act_dtype));
         else if (!strcmp(key, "train.precision"))
             snprintf(val, sizeof val, "%s", ct_model_precision_name(p->opts.precision));
+        else if (!strcmp(key, "run.gemm"))
+            snprintf(val, sizeof val, "%s", ct_gemm_lib_name((ct_gemm_lib)p->gemm));
         else snprintf(val, sizeof val, "%dx%d", p->tile_q, p->tile_k);
         if (!strcmp(val, want)) sec *= atof(colon + 1);
     }
@@ -235,13 +244,14 @@ static ct_status fake_check(const char *text) {
             *eq = '\0';
             key_ok = !strcmp(tok, "run.threads") || !strcmp(tok, "train.batch_size") ||
                      !strcmp(tok, "train.recompute") || !strcmp(tok, "train.activation_dtype") ||
-                     !strcmp(tok, "run.attention_tiles") || !strcmp(tok, "train.precision");
+                     !strcmp(tok, "run.attention_tiles") || !strcmp(tok, "train.precision") ||
+                     !strcmp(tok, "run.gemm");
         }
         if (!key_ok || !colon || colon < eq || !end || *end || !(f > 0)) {
             ct_status st = CT_ERR(CT_ERR_ARG, "debug.tune_fake = '%s': expected \"on\" or "
                                   "KEY=VALUE:FACTOR words (KEY run.threads, train.batch_size, "
-                                  "train.recompute, train.activation_dtype, run.attention_tiles or "
-                                  "train.precision; "
+                                  "train.recompute, train.activation_dtype, run.attention_tiles, "
+                                  "train.precision or run.gemm; "
                                   "FACTOR > 0)", text);
             ct_error_hint("e.g. debug.tune_fake=\"run.threads=1:0.97\" (a test knob)");
             return st;
@@ -273,7 +283,9 @@ static ct_status run_once(tune_state *s, ct_tune_trial *t, double *tps, double *
         cp.n_threads = p->threads;
         ct_status st = ct_ctx_init(&ctx, &cp);
         if (st) return st;
-        /* the tiles are the run's backend's own: nothing outlives the run */
+        /* the tiles and the library are the run's backend's own: nothing
+         * outlives the run */
+        ct_ctx_base_backend(ctx)->gemm = p->gemm;
         if (ct_backend_set_tiles(ct_ctx_base_backend(ctx), p->tile_q, p->tile_k)) {
             ct_ctx_free(ctx);
             return CT_ERR(CT_ERR_ARG, "attention tile %dx%d is out of range", p->tile_q,
@@ -400,8 +412,14 @@ static bool beats(const ct_tune_trial *a, const ct_tune_trial *b) {
  * once, and again until its own spread is known when that run beats the best
  * by more than the threshold; it becomes the best only if its median still
  * does. */
-static ct_status try_point(tune_state *s, const ct_tune_point *p, int *idx) {
+static ct_status try_point(tune_state *s, const ct_tune_point *pp, int *idx) {
     ct_tune_result *r = s->r;
+    /* the library the point's run uses: a bf16 point where bf16 is native
+     * runs oneDNN whatever it asked (so both libraries are one point there) */
+    ct_tune_point norm = *pp;
+    norm.gemm = ct_gemm_lib_for_run((ct_gemm_lib)norm.gemm, norm.opts.precision == CT_PREC_BF16,
+                                    s->bf16_native);
+    const ct_tune_point *p = &norm;
     for (int i = 0; i < r->n_trials; i++) {
         if (same_point(&r->trials[i].p, p)) {
             *idx = i;
@@ -551,6 +569,13 @@ static ct_status search_dim(tune_state *s, unsigned dim, const ct_tune_point *cu
     ct_status st = CT_OK;
     int idx;
     if (dim == DIM_BATCH) return search_batch(s, cur);
+    if (dim == DIM_GEMM) { /* the other library, when the build has both */
+        if (!ct_gemm_have_onednn()) return CT_OK;
+        ct_tune_point q = *cur;
+        q.gemm = cur->gemm == CT_GEMM_ONEDNN ? CT_GEMM_OPENBLAS : CT_GEMM_ONEDNN;
+        if (fit_memory(s, &q)) st = try_point(s, &q, &idx);
+        return st;
+    }
     if (dim == DIM_THREADS) {
         int c = s->r->cores;
         for (int t = c; t >= 1 && !st; t = c <= 8 ? t - 1 : t / 2) {
@@ -598,6 +623,13 @@ static ct_status start_point(tune_state *s, ct_tune_point *p) {
     if (!st) st = ct_run_precision(cfg, &p->opts.precision);
     if (st) return st;
     p->threads = cfg->run.threads > 0 ? (int)cfg->run.threads : s->r->cores;
+    int lib = ct_gemm_lib_of_run(cfg->run.gemm, p->opts.precision == CT_PREC_BF16);
+    if (lib < 0) {
+        st = CT_ERR(CT_ERR_ARG, "run.gemm = %s: this build has no oneDNN", cfg->run.gemm);
+        ct_error_hint("set run.gemm=auto or openblas");
+        return st;
+    }
+    p->gemm = lib;
     p->tile_q = s->tile_q;
     p->tile_k = s->tile_k;
     if (cfg->train.batch_size > 0) {
@@ -649,7 +681,8 @@ static ct_status tune_search(tune_state *s, const ct_tune_point *start) {
     if (st) return st;
     if (idx < 0 || !r->trials[idx].measured)
         return CT_ERR(CT_ERR_ARG, "the starting trial could not run");
-    static const unsigned order[] = {DIM_THREADS, DIM_BATCH, DIM_RECOMPUTE, DIM_TILES};
+    /* the library first: where it matters it matters most (1.6-3.7x) */
+    static const unsigned order[] = {DIM_GEMM, DIM_THREADS, DIM_BATCH, DIM_RECOMPUTE, DIM_TILES};
     /* coordinate descent: each dimension in turn from the best point so far,
      * repeated while a pass moves the best point (measured points are reused) */
     for (int pass = 0; pass < 3 && !r->budget_hit; pass++) {
@@ -667,6 +700,87 @@ static ct_status tune_search(tune_state *s, const ct_tune_point *start) {
         if (same_point(&before, &r->trials[r->best].p)) break;
     }
     return confirm_winner(s);
+}
+
+/* ------------------------------------------------------------ why */
+
+/* Whether trials a and b differ only in the library (by_gemm) or only in the
+ * precision (then the library may differ too, as a bf16 run's can). */
+static bool twins(const ct_tune_point *a, const ct_tune_point *b, bool by_gemm) {
+    ct_tune_point x = *a, y = *b;
+    if (by_gemm) {
+        if (x.gemm == y.gemm) return false;
+        x.gemm = y.gemm;
+    } else {
+        if (x.opts.precision == y.opts.precision) return false;
+        x.opts.precision = y.opts.precision;
+        x.gemm = y.gemm;
+    }
+    return same_point(&x, &y);
+}
+
+/* The last measured pair of trials that differ only in the library (or the
+ * precision), one of them at the winner's value: *mine (the winner's value)
+ * and *other; false when the search measured no such pair. */
+static bool pair_of(const ct_tune_result *r, bool by_gemm, int *mine, int *other) {
+    const ct_tune_point *w = &r->trials[r->best].p;
+    for (int i = r->n_trials - 1; i >= 0; i--) {
+        const ct_tune_trial *t = &r->trials[i];
+        bool at_w = by_gemm ? t->p.gemm == w->gemm : t->p.opts.precision == w->opts.precision;
+        if (!t->measured || at_w) continue;
+        for (int j = 0; j < r->n_trials; j++) {
+            if (!r->trials[j].measured || !twins(&r->trials[j].p, &t->p, by_gemm)) continue;
+            *mine = j;
+            *other = i;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* why_gemm and why_bf16 of the result: the figures that decided, or why the
+ * other choice was not tried. */
+static void explain(const tune_state *s) {
+    ct_tune_result *r = s->r;
+    if (r->best < 0) return;
+    const ct_tune_point *w = &r->trials[r->best].p;
+    const char *lib = ct_gemm_lib_name((ct_gemm_lib)w->gemm);
+    int a, b;
+    if (w->opts.precision == CT_PREC_BF16 && s->bf16_native && w->gemm == CT_GEMM_ONEDNN)
+        snprintf(r->why_gemm, sizeof r->why_gemm, "run.gemm=onednn: a bf16 run's GEMMs need "
+                 "oneDNN's bf16 matmul (OpenBLAS would widen them to fp32)");
+    else if (!(s->dims & DIM_GEMM))
+        snprintf(r->why_gemm, sizeof r->why_gemm, "run.gemm=%s, the config's (tune.search has "
+                 "no gemm)", lib);
+    else if (!ct_gemm_have_onednn())
+        snprintf(r->why_gemm, sizeof r->why_gemm, "run.gemm=openblas: this build has no oneDNN");
+    else if (pair_of(r, true, &a, &b))
+        snprintf(r->why_gemm, sizeof r->why_gemm, "run.gemm=%s: %.1f tokens/s, %s %.1f at the "
+                 "same settings (%+.1f%%; another library had to be faster by more than the "
+                 "noise, %.1f%%, to win)", lib, r->trials[a].tokens_per_s,
+                 ct_gemm_lib_name((ct_gemm_lib)r->trials[b].p.gemm), r->trials[b].tokens_per_s,
+                 100.0 * (r->trials[a].tokens_per_s / r->trials[b].tokens_per_s - 1.0),
+                 100.0 * r->threshold);
+    else
+        snprintf(r->why_gemm, sizeof r->why_gemm, "run.gemm=%s: the other library was not "
+                 "measured (over run.memory_limit, or tune.budget_s ran out)", lib);
+    const char *prec = ct_model_precision_name(w->opts.precision);
+    if (!(s->dims & DIM_DTYPE))
+        snprintf(r->why_bf16, sizeof r->why_bf16, "train.precision=%s, the config's (tune.search "
+                 "has no dtype)", prec);
+    else if (!s->bf16_ok)
+        snprintf(r->why_bf16, sizeof r->why_bf16, "train.precision=%s: bf16 not tried, its "
+                 "GEMMs here would be %s", prec, s->bf16_path);
+    else if (pair_of(r, false, &a, &b))
+        snprintf(r->why_bf16, sizeof r->why_bf16, "train.precision=%s: %.1f tokens/s, %s %.1f "
+                 "at the same settings (%+.1f%%)%s", prec, r->trials[a].tokens_per_s,
+                 ct_model_precision_name(r->trials[b].p.opts.precision),
+                 r->trials[b].tokens_per_s,
+                 100.0 * (r->trials[a].tokens_per_s / r->trials[b].tokens_per_s - 1.0),
+                 s->bf16_native ? "" : "; bf16 was emulated (debug.emulate_bf16), not native");
+    else
+        snprintf(r->why_bf16, sizeof r->why_bf16, "train.precision=%s: the other precision was "
+                 "not measured (over run.memory_limit, or tune.budget_s ran out)", prec);
 }
 
 /* The GEMM peak again after the search: on a shared machine one measurement
@@ -728,7 +842,17 @@ ct_status ct_tune_run(const ct_config *cfg, const ct_model_config *mc, ct_tune_t
     strftime(out->date, sizeof out->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
     s.have_mask = sched_getaffinity(0, sizeof s.mask, &s.mask) == 0;
     s.physical = h.physical_cores > 0 ? h.physical_cores : 1;
-    s.bf16_ok = h.avx512_bf16 || h.amx || cfg->debug.emulate_bf16;
+    /* bf16 is tried where a bf16 run's GEMMs get bf16 instructions (the
+     * library such a run uses, asked of oneDNN) */
+    {
+        int lib = ct_gemm_lib_of_run(cfg->run.gemm, true);
+        ct_gemm_lib bl = lib < 0 ? CT_GEMM_OPENBLAS : (ct_gemm_lib)lib;
+        char impl[64];
+        ct_gemm_bf16_path path = ct_gemm_bf16_path_of(bl, impl, sizeof impl);
+        s.bf16_native = ct_gemm_bf16_path_native(path);
+        ct_gemm_bf16_path_describe(path, bl, impl, s.bf16_path, sizeof s.bf16_path);
+    }
+    s.bf16_ok = s.bf16_native || cfg->debug.emulate_bf16;
     int q, k;
     if ((st = ct_config_attention_tiles(cfg->run.attention_tiles, &q, &k))) return st;
 
@@ -766,6 +890,7 @@ ct_status ct_tune_run(const ct_config *cfg, const ct_model_config *mc, ct_tune_t
     out->others_during = ct_hwinfo_cpu_others(&c0, &c1);
     if (s.have_mask) (void)sched_setaffinity(0, sizeof s.mask, &s.mask);
     if (!st) st = remeasure_peak(&s, quick);
+    if (!st) explain(&s);
     /* synthetic timings (debug.tune_fake) were not measured under anyone's load */
     out->busy = !cfg->debug.tune_fake[0] &&
                 (out->others_before >= CT_HW_BUSY_CPUS || out->others_during >= CT_HW_BUSY_CPUS);

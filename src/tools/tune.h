@@ -1,10 +1,12 @@
 /*
  * The tuner behind `ctrain tune` and the tuned profiles it writes. The search
  * measures the roofs (GEMM peak, memory bandwidth), then times real training
- * steps of the configured model over threads, micro-batch (the effective batch
- * B x grad_accum held fixed), recompute policy, bf16 activation storage and
- * the attention tile, skipping every candidate whose memory plan does not fit
- * run.memory_limit (no trial can run out of memory), within tune.budget_s.
+ * steps of the configured model over the GEMM library (run.gemm), threads,
+ * micro-batch (the effective batch B x grad_accum held fixed), recompute
+ * policy, bf16 activation storage, train.precision=bf16 (only where the CPU's
+ * bf16 GEMMs are native) and the attention tile, skipping every candidate
+ * whose memory plan does not fit run.memory_limit (no trial can run out of
+ * memory), within tune.budget_s.
  *
  * Noise: a trial is one or more runs (a fresh context, a warm-up step, the
  * timed steps). The starting point (the config's own settings) runs until
@@ -20,7 +22,8 @@
  * (before and during the search): the result says when the machine was busy.
  *
  * A profile is the user's config plus a tune: section (signature, level,
- * settings, tokens/s, MFU, date); train and plan apply its settings on a
+ * settings, tokens/s, MFU, date), and comments that say why the library and
+ * the precision were chosen; train and plan apply its settings on a
  * machine with the same signature and ignore them, with a warning, elsewhere.
  * Leaves out: multi-process runs, GPUs, and tuning the optimizer or the data.
  */
@@ -39,8 +42,9 @@
 /* Sets the search keys of a ready level (tune.level, tune.search,
  * tune.tile_candidates, tune.trial_steps), the same keys and values as
  * configs/levels/<level>.yaml:
- *   basic     threads and micro-batch, 2 timed steps per trial;
- *   advanced  + recompute policy and bf16 activation storage, 3 steps;
+ *   basic     the GEMM library, threads and micro-batch, 2 timed steps per trial;
+ *   advanced  + recompute policy, bf16 activation storage and (where the CPU
+ *             has bf16 instructions) train.precision=bf16, 3 steps;
  *   ultra     + the attention tile, 5 steps.
  * Leaves tune.budget_s and every other key alone. CT_ERR_ARG for another
  * name (the message lists the levels). */
@@ -57,18 +61,22 @@ typedef struct ct_tune_point {
     int B, grad_accum;  /* micro-batch and accumulation: B x grad_accum is fixed */
     ct_model_opts opts; /* recompute policy, activation storage */
     int tile_q, tile_k; /* attention tile (query rows x keys) */
+    int gemm;           /* the GEMM library, a ct_gemm_lib (run.gemm): the one the run uses
+                         * (a bf16 point where bf16 is native: oneDNN, ct_gemm_lib_for_run) */
 } ct_tune_point;
 
 /* The point as tune.settings text: "run.threads=2 train.batch_size=8
  * train.grad_accum=2 train.recompute=light train.activation_dtype=bf16
- * run.attention_tiles=64x128". Writes at most cap bytes (NUL included). */
+ * run.attention_tiles=64x128 run.gemm=onednn" (and train.precision=bf16 when
+ * bf16 won). Writes at most cap bytes (NUL included). */
 void ct_tune_settings_format(const ct_tune_point *p, char *buf, size_t cap);
 
 /* The profile hook of train and plan, run after the config file is loaded
  * and before command-line overrides (so those still win). With tune.signature
  * empty nothing happens. When it equals machine_sig, tune.settings is applied
  * (only run.threads, train.batch_size, train.grad_accum, train.recompute,
- * train.activation_dtype and run.attention_tiles may appear) and *applied is
+ * train.activation_dtype, run.attention_tiles, train.precision and run.gemm
+ * may appear) and *applied is
  * set; the effective batch (batch_size x grad_accum, or effective_batch under
  * batch_size=auto) stays what the config asked for: grad_accum is rescaled
  * when the tuned micro-batch divides it, otherwise it is an error. On another
@@ -147,6 +155,10 @@ typedef struct ct_tune_result {
     char cpu_model[128];
     char date[32];         /* UTC, ISO 8601 */
     char level[16];        /* ct_tune_level_detect of the config */
+    char why_gemm[320];    /* why the winner's GEMM library: the figures of both libraries
+                            * at the same settings, or why the other was not tried */
+    char why_bf16[512];    /* why the winner's precision: bf16's figures against fp32's, or
+                            * why bf16 was not tried (the CPU's bf16 path) */
 } ct_tune_result;
 
 /* Called after the micro-benchmarks (trial NULL) and after every trial. */

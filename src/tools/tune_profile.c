@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/gemm.h"
 #include "core/strbuf.h"
 #include "perf/hwinfo.h"
 #include "tools/tune.h"
@@ -20,9 +21,10 @@ void ct_tune_settings_format(const ct_tune_point *p, char *buf, size_t cap) {
     /* train.precision only when bf16 won: fp32 is every config's default */
     snprintf(buf, cap,
              "run.threads=%d train.batch_size=%d train.grad_accum=%d train.recompute=%s "
-             "train.activation_dtype=%s run.attention_tiles=%dx%d%s",
+             "train.activation_dtype=%s run.attention_tiles=%dx%d run.gemm=%s%s",
              p->threads, p->B, p->grad_accum, ct_model_recompute_name(p->opts.recompute),
              ct_model_act_dtype_name(p->opts.act_dtype), p->tile_q, p->tile_k,
+             ct_gemm_lib_name((ct_gemm_lib)p->gemm),
              p->opts.precision == CT_PREC_BF16 ? " train.precision=bf16" : "");
 }
 
@@ -30,7 +32,7 @@ void ct_tune_settings_format(const ct_tune_point *p, char *buf, size_t cap) {
 static const char *const tuned_keys[] = {"run.threads",      "train.batch_size",
                                          "train.grad_accum", "train.recompute",
                                          "train.activation_dtype", "run.attention_tiles",
-                                         "train.precision"};
+                                         "train.precision",  "run.gemm"};
 
 static bool tuned_key(const char *key) {
     for (size_t i = 0; i < sizeof tuned_keys / sizeof *tuned_keys; i++)
@@ -64,7 +66,7 @@ static ct_status apply_settings(ct_config *cfg, const char *text, const char *wh
             ct_status st = CT_ERR(CT_ERR_ARG, "%s: '%s' is not a tuned setting: expected "
                                   "run.threads, train.batch_size, train.grad_accum, "
                                   "train.recompute, train.activation_dtype, "
-                                  "run.attention_tiles or train.precision", where, tok);
+                                  "run.attention_tiles, train.precision or run.gemm", where, tok);
             ct_error_hint("set other keys in the profile's own sections, or re-run ctrain tune");
             return st;
         }
@@ -172,16 +174,19 @@ char *ct_tune_profile_yaml(const ct_config *base, const ct_tune_result *r) {
     put(&b, "# search: level %s (tune.search %s), %d sequences x %d tokens per optimizer step, "
         "%d trial(s) in %.0f s%s\n", r->level, base->tune.search, r->effective_batch, r->T,
         r->n_trials, r->elapsed_s, r->budget_hit ? ", stopped by tune.budget_s" : "");
-    put(&b, "#   threads     B accum recompute acts  gemm tiles     plan MiB     tokens/s    MFU  "
-        "runs spread\n");
+    put(&b, "# why: %s\n# why: %s\n", r->why_gemm[0] ? r->why_gemm : "run.gemm: not decided",
+        r->why_bf16[0] ? r->why_bf16 : "train.precision: not decided");
+    put(&b, "#   threads     B accum recompute acts  gemm tiles     lib      plan MiB     tokens/s "
+        "   MFU  runs spread\n");
     for (int i = 0; i < r->n_trials; i++) {
         const ct_tune_trial *t = &r->trials[i];
         const ct_tune_point *p = &t->p;
         char tiles[16];
         snprintf(tiles, sizeof tiles, "%dx%d", p->tile_q, p->tile_k);
-        put(&b, "#   %7d %5d %5d %-9s %-5s %-4s %-9s %9.0f", p->threads, p->B, p->grad_accum,
+        put(&b, "#   %7d %5d %5d %-9s %-5s %-4s %-9s %-8s %9.0f", p->threads, p->B, p->grad_accum,
             ct_model_recompute_name(p->opts.recompute), ct_model_act_dtype_name(p->opts.act_dtype),
-            ct_model_precision_name(p->opts.precision), tiles, t->plan_bytes / MiB);
+            ct_model_precision_name(p->opts.precision), tiles,
+            ct_gemm_lib_name((ct_gemm_lib)p->gemm), t->plan_bytes / MiB);
         if (t->measured)
             put(&b, " %12.1f %5.1f%% %5d %5.1f%%%s%s\n", t->tokens_per_s, 100.0 * t->mfu, t->runs,
                 100.0 * t->spread, i == r->start ? "  (start)" : "",

@@ -331,7 +331,8 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
 /* ------------------------------------------------------------- monitor */
 
 /* run.dir/hw.json: the hardware profile as `ctrain hw --json` prints it, with
- * the GEMM peak MFU is measured against and where it came from. */
+ * the GEMM peak MFU is measured against and where it came from (in a bf16
+ * run, the bf16 GEMM peak, also as gemm_bf16_peak_gflops). */
 static ct_status write_hw_json(trainer *t) {
     /* the peak MFU is measured against: the monitor sets aside one measured
      * on a busy machine and uses the theoretical peak instead */
@@ -342,6 +343,8 @@ static ct_status write_hw_json(trainer *t) {
                                     : t->gemm_n ? "measured"
                                                 : "config"};
     if (r.gemm_gflops <= 0) r.gemm_source = "unknown";
+    /* a bf16 run's peak is its bf16 GEMMs' (trainer_measure_peak) */
+    if (t->mopts.precision == CT_PREC_BF16 && !aside) r.gemm_bf16_gflops = r.gemm_gflops;
     char *json = ct_hwinfo_to_json(&t->hw, &r);
     if (!json) return ct_last_status();
     char path[CT_PATH_MAX + 16];

@@ -412,13 +412,16 @@ static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
                "run.memory_limit %.1f MiB", p->device / MiB, p->env.device_name,
                p->env.device_free / MiB, p->env.device_total / MiB, p->model.total / MiB,
                p->optim / MiB, p->dev_ws / MiB, p->dev_reserve / MiB, t->mem_limit / MiB);
+    char gemm_label[64];
+    if (p->env.gemm == CT_GEMM_ONEDNN) snprintf(gemm_label, sizeof gemm_label, "oneDNN workspace");
+    else snprintf(gemm_label, sizeof gemm_label, "OpenBLAS %s buffers", p->env.blas.core);
     ct_log(CT_LOG_INFO, "%smemory plan: %.1f MiB = model %.1f + AdamW %.1f + data %.1f + shards "
            "%.1f + process %.1f (measured %.1f) + code %.1f + tokenizer %.1f + threads %.1f + "
-           "I/O %.1f + OpenBLAS %s buffers %.1f + reserve %.1f", dev ? "host " : "", p->total / MiB,
+           "I/O %.1f + %s %.1f + reserve %.1f", dev ? "host " : "", p->total / MiB,
            dev ? 0.0 : p->model.total / MiB, dev ? 0.0 : p->optim / MiB, p->data / MiB,
            p->shards / MiB,
            p->rt_process / MiB, env.process / MiB, p->rt_code / MiB, p->rt_tokenizer / MiB,
-           p->rt_threads / MiB, p->rt_io / MiB, p->env.blas.core, p->rt_blas / MiB,
+           p->rt_threads / MiB, p->rt_io / MiB, gemm_label, p->rt_blas / MiB,
            p->rt_reserve / MiB);
     return CT_OK;
 }
@@ -775,6 +778,58 @@ static ct_status trace_setup(trainer *t) {
     return CT_OK;
 }
 
+/* run.gemm into the backend (a bf16 run on a CPU with bf16 instructions runs
+ * oneDNN's bf16 matmul whatever it names: ct_gemm_lib_for_run, as the plan
+ * counts it), and the start-up lines: which library runs the GEMMs and why,
+ * and which instructions a bf16 run's GEMMs get. */
+static ct_status gemm_setup(trainer *t) {
+    const ct_config *cfg = t->cfg;
+    int named = ct_gemm_lib_of(cfg->run.gemm);
+    if (named < 0) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "run.gemm = %s: this build has no oneDNN", cfg->run.gemm);
+        ct_error_hint("install libdnnl-dev and build again (scripts/bootstrap.sh), or set "
+                      "run.gemm=auto or openblas");
+        return st;
+    }
+    ct_precision prec = CT_PREC_FP32;
+    if (ct_model_precision_from_name(&prec, cfg->train.precision)) ct_error_clear(); /* the plan
+                                                                                 * reports it */
+    bool bf16 = prec == CT_PREC_BF16;
+    ct_backend *be = ct_ctx_base_backend(t->ctx);
+    be->gemm = ct_gemm_lib_for_run((ct_gemm_lib)named, bf16, bf16 && ct_gemm_have_bf16());
+    if (t->rank != 0 || strcmp(cfg->run.device, "cpu")) return CT_OK;
+    bool onednn = be->gemm == CT_GEMM_ONEDNN;
+    char why[256];
+    if (be->gemm != named)
+        ct_log(CT_LOG_INFO, "run.gemm=%s, but train.precision=bf16 on a CPU with bf16 "
+               "instructions: oneDNN runs the GEMMs (OpenBLAS would widen bf16 to fp32; the plan "
+               "counts its workspace)", cfg->run.gemm);
+    else
+        ct_log(CT_LOG_INFO, "run.gemm=%s: %s runs the GEMMs (%s; the plan counts its %s%s)",
+               cfg->run.gemm, onednn ? "oneDNN" : "OpenBLAS",
+               !strcmp(cfg->run.gemm, "auto") ? ct_gemm_auto_why(why, sizeof why) : "as named",
+               onednn ? "workspace" : "packing buffers",
+               onednn && !ct_gemm_have_brgemm()
+                   ? ", on these cores without AVX-512 with a margin measured by emulating them "
+                     "on an AVX-512 Xeon"
+                   : "");
+    if (named == CT_GEMM_OPENBLAS && strcmp(cfg->run.gemm, "auto") &&
+        ct_gemm_lib_of("auto") == CT_GEMM_ONEDNN && !bf16)
+        ct_log(CT_LOG_WARN, "run.gemm=openblas runs OpenBLAS's %s kernels (%d-bit vectors) on "
+               "cores with %d-bit ones: run.gemm=auto (the default) runs oneDNN's here, which "
+               "were 1.6-3.7x faster where measured", openblas_get_corename(),
+               ct_gemm_blas_bits(openblas_get_corename()), ct_gemm_cpu_bits());
+    if (bf16) {
+        char impl[64];
+        ct_gemm_bf16_path path = ct_gemm_bf16_path_of((ct_gemm_lib)be->gemm, impl, sizeof impl);
+        bool native = ct_gemm_bf16_path_native(path);
+        ct_gemm_bf16_path_describe(path, (ct_gemm_lib)be->gemm, impl, why, sizeof why);
+        ct_log(native ? CT_LOG_INFO : CT_LOG_WARN, "train.precision=bf16: bf16 GEMMs: %s%s", why,
+               native ? "" : "; debug.emulate_bf16 runs it for numerics checks, never for speed");
+    }
+    return CT_OK;
+}
+
 ct_status trainer_setup(trainer *t) {
     const ct_config *cfg = t->cfg;
     ct_status st;
@@ -794,24 +849,7 @@ ct_status trainer_setup(trainer *t) {
     if (bq && ct_backend_set_tiles(ct_ctx_base_backend(t->ctx), bq, bk))
         return CT_ERR(CT_ERR_ARG, "run.attention_tiles = %s: the attention kernel refused it",
                       cfg->run.attention_tiles);
-    if (ct_backend_set_gemm(ct_ctx_base_backend(t->ctx), cfg->run.gemm)) {
-        st = CT_ERR(CT_ERR_ARG, "run.gemm = %s: this build has no oneDNN", cfg->run.gemm);
-        ct_error_hint("install libdnnl-dev and build again (scripts/bootstrap.sh), or set "
-                      "run.gemm=auto or openblas");
-        return st;
-    }
-    bool gemm_auto = !strcmp(cfg->run.gemm, "auto");
-    if (ct_ctx_base_backend(t->ctx)->gemm == CT_GEMM_ONEDNN && t->rank == 0)
-        ct_log(CT_LOG_INFO, "run.gemm=%s: oneDNN runs the GEMMs (%sthe plan counts its workspace%s)",
-               cfg->run.gemm, gemm_auto ? "OpenBLAS's kernels are narrower than the cores; " : "",
-               ct_gemm_have_brgemm() ? "" : "; its memory constants were measured on AVX-512 "
-               "cores, this CPU has none: the plan may be a few percent low");
-    else if (ct_gemm_lib_of("auto") == CT_GEMM_ONEDNN && t->rank == 0 &&
-             !strcmp(cfg->run.device, "cpu"))
-        ct_log(CT_LOG_WARN, "OpenBLAS runs its %s kernels (%d-bit vectors) on cores with %d-bit "
-               "ones: run.gemm=auto runs oneDNN's here, which were 1.9-3.7x faster where "
-               "measured", openblas_get_corename(), ct_gemm_blas_bits(openblas_get_corename()),
-               ct_gemm_cpu_bits());
+    if ((st = gemm_setup(t))) return st;
     if ((st = ct_schedule_from_config(&t->sched, cfg))) return st;
     if ((st = parse_bad_steps(cfg->debug.bad_steps, &t->bad_first, &t->bad_last))) return st;
     if ((st = check_run_dir(cfg->run.dir))) return st;

@@ -2,7 +2,11 @@
 """run.gemm through the real program: oneDNN and OpenBLAS train the same model to
 the same losses (within float rounding), oneDNN's runs resume bit-exactly (a
 finished 3-step run continued to 6 equals an unbroken 6-step run), `ctrain bench
---gemm` says which library ran, and a bad word is exit 2 naming the key.
+--gemm` says which library ran, and a bad word is exit 2 naming the key. The
+default is auto: its start-up line names the library `ctrain hw` says auto runs
+and why, and it never warns of a faster library unused; run.gemm=openblas warns
+exactly where auto would run oneDNN (checked both ways here: OPENBLAS_CORETYPE=
+Prescott holds OpenBLAS to SSE kernels on any x86-64, where auto runs oneDNN).
 Skips the oneDNN parts when the build has no oneDNN.
 
 usage: test_gemm_lib.py path/to/ctrain
@@ -24,8 +28,8 @@ def check(label, ok, detail=""):
         failures.append(label)
 
 
-def run(*args):
-    p = subprocess.run([CTRAIN, *args], capture_output=True, text=True, timeout=600)
+def run(*args, env=None):
+    p = subprocess.run([CTRAIN, *args], capture_output=True, text=True, timeout=600, env=env)
     return p.returncode, p.stdout + p.stderr
 
 
@@ -53,21 +57,67 @@ def main():
         rc, out = run("bench", "gemm", "--preset", "gpt2-tiny", "--seq", "32", "--gemm", "openblas", "--json")
         check("bench --gemm openblas runs", rc == 0, out)
         ob = os.path.join(tmp, "openblas")
-        rc, out_default = run("train", *common, "train.steps=6", f"run.dir={ob}")
-        check("the default (OpenBLAS) trains", rc == 0, out_default)
-        # auto: the library `ctrain hw` says auto runs on this machine, named at start-up
+        rc, out = run("train", *common, "train.steps=6", "run.gemm=openblas", f"run.dir={ob}")
+        check("run.gemm=openblas trains", rc == 0, out)
+        # the default, auto: the library `ctrain hw` says auto runs here, named at
+        # start-up with the reason hw gives
         rc, hwout = run("hw", "--json", "--no-bench")
         hw = json.loads(hwout) if rc == 0 else {}
         auto = hw.get("gemm_auto")
+        check("hw: the default is auto, and says why it runs %s" % auto,
+              hw.get("gemm_default") == "auto" and auto in ("onednn", "openblas") and
+              hw.get("gemm_auto_why"), hw)
         au = os.path.join(tmp, "auto")
-        rc, out = run("train", *common, "train.steps=2", "run.gemm=auto", f"run.dir={au}")
-        said = "run.gemm=auto: oneDNN runs the GEMMs" in out
-        check("run.gemm=auto (%s here) trains and says so when it runs oneDNN" % auto,
-              rc == 0 and auto in ("onednn", "openblas") and said == (auto == "onednn"), out)
-        # the default on a machine where auto would run oneDNN says so, once
-        warned = "run.gemm=auto runs oneDNN's here" in out_default
-        check("the default warns exactly when auto would run oneDNN (%s)" % auto,
-              warned == (auto == "onednn"), out_default[-400:])
+        rc, out = run("train", *common, "train.steps=2", f"run.dir={au}")
+        name = {"onednn": "oneDNN", "openblas": "OpenBLAS"}.get(auto, "?")
+        check("the default (auto, %s here) trains and its start-up line says which and why" % auto,
+              rc == 0 and ("run.gemm=auto: %s runs the GEMMs (%s" % (name, hw.get("gemm_auto_why")))
+              in out, out)
+        check("the default never warns of a faster library unused",
+              "runs oneDNN's here" not in out, out[-400:])
+        # where OpenBLAS runs narrower kernels than the cores (held to SSE here), auto
+        # runs oneDNN and an explicit openblas is warned about
+        narrow = dict(os.environ, OPENBLAS_CORETYPE="Prescott")
+        rc, hwn = run("hw", "--json", "--no-bench", env=narrow)
+        hwn = json.loads(hwn) if rc == 0 else {}
+        if hw.get("onednn_built") and hwn.get("blas_corename") == "Prescott":
+            check("hw: with OpenBLAS's SSE kernels auto runs oneDNN", hwn.get("gemm_auto") == "onednn",
+                  hwn)
+            rc, out = run("train", *common, "train.steps=1", f"run.dir={au}n", env=narrow)
+            check("... the default runs oneDNN, without a warning",
+                  rc == 0 and "run.gemm=auto: oneDNN runs the GEMMs" in out and
+                  "runs oneDNN's here" not in out, out[-400:])
+            rc, out = run("train", *common, "train.steps=1", "run.gemm=openblas",
+                          f"run.dir={au}o", env=narrow)
+            check("... and run.gemm=openblas warns that auto runs oneDNN's kernels here",
+                  rc == 0 and "run.gemm=auto (the default) runs oneDNN's here" in out, out[-400:])
+        else:
+            print("skip: no oneDNN, or OPENBLAS_CORETYPE is not honoured by this OpenBLAS")
+        # train.precision=bf16: where its GEMMs are native it runs oneDNN's bf16 matmul
+        # even when run.gemm names OpenBLAS; elsewhere train and plan refuse it naming the
+        # path that would run, and debug.emulate_bf16 runs it with a warning saying so
+        bf = os.path.join(tmp, "bf16")
+        if hw.get("bf16_precision_allowed"):
+            rc, out = run("train", *common, "train.steps=1", "train.precision=bf16",
+                          "run.gemm=openblas", f"run.dir={bf}")
+            check("bf16 on a bf16 CPU runs oneDNN's bf16 matmul whatever run.gemm names",
+                  rc == 0 and "oneDNN runs the GEMMs" in out and
+                  ("bf16 GEMMs: AMX" in out or "bf16 GEMMs: AVX512_BF16" in out), out[-600:])
+        else:
+            path = hw.get("bf16_gemm")
+            rc, out = run("train", *common, "train.steps=1", "train.precision=bf16",
+                          f"run.dir={bf}")
+            rcp, outp = run("plan", *common, "train.precision=bf16")
+            check("no bf16 instructions: train and plan exit 2 naming the path (%s) and why" % path,
+                  rc == 2 and rcp == 2 and all(("would run no bf16 instructions" in o and
+                                                path + ":" in o and "no speed-up" in o)
+                                               for o in (out, outp)) and not os.path.exists(bf),
+                  out[-500:] + outp[-300:])
+            rc, out = run("train", *common, "train.steps=1", "train.precision=bf16",
+                          "debug.emulate_bf16=true", f"run.dir={bf}")
+            check("debug.emulate_bf16 runs it and the start-up line warns which path",
+                  rc == 0 and ("warning: train.precision=bf16: bf16 GEMMs: %s:" % path) in out,
+                  out[-600:])
         rc, out = run("bench", "step", "--preset", "gpt2-tiny", "--seq", "32", "--steps", "1", "--gemm", "onednn",
                       "--json")
         if rc == 2 and "no oneDNN" in out:

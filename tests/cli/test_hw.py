@@ -7,8 +7,10 @@ Checks that `ctrain hw --json --quick` prints one object with every field; that
 the counts and measured figures are positive; that logical_cpus equals
 os.cpu_count() and ram_bytes equals /proc/meminfo's MemTotal; that the
 signature is the same across two runs; that --no-bench leaves the measured
-fields out; that the human block names the signature; and that a bad option
-exits 2 naming it.
+fields out; that the human block names the signature; that the AMX flags and
+the bf16 path agree with /proc/cpuinfo and with each other (a bf16 GEMM peak
+measured on that path; bf16 allowed exactly where it is native); and that a
+bad option exits 2 naming it.
 """
 import json
 import os
@@ -49,7 +51,9 @@ FIELDS = ["cpu_model", "physical_cores", "logical_cpus", "threads_per_core", "al
           "avx512_bf16", "amx", "neon", "ram_bytes", "cgroup_limit_bytes",
           "memory_available_bytes", "gpu", "gpu_name", "nominal_mhz", "measured_mhz",
           "theoretical_gflops",
-          "signature", "blas_corename", "openblas_coretype"]
+          "signature", "blas_corename", "openblas_coretype", "amx_tile", "amx_bf16", "amx_int8",
+          "amx_permitted", "bf16", "bf16_why", "gemm_default", "gemm_auto", "gemm_auto_why",
+          "bf16_gemm", "bf16_gemm_lib", "bf16_gemm_impl", "bf16_precision_allowed"]
 MEASURED = ["gemm_peak_gflops", "fma_peak_gflops", "membw_gbps"]
 
 p = run("--json", "--quick")
@@ -92,8 +96,23 @@ want = "onednn" if hw.get("onednn_built") and blas_bits < cpu_bits else "openbla
 check(hw.get("gemm_auto") == want, "run.gemm=auto picks %s here (%s; OpenBLAS %s %d-bit, cores "
       "%d-bit, oneDNN built %s)" % (want, hw.get("gemm_auto"), core, blas_bits, cpu_bits,
                                     hw.get("onednn_built")))
-check(hw.get("gemm_peak_openblas_gflops") == hw["gemm_peak_gflops"],
-      "the headline sgemm is the default library's, OpenBLAS (%s)" % hw)
+check(hw.get("gemm_default") == "auto" and
+      hw.get("gemm_peak_%s_gflops" % want) == hw["gemm_peak_gflops"],
+      "the headline sgemm is the default library's, auto's %s (%s)" % (want, hw))
+# AMX and bf16: the flags one by one as /proc/cpuinfo has them, the kernel asked
+# exactly where there are tiles, and bf16 allowed exactly where its GEMMs are native
+check(all(hw[f] == (f in flags) for f in ("amx_tile", "amx_bf16", "amx_int8")) and
+      (hw["amx_permitted"] is None) == (not hw["amx_tile"]),
+      "AMX flags as /proc/cpuinfo has them, the kernel asked where there are tiles")
+native = hw.get("bf16_gemm") in ("amx", "avx512_bf16")
+check(hw["bf16_precision_allowed"] == native and
+      (hw["bf16"] == "none") == ("avx512_bf16" not in flags and not
+                                 (hw["amx_bf16"] and hw["amx_permitted"])) and
+      (not native or (hw.get("onednn_built") and hw["bf16"] != "none")),
+      "bf16 allowed exactly where its GEMMs are native (%s, %s: %s)" %
+      (hw.get("bf16_gemm"), hw.get("bf16"), hw.get("bf16_why")))
+if hw.get("onednn_built"):
+    check(hw.get("gemm_bf16_peak_gflops", 0) > 0, "the bf16 GEMM peak measured")
 if hw.get("onednn_built"):
     check(hw.get("gemm_peak_openblas_gflops", 0) > 0 and hw.get("gemm_peak_onednn_gflops", 0) > 0,
           "both libraries' sgemm measured")
@@ -106,8 +125,14 @@ check(all(k in hw2 for k in FIELDS), "--no-bench keeps every profile field")
 
 p3 = run("--no-bench")
 check(hw["signature"] in p3.stdout and "cores" in p3.stdout, "human block shows cores and signature")
-check(("auto runs %s here" % ("oneDNN" if want == "onednn" else "OpenBLAS")) in p3.stdout,
-      "human block names the library run.gemm=auto runs")
+check(("run.gemm=auto (the default) runs %s here: %s" %
+       ("oneDNN" if want == "onednn" else "OpenBLAS", hw.get("gemm_auto_why"))) in p3.stdout,
+      "human block names the library run.gemm=auto runs and why")
+check("amx_tile" in p3.stdout and "kernel permission" in p3.stdout and
+      ("bf16 gemm    " + ("AMX" if hw.get("bf16_gemm") == "amx" else
+                          "AVX512_BF16" if hw.get("bf16_gemm") == "avx512_bf16" else
+                          hw.get("bf16_gemm", "?"))) in p3.stdout,
+      "human block shows the AMX flags, the kernel's answer and the bf16 path")
 
 p4 = run("--bogus", rc=2)
 check("--bogus" in p4.stderr, "bad option is named in the error")

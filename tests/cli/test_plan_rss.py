@@ -20,9 +20,15 @@ One configuration asks for train.batch_size=auto under a run.memory_limit
 just above the plan of B=2 (so B=4 does not fit): auto keeps the effective
 batch of 4 as B=2 x grad_accum 2, and the run must stay under the limit. With
 the demo's data prepared (`make demo`), the demo's run is checked too (its
-plan has the GPT-2 tokenizer's line). Last, one run is repeated with each
-OpenBLAS kernel set this CPU can run (OPENBLAS_CORETYPE), whose blocking
-decides the BLAS line.
+plan has the GPT-2 tokenizer's line). These run the default library,
+run.gemm=auto. Then one run is repeated with each OpenBLAS kernel set this CPU
+can run (OPENBLAS_CORETYPE, run.gemm=openblas), whose blocking decides the
+BLAS line; and, in a build with oneDNN, configurations run with
+run.gemm=onednn (which auto runs wherever OpenBLAS's kernels are narrower than
+the cores) on the kernels oneDNN dispatches here and, on an AVX-512 CPU, also
+held to its AVX2 kernels (ONEDNN_MAX_CPU_ISA=AVX2, the kernels an AVX2-only CPU
+runs, whose memory differs: no brgemm, no packed B), each within 5% of its
+plan and not above it.
 """
 import json
 import os
@@ -138,9 +144,10 @@ with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(rd, "metrics.jsonl")) as f:
             last = [json.loads(ln) for ln in f if '"split": "train"' in ln][-1]
         ratio = maxrss / total
-        print("  %s: plan %.1f MiB (blas %.1f MiB, OpenBLAS %s, %d threads; tokenizer %.1f), peak "
+        print("  %s: plan %.1f MiB (%s %.1f MiB, OpenBLAS %s, %d threads; tokenizer %.1f), peak "
               "RSS %.1f MiB (wait4) / %.1f MiB (metrics), ratio %.3f, %.1f s" %
-              (label, total / MiB, pl.get("blas_bytes", 0) / MiB, pl.get("blas_core", "?"),
+              (label, total / MiB, pl.get("gemm", "?"), pl.get("blas_bytes", 0) / MiB,
+               pl.get("blas_core", "?"),
                pl["threads"], pl.get("tokenizer_bytes", 0) / MiB, maxrss / MiB,
                last["rss_peak_bytes"] / MiB, ratio,
                time.time() - t0), flush=True)
@@ -167,7 +174,8 @@ with tempfile.TemporaryDirectory() as tmp:
             print("skip: %s kernels (this CPU lacks %s)" % (core, " ".join(sorted(need - flags))))
             continue
         env = dict(os.environ, OPENBLAS_CORETYPE=core)
-        cfg = demo + big + ["train.batch_size=8", "train.recompute=full", "run.threads=2"]
+        cfg = demo + big + ["train.batch_size=8", "train.recompute=full", "run.threads=2",
+                            "run.gemm=openblas"]
         p = subprocess.run([CTRAIN, "plan", *cfg, "--json"], capture_output=True, text=True,
                            timeout=60, env=env)
         if not check(p.returncode == 0, "%s kernels: plan" % core):
@@ -192,6 +200,78 @@ with tempfile.TemporaryDirectory() as tmp:
         check(os.waitstatus_to_exitcode(status) == 0 and pl.get("blas_core") == core and
               0.95 <= ratio <= 1.0, "%s kernels: peak RSS within 5%% of the plan and not above "
               "it (ratio %.3f)" % (core, ratio))
+    # oneDNN, as auto runs it where OpenBLAS's kernels are narrower than the cores
+    p = subprocess.run([CTRAIN, "hw", "--json", "--no-bench"], capture_output=True, text=True,
+                       timeout=60)
+    hw = json.loads(p.stdout) if p.returncode == 0 else {}
+    isas = [None] + (["AVX2"] if {"avx512f", "avx512bw", "avx512vl"} <= flags else [])
+    if not hw.get("onednn_built"):
+        isas = []
+        print("skip: oneDNN (not in this build)")
+    # the small model (where the constants weigh most), the tight limit, and bf16
+    # GEMMs (native where the CPU has bf16 instructions, emulated elsewhere); held
+    # to AVX2, the small model and the 2048-row one (the gemm kernels' blocks)
+    bf16 = ("C=256 V=8192 B=8 T=256 light recompute, precision bf16 (emulated where not "
+            "native), 2 threads", CONFIGS[1][1] + ["train.precision=bf16",
+                                                   "debug.emulate_bf16=true"], None)
+    for isa in isas:
+        ONEDNN = [CONFIGS[0], CONFIGS[1]] if isa else [CONFIGS[0], CONFIGS[4], bf16]
+        env = dict(os.environ)
+        if isa:
+            env["ONEDNN_MAX_CPU_ISA"] = isa
+        for i, (label, cfg, limit_from) in enumerate(ONEDNN):
+            label = "oneDNN%s, %s" % (" held to " + isa if isa else "", label)
+            cfg = cfg + ["run.gemm=onednn"]
+            if limit_from:
+                p2 = subprocess.run([CTRAIN, "plan", *limit_from, "run.gemm=onednn", "--json"],
+                                    capture_output=True, text=True, timeout=60, env=env)
+                if not check(p2.returncode == 0, "%s: plan at B=2" % label):
+                    continue
+                limit = int(json.loads(p2.stdout)["total_bytes"] * 1.005)
+                cfg = cfg + ["run.memory_limit=%d" % limit]
+            p = subprocess.run([CTRAIN, "plan", *cfg, "--json"], capture_output=True, text=True,
+                               timeout=60, env=env)
+            if not check(p.returncode == 0, "%s: plan: %s" % (label, p.stderr.strip()[-200:])):
+                continue
+            pl = json.loads(p.stdout)
+            rd = os.path.join(tmp, "onednn%s_%d" % (isa or "", i))
+            with tempfile.TemporaryFile() as errf:
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        os.dup2(errf.fileno(), 2)
+                        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+                        os.execve(CTRAIN, [CTRAIN, "train", *cfg, "train.steps=2",
+                                           "schedule.warmup_steps=1", f"run.dir={rd}"], env)
+                    finally:
+                        os._exit(127)
+                _, status, ru = os.wait4(pid, 0)
+                errf.seek(0)
+                err = errf.read().decode("utf-8", "replace")
+            rc = os.waitstatus_to_exitcode(status)
+            if not check(rc == 0, "%s: trains: %s" % (label, err.strip()[-300:])):
+                continue
+            with open(os.path.join(rd, "metrics.jsonl")) as f:
+                last = [json.loads(ln) for ln in f if '"split": "train"' in ln][-1]
+            ratio = ru.ru_maxrss * 1024 / pl["total_bytes"]
+            print("  %s: plan %.1f MiB (gemm %.1f MiB: workspace %.1f, gemm kernels' blocks %.1f), "
+                  "peak RSS %.1f MiB, ratio %.3f" %
+                  (label, pl["total_bytes"] / MiB, pl.get("blas_bytes", 0) / MiB,
+                   pl.get("gemm_workspace_bytes", 0) / MiB, pl.get("gemm_driver_bytes", 0) / MiB,
+                   ru.ru_maxrss / 1024, ratio), flush=True)
+            # where oneDNN runs its gemm kernels (held to AVX2, or bf16 without bf16
+            # instructions) the plan counts their blocks twice, since glibc's heaps may
+            # keep as much again after them, or not, run to run: conservative there
+            kernels = bool(isa) or ("train.precision=bf16" in cfg and
+                                    not hw.get("bf16_precision_allowed"))
+            low = 0.90 if kernels else 0.95
+            check(pl.get("gemm") == "onednn" and low <= ratio <= 1.0,
+                  "%s: peak RSS within %d%% of the plan and not above it (ratio %.3f)" %
+                  (label, round(100 * (1 - low)), ratio))
+            same = abs(last["plan_bytes"] / pl["total_bytes"] - 1) <= 0.01
+            check(last["rss_peak_bytes"] <= pl["total_bytes"] and same,
+                  "%s: the steps' RSS under the plan, train's plan `ctrain plan`'s (%.1f vs %.1f "
+                  "MiB)" % (label, last["plan_bytes"] / MiB, pl["total_bytes"] / MiB))
 print("%.1f s" % (time.time() - t_start))
 print("%d failure(s)" % failures)
 sys.exit(1 if failures else 0)

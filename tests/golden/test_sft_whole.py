@@ -8,10 +8,16 @@ Exit status 0 when every check passes (or node or the tokenizers are missing: SK
 300 examples drawn with a fixed seed (prompt/completion and Alpaca with and without input),
 whose prompts end in every way a boundary can fall: "\\n", ":", a space (so the completion's
 first word and that space make one token), the middle of a word or a number, an emoji; and
-completions that start with a space, a newline, a letter, a digit, unicode. Each is prepared
-with GPT-2's and LLaMA's tokenizers and checked:
+completions that start with a space, a newline, a letter, a digit, unicode (and decomposed
+"cafe\u0301", which Qwen's NFC composes). Each is prepared with GPT-2's and LLaMA's tokenizers
+and with the real tokenizer.json of Llama 3.1, Qwen3 and Gemma 3 (@lenml/tokenizer-*), and checked:
   - the ids are the document token, the reference encoder's ids of prompt + completion as one
-    text (gpt-3-encoder, llama-tokenizer-js), and EOS;
+    text (gpt-3-encoder, llama-tokenizer-js, @lenml/tokenizers), and EOS (the tokenizer config's
+    eos_token: <|eot_id|>, <|im_end|>, <end_of_turn>). The document token is the BOS the
+    tokenizer puts before a text (LLaMA's <s>, Llama 3's <|begin_of_text|>, Gemma's <bos>: what
+    TRL's tokenizer(prompt + completion) starts with too), else <|endoftext|> (GPT-2, Qwen, which
+    add none: ctrain starts each document with it as plain prepare does; TRL has no token there);
+  - Qwen's tokens spell the text in NFC: offsets are compared in those bytes;
   - the mask (read from the .sft sidecar) counts exactly the tokens that end past the prompt's
     last byte, and EOS: it starts at the token holding the completion's first byte;
   - where encode(prompt) begins encode(prompt + completion), the mask is TRL's: the first
@@ -55,7 +61,7 @@ def check(ok, what, detail=""):
     return ok
 
 
-WORDS = ["vehicle", "Paris", "answer", "the", "quick", "brown", "fox", "jumps", "über", "naïve", "東京", "😀",
+WORDS = ["vehicle", "Paris", "answer", "the", "quick", "brown", "fox", "jumps", "über", "naïve", "東京", "😀", "cafe\u0301",
          "12", "345", "3.14", "hello", "world", "don't", "it's", "co-operate", "e-mail", "x", "I", "a"]
 PROMPT_ENDS = ["?\n", ":", ": ", " ", "\n\n", "\n### Response:\n", "Answer:", "=", "(", "\t", "",
                " wor", "12", "hel", "😀", "ü", " -", "'", "\"", "."]
@@ -100,9 +106,8 @@ def run(ctrain, tmp, tok, exs):
         return
     got = F.read_examples(out)
     pairs = [split(ex) for ex in exs]
-    wholes = tok.encode([p + c for p, c in pairs])
-    prompts = tok.encode([p for p, _ in pairs])
-    comps = tok.encode([c for _, c in pairs])
+    enc = tok.encode([p + c for p, c in pairs] + [p for p, _ in pairs] + [c for _, c in pairs])  # one load
+    wholes, prompts, comps = enc[:len(pairs)], enc[len(pairs):2 * len(pairs)], enc[2 * len(pairs):]
     bad_ids = bad_mask = bad_trl = straddle = context = changed = trl_differs = 0
     for i, ((pr, co), g, ids, pids, cids) in enumerate(zip(pairs, got, wholes, prompts, comps)):
         want_ids = [tok.doc] + ids + [tok.eos]
@@ -112,7 +117,8 @@ def run(ctrain, tmp, tok, exs):
                 check(False, "%s example %d: ids = document token + encode(prompt + completion) + EOS" % (tok.name, i),
                       "%r + %r\n  got  %s\n  want %s" % (pr, co, g[0], want_ids))
             continue
-        st, pn = tok.offsets(ids, (pr + co).encode()), len(pr.encode())
+        # in the bytes the tokens spell: Qwen's tokens spell NFC(text) ("cafe\u0301" -> "café")
+        st, pn = tok.offsets(ids, tok.norm(pr + co).encode()), tok.norm_at(pr + co, len(pr.encode()))
         mask = [0] + [int(st[k + 1] > pn or st[k] == st[k + 1] >= pn) for k in range(len(ids))] + [1]
         if g[1] != mask:
             bad_mask += 1
@@ -136,7 +142,7 @@ def run(ctrain, tmp, tok, exs):
             changed += 1
     ok = len(got) == len(exs) and bad_ids == bad_mask == bad_trl == 0
     check(ok, "%s: %d examples: ids as %s gives them for the whole text, masks from the completion's first byte, "
-          "TRL's mask wherever no token straddles" % (tok.name, len(exs), tok.driver.split("/")[-1]),
+          "TRL's mask wherever no token straddles" % (tok.name, len(exs), tok.ref),
           "%d examples read, %d id / %d mask / %d TRL mismatches" % (len(got), bad_ids, bad_mask, bad_trl))
     print("%s: %d examples, %d id mismatches, %d mask mismatches; %d with a token straddling the boundary, %d whose "
           "prompt ends in other tokens before the completion than alone; %d masks differ from TRL's "
@@ -158,8 +164,14 @@ def main():
         toks.append(F.Tok("gpt2"))
     if os.path.exists(F.LLAMA_JSON):
         toks.append(F.Tok("llama"))
+    if os.path.exists(os.path.join(F.ROOT, "deps", "npm", "node_modules", "@lenml", "tokenizers", "package.json")):
+        for f in F.FAMILIES:
+            if os.path.exists(os.path.join(F.family_dir(f), "tokenizer.json")):
+                toks.append(F.Tok(f))
+    if len(toks) < 2 + len(F.FAMILIES):
+        print("SKIP (partly): data/gpt2-tokenizer, data/llama-tokenizer or @lenml/tokenizer-{llama3_1,qwen3,gemma3} "
+              "missing (scripts/fetch_data.sh)")
     if not toks:
-        print("SKIP: data/gpt2-tokenizer and data/llama-tokenizer missing (scripts/fetch_data.sh)")
         return 0
     rng = random.Random(33)
     exs = [example(rng) for _ in range(N)]

@@ -1,8 +1,10 @@
 /*
  * The CUDA backend's tiled attention kernels (src/backend/cuda/
- * cuda_attention_tiled.cuh) and its column sums (cuda_colsum.cuh) run on the
- * CPU: each CUDA thread of a block is a
- * POSIX thread, __shared__ arrays are the kernel's statics (one block runs at
+ * cuda_attention_tiled.cuh), its tensor-core flash attention
+ * (cuda_attention_wmma.cuh, WMMA calls done here with plain loops in a
+ * scrambled fragment layout), its embedding backward (cuda_encoder_bwd.cuh)
+ * and its column sums (cuda_colsum.cuh) run on the CPU: each CUDA thread of a
+ * block is a POSIX thread, __shared__ arrays are the kernel's statics (one block runs at
  * a time), __syncthreads is a barrier. That checks what can go wrong without
  * a GPU in sight — the index arithmetic, the causal and packed-row masks, the
  * tile loops and their ragged ends, the barriers' placement (a thread that
@@ -12,7 +14,11 @@
  * what only a GPU shows (timing, memory coalescing, launch limits): the gpu_*
  * tests do that on one. The column sums (a bias's, LayerNorm's and RMSNorm's
  * parameter gradients) are checked against one double sum over the rows, as
- * ref sums them, for row counts around the chunk count.
+ * ref sums them, for row counts around the chunk count. The flash kernels are
+ * held to the double reference on bf16-rounded inputs within bf16's own error
+ * (head sizes 64 and 128, GQA, packed rows); the embedding backward must equal
+ * ref's loop bit for bit (long runs of one token, several merge passes,
+ * packed positions).
  *
  * usage: cuda_emu   (exit 0: every check passed)
  */
@@ -24,6 +30,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 /* ------------------------------------------------------------ the CUDA shim */
@@ -38,26 +45,204 @@ static inline float4 make_float4(float a, float b, float c, float d) { return {a
 static thread_local dim3 threadIdx, blockIdx;
 static dim3 blockDim, gridDim;
 static pthread_barrier_t g_bar;
-static inline void __syncthreads() { pthread_barrier_wait(&g_bar); }
+static bool g_serial = false; /* launch_serial: the block's threads one after another */
+static void emu_die(const char *what);
+static inline void __syncthreads() {
+    if (g_serial) emu_die("__syncthreads in a kernel launched serially");
+    pthread_barrier_wait(&g_bar);
+}
 using std::max;
 using std::min;
 #define __global__
 #define __device__
+#define __host__
 #define __launch_bounds__(n)
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 
+static void emu_die(const char *what) {
+    fprintf(stderr, "cuda_emu: %s\n", what);
+    abort();
+}
+
+/* Warps: a barrier per warp for __syncwarp (a warp of a block whose size is
+ * not a multiple of 32 has fewer threads), and __shfl_xor_sync through a
+ * slot per lane between two of them. */
+#define EMU_WARPS 32
+static pthread_barrier_t g_warp_bar[EMU_WARPS];
+static float g_shfl[EMU_WARPS][32];
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    (void)mask;
+    pthread_barrier_wait(&g_warp_bar[threadIdx.x / 32]);
+}
+static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+    unsigned w = threadIdx.x / 32, l = threadIdx.x % 32;
+    g_shfl[w][l] = v;
+    __syncwarp(mask);
+    float r = g_shfl[w][l ^ (unsigned)lane_mask];
+    __syncwarp(mask);
+    return r;
+}
+
+/* bf16: core/dtype.c's rounding (nearest even, NaN kept quiet), as
+ * __float2bfloat16_rn rounds. */
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+struct __nv_bfloat162 {
+    __nv_bfloat16 x, y;
+};
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    if ((u & 0x7fffffffu) > 0x7f800000u) r = (u >> 16) | 0x0040u;
+    return {(uint16_t)r};
+}
+static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+    return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)};
+}
+static inline float bf16_float(__nv_bfloat16 b) {
+    uint32_t u = (uint32_t)b.bits << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline float bf16_round(float f) { return bf16_float(__float2bfloat16_rn(f)); }
+
+/* WMMA, 16 x 16 x 16, with plain loops. Its fragment layout is unspecified;
+ * here every lane holds the whole tile (num_elements 256), element e being
+ * entry emu_slot(e) of the row-major tile, a scrambled order, so a kernel
+ * that assumed some layout reads the wrong entries. Loads and mma_sync run
+ * in every lane; store_matrix_sync writes from lane 0 only, so a lane that
+ * reads what it stored without a __syncwarp between races, as on a GPU.
+ * Pointers must be 32-byte aligned and ldm a multiple of 16 bytes (what
+ * the hardware requires): anything else aborts. */
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+static inline int emu_slot(int e) { return (e * 97 + 13) & 255; }
+template <typename Use, int M, int N, int K, typename T, typename L = void> struct fragment {
+    static_assert(M == 16 && N == 16 && K == 16, "the emulation has 16 x 16 x 16 only");
+    enum { num_elements = 256 };
+    T x[256];
+};
+static inline float emu_f(float v) { return v; }
+static inline float emu_f(__nv_bfloat16 v) { return bf16_float(v); }
+static inline void emu_check(const void *p, unsigned ldm, size_t elem) {
+    if ((uintptr_t)p % 32) emu_die("wmma: pointer not 256-bit aligned");
+    if (ldm * elem % 16) emu_die("wmma: ldm not a multiple of 16 bytes");
+}
+/* matrix_a (m, k) / matrix_b (k, n): entry (r, c) at p[r*ldm + c] row-major */
+template <typename U, typename L, typename T>
+static void load_matrix_sync(fragment<U, 16, 16, 16, T, L> &f, const T *p, unsigned ldm) {
+    emu_check(p, ldm, sizeof(T));
+    bool row = std::is_same<L, row_major>::value;
+    for (int e = 0; e < 256; e++) {
+        int s = emu_slot(e), r = s / 16, c = s % 16;
+        f.x[e] = row ? p[r * ldm + c] : p[c * ldm + r];
+    }
+}
+static void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
+                             unsigned ldm, layout_t l) {
+    emu_check(p, ldm, 4);
+    for (int e = 0; e < 256; e++) {
+        int s = emu_slot(e), r = s / 16, c = s % 16;
+        f.x[e] = l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
+    }
+}
+static void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
+                              unsigned ldm, layout_t l) {
+    emu_check(p, ldm, 4);
+    if (threadIdx.x % 32) return;
+    for (int e = 0; e < 256; e++) {
+        int s = emu_slot(e), r = s / 16, c = s % 16;
+        (l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[e];
+    }
+}
+template <typename U, typename T, typename L>
+static void fill_fragment(fragment<U, 16, 16, 16, T, L> &f, float v) {
+    for (int e = 0; e < 256; e++) f.x[e] = v;
+}
+/* d = a b + c, products exact (bf16 x bf16 fits a float), sums in fp32 */
+template <typename LA, typename LB>
+static void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+                     const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
+                     const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
+                     const fragment<accumulator, 16, 16, 16, float> &c) {
+    float A[256], Bm[256], Cm[256];
+    for (int e = 0; e < 256; e++) {
+        A[emu_slot(e)] = emu_f(a.x[e]);
+        Bm[emu_slot(e)] = emu_f(b.x[e]);
+        Cm[emu_slot(e)] = c.x[e];
+    }
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 16; n++) {
+            float acc = Cm[r * 16 + n];
+            for (int k = 0; k < 16; k++) acc += A[r * 16 + k] * Bm[k * 16 + n];
+            Cm[r * 16 + n] = acc;
+        }
+    for (int e = 0; e < 256; e++) d.x[e] = Cm[emu_slot(e)];
+}
+} // namespace wmma
+} // namespace nvcuda
+
+/* The dynamic shared memory of the kernels that take it (one block runs at a
+ * time): its first g_smem_fill bytes (the kernel's size) are refilled with
+ * 0xff (NaN as a float or a bf16) before every block, so a read of what the
+ * block never wrote shows; the rest holds a canary that a write past the
+ * kernel's size breaks (checked after every block). */
+alignas(128) static unsigned char g_smem[160 * 1024];
+static size_t g_smem_fill = 0; /* the kernel's bytes; 0: no dynamic shared memory */
+static void smem_prepare() {
+    memset(g_smem, 0xff, g_smem_fill);
+    memset(g_smem + g_smem_fill, 0xa5, sizeof g_smem - g_smem_fill);
+}
+static void smem_check() {
+    for (size_t k = g_smem_fill; k < sizeof g_smem; k++)
+        if (g_smem[k] != 0xa5) emu_die("a write past the kernel's dynamic shared memory");
+}
+
 #include "backend/cuda/cuda_attention_tiled.cuh"
+#include "backend/cuda/cuda_attention_wmma.cuh"
 #include "backend/cuda/cuda_colsum.cuh"
+#include "backend/cuda/cuda_encoder_bwd.cuh"
+
+/* Runs a kernel without barriers over grid x block on this thread, the
+ * block's threads one after another (much faster than a thread each). */
+template <typename F> static void launch_serial(dim3 grid, unsigned block, F kernel) {
+    gridDim = grid;
+    blockDim = dim3(block);
+    g_serial = true;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++)
+                for (unsigned t = 0; t < block; t++) {
+                    blockIdx = dim3(x, y, z);
+                    threadIdx = dim3(t);
+                    kernel();
+                }
+    g_serial = false;
+}
 
 /* Runs kernel over grid x block, one block at a time, a thread per CUDA thread. */
 template <typename F> static void launch(dim3 grid, unsigned block, F kernel) {
     gridDim = grid;
     blockDim = dim3(block);
     pthread_barrier_init(&g_bar, NULL, block);
+    unsigned warps = (block + 31) / 32;
+    if (warps > EMU_WARPS) emu_die("block over 1024 threads");
+    for (unsigned w = 0; w < warps; w++)
+        pthread_barrier_init(&g_warp_bar[w], NULL, std::min(32u, block - 32 * w));
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
+                if (g_smem_fill) smem_prepare();
                 std::vector<pthread_t> th(block);
                 struct arg {
                     F *k;
@@ -78,8 +263,10 @@ template <typename F> static void launch(dim3 grid, unsigned block, F kernel) {
                                    &args[t]);
                 }
                 for (unsigned t = 0; t < block; t++) pthread_join(th[t], NULL);
+                if (g_smem_fill) smem_check();
             }
     pthread_barrier_destroy(&g_bar);
+    for (unsigned w = 0; w < warps; w++) pthread_barrier_destroy(&g_warp_bar[w]);
 }
 
 /* ------------------------------------------------------------ the reference */
@@ -223,6 +410,73 @@ template <int HS> static void check(const shape &s) {
     fails += !ok;
 }
 
+/* The tensor-core flash attention (cuda_attention_wmma.cuh) against the
+ * double reference on the same bf16-rounded q, k, v and dout: what remains
+ * is the kernels' own rounding (P and dS to bf16, fp32 sums), held to
+ * tolerances in units of bf16's unit roundoff u = 2^-9 (see main). The
+ * error against the unrounded inputs is printed too (all of bf16's cost). */
+static const double BF16_U = 1.0 / 512.0;
+template <int HS> static void check_fa(const shape &s) {
+    int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV;
+    size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS;
+    std::vector<float> qkv((size_t)B * T * W), R((size_t)B * T * C);
+    for (auto &x : qkv) x = 2.0f * frand();
+    for (auto &x : R) x = frand();
+    std::vector<float> qkv16(qkv), R16(R);
+    for (auto &x : qkv16) x = bf16_round(x);
+    for (auto &x : R16) x = bf16_round(x);
+    std::vector<int32_t> pos;
+    if (!s.lens.empty()) pos = positions(s);
+    const int32_t *pp = pos.empty() ? NULL : pos.data();
+    std::vector<double> out_d, lse_d, dqkv_d, out_x, lse_x, dqkv_x;
+    reference(s, qkv16.data(), pp, R16.data(), out_d, lse_d, dqkv_d);
+    reference(s, qkv.data(), pp, R.data(), out_x, lse_x, dqkv_x);
+
+    std::vector<float> out((size_t)B * T * C, NAN), lse((size_t)B * NH * T, NAN);
+    float *o = out.data(), *ls = lse.data();
+    const float *x = qkv.data();
+    unsigned char *sm = g_smem;
+    if (std::max(fa_fwd_smem(HS), std::max(fa_dq_smem(HS), fa_dkv_smem(HS))) > sizeof g_smem)
+        emu_die("shared memory over the emulation's");
+    g_smem_fill = fa_fwd_smem(HS);
+    launch(dim3((T + FA_BQ - 1) / FA_BQ, NH, B), FA_THREADS,
+           [=]() { fa_fwd_body<HS>(sm, o, ls, x, pp, T, NH, NKV); });
+    /* D from the fp32 dout and the kernel's out, as cuda_attention_D forms it */
+    std::vector<double> D((size_t)B * NH * T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                double d = 0;
+                for (int e = 0; e < HS; e++) {
+                    size_t k = ((size_t)b * T + i) * C + (size_t)h * HS + e;
+                    d += (double)R[k] * out[k];
+                }
+                D[((size_t)b * NH + h) * T + i] = d;
+            }
+    const float pre = 0.25f;
+    std::vector<float> dqkv((size_t)B * T * W, pre);
+    float *dx = dqkv.data();
+    const float *r = R.data();
+    const double *dd = D.data();
+    g_smem_fill = fa_dq_smem(HS);
+    launch(dim3((T + FA_BQ - 1) / FA_BQ, NH, B), FA_THREADS,
+           [=]() { fa_dq_body<HS>(sm, dx, r, x, ls, dd, pp, T, NH, NKV); });
+    g_smem_fill = fa_dkv_smem(HS);
+    launch(dim3((T + FA_BK - 1) / FA_BK, NKV, B), FA_THREADS,
+           [=]() { fa_dkv_body<HS>(sm, dx, r, x, ls, dd, pp, T, NH, NKV); });
+    g_smem_fill = 0;
+
+    double e_out = err(out.data(), out_d), e_lse = err(lse.data(), lse_d);
+    double e_dq = err(dqkv.data(), dqkv_d, pre);
+    double x_out = err(out.data(), out_x), x_dq = err(dqkv.data(), dqkv_x, pre);
+    bool ok = e_out < 2 * BF16_U && e_lse < 1e-5 && e_dq < 4 * BF16_U;
+    printf("%s wmma B=%d T=%d NH=%d NKV=%d HS=%d%s: out %.2g, lse %.2g, dqkv %.2g "
+           "(vs fp32 inputs: out %.2g, dqkv %.2g)\n",
+           ok ? "ok  " : "FAIL", B, T, NH, NKV, HS, pp ? " packed" : "", e_out, e_lse, e_dq, x_out,
+           x_dq);
+    fails += !ok;
+}
+
 /* The two-pass column sums of one kind against ref's terms summed in double. */
 static void check_colsum(int kind, int N, int C) {
     std::vector<float> dout((size_t)N * C), inp((size_t)N * C), mean(N), rstd(N);
@@ -271,6 +525,65 @@ static void check_colsum(int kind, int N, int C) {
     fails += !ok;
 }
 
+/* The embedding backward (cuda_encoder_bwd.cuh) as the backend launches it,
+ * against ref's loop: equal bit for bit (the same additions in the same
+ * order). V small gives long runs of one token; lens packs rows. */
+static void check_encoder(int B, int T, int C, int V, const std::vector<int> &lens,
+                          bool with_wpe) {
+    int N = B * T, maxT = T + 3;
+    std::vector<int32_t> inp(N), pos;
+    for (auto &x : inp) x = (int32_t)((frand() + 1.0f) * 0.5f * V) % V;
+    if (N > 100) inp[N / 2] = V - 1, inp[N / 3] = 0; /* both ends of the id range */
+    if (!lens.empty()) pos = positions({B, T, 1, 1, 1, lens});
+    std::vector<float> dout((size_t)N * C), wte((size_t)V * C), wpe((size_t)maxT * C);
+    for (auto &x : dout) x = frand();
+    for (auto &x : wte) x = frand();
+    for (auto &x : wpe) x = frand();
+    std::vector<float> want_te(wte), want_pe(wpe); /* ref's loop */
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            want_te[(size_t)inp[n] * C + c] += dout[(size_t)n * C + c];
+            if (with_wpe)
+                want_pe[(size_t)(pos.empty() ? n % T : pos[n]) * C + c] += dout[(size_t)n * C + c];
+        }
+    std::vector<uint64_t> ws(2 * (size_t)N, ~(uint64_t)0);
+    float *dte = wte.data(), *dpe = wpe.data();
+    const float *d = dout.data();
+    /* enc_sort and enc_runs of cuda_kernels.cu */
+    auto sort = [&](const int32_t *values) -> const uint64_t * {
+        uint64_t *a = ws.data(), *b = ws.data() + N;
+        launch(dim3((N + ENC_CHUNK - 1) / ENC_CHUNK), ENC_SORT_THREADS,
+               [=]() { k_enc_sort_chunk(a, values, N); });
+        for (int w = ENC_CHUNK; w < N; w = w > N / 2 ? N : 2 * w) {
+            launch_serial(dim3((N + ENC_MERGE_THREADS - 1) / ENC_MERGE_THREADS),
+                          ENC_MERGE_THREADS, [=]() { k_enc_merge(b, a, N, w); });
+            std::swap(a, b);
+        }
+        return a;
+    };
+    auto runs = [&](float *dw, const uint64_t *keys) {
+        int per = enc_run_per(N);
+        launch_serial(dim3((C + ENC_SUM_THREADS - 1) / ENC_SUM_THREADS, (N + per - 1) / per),
+                      ENC_SUM_THREADS, [=]() { k_enc_run_sum(dw, d, keys, N, C, per); });
+    };
+    const uint64_t *keys = sort(inp.data());
+    bool sorted = true;
+    for (int k = 0; k < N; k++) /* every (id, row) once, in order */
+        sorted &= k == 0 || keys[k - 1] < keys[k];
+    runs(dte, keys);
+    if (with_wpe && !pos.empty()) {
+        runs(dpe, sort(pos.data()));
+    } else if (with_wpe) {
+        launch_serial(dim3(4), 64, [=]() { k_enc_pos_sum(dpe, d, B, T, C); });
+    }
+    bool ok = sorted && !memcmp(wte.data(), want_te.data(), wte.size() * 4) &&
+              !memcmp(wpe.data(), want_pe.data(), wpe.size() * 4);
+    printf("%s embedding backward B=%d T=%d C=%d V=%d%s%s: %s\n", ok ? "ok  " : "FAIL", B, T, C,
+           V, lens.empty() ? "" : " packed", with_wpe ? " +wpe" : "",
+           ok ? "equal to ref's bits" : sorted ? "differs from ref" : "keys not sorted");
+    fails += !ok;
+}
+
 int main(void) {
     check<64>({2, 150, 4, 2, 64, {}});                // GQA, ragged last tiles
     check<64>({1, 64, 2, 2, 64, {}});                 // exactly one query tile
@@ -278,6 +591,17 @@ int main(void) {
     check<64>({2, 130, 2, 2, 64, {1, 40, 3, 70, 17}}); // packed: key tiles skipped, length 1
     check<32>({3, 70, 4, 2, 32, {3, 1, 17, 1, 1, 9, 30}});
     check<32>({1, 5, 1, 1, 32, {}});                  // fewer rows than a tile
+    check_fa<64>({2, 150, 4, 2, 64, {}});                  // GQA, ragged last tiles
+    check_fa<128>({1, 130, 2, 1, 128, {}});                // multi-query, head size 128
+    check_fa<64>({2, 130, 2, 2, 64, {1, 40, 3, 70, 17}});  // packed, length-1 examples
+    check_fa<128>({1, 200, 4, 2, 128, {3, 1, 17, 1, 1, 9, 150}}); // packed across tiles
+    check_fa<64>({1, 5, 1, 1, 64, {}});                    // fewer rows than a tile
+    check_fa<128>({1, 64, 2, 2, 128, {}});                 // exactly one tile
+    check_encoder(1, 1, 3, 5, {}, true);              // one row
+    check_encoder(2, 700, 20, 7, {}, true);           // long runs, one merge pass
+    check_encoder(5, 1000, 6, 50257, {}, false);      // 5 chunks: three merge passes
+    check_encoder(3, 900, 9, 300, {1, 40, 3, 700}, true); // packed positions sorted too
+    check_encoder(1, 130, 130, 11, {}, true);         // two column tiles
     const int rows[] = {1, 5, 63, 64, 65, 1000};
     for (int kind = 0; kind < 3; kind++)
         for (int n : rows) check_colsum(kind, n, n == 1000 ? 130 : 7);

@@ -13,7 +13,10 @@
  * GQA against MHA over repeated KV heads, AdamW against torch's formula over 3
  * steps. Then every backend under test against ref on odd shapes, attention
  * also on several tile shapes, on head sizes that fall back to ref, and for
- * determinism. CT_TEST_VERBOSE=1 prints every measured error.
+ * determinism. Precision bf16's attention entries, on the backends that have
+ * them (cuda's tensor-core kernels: a GPU run), against the double formula
+ * over bf16-rounded inputs, whose analytic backward is checked against finite
+ * differences everywhere. CT_TEST_VERBOSE=1 prints every measured error.
  */
 #include <math.h>
 #include <stdint.h>
@@ -21,6 +24,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/dtype.h"
 #include "ct_test.h"
 #include "ctrain/core.h"
 #include "ctrain/model.h"
@@ -762,6 +766,137 @@ static void test_attention_drop_rows(int B, int T, int NH, int NKV, int HS, cons
     pool_free();
 }
 
+/* The gradient of sum(out * R) with respect to qkv in double, analytically
+ * (no dropout): P the softmax row, dP = R v^T, D = rowsum(R o out), dS =
+ * P (dP - D) / sqrt(HS); dq = dS k, dk = dS^T q, dv = P^T R. Writes dqkv. */
+static void att_bwd_d(double *dqkv, const att_ctx *a) {
+    int W = (a->NH + 2 * a->NKV) * a->HS, C = a->NH * a->HS, group = a->NH / a->NKV;
+    double sc = 1.0 / sqrt((double)a->HS);
+    double *p = malloc((size_t)a->T * sizeof *p), *o = malloc((size_t)a->HS * sizeof *o);
+    memset(dqkv, 0, (size_t)a->B * a->T * W * sizeof *dqkv);
+    for (int b = 0; b < a->B; b++)
+        for (int h = 0; h < a->NH; h++) {
+            int ko = C + (h / group) * a->HS, vo = ko + a->NKV * a->HS;
+            for (int t = 0; t < a->T; t++) {
+                size_t rt = (size_t)b * a->T + t;
+                const double *q = a->qkv + rt * W + h * a->HS, *r = a->R + rt * C + h * a->HS;
+                int j0 = a->pos ? t - a->pos[rt] : 0;
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = j0; j <= t; j++) {
+                    p[j] = dot_d(q, a->qkv + ((size_t)b * a->T + j) * W + ko, a->HS) * sc;
+                    if (p[j] > mx) mx = p[j];
+                }
+                for (int j = j0; j <= t; j++) sum += (p[j] = exp(p[j] - mx));
+                for (int d = 0; d < a->HS; d++) o[d] = 0.0;
+                for (int j = j0; j <= t; j++) {
+                    p[j] /= sum;
+                    const double *v = a->qkv + ((size_t)b * a->T + j) * W + vo;
+                    for (int d = 0; d < a->HS; d++) o[d] += p[j] * v[d];
+                }
+                double D = dot_d(r, o, a->HS);
+                for (int j = j0; j <= t; j++) {
+                    size_t rj = (size_t)b * a->T + j;
+                    double ds = p[j] * (dot_d(r, a->qkv + rj * W + vo, a->HS) - D) * sc;
+                    for (int d = 0; d < a->HS; d++) {
+                        dqkv[rt * W + h * a->HS + d] += ds * a->qkv[rj * W + ko + d];
+                        dqkv[rj * W + ko + d] += ds * q[d];
+                        dqkv[rj * W + vo + d] += p[j] * r[d];
+                    }
+                }
+            }
+        }
+    free(p);
+    free(o);
+}
+
+/* The double backward above is the derivative of att_d: finite differences
+ * agree (it is the truth of test_attention_bf16; runs on every machine). */
+static void test_att_bwd_d(int B, int T, int NH, int NKV, int HS, const int32_t *pos) {
+    int C = NH * HS, W = (NH + 2 * NKV) * HS;
+    size_t nqkv = (size_t)B * T * W, nout = (size_t)B * T * C;
+    att_ctx a = {to_double(frand(nqkv, 1.5f), nqkv), to_double(frand(nout, 1.0f), nout), pos, B,
+                 T, NH, NKV, HS, NULL};
+    double *g = dalloc(nqkv), *want = dalloc(nqkv);
+    fd_grad(want, a.qkv, nqkv, att_loss, &a);
+    att_bwd_d(g, &a);
+    float *gf = falloc(nqkv);
+    for (size_t i = 0; i < nqkv; i++) gf[i] = (float)g[i];
+    CHECK_CLOSE_D(pos ? "attention double backward (packed) vs FD" : "attention double backward vs FD",
+                  gf, want, nqkv, TOL_FD);
+    pool_free();
+}
+
+/* Precision bf16's attention entries (attention_forward_bf16 / _backward_bf16;
+ * backend.h) on the backends that have them (cuda): their contract is either
+ * the double formula over bf16-rounded q, k, v and dout within bf16's own
+ * error (the tensor-core kernels: P and dS rounded to bf16, fp32 sums; out
+ * within 2u, dqkv within 4u of the largest entry, u = 2^-9, lse 1e-5; the
+ * bounds tests/gpu/cuda_emu.cpp holds the same kernels to on the CPU), or
+ * the fp32 entries' exact results where the fast path does not take the call.
+ * With CT_TEST_TENSOR_CORES=1 (a GPU with bf16 tensor cores: the GPU check)
+ * the first is required at head sizes 64 and 128. Backends without the
+ * entries (the model then calls the fp32 ones) are tested by the cases above.
+ * lens: packed rows, or NULL. */
+static void test_attention_bf16(int B, int T, int NH, int NKV, int HS, const int *lens,
+                                int nlens) {
+    int any = 0;
+    FOR_TESTED(be) any |= be->i->attention_forward_bf16 && be->i->attention_backward_bf16;
+    if (!any) return;
+    const double u = 1.0 / 512.0;
+    const char *tc = getenv("CT_TEST_TENSOR_CORES");
+    int need_tc = tc && !strcmp(tc, "1") && (HS == 64 || HS == 128);
+    int C = NH * HS, W = (NH + 2 * NKV) * HS;
+    size_t rows = (size_t)B * T, nqkv = rows * W, nout = rows * C, NL = (size_t)B * NH * T;
+    const int32_t *pos = lens ? pos_packed(B, T, lens, nlens) : NULL;
+    float *qkv = frand(nqkv, 2.0f), *R = frand(nout, 1.0f);
+    float *qkv16 = falloc(nqkv), *R16 = falloc(nout);
+    ct_f32_round_bf16_array(qkv16, qkv, nqkv);
+    ct_f32_round_bf16_array(R16, R, nout);
+    att_ctx a16 = {to_double(qkv16, nqkv), to_double(R16, nout), pos, B, T, NH, NKV, HS, NULL};
+    att_ctx a32 = {to_double(qkv, nqkv), to_double(R, nout), pos, B, T, NH, NKV, HS, NULL};
+    double *o16 = dalloc(nout), *l16 = dalloc(NL), *g16 = dalloc(nqkv);
+    double *o32 = dalloc(nout), *l32 = dalloc(NL), *g32 = dalloc(nqkv);
+    att_d(o16, l16, &a16);
+    att_bwd_d(g16, &a16);
+    att_d(o32, l32, &a32);
+    att_bwd_d(g32, &a32);
+    char what[128];
+    FOR_TESTED(be) {
+        if (!be->i->attention_forward_bf16 || !be->i->attention_backward_bf16) continue;
+        karg f[] = {ARG(ffill(nout, NAN), nout), ARG(ffill(NL, NAN), NL), ARG(qkv, nqkv),
+                    ARG(pos, rows)};
+        RUN(be, f, be->i->attention_forward_bf16(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, NULL,
+                                                 B, T, NH, NKV, HS));
+        karg bw[] = {ARG(ffill(nqkv, 0.5f), nqkv), ARG(R, nout), ARG(qkv, nqkv),
+                     ARG(f[0].got, nout), ARG(f[1].got, NL), ARG(pos, rows)};
+        RUN(be, bw, be->i->attention_backward_bf16(be, bw[0].dev, bw[1].dev, bw[2].dev,
+                                                   bw[3].dev, bw[4].dev, bw[5].dev, NULL, B, T,
+                                                   NH, NKV, HS));
+        float *dq = fsub(bw[0].got, 0.5f, nqkv);
+        double e16[3] = {rel_err(f[0].got, o16, nout, NULL), rel_err(f[1].got, l16, NL, NULL),
+                         rel_err(dq, g16, nqkv, NULL)};
+        double e32[3] = {rel_err(f[0].got, o32, nout, NULL), rel_err(f[1].got, l32, NL, NULL),
+                         rel_err(dq, g32, nqkv, NULL)};
+        int bf16_ok = e16[0] <= 2 * u && e16[1] <= 1e-5 && e16[2] <= 4 * u;
+        int fp32_ok = e32[0] <= TOL_EXACT && e32[1] <= TOL_EXACT && e32[2] <= TOL_FD;
+        snprintf(what, sizeof what, "attention_bf16 B=%d T=%d NH=%d NKV=%d HS=%d%s", B, T, NH,
+                 NKV, HS, pos ? " packed" : "");
+        if (verbose)
+            printf("  %-50s vs rounded inputs: out %.2e lse %.2e dqkv %.2e; vs fp32: out %.2e "
+                   "lse %.2e dqkv %.2e (%s)\n",
+                   label(be, what), e16[0], e16[1], e16[2], e32[0], e32[1], e32[2],
+                   fp32_ok ? "fp32 kernels" : "bf16 kernels");
+        CHECK_MSG(bf16_ok || (fp32_ok && !need_tc),
+                  "%s: vs the double formula on bf16 inputs out %.3g (tol %.3g) lse %.3g (1e-5) "
+                  "dqkv %.3g (tol %.3g); vs fp32 out %.3g lse %.3g dqkv %.3g%s",
+                  label(be, what), e16[0], 2 * u, e16[1], e16[2], 4 * u, e32[0], e32[1], e32[2],
+                  need_tc ? " (CT_TEST_TENSOR_CORES=1: the tensor-core kernels must run)" : "");
+        CHECK_MSG(!need_tc || !fp32_ok, "%s: the fp32 kernels ran (CT_TEST_TENSOR_CORES=1)",
+                  label(be, what));
+    }
+    pool_free();
+}
+
 /* The dropout of the dropout cases: p = 0.3, rows from 5 on. */
 static const ct_attn_dropout att_drop03 = {0.3f, 0x9E3779B97F4A7C15ull, 5};
 
@@ -951,6 +1086,17 @@ int main(void) {
     test_repeat_kv(2, 9, 4, 2, 4, &att_drop03);
     test_attention_drop_rows(3, 20, 2, 1, 8, NULL, 0);
     test_attention_drop_rows(2, 300, 2, 2, 64, pack_lens, PACK_N); // tiles, packed
+    // precision bf16's attention: its double truth, then the backends that have it
+    test_att_bwd_d(2, 6, 4, 2, 3, NULL);
+    {
+        const int lens[] = {3, 1, 1, 4, 2};
+        test_att_bwd_d(3, 8, 4, 2, 3, pos_packed(3, 8, lens, 5));
+    }
+    test_attention_bf16(2, 150, 4, 2, 64, NULL, 0);      // GQA, ragged last tiles
+    test_attention_bf16(1, 130, 2, 1, 128, NULL, 0);     // multi-query, head size 128
+    test_attention_bf16(2, 300, 2, 2, 64, pack_lens, PACK_N);      // packed, tiles skipped
+    test_attention_bf16(1, 200, 4, 2, 128, pack_lens + 3, PACK_N - 3);
+    test_attention_bf16(2, 150, 2, 2, 32, NULL, 0);      // head size 32: the fp32 kernels
     test_adamw(1003);
 
     if (verbose) printf("backends vs ref:\n");

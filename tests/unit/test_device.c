@@ -115,14 +115,16 @@ static void test_cuda_ws(void) {
     ct_model_opts o = ct_model_opts_default();
     size_t att = 2 * 4 * 32 * sizeof(double);
     size_t col = 2 * 64 * 256 * sizeof(double); /* 64 chunks, the MLP's 4C = 256 columns */
-    CHECK(ct_run_plan_cuda_ws(&c, 2, 32, &o, NULL) == att + col);
+    size_t enc = 2 * 64 * sizeof(uint64_t);     /* the embedding backward's sort keys */
+    CHECK(ct_run_plan_cuda_ws(&c, 2, 32, &o, NULL) == att + col + enc);
     /* bf16: the largest fp32 GEMM operand, the head's dlogits chunk (64 x 1000) */
     o.precision = CT_PREC_BF16;
-    CHECK(ct_run_plan_cuda_ws(&c, 2, 32, &o, NULL) == 64 * 1000 * 2 + att + col);
+    CHECK(ct_run_plan_cuda_ws(&c, 2, 32, &o, NULL) == 64 * 1000 * 2 + att + col + enc);
     /* fewer rows than chunks: a chunk per row */
     o.precision = CT_PREC_FP32;
-    CHECK(ct_run_plan_cuda_ws(&c, 1, 16, &o, NULL) ==
-          1 * 4 * 16 * sizeof(double) + 2 * 16 * 256 * sizeof(double));
+    CHECK(ct_run_plan_cuda_ws(&c, 1, 16, &o, NULL) == 1 * 4 * 16 * sizeof(double) +
+                                                         2 * 16 * 256 * sizeof(double) +
+                                                         2 * 16 * sizeof(uint64_t));
     CHECK(ct_cuda_colsum_chunks(0) == 1 && ct_cuda_colsum_chunks(5) == 5 &&
           ct_cuda_colsum_chunks(64) == 64 && ct_cuda_colsum_chunks(100000) == 64);
 }

@@ -351,14 +351,23 @@ static void test_workspace(bool prim) {
                 bool brgemm = ct_gemm_have_brgemm();
                 if (brgemm && lib == CT_GEMM_ONEDNN && type == CT_GEMM_F32 && s == 0)
                     CHECK_MSG(want > 0, "a brgemm matmul of 256x2304x768 needs a scratchpad");
-                if (brgemm && lib == CT_GEMM_ONEDNN && !tb && s < 3) /* a plain B is packed */
+                /* a plain B is packed by brgemm: fp32's on AVX-512, bf16's where bf16 is
+                 * native (an AVX-512 CPU without it runs bf16 on the gemm kernels) */
+                bool packs = type == CT_GEMM_F32 ? brgemm : ct_gemm_have_bf16();
+                /* the gemm kernels' own blocks are counted exactly where oneDNN runs
+                 * them (not brgemm), and only for oneDNN */
+                if (lib == CT_GEMM_ONEDNN && s < 3)
+                    CHECK_MSG((parts.driver > 0) == !packs, "type %d %dx%dx%d: driver %zu, "
+                              "brgemm %d", type, M, N, K, parts.driver, packs);
+                if (lib == CT_GEMM_OPENBLAS) CHECK(parts.driver == 0);
+                if (packs && lib == CT_GEMM_ONEDNN && !tb && s < 3)
                     CHECK_MSG(st.packed_bytes >= nb * (type == CT_GEMM_F32 ? 4 : 2),
                               "type %d %dx%dx%d: B not packed", type, M, N, K);
                 free(A), free(B), free(C), free(Ah), free(Bh);
             }
         /* a set of shapes, one after the other: each part grows to its maximum */
         ct_gemm_release();
-        ct_gemm_workspace most = {0, 0, 0};
+        ct_gemm_workspace most = {0, 0, 0, 0};
         size_t nmax = 0;
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
             ct_gemm_workspace p;
@@ -391,6 +400,80 @@ static void test_workspace(bool prim) {
     ct_gemm_release();
 }
 
+/* Which instructions the bf16 GEMMs get: the classification of oneDNN's
+ * kernel names (every CPU's, checked here on any), the bf16 run's library,
+ * and this machine's probe against oneDNN's own ISA detection. */
+/* oneDNN 2.6's gemm-kernel blocks, worked by hand from gemm_info.cpp's
+ * blocking and gemm_driver.cpp's padding, nocopy checks and threading. */
+static void test_driver_bytes(void) {
+    /* AVX2, 2 threads, a 1024-row head of 8192 over 128 channels (row-major
+     * M 1024, N 8192, K 128; column-major m 8192, n 1024): copied, split 2D
+     * into m halves of 4096 (n > 2 x 384, m >= 768): each thread packs 4104
+     * (um 24) x 128 (k <= bk_traditional: all, at least 128) of A and
+     * 128 x 384 (bn) of B, with two pages */
+    CHECK(ct_gemm_driver_bytes(256, 4, false, true, 1024, 8192, 128, 2) ==
+          2 * ((size_t)(4104 * 128 + 128 * 384) * 4 + 8192));
+    /* 256 rows: 1/256 + 1/8192 >= 0.0038, the nocopy kernels copy nothing */
+    CHECK(ct_gemm_driver_bytes(256, 4, false, true, 256, 8192, 128, 2) == 0);
+    /* AVX2, m 50257 >= 1000 and n 4096 >= 4000: one shared copy of A, m_padd
+     * (10008: bm capped) x 2 threads rows x k_padd 192 (k 768 >= 2 bk), and
+     * each thread's B block of 192 x 384 */
+    CHECK(ct_gemm_driver_bytes(256, 4, false, true, 4096, 50257, 768, 2) ==
+          (size_t)(20016 * 192) * 4 + 4096 + 2 * ((size_t)(192 * 384) * 4 + 8192));
+    /* AVX-512: the same head with n 1024 >= 2 x 96 shares A too (um 48, bk 384:
+     * k 768 >= 2 bk, one 384 block) */
+    CHECK(ct_gemm_driver_bytes(512, 4, false, true, 1024, 50257, 768, 2) ==
+          (size_t)(19968 * 384) * 4 + 4096 + 2 * ((size_t)(384 * 384) * 4 + 8192));
+    /* bf16 counts every thread whole, with the k-partition's copy of C */
+    CHECK(ct_gemm_driver_bytes(512, 2, false, false, 256, 512, 4096, 2) ==
+          2 * ((size_t)(528 * 768 + 768 * 256) * 2 + 8192 + (size_t)256 * 512 * 4));
+    CHECK(ct_gemm_driver_bytes(256, 4, false, false, 0, 5, 5, 2) == 0);
+}
+
+static void test_bf16_path(bool prim) {
+    CHECK(ct_gemm_bf16_path_classify("brg:avx512_core_amx", true) == CT_GEMM_BF16_AMX);
+    CHECK(ct_gemm_bf16_path_classify("brg:avx512_core_bf16", true) == CT_GEMM_BF16_NATIVE);
+    CHECK(ct_gemm_bf16_path_classify("gemm:jit", true) == CT_GEMM_BF16_NATIVE);
+    CHECK(ct_gemm_bf16_path_classify("gemm:jit", false) == CT_GEMM_BF16_EMULATED);
+    CHECK(ct_gemm_bf16_path_classify("ref:any", false) == CT_GEMM_BF16_EMULATED);
+    CHECK(ct_gemm_bf16_path_classify("", true) == CT_GEMM_BF16_WIDENED);
+    CHECK(ct_gemm_bf16_path_classify(NULL, false) == CT_GEMM_BF16_WIDENED);
+    CHECK(ct_gemm_bf16_path_native(CT_GEMM_BF16_AMX) &&
+          ct_gemm_bf16_path_native(CT_GEMM_BF16_NATIVE));
+    CHECK(!ct_gemm_bf16_path_native(CT_GEMM_BF16_EMULATED) &&
+          !ct_gemm_bf16_path_native(CT_GEMM_BF16_WIDENED));
+    CHECK(!strcmp(ct_gemm_bf16_path_name(CT_GEMM_BF16_AMX), "amx") &&
+          !strcmp(ct_gemm_bf16_path_name(CT_GEMM_BF16_WIDENED), "widened"));
+    /* a bf16 run where bf16 is native runs oneDNN whatever run.gemm names;
+     * elsewhere, and an fp32 run anywhere, the named library */
+    CHECK(ct_gemm_lib_for_run(CT_GEMM_OPENBLAS, true, true) == CT_GEMM_ONEDNN);
+    CHECK(ct_gemm_lib_for_run(CT_GEMM_OPENBLAS, true, false) == CT_GEMM_OPENBLAS);
+    CHECK(ct_gemm_lib_for_run(CT_GEMM_OPENBLAS, false, true) == CT_GEMM_OPENBLAS);
+    CHECK(ct_gemm_lib_for_run(CT_GEMM_ONEDNN, false, false) == CT_GEMM_ONEDNN);
+    CHECK(ct_gemm_lib_of_run("openblas", true) ==
+          (ct_gemm_have_bf16() ? CT_GEMM_ONEDNN : CT_GEMM_OPENBLAS));
+    CHECK(ct_gemm_lib_of_run("mkl", true) == -1);
+    /* OpenBLAS widens; oneDNN's probe says native exactly where oneDNN's ISA
+     * has bf16, and widened only where it refused the primitive */
+    char impl[64] = "x";
+    CHECK(ct_gemm_bf16_path_of(CT_GEMM_OPENBLAS, impl, sizeof impl) == CT_GEMM_BF16_WIDENED &&
+          impl[0] == 0);
+    ct_gemm_bf16_path p = ct_gemm_bf16_path_of(CT_GEMM_ONEDNN, impl, sizeof impl);
+    printf("bf16 GEMMs on oneDNN here: %s (%s)\n", ct_gemm_bf16_path_name(p), impl);
+    if (!prim) {
+        CHECK(p == CT_GEMM_BF16_WIDENED);
+    } else {
+        CHECK_MSG(ct_gemm_bf16_path_native(p) == ct_gemm_have_bf16(), "path %s, impl %s",
+                  ct_gemm_bf16_path_name(p), impl);
+        CHECK((p == CT_GEMM_BF16_WIDENED) == (impl[0] == 0));
+    }
+    char why[320];
+    ct_gemm_bf16_path_describe(CT_GEMM_BF16_EMULATED, CT_GEMM_ONEDNN, "gemm:jit", why, sizeof why);
+    CHECK(strstr(why, "emulated") && strstr(why, "gemm:jit") && strstr(why, "no speed-up"));
+    ct_gemm_bf16_path_describe(CT_GEMM_BF16_WIDENED, CT_GEMM_OPENBLAS, "", why, sizeof why);
+    CHECK(strstr(why, "widen") && strstr(why, "no speed-up"));
+}
+
 int main(void) {
     /* oneDNN 2.x builds have the primitive path; probe it once */
     float one = 1.0f, out = 0.0f;
@@ -408,6 +491,8 @@ int main(void) {
         test_cache();
     }
     test_workspace(prim);
+    test_bf16_path(prim);
+    test_driver_bytes();
     /* the run.gemm words */
     CHECK(ct_gemm_lib_of("openblas") == CT_GEMM_OPENBLAS);
     /* auto: oneDNN exactly where OpenBLAS's kernels are narrower than the cores */

@@ -1,5 +1,7 @@
 /* perf/hwinfo: the /proc and /sys parsers on sample texts, and the profile
  * of this machine. */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ct_test.h"
@@ -52,6 +54,89 @@ static void test_cpuinfo_amd(void) {
     memset(&h, 0, sizeof h);
     CHECK(ct_hwinfo_parse_cpuinfo(AMD_CPU(0, 0, " amx_tile"), &h) == CT_OK);
     CHECK(!h.amx);
+}
+
+/* One CPU with the given flags line, as Linux prints it. */
+#define FLAGS_CPU(flags) "processor\t: 0\nmodel name\t: test\nflags\t\t: " flags "\n\n"
+
+/* The bf16 instructions GEMMs get, from flag strings as /proc/cpuinfo of
+ * each kind of CPU prints them, and the kernel's AMX answer set by hand:
+ * checked on every CPU, whatever this one has. */
+static void test_bf16_detection(void) {
+    static const struct {
+        const char *what, *cpuinfo;
+        int perm;        /* amx_perm as the kernel would answer (-1: not asked) */
+        ct_hw_bf16 want;
+        const char *says; /* a word the description must hold */
+    } cases[] = {
+        /* Sapphire Rapids: AMX and AVX512_BF16; the kernel grants the tiles */
+        {"SPR, tiles granted",
+         FLAGS_CPU("fpu avx2 fma avx512f avx512bw avx512vl avx512_bf16 amx_bf16 amx_tile amx_int8"),
+         1, CT_HW_BF16_AMX, "AMX"},
+        /* the same CPU under a kernel that refuses them (pre-5.16, or a
+         * seccomp filter): AVX512_BF16 runs, and the refusal is named */
+        {"SPR, tiles refused",
+         FLAGS_CPU("fpu avx2 fma avx512f avx512bw avx512vl avx512_bf16 amx_bf16 amx_tile amx_int8"),
+         0, CT_HW_BF16_AVX512, "refused"},
+        {"SPR, not asked",
+         FLAGS_CPU("avx512f avx512_bf16 amx_bf16 amx_tile"), -1, CT_HW_BF16_AVX512,
+         "not asked"},
+        /* Zen 4/5, Cooper Lake: AVX512_BF16 only */
+        {"Zen 4", FLAGS_CPU("fpu avx2 fma avx512f avx512bw avx512vl avx512_bf16 avx512_vnni"), -1,
+         CT_HW_BF16_AVX512, "AVX512_BF16"},
+        /* this project's Cascade Lake VM: AVX-512 and VNNI, no bf16 */
+        {"Cascade Lake",
+         FLAGS_CPU("fpu avx2 fma avx512f avx512dq avx512cd avx512bw avx512vl avx512_vnni"), -1,
+         CT_HW_BF16_NONE, "no AVX512_BF16"},
+        /* AVX2 only (Zen 3); words must match whole */
+        {"Zen 3", FLAGS_CPU("fpu avx2 fma avx512_bf16x amx_tilex"), -1, CT_HW_BF16_NONE,
+         "no AVX512_BF16"},
+        /* tiles without bf16 tiles (an int8-only part): no bf16 from AMX */
+        {"amx_tile only", FLAGS_CPU("avx512f amx_tile amx_int8"), 1, CT_HW_BF16_NONE,
+         "amx_tile without amx_bf16"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ct_hwinfo h;
+        memset(&h, 0, sizeof h);
+        h.amx_perm = 5; /* the parser resets it: not asked */
+        CHECK(ct_hwinfo_parse_cpuinfo(cases[i].cpuinfo, &h) == CT_OK);
+        CHECK_MSG(h.amx_perm == -1, "%s: amx_perm %d after parsing", cases[i].what, h.amx_perm);
+        h.amx_perm = cases[i].perm;
+        if (cases[i].perm == 0) h.amx_perm_errno = EPERM;
+        ct_hw_bf16 got = ct_hwinfo_bf16(&h);
+        char why[256];
+        ct_hwinfo_bf16_describe(&h, why, sizeof why);
+        CHECK_MSG(got == cases[i].want, "%s: bf16 %d, want %d (%s)", cases[i].what, (int)got,
+                  (int)cases[i].want, why);
+        CHECK_MSG(strstr(why, cases[i].says) != NULL, "%s: '%s' lacks '%s'", cases[i].what, why,
+                  cases[i].says);
+    }
+    /* the flags one by one */
+    ct_hwinfo h;
+    memset(&h, 0, sizeof h);
+    CHECK(ct_hwinfo_parse_cpuinfo(FLAGS_CPU("amx_bf16 amx_tile amx_int8 avx512_bf16"), &h) ==
+          CT_OK);
+    CHECK(h.amx_tile && h.amx_bf16 && h.amx_int8 && h.amx && h.avx512_bf16);
+    /* the profile's JSON names them, and the answer */
+    h.amx_perm = 1;
+    char *json = ct_hwinfo_to_json(&h, NULL);
+    CHECK(json && strstr(json, "\"amx_tile\": true") && strstr(json, "\"amx_permitted\": true") &&
+          strstr(json, "\"bf16\": \"amx\""));
+    free(json);
+    h.amx_perm = -1;
+    json = ct_hwinfo_to_json(&h, NULL);
+    CHECK(json && strstr(json, "\"amx_permitted\": null") &&
+          strstr(json, "\"bf16\": \"avx512_bf16\""));
+    free(json);
+}
+
+/* This machine: the kernel was asked exactly when the CPU has AMX tiles. */
+static void test_bf16_this_machine(void) {
+    ct_hwinfo h;
+    CHECK(ct_hwinfo_read(&h) == CT_OK);
+    CHECK_MSG(h.amx_tile ? h.amx_perm >= 0 : h.amx_perm == -1, "amx_tile %d, amx_perm %d",
+              h.amx_tile, h.amx_perm);
+    CHECK(ct_hwinfo_bf16(&h) != CT_HW_BF16_AMX || h.amx_perm == 1);
 }
 
 /* A 2-socket host: 2 sockets x 2 cores x 2 threads = 8 logical CPUs, with
@@ -196,6 +281,8 @@ static void test_proc_stat(void) {
 
 int main(void) {
     test_cpuinfo_amd();
+    test_bf16_detection();
+    test_bf16_this_machine();
     test_cpuinfo_two_sockets();
     test_cpuinfo_arm_and_bad();
     test_meminfo();

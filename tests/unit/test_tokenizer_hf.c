@@ -320,6 +320,60 @@ static void test_normalizers(void) {
     }
 }
 
+/* text through ct_tokenizer_unicode_map: the normal form want and, for
+ * each of its bytes and its end, the byte of text it came from. */
+static void expect_map(int line, const ct_tokenizer *t, const char *text, const char *want, const size_t *from) {
+    char *norm = NULL;
+    size_t n = 0, *fr = NULL, len = strlen(text);
+    ct_status st = ct_tokenizer_unicode_map(t, text, len, &norm, &n, &fr);
+    if (!want) {
+        CHECK_MSG(st == CT_OK && !norm && !fr && n == len, "line %d: \"%s\" stays as it is", line, text);
+        return;
+    }
+    bool ok = st == CT_OK && norm && n == strlen(want) && !memcmp(norm, want, n) && fr;
+    for (size_t i = 0; ok && i <= n; i++) ok = fr[i] == from[i];
+    CHECK_MSG(ok, "line %d: the normal form of \"%s\" and where its bytes come from (%s)", line, text,
+              st ? ct_last_error() : "");
+    if (!ok && fr) {
+        fprintf(stderr, "  got %zu bytes, from:", n);
+        for (size_t i = 0; i <= n; i++) fprintf(stderr, " %zu", fr[i]);
+        fprintf(stderr, "\n");
+    }
+    free(norm);
+    free(fr);
+}
+#define EXPECT_MAP(t, text, want, ...)                    \
+    do {                                                  \
+        static const size_t f_[] = {__VA_ARGS__};         \
+        expect_map(__LINE__, t, text, want, f_);          \
+    } while (0)
+
+/* Where the bytes Qwen's NFC leaves come from (what SFT masks go by). */
+static void test_unicode_map(void) {
+    toy y = {NULL, 0, NULL, 0, "{\"type\": \"NFC\"}",
+             "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}", NULL, NULL, NULL, NULL};
+    ct_tokenizer *t = toy_load("nfcmap", &y);
+    if (!t) return;
+    EXPECT_MAP(t, "plain \xC3\xA9 caf\xC3\xA9 \xE4\xB8\x80", NULL, 0);     /* composed already */
+    EXPECT_MAP(t, "xe\xCC\x81y", "x\xC3\xA9y", 0, 1, 1, 4, 5);             /* e + U+0301 -> U+00E9 */
+    EXPECT_MAP(t, "x\xCC\x81\xCC\xA8.", "x\xCC\xA8\xCC\x81.", 0, 1, 1, 1, 1, 5, 6); /* marks reordered */
+    EXPECT_MAP(t, "\xE1\x84\x80\xE1\x85\xA1", "\xEA\xB0\x80", 0, 0, 0, 6);  /* jamo -> a syllable */
+    /* U+212B -> U+00C5; the ideograph after it (no boundary between) maps one to one */
+    EXPECT_MAP(t, "\xE2\x84\xAB\xE4\xB8\x80", "\xC3\x85\xE4\xB8\x80", 0, 0, 3, 4, 5, 6);
+    EXPECT_MAP(t, "\xCC\x81 a", NULL, 0);                          /* a lone mark stays */
+    EXPECT_MAP(t, "a\nb\xE2\x84\xAB", "a\nb\xC3\x85", 0, 1, 2, 3, 3, 6);
+    char *norm = NULL;
+    size_t n = 0, *fr = NULL;
+    CHECK(ct_tokenizer_unicode_map(t, "\xE2\x84", 2, &norm, &n, &fr) != CT_OK && !norm && !fr); /* cut UTF-8 */
+    ct_error_clear();
+    ct_tokenizer_free(t);
+    y.normalizer = NULL;
+    if ((t = toy_load("nonorm", &y))) {
+        EXPECT_MAP(t, "xe\xCC\x81y", NULL, 0); /* no normalizer: the tokens spell the text */
+        ct_tokenizer_free(t);
+    }
+}
+
 /* Added tokens: lstrip / rstrip, special or not, flags, longest match. */
 static void test_added(void) {
     toy y = {NULL, 0, NULL, 0, NULL, "{\"type\": \"ByteLevel\"}", NULL, NULL,
@@ -423,6 +477,9 @@ static void test_refused(void) {
          "added_tokens[1].single_word"},
         {"{\"type\": \"NFC\"}", NULL, NULL, NULL, "[{\"id\": 300, \"content\": \"<w>\", \"normalized\": true}]",
          "added_tokens[1].normalized"},
+        /* a raw byte that is not UTF-8 (a fuzzer's find: it made every text fail to normalise) */
+        {"{\"type\": \"Replace\", \"pattern\": {\"String\": \"e\"}, \"content\": \"e\xf8\xf8" "e\"}", NULL,
+         NULL, NULL, NULL, "not valid UTF-8 at byte offset"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         toy y = {NULL, 0, NULL, 0, cases[i].normalizer, cases[i].pre, cases[i].post, cases[i].model_extra,
@@ -513,6 +570,7 @@ int main(void) {
     test_split();
     test_pretokenizers();
     test_normalizers();
+    test_unicode_map();
     test_added();
     test_bos_eos();
     test_identity();

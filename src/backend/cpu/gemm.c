@@ -18,6 +18,7 @@
 
 #include <cblas.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -536,9 +537,140 @@ void ct_gemm_f32_bf16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, fl
 
 /* ------------------------------------------------------------ accounting */
 
+/* oneDNN 2.6's gemm kernels (src/cpu/x64/gemm/gemm_driver.cpp), as far as
+ * the memory they malloc per call: a column-major m x n x k problem (the
+ * row-major call's N x M x K: oneDNN swaps the operands) either runs the
+ * "nocopy" kernels, which copy nothing, or packs blocks of A (m_padd x
+ * k_padd) and B (k_padd x n_padd) per thread, the threads splitting m, n or
+ * both (set_thread_opts_nopack), or sharing one copy of A (the 1D copy-A
+ * scheme). The blocking is gemm_info.cpp's for the ISA. */
+typedef struct gemm_blocking {
+    int64_t um, un, bm, bn, bk, bk_trad;
+} gemm_blocking;
+
+static int64_t rnd_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+static int64_t div_up(int64_t x, int64_t m) { return (x + m - 1) / m; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static int64_t k_padd_of(const gemm_blocking *b, int64_t k) {
+    return k <= b->bk_trad ? max64(128, k) : k < 2 * b->bk ? (k + 1) / 2 : b->bk;
+}
+static int64_t m_padd_of(const gemm_blocking *b, int64_t m) {
+    return rnd_up(min64(max64(m, b->um), b->bm), b->um);
+}
+static int64_t n_padd_of(const gemm_blocking *b, int64_t n) {
+    return rnd_up(min64(max64(n, b->un), b->bn), b->un);
+}
+
+/* nocopy_checker_avx2 / _avx512 for dense operands (lda, ldb, ldc as the
+ * column-major call has them). */
+static bool driver_nocopy(int isa_bits, int nthr, bool ta, bool tb, int64_t m, int64_t n,
+                          int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+    if (isa_bits < 512) {
+        if (1.0 / m + 1.0 / n >= 0.0038) return true;
+        if (m <= 378 && n <= 378 && k >= nthr * 378) return false;
+        if (m >= nthr * 378 && k >= nthr * 378) return false;
+        if (m <= 128 && n <= 128) return true;
+        if (!tb) {
+            if (n <= nthr * 16 || k <= nthr * 2 || (m <= 64 && n >= nthr * 16)) return true;
+        } else if (n <= nthr || k <= nthr) {
+            return true;
+        }
+        return false;
+    }
+    bool nn = !ta && !tb, nt = !ta && tb, tn = ta && !tb;
+    bool lda_bad = lda % 256 == 0, ld_bad = lda_bad || ldb % 256 == 0 || ldc % 256 == 0;
+    bool lda_verybad = lda % 1024 == 0;
+    if (nthr == 1 && tn && m > 100 &&
+        ((m < 1200 && n < 200 && k < 1200) || (lda_bad && ldb % 256 == 0)))
+        return false;
+    if (nthr <= 8 && nn && lda_verybad && k > 500 && n > 100) return false;
+    if (1.0 / m + 1.0 / n >= 0.00196 && !(lda_verybad && nt)) return true;
+    if (ld_bad && m >= 32 && (n > 16 || (n == 16 && (k >= 6400 || ta || m == 4096))))
+        return false;
+    if (m <= 378 && n <= 378 && k >= nthr * 378) return false;
+    if (m >= nthr * 378 && k >= nthr * 378) return false;
+    if (!tb) return m <= nthr * 28 || n <= nthr * 28 || k <= nthr;
+    return (m <= nthr * 28 && m >= n) || n <= nthr * 28 || k <= nthr;
+}
+
+size_t ct_gemm_driver_bytes(int isa_bits, size_t elem, bool ta, bool tb, int64_t M, int64_t N,
+                            int64_t K, int threads) {
+    if (M <= 0 || N <= 0 || K <= 0) return 0;
+    int nthr = threads > 0 ? threads : 1;
+    /* column-major: m = N, n = M, op(A) the weights (row-major B), op(B) the input */
+    int64_t m = N, n = M, k = K;
+    bool cta = tb, ctb = ta;
+    gemm_blocking b;
+    if (elem == 2) /* bf16 without AMX (AMX runs brgemm): avx512_core's */
+        b = (gemm_blocking){48, 8, 9984, 384, 768, 384};
+    else if (isa_bits >= 512)
+        b = (gemm_blocking){48, 8, 9984, 384, 384, 384};
+    else if (isa_bits >= 256)
+        b = (gemm_blocking){24, 4, 10000, 384, 192, 256};
+    else
+        b = (gemm_blocking){16, 4, 4096, 256, 256, 256};
+    const size_t page = 4096;
+    int64_t kp = k_padd_of(&b, k);
+    if (elem == 2) {
+        /* bf16 (emulated or native gemm kernels): no nocopy path; its threading
+         * is not modelled: every thread counted with whole blocks, and a
+         * k-partition's copy of C (m, n <= 768, k >= 2048) */
+        size_t one = (size_t)(m_padd_of(&b, m) * kp + kp * n_padd_of(&b, n)) * elem + 2 * page;
+        if (m <= 768 && n <= 768 && k >= 2048) one += (size_t)(m * n) * sizeof(float);
+        return one * (size_t)nthr;
+    }
+    if (driver_nocopy(isa_bits, nthr, cta, ctb, m, n, k, cta ? k : m, ctb ? n : k, m)) return 0;
+    if (nthr == 1) /* one thread packs its blocks of the whole problem */
+        return (size_t)(m_padd_of(&b, m) * kp + kp * n_padd_of(&b, n)) * elem + 2 * page;
+    /* set_thread_opts_nopack for sgemm: 2D (m in up to 4 parts), the shared
+     * copy of A, or 1D along the larger dimension */
+    const int64_t N2D = 384, M2D = 384;
+    bool two_d;
+    if (isa_bits < 512 && n <= N2D && m >= nthr * M2D)
+        two_d = false;
+    else
+        two_d = (n > nthr * N2D || n <= nthr * N2D / 2) && m >= 2 * M2D;
+    bool copy_a = isa_bits >= 512 ? m >= 1000 && n >= nthr * (N2D / 4)
+                                  : m >= 1000 && n >= 4000;
+    if (copy_a) two_d = false;
+    int nm = 1, nn = nthr;
+    if (two_d) {
+        while (nn % 2 == 0 && (n / nthr > N2D || n / nn <= N2D / 2) && m / nm >= 2 * M2D &&
+               nm < 4)
+            nm *= 2, nn /= 2;
+    } else if (copy_a) {
+        /* one copy of A for all threads, m_padd x min(threads, 10) rows of it
+         * at most, and each thread's block of B */
+        int64_t ma = min64(m_padd_of(&b, m) * min64(nthr, 10), rnd_up(m, b.um));
+        return (size_t)(ma * kp) * elem + page +
+               (size_t)nthr * ((size_t)(kp * n_padd_of(&b, div_up(n, nthr))) * elem + 2 * page);
+    } else {
+        int64_t veclen = isa_bits >= 512 ? 16 : 8;
+        if (m > n && (m >= nthr * veclen || n < nthr)) nm = nthr, nn = 1; /* rows: split m */
+        /* else columns: split n, every thread packs all of m */
+    }
+    int64_t mt = div_up(m, nm), nt = div_up(n, nn);
+    return (size_t)nthr *
+           ((size_t)(m_padd_of(&b, mt) * kp + kp * n_padd_of(&b, nt)) * elem + 2 * page);
+}
+
+int ct_gemm_onednn_isa_bits(void) {
+#if GEMM_PRIM
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    if ((isa & (unsigned)dnnl_cpu_isa_avx512_core) == (unsigned)dnnl_cpu_isa_avx512_core)
+        return 512;
+    if ((isa & (unsigned)dnnl_cpu_isa_avx2) == (unsigned)dnnl_cpu_isa_avx2) return 256;
+    return 128;
+#else
+    return 0;
+#endif
+}
+
 size_t ct_gemm_workspace_bytes(ct_gemm_lib lib, ct_gemm_type type, bool ta, bool tb, int M, int N,
                                int K, ct_gemm_workspace *parts) {
-    ct_gemm_workspace w = {0, 0, 0};
+    ct_gemm_workspace w = {0, 0, 0, 0};
     if (M <= 0 || N <= 0 || K <= 0 || type < 0 || type >= CT_GEMM_TYPE_COUNT) goto out;
     size_t a = (size_t)M * K, b = (size_t)K * N;
 #if GEMM_PRIM
@@ -553,13 +685,22 @@ size_t ct_gemm_workspace_bytes(ct_gemm_lib lib, ct_gemm_type type, bool ta, bool
             ok &= e != NULL;
             if (e && e->scratch > w.scratch) w.scratch = e->scratch;
             if (e && e->packed > w.packed) w.packed = e->packed;
+            /* the gemm kernels (not brgemm) malloc their own blocks per call */
+            const char *impl = NULL;
+            if (e && dnnl_primitive_desc_query(e->pd, dnnl_query_impl_info_str, 0, &impl) ==
+                         dnnl_success && impl && !strncmp(impl, "gemm:", 5)) {
+                size_t d = ct_gemm_driver_bytes(ct_gemm_onednn_isa_bits(),
+                                                pt == CT_GEMM_F32 ? 4 : 2, ta, tb, M, N, K,
+                                                gemm_threads());
+                if (d > w.driver) w.driver = d;
+            }
         }
         pthread_mutex_unlock(&g->mu);
         if (ok) {
             w.convert = type == CT_GEMM_F32_BF16 ? a * sizeof(uint16_t) : 0;
             goto out;
         }
-        w = (ct_gemm_workspace){0, 0, 0}; /* refused: the call falls back to OpenBLAS */
+        w = (ct_gemm_workspace){0, 0, 0, 0}; /* refused: the call falls back to OpenBLAS */
     }
 #else
     (void)lib, (void)ta, (void)tb;
@@ -628,6 +769,92 @@ bool ct_gemm_have_brgemm(void) {
 #endif
 }
 
+ct_gemm_bf16_path ct_gemm_bf16_path_classify(const char *impl, bool native_isa) {
+    if (!impl || !impl[0]) return CT_GEMM_BF16_WIDENED;
+    if (strstr(impl, "amx")) return CT_GEMM_BF16_AMX;
+    if (strstr(impl, "bf16")) return CT_GEMM_BF16_NATIVE;
+    /* the gemm kernels use vdpbf16ps where the ISA has it, else emulate */
+    if (!strncmp(impl, "gemm:jit", 8))
+        return native_isa ? CT_GEMM_BF16_NATIVE : CT_GEMM_BF16_EMULATED;
+    return CT_GEMM_BF16_EMULATED;
+}
+
+ct_gemm_bf16_path ct_gemm_bf16_path_of(ct_gemm_lib lib, char *impl, size_t cap) {
+    const char *name = NULL;
+#if GEMM_PRIM
+    /* a mid-sized dense shape, as the step's GEMMs are (brgemm's) */
+    if (lib == CT_GEMM_ONEDNN) {
+        gemm_state *g = &g_gemm;
+        gemm_key k = key_of(CT_GEMM_BF16, false, true, 64, 64, 64, 1.0f, 64, 64, 0.0f, 64);
+        pthread_mutex_lock(&g->mu);
+        gemm_entry *e = entry_get(g, &k);
+        if (e && dnnl_primitive_desc_query(e->pd, dnnl_query_impl_info_str, 0, &name) !=
+                     dnnl_success)
+            name = NULL;
+        if (impl && cap) snprintf(impl, cap, "%s", name ? name : "");
+        pthread_mutex_unlock(&g->mu);
+        return ct_gemm_bf16_path_classify(name, ct_gemm_have_bf16());
+    }
+#else
+    (void)lib;
+#endif
+    if (impl && cap) impl[0] = 0;
+    return ct_gemm_bf16_path_classify(name, false);
+}
+
+const char *ct_gemm_bf16_path_name(ct_gemm_bf16_path p) {
+    static const char *const names[CT_GEMM_BF16_PATH_COUNT] = {"amx", "avx512_bf16", "emulated",
+                                                               "widened"};
+    return p >= 0 && p < CT_GEMM_BF16_PATH_COUNT ? names[p] : "widened";
+}
+
+const char *ct_gemm_bf16_path_describe(ct_gemm_bf16_path p, ct_gemm_lib lib, const char *impl,
+                                       char *buf, size_t cap) {
+    char k[80] = "";
+    if (impl && impl[0]) snprintf(k, sizeof k, " (%s)", impl);
+    switch (p) {
+    case CT_GEMM_BF16_AMX:
+        snprintf(buf, cap, "AMX tiles: oneDNN's bf16 matmul%s", k);
+        break;
+    case CT_GEMM_BF16_NATIVE:
+        snprintf(buf, cap, "AVX512_BF16: oneDNN's bf16 matmul%s", k);
+        break;
+    case CT_GEMM_BF16_EMULATED:
+        snprintf(buf, cap, "emulated: no AVX512_BF16 or AMX on this CPU, so oneDNN's bf16 "
+                 "matmul%s widens in registers and multiplies in fp32 (no speed-up over fp32)", k);
+        break;
+    default:
+        snprintf(buf, cap, "widened: %s, so bf16 GEMMs widen both operands to fp32 copies, "
+                 "then OpenBLAS's sgemm (no speed-up over fp32)",
+                 !ct_gemm_have_onednn() ? "this build has no oneDNN"
+                 : lib == CT_GEMM_OPENBLAS
+                     ? (ct_gemm_have_bf16() ? "run.gemm=openblas, which has no bf16 GEMM here "
+                                              "(a bf16 run uses oneDNN's instead)"
+                                            : "no AVX512_BF16 or AMX on this CPU, and run.gemm "
+                                              "runs OpenBLAS, which has no bf16 GEMM here")
+                     : "no AVX512_BF16 or AMX on this CPU, and oneDNN has no bf16 matmul on "
+                       "these cores");
+        break;
+    }
+    return buf;
+}
+
+bool ct_gemm_bf16_path_native(ct_gemm_bf16_path p) {
+    return p == CT_GEMM_BF16_AMX || p == CT_GEMM_BF16_NATIVE;
+}
+
+ct_gemm_lib ct_gemm_lib_for_run(ct_gemm_lib lib, bool bf16, bool native) {
+    return bf16 && native ? CT_GEMM_ONEDNN : lib;
+}
+
+int ct_gemm_lib_of_run(const char *name, bool bf16) {
+    int lib = ct_gemm_lib_of(name);
+    if (lib < 0) return lib;
+    /* oneDNN's ISA is asked only for a bf16 run: it maps pages of the library
+     * that an fp32 run on OpenBLAS never touches (and its plan would count) */
+    return (int)ct_gemm_lib_for_run((ct_gemm_lib)lib, bf16, bf16 && ct_gemm_have_bf16());
+}
+
 const char *ct_gemm_lib_name(ct_gemm_lib lib) {
     return lib == CT_GEMM_ONEDNN ? "onednn" : "openblas";
 }
@@ -661,6 +888,19 @@ int ct_gemm_cpu_bits(void) {
 
 ct_gemm_lib ct_gemm_auto_pick(bool onednn_built, int blas_bits, int cpu_bits) {
     return onednn_built && blas_bits < cpu_bits ? CT_GEMM_ONEDNN : CT_GEMM_OPENBLAS;
+}
+
+const char *ct_gemm_auto_why(char *buf, size_t cap) {
+    const char *core = openblas_get_corename();
+    int bb = ct_gemm_blas_bits(core), cb = ct_gemm_cpu_bits();
+    if (!ct_gemm_have_onednn())
+        snprintf(buf, cap, "this build has no oneDNN");
+    else if (ct_gemm_auto_pick(true, bb, cb) == CT_GEMM_ONEDNN)
+        snprintf(buf, cap, "OpenBLAS's %s kernels use %d-bit vectors on %d-bit cores, oneDNN's "
+                 "the full width", core, bb, cb);
+    else
+        snprintf(buf, cap, "OpenBLAS's %s kernels use the cores' full %d-bit width", core, cb);
+    return buf;
 }
 
 int ct_gemm_lib_of(const char *name) {

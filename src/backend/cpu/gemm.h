@@ -87,11 +87,16 @@ typedef struct ct_gemm_workspace {
     size_t packed;  /* the packed copy of a plain B (oneDNN, B untransposed, <= 64 MiB) */
     size_t convert; /* operand copies: bf16 A (oneDNN, CT_GEMM_F32_BF16); fp32 A and B
                      * (OpenBLAS, the bf16 types) */
+    size_t driver;  /* not this layer's: what oneDNN's gemm kernels malloc per call and
+                     * free, all threads of the call together, when the matmul oneDNN
+                     * dispatched is gemm:jit (cores without brgemm: AVX2; bf16 without
+                     * AVX512_BF16): ct_gemm_driver_bytes on this process's threads */
 } ct_gemm_workspace;
 
 /* Bytes this layer holds for one calling thread to run the GEMM M x N x K
  * (dense operands, alpha 1, beta 0 or 1: the larger) of `type` with `lib`,
- * the sum of the parts, which go to *parts when parts is not NULL. OpenBLAS's
+ * the sum of the parts scratch, packed and convert, which go to *parts when
+ * parts is not NULL (with driver, which is oneDNN's own and not in the sum). OpenBLAS's
  * own buffers for CT_GEMM_F32 are perf/memplan.c's to count (0 here). Each
  * part only grows, so what a run holds is, for each part, the maximum over
  * its shapes, summed over the parts; once per thread that calls from inside a
@@ -101,6 +106,23 @@ typedef struct ct_gemm_workspace {
  * oneDNN's JIT code. Thread-safe. */
 size_t ct_gemm_workspace_bytes(ct_gemm_lib lib, ct_gemm_type type, bool ta, bool tb, int M, int N,
                                int K, ct_gemm_workspace *parts);
+
+/* The bytes oneDNN 2.6's gemm kernels (src/cpu/x64/gemm/gemm_driver.cpp)
+ * malloc in one call of row-major op(A) (M,K) x op(B) (K,N), dense, with
+ * elem-byte operands (4 fp32, 2 bf16) on `threads` threads, all threads
+ * together: none where its nocopy kernels run, else a block of A (m_padd x
+ * k_padd) and of B (k_padd x n_padd) per thread of the split its threading
+ * chooses (or one shared copy of A), with the blocking gemm_info.cpp gives
+ * the ISA (isa_bits 512: avx512_core, 256: avx2, else sse41/avx); bf16, whose
+ * threading is not modelled, counts whole blocks on every thread and a
+ * k-partition's copy of C. Freed after the call; each thread's heap keeps
+ * its largest. Pure (tests feed it shapes). */
+size_t ct_gemm_driver_bytes(int isa_bits, size_t elem, bool ta, bool tb, int64_t M, int64_t N,
+                            int64_t K, int threads);
+
+/* The vector width of the ISA oneDNN dispatches here, in ct_gemm_driver_bytes'
+ * terms (512 avx512_core, 256 avx2, 128 below); 0 without oneDNN 2.x. */
+int ct_gemm_onednn_isa_bits(void);
 
 /* The GEMM layer's counters (process-wide), for tests and reports. */
 typedef struct ct_gemm_stats {
@@ -128,6 +150,48 @@ bool ct_gemm_have_bf16(void);
  * a scratchpad and packs B); on AVX2 its matmul primitives run the gemm
  * kernels, which hold no workspace of their own. false without oneDNN. */
 bool ct_gemm_have_brgemm(void);
+/* Which instructions run the bf16 GEMMs (ct_gemm_bf16, ct_gemm_f32_bf16). */
+typedef enum ct_gemm_bf16_path {
+    CT_GEMM_BF16_AMX = 0,      /* oneDNN's bf16 matmul on AMX tiles */
+    CT_GEMM_BF16_NATIVE = 1,   /* oneDNN's bf16 matmul on AVX512_BF16 (vdpbf16ps) */
+    CT_GEMM_BF16_EMULATED = 2, /* oneDNN's bf16 matmul on cores without bf16 instructions:
+                                * its gemm kernels widen in registers, fp32 FMAs */
+    CT_GEMM_BF16_WIDENED = 3,  /* fp32 copies of both operands, then OpenBLAS's sgemm (lib
+                                * OpenBLAS, or oneDNN refused: 2.6 has no bf16 matmul on
+                                * AVX2 cores) */
+    CT_GEMM_BF16_PATH_COUNT
+} ct_gemm_bf16_path;
+/* The bf16 path of library lib on this machine, asked of oneDNN itself: it
+ * creates (primes) a small bf16 matmul primitive and reads the kernel oneDNN
+ * chose (ct_gemm_bf16_path_classify). Writes that kernel's name ("" when none
+ * ran: OpenBLAS, or refused) to impl (cap bytes) when impl is not NULL.
+ * Thread-safe. */
+ct_gemm_bf16_path ct_gemm_bf16_path_of(ct_gemm_lib lib, char *impl, size_t cap);
+/* The path of a oneDNN bf16 matmul implementation name ("brg:avx512_core_amx"
+ * AMX; "brg:avx512_core_bf16" native; "gemm:jit" native when native_isa, the
+ * ISA oneDNN dispatches has bf16 instructions, else emulated; NULL or ""
+ * (no primitive) widened; another name emulated). */
+ct_gemm_bf16_path ct_gemm_bf16_path_classify(const char *impl, bool native_isa);
+/* "amx" | "avx512_bf16" | "emulated" | "widened" */
+const char *ct_gemm_bf16_path_name(ct_gemm_bf16_path p);
+/* Path p of library lib (impl: the kernel ct_gemm_bf16_path_of read, may be
+ * NULL or "") in words, with why, into buf (cap bytes): "AMX tiles: oneDNN's
+ * bf16 matmul (brg:avx512_core_amx)", "emulated: no AVX512_BF16 or AMX on
+ * this CPU: oneDNN's bf16 matmul (gemm:jit) widens in registers, fp32 FMAs
+ * (no speed-up over fp32)", ... Returns buf. */
+const char *ct_gemm_bf16_path_describe(ct_gemm_bf16_path p, ct_gemm_lib lib, const char *impl,
+                                       char *buf, size_t cap);
+/* Whether path p runs bf16 instructions (AMX or AVX512_BF16). */
+bool ct_gemm_bf16_path_native(ct_gemm_bf16_path p);
+/* The library a run uses: lib (run.gemm resolved), except that a bf16 run
+ * (bf16) where oneDNN's bf16 matmul is native (native: ct_gemm_have_bf16)
+ * runs oneDNN whatever run.gemm says, since OpenBLAS would widen its bf16
+ * GEMMs to fp32 (CT_GEMM_BF16_WIDENED: no faster than fp32). */
+ct_gemm_lib ct_gemm_lib_for_run(ct_gemm_lib lib, bool bf16, bool native);
+/* ct_gemm_lib_of(name), then ct_gemm_lib_for_run with this machine's
+ * ct_gemm_have_bf16; -1 as ct_gemm_lib_of. */
+int ct_gemm_lib_of_run(const char *name, bool bf16);
+
 /* "openblas" | "onednn" */
 const char *ct_gemm_lib_name(ct_gemm_lib lib);
 /* The widest vectors, in bits, of OpenBLAS's kernel set `core`
@@ -144,6 +208,10 @@ int ct_gemm_cpu_bits(void);
  * where both use the full width (on an AVX2 Zen 3 OpenBLAS's step was 2-6%
  * faster, on a Zen 5 their AVX-512 sgemm level). */
 ct_gemm_lib ct_gemm_auto_pick(bool onednn_built, int blas_bits, int cpu_bits);
+/* Why run.gemm=auto runs what it runs on this machine, in words, into buf
+ * (cap bytes), e.g. "OpenBLAS's SkylakeX kernels use the cores' full 512-bit
+ * width". Returns buf. */
+const char *ct_gemm_auto_why(char *buf, size_t cap);
 /* The library run.gemm names: "auto" (ct_gemm_auto_pick on this machine),
  * "onednn", "openblas"; -1 for another word or oneDNN asked of a build
  * without it. */

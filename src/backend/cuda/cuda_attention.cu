@@ -11,8 +11,10 @@
  * mask from its key. These row kernels take any head size up to 1024 and
  * dropout; the tiled kernels below (key or query tiles in shared memory, a
  * row per thread) run the common case, head size 32 or 64 without dropout.
- * Leaves out: tensor cores (bf16 tiles through mma.sync) and the work
- * split of FlashAttention-2, the next step for speed.
+ * These are the exact kernels of every fp32 run; precision bf16's entries
+ * (cuda_flash.cu) run tensor-core tiles where they can and fall back here.
+ * CT_CUDA_ATTENTION=rows forces the row kernels in both, =fp32 keeps bf16
+ * runs on these kernels too.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -97,18 +99,26 @@ __global__ void k_attn_fwd(float *out, float *lse, const float *qkv, const int32
     if ((threadIdx.x & 31) == 0) lse[((size_t)b * NH + h) * T + t] = r;
 }
 
+int cuda_attention_mode(void) {
+    static int mode = -1; /* the environment's word, read once */
+    if (mode < 0) {
+        const char *e = getenv("CT_CUDA_ATTENTION");
+        mode = !e ? CUDA_ATT_AUTO
+               : !strcmp(e, "rows") ? CUDA_ATT_ROWS
+               : !strcmp(e, "fp32") ? CUDA_ATT_FP32
+                                    : CUDA_ATT_AUTO;
+    }
+    return mode;
+}
+
 /* Whether the tiled kernels run this call: head size 32 or 64, no dropout,
  * 16-byte aligned operands (their rows are read as float4), a grid within
  * limits, and not forced off (CT_CUDA_ATTENTION=rows). */
 static bool tiled_ok(const ct_attn_dropout *drop, int B, int NH, int HS, const void *a,
                      const void *b) {
-    static int forced = -1; /* -1: not read yet; 1: rows forced */
-    if (forced < 0) {
-        const char *e = getenv("CT_CUDA_ATTENTION");
-        forced = e && !strcmp(e, "rows") ? 1 : 0;
-    }
-    return !forced && (!drop || drop->p == 0.0f) && (HS == 32 || HS == 64) && B <= 65535 &&
-           NH <= 65535 && !(((uintptr_t)a | (uintptr_t)b) & 15);
+    return cuda_attention_mode() != CUDA_ATT_ROWS && (!drop || drop->p == 0.0f) &&
+           (HS == 32 || HS == 64) && B <= 65535 && NH <= 65535 &&
+           !(((uintptr_t)a | (uintptr_t)b) & 15);
 }
 
 template <int HS>
@@ -233,6 +243,18 @@ __global__ void k_attn_dkv(float *dqkv, const float *dout, const float *qkv, con
     }
 }
 
+const double *cuda_attention_D(ct_backend *be, const float *dout, const float *out, int B,
+                               int T, int NH, int HS) {
+    cuda_state *s = cuda_st(be);
+    size_t rows = (size_t)B * NH * T;
+    if (!cuda_workspace(be, (void **)&s->att_ws, &s->att_ws_bytes, rows * sizeof(double),
+                        "attention workspace"))
+        return NULL;
+    k_attn_D<<<(unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS), 32 * ATT_WARPS, 0,
+               cuda_stream(be)>>>(s->att_ws, dout, out, B, T, NH, HS);
+    return s->att_ws;
+}
+
 extern "C" void ct_attention_backward_cuda(ct_backend *be, float *dqkv, const float *dout,
                                            const float *qkv, const float *out, const float *lse,
                                            const int32_t *pos, const ct_attn_dropout *drop,
@@ -244,13 +266,10 @@ extern "C" void ct_attention_backward_cuda(ct_backend *be, float *dqkv, const fl
         cuda_latch(be, 2000, "attention_backward", "head size over 1024 is not supported");
         return;
     }
-    if (!cuda_workspace(be, (void **)&s->att_ws, &s->att_ws_bytes, rows * sizeof(double),
-                        "attention workspace"))
-        return;
+    if (!cuda_attention_D(be, dout, out, B, T, NH, HS)) return;
     ct_attn_dropout d = drop ? *drop : ct_attn_dropout{0.0f, 0, 0};
     unsigned blocks = (unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS);
     cudaStream_t st = cuda_stream(be);
-    k_attn_D<<<blocks, 32 * ATT_WARPS, 0, st>>>(s->att_ws, dout, out, B, T, NH, HS);
     if (tiled_ok(drop, B, NH, HS, qkv, dout)) {
         if (HS == 32) bwd_tiled<32>(be, dqkv, dout, qkv, lse, s->att_ws, pos, B, T, NH, NKV);
         else bwd_tiled<64>(be, dqkv, dout, qkv, lse, s->att_ws, pos, B, T, NH, NKV);

@@ -91,6 +91,17 @@ __device__ inline uint16_t f32_to_bf16_rne(float f) {
 void cuda_colsum(ct_backend *be, int kind, float *out0, float *out1, const float *dout,
                  const float *inp, const float *mean, const float *rstd, int N, int C);
 
+/* CT_CUDA_ATTENTION, read once: unset (or another word) CUDA_ATT_AUTO;
+ * "rows" the row kernels in every run; "fp32" the fp32 kernels (tiled where
+ * they apply) in bf16 runs too, as in fp32 ones (cuda_attention.cu). */
+enum { CUDA_ATT_AUTO = 0, CUDA_ATT_ROWS = 1, CUDA_ATT_FP32 = 2 };
+int cuda_attention_mode(void);
+/* The attention backward's D (B,NH,T) = rowsum(dout o out) in double, in the
+ * backend's attention workspace (enqueued on the stream); NULL (latched) when
+ * the workspace cannot be had (cuda_attention.cu). */
+const double *cuda_attention_D(ct_backend *be, const float *dout, const float *out, int B,
+                               int T, int NH, int HS);
+
 template <typename T> __device__ inline T warp_sum(T x) {
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;

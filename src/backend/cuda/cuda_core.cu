@@ -115,6 +115,7 @@ static void state_release(cuda_state *s) {
     if (s->count_host) cudaFreeHost(s->count_host);
     if (s->ws) cudaFree(s->ws);
     if (s->att_ws) cudaFree(s->att_ws);
+    if (s->enc_ws) cudaFree(s->enc_ws);
     if (s->col_ws) cudaFree(s->col_ws);
     if (s->blas_ws) cudaFree(s->blas_ws);
     for (int i = 0; i < s->n_bufs; i++) {

@@ -51,8 +51,12 @@ typedef struct cuda_state {
     size_t ws_bytes;
     double *att_ws;        /* device: attention backward's D = rowsum(dout o out), (B,NH,T) */
     size_t att_ws_bytes;
+    int fa_ready;          /* tensor-core attention's shared memory: 0 not asked yet,
+                            * 1 granted, -1 refused (the exact kernels run) */
     double *col_ws;        /* device: the column sums' partials (cuda_colsum.cuh) */
     size_t col_ws_bytes;
+    void *enc_ws;          /* device: the embedding backward's sort keys (cuda_encoder_bwd.cuh) */
+    size_t enc_ws_bytes;
     void *events[CUDA_EVENTS]; /* cudaEvent_t */
     int next_event;
     char name[256];        /* the device's name */
@@ -174,7 +178,7 @@ void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float *dweight, f
                                   const float *dout, const uint16_t *inp16,
                                   const uint16_t *weight16, int N, int C, int OC);
 
-/* attention (cuda_attention.cu) */
+/* attention (cuda_attention.cu; the _bf16 entries in cuda_flash.cu) */
 void ct_attention_forward_cuda(ct_backend *be, float *out, float *lse, const float *qkv,
                                const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
                                int NH, int NKV, int HS);
@@ -182,6 +186,13 @@ void ct_attention_backward_cuda(ct_backend *be, float *dqkv, const float *dout, 
                                 const float *out, const float *lse, const int32_t *pos,
                                 const ct_attn_dropout *drop, int B, int T, int NH, int NKV,
                                 int HS);
+void ct_attention_forward_bf16_cuda(ct_backend *be, float *out, float *lse, const float *qkv,
+                                    const int32_t *pos, const ct_attn_dropout *drop, int B,
+                                    int T, int NH, int NKV, int HS);
+void ct_attention_backward_bf16_cuda(ct_backend *be, float *dqkv, const float *dout,
+                                     const float *qkv, const float *out, const float *lse,
+                                     const int32_t *pos, const ct_attn_dropout *drop, int B,
+                                     int T, int NH, int NKV, int HS);
 void ct_attention_decode_cuda(ct_backend *be, float *out, const float *q, const float *kcache,
                               const float *vcache, int n, int NH, int NKV, int HS);
 

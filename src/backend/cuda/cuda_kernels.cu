@@ -5,8 +5,9 @@
  * RMSNorm, Qwen3's per-head q/k RMSNorm, RoPE, SwiGLU, GELU, residual adds
  * and the fused softmax
  * cross-entropy. One block per row for the row kernels. Gradients of shared
- * weights (norm weights, embedding rows) are column sums in a fixed order, one
- * thread per column, never atomics: runs are deterministic and resume is
+ * weights (norm weights) are column sums in a fixed order, one thread per
+ * column, and embedding rows sums over the sorted token ids
+ * (cuda_encoder_bwd.cuh), never atomics: runs are deterministic and resume is
  * bit-exact. Leaves out: fused residual+norm, vectorised 128-bit loads and
  * the other speed work of the GPU performance issue.
  */
@@ -15,6 +16,7 @@
 
 #include "backend/cuda/cuda_colsum.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_encoder_bwd.cuh"
 
 #define GELU_BETA 0.7978845608028654
 #define GELU_KAPPA 0.044715
@@ -47,28 +49,51 @@ extern "C" void ct_encoder_forward_cuda(ct_backend *be, float *out, const int32_
     cuda_launched(be, "encoder_forward");
 }
 
-/* dwte rows gather their tokens' gradients: thread c walks every (b,t) in
- * order and adds column c, so no two threads touch one element and the sum
- * order is that of ref. */
-__global__ void k_encoder_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
-                              const int32_t *pos, int N, int T, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    for (int bt = 0; bt < N; bt++) {
-        float g = dout[(size_t)bt * C + c];
-        dwte[(size_t)inp[bt] * C + c] += g;
-        if (dwpe) {
-            int p = pos ? pos[bt] : bt % T;
-            dwpe[(size_t)p * C + c] += g;
-        }
+/* Sorts the N keys (values[n] << 32 | n) into ws (2N keys: two halves the
+ * merge passes alternate between); returns the half that holds them. */
+static const uint64_t *enc_sort(ct_backend *be, uint64_t *ws, const int32_t *values, int N) {
+    cudaStream_t st = cuda_stream(be);
+    uint64_t *a = ws, *b = ws + N;
+    k_enc_sort_chunk<<<(unsigned)((N + ENC_CHUNK - 1) / ENC_CHUNK), ENC_SORT_THREADS, 0, st>>>(
+        a, values, N);
+    for (int w = ENC_CHUNK; w < N; w = w > N / 2 ? N : 2 * w) {
+        k_enc_merge<<<(unsigned)((N + ENC_MERGE_THREADS - 1) / ENC_MERGE_THREADS),
+                      ENC_MERGE_THREADS, 0, st>>>(b, a, N, w);
+        uint64_t *t = a;
+        a = b, b = t;
     }
+    return a;
 }
+
+/* dw rows += the runs of the sorted keys (cuda_encoder_bwd.cuh). */
+static void enc_runs(ct_backend *be, float *dw, const float *dout, const uint64_t *keys, int N,
+                     int C) {
+    int per = enc_run_per(N);
+    dim3 grid((unsigned)((C + ENC_SUM_THREADS - 1) / ENC_SUM_THREADS),
+              (unsigned)((N + per - 1) / per));
+    k_enc_run_sum<<<grid, ENC_SUM_THREADS, 0, cuda_stream(be)>>>(dw, dout, keys, N, C, per);
+}
+
+/* dwte (and dwpe) rows gather their rows' gradients in row order, as ref adds
+ * them (cuda_encoder_bwd.cuh): a sort of the batch's token ids (and packed
+ * positions), then a thread per column and run. Equal to ref bit for bit. */
 extern "C" void ct_encoder_backward_cuda(ct_backend *be, float *dwte, float *dwpe,
                                          const float *dout, const int32_t *inp,
                                          const int32_t *pos, int B, int T, int C) {
-    if (B * T <= 0 || C <= 0) return;
-    k_encoder_bwd<<<(C + 127) / 128, 128, 0, cuda_stream(be)>>>(dwte, dwpe, dout, inp, pos, B * T,
-                                                               T, C);
+    if (B <= 0 || T <= 0 || C <= 0) return;
+    int N = B * T;
+    cuda_state *s = cuda_st(be);
+    if (!cuda_workspace(be, (void **)&s->enc_ws, &s->enc_ws_bytes, ct_cuda_ws_encoder_bytes(N),
+                        "embedding backward workspace"))
+        return;
+    uint64_t *ws = (uint64_t *)s->enc_ws;
+    enc_runs(be, dwte, dout, enc_sort(be, ws, inp, N), N, C);
+    if (dwpe && pos) {
+        enc_runs(be, dwpe, dout, enc_sort(be, ws, pos, N), N, C);
+    } else if (dwpe) {
+        size_t n = (size_t)T * C;
+        k_enc_pos_sum<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(dwpe, dout, B, T, C);
+    }
     cuda_launched(be, "encoder_backward");
 }
 

@@ -22,6 +22,7 @@ struct ct_chat_template {
     ct_jinja *tpl;
     cJSON *tokens;     /* object: special token name -> text */
     unsigned declared; /* bit k: a config file names chat_token_keys[k] (perhaps as null) */
+    char tclass[64];   /* the config's tokenizer_class without "Fast" ("" when none names one) */
     char *name;        /* owned */
     char *text;        /* owned: the template's source, NUL-terminated */
     size_t text_len;
@@ -48,12 +49,26 @@ const char *ct_chat_template_token(const ct_chat_template *t, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* What the config files said beyond the tokens' texts. */
+typedef struct chat_seen {
+    unsigned declared; /* bit k: a file names chat_token_keys[k] (perhaps as null) */
+    char tclass[64];   /* the first tokenizer_class named, without "Fast" */
+} chat_seen;
+
 /* Add the special tokens of config cfg that tokens lacks: a non-empty string,
- * or an AddedToken object's "content". *declared (may be NULL) gets a bit
- * for each key cfg names, whatever its value; a key declared before (by a
- * file read earlier, perhaps as null: a token turned off) is not taken. */
-static ct_status chat_add_tokens(cJSON *tokens, const cJSON *cfg, unsigned *declared) {
-    unsigned before = declared ? *declared : 0;
+ * or an AddedToken object's "content". seen (may be NULL) gets a bit for
+ * each key cfg names, whatever its value, and its tokenizer_class; a key
+ * declared before (by a file read earlier, perhaps as null: a token turned
+ * off) is not taken. */
+static ct_status chat_add_tokens(cJSON *tokens, const cJSON *cfg, chat_seen *seen) {
+    unsigned before = seen ? seen->declared : 0;
+    unsigned *declared = seen ? &seen->declared : NULL;
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_class");
+    if (seen && !seen->tclass[0] && cJSON_IsString(cls) && strlen(cls->valuestring) < sizeof seen->tclass) {
+        strcpy(seen->tclass, cls->valuestring);
+        size_t n = strlen(seen->tclass);
+        if (n > 4 && !strcmp(seen->tclass + n - 4, "Fast")) seen->tclass[n - 4] = '\0';
+    }
     for (size_t i = 0; i < CHAT_N_TOKEN_KEYS; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, chat_token_keys[i]);
         if (!v || (before >> i & 1)) continue;
@@ -103,7 +118,7 @@ static ct_status chat_template_text(const cJSON *cfg, const char *file, const ch
 }
 
 static ct_status chat_make(ct_chat_template **out, const char *text, size_t len, const char *name, cJSON *tokens,
-                           unsigned declared) {
+                           const chat_seen *seen) {
     ct_chat_template *t = calloc(1, sizeof *t);
     size_t nlen = strlen(name);
     if (t) t->name = malloc(nlen + 1);
@@ -119,7 +134,10 @@ static ct_status chat_make(ct_chat_template **out, const char *text, size_t len,
     t->text[len] = '\0';
     t->text_len = len;
     t->tokens = tokens;
-    t->declared = declared;
+    if (seen) {
+        t->declared = seen->declared;
+        memcpy(t->tclass, seen->tclass, sizeof t->tclass);
+    }
     ct_status st = ct_jinja_parse(&t->tpl, text, len, name, NULL);
     if (st) {
         ct_chat_template_free(t);
@@ -138,7 +156,7 @@ ct_status ct_chat_template_from_text(ct_chat_template **out, const char *text, s
         cJSON_Delete(tokens);
         return CT_ERR(CT_ERR_OOM, "out of memory for a chat template");
     }
-    return chat_make(out, text, len, name ? name : "chat template", tokens, 0);
+    return chat_make(out, text, len, name ? name : "chat template", tokens, NULL);
 }
 
 static bool chat_is_file(const char *path) {
@@ -156,7 +174,7 @@ static char *chat_join(const char *dir, const char *name) {
 
 /* Special tokens from dir's tokenizer_config.json, then (for the keys it
  * does not name) its special_tokens_map.json, as transformers reads them. */
-static ct_status chat_tokens_of_dir(cJSON *tokens, const char *dir, unsigned *declared) {
+static ct_status chat_tokens_of_dir(cJSON *tokens, const char *dir, chat_seen *seen) {
     static const char *const files[] = {"tokenizer_config.json", "special_tokens_map.json"};
     ct_status st = CT_OK;
     for (size_t f = 0; f < 2 && !st; f++) {
@@ -165,7 +183,7 @@ static ct_status chat_tokens_of_dir(cJSON *tokens, const char *dir, unsigned *de
         if (chat_is_file(path)) {
             cJSON *cfg = NULL;
             st = ct_json_read_object(path, &cfg);
-            if (!st) st = chat_add_tokens(tokens, cfg, declared);
+            if (!st) st = chat_add_tokens(tokens, cfg, seen);
             cJSON_Delete(cfg);
         }
         free(path);
@@ -178,11 +196,11 @@ static ct_status chat_load_config(ct_chat_template **out, const char *cfg_path, 
     cJSON *cfg = NULL, *tokens = cJSON_CreateObject();
     const char *text = NULL;
     char *name = NULL;
-    unsigned declared = 0;
+    chat_seen seen = {0};
     ct_status st = tokens ? ct_json_read_object(cfg_path, &cfg) : CT_ERR(CT_ERR_OOM, "out of memory");
     if (!st) st = chat_template_text(cfg, cfg_path, &text);
-    if (!st) st = chat_add_tokens(tokens, cfg, &declared);
-    if (!st && tokens_dir) st = chat_tokens_of_dir(tokens, tokens_dir, &declared);
+    if (!st) st = chat_add_tokens(tokens, cfg, &seen);
+    if (!st && tokens_dir) st = chat_tokens_of_dir(tokens, tokens_dir, &seen);
     if (!st) {
         size_t n = strlen(cfg_path) + 32;
         name = malloc(n);
@@ -190,7 +208,7 @@ static ct_status chat_load_config(ct_chat_template **out, const char *cfg_path, 
         else snprintf(name, n, "%s (chat_template)", cfg_path);
     }
     if (!st) {
-        st = chat_make(out, text, strlen(text), name, tokens, declared);
+        st = chat_make(out, text, strlen(text), name, tokens, &seen);
         tokens = NULL;
     }
     free(name);
@@ -203,14 +221,14 @@ static ct_status chat_load_config(ct_chat_template **out, const char *cfg_path, 
 static ct_status chat_load_text(ct_chat_template **out, const char *file, const char *text, size_t len,
                                 const char *tokens_dir) {
     cJSON *tokens = cJSON_CreateObject();
-    unsigned declared = 0;
+    chat_seen seen = {0};
     ct_status st = tokens ? CT_OK : CT_ERR(CT_ERR_OOM, "out of memory");
-    if (!st && tokens_dir) st = chat_tokens_of_dir(tokens, tokens_dir, &declared);
+    if (!st && tokens_dir) st = chat_tokens_of_dir(tokens, tokens_dir, &seen);
     if (st) {
         cJSON_Delete(tokens);
         return st;
     }
-    return chat_make(out, text, len, file, tokens, declared);
+    return chat_make(out, text, len, file, tokens, &seen);
 }
 
 ct_status ct_chat_template_load(ct_chat_template **out, const char *path) {
@@ -312,8 +330,23 @@ static const char *chat_tok_text(const ct_tokenizer *tok, int32_t id, char *buf,
 ct_status ct_chat_template_use_tokenizer(ct_chat_template *t, const ct_tokenizer *tok) {
     CT_ASSERT(t && tok);
     char bos[256], eos[256];
-    const char *vals[3] = {NULL, NULL, NULL}; /* bos_token, eos_token, unk_token */
-    if (ct_tokenizer_kind(tok) == CT_TOK_KIND_SPM_BPE) {
+    const char *vals[4] = {NULL, NULL, NULL, NULL}; /* bos_token, eos_token, unk_token, pad_token */
+    /* the defaults of the tokenizer class the config names, as transformers
+     * constructs it (PreTrainedTokenizerFast, Llama 3's: none) */
+    static const struct {
+        const char *cls, *vals[4];
+    } classes[] = {
+        {"PreTrainedTokenizer", {NULL, NULL, NULL, NULL}},
+        {"GPT2Tokenizer", {"<|endoftext|>", "<|endoftext|>", "<|endoftext|>", NULL}},
+        {"Qwen2Tokenizer", {NULL, "<|endoftext|>", "<|endoftext|>", "<|endoftext|>"}},
+        {"LlamaTokenizer", {"<s>", "</s>", "<unk>", NULL}},
+        {"GemmaTokenizer", {"<bos>", "<eos>", "<unk>", "<pad>"}},
+    };
+    size_t c = 0, nc = sizeof classes / sizeof classes[0];
+    while (c < nc && strcmp(classes[c].cls, t->tclass) != 0) c++;
+    if (c < nc) {
+        memcpy(vals, classes[c].vals, sizeof vals);
+    } else if (ct_tokenizer_kind(tok) == CT_TOK_KIND_SPM_BPE) {
         /* LlamaTokenizer's defaults: <s>, </s>, <unk> (the BOS and EOS the tokenizer uses) */
         vals[0] = chat_tok_text(tok, ct_tokenizer_bos(tok), bos, sizeof bos);
         vals[1] = chat_tok_text(tok, ct_tokenizer_eot(tok), eos, sizeof eos);
@@ -322,8 +355,8 @@ ct_status ct_chat_template_use_tokenizer(ct_chat_template *t, const ct_tokenizer
         /* GPT2Tokenizer's: <|endoftext|> for all three */
         vals[0] = vals[1] = vals[2] = chat_tok_text(tok, ct_tokenizer_eot(tok), eos, sizeof eos);
     }
-    static const char *const keys[3] = {"bos_token", "eos_token", "unk_token"};
-    for (size_t i = 0; i < 3; i++) {
+    static const char *const keys[4] = {"bos_token", "eos_token", "unk_token", "pad_token"};
+    for (size_t i = 0; i < 4; i++) {
         size_t k = 0;
         while (strcmp(chat_token_keys[k], keys[i]) != 0) k++;
         if (!vals[i] || (t->declared >> k & 1) || cJSON_HasObjectItem(t->tokens, keys[i])) continue;

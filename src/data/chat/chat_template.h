@@ -77,12 +77,18 @@ ct_status ct_chat_template_from_text(ct_chat_template **out, const char *text, s
 void ct_chat_template_free(ct_chat_template *t); /* NULL is fine */
 
 /* Give t the special tokens of tokenizer tok for each of bos_token,
- * eos_token and unk_token that no config file it was loaded with names (a
- * config's null turns a token off): what transformers' tokenizer classes
- * default them to, GPT2Tokenizer's <|endoftext|> for all three (byte-level
- * BPE), LlamaTokenizer's BOS, EOS and <unk> (SentencePiece: the BOS and EOS
- * ids the tokenizer uses; <unk> when it is a token). Not thread-safe against
- * renders of t. Errors: CT_ERR_OOM. */
+ * eos_token, unk_token and pad_token that no config file it was loaded with
+ * names (a config's null turns a token off): what transformers' tokenizer
+ * classes default them to. The class the config's tokenizer_class names
+ * ("Fast" or not): PreTrainedTokenizer (Llama 3's): none; GPT2Tokenizer:
+ * <|endoftext|> for bos, eos and unk; Qwen2Tokenizer: <|endoftext|> for
+ * eos, unk and pad (no bos); LlamaTokenizer: <s>, </s>, <unk>;
+ * GemmaTokenizer: <bos>, <eos>, <unk>, <pad>. No class, or another: by the
+ * kind of tokenizer, GPT2Tokenizer's <|endoftext|> for bos, eos and unk
+ * (byte-level BPE: the tokenizer's end-of-text token), LlamaTokenizer's BOS,
+ * EOS and <unk> (SentencePiece: the BOS and EOS ids the tokenizer uses;
+ * <unk> when it is a token). Not thread-safe against renders of t.
+ * Errors: CT_ERR_OOM. */
 ct_status ct_chat_template_use_tokenizer(ct_chat_template *t, const ct_tokenizer *tok);
 
 /* What the template is called in messages ("DIR/tokenizer_config.json (chat_template)").

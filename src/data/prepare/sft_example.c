@@ -3,8 +3,9 @@
  * kind told by its keys, the tokens, and the loss mask. Every example's text
  * is encoded whole (prompt + completion, or the rendered conversation), and
  * its bytes are tied to the tokens by matching each token's bytes against
- * the text (ct_sft_token_offsets), so the ids are exactly those of encoding
- * the whole text at once and the mask follows the text:
+ * the text (ct_sft_token_offsets; in the text as the tokenizer's Unicode
+ * normalizer leaves it, for Qwen's NFC), so the ids are exactly those of
+ * encoding the whole text at once and the mask follows the text:
  *  - a prompt/completion token counts when it reaches past the prompt's end
  *    (its last byte is the completion's); a token that starts in the prompt
  *    and ends in the completion counts (see sft_prepare.h for TRL's rule);
@@ -82,14 +83,18 @@ ct_status ct_sft_encoder_init(ct_sft_encoder **out, const char *tokenizer, const
         st = ct_last_status();
         goto fail;
     }
-    bool spm = ct_tokenizer_kind(e->tok) == CT_TOK_KIND_SPM_BPE;
     e->bos = ct_tokenizer_bos(e->tok);
     e->eos = ct_tokenizer_eot(e->tok);
     if (e->bos < 0 || e->eos < 0) {
-        st = CT_ERR(CT_ERR_FORMAT, "%s: the tokenizer has no %s token, which %s each prompt/completion example",
-                    tokenizer, e->bos < 0 ? (spm ? "BOS (<s>)" : "<|endoftext|>") : (spm ? "EOS (</s>)" : "<|endoftext|>"),
+        /* GPT-2's own files have <|endoftext|> or nothing; a tokenizer.json (LLaMA, Llama 3, Qwen,
+         * Gemma) takes its BOS from the post_processor and its EOS from tokenizer_config.json */
+        bool gpt2_files = !strncmp(ct_tokenizer_identity(e->tok), "gpt2-bpe:", 9);
+        st = CT_ERR(CT_ERR_FORMAT, "%s: the tokenizer has no %s, which %s each prompt/completion example", tokenizer,
+                    e->bos < 0 ? "document token (a BOS its post_processor adds, <s>, or <|endoftext|>)"
+                               : "EOS (tokenizer_config.json's eos_token, </s> or <|endoftext|>)",
                     e->bos < 0 ? "starts" : "ends");
-        if (spm) ct_error_hint("name it in tokenizer_config.json (\"bos_token\", \"eos_token\") beside tokenizer.json");
+        if (!gpt2_files)
+            ct_error_hint("name them in tokenizer_config.json (\"bos_token\", \"eos_token\") beside tokenizer.json");
         goto fail;
     }
     if (!(e->tok_dir = sft_tokenizer_dir(tokenizer))) {
@@ -151,7 +156,8 @@ static bool spm_prefix_mark(const ct_tokenizer *t, const int32_t *ids, size_t i,
     return one >= 0 && two == one + (int64_t)tl - 1;
 }
 
-ct_status ct_sft_token_offsets(const ct_tokenizer *t, const char *text, size_t len, const int32_t *ids, size_t n,
+/* ct_sft_token_offsets over the text the tokens spell (normalised). */
+static ct_status offsets_match(const ct_tokenizer *t, const char *text, size_t len, const int32_t *ids, size_t n,
                                size_t *start) {
     static const char mark[] = "\xE2\x96\x81"; /* "▁" */
     bool spm = ct_tokenizer_kind(t) == CT_TOK_KIND_SPM_BPE;
@@ -181,6 +187,23 @@ ct_status ct_sft_token_offsets(const ct_tokenizer *t, const char *text, size_t l
     if (p != len)
         return CT_ERR(CT_ERR_FORMAT, "the %zu tokens spell %zu of the text's %zu bytes", n, p, len);
     return CT_OK;
+}
+
+ct_status ct_sft_token_offsets(const ct_tokenizer *t, const char *text, size_t len, const int32_t *ids, size_t n,
+                               size_t *start) {
+    char *norm = NULL;
+    size_t nlen = len, *from = NULL;
+    ct_status st = ct_tokenizer_unicode_map(t, text, len, &norm, &nlen, &from);
+    if (st || !norm) return st ? st : offsets_match(t, text, len, ids, n, start);
+    /* Qwen's NFC: the tokens spell the composed text; each offset back to
+     * the text's bytes (a token inside a changed run starts where it does) */
+    if (!(st = offsets_match(t, norm, nlen, ids, n, start)))
+        for (size_t i = 0; i <= n; i++) start[i] = from[start[i]];
+    else
+        ct_error_prefix("in the text as the tokenizer normalises it (Unicode form)");
+    free(norm);
+    free(from);
+    return st;
 }
 
 /* ------------------------------------------------------------ lines */

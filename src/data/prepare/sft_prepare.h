@@ -5,9 +5,12 @@
  *
  * Each JSONL line is one example, its kind told by its keys:
  *  - {"prompt": "...", "completion": "..."}: the tokenizer's document token
- *    (what plain prepare starts each document with: BOS <s> for
- *    SentencePiece, <|endoftext|> for GPT-2) + encode(prompt + completion)
- *    + EOS: the text encoded whole, as TRL's SFTTrainer tokenises
+ *    (what plain prepare starts each document with: the BOS a tokenizer
+ *    puts before a text, LLaMA's <s>, Llama 3's <|begin_of_text|>, Gemma's
+ *    <bos>, as TRL's tokenizer(text) has it; else <|endoftext|>: GPT-2,
+ *    Qwen, where TRL has no token) + encode(prompt + completion) + EOS
+ *    (tokenizer_config.json's eos_token where there is one, as TRL appends
+ *    eos_token): the text encoded whole, as TRL's SFTTrainer tokenises
  *    prompt-completion data (so " vehicle" after "?\n" is LLaMA's one token
  *    "▁vehicle", not a lone "▁" and then "▁vehicle"); special-token text in
  *    them stays text. The tokens that reach past the prompt's last byte and
@@ -33,7 +36,9 @@
  *    `ctrain tokenize --chat`); the tokens that overlap an assistant span of
  *    ct_chat_render_spans count. Nothing is added: the template writes BOS
  *    and end-of-turn tokens itself (one that ends no assistant turn with EOS
- *    gets none).
+ *    gets none; Llama 3.1's and Gemma 3's write their BOS, so an example
+ *    holds one, as transformers' apply_chat_template tokenises with
+ *    add_special_tokens=False).
  * A line of none of these kinds, invalid JSON or UTF-8, a field of the
  * wrong type, an empty completion, a conversation without an assistant
  * message or one the template refuses: a bad line (the run fails listing
@@ -126,6 +131,11 @@ ct_status ct_sft_encode_line(ct_sft_encoder *e, const char *line, size_t len, ct
  * byte: where the text has a space there too, ct_tokenizer_decode, which
  * drops exactly those, tells which it is. The offsets are those of decoding
  * each prefix ids[0..i) (the reference the tests hold them to), in one pass.
+ * A tokenizer whose normalizer has a Unicode form (Qwen's NFC) spells the
+ * text in that form: the tokens are matched against it and their offsets
+ * taken back to the text's bytes (ct_tokenizer_unicode_map: a token inside a
+ * run of characters the form changed starts where the run does), as Hugging
+ * Face's offsets follow the normalizer's alignments.
  * CT_ERR_FORMAT when the tokens do not spell the text. */
 ct_status ct_sft_token_offsets(const ct_tokenizer *t, const char *text, size_t len, const int32_t *ids, size_t n,
                                size_t *start);

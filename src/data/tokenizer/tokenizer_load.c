@@ -522,6 +522,14 @@ static bool load_json_id(const cJSON *v, int32_t *id) {
 
 static ct_status load_parse_json(const char *path, const char *text, size_t len, cJSON **out) {
     const char *end = NULL;
+    *out = NULL;
+    /* JSON is UTF-8 (RFC 8259), as the tokenizers library reads it: a raw byte
+     * that is not would reach the normalisers and encoders as text no input
+     * can match (escapes are checked by the parser: a lone surrogate fails) */
+    size_t ok = ct_utf8_valid_prefix(text, len);
+    if (ok != len)
+        return CT_ERR(CT_ERR_FORMAT, "%s: not valid UTF-8 at byte offset %zu (a JSON file is UTF-8 "
+                      "text)", path, ok);
     *out = cJSON_ParseWithLengthOpts(text, len, &end, false);
     if (!*out) {
         size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;

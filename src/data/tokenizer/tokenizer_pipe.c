@@ -87,6 +87,25 @@ static bool pipe_form_noop(tok_norm_kind kind, const uint8_t *p, size_t n) {
     return true;
 }
 
+/* text[0..n) in Unicode form kind, through utf8proc: owned *res (release
+ * with free), its length in *rn. */
+static ct_status pipe_form_apply(tok_norm_kind kind, const uint8_t *text, size_t n, uint8_t **res, size_t *rn) {
+    int opt = UTF8PROC_STABLE;
+    opt |= kind == TOK_NORM_NFC || kind == TOK_NORM_NFKC ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
+    if (kind == TOK_NORM_NFKC || kind == TOK_NORM_NFKD) opt |= UTF8PROC_COMPAT;
+    utf8proc_uint8_t *r8 = NULL;
+    utf8proc_ssize_t r = utf8proc_map(text, (utf8proc_ssize_t)n, &r8, (utf8proc_option_t)opt);
+    if (r < 0) {
+        free(r8);
+        return r == UTF8PROC_ERROR_NOMEM ? CT_ERR(CT_ERR_OOM, "tokenizer: out of memory normalising text")
+                                         : CT_ERR(CT_ERR_ARG, "tokenizer: Unicode normalisation failed: %s",
+                                                  utf8proc_errmsg(r));
+    }
+    *res = r8;
+    *rn = (size_t)r;
+    return CT_OK;
+}
+
 /* Apply the normalizer's steps; *out, *m: the result (text itself or a state buffer). */
 static ct_status pipe_normalise(const tok_hf *hf, ct_tok_state *s, const uint8_t *text, size_t n,
                                 const uint8_t **out, size_t *m) {
@@ -101,25 +120,17 @@ static ct_status pipe_normalise(const tok_hf *hf, ct_tok_state *s, const uint8_t
         switch (st->kind) {
         case TOK_NORM_NFC: case TOK_NORM_NFD: case TOK_NORM_NFKC: case TOK_NORM_NFKD: {
             if (pipe_form_noop(st->kind, cur, len)) continue;
-            int opt = UTF8PROC_STABLE;
-            opt |= st->kind == TOK_NORM_NFC || st->kind == TOK_NORM_NFKC ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
-            if (st->kind == TOK_NORM_NFKC || st->kind == TOK_NORM_NFKD) opt |= UTF8PROC_COMPAT;
-            utf8proc_uint8_t *res = NULL;
-            utf8proc_ssize_t r = utf8proc_map(cur, (utf8proc_ssize_t)len, &res, (utf8proc_option_t)opt);
-            if (r < 0) {
-                free(res);
-                return r == UTF8PROC_ERROR_NOMEM ? CT_ERR(CT_ERR_OOM, "tokenizer: out of memory normalising text")
-                                                 : CT_ERR(CT_ERR_ARG, "tokenizer: Unicode normalisation failed: %s",
-                                                          utf8proc_errmsg(r));
-            }
-            if ((e = pipe_grow((void **)&s->nbuf[which], &s->ncap[which], (size_t)r + 1, 1))) {
+            uint8_t *res = NULL;
+            size_t r = 0;
+            if ((e = pipe_form_apply(st->kind, cur, len, &res, &r))) return e;
+            if ((e = pipe_grow((void **)&s->nbuf[which], &s->ncap[which], r + 1, 1))) {
                 free(res);
                 return e;
             }
             dst = s->nbuf[which];
-            memcpy(dst, res, (size_t)r);
+            memcpy(dst, res, r);
             free(res);
-            dn = (size_t)r;
+            dn = r;
             break;
         }
         case TOK_NORM_PREPEND:
@@ -504,4 +515,119 @@ ct_status tok_hf_encode(const ct_tokenizer *t, ct_tok_state *s, const uint8_t *t
     tok_state_trim(s);
     pipe_trim(s);
     return st;
+}
+
+/* ------------------------------------------------ where normalised bytes come from */
+
+/* Whether a Unicode form leaves the text before p[0] and the text from it
+ * apart: p[0] starts a character below U+0300 (ASCII through IPA), which no
+ * form changes together with what precedes it (none composes with a
+ * preceding character, and each decomposes to a sequence that begins with a
+ * character of combining class 0). */
+static bool pipe_form_boundary(uint8_t b) { return b < 0x80 || (b >= 0xC0 && b < 0xCC); }
+
+/* Room for n more bytes in *buf (and their origins in *from). */
+static ct_status pipe_map_grow(uint8_t **buf, size_t **from, size_t *cap, size_t used, size_t n) {
+    if (used + n + 1 <= *cap) return CT_OK;
+    size_t nc = *cap ? *cap : 256;
+    while (nc < used + n + 1) {
+        if (nc > SIZE_MAX / 2 / sizeof(size_t)) return CT_ERR(CT_ERR_OOM, "tokenizer: a text too large to normalise");
+        nc *= 2;
+    }
+    uint8_t *b = realloc(*buf, nc);
+    if (!b) return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory normalising a %zu-byte text", used + n);
+    *buf = b;
+    size_t *f = realloc(*from, nc * sizeof *f);
+    if (!f) return CT_ERR(CT_ERR_OOM, "tokenizer: out of memory normalising a %zu-byte text", used + n);
+    *from = f;
+    *cap = nc;
+    return CT_OK;
+}
+
+ct_status ct_tokenizer_unicode_map(const ct_tokenizer *t, const char *text, size_t len, char **norm,
+                                   size_t *norm_len, size_t **from) {
+    *norm = NULL;
+    *from = NULL;
+    *norm_len = len;
+    const tok_hf *hf = t->hf;
+    tok_norm_kind forms[8];
+    int nf = 0;
+    uint8_t lim = 0xFF; /* the lowest byte that starts a character some form changes */
+    for (int k = 0; hf && k < hf->n_norm && nf < 8; k++) {
+        tok_norm_kind kind = hf->norm[k].kind;
+        if (kind != TOK_NORM_NFC && kind != TOK_NORM_NFD && kind != TOK_NORM_NFKC && kind != TOK_NORM_NFKD) continue;
+        forms[nf++] = kind;
+        uint8_t l = kind == TOK_NORM_NFC ? 0xCC : kind == TOK_NORM_NFD ? 0xC3 : 0x80;
+        if (l < lim) lim = l;
+    }
+    const uint8_t *s = (const uint8_t *)text;
+    size_t first = 0;
+    while (first < len && s[first] < lim) first++;
+    if (!nf || first == len) return CT_OK;
+    uint8_t *out = NULL;
+    size_t *fr = NULL, cap = 0, m = 0, i = 0;
+    ct_status st = CT_OK;
+    while (i < len && !st) {
+        size_t j = i;
+        while (j < len && s[j] < lim) j++;
+        size_t a = j;
+        while (a > i && a < len && !pipe_form_boundary(s[a])) a--;
+        /* [i, a): as it is */
+        if ((st = pipe_map_grow(&out, &fr, &cap, m, a - i))) break;
+        memcpy(out + m, s + i, a - i);
+        for (size_t k = i; k < a; k++) fr[m++] = k;
+        if (a == len) break;
+        /* [a, b): the character at j with what it may combine with */
+        size_t b = (j > a ? j : a) + 1;
+        while (b < len && !pipe_form_boundary(s[b])) b++;
+        const uint8_t *in = s + a;
+        size_t n = b - a;
+        uint8_t *res = NULL;
+        for (int f = 0; f < nf && !st; f++) {
+            if (pipe_form_noop(forms[f], in, n)) continue;
+            uint8_t *r = NULL;
+            size_t rn = 0;
+            if ((st = pipe_form_apply(forms[f], in, n, &r, &rn))) break;
+            free(res);
+            res = r;
+            in = r;
+            n = rn;
+        }
+        if (st) {
+            free(res);
+            break;
+        }
+        size_t cl = b - a, p = 0, q = 0;
+        /* the bytes both keep at the start and at the end map one to one; what
+         * changed between maps to where the change starts */
+        while (p < cl && p < n && s[a + p] == in[p]) p++;
+        while (p > 0 && p < cl && (s[a + p] & 0xC0) == 0x80) p--;
+        while (q < cl - p && q < n - p && s[b - 1 - q] == in[n - 1 - q]) q++;
+        while (q > 0 && (s[b - q] & 0xC0) == 0x80) q--;
+        if ((st = pipe_map_grow(&out, &fr, &cap, m, n))) {
+            free(res);
+            break;
+        }
+        memcpy(out + m, in, n);
+        for (size_t k = 0; k < n; k++) fr[m + k] = k < p ? a + k : k >= n - q ? b - (n - k) : a + p;
+        m += n;
+        free(res);
+        i = b;
+    }
+    if (st) {
+        free(out);
+        free(fr);
+        return st;
+    }
+    if (m == len && !memcmp(out, s, len)) { /* composed already: nothing changed */
+        free(out);
+        free(fr);
+        return CT_OK;
+    }
+    out[m] = '\0';
+    fr[m] = len;
+    *norm = (char *)out;
+    *from = fr;
+    *norm_len = m;
+    return CT_OK;
 }
