@@ -437,7 +437,7 @@ static bool rx_class(rx_tr *x, bool ci) {
 
 /* Emit one literal character (in a case-insensitive group, a letter as [xX]). */
 static bool rx_literal(rx_tr *x, uint32_t cp, size_t at, bool ci) {
-    char tmp[24];
+    char tmp[32]; /* room for two \x{...} of any 32-bit value */
     if (ci && ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z'))) {
         snprintf(tmp, sizeof tmp, "[\\x{%X}\\x{%X}]", (unsigned)(cp | 32), (unsigned)(cp & ~32u));
         rx_puts(&x->out, tmp);
