@@ -4,15 +4,19 @@
  * posix_fadvise) and warm, against the old int32-chunk check; (2) batches per
  * second with prefetch off and on, alone and with a simulated training step
  * that spins for a fixed time per batch (the wait the step sees is what
- * prefetch hides). Not a test: it prints figures and exits 0.
+ * prefetch hides); (3) the same for instruction data (shards with .sft
+ * sidecars: rows of whole examples, packed or one per row). Not a test: it
+ * prints figures and exits 0.
  *
  * Build and run from the repository root after `make`:
  *   cc -O3 -std=c11 -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc bench/bench_loader.c \
  *      build/libctrain.a -lpthread -lm -o build/bench_loader && build/bench_loader [DIR]
- * DIR (default /tmp) receives a 100 MB shard, removed at exit.
+ * DIR (default /tmp) receives a 100 MB shard and a 40 MB instruction dataset
+ * (4 shards and their sidecars), removed at exit.
  */
 #include "ctrain/train.h"
-#include "data/shard.h"
+#include "data/shard/shard.h"
+#include "data/shard/sft_shard.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -22,6 +26,8 @@
 
 #define N_TOKENS 50000000 /* version 1: 100 MB of tokens */
 #define VOCAB 50257
+#define SFT_SHARDS 4
+#define SFT_TOKENS 5000000 /* per shard: 4 x 10 MB */
 
 static void drop_cache(const char *path) {
     int fd = open(path, O_RDONLY);
@@ -109,6 +115,102 @@ static void run(const char *path, int B, int T, bool shuffle, int prefetch, int 
     ct_loader_free(l);
 }
 
+/* SFT_SHARDS instruction shards under dir (sft_<pid>_<k>.bin + .sft):
+ * examples of 16..1024 tokens, the second half of each counted. */
+static int write_sft(const char *dir, uint64_t x) {
+    uint32_t *tok = malloc((size_t)SFT_TOKENS * sizeof *tok);
+    uint8_t *mask = malloc(1100);
+    if (!tok || !mask) return 1;
+    for (int k = 0; k < SFT_SHARDS; k++) {
+        char path[1024], side[1040];
+        snprintf(path, sizeof path, "%s/sft_%d_%d.bin", dir, (int)getpid(), k);
+        snprintf(side, sizeof side, "%s/sft_%d_%d.sft", dir, (int)getpid(), k);
+        for (int64_t i = 0; i < SFT_TOKENS; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            tok[i] = (uint32_t)(x % VOCAB);
+        }
+        ct_sft_writer *w = NULL;
+        if (ct_shard_write(path, tok, SFT_TOKENS, 1) || ct_sft_writer_open(&w, side)) {
+            fprintf(stderr, "%s\n", ct_last_error());
+            return 1;
+        }
+        for (int64_t at = 0; at < SFT_TOKENS;) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            int64_t n = 16 + (int64_t)(x % 1009);
+            if (n > SFT_TOKENS - at) n = SFT_TOKENS - at;
+            for (int64_t i = 0; i < n; i++) mask[i] = i > n / 2;
+            if (ct_sft_writer_add(w, mask, n)) {
+                fprintf(stderr, "%s\n", ct_last_error());
+                return 1;
+            }
+            at += n;
+        }
+        if (ct_sft_writer_commit(w)) {
+            fprintf(stderr, "%s\n", ct_last_error());
+            return 1;
+        }
+    }
+    free(tok);
+    free(mask);
+    return 0;
+}
+
+static void unlink_sft(const char *dir) {
+    for (int k = 0; k < SFT_SHARDS; k++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/sft_%d_%d.bin", dir, (int)getpid(), k);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/sft_%d_%d.sft", dir, (int)getpid(), k);
+        unlink(path);
+    }
+}
+
+/* Take n instruction batches (with positions, as the trainer does). */
+static void run_sft(const char *glob, int B, int T, bool shuffle, bool packing, int prefetch,
+                    int n) {
+    ct_loader_opts o = ct_loader_opts_default();
+    o.spec = glob;
+    o.B = B;
+    o.T = T;
+    o.shuffle = shuffle;
+    o.packing = packing;
+    o.seed = 1;
+    o.prefetch = prefetch;
+    ct_loader *l = NULL;
+    double t0 = ct_time_s();
+    if (ct_loader_init(&l, &o)) {
+        fprintf(stderr, "init: %s\n", ct_last_error());
+        return;
+    }
+    double open_s = ct_time_s() - t0;
+    size_t bt = (size_t)B * T;
+    int32_t *in = malloc(bt * sizeof *in), *tg = malloc(bt * sizeof *tg);
+    int32_t *pos = malloc(bt * sizeof *pos);
+    int64_t counted = 0;
+    t0 = ct_time_s();
+    for (int i = 0; i < n; i++) {
+        counted += ct_loader_counted_ahead(l, 1);
+        if (ct_loader_next_pos(l, in, tg, pos)) {
+            fprintf(stderr, "next: %s\n", ct_last_error());
+            break;
+        }
+    }
+    double dt = ct_time_s() - t0;
+    printf("  sft B=%d T=%d %-10s %-7s prefetch %d: open %6.1f ms, %8.0f batches/s %7.1f "
+           "Mtok/s, wait %6.2f us/batch (%lld counted)\n", B, T,
+           shuffle ? "shuffled" : "sequential", packing ? "packed" : "one/row", prefetch,
+           open_s * 1e3, n / dt, (double)n * B * T / dt / 1e6,
+           ct_loader_wait_total_s(l) / n * 1e6, (long long)counted);
+    free(in);
+    free(tg);
+    free(pos);
+    ct_loader_free(l);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "/tmp";
     char path[1024];
@@ -148,5 +250,16 @@ int main(int argc, char **argv) {
     for (int cold = 0; cold <= 1; cold++)
         for (int i = 0; i < 3; i++) run(path, 8, 1024, true, pfs[i], 2000, 500e-6, cold);
     unlink(path);
+
+    if (write_sft(dir, 0x2545F4914F6CDD1Dull)) return 1;
+    char sglob[1024];
+    snprintf(sglob, sizeof sglob, "%s/sft_%d_*.bin", dir, (int)getpid());
+    printf("instruction data, %d shards of %d tokens (examples of 16..1024 tokens):\n",
+           SFT_SHARDS, SFT_TOKENS);
+    for (int pf = 0; pf <= 2; pf += 2) {
+        run_sft(sglob, 8, 1024, true, true, pf, 5000);
+        run_sft(sglob, 8, 1024, false, false, pf, 5000);
+    }
+    unlink_sft(dir);
     return 0;
 }

@@ -25,7 +25,7 @@
 #include "cli.h"
 #include "ctrain/data.h"
 #include "ctrain/model.h"
-#include "data/chat_template.h"
+#include "data/chat/chat_template.h"
 #include "io/fileio.h"
 #include "train/eval.h"
 

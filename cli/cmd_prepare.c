@@ -1,8 +1,8 @@
 /*
  * `ctrain prepare --tokenizer DIR --out DIR [options] INPUT...`: raw text to
- * llm.c token shards with a manifest (the pipeline is data/prepare.c), or,
+ * llm.c token shards with a manifest (the pipeline is data/prepare/prepare.c), or,
  * with --format sft, instruction data to shards with loss-mask sidecars
- * (data/sft_prepare.c). This file parses options and draws the progress line.
+ * (data/prepare/sft_prepare.c). This file parses options and draws the progress line.
  */
 #include <errno.h>
 #include <math.h>
@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "data/prepare.h"
-#include "data/remote.h"
-#include "data/sft_prepare.h"
+#include "data/prepare/prepare.h"
+#include "data/shard/remote.h"
+#include "data/prepare/sft_prepare.h"
 #include "io/fileio.h"
 
 static const char *cmd = "prepare";
@@ -203,7 +203,7 @@ static ct_status remote_upload(const char *stage, const char *url, const char *s
     return st;
 }
 
-/* --format sft: instruction data (data/sft_prepare.h). */
+/* --format sft: instruction data (data/prepare/sft_prepare.h). */
 static int prepare_sft(ct_sft_opts *so, bool quiet) {
     const char *remote_out = NULL;
     char stage[CT_PATH_MAX], shown[CT_PATH_MAX];

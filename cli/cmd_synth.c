@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "data/shard.h"
+#include "data/shard/shard.h"
 
 int cmd_synth(int argc, char **argv) {
     const char *cmd = "synth", *out = NULL;

@@ -7,7 +7,7 @@
  * SentencePiece-BPE (LLaMA), or a tokenizer.json read generically (Llama 3,
  * Qwen, SmolLM2, Gemma). --chat reads one conversation per line (a JSON
  * array of messages, or TRL's {"messages", "tools", "chat_template_kwargs"}),
- * renders it with the model's chat template (data/chat_template.h) and
+ * renders it with the model's chat template (data/chat/chat_template.h) and
  * prints the ids of the text, its markup as the added tokens' ids; --render
  * prints the rendered text as one JSON string per line instead.
  */
@@ -18,7 +18,7 @@
 
 #include "cli.h"
 #include "ctrain/data.h"
-#include "data/chat_template.h"
+#include "data/chat/chat_template.h"
 
 #include <cJSON.h>
 #include <sys/stat.h>

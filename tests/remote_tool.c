@@ -1,5 +1,5 @@
 /*
- * remote_tool: a small command line over src/data/remote.h for the tests
+ * remote_tool: a small command line over src/data/shard/remote.h for the tests
  * (tests/cli/test_remote_transport.py) and for trying a store by hand.
  *
  *   remote_tool [--retries N] [--timeout S] [--backoff S] COMMAND ...
@@ -17,7 +17,7 @@
  * "stats requests=N retries=N failures=N bytes=N wait_s=S" on stdout.
  * Errors: the message and hint on stderr, exit status 2 (1: usage).
  */
-#include "data/remote.h"
+#include "data/shard/remote.h"
 
 #include <inttypes.h>
 #include <pthread.h>

@@ -18,7 +18,7 @@
  * (@lenml/tokenizers) on those models' files.
  * Leaves out: WordPiece and Unigram models, other normalizers and
  * pre-tokenizers (refused with CT_ERR_FORMAT naming the file and key), shard
- * writing and the tokenised-data cache (data/prepare.c, data/cache.c).
+ * writing and the tokenised-data cache (data/prepare/prepare.c, data/prepare/cache.c).
  */
 #ifndef CT_DATA_H
 #define CT_DATA_H

@@ -97,7 +97,7 @@ typedef struct ct_loader_pos {
  * longer than T.
  * Errors: CT_ERR_ARG (bad options; a shard shorter than one window; a token
  * >= vocab_size, naming the shard and the token's index; no window for this
- * rank; fewer shuffled windows than ranks; instruction data at a URL),
+ * rank; fewer shuffled windows than ranks),
  * CT_ERR_IO (missing file, no match, cannot start the thread, a missing
  * sidecar), CT_ERR_FORMAT (bad shard or sidecar, a sidecar that does not
  * match its shard, shards with and without sidecars; naming the path),
@@ -154,7 +154,7 @@ CT_API int ct_loader_num_shards(const ct_loader *l);
 /*
  * Instruction data. A directory whose manifest.json says "format":
  * "ctrain-sft/1" (`ctrain prepare --format sft`) holds shards with .sft
- * sidecars (data/sft_shard.h): example boundaries and a loss mask. Its loader
+ * sidecars (data/shard/sft_shard.h): example boundaries and a loss mask. Its loader
  * yields rows of whole examples instead of windows. The shards are taken as
  * instruction data when any of them has a sidecar beside it (x.bin -> x.sft)
  * or the manifest.json beside the first shard says "ctrain-sft/1"; then every
@@ -195,7 +195,10 @@ CT_API int ct_loader_num_shards(const ct_loader *l);
  * a position only from a loader of the same mode bits.
  * The row plan of an epoch (O(E) memory) is built the first time that epoch
  * is needed and shared by the caller's and the prefetch thread.
- * data.train at a URL holding instruction data is refused for now (CT_ERR_ARG).
+ * At a URL (http://, https://, s3://) instruction data reads as plain shards
+ * do, through the disk cache: the manifest lists each shard's sidecar (its
+ * bytes and xxh3_128), fetched whole when the loader opens, checked, and
+ * kept in the cache (a changed one is CT_ERR_IO naming its URL).
  */
 CT_API bool ct_loader_is_sft(const ct_loader *l);
 /* ct_loader_next that also writes pos (B*T int32, caller-owned): each
@@ -205,6 +208,26 @@ CT_API bool ct_loader_is_sft(const ct_loader *l);
  * on instruction data is this call without pos. */
 CT_API ct_status ct_loader_next_pos(ct_loader *l, int32_t *inputs, int32_t *targets,
                                     int32_t *pos);
+/* One batch with what a training step needs beside the tokens. */
+typedef struct ct_loader_batch {
+    int32_t *inputs, *targets; /* (B*T) each, caller-owned: filled */
+    int32_t *pos;              /* (B*T) caller-owned, or NULL: each token's position in
+                                * its example (0..T-1 in every row of plain shards) */
+    int64_t counted;           /* out: targets >= 0, what the batch's mean loss is over */
+    bool positions;            /* out: rows hold examples with positions of their own
+                                * (instruction data): pass pos to ct_model_set_positions;
+                                * false: every row is 0..T-1 (pass NULL) */
+} ct_loader_batch;
+/* ct_loader_next_pos that also says what the trainer weighs the batch by
+ * and how its positions go. Same errors. */
+CT_API ct_status ct_loader_next_batch(ct_loader *l, ct_loader_batch *b);
+/* Whether targets can be -1 (a loss mask, padding rows: instruction data),
+ * so a batch's counted targets may be fewer than B*T. */
+CT_API bool ct_loader_masked(const ct_loader *l);
+/* A line about the data for a run's log (instruction data: examples, rows,
+ * packing, fill, counted targets), into buf; "" when there is nothing to
+ * add (plain shards). Returns buf. */
+CT_API const char *ct_loader_describe(const ct_loader *l, char *buf, size_t cap);
 /* Counted targets (>= 0) of the next n micro-batches this loader returns,
  * summed over all world ranks' batches at those indices (global batches
  * m*world + r): what an optimizer step's loss is divided by. The n batches

@@ -20,8 +20,8 @@
 
 #include "ctrain/data.h"
 #include "ctrain/loader.h"
-#include "data/remote.h"
-#include "data/shard_remote.h"
+#include "data/shard/remote.h"
+#include "data/shard/shard_remote.h"
 #include "io/fileio.h"
 #include "perf/hwinfo.h"
 #include "backend/cpu/gemm.h"

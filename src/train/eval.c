@@ -87,21 +87,17 @@ ct_status ct_eval_run(ct_ctx *ctx, ct_model *m, const ct_eval_opts *o, ct_eval_r
     int64_t total = o->batches ? o->batches : ct_loader_batches_per_epoch(ld);
     out->shards = ct_loader_num_shards(ld);
     out->data_tokens = ct_loader_total_tokens(ld);
-    /* instruction data: rows of whole examples, each attending to itself;
-     * the loss is the mean over the counted (completion) targets */
-    bool sft = ct_loader_is_sft(ld);
+    /* rows of whole examples attend each to itself; the loss is the mean
+     * over the counted targets (every target of plain data) */
     double t0 = ct_time_s(), sum = 0, counted = 0;
     for (int64_t i = 0; i < total; i++) {
         float loss;
-        int64_t c = (int64_t)n;
-        if (sft) {
-            if ((st = ct_loader_next_pos(ld, in, tg, pos))) goto done;
-            if ((st = ct_model_set_positions(m, pos, o->B, o->T))) goto done;
-            c = 0;
-            for (size_t k = 0; k < n; k++) c += tg[k] >= 0;
-        } else if ((st = ct_loader_next(ld, in, tg))) {
+        ct_loader_batch b = {.inputs = in, .targets = tg, .pos = pos};
+        if ((st = ct_loader_next_batch(ld, &b))) goto done;
+        if ((st = b.positions ? ct_model_set_positions(m, pos, o->B, o->T)
+                              : ct_model_set_positions(m, NULL, 0, 0)))
             goto done;
-        }
+        int64_t c = b.counted;
         if ((st = ct_model_forward(m, in, tg, o->B, o->T, &loss))) goto done;
         if (!isfinite(loss)) {
             st = CT_ERR(CT_ERR_NUMERIC, "%s: batch %" PRId64 " of %" PRId64 " gives a "
@@ -118,7 +114,7 @@ ct_status ct_eval_run(ct_ctx *ctx, ct_model *m, const ct_eval_opts *o, ct_eval_r
     }
     out->seconds = ct_time_s() - t0;
     out->batches = total;
-    out->tokens = sft ? (int64_t)counted : total * (int64_t)n;
+    out->tokens = (int64_t)counted;
     out->loss = counted > 0 ? sum / counted : 0.0;
     out->perplexity = exp(out->loss);
 done:

@@ -7,7 +7,7 @@
  * stands for them: the shards' tokenizer never goes beside another's model.
  * The chat template instruction shards were rendered with (their manifest's
  * "chat_template") goes into run.dir's tokenizer_config.json with them.
- * Leaves out: what an identity is (data/tokenizer_ident.c).
+ * Leaves out: what an identity is (data/tokenizer/tokenizer_ident.c).
  */
 #include "train/run_tokenizer.h"
 

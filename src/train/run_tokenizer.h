@@ -5,8 +5,8 @@
  * and data.tokenizer must be one tokenizer; its files go into run.dir, and
  * from there into every checkpoint, so the saved model loads with its own
  * tokenizer, and with no other.
- * Leaves out: identities and file handling (data/tokenizer_ident.c,
- * data/tokenizer_files.c).
+ * Leaves out: identities and file handling (data/tokenizer/tokenizer_ident.c,
+ * data/tokenizer/tokenizer_files.c).
  */
 #ifndef CT_RUN_TOKENIZER_H
 #define CT_RUN_TOKENIZER_H

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "backend/ctx.h"
-#include "data/remote.h"
+#include "data/shard/remote.h"
 #include "core/strbuf.h"
 #include "io/fileio.h"
 #include "train/run_tokenizer.h"
@@ -41,22 +41,16 @@ static ct_status save_config_yaml(const ct_config *cfg) {
 }
 
 ct_status trainer_next_batch(trainer *t, ct_loader *l, int64_t *counted) {
-    ct_status st;
-    size_t n = (size_t)t->B * t->T;
-    if (!ct_loader_is_sft(l)) {
-        *counted = (int64_t)n;
-        if ((st = ct_loader_next(l, t->in, t->tg))) return st;
-        return ct_model_set_positions(t->model, NULL, 0, 0);
-    }
-    if ((st = ct_loader_next_pos(l, t->in, t->tg, t->pos))) return st;
-    int64_t c = 0;
-    for (size_t i = 0; i < n; i++) c += t->tg[i] >= 0;
-    *counted = c;
-    return ct_model_set_positions(t->model, t->pos, t->B, t->T);
+    ct_loader_batch b = {.inputs = t->in, .targets = t->tg, .pos = t->pos};
+    ct_status st = ct_loader_next_batch(l, &b);
+    if (st) return st;
+    *counted = b.counted;
+    /* rows of whole examples attend each to itself; plain rows are 0..T-1 */
+    if (b.positions) return ct_model_set_positions(t->model, t->pos, t->B, t->T);
+    return ct_model_set_positions(t->model, NULL, 0, 0);
 }
 
 float trainer_batch_weight(const trainer *t, int64_t counted) {
-    if (!t->sft) return 1.0f / ((float)t->accum * (float)t->world);
     return t->step_counted > 0 ? (float)((double)counted / (double)t->step_counted) : 0.0f;
 }
 
@@ -248,7 +242,7 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
     ct_model_zero_grads(t->model);
     /* the step's counted targets, all ranks: known from the loader's plan
      * before any batch, so each micro-batch's gradient gets its final weight */
-    if (t->sft) t->step_counted = ct_loader_counted_ahead(t->train, t->accum);
+    t->step_counted = ct_loader_counted_ahead(t->train, t->accum);
     double ts = span(t, "zero_grads", t0, step);
     if (t->world > 1) {
         /* every rank's part of the global batch and the averaged gradient */
@@ -272,15 +266,12 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
         ts = ct_time_s(); /* the model recorded its forward, head and backward */
         fwd += mt.forward_s;
         bwd += mt.backward_s;
-        loss_sum += t->sft ? (double)loss * (double)counted : loss;
+        loss_sum += (double)loss * (double)counted;
     }
-    /* instruction data: the mean over every counted target of the step
+    /* the mean over every counted target of the step, all ranks
      * (trainer_dist_micro_batches summed the ranks' parts) */
-    if (t->sft)
-        info->loss = t->step_counted > 0 ? loss_sum / (double)t->step_counted : 0.0;
-    else
-        info->loss = loss_sum / (double)t->accum;
-    info->counted = t->sft ? t->step_counted : 0;
+    info->loss = t->step_counted > 0 ? loss_sum / (double)t->step_counted : 0.0;
+    info->counted = t->masked ? t->step_counted : 0;
     if ((st = trainer_dropout_write(t, step))) return st;
     if (cfg->debug.dump_grads_step == step && trainer_root(t)) {
         char name[64];
@@ -463,7 +454,7 @@ static ct_status log_step(trainer *t, ct_step_info *info) {
                      (double)t->mem_limit, (double)t->plan.total, (double)info->major_faults,
                      info->epoch, (double)info->counted, (double)info->rollback_to};
     int n = (int)(sizeof keys / sizeof *keys) - (info->rolled_back ? 0 : 1);
-    if (!t->sft) { /* counted_tokens is instruction data's: drop it */
+    if (!t->masked) { /* counted_tokens says something only when targets are masked */
         for (int i = (int)(sizeof keys / sizeof *keys) - 2; i < n - 1; i++) {
             keys[i] = keys[i + 1];
             vals[i] = vals[i + 1];

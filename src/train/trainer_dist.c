@@ -286,7 +286,7 @@ ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum,
         *fwd += mt.forward_s;
         *bwd += mt.backward_s;
         ct_model_set_grad_hook(t->model, NULL, NULL);
-        *loss_sum += t->sft ? (double)loss * (double)counted : loss;
+        *loss_sum += (double)loss * (double)counted;
     }
     if (staged) ct_model_download(t->model, grads, dgrads, numel * sizeof(float));
     /* a rank that failed still joins the allreduces, so nobody waits on it */
@@ -320,9 +320,9 @@ ct_status trainer_dist_micro_batches(trainer *t, int64_t step, double *loss_sum,
         snprintf(what, sizeof what, "step %lld", (long long)step);
         return ct_dist_agree(t->dist, local, what);
     }
-    /* the mean over ranks of each rank's micro-batch loss sum, summed in
-     * rank order: the same bits everywhere */
-    *loss_sum = t->sft ? sum : sum / (double)t->world; /* sft: the caller divides */
+    /* every rank's counted-weighted loss sum, summed in rank order: the same
+     * bits everywhere (the caller divides by the step's counted targets) */
+    *loss_sum = sum;
     t->stop_seen = stop_value != 0;
     t->stop_value = (int)stop_value;
     return CT_OK;

@@ -37,8 +37,8 @@ typedef struct trainer {
     ct_adamw opt;
     int32_t *in, *tg; /* (B,T) each */
     int32_t *pos;     /* (B,T): positions inside examples (instruction data) */
-    bool sft;         /* the training shards hold instruction examples */
-    int64_t step_counted; /* instruction data: counted targets of the step, all ranks */
+    bool masked;      /* the training data masks targets (ct_loader_masked) */
+    int64_t step_counted; /* counted targets of the step, all ranks */
     ct_schedule sched;
     ct_adamw_params ap;
     ct_ckpt_opts ckpt_opts;
@@ -121,13 +121,13 @@ void trainer_release(trainer *t);
 /* Current guard parameters from the config. */
 ct_guard_params trainer_guard_params(const ct_config *cfg);
 
-/* The next micro-batch of loader l into t->in and t->tg; with instruction
- * data also its positions, handed to the model (plain data clears them).
+/* The next micro-batch of loader l into t->in and t->tg, and its positions
+ * handed to the model (rows of whole examples; plain rows clear them).
  * *counted: its counted targets (B*T for plain data). The loader's errors. */
 ct_status trainer_next_batch(trainer *t, ct_loader *l, int64_t *counted);
 /* The share of the step's loss a micro-batch of `counted` targets carries:
- * 1/(grad_accum x ranks) for plain data; counted / t->step_counted for
- * instruction data (every counted token of the step weighs the same). */
+ * counted / t->step_counted, so every counted target of the step weighs the
+ * same (plain data: exactly 1/(grad_accum x ranks) in float). */
 float trainer_batch_weight(const trainer *t, int64_t counted);
 
 /* CT_STATE_DATA_* flags of the run's training data (train_state.h). */

@@ -637,16 +637,10 @@ static ct_status open_loaders(trainer *t) {
         ct_error_prefix("data.val");
         return st;
     }
-    t->sft = ct_loader_is_sft(t->train);
-    if (t->sft) {
-        ct_loader_sft_stats ss;
-        ct_loader_sft_stats_get(t->train, &ss);
-        if (t->rank == 0)
-            ct_log(CT_LOG_INFO, "instruction data: %lld examples in %lld rows of %d tokens "
-                   "(data.packing=%s, %.0f%% of the columns hold example tokens), %lld "
-                   "counted targets per epoch", (long long)ss.examples, (long long)ss.rows, t->T,
-                   cfg->data.packing ? "true" : "false", 100.0 * ss.fill, (long long)ss.counted);
-    }
+    t->masked = ct_loader_masked(t->train);
+    char about[512];
+    if (t->rank == 0 && ct_loader_describe(t->train, about, sizeof about)[0])
+        ct_log(CT_LOG_INFO, "%s", about);
     return plan_evaluation(t);
 }
 
@@ -671,11 +665,13 @@ static ct_status check_best(const trainer *t) {
     return CT_OK;
 }
 
-/* The data flags of this run (train_state.h's CT_STATE_DATA_*). */
+/* The data flags of this run (train_state.h's CT_STATE_DATA_*): the
+ * loader's position mode bits without the shuffle bit (2 instruction rows,
+ * 4 packing, 8 group_by_length become 1, 2, 4). */
 int64_t trainer_data_flags(const trainer *t) {
-    if (!t->sft) return 0;
-    return CT_STATE_DATA_SFT | (t->cfg->data.packing ? CT_STATE_DATA_PACKING : 0) |
-           (t->cfg->data.group_by_length ? CT_STATE_DATA_GROUPED : 0);
+    ct_loader_pos p;
+    ct_loader_get_pos(t->train, &p);
+    return (p.shuffled >> 1) & (CT_STATE_DATA_SFT | CT_STATE_DATA_PACKING | CT_STATE_DATA_GROUPED);
 }
 
 /* A resumed run batches its data as the checkpoint's did: instruction rows

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The remote-data transport (src/data/remote.c, remote_s3.c) against real servers on loopback,
-through build/tests/remote_tool.
+"""The remote-data transport (src/data/shard/remote.c, remote_s3.c) against real servers on
+loopback, through build/tests/remote_tool.
 
 - nginx: range reads are byte-exact at odd offsets (first byte, last byte, across buffer sizes),
   whole-object GET (and its size limit), size by HEAD, PUT; a 404 fails at once (exit 2, the URL

@@ -1,5 +1,5 @@
 /*
- * Fuzz the tokenised-data cache's entry reader (src/data/cache.c,
+ * Fuzz the tokenised-data cache's entry reader (src/data/prepare/cache.c,
  * cache_file.c): the input is the entry file of one key in a cache directory,
  * opened with ct_cache_open (disk tier only) and looked up with ct_cache_get.
  * An entry guards itself with its key and an XXH64 of the payload; where the
@@ -12,8 +12,8 @@
 #include "fuzz.h"
 
 #include "core/dtype.h"
-#include "data/cache.h"
-#include "data/cache_file.h"
+#include "data/prepare/cache.h"
+#include "data/prepare/cache_file.h"
 
 #include <xxhash.h>
 

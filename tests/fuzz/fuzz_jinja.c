@@ -1,5 +1,5 @@
 /*
- * Fuzz the Jinja subset of chat templates (src/data/jinja*.c): the input is a
+ * Fuzz the Jinja subset of chat templates (src/data/chat/jinja*.c): the input is a
  * template's text [NUL a JSON object of variables], parsed with
  * ct_jinja_parse under tight limits and rendered with those variables (or a
  * fixed conversation when there are none or they do not parse).
@@ -12,7 +12,7 @@
  */
 #include "fuzz.h"
 #include "ctrain/data.h"
-#include "data/jinja.h"
+#include "data/chat/jinja.h"
 
 #include <cJSON.h>
 

@@ -1,6 +1,6 @@
 /*
  * Fuzz the remote dataset manifest reader (ct_remote_manifest_parse,
- * src/data/shard_remote.c): the input is the manifest.json a server returns
+ * src/data/shard/shard_remote.c): the input is the manifest.json a server returns
  * for a data.train URL, read for the train split, for the val split, and for
  * one named shard.
  * Oracles: a failed parse names the manifest's URL; what parses lists shards
@@ -11,8 +11,8 @@
  */
 #include "fuzz.h"
 
-#include "data/shard.h"
-#include "data/shard_remote.h"
+#include "data/shard/shard.h"
+#include "data/shard/shard_remote.h"
 
 #define MURL "http://127.0.0.1:9/data/manifest.json"
 #define BASE "http://127.0.0.1:9/data/"

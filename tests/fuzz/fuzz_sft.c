@@ -1,5 +1,5 @@
 /*
- * Fuzz the SFT sidecar reader (ct_sft_open_bytes, src/data/sft_shard.c): the
+ * Fuzz the SFT sidecar reader (ct_sft_open_bytes, src/data/shard/sft_shard.c): the
  * input is a train_NNNNNN.sft file (example offsets and the loss mask of a
  * shard), as read from disk or fetched from a URL; the shard's token count is
  * taken from the sidecar's own header when it is small, else a fixed one, so
@@ -12,7 +12,7 @@
 #include "fuzz.h"
 
 #include "core/dtype.h"
-#include "data/sft_shard.h"
+#include "data/shard/sft_shard.h"
 
 #define NAME "fuzz/train_000000.sft"
 

@@ -1,5 +1,5 @@
 /*
- * Fuzz the llm.c token shard reader (src/data/shard.c): the input is the .bin
+ * Fuzz the llm.c token shard reader (src/data/shard/shard.c): the input is the .bin
  * file. Oracles: a failed open names the file; an open shard's size is the
  * 1024-byte header plus its tokens exactly; every token reads back the same
  * through ct_shard_token and ct_shard_read (or, above INT32_MAX, is refused
@@ -8,7 +8,7 @@
  */
 #include "fuzz.h"
 
-#include "data/shard.h"
+#include "data/shard/shard.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *dir = fuzz_dir("shard");

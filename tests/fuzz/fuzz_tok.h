@@ -23,7 +23,7 @@
 #include "fuzz.h"
 
 #include "ctrain/data.h"
-#include "data/tokenizer_impl.h"
+#include "data/tokenizer/tokenizer_impl.h"
 
 #define FUZZ_TOK_TEXT_MAX 512 /* bytes of an input piece encoded (keeps runs fast) */
 

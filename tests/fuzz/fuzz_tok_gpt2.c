@@ -1,5 +1,5 @@
 /*
- * Fuzz the GPT-2 tokenizer loader for OpenAI's files (src/data/tokenizer_load.c)
+ * Fuzz the GPT-2 tokenizer loader for OpenAI's files (src/data/tokenizer/tokenizer_load.c)
  * and the encoder: the input is encoder.json and vocab.bpe, split at the first
  * NUL byte (no NUL: at the middle), written into a directory that is loaded.
  * Oracles: a failed load names the directory; a loaded tokenizer round-trips

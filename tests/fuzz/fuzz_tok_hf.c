@@ -1,5 +1,5 @@
 /*
- * Fuzz the generic tokenizer.json pipeline (src/data/tokenizer_hf.c, _pipe.c,
+ * Fuzz the generic tokenizer.json pipeline (src/data/tokenizer/tokenizer_hf.c, _pipe.c,
  * _regex.c): the input is a JSON object whose normalizer, pre_tokenizer,
  * post_processor, added_tokens and model options (ignore_merges,
  * byte_fallback, dropout, unk_token, ...) are put into a tokenizer.json around

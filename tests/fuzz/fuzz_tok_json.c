@@ -1,6 +1,6 @@
 /*
- * Fuzz the Hugging Face tokenizer.json loader (src/data/tokenizer_load.c,
- * GPT-2 byte-level BPE; src/data/tokenizer_spm.c, SentencePiece BPE with byte
+ * Fuzz the Hugging Face tokenizer.json loader (src/data/tokenizer/tokenizer_load.c,
+ * GPT-2 byte-level BPE; src/data/tokenizer/tokenizer_spm.c, SentencePiece BPE with byte
  * fallback) and both encoders: the input is tokenizer.json and, after the
  * first NUL byte when there is one, the tokenizer_config.json beside it.
  * Oracles: a failed load names the file at fault (either lies in the

@@ -5,9 +5,9 @@
 //   node tests/golden/gpt3_encode.js            stdin text -> ids, space-separated, one line
 //   node tests/golden/gpt3_encode.js --jsonl    stdin: one JSON string per line;
 //                                               stdout: one line of ids per input line
-//   node tests/golden/gpt3_encode.js --classes  print src/data/tokenizer_unicode.h: the code
-//                                               points this JavaScript engine's /u regexes
-//                                               count as \s, \p{L} and \p{N}
+//   node tests/golden/gpt3_encode.js --classes  print src/data/tokenizer/tokenizer_unicode.h:
+//                                               the code points this JavaScript engine's /u
+//                                               regexes count as \s, \p{L} and \p{N}
 //
 // The reference runs its pattern as a JavaScript regex, so what \s, \p{L} and \p{N}
 // mean is this engine's (its Unicode version); the C tokenizer spells the three

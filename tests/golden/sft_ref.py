@@ -56,7 +56,7 @@ def shard_paths(spec, split="train"):
 
 
 def read_sidecar(path, ntok):
-    """(offsets int64 (N+1,), mask uint8 (ntok,)) of a .sft sidecar (src/data/sft_shard.c)."""
+    """(offsets int64 (N+1,), mask uint8 (ntok,)) of a .sft sidecar (src/data/shard/sft_shard.c)."""
     with open(path, "rb") as f:
         raw = f.read()
     magic, version, n, t, counted = struct.unpack("<iiqqq", raw[:32])

@@ -11,7 +11,7 @@ where JavaScript's \\s differs from PCRE2's), the files of tests/data/tokenizer
 (whole and line by line), a sweep over the code points, seeded random strings of
 tricky pieces, and every document of the Brown corpus in full. Then the ids of all
 of them must decode back to the texts, the plain stdin mode must agree with the
-batch mode, and src/data/tokenizer_unicode.h must be what this node generates.
+batch mode, and src/data/tokenizer/tokenizer_unicode.h must be what this node generates.
 Needs node and the reference (scripts/bootstrap.sh installs both).
 """
 
@@ -32,7 +32,7 @@ BROWN_DIR = os.path.join(ROOT, "data", "brown", "text")
 CORPUS_DIR = os.path.join(ROOT, "tests", "data", "tokenizer")
 DRIVER = os.path.join(HERE, "gpt3_encode.js")
 REFERENCE = os.path.join(ROOT, "deps", "npm", "node_modules", "gpt-3-encoder", "Encoder.js")
-UNICODE_H = os.path.join(ROOT, "src", "data", "tokenizer_unicode.h")
+UNICODE_H = os.path.join(ROOT, "src", "data", "tokenizer", "tokenizer_unicode.h")
 
 failures = 0
 
@@ -263,11 +263,13 @@ def main():
     with open(UNICODE_H, "rb") as f:
         committed = f.read()
     check(gen.returncode == 0 and gen.stdout == committed,
-          "src/data/tokenizer_unicode.h matches `node gpt3_encode.js --classes` (node %s)" %
+          "src/data/tokenizer/tokenizer_unicode.h matches `node gpt3_encode.js --classes` "
+          "(node %s)" %
           subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip(),
           "this node's regexes classify code points differently from the committed tables, so its "
           "reference output differs from ctrain's; regenerate the header with "
-          "`node tests/golden/gpt3_encode.js --classes > src/data/tokenizer_unicode.h` and rebuild")
+          "`node tests/golden/gpt3_encode.js --classes > "
+          "src/data/tokenizer/tokenizer_unicode.h` and rebuild")
 
     groups = [("handcrafted", handcrafted()), ("tests/data/tokenizer", corpus_files()),
               ("code point sweep", codepoint_sweep()), ("fuzz", fuzz()), ("brown corpus", brown())]

@@ -1,5 +1,5 @@
 /*
- * The disk block cache of remote data (data/blockcache.c): a block reads back
+ * The disk block cache of remote data (data/shard/blockcache.c): a block reads back
  * byte-exact; a corrupted, truncated or foreign file is refused and removed;
  * the manifest's hash is enforced; the time to live expires blocks; eviction
  * keeps the directory under its limit and removes the least recently used
@@ -9,7 +9,7 @@
 #include "ct_test.h"
 #include "ct_tmpdir.h"
 
-#include "data/blockcache.h"
+#include "data/shard/blockcache.h"
 
 #include <fcntl.h>
 #include <stdint.h>

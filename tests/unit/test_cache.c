@@ -8,7 +8,7 @@
  */
 #include "ct_test.h"
 #include "ct_tmpdir.h"
-#include "data/cache.h"
+#include "data/prepare/cache.h"
 #include "io/fileio.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * Chat templates (data/chat_template.h): loading (tokenizer_config.json with a
+ * Chat templates (data/chat/chat_template.h): loading (tokenizer_config.json with a
  * string or a list of named templates, chat_template.jinja first, AddedToken
  * special tokens, --chat-template files, the errors), rendering with
  * ct_chat_msg, and the assistant spans on each of the seven templates of
@@ -19,7 +19,7 @@
 #include "ct_test.h"
 #include "ct_tmpdir.h"
 #include "ctrain/data.h"
-#include "data/chat_template.h"
+#include "data/chat/chat_template.h"
 
 #include <cJSON.h>
 #include <stdlib.h>

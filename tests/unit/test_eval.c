@@ -11,7 +11,7 @@
 #include "ct_test.h"
 #include "ct_tmpdir.h"
 #include "ctrain/model.h"
-#include "data/shard.h"
+#include "data/shard/shard.h"
 #include "io/fileio.h"
 #include "train/checkpoint.h"
 #include "train/eval.h"

@@ -22,9 +22,9 @@
 
 #include "ct_test.h"
 #include "ctrain/data.h"
-#include "data/cache.h"
-#include "data/prepare.h"
-#include "data/shard.h"
+#include "data/prepare/cache.h"
+#include "data/prepare/prepare.h"
+#include "data/shard/shard.h"
 #include "io/fileio.h"
 #include "tools/report.h"
 #include "unit/ct_tmpdir.h"

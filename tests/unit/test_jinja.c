@@ -1,5 +1,5 @@
 /*
- * The Jinja subset (data/jinja.h): each construct renders as @huggingface/jinja
+ * The Jinja subset (data/chat/jinja.h): each construct renders as @huggingface/jinja
  * renders it (tests/golden/test_chat_template.py checks the same byte for byte
  * against the reference on node; here the expectations are written out so the
  * unit suite runs without node), whitespace control and trim/lstrip_blocks,
@@ -9,7 +9,7 @@
  * values, output size, loop steps, memory, template size).
  */
 #include "ct_test.h"
-#include "data/jinja.h"
+#include "data/chat/jinja.h"
 
 #include <cJSON.h>
 #include <stdarg.h>

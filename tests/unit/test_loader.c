@@ -10,7 +10,7 @@
 #include "ct_test.h"
 #include "ct_tmpdir.h"
 #include "ctrain/train.h"
-#include "data/shard.h"
+#include "data/shard/shard.h"
 
 #include <stdint.h>
 #include <stdlib.h>

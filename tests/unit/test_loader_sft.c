@@ -12,8 +12,8 @@
 #include "ct_test.h"
 #include "ct_tmpdir.h"
 #include "ctrain/loader.h"
-#include "data/shard.h"
-#include "data/sft_shard.h"
+#include "data/shard/shard.h"
+#include "data/shard/sft_shard.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -12,8 +12,8 @@
 
 #include "ct_test.h"
 #include "ctrain/data.h"
-#include "data/prepare.h"
-#include "data/shard.h"
+#include "data/prepare/prepare.h"
+#include "data/shard/shard.h"
 #include "unit/ct_tmpdir.h"
 
 static const char *TOK = "../data/gpt2-tokenizer";

@@ -17,9 +17,9 @@
 
 #include "ct_test.h"
 #include "ctrain/data.h"
-#include "data/sft_prepare.h"
-#include "data/sft_shard.h"
-#include "data/shard.h"
+#include "data/prepare/sft_prepare.h"
+#include "data/shard/sft_shard.h"
+#include "data/shard/shard.h"
 #include "io/fileio.h"
 #include "unit/ct_tmpdir.h"
 

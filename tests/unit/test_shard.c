@@ -7,7 +7,7 @@
 #include "core/dtype.h"
 #include "ct_test.h"
 #include "ct_tmpdir.h"
-#include "data/shard.h"
+#include "data/shard/shard.h"
 
 #include <stdint.h>
 #include <string.h>

@@ -10,7 +10,7 @@
 #include "ct_test.h"
 #include "ct_tmpdir.h"
 #include "ctrain/data.h"
-#include "data/tokenizer_impl.h"
+#include "data/tokenizer/tokenizer_impl.h"
 #include "io/fileio.h"
 
 #include <cJSON.h>

@@ -1,5 +1,5 @@
 /*
- * The generic tokenizer.json pipeline (src/data/tokenizer_hf.c, _pipe.c,
+ * The generic tokenizer.json pipeline (src/data/tokenizer/tokenizer_hf.c, _pipe.c,
  * _regex.c) on small handcrafted files, for what the real files
  * (tests/golden/test_hf_tok_parity.py) never show: the regex rewriting
  * (JavaScript's \s, \d, \w, ".", "$", \p{..}, (?i:...) against PCRE2's),
@@ -11,7 +11,7 @@
 #include "ct_test.h"
 #include "ct_tmpdir.h"
 #include "ctrain/data.h"
-#include "data/tokenizer_impl.h"
+#include "data/tokenizer/tokenizer_impl.h"
 #include "io/fileio.h"
 
 #include <cJSON.h>

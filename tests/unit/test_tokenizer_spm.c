@@ -13,9 +13,9 @@
 #include "ct_tmpdir.h"
 #include "ctrain/data.h"
 #include "ctrain/train.h"
-#include "data/prepare.h"
-#include "data/shard.h"
-#include "data/tokenizer_impl.h"
+#include "data/prepare/prepare.h"
+#include "data/shard/shard.h"
+#include "data/tokenizer/tokenizer_impl.h"
 #include "io/fileio.h"
 
 #include <cJSON.h>
