@@ -8,9 +8,8 @@
  * sidecars: rows of whole examples, packed or one per row). Not a test: it
  * prints figures and exits 0.
  *
- * Build and run from the repository root after `make`:
- *   cc -O3 -std=c11 -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc bench/bench_loader.c \
- *      build/libctrain.a -lpthread -lm -o build/bench_loader && build/bench_loader [DIR]
+ * Built with the rest (bench/CMakeLists.txt); run from the repository root
+ * after `make`: build/bench/bench_loader [DIR]
  * DIR (default /tmp) receives a 100 MB shard and a 40 MB instruction dataset
  * (4 shards and their sidecars), removed at exit.
  */
