@@ -163,13 +163,19 @@ static void print_progress(const ct_step_info *s, void *user) {
     char mfu[16];
     if (isfinite(s->mfu)) snprintf(mfu, sizeof mfu, "%.1f%%", 100 * s->mfu);
     else snprintf(mfu, sizeof mfu, "n/a");
+    char gpu[48] = ""; /* a GPU watched through NVML */
+    if (isfinite(s->gpu_util_pct)) {
+        int k = snprintf(gpu, sizeof gpu, " | GPU %.0f%%", s->gpu_util_pct);
+        if (isfinite(s->gpu_power_w) && k > 0)
+            snprintf(gpu + k, sizeof gpu - (size_t)k, " %.0f W", s->gpu_power_w);
+    }
     char ep[48] = "";
     if (s->epochs > 0) snprintf(ep, sizeof ep, " | epoch %.2f/%lld", s->epoch, (long long)s->epochs);
     int n = snprintf(p->line, sizeof p->line,
                      "step %5lld/%lld%s | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.0f ms | "
-                     "ETA %s | mem %s | MFU %s",
+                     "ETA %s | mem %s | MFU %s%s",
                      (long long)s->step, (long long)s->steps, ep, s->loss, s->lr, s->grad_norm,
-                     s->tokens_per_s, s->step_ms, eta, mem, mfu);
+                     s->tokens_per_s, s->step_ms, eta, mem, mfu, gpu);
     if (val && n > 0 && (size_t)n < sizeof p->line) {
         char vt[32];
         fmt_count(vt, sizeof vt, (double)s->val_tokens);

@@ -113,6 +113,8 @@ typedef struct ct_step_info {
     double mfu_theory;     /* gflops / theoretical ISA x cores x clock peak; NaN when unknown */
     int64_t rss_bytes, rss_peak_bytes; /* resident set after the step and its high-water mark */
     int64_t major_faults;  /* major page faults during the step */
+    double gpu_util_pct;   /* a GPU watched through NVML: its latest utilisation (%) */
+    double gpu_power_w;    /* and board power (W); both NaN when not watched */
     int alert_level;       /* the standing alert shown: 0 none, 1 warning, 2 critical */
     char alert[224];       /* "memory: RSS ... (warning above 90%)"; "" when none */
 } ct_step_info;

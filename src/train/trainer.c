@@ -354,10 +354,60 @@ static ct_status write_hw_json(trainer *t) {
     return st;
 }
 
+/* How often a watched GPU is read: NVML's utilisation covers its last 1/6 s
+ * to 1 s, so reading it more often says nothing new. */
+#define TRAINER_GPU_PERIOD_S 1.0
+
+/* A GPU watched through NVML: read it at most once a TRAINER_GPU_PERIOD_S
+ * (*fresh: this step did), judge its utilisation (an alert line when it
+ * stayed below 90% for a minute: the loader or the host is starving it),
+ * and put the latest reading into info, with the alert when no other
+ * stands. A failed read stops the watch with a warning: the run goes on. */
+static ct_status gpu_watch_step(trainer *t, ct_step_info *info, bool *fresh) {
+    *fresh = false;
+    if (!t->gwatch) return CT_OK;
+    double now = ct_time_s();
+    if (t->gwatch_at <= 0 || now - t->gwatch_at >= TRAINER_GPU_PERIOD_S) {
+        if (ct_gpu_watch_read(t->gwatch, &t->gsample)) {
+            ct_log(CT_LOG_WARN, "step %lld: %s; the GPU is no longer watched",
+                   (long long)info->step, ct_last_error());
+            ct_error_clear();
+            ct_gpu_watch_close(t->gwatch);
+            t->gwatch = NULL;
+            return CT_OK;
+        }
+        t->gwatch_at = now;
+        *fresh = true;
+        double low_for = 0, u = t->gsample.util_pct;
+        ct_gpu_util_event e = ct_gpu_util_rule_update(&t->gutil, now, u, &low_for);
+        if (e == CT_GPU_UTIL_FIRED) {
+            char msg[192];
+            snprintf(msg, sizeof msg, "GPU utilisation %.0f%%, below %.0f%% for %.0f s: the "
+                     "loader or the host is starving the GPU", u, t->gutil.threshold_pct, low_for);
+            ct_log(CT_LOG_WARN, "step %lld: warning gpu_util alert: %s", (long long)info->step,
+                   msg);
+            ct_status st = ct_metrics_write_alert(t->metrics, info->step, "warning", "gpu_util",
+                                                  u, t->gutil.threshold_pct, msg);
+            if (st) return st;
+        } else if (e == CT_GPU_UTIL_CLEARED) {
+            ct_log(CT_LOG_INFO, "monitor: step %lld: GPU utilisation back at %.0f%%",
+                   (long long)info->step, u);
+        }
+    }
+    info->gpu_util_pct = t->gsample.util_pct;
+    info->gpu_power_w = t->gsample.power_w;
+    if (t->gutil.firing && info->alert_level == 0) {
+        info->alert_level = 1;
+        snprintf(info->alert, sizeof info->alert, "gpu_util: GPU utilisation %.0f%% (below "
+                 "%.0f%% for a minute or more)", t->gsample.util_pct, t->gutil.threshold_pct);
+    }
+    return CT_OK;
+}
+
 /* Feed the finished step to the monitor: process counters, derived figures
  * into info, alert reports to metrics.jsonl and the log, the alert to show
- * into info. */
-static ct_status monitor_step(trainer *t, ct_step_info *info) {
+ * into info; then the GPU watch (*gpu_fresh: a new GPU reading). */
+static ct_status monitor_step(trainer *t, ct_step_info *info, bool *gpu_fresh) {
     ct_monitor_sample s = {0};
     size_t rss = 0, peak = 0;
     int64_t faults = t->faults_prev;
@@ -407,7 +457,7 @@ static ct_status monitor_step(trainer *t, ct_step_info *info) {
     info->alert_level = a ? (int)a->level : 0;
     if (a) snprintf(info->alert, sizeof info->alert, "%s: %s", ct_alert_kind_str(a->kind),
                     a->message);
-    return CT_OK;
+    return gpu_watch_step(t, info, gpu_fresh);
 }
 
 /* Remote training data: the transport's and the cache's counters so far, as
@@ -435,7 +485,8 @@ static ct_status log_remote(trainer *t, int64_t step) {
 /* metrics.jsonl and TensorBoard lines of a finished training step, after
  * the monitor has judged it (its alert lines come first). */
 static ct_status log_step(trainer *t, ct_step_info *info) {
-    ct_status st = monitor_step(t, info);
+    bool gfresh = false;
+    ct_status st = monitor_step(t, info, &gfresh);
     if (st) return st;
     ct_memstats ms;
     ct_ctx_memstats(t->ctx, &ms);
@@ -462,12 +513,19 @@ static ct_status log_step(trainer *t, ct_step_info *info) {
         n--;
     }
     if ((st = ct_metrics_write(t->metrics, info->step, "train", n, keys, vals))) return st;
-    if (t->plan.env.device) { /* the device's memory: its peak so far against the plan */
+    const ct_gpu_sample *g = &t->gsample;
+    if (t->plan.env.device) { /* the device's memory: its peak so far against the plan;
+                               * a watched GPU's reading when this step took one */
         const char *dk[] = {"device_peak_bytes", "device_plan_bytes", "device_limit_bytes",
-                            "device_free_bytes"};
+                            "device_free_bytes", "gpu_util", "gpu_mem_util", "gpu_mem_used_mib",
+                            "gpu_mem_total_mib", "gpu_power_w", "gpu_temp_c", "gpu_sm_clock_mhz",
+                            "gpu_mem_clock_mhz"};
         double dv[] = {(double)t->dev_peak, (double)t->plan.device, (double)t->mem_limit,
-                       (double)t->plan.env.device_free};
-        if ((st = ct_metrics_write(t->metrics, info->step, "device", 4, dk, dv))) return st;
+                       (double)t->plan.env.device_free, g->util_pct, g->mem_util_pct,
+                       g->mem_used_mib, g->mem_total_mib, g->power_w, g->temp_c,
+                       g->sm_clock_mhz, g->mem_clock_mhz};
+        int nd = gfresh ? (int)(sizeof dk / sizeof *dk) : 4;
+        if ((st = ct_metrics_write(t->metrics, info->step, "device", nd, dk, dv))) return st;
     }
     if ((st = log_remote(t, info->step))) return st;
     const char *tk[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s",
@@ -493,7 +551,20 @@ static ct_status log_step(trainer *t, ct_step_info *info) {
         tk[nt] = tk[i];
         tv[nt++] = tv[i];
     }
-    return ct_tb_scalars(t->tb, info->step, ct_tb_wall_time(), nt, tk, tv);
+    if ((st = ct_tb_scalars(t->tb, info->step, ct_tb_wall_time(), nt, tk, tv))) return st;
+    if (!gfresh) return CT_OK;
+    /* the GPU's reading, less what it does not report (NaN) */
+    const char *gk[] = {"gpu/util_pct", "gpu/mem_util_pct", "gpu/mem_used_mib", "gpu/power_w",
+                        "gpu/temp_c", "gpu/sm_clock_mhz", "gpu/mem_clock_mhz", "alerts/gpu_util"};
+    double gv[] = {g->util_pct, g->mem_util_pct, g->mem_used_mib, g->power_w, g->temp_c,
+                   g->sm_clock_mhz, g->mem_clock_mhz, t->gutil.firing ? 1.0 : 0.0};
+    int ng = 0;
+    for (int i = 0; i < (int)(sizeof gk / sizeof *gk); i++) {
+        if (!isfinite(gv[i])) continue;
+        gk[ng] = gk[i];
+        gv[ng++] = gv[i];
+    }
+    return ct_tb_scalars(t->tb, info->step, ct_tb_wall_time(), ng, gk, gv);
 }
 
 /* Validate, log, and update early stopping; *stop when patience ran out. */
@@ -647,6 +718,7 @@ static ct_status run_loop(trainer *t) {
         info.step = step;
         info.steps = cfg->train.steps;
         info.val_loss = NAN;
+        info.gpu_util_pct = info.gpu_power_w = NAN;
         info.rollback_to = -1;
         bool traced = t->trace && step >= t->trace_first && step <= t->trace_last;
         ct_ctx_set_trace(t->ctx, traced ? t->trace : NULL);

@@ -17,6 +17,7 @@
 #include "train/train_state.h"
 #include "perf/hwinfo.h"
 #include "perf/memplan.h"
+#include "perf/gpu_watch.h"
 #include "perf/monitor.h"
 #include "core/trace.h"
 
@@ -59,6 +60,11 @@ typedef struct trainer {
     size_t dev_peak;     /* a device run: the most device memory in use so far (bytes) */
     ct_monitor mon;
     int64_t faults_prev; /* major page faults before the current step */
+    /* the GPU through NVML (perf/gpu_watch.h), rank 0 of a GPU run */
+    ct_gpu_watch *gwatch;  /* owned; NULL: not watched (a CPU run, no NVML) */
+    ct_gpu_sample gsample; /* the latest reading */
+    double gwatch_at;      /* ct_time_s of that reading; 0: none yet */
+    ct_gpu_util_rule gutil; /* utilisation below 90% for a minute */
 
     /* data parallel (trainer_dist.c); one process: dist NULL or world 1 */
     ct_dist *dist;        /* borrowed from the hooks */

@@ -1007,10 +1007,23 @@ void trainer_monitor_init(trainer *t) {
            t->mopts.precision == CT_PREC_BF16 ? "bf16 " : "", t->gemm_peak,
            t->gemm_n ? "measured" : t->gemm_peak > 0 ? "alerts.gemm_peak_gflops" : "unknown",
            theory, p.step_flops / 1e9, p.expected_tokens_per_s);
+    /* a GPU run: its utilisation, memory, power, temperature and clocks
+     * through NVML when the driver's library is there (off otherwise, with
+     * an info line); rank 0 watches its own GPU */
+    ct_gpu_util_rule_init(&t->gutil, CT_GPU_UTIL_THRESHOLD_PCT, CT_GPU_UTIL_WINDOW_S);
+    if (!t->gpu || !trainer_root(t)) return;
+    ct_device_info di;
+    if (ct_backend_device_info(ct_ctx_base_backend(t->ctx), &di) ||
+        ct_gpu_watch_open(&t->gwatch, NULL, di.index, NULL, 0)) {
+        ct_log(CT_LOG_WARN, "gpu watch off: %s", ct_last_error()); /* out of memory */
+        ct_error_clear();
+    }
 }
 
 void trainer_release(trainer *t) {
     trainer_dropout_free(t);
+    ct_gpu_watch_close(t->gwatch);
+    t->gwatch = NULL;
     ct_metrics_close(t->metrics);
     ct_tb_close(t->tb);
     ct_free(t->ctx, t->in);
