@@ -400,6 +400,13 @@ if dev:
     print("  device memory: plan %.0f MiB, peak the device reports %.0f MiB (plan %+.1f%%), limit %.0f MiB"
           % (plan / 2**20, peak / 2**20, 100 * (plan / peak - 1) if peak else float("nan"),
              last["device_limit_bytes"] / 2**20))
+    g = [r for r in dev if "gpu_util" in r]
+    if g:  # the NVML watch: its last reading (null where the board reports none)
+        print("  NVML: %d readings; last: util %s%%, memory %s of %s MiB, %s W, %s C, SM %s MHz"
+              % (len(g), *(g[-1].get(k) for k in ("gpu_util", "gpu_mem_used_mib",
+                 "gpu_mem_total_mib", "gpu_power_w", "gpu_temp_c", "gpu_sm_clock_mhz"))))
+    else:
+        print("  NVML: no GPU readings in metrics.jsonl (the watch was off: see logs/bench.log)")
 try:
     ev = json.load(open(os.path.join(d, "trace.json")))
     ev = ev["traceEvents"] if isinstance(ev, dict) else ev
