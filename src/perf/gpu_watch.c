@@ -29,6 +29,7 @@ typedef struct nvml_memory {          /* nvmlMemory_t (v1) */
 
 enum {
     NVML_OK = 0,          /* NVML_SUCCESS */
+    NVML_FUNCTION_NOT_FOUND = 13, /* NVML_ERROR_FUNCTION_NOT_FOUND */
     NVML_TEMP_GPU = 0,    /* NVML_TEMPERATURE_GPU */
     NVML_CLK_SM = 1,      /* NVML_CLOCK_SM */
     NVML_CLK_MEM = 2,     /* NVML_CLOCK_MEM */
@@ -46,6 +47,7 @@ typedef struct nvml_fns {
     nvml_ret (*temperature)(nvml_dev, int, unsigned int *);
     nvml_ret (*clock)(nvml_dev, int, unsigned int *);
     nvml_ret (*name)(nvml_dev, char *, unsigned int); /* optional */
+    nvml_ret (*handle_by_bus_id)(const char *, nvml_dev *); /* optional */
 } nvml_fns;
 
 struct ct_gpu_watch {
@@ -79,8 +81,8 @@ static bool resolve(void *lib, const char *sym, void *fn_ptr, size_t size) {
 }
 #define RESOLVE(lib, sym, field) resolve(lib, sym, &(field), sizeof(field))
 
-ct_status ct_gpu_watch_open(ct_gpu_watch **out, const char *lib, int device_index, char *why,
-                            size_t why_len) {
+ct_status ct_gpu_watch_open(ct_gpu_watch **out, const char *lib, int device_index,
+                            const char *pci_bus_id, char *why, size_t why_len) {
     *out = NULL;
     if (why && why_len) why[0] = '\0';
     if (!lib) {
@@ -116,6 +118,8 @@ ct_status ct_gpu_watch_open(ct_gpu_watch **out, const char *lib, int device_inde
         goto fail;
     }
     if (!RESOLVE(h, "nvmlDeviceGetName", w->f.name)) w->f.name = NULL;
+    if (!RESOLVE(h, "nvmlDeviceGetHandleByPciBusId_v2", w->f.handle_by_bus_id))
+        w->f.handle_by_bus_id = NULL;
     nvml_ret r = w->f.init();
     if (r != NVML_OK) {
         w->f.shutdown = NULL; /* nothing to shut down */
@@ -124,16 +128,29 @@ ct_status ct_gpu_watch_open(ct_gpu_watch **out, const char *lib, int device_inde
     }
     char idx[24];
     snprintf(idx, sizeof idx, "%d", device_index);
-    if (device_index < 0 ||
-        (r = w->f.handle_by_index((unsigned int)device_index, &w->dev)) != NVML_OK) {
+    bool by_bus = pci_bus_id && pci_bus_id[0] && w->f.handle_by_bus_id;
+    if (by_bus && (r = w->f.handle_by_bus_id(pci_bus_id, &w->dev)) == NVML_FUNCTION_NOT_FOUND)
+        by_bus = false; /* a driver without the lookup: NVML's numbering it is */
+    if (by_bus && r != NVML_OK) {
+        /* never the device of the same index instead: it may be another GPU */
+        say_off(why, why_len, "no NVML device at PCI bus id %s: %s", pci_bus_id,
+                nvml_err(w, r, ebuf, sizeof ebuf));
+        goto fail;
+    }
+    if (!by_bus && (device_index < 0 || (r = w->f.handle_by_index((unsigned int)device_index,
+                                                                   &w->dev)) != NVML_OK)) {
         say_off(why, why_len, "no NVML device %s: %s", idx,
                 device_index < 0 ? "negative index" : nvml_err(w, r, ebuf, sizeof ebuf));
         goto fail;
     }
     if (w->f.name && w->f.name(w->dev, w->name, sizeof w->name) != NVML_OK) w->name[0] = '\0';
     w->name[sizeof w->name - 1] = '\0';
-    ct_log(CT_LOG_INFO, "gpu watch: NVML device %d%s%s (%s)", device_index,
-           w->name[0] ? " " : "", w->name, lib);
+    if (by_bus)
+        ct_log(CT_LOG_INFO, "gpu watch: NVML device at %s%s%s (%s)", pci_bus_id,
+               w->name[0] ? " " : "", w->name, lib);
+    else
+        ct_log(CT_LOG_INFO, "gpu watch: NVML device %d%s%s (%s)", device_index,
+               w->name[0] ? " " : "", w->name, lib);
     *out = w;
     return CT_OK;
 fail:

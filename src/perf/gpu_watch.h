@@ -42,14 +42,17 @@ typedef struct ct_gpu_watch ct_gpu_watch;
  * else "libnvidia-ml.so.1". */
 #define CT_NVML_LIB_DEFAULT "libnvidia-ml.so.1"
 
-/* Start watching GPU device_index (NVML's numbering) through lib (NULL: see
- * CT_NVML_LIB_DEFAULT). *out is owned (release with ct_gpu_watch_close), or
+/* Start watching a GPU through lib (NULL: see CT_NVML_LIB_DEFAULT): the one
+ * at PCI bus id pci_bus_id ("0000:3B:00.0", as CUDA names it) when that is
+ * given and not empty, since CUDA's numbering is not NVML's under
+ * CUDA_VISIBLE_DEVICES or CUDA's fastest-first order; else NVML's device
+ * device_index (an NVML without the bus-id lookup falls back to it too). *out is owned (release with ct_gpu_watch_close), or
  * NULL when the watch is off: the library is missing, lacks a function,
  * nvmlInit fails or the device is unknown; one CT_LOG_INFO line then says
  * why, and why (when not NULL) holds the same reason. CT_OK in every case
  * but CT_ERR_OOM. Not thread-safe per watch. */
-ct_status ct_gpu_watch_open(ct_gpu_watch **out, const char *lib, int device_index, char *why,
-                            size_t why_len);
+ct_status ct_gpu_watch_open(ct_gpu_watch **out, const char *lib, int device_index,
+                            const char *pci_bus_id, char *why, size_t why_len);
 
 /* Shut NVML down and unload it. NULL is fine. */
 void ct_gpu_watch_close(ct_gpu_watch *w);

@@ -1014,7 +1014,7 @@ void trainer_monitor_init(trainer *t) {
     if (!t->gpu || !trainer_root(t)) return;
     ct_device_info di;
     if (ct_backend_device_info(ct_ctx_base_backend(t->ctx), &di) ||
-        ct_gpu_watch_open(&t->gwatch, NULL, di.index, NULL, 0)) {
+        ct_gpu_watch_open(&t->gwatch, NULL, di.index, di.pci_bus_id, NULL, 0)) {
         ct_log(CT_LOG_WARN, "gpu watch off: %s", ct_last_error()); /* out of memory */
         ct_error_clear();
     }

@@ -7,7 +7,11 @@
  *   sm_clock mem_clock (MHz), devices (how many GPUs; 1 by default),
  *   init (the nvmlInit_v2 return code; 0 by default),
  *   fail (a return code every reading function gives; 0 by default),
- *   no_power=1 (nvmlDeviceGetPowerUsage answers NOT_SUPPORTED, 3).
+ *   no_power=1 (nvmlDeviceGetPowerUsage answers NOT_SUPPORTED, 3),
+ *   no_bus_id=1 (nvmlDeviceGetHandleByPciBusId_v2 answers
+ *   FUNCTION_NOT_FOUND, 13, as a driver without it does).
+ * Device i sits at PCI bus id "0000:i+0x10:00.0" ("0000:11:00.0" for device 1),
+ * the way a machine's bus ids need not follow CUDA's numbering.
  * A key that is absent reads 0. The argument layouts are NVML's documented
  * ABI. Leaves out everything gpu_watch.c does not call.
  */
@@ -46,6 +50,7 @@ FAKE_EXPORT int nvmlInit_v2(void);
 FAKE_EXPORT int nvmlShutdown(void);
 FAKE_EXPORT const char *nvmlErrorString(int r);
 FAKE_EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **dev);
+FAKE_EXPORT int nvmlDeviceGetHandleByPciBusId_v2(const char *bus_id, void **dev);
 FAKE_EXPORT int nvmlDeviceGetName(void *dev, char *name, unsigned int len);
 FAKE_EXPORT int nvmlDeviceGetUtilizationRates(void *dev, fake_util *u);
 FAKE_EXPORT int nvmlDeviceGetMemoryInfo(void *dev, fake_memory *m);
@@ -61,7 +66,9 @@ const char *nvmlErrorString(int r) {
     case 0: return "Success";
     case 2: return "Invalid Argument";
     case 3: return "Not Supported";
+    case 6: return "Not Found";
     case 9: return "Driver Not Loaded";
+    case 13: return "Function Not Found";
     case 15: return "GPU is lost";
     default: return "Unknown Error";
     }
@@ -70,6 +77,17 @@ const char *nvmlErrorString(int r) {
 int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **dev) {
     if (index >= fake_get("devices", 1)) return 2;
     *dev = (void *)(size_t)(index + 1);
+    return 0;
+}
+
+int nvmlDeviceGetHandleByPciBusId_v2(const char *bus_id, void **dev) {
+    if (fake_get("no_bus_id", 0)) return 13;
+    unsigned int bus = 0;
+    int end = 0;
+    sscanf(bus_id, "0000:%2x:00.0%n", &bus, &end);
+    if (end == 0 || bus_id[end] || bus < 0x10 || bus - 0x10 >= fake_get("devices", 1))
+        return 6; /* NVML_ERROR_NOT_FOUND */
+    *dev = (void *)(size_t)(bus - 0x10 + 1);
     return 0;
 }
 

@@ -34,12 +34,12 @@ static void capture(ct_log_level level, const char *msg, void *user) {
 static bool near(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1, fabs(b)); }
 
 /* Off: CT_OK, no watch, one info line holding `expect`, and why the same. */
-static void check_off(const char *lib, int index, const char *expect) {
+static void check_off_bus(const char *lib, int index, const char *bus, const char *expect) {
     log_capture c = {0};
     ct_log_set(capture, &c);
     ct_gpu_watch *w = (ct_gpu_watch *)&c; /* must be overwritten with NULL */
     char why[256];
-    ct_status st = ct_gpu_watch_open(&w, lib, index, why, sizeof why);
+    ct_status st = ct_gpu_watch_open(&w, lib, index, bus, why, sizeof why);
     ct_log_set(NULL, NULL);
     CHECK(st == CT_OK);
     CHECK(w == NULL);
@@ -47,6 +47,10 @@ static void check_off(const char *lib, int index, const char *expect) {
     CHECK_MSG(strstr(c.last, "gpu watch off") && strstr(c.last, expect), "log: %s", c.last);
     CHECK_MSG(strstr(why, expect) != NULL, "why: %s", why);
     ct_gpu_watch_close(w);
+}
+
+static void check_off(const char *lib, int index, const char *expect) {
+    check_off_bus(lib, index, NULL, expect);
 }
 
 static void test_off(void) {
@@ -71,7 +75,7 @@ static void test_read(void) {
            "power=312500 temp=67 sm_clock=1980 mem_clock=2619",
            1);
     ct_gpu_watch *w = NULL;
-    CHECK(ct_gpu_watch_open(&w, NULL, 1, NULL, 0) == CT_OK);
+    CHECK(ct_gpu_watch_open(&w, NULL, 1, NULL, NULL, 0) == CT_OK);
     unsetenv("CT_NVML_LIB");
     CHECK(w != NULL);
     if (!w) return;
@@ -152,9 +156,37 @@ static void test_rule(void) {
     CHECK(ct_gpu_util_rule_update(&r, 360, 10, NULL) == CT_GPU_UTIL_FIRED);
 }
 
+/* The GPU CUDA runs on is found by its PCI bus id, not by CUDA's index: under
+ * CUDA_VISIBLE_DEVICES=1, cuda:0 is NVML's device 1. An unknown bus id turns
+ * the watch off rather than watching the GPU of the same index; a driver
+ * without the lookup falls back to the index. */
+static void test_bus_id(void) {
+    setenv("CT_FAKE_NVML", "devices=2 util=55", 1);
+    ct_gpu_watch *w = NULL;
+    CHECK(ct_gpu_watch_open(&w, CT_FAKE_NVML_PATH, 0, "0000:11:00.0", NULL, 0) == CT_OK);
+    CHECK(w != NULL);
+    if (w) CHECK_MSG(strcmp(ct_gpu_watch_name(w), "Fake GPU 1") == 0, "%s", ct_gpu_watch_name(w));
+    ct_gpu_watch_close(w);
+    check_off_bus(CT_FAKE_NVML_PATH, 0, "0000:3B:00.0", "no NVML device at PCI bus id 0000:3B:00.0");
+    /* an empty bus id (sim, or CUDA did not say): the index */
+    w = NULL;
+    CHECK(ct_gpu_watch_open(&w, CT_FAKE_NVML_PATH, 1, "", NULL, 0) == CT_OK);
+    if (w) CHECK_MSG(strcmp(ct_gpu_watch_name(w), "Fake GPU 1") == 0, "%s", ct_gpu_watch_name(w));
+    CHECK(w != NULL);
+    ct_gpu_watch_close(w);
+    setenv("CT_FAKE_NVML", "devices=2 no_bus_id=1", 1);
+    w = NULL;
+    CHECK(ct_gpu_watch_open(&w, CT_FAKE_NVML_PATH, 0, "0000:11:00.0", NULL, 0) == CT_OK);
+    if (w) CHECK_MSG(strcmp(ct_gpu_watch_name(w), "Fake GPU 0") == 0, "%s", ct_gpu_watch_name(w));
+    CHECK(w != NULL);
+    ct_gpu_watch_close(w);
+    unsetenv("CT_FAKE_NVML");
+}
+
 int main(void) {
     test_off();
     test_read();
+    test_bus_id();
     test_rule();
     return ct_test_result("test_gpu_watch");
 }

@@ -20,6 +20,11 @@ extern "C" ct_status ct_cuda_device_info(ct_backend *be, ct_device_info *out) {
     cuda_mem_sample(be);
     snprintf(out->name, sizeof out->name, "%.127s", s->name);
     out->index = s->device;
+    if (cudaDeviceGetPCIBusId(out->pci_bus_id, (int)sizeof out->pci_bus_id, s->device) !=
+        cudaSuccess) {
+        cudaGetLastError();
+        out->pci_bus_id[0] = '\0';
+    }
     out->cc_major = s->cc_major;
     out->cc_minor = s->cc_minor;
     out->sms = s->sms;
