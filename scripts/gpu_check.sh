@@ -400,6 +400,9 @@ if dev:
     print("  device memory: plan %.0f MiB, peak the device reports %.0f MiB (plan %+.1f%%), limit %.0f MiB"
           % (plan / 2**20, peak / 2**20, 100 * (plan / peak - 1) if peak else float("nan"),
              last["device_limit_bytes"] / 2**20))
+    hw = [r["host_waits"] for r in dev if "host_waits" in r]
+    if hw:  # the step's waits for the GPU: 1 is the ideal (a traced step waits per kernel)
+        print("  host waits per step: %s" % " ".join("%d" % x for x in hw))
     g = [r for r in dev if "gpu_util" in r]
     if g:  # the NVML watch: its last reading (null where the board reports none)
         print("  NVML: %d readings; last: util %s%%, memory %s of %s MiB, %s W, %s C, SM %s MHz"

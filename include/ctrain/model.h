@@ -422,6 +422,22 @@ CT_API ct_status ct_model_forward_backward_timed(ct_model *m, const int32_t *inp
                                                  float grad_weight, float *mean_loss,
                                                  ct_model_timing *timing);
 
+/* A step's micro-batches without a wait between them (a GPU's host then
+ * never stalls inside the step): each queued forward and backward ADDS its
+ * gradient as ct_model_forward_backward does and adds its loss sum (the
+ * losses of the counted targets, not their mean) to an accumulator on the
+ * device; ct_model_step_read then waits once and reads the step's loss sum,
+ * the sum of squares of the trainable gradients (ct_grad_norm's, bit for
+ * bit, over whatever the gradients hold at the read) and the queued
+ * micro-batches' summed time split, and starts the next accumulation. An
+ * error of the queued work comes back from the read. Tokens and targets are
+ * checked as by forward_backward, before anything is queued. */
+CT_API ct_status ct_model_forward_backward_queued(ct_model *m, const int32_t *inputs,
+                                                  const int32_t *targets, int B, int T,
+                                                  float grad_weight);
+CT_API ct_status ct_model_step_read(ct_model *m, double *loss_sum, double *grad_sumsq,
+                                    ct_model_timing *timing);
+
 /* Gradient hook: while set, ct_model_forward_backward calls fn(lo, hi, user)
  * during its backward pass each time the gradients of the flat-buffer range
  * [lo, hi) (elements) are final for that pass: the final norm (with an untied

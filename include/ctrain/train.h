@@ -113,6 +113,9 @@ typedef struct ct_step_info {
     double mfu_theory;     /* gflops / theoretical ISA x cores x clock peak; NaN when unknown */
     int64_t rss_bytes, rss_peak_bytes; /* resident set after the step and its high-water mark */
     int64_t major_faults;  /* major page faults during the step */
+    int64_t host_waits;    /* on a device: the times the step waited for work it had queued
+                            * (1 is the ideal, the read of its loss and gradient norm);
+                            * 0 on the CPU, where nothing is queued */
     double gpu_util_pct;   /* a GPU watched through NVML: its latest utilisation (%) */
     double gpu_power_w;    /* and board power (W); both NaN when not watched */
     int alert_level;       /* the standing alert shown: 0 none, 1 warning, 2 critical */

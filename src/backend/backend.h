@@ -98,6 +98,13 @@ typedef struct ct_backend_i {
     double (*sum)(ct_backend *be, const float *x, size_t n);
     double (*sumsq)(ct_backend *be, const float *x, size_t n);
     size_t (*nonfinite)(ct_backend *be, const float *x, size_t n);
+    /* dst[0] (device memory, one double) += the sum of x(n), or of its
+     * squares when squares: the value sum / sumsq return, bit for bit, but
+     * left on the device without waiting, so a step can read its loss and
+     * gradient norm together once (ct_model_step_read). NULL on backends
+     * whose device memory is host memory (ct_be_reduce_add then adds the
+     * host reduction). */
+    void (*reduce_add)(ct_backend *be, double *dst, const float *x, size_t n, bool squares);
     /* Inverted dropout with a counter-based mask: element i has the index
      * offset + i and is kept when ct_dropout_keep(key, offset + i, p); forward
      * writes out(n) = keep ? inp * 1/(1-p) : 0 (out may alias inp: in place,
@@ -324,6 +331,13 @@ struct ct_backend {
     int att_bq, att_bk; /* cpu: attention tile sizes (64 x 128 by default) */
     int gemm;           /* cpu: the GEMM library, a ct_gemm_lib (backend/cpu/gemm.h) */
     void *state;       /* the implementation's own (streams, handles, the wrapped backend) */
+    /* Stalls: the times the host waited for device work it had enqueued and
+     * not yet waited for (a reduction to the host, a download, synchronize,
+     * the elapsed time of an event not yet reached). Counted by the
+     * asynchronous backends (cuda, and sim as if it were one); 0 on ref and
+     * cpu, where every entry completes before it returns. The trainer reports
+     * a step's count (host_waits): 1 is the ideal, the step's one read. */
+    int64_t stalls;
     struct ct_thread_buf *tbuf; /* n_threads per-thread buffers (ct_backend_thread_buf) */
 };
 
@@ -414,6 +428,18 @@ static inline void ct_be_download(ct_backend *be, void *dst, const void *src, si
 }
 static inline void ct_be_upload(ct_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes) be->i->upload(be, dst, src, bytes);
+}
+
+/* dst[0] += sum of x(n) (of squares when squares), on the device: the
+ * backend's reduce_add, or on a host-visible backend its host reduction. */
+static inline void ct_be_reduce_add(ct_backend *be, double *dst, const float *x, size_t n,
+                                    bool squares) {
+    if (be->i->reduce_add) {
+        be->i->reduce_add(be, dst, x, n, squares);
+        return;
+    }
+    CT_ASSERT(be->host_visible);
+    if (n) *dst += squares ? be->i->sumsq(be, x, n) : be->i->sum(be, x, n);
 }
 
 #endif

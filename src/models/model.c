@@ -394,6 +394,8 @@ fail:
 void ct_model_free(ct_model *m) {
     if (!m) return;
     model_buf_free(m, m->dec.block);
+    free(m->q);
+    free(m->q_ev);
     model_lora_free(m);
     weights16_free(m);
     model_buf_free(m, m->params16);
@@ -753,6 +755,7 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     a->lnf_mean = ln ? carve(cv, N) : NULL;
     a->lnf_rstd = carve(cv, N);
     a->losses = carve(cv, N);
+    a->step_acc = training ? carve_bytes(cv, 2 * sizeof(double)) : NULL;
     a->tok_in = carve_bytes(cv, N * sizeof(int32_t));
     a->tok_tg = carve_bytes(cv, N * sizeof(int32_t));
     a->pos = carve_bytes(cv, N * sizeof(int32_t)); /* ct_model_set_positions */
@@ -939,5 +942,6 @@ ct_status ct_model_reserve(ct_model *m, int B, int T, bool training) {
     m->T = T;
     m->chunk = head_chunk(&m->cfg, &m->opts, B * T);
     m->training = training;
+    m->q_open = false; /* the accumulator moved with the arena */
     return CT_OK;
 }

@@ -117,6 +117,8 @@ typedef struct model_acts {
     float *qk_rstd;                   /* (N,NH+NKV) */
     float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
     float *losses;                    /* (N) */
+    double *step_acc;                 /* (2), training: the queued step's loss sum and
+                                       * gradient sum of squares (ct_model_step_read) */
     float *logits;                    /* (chunk, V) */
     int32_t *tok_in, *tok_tg;         /* (N), (N): the batch's token ids, uploaded */
     int32_t *pos;                     /* (N): ct_model_set_positions' positions, uploaded */
@@ -228,6 +230,16 @@ typedef struct decode_state {
     void *block; /* owns all of the above */
 } decode_state;
 
+/* A queued pass's events: e[0] start, e[1] blocks done, e[2] head done, e[3]
+ * backward done (done: all four recorded). */
+typedef struct model_queued {
+    ct_event e[4];
+    bool done;
+} model_queued;
+/* The most events queued passes keep before they are timed early (a wait):
+ * well under the CUDA backend's ring of 4096. */
+#define MODEL_QUEUED_EVENTS 1024
+
 struct ct_model {
     ct_ctx *ctx;
     ct_backend *be; /* the context's backend when the model was made: every
@@ -270,6 +282,15 @@ struct ct_model {
     void *grad_hook_user;
     double head_bwd_s; /* seconds of the fused head's backward GEMMs in the last
                         * forward_backward (its time split counts them as backward) */
+    /* queued micro-batches (ct_model_forward_backward_queued): their events,
+     * timed by the step's read (the device accumulator is acts.step_acc) */
+    bool queued;           /* inside a queued pass: head_forward keeps its events */
+    bool q_open;           /* a queued step has begun: acts.step_acc holds its sums */
+    model_queued *q;       /* [n_q] the queued passes */
+    int n_q, cap_q;
+    ct_event *q_ev;        /* [n_qev] the head backward's (start, end) event pairs */
+    int n_qev, cap_qev;
+    double q_fwd_s, q_bwd_s; /* the time split of passes already timed this step */
     /* dropout masks (dropout.c): the probabilities are cfg's */
     uint64_t drop_key;  /* the masks' key of the current pass */
     int64_t drop_row0;  /* global index of the batch's first row */

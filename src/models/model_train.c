@@ -19,11 +19,16 @@
  * Dropout (training only, dropout.c): in place on the embedding and on each
  * c_proj output before its residual add, inside the attention kernels on the
  * probabilities; the backward applies the same masks to the gradients.
+ * Queued passes (ct_model_forward_backward_queued) run the same code without
+ * a wait: the loss sum stays on the device and the events are timed by the
+ * step's one read (ct_model_step_read).
  * Leaves out: any inner loop (kernels only, through m->be) and allocation (the
- * arena of ct_model_reserve holds every buffer).
+ * arena of ct_model_reserve holds every buffer; the queued passes' event
+ * lists and two-double accumulator aside).
  */
 #include "models/model_impl.h"
 
+#include <stdlib.h>
 
 /* ------------------------------------------------------- kept buffers */
 
@@ -322,6 +327,28 @@ static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool 
     model_norm_fwd(m, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->lnf_w, m->lnf_b, N);
 }
 
+/* Keep a head backward's (start, end) events for the step's read; when the
+ * backend's events would run out first (thousands of chunks in one step),
+ * time what is kept now (a wait, but never in a step of usual shape). */
+static void queue_time(ct_model *m);
+static void queue_pair(ct_model *m, const ct_event *e0, const ct_event *e1) {
+    if (m->n_qev + 2 + 4 * m->n_q > MODEL_QUEUED_EVENTS) queue_time(m);
+    if (m->n_qev + 2 > m->cap_qev) {
+        int cap = m->cap_qev ? 2 * m->cap_qev : 64;
+        ct_event *ev = realloc(m->q_ev, (size_t)cap * sizeof *ev);
+        if (!ev) { /* no room to keep it: time it now (backward work, not forward) */
+            double dt = m->be->i->event_elapsed(m->be, e0, e1);
+            m->q_fwd_s -= dt;
+            m->q_bwd_s += dt;
+            return;
+        }
+        m->q_ev = ev;
+        m->cap_qev = cap;
+    }
+    m->q_ev[m->n_qev++] = *e0;
+    m->q_ev[m->n_qev++] = *e1;
+}
+
 /* The vocabulary projection and cross-entropy, chunked over rows. When
  * training, the head's backward runs in the same pass: dlogits overwrite the
  * chunk's logits, dlnf lands in acts.dln and the head weight's gradient is
@@ -370,11 +397,20 @@ static double head_forward(ct_model *m, const int32_t *targets, int N, size_t co
                                    head, rows, C, V);
             }
             k->event_record(be, &e1);
-            m->head_bwd_s += k->event_elapsed(be, &e0, &e1);
+            if (m->queued) /* timed by the step's read: no wait here */
+                queue_pair(m, &e0, &e1);
+            else
+                m->head_bwd_s += k->event_elapsed(be, &e0, &e1);
         }
     }
-    /* one serial sum in row order, as the losses came (uncounted rows are 0) */
-    return targets && count ? k->sum(be, a->losses, (size_t)N) / (double)count : 0.0;
+    if (!targets || !count) return 0.0;
+    /* one serial sum in row order, as the losses came (uncounted rows are 0);
+     * a queued pass adds it on the device, for the step's read */
+    if (m->queued) {
+        ct_be_reduce_add(be, a->step_acc, a->losses, (size_t)N, false);
+        return 0.0;
+    }
+    return k->sum(be, a->losses, (size_t)N) / (double)count;
 }
 
 /* ----------------------------------------------------------- backward */
@@ -654,10 +690,12 @@ ct_status ct_model_forward_backward(ct_model *m, const int32_t *inputs, const in
     return ct_model_forward_backward_timed(m, inputs, targets, B, T, grad_weight, mean_loss, NULL);
 }
 
-ct_status ct_model_forward_backward_timed(ct_model *m, const int32_t *inputs,
-                                          const int32_t *targets, int B, int T,
-                                          float grad_weight, float *mean_loss,
-                                          ct_model_timing *timing) {
+/* Checks a training pass and enqueues it: upload, forward, head (loss and its
+ * gradient), backward, with events ev[0..3] at its start, after the blocks,
+ * after the head and at its end. *mean_loss is the head's (0 when queued:
+ * the loss sum went to the device accumulator). */
+static ct_status pass_enqueue(ct_model *m, const int32_t *inputs, const int32_t *targets, int B,
+                              int T, float grad_weight, ct_event ev[4], float *mean_loss) {
     ct_status st;
     size_t N = (size_t)B * T;
     if ((st = check_shape(m, B, T, true))) return st;
@@ -665,8 +703,11 @@ ct_status ct_model_forward_backward_timed(ct_model *m, const int32_t *inputs,
     if ((st = check_tokens(m, inputs, N, "input"))) return st;
     if ((st = check_targets(m, targets, N, &count))) return st;
     ct_backend *be = m->be;
-    ct_event e0, e1, e2, e3;
-    be->i->event_record(be, &e0);
+    if (m->queued && !m->q_open) { /* a new step: its sums start at 0 (queued, no wait) */
+        be->i->memset(be, m->acts.step_acc, 0, 2 * sizeof(double));
+        m->q_open = true;
+    }
+    be->i->event_record(be, &ev[0]);
     m->head_bwd_s = 0;
     /* dropout applies in this pass (and its backward), the adapters' too */
     model_drop_begin(m, T);
@@ -674,26 +715,116 @@ ct_status ct_model_forward_backward_timed(ct_model *m, const int32_t *inputs,
     const int32_t *din, *dtg;
     upload_tokens(m, inputs, targets, N, &din, &dtg);
     forward_body(m, din, B, T, true);
-    be->i->event_record(be, &e1);
+    be->i->event_record(be, &ev[1]);
     /* the mean is over the counted targets; none counted: loss 0, no gradient */
     float dloss = count ? grad_weight / (float)count : 0.0f;
     *mean_loss = (float)head_forward(m, dtg, (int)N, count, true, dloss, NULL);
-    be->i->event_record(be, &e2);
+    be->i->event_record(be, &ev[2]);
     backward_body(m, din, B, T);
     if (m->lora) m->lora->dropping = false;
     m->dropping = false;
-    be->i->event_record(be, &e3);
+    be->i->event_record(be, &ev[3]);
+    return CT_OK;
+}
+
+/* The trace's spans of a pass timed from its events. */
+static void pass_trace(ct_model *m, const ct_event ev[4], double fwd, double bwd) {
+    ct_trace *tr = ct_ctx_trace(m->ctx);
+    if (!tr) return;
+    double t1 = ev[0].t + be_seconds(m, &ev[0], &ev[1]), t2 = ev[0].t + fwd;
+    ct_trace_span(tr, "forward", "model", CT_TRACE_TID_MAIN, ev[0].t, t1, -1);
+    ct_trace_span(tr, "head", "model", CT_TRACE_TID_MAIN, t1, t2, -1);
+    ct_trace_span(tr, "backward", "model", CT_TRACE_TID_MAIN, t2, t2 + bwd, -1);
+}
+
+ct_status ct_model_forward_backward_timed(ct_model *m, const int32_t *inputs,
+                                          const int32_t *targets, int B, int T,
+                                          float grad_weight, float *mean_loss,
+                                          ct_model_timing *timing) {
+    ct_status st;
+    ct_event ev[4];
+    CT_ASSERT(!m->queued);
+    if ((st = pass_enqueue(m, inputs, targets, B, T, grad_weight, ev, mean_loss))) return st;
+    ct_backend *be = m->be;
     if ((st = be->i->synchronize(be))) return st;
-    double fwd = be_seconds(m, &e0, &e2), bwd = be_seconds(m, &e2, &e3);
+    double fwd = be_seconds(m, &ev[0], &ev[2]), bwd = be_seconds(m, &ev[2], &ev[3]);
     /* the head's dX and dW GEMMs ran inside the forward's chunk loop: they are backward work */
     if (timing) *timing = (ct_model_timing){fwd - m->head_bwd_s, bwd + m->head_bwd_s};
-    ct_trace *tr = ct_ctx_trace(m->ctx);
-    if (tr) {
-        double t1 = e0.t + be_seconds(m, &e0, &e1), t2 = e0.t + fwd;
-        ct_trace_span(tr, "forward", "model", CT_TRACE_TID_MAIN, e0.t, t1, -1);
-        ct_trace_span(tr, "head", "model", CT_TRACE_TID_MAIN, t1, t2, -1);
-        ct_trace_span(tr, "backward", "model", CT_TRACE_TID_MAIN, t2, t2 + bwd, -1);
+    pass_trace(m, ev, fwd, bwd);
+    return CT_OK;
+}
+
+/* Time what the queued passes kept: each head backward pair moves its time
+ * from forward to backward; each finished pass adds its split (and its trace
+ * spans) and is dropped. A pass still being enqueued stays. */
+static void queue_time(ct_model *m) {
+    for (int i = 0; i + 1 < m->n_qev; i += 2) {
+        double dt = be_seconds(m, &m->q_ev[i], &m->q_ev[i + 1]);
+        m->q_fwd_s -= dt;
+        m->q_bwd_s += dt;
     }
+    m->n_qev = 0;
+    int kept = 0;
+    for (int i = 0; i < m->n_q; i++) {
+        model_queued *q = &m->q[i];
+        if (!q->done) {
+            m->q[kept++] = *q;
+            continue;
+        }
+        double fwd = be_seconds(m, &q->e[0], &q->e[2]), bwd = be_seconds(m, &q->e[2], &q->e[3]);
+        m->q_fwd_s += fwd;
+        m->q_bwd_s += bwd;
+        pass_trace(m, q->e, fwd, bwd);
+    }
+    m->n_q = kept;
+}
+
+ct_status ct_model_forward_backward_queued(ct_model *m, const int32_t *inputs,
+                                           const int32_t *targets, int B, int T,
+                                           float grad_weight) {
+    ct_status st;
+    if (m->n_q + 1 > m->cap_q) {
+        int cap = m->cap_q ? 2 * m->cap_q : 8;
+        model_queued *q = realloc(m->q, (size_t)cap * sizeof *q);
+        if (!q) return CT_ERR(CT_ERR_OOM, "out of memory queueing a micro-batch");
+        m->q = q;
+        m->cap_q = cap;
+    }
+    if (m->n_qev + 4 * (m->n_q + 1) > MODEL_QUEUED_EVENTS) queue_time(m);
+    model_queued *q = &m->q[m->n_q++];
+    q->done = false;
+    float unused;
+    m->queued = true;
+    st = pass_enqueue(m, inputs, targets, B, T, grad_weight, q->e, &unused);
+    m->queued = false;
+    if (st) {
+        m->n_q--; /* nothing was enqueued (the checks come first) */
+        return st;
+    }
+    q->done = true;
+    return CT_OK;
+}
+
+ct_status ct_model_step_read(ct_model *m, double *loss_sum, double *grad_sumsq,
+                             ct_model_timing *timing) {
+    ct_backend *be = m->be;
+    double acc[2] = {0, 0};
+    if (!m->training || !m->acts.step_acc)
+        return CT_ERR(CT_ERR_ARG, "model was reserved for inference, not training");
+    if (!m->q_open) /* no pass queued since the last read: no loss */
+        be->i->memset(be, m->acts.step_acc, 0, sizeof acc);
+    size_t n = ct_model_trainable_numel(m);
+    ct_be_reduce_add(be, m->acts.step_acc + 1, ct_model_trainable_grads(m), n, true);
+    /* the step's one wait: everything queued before it is done after it */
+    ct_be_download(be, acc, m->acts.step_acc, sizeof acc);
+    ct_status st = be->i->synchronize(be);
+    m->q_open = false;
+    queue_time(m);
+    if (timing) *timing = (ct_model_timing){m->q_fwd_s, m->q_bwd_s};
+    m->q_fwd_s = m->q_bwd_s = 0;
+    if (st) return st;
+    *loss_sum = acc[0];
+    *grad_sumsq = acc[1];
     return CT_OK;
 }
 

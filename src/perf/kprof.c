@@ -2,7 +2,8 @@
  * The profiling backend: each kernel entry times its call on the wrapped
  * backend between two of that backend's events, counts it under its kind and,
  * while tracing, records it as a span. Memory, stream and timing entries
- * forward untimed; the reductions (sum, sumsq, nonfinite) count as "other".
+ * forward untimed; the reductions (sum, sumsq, nonfinite) count as "other"
+ * (reduce_add, which stays on the device, forwards untimed).
  * See kprof.h.
  */
 #include "perf/kprof.h"
@@ -129,6 +130,10 @@ static size_t p_nonfinite(ct_backend *be, const float *x, size_t n) {
     size_t r = 0;
     TIMED_RET(r, CT_KP_OTHER, nonfinite, x, n);
     return r;
+}
+/* Untimed: the slow knob's repeats would add it more than once. */
+static void p_reduce_add(ct_backend *be, double *dst, const float *x, size_t n, bool squares) {
+    ct_be_reduce_add(INNER(be), dst, x, n, squares);
 }
 static void p_dropout_forward(ct_backend *be, float *out, const float *inp, size_t n, float p,
                               uint64_t key, uint64_t offset) {
@@ -318,6 +323,7 @@ static const ct_backend_i prof_i = {
     .sum = p_sum,
     .sumsq = p_sumsq,
     .nonfinite = p_nonfinite,
+    .reduce_add = p_reduce_add,
     .dropout_forward = p_dropout_forward,
     .dropout_backward = p_dropout_backward,
     .synchronize = p_synchronize,

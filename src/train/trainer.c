@@ -210,18 +210,23 @@ static ct_status rollback(trainer *t, int64_t step, int64_t *to) {
 
 /* ---------------------------------------------------------------- step */
 
-static void inject_faults(trainer *t, int64_t step, double *loss) {
+static void inject_grad_faults(trainer *t, int64_t step) {
     const ct_config *cfg = t->cfg;
     if (cfg->debug.nan_step == step || (step >= t->bad_first && step <= t->bad_last)) {
         ct_model_grads_poison(t->model);
         ct_log(CT_LOG_INFO, "step %lld: debug: gradient made NaN", (long long)step);
     }
-    if (cfg->debug.spike_step == step) {
+    if (cfg->debug.spike_step == step)
         ct_model_grads_scale(t->model, (float)cfg->debug.spike_factor);
-        *loss *= cfg->debug.spike_factor;
-        ct_log(CT_LOG_INFO, "step %lld: debug: loss and gradient scaled by %g", (long long)step,
-               cfg->debug.spike_factor);
-    }
+}
+/* The loss's part of debug.spike_step (the gradient's was scaled before the
+ * norm was read). */
+static void inject_loss_fault(trainer *t, int64_t step, double *loss) {
+    const ct_config *cfg = t->cfg;
+    if (cfg->debug.spike_step != step) return;
+    *loss *= cfg->debug.spike_factor;
+    ct_log(CT_LOG_INFO, "step %lld: debug: loss and gradient scaled by %g", (long long)step,
+           cfg->debug.spike_factor);
 }
 
 /* One optimizer step: micro-batches, guard, update (or skip, or rollback).
@@ -239,6 +244,8 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
     const ct_config *cfg = t->cfg;
     double t0 = ct_time_s(), loss_sum = 0, wait = 0, fwd = 0, bwd = 0;
     ct_status st;
+    const ct_backend *base = ct_ctx_base_backend(t->ctx);
+    int64_t stalls0 = base->stalls;
     ct_model_zero_grads(t->model);
     /* the step's counted targets, all ranks: known from the loader's plan
      * before any batch, so each micro-batch's gradient gets its final weight */
@@ -249,10 +256,10 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
         if ((st = trainer_dist_micro_batches(t, step, &loss_sum, &wait, &fwd, &bwd))) return st;
         ts = span(t, "micro_batches+allreduce", ts, step);
     }
+    /* one process: the micro-batches are queued without a wait between them
+     * and read once, with the gradient norm, after the last */
     for (int64_t a = 0; a < t->accum && t->world == 1; a++) {
-        float loss;
         int64_t counted;
-        ct_model_timing mt = {0, 0};
         if ((st = trainer_next_batch(t, t->train, &counted))) {
             t->data_failed = true;
             return st;
@@ -260,30 +267,32 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
         wait += ct_loader_wait_s(t->train);
         ts = span(t, "data", ts, step);
         if ((st = trainer_dropout_micro(t, step, a))) return st;
-        if ((st = ct_model_forward_backward_timed(t->model, t->in, t->tg, t->B, t->T,
-                                                  trainer_batch_weight(t, counted), &loss, &mt)))
+        if ((st = ct_model_forward_backward_queued(t->model, t->in, t->tg, t->B, t->T,
+                                                   trainer_batch_weight(t, counted))))
             return st;
-        ts = ct_time_s(); /* the model recorded its forward, head and backward */
-        fwd += mt.forward_s;
-        bwd += mt.backward_s;
-        loss_sum += (double)loss * (double)counted;
+        ts = ct_time_s();
+    }
+    if (cfg->debug.dump_grads_step == step && trainer_root(t)) {
+        char name[64];
+        snprintf(name, sizeof name, "grads_step%lld.safetensors", (long long)step);
+        if ((st = ct_model_save_hf(t->model, cfg->run.dir, name, true, false))) return st;
+    }
+    inject_grad_faults(t, step);
+    if (t->world == 1) {
+        ct_model_timing mt = {0, 0};
+        double sumsq = 0;
+        if ((st = ct_model_step_read(t->model, &loss_sum, &sumsq, &mt))) return st;
+        fwd = mt.forward_s;
+        bwd = mt.backward_s;
+        info->grad_norm = sqrt(sumsq);
     }
     /* the mean over every counted target of the step, all ranks
      * (trainer_dist_micro_batches summed the ranks' parts) */
     info->loss = t->step_counted > 0 ? loss_sum / (double)t->step_counted : 0.0;
     info->counted = t->masked ? t->step_counted : 0;
     if ((st = trainer_dropout_write(t, step))) return st;
-    if (cfg->debug.dump_grads_step == step && trainer_root(t)) {
-        char name[64];
-        snprintf(name, sizeof name, "grads_step%lld.safetensors", (long long)step);
-        if ((st = ct_model_save_hf(t->model, cfg->run.dir, name, true, false))) return st;
-    }
-    inject_faults(t, step, &info->loss);
-    if (t->world > 1) {
-        if ((st = trainer_dist_grad_norm(t, &info->grad_norm))) return st;
-    } else {
-        info->grad_norm = ct_grad_norm(t->model);
-    }
+    inject_loss_fault(t, step, &info->loss);
+    if (t->world > 1 && (st = trainer_dist_grad_norm(t, &info->grad_norm))) return st;
     ts = span(t, "grad_norm", ts, step);
     info->lr = ct_schedule_lr(&t->sched, step - 1) * t->guard.lr_factor;
     ct_guard_verdict verdict;
@@ -311,6 +320,7 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
         info->rolled_back = act == CT_GUARD_ROLLBACK; /* done by the caller */
     }
     span(t, act == CT_GUARD_UPDATE ? "optimizer" : "guard", ts, step);
+    info->host_waits = base->stalls - stalls0;
     double dt = span(t, "step", t0, step) - t0;
     info->step_ms = dt * 1e3;
     /* the whole job's tokens: every rank's part of the global batch */
@@ -517,14 +527,14 @@ static ct_status log_step(trainer *t, ct_step_info *info) {
     if (t->plan.env.device) { /* the device's memory: its peak so far against the plan;
                                * a watched GPU's reading when this step took one */
         const char *dk[] = {"device_peak_bytes", "device_plan_bytes", "device_limit_bytes",
-                            "device_free_bytes", "gpu_util", "gpu_mem_util", "gpu_mem_used_mib",
-                            "gpu_mem_total_mib", "gpu_power_w", "gpu_temp_c", "gpu_sm_clock_mhz",
-                            "gpu_mem_clock_mhz"};
+                            "device_free_bytes", "host_waits", "gpu_util", "gpu_mem_util",
+                            "gpu_mem_used_mib", "gpu_mem_total_mib", "gpu_power_w", "gpu_temp_c",
+                            "gpu_sm_clock_mhz", "gpu_mem_clock_mhz"};
         double dv[] = {(double)t->dev_peak, (double)t->plan.device, (double)t->mem_limit,
-                       (double)t->plan.env.device_free, g->util_pct, g->mem_util_pct,
-                       g->mem_used_mib, g->mem_total_mib, g->power_w, g->temp_c,
+                       (double)t->plan.env.device_free, (double)info->host_waits, g->util_pct,
+                       g->mem_util_pct, g->mem_used_mib, g->mem_total_mib, g->power_w, g->temp_c,
                        g->sm_clock_mhz, g->mem_clock_mhz};
-        int nd = gfresh ? (int)(sizeof dk / sizeof *dk) : 4;
+        int nd = gfresh ? (int)(sizeof dk / sizeof *dk) : 5;
         if ((st = ct_metrics_write(t->metrics, info->step, "device", nd, dk, dv))) return st;
     }
     if ((st = log_remote(t, info->step))) return st;

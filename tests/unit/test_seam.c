@@ -7,8 +7,13 @@
  *   for GPT-2 and LLaMA, with LoRA (dropout, bf16 base), bf16 activations and
  *   full recompute: nothing above the seam computes on tensors itself;
  * - HF save and load, the base hash and KV-cache decoding agree across the
- *   two, and the context's counters return to zero after everything is freed.
+ *   two, and the context's counters return to zero after everything is freed;
+ * - the device-side reduction (reduce_add) adds exactly what sum and sumsq
+ *   return, without a wait; a queued step (ct_model_forward_backward_queued,
+ *   ct_model_step_read) gives the synchronous step's loss, norm and weights
+ *   bit for bit on ref, cpu and sim, and on sim waits once.
  */
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -177,6 +182,125 @@ static void test_sim_equals_ref(const run_cfg *rc) {
     free(b.weights);
 }
 
+/* The reduction that stays on the device adds exactly what sum / sumsq return. */
+static void test_reduce_add(ct_backend_kind kind) {
+    ct_ctx_params cp = ct_ctx_params_default();
+    cp.backend = kind;
+    cp.n_threads = 2;
+    ct_ctx *ctx;
+    CHECK(ct_ctx_init(&ctx, &cp) == CT_OK);
+    ct_backend *be = ct_ctx_backend(ctx);
+    size_t n = 100003;
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = (float)((i * 7919) % 1001) * 1e-3f - 0.5f;
+    float *d = be->i->buf_alloc(be, n * sizeof *d, CT_TAG_SCRATCH);
+    double *acc = be->i->buf_alloc(be, 2 * sizeof *acc, CT_TAG_SCRATCH);
+    CHECK(d && acc);
+    be->i->upload(be, d, x, n * sizeof *x);
+    double want_sum = be->i->sum(be, d, n), want_sq = be->i->sumsq(be, d, n);
+    int64_t stalls = be->stalls;
+    ct_be_reduce_add(be, acc, d, n, false);
+    ct_be_reduce_add(be, acc + 1, d, n, true);
+    ct_be_reduce_add(be, acc + 1, d, n / 2, true); /* adds */
+    CHECK_MSG(be->stalls == stalls, "%s: reduce_add waited", ct_backend_kind_name(kind));
+    double got[2];
+    be->i->download(be, got, acc, sizeof got);
+    CHECK_MSG(got[0] == want_sum, "%s: sum %.17g, reduce_add %.17g", ct_backend_kind_name(kind),
+              want_sum, got[0]);
+    CHECK_MSG(got[1] == want_sq + be->i->sumsq(be, d, n / 2), "%s: sumsq differs",
+              ct_backend_kind_name(kind));
+    /* sim counts a wait as a stall only when work was queued since the last */
+    if (kind == CT_BACKEND_SIM) {
+        CHECK(be->stalls == stalls + 1);
+        CHECK(be->i->synchronize(be) == CT_OK && be->stalls == stalls + 1);
+        be->i->scale(be, d, 1.0f, 1);
+        CHECK(be->i->synchronize(be) == CT_OK && be->stalls == stalls + 2);
+    } else {
+        CHECK(be->stalls == 0);
+    }
+    be->i->buf_free(be, acc);
+    be->i->buf_free(be, d);
+    free(x);
+    ct_ctx_free(ctx);
+}
+
+/* A queued step (micro-batches without a wait, one read) gives the bits of
+ * the synchronous one: the same loss, gradient norm and trained weights, with
+ * one stall per step on sim. */
+static void test_queued_equals_sync(ct_backend_kind kind, const char *preset) {
+    float w_sync_first = 0, w_q_first = 0;
+    double loss_sync[3], norm_sync[3], loss_q[3], norm_q[3];
+    float *w[2] = {NULL, NULL};
+    size_t nw = 0;
+    for (int queued = 0; queued < 2; queued++) {
+        ct_ctx_params cp = ct_ctx_params_default();
+        cp.backend = kind;
+        cp.n_threads = 1;
+        ct_ctx *ctx;
+        CHECK(ct_ctx_init(&ctx, &cp) == CT_OK);
+        ct_model_config cfg;
+        CHECK(ct_model_config_preset(&cfg, preset) == CT_OK);
+        ct_model *m;
+        CHECK(ct_model_init(&m, ctx, &cfg) == CT_OK);
+        CHECK(ct_model_init_weights(m, 7) == CT_OK);
+        int B = 2, T = 8, V = cfg.vocab_size;
+        CHECK(ct_model_reserve(m, B, T, true) == CT_OK);
+        ct_adamw opt;
+        size_t n = ct_model_trainable_numel(m);
+        CHECK(ct_adamw_init(&opt, ctx, n) == CT_OK);
+        ct_adamw_params ap = {0.9f, 0.95f, 1e-8f, 0.1f};
+        int32_t in[16], tg[16];
+        ct_backend *be = ct_ctx_backend(ctx);
+        for (int s = 0; s < 3; s++) {
+            for (int i = 0; i < B * T; i++) {
+                in[i] = (i * 31 + s * 17) % V;
+                tg[i] = i % 5 == 3 ? -1 : (i * 13 + s * 5 + 1) % V; /* 13 counted */
+            }
+            ct_model_zero_grads(m);
+            double loss, norm;
+            int64_t stalls = be->stalls;
+            if (queued) {
+                double sum, sq;
+                CHECK(ct_model_forward_backward_queued(m, in, tg, B, T, 1.0f) == CT_OK);
+                CHECK(ct_model_step_read(m, &sum, &sq, NULL) == CT_OK);
+                loss = (float)(sum / 13.0);
+                norm = sqrt(sq);
+                if (kind == CT_BACKEND_SIM)
+                    CHECK_MSG(be->stalls == stalls + 1, "%s: %lld stalls in a queued step",
+                              preset, (long long)(be->stalls - stalls));
+                loss_q[s] = loss;
+                norm_q[s] = norm;
+            } else {
+                float l;
+                CHECK(ct_model_forward_backward(m, in, tg, B, T, 1.0f, &l) == CT_OK);
+                loss = l;
+                norm = ct_grad_norm(m);
+                loss_sync[s] = loss;
+                norm_sync[s] = norm;
+            }
+            ct_adamw_step(&opt, m, &ap, 1e-2f, ct_clip_scale(norm, 1.0));
+        }
+        nw = n;
+        w[queued] = malloc(n * sizeof(float));
+        ct_model_download(m, w[queued], ct_model_trainable_params(m), n * sizeof(float));
+        if (queued) w_q_first = w[queued][0];
+        else w_sync_first = w[queued][0];
+        ct_adamw_free(&opt);
+        ct_model_free(m);
+        ct_ctx_free(ctx);
+    }
+    for (int s = 0; s < 3; s++) {
+        CHECK_MSG(loss_q[s] == loss_sync[s], "%s on %s step %d: queued loss %.9g, sync %.9g",
+                  preset, ct_backend_kind_name(kind), s, loss_q[s], loss_sync[s]);
+        CHECK_MSG(norm_q[s] == norm_sync[s], "%s on %s step %d: queued norm %.17g, sync %.17g",
+                  preset, ct_backend_kind_name(kind), s, norm_q[s], norm_sync[s]);
+    }
+    CHECK_MSG(!memcmp(w[0], w[1], nw * sizeof(float)), "%s on %s: weights differ (%g vs %g)",
+              preset, ct_backend_kind_name(kind), w_sync_first, w_q_first);
+    free(w[0]);
+    free(w[1]);
+}
+
 /* Save on sim, load on ref and on sim: the same weights. */
 static void test_hf_round_trip(void) {
     char dir[256];
@@ -234,5 +358,11 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) test_sim_equals_ref(&runs[i]);
     test_hf_round_trip();
+    const ct_backend_kind kinds[] = {CT_BACKEND_REF, CT_BACKEND_CPU, CT_BACKEND_SIM};
+    for (int k = 0; k < 3; k++) {
+        test_reduce_add(kinds[k]);
+        test_queued_equals_sync(kinds[k], "gpt2-tiny");
+        test_queued_equals_sync(kinds[k], "gemma3-tiny");
+    }
     return ct_test_result("test_seam");
 }

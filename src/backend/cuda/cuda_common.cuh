@@ -40,6 +40,13 @@ static inline cudaStream_t cuda_stream(ct_backend *be) {
     return (cudaStream_t)cuda_st(be)->stream;
 }
 
+/* Wait for the stream, counting a stall (be->stalls) when work was left. */
+static inline cudaError_t cuda_wait(ct_backend *be) {
+    cudaStream_t st = cuda_stream(be);
+    if (cudaStreamQuery(st) == cudaErrorNotReady) be->stalls++;
+    return cudaStreamSynchronize(st);
+}
+
 /* After a launch (or a cuBLAS call): latch a launch error under the
  * kernel's name, and under CT_CUDA_SYNC=1 its fault too (cuda_check.h). */
 static inline void cuda_launched(ct_backend *be, const char *kernel) {
@@ -59,7 +66,7 @@ static inline bool cuda_ok(ct_backend *be, cudaError_t e, const char *what) {
 static inline bool cuda_workspace(ct_backend *be, void **buf, size_t *have, size_t bytes,
                                   const char *what) {
     if (bytes <= *have) return true;
-    cudaStreamSynchronize(cuda_stream(be));
+    cuda_wait(be);
     if (*buf) cudaFree(*buf);
     *buf = NULL;
     *have = 0;

@@ -109,6 +109,8 @@ static void state_release(cuda_state *s) {
     if (!s) return;
     for (int i = 0; i < CUDA_EVENTS; i++)
         if (s->events[i]) cudaEventDestroy((cudaEvent_t)s->events[i]);
+    for (int i = 0; i < CUDA_UP_SLOTS; i++)
+        if (s->up_done[i]) cudaEventDestroy((cudaEvent_t)s->up_done[i]);
     if (s->red) cudaFree(s->red);
     if (s->count) cudaFree(s->count);
     if (s->red_host) cudaFreeHost(s->red_host);
@@ -287,7 +289,7 @@ extern "C" void *ct_buf_alloc_cuda(ct_backend *be, size_t bytes, ct_tag tag) {
     }
     /* zero-filled, as the seam promises, before anything else reads it */
     e = cudaMemsetAsync(p, 0, n, cuda_stream(be));
-    if (e == cudaSuccess) e = cudaStreamSynchronize(cuda_stream(be));
+    if (e == cudaSuccess) e = cuda_wait(be);
     if (e != cudaSuccess || !buf_track(be, p, bytes, tag, 0)) {
         cudaFree(p);
         CT_ERR(CT_ERR_OOM, "cannot prepare a %zu-byte GPU buffer: %s", bytes,
@@ -300,7 +302,7 @@ extern "C" void *ct_buf_alloc_cuda(ct_backend *be, size_t bytes, ct_tag tag) {
 
 extern "C" void ct_buf_free_cuda(ct_backend *be, void *p) {
     if (!p) return;
-    cudaStreamSynchronize(cuda_stream(be)); /* nothing queued may still use it */
+    cuda_wait(be); /* nothing queued may still use it */
     if (buf_untrack(be, p) == 0) cudaFree(p);
 }
 
@@ -325,7 +327,7 @@ extern "C" void *ct_host_alloc_cuda(ct_backend *be, size_t bytes, ct_tag tag) {
 
 extern "C" void ct_host_free_cuda(ct_backend *be, void *p) {
     if (!p) return;
-    cudaStreamSynchronize(cuda_stream(be));
+    cuda_wait(be);
     if (buf_untrack(be, p) == 1) cudaFreeHost(p);
 }
 
@@ -334,20 +336,56 @@ extern "C" void ct_memset_cuda(ct_backend *be, void *dst, int value, size_t byte
     cuda_ok(be, cudaMemsetAsync(dst, value, bytes, cuda_stream(be)), "memset");
 }
 
+/* The upload slots and their events, made once; false (nothing latched)
+ * when they cannot be had: uploads then wait, as large ones do. */
+static bool upload_slots(ct_backend *be) {
+    cuda_state *s = cuda_st(be);
+    if (s->up_ring) return true;
+    if (s->up_done[0]) return false; /* tried before */
+    for (int i = 0; i < CUDA_UP_SLOTS; i++) {
+        cudaEvent_t e;
+        if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+        s->up_done[i] = e;
+    }
+    s->up_ring = ct_host_alloc_cuda(be, CUDA_UP_SLOTS * CUDA_UP_SLOT_BYTES, CT_TAG_IO);
+    if (!s->up_ring) ct_error_clear(); /* not an error: the waiting path stays */
+    return s->up_ring != NULL;
+}
+
 extern "C" void ct_upload_cuda(ct_backend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
+    cuda_state *s = cuda_st(be);
+    if (bytes <= CUDA_UP_SLOT_BYTES && upload_slots(be)) {
+        /* the caller may reuse src at once: it is copied into a pinned slot
+         * (once the slot's last copy has been read) and sent from there,
+         * with no wait for the work queued before it */
+        int k = s->up_next;
+        s->up_next = (k + 1) % CUDA_UP_SLOTS;
+        cudaEvent_t done = (cudaEvent_t)s->up_done[k];
+        if (cudaEventQuery(done) == cudaErrorNotReady) be->stalls++;
+        if (!cuda_ok(be, cudaEventSynchronize(done), "upload")) return;
+        unsigned char *slot = (unsigned char *)s->up_ring + (size_t)k * CUDA_UP_SLOT_BYTES;
+        memcpy(slot, src, bytes);
+        cuda_ok(be, cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, cuda_stream(be)),
+                "upload");
+        cuda_ok(be, cudaEventRecord(done, cuda_stream(be)), "upload");
+        return;
+    }
+    /* a pageable source: the runtime waits for the stream before the copy
+     * anyway, and the caller may reuse src at once: wait */
     cuda_ok(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)),
             "upload");
-    /* the caller may reuse src at once (a pageable buffer is copied before
-     * the call returns; a pinned one is not): wait */
-    cuda_ok(be, cudaStreamSynchronize(cuda_stream(be)), "upload");
+    cuda_ok(be, cuda_wait(be), "upload");
 }
 
 extern "C" void ct_download_cuda(ct_backend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     cuda_ok(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)),
             "download");
-    cuda_ok(be, cudaStreamSynchronize(cuda_stream(be)), "download");
+    cuda_ok(be, cuda_wait(be), "download");
 }
 
 extern "C" void ct_copy_cuda(ct_backend *be, void *dst, const void *src, size_t bytes) {
@@ -360,6 +398,7 @@ extern "C" void ct_copy_cuda(ct_backend *be, void *dst, const void *src, size_t 
 
 extern "C" ct_status ct_synchronize_cuda(ct_backend *be) {
     cuda_state *s = cuda_st(be);
+    if (cudaStreamQuery((cudaStream_t)s->stream) == cudaErrorNotReady) be->stalls++;
     cuda_check_wait(s);
     cuda_mem_sample(be);
     if (!s->err) return CT_OK;
@@ -385,6 +424,7 @@ extern "C" void ct_event_record_cuda(ct_backend *be, ct_event *ev) {
 
 extern "C" double ct_event_elapsed_cuda(ct_backend *be, const ct_event *a, const ct_event *b) {
     float ms = 0;
+    if (cudaEventQuery((cudaEvent_t)b->handle) == cudaErrorNotReady) be->stalls++;
     if (!cuda_ok(be, cudaEventSynchronize((cudaEvent_t)b->handle), "event wait")) return 0;
     if (!cuda_ok(be, cudaEventElapsedTime(&ms, (cudaEvent_t)a->handle, (cudaEvent_t)b->handle),
                  "event time"))
@@ -483,10 +523,26 @@ static double reduce(ct_backend *be, const float *x, size_t n, bool squares) {
     cuda_launched(be, squares ? "sumsq" : "sum");
     cuda_ok(be, cudaMemcpyAsync(s->red_host, s->red, CUDA_RED_BLOCKS * sizeof(double),
                                 cudaMemcpyDeviceToHost, cuda_stream(be)), "reduction");
-    if (!cuda_ok(be, cudaStreamSynchronize(cuda_stream(be)), "reduction")) return NAN;
+    if (!cuda_ok(be, cuda_wait(be), "reduction")) return NAN;
     double acc = 0.0;
     for (int b = 0; b < CUDA_RED_BLOCKS; b++) acc += s->red_host[b];
     return acc;
+}
+/* *dst += the partials summed in block order, as reduce sums them on the host
+ * (the same double, bit for bit). One thread: 256 additions. */
+__global__ void k_sum_finish(double *dst, const double *partial) {
+    double acc = 0.0;
+    for (int b = 0; b < CUDA_RED_BLOCKS; b++) acc += partial[b];
+    *dst += acc;
+}
+extern "C" void ct_reduce_add_cuda(ct_backend *be, double *dst, const float *x, size_t n,
+                                   bool squares) {
+    cuda_state *s = cuda_st(be);
+    if (!n) return;
+    k_sum_partials<<<CUDA_RED_BLOCKS, 256, 0, cuda_stream(be)>>>(s->red, x, n, squares);
+    cuda_launched(be, squares ? "reduce_add sumsq" : "reduce_add sum");
+    k_sum_finish<<<1, 1, 0, cuda_stream(be)>>>(dst, s->red);
+    cuda_launched(be, "reduce_add finish");
 }
 extern "C" double ct_sum_cuda(ct_backend *be, const float *x, size_t n) {
     return reduce(be, x, n, false);
@@ -513,7 +569,7 @@ extern "C" size_t ct_nonfinite_cuda(ct_backend *be, const float *x, size_t n) {
     cuda_ok(be, cudaMemcpyAsync(s->count_host, s->count, sizeof *s->count,
                                 cudaMemcpyDeviceToHost, cuda_stream(be)), "nonfinite");
     /* a failed device says "all of them", so a run never trusts its values */
-    if (!cuda_ok(be, cudaStreamSynchronize(cuda_stream(be)), "nonfinite")) return n;
+    if (!cuda_ok(be, cuda_wait(be), "nonfinite")) return n;
     return (size_t)*s->count_host;
 }
 

@@ -25,6 +25,11 @@ extern "C" {
 /* Events for timing: a ring reused round-robin (ct_event is a value type the
  * callers never release). */
 #define CUDA_EVENTS 4096
+/* Uploads without a wait: up to CUDA_UP_SLOT_BYTES are copied into the next
+ * of CUDA_UP_SLOTS pinned slots and sent from there; a slot is reused once
+ * its copy has been read (the host waits only when it runs that far ahead). */
+#define CUDA_UP_SLOTS 16
+#define CUDA_UP_SLOT_BYTES ((size_t)512 << 10)
 
 typedef struct cuda_buf {
     void *p;
@@ -59,6 +64,9 @@ typedef struct cuda_state {
     size_t enc_ws_bytes;
     void *events[CUDA_EVENTS]; /* cudaEvent_t */
     int next_event;
+    void *up_ring;         /* pinned: the upload slots (made at the first small upload) */
+    void *up_done[CUDA_UP_SLOTS]; /* cudaEvent_t: the slot's copy has been read */
+    int up_next;
     char name[256];        /* the device's name */
     /* debugging (cuda_check.h): CT_CUDA_SYNC=1 waits after every launch and
      * cuBLAS call; CT_CUDA_FAULT=NAME faults on purpose after launch NAME */
@@ -111,6 +119,7 @@ void ct_scale_cuda(ct_backend *be, float *x, float a, size_t n);
 double ct_sum_cuda(ct_backend *be, const float *x, size_t n);
 double ct_sumsq_cuda(ct_backend *be, const float *x, size_t n);
 size_t ct_nonfinite_cuda(ct_backend *be, const float *x, size_t n);
+void ct_reduce_add_cuda(ct_backend *be, double *dst, const float *x, size_t n, bool squares);
 void ct_dropout_forward_cuda(ct_backend *be, float *out, const float *inp, size_t n, float p,
                              uint64_t key, uint64_t offset);
 void ct_dropout_backward_cuda(ct_backend *be, float *dinp, const float *dout, size_t n, float p,

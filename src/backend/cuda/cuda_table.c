@@ -24,6 +24,7 @@ const ct_backend_i ct_backend_cuda_i = {
     .sum = ct_sum_cuda,
     .sumsq = ct_sumsq_cuda,
     .nonfinite = ct_nonfinite_cuda,
+    .reduce_add = ct_reduce_add_cuda,
     .dropout_forward = ct_dropout_forward_cuda,
     .dropout_backward = ct_dropout_backward_cuda,
     .synchronize = ct_synchronize_cuda,

@@ -8,11 +8,13 @@
  * device one belongs fails an assertion. Each entry translates its pointers
  * and calls ref. Uploads and downloads really copy. It exists for the tests:
  * the training suite runs on it (run.device=sim) to prove the seam is whole,
- * as a GPU's separate memory would. Given a capacity (debug.sim_device_memory)
+ * as a GPU's separate memory would, and it counts the stalls a GPU's host
+ * would see (be->stalls: waits for work queued since the last wait), so a
+ * step's pipeline is tested here. Given a capacity (debug.sim_device_memory)
  * its device memory is finite: an allocation past it fails as cudaMalloc's
  * would, and the most it held is kept, so the memory plan's device part and
- * batch_size=auto are tested against it. Leaves out: asynchrony (every entry
- * completes before it returns) and speed.
+ * batch_size=auto are tested against it. Leaves out: real asynchrony (every
+ * entry completes before it returns) and speed.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,20 +28,44 @@
 
 #define SIM_OFFSET ((uintptr_t)1 << 62)
 
-/* device -> host address; NULL stays NULL */
-static void *H(const void *p) {
-    if (!p) return NULL;
-    CT_ASSERT((uintptr_t)p >= SIM_OFFSET); /* a host pointer where a device one belongs */
-    return (void *)((uintptr_t)p - SIM_OFFSET);
-}
-#define HF(p) ((float *)H(p))
-#define HI(p) ((int32_t *)H(p))
-
 typedef struct sim_state {
     size_t cap;  /* bytes; 0: no limit */
     size_t used; /* bytes of live device buffers */
     size_t peak; /* their most */
+    /* Stalls, counted as a GPU's would be (be->stalls): dirty when an entry
+     * touched device memory since the last wait; gen counts the waits, and an
+     * event remembers the gen it was recorded in. */
+    bool dirty;
+    uint64_t gen;
 } sim_state;
+
+/* device -> host address; NULL stays NULL */
+static void *sim_addr(const void *p) {
+    if (!p) return NULL;
+    CT_ASSERT((uintptr_t)p >= SIM_OFFSET); /* a host pointer where a device one belongs */
+    return (void *)((uintptr_t)p - SIM_OFFSET);
+}
+/* The address of a tensor an entry works on: on a GPU that work would be
+ * queued, so the next wait waits for it. */
+static void *sim_touch(ct_backend *be, const void *p) {
+    sim_state *s = be->state;
+    if (s) s->dirty = true;
+    return sim_addr(p);
+}
+/* The host waits: a stall when work was queued since the last wait. */
+static void sim_wait(ct_backend *be) {
+    sim_state *s = be->state;
+    if (!s) return;
+    if (s->dirty) be->stalls++;
+    s->dirty = false;
+    s->gen++;
+}
+/* Every entry below has its backend in `be`. Waiting entries read with HW
+ * (they end with sim_wait), the others with H, HF and HI. */
+#define H(p) sim_touch(be, p)
+#define HW(p) ((float *)sim_addr(p))
+#define HF(p) ((float *)H(p))
+#define HI(p) ((int32_t *)H(p))
 
 ct_status ct_sim_init(ct_backend *be) {
     be->state = calloc(1, sizeof(sim_state));
@@ -83,7 +109,7 @@ static void *sim_buf_alloc(ct_backend *be, size_t bytes, ct_tag tag) {
 static void sim_buf_free(ct_backend *be, void *p) {
     if (!p) return;
     sim_state *s = be->state;
-    void *h = H(p);
+    void *h = sim_addr(p);
     if (s) s->used -= ct_alloc_size(h);
     ct_free(be->ctx, h);
 }
@@ -96,7 +122,8 @@ static void sim_upload(ct_backend *be, void *dst, const void *src, size_t bytes)
 }
 static void sim_download(ct_backend *be, void *dst, const void *src, size_t bytes) {
     CT_ASSERT(!dst || (uintptr_t)dst < SIM_OFFSET);
-    ct_host_copy(be, dst, H(src), bytes);
+    ct_host_copy(be, dst, sim_addr(src), bytes);
+    sim_wait(be);
 }
 static void sim_copy(ct_backend *be, void *dst, const void *src, size_t bytes) {
     ct_host_copy(be, H(dst), H(src), bytes);
@@ -118,13 +145,42 @@ static void sim_scale(ct_backend *be, float *x, float a, size_t n) {
     ct_host_scale(be, HF(x), a, n);
 }
 static double sim_sum(ct_backend *be, const float *x, size_t n) {
-    return ct_host_sum(be, HF(x), n);
+    double r = ct_host_sum(be, HW(x), n);
+    sim_wait(be);
+    return r;
 }
 static double sim_sumsq(ct_backend *be, const float *x, size_t n) {
-    return ct_sumsq_ref(be, HF(x), n);
+    double r = ct_sumsq_ref(be, HW(x), n);
+    sim_wait(be);
+    return r;
 }
 static size_t sim_nonfinite(ct_backend *be, const float *x, size_t n) {
-    return ct_host_nonfinite(be, HF(x), n);
+    size_t r = ct_host_nonfinite(be, HW(x), n);
+    sim_wait(be);
+    return r;
+}
+/* The sum of ct_host_sum / ct_sumsq_ref, added on the "device": no wait. */
+static void sim_reduce_add(ct_backend *be, double *dst, const float *x, size_t n, bool squares) {
+    double *d = H(dst);
+    if (n) *d += squares ? ct_sumsq_ref(be, HF(x), n) : ct_host_sum(be, HF(x), n);
+}
+
+/* ----------------------------------------------------- stream, timing */
+
+static ct_status sim_synchronize(ct_backend *be) {
+    sim_wait(be);
+    return CT_OK;
+}
+static void sim_event_record(ct_backend *be, ct_event *ev) {
+    const sim_state *s = be->state;
+    ct_host_event_record(be, ev);
+    ev->handle = (void *)(uintptr_t)((s ? s->gen : 0) + 1); /* its gen, never NULL */
+}
+/* Waits for b (a stall) unless a wait since b was recorded has passed it. */
+static double sim_event_elapsed(ct_backend *be, const ct_event *a, const ct_event *b) {
+    const sim_state *s = be->state;
+    if (s && (uintptr_t)b->handle == s->gen + 1) sim_wait(be);
+    return ct_host_event_elapsed(be, a, b);
 }
 static void sim_dropout_forward(ct_backend *be, float *out, const float *inp, size_t n, float p,
                                 uint64_t key, uint64_t offset) {
@@ -286,11 +342,12 @@ const ct_backend_i ct_backend_sim_i = {
     .sum = sim_sum,
     .sumsq = sim_sumsq,
     .nonfinite = sim_nonfinite,
+    .reduce_add = sim_reduce_add,
     .dropout_forward = sim_dropout_forward,
     .dropout_backward = sim_dropout_backward,
-    .synchronize = ct_host_synchronize,
-    .event_record = ct_host_event_record,
-    .event_elapsed = ct_host_event_elapsed,
+    .synchronize = sim_synchronize,
+    .event_record = sim_event_record,
+    .event_elapsed = sim_event_elapsed,
     .encoder_forward = sim_encoder_forward,
     .encoder_backward = sim_encoder_backward,
     .layernorm_forward = sim_layernorm_forward,
