@@ -3,7 +3,8 @@
  * cuda_attention_tiled.cuh), its tensor-core flash attention
  * (cuda_attention_wmma.cuh, WMMA calls done here with plain loops in a
  * scrambled fragment layout), its embedding backward (cuda_encoder_bwd.cuh)
- * and its column sums (cuda_colsum.cuh) run on the CPU: each CUDA thread of a
+ * its column sums (cuda_colsum.cuh) and its cross-entropy (cuda_xent.cuh) run
+ * on the CPU: each CUDA thread of a
  * block is a POSIX thread, __shared__ arrays are the kernel's statics (one block runs at
  * a time), __syncthreads is a barrier. That checks what can go wrong without
  * a GPU in sight — the index arithmetic, the causal and packed-row masks, the
@@ -212,6 +213,7 @@ static void smem_check() {
 #include "backend/cuda/cuda_attention_wmma.cuh"
 #include "backend/cuda/cuda_colsum.cuh"
 #include "backend/cuda/cuda_encoder_bwd.cuh"
+#include "backend/cuda/cuda_xent.cuh"
 
 /* Runs a kernel without barriers over grid x block on this thread, the
  * block's threads one after another (much faster than a thread each). */
@@ -525,6 +527,48 @@ static void check_colsum(int kind, int N, int C) {
     fails += !ok;
 }
 
+/* The cross-entropy (cuda_xent.cuh) as the backend launches it (a block of
+ * XENT_THREADS per row), against a double reference: the loss and the
+ * gradient within fp32's rounding, in place over the logits (dlogits ==
+ * logits) and into a separate buffer, ignored targets giving 0 and a zero
+ * row. scale spreads the logits (large ones make the running max move). */
+static void check_xent(int N, int V, float scale, bool in_place) {
+    std::vector<float> logits((size_t)N * V), dl((size_t)N * V, NAN), losses(N, NAN);
+    std::vector<int32_t> tg(N);
+    for (auto &x : logits) x = scale * frand();
+    for (int n = 0; n < N; n++) tg[n] = n == 1 ? -1 : (int32_t)((n * 7919 + 3) % V);
+    if (V > 3) logits[(size_t)(N - 1) * V + V - 1] = 4.0f * scale; /* a late, largest logit */
+    std::vector<double> want_loss(N), want_d((size_t)N * V);
+    const float dloss = 0.25f;
+    for (int n = 0; n < N; n++) {
+        const float *x = &logits[(size_t)n * V];
+        double mx = -INFINITY, s = 0;
+        for (int i = 0; i < V; i++) mx = std::max(mx, (double)x[i]);
+        for (int i = 0; i < V; i++) s += exp(x[i] - mx);
+        double lse = mx + log(s);
+        want_loss[n] = tg[n] < 0 ? 0.0 : lse - x[tg[n]];
+        for (int i = 0; i < V; i++)
+            want_d[(size_t)n * V + i] =
+                tg[n] < 0 ? 0.0 : (exp(x[i] - lse) - (i == tg[n] ? 1.0 : 0.0)) * dloss;
+    }
+    float *L = losses.data(), *X = logits.data(), *D = in_place ? logits.data() : dl.data();
+    const int32_t *T = tg.data();
+    launch(dim3(N), XENT_THREADS, [=]() { k_crossentropy(L, D, X, T, V, dloss); });
+    double el = 0, ed = 0;
+    for (int n = 0; n < N; n++) {
+        double e = fabs(L[n] - want_loss[n]) / std::max(1.0, fabs(want_loss[n]));
+        el = isnan(L[n]) ? INFINITY : std::max(el, e);
+    }
+    for (size_t k = 0; k < want_d.size(); k++) {
+        double e = fabs(D[k] - want_d[k]);
+        ed = isnan(D[k]) ? INFINITY : std::max(ed, e);
+    }
+    bool ok = el < 2e-6 && ed < 3e-7 && L[1] == 0.0f; /* a few ulp of lse, times dloss */
+    printf("%s cross-entropy N=%d V=%d scale %g%s: loss %.2g, dlogits %.2g\n", ok ? "ok  " : "FAIL",
+           N, V, scale, in_place ? " in place" : "", el, ed);
+    fails += !ok;
+}
+
 /* The embedding backward (cuda_encoder_bwd.cuh) as the backend launches it,
  * against ref's loop: equal bit for bit (the same additions in the same
  * order). V small gives long runs of one token; lens packs rows. */
@@ -606,6 +650,10 @@ int main(void) {
     for (int kind = 0; kind < 3; kind++)
         for (int n : rows) check_colsum(kind, n, n == 1000 ? 130 : 7);
     check_colsum(COLSUM_LAYERNORM, 300, 1);
+    check_xent(3, 1, 1.0f, false);      // one class: loss 0, gradient 0
+    check_xent(4, 37, 3.0f, true);      // fewer logits than threads, in place
+    check_xent(3, 5000, 30.0f, false);  // the running max moves a lot
+    check_xent(2, 50257, 8.0f, true);   // GPT-2's vocabulary
     printf("%d failure(s)\n", fails);
     return fails ? 1 : 0;
 }

@@ -4,7 +4,7 @@
  * double, double accumulators: the embedding and its scatter, LayerNorm,
  * RMSNorm, Qwen3's per-head q/k RMSNorm, RoPE, SwiGLU, GELU, residual adds
  * and the fused softmax
- * cross-entropy. One block per row for the row kernels. Gradients of shared
+ * cross-entropy (in fp32, an online softmax: cuda_xent.cuh). One block per row for the row kernels. Gradients of shared
  * weights (norm weights) are column sums in a fixed order, one thread per
  * column, and embedding rows sums over the sorted token ids
  * (cuda_encoder_bwd.cuh), never atomics: runs are deterministic and resume is
@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_colsum.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_encoder_bwd.cuh"
+#include "backend/cuda/cuda_xent.cuh"
 
 #define GELU_BETA 0.7978845608028654
 #define GELU_KAPPA 0.044715
@@ -545,43 +546,12 @@ extern "C" void ct_residual_backward_cuda(ct_backend *be, float *da, float *db, 
 
 /* ------------------------------------------------------------ cross-entropy */
 
-/* One block per row: the max, the sum of exponentials in double, the loss
- * (read before dlogits, which may alias logits, is written), then the
- * gradient. Ignored targets (< 0) give 0 and a zero row. */
-__global__ void k_crossentropy(float *losses, float *dlogits, const float *logits,
-                               const int32_t *targets, int V, float dloss) {
-    __shared__ double shd[32];
-    __shared__ float shf[32];
-    __shared__ float xt;
-    size_t n = blockIdx.x;
-    const float *x = logits + n * V;
-    float *dx = dlogits ? dlogits + n * V : NULL;
-    int32_t target = targets[n];
-    if (target < 0) {
-        if (threadIdx.x == 0) losses[n] = 0.0f;
-        if (dx)
-            for (int i = threadIdx.x; i < V; i += blockDim.x) dx[i] = 0.0f;
-        return;
-    }
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
-    double maxval = block_max(mx, shf);
-    double s = 0.0;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) s += exp(x[i] - maxval);
-    double lse = maxval + log(block_sum(s, shd));
-    if (threadIdx.x == 0) xt = x[target];
-    __syncthreads(); /* every thread has read its x before any dx is written */
-    if (threadIdx.x == 0) losses[n] = (float)(lse - xt);
-    if (dx)
-        for (int i = threadIdx.x; i < V; i += blockDim.x) {
-            double p = exp(x[i] - lse);
-            dx[i] = (float)((p - (i == target ? 1.0 : 0.0)) * dloss);
-        }
-}
+/* k_crossentropy (cuda_xent.cuh): one block per row, an online softmax in
+ * fp32, then the gradient. */
 extern "C" void ct_crossentropy_forward_cuda(ct_backend *be, float *losses, float *dlogits,
                                              const float *logits, const int32_t *targets, int N,
                                              int V, float dloss) {
     if (N <= 0) return;
-    k_crossentropy<<<N, 512, 0, cuda_stream(be)>>>(losses, dlogits, logits, targets, V, dloss);
+    k_crossentropy<<<N, XENT_THREADS, 0, cuda_stream(be)>>>(losses, dlogits, logits, targets, V, dloss);
     cuda_launched(be, "crossentropy_forward");
 }

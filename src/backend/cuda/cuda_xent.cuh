@@ -1,0 +1,90 @@
+/*
+ * The softmax cross-entropy of the CUDA backend (crossentropy_forward), one
+ * block of XENT_THREADS per row of logits: an online softmax (each thread
+ * keeps the largest logit it has seen and the sum of exp(x - that largest),
+ * rescaling the sum when the largest grows, as FlashAttention keeps a row), so
+ * the log-sum-exp takes one pass over the row, then one pass writes the
+ * gradient: two reads and a write of each row where the first version (a max
+ * pass, a sum pass in double, the gradient pass) read it three times. fp32
+ * throughout, as PyTorch's kernel on fp32 logits; the block combines its
+ * threads' partials in a fixed order (deterministic, resume bit-exact).
+ *
+ * Device code only, included by cuda_kernels.cu; like cuda_colsum.cuh it runs
+ * under tests/gpu/cuda_emu.cpp on the CPU (warp shuffles of floats only).
+ */
+#ifndef CT_BACKEND_CUDA_XENT_CUH
+#define CT_BACKEND_CUDA_XENT_CUH
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define XENT_THREADS 512
+
+/* Adds logit x to a thread's running (largest m, sum s of exp(. - m)). */
+__device__ inline void xent_push(float *m, float *s, float x) {
+    if (x > *m) {
+        *s = *s * expf(*m - x) + 1.0f; /* m = -inf at first: the old sum is 0 */
+        *m = x;
+    } else if (*m > -INFINITY) {
+        *s += expf(x - *m); /* a NaN logit makes the sum NaN, as it should */
+    }
+}
+
+/* The largest of v over the block (blockDim.x a multiple of 32), every thread
+ * gets it; sh holds 32 floats. */
+__device__ inline float xent_block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads(); /* sh may hold an earlier call's values */
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* The sum of v over the block in a fixed order, every thread gets it. */
+__device__ inline float xent_block_sum(float v, float *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Row blockIdx.x of logits (N,V): losses[n] = lse - x[target]; with dlogits,
+ * dlogits[n] = (softmax - onehot(target)) * dloss (may alias logits). A
+ * target < 0: loss 0 and a zero gradient row. */
+__global__ void k_crossentropy(float *losses, float *dlogits, const float *logits,
+                               const int32_t *targets, int V, float dloss) {
+    __shared__ float sh[32];
+    __shared__ float xt;
+    size_t n = blockIdx.x;
+    const float *x = logits + n * (size_t)V;
+    float *dx = dlogits ? dlogits + n * (size_t)V : NULL;
+    int32_t target = targets[n];
+    if (target < 0) {
+        if (threadIdx.x == 0) losses[n] = 0.0f;
+        if (dx)
+            for (int i = threadIdx.x; i < V; i += blockDim.x) dx[i] = 0.0f;
+        return;
+    }
+    float m = -INFINITY, s = 0.0f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) xent_push(&m, &s, x[i]);
+    float mx = xent_block_max(m, sh);
+    /* each thread's sum brought to the row's largest logit, then summed */
+    float lse = mx + logf(xent_block_sum(m > -INFINITY ? s * expf(m - mx) : 0.0f, sh));
+    if (threadIdx.x == 0) xt = x[target];
+    __syncthreads(); /* x[target] is read before any dx is written */
+    if (threadIdx.x == 0) losses[n] = lse - xt;
+    if (dx)
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            float p = expf(x[i] - lse);
+            dx[i] = (p - (i == target ? 1.0f : 0.0f)) * dloss;
+        }
+}
+
+#endif
