@@ -299,6 +299,22 @@ typedef struct ct_backend_i {
     /* da(n) += dout; db(n) += dout. */
     void (*residual_backward)(ct_backend *be, float *da, float *db, const float *dout, size_t n);
 
+    /* A residual add and the LayerNorm after it in one pass over each row:
+     * writes res(N,C) = a + b (res may alias a or b), then out(N,C) =
+     * LayerNorm(res) exactly as layernorm_forward defines it, mean(N) and
+     * rstd(N) unless NULL. out overlaps none of res, a, b. Equal to the two
+     * entries called one after the other (residual_forward, layernorm_forward)
+     * up to the backend's fp32 rounding; bit for bit on ref, cpu and cuda. */
+    void (*residual_layernorm_forward)(ct_backend *be, float *res, float *out, float *mean,
+                                       float *rstd, const float *a, const float *b,
+                                       const float *weight, const float *bias, int N, int C,
+                                       float eps);
+    /* The same with RMSNorm: res(N,C) = a + b, out(N,C) = RMSNorm(res) as
+     * rmsnorm_forward defines it (wofs likewise); rstd(N) unless NULL. */
+    void (*residual_rmsnorm_forward)(ct_backend *be, float *res, float *out, float *rstd,
+                                     const float *a, const float *b, const float *weight, int N,
+                                     int C, float eps, float wofs);
+
     /* Softmax cross-entropy over logits(N,V) with targets(N) in [0,V).
      * Writes losses(N) = -log softmax(logits)[target]. If dlogits is non-NULL it
      * WRITES dlogits(N,V) = (softmax - onehot(target)) * dloss; dlogits may alias

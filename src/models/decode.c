@@ -87,7 +87,8 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
         const layer_idx *w = &m->layers[l];
         float *kc = d->kcache + ((size_t)l * d->max_len) * KC;
         float *vc = d->vcache + ((size_t)l * d->max_len) * KC;
-        model_norm_fwd(m, d->ln, NULL, NULL, d->x, w->ln1_w, w->ln1_b, 1);
+        /* norm1 of the first block; the others' came fused with the last add */
+        if (l == 0) model_norm_fwd(m, d->ln, NULL, NULL, d->x, w->ln1_w, w->ln1_b, 1);
         model_linear_fwd(m, l, LIN_QKV, d->qkv, d->ln, 1);
         float *q = d->qkv;
         if (c->qk_norm) {
@@ -110,16 +111,18 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
         model_linear_fwd(m, l, LIN_PROJ, d->tmp, d->atty, 1);
         if (c->sandwich_norm) /* Gemma: the attention's output normalised before the add */
             model_norm_fwd(m, d->tmp, NULL, NULL, d->tmp, w->pan_w, -1, 1);
-        k->residual_forward(be, d->x, d->x, d->tmp, (size_t)C);
-        model_norm_fwd(m, d->ln, NULL, NULL, d->x, w->ln2_w, w->ln2_b, 1);
+        model_residual_norm_fwd(m, d->x, d->ln, NULL, NULL, d->x, d->tmp, w->ln2_w, w->ln2_b, 1);
         model_linear_fwd(m, l, LIN_FC, d->fch, d->ln, 1);
         model_mlp_act_fwd(m, d->fch_gelu, d->fch, 1);
         model_linear_fwd(m, l, LIN_FCPROJ, d->tmp, d->fch_gelu, 1);
         if (c->sandwich_norm)
             model_norm_fwd(m, d->tmp, NULL, NULL, d->tmp, w->pfn_w, -1, 1);
-        k->residual_forward(be, d->x, d->x, d->tmp, (size_t)C);
+        /* the add, and the next block's norm1 (or the final norm) of the sum */
+        bool last = l + 1 == c->n_layer;
+        const layer_idx *wn = last ? NULL : &m->layers[l + 1];
+        model_residual_norm_fwd(m, d->x, d->ln, NULL, NULL, d->x, d->tmp,
+                                last ? m->lnf_w : wn->ln1_w, last ? m->lnf_b : wn->ln1_b, 1);
     }
-    model_norm_fwd(m, d->ln, NULL, NULL, d->x, m->lnf_w, m->lnf_b, 1);
     if (model_bf16(m))
         k->matmul_forward_bf16(be, d->logits, d->ln, model_w16(m, m->head_w), NULL, 1, C,
                                c->vocab_size);

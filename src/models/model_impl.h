@@ -378,6 +378,11 @@ static inline float *model_g(ct_model *m, int idx) {
  * only). Statistics may be NULL in the forward. w, b are table indices. */
 void model_norm_fwd(const ct_model *m, float *out, float *mean, float *rstd, const float *inp,
                     int w, int b, int N);
+/* The residual add and the norm after it in one pass: res = a + b (res may
+ * be a or b), then the norm of res into out (and mean, rstd), the same bits
+ * as the add followed by model_norm_fwd. */
+void model_residual_norm_fwd(const ct_model *m, float *res, float *out, float *mean, float *rstd,
+                             const float *a, const float *b, int w, int bias, int N);
 /* dinp += ...; parameter gradients accumulate into m->grads. */
 void model_norm_bwd(ct_model *m, float *dinp, const float *dout, const float *inp, int w, int b,
                     const float *mean, const float *rstd, int N);

@@ -146,6 +146,18 @@ void model_norm_fwd(const ct_model *m, float *out, float *mean, float *rstd, con
                                 c->n_embd, c->norm_eps);
 }
 
+void model_residual_norm_fwd(const ct_model *m, float *res, float *out, float *mean, float *rstd,
+                             const float *a, const float *b, int w, int bias, int N) {
+    const ct_model_config *c = &m->cfg;
+    ct_model *mm = (ct_model *)m;
+    if (c->norm == CT_NORM_RMSNORM)
+        m->be->i->residual_rmsnorm_forward(m->be, res, out, rstd, a, b, model_p(mm, w), N,
+                                           c->n_embd, c->norm_eps, model_wofs(c));
+    else
+        m->be->i->residual_layernorm_forward(m->be, res, out, mean, rstd, a, b, model_p(mm, w),
+                                             model_p(mm, bias), N, c->n_embd, c->norm_eps);
+}
+
 void model_norm_bwd(ct_model *m, float *dinp, const float *dout, const float *inp, int w, int b,
                      const float *mean, const float *rstd, int N) {
     const ct_model_config *c = &m->cfg;
@@ -246,14 +258,26 @@ static float *attn_input(ct_model *m, int l, float *qkv, int B, int T) {
     return x;
 }
 
+/* Where a block's output goes next: the norm that reads it (the next
+ * block's norm1, or the final norm after the last block), into out, mean and
+ * rstd with weights w, b (table indices). The block's last residual add runs
+ * fused with it. */
+typedef struct next_norm {
+    float *out, *mean, *rstd;
+    int w, b;
+} next_norm;
+
 /* One block from res_in (fp32) into the buffers of v, keeping what la keeps
- * (la may be NULL: keep nothing). With out NULL it stops after c_fc, which is
- * all the backward's re-run of the block needs; otherwise it writes the
- * block's output (res_in plus both branches) to out, which may alias res_in. */
+ * (la may be NULL: keep nothing). ln1_ready: v->ln1 and its statistics hold
+ * norm1(res_in) already (the previous block's fused add wrote them), else it
+ * is computed here. With out NULL it stops after c_fc, which is all the
+ * backward's re-run of the block needs; otherwise it writes the block's
+ * output (res_in plus both branches) to out, which may alias res_in, and
+ * next's norm of it. The residual adds run fused with the norm that follows
+ * them (residual_*norm_forward): the bits of the add and then the norm. */
 static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_acts *la,
-                          const float *res_in, float *out, int B, int T) {
-    ct_backend *be = m->be;
-    const ct_backend_i *k = be->i;
+                          const float *res_in, bool ln1_ready, float *out, const next_norm *next,
+                          int B, int T) {
     const ct_model_config *c = &m->cfg;
     const layer_idx *w = &m->layers[l];
     int N = B * T, C = c->n_embd, F = c->n_ffn, QKV = model_qkv_width(c);
@@ -261,7 +285,8 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     size_t NC = (size_t)N * C, NF = (size_t)N * F, NQ = (size_t)N * model_q_width(c);
     layer_acts none = {0};
     if (!la) la = &none;
-    model_norm_fwd(m, v->ln1, v->ln1_mean, v->ln1_rstd, res_in, w->ln1_w, w->ln1_b, N);
+    if (!ln1_ready)
+        model_norm_fwd(m, v->ln1, v->ln1_mean, v->ln1_rstd, res_in, w->ln1_w, w->ln1_b, N);
     act_store(m, la->ln1, v->ln1, NC); /* before ln2 reuses a shared work buffer */
     model_linear_fwd(m, l, LIN_QKV, v->qkv, v->ln1, N);
     const float *att_in = attn_input(m, l, v->qkv, B, T);
@@ -276,9 +301,10 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
         model_linear_fwd(m, l, LIN_PROJ, v->res2, v->atty, N);
     }
     model_drop_rows(m, v->res2, v->res2, CT_DROPOUT_ATTN_RESID, l, B, T);
-    k->residual_forward(be, v->res2, v->res2, res_in, NC);
+    /* res2 = res_in + the branch, and norm2 of it */
+    model_residual_norm_fwd(m, v->res2, v->ln2, v->ln2_mean, v->ln2_rstd, v->res2, res_in,
+                            w->ln2_w, w->ln2_b, N);
     act_store(m, la->res2, v->res2, NC);
-    model_norm_fwd(m, v->ln2, v->ln2_mean, v->ln2_rstd, v->res2, w->ln2_w, w->ln2_b, N);
     act_store(m, la->ln2, v->ln2, NC);
     model_linear_fwd(m, l, LIN_FC, v->fch, v->ln2, N);
     act_store(m, la->fch, v->fch, (size_t)N * FW);
@@ -294,17 +320,21 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
         model_linear_fwd(m, l, LIN_FCPROJ, out, v->fch_gelu, N);
     }
     model_drop_rows(m, out, out, CT_DROPOUT_MLP_RESID, l, B, T);
-    k->residual_forward(be, out, out, v->res2, NC);
+    /* out = res2 + the branch, and the next norm of it (the next block's
+     * norm1 or the final norm: neither buffer is one this block still reads) */
+    model_residual_norm_fwd(m, out, next->out, next->mean, next->rstd, out, v->res2, next->w,
+                            next->b, N);
     act_store(m, la->res3, out, NC);
 }
 
-/* Embedding, blocks and final norm; leaves the normalised rows in acts.lnf.
+/* Embedding, blocks and final norm (fused with the last block's add; the
+ * config has n_layer >= 1); leaves the normalised rows in acts.lnf.
  * keep=false (no backward follows) skips the bf16 copies. */
 static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool keep) {
     ct_backend *be = m->be;
     const ct_backend_i *k = be->i;
     const ct_model_config *c = &m->cfg;
-    int N = B * T, C = c->n_embd;
+    int N = B * T, C = c->n_embd, L = c->n_layer;
     size_t NC = (size_t)N * C;
     model_acts *a = &m->acts;
     bool bf16 = acts_bf16(m);
@@ -317,14 +347,22 @@ static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool 
     if (c->embed_scale) k->scale(be, res, model_embed_scale(c), NC);
     model_drop_rows(m, res, res, CT_DROPOUT_EMBD, 0, B, T);
     if (keep) act_store(m, a->encoded, res, NC);
-    for (int l = 0; l < c->n_layer; l++) {
+    next_norm fin = {a->lnf, a->lnf_mean, a->lnf_rstd, m->lnf_w, m->lnf_b};
+    for (int l = 0; l < L; l++) {
         layer_acts *la = &a->layers[l];
         block_f32 v = block_view(m, l);
         float *out = bf16 ? a->res : (float *)la->res3;
-        block_forward(m, l, &v, keep ? la : NULL, res, out, B, T);
+        /* block l's last add feeds block l+1's norm1 (into the buffers its
+         * view gives), or the final norm */
+        next_norm nx = fin;
+        if (l + 1 < L) {
+            block_f32 vn = block_view(m, l + 1);
+            const layer_idx *wn = &m->layers[l + 1];
+            nx = (next_norm){vn.ln1, vn.ln1_mean, vn.ln1_rstd, wn->ln1_w, wn->ln1_b};
+        }
+        block_forward(m, l, &v, keep ? la : NULL, res, l > 0, out, &nx, B, T);
         res = out;
     }
-    model_norm_fwd(m, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->lnf_w, m->lnf_b, N);
 }
 
 /* Keep a head backward's (start, end) events for the step's read; when the
@@ -435,7 +473,8 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     size_t NQ = (size_t)N * model_q_width(c);
     const float *res_in = block_input(m, l, NC);
     block_f32 v = block_view(m, l);
-    if (m->opts.recompute == CT_RECOMPUTE_FULL) block_forward(m, l, &v, NULL, res_in, NULL, B, T);
+    if (m->opts.recompute == CT_RECOMPUTE_FULL)
+        block_forward(m, l, &v, NULL, res_in, false, NULL, NULL, B, T);
     /* res3 = res2 + down(act(fc(norm2(res2)))): dres passes through */
     act_load(m, la->fch, v.fch, NFW);
     if (la->fch_gelu)

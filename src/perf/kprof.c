@@ -293,6 +293,19 @@ static void p_residual_backward(ct_backend *be, float *da, float *db, const floa
                                 size_t n) {
     TIMED(CT_KP_RESIDUAL, residual_backward, da, db, dout, n);
 }
+static void p_residual_layernorm_forward(ct_backend *be, float *res, float *out, float *mean,
+                                         float *rstd, const float *a, const float *b,
+                                         const float *weight, const float *bias, int N, int C,
+                                         float eps) {
+    TIMED(CT_KP_NORM_FWD, residual_layernorm_forward, res, out, mean, rstd, a, b, weight, bias,
+          N, C, eps);
+}
+static void p_residual_rmsnorm_forward(ct_backend *be, float *res, float *out, float *rstd,
+                                       const float *a, const float *b, const float *weight, int N,
+                                       int C, float eps, float wofs) {
+    TIMED(CT_KP_NORM_FWD, residual_rmsnorm_forward, res, out, rstd, a, b, weight, N, C, eps,
+          wofs);
+}
 static void p_crossentropy_forward(ct_backend *be, float *losses, float *dlogits,
                                    const float *logits, const int32_t *targets, int N, int V,
                                    float dloss) {
@@ -356,6 +369,8 @@ static const ct_backend_i prof_i = {
     .gelu_backward = p_gelu_backward,
     .residual_forward = p_residual_forward,
     .residual_backward = p_residual_backward,
+    .residual_layernorm_forward = p_residual_layernorm_forward,
+    .residual_rmsnorm_forward = p_residual_rmsnorm_forward,
     .crossentropy_forward = p_crossentropy_forward,
     .adamw_update = p_adamw_update,
 };

@@ -20,11 +20,11 @@ typedef enum ct_kprof_kind {
     CT_KP_MATMUL_BWD = 1,
     CT_KP_ATTN_FWD = 2,
     CT_KP_ATTN_BWD = 3,
-    CT_KP_NORM_FWD = 4, /* LayerNorm or RMSNorm */
+    CT_KP_NORM_FWD = 4, /* LayerNorm or RMSNorm, with or without the residual add fused in */
     CT_KP_NORM_BWD = 5,
     CT_KP_ACT_FWD = 6, /* GELU or SwiGLU */
     CT_KP_ACT_BWD = 7,
-    CT_KP_RESIDUAL = 8,
+    CT_KP_RESIDUAL = 8, /* adds not fused into a norm, and their backward */
     CT_KP_ENCODER = 9,
     CT_KP_ROPE = 10,
     CT_KP_XENT = 11,

@@ -401,6 +401,21 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
                     s.be->i->residual_forward(s.be, y, x, dy, (size_t)nc));
         report(&s, "residual.fwd", shape, sec, 0, 8.0 * nc, 4.0 * nc, 12.0 * nc);
     }
+    /* the residual add fused with the norm after it (the forward's
+     * residual_*norm_forward): reads a and b, writes res and out, 16 bytes a
+     * value against residual.fwd's 12 + the norm's 8 */
+    if (llama && wanted(&s, "rmsnorm.fused_fwd")) {
+        TIME_KERNEL(&s, "rmsnorm.fused_fwd", sec,
+                    s.be->i->residual_rmsnorm_forward(s.be, y, dx, rstd, x, dy, w, N, C, 1e-5f,
+                                                      0.0f));
+        report(&s, "rmsnorm.fused_fwd", shape, sec, 0, 8.0 * nc, 8.0 * nc, 16.0 * nc);
+    }
+    if (!llama && wanted(&s, "layernorm.fused_fwd")) {
+        TIME_KERNEL(&s, "layernorm.fused_fwd", sec,
+                    s.be->i->residual_layernorm_forward(s.be, y, dx, mean, rstd, x, dy, w, b, N,
+                                                        C, 1e-5f));
+        report(&s, "layernorm.fused_fwd", shape, sec, 0, 8.0 * nc, 8.0 * nc, 16.0 * nc);
+    }
     if (wanted(&s, "residual.bwd")) {
         TIME_KERNEL(&s, "residual.bwd", sec,
                     s.be->i->residual_backward(s.be, dx, y, dy, (size_t)nc));

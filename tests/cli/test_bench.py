@@ -70,7 +70,8 @@ ker = json.loads(p.stdout)
 names = [it["name"] for it in ker["items"]]
 want = ["gemm.%s.%s" % (l, s) for l in ("qkv", "attn_proj", "fc", "fc_proj", "head")
         for s in ("fwd", "bwd_input", "bwd_weight")]
-want += ["attention.fwd", "attention.bwd", "layernorm.fwd", "layernorm.bwd", "residual.fwd",
+want += ["attention.fwd", "attention.bwd", "layernorm.fwd", "layernorm.bwd",
+         "layernorm.fused_fwd", "residual.fwd",
          "residual.bwd", "gelu.fwd", "gelu.bwd", "encoder.fwd", "encoder.bwd", "crossentropy",
          "adamw", "sumsq"]
 check(sorted(names) == sorted(want), "kernels lists each kernel once: %s" % names)
@@ -149,7 +150,8 @@ check(st["split_s"]["rope"] > 0 and st["split_s"]["norm_fwd"] > 0 and
 p = run("kernels", "--preset", "llama-tiny", "--batch", "2", "--seq", "16", "--threads", "2",
         "--json")
 names = [it["name"] for it in json.loads(p.stdout)["items"]]
-check(all(n in names for n in ("rmsnorm.fwd", "rmsnorm.bwd", "swiglu.fwd", "swiglu.bwd",
+check(all(n in names for n in ("rmsnorm.fwd", "rmsnorm.bwd", "rmsnorm.fused_fwd",
+                               "swiglu.fwd", "swiglu.bwd",
                                "rope.fwd", "rope.bwd", "gemm.gate_up.fwd", "gemm.down.bwd_weight"))
       and not any(n.startswith(("layernorm", "gelu")) for n in names),
       "kernels llama-tiny: the LLaMA kernels replace LayerNorm and GELU: %s" % names)

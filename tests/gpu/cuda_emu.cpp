@@ -2,7 +2,7 @@
  * The CUDA backend's tiled attention kernels (src/backend/cuda/
  * cuda_attention_tiled.cuh), its tensor-core flash attention
  * (cuda_attention_wmma.cuh, WMMA calls done here with plain loops in a
- * scrambled fragment layout), its embedding backward (cuda_encoder_bwd.cuh)
+ * scrambled fragment layout), its embedding backward (cuda_encoder_bwd.cuh),
  * its column sums (cuda_colsum.cuh) and its cross-entropy (cuda_xent.cuh) run
  * on the CPU: each CUDA thread of a
  * block is a POSIX thread, __shared__ arrays are the kernel's statics (one block runs at
@@ -19,7 +19,9 @@
  * held to the double reference on bf16-rounded inputs within bf16's own error
  * (head sizes 64 and 128, GQA, packed rows); the embedding backward must equal
  * ref's loop bit for bit (long runs of one token, several merge passes,
- * packed positions).
+ * packed positions). The norm forwards (cuda_norm.cuh), fused with the
+ * residual add or not, are held to a double reference within fp32's rounding,
+ * and fused to unfused bit for bit.
  *
  * usage: cuda_emu   (exit 0: every check passed)
  */
@@ -214,6 +216,7 @@ static void smem_check() {
 #include "backend/cuda/cuda_colsum.cuh"
 #include "backend/cuda/cuda_encoder_bwd.cuh"
 #include "backend/cuda/cuda_xent.cuh"
+#include "backend/cuda/cuda_norm.cuh"
 
 /* Runs a kernel without barriers over grid x block on this thread, the
  * block's threads one after another (much faster than a thread each). */
@@ -628,6 +631,72 @@ static void check_encoder(int B, int T, int C, int V, const std::vector<int> &le
     fails += !ok;
 }
 
+/* The norm forwards' row body (cuda_norm.cuh) as cuda_kernels.cu launches it
+ * (a block per row, the row in dynamic shared memory when held, else read
+ * back from global memory): LayerNorm (LN) or RMSNorm of res = a + b, against
+ * a double reference of the definition (ref's) on the float sums. res must
+ * be the float adds themselves (res aliasing a when alias); out, mean and
+ * rstd within fp32 rounding of the double values; and the fused launch must
+ * equal the unfused body over the stored sums bit for bit (what the model's
+ * recomputed norms rely on). Rows get offset means, so a one-pass variance
+ * E[x^2] - E[x]^2 in fp32 would fail the tolerance. */
+template <bool LN>
+static void check_norm(int N, int C, unsigned threads, bool held, bool alias, float eps,
+                       float wofs) {
+    size_t NC = (size_t)N * C;
+    std::vector<float> a(NC), b(NC), w(C), bias(C), sum(NC);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            a[(size_t)n * C + c] = (LN ? 4.0f + n : 0.0f) + frand();
+            b[(size_t)n * C + c] = 0.5f * frand();
+        }
+    for (auto &x : w) x = frand();
+    for (auto &x : bias) x = frand();
+    for (size_t i = 0; i < NC; i++) sum[i] = a[i] + b[i];
+    std::vector<double> want(NC), want_mean(N), want_rstd(N);
+    for (int n = 0; n < N; n++) {
+        const float *x = sum.data() + (size_t)n * C;
+        double mu = 0.0, ss = 0.0;
+        if (LN) {
+            for (int c = 0; c < C; c++) mu += x[c];
+            mu /= C;
+        }
+        for (int c = 0; c < C; c++) ss += (x[c] - mu) * (x[c] - mu);
+        double r = 1.0 / sqrt(ss / C + eps);
+        for (int c = 0; c < C; c++)
+            want[(size_t)n * C + c] = LN ? (x[c] - mu) * r * w[c] + bias[c]
+                                         : x[c] * r * (double)(wofs + w[c]);
+        want_mean[n] = mu;
+        want_rstd[n] = r;
+    }
+    std::vector<float> res(NC, NAN), out(NC, NAN), mean(N, NAN), rstd(N, NAN);
+    std::vector<float> out2(NC, NAN), mean2(N, NAN), rstd2(N, NAN), acopy(a);
+    float *rp = alias ? acopy.data() : res.data(), *op = out.data(), *mp = mean.data();
+    float *sp = rstd.data(), *o2 = out2.data(), *m2 = mean2.data(), *s2 = rstd2.data();
+    const float *ap = alias ? acopy.data() : a.data(), *bp = b.data(), *wp = w.data();
+    const float *bip = LN ? bias.data() : NULL, *xp = sum.data();
+    float *hp = held ? (float *)g_smem : NULL;
+    g_smem_fill = held ? (size_t)C * sizeof(float) : 0;
+    launch(dim3(N), threads, [=]() {
+        norm_row<LN, true>(hp, rp, op, LN ? mp : NULL, sp, ap, bp, wp, bip, C, eps, wofs);
+    });
+    launch(dim3(N), threads, [=]() {
+        norm_row<LN, false>(hp, NULL, o2, LN ? m2 : NULL, s2, xp, NULL, wp, bip, C, eps, wofs);
+    });
+    g_smem_fill = 0;
+    bool adds = !memcmp(rp, sum.data(), NC * sizeof(float));
+    bool same = !memcmp(op, o2, NC * sizeof(float)) && !memcmp(sp, s2, N * sizeof(float)) &&
+                (!LN || !memcmp(mp, m2, N * sizeof(float)));
+    double eo = err(op, want), er = err(sp, want_rstd), em = LN ? err(mp, want_mean) : 0.0;
+    const double tol = 2e-6; /* fp32 statistics: a few ulps */
+    bool ok = adds && same && eo < tol && er < tol && em < tol;
+    printf("%s %s N=%d C=%d threads=%u%s%s eps=%g: out %.2g rstd %.2g mean %.2g%s%s\n",
+           ok ? "ok  " : "FAIL", LN ? "residual+layernorm" : "residual+rmsnorm", N, C, threads,
+           held ? " held" : " global", alias ? " res=a" : "", (double)eps, eo, er, em,
+           adds ? "" : ", res != a + b", same ? "" : ", fused != unfused bits");
+    fails += !ok;
+}
+
 int main(void) {
     check<64>({2, 150, 4, 2, 64, {}});                // GQA, ragged last tiles
     check<64>({1, 64, 2, 2, 64, {}});                 // exactly one query tile
@@ -654,6 +723,14 @@ int main(void) {
     check_xent(4, 37, 3.0f, true);      // fewer logits than threads, in place
     check_xent(3, 5000, 30.0f, false);  // the running max moves a lot
     check_xent(2, 50257, 8.0f, true);   // GPT-2's vocabulary
+    check_norm<true>(3, 768, NORM_THREADS, true, true, 1e-5f, 0.0f);  // GPT-2's C, in place
+    check_norm<true>(2, 1000, NORM_THREADS, false, false, 1e-5f, 0.0f); // ragged, from global
+    check_norm<true>(4, 5, 32, true, false, 0.1f, 0.0f);  // fewer columns than threads
+    check_norm<true>(2, 1, 64, true, true, 1e-5f, 0.0f);  // C = 1: zero variance, out = bias
+    check_norm<true>(2, 777, 128, true, false, 0.5f, 0.0f); // eps large enough to matter
+    check_norm<false>(3, 768, NORM_THREADS, true, true, 1e-6f, 0.0f);
+    check_norm<false>(2, 1000, NORM_THREADS, false, false, 0.5f, 1.0f); // Gemma's 1 + weight
+    check_norm<false>(4, 5, 32, true, false, 1e-5f, 1.0f);
     printf("%d failure(s)\n", fails);
     return fails ? 1 : 0;
 }

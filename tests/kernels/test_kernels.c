@@ -153,6 +153,60 @@ static void test_layernorm(int N, int C) {
     pool_free();
 }
 
+/* residual_layernorm_forward on every backend: res = a + b (the float adds
+ * themselves), out, mean and rstd the double LayerNorm of that res, and the
+ * same bits as residual_forward then layernorm_forward on the same backend;
+ * res aliasing a (as the model calls it) or b, and NULL statistics. */
+static void test_residual_layernorm(int N, int C) {
+    size_t NC = (size_t)N * C;
+    const float eps = 1e-5f;
+    float *a = frand(NC, 2.0f), *b = frand(NC, 1.0f), *w = frand(C, 1.0f), *bias = frand(C, 1.0f);
+    for (int n = 0; n < N; n++) a[(size_t)n * C] += 0.5f * n; // rows with different means
+    float *sum = falloc(NC);
+    for (size_t i = 0; i < NC; i++) sum[i] = a[i] + b[i];
+    layernorm_ctx l = {to_double(sum, NC), to_double(w, C), to_double(bias, C), NULL, N, C, eps};
+    double *want = dalloc(NC), *want_mean = dalloc(N), *want_rstd = dalloc(N);
+    layernorm_forward_d(want, want_mean, want_rstd, &l);
+
+    /* res, out, mean, rstd, a, b, weight, bias */
+    karg f[] = {ARG(ffill(NC, NAN), NC), ARG(ffill(NC, NAN), NC), ARG(ffill(N, NAN), N),
+                ARG(ffill(N, NAN), N),   ARG(a, NC),             ARG(b, NC),
+                ARG(w, C),               ARG(bias, C)};
+    karg two[NARGS(f)];
+    memcpy(two, f, sizeof f);
+    /* res aliasing a or b: out, a, b, weight, bias, rstd */
+    karg g[] = {ARG(ffill(NC, NAN), NC), ARG(a, NC), ARG(b, NC),
+                ARG(w, C),               ARG(bias, C), ARG(ffill(N, NAN), N)};
+    FOR_ALL(be) {
+        RUN(be, f, be->i->residual_layernorm_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev,
+                                                     f[4].dev, f[5].dev, f[6].dev, f[7].dev, N,
+                                                     C, eps));
+        CHECK_MSG(same_floats(f[0].got, sum, NC), "%s", label(be, "residual_layernorm res"));
+        CHECK_EXACT(be, "residual_layernorm out", f[1].got, want, NC);
+        CHECK_EXACT(be, "residual_layernorm mean", f[2].got, want_mean, N);
+        CHECK_EXACT(be, "residual_layernorm rstd", f[3].got, want_rstd, N);
+        RUN(be, two, {
+            be->i->residual_forward(be, two[0].dev, two[4].dev, two[5].dev, NC);
+            be->i->layernorm_forward(be, two[1].dev, two[2].dev, two[3].dev, two[0].dev,
+                                     two[6].dev, two[7].dev, N, C, eps);
+        });
+        CHECK_MSG(same_floats(f[1].got, two[1].got, NC) && same_floats(f[2].got, two[2].got, N) &&
+                      same_floats(f[3].got, two[3].got, N),
+                  "%s", label(be, "residual_layernorm == residual_forward + layernorm_forward"));
+        RUN(be, g, be->i->residual_layernorm_forward(be, g[1].dev, g[0].dev, NULL, NULL, g[1].dev,
+                                                     g[2].dev, g[3].dev, g[4].dev, N, C, eps));
+        CHECK_MSG(same_floats(g[1].got, sum, NC) && same_floats(g[0].got, f[1].got, NC), "%s",
+                  label(be, "residual_layernorm res=a, NULL mean/rstd"));
+        RUN(be, g, be->i->residual_layernorm_forward(be, g[2].dev, g[0].dev, NULL, g[5].dev,
+                                                     g[1].dev, g[2].dev, g[3].dev, g[4].dev, N,
+                                                     C, eps));
+        CHECK_MSG(same_floats(g[2].got, sum, NC) && same_floats(g[0].got, f[1].got, NC) &&
+                      same_floats(g[5].got, f[3].got, N),
+                  "%s", label(be, "residual_layernorm res=b, NULL mean"));
+    }
+    pool_free();
+}
+
 /* ------------------------------------------------------------ matmul */
 
 typedef struct {
@@ -638,6 +692,20 @@ static void cmp_layernorm(int N, int C) {
     pool_free();
 }
 
+static void cmp_residual_layernorm(int N, int C) {
+    size_t NC = (size_t)N * C;
+    float *a = frand(NC, 3.0f), *b = frand(NC, 1.0f), *w = frand(C, 1.0f), *bias = frand(C, 1.0f);
+    karg f[] = {OUT("residual_layernorm res", falloc(NC), NC),
+                OUT("residual_layernorm out", falloc(NC), NC),
+                OUT("residual_layernorm mean", falloc(N), N),
+                OUT("residual_layernorm rstd", falloc(N), N),
+                ARG(a, NC), ARG(b, NC), ARG(w, C), ARG(bias, C)};
+    VS_REF(be, f, be->i->residual_layernorm_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev,
+                                                    f[4].dev, f[5].dev, f[6].dev, f[7].dev, N, C,
+                                                    1e-5f));
+    pool_free();
+}
+
 static void cmp_matmul(int N, int C, int OC) {
     size_t NC = (size_t)N * C, OCC = (size_t)OC * C, NOC = (size_t)N * OC;
     float *inp = frand(NC, 1.0f), *w = frand(OCC, 1.0f), *b = frand(OC, 1.0f);
@@ -697,6 +765,9 @@ int main(void) {
     test_encoder_iota(3, 10, 7, 11);
     test_layernorm(6, 13);
     test_layernorm(3, 1); // C = 1: zero variance, output = bias
+    test_residual_layernorm(6, 13);
+    test_residual_layernorm(5, 40); // two 16-lane blocks and a tail
+    test_residual_layernorm(3, 1);
     test_matmul(5, 13, 17);
     test_matmul(4, 1, 3);
     test_gelu(301);
@@ -729,6 +800,10 @@ int main(void) {
     cmp_layernorm(21, 12);
     cmp_layernorm(5, 13);
     cmp_layernorm(64, 768);
+    cmp_residual_layernorm(21, 12);
+    cmp_residual_layernorm(5, 13);
+    cmp_residual_layernorm(64, 768);
+    cmp_residual_layernorm(3, 300); // wider than a GPU block's threads, ragged
     cmp_matmul(5, 13, 17);
     cmp_matmul(21, 12, 36);
     cmp_matmul(67, 129, 131); // large enough for BLAS to block

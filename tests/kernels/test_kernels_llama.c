@@ -92,6 +92,53 @@ static void test_rmsnorm(int N, int C, float eps, float wofs) {
     pool_free();
 }
 
+/* residual_rmsnorm_forward on every backend: res = a + b (the float adds),
+ * out and rstd the double RMSNorm of that res, the same bits as
+ * residual_forward then rmsnorm_forward on the same backend; res aliasing a
+ * (as the model calls it) or b, and rstd NULL. */
+static void test_residual_rmsnorm(int N, int C, float eps, float wofs) {
+    size_t NC = (size_t)N * C;
+    float *a = frand(NC, 2.0f), *b = frand(NC, 1.0f), *w = frand(C, 1.0f);
+    float *sum = falloc(NC);
+    for (size_t i = 0; i < NC; i++) sum[i] = a[i] + b[i];
+    rms_ctx r = {to_double(sum, NC), to_double(w, C), NULL, N, C, eps, wofs};
+    if (wofs != 0.0f)
+        for (int c = 0; c < C; c++) r.w[c] = (double)(wofs + w[c]) - wofs;
+    double *want = dalloc(NC), *want_rstd = dalloc(N);
+    rmsnorm_d(want, want_rstd, &r);
+
+    /* res, out, rstd, a, b, weight */
+    karg f[] = {ARG(ffill(NC, NAN), NC), ARG(ffill(NC, NAN), NC), ARG(ffill(N, NAN), N),
+                ARG(a, NC),              ARG(b, NC),              ARG(w, C)};
+    karg two[NARGS(f)];
+    memcpy(two, f, sizeof f);
+    /* res aliasing a or b: out, a, b, weight */
+    karg g[] = {ARG(ffill(NC, NAN), NC), ARG(a, NC), ARG(b, NC), ARG(w, C)};
+    FOR_ALL(be) {
+        RUN(be, f, be->i->residual_rmsnorm_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev,
+                                                   f[4].dev, f[5].dev, N, C, eps, wofs));
+        CHECK_MSG(same_floats(f[0].got, sum, NC), "%s", label(be, "residual_rmsnorm res"));
+        CHECK_EXACT(be, "residual_rmsnorm out", f[1].got, want, NC);
+        CHECK_EXACT(be, "residual_rmsnorm rstd", f[2].got, want_rstd, N);
+        RUN(be, two, {
+            be->i->residual_forward(be, two[0].dev, two[3].dev, two[4].dev, NC);
+            be->i->rmsnorm_forward(be, two[1].dev, two[2].dev, two[0].dev, two[5].dev, N, C, eps,
+                                   wofs);
+        });
+        CHECK_MSG(same_floats(f[1].got, two[1].got, NC) && same_floats(f[2].got, two[2].got, N),
+                  "%s", label(be, "residual_rmsnorm == residual_forward + rmsnorm_forward"));
+        RUN(be, g, be->i->residual_rmsnorm_forward(be, g[1].dev, g[0].dev, NULL, g[1].dev,
+                                                   g[2].dev, g[3].dev, N, C, eps, wofs));
+        CHECK_MSG(same_floats(g[1].got, sum, NC) && same_floats(g[0].got, f[1].got, NC), "%s",
+                  label(be, "residual_rmsnorm res=a, rstd NULL"));
+        RUN(be, g, be->i->residual_rmsnorm_forward(be, g[2].dev, g[0].dev, NULL, g[1].dev,
+                                                   g[2].dev, g[3].dev, N, C, eps, wofs));
+        CHECK_MSG(same_floats(g[2].got, sum, NC) && same_floats(g[0].got, f[1].got, NC), "%s",
+                  label(be, "residual_rmsnorm res=b"));
+    }
+    pool_free();
+}
+
 /* ------------------------------------------------------------ rope */
 
 typedef struct {
@@ -954,6 +1001,18 @@ static void cmp_llama(int B, int T, int NH, int NKV, int HS, int F) {
                  ARG(w, C), ARG(fo[1].want, N)};
     VS_REF(be, go, be->i->rmsnorm_backward(be, go[0].dev, go[1].dev, go[2].dev, go[3].dev,
                                            go[4].dev, go[5].dev, N, C, 1.0f));
+    for (int k = 0; k < 2; k++) { /* the residual add fused in front, wofs 0 and 1 */
+        karg rn[] = {OUT(k ? "residual_rmsnorm res, 1 + w" : "residual_rmsnorm res", falloc(NC),
+                         NC),
+                     OUT(k ? "residual_rmsnorm out, 1 + w" : "residual_rmsnorm out", falloc(NC),
+                         NC),
+                     OUT(k ? "residual_rmsnorm rstd, 1 + w" : "residual_rmsnorm rstd", falloc(N),
+                         N),
+                     ARG(x, NC), ARG(dy, NC), ARG(w, C)};
+        VS_REF(be, rn, be->i->residual_rmsnorm_forward(be, rn[0].dev, rn[1].dev, rn[2].dev,
+                                                       rn[3].dev, rn[4].dev, rn[5].dev, N, C,
+                                                       1e-6f, (float)k));
+    }
 
     float *inv = rope_table(HS, 10000.0f);
     karg r[] = {OUT("rope_forward", frand(nqkv, 1.0f), nqkv), ARG(inv, HS / 2)};
@@ -1029,6 +1088,10 @@ int main(void) {
     test_rmsnorm(3, 32, 1e-6f, 0.0f);
     test_rmsnorm(2, 1, 0.5f, 0.0f); // C = 1 (a large eps keeps the gradient away from 0)
     test_rmsnorm(5, 19, 1e-6f, 1.0f); // Gemma's 1 + weight
+    test_residual_rmsnorm(6, 13, 1e-5f, 0.0f);
+    test_residual_rmsnorm(4, 40, 1e-6f, 0.0f); // two 16-lane blocks and a tail
+    test_residual_rmsnorm(2, 1, 0.5f, 0.0f);
+    test_residual_rmsnorm(5, 19, 1e-6f, 1.0f); // Gemma's 1 + weight
     test_rope(2, 5, 2, 1, 8, 0, 10000.0f, NULL);
     test_rope(1, 4, 3, 3, 6, 7, 500000.0f, NULL); // pos0 > 0 (decoding), other theta
     test_rope(1, 3, 1, 1, 2, 0, 10.0f, NULL);     // HS = 2

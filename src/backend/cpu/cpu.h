@@ -17,6 +17,10 @@ void ct_encoder_backward_cpu(ct_backend *be, float *dwte, float *dwpe, const flo
 
 void ct_layernorm_forward_cpu(ct_backend *be, float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps);
+void ct_residual_layernorm_forward_cpu(ct_backend *be, float *res, float *out, float *mean,
+                                       float *rstd, const float *a, const float *b,
+                                       const float *weight, const float *bias, int N, int C,
+                                       float eps);
 void ct_layernorm_backward_cpu(ct_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int N, int C);
@@ -44,6 +48,9 @@ void ct_attention_decode_cpu(ct_backend *be, float *out, const float *q, const f
 
 void ct_rmsnorm_forward_cpu(ct_backend *be, float *out, float *rstd, const float *inp, const float *weight,
                             int N, int C, float eps, float wofs);
+void ct_residual_rmsnorm_forward_cpu(ct_backend *be, float *res, float *out, float *rstd,
+                                     const float *a, const float *b, const float *weight, int N,
+                                     int C, float eps, float wofs);
 void ct_rmsnorm_backward_cpu(ct_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
                              const float *weight, const float *rstd, int N, int C, float wofs);
 void ct_rope_forward_cpu(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH, int NKV,

@@ -1,8 +1,9 @@
 /*
  * Threaded kernels of the LLaMA switches: RMSNorm (16-lane vectors, parallel
- * over rows; the weight gradient a second pass over 16-channel column blocks,
- * so no two threads add into one element and the result does not depend on
- * the thread count), Qwen3's per-head q/k RMSNorm (the same, per head), RoPE
+ * over rows, with or without a residual add fused into its first pass; the
+ * weight gradient a second pass over 16-channel column blocks, so no two
+ * threads add into one element and the result does not depend on the thread
+ * count), Qwen3's per-head q/k RMSNorm (the same, per head), RoPE
  * (parallel over positions, each position's angles computed once for all
  * batch rows and heads) and SwiGLU (parallel over rows, vector exp). Same
  * formulas as backend/ref/llama.c.
@@ -22,29 +23,67 @@ static inline double lane_sum(v16f v) {
     return s;
 }
 
-/* out (N,C) = inp * rstd * (wofs + weight); rstd (N) written unless NULL. */
-void ct_rmsnorm_forward_cpu(ct_backend *be, float *out, float *rstd, const float *inp, const float *weight,
-                            int N, int C, float eps, float wofs) {
-    (void)be;
+/* One row: y (C) = RMSNorm(x); *rstd written unless NULL. With a and b, x
+ * (then res) first receives a + b, squared and summed as it is made: the
+ * bits of a separate residual add and norm (see norm.c's ln_row). */
+static inline void rms_row(float *y, float *rstd, const float *x, float *res, const float *a,
+                           const float *b, const float *weight, int C, float eps, float wofs) {
     int cv = C / V16 * V16;
-#ifdef CT_USE_OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        float *y = out + (size_t)n * C;
-        v16f acc = {0};
+    v16f acc = {0};
+    double ss;
+    if (a) {
+        for (int c = 0; c < cv; c += V16) {
+            v16f v = v16_load(a + c) + v16_load(b + c);
+            v16_store(res + c, v);
+            acc += v * v;
+        }
+        ss = lane_sum(acc);
+        for (int c = cv; c < C; c++) {
+            res[c] = a[c] + b[c];
+            ss += (double)res[c] * res[c];
+        }
+    } else {
         for (int c = 0; c < cv; c += V16) {
             v16f v = v16_load(x + c);
             acc += v * v;
         }
-        double ss = lane_sum(acc);
+        ss = lane_sum(acc);
         for (int c = cv; c < C; c++) ss += (double)x[c] * x[c];
-        float s = (float)(1.0 / sqrt(ss / C + eps));
-        for (int c = 0; c < cv; c += V16)
-            v16_store(y + c, v16_load(x + c) * s * (wofs + v16_load(weight + c)));
-        for (int c = cv; c < C; c++) y[c] = x[c] * s * (wofs + weight[c]);
-        if (rstd) rstd[n] = s;
+    }
+    float s = (float)(1.0 / sqrt(ss / C + eps));
+    for (int c = 0; c < cv; c += V16)
+        v16_store(y + c, v16_load(x + c) * s * (wofs + v16_load(weight + c)));
+    for (int c = cv; c < C; c++) y[c] = x[c] * s * (wofs + weight[c]);
+    if (rstd) *rstd = s;
+}
+
+/* out (N,C) = inp * rstd * (wofs + weight); rstd (N) written unless NULL. */
+void ct_rmsnorm_forward_cpu(ct_backend *be, float *out, float *rstd, const float *inp, const float *weight,
+                            int N, int C, float eps, float wofs) {
+    (void)be;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (int n = 0; n < N; n++) {
+        size_t o = (size_t)n * C;
+        rms_row(out + o, rstd ? rstd + n : NULL, inp + o, NULL, NULL, NULL, weight, C, eps, wofs);
+    }
+}
+
+/* res (N,C) = a + b (res may alias a or b), then out (N,C) = RMSNorm(res),
+ * parallel over rows, the add fused into the sum of squares' pass: the bits
+ * of ct_residual_forward_cpu followed by ct_rmsnorm_forward_cpu. */
+void ct_residual_rmsnorm_forward_cpu(ct_backend *be, float *res, float *out, float *rstd,
+                                     const float *a, const float *b, const float *weight, int N,
+                                     int C, float eps, float wofs) {
+    (void)be;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (int n = 0; n < N; n++) {
+        size_t o = (size_t)n * C;
+        rms_row(out + o, rstd ? rstd + n : NULL, res + o, res + o, a + o, b + o, weight, C, eps,
+                wofs);
     }
 }
 

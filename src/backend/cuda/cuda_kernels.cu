@@ -3,13 +3,16 @@
  * the ref backend (backend/ref), with the same formulas and, where ref sums in
  * double, double accumulators: the embedding and its scatter, LayerNorm,
  * RMSNorm, Qwen3's per-head q/k RMSNorm, RoPE, SwiGLU, GELU, residual adds
- * and the fused softmax
- * cross-entropy (in fp32, an online softmax: cuda_xent.cuh). One block per row for the row kernels. Gradients of shared
+ * and the fused softmax cross-entropy. The exceptions are the norm forwards
+ * (cuda_norm.cuh), alone or with the residual add fused in front: fp32
+ * statistics over the row held on chip (PyTorch's CUDA norms accumulate in
+ * fp32 too), and the cross-entropy (cuda_xent.cuh): an online softmax in
+ * fp32. One block per row for the row kernels. Gradients of shared
  * weights (norm weights) are column sums in a fixed order, one thread per
  * column, and embedding rows sums over the sorted token ids
  * (cuda_encoder_bwd.cuh), never atomics: runs are deterministic and resume is
- * bit-exact. Leaves out: fused residual+norm, vectorised 128-bit loads and
- * the other speed work of the GPU performance issue.
+ * bit-exact. Leaves out: vectorised 128-bit loads and the other speed work
+ * of the GPU performance issue.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -17,6 +20,7 @@
 #include "backend/cuda/cuda_colsum.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_encoder_bwd.cuh"
+#include "backend/cuda/cuda_norm.cuh"
 #include "backend/cuda/cuda_xent.cuh"
 
 #define GELU_BETA 0.7978845608028654
@@ -127,36 +131,44 @@ void cuda_colsum(ct_backend *be, int kind, float *out0, float *out1, const float
 
 /* ------------------------------------------------------------ LayerNorm */
 
-__global__ void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
-                                const float *weight, const float *bias, int C, float eps) {
-    __shared__ double sh[32];
-    size_t n = blockIdx.x;
-    const float *x = inp + n * C;
-    float *y = out + n * C;
-    double s = 0.0;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
-    double mu = block_sum(s, sh) / C;
-    double ss = 0.0;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        double d = x[c] - mu;
-        ss += d * d;
-    }
-    double var = block_sum(ss, sh) / C;
-    double r = 1.0 / sqrt(var + eps);
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        y[c] = (float)((x[c] - mu) * r * weight[c] + bias[c]);
-    if (threadIdx.x == 0) {
-        if (mean) mean[n] = (float)mu;
-        if (rstd) rstd[n] = (float)r;
-    }
+/* The norm forwards, fused with a residual add or not (ADD), over rows held
+ * in dynamic shared memory (HELD) when they fit (cuda_norm.cuh). */
+template <bool LN, bool ADD, bool HELD>
+__global__ void __launch_bounds__(NORM_THREADS)
+    k_norm_fwd(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
+               const float *weight, const float *bias, int C, float eps, float wofs) {
+    extern __shared__ float norm_held[];
+    norm_row<LN, ADD>(HELD ? norm_held : NULL, res, out, mean, rstd, a, b, weight, bias, C, eps,
+                      wofs);
 }
+template <bool LN, bool ADD>
+static void norm_fwd(ct_backend *be, const char *name, float *res, float *out, float *mean,
+                     float *rstd, const float *a, const float *b, const float *weight,
+                     const float *bias, int N, int C, float eps, float wofs) {
+    if (N <= 0) return;
+    size_t bytes = (size_t)(C > 0 ? C : 0) * sizeof(float);
+    cudaStream_t st = cuda_stream(be);
+    if (bytes <= NORM_HELD_MAX_BYTES)
+        k_norm_fwd<LN, ADD, true><<<N, NORM_THREADS, bytes, st>>>(res, out, mean, rstd, a, b,
+                                                                  weight, bias, C, eps, wofs);
+    else
+        k_norm_fwd<LN, ADD, false><<<N, NORM_THREADS, 0, st>>>(res, out, mean, rstd, a, b,
+                                                               weight, bias, C, eps, wofs);
+    cuda_launched(be, name);
+}
+
 extern "C" void ct_layernorm_forward_cuda(ct_backend *be, float *out, float *mean, float *rstd,
                                           const float *inp, const float *weight,
                                           const float *bias, int N, int C, float eps) {
-    if (N <= 0) return;
-    k_layernorm_fwd<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(out, mean, rstd, inp, weight, bias, C,
-                                                            eps);
-    cuda_launched(be, "layernorm_forward");
+    norm_fwd<true, false>(be, "layernorm_forward", NULL, out, mean, rstd, inp, NULL, weight,
+                          bias, N, C, eps, 0.0f);
+}
+extern "C" void ct_residual_layernorm_forward_cuda(ct_backend *be, float *res, float *out,
+                                                   float *mean, float *rstd, const float *a,
+                                                   const float *b, const float *weight,
+                                                   const float *bias, int N, int C, float eps) {
+    norm_fwd<true, true>(be, "residual_layernorm_forward", res, out, mean, rstd, a, b, weight,
+                         bias, N, C, eps, 0.0f);
 }
 
 __global__ void k_layernorm_bwd_rows(float *dinp, const float *dout, const float *inp,
@@ -195,25 +207,18 @@ extern "C" void ct_layernorm_backward_cuda(ct_backend *be, float *dinp, float *d
 
 /* ------------------------------------------------------------ RMSNorm */
 
-__global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *weight,
-                              int C, float eps, float wofs) {
-    __shared__ double sh[32];
-    size_t n = blockIdx.x;
-    const float *x = inp + n * C;
-    float *y = out + n * C;
-    double ss = 0.0;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) ss += (double)x[c] * x[c];
-    double s = 1.0 / sqrt(block_sum(ss, sh) / C + eps);
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        y[c] = (float)(x[c] * s * (wofs + weight[c]));
-    if (threadIdx.x == 0 && rstd) rstd[n] = (float)s;
-}
 extern "C" void ct_rmsnorm_forward_cuda(ct_backend *be, float *out, float *rstd, const float *inp,
                                         const float *weight, int N, int C, float eps,
                                         float wofs) {
-    if (N <= 0) return;
-    k_rmsnorm_fwd<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(out, rstd, inp, weight, C, eps, wofs);
-    cuda_launched(be, "rmsnorm_forward");
+    norm_fwd<false, false>(be, "rmsnorm_forward", NULL, out, NULL, rstd, inp, NULL, weight, NULL,
+                           N, C, eps, wofs);
+}
+extern "C" void ct_residual_rmsnorm_forward_cuda(ct_backend *be, float *res, float *out,
+                                                 float *rstd, const float *a, const float *b,
+                                                 const float *weight, int N, int C, float eps,
+                                                 float wofs) {
+    norm_fwd<false, true>(be, "residual_rmsnorm_forward", res, out, NULL, rstd, a, b, weight,
+                          NULL, N, C, eps, wofs);
 }
 
 __global__ void k_rmsnorm_bwd_rows(float *dinp, const float *dout, const float *inp,

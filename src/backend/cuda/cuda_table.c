@@ -57,6 +57,8 @@ const ct_backend_i ct_backend_cuda_i = {
     .gelu_backward = ct_gelu_backward_cuda,
     .residual_forward = ct_residual_forward_cuda,
     .residual_backward = ct_residual_backward_cuda,
+    .residual_layernorm_forward = ct_residual_layernorm_forward_cuda,
+    .residual_rmsnorm_forward = ct_residual_rmsnorm_forward_cuda,
     .crossentropy_forward = ct_crossentropy_forward_cuda,
     .adamw_update = ct_adamw_update_cuda,
 };

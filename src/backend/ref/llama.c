@@ -1,5 +1,6 @@
 /*
- * Reference kernels of the LLaMA switches of the transformer family: RMSNorm,
+ * Reference kernels of the LLaMA switches of the transformer family: RMSNorm
+ * (with the residual add fused in front of it defined as the two steps),
  * Qwen3's per-head RMSNorm of q and k, rotary position embedding (Hugging
  * Face's rotate_half convention, at the model's inverse frequencies, so any
  * RoPE scaling comes in with them) and the SwiGLU gate, forward and
@@ -26,6 +27,19 @@ void ct_rmsnorm_forward_ref(ct_backend *be, float *out, float *rstd, const float
         double s = 1.0 / sqrt(ss / C + eps);
         for (int c = 0; c < C; c++) y[c] = (float)(x[c] * s * (wofs + weight[c]));
         if (rstd) rstd[n] = (float)s;
+    }
+}
+
+/* res (N,C) = a + b, then out (N,C) = RMSNorm(res), row by row: the same
+ * bits as residual_forward then rmsnorm_forward. res may alias a or b. */
+void ct_residual_rmsnorm_forward_ref(ct_backend *be, float *res, float *out, float *rstd,
+                                     const float *a, const float *b, const float *weight, int N,
+                                     int C, float eps, float wofs) {
+    for (int n = 0; n < N; n++) {
+        size_t o = (size_t)n * C;
+        ct_residual_forward_ref(be, res + o, a + o, b + o, (size_t)C);
+        ct_rmsnorm_forward_ref(be, out + o, rstd ? rstd + n : NULL, res + o, weight, 1, C, eps,
+                               wofs);
     }
 }
 

@@ -1,8 +1,10 @@
 /*
  * Reference LayerNorm forward and backward (torch.nn.LayerNorm over the last
- * dimension, biased variance, eps inside the square root). Row statistics and
- * every reduction accumulate in double, so this is the accuracy yardstick.
- * Leaves out: RMSNorm (LLaMA) and a weight/bias-free variant.
+ * dimension, biased variance, eps inside the square root), and the residual
+ * add fused in front of it (defined as the two steps, row by row). Row
+ * statistics and every reduction accumulate in double, so this is the
+ * accuracy yardstick. Leaves out: RMSNorm (LLaMA, llama.c) and a
+ * weight/bias-free variant.
  */
 #include <math.h>
 
@@ -31,6 +33,21 @@ void ct_layernorm_forward_ref(ct_backend *be, float *out, float *mean, float *rs
         for (int c = 0; c < C; c++) y[c] = (float)((x[c] - mu) * s * weight[c] + bias[c]);
         if (mean) mean[n] = (float)mu;
         if (rstd) rstd[n] = (float)s;
+    }
+}
+
+/* res (N,C) = a + b, then out (N,C) = LayerNorm(res), one row at a time:
+ * the same additions and the same row normalisation as residual_forward then
+ * layernorm_forward, so the same bits. res may alias a or b. */
+void ct_residual_layernorm_forward_ref(ct_backend *be, float *res, float *out, float *mean,
+                                       float *rstd, const float *a, const float *b,
+                                       const float *weight, const float *bias, int N, int C,
+                                       float eps) {
+    for (int n = 0; n < N; n++) {
+        size_t o = (size_t)n * C;
+        ct_residual_forward_ref(be, res + o, a + o, b + o, (size_t)C);
+        ct_layernorm_forward_ref(be, out + o, mean ? mean + n : NULL, rstd ? rstd + n : NULL,
+                                 res + o, weight, bias, 1, C, eps);
     }
 }
 

@@ -311,6 +311,19 @@ static void sim_residual_backward(ct_backend *be, float *da, float *db, const fl
                                   size_t n) {
     ct_residual_backward_ref(be, HF(da), HF(db), HF(dout), n);
 }
+static void sim_residual_layernorm_forward(ct_backend *be, float *res, float *out, float *mean,
+                                           float *rstd, const float *a, const float *b,
+                                           const float *weight, const float *bias, int N, int C,
+                                           float eps) {
+    ct_residual_layernorm_forward_ref(be, HF(res), HF(out), HF(mean), HF(rstd), HF(a), HF(b),
+                                      HF(weight), HF(bias), N, C, eps);
+}
+static void sim_residual_rmsnorm_forward(ct_backend *be, float *res, float *out, float *rstd,
+                                         const float *a, const float *b, const float *weight,
+                                         int N, int C, float eps, float wofs) {
+    ct_residual_rmsnorm_forward_ref(be, HF(res), HF(out), HF(rstd), HF(a), HF(b), HF(weight), N,
+                                    C, eps, wofs);
+}
 static void sim_crossentropy_forward(ct_backend *be, float *losses, float *dlogits,
                                      const float *logits, const int32_t *targets, int N, int V,
                                      float dloss) {
@@ -373,6 +386,8 @@ const ct_backend_i ct_backend_sim_i = {
     .gelu_backward = sim_gelu_backward,
     .residual_forward = sim_residual_forward,
     .residual_backward = sim_residual_backward,
+    .residual_layernorm_forward = sim_residual_layernorm_forward,
+    .residual_rmsnorm_forward = sim_residual_rmsnorm_forward,
     .crossentropy_forward = sim_crossentropy_forward,
     .adamw_update = sim_adamw_update,
 };

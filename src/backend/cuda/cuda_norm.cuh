@@ -1,0 +1,89 @@
+/*
+ * The row body of the CUDA LayerNorm and RMSNorm forwards, with or without
+ * the residual add in front (res = a + b, then the norm of res): one block
+ * per row, each thread holding its columns c = threadIdx.x + k * blockDim.x
+ * (in dynamic shared memory when the row fits, else read back from global
+ * memory, where this thread itself put them), every statistic in fp32.
+ * LayerNorm takes the mean first and then the variance as a second pass over
+ * the held values (no E[x^2] - E[x]^2 cancellation). The block sums run in a
+ * fixed order, so runs are deterministic, and the fused and unfused entries
+ * run this one body: the same values summed the same way, so fused equals
+ * residual_forward then the norm bit for bit (the training backward's
+ * recomputed norms match the forward's). Against ref's double statistics the
+ * results differ by fp32 rounding only.
+ *
+ * Device code only, included by cuda_kernels.cu; like cuda_colsum.cuh it
+ * runs under tests/gpu/cuda_emu.cpp on the CPU. Leaves out: vectorised
+ * 128-bit loads and a warp per row for narrow rows.
+ */
+#ifndef CT_BACKEND_CUDA_NORM_CUH
+#define CT_BACKEND_CUDA_NORM_CUH
+
+#include <stddef.h>
+
+#define NORM_THREADS 256
+/* a row is held in dynamic shared memory up to this size (the default limit
+ * of a block's dynamic shared memory, no opt-in needed): C <= 12288 */
+#define NORM_HELD_MAX_BYTES (48 * 1024)
+
+/* The sum of x over the block (blockDim.x a multiple of 32, at most 1024),
+ * in a fixed order; every thread gets it. sh: 32 floats of shared memory. */
+__device__ inline float norm_block_sum(float x, float *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    __syncthreads(); /* sh may hold the previous sum's partials */
+    if (lane == 0) sh[warp] = x;
+    __syncthreads();
+    float t = lane < nw ? sh[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    return t;
+}
+
+/* Row blockIdx.x of C columns. LN: LayerNorm (weight, bias; mean and rstd
+ * written unless NULL), else RMSNorm (scale wofs + weight; rstd unless
+ * NULL). ADD: x = a + b is written to res (which may alias a or b) and
+ * normalised; else x = a (inp; out may alias it). held: C floats of shared
+ * memory for the row, or NULL to read it back from res or inp. */
+template <bool LN, bool ADD>
+__device__ void norm_row(float *held, float *res, float *out, float *mean, float *rstd,
+                         const float *a, const float *b, const float *weight,
+                         const float *bias, int C, float eps, float wofs) {
+    __shared__ float sh[32];
+    size_t n = blockIdx.x, o = n * (size_t)C;
+    const float *x = ADD ? res + o : a + o; /* where the row is when not held */
+    float *r = ADD ? res + o : NULL;
+    float *y = out + o;
+    int t0 = threadIdx.x, dt = blockDim.x;
+    /* pass 1: the row (made by the add), its sum or its sum of squares */
+    float s = 0.0f;
+    for (int c = t0; c < C; c += dt) {
+        float v = ADD ? a[o + c] + b[o + c] : x[c];
+        if (ADD) r[c] = v;
+        if (held) held[c] = v;
+        s += LN ? v : v * v;
+    }
+    s = norm_block_sum(s, sh);
+    const float *h = held ? held : x; /* each thread reads back its own columns */
+    float mu = 0.0f, rs;
+    if (LN) {
+        mu = s / (float)C;
+        /* pass 2: the variance about the mean */
+        float ss = 0.0f;
+        for (int c = t0; c < C; c += dt) {
+            float d = h[c] - mu;
+            ss += d * d;
+        }
+        rs = 1.0f / sqrtf(norm_block_sum(ss, sh) / (float)C + eps);
+    } else {
+        rs = 1.0f / sqrtf(s / (float)C + eps);
+    }
+    /* pass 3: scale (and shift) */
+    for (int c = t0; c < C; c += dt)
+        y[c] = LN ? (h[c] - mu) * rs * weight[c] + bias[c] : h[c] * rs * (wofs + weight[c]);
+    if (t0 == 0) {
+        if (LN && mean) mean[n] = mu;
+        if (rstd) rstd[n] = rs;
+    }
+}
+
+#endif
