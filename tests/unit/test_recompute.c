@@ -261,9 +261,11 @@ static size_t expected_acts(ct_recompute r, ct_act_dtype d, size_t Bv, size_t Tv
         per += 4 * r64(N * 4) + r64(Bv * NH * Tv * 4) /* statistics, lse */
                + r64(3 * N * C * es) + 2 * r64(N * C * es) + r64(N * F * es); /* qkv atty res2 fch */
     per += r64(N * C * es);                                                   /* res3 */
-    /* + lnf, stats, losses, and the uploaded token ids (inputs, targets) and
-     * positions (ct_model_set_positions) */
-    return r64(N * C * es) + L * per + r64(N * C * 4) + 3 * r64(N * 4) + 3 * r64(N * 4);
+    /* + lnf, stats, losses, the step's loss and norm accumulator (2 doubles),
+     * and the uploaded token ids (inputs, targets) and positions
+     * (ct_model_set_positions) */
+    return r64(N * C * es) + L * per + r64(N * C * 4) + 3 * r64(N * 4) + r64(2 * 8) +
+           3 * r64(N * 4);
 }
 
 static void test_plan(void) {
