@@ -48,10 +48,10 @@ void cuda_lt_release(cuda_state *s);
 /* The configurations cuda_matmul.cu checks once each (cuda_state.lt_ok). */
 enum { CUDA_LT_BIAS = 0, CUDA_LT_BIAS_BF16 = 1, CUDA_LT_GELU = 2, CUDA_LT_GELU_BF16 = 3 };
 /* Enqueue out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias through one Lt
- * GEMM, fp32 compute and fp32 out; bf16: weight and inp are bf16 (else fp32).
- * gelu: out = gelu(that) and pre (N,OC) = that (OC a multiple of 8); else
- * the bias epilogue (bias not NULL) and pre unused. CUBLAS_STATUS_SUCCESS, or
- * the status of the step that refused (nothing enqueued then). */
+ * GEMM, fp32 compute and fp32 out; bf16: weight and inp are bf16 (else fp32)
+ * (bias not NULL), through the bias epilogue; gelu: out = gelu(that) and
+ * pre (N,OC) = that (OC a multiple of 8; else pre is unused). The status of
+ * the step that refused (nothing enqueued then), or CUBLAS_STATUS_SUCCESS. */
 cublasStatus_t cuda_lt_gemm(ct_backend *be, bool bf16, bool gelu, float *out, float *pre,
                             const void *weight, const void *inp, const float *bias, int N, int C,
                             int OC);

@@ -116,6 +116,7 @@ cublasStatus_t cuda_lt_gemm(ct_backend *be, bool bf16, bool gelu, float *out, fl
     cuda_state *s = cuda_st(be);
     const lt_fns *f = (const lt_fns *)s->lt_fns;
     if (!s->lt || !f) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!bias) return CUBLAS_STATUS_INVALID_VALUE;
     cudaDataType ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
@@ -127,9 +128,7 @@ cublasStatus_t cuda_lt_gemm(ct_backend *be, bool bf16, bool gelu, float *out, fl
     cublasStatus_t st = f->desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     /* column-major, as the plain path: out^T (OC,N) = op_T(W (C,OC)) x inp^T (C,N) */
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtEpilogue_t epi = gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                                          : CUBLASLT_EPILOGUE_GELU_AUX)
-                                  : CUBLASLT_EPILOGUE_BIAS;
+    cublasLtEpilogue_t epi = gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
     int64_t aux_ld = OC;
     uint64_t ws = CT_CUDA_CUBLAS_WS_BYTES;
     uint32_t al_w = align_of(weight), al_x = align_of(inp), al_o = align_of(out);
@@ -142,7 +141,7 @@ cublasStatus_t cuda_lt_gemm(ct_backend *be, bool bf16, bool gelu, float *out, fl
     LT_TRY(f->desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     /* the bias (OC) runs along D's rows (fp32: D's type); the aux matrix
      * (pre-activation, D's type, fp32) is (OC,N) with leading dimension OC */
-    if (bias) LT_TRY(f->desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    LT_TRY(f->desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     if (gelu) {
         LT_TRY(f->desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre));
         LT_TRY(f->desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));

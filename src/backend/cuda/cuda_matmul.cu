@@ -73,7 +73,8 @@ static bool lt_try(ct_backend *be, int cfg, float *out, float *pre, const void *
                    const void *inp, const float *bias, int N, int C, int OC) {
     bool gelu = cfg == CUDA_LT_GELU || cfg == CUDA_LT_GELU_BF16;
     if (N <= 0 || C <= 0 || OC <= 0) return false;
-    if (gelu ? OC % 8 != 0 : !bias) return false; /* the aux matrix's ld; nothing to fuse */
+    /* the checked epilogues add a bias; the aux matrix's ld is a multiple of 8 */
+    if (!bias || (gelu && OC % 8 != 0)) return false;
     if (!lt_ready(be, cfg)) return false;
     cublasStatus_t st = cuda_lt_gemm(be, cfg == CUDA_LT_BIAS_BF16 || cfg == CUDA_LT_GELU_BF16,
                                      gelu, out, pre, weight, inp, bias, N, C, OC);
@@ -161,7 +162,8 @@ extern "C" void ct_matmul_forward_bf16_cuda(ct_backend *be, float *out, const fl
 }
 
 /* pre (N,OC) = inp @ W^T + bias, out (N,OC) = gelu(pre): one Lt GEMM with
- * the GELU_AUX_BIAS epilogue, or the plain GEMM and the GELU kernel. */
+ * the GELU_AUX_BIAS epilogue, or the plain GEMM and the GELU kernel (no bias,
+ * OC not a multiple of 8, or Lt off). */
 extern "C" void ct_matmul_gelu_forward_cuda(ct_backend *be, float *pre, float *out,
                                             const float *inp, const float *weight,
                                             const float *bias, int N, int C, int OC) {
@@ -175,7 +177,7 @@ extern "C" void ct_matmul_gelu_forward_bf16_cuda(ct_backend *be, float *pre, flo
                                                  const float *inp, const uint16_t *weight16,
                                                  const float *bias, int N, int C, int OC) {
     if (N <= 0 || OC <= 0) return;
-    if (C > 0 && OC % 8 == 0 && lt_ready(be, CUDA_LT_GELU_BF16)) {
+    if (bias && C > 0 && OC % 8 == 0 && lt_ready(be, CUDA_LT_GELU_BF16)) {
         const uint16_t *x16 = bf16_operand(be, inp, (size_t)N * C);
         if (!x16) return;
         if (lt_try(be, CUDA_LT_GELU_BF16, out, pre, weight16, x16, bias, N, C, OC)) return;
