@@ -9,7 +9,8 @@ Checks that every benchmark runs and reports what it claims:
   * kernels: every kernel of the table is reported once per linear and pass (15 GEMMs,
     attention forward and backward, norms, GELU, residual, encoder, cross-entropy,
     AdamW, sumsq) with positive time and a roofline time; FLOPs of each GEMM equal 2MNK
-    of its printed shape; --filter keeps only matching names; --table ref runs too (and has the fused c_fc+GELU rows);
+    of its printed shape; --filter keeps only matching names; --table ref runs too
+    (and has the fused c_fc+GELU rows, which the cpu table has not);
   * step: the per-kernel split plus the glue adds up to the summed step times, the
     FLOPs equal the model formula, every recompute/activation-dtype setting runs and
     gives the same first loss (the forward does not depend on them), and the planned
