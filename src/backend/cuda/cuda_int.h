@@ -73,6 +73,7 @@ typedef struct cuda_state {
     void *lt;              /* cublasLtHandle_t */
     int lt_ok[4];          /* per CUDA_LT_* configuration: 0 not checked yet, 1 checked
                             * against the plain path, -1 off for the rest of the run */
+    int lt_nokernel[4];    /* calls the heuristic found no kernel for (the plain path ran) */
     /* the device (cuda_info.cu) */
     int cc_major, cc_minor, sms;
     double clock_mhz;      /* peak SM clock the driver reports */

@@ -65,6 +65,9 @@ static void plain_forward(ct_backend *be, float *out, const float *inp, const fl
 }
 
 static bool lt_ready(ct_backend *be, int cfg);
+static const char *const lt_names[4] = {"bias epilogue, fp32", "bias epilogue, bf16 inputs",
+                                        "bias+GELU epilogue, fp32",
+                                        "bias+GELU epilogue, bf16 inputs"};
 
 /* One Lt GEMM of configuration cfg when it is usable for this shape; false
  * (nothing enqueued) when the caller must take the plain path. A refusal
@@ -78,10 +81,18 @@ static bool lt_try(ct_backend *be, int cfg, float *out, float *pre, const void *
     if (!lt_ready(be, cfg)) return false;
     cublasStatus_t st = cuda_lt_gemm(be, cfg == CUDA_LT_BIAS_BF16 || cfg == CUDA_LT_GELU_BF16,
                                      gelu, out, pre, weight, inp, bias, N, C, OC);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+        /* no kernel for this shape and these alignments (a bf16 weight at an
+         * odd offset, say): the plain path for this call, said once */
+        if (!cuda_st(be)->lt_nokernel[cfg]++)
+            ct_log(CT_LOG_INFO, "cuBLASLt %s has no kernel for a %d x %d x %d GEMM at these "
+                   "alignments: plain cuBLAS for such calls", lt_names[cfg], N, C, OC);
+        return false;
+    }
     if (st != CUBLAS_STATUS_SUCCESS) {
         cuda_st(be)->lt_ok[cfg] = -1;
-        ct_log(CT_LOG_INFO, "cuBLASLt refused a %d x %d x %d GEMM (status %d): plain cuBLAS "
-               "for this kind of GEMM from here on", N, C, OC, (int)st);
+        ct_log(CT_LOG_INFO, "cuBLASLt %s refused a %d x %d x %d GEMM (status %d): plain "
+               "cuBLAS for it from here on", lt_names[cfg], N, C, OC, (int)st);
         return false;
     }
     cuda_launched(be, gelu ? "matmul_gelu_forward (cuBLASLt)" : "matmul_forward (cuBLASLt)");
@@ -187,10 +198,6 @@ extern "C" void ct_matmul_gelu_forward_bf16_cuda(ct_backend *be, float *pre, flo
 }
 
 /* ------------------------------------------------ the check before first use */
-
-static const char *const lt_names[4] = {"bias epilogue, fp32", "bias epilogue, bf16 inputs",
-                                        "bias+GELU epilogue, fp32",
-                                        "bias+GELU epilogue, bf16 inputs"};
 
 /* Deterministic values in [-a, a). */
 static void fill_host(float *x, size_t n, uint32_t seed, float a) {
