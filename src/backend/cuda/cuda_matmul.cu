@@ -70,8 +70,9 @@ static const char *const lt_names[4] = {"bias epilogue, fp32", "bias epilogue, b
                                         "bias+GELU epilogue, bf16 inputs"};
 
 /* One Lt GEMM of configuration cfg when it is usable for this shape; false
- * (nothing enqueued) when the caller must take the plain path. A refusal
- * turns the configuration off for the rest of the run. */
+ * (nothing enqueued) when the caller must take the plain path. No kernel
+ * for this call's shape and alignments: the plain path for this call; any
+ * other refusal turns the configuration off for the rest of the run. */
 static bool lt_try(ct_backend *be, int cfg, float *out, float *pre, const void *weight,
                    const void *inp, const float *bias, int N, int C, int OC) {
     bool gelu = cfg == CUDA_LT_GELU || cfg == CUDA_LT_GELU_BF16;
