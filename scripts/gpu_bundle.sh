@@ -22,7 +22,7 @@
 # tree it runs in), the compiler and architectures, the newest glibc symbol
 # version any file needs (the GPU machine's glibc must be at least that; 2.34
 # here: Ubuntu 22.04, Debian 12, RHEL 9 and later), and
-# the files with their sizes. The GPU machine's own CUDA driver and cuBLAS
+# the files with their sizes. The GPU machine's own CUDA driver, cuBLAS and cuBLASLt
 # (/usr/local/cuda, loaded at run time) are used; CUDA's runtime is static.
 # The whole folder stays under 64 MiB (what a GPU command may carry in all).
 # Environment: CT_BUNDLE_BUILD (the build folder, build-bundle), CT_BUNDLE_JOBS.
@@ -187,7 +187,7 @@ glibc=$(glibc_needed "$STAGE"/libexec/* "$STAGE"/lib/*)
   echo "built:       $(date -u +%FT%TZ) on $(uname -m), $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")"
   echo "compiler:    $(cc --version | head -1); $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -2 | head -1)"
   echo "flags:       Release, CT_NATIVE=OFF (runtime ISA dispatch only), CT_MPI=OFF, CT_ONEDNN=OFF, -lineinfo"
-  echo "cuda:        sm_80, sm_90a, compute_80 PTX; runtime static; cuBLAS and the driver: the GPU machine's"
+  echo "cuda:        sm_80, sm_90a, compute_80 PTX; runtime static; cuBLAS, cuBLASLt and the driver: the GPU machine's"
   echo "glibc:       needs GLIBC_$glibc or newer (ldd --version on the GPU machine), and the system's libstdc++ (CXXABI_1.3) and libgcc_s"
   echo "warnings:    $warnings in the build"
   echo "files:"

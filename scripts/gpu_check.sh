@@ -24,7 +24,9 @@
 #                 take the tiled attention kernels: GPT-2 at head size 64,
 #                 LLaMA with grouped-query attention, bf16 (said so, not failed,
 #                 where the sanitizer cannot attach: gVisor)
-#   training 160  the training suite with run.device=cuda: PyTorch parity fp32,
+#   training 160  the training suite with run.device=cuda: PyTorch parity fp32
+#                 (GPT-2's also with CT_CUDA_GEMM=cublas, the plain GEMMs, against
+#                 the cuBLASLt epilogues' run; whether cuBLASLt ran is reported),
 #                 bf16 and dropout (also at head size 64, where bf16 takes the
 #                 tensor-core attention), LLaMA, exact resume,
 #                 the guard, LoRA, instruction data, eval, trace
@@ -49,7 +51,7 @@
 # GPU_CHECK_BENCH_VOCAB (GPT-2 124M) change the runs (trying it without a GPU).
 set -uo pipefail
 
-usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 SELF=$(readlink -f "$0")
 ROOT=$(cd "$(dirname "$SELF")/.." && pwd)
@@ -269,6 +271,9 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
         fi
       fi
     done
+    # cuBLASLt's check at first use: a line only when it turned an epilogue off
+    local lt; lt=$(cat "$WORK"/test_kernels*.log 2>/dev/null | grep -m4 'cuBLASLt' | cut -c1-240)
+    detail "- cuBLASLt epilogues: ${lt:-in effect (no fallback line in the kernel tests)}"
     [ $fail = 0 ] && { result "ok: $pass of $pass kernel tests passed on the GPU"; return 0; }
     result "FAIL:$failed ($pass of $((pass + fail)) passed)"
     return 1
@@ -356,6 +361,8 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
            fi ;;
       esac
     done <"$WORK/tests/results"
+    local lt; lt=$(cat "$WORK"/tests/gpu_test_gpt2_parity*.log 2>/dev/null | grep -m2 "run1's cuBLASLt" | cut -c1-240)
+    [ -n "$lt" ] && detail "- GPT-2 parity: $lt (run9 compares CT_CUDA_GEMM=cublas)"
     [ $fail = 0 ] && { result "ok: $pass passed$([ $skip -gt 0 ] && echo ", $skip skipped")"; return 0; }
     result "FAIL:$failed ($pass passed, $skip skipped)"
     return 1

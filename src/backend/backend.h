@@ -185,6 +185,19 @@ typedef struct ct_backend_i {
                                  const float *dout, const uint16_t *inp16,
                                  const uint16_t *weight16, int N, int C, int OC);
 
+    /* A linear layer and GELU in one call (GPT-2's c_fc): pre(N,OC) = inp(N,C)
+     * @ weight(OC,C)^T + bias(OC) (bias may be NULL), out(N,OC) = GELU of pre,
+     * tanh form as gelu_forward; writes both (pre != out). The _bf16 twin takes
+     * weight16 and rounds inp as matmul_forward_bf16. The results are those of
+     * matmul_forward (_bf16) then gelu_forward up to the order of the sums and
+     * the rounding of tanh. May be NULL: the caller then makes those two calls
+     * (backend/cuda: cuBLASLt's GELU_AUX_BIAS epilogue). */
+    void (*matmul_gelu_forward)(ct_backend *be, float *pre, float *out, const float *inp,
+                                const float *weight, const float *bias, int N, int C, int OC);
+    void (*matmul_gelu_forward_bf16)(ct_backend *be, float *pre, float *out, const float *inp,
+                                     const uint16_t *weight16, const float *bias, int N, int C,
+                                     int OC);
+
     /* Causal self-attention without a T x T matrix in memory, on fused rows
      * qkv (B,T,(NH+2*NKV)*HS) (see the legend); scale 1/sqrt(HS). Writes
      * out (B,T,NH*HS) and lse (B,NH,T), the log-sum-exp of each row's scaled

@@ -90,7 +90,13 @@ int ct_device_local_rank(void);
  * what the backend will hold. */
 
 /* cuBLAS's workspace, set on the handle at start (cublasSetWorkspace):
- * NVIDIA's recommendation for Hopper, enough for every architecture. */
+ * NVIDIA's recommendation for Hopper, enough for every architecture. The
+ * cuBLASLt GEMMs (bias and GELU epilogues) are handed the same buffer: both
+ * run on the backend's one stream, one call at a time. It is allocated when
+ * the backend starts, before the free memory the plan is read against is
+ * sampled, so the plan counts it there; cuBLASLt's kernel code is in
+ * CT_CUDA_RESERVE_MIB below, and its check before first use (cuda_matmul.cu)
+ * borrows about 80 KB for a moment. */
 #define CT_CUDA_CUBLAS_WS_BYTES ((size_t)32 << 20)
 /* The column sums' row chunks (cuda_colsum.cuh): 64, or N when fewer. */
 static inline int ct_cuda_colsum_chunks(int N) { return N < 64 ? (N > 0 ? N : 1) : 64; }
@@ -110,8 +116,8 @@ static inline size_t ct_cuda_ws_encoder_bytes(int N) {
 /* The bf16 copy of a mixed-precision GEMM's fp32 operand of n elements. */
 static inline size_t ct_cuda_ws_bf16_bytes(size_t n) { return n * 2; }
 /* Device memory a CUDA run takes that no buffer of ours accounts for: the
- * kernels' code, loaded on first launch (ours and cuBLAS's, lazily since CUDA
- * 12.2), and the driver's rounding of allocations to its pages. An estimate:
+ * kernels' code, loaded on first launch (ours, cuBLAS's and cuBLASLt's, lazily
+ * since CUDA 12.2), and the driver's rounding of allocations to its pages. An estimate:
  * the GPU check prints the plan beside the peak the device reports. */
 #define CT_CUDA_RESERVE_MIB 256
 

@@ -6,6 +6,8 @@
  * weight's bf16 copy (or the bf16 base as it is), the input rounded by the
  * backend, and for the weight gradient the input's bf16 copy (acts.inp16).
  * The adapters' own small GEMMs stay fp32.
+ * GPT-2's c_fc may run with its GELU in one backend call (model_linear_gelu_fwd)
+ * when no adapter sits between them.
  * Leaves out: the vocabulary head (fused with the loss in model_train.c).
  */
 #include "models/model_impl.h"
@@ -30,6 +32,22 @@ void model_linear_fwd(ct_model *m, int l, int lin, float *out, const float *x, i
     else
         m->be->i->matmul_forward(m->be, out, x, model_p(m, s.w), model_p(m, s.b), N, s.in, s.out);
     model_lora_forward(m, l, lin, out, s.out, x, N);
+}
+
+bool model_linear_gelu_fwd(ct_model *m, int l, float *pre, float *out, const float *x, int N) {
+    const ct_backend_i *k = m->be->i;
+    bool bf16 = model_bf16(m);
+    if (bf16 ? !k->matmul_gelu_forward_bf16 : !k->matmul_gelu_forward) return false;
+    /* an adapter adds to pre before the GELU: the GEMM alone, then it */
+    if (model_lora_on(m, LIN_FC)) return false;
+    linear_shape s = model_linear_shape(m, l, LIN_FC);
+    if (bf16)
+        k->matmul_gelu_forward_bf16(m->be, pre, out, x, model_w16(m, s.w), model_p(m, s.b), N,
+                                    s.in, s.out);
+    else
+        k->matmul_gelu_forward(m->be, pre, out, x, model_p(m, s.w), model_p(m, s.b), N, s.in,
+                               s.out);
+    return true;
 }
 
 void model_linear_bwd(ct_model *m, int l, int lin, float *dx, const float *dout, const float *x,

@@ -422,6 +422,14 @@ static const float *lora_input(ct_model *m, uint64_t unit, const float *x, int i
     return m->acts.lora_xd;
 }
 
+bool model_lora_on(const ct_model *m, int gemm) {
+    const model_lora *a = m->lora;
+    if (!a) return false;
+    for (int s = 0; s < a->nmod; s++)
+        if (a->mods[s].gemm == gemm) return true;
+    return false;
+}
+
 void model_lora_forward(ct_model *m, int l, int gemm, float *out, int OUTW, const float *x,
                         int N) {
     model_lora *a = m->lora;

@@ -162,6 +162,11 @@ linear_shape model_linear_shape(const ct_model *m, int l, int lin);
 /* out(N, out) = x(N, in) W^T + b, plus the layer's LoRA adapters: the one
  * place a block's GEMMs run (a bf16 base is widened by model_p). */
 void model_linear_fwd(ct_model *m, int l, int lin, float *out, const float *x, int N);
+/* GPT-2's c_fc and its GELU in one backend call (matmul_gelu_forward):
+ * pre(N, F) = x W^T + b, out(N, F) = gelu(pre). False, with nothing done,
+ * when the backend has no such entry or a LoRA adapter adds to c_fc's output
+ * before the GELU: the caller then runs model_linear_fwd and the GELU. */
+bool model_linear_gelu_fwd(ct_model *m, int l, float *pre, float *out, const float *x, int N);
 /* dx(N, in) += dout W (+ the adapters' input gradient); dW, db += ... into
  * the gradient buffer (none for a frozen base); the adapters' dA, dB += ...;
  * x is the forward's input. */
@@ -213,6 +218,8 @@ size_t lora_numel(const ct_model_config *c, const ct_lora_opts *lo);
  * given its input x (N, in); keeps A x in acts.lora_h. */
 void model_lora_forward(ct_model *m, int l, int gemm, float *out, int OUTW, const float *x,
                         int N);
+/* Whether an adapter sits on GEMM `gemm` (the same in every layer). */
+bool model_lora_on(const ct_model *m, int gemm);
 /* Backward of those adapters: dA, dB += ...; dx (N, in) += the adapters'
  * input gradient, given dout (N, OUTW) and the forward's x. */
 void model_lora_backward(ct_model *m, int l, int gemm, float *dx, const float *dout, int OUTW,

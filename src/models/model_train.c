@@ -306,10 +306,14 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
                             w->ln2_w, w->ln2_b, N);
     act_store(m, la->res2, v->res2, NC);
     act_store(m, la->ln2, v->ln2, NC);
-    model_linear_fwd(m, l, LIN_FC, v->fch, v->ln2, N);
+    /* GPT-2's c_fc and GELU in one call where the backend fuses them (a
+     * re-run for the backward, out NULL, needs c_fc's output only) */
+    bool fused = out && c->mlp == CT_MLP_GELU &&
+                 model_linear_gelu_fwd(m, l, v->fch, v->fch_gelu, v->ln2, N);
+    if (!fused) model_linear_fwd(m, l, LIN_FC, v->fch, v->ln2, N);
     act_store(m, la->fch, v->fch, (size_t)N * FW);
     if (!out) return;
-    model_mlp_act_fwd(m, v->fch_gelu, v->fch, N);
+    if (!fused) model_mlp_act_fwd(m, v->fch_gelu, v->fch, N);
     act_store(m, la->fch_gelu, v->fch_gelu, NF);
     /* res_in is dead from here on, so out may overwrite it */
     if (c->sandwich_norm) {

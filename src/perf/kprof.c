@@ -189,6 +189,29 @@ static void p_matmul_forward_bf16(ct_backend *be, float *out, const float *inp,
                                   int OC) {
     TIMED(CT_KP_MATMUL_FWD, matmul_forward_bf16, out, inp, weight16, bias, N, C, OC);
 }
+/* The fused linear+GELU counts as a forward GEMM (the GEMM is most of it);
+ * on a backend without it the wrapper makes the model's two calls, each
+ * under its own kind, so the wrapper changes no result. */
+static void p_matmul_gelu_forward(ct_backend *be, float *pre, float *out, const float *inp,
+                                  const float *weight, const float *bias, int N, int C, int OC) {
+    if (INNER(be)->i->matmul_gelu_forward) {
+        TIMED(CT_KP_MATMUL_FWD, matmul_gelu_forward, pre, out, inp, weight, bias, N, C, OC);
+    } else {
+        TIMED(CT_KP_MATMUL_FWD, matmul_forward, pre, inp, weight, bias, N, C, OC);
+        TIMED(CT_KP_ACT_FWD, gelu_forward, out, pre, (size_t)N * OC);
+    }
+}
+static void p_matmul_gelu_forward_bf16(ct_backend *be, float *pre, float *out, const float *inp,
+                                       const uint16_t *weight16, const float *bias, int N, int C,
+                                       int OC) {
+    if (INNER(be)->i->matmul_gelu_forward_bf16) {
+        TIMED(CT_KP_MATMUL_FWD, matmul_gelu_forward_bf16, pre, out, inp, weight16, bias, N, C,
+              OC);
+    } else {
+        TIMED(CT_KP_MATMUL_FWD, matmul_forward_bf16, pre, inp, weight16, bias, N, C, OC);
+        TIMED(CT_KP_ACT_FWD, gelu_forward, out, pre, (size_t)N * OC);
+    }
+}
 static void p_matmul_backward_bf16(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                    const float *dout, const uint16_t *inp16,
                                    const uint16_t *weight16, int N, int C, int OC) {
@@ -350,6 +373,8 @@ static const ct_backend_i prof_i = {
     .matmul_backward = p_matmul_backward,
     .matmul_forward_bf16 = p_matmul_forward_bf16,
     .matmul_backward_bf16 = p_matmul_backward_bf16,
+    .matmul_gelu_forward = p_matmul_gelu_forward,
+    .matmul_gelu_forward_bf16 = p_matmul_gelu_forward_bf16,
     .attention_forward = p_attention_forward,
     .attention_backward = p_attention_backward,
     .attention_forward_bf16 = p_attention_forward_bf16,

@@ -16,7 +16,7 @@
 #include "backend/backend.h"
 
 typedef enum ct_kprof_kind {
-    CT_KP_MATMUL_FWD = 0,
+    CT_KP_MATMUL_FWD = 0, /* matmul_gelu_forward (linear + GELU in one call) too */
     CT_KP_MATMUL_BWD = 1,
     CT_KP_ATTN_FWD = 2,
     CT_KP_ATTN_BWD = 3,

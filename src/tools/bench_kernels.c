@@ -332,6 +332,34 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     bench_linear(&s, llama ? "gate_up" : "fc", x, w, lb, y, dy, dx, dw, ldb, N, C, UP);
     bench_linear(&s, llama ? "down" : "fc_proj", x, w, lb, y, dy, dx, dw, ldb, N, F, C);
     bench_linear(&s, "head", x, w, NULL, y, dy, dx, dw, NULL, rows, C, V);
+    /* GPT-2's c_fc with its GELU in one call, where the backend fuses them
+     * (cuda: cuBLASLt's epilogue), fp32 and on bf16 inputs: pre in y, out in
+     * dx; compare with gemm.fc.fwd + gelu.fwd */
+    const ct_backend_i *bk = s.be->i;
+    if (!llama) {
+        double fl = 2.0 * N * (double)C * F, rx = 4.0 * N * (double)C, wr = 8.0 * N * (double)F;
+        snprintf(shape, sizeof shape, "M=%d N=%d K=%d", N, F, C);
+        if (bk->matmul_gelu_forward && wanted(&s, "gemm.fc_gelu.fwd")) {
+            TIME_KERNEL(&s, "gemm.fc_gelu.fwd", sec,
+                        bk->matmul_gelu_forward(s.be, y, dx, x, w, lb, N, C, F));
+            double rd = rx + 4.0 * (double)F * C + (lb ? 4.0 * F : 0);
+            report(&s, "gemm.fc_gelu.fwd", shape, sec, fl, rd, wr, rd + wr);
+        }
+        if (bk->matmul_gelu_forward_bf16 && wanted(&s, "gemm_bf16.fc_gelu.fwd")) {
+            uint16_t *w16 = be->i->buf_alloc(be, (size_t)F * C * sizeof(uint16_t),
+                                             CT_TAG_SCRATCH);
+            if (!w16) {
+                st = CT_ERR(CT_ERR_OOM, "out of memory for the kernel benchmark");
+                goto done;
+            }
+            be->i->f32_to_bf16(be, w16, w, (size_t)F * C);
+            TIME_KERNEL(&s, "gemm_bf16.fc_gelu.fwd", sec,
+                        bk->matmul_gelu_forward_bf16(s.be, y, dx, x, w16, lb, N, C, F));
+            double rd = rx + 2.0 * (double)F * C + (lb ? 4.0 * F : 0);
+            report(&s, "gemm_bf16.fc_gelu.fwd", shape, sec, fl, rd, wr, rd + wr);
+            be->i->buf_free(be, w16);
+        }
+    }
 
     /* attention over qkv (B,T,QKV) held in x; out in y, dout in dy, dqkv in dx */
     double causal = (double)T * (T + 1) / 2.0;

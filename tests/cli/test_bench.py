@@ -9,7 +9,8 @@ Checks that every benchmark runs and reports what it claims:
   * kernels: every kernel of the table is reported once per linear and pass (15 GEMMs,
     attention forward and backward, norms, GELU, residual, encoder, cross-entropy,
     AdamW, sumsq) with positive time and a roofline time; FLOPs of each GEMM equal 2MNK
-    of its printed shape; --filter keeps only matching names; --table ref runs too;
+    of its printed shape; --filter keeps only matching names; --table ref runs too
+    (and has the fused c_fc+GELU rows, which the cpu table has not);
   * step: the per-kernel split plus the glue adds up to the summed step times, the
     FLOPs equal the model formula, every recompute/activation-dtype setting runs and
     gives the same first loss (the forward does not depend on them), and the planned
@@ -92,6 +93,10 @@ check([it["name"] for it in json.loads(p.stdout)["items"]] == ["attention.fwd", 
       "--filter keeps only the matching kernels")
 p = run("kernels", *TINY, "--filter", "gelu", "--table", "ref", "--json")
 check(json.loads(p.stdout)["table"] == "ref", "--table ref measures the ref table")
+# the fused c_fc+GELU entry: rows where the table has it (ref; cuda), none on cpu (above)
+fused = [it["name"] for it in json.loads(p.stdout)["items"] if "fc_gelu" in it["name"]]
+check(fused == ["gemm.fc_gelu.fwd", "gemm_bf16.fc_gelu.fwd"],
+      "ref's table has the fused c_fc+GELU rows, fp32 and bf16: %s" % fused)
 
 Bt, Tt = 2, 16
 N = Bt * Tt

@@ -10,7 +10,10 @@ step-1 gradients, final weights and exported config are compared with torch.opti
 driving the reference model in gpt2_ref.py. Further runs check gradient accumulation
 (B=2 x 2 == B=4 x 1), clipping, a BF16 init file, a version-2 shard, the recompute
 policies light and full (same tolerances as the first run) and bf16 activation storage
-(the same step-1 loss; gradients within 1e-2 of each tensor's largest).
+(the same step-1 loss; gradients within 1e-2 of each tensor's largest). On a GPU
+(CTRAIN_DEVICE=cuda) one more run takes the plain cuBLAS GEMMs (CT_CUDA_GEMM=cublas) and
+must match torch and run 1 (cuBLASLt's epilogues) to 1e-5; whether run 1 took cuBLASLt
+is printed.
 Set CT_KEEP_TMP=1 to keep the working directory (it is always kept when a check fails).
 """
 
@@ -169,10 +172,11 @@ def loss_table(title, steps, ref, out):
 # ----------------------------------------------------------------------------------------
 # Running ctrain and reading what it wrote
 
-def run_ctrain(rep, binary, args, label):
-    """Run `binary args`; returns True on exit status 0 (else prints stderr and fails)."""
+def run_ctrain(rep, binary, args, label, env_extra=None, stderr_out=None):
+    """Run `binary args`; returns True on exit status 0 (else prints stderr and fails).
+    env_extra: more environment variables; stderr_out: a list that gets ctrain's stderr."""
     cmd = [binary] + args
-    env = dict(os.environ, OMP_NUM_THREADS="2")
+    env = dict(os.environ, OMP_NUM_THREADS="2", **(env_extra or {}))
     print("\n[%s] OMP_NUM_THREADS=2 %s" % (label, " ".join(shlex.quote(c) for c in cmd)), flush=True)
     t0 = time.time()
     try:
@@ -184,6 +188,8 @@ def run_ctrain(rep, binary, args, label):
     except OSError as e:
         return rep.check("%s: ctrain started" % label, False, str(e))
     dt = time.time() - t0
+    if stderr_out is not None:
+        stderr_out.append(proc.stderr.decode("utf-8", "replace"))
     if proc.returncode != 0:
         print("--- ctrain stdout (tail) ---\n%s" % proc.stdout.decode("utf-8", "replace")[-2000:])
         print("--- ctrain stderr ---\n%s" % proc.stderr.decode("utf-8", "replace")[-8000:])
@@ -438,7 +444,9 @@ def main(argv):
     # --- run 1: B=4, accum 1, no clipping ------------------------------------------------
     L = "run1 B=4 accum=1"
     out_main = None
-    if run_ctrain(rep, binary, args_for(P("init"), P("train.bin"), P("run"), B, 1, STEPS, 0, dump=True), L):
+    run1_err = []
+    if run_ctrain(rep, binary, args_for(P("init"), P("train.bin"), P("run"), B, 1, STEPS, 0, dump=True), L,
+                  stderr_out=run1_err):
         recs = read_metrics(rep, P("run"), L, STEPS)
         if recs is not None:
             loss_table("%s: losses" % L, all_steps, ref_main.losses, recs)
@@ -555,6 +563,33 @@ def main(argv):
                         lambda r: ACT_BF16_GRAD_RTOL * float(np.abs(r).max()) + GRAD_ATOL,
                         "step-1 gradients, max|gc-gt| <= %g*max|gt| + %g per tensor"
                         % (ACT_BF16_GRAD_RTOL, GRAD_ATOL))
+
+    # --- run 9 (CUDA only): the plain cuBLAS GEMMs (CT_CUDA_GEMM=cublas) --------------------
+    # run 1 took cuBLASLt's bias and bias+GELU epilogues unless its check at first use
+    # turned them off (an info line, printed here); this run takes bias pre-fill + cuBLAS +
+    # the GELU kernel, and both must match torch and each other (the sums' order apart)
+    if (os.environ.get("CTRAIN_DEVICE") or "cpu").startswith("cuda"):
+        lt = [ln for ln in "".join(run1_err).splitlines() if "cuBLASLt" in ln]
+        print("\nNOTE: run1's cuBLASLt: %s" % ("; ".join(lt) if lt else
+                                               "in effect (no fallback line)"), flush=True)
+        L = "run9 CT_CUDA_GEMM=cublas"
+        run = P("run_cublas")
+        if run_ctrain(rep, binary, args_for(P("init"), P("train.bin"), run, B, 1, STEPS, 0), L,
+                      env_extra={"CT_CUDA_GEMM": "cublas"}):
+            recs = read_metrics(rep, run, L, STEPS)
+            compare_series(rep, L, "losses of steps 1..%d" % STEPS, ref_main.losses, recs, "loss",
+                           LOSS_RTOL, all_steps, win_main)
+            recs1 = read_metrics_quiet(P("run", "metrics.jsonl"))
+            if recs1 and recs:
+                compare_series(rep, L, "losses == ctrain run1 (cuBLASLt epilogues)",
+                               [recs1.get(k, {}).get("loss", float("nan")) for k in all_steps],
+                               recs, "loss", ACC_LOSS_RTOL, all_steps, win_main)
+            else:
+                rep.check("%s: losses == ctrain run1" % L, False, "run1 metrics unavailable")
+            w = read_weights(rep, os.path.join(run, "model.safetensors"), L, "model.safetensors")
+            if out_main is not None and w is not None:
+                compare_tensors(rep, L, w, out_main, lambda r: ACC_W_ATOL,
+                                "final weights == ctrain run1, max abs diff <= %g" % ACC_W_ATOL)
 
     return finish(rep, tmp, t_start)
 

@@ -723,6 +723,60 @@ static void cmp_matmul(int N, int C, int OC) {
     pool_free();
 }
 
+/* The optional fused linear+GELU (matmul_gelu_forward and its _bf16 twin),
+ * on each backend that has it: against ref's, and against the same backend's
+ * two calls (matmul_forward or _bf16, then gelu_forward): bit for bit on ref
+ * and sim (their fused entry is those two kernels), within TOL_CPU elsewhere
+ * (cuda: one cuBLASLt GEMM whose epilogue adds the bias and applies GELU).
+ * The weights spread pre over about [-6, 6], where the erf GELU is 4e-4 from
+ * the tanh form, far outside the tolerance. bias NULL too. */
+static void cmp_matmul_gelu(int N, int C, int OC) {
+    size_t NC = (size_t)N * C, OCC = (size_t)OC * C, NOC = (size_t)N * OC;
+    float *inp = frand(NC, 1.0f), *w = frand(OCC, 6.0f / sqrtf((float)(C > 0 ? C : 1)));
+    float *b = frand(OC, 1.0f);
+    uint16_t *w16 = pool_alloc(OCC * sizeof(uint16_t) + 2);
+    ct_f32_to_bf16_array(w16, w, OCC);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        for (int with_bias = 1; with_bias >= 0; with_bias--) {
+            const char *pre_name = bf16 ? "matmul_gelu_forward_bf16 pre" : "matmul_gelu_forward pre";
+            const char *out_name = bf16 ? "matmul_gelu_forward_bf16 out" : "matmul_gelu_forward out";
+            karg f[] = {OUT(pre_name, falloc(NOC), NOC), OUT(out_name, falloc(NOC), NOC),
+                        ARG(inp, NC), ARG(w, OCC), ARG(b, OC)};
+            if (bf16) f[3] = (karg)ARG(w16, OCC);
+            karg g[] = {ARG(falloc(NOC), NOC), ARG(falloc(NOC), NOC), ARG(inp, NC), ARG(w, OCC),
+                        ARG(b, OC)};
+            if (bf16) g[3] = (karg)ARG(w16, OCC);
+            FOR_ALL(be) {
+                const ct_backend_i *k = be->i;
+                if (bf16 ? !k->matmul_gelu_forward_bf16 : !k->matmul_gelu_forward) continue;
+                const float *bias = NULL;
+                RUN(be, f, bias = with_bias ? f[4].dev : NULL;
+                    bf16 ? k->matmul_gelu_forward_bf16(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev,
+                                                       bias, N, C, OC)
+                         : k->matmul_gelu_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev,
+                                                  bias, N, C, OC));
+                check_vs_ref(be, f, NARGS(f));
+                RUN(be, g, bias = with_bias ? g[4].dev : NULL;
+                    bf16 ? k->matmul_forward_bf16(be, g[0].dev, g[2].dev, g[3].dev, bias, N, C, OC)
+                         : k->matmul_forward(be, g[0].dev, g[2].dev, g[3].dev, bias, N, C, OC);
+                    k->gelu_forward(be, g[1].dev, g[0].dev, NOC));
+                bool exact = !strcmp(k->name, "ref") || !strcmp(k->name, "sim");
+                for (int o = 0; o < 2; o++) {
+                    char what[160];
+                    snprintf(what, sizeof what, "%s %s bias=%s == the two calls", k->name,
+                             o ? out_name : pre_name, with_bias ? "yes" : "NULL");
+                    if (exact)
+                        CHECK_MSG(same_floats(f[o].got, g[o].got, NOC), "%s: not bit for bit",
+                                  what);
+                    else
+                        CHECK_CLOSE_F(what, f[o].got, g[o].got, NOC, TOL_CPU);
+                }
+            }
+        }
+    }
+    pool_free();
+}
+
 static void cmp_elementwise(size_t n) {
     float *x = frand(n, 5.0f), *y = frand(n, 1.0f), *dout = frand(n, 1.0f);
     karg f[] = {OUT("gelu_forward", falloc(n), n), ARG(x, n)};
@@ -809,6 +863,9 @@ int main(void) {
     cmp_matmul(67, 129, 131); // large enough for BLAS to block
     cmp_matmul(0, 5, 3);      // degenerate shapes fall back to ref
     cmp_matmul(3, 0, 4);
+    cmp_matmul_gelu(5, 13, 17);   // OC not a multiple of 8: cuda's plain path
+    cmp_matmul_gelu(21, 12, 40);
+    cmp_matmul_gelu(64, 96, 256); // cuda: cuBLASLt's epilogue
     cmp_elementwise(7);
     cmp_elementwise(100003);
     cmp_crossentropy(5, 37);

@@ -8,6 +8,11 @@
  *   full recompute: nothing above the seam computes on tensors itself;
  * - HF save and load, the base hash and KV-cache decoding agree across the
  *   two, and the context's counters return to zero after everything is freed;
+ * - GPT-2's c_fc and GELU through the optional fused entry
+ *   (matmul_gelu_forward) train to the same bits on ref as the two calls do
+ *   with the entry removed from the table, fp32 and bf16 precision, bf16
+ *   activations and full recompute; with a LoRA adapter on c_fc the fused
+ *   entry is never called (the adapter adds before the GELU);
  * - the device-side reduction (reduce_add) adds exactly what sum and sumsq
  *   return, without a wait; a queued step (ct_model_forward_backward_queued,
  *   ct_model_step_read) gives the synchronous step's loss, norm and weights
@@ -83,7 +88,25 @@ static void test_sim_memory_is_not_host_memory(void) {
 typedef struct run_cfg {
     const char *preset;
     bool lora, bf16_acts, full;
+    bool bf16_prec; /* train.precision = bf16 */
+    int fused;      /* 0: the backend's table as it is; 1: counting its fused
+                     * linear+GELU entries; -1: without them */
 } run_cfg;
+
+/* Calls of the fused entries of the counting table (train_on, fused = 1). */
+static int fused_calls;
+static const ct_backend_i *fused_inner;
+static void count_matmul_gelu(ct_backend *be, float *pre, float *out, const float *inp,
+                              const float *weight, const float *bias, int N, int C, int OC) {
+    fused_calls++;
+    fused_inner->matmul_gelu_forward(be, pre, out, inp, weight, bias, N, C, OC);
+}
+static void count_matmul_gelu_bf16(ct_backend *be, float *pre, float *out, const float *inp,
+                                   const uint16_t *weight16, const float *bias, int N, int C,
+                                   int OC) {
+    fused_calls++;
+    fused_inner->matmul_gelu_forward_bf16(be, pre, out, inp, weight16, bias, N, C, OC);
+}
 
 typedef struct run_out {
     float loss[4];
@@ -100,6 +123,16 @@ static void train_on(ct_backend_kind kind, const run_cfg *rc, run_out *out) {
     cp.n_threads = 1;
     ct_ctx *ctx;
     CHECK(ct_ctx_init(&ctx, &cp) == CT_OK);
+    /* the table with its fused entries counted or removed (lives until the
+     * context is freed, below) */
+    ct_backend *be = ct_ctx_backend(ctx);
+    ct_backend_i table = *be->i;
+    if (rc->fused) {
+        fused_inner = be->i;
+        table.matmul_gelu_forward = rc->fused > 0 ? count_matmul_gelu : NULL;
+        table.matmul_gelu_forward_bf16 = rc->fused > 0 ? count_matmul_gelu_bf16 : NULL;
+        be->i = &table;
+    }
     ct_model_config cfg;
     CHECK(ct_model_config_preset(&cfg, rc->preset) == CT_OK);
     ct_model *m;
@@ -122,6 +155,7 @@ static void train_on(ct_backend_kind kind, const run_cfg *rc, run_out *out) {
     ct_model_opts o = ct_model_opts_default();
     if (rc->bf16_acts) o.act_dtype = CT_ACT_BF16;
     if (rc->full) o.recompute = CT_RECOMPUTE_FULL;
+    if (rc->bf16_prec) o.precision = CT_PREC_BF16;
     CHECK(ct_model_set_opts(m, &o) == CT_OK);
     int B = 2, T = 8, V = cfg.vocab_size;
     CHECK(ct_model_reserve(m, B, T, true) == CT_OK);
@@ -301,6 +335,36 @@ static void test_queued_equals_sync(ct_backend_kind kind, const char *preset) {
     free(w[1]);
 }
 
+/* The fused c_fc+GELU entry against the two calls, on ref: the same bits,
+ * and the fused entry taken exactly when no adapter sits on c_fc. */
+static void test_fused_equals_unfused(run_cfg rc) {
+    run_out a = {0}, b = {0};
+    rc.fused = 1;
+    fused_calls = 0;
+    train_on(CT_BACKEND_REF, &rc, &a);
+    int calls = fused_calls;
+    rc.fused = -1;
+    train_on(CT_BACKEND_REF, &rc, &b);
+    const char *what = rc.preset;
+    if (rc.lora)
+        CHECK_MSG(calls == 0, "%s lora: the fused entry ran %d times with an adapter on c_fc",
+                  what, calls);
+    else
+        CHECK_MSG(calls > 0, "%s: the fused entry was never called", what);
+    CHECK_MSG(!memcmp(a.loss, b.loss, sizeof a.loss),
+              "%s lora=%d bf16=%d full=%d prec=%d: losses differ fused/unfused (%.9g vs %.9g)",
+              what, rc.lora, rc.bf16_acts, rc.full, rc.bf16_prec, a.loss[3], b.loss[3]);
+    CHECK_MSG(a.loss[3] != a.loss[0], "%s: training did not move the loss", what);
+    CHECK_MSG(a.n == b.n && !memcmp(a.weights, b.weights, a.n * sizeof(float)),
+              "%s: trained weights differ fused/unfused", what);
+    CHECK_MSG(!memcmp(a.logits, b.logits, sizeof a.logits), "%s: logits differ fused/unfused",
+              what);
+    printf("  %-10s lora=%d bf16=%d full=%d prec_bf16=%d: fused c_fc+GELU == two calls "
+           "(%d fused calls)\n", what, rc.lora, rc.bf16_acts, rc.full, rc.bf16_prec, calls);
+    free(a.weights);
+    free(b.weights);
+}
+
 /* Save on sim, load on ref and on sim: the same weights. */
 static void test_hf_round_trip(void) {
     char dir[256];
@@ -340,23 +404,31 @@ int main(void) {
     signal(SIGPIPE, SIG_IGN);
     test_sim_memory_is_not_host_memory();
     const run_cfg runs[] = {
-        {"gpt2-tiny", false, false, false},
-        {"gpt2-tiny", false, true, true},
-        {"llama-tiny", false, false, false},
-        {"llama-tiny", false, true, false},
-        {"llama-tiny", true, false, false},
-        {"gpt2-tiny", true, false, true},
+        {"gpt2-tiny", false, false, false, false, 0},
+        {"gpt2-tiny", false, true, true, false, 0},
+        {"llama-tiny", false, false, false, false, 0},
+        {"llama-tiny", false, true, false, false, 0},
+        {"llama-tiny", true, false, false, false, 0},
+        {"gpt2-tiny", true, false, true, false, 0},
         /* the families' switches: q/k norms (their op, re-derived in the
          * backward), q,k,v biases, Llama 3's RoPE table through device memory */
-        {"qwen3-tiny", false, false, true},
-        {"qwen3-tiny", true, false, false},
-        {"qwen2-tiny", false, true, false},
-        {"llama3-tiny", true, false, false},
+        {"qwen3-tiny", false, false, true, false, 0},
+        {"qwen3-tiny", true, false, false, false, 0},
+        {"qwen2-tiny", false, true, false, false, 0},
+        {"llama3-tiny", true, false, false, false, 0},
         /* Gemma: sandwich norms re-derived under full recompute, sliding layers */
-        {"gemma3-tiny", false, false, true},
-        {"gemma3-tiny", true, true, false},
+        {"gemma3-tiny", false, false, true, false, 0},
+        {"gemma3-tiny", true, true, false, false, 0},
     };
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) test_sim_equals_ref(&runs[i]);
+    const run_cfg fused[] = {
+        {"gpt2-tiny", false, false, false, false, 0},
+        {"gpt2-tiny", false, true, true, false, 0},
+        {"gpt2-tiny", false, true, false, true, 0},
+        {"gpt2-tiny", true, false, true, false, 0},
+    };
+    for (size_t i = 0; i < sizeof fused / sizeof *fused; i++)
+        test_fused_equals_unfused(fused[i]);
     test_hf_round_trip();
     const ct_backend_kind kinds[] = {CT_BACKEND_REF, CT_BACKEND_CPU, CT_BACKEND_SIM};
     for (int k = 0; k < 3; k++) {

@@ -36,6 +36,26 @@ static inline const cublas_fns *cuda_blas(ct_backend *be) {
     return (const cublas_fns *)cuda_st(be)->cublas_fns;
 }
 
+/* dlopen a CUDA library by base name ("libcublas"), so (so_size) naming the
+ * soname tried first; NULL when none loads (cuda_core.cu). */
+void *cuda_lib_open(const char *base, char *so, size_t so_size);
+
+/* cuBLASLt (cuda_lt.cu). cuda_lt_load at init: leaves s->lt NULL (one info
+ * line, unless CT_CUDA_GEMM=cublas asked for it) when the library cannot be
+ * had; cuda_lt_release undoes it. */
+void cuda_lt_load(cuda_state *s);
+void cuda_lt_release(cuda_state *s);
+/* The configurations cuda_matmul.cu checks once each (cuda_state.lt_ok). */
+enum { CUDA_LT_BIAS = 0, CUDA_LT_BIAS_BF16 = 1, CUDA_LT_GELU = 2, CUDA_LT_GELU_BF16 = 3 };
+/* Enqueue out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias through one Lt
+ * GEMM, fp32 compute and fp32 out; bf16: weight and inp are bf16 (else fp32)
+ * (bias not NULL), through the bias epilogue; gelu: out = gelu(that) and
+ * pre (N,OC) = that (OC a multiple of 8; else pre is unused). The status of
+ * the step that refused (nothing enqueued then), or CUBLAS_STATUS_SUCCESS. */
+cublasStatus_t cuda_lt_gemm(ct_backend *be, bool bf16, bool gelu, float *out, float *pre,
+                            const void *weight, const void *inp, const float *bias, int N, int C,
+                            int OC);
+
 static inline cudaStream_t cuda_stream(ct_backend *be) {
     return (cudaStream_t)cuda_st(be)->stream;
 }

@@ -55,26 +55,35 @@ extern "C" void ct_cuda_device_name(int dev, char *name, size_t name_size) {
 #define CT_STR2(x) #x
 #define CT_STR(x) CT_STR2(x)
 
-/* Loads libcublas and its entry points into s: the soname the loader knows
- * (ldconfig, LD_LIBRARY_PATH), else $CUDA_HOME's, /usr/local/cuda's or the
- * toolkit's directory this build was made with (a build carried to another
- * machine finds that machine's toolkit). CT_OK, or CT_ERR_ARG naming what is
- * missing. */
-static ct_status cublas_load(cuda_state *s) {
-    const char *so = "libcublas.so." CT_STR(CUBLAS_VER_MAJOR);
-    char home[1024] = "";
+/* dlopen's the CUDA library `base` (e.g. "libcublas"): the soname the loader
+ * knows (ldconfig, LD_LIBRARY_PATH), else $CUDA_HOME's, /usr/local/cuda's or
+ * the toolkit's directory this build was made with (a build carried to
+ * another machine finds that machine's toolkit). NULL when none loads; so
+ * (so_size) gets the soname tried first. */
+void *cuda_lib_open(const char *base, char *so, size_t so_size) {
+    snprintf(so, so_size, "%s.so." CT_STR(CUBLAS_VER_MAJOR), base);
+    char home[1024] = "", local[512], built[1024] = "", plain[256];
     const char *ch = getenv("CUDA_HOME");
     if (ch && *ch) snprintf(home, sizeof home, "%s/lib64/%s", ch, so);
-    const char *names[] = {so, home, "/usr/local/cuda/lib64/libcublas.so." CT_STR(CUBLAS_VER_MAJOR),
+    snprintf(local, sizeof local, "/usr/local/cuda/lib64/%s", so);
 #ifdef CT_CUDA_LIBDIR
-                           CT_CUDA_LIBDIR "/libcublas.so." CT_STR(CUBLAS_VER_MAJOR),
+    snprintf(built, sizeof built, CT_CUDA_LIBDIR "/%s", so);
 #endif
-                           "libcublas.so"};
+    snprintf(plain, sizeof plain, "%s.so", base);
+    const char *names[] = {so, home, local, built, plain};
     void *lib = NULL;
     for (size_t i = 0; !lib && i < sizeof names / sizeof *names; i++)
         if (names[i][0]) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    return lib;
+}
+
+/* Loads libcublas and its entry points into s (cuda_lib_open). CT_OK, or
+ * CT_ERR_ARG naming what is missing. */
+static ct_status cublas_load(cuda_state *s) {
+    char so[256];
+    void *lib = cuda_lib_open("libcublas", so, sizeof so);
     if (!lib)
-        return CT_ERR(CT_ERR_ARG, "run.device = cuda: cannot load cuBLAS (%s): %s", names[0],
+        return CT_ERR(CT_ERR_ARG, "run.device = cuda: cannot load cuBLAS (%s): %s", so,
                       dlerror());
     cublas_fns *f = (cublas_fns *)calloc(1, sizeof *f);
     if (!f) {
@@ -96,7 +105,7 @@ static ct_status cublas_load(cuda_state *s) {
         if (!*syms[i].slot) {
             free(f);
             dlclose(lib);
-            return CT_ERR(CT_ERR_ARG, "run.device = cuda: cuBLAS (%s) lacks %s", names[0],
+            return CT_ERR(CT_ERR_ARG, "run.device = cuda: cuBLAS (%s) lacks %s", so,
                           syms[i].sym);
         }
     }
@@ -125,6 +134,7 @@ static void state_release(cuda_state *s) {
         else cudaFree(s->bufs[i].p);
     }
     free(s->bufs);
+    cuda_lt_release(s);
     const cublas_fns *f = (const cublas_fns *)s->cublas_fns;
     if (s->cublas && f) f->destroy((cublasHandle_t)s->cublas);
     free(s->cublas_fns);
@@ -213,6 +223,7 @@ extern "C" ct_status ct_cuda_init(ct_backend *be, int device) {
         state_release(s);
         return st;
     }
+    cuda_lt_load(s); /* optional: without it the plain path runs */
     be->state = s;
     be->host_visible = false;
     /* what the run may fill: free now, with the context, cuBLAS and the

@@ -72,7 +72,16 @@ typedef struct cuda_state {
      * cuBLAS call; CT_CUDA_FAULT=NAME faults on purpose after launch NAME */
     int sync_each;
     char fault_after[64];
-    void *blas_ws;         /* device: cuBLAS's workspace, CT_CUDA_CUBLAS_WS_BYTES */
+    void *blas_ws;         /* device: cuBLAS's workspace, CT_CUDA_CUBLAS_WS_BYTES (cuBLASLt's
+                            * too: both run on the one stream, one call at a time) */
+    /* cuBLASLt (cuda_lt.cu): the bias and GELU epilogues; NULL lt when it is
+     * off (CT_CUDA_GEMM=cublas, or the library did not load) */
+    void *lt_lib;          /* dlopen handle of libcublasLt */
+    void *lt_fns;          /* its entry points (lt_fns, cuda_lt.cu) */
+    void *lt;              /* cublasLtHandle_t */
+    int lt_ok[4];          /* per CUDA_LT_* configuration: 0 not checked yet, 1 checked
+                            * against the plain path, -1 off for the rest of the run */
+    int lt_nokernel[4];    /* calls the heuristic found no kernel for (the plain path ran) */
     /* the device (cuda_info.cu) */
     int cc_major, cc_minor, sms;
     double clock_mhz;      /* peak SM clock the driver reports */
@@ -181,7 +190,7 @@ void ct_crossentropy_forward_cuda(ct_backend *be, float *losses, float *dlogits,
                                   const float *logits, const int32_t *targets, int N, int V,
                                   float dloss);
 
-/* GEMMs through cuBLAS (cuda_matmul.cu) */
+/* GEMMs through cuBLAS and cuBLASLt (cuda_matmul.cu, cuda_lt.cu) */
 void ct_matmul_forward_cuda(ct_backend *be, float *out, const float *inp, const float *weight,
                             const float *bias, int N, int C, int OC);
 void ct_matmul_backward_cuda(ct_backend *be, float *dinp, float *dweight, float *dbias,
@@ -190,6 +199,11 @@ void ct_matmul_backward_cuda(ct_backend *be, float *dinp, float *dweight, float 
 void ct_matmul_forward_bf16_cuda(ct_backend *be, float *out, const float *inp,
                                  const uint16_t *weight16, const float *bias, int N, int C,
                                  int OC);
+void ct_matmul_gelu_forward_cuda(ct_backend *be, float *pre, float *out, const float *inp,
+                                 const float *weight, const float *bias, int N, int C, int OC);
+void ct_matmul_gelu_forward_bf16_cuda(ct_backend *be, float *pre, float *out, const float *inp,
+                                      const uint16_t *weight16, const float *bias, int N, int C,
+                                      int OC);
 void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const uint16_t *inp16,
                                   const uint16_t *weight16, int N, int C, int OC);

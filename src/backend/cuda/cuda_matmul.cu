@@ -5,14 +5,21 @@
  * x inp^T (C,N), and so on; no copies, the transposes are flags. fp32 runs in fp32 (cuBLAS's default math mode:
  * no TF32), for parity with PyTorch with TF32 off. Mixed precision (train.precision=bf16)
  * rounds the fp32 operand into a bf16 workspace and calls cublasGemmEx with
- * bf16 inputs, fp32 compute and fp32 output (tensor cores). The bias is fused
- * by pre-filling the output and beta = 1, as the cpu backend does; its
- * gradient is a column sum in double, one thread per column. Leaves out:
- * cuBLASLt epilogues (bias, GELU) and bf16 outputs, for the GPU performance
- * work.
+ * bf16 inputs, fp32 compute and fp32 output (tensor cores). A forward with a
+ * bias runs through cuBLASLt's bias epilogue, and matmul_gelu_forward through
+ * its bias+GELU epilogue that also writes the pre-activation (cuda_lt.cu),
+ * each configuration first checked once against the plain path below on a
+ * small problem: when Lt is missing, refuses, or disagrees, one info line and
+ * the plain path for the rest of the run (CT_CUDA_GEMM=cublas: always). The
+ * plain path pre-fills the output with the bias and uses beta = 1, as the cpu
+ * backend does, and runs the GELU kernel after the GEMM. The bias gradient is
+ * a column sum in double, one thread per column. Leaves out: Lt in the
+ * backward (DGELU, BGRAD epilogues) and bf16 outputs.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_colsum.cuh"
 #include "backend/cuda/cuda_common.cuh"
@@ -42,10 +49,9 @@ static void dbias_add(ct_backend *be, float *dbias, const float *dout, int N, in
     cuda_colsum(be, COLSUM_BIAS, dbias, NULL, dout, NULL, NULL, NULL, N, OC);
 }
 
-extern "C" void ct_matmul_forward_cuda(ct_backend *be, float *out, const float *inp,
-                                       const float *weight, const float *bias, int N, int C,
-                                       int OC) {
-    if (N <= 0 || OC <= 0) return;
+/* The plain fp32 forward: bias pre-filled, sgemm with beta = 1. */
+static void plain_forward(ct_backend *be, float *out, const float *inp, const float *weight,
+                          const float *bias, int N, int C, int OC) {
     float one = 1.0f, beta = prefill_bias(be, out, bias, N, OC);
     if (C <= 0) {
         if (!bias) cuda_ok(be, cudaMemsetAsync(out, 0, (size_t)N * OC * 4, cuda_stream(be)),
@@ -56,6 +62,50 @@ extern "C" void ct_matmul_forward_cuda(ct_backend *be, float *out, const float *
     blas_ok(be, cuda_blas(be)->sgemm(handle(be), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, C, inp,
                             C, &beta, out, OC),
             "matmul_forward");
+}
+
+static bool lt_ready(ct_backend *be, int cfg);
+static const char *const lt_names[4] = {"bias epilogue, fp32", "bias epilogue, bf16 inputs",
+                                        "bias+GELU epilogue, fp32",
+                                        "bias+GELU epilogue, bf16 inputs"};
+
+/* One Lt GEMM of configuration cfg when it is usable for this shape; false
+ * (nothing enqueued) when the caller must take the plain path. No kernel
+ * for this call's shape and alignments: the plain path for this call; any
+ * other refusal turns the configuration off for the rest of the run. */
+static bool lt_try(ct_backend *be, int cfg, float *out, float *pre, const void *weight,
+                   const void *inp, const float *bias, int N, int C, int OC) {
+    bool gelu = cfg == CUDA_LT_GELU || cfg == CUDA_LT_GELU_BF16;
+    if (N <= 0 || C <= 0 || OC <= 0) return false;
+    /* the checked epilogues add a bias; the aux matrix's ld is a multiple of 8 */
+    if (!bias || (gelu && OC % 8 != 0)) return false;
+    if (!lt_ready(be, cfg)) return false;
+    cublasStatus_t st = cuda_lt_gemm(be, cfg == CUDA_LT_BIAS_BF16 || cfg == CUDA_LT_GELU_BF16,
+                                     gelu, out, pre, weight, inp, bias, N, C, OC);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+        /* no kernel for this shape and these alignments (a bf16 weight at an
+         * odd offset, say): the plain path for this call, said once */
+        if (!cuda_st(be)->lt_nokernel[cfg]++)
+            ct_log(CT_LOG_INFO, "cuBLASLt %s has no kernel for a %d x %d x %d GEMM at these "
+                   "alignments: plain cuBLAS for such calls", lt_names[cfg], N, C, OC);
+        return false;
+    }
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        cuda_st(be)->lt_ok[cfg] = -1;
+        ct_log(CT_LOG_INFO, "cuBLASLt %s refused a %d x %d x %d GEMM (status %d): plain "
+               "cuBLAS for it from here on", lt_names[cfg], N, C, OC, (int)st);
+        return false;
+    }
+    cuda_launched(be, gelu ? "matmul_gelu_forward (cuBLASLt)" : "matmul_forward (cuBLASLt)");
+    return true;
+}
+
+extern "C" void ct_matmul_forward_cuda(ct_backend *be, float *out, const float *inp,
+                                       const float *weight, const float *bias, int N, int C,
+                                       int OC) {
+    if (N <= 0 || OC <= 0) return;
+    if (bias && lt_try(be, CUDA_LT_BIAS, out, NULL, weight, inp, bias, N, C, OC)) return;
+    plain_forward(be, out, inp, weight, bias, N, C, OC);
 }
 
 extern "C" void ct_matmul_backward_cuda(ct_backend *be, float *dinp, float *dweight, float *dbias,
@@ -95,10 +145,10 @@ static void gemm_bf16(ct_backend *be, cublasOperation_t ta, cublasOperation_t tb
             what);
 }
 
-extern "C" void ct_matmul_forward_bf16_cuda(ct_backend *be, float *out, const float *inp,
-                                            const uint16_t *weight16, const float *bias, int N,
-                                            int C, int OC) {
-    if (N <= 0 || OC <= 0) return;
+/* The plain bf16 forward: bias pre-filled, GemmEx on bf16 inputs with beta = 1. */
+static void plain_forward_bf16(ct_backend *be, float *out, const float *inp,
+                               const uint16_t *weight16, const float *bias, int N, int C,
+                               int OC) {
     float beta = prefill_bias(be, out, bias, N, OC);
     if (C <= 0) {
         if (!bias) cuda_ok(be, cudaMemsetAsync(out, 0, (size_t)N * OC * 4, cuda_stream(be)),
@@ -109,6 +159,166 @@ extern "C" void ct_matmul_forward_bf16_cuda(ct_backend *be, float *out, const fl
     if (!x16) return;
     gemm_bf16(be, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight16, C, x16, C, beta, out, OC,
               "matmul_forward_bf16");
+}
+
+extern "C" void ct_matmul_forward_bf16_cuda(ct_backend *be, float *out, const float *inp,
+                                            const uint16_t *weight16, const float *bias, int N,
+                                            int C, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    if (bias && C > 0 && lt_ready(be, CUDA_LT_BIAS_BF16)) {
+        const uint16_t *x16 = bf16_operand(be, inp, (size_t)N * C);
+        if (!x16) return;
+        if (lt_try(be, CUDA_LT_BIAS_BF16, out, NULL, weight16, x16, bias, N, C, OC)) return;
+    }
+    plain_forward_bf16(be, out, inp, weight16, bias, N, C, OC);
+}
+
+/* pre (N,OC) = inp @ W^T + bias, out (N,OC) = gelu(pre): one Lt GEMM with
+ * the GELU_AUX_BIAS epilogue, or the plain GEMM and the GELU kernel (no bias,
+ * OC not a multiple of 8, or Lt off). */
+extern "C" void ct_matmul_gelu_forward_cuda(ct_backend *be, float *pre, float *out,
+                                            const float *inp, const float *weight,
+                                            const float *bias, int N, int C, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    if (lt_try(be, CUDA_LT_GELU, out, pre, weight, inp, bias, N, C, OC)) return;
+    plain_forward(be, pre, inp, weight, bias, N, C, OC);
+    ct_gelu_forward_cuda(be, out, pre, (size_t)N * OC);
+}
+
+extern "C" void ct_matmul_gelu_forward_bf16_cuda(ct_backend *be, float *pre, float *out,
+                                                 const float *inp, const uint16_t *weight16,
+                                                 const float *bias, int N, int C, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    if (bias && C > 0 && OC % 8 == 0 && lt_ready(be, CUDA_LT_GELU_BF16)) {
+        const uint16_t *x16 = bf16_operand(be, inp, (size_t)N * C);
+        if (!x16) return;
+        if (lt_try(be, CUDA_LT_GELU_BF16, out, pre, weight16, x16, bias, N, C, OC)) return;
+    }
+    plain_forward_bf16(be, pre, inp, weight16, bias, N, C, OC);
+    ct_gelu_forward_cuda(be, out, pre, (size_t)N * OC);
+}
+
+/* ------------------------------------------------ the check before first use */
+
+/* Deterministic values in [-a, a). */
+static void fill_host(float *x, size_t n, uint32_t seed, float a) {
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = a * ((float)(seed >> 8) / 8388608.0f - 1.0f);
+    }
+}
+
+/* The largest |got - want| / (TOL_ABS + TOL_REL |want|) over n. */
+#define LT_TOL_ABS 2e-5
+#define LT_TOL_REL 2e-5
+static double lt_err(const float *got, const float *want, size_t n) {
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]) / (LT_TOL_ABS + LT_TOL_REL * fabs(want[i]));
+        if (isnan(e)) return INFINITY;
+        if (e > worst) worst = e;
+    }
+    return worst;
+}
+
+/* Run configuration cfg once on a 32 x 64 x 64 problem (pre-activations
+ * spread over about [-6, 6], where GELU's tanh form and the erf one differ by
+ * up to 4e-4, far beyond the tolerance) through Lt and through the plain
+ * path, and compare every output within 2e-5 + 2e-5 |want|. A faithful
+ * epilogue differs by the order of the sums only (about 1e-6 here). */
+static bool lt_selftest(ct_backend *be, int cfg) {
+    enum { N = 32, C = 64, OC = 64 };
+    bool bf16 = cfg == CUDA_LT_BIAS_BF16 || cfg == CUDA_LT_GELU_BF16;
+    bool gelu = cfg == CUDA_LT_GELU || cfg == CUDA_LT_GELU_BF16;
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    size_t nh = nx + nw + OC;
+    float *h = (float *)malloc((nh + 4 * no) * sizeof(float));
+    char *d = NULL;
+    const char *why = NULL;
+    char buf[160];
+    bool ok = false;
+    if (!h) {
+        why = "out of host memory";
+        goto done;
+    }
+    {
+        float *hx = h, *hw = hx + nx, *hb = hw + nw, *got = hb + OC;
+        fill_host(hx, nx, 1u, 1.0f);
+        fill_host(hw, nw, 2u, 0.75f);
+        fill_host(hb, OC, 3u, 1.0f);
+        size_t bytes = (nh + 4 * no) * sizeof(float) + nw * sizeof(uint16_t);
+        if (cudaMalloc((void **)&d, bytes) != cudaSuccess) {
+            cudaGetLastError();
+            why = "no GPU memory for the check";
+            goto done;
+        }
+        float *dx = (float *)d, *dw = dx + nx, *db = dw + nw, *o_lt = db + OC, *p_lt = o_lt + no;
+        float *o_ref = p_lt + no, *p_ref = o_ref + no;
+        uint16_t *dw16 = (uint16_t *)(p_ref + no);
+        cudaStream_t st = cuda_stream(be);
+        cudaMemcpyAsync(dx, h, nh * sizeof(float), cudaMemcpyHostToDevice, st);
+        cudaMemsetAsync(o_lt, 0, 4 * no * sizeof(float), st);
+        const void *w = dw;
+        if (bf16) {
+            ct_f32_to_bf16_cuda(be, dw16, dw, nw);
+            w = dw16;
+        }
+        /* the plain path: what the run would otherwise compute */
+        float *plain_out = gelu ? p_ref : o_ref;
+        if (bf16) plain_forward_bf16(be, plain_out, dx, dw16, db, N, C, OC);
+        else plain_forward(be, plain_out, dx, dw, db, N, C, OC);
+        if (gelu) ct_gelu_forward_cuda(be, o_ref, p_ref, no);
+        const void *x = dx;
+        if (bf16 && !(x = bf16_operand(be, dx, nx))) {
+            why = "no bf16 workspace";
+            goto done;
+        }
+        cublasStatus_t cs = cuda_lt_gemm(be, bf16, gelu, o_lt, p_lt, w, x, db, N, C, OC);
+        cudaError_t e = cudaStreamSynchronize(st);
+        if (cs != CUBLAS_STATUS_SUCCESS) {
+            snprintf(buf, sizeof buf, "cuBLASLt status %d", (int)cs);
+            why = buf;
+            goto done;
+        }
+        if (e == cudaSuccess)
+            e = cudaMemcpy(got, o_lt, 4 * no * sizeof(float), cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) {
+            snprintf(buf, sizeof buf, "%s", cudaGetErrorString(e));
+            why = buf;
+            goto done;
+        }
+        const float *g_out = got, *g_pre = got + no, *w_out = got + 2 * no,
+                    *w_pre = got + 3 * no;
+        double err = lt_err(g_out, w_out, no);
+        if (gelu) {
+            double ep = lt_err(g_pre, w_pre, no);
+            if (ep > err) err = ep;
+        }
+        if (err > 1.0) {
+            snprintf(buf, sizeof buf, "it differs from cuBLAS + our kernels by %.1fx the "
+                     "tolerance (%g + %g |x|)", err, LT_TOL_ABS, LT_TOL_REL);
+            why = buf;
+            goto done;
+        }
+        ct_log(CT_LOG_DEBUG, "cuBLASLt %s: checked against cuBLAS (%.2f of the tolerance)",
+               lt_names[cfg], err);
+        ok = true;
+    }
+done:
+    if (d) cudaFree(d);
+    free(h);
+    if (!ok)
+        ct_log(CT_LOG_INFO, "cuBLASLt %s is off: %s; plain cuBLAS and our kernels for the rest "
+               "of the run", lt_names[cfg], why);
+    return ok;
+}
+
+/* Whether configuration cfg may run through Lt: checked at its first use. */
+static bool lt_ready(ct_backend *be, int cfg) {
+    cuda_state *s = cuda_st(be);
+    if (!s->lt) return false;
+    if (s->lt_ok[cfg] == 0) s->lt_ok[cfg] = lt_selftest(be, cfg) ? 1 : -1;
+    return s->lt_ok[cfg] > 0;
 }
 
 extern "C" void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float *dweight,

@@ -1,7 +1,8 @@
 /*
  * Reference dense layer (torch.nn.Linear): out = inp @ weight^T + bias and its
  * backward, as triple loops with double accumulators; and the mixed-precision
- * (bf16 inputs, fp32 sums) twins of both.
+ * (bf16 inputs, fp32 sums) twins of both; the dense layer followed by GELU
+ * (matmul_gelu_forward) as the two kernels in turn.
  * Leaves out: blocking, BLAS and threading (see cpu/matmul.c); this one is
  * only for testing and tiny models.
  */
@@ -109,4 +110,20 @@ void ct_matmul_backward_bf16_ref(ct_backend *be, float *dinp, float *dweight, fl
         }
     }
     if (dbias) ct_matmul_backward_ref(be, NULL, NULL, dbias, dout, NULL, NULL, N, C, OC);
+}
+
+/* pre (N,OC) = inp @ weight^T + bias, out (N,OC) = gelu_tanh(pre): the two
+ * ref kernels in turn, so the result is theirs bit for bit. */
+void ct_matmul_gelu_forward_ref(ct_backend *be, float *pre, float *out, const float *inp,
+                                const float *weight, const float *bias, int N, int C, int OC) {
+    ct_matmul_forward_ref(be, pre, inp, weight, bias, N, C, OC);
+    ct_gelu_forward_ref(be, out, pre, (size_t)N * OC);
+}
+
+/* The same with bf16-rounded inputs (matmul_forward_bf16's semantics). */
+void ct_matmul_gelu_forward_bf16_ref(ct_backend *be, float *pre, float *out, const float *inp,
+                                     const uint16_t *weight16, const float *bias, int N, int C,
+                                     int OC) {
+    ct_matmul_forward_bf16_ref(be, pre, inp, weight16, bias, N, C, OC);
+    ct_gelu_forward_ref(be, out, pre, (size_t)N * OC);
 }

@@ -235,6 +235,17 @@ static void sim_matmul_backward_bf16(ct_backend *be, float *dinp, float *dweight
     ct_matmul_backward_bf16_ref(be, HF(dinp), HF(dweight), HF(dbias), HF(dout), H(inp16),
                                 H(weight16), N, C, OC);
 }
+static void sim_matmul_gelu_forward(ct_backend *be, float *pre, float *out, const float *inp,
+                                    const float *weight, const float *bias, int N, int C,
+                                    int OC) {
+    ct_matmul_gelu_forward_ref(be, HF(pre), HF(out), HF(inp), HF(weight), HF(bias), N, C, OC);
+}
+static void sim_matmul_gelu_forward_bf16(ct_backend *be, float *pre, float *out,
+                                         const float *inp, const uint16_t *weight16,
+                                         const float *bias, int N, int C, int OC) {
+    ct_matmul_gelu_forward_bf16_ref(be, HF(pre), HF(out), HF(inp), H(weight16), HF(bias), N, C,
+                                    OC);
+}
 static void sim_attention_forward(ct_backend *be, float *out, float *lse, const float *qkv,
                                   const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
                                   int NH, int NKV, int HS) {
@@ -369,6 +380,8 @@ const ct_backend_i ct_backend_sim_i = {
     .matmul_backward = sim_matmul_backward,
     .matmul_forward_bf16 = sim_matmul_forward_bf16,
     .matmul_backward_bf16 = sim_matmul_backward_bf16,
+    .matmul_gelu_forward = sim_matmul_gelu_forward,
+    .matmul_gelu_forward_bf16 = sim_matmul_gelu_forward_bf16,
     .attention_forward = sim_attention_forward,
     .attention_backward = sim_attention_backward,
     .attention_decode = sim_attention_decode,
