@@ -83,6 +83,33 @@ double ct_gpu_theory_gflops(int major, int minor, int sms, double clock_mhz, boo
     return 0;
 }
 
+bool ct_gpu_has_bf16(int major, int minor) {
+    (void)minor;
+    return major >= 8;
+}
+
+ct_status ct_device_check_bf16(const ct_device_info *di, const char *precision,
+                               const char *base_dtype) {
+    if (di->cc_major <= 0 || ct_gpu_has_bf16(di->cc_major, di->cc_minor)) return CT_OK;
+    bool prec = precision && !strcmp(precision, "bf16");
+    bool base = base_dtype && !strcmp(base_dtype, "bf16");
+    if (!prec && !base) return CT_OK;
+    const char *key = prec && base ? "train.precision = bf16 and lora.base_dtype"
+                      : prec       ? "train.precision"
+                                   : "lora.base_dtype";
+    const char *fix = prec && base ? "set train.precision=fp32 and lora.base_dtype=fp32 (fp32 "
+                                     "runs on every GPU)"
+                      : prec       ? "set train.precision=fp32 (fp32 runs on every GPU)"
+                                   : "set lora.base_dtype=fp32 (a frozen base kept in fp32 runs "
+                                     "on every GPU)";
+    ct_status st = CT_ERR(CT_ERR_ARG, "%s = bf16: the GPU %s (cuda:%d, compute capability "
+                          "%d.%d) cannot run bf16 GEMMs: cuBLAS's bf16 inputs need compute "
+                          "capability 8.0 (Ampere) or later", key, di->name[0] ? di->name : "?",
+                          di->index, di->cc_major, di->cc_minor);
+    ct_error_hint("%s, or run on a GPU of compute capability 8.0 or later", fix);
+    return st;
+}
+
 int ct_device_for_rank(const char *spec, int local_rank, int n_devices) {
     if (!spec) return -1;
     int index;

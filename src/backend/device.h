@@ -66,6 +66,20 @@ void ct_backend_sim_set_capacity(ct_backend *be, size_t cap);
  * theory is then n/a) or a zero count or clock. */
 double ct_gpu_theory_gflops(int major, int minor, int sms, double clock_mhz, bool bf16);
 
+/* Whether a GPU of compute capability major.minor computes in bf16: cuBLAS's
+ * bf16-input GEMMs (the tensor cores' bf16 path) and our bf16 kernels need
+ * 8.0 (Ampere) or later; a T4 (7.5) or a V100 (7.0) has no bf16 path. Pure. */
+bool ct_gpu_has_bf16(int major, int minor);
+
+/* Refuse, before anything is built, a run whose bf16 work the GPU di cannot
+ * do: train.precision = precision or lora.base_dtype = base_dtype being
+ * "bf16" (NULL: not set) on a GPU of compute capability below 8.0. CT_ERR_ARG
+ * names the key and its value, the GPU and its compute capability, with a
+ * hint (train.precision=fp32, lora.base_dtype=fp32). fp32 passes on every
+ * GPU, and so does a device with no compute capability (sim: 0.0). Pure. */
+ct_status ct_device_check_bf16(const ct_device_info *di, const char *precision,
+                               const char *base_dtype);
+
 /* The GPU a process takes for run.device = spec (cuda or cuda:N), as
  * `local_rank` of the ranks on its machine (-1: not launched by mpirun) on a
  * machine whose driver sees n_devices GPUs (<= 0: unknown): cuda:N takes N

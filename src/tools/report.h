@@ -3,12 +3,14 @@
  * metrics.jsonl, config.yaml and hw.json. It holds a summary table, SVG plots
  * (loss, lr, grad norm, tokens/s, MFU, memory against the limit, the step-time
  * split) with markers for alerts and rollbacks, the alerts and rollbacks as
- * tables, the config as text and the hardware profile. The page loads nothing
- * from outside and runs no script. Keys an older run did not write leave their
- * plot out with a note. Long runs are reduced to a bounded number of points per
- * series, so the file stays small. Every function is reentrant (no shared
- * state); one ct_strbuf or ct_report_data is not to be shared between
- * threads while it is being written.
+ * tables, the config as text and the hardware profile; a GPU run whose GPU
+ * was watched adds a GPU section (a summary and plots of utilisation, memory
+ * and power from its "device" lines), which a CPU run's page has not at all.
+ * The page loads nothing from outside and runs no script. Keys an older run
+ * did not write leave their plot out with a note. Long runs are reduced to a
+ * bounded number of points per series, so the file stays small. Every
+ * function is reentrant (no shared state); one ct_strbuf or ct_report_data
+ * is not to be shared between threads while it is being written.
  * Leaves out: live updates, interactivity, comparing runs.
  */
 #ifndef CT_TOOLS_REPORT_H
@@ -99,6 +101,26 @@ typedef struct ct_report_resume {
     int64_t line;
 } ct_report_resume;
 
+/* The GPU readings of "device" lines (a run.device=cuda run whose GPU NVML
+ * watched), in metrics.jsonl's names gpu_util, gpu_mem_util, ... */
+typedef enum ct_report_gpu_key {
+    CT_REPORT_GPU_UTIL = 0,          /* gpu_util, % */
+    CT_REPORT_GPU_MEM_UTIL = 1,      /* gpu_mem_util, % */
+    CT_REPORT_GPU_MEM_USED_MIB = 2,  /* gpu_mem_used_mib */
+    CT_REPORT_GPU_MEM_TOTAL_MIB = 3, /* gpu_mem_total_mib */
+    CT_REPORT_GPU_POWER_W = 4,       /* gpu_power_w */
+    CT_REPORT_GPU_TEMP_C = 5,        /* gpu_temp_c */
+    CT_REPORT_GPU_SM_CLOCK_MHZ = 6,  /* gpu_sm_clock_mhz */
+    CT_REPORT_GPU_MEM_CLOCK_MHZ = 7, /* gpu_mem_clock_mhz */
+    CT_REPORT_GPU_COUNT
+} ct_report_gpu_key;
+
+typedef struct ct_report_gpu_row {
+    int64_t step;
+    int64_t line;
+    double v[CT_REPORT_GPU_COUNT]; /* NaN: absent or null (not reported by the board) */
+} ct_report_gpu_row;
+
 /* Everything read from a run directory. Train and val lines are sorted by step
  * with one entry per step: when a resumed run writes a step again, the later
  * line wins. Rollbacks and alerts keep every line, in file order. */
@@ -119,6 +141,9 @@ typedef struct ct_report_data {
     bool has_remote;
     double remote[8], remote_last[8];
     bool has_key[CT_REPORT_KEY_COUNT];   /* some train line holds the key (even as null) */
+    bool has_device;                     /* some "device" line: the run used a GPU */
+    ct_report_gpu_row *gpu;              /* [n_gpu] device lines with a GPU reading, by step */
+    size_t n_gpu;
     int64_t n_lines;                     /* lines read, the blank ones included */
     int64_t n_replaced;                  /* train and val lines a later line of the same step replaced */
     int64_t torn_line;                   /* the unparseable last line that was skipped; 0: none */
@@ -149,6 +174,24 @@ typedef struct ct_report_data {
  * or the file holds no train line), CT_ERR_OOM. */
 ct_status ct_report_load(ct_report_data **out, const char *run_dir);
 void ct_report_free(ct_report_data *d); /* NULL is fine */
+
+/* What the GPU section says of the readings (NaN: no finite value). */
+typedef struct ct_report_gpu_stats {
+    size_t n_util;           /* readings with a finite gpu_util */
+    double util_median;      /* % */
+    size_t n_util_low;       /* of them, below CT_GPU_UTIL_THRESHOLD_PCT (90%) */
+    double mem_peak_mib;     /* largest gpu_mem_used_mib */
+    int64_t mem_peak_step;
+    double mem_total_mib;    /* largest gpu_mem_total_mib */
+    double power_median_w, power_max_w;
+    double temp_max_c;
+    double sm_clock_median_mhz;
+    size_t n_util_alerts;    /* alert lines of kind gpu_util */
+} ct_report_gpu_stats;
+
+/* Summarise d's GPU readings into *out; nulls are skipped, never counted as
+ * 0. Borrows d. Pure. */
+void ct_report_gpu_summary(const ct_report_data *d, ct_report_gpu_stats *out);
 
 /* Render the report as HTML. Borrows d. Returns owned *html (NUL-terminated;
  * release with free) and its length in *len. max_points bounds the points

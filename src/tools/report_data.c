@@ -1,8 +1,9 @@
 /*
- * The run report's data: reading a run directory (metrics.jsonl line by line,
- * config.yaml as text, hw.json as text checked to be a JSON object) into
- * ct_report_data. The page (report.c, report_html.c) reads it; nothing here
- * knows the page.
+ * The run report's data: reading a run directory (metrics.jsonl line by line:
+ * train, val, alert, remote, resume and device lines; config.yaml as text;
+ * hw.json as text checked to be a JSON object) into ct_report_data. The page
+ * (report.c, report_html.c, report_gpu.c) reads it; nothing here knows the
+ * page.
  * config.yaml is shown as text; only what the summary names (the model it
  * started from, LoRA's settings) is read from it, and adapter_config.json
  * (what a LoRA run wrote) decides LoRA's settings when present.
@@ -31,6 +32,11 @@ static const char *const report_key_names[CT_REPORT_KEY_COUNT] = {
     "epoch",        "counted_tokens",
 };
 
+static const char *const report_gpu_names[CT_REPORT_GPU_COUNT] = {
+    "gpu_util",    "gpu_mem_util", "gpu_mem_used_mib", "gpu_mem_total_mib",
+    "gpu_power_w", "gpu_temp_c",   "gpu_sm_clock_mhz", "gpu_mem_clock_mhz",
+};
+
 const char *ct_report_key_name(ct_report_key k) {
     CT_ASSERT(k >= 0 && k < CT_REPORT_KEY_COUNT);
     return report_key_names[k];
@@ -41,6 +47,7 @@ void ct_report_free(ct_report_data *d) {
     for (size_t i = 0; i < d->n_alerts; i++) free(d->alerts[i].message);
     free(d->alerts);
     free(d->train);
+    free(d->gpu);
     free(d->val);
     free(d->rollbacks);
     free(d->resumes);
@@ -64,7 +71,7 @@ static ct_status report_grow(void **arr, size_t *cap, size_t n, size_t elem) {
 typedef struct report_parse {
     ct_report_data *d;
     const char *path;
-    size_t cap_train, cap_val, cap_alerts, cap_rollbacks, cap_resumes;
+    size_t cap_train, cap_val, cap_alerts, cap_rollbacks, cap_resumes, cap_gpu;
 } report_parse;
 
 /* A JSON number, or NaN for null; *ok false for any other type. */
@@ -130,6 +137,30 @@ static ct_status report_val_line(report_parse *p, const cJSON *o, int64_t step, 
         if (!ok) return report_bad_key(p, line, keys[i], "a number or null");
     }
     d->n_val++;
+    return CT_OK;
+}
+
+/* A "device" line: the device's memory against the plan on every step of a
+ * GPU run, and the GPU's reading (gpu_util, ...) on the steps the NVML watch
+ * read it. A line with no gpu_* key holds no reading and is only counted. */
+static ct_status report_device_line(report_parse *p, const cJSON *o, int64_t step, int64_t line) {
+    ct_report_data *d = p->d;
+    d->has_device = true;
+    ct_report_gpu_row r = {.step = step, .line = line};
+    bool any = false;
+    for (int k = 0; k < CT_REPORT_GPU_COUNT; k++) {
+        r.v[k] = NAN;
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, report_gpu_names[k]);
+        if (!it) continue;
+        bool ok;
+        r.v[k] = report_num(it, &ok);
+        if (!ok) return report_bad_key(p, line, report_gpu_names[k], "a number or null");
+        any = true;
+    }
+    if (!any) return CT_OK;
+    ct_status st = report_grow((void **)&d->gpu, &p->cap_gpu, d->n_gpu, sizeof *d->gpu);
+    if (st) return st;
+    d->gpu[d->n_gpu++] = r;
     return CT_OK;
 }
 
@@ -229,6 +260,7 @@ static ct_status report_line(report_parse *p, const char *text, size_t n, int64_
     if (!strcmp(split->valuestring, "train")) st = report_train_line(p, o, s, line);
     else if (!strcmp(split->valuestring, "val")) st = report_val_line(p, o, s, line);
     else if (!strcmp(split->valuestring, "alert")) st = report_alert_line(p, o, s, line);
+    else if (!strcmp(split->valuestring, "device")) st = report_device_line(p, o, s, line);
     else if (!strcmp(split->valuestring, "remote")) report_remote_line(p->d, o);
     else if (!strcmp(split->valuestring, "resume")) { /* the trainer continued after step s */
         ct_report_data *d = p->d;
@@ -252,8 +284,24 @@ static int report_cmp_val(const void *a, const void *b) {
     return (x->line > y->line) - (x->line < y->line);
 }
 
-/* Sort by (step, line) and keep the last line of each step. */
+static int report_cmp_gpu(const void *a, const void *b) {
+    const ct_report_gpu_row *x = a, *y = b;
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    return (x->line > y->line) - (x->line < y->line);
+}
+
+/* Sort by (step, line) and keep the last line of each step (GPU readings
+ * too, uncounted: a resume writes them again as it writes the steps). */
 static void report_dedup(ct_report_data *d) {
+    if (d->n_gpu) {
+        qsort(d->gpu, d->n_gpu, sizeof *d->gpu, report_cmp_gpu);
+        size_t w = 0;
+        for (size_t i = 0; i < d->n_gpu; i++) {
+            if (!w || d->gpu[w - 1].step != d->gpu[i].step) w++;
+            d->gpu[w - 1] = d->gpu[i];
+        }
+        d->n_gpu = w;
+    }
     if (d->n_train) {
         qsort(d->train, d->n_train, sizeof *d->train, report_cmp_row);
         size_t w = 0;

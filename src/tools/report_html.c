@@ -1,7 +1,8 @@
 /*
  * The run report, part three: the HTML page. A summary table, the plots (each
- * left out with a note when the run did not record its keys), the alerts and
- * rollbacks, the config text and the hardware profile. Inline CSS only; a
+ * left out with a note when the run did not record its keys), a GPU run's GPU
+ * section (report_gpu.c), the alerts and rollbacks, the config text and the
+ * hardware profile. Inline CSS only; a
  * Content-Security-Policy forbids every outside load and every script, so the
  * page is the same offline, and a stray reference shows as a console error.
  * The page is also well-formed XML, so tests can parse it with any XML reader.
@@ -343,17 +344,25 @@ static void fig_title(ct_strbuf *b, const char *t) {
     ct_strbuf_append(b, "</h3>\n", 6);
 }
 
+void report_html_note(ct_strbuf *b, const char *text) { note(b, text); }
+void report_html_title(ct_strbuf *b, const char *title) { fig_title(b, title); }
+void report_html_row(ct_strbuf *b, const char *key, const char *val) { row(b, key, val); }
+
 /* The markers of alerts whose kind is one of kinds (NULL: any other kind),
  * and the rollbacks when with_rb. Copies into out (room for h->n_mk). */
 static size_t pick_markers(const html_ctx *h, const char *const *kinds, bool with_rb,
                            report_marker *out, report_legend_extra *ex, int *nex) {
+    /* gpu_util alerts go on the GPU section's utilisation plot when there is one */
     static const char *const known[] = {"memory", "throughput", "loss", "data_wait", NULL};
+    static const char *const known_gpu[] = {"memory", "throughput", "loss", "data_wait",
+                                            "gpu_util", NULL};
     size_t n = 0;
     bool warn = false, cr = false;
     for (size_t i = 0; i < h->n_alert_mk; i++) {
         const char *k = h->d->alerts[i].kind;
         bool hit = false;
-        for (const char *const *p = kinds ? kinds : known; *p; p++) hit |= !strcmp(*p, k);
+        const char *const *other = h->d->n_gpu ? known_gpu : known;
+        for (const char *const *p = kinds ? kinds : other; *p; p++) hit |= !strcmp(*p, k);
         if (kinds ? !hit : hit) continue;
         out[n++] = h->mk[i];
         if (!strcmp(h->d->alerts[i].level, "critical")) cr = true;
@@ -793,6 +802,7 @@ ct_status ct_report_render(const ct_report_data *d, size_t max_points, char **ht
                          d->n_val, d->n_alerts, d->n_rollbacks);
     summary(&h);
     plots(&h);
+    report_gpu_section(&b, d, h.mk, h.maxp);
     events(&h);
     config_hw(&h);
     ct_strbuf_printf(&b, "</body>\n</html>\n");

@@ -78,4 +78,18 @@ void report_svg_stack(ct_strbuf *b, const report_stack *p);
 /* Format v for a tick label or a table cell: "%.4g" style, trimmed. */
 void report_fmt_num(char *buf, size_t cap, double v);
 
+/* The page's pieces report_html.c writes for report_gpu.c: a note paragraph,
+ * a plot's <h3> title, a summary table row (all text escaped). */
+void report_html_note(ct_strbuf *b, const char *text);
+void report_html_title(ct_strbuf *b, const char *title);
+void report_html_row(ct_strbuf *b, const char *key, const char *val);
+
+/* The GPU section (report_gpu.c): nothing for a run without "device" lines;
+ * else an <h2> GPU with the summary of ct_report_gpu_summary and plots of
+ * utilisation (with the gpu_util alerts of mk, which holds one marker per
+ * alert of d, in d's order), memory and power, or a note when the run's GPU
+ * was not watched. Sets b->oom on allocation failure. */
+void report_gpu_section(ct_strbuf *b, const ct_report_data *d, const report_marker *mk,
+                        size_t max_points);
+
 #endif

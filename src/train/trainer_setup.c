@@ -115,6 +115,17 @@ static ct_status refuse_unsupported(const ct_config *cfg) {
     return CT_OK;
 }
 
+/* bf16 (train.precision or lora.base_dtype) on a GPU without bf16 GEMMs
+ * (compute capability below 8.0): refused before anything is built. */
+static ct_status check_device_bf16(trainer *t) {
+    ct_backend *be = ct_ctx_base_backend(t->ctx);
+    if (!ct_backend_has_device_memory(be)) return CT_OK;
+    ct_device_info di;
+    if (ct_backend_device_info(be, &di)) return ct_last_status();
+    bool lora = t->cfg->lora.r > 0 || t->cfg->lora.init_from[0];
+    return ct_device_check_bf16(&di, t->cfg->train.precision, lora ? t->cfg->lora.base_dtype : NULL);
+}
+
 /* debug.bad_steps "A-B" (1 <= A <= B) into first/last; "" gives 0, -1. */
 static ct_status parse_bad_steps(const char *v, int64_t *first, int64_t *last) {
     *first = 0;
@@ -844,6 +855,7 @@ ct_status trainer_setup(trainer *t) {
     if ((st = trainer_dist_begin(t))) return st;
     if ((st = ct_config_validate(cfg))) return st;
     if ((st = refuse_unsupported(cfg))) return st;
+    if ((st = check_device_bf16(t))) return st;
     int bq, bk; /* run.attention_tiles; auto keeps the kernel's built-in tile */
     if ((st = ct_config_attention_tiles(cfg->run.attention_tiles, &bq, &bk))) return st;
     if (bq && ct_backend_set_tiles(ct_ctx_base_backend(t->ctx), bq, bk))

@@ -3,7 +3,9 @@
 the run ends with a PEFT adapter directory (adapter_config.json with r, lora_alpha and
 target_modules; adapter_model.safetensors with base_model.model.<module>.lora_A/B names
 and [r, in] / [out, r] shapes); checkpoints hold the adapter, not the base; 6 steps
-straight and 3 steps + train.resume=auto to 6 give bit-identical losses and adapters;
+straight and 3 steps + train.resume=auto to 6 give bit-identical losses and adapters
+(with lora.base_dtype=bf16, with lora.dropout, which must change the losses, and on
+instruction data from `ctrain prepare --format sft`);
 a resume on changed base weights, an adapter whose targets or shapes do not fit the
 model, and lora.targets naming no module are refused with exit 2 naming the key, file
 and tensor, and touch nothing.
@@ -58,15 +60,15 @@ def read(path):
         return f.read()
 
 
-def case(tmp, name, base_args, targets, want_names, extra=()):
-    shard = os.path.join(tmp, "t.bin")
-    common = ["data.train=" + shard, "train.batch_size=2", "train.seq_len=16",
+def case(tmp, name, base_args, targets, want_names, extra=(), shard=None, seq_len=16):
+    shard = shard or os.path.join(tmp, "t.bin")
+    common = ["data.train=" + shard, "train.batch_size=2", "train.seq_len=%d" % seq_len,
               "lora.r=4", "lora.alpha=8", "lora.targets=" + targets, "optim.lr=1e-2",
               "run.checkpoint_every=3"] + list(extra)
     # the base: a short full run's HF directory
     base = os.path.join(tmp, name + "_base")
     rc, out = run("train", *base_args, "data.train=" + shard, "train.batch_size=2",
-                  "train.seq_len=16", "train.steps=1", "run.dir=" + base)
+                  "train.seq_len=%d" % seq_len, "train.steps=1", "run.dir=" + base)
     check(name + " base built", rc == 0, out[-600:])
     if rc:
         return
@@ -191,6 +193,27 @@ def bad_inputs(tmp, adapter, base):
           not any(os.path.exists(os.path.join(tmp, "x%d" % i)) for i in range(1, 8)))
 
 
+def sft_data(tmp):
+    """A `ctrain prepare --format sft` directory of 24 prompt/completion examples (GPT-2's
+    tokenizer); None, said on stdout, when data/gpt2-tokenizer is missing."""
+    tok = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data",
+                       "gpt2-tokenizer")
+    if not os.path.isdir(tok):
+        print("SKIP the instruction-data case: %s missing (scripts/fetch_data.sh)" % tok)
+        return None
+    words = "river stone tree cloud light water fire earth wind sun moon star".split()
+    src, out = os.path.join(tmp, "ex.jsonl"), os.path.join(tmp, "sft")
+    with open(src, "w") as f:
+        for i in range(24):
+            p = " ".join(words[(i * 7 + k * 3) % len(words)] for k in range(3 + i % 5))
+            c = " ".join(words[(i * 5 + k * 11) % len(words)] for k in range(2 + (i * 3) % 7))
+            f.write(json.dumps({"prompt": "Q: %s?\nA:" % p, "completion": " " + c}) + "\n")
+    rc, text = run("prepare", "--format", "sft", "--tokenizer", tok, "--out", out, "--max-len",
+                   "32", "--quiet", src)
+    check("prepare --format sft", rc == 0, text[-400:])
+    return out if rc == 0 else None
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="ctrain_lora_resume_")
     try:
@@ -212,7 +235,25 @@ def main():
                 for ab in ("A", "B"):
                     names.add("base_model.model.transformer.h.%d.%s.lora_%s.weight"
                               % (l, mod, ab))
-        case(tmp, "gpt2", ["model.preset=gpt2-tiny"], "c_attn,c_proj", names)
+        plain = case(tmp, "gpt2", ["model.preset=gpt2-tiny"], "c_attn,c_proj", names)
+        # adapter dropout: its masks through the backend's dropout, their keys across a resume
+        drop = case(tmp, "gpt2_dropout", ["model.preset=gpt2-tiny"], "c_attn,c_proj", names,
+                    ["lora.dropout=0.2"])
+        if plain and drop:
+            lp, ld = losses(plain[0]), losses(drop[0])
+            check("lora.dropout=0.2 changed the run (from step 2: B starts at zero)",
+                  lp[1] == ld[1] and lp[6] != ld[6], "%s vs %s" % (lp, ld))
+        # instruction data (ctrain prepare --format sft): masked, packed examples
+        sft = sft_data(tmp)
+        if sft:
+            got_sft = case(tmp, "gpt2_sft", ["model.preset=gpt2-tiny", "model.vocab_size=50257"],
+                           "c_attn,c_proj", names, ["lora.dropout=0.1"], shard=sft, seq_len=32)
+            if got_sft:  # the loss counted only completion targets: the instruction path ran
+                with open(os.path.join(got_sft[0], "metrics.jsonl")) as f:
+                    rows = [json.loads(x) for x in f if '"train"' in x]
+                check("gpt2_sft counted only completion targets",
+                      len(rows) == 6 and all(0 < r.get("counted_tokens", 0) < 2 * 32 for r in rows),
+                      str([r.get("counted_tokens") for r in rows]))
         llama_names = set()
         for l in range(2):
             for mod in ("q_proj", "v_proj"):

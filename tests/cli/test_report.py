@@ -7,7 +7,9 @@ Builds two runs: a short real `ctrain train` of gpt2-tiny on synthetic shards (e
 be drawn from what the trainer's monitor writes, hw.json included), and a hand-written metrics.jsonl with every key of the metrics schema,
 alerts of each kind, a rollback, validation points, steps written twice by a resume, nulls and a
 torn last line, and a short LoRA run whose summary must show r, alpha, dropout and the targets
-(and the full run's, that LoRA is off). For both: the command prints the path it wrote, the page is well-formed (parsed
+(and the full run's, that LoRA is off); and a hand-written GPU run (device lines with NVML
+readings, nulls, a gpu_util alert) whose GPU section must state the summary figures and draw
+its plots, while the CPU runs' pages have no GPU section. For each: the command prints the path it wrote, the page is well-formed (parsed
 as XML), holds the expected plots, notes and tables, and refers to nothing outside itself. Then
 headless Chromium (Debian's `chromium`) opens each page, takes a screenshot and must log no
 console message; the screenshot is decoded (PNG, with zlib) and must not be blank. Self-tests
@@ -211,6 +213,38 @@ def write_synthetic_run(d, hw_json):
     return len(lines) + 1
 
 
+def write_gpu_run(d):
+    """A run on a GPU: a device line every step, an NVML reading every 5th (power null on
+    this board, one reading all null), a gpu_util alert. Returns (median util, % below 90)."""
+    os.makedirs(d)
+    lines, utils = [], []
+    for s in range(1, 101):
+        lines.append(json.dumps({"step": s, "split": "train", "loss": 5 - s / 50, "step_ms": 80.0,
+                                 "tokens_per_s": 50000.0}))
+        dev = {"step": s, "split": "device", "device_peak_bytes": 3 * 2 ** 30,
+               "device_plan_bytes": 3.2 * 2 ** 30, "device_limit_bytes": 70 * 2 ** 30,
+               "device_free_bytes": 76 * 2 ** 30}
+        if s % 5 == 0:
+            u = None if s == 50 else (30.0 if s <= 40 else 97.0 + (s % 3))
+            dev.update({"gpu_util": u, "gpu_mem_util": None if u is None else u / 3,
+                        "gpu_mem_used_mib": None if u is None else 4000.0 + s,
+                        "gpu_mem_total_mib": 81559.0, "gpu_power_w": None,
+                        "gpu_temp_c": None if u is None else 40 + s / 10,
+                        "gpu_sm_clock_mhz": 1980.0, "gpu_mem_clock_mhz": 2619.0})
+            if u is not None:
+                utils.append(u)
+        lines.append(json.dumps(dev))
+    lines.append(json.dumps({"step": 40, "split": "alert", "level": "warning", "kind": "gpu_util",
+                             "value": 30.0, "threshold": 90.0,
+                             "message": "GPU utilisation 30%, below 90% for 60 s"}))
+    with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    utils.sort()
+    n = len(utils)
+    med = utils[n // 2] if n % 2 else 0.5 * (utils[n // 2 - 1] + utils[n // 2])
+    return med, 100.0 * sum(u < 90 for u in utils) / n, n
+
+
 def page_checks(label, page, text_expect, n_svg):
     with open(page, encoding="utf-8") as f:
         html = f.read()
@@ -310,7 +344,24 @@ def main():
               syn.count("rollback to step 100") >= 2)  # grad-norm and loss plot markers
         check("full run: one alert row per alert", len(re.findall(r'<td class="(crit|warn)">', syn)) == 4)
 
-        browser_checks([("real run", P("real", "report.html")), ("full run", P("synth.html"))], tmp)
+        # --- a run on a GPU: the GPU section from its device lines ------------------------------
+        check("real run (CPU): no GPU section", "<h2>GPU</h2>" not in real and "gpu_util" not in real)
+        check("full run (CPU): no GPU section", "<h2>GPU</h2>" not in syn)
+        med, low, n = write_gpu_run(P("gpu"))
+        p = run("report", P("gpu"))
+        check("report of a GPU run exits 0", p.returncode == 0, p.stderr[-300:])
+        gpu = page_checks("GPU run", P("gpu", "report.html"),
+                          ["<h2>GPU</h2>", "<th>GPU readings</th><td>20 (steps 5 to 100)</td>",
+                           "<th>median utilisation</th><td>%g%%</td>" % med,
+                           "<td>%.1f%% (8 of %d readings)</td>" % (low, n),
+                           "<th>board power</th><td>not reported by this GPU</td>",
+                           "<th>max temperature</th><td>50 \u00b0C</td>",
+                           "<th>gpu_util alerts</th><td>1 (", "GPU utilisation", "GPU memory",
+                           "step 40: warning gpu_util alert"], 4)
+        check("GPU run: no power plot for a board without power readings", "GPU power" not in gpu)
+
+        browser_checks([("real run", P("real", "report.html")), ("full run", P("synth.html")),
+                        ("GPU run", P("gpu", "report.html"))], tmp)
 
         # --- bad input -------------------------------------------------------------------------
         def bad(label, args, needles, rundir=None):

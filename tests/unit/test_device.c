@@ -7,7 +7,8 @@
  * its capacity does not hold, as cudaMalloc would, and counting its peak; the
  * CUDA workspaces the plan counts; a device plan whose device part is what
  * run.memory_limit bounds (batch_size=auto fits the device, a refusal names
- * device memory); MFU and the memory alert against a GPU's figures.
+ * device memory); MFU and the memory alert against a GPU's figures; bf16
+ * refused on a GPU of compute capability below 8.0.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -229,6 +230,40 @@ static void test_monitor_gpu(void) {
     free(cfg);
 }
 
+/* bf16 on a GPU without bf16 GEMMs (compute capability < 8.0) is refused,
+ * naming the key, the GPU, its compute capability and the fix; fp32 passes
+ * everywhere, and bf16 from 8.0 on. */
+static void test_bf16_capability(void) {
+    CHECK(!ct_gpu_has_bf16(7, 5) && !ct_gpu_has_bf16(7, 0));
+    CHECK(ct_gpu_has_bf16(8, 0) && ct_gpu_has_bf16(8, 6) && ct_gpu_has_bf16(9, 0));
+    ct_device_info t4 = {.name = "Tesla T4", .index = 1, .cc_major = 7, .cc_minor = 5};
+    CHECK(ct_device_check_bf16(&t4, "bf16", NULL) == CT_ERR_ARG);
+    CHECK_MSG(strstr(ct_last_error(), "train.precision = bf16") &&
+              strstr(ct_last_error(), "Tesla T4 (cuda:1, compute capability 7.5)"),
+              "%s", ct_last_error());
+    CHECK_MSG(strstr(ct_last_hint(), "train.precision=fp32"), "%s", ct_last_hint());
+    ct_error_clear();
+    CHECK(ct_device_check_bf16(&t4, "fp32", NULL) == CT_OK);
+    CHECK(ct_device_check_bf16(&t4, "fp32", "fp32") == CT_OK);
+    CHECK(ct_device_check_bf16(&t4, "fp32", "bf16") == CT_ERR_ARG);
+    CHECK(strstr(ct_last_error(), "lora.base_dtype = bf16") &&
+          !strstr(ct_last_error(), "train.precision") &&
+          strstr(ct_last_hint(), "lora.base_dtype=fp32"));
+    ct_error_clear();
+    CHECK(ct_device_check_bf16(&t4, "bf16", "bf16") == CT_ERR_ARG);
+    CHECK(strstr(ct_last_error(), "train.precision = bf16 and lora.base_dtype = bf16") &&
+          strstr(ct_last_hint(), "train.precision=fp32 and lora.base_dtype=fp32"));
+    ct_error_clear();
+    ct_device_info a100 = {.name = "NVIDIA A100", .cc_major = 8, .cc_minor = 0};
+    ct_device_info h100 = {.name = "NVIDIA H100", .cc_major = 9, .cc_minor = 0};
+    ct_device_info sim = {.name = "sim"}; /* no compute capability */
+    const ct_device_info *ok[] = {&a100, &h100, &sim};
+    for (int i = 0; i < 3; i++) {
+        CHECK(ct_device_check_bf16(ok[i], "bf16", "bf16") == CT_OK);
+        CHECK(ct_device_check_bf16(ok[i], "fp32", NULL) == CT_OK);
+    }
+}
+
 int main(void) {
     test_theory();
     test_rank_device();
@@ -236,5 +271,6 @@ int main(void) {
     test_cuda_ws();
     test_device_plan();
     test_monitor_gpu();
+    test_bf16_capability();
     return ct_test_result("test_device");
 }

@@ -1,7 +1,8 @@
 /* The run report's parts: metrics.jsonl reading (resume repeats, nulls,
  * alerts, rollbacks, a torn last line against corruption elsewhere),
  * downsampling, ticks, SVG path data, escaping, and the rendered page's
- * bounds (escaped config, no outside references, size of a long run). */
+ * bounds (escaped config, no outside references, size of a long run); a GPU
+ * run's device lines (nulls, repeats, damage) and its GPU section. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -347,6 +348,139 @@ static void test_long_run(void) {
     remove(p);
 }
 
+/* A GPU run: device lines every step, a GPU reading on some of them (nulls
+ * where the board reports nothing), a resume writing a reading again, a
+ * gpu_util alert. The summary's figures skip nulls, and the GPU section has
+ * its plots; a CPU run's page has no GPU section at all. */
+static const char gpu_metrics[] =
+    "{\"step\": 1, \"split\": \"train\", \"loss\": 5.0, \"step_ms\": 10}\n"
+    "{\"step\": 1, \"split\": \"device\", \"device_peak_bytes\": 1e9, \"device_plan_bytes\": 2e9, "
+    "\"device_limit_bytes\": 8e9, \"device_free_bytes\": 7e9}\n"
+    "{\"step\": 2, \"split\": \"train\", \"loss\": 4.0, \"step_ms\": 10}\n"
+    "{\"step\": 2, \"split\": \"device\", \"device_peak_bytes\": 1e9, \"gpu_util\": 40, "
+    "\"gpu_mem_util\": 10, \"gpu_mem_used_mib\": 2048, \"gpu_mem_total_mib\": 81559, "
+    "\"gpu_power_w\": null, \"gpu_temp_c\": 51, \"gpu_sm_clock_mhz\": 1980, "
+    "\"gpu_mem_clock_mhz\": 2619}\n"
+    "{\"step\": 3, \"split\": \"train\", \"loss\": 3.0, \"step_ms\": 10}\n"
+    "{\"step\": 3, \"split\": \"device\", \"gpu_util\": null, \"gpu_mem_util\": null, "
+    "\"gpu_mem_used_mib\": null, \"gpu_mem_total_mib\": null, \"gpu_power_w\": null, "
+    "\"gpu_temp_c\": null}\n"
+    "{\"step\": 4, \"split\": \"device\", \"gpu_util\": 99, \"gpu_mem_used_mib\": 9000, "
+    "\"gpu_mem_total_mib\": 81559, \"gpu_power_w\": 300, \"gpu_temp_c\": 70}\n"
+    "{\"step\": 5, \"split\": \"device\", \"gpu_util\": 0, \"gpu_mem_used_mib\": 9100, "
+    "\"gpu_mem_total_mib\": 81559, \"gpu_power_w\": 500, \"gpu_temp_c\": 65}\n"
+    "{\"step\": 5, \"split\": \"alert\", \"level\": \"warning\", \"kind\": \"gpu_util\", "
+    "\"value\": 0, \"threshold\": 90, \"message\": \"GPU starved\"}\n"
+    /* a resume writes step 4 again: the later reading wins */
+    "{\"step\": 4, \"split\": \"device\", \"gpu_util\": 95, \"gpu_mem_used_mib\": 12000, "
+    "\"gpu_mem_total_mib\": 81559, \"gpu_power_w\": 350, \"gpu_temp_c\": 72}\n"
+    "{\"step\": 6, \"split\": \"device\", \"gpu_util\": 96.5}\n";
+
+static void test_gpu(void) {
+    put("metrics.jsonl", gpu_metrics);
+    ct_report_data *d = NULL;
+    ct_status st = ct_report_load(&d, tmp);
+    CHECK_MSG(st == CT_OK, "%s", ct_last_error());
+    if (!d) return;
+    CHECK(d->has_device);
+    /* step 1's line holds no reading; step 3's holds only nulls; step 4 once */
+    CHECK_MSG(d->n_gpu == 5, "%zu readings", d->n_gpu);
+    if (d->n_gpu == 5) {
+        CHECK(d->gpu[0].step == 2 && d->gpu[1].step == 3 && d->gpu[2].step == 4);
+        CHECK(d->gpu[2].v[CT_REPORT_GPU_UTIL] == 95 && d->gpu[2].v[CT_REPORT_GPU_POWER_W] == 350);
+        CHECK(isnan(d->gpu[0].v[CT_REPORT_GPU_POWER_W]) && isnan(d->gpu[1].v[CT_REPORT_GPU_UTIL]));
+    }
+    CHECK(d->n_replaced == 0); /* a repeated GPU reading is not a repeated step */
+    ct_report_gpu_stats g;
+    ct_report_gpu_summary(d, &g);
+    /* util over 40, 95, 0, 96.5 (step 3's null skipped, not a 0) */
+    CHECK_MSG(g.n_util == 4 && g.util_median == 67.5, "n %zu median %g", g.n_util, g.util_median);
+    CHECK_MSG(g.n_util_low == 2, "%zu below 90%%", g.n_util_low);
+    CHECK(g.mem_peak_mib == 12000 && g.mem_peak_step == 4 && g.mem_total_mib == 81559);
+    CHECK(g.power_median_w == 425 && g.power_max_w == 500); /* 350, 500: nulls skipped */
+    CHECK(g.temp_max_c == 72 && g.sm_clock_median_mhz == 1980);
+    CHECK(g.n_util_alerts == 1);
+    char *html = NULL;
+    size_t len = 0;
+    st = ct_report_render(d, 0, &html, &len);
+    CHECK_MSG(st == CT_OK, "%s", ct_last_error());
+    if (html) {
+        CHECK(has(html, "<h2>GPU</h2>"));
+        /* loss (no step split: no data wait), then GPU utilisation, memory and power */
+        CHECK_MSG(count(html, "<svg") == 4, "%zu plots", count(html, "<svg"));
+        CHECK(has(html, "<h3>GPU utilisation</h3>\n<svg") && has(html, "<h3>GPU memory</h3>\n<svg") &&
+              has(html, "<h3>GPU power</h3>\n<svg"));
+        CHECK(has(html, "<th>median utilisation</th><td>67.5%</td>"));
+        CHECK(has(html, "<th>readings below 90% utilisation</th><td>50.0% (2 of 4 readings)</td>"));
+        CHECK(has(html, "11.72 GiB of 79.65 GiB (15%) at step 4"));
+        CHECK(has(html, "<th>board power</th><td>median 425 W, max 500 W</td>"));
+        CHECK(has(html, "<th>max temperature</th><td>72 \xc2\xb0" "C</td>"));
+        CHECK(has(html, "<th>gpu_util alerts</th><td>1 ("));
+        /* the gpu_util alert marks the utilisation plot, not the loss plot */
+        const char *gu = strstr(html, "<h3>GPU utilisation</h3>");
+        const char *mk = strstr(html, "step 5: warning gpu_util alert: GPU starved");
+        CHECK(gu && mk && mk > gu);
+    }
+    free(html);
+    ct_report_free(d);
+
+    /* a GPU whose watch was off: a note, no plot, no empty table */
+    put("metrics.jsonl", "{\"step\": 1, \"split\": \"train\", \"loss\": 5.0}\n"
+                         "{\"step\": 1, \"split\": \"device\", \"device_peak_bytes\": 1e9}\n");
+    d = NULL;
+    CHECK(ct_report_load(&d, tmp) == CT_OK);
+    if (d) {
+        CHECK(d->has_device && d->n_gpu == 0);
+        CHECK(ct_report_render(d, 0, &html, &len) == CT_OK);
+        CHECK(html && has(html, "<h2>GPU</h2>") && has(html, "hold no GPU reading") &&
+              !has(html, "GPU utilisation"));
+        free(html);
+        ct_report_free(d);
+    }
+
+    /* a CPU run: nothing GPU-related on the page */
+    put("metrics.jsonl", good_metrics);
+    d = NULL;
+    CHECK(ct_report_load(&d, tmp) == CT_OK);
+    if (d) {
+        CHECK(!d->has_device && d->n_gpu == 0);
+        CHECK(ct_report_render(d, 0, &html, &len) == CT_OK);
+        CHECK(html && !has(html, "GPU") && !has(html, "gpu_"));
+        free(html);
+        ct_report_free(d);
+    }
+
+    /* damaged device lines: an error naming the line and the key, never a crash */
+    const char *t = "{\"step\": 1, \"split\": \"train\", \"loss\": 3}\n";
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s{\"step\": 1, \"split\": \"device\", \"gpu_util\": \"high\"}\n%s",
+             t, t);
+    expect_error(buf, CT_ERR_FORMAT, "metrics.jsonl:2: key \"gpu_util\" must be a number or null");
+    snprintf(buf, sizeof buf, "%s{\"step\": 1, \"split\": \"device\", \"gpu_power_w\": [1]}\n", t);
+    expect_error(buf, CT_ERR_FORMAT, "metrics.jsonl:2: key \"gpu_power_w\"");
+    snprintf(buf, sizeof buf, "%s{\"step\": -1, \"split\": \"device\", \"gpu_util\": 5}\n", t);
+    expect_error(buf, CT_ERR_FORMAT, "metrics.jsonl:2: key \"step\"");
+    /* a torn last device line is skipped like any other */
+    snprintf(buf, sizeof buf, "%s{\"step\": 1, \"split\": \"device\", \"gpu_ut", t);
+    put("metrics.jsonl", buf);
+    d = NULL;
+    CHECK(ct_report_load(&d, tmp) == CT_OK && d && d->torn_line == 2 && d->n_gpu == 0);
+    ct_report_free(d);
+    /* hostile but well-typed readings render */
+    snprintf(buf, sizeof buf, "%s{\"step\": 1, \"split\": \"device\", \"gpu_util\": -1e308, "
+             "\"gpu_mem_used_mib\": 1e308, \"gpu_mem_total_mib\": 0, \"gpu_power_w\": 1e300}\n"
+             "{\"step\": 900000000000000, \"split\": \"device\", \"gpu_util\": 1e308}\n", t);
+    put("metrics.jsonl", buf);
+    d = NULL;
+    CHECK(ct_report_load(&d, tmp) == CT_OK);
+    if (d) {
+        html = NULL;
+        CHECK(ct_report_render(d, 0, &html, &len) == CT_OK && html && has(html, "</html>"));
+        free(html);
+        ct_report_free(d);
+    }
+}
+
 int main(void) {
     if (!ct_tmpdir_make(tmp, sizeof tmp, "report")) {
         fprintf(stderr, "cannot make a temporary directory\n");
@@ -361,6 +495,7 @@ int main(void) {
     test_ticks();
     test_path();
     test_long_run();
+    test_gpu();
     ct_tmpdir_remove(tmp);
     return ct_test_result("test_report");
 }
