@@ -11,7 +11,7 @@ measured two ways: the process's peak RSS from wait4 (ru_maxrss), which must be
 within 5% of the plan and not above it, and the rss_peak_bytes of its last
 metrics line (the training steps, before the final checkpoint), which must not
 be above the plan either. Its metrics line carries the plan train made, which
-must match `ctrain plan`'s (each measures its own process, so within 1%).
+must match `ctrain plan`'s (each measures its own process, so within 1% or 1 MiB).
 
 A 50257-token head is where the old plan fell short: OpenBLAS's packing
 buffers for the head's weight gradient are 320 x 50257 floats (61 MiB with
@@ -156,9 +156,13 @@ with tempfile.TemporaryDirectory() as tmp:
         r2 = last["rss_peak_bytes"] / total
         check(0.9 <= r2 <= 1.0, "%s: rss_peak_bytes of the training steps not above the plan "
               "(ratio %.3f)" % (label, r2))
-        r3 = last["plan_bytes"] / total
-        check(abs(r3 - 1) <= 0.01, "%s: the plan train made is `ctrain plan`'s (%.1f vs %.1f MiB)"
-              % (label, last["plan_bytes"] / MiB, total / MiB))
+        # both plans measure their own process's RSS (train's after its start-up
+        # GEMM benchmark and loaders): pages of code and heap make that differ by
+        # up to about 1 MiB run to run, which is over 1% of the smallest config
+        slack = max(0.01 * total, 1.0 * MiB)
+        check(abs(last["plan_bytes"] - total) <= slack,
+              "%s: the plan train made is `ctrain plan`'s (%.1f vs %.1f MiB, within %.1f)"
+              % (label, last["plan_bytes"] / MiB, total / MiB, slack / MiB))
         if limit:
             check(maxrss <= limit, "%s: peak RSS %.1f MiB stays under run.memory_limit %.1f MiB" %
                   (label, maxrss / MiB, limit / MiB))
