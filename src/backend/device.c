@@ -49,6 +49,7 @@ ct_status ct_backend_device_info(ct_backend *be, ct_device_info *out) {
     /* sim's "context" takes nothing: all of it is the run's */
     out->mem_base_free = cap;
     out->mem_peak_used = peak;
+    ct_sim_compute_capability(be, &out->cc_major, &out->cc_minor);
     return CT_OK;
 }
 
