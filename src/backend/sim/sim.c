@@ -11,10 +11,8 @@
  * as a GPU's separate memory would. Given a capacity (debug.sim_device_memory)
  * its device memory is finite: an allocation past it fails as cudaMalloc's
  * would, and the most it held is kept, so the memory plan's device part and
- * batch_size=auto are tested against it. CT_SIM_COMPUTE_CAPABILITY=7.5 makes
- * it report that compute capability, so the refusals a GPU's compute
- * capability decides (bf16 below 8.0) are tested end to end. Leaves out:
- * asynchrony (every entry completes before it returns) and speed.
+ * batch_size=auto are tested against it. Leaves out: asynchrony (every entry
+ * completes before it returns) and speed.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,40 +39,11 @@ typedef struct sim_state {
     size_t cap;  /* bytes; 0: no limit */
     size_t used; /* bytes of live device buffers */
     size_t peak; /* their most */
-    int cc_major, cc_minor; /* the compute capability it reports; 0.0: none */
 } sim_state;
 
-/* CT_SIM_COMPUTE_CAPABILITY ("7.5") into s; unset or empty: 0.0. */
-static ct_status sim_read_cc(sim_state *s) {
-    const char *v = getenv("CT_SIM_COMPUTE_CAPABILITY");
-    if (!v || !*v) return CT_OK;
-    char *e = NULL;
-    long major = strtol(v, &e, 10), minor = -1;
-    if (e != v && *e == '.' && e[1] >= '0' && e[1] <= '9') {
-        const char *m = e + 1;
-        minor = strtol(m, &e, 10);
-    }
-    if (*e || major < 1 || major > 99 || minor < 0 || minor > 9) {
-        ct_status st = CT_ERR(CT_ERR_ARG, "CT_SIM_COMPUTE_CAPABILITY = \"%.40s\": expected "
-                              "MAJOR.MINOR, such as 7.5", v);
-        ct_error_hint("unset it, or give the compute capability the sim device should report");
-        return st;
-    }
-    s->cc_major = (int)major;
-    s->cc_minor = (int)minor;
-    return CT_OK;
-}
-
 ct_status ct_sim_init(ct_backend *be) {
-    sim_state *s = calloc(1, sizeof *s);
-    if (!s) return CT_ERR(CT_ERR_OOM, "out of memory for the sim backend's state");
-    ct_status st = sim_read_cc(s);
-    if (st) {
-        free(s);
-        return st;
-    }
-    be->state = s;
-    return CT_OK;
+    be->state = calloc(1, sizeof(sim_state));
+    return be->state ? CT_OK : CT_ERR(CT_ERR_OOM, "out of memory for the sim backend's state");
 }
 
 void ct_sim_free(ct_backend *be) {
@@ -85,12 +54,6 @@ void ct_sim_free(ct_backend *be) {
 void ct_sim_set_capacity(ct_backend *be, size_t cap) {
     sim_state *s = be->state;
     if (s) s->cap = cap;
-}
-
-void ct_sim_compute_capability(const ct_backend *be, int *major, int *minor) {
-    const sim_state *s = be->state;
-    *major = s ? s->cc_major : 0;
-    *minor = s ? s->cc_minor : 0;
 }
 
 void ct_sim_memory(const ct_backend *be, size_t *cap, size_t *used, size_t *peak) {
