@@ -65,10 +65,13 @@ void cli_gpu_print(const ct_gpu_peaks *g, bool json) {
                "%zu, \"gpu_fp32_theory_gflops\": %.1f, \"gpu_bf16_theory_gflops\": %.1f",
                d->index, d->cc_major, d->cc_minor, d->sms, d->clock_mhz, d->mem_total,
                d->mem_free, d->fp32_theory_gflops, d->bf16_theory_gflops);
-        if (g->gemm_n > 0)
+        if (g->gemm_n > 0 && g->bf16_gemm_gflops > 0)
             printf(", \"gpu_gemm_n\": %d, \"gpu_fp32_gemm_gflops\": %.1f, "
                    "\"gpu_bf16_gemm_gflops\": %.1f", g->gemm_n, g->fp32_gemm_gflops,
                    g->bf16_gemm_gflops);
+        else if (g->gemm_n > 0) /* a GPU without bf16 GEMMs */
+            printf(", \"gpu_gemm_n\": %d, \"gpu_fp32_gemm_gflops\": %.1f, "
+                   "\"gpu_bf16_gemm_gflops\": null", g->gemm_n, g->fp32_gemm_gflops);
         else
             printf(", \"gpu_fp32_gemm_gflops\": null, \"gpu_bf16_gemm_gflops\": null");
         return;
@@ -82,9 +85,13 @@ void cli_gpu_print(const ct_gpu_peaks *g, bool json) {
     else
         printf("gpu peak     theoretical: n/a (compute capability %d.%d is not in ctrain's "
                "table)", d->cc_major, d->cc_minor);
-    if (g->gemm_n > 0)
+    if (g->gemm_n > 0 && g->bf16_gemm_gflops > 0)
         printf("; cuBLAS measured fp32 %.0f GFLOP/s (TF32 off), bf16 %.0f GFLOP/s (n=%d)\n",
                g->fp32_gemm_gflops, g->bf16_gemm_gflops, g->gemm_n);
+    else if (g->gemm_n > 0)
+        printf("; cuBLAS measured fp32 %.0f GFLOP/s (TF32 off) (n=%d); bf16: none below "
+               "compute capability 8.0 (train.precision=fp32 here)\n", g->fp32_gemm_gflops,
+               g->gemm_n);
     else
         printf("\n");
 }

@@ -1,7 +1,8 @@
 /*
  * The device questions of backend/device.h: answered by the CUDA backend
- * (backend/cuda/cuda_info.cu) on a GPU, by the sim backend's capacity in
- * tests, refused for host memory; and the pure parts (the theoretical GPU
+ * (backend/cuda/cuda_info.cu) on a GPU, by the sim backend's capacity (and
+ * the compute capability CT_SIM_COMPUTE_CAPABILITY names) in tests, refused
+ * for host memory; and the pure parts (the theoretical GPU
  * peaks, a rank's GPU) that need no device at all.
  */
 #include "backend/device.h"
@@ -33,6 +34,29 @@ bool ct_backend_has_device_memory(const ct_backend *be) {
     return cap > 0;
 }
 
+/* The compute capability sim reports: CT_SIM_COMPUTE_CAPABILITY ("7.5"), so
+ * what a GPU's compute capability decides (bf16 refused below 8.0) is tested
+ * end to end; unset or empty: 0.0, none. CT_ERR_ARG names a malformed value. */
+static ct_status sim_compute_capability(int *major, int *minor) {
+    const char *v = getenv("CT_SIM_COMPUTE_CAPABILITY");
+    if (!v || !*v) return CT_OK;
+    char *e = NULL;
+    long ma = strtol(v, &e, 10), mi = -1;
+    if (e != v && *e == '.' && e[1] >= '0' && e[1] <= '9') {
+        const char *m = e + 1;
+        mi = strtol(m, &e, 10);
+    }
+    if (*e || ma < 1 || ma > 99 || mi < 0 || mi > 9) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "CT_SIM_COMPUTE_CAPABILITY = \"%.40s\": expected "
+                              "MAJOR.MINOR, such as 7.5", v);
+        ct_error_hint("unset it, or give the compute capability the sim device should report");
+        return st;
+    }
+    *major = (int)ma;
+    *minor = (int)mi;
+    return CT_OK;
+}
+
 ct_status ct_backend_device_info(ct_backend *be, ct_device_info *out) {
     memset(out, 0, sizeof *out);
 #ifdef CT_USE_CUDA
@@ -49,7 +73,7 @@ ct_status ct_backend_device_info(ct_backend *be, ct_device_info *out) {
     /* sim's "context" takes nothing: all of it is the run's */
     out->mem_base_free = cap;
     out->mem_peak_used = peak;
-    return CT_OK;
+    return sim_compute_capability(&out->cc_major, &out->cc_minor);
 }
 
 ct_status ct_backend_gemm_peak(ct_backend *be, bool bf16, int n, int reps, double *gflops) {

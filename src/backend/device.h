@@ -23,7 +23,7 @@ typedef struct ct_device_info {
     char name[128];          /* "NVIDIA H100 80GB HBM3"; "sim" */
     int index;               /* cuda:N */
     char pci_bus_id[32];     /* "0000:3B:00.0" as CUDA names it; "" unknown (sim) */
-    int cc_major, cc_minor;  /* compute capability; 0.0 for sim */
+    int cc_major, cc_minor;  /* compute capability; sim: 0.0, or CT_SIM_COMPUTE_CAPABILITY's */
     int sms;                 /* multiprocessors; 0 for sim */
     double clock_mhz;        /* the SM clock the driver reports as its peak; 0 unknown */
     size_t mem_total;        /* bytes of device memory (sim: its capacity) */

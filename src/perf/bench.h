@@ -119,11 +119,13 @@ typedef struct ct_gpu_peaks {
     ct_device_info info;     /* properties, memory, theoretical peaks */
     int gemm_n;              /* size of the measured GEMMs; 0: not measured */
     double fp32_gemm_gflops; /* cuBLAS sgemm, TF32 off (as the backend runs fp32) */
-    double bf16_gemm_gflops; /* cuBLAS GemmEx, bf16 inputs, fp32 accumulation */
+    double bf16_gemm_gflops; /* cuBLAS GemmEx, bf16 inputs, fp32 accumulation; 0: not
+                              * measured (a GPU without bf16, compute capability < 8.0) */
 } ct_gpu_peaks;
 /* Starts CUDA device `device` (a context of its own, released before it
  * returns), reads its figures and, with measure, cuBLAS's fp32 and bf16 GEMM
- * peaks at n x n x n (the best of reps runs after a warm-up). CT_ERR_ARG
+ * peaks at n x n x n (the best of reps runs after a warm-up; no bf16 one on a
+ * GPU of compute capability below 8.0, which has no bf16 GEMMs). CT_ERR_ARG
  * "no CUDA device: <the driver's reason>" without one; the backend's
  * errors. */
 ct_status ct_bench_gpu_peaks(int device, bool measure, int n, int reps, ct_gpu_peaks *out);

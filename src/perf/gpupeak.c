@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/ctx.h"
+#include "backend/device.h"
 
 ct_status ct_bench_gpu_peaks(int device, bool measure, int n, int reps, ct_gpu_peaks *out) {
     memset(out, 0, sizeof *out);
@@ -26,7 +27,9 @@ ct_status ct_bench_gpu_peaks(int device, bool measure, int n, int reps, ct_gpu_p
     if (!st && measure) {
         out->gemm_n = n;
         st = ct_backend_gemm_peak(be, false, n, reps, &out->fp32_gemm_gflops);
-        if (!st) st = ct_backend_gemm_peak(be, true, n, reps, &out->bf16_gemm_gflops);
+        /* no bf16 GEMM below compute capability 8.0 (a T4): the fp32 figures stand */
+        if (!st && ct_gpu_has_bf16(out->info.cc_major, out->info.cc_minor))
+            st = ct_backend_gemm_peak(be, true, n, reps, &out->bf16_gemm_gflops);
     }
     ct_ctx_free(ctx);
     return st;

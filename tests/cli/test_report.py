@@ -9,7 +9,8 @@ alerts of each kind, a rollback, validation points, steps written twice by a res
 torn last line, and a short LoRA run whose summary must show r, alpha, dropout and the targets
 (and the full run's, that LoRA is off); and a hand-written GPU run (device lines with NVML
 readings, nulls, a gpu_util alert) whose GPU section must state the summary figures and draw
-its plots, while the CPU runs' pages have no GPU section. For each: the command prints the path it wrote, the page is well-formed (parsed
+its plots, while the CPU runs' pages have no GPU section; and a short sim run with a device
+memory, whose device lines the trainer writes without an NVML reading (one note, no plot). For each: the command prints the path it wrote, the page is well-formed (parsed
 as XML), holds the expected plots, notes and tables, and refers to nothing outside itself. Then
 headless Chromium (Debian's `chromium`) opens each page, takes a screenshot and must log no
 console message; the screenshot is decoded (PNG, with zlib) and must not be blank. Self-tests
@@ -359,6 +360,22 @@ def main():
                            "<th>gpu_util alerts</th><td>1 (", "GPU utilisation", "GPU memory",
                            "step 40: warning gpu_util alert"], 4)
         check("GPU run: no power plot for a board without power readings", "GPU power" not in gpu)
+        # the trainer's own device lines: sim with a device memory writes them, with no NVML
+        # reading (as a GPU whose watch was off): one note, no plot, no crash
+        p = run("train", "model.preset=gpt2-tiny", "data.train=" + P("tr.bin"), "train.batch_size=2",
+                "train.seq_len=16", "train.steps=3", "run.checkpoint_every=0", "run.device=sim",
+                "debug.sim_device_memory=1GB", "run.dir=" + P("simdev"))
+        check("sim run with a device memory trains", p.returncode == 0, p.stderr[-300:])
+        with open(P("simdev", "metrics.jsonl")) as f:
+            ndev = sum(json.loads(x).get("split") == "device" for x in f if x.strip())
+        check("sim run: the trainer wrote a device line per step", ndev == 3, "%d" % ndev)
+        p = run("report", P("simdev"))
+        check("report of the sim run exits 0", p.returncode == 0, p.stderr[-300:])
+        with open(P("simdev", "report.html"), encoding="utf-8") as f:
+            simdev = f.read()
+        check("sim run: a GPU section that says the run holds no GPU reading",
+              "<h2>GPU</h2>" in simdev and "hold no GPU reading" in simdev and
+              "GPU utilisation" not in simdev)
 
         browser_checks([("real run", P("real", "report.html")), ("full run", P("synth.html")),
                         ("GPU run", P("gpu", "report.html"))], tmp)

@@ -8,7 +8,8 @@
  * CUDA workspaces the plan counts; a device plan whose device part is what
  * run.memory_limit bounds (batch_size=auto fits the device, a refusal names
  * device memory); MFU and the memory alert against a GPU's figures; bf16
- * refused on a GPU of compute capability below 8.0.
+ * refused on a GPU of compute capability below 8.0, and the compute
+ * capability sim reports when CT_SIM_COMPUTE_CAPABILITY names one.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -106,6 +107,40 @@ static void test_sim_capacity(void) {
     be->i->buf_free(be, b);
     CHECK(ct_backend_device_info(be, &di) == CT_OK && di.mem_free == 1 << 20);
     ct_ctx_free(ctx);
+}
+
+/* CT_SIM_COMPUTE_CAPABILITY: the compute capability sim reports (what the
+ * bf16 refusal's end-to-end test runs on); a malformed value is refused. */
+static void test_sim_compute_capability(void) {
+    ct_ctx_params cp = ct_ctx_params_default();
+    cp.backend = CT_BACKEND_SIM;
+    cp.n_threads = 1;
+    cp.sim_device_memory = 1 << 20;
+    static const struct { const char *v; int major, minor; } ok[] = {
+        {"7.5", 7, 5}, {"8.0", 8, 0}, {"10.0", 10, 0}, {"", 0, 0}};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        setenv("CT_SIM_COMPUTE_CAPABILITY", ok[i].v, 1);
+        ct_ctx *ctx = NULL;
+        CHECK_MSG(ct_ctx_init(&ctx, &cp) == CT_OK, "%s: %s", ok[i].v, ct_last_error());
+        ct_device_info di;
+        CHECK(ctx && ct_backend_device_info(ct_ctx_base_backend(ctx), &di) == CT_OK);
+        CHECK_MSG(ctx && di.cc_major == ok[i].major && di.cc_minor == ok[i].minor, "%s: %d.%d",
+                  ok[i].v, di.cc_major, di.cc_minor);
+        ct_ctx_free(ctx);
+    }
+    static const char *const bad[] = {"7", "7.", "7.x", ".5", "x", "0.0", "7.5.1", "7.50", "-7.5"};
+    ct_ctx *ctx = NULL;
+    CHECK(ct_ctx_init(&ctx, &cp) == CT_OK);
+    for (size_t i = 0; ctx && i < sizeof bad / sizeof *bad; i++) {
+        setenv("CT_SIM_COMPUTE_CAPABILITY", bad[i], 1);
+        ct_device_info di;
+        CHECK_MSG(ct_backend_device_info(ct_ctx_base_backend(ctx), &di) == CT_ERR_ARG,
+                  "%s accepted", bad[i]);
+        CHECK(strstr(ct_last_error(), "CT_SIM_COMPUTE_CAPABILITY") != NULL);
+        ct_error_clear();
+    }
+    ct_ctx_free(ctx);
+    unsetenv("CT_SIM_COMPUTE_CAPABILITY");
 }
 
 /* The workspace rule, written out for one shape: C 64, 4 heads, F 256,
@@ -267,7 +302,9 @@ static void test_bf16_capability(void) {
 int main(void) {
     test_theory();
     test_rank_device();
+    unsetenv("CT_SIM_COMPUTE_CAPABILITY");
     test_sim_capacity();
+    test_sim_compute_capability();
     test_cuda_ws();
     test_device_plan();
     test_monitor_gpu();

@@ -355,7 +355,7 @@ static void test_long_run(void) {
 static const char gpu_metrics[] =
     "{\"step\": 1, \"split\": \"train\", \"loss\": 5.0, \"step_ms\": 10}\n"
     "{\"step\": 1, \"split\": \"device\", \"device_peak_bytes\": 1e9, \"device_plan_bytes\": 2e9, "
-    "\"device_limit_bytes\": 8e9, \"device_free_bytes\": 7e9}\n"
+    "\"device_limit_bytes\": 8e9, \"device_free_bytes\": 7e9, \"host_waits\": 1}\n"
     "{\"step\": 2, \"split\": \"train\", \"loss\": 4.0, \"step_ms\": 10}\n"
     "{\"step\": 2, \"split\": \"device\", \"device_peak_bytes\": 1e9, \"gpu_util\": 40, "
     "\"gpu_mem_util\": 10, \"gpu_mem_used_mib\": 2048, \"gpu_mem_total_mib\": 81559, "
@@ -374,7 +374,10 @@ static const char gpu_metrics[] =
     /* a resume writes step 4 again: the later reading wins */
     "{\"step\": 4, \"split\": \"device\", \"gpu_util\": 95, \"gpu_mem_used_mib\": 12000, "
     "\"gpu_mem_total_mib\": 81559, \"gpu_power_w\": 350, \"gpu_temp_c\": 72}\n"
-    "{\"step\": 6, \"split\": \"device\", \"gpu_util\": 96.5}\n";
+    /* keys the reader does not know (host_waits, a newer writer's figures of
+     * any type) are passed over */
+    "{\"step\": 6, \"split\": \"device\", \"host_waits\": 3, \"gpu_util\": 96.5, "
+    "\"gpu_fan_pct\": \"n/a\", \"gpu_procs\": [{\"pid\": 1}], \"gpu_x\": {\"y\": null}}\n";
 
 static void test_gpu(void) {
     put("metrics.jsonl", gpu_metrics);
