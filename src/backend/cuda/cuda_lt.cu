@@ -13,8 +13,9 @@
  * backend's state until the backend is freed, so a step's repeated shapes
  * ask the heuristic once; the bias and aux pointers are set on the kept
  * descriptor at each call. Only plans that worked are kept: a refusal is
- * met again, as before, at the next call. Leaves out: Lt for the backward
- * (DGELU, BGRAD) and bf16 outputs.
+ * met again, as before, at the next call (tests/gpu/cuda_lt_plans.cu runs
+ * this file against a stand-in libcublasLt, no GPU needed). Leaves out: Lt
+ * for the backward (DGELU, BGRAD) and bf16 outputs.
  */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
