@@ -21,7 +21,10 @@
  * ref's loop bit for bit (long runs of one token, several merge passes,
  * packed positions). The norm forwards (cuda_norm.cuh), fused with the
  * residual add or not, are held to a double reference within fp32's rounding,
- * and fused to unfused bit for bit.
+ * and fused to unfused bit for bit. The q/k norms (cuda_qknorm.cuh), forward
+ * and backward, are held to ref's own kernels (linked from libctrain) within
+ * fp32's rounding of each head's largest value, the v heads copied exactly,
+ * the weight gradients within 1e-6 and in place equal to out of place.
  *
  * usage: cuda_emu   (exit 0: every check passed)
  */
@@ -217,6 +220,11 @@ static void smem_check() {
 #include "backend/cuda/cuda_encoder_bwd.cuh"
 #include "backend/cuda/cuda_xent.cuh"
 #include "backend/cuda/cuda_norm.cuh"
+#include "backend/cuda/cuda_qknorm.cuh"
+
+extern "C" {
+#include "backend/ref/ref.h" /* the q/k norms' reference (ref's own kernels) */
+}
 
 /* Runs a kernel without barriers over grid x block on this thread, the
  * block's threads one after another (much faster than a thread each). */
@@ -697,6 +705,111 @@ static void check_norm(int N, int C, unsigned threads, bool held, bool alias, fl
     fails += !ok;
 }
 
+/* max over the q and k heads (HS values at n * W + h * HS) of
+ * max |got - want| / max |want| within the head: the error relative to the
+ * head's largest value (infinite on NaN). */
+static double err_heads(const float *got, const float *want, int N, int NH, int NKV, int HS) {
+    size_t W = (size_t)(NH + 2 * NKV) * HS;
+    double worst = 0.0;
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < NH + NKV; h++) {
+            size_t o = (size_t)n * W + (size_t)h * HS;
+            double e = 0.0, m = 0.0;
+            for (int c = 0; c < HS; c++) {
+                double d = fabs((double)got[o + c] - want[o + c]);
+                if (!(d <= e)) e = isnan(d) ? INFINITY : d;
+                m = std::max(m, fabs((double)want[o + c]));
+            }
+            worst = std::max(worst, e / (m > 0 ? m : 1));
+        }
+    return worst;
+}
+
+/* Whether the v heads of got and want hold the same bits. */
+static bool same_v(const float *got, const float *want, int N, int NH, int NKV, int HS) {
+    size_t W = (size_t)(NH + 2 * NKV) * HS, v = (size_t)(NH + NKV) * HS;
+    for (int n = 0; n < N; n++)
+        if (memcmp(got + n * W + v, want + n * W + v, (size_t)NKV * HS * sizeof(float)))
+            return false;
+    return true;
+}
+
+/* The q/k norms (cuda_qknorm.cuh) as ct_qknorm_forward_cuda and
+ * ct_qknorm_backward_cuda launch them, against ref's qknorm_forward and
+ * qknorm_backward on the same inputs (the backward from ref's rstd, both):
+ * out and dinp within fp32's rounding of each head's largest value, rstd
+ * relative to itself, the v heads exact, dwq and dwk (added onto a
+ * pre-fill) within 1e-6 of their largest, and the backward in place
+ * (dinp == dout) equal to out of place bit for bit. scale sets the inputs'
+ * size (small ones with a large eps make eps matter). */
+static void check_qknorm(int N, int NH, int NKV, int HS, float eps, float wofs, float scale) {
+    int heads = NH + NKV;
+    size_t W = (size_t)(NH + 2 * NKV) * HS, n = (size_t)N * W, nr = (size_t)N * heads;
+    std::vector<float> inp(n), dout(n), wq(HS), wk(HS);
+    for (auto &x : inp) x = scale * frand();
+    for (auto &x : dout) x = frand();
+    for (auto &x : wq) x = 1.5f * frand();
+    for (auto &x : wk) x = 1.5f * frand();
+    /* ref */
+    std::vector<float> out_r(n, NAN), rstd_r(nr, NAN), dinp_r(n, 7.0f), dwq_r(HS, 0.5f),
+        dwk_r(HS, -1.0f);
+    ct_qknorm_forward_ref(NULL, out_r.data(), rstd_r.data(), inp.data(), wq.data(), wk.data(), N,
+                          NH, NKV, HS, eps, wofs);
+    ct_qknorm_backward_ref(NULL, dinp_r.data(), dwq_r.data(), dwk_r.data(), dout.data(),
+                           inp.data(), wq.data(), wk.data(), rstd_r.data(), N, NH, NKV, HS, wofs);
+    /* the kernels, launched as cuda_kernels.cu launches them */
+    std::vector<float> out(n, NAN), rstd(nr, NAN), dinp(n, 7.0f), dwq(HS, 0.5f), dwk(HS, -1.0f);
+    std::vector<float> dio(dout); /* in place: dinp == dout */
+    std::vector<float> dwq2(HS, 0.5f), dwk2(HS, -1.0f);
+    int chunks = colsum_chunks(N);
+    std::vector<double> pq((size_t)chunks * HS, NAN), pk((size_t)chunks * HS, NAN);
+    float *o = out.data(), *r = rstd.data(), *di = dinp.data(), *dq = dwq.data(), *dk = dwk.data();
+    float *ip = dio.data(), *dq2 = dwq2.data(), *dk2 = dwk2.data();
+    const float *x = inp.data(), *dy = dout.data(), *q = wq.data(), *k = wk.data();
+    const float *rr = rstd_r.data();
+    double *a = pq.data(), *b = pk.data();
+    dim3 rows((unsigned)((nr + QK_WARPS - 1) / QK_WARPS));
+    launch(rows, 32 * QK_WARPS,
+           [=]() { k_qknorm_fwd(o, r, x, q, k, N, NH, NKV, HS, eps, wofs); });
+    launch_serial(dim3(3), 64, [=]() { k_qknorm_copy_v(o, x, N, NH, NKV, HS); });
+    dim3 grid((unsigned)((HS + COLSUM_THREADS - 1) / COLSUM_THREADS), (unsigned)chunks);
+    auto backward = [&](float *dst, const float *src, float *gq, float *gk) {
+        launch_serial(grid, COLSUM_THREADS,
+                      [=]() { k_qknorm_wgrad_part(a, b, src, x, rr, N, NH, NKV, HS, chunks); });
+        launch_serial(dim3(grid.x), COLSUM_THREADS,
+                      [=]() { k_colsum_add(gq, NULL, a, NULL, HS, chunks); });
+        launch_serial(dim3(grid.x), COLSUM_THREADS,
+                      [=]() { k_colsum_add(gk, NULL, b, NULL, HS, chunks); });
+        launch(rows, 32 * QK_WARPS,
+               [=]() { k_qknorm_bwd(dst, src, x, q, k, rr, N, NH, NKV, HS, wofs); });
+        if (dst != src)
+            launch_serial(dim3(2), 128, [=]() { k_qknorm_copy_v(dst, src, N, NH, NKV, HS); });
+    };
+    backward(di, dy, dq, dk);
+    backward(ip, ip, dq2, dk2);
+    double eo = err_heads(o, out_r.data(), N, NH, NKV, HS);
+    double er = 0.0;
+    for (size_t i = 0; i < nr; i++) {
+        double e = fabs((double)r[i] - rstd_r[i]) / rstd_r[i];
+        er = isnan(e) ? INFINITY : std::max(er, e);
+    }
+    double ed = err_heads(di, dinp_r.data(), N, NH, NKV, HS);
+    std::vector<double> wq_want(HS), wk_want(HS);
+    for (int c = 0; c < HS; c++) wq_want[c] = dwq_r[c] - 0.5, wk_want[c] = dwk_r[c] + 1.0;
+    double ewq = err(dq, wq_want, 0.5), ewk = err(dk, wk_want, -1.0);
+    bool v_ok = same_v(o, out_r.data(), N, NH, NKV, HS) && same_v(di, dinp_r.data(), N, NH, NKV, HS);
+    bool same = !memcmp(ip, di, n * sizeof(float)) && !memcmp(dq2, dq, HS * sizeof(float)) &&
+                !memcmp(dk2, dk, HS * sizeof(float));
+    const double tol_out = 2e-6, tol_din = 2e-6, tol_w = 1e-6; /* seen: 2.1e-7, 1.4e-7, 0 */
+    bool ok = eo < tol_out && er < tol_out && ed < tol_din && ewq < tol_w && ewk < tol_w &&
+              v_ok && same;
+    printf("%s qknorm N=%d NH=%d NKV=%d HS=%d eps=%g wofs=%g: out %.2g rstd %.2g dinp %.2g "
+           "dwq %.2g dwk %.2g%s%s\n",
+           ok ? "ok  " : "FAIL", N, NH, NKV, HS, (double)eps, (double)wofs, eo, er, ed, ewq, ewk,
+           v_ok ? "" : ", v heads differ", same ? "" : ", in place != out of place");
+    fails += !ok;
+}
+
 int main(void) {
     check<64>({2, 150, 4, 2, 64, {}});                // GQA, ragged last tiles
     check<64>({1, 64, 2, 2, 64, {}});                 // exactly one query tile
@@ -731,6 +844,12 @@ int main(void) {
     check_norm<false>(3, 768, NORM_THREADS, true, true, 1e-6f, 0.0f);
     check_norm<false>(2, 1000, NORM_THREADS, false, false, 0.5f, 1.0f); // Gemma's 1 + weight
     check_norm<false>(4, 5, 32, true, false, 1e-5f, 1.0f);
+    check_qknorm(5, 4, 2, 64, 1e-6f, 0.0f, 2.0f);    // Qwen3-like: GQA, two values a lane
+    check_qknorm(3, 2, 1, 128, 1e-6f, 1.0f, 2.0f);   // Gemma 3's 1 + weight
+    check_qknorm(2, 2, 2, 256, 1e-6f, 1.0f, 3.0f);   // Gemma 3's head_dim 256
+    check_qknorm(4, 3, 1, 40, 0.1f, 0.0f, 0.3f);     // ragged lanes, eps large enough to matter
+    check_qknorm(3, 1, 1, 16, 0.5f, 1.0f, 0.5f);     // fewer columns than lanes
+    check_qknorm(130, 2, 1, 32, 1e-6f, 0.0f, 2.0f);  // 64 row chunks of 3, a short last one
     printf("%d failure(s)\n", fails);
     return fails ? 1 : 0;
 }

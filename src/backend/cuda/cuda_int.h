@@ -18,6 +18,7 @@ extern "C" {
 #include "backend/backend.h"
 #include "backend/ctx.h"
 #include "backend/device.h"
+#include "backend/cuda/cuda_lt_cache.h"
 
 /* Reduction partials: one double per block of the fixed grid, summed on the
  * host in block order, so sum and sumsq are deterministic. */
@@ -79,6 +80,8 @@ typedef struct cuda_state {
     void *lt_lib;          /* dlopen handle of libcublasLt */
     void *lt_fns;          /* its entry points (lt_fns, cuda_lt.cu) */
     void *lt;              /* cublasLtHandle_t */
+    cuda_lt_cache lt_cache; /* the plans' keys and order of use (cuda_lt_cache.h) */
+    void *lt_plans;        /* the plans of its slots, CUDA_LT_CACHE_SIZE (lt_plan, cuda_lt.cu) */
     int lt_ok[4];          /* per CUDA_LT_* configuration: 0 not checked yet, 1 checked
                             * against the plain path, -1 off for the rest of the run */
     int lt_nokernel[4];    /* calls the heuristic found no kernel for (the plain path ran) */

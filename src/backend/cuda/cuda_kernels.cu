@@ -6,8 +6,9 @@
  * and the fused softmax cross-entropy. The exceptions are the norm forwards
  * (cuda_norm.cuh), alone or with the residual add fused in front: fp32
  * statistics over the row held on chip (PyTorch's CUDA norms accumulate in
- * fp32 too), and the cross-entropy (cuda_xent.cuh): an online softmax in
- * fp32. One block per row for the row kernels. Gradients of shared
+ * fp32 too), the q/k norms (cuda_qknorm.cuh): fp32 statistics per head,
+ * forward and backward, and the cross-entropy (cuda_xent.cuh): an online
+ * softmax in fp32. One block per row for the row kernels. Gradients of shared
  * weights (norm weights) are column sums in a fixed order, one thread per
  * column, and embedding rows sums over the sorted token ids
  * (cuda_encoder_bwd.cuh), never atomics: runs are deterministic and resume is
@@ -21,6 +22,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_encoder_bwd.cuh"
 #include "backend/cuda/cuda_norm.cuh"
+#include "backend/cuda/cuda_qknorm.cuh"
 #include "backend/cuda/cuda_xent.cuh"
 
 #define GELU_BETA 0.7978845608028654
@@ -292,36 +294,9 @@ extern "C" void ct_rope_backward_cuda(ct_backend *be, float *dqkv, const int32_t
 
 /* ------------------------------------------------------------ q/k norms */
 
-#define QK_WARPS 4 /* heads per block: a warp each */
-
-/* A warp per q or k head (global head g = n * heads + h): ref's RMSNorm of
- * its HS values, sums in double. */
-__global__ void k_qknorm_fwd(float *out, float *rstd, const float *inp, const float *wq,
-                             const float *wk, int N, int NH, int NKV, int HS, float eps,
-                             float wofs) {
-    int heads = NH + NKV, lane = threadIdx.x & 31;
-    size_t g = (size_t)blockIdx.x * QK_WARPS + (threadIdx.x >> 5);
-    if (g >= (size_t)N * heads) return; /* a whole warp leaves together */
-    size_t n = g / heads;
-    int h = (int)(g % heads);
-    size_t off = n * (size_t)(NH + 2 * NKV) * HS + (size_t)h * HS;
-    const float *x = inp + off, *w = h < NH ? wq : wk;
-    double ss = 0.0;
-    for (int c = lane; c < HS; c += 32) ss += (double)x[c] * x[c];
-    double s = 1.0 / sqrt(warp_sum(ss) / HS + eps);
-    for (int c = lane; c < HS; c += 32) out[off + c] = (float)(x[c] * s * (wofs + w[c]));
-    if (lane == 0 && rstd) rstd[g] = (float)s;
-}
-
-/* The v heads copied: thread per element. */
-__global__ void k_qknorm_copy_v(float *out, const float *inp, int N, int NH, int NKV, int HS) {
-    size_t KC = (size_t)NKV * HS, n = (size_t)N * KC, W = (size_t)(NH + 2 * NKV) * HS;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        size_t i = (k / KC) * W + (size_t)(NH + NKV) * HS + k % KC;
-        out[i] = inp[i];
-    }
-}
+/* k_qknorm_fwd, k_qknorm_bwd, k_qknorm_copy_v, k_qknorm_wgrad_part
+ * (cuda_qknorm.cuh): a warp per q or k head, fp32 statistics; the weight
+ * gradients' column sums in double partials. */
 
 extern "C" void ct_qknorm_forward_cuda(ct_backend *be, float *out, float *rstd, const float *inp,
                                        const float *wq, const float *wk, int N, int NH, int NKV,
@@ -334,53 +309,6 @@ extern "C" void ct_qknorm_forward_cuda(ct_backend *be, float *out, float *rstd, 
     size_t nv = (size_t)N * NKV * HS;
     k_qknorm_copy_v<<<cuda_grid(nv, 256), 256, 0, st>>>(out, inp, N, NH, NKV, HS);
     cuda_launched(be, "qknorm_forward");
-}
-
-/* Weight gradients, pass 1: grid (ceil(HS / COLSUM_THREADS), chunks of rows);
- * thread c sums column c of its rows' q heads into pq and k heads into pk
- * (chunks, HS), in row then head order, in double. */
-__global__ void k_qknorm_wgrad_part(double *pq, double *pk, const float *dout, const float *inp,
-                                    const float *rstd, int N, int NH, int NKV, int HS,
-                                    int chunks) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y, heads = NH + NKV;
-    if (c >= HS) return;
-    int rows = (N + chunks - 1) / chunks;
-    int n0 = k * rows, n1 = n0 + rows < N ? n0 + rows : N;
-    size_t W = (size_t)(NH + 2 * NKV) * HS;
-    double a = 0.0, b = 0.0;
-    for (int n = n0; n < n1; n++) {
-        for (int h = 0; h < heads; h++) {
-            size_t i = (size_t)n * W + (size_t)h * HS + c;
-            double t = (double)inp[i] * rstd[(size_t)n * heads + h] * dout[i];
-            if (h < NH)
-                a += t;
-            else
-                b += t;
-        }
-    }
-    pq[(size_t)k * HS + c] = a;
-    pk[(size_t)k * HS + c] = b;
-}
-
-/* A warp per q or k head: dinp = RMSNorm's input gradient (written, may be
- * dout: each lane reads its dy[c] before it writes dx[c]). */
-__global__ void k_qknorm_bwd(float *dinp, const float *dout, const float *inp, const float *wq,
-                             const float *wk, const float *rstd, int N, int NH, int NKV, int HS,
-                             float wofs) {
-    int heads = NH + NKV, lane = threadIdx.x & 31;
-    size_t g = (size_t)blockIdx.x * QK_WARPS + (threadIdx.x >> 5);
-    if (g >= (size_t)N * heads) return;
-    size_t n = g / heads;
-    int h = (int)(g % heads);
-    size_t off = n * (size_t)(NH + 2 * NKV) * HS + (size_t)h * HS;
-    const float *x = inp + off, *dy = dout + off, *w = h < NH ? wq : wk;
-    double s = rstd[g], gxm = 0.0;
-    for (int c = lane; c < HS; c += 32) gxm += (double)(wofs + w[c]) * dy[c] * x[c] * s;
-    gxm = warp_sum(gxm) / HS; /* every lane has read its dy before any writes */
-    for (int c = lane; c < HS; c += 32) {
-        double xhat = x[c] * s;
-        dinp[off + c] = (float)(s * ((double)(wofs + w[c]) * dy[c] - xhat * gxm));
-    }
 }
 
 extern "C" void ct_qknorm_backward_cuda(ct_backend *be, float *dinp, float *dwq, float *dwk,

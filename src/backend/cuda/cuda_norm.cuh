@@ -22,9 +22,13 @@
 #include <stddef.h>
 
 #define NORM_THREADS 256
-/* a row is held in dynamic shared memory up to this size (the default limit
- * of a block's dynamic shared memory, no opt-in needed): C <= 12288 */
-#define NORM_HELD_MAX_BYTES (48 * 1024)
+/* a row is held in dynamic shared memory up to this size: C <= 12032. A
+ * block may use 48 KiB without opting in, static and dynamic together, and
+ * norm_row's own sh[32] (128 bytes) is static: a held row of the full 48 KiB
+ * (C = 12288) would fail to launch. 1 KiB is left to the static part. */
+#define NORM_HELD_MAX_BYTES (47 * 1024)
+static_assert(NORM_HELD_MAX_BYTES + 32 * sizeof(float) <= 48 * 1024,
+              "a held row and norm_row's static shared memory exceed 48 KiB");
 
 /* The sum of x over the block (blockDim.x a multiple of 32, at most 1024),
  * in a fixed order; every thread gets it. sh: 32 floats of shared memory. */
