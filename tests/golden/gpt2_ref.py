@@ -458,7 +458,7 @@ def train_torch(params, config, tokens, B, T, grad_accum, steps, lr, beta1, beta
     """
     _need_torch()
     dtype = dtype or torch.float32
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     names = param_names(normalize_config(config)["n_layer"])
     P = {}
     for n in names:

@@ -357,7 +357,7 @@ def train_torch(params, c, tokens, B, T, steps, lr, beta1, beta2, eps, weight_de
     order), weight decay on tensors of rank >= 2 only; per step: loss, pre-clip global
     grad norm, clipping when grad_clip > 0. Returns per-step losses and norms, the grads of
     `grads_step` and the final parameters ({name: numpy float32})."""
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     names = list(param_shapes(c))
     P = {n: torch.as_tensor(np.asarray(params[n]) if not torch.is_tensor(params[n]) else params[n])
          .detach().clone().float().contiguous().requires_grad_(True) for n in names}

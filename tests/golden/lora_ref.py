@@ -190,7 +190,7 @@ def train(arch, base, c, adapter, scale, tokens, B, T, steps, lr, beta1, beta2, 
     """torch.optim.AdamW (foreach=False) over the adapter factors only (every one decayed:
     all are matrices), the base frozen (requires_grad False); sequential batches; per step
     the loss and the pre-clip global grad norm, clipping when grad_clip > 0."""
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     P = {n: torch.as_tensor(np.asarray(t) if not torch.is_tensor(t) else t).float()
          for n, t in base.items()}
     ad = {p: (v.detach().clone().requires_grad_(True) if p in SAVED else

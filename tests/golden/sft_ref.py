@@ -291,7 +291,7 @@ def train(arch, params, cfg, data, steps, lr, beta1, beta2, eps, weight_decay, g
     (torch's clip_grad_norm_); step.
     Returns per-step losses, norms and counted targets, the grads of grads_step and the
     final parameters ({name: numpy float32})."""
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     names = model_names(arch, cfg)
     P = as_params(arch, cfg, params)
     decay = [P[n] for n in names if P[n].ndim >= 2]
@@ -493,7 +493,7 @@ def selfcheck_model(arch):
 
 
 def selfcheck():
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     ok = selfcheck_rows()
     ok &= selfcheck_model("gpt2")
     ok &= selfcheck_model("llama")

@@ -149,7 +149,7 @@ def ctrain_losses(rep, binary, label, args, env_extra=None):
 
 def torch_train(forward, names, params, cfg, tokens, steps, bf16):
     """AdamW as train_torch in gpt2_ref/llama_ref, the forward under CPU autocast when bf16."""
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     P = {n: torch.as_tensor(np.asarray(params[n]) if not torch.is_tensor(params[n])
                             else params[n]).detach().clone().float().contiguous()
          .requires_grad_(True) for n in names}

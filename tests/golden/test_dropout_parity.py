@@ -350,7 +350,7 @@ def main(argv):
     binary = os.path.abspath(argv[1])
     rep = Report()
     t_start = time.time()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     tmp = tempfile.mkdtemp(prefix="ctrain_dropout_parity_")
     print("working directory: %s" % tmp)
     tokens = make_tokens(N_TOKENS, V, 11)

@@ -270,7 +270,7 @@ def main(argv):
     names = argv[2:] or list(FAMILIES)
     rep = TP.Report()
     t_start = time.time()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     tmp = tempfile.mkdtemp(prefix="ctrain_family_parity_")
     print("working directory: %s" % tmp)
     # Llama 3's scaling must reach all three bands at this head size, or it is not tested

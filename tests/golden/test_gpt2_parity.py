@@ -360,7 +360,7 @@ def main(argv):
     binary = os.path.abspath(argv[1])
     rep = Report()
     t_start = time.time()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
         rep.check("ctrain binary", False, "%s is not an executable file" % binary)
         return finish(rep, None, t_start)

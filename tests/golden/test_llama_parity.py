@@ -183,7 +183,7 @@ def main(argv):
     binary = os.path.abspath(argv[1])
     rep = Report()
     t_start = time.time()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     tmp = tempfile.mkdtemp(prefix="ctrain_llama_parity_")
     P = lambda *a: os.path.join(tmp, *a)  # noqa: E731
     print("working directory: %s" % tmp)

@@ -198,7 +198,7 @@ def main(argv):
     binary = os.path.abspath(argv[1])
     rep = TP.Report()
     t_start = time.time()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     tmp = tempfile.mkdtemp(prefix="ctrain_lora_parity_")
     print("working directory: %s" % tmp)
     for case in CASES:

@@ -243,7 +243,7 @@ def main(argv):
         return 0
     rep = TP.Report()
     t_start = time.time()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     tmp = tempfile.mkdtemp(prefix="ctrain_sft_parity_")
     P = lambda *a: os.path.join(tmp, *a)  # noqa: E731
     print("working directory: %s" % tmp)

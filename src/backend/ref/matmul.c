@@ -1,26 +1,50 @@
 /*
  * Reference dense layer (torch.nn.Linear): out = inp @ weight^T + bias and its
- * backward, as triple loops with double accumulators; and the mixed-precision
+ * backward, as loops with double accumulators; and the mixed-precision
  * (bf16 inputs, fp32 sums) twins of both; the dense layer followed by GELU
- * (matmul_gelu_forward) as the two kernels in turn.
- * Leaves out: blocking, BLAS and threading (see cpu/matmul.c); this one is
- * only for testing and tiny models.
+ * (matmul_gelu_forward) as the two kernels in turn. Every output is one sum
+ * in the plain triple loop's order (the forward in c order from the bias, the
+ * backward's in o or n order); the loops are only tiled or turned so several
+ * independent sums run together over contiguous rows (the sim backend and the
+ * ASan suite train through these), which leaves every result's bits as the
+ * plain loops give them.
+ * Leaves out: cache blocking, BLAS and threading (see cpu/matmul.c); this one
+ * is only for testing and tiny models.
  */
 #include "backend/ref/ref.h"
 #include "core/dtype.h"
+
+/* Sums kept at once (stack arrays): the backward's along a row, the
+ * forward's tile of rows x outputs. */
+enum { REF_CB = 256, REF_TILE = 4 };
 
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL.
  * Ref: https://pytorch.org/docs/stable/generated/torch.nn.Linear.html */
 void ct_matmul_forward_ref(ct_backend *be, float *out, const float *inp, const float *weight, const float *bias,
                            int N, int C, int OC) {
     (void)be;
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        for (int o = 0; o < OC; o++) {
-            const float *w = weight + (size_t)o * C;
-            double acc = bias ? bias[o] : 0.0;
-            for (int c = 0; c < C; c++) acc += (double)x[c] * w[c];
-            out[(size_t)n * OC + o] = (float)acc;
+    /* REF_TILE x REF_TILE outputs at a time: independent sums, each in c order
+     * from its bias, as a plain loop per output forms it (bit for bit) */
+    for (int n0 = 0; n0 < N; n0 += REF_TILE) {
+        int nb = N - n0 < REF_TILE ? N - n0 : REF_TILE;
+        for (int o0 = 0; o0 < OC; o0 += REF_TILE) {
+            int ob = OC - o0 < REF_TILE ? OC - o0 : REF_TILE;
+            double acc[REF_TILE][REF_TILE];
+            const float *x = inp + (size_t)n0 * C, *w = weight + (size_t)o0 * C;
+            for (int i = 0; i < nb; i++)
+                for (int k = 0; k < ob; k++) acc[i][k] = bias ? bias[o0 + k] : 0.0;
+            if (nb == REF_TILE && ob == REF_TILE) /* fixed counts the compiler unrolls */
+                for (int c = 0; c < C; c++)
+                    for (int i = 0; i < REF_TILE; i++)
+                        for (int k = 0; k < REF_TILE; k++)
+                            acc[i][k] += (double)x[(size_t)i * C + c] * w[(size_t)k * C + c];
+            else
+                for (int c = 0; c < C; c++)
+                    for (int i = 0; i < nb; i++)
+                        for (int k = 0; k < ob; k++)
+                            acc[i][k] += (double)x[(size_t)i * C + c] * w[(size_t)k * C + c];
+            for (int i = 0; i < nb; i++)
+                for (int k = 0; k < ob; k++) out[(size_t)(n0 + i) * OC + o0 + k] = (float)acc[i][k];
         }
     }
 }
@@ -31,23 +55,36 @@ void ct_matmul_forward_ref(ct_backend *be, float *out, const float *inp, const f
 void ct_matmul_backward_ref(ct_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC) {
     (void)be;
+    /* Each output's sum runs in the order the plain triple loop takes (o, then
+     * n, ascending); the loops are turned so the innermost one walks a row
+     * (REF_CB accumulators at a time): the same additions, bit for bit, without
+     * striding through the whole weight for every output. */
+    double sums[REF_CB];
     if (dinp) {
         for (int n = 0; n < N; n++) {
-            for (int c = 0; c < C; c++) {
-                double acc = 0.0;
-                for (int o = 0; o < OC; o++)
-                    acc += (double)dout[(size_t)n * OC + o] * weight[(size_t)o * C + c];
-                dinp[(size_t)n * C + c] += (float)acc;
+            for (int c0 = 0; c0 < C; c0 += REF_CB) {
+                int cb = C - c0 < REF_CB ? C - c0 : REF_CB;
+                for (int j = 0; j < cb; j++) sums[j] = 0.0;
+                for (int o = 0; o < OC; o++) {
+                    double d = dout[(size_t)n * OC + o];
+                    const float *w = weight + (size_t)o * C + c0;
+                    for (int j = 0; j < cb; j++) sums[j] += d * w[j];
+                }
+                for (int j = 0; j < cb; j++) dinp[(size_t)n * C + c0 + j] += (float)sums[j];
             }
         }
     }
     if (dweight) {
         for (int o = 0; o < OC; o++) {
-            for (int c = 0; c < C; c++) {
-                double acc = 0.0;
-                for (int n = 0; n < N; n++)
-                    acc += (double)dout[(size_t)n * OC + o] * inp[(size_t)n * C + c];
-                dweight[(size_t)o * C + c] += (float)acc;
+            for (int c0 = 0; c0 < C; c0 += REF_CB) {
+                int cb = C - c0 < REF_CB ? C - c0 : REF_CB;
+                for (int j = 0; j < cb; j++) sums[j] = 0.0;
+                for (int n = 0; n < N; n++) {
+                    double d = dout[(size_t)n * OC + o];
+                    const float *x = inp + (size_t)n * C + c0;
+                    for (int j = 0; j < cb; j++) sums[j] += d * x[j];
+                }
+                for (int j = 0; j < cb; j++) dweight[(size_t)o * C + c0 + j] += (float)sums[j];
             }
         }
     }
@@ -87,25 +124,32 @@ void ct_matmul_backward_bf16_ref(ct_backend *be, float *dinp, float *dweight, fl
                                 const float *dout, const uint16_t *inp16,
                                 const uint16_t *weight16, int N, int C, int OC) {
     (void)be;
+    float acc[REF_CB]; /* turned loops, the plain order of each sum (see above) */
     if (dinp) {
         for (int n = 0; n < N; n++) {
-            for (int c = 0; c < C; c++) {
-                float acc = 0.0f;
-                for (int o = 0; o < OC; o++)
-                    acc += bf16_round(dout[(size_t)n * OC + o]) *
-                           ct_bf16_to_f32(weight16[(size_t)o * C + c]);
-                dinp[(size_t)n * C + c] += acc;
+            for (int c0 = 0; c0 < C; c0 += REF_CB) {
+                int cb = C - c0 < REF_CB ? C - c0 : REF_CB;
+                for (int j = 0; j < cb; j++) acc[j] = 0.0f;
+                for (int o = 0; o < OC; o++) {
+                    float d = bf16_round(dout[(size_t)n * OC + o]);
+                    const uint16_t *w = weight16 + (size_t)o * C + c0;
+                    for (int j = 0; j < cb; j++) acc[j] += d * ct_bf16_to_f32(w[j]);
+                }
+                for (int j = 0; j < cb; j++) dinp[(size_t)n * C + c0 + j] += acc[j];
             }
         }
     }
     if (dweight) {
         for (int o = 0; o < OC; o++) {
-            for (int c = 0; c < C; c++) {
-                float acc = 0.0f;
-                for (int n = 0; n < N; n++)
-                    acc += bf16_round(dout[(size_t)n * OC + o]) *
-                           ct_bf16_to_f32(inp16[(size_t)n * C + c]);
-                dweight[(size_t)o * C + c] += acc;
+            for (int c0 = 0; c0 < C; c0 += REF_CB) {
+                int cb = C - c0 < REF_CB ? C - c0 : REF_CB;
+                for (int j = 0; j < cb; j++) acc[j] = 0.0f;
+                for (int n = 0; n < N; n++) {
+                    float d = bf16_round(dout[(size_t)n * OC + o]);
+                    const uint16_t *x = inp16 + (size_t)n * C + c0;
+                    for (int j = 0; j < cb; j++) acc[j] += d * ct_bf16_to_f32(x[j]);
+                }
+                for (int j = 0; j < cb; j++) dweight[(size_t)o * C + c0 + j] += acc[j];
             }
         }
     }
