@@ -95,6 +95,11 @@ typedef struct ct_step_info {
     int64_t val_tokens;    /* tokens that validation scored (0 when none ran) */
     bool skipped;          /* update skipped (non-finite loss or gradient, or a spike) */
     bool spike;            /* skipped as a loss or grad-norm spike */
+    bool overflow;         /* train.precision=fp16: skipped as a loss-scale overflow (the
+                            * scaled gradient was not finite, the loss was); the guard
+                            * does not see such a step */
+    double loss_scale;     /* train.precision=fp16: the loss scale this step ran with;
+                            * 0 for other precisions */
     bool rolled_back;      /* this step ended a bad run with a rollback */
     bool checkpointed;     /* a checkpoint of this step was written */
     int64_t rollback_to;   /* step of the restored checkpoint (0: initial state); -1: none */

@@ -80,6 +80,21 @@ bool ct_gpu_has_bf16(int major, int minor);
 ct_status ct_device_check_bf16(const ct_device_info *di, const char *precision,
                                const char *base_dtype);
 
+/* Refuse train.precision = fp16 where it does not belong, before anything is
+ * built: fp16 with dynamic loss scaling is for NVIDIA GPUs without bf16
+ * (compute capability below 8.0: T4, V100). di NULL: the run is on a CPU
+ * (run.device cpu or ref): refused, the hint naming bf16 (with bf16
+ * instructions) or fp32. A GPU of compute capability 8.0 or later: refused,
+ * the hint naming bf16. Below 8.0, or a device without a capability (sim
+ * without CT_SIM_COMPUTE_CAPABILITY): CT_OK. CT_ERR_ARG names the key, the
+ * device and why. Pure. */
+ct_status ct_device_check_fp16(const ct_device_info *di);
+
+/* The compute capability the sim device reports: CT_SIM_COMPUTE_CAPABILITY
+ * ("7.5"), 0.0 (untouched) when unset or empty; CT_ERR_ARG names a malformed
+ * value. */
+ct_status ct_device_sim_capability(int *major, int *minor);
+
 /* The GPU a process takes for run.device = spec (cuda or cuda:N), as
  * `local_rank` of the ranks on its machine (-1: not launched by mpirun) on a
  * machine whose driver sees n_devices GPUs (<= 0: unknown): cuda:N takes N

@@ -121,6 +121,7 @@ void ct_download_cuda(ct_backend *be, void *dst, const void *src, size_t bytes);
 void ct_copy_cuda(ct_backend *be, void *dst, const void *src, size_t bytes);
 void ct_f32_to_bf16_cuda(ct_backend *be, uint16_t *dst, const float *src, size_t n);
 void ct_bf16_to_f32_cuda(ct_backend *be, float *dst, const uint16_t *src, size_t n);
+void ct_f32_to_f16_cuda(ct_backend *be, uint16_t *dst, const float *src, size_t n);
 void ct_scale_add_cuda(ct_backend *be, float *y, int ldy, const float *x, int ldx, int rows,
                        int cols, float a, bool accumulate);
 void ct_fill_cuda(ct_backend *be, float *x, float value, size_t n);
@@ -207,6 +208,12 @@ void ct_matmul_gelu_forward_bf16_cuda(ct_backend *be, float *pre, float *out, co
 void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const uint16_t *inp16,
                                   const uint16_t *weight16, int N, int C, int OC);
+void ct_matmul_forward_f16_cuda(ct_backend *be, float *out, const float *inp,
+                                const uint16_t *weight16, const float *bias, int N, int C,
+                                int OC);
+void ct_matmul_backward_f16_cuda(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const uint16_t *inp16,
+                                 const uint16_t *weight16, int N, int C, int OC);
 
 /* attention (cuda_attention.cu; the _bf16 entries in cuda_flash.cu) */
 void ct_attention_forward_cuda(ct_backend *be, float *out, float *lse, const float *qkv,
