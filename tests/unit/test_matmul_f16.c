@@ -17,8 +17,6 @@
 #include "core/dtype.h"
 #include "ct_test.h"
 
-extern const ct_backend_i ct_backend_ref_i;
-
 static uint32_t rng = 12345u;
 static float urand(float a) { /* [-a, a) */
     rng = rng * 1664525u + 1013904223u;
