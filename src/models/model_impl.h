@@ -269,11 +269,11 @@ struct ct_model {
     size_t *small_off;                  /* [n_table] offset of a 1-D entry in small */
     size_t *span;                       /* [n_table] elements one GEMM reads from the entry:
                                          * the fused q,k,v or gate,up rows from the first */
-    /* precision bf16: bf16 copies of the matrices the GEMMs read (every 2-D
+    /* precision bf16/fp16: 16-bit copies of the matrices the GEMMs read (every 2-D
      * entry but GPT-2's wpe and an untied embedding), made from the fp32
      * master weights by ct_model_refresh_weights16, never per GEMM. NULL for
      * fp32, and with a bf16 LoRA base (its GEMMs read params16 as it is). */
-    uint16_t *w16;                      /* (w16_numel) bf16 bits */
+    uint16_t *w16;                      /* (w16_numel) bf16 or fp16 bits */
     size_t w16_numel;
     size_t *w16_off;                    /* [n_table] an entry's offset in w16; SIZE_MAX: none */
     bool w16_fresh;                     /* w16 equals the master weights */

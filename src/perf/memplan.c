@@ -734,7 +734,7 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
     if (st) return st;
     if (r->device_limit && need.total <= r->limit) {
         st = CT_ERR(CT_ERR_ARG,
-                    "the run needs %.0f MiB of device memory on %s (params %.0f, bf16 copies "
+                    "the run needs %.0f MiB of device memory on %s (params %.0f, 16-bit copies "
                     "%.0f, grads %.0f, AdamW %.0f, activations %.0f, work %.0f, scratch %.0f, "
                     "workspaces %.0f, reserve %.0f; B=%d T=%d recompute %s, %s activations) but "
                     "run.memory_limit = '%s' of its %.0f MiB free allows %.0f MiB",
