@@ -183,7 +183,7 @@ static void print_progress(const ct_step_info *s, void *user) {
                       s->val_loss, vt);
     }
     if (s->loss_scale > 0 && n > 0 && (size_t)n < sizeof p->line) /* fp16 */
-        n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | scale %g", s->loss_scale);
+        n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | scale %.9g", s->loss_scale);
     if (s->skipped && n > 0 && (size_t)n < sizeof p->line)
         n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | %s (%lld so far)",
                       s->overflow ? "FP16 OVERFLOW, SKIPPED"
