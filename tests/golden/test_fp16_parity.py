@@ -17,7 +17,8 @@ nor a CPU GradScaler, so the reference writes both out:
     halves S; otherwise the gradients are unscaled (times the fp32 1/S), clipped
     (clip_grad_norm_) and AdamW steps; after W good steps in a row S doubles.
 Checks, for GPT-2 (model.dropout=0) and a LLaMA-family tiny (GQA, SwiGLU, RoPE):
-  * 8 AdamW steps at the default scale (2^16): per-step losses within LOSS_RTOL of the
+  * 8 AdamW steps at the default scale (2^16): the unscaled gradient norms within
+    NORM_RTOL of the reference; per-step losses within LOSS_RTOL of the
     reference (the bf16 parity test allows 2e-2 against autocast; fp16 keeps 3 more bits
     and the reference has ctrain's semantics exactly, so the bound here is far tighter);
     ctrain's fp16 losses differ from its fp32 ones (fp16 is in effect) by much more;
@@ -53,9 +54,12 @@ LLAMA_CFG = dict(vocab_size=293, hidden_size=64, intermediate_size=172, num_hidd
                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                  rms_norm_eps=1e-6, rope_theta=20000.0, tie_word_embeddings=False)
 B, T, STEPS = 4, 16, 8
-LR, BETA1, BETA2, WD, CLIP, EPS = 3e-3, 0.9, 0.95, 0.1, 0.5, 1e-6
+# eps 1e-4, against gradients of 1e-4..1e-2: an update AdamW would read still scaled by S
+# (not unscaled) moves far enough from the reference to fail
+LR, BETA1, BETA2, WD, CLIP, EPS = 3e-3, 0.9, 0.95, 0.1, 0.5, 1e-4
 LOSS_RTOL = 2e-4   # per-step losses against the reference (same semantics, other sum orders)
-TEETH = 0.7        # ctrain fp16's mean gap to the reference under TEETH x ctrain fp32's
+NORM_RTOL = 1e-3   # the gradient norms (sums over every gradient, in other orders)
+TEETH = 0.8        # ctrain fp16's mean gap to the reference under TEETH x ctrain fp32's
 OVF_INIT, OVF_W, OVF_STEPS = 2.0 ** 24, 2, 12
 TIMEOUT_S = 300
 
@@ -130,7 +134,7 @@ def torch_train(forward, names, params, cfg, tokens, steps, init, window, fp16=T
     plist = [P[n] for n in names]
     batches = G.sequential_batches(tokens, B, T)
     S, good = init, 0
-    losses, scales, overflow = [], [], []
+    losses, scales, overflow, norms = [], [], [], []
     for _ in range(steps):
         opt.zero_grad(set_to_none=False)
         x, y = next(batches)
@@ -148,18 +152,19 @@ def torch_train(forward, names, params, cfg, tokens, steps, init, window, fp16=T
         if not all(bool(torch.isfinite(p.grad).all()) for p in plist):
             S, good = S * 0.5, 0
             overflow.append(1)
+            norms.append(None)
             continue
         overflow.append(0)
         inv = torch.tensor(1.0 / S, dtype=torch.float32)
         with torch.no_grad():
             for p in plist:
                 p.grad.mul_(inv)
-        torch.nn.utils.clip_grad_norm_(plist, CLIP)
+        norms.append(float(torch.nn.utils.clip_grad_norm_(plist, CLIP)))
         opt.step()
         good += 1
         if good == window:
             S, good = S * 2, 0
-    return losses, scales, overflow
+    return losses, scales, overflow, norms
 
 
 def run(binary, args):
@@ -214,7 +219,8 @@ def parity(rep, binary, tmp, name, forward, names, params, save, cfg, tokens, ov
     save(init, cfg, params)
     shard = os.path.join(d, "train.bin")
     G.write_shard(shard, tokens)
-    ref, ref_s, _ = torch_train(forward, names, params, cfg, tokens, STEPS, 65536.0, 2000)
+    ref, ref_s, _, ref_n = torch_train(forward, names, params, cfg, tokens, STEPS, 65536.0,
+                                       2000)
     c16 = ctrain_run(rep, binary, "%s fp16" % name,
                      train_args(init, shard, os.path.join(d, "run16"), STEPS,
                                 ["train.precision=fp16"]))
@@ -233,6 +239,10 @@ def parity(rep, binary, tmp, name, forward, names, params, save, cfg, tokens, ov
     rep.check("%s: %d per-step losses within %g of the torch fp16 reference"
               % (name, STEPS, LOSS_RTOL), len(l16) == STEPS and worst <= LOSS_RTOL,
               "worst %.2e" % worst)
+    gn = [o["grad_norm"] for o in c16]
+    wn = max(rel(a, b) for a, b in zip(gn, ref_n))
+    rep.check("%s: the true (unscaled) gradient norms within %g of the reference"
+              % (name, NORM_RTOL), wn <= NORM_RTOL, "worst %.2e: %s vs %s" % (wn, gn, ref_n))
     rep.check("%s: loss_scale 65536 every step, as the reference" % name,
               [o.get("loss_scale") for o in c16] == ref_s, str([o.get("loss_scale") for o in c16]))
     # fp16 rounds activations too, so a 1-ulp difference in an fp32 sum can flip an
@@ -245,8 +255,8 @@ def parity(rep, binary, tmp, name, forward, names, params, save, cfg, tokens, ov
               "fp16 %.2e, fp32 %.2e" % (g16, g32))
     if not overflow_run:
         return
-    ref, ref_s, ref_o = torch_train(forward, names, params, cfg, tokens, OVF_STEPS, OVF_INIT,
-                                    OVF_W)
+    ref, ref_s, ref_o, _ = torch_train(forward, names, params, cfg, tokens, OVF_STEPS,
+                                       OVF_INIT, OVF_W)
     co = ctrain_run(rep, binary, "%s fp16 from 2^24" % name,
                     train_args(init, shard, os.path.join(d, "runovf"), OVF_STEPS,
                                ["train.precision=fp16", "train.loss_scale_init=%r" % OVF_INIT,
