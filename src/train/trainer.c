@@ -7,6 +7,8 @@
  * training state (train_state.h), a stop flag polled after every step, and
  * the final Hugging Face directory in run.dir. trainer_setup.c checks and
  * builds everything before the loop writes anything.
+ * train.precision=fp16 scales the loss (loss_scale_step: GradScaler's dynamic
+ * scale, overflows skipped outside the guard).
  * A LoRA run trains only the adapters and ends with a PEFT adapter directory;
  * under mpirun every rank runs this loop (trainer_dist.c), and run.trace
  * records chosen steps as a Chrome trace.
