@@ -76,12 +76,12 @@ ct_status ct_backend_device_info(ct_backend *be, ct_device_info *out) {
     return ct_device_sim_capability(&out->cc_major, &out->cc_minor);
 }
 
-ct_status ct_backend_gemm_peak(ct_backend *be, bool bf16, int n, int reps, double *gflops) {
+ct_status ct_backend_gemm_peak(ct_backend *be, int prec, int n, int reps, double *gflops) {
     *gflops = 0;
 #ifdef CT_USE_CUDA
-    if (is_cuda(be)) return ct_cuda_gemm_peak(be, bf16, n, reps, gflops);
+    if (is_cuda(be)) return ct_cuda_gemm_peak(be, prec, n, reps, gflops);
 #else
-    (void)bf16;
+    (void)prec;
     (void)n;
     (void)reps;
 #endif

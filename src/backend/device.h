@@ -44,10 +44,11 @@ bool ct_backend_has_device_memory(const ct_backend *be);
  * plan's host part is all there is). */
 ct_status ct_backend_device_info(ct_backend *be, ct_device_info *out);
 /* Sustained GEMM rate on the device, GFLOP/s: the best of reps runs of an
- * n x n x n product, fp32 (TF32 off, as the backend runs its fp32 GEMMs) or
- * bf16 inputs with fp32 accumulation (bf16 true). Its buffers are freed
- * before it returns. CT_ERR_ARG for a backend without a GPU; CT_ERR_OOM. */
-ct_status ct_backend_gemm_peak(ct_backend *be, bool bf16, int n, int reps, double *gflops);
+ * n x n x n product of precision prec (a ct_precision: 0 fp32, TF32 off, as
+ * the backend runs its fp32 GEMMs; 1 bf16 or 2 fp16 inputs with fp32
+ * accumulation; a bool's true is bf16). Its buffers are freed before it
+ * returns. CT_ERR_ARG for a backend without a GPU; CT_ERR_OOM. */
+ct_status ct_backend_gemm_peak(ct_backend *be, int prec, int n, int reps, double *gflops);
 
 /* The sim backend's device memory: at most cap bytes of its device buffers at
  * once (0: no limit, and no device memory of its own to plan); an allocation

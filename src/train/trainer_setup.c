@@ -946,11 +946,14 @@ static ct_status measure_gpu_peak(trainer *t, ct_precision prec) {
     ct_device_info di;
     ct_status st = ct_backend_device_info(be, &di);
     if (st) return st;
-    bool bf16 = prec == CT_PREC_BF16;
-    t->gpu_theory = bf16 ? di.bf16_theory_gflops : di.fp32_theory_gflops;
+    /* fp16 (GPUs without bf16): its tensor cores' rate is not in the theory's
+     * table, so MFU is against the measured fp16 GEMM peak only */
+    t->gpu_theory = prec == CT_PREC_BF16   ? di.bf16_theory_gflops
+                    : prec == CT_PREC_FP32 ? di.fp32_theory_gflops
+                                           : 0;
     if (t->gemm_peak > 0) return CT_OK;
     double t0 = ct_time_s();
-    st = ct_backend_gemm_peak(be, bf16, TRAINER_GPU_PEAK_N, 3, &t->gemm_peak);
+    st = ct_backend_gemm_peak(be, (int)prec, TRAINER_GPU_PEAK_N, 3, &t->gemm_peak);
     if (st) {
         ct_log(CT_LOG_WARN, "cannot measure the GPU's GEMM peak (%s): MFU is reported against "
                "the theoretical peak only (mfu_theory); set alerts.gemm_peak_gflops",
@@ -962,7 +965,7 @@ static ct_status measure_gpu_peak(trainer *t, ct_precision prec) {
     t->gemm_n = TRAINER_GPU_PEAK_N;
     ct_log(CT_LOG_INFO, "%s: %s GEMM peak %.0f GFLOP/s (cuBLAS, n=%d, %.2f s); theoretical "
            "%.0f GFLOP/s (%d multiprocessors at %.0f MHz, compute capability %d.%d)", di.name,
-           bf16 ? "bf16" : "fp32", t->gemm_peak, TRAINER_GPU_PEAK_N, ct_time_s() - t0,
+           ct_model_precision_name(prec), t->gemm_peak, TRAINER_GPU_PEAK_N, ct_time_s() - t0,
            t->gpu_theory, di.sms, di.clock_mhz, di.cc_major, di.cc_minor);
     return CT_OK;
 }

@@ -81,7 +81,7 @@ static void test_sim_capacity(void) {
     CHECK(!ct_backend_has_device_memory(be));
     CHECK(ct_backend_device_info(be, &di) == CT_ERR_ARG);
     double g;
-    CHECK(ct_backend_gemm_peak(be, false, 64, 1, &g) == CT_ERR_ARG && g == 0);
+    CHECK(ct_backend_gemm_peak(be, CT_PREC_FP32, 64, 1, &g) == CT_ERR_ARG && g == 0);
     ct_ctx_free(ctx);
 
     cp.sim_device_memory = 1 << 20;

@@ -105,8 +105,9 @@ void cuda_latch(ct_backend *be, int code, const char *what, const char *detail);
 void cuda_mem_sample(ct_backend *be);
 /* The device's properties and memory (backend/device.h); CT_OK. */
 ct_status ct_cuda_device_info(ct_backend *be, ct_device_info *out);
-/* cuBLAS's sustained fp32 or bf16 GEMM rate on the device (backend/device.h). */
-ct_status ct_cuda_gemm_peak(ct_backend *be, bool bf16, int n, int reps, double *gflops);
+/* cuBLAS's sustained fp32, bf16 or fp16 GEMM rate on the device (prec 0, 1,
+ * 2: backend/device.h). */
+ct_status ct_cuda_gemm_peak(ct_backend *be, int prec, int n, int reps, double *gflops);
 /* The backend's state. */
 static inline cuda_state *cuda_st(ct_backend *be) { return (cuda_state *)be->state; }
 
