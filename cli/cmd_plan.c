@@ -139,8 +139,8 @@ int cmd_plan(int argc, char **argv) {
     if (bf16) printf("  bf16 GEMMs: %s\n", bwhy);
     printf("  params   %10.1f MiB\n", p->params / MiB);
     if (p->weights16)
-        printf("  params16 %10.1f MiB  (bf16 copies of the GEMM weights, precision bf16)\n",
-               p->weights16 / MiB);
+        printf("  params16 %10.1f MiB  (%s copies of the GEMM weights, precision %s)\n",
+               p->weights16 / MiB, prec_name, prec_name);
     printf("  grads    %10.1f MiB\n", p->grads / MiB);
     printf("  optim    %10.1f MiB  (AdamW m, v)\n", optim / MiB);
     printf("  acts     %10.1f MiB  (kept for backward, %s)\n", p->acts / MiB, dt_name);
@@ -180,9 +180,9 @@ int cmd_plan(int argc, char **argv) {
            "the device's)\n", total / MiB);
     printf("device %s: %.1f MiB free when the backend had started (of %.1f MiB)\n",
            rp.env.device_name, rp.env.device_free / MiB, rp.env.device_total / MiB);
-    printf("  tensors  %10.1f MiB  (params, bf16 copies, grads, acts, work, scratch, AdamW "
+    printf("  tensors  %10.1f MiB  (params, 16-bit copies, grads, acts, work, scratch, AdamW "
            "above)\n", (p->total + optim) / MiB);
-    printf("  workspaces %8.1f MiB  (the CUDA kernels' and the bf16 GEMM operands')\n",
+    printf("  workspaces %8.1f MiB  (the CUDA kernels' and the 16-bit GEMM operands')\n",
            rp.dev_ws / MiB);
     printf("  reserve  %10.1f MiB  (kernel code loaded on first launch, allocation rounding)\n",
            rp.dev_reserve / MiB);

@@ -182,9 +182,14 @@ static void print_progress(const ct_step_info *s, void *user) {
         n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | val %.4f (%s tok)",
                       s->val_loss, vt);
     }
+    if (s->loss_scale > 0 && n > 0 && (size_t)n < sizeof p->line) /* fp16 */
+        n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | scale %.9g", s->loss_scale);
     if (s->skipped && n > 0 && (size_t)n < sizeof p->line)
         n += snprintf(p->line + n, sizeof p->line - (size_t)n, " | %s (%lld so far)",
-                      s->spike ? "SPIKE, SKIPPED" : "SKIPPED", (long long)p->skipped);
+                      s->overflow ? "FP16 OVERFLOW, SKIPPED"
+                      : s->spike  ? "SPIKE, SKIPPED"
+                                  : "SKIPPED",
+                      (long long)p->skipped);
     if (s->rolled_back && n > 0 && (size_t)n < sizeof p->line)
         n += snprintf(p->line + n, sizeof p->line - (size_t)n,
                       " | ROLLED BACK to step %lld, lr x%.3g (%lld rollbacks)",

@@ -46,7 +46,7 @@ LIMIT_MIB=64
 # would need glibc 2.36, a newer one than the binaries do (2.34). Everything
 # else they load travels.
 GLIBC_LIBS='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1|libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libresolv\.so\.2|libutil\.so\.1|libanl\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1)$'
-BINS=(ctrain test_kernels test_kernels_bf16 test_kernels_llama)
+BINS=(ctrain test_kernels test_kernels_bf16 test_kernels_f16 test_kernels_llama)
 
 # a hash of the sources a build depends on (scripts/gpu_check.sh computes the same)
 src_hash() {

@@ -16,7 +16,8 @@
 #                 (up to 300 s, the libraries from .offline-deps when carried)
 #   sync      25  CT_CUDA_SYNC=1 names the kernel that faults (CT_CUDA_FAULT
 #                 makes one), and without it the hint says to set it
-#   kernels   60  every kernel, forward and backward, fp32 and bf16, GPT-2 and
+#   kernels   60  every kernel, forward and backward, fp32, bf16 and fp16 (cuBLAS's
+#                 CUDA_R_16F GEMMs, which the trainer runs below 8.0 only), GPT-2 and
 #                 LLaMA shapes, held to the ref backend on the GPU; bf16's
 #                 tensor-core attention (head sizes 64 and 128, GQA, packed) to
 #                 the double formula, required to run on compute capability 8+
@@ -197,7 +198,7 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
     local b=$ROOT/build-gpu
     { cmake -S "$ROOT" -B "$b" -DCMAKE_BUILD_TYPE=Release -DCT_PYTHON="$PY" -DCT_BENCH=OFF \
         ${CT_DEPS_PREFIX:+-DCT_DEPS_PREFIX="$CT_DEPS_PREFIX"} &&
-      cmake --build "$b" -j "$(nproc)" --target ctrain test_kernels test_kernels_bf16 test_kernels_llama
+      cmake --build "$b" -j "$(nproc)" --target ctrain test_kernels test_kernels_bf16 test_kernels_f16 test_kernels_llama
     } >>"$LOG" 2>&1
     if [ ! -x "$b/ctrain" ]; then result "FAIL: $why, and the build failed (logs/setup.log)"; return 1; fi
     echo "CTRAIN='$b/ctrain'; TESTBIN='$b/tests'" >>"$WORK/env.sh"
@@ -244,7 +245,7 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
     cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)
     if [ "${cc%%.*}" -ge 8 ] 2>/dev/null; then export CT_TEST_TENSOR_CORES=1
     else detail "- compute capability '${cc:-?}': the tensor-core attention is not required"; fi
-    for t in test_kernels test_kernels_bf16 test_kernels_llama; do
+    for t in test_kernels test_kernels_bf16 test_kernels_f16 test_kernels_llama; do
       want_test "$t" || continue
       local bin=$TESTBIN/$t
       [ -x "$bin" ] || bin=$(dirname "$TESTBIN")/tests/$t

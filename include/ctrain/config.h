@@ -56,7 +56,10 @@ typedef struct ct_config {
         int64_t early_stop_patience; /* evaluations without improvement; 0 = off */
         char recompute[CT_NAME_MAX];        /* none | light | full | auto */
         char activation_dtype[CT_NAME_MAX]; /* fp32 | bf16: storage of kept activations */
-        char precision[CT_NAME_MAX];        /* fp32 | bf16: matmul precision (bf16: autocast) */
+        char precision[CT_NAME_MAX];        /* fp32 | bf16 | fp16: matmul precision (autocast) */
+        double loss_scale;         /* fp16: 0 = dynamic, else a static loss scale (>= 1) */
+        double loss_scale_init;    /* fp16, dynamic: the first scale (65536) */
+        int64_t loss_scale_window; /* fp16, dynamic: good steps before the scale doubles */
     } train;
     struct {
         double lr, beta1, beta2, eps, weight_decay, grad_clip;

@@ -265,6 +265,11 @@ typedef enum ct_precision {
                        * copies refreshed after each update), fp32 accumulation
                        * and output; fp32 master weights, gradients, moments,
                        * norms, softmax and loss */
+    CT_PREC_FP16 = 2, /* the same with IEEE half (fp16) GEMM inputs and copies
+                       * (torch.autocast fp16), for GPUs without bf16; the
+                       * trainer scales the loss (dynamic loss scaling, as
+                       * torch's GradScaler). Attention stays fp32. Needs the
+                       * backend's optional fp16 entries (ref, sim, cuda) */
     CT_PREC_COUNT
 } ct_precision;
 typedef struct ct_model_opts {
@@ -278,9 +283,9 @@ CT_API ct_model_opts ct_model_opts_default(void); /* none, fp32, automatic head 
  * strings: never freed. */
 CT_API const char *ct_model_recompute_name(ct_recompute r);
 CT_API const char *ct_model_act_dtype_name(ct_act_dtype d);
-/* "fp32" | "bf16"; "?" outside the enum. Static string. */
+/* "fp32" | "bf16" | "fp16"; "?" outside the enum. Static string. */
 CT_API const char *ct_model_precision_name(ct_precision p);
-/* Parse train.precision's word ("fp32" | "bf16", borrowed) into *out
+/* Parse train.precision's word ("fp32" | "bf16" | "fp16", borrowed) into *out
  * (untouched on error). CT_ERR_ARG naming train.precision and the choices. */
 CT_API ct_status ct_model_precision_from_name(ct_precision *out, const char *name);
 /* Parse the config words of train.recompute and train.activation_dtype into
@@ -290,14 +295,14 @@ CT_API ct_status ct_model_opts_from_names(ct_model_opts *out, const char *recomp
                                           const char *act_dtype);
 /* Choose the policy, dtype and precision; before ct_model_reserve
  * (afterwards only the same options are accepted: CT_ERR_ARG otherwise, or
- * for values outside the enums). Precision bf16 allocates the bf16 copies of
- * the GEMM weights here (counted under params; none with a bf16 LoRA base,
+ * for values outside the enums). Precision bf16 (fp16) allocates the bf16
+ * (fp16) copies of the GEMM weights here (counted under params; none with a bf16 LoRA base,
  * whose GEMMs read it as it is) and fills them from the current weights:
  * CT_ERR_OOM when that fails, CT_ERR_ARG when the model's backend has no bf16
- * matmul. Borrows o. */
+ * (fp16) matmul, or for fp16 over a bf16 LoRA base. Borrows o. */
 CT_API ct_status ct_model_set_opts(ct_model *m, const ct_model_opts *o);
-/* Precision bf16: make the bf16 copies of the weights the GEMMs read from the
- * fp32 master weights (round to nearest even). The GEMMs never round weights
+/* Precision bf16 (fp16): make the bf16 (fp16) copies of the weights the GEMMs
+ * read from the fp32 master weights (round to nearest even). The GEMMs never round weights
  * themselves, so call it after every change of the weights made outside the
  * model's own functions: after each optimizer update and after writing the
  * weights through ct_model_params (the model's loads, initialisation and
@@ -318,7 +323,7 @@ typedef struct ct_model_plan {
                      * fp32 copies of bf16 ones (0 for none/fp32) */
     size_t scratch; /* gradient activations, logits chunk */
     size_t trainable; /* bytes of the trainable parameters: params, or the adapter's */
-    size_t weights16; /* precision bf16: the bf16 copies of the GEMM weights (0 for
+    size_t weights16; /* precision bf16/fp16: the 16-bit copies of the GEMM weights (0 for
                        * fp32 and for a bf16 LoRA base); their input copy is in scratch */
     size_t total;
 } ct_model_plan;

@@ -59,6 +59,16 @@ extern "C" {
  * Periodic checkpoints are postponed while a bad run is open, so every one of
  * them is a state to roll back to.
  *
+ * fp16 loss scaling (train.precision=fp16, as torch's GradScaler): the seed
+ * gradient of the loss is S times the true one (S from train.loss_scale_init,
+ * or the static train.loss_scale). A step whose gradient is not finite while
+ * its loss is overflowed: its update is skipped, S halves (CT_ERR_NUMERIC when
+ * it would fall below 1), and the guard never sees it. Otherwise the guard,
+ * clipping and the metrics see the gradient norm / S, AdamW the gradient
+ * times clip / S, and after train.loss_scale_window good steps in a row S
+ * doubles. S and the good-step count are in the checkpoint and are restored
+ * on resume and rollback.
+ *
  * Data parallel (hooks->dist with more than one rank; every rank calls
  * ct_train_run_with with the same config): the ranks first compare their
  * resolved configs (a difference is CT_ERR_ARG on every rank, naming the
@@ -95,6 +105,11 @@ typedef struct ct_step_info {
     int64_t val_tokens;    /* tokens that validation scored (0 when none ran) */
     bool skipped;          /* update skipped (non-finite loss or gradient, or a spike) */
     bool spike;            /* skipped as a loss or grad-norm spike */
+    bool overflow;         /* train.precision=fp16: skipped as a loss-scale overflow (the
+                            * scaled gradient was not finite, the loss was); the guard
+                            * does not see such a step */
+    double loss_scale;     /* train.precision=fp16: the loss scale this step ran with;
+                            * 0 for other precisions */
     bool rolled_back;      /* this step ended a bad run with a rollback */
     bool checkpointed;     /* a checkpoint of this step was written */
     int64_t rollback_to;   /* step of the restored checkpoint (0: initial state); -1: none */
@@ -167,7 +182,8 @@ typedef struct ct_train_result {
  * the run got). Borrows ctx and cfg. Errors: CT_ERR_ARG (bad or
  * contradictory config, unusable checkpoint), CT_ERR_IO (files, full disk:
  * the checkpoints already written stay valid), CT_ERR_FORMAT, CT_ERR_OOM,
- * CT_ERR_NUMERIC (more than guard.max_rollbacks rollbacks). */
+ * CT_ERR_NUMERIC (more than guard.max_rollbacks rollbacks, or an fp16 loss
+ * scale that would fall below 1). */
 CT_API ct_status ct_train_run_with(ct_ctx *ctx, const ct_config *cfg, const ct_train_hooks *hooks,
                                    ct_train_result *result);
 

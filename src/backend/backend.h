@@ -85,6 +85,11 @@ typedef struct ct_backend_i {
     /* dst(n) = bf16(src) rounded to nearest even, NaN kept quiet; and back. */
     void (*f32_to_bf16)(ct_backend *be, uint16_t *dst, const float *src, size_t n);
     void (*bf16_to_f32)(ct_backend *be, float *dst, const uint16_t *src, size_t n);
+    /* dst(n) = IEEE half (fp16) of src, nearest even: subnormals kept, beyond
+     * 65504 (from 65520 on) inf, NaN kept a quiet NaN (ct_f32_to_f16).
+     * Optional (train.precision = fp16 only): NULL on backends without the
+     * fp16 GEMMs below. */
+    void (*f32_to_f16)(ct_backend *be, uint16_t *dst, const float *src, size_t n);
     /* y[r*ldy + c] (+)= a * x[r*ldx + c] for r < rows, c < cols: adds when
      * accumulate, else writes. A strided scale-add (LoRA's column slices). */
     void (*scale_add)(ct_backend *be, float *y, int ldy, const float *x, int ldx, int rows,
@@ -184,6 +189,23 @@ typedef struct ct_backend_i {
     void (*matmul_backward_bf16)(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                  const float *dout, const uint16_t *inp16,
                                  const uint16_t *weight16, int N, int C, int OC);
+
+    /* Mixed precision with IEEE half inputs (train.precision = fp16, for GPUs
+     * without bf16: torch.autocast's fp16): matmul_forward_bf16 and
+     * matmul_backward_bf16's semantics with every GEMM input rounded to fp16
+     * (nearest even; beyond 65504 inf, subnormals kept) instead of bf16:
+     * weight16 and inp16 hold fp16 bits (f32_to_f16), inp and dout are
+     * rounded as they are read; the products of two fp16 values are exact in
+     * fp32, sums in fp32, outputs fp32, bias and dbias fp32. An inf or NaN
+     * input makes the sums it enters non-finite (the loss scaler's overflow).
+     * Optional: NULL where the backend has none (cpu); the model then refuses
+     * precision fp16 (ct_model_set_opts). */
+    void (*matmul_forward_f16)(ct_backend *be, float *out, const float *inp,
+                               const uint16_t *weight16, const float *bias, int N, int C,
+                               int OC);
+    void (*matmul_backward_f16)(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const uint16_t *inp16,
+                                const uint16_t *weight16, int N, int C, int OC);
 
     /* A linear layer and GELU in one call (GPT-2's c_fc): pre(N,OC) = inp(N,C)
      * @ weight(OC,C)^T + bias(OC) (bias may be NULL), out(N,OC) = GELU of pre,

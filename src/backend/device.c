@@ -37,7 +37,7 @@ bool ct_backend_has_device_memory(const ct_backend *be) {
 /* The compute capability sim reports: CT_SIM_COMPUTE_CAPABILITY ("7.5"), so
  * what a GPU's compute capability decides (bf16 refused below 8.0) is tested
  * end to end; unset or empty: 0.0, none. CT_ERR_ARG names a malformed value. */
-static ct_status sim_compute_capability(int *major, int *minor) {
+ct_status ct_device_sim_capability(int *major, int *minor) {
     const char *v = getenv("CT_SIM_COMPUTE_CAPABILITY");
     if (!v || !*v) return CT_OK;
     char *e = NULL;
@@ -73,15 +73,15 @@ ct_status ct_backend_device_info(ct_backend *be, ct_device_info *out) {
     /* sim's "context" takes nothing: all of it is the run's */
     out->mem_base_free = cap;
     out->mem_peak_used = peak;
-    return sim_compute_capability(&out->cc_major, &out->cc_minor);
+    return ct_device_sim_capability(&out->cc_major, &out->cc_minor);
 }
 
-ct_status ct_backend_gemm_peak(ct_backend *be, bool bf16, int n, int reps, double *gflops) {
+ct_status ct_backend_gemm_peak(ct_backend *be, int prec, int n, int reps, double *gflops) {
     *gflops = 0;
 #ifdef CT_USE_CUDA
-    if (is_cuda(be)) return ct_cuda_gemm_peak(be, bf16, n, reps, gflops);
+    if (is_cuda(be)) return ct_cuda_gemm_peak(be, prec, n, reps, gflops);
 #else
-    (void)bf16;
+    (void)prec;
     (void)n;
     (void)reps;
 #endif
@@ -131,6 +131,24 @@ ct_status ct_device_check_bf16(const ct_device_info *di, const char *precision,
                           "capability 8.0 (Ampere) or later", key, di->name[0] ? di->name : "?",
                           di->index, di->cc_major, di->cc_minor);
     ct_error_hint("%s, or run on a GPU of compute capability 8.0 or later", fix);
+    return st;
+}
+
+ct_status ct_device_check_fp16(const ct_device_info *di) {
+    if (!di) {
+        ct_status st = CT_ERR(CT_ERR_ARG, "train.precision = fp16 on the CPU: fp16 is for NVIDIA "
+                              "GPUs without bf16 (compute capability below 8.0: T4, V100), with "
+                              "dynamic loss scaling; a CPU has no fp16 GEMMs here");
+        ct_error_hint("on a CPU use train.precision=bf16 where it has bf16 instructions "
+                      "(AVX512_BF16, AMX), or fp32 (the default)");
+        return st;
+    }
+    if (di->cc_major <= 0 || !ct_gpu_has_bf16(di->cc_major, di->cc_minor)) return CT_OK;
+    ct_status st = CT_ERR(CT_ERR_ARG, "train.precision = fp16 on the GPU %s (cuda:%d, compute "
+                          "capability %d.%d): this GPU has bf16, and fp16 (with loss scaling) is "
+                          "only for GPUs without it (compute capability below 8.0: T4, V100)",
+                          di->name[0] ? di->name : "?", di->index, di->cc_major, di->cc_minor);
+    ct_error_hint("this GPU has bf16: use train.precision=bf16, same speed, no loss scaling");
     return st;
 }
 

@@ -44,10 +44,11 @@ bool ct_backend_has_device_memory(const ct_backend *be);
  * plan's host part is all there is). */
 ct_status ct_backend_device_info(ct_backend *be, ct_device_info *out);
 /* Sustained GEMM rate on the device, GFLOP/s: the best of reps runs of an
- * n x n x n product, fp32 (TF32 off, as the backend runs its fp32 GEMMs) or
- * bf16 inputs with fp32 accumulation (bf16 true). Its buffers are freed
- * before it returns. CT_ERR_ARG for a backend without a GPU; CT_ERR_OOM. */
-ct_status ct_backend_gemm_peak(ct_backend *be, bool bf16, int n, int reps, double *gflops);
+ * n x n x n product of precision prec (a ct_precision: 0 fp32, TF32 off, as
+ * the backend runs its fp32 GEMMs; 1 bf16 or 2 fp16 inputs with fp32
+ * accumulation; a bool's true is bf16). Its buffers are freed before it
+ * returns. CT_ERR_ARG for a backend without a GPU; CT_ERR_OOM. */
+ct_status ct_backend_gemm_peak(ct_backend *be, int prec, int n, int reps, double *gflops);
 
 /* The sim backend's device memory: at most cap bytes of its device buffers at
  * once (0: no limit, and no device memory of its own to plan); an allocation
@@ -79,6 +80,21 @@ bool ct_gpu_has_bf16(int major, int minor);
  * GPU, and so does a device with no compute capability (sim: 0.0). Pure. */
 ct_status ct_device_check_bf16(const ct_device_info *di, const char *precision,
                                const char *base_dtype);
+
+/* Refuse train.precision = fp16 where it does not belong, before anything is
+ * built: fp16 with dynamic loss scaling is for NVIDIA GPUs without bf16
+ * (compute capability below 8.0: T4, V100). di NULL: the run is on a CPU
+ * (run.device cpu or ref): refused, the hint naming bf16 (with bf16
+ * instructions) or fp32. A GPU of compute capability 8.0 or later: refused,
+ * the hint naming bf16. Below 8.0, or a device without a capability (sim
+ * without CT_SIM_COMPUTE_CAPABILITY): CT_OK. CT_ERR_ARG names the key, the
+ * device and why. Pure. */
+ct_status ct_device_check_fp16(const ct_device_info *di);
+
+/* The compute capability the sim device reports: CT_SIM_COMPUTE_CAPABILITY
+ * ("7.5"), 0.0 (untouched) when unset or empty; CT_ERR_ARG names a malformed
+ * value. */
+ct_status ct_device_sim_capability(int *major, int *minor);
 
 /* The GPU a process takes for run.device = spec (cuda or cuda:N), as
  * `local_rank` of the ranks on its machine (-1: not launched by mpirun) on a

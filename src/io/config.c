@@ -99,9 +99,21 @@ const key_def config_keys[] = {
       "auto (the lightest that fits run.memory_limit)"),
     E("train.activation_dtype", train.activation_dtype, "fp32|bf16",
       "storage of the activations kept for backward (math stays fp32)"),
-    E("train.precision", train.precision, "fp32|bf16",
+    E("train.precision", train.precision, "fp32|bf16|fp16",
       "matmul precision: bf16 = mixed as torch.autocast (bf16 GEMM inputs, fp32 sums, "
-      "fp32 master weights; faster only on CPUs with fast bf16: AMX, Zen 4/5)"),
+      "fp32 master weights; faster only on CPUs with fast bf16: AMX, Zen 4/5, and on GPUs "
+      "of compute capability 8.0+); fp16 = the same with fp16 inputs and dynamic loss "
+      "scaling, only on GPUs without bf16 (compute capability < 8.0: T4, V100)"),
+    {"train.loss_scale", KEY_FLOAT, OFF(train.loss_scale), SZ(train.loss_scale), 1, 1e30,
+     "dynamic",
+     "train.precision=fp16: the loss scale, dynamic (as torch's GradScaler: halved and the "
+     "update skipped on overflow, doubled after train.loss_scale_window good steps) or a fixed "
+     "number >= 1 (overflowing steps are skipped); ignored by fp32 and bf16"},
+    F("train.loss_scale_init", train.loss_scale_init, 1, 1e30,
+      "train.precision=fp16, dynamic loss scale: its first value (GradScaler's init_scale)"),
+    I("train.loss_scale_window", train.loss_scale_window, 1, BIG,
+      "train.precision=fp16, dynamic loss scale: good steps in a row before it doubles "
+      "(GradScaler's growth_interval)"),
     F("optim.lr", optim.lr, 0, 10, "peak learning rate"),
     F("optim.beta1", optim.beta1, 0, 0.999999, "AdamW beta1"),
     F("optim.beta2", optim.beta2, 0, 0.999999999, "AdamW beta2"),
@@ -265,6 +277,9 @@ void ct_config_default(ct_config *c) {
     snprintf(c->train.recompute, sizeof c->train.recompute, "none");
     snprintf(c->train.activation_dtype, sizeof c->train.activation_dtype, "fp32");
     snprintf(c->train.precision, sizeof c->train.precision, "fp32");
+    c->train.loss_scale = 0; /* dynamic */
+    c->train.loss_scale_init = 65536.0;
+    c->train.loss_scale_window = 2000;
     c->optim.lr = 3e-4;
     c->optim.beta1 = 0.9;
     c->optim.beta2 = 0.999;
@@ -547,12 +562,18 @@ ct_status config_set_value(ct_config *cfg, const key_def *k, const char *v, cons
         return CT_OK;
     }
     case KEY_FLOAT: {
+        if (k->words && strcmp(v, k->words) == 0) { /* "dynamic", stored as 0 */
+            double zero = 0;
+            memcpy(base, &zero, sizeof zero);
+            return CT_OK;
+        }
         errno = 0;
         char *end = NULL;
         double d = strtod(v, &end);
         while (end && isspace((unsigned char)*end)) end++;
         if (!*v || errno || !end || *end || !isfinite(d))
-            return CT_ERR(CT_ERR_ARG, "%s: %s = '%s': expected a number", where, k->path, v);
+            return CT_ERR(CT_ERR_ARG, "%s: %s = '%s': expected a number%s%s", where, k->path, v,
+                          k->words ? " or " : "", k->words ? k->words : "");
         if (d < k->min || d > k->max)
             return CT_ERR(CT_ERR_ARG, "%s: %s = %s is out of range: expected %g..%g", where,
                           k->path, v, k->min, k->max);

@@ -390,6 +390,10 @@ char *ct_config_to_yaml(const ct_config *cfg) {
         case KEY_FLOAT: {
             double v;
             memcpy(&v, base, sizeof v);
+            if (k->words && v == 0) { /* the word stored as 0 */
+                ct_strbuf_printf(&b, "%s", k->words);
+                break;
+            }
             char num[64];
             snprintf(num, sizeof num, "%.15g", v); /* shortest that reads back exactly */
             if (strtod(num, NULL) != v) snprintf(num, sizeof num, "%.17g", v);

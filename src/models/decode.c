@@ -123,9 +123,8 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
         model_residual_norm_fwd(m, d->x, d->ln, NULL, NULL, d->x, d->tmp,
                                 last ? m->lnf_w : wn->ln1_w, last ? m->lnf_b : wn->ln1_b, 1);
     }
-    if (model_bf16(m))
-        k->matmul_forward_bf16(be, d->logits, d->ln, model_w16(m, m->head_w), NULL, 1, C,
-                               c->vocab_size);
+    if (model_half(m))
+        model_mm16_fwd(m, d->logits, d->ln, model_w16(m, m->head_w), NULL, 1, C, c->vocab_size);
     else
         k->matmul_forward(be, d->logits, d->ln, model_p(m, m->head_w), NULL, 1, C,
                           c->vocab_size);

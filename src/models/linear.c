@@ -2,9 +2,11 @@
  * The linear layers of a block: the base GEMM (fp32 weights, or a bf16 base
  * widened by the weight store) followed by the layer's LoRA adapters, so the
  * block code (model_train.c, decode.c) and the adapters meet in one place.
- * Under precision bf16 the base GEMM runs on bf16 inputs (autocast): the
- * weight's bf16 copy (or the bf16 base as it is), the input rounded by the
- * backend, and for the weight gradient the input's bf16 copy (acts.inp16).
+ * Under precision bf16 (fp16) the base GEMM runs on bf16 (fp16) inputs
+ * (autocast): the weight's 16-bit copy (or the bf16 base as it is), the input
+ * rounded by the backend, and for the weight gradient the input's 16-bit copy
+ * (acts.inp16). The fused GEMM + GELU entries are bf16/fp32 only: under fp16
+ * c_fc runs the GEMM, then the GELU.
  * The adapters' own small GEMMs stay fp32.
  * GPT-2's c_fc may run with its GELU in one backend call (model_linear_gelu_fwd)
  * when no adapter sits between them.
@@ -26,9 +28,8 @@ linear_shape model_linear_shape(const ct_model *m, int l, int lin) {
 
 void model_linear_fwd(ct_model *m, int l, int lin, float *out, const float *x, int N) {
     linear_shape s = model_linear_shape(m, l, lin);
-    if (model_bf16(m))
-        m->be->i->matmul_forward_bf16(m->be, out, x, model_w16(m, s.w), model_p(m, s.b), N, s.in,
-                                      s.out);
+    if (model_half(m))
+        model_mm16_fwd(m, out, x, model_w16(m, s.w), model_p(m, s.b), N, s.in, s.out);
     else
         m->be->i->matmul_forward(m->be, out, x, model_p(m, s.w), model_p(m, s.b), N, s.in, s.out);
     model_lora_forward(m, l, lin, out, s.out, x, N);
@@ -37,6 +38,7 @@ void model_linear_fwd(ct_model *m, int l, int lin, float *out, const float *x, i
 bool model_linear_gelu_fwd(ct_model *m, int l, float *pre, float *out, const float *x, int N) {
     const ct_backend_i *k = m->be->i;
     bool bf16 = model_bf16(m);
+    if (m->opts.precision == CT_PREC_FP16) return false; /* no fused fp16 entry */
     if (bf16 ? !k->matmul_gelu_forward_bf16 : !k->matmul_gelu_forward) return false;
     /* an adapter adds to pre before the GELU: the GEMM alone, then it */
     if (model_lora_on(m, LIN_FC)) return false;
@@ -53,15 +55,14 @@ bool model_linear_gelu_fwd(ct_model *m, int l, float *pre, float *out, const flo
 void model_linear_bwd(ct_model *m, int l, int lin, float *dx, const float *dout, const float *x,
                       int N) {
     linear_shape s = model_linear_shape(m, l, lin);
-    if (model_bf16(m)) {
+    if (model_half(m)) {
         float *dw = model_g(m, s.w);
         const uint16_t *x16 = NULL;
-        if (dw) { /* autocast keeps bf16(x) for the weight gradient */
-            m->be->i->f32_to_bf16(m->be, m->acts.inp16, x, (size_t)N * s.in);
+        if (dw) { /* autocast keeps the 16-bit x for the weight gradient */
+            model_to16(m, m->acts.inp16, x, (size_t)N * s.in);
             x16 = m->acts.inp16;
         }
-        m->be->i->matmul_backward_bf16(m->be, dx, dw, model_g(m, s.b), dout, x16,
-                                       model_w16(m, s.w), N, s.in, s.out);
+        model_mm16_bwd(m, dx, dw, model_g(m, s.b), dout, x16, model_w16(m, s.w), N, s.in, s.out);
     } else {
         m->be->i->matmul_backward(m->be, dx, model_g(m, s.w), model_g(m, s.b), dout, x,
                                   model_p(m, s.w), N, s.in, s.out);

@@ -282,6 +282,9 @@ ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o) {
     if (m->B) return CT_ERR(CT_ERR_ARG, "LoRA adapters are attached before ct_model_reserve");
     ct_status st = ct_lora_opts_validate(c, o);
     if (st) return st;
+    if (o->base_bf16 && m->opts.precision == CT_PREC_FP16)
+        return CT_ERR(CT_ERR_ARG, "lora.base_dtype = bf16 with train.precision = fp16: the fp16 "
+                      "GEMMs read fp16 weights; keep the base fp32 (lora.base_dtype=fp32)");
     model_lora *a = calloc(1, sizeof *a);
     if (!a) return CT_ERR(CT_ERR_OOM, "out of memory for the LoRA adapters");
     a->o = *o;
@@ -539,7 +542,7 @@ static ct_status merge_saved(ct_model *m) {
         m->be->i->copy(m->be, m->params + m->table[base[k]].offset, a->params + p->offset,
                        p->numel * sizeof(float));
     }
-    if (model_bf16(m)) return weights16_alloc(m);
+    if (model_half(m)) return weights16_alloc(m);
     return CT_OK;
 }
 

@@ -580,7 +580,7 @@ ct_model_opts ct_model_opts_default(void) {
 
 static const char *const recompute_names[CT_RECOMPUTE_COUNT] = {"none", "light", "full"};
 static const char *const act_dtype_names[CT_ACT_COUNT] = {"fp32", "bf16"};
-static const char *const precision_names[CT_PREC_COUNT] = {"fp32", "bf16"};
+static const char *const precision_names[CT_PREC_COUNT] = {"fp32", "bf16", "fp16"};
 
 const char *ct_model_precision_name(ct_precision p) {
     return (int)p >= 0 && p < CT_PREC_COUNT ? precision_names[p] : "?";
@@ -593,7 +593,8 @@ ct_status ct_model_precision_from_name(ct_precision *out, const char *name) {
             return CT_OK;
         }
     }
-    return CT_ERR(CT_ERR_ARG, "train.precision = '%s' is unknown: expected fp32 or bf16", name);
+    return CT_ERR(CT_ERR_ARG, "train.precision = '%s' is unknown: expected fp32, bf16 or fp16",
+                  name);
 }
 
 const char *ct_model_recompute_name(ct_recompute r) {
@@ -630,8 +631,8 @@ static ct_status check_opts(const ct_model_opts *o) {
         return CT_ERR(CT_ERR_ARG, "activation dtype %d is invalid: expected CT_ACT_FP32 or "
                       "CT_ACT_BF16", (int)o->act_dtype);
     if ((int)o->precision < 0 || o->precision >= CT_PREC_COUNT)
-        return CT_ERR(CT_ERR_ARG, "precision %d is invalid: expected CT_PREC_FP32 or "
-                      "CT_PREC_BF16", (int)o->precision);
+        return CT_ERR(CT_ERR_ARG, "precision %d is invalid: expected CT_PREC_FP32, "
+                      "CT_PREC_BF16 or CT_PREC_FP16", (int)o->precision);
     if (o->head_chunk_rows < 0)
         return CT_ERR(CT_ERR_ARG, "head_chunk_rows = %d is invalid: expected 0 (automatic) or a "
                       "positive row count", o->head_chunk_rows);
@@ -660,9 +661,16 @@ ct_status ct_model_set_opts(ct_model *m, const ct_model_opts *o) {
     if (o->precision == CT_PREC_BF16 && (!k->matmul_forward_bf16 || !k->matmul_backward_bf16))
         return CT_ERR(CT_ERR_ARG, "train.precision = bf16: backend '%s' has no bf16 matmul",
                       k->name);
+    if (o->precision == CT_PREC_FP16 &&
+        (!k->matmul_forward_f16 || !k->matmul_backward_f16 || !k->f32_to_f16))
+        return CT_ERR(CT_ERR_ARG, "train.precision = fp16: backend '%s' has no fp16 matmul (fp16 "
+                      "is for GPUs without bf16: run.device=cuda)", k->name);
+    if (o->precision == CT_PREC_FP16 && m->params16)
+        return CT_ERR(CT_ERR_ARG, "train.precision = fp16 over a bf16 LoRA base: the fp16 GEMMs "
+                      "read fp16 weights; keep the base fp32 (lora.base_dtype=fp32)");
     ct_model_opts was = m->opts;
     m->opts = *o;
-    if (o->precision != CT_PREC_BF16) {
+    if (o->precision == CT_PREC_FP32) {
         weights16_free(m);
         return CT_OK;
     }
@@ -832,7 +840,7 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
      * frozen LoRA base has none) */
     size_t widest_in = F > C ? F : C; /* a linear's input: C, F, or NQ (o_proj) */
     if (NQ > widest_in) widest_in = NQ;
-    a->inp16 = training && o->precision == CT_PREC_BF16 && !nmod
+    a->inp16 = training && o->precision != CT_PREC_FP32 && !nmod
                    ? carve_bytes(cv, N * widest_in * sizeof(uint16_t))
                    : NULL;
     if (nmod) {
@@ -871,8 +879,8 @@ ct_status ct_model_plan_memory_lora(const ct_model_config *cfg, int B, int T, bo
     acts_layout(cfg, o, lo, B, T, training, &cv, NULL, out);
     size_t adapter = lora_numel(cfg, lo) * sizeof(float);
     size_t base = lo && lo->base_bf16 ? weights_bf16_bytes(&m) : m.numel * sizeof(float);
-    /* precision bf16: the copies (ct_model_set_opts), unless the base is bf16 itself */
-    out->weights16 = o->precision == CT_PREC_BF16 && !(lo && lo->base_bf16)
+    /* precision bf16/fp16: the copies (ct_model_set_opts), unless the base is bf16 itself */
+    out->weights16 = o->precision != CT_PREC_FP32 && !(lo && lo->base_bf16)
                          ? weights16_numel(&m) * sizeof(uint16_t)
                          : 0;
     free(m.table);

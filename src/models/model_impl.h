@@ -269,11 +269,11 @@ struct ct_model {
     size_t *small_off;                  /* [n_table] offset of a 1-D entry in small */
     size_t *span;                       /* [n_table] elements one GEMM reads from the entry:
                                          * the fused q,k,v or gate,up rows from the first */
-    /* precision bf16: bf16 copies of the matrices the GEMMs read (every 2-D
+    /* precision bf16/fp16: 16-bit copies of the matrices the GEMMs read (every 2-D
      * entry but GPT-2's wpe and an untied embedding), made from the fp32
      * master weights by ct_model_refresh_weights16, never per GEMM. NULL for
      * fp32, and with a bf16 LoRA base (its GEMMs read params16 as it is). */
-    uint16_t *w16;                      /* (w16_numel) bf16 bits */
+    uint16_t *w16;                      /* (w16_numel) bf16 or fp16 bits */
     size_t w16_numel;
     size_t *w16_off;                    /* [n_table] an entry's offset in w16; SIZE_MAX: none */
     bool w16_fresh;                     /* w16 equals the master weights */
@@ -355,20 +355,48 @@ static inline float *model_p(ct_model *m, int idx) {
     if (idx < 0) return NULL;
     return m->params16 ? weights_bf16_view(m, idx) : m->params + m->table[idx].offset;
 }
-/* Precision bf16: the GEMMs read bf16 weights. */
+/* Precision bf16: the GEMMs read bf16 weights (and attention may run in bf16). */
 static inline bool model_bf16(const ct_model *m) { return m->opts.precision == CT_PREC_BF16; }
+/* Precision bf16 or fp16: the linears' and the head's GEMMs read 16-bit
+ * inputs and the weights' 16-bit copies (w16: bf16 or fp16 bits); the three
+ * helpers below pick the entries of the run's 16-bit type. Attention, norms
+ * and the rest stay fp32 under fp16. */
+static inline bool model_half(const ct_model *m) { return m->opts.precision != CT_PREC_FP32; }
+/* dst(n) = the 16-bit type's rounding of src (f32_to_bf16 or f32_to_f16). */
+static inline void model_to16(const ct_model *m, uint16_t *dst, const float *src, size_t n) {
+    if (m->opts.precision == CT_PREC_FP16) m->be->i->f32_to_f16(m->be, dst, src, n);
+    else m->be->i->f32_to_bf16(m->be, dst, src, n);
+}
+/* matmul_forward_bf16 or _f16 (backend.h). */
+static inline void model_mm16_fwd(const ct_model *m, float *out, const float *inp,
+                                  const uint16_t *w16, const float *bias, int N, int C, int OC) {
+    if (m->opts.precision == CT_PREC_FP16)
+        m->be->i->matmul_forward_f16(m->be, out, inp, w16, bias, N, C, OC);
+    else
+        m->be->i->matmul_forward_bf16(m->be, out, inp, w16, bias, N, C, OC);
+}
+/* matmul_backward_bf16 or _f16 (backend.h). */
+static inline void model_mm16_bwd(const ct_model *m, float *dinp, float *dw, float *db,
+                                  const float *dout, const uint16_t *inp16, const uint16_t *w16,
+                                  int N, int C, int OC) {
+    if (m->opts.precision == CT_PREC_FP16)
+        m->be->i->matmul_backward_f16(m->be, dinp, dw, db, dout, inp16, w16, N, C, OC);
+    else
+        m->be->i->matmul_backward_bf16(m->be, dinp, dw, db, dout, inp16, w16, N, C, OC);
+}
 /* Whether table entry i is a matrix some GEMM reads (a linear's or the head). */
 bool weights16_entry(const ct_model *t, int i);
 /* Elements of the bf16 weight copies of t's table (entries weights16_entry). */
 size_t weights16_numel(const ct_model *t);
-/* The bf16 weights a GEMM of precision bf16 reads for entry idx (a matrix):
- * its copy in w16, or a bf16 LoRA base itself. */
+/* The 16-bit weights a GEMM of precision bf16/fp16 reads for entry idx (a
+ * matrix): its copy in w16, or a bf16 LoRA base itself (bf16 only:
+ * ct_model_set_opts refuses fp16 over it). */
 static inline const uint16_t *model_w16(const ct_model *m, int idx) {
     if (m->params16) return m->params16 + m->table[idx].offset;
     CT_ASSERT(m->w16 && m->w16_off[idx] != SIZE_MAX);
     return m->w16 + m->w16_off[idx];
 }
-/* Allocate the copies for precision bf16 (nothing when they exist, for fp32,
+/* Allocate the copies for precision bf16/fp16 (nothing when they exist, for fp32,
  * or with a bf16 base) and fill them; ct_model_set_opts calls it. */
 ct_status weights16_alloc(ct_model *m);
 /* Free them (NULL-safe). */

@@ -403,19 +403,19 @@ static double head_forward(ct_model *m, const int32_t *targets, int N, size_t co
     const ct_backend_i *k = be->i;
     int C = m->cfg.n_embd, V = m->cfg.vocab_size;
     model_acts *a = &m->acts;
-    /* precision bf16: the head's bf16 weights (autocast), else fp32; a
+    /* precision bf16/fp16: the head's 16-bit weights (autocast), else fp32; a
      * modules_to_save copy of lm_head is trained, in fp32 */
     const float *copy = model_head_copy(m);
-    bool bf16 = model_bf16(m) && !copy;
-    const float *head = bf16 ? NULL : copy ? copy : model_p(m, m->head_w);
-    const uint16_t *head16 = bf16 ? model_w16(m, m->head_w) : NULL;
+    bool h16 = model_half(m) && !copy; /* bf16 or fp16 */
+    const float *head = h16 ? NULL : copy ? copy : model_p(m, m->head_w);
+    const uint16_t *head16 = h16 ? model_w16(m, m->head_w) : NULL;
     float *dhead = copy ? model_head_copy_g(m) : model_g(m, m->head_w);
     if (training) zero(m, a->dln, (size_t)N * C);
     for (int r0 = 0; r0 < N; r0 += m->chunk) {
         int rows = N - r0 < m->chunk ? N - r0 : m->chunk;
         const float *x = a->lnf + (size_t)r0 * C;
-        if (bf16)
-            k->matmul_forward_bf16(be, a->logits, x, head16, NULL, rows, C, V);
+        if (h16)
+            model_mm16_fwd(m, a->logits, x, head16, NULL, rows, C, V);
         else
             k->matmul_forward(be, a->logits, x, head, NULL, rows, C, V);
         if (logits_out)
@@ -426,14 +426,14 @@ static double head_forward(ct_model *m, const int32_t *targets, int N, size_t co
         if (training) {
             ct_event e0, e1;
             k->event_record(be, &e0);
-            if (bf16) {
+            if (h16) {
                 const uint16_t *x16 = NULL;
-                if (dhead) { /* the chunk's bf16 rows, for the weight gradient */
-                    k->f32_to_bf16(be, a->inp16, x, (size_t)rows * C);
+                if (dhead) { /* the chunk's 16-bit rows, for the weight gradient */
+                    model_to16(m, a->inp16, x, (size_t)rows * C);
                     x16 = a->inp16;
                 }
-                k->matmul_backward_bf16(be, a->dln + (size_t)r0 * C, dhead, NULL, a->logits,
-                                        x16, head16, rows, C, V);
+                model_mm16_bwd(m, a->dln + (size_t)r0 * C, dhead, NULL, a->logits, x16, head16,
+                               rows, C, V);
             } else {
                 k->matmul_backward(be, a->dln + (size_t)r0 * C, dhead, NULL, a->logits, x,
                                    head, rows, C, V);

@@ -3,8 +3,9 @@
  * for a frozen LoRA base, the matrices as bf16 (params16) with the 1-D weights
  * kept fp32 (small); a GEMM reads a bf16 matrix widened into an fp32 work
  * buffer of the arena (model_p). Everything through the backend.
- * Under precision bf16 it also keeps bf16 copies of the matrices the GEMMs
- * read (w16), refreshed from the fp32 master weights after every change.
+ * Under precision bf16 (fp16) it also keeps bf16 (fp16) copies of the
+ * matrices the GEMMs read (w16), refreshed from the fp32 master weights after
+ * every change.
  * Leaves out: the adapters (lora.c) and the files (hf.c).
  */
 #include "models/model_impl.h"
@@ -86,7 +87,7 @@ ct_status weights_to_bf16(ct_model *m) {
 
 const uint16_t *ct_model_params_bf16(const ct_model *m) { return m->params16; }
 
-/* ------------------------------------------- precision bf16: the copies */
+/* -------------------------------------- precision bf16/fp16: the copies */
 
 bool weights16_entry(const ct_model *t, int i) {
     if (t->table[i].ndim != 2 || i == t->wpe) return false;
@@ -111,7 +112,7 @@ void weights16_free(ct_model *m) {
 }
 
 ct_status weights16_alloc(ct_model *m) {
-    if (!model_bf16(m) || m->w16 || m->params16) return CT_OK;
+    if (!model_half(m) || m->w16 || m->params16) return CT_OK;
     /* in table order, so LLaMA's q,k,v (gate,up) stay back to back: a fused
      * GEMM reads them from the first entry's copy on */
     m->w16_off = malloc((size_t)m->n_table * sizeof *m->w16_off);
@@ -136,11 +137,10 @@ void ct_model_refresh_weights16(ct_model *m) {
     if (!m->w16 || !m->params) return;
     /* a frozen base (LoRA) changes only when loaded, which marks it stale */
     if (m->lora && m->w16_fresh) return;
-    ct_backend *be = m->be;
     for (int i = 0; i < m->n_table; i++)
         if (m->w16_off[i] != SIZE_MAX)
-            be->i->f32_to_bf16(be, m->w16 + m->w16_off[i], m->params + m->table[i].offset,
-                               m->table[i].numel);
+            model_to16(m, m->w16 + m->w16_off[i], m->params + m->table[i].offset,
+                       m->table[i].numel);
     m->w16_fresh = true;
 }
 

@@ -26,10 +26,10 @@ ct_status ct_bench_gpu_peaks(int device, bool measure, int n, int reps, ct_gpu_p
     st = ct_backend_device_info(be, &out->info);
     if (!st && measure) {
         out->gemm_n = n;
-        st = ct_backend_gemm_peak(be, false, n, reps, &out->fp32_gemm_gflops);
+        st = ct_backend_gemm_peak(be, CT_PREC_FP32, n, reps, &out->fp32_gemm_gflops);
         /* no bf16 GEMM below compute capability 8.0 (a T4): the fp32 figures stand */
         if (!st && ct_gpu_has_bf16(out->info.cc_major, out->info.cc_minor))
-            st = ct_backend_gemm_peak(be, true, n, reps, &out->bf16_gemm_gflops);
+            st = ct_backend_gemm_peak(be, CT_PREC_BF16, n, reps, &out->bf16_gemm_gflops);
     }
     ct_ctx_free(ctx);
     return st;

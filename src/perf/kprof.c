@@ -17,6 +17,7 @@
 struct ct_kprof {
     ct_backend be;        /* the wrapper handed out; be.state == this */
     ct_backend *inner;    /* borrowed: where every call runs */
+    ct_backend_i table;   /* prof_i, less the optional entries inner lacks */
     ct_kprof_counts counts;
     int slow_kind;        /* -1: off */
     int slow_factor;      /* calls per timed call of slow_kind (>= 1) */
@@ -106,6 +107,9 @@ static void p_f32_to_bf16(ct_backend *be, uint16_t *dst, const float *src, size_
 static void p_bf16_to_f32(ct_backend *be, float *dst, const uint16_t *src, size_t n) {
     INNER(be)->i->bf16_to_f32(INNER(be), dst, src, n);
 }
+static void p_f32_to_f16(ct_backend *be, uint16_t *dst, const float *src, size_t n) {
+    INNER(be)->i->f32_to_f16(INNER(be), dst, src, n);
+}
 static void p_scale_add(ct_backend *be, float *y, int ldy, const float *x, int ldx, int rows,
                         int cols, float a, bool accumulate) {
     INNER(be)->i->scale_add(INNER(be), y, ldy, x, ldx, rows, cols, a, accumulate);
@@ -188,6 +192,17 @@ static void p_matmul_forward_bf16(ct_backend *be, float *out, const float *inp,
                                   const uint16_t *weight16, const float *bias, int N, int C,
                                   int OC) {
     TIMED(CT_KP_MATMUL_FWD, matmul_forward_bf16, out, inp, weight16, bias, N, C, OC);
+}
+static void p_matmul_forward_f16(ct_backend *be, float *out, const float *inp,
+                                 const uint16_t *weight16, const float *bias, int N, int C,
+                                 int OC) {
+    TIMED(CT_KP_MATMUL_FWD, matmul_forward_f16, out, inp, weight16, bias, N, C, OC);
+}
+static void p_matmul_backward_f16(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const uint16_t *inp16,
+                                  const uint16_t *weight16, int N, int C, int OC) {
+    TIMED(CT_KP_MATMUL_BWD, matmul_backward_f16, dinp, dweight, dbias, dout, inp16, weight16, N,
+          C, OC);
 }
 /* The fused linear+GELU counts as a forward GEMM (the GEMM is most of it);
  * on a backend without it the wrapper makes the model's two calls, each
@@ -353,6 +368,7 @@ static const ct_backend_i prof_i = {
     .copy = p_copy,
     .f32_to_bf16 = p_f32_to_bf16,
     .bf16_to_f32 = p_bf16_to_f32,
+    .f32_to_f16 = p_f32_to_f16,
     .scale_add = p_scale_add,
     .fill = p_fill,
     .scale = p_scale,
@@ -373,6 +389,8 @@ static const ct_backend_i prof_i = {
     .matmul_backward = p_matmul_backward,
     .matmul_forward_bf16 = p_matmul_forward_bf16,
     .matmul_backward_bf16 = p_matmul_backward_bf16,
+    .matmul_forward_f16 = p_matmul_forward_f16,
+    .matmul_backward_f16 = p_matmul_backward_f16,
     .matmul_gelu_forward = p_matmul_gelu_forward,
     .matmul_gelu_forward_bf16 = p_matmul_gelu_forward_bf16,
     .attention_forward = p_attention_forward,
@@ -411,7 +429,13 @@ ct_status ct_kprof_init(ct_kprof **out, ct_backend *inner) {
     kp->inner = inner;
     kp->slow_kind = -1;
     kp->slow_factor = 1;
-    kp->be.i = &prof_i;
+    /* the optional fp16 entries exist where the inner backend has them, so
+     * what the model asks of the table (ct_model_set_opts) is the inner's answer */
+    kp->table = prof_i;
+    if (!inner->i->f32_to_f16) kp->table.f32_to_f16 = NULL;
+    if (!inner->i->matmul_forward_f16) kp->table.matmul_forward_f16 = NULL;
+    if (!inner->i->matmul_backward_f16) kp->table.matmul_backward_f16 = NULL;
+    kp->be.i = &kp->table;
     kp->be.ctx = inner->ctx;
     kp->be.host_visible = inner->host_visible;
     kp->be.n_threads = inner->n_threads;

@@ -242,9 +242,10 @@ size_t ct_blas_gemm_resident(const ct_blas_params *bp, int64_t M, int64_t N, int
 
 /* The operand types of the linears' and the head's GEMMs under o: fp32, or
  * under CT_PREC_BF16 fp32 activations (and gradients) times bf16 weights, the
- * weight gradient's B being a bf16 copy of the layer's input. */
+ * weight gradient's B being a bf16 copy of the layer's input. CT_PREC_FP16
+ * (GPU only) has the same shapes and 16-bit operand sizes. */
 static ct_gemm_type plan_gemm_type(const ct_model_opts *o) {
-    return o && o->precision == CT_PREC_BF16 ? CT_GEMM_F32_BF16 : CT_GEMM_F32;
+    return o && o->precision != CT_PREC_FP32 ? CT_GEMM_F32_BF16 : CT_GEMM_F32;
 }
 
 static void plan_gemm(ct_plan_gemm_fn fn, void *user, ct_gemm_type t, bool ta, bool tb,
@@ -591,6 +592,8 @@ ct_status ct_run_env_measure_device(ct_run_env *env, ct_backend *be, int share) 
     if (st) return st;
     env->device = true;
     env->device_cuda = di.cc_major > 0;
+    env->cc_major = di.cc_major;
+    env->cc_minor = di.cc_minor;
     env->device_free = di.mem_base_free;
     env->device_total = di.mem_total;
     env->device_share = share > 1 ? share : 1;
@@ -731,7 +734,7 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
     if (st) return st;
     if (r->device_limit && need.total <= r->limit) {
         st = CT_ERR(CT_ERR_ARG,
-                    "the run needs %.0f MiB of device memory on %s (params %.0f, bf16 copies "
+                    "the run needs %.0f MiB of device memory on %s (params %.0f, 16-bit copies "
                     "%.0f, grads %.0f, AdamW %.0f, activations %.0f, work %.0f, scratch %.0f, "
                     "workspaces %.0f, reserve %.0f; B=%d T=%d recompute %s, %s activations) but "
                     "run.memory_limit = '%s' of its %.0f MiB free allows %.0f MiB",
@@ -837,6 +840,18 @@ ct_status ct_run_precision(const ct_config *cfg, ct_precision *out) {
     if (st) return st;
     int kind, index;
     if ((st = ct_config_device(cfg->run.device, &kind, &index))) return st;
+    /* fp16 is for GPUs without bf16: refused on a CPU, and on sim when the
+     * capability it reports (CT_SIM_COMPUTE_CAPABILITY) has bf16; a cuda
+     * device is asked by whoever opens it (ct_run_plan_for_env, the trainer) */
+    if (p == CT_PREC_FP16 && (kind == CT_BACKEND_CPU || kind == CT_BACKEND_REF))
+        return ct_device_check_fp16(NULL);
+    if (p == CT_PREC_FP16 && kind == CT_BACKEND_SIM) {
+        ct_device_info di;
+        memset(&di, 0, sizeof di);
+        snprintf(di.name, sizeof di.name, "sim");
+        if ((st = ct_device_sim_capability(&di.cc_major, &di.cc_minor))) return st;
+        if ((st = ct_device_check_fp16(&di))) return st;
+    }
     /* ref and sim compute bf16 products by their formula: the test backends
      * take bf16 anywhere */
     if (p == CT_PREC_BF16 && kind == CT_BACKEND_CPU && !cfg->debug.emulate_bf16) {
@@ -878,6 +893,14 @@ ct_status ct_run_plan_for_env(const ct_config *cfg, const ct_model_config *mc, i
                                             cfg->train.recompute, cfg->train.activation_dtype);
     if (!st) st = ct_run_precision(cfg, &r.opts.precision);
     if (st) return st;
+    if (r.opts.precision == CT_PREC_FP16 && env && env->device && env->cc_major > 0) {
+        ct_device_info di; /* the opened GPU: fp16 only where it has no bf16 */
+        memset(&di, 0, sizeof di);
+        snprintf(di.name, sizeof di.name, "%s", env->device_name);
+        di.cc_major = env->cc_major;
+        di.cc_minor = env->cc_minor;
+        if ((st = ct_device_check_fp16(&di))) return st;
+    }
     r.B = (int)cfg->train.batch_size;
     r.T = (int)cfg->train.seq_len;
     r.grad_accum = (int)cfg->train.grad_accum;

@@ -54,6 +54,7 @@ typedef struct ct_run_env {
     size_t device_total;  /* bytes of device memory */
     int device_share;     /* ranks of this machine that share the GPU (>= 1) */
     char device_name[128];
+    int cc_major, cc_minor; /* the device's compute capability; 0.0: none (sim) */
     size_t process;   /* resident bytes of this process when measured */
     size_t shards;    /* bytes of the token shards the run maps (train + val), at most
                        * CT_PLAN_SHARDS_MAX_MIB MiB */
@@ -325,7 +326,9 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *req, 
 ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *mc,
                                    ct_lora_opts *out);
 
-/* train.precision of cfg into *out: CT_ERR_ARG for an unknown word, and for
+/* train.precision of cfg into *out: CT_ERR_ARG for an unknown word, for fp16
+ * on the cpu and ref devices and on sim reporting a compute capability of 8.0
+ * or more (ct_device_check_fp16; a cuda device is checked once opened), and for
  * bf16 on the cpu device where the run's bf16 GEMMs would run no bf16
  * instructions (ct_gemm_bf16_path_of the library the run would use: oneDNN
  * emulates bf16 on a CPU without AVX512_BF16 or AMX-BF16, and OpenBLAS or a

@@ -622,6 +622,12 @@ static ct_status start_point(tune_state *s, ct_tune_point *p) {
                                             cfg->train.activation_dtype);
     if (!st) st = ct_run_precision(cfg, &p->opts.precision);
     if (st) return st;
+    if (p->opts.precision == CT_PREC_FP16) { /* ct_run_precision refuses it on a CPU already */
+        st = CT_ERR(CT_ERR_ARG, "train.precision = fp16: ctrain tune measures training on this "
+                    "CPU, and fp16 is for NVIDIA GPUs without bf16");
+        ct_error_hint("tune with train.precision=fp32 or bf16");
+        return st;
+    }
     p->threads = cfg->run.threads > 0 ? (int)cfg->run.threads : s->r->cores;
     int lib = ct_gemm_lib_of_run(cfg->run.gemm, p->opts.precision == CT_PREC_BF16);
     if (lib < 0) {

@@ -162,6 +162,8 @@ ct_status ct_train_state_encode(const ct_train_state *s, uint8_t **out, size_t *
     put_i64(&w, s->world);
     put_i64(&w, s->data_flags);
     put_i64(&w, s->best_step);
+    put_f64(&w, s->loss_scale);
+    put_i64(&w, s->loss_scale_good);
     if (w.oom) {
         free(w.p);
         return CT_ERR(CT_ERR_OOM, "out of memory encoding the training state");
@@ -252,6 +254,13 @@ ct_status ct_train_state_decode(ct_train_state *s, const uint8_t *data, size_t l
     if (t.data_flags < 0 || t.data_flags > 7) bad_field(&r, "data_flags", "0..7", (double)t.data_flags);
     if (t.best_step < -1 || t.best_step > t.step)
         bad_field(&r, "best_step", "-1..step", (double)t.best_step);
+    /* version 4: the fp16 loss scaler (0, 0 in older records: the run's defaults) */
+    t.loss_scale = version >= 4 ? get_f64(&r, "loss_scale") : 0.0;
+    t.loss_scale_good = version >= 4 ? get_i64(&r, "loss_scale_good") : 0;
+    if (!r.st && !(t.loss_scale == 0 || (t.loss_scale >= 1 && isfinite(t.loss_scale))))
+        bad_field(&r, "loss_scale", "0 (none) or a finite number >= 1", t.loss_scale);
+    if (!r.st && t.loss_scale_good < 0)
+        bad_field(&r, "loss_scale_good", ">= 0", (double)t.loss_scale_good);
     if (!r.st && (g->bad_run < 0 || g->skipped < 0 || g->spikes < 0 || g->rollbacks < 0 ||
                   t.bad_evals < 0))
         bad_field(&r, "guard counters", ">= 0", -1);

@@ -14,7 +14,7 @@
  *   "state"      a versioned record, all integers and floats little-endian,
  *                field by field (format below).
  *
- * "state" format, version 2 (i64/u64: 8 bytes, i32/u32: 4, f64: IEEE double):
+ * "state" format, version 4 (i64/u64: 8 bytes, i32/u32: 4, f64: IEEE double):
  *   u32 magic 0x53545443 (the bytes "CTTS"), u32 version 1,
  *   i64 step (loop steps done), i64 adam_t (updates applied), u64 numel,
  *   i64 batch_size, i64 seq_len, i64 grad_accum, i64 seed, i64 shuffle (0|1),
@@ -29,6 +29,10 @@
  *   u32 length + bytes: model.init_from of the run ("" when none),
  *   version 2 on: i64 world (ranks of the run; batch_size is per rank, and
  *   the loader position is rank 0's). Version 1 records read as world 1.
+ *   version 3 on: i64 data_flags, i64 best_step (older: 0, -1).
+ *   version 4 on: f64 loss_scale (train.precision=fp16: the scale after the
+ *   step; 0 otherwise), i64 loss_scale_good (good steps since it last
+ *   changed). Older records read as 0, 0: the run starts its scaler afresh.
  * No random-number state is stored: the loop draws no random numbers after
  * initialisation, and the shuffled order follows from (seed, loader position).
  *
@@ -43,7 +47,7 @@
 #include "train/guard.h"
 
 #define CT_TRAIN_STATE_MAGIC 0x53545443u
-#define CT_TRAIN_STATE_VERSION 3
+#define CT_TRAIN_STATE_VERSION 4
 
 typedef struct ct_train_state {
     int64_t step;   /* loop steps done (the checkpoint's step) */
@@ -62,6 +66,10 @@ typedef struct ct_train_state {
     /* version 3 (0 and -1 when reading older records) */
     int64_t data_flags; /* CT_STATE_DATA_*: how instruction data was batched */
     int64_t best_step;  /* step of the kept best checkpoint (run.keep_best); -1: none */
+    /* version 4 (0 and 0 when reading older records) */
+    double loss_scale;       /* train.precision=fp16: the loss scale after this step; 0: none
+                              * (another precision, or an older record) */
+    int64_t loss_scale_good; /* fp16, dynamic: good steps since the scale last changed */
 } ct_train_state;
 
 #define CT_STATE_DATA_SFT 1      /* the training shards held instruction examples */

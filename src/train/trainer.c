@@ -7,6 +7,8 @@
  * training state (train_state.h), a stop flag polled after every step, and
  * the final Hugging Face directory in run.dir. trainer_setup.c checks and
  * builds everything before the loop writes anything.
+ * train.precision=fp16 scales the loss (loss_scale_step: GradScaler's dynamic
+ * scale, overflows skipped outside the guard).
  * A LoRA run trains only the adapters and ends with a PEFT adapter directory;
  * under mpirun every rank runs this loop (trainer_dist.c), and run.trace
  * records chosen steps as a Chrome trace.
@@ -51,7 +53,65 @@ ct_status trainer_next_batch(trainer *t, ct_loader *l, int64_t *counted) {
 }
 
 float trainer_batch_weight(const trainer *t, int64_t counted) {
-    return t->step_counted > 0 ? (float)((double)counted / (double)t->step_counted) : 0.0f;
+    float w = t->step_counted > 0 ? (float)((double)counted / (double)t->step_counted) : 0.0f;
+    /* fp16: the scaled loss's seed (a power of two, dynamic: exact) */
+    return t->fp16 ? (float)((double)w * t->loss_scale) : w;
+}
+
+void trainer_loss_scale_set(trainer *t, const ct_train_state *s) {
+    const ct_config *cfg = t->cfg;
+    t->fp16 = t->mopts.precision == CT_PREC_FP16;
+    t->ls_dynamic = t->fp16 && !(cfg->train.loss_scale > 0);
+    t->loss_scale = !t->fp16 ? 1.0 : t->ls_dynamic ? cfg->train.loss_scale_init
+                                                    : cfg->train.loss_scale;
+    t->ls_good = 0;
+    /* a checkpoint's dynamic scale; a record of another precision or an
+     * older version (0) starts afresh */
+    if (s && t->ls_dynamic && s->loss_scale > 0) {
+        t->loss_scale = s->loss_scale;
+        t->ls_good = s->loss_scale_good;
+    }
+}
+
+/* fp16: judge the step's scaled gradient. An overflow (the scaled gradient
+ * is not finite while the loss is) skips the update without the guard: the
+ * dynamic scale halves (an error when it would fall below 1). Otherwise the
+ * norm is unscaled, and a finite gradient counts towards doubling the scale
+ * after train.loss_scale_window good steps in a row. *overflow says which. */
+static ct_status loss_scale_step(trainer *t, int64_t step, ct_step_info *info, bool *overflow) {
+    *overflow = false;
+    if (!t->fp16) return CT_OK;
+    double S = t->loss_scale;
+    info->loss_scale = S;
+    if (!isfinite(info->grad_norm) && isfinite(info->loss)) {
+        *overflow = true;
+        info->overflow = true;
+        t->ls_good = 0;
+        if (!t->ls_dynamic) {
+            ct_log(CT_LOG_INFO, "step %lld: fp16 gradient overflow at the static loss scale %g: "
+                   "update skipped", (long long)step, S);
+            return CT_OK;
+        }
+        if (S * 0.5 < 1.0) {
+            ct_status st = CT_ERR(CT_ERR_NUMERIC, "step %lld: the fp16 gradient overflows even at "
+                                  "loss scale %g: the dynamic scale would fall below 1",
+                                  (long long)step, S);
+            ct_error_hint("the gradients do not fit fp16 (range 6e-8..65504) at any scale: lower "
+                          "optim.lr, check the data, or train with train.precision=fp32");
+            return st;
+        }
+        t->loss_scale = S * 0.5;
+        ct_log(CT_LOG_INFO, "step %lld: fp16 gradient overflow at loss scale %g: update skipped, "
+               "scale now %g", (long long)step, S, t->loss_scale);
+        return CT_OK;
+    }
+    info->grad_norm /= S; /* the true gradient's norm (S is a power of two: exact) */
+    if (t->ls_dynamic && isfinite(info->grad_norm) &&
+        ++t->ls_good >= t->cfg->train.loss_scale_window) {
+        t->ls_good = 0;
+        t->loss_scale = S * 2.0 > 1e30 ? S : S * 2.0;
+    }
+    return CT_OK;
 }
 
 /* Mean loss over t->eval_batches micro-batches of the validation stream,
@@ -96,6 +156,8 @@ static void snapshot_state(trainer *t, ct_train_state *s) {
     s->best_val = t->best_val;
     s->best_step = t->best_step;
     s->data_flags = trainer_data_flags(t);
+    s->loss_scale = t->fp16 ? t->loss_scale : 0.0;
+    s->loss_scale_good = t->fp16 ? t->ls_good : 0;
     s->bad_evals = t->bad_evals;
     s->ckpt_pending = t->ckpt_pending;
     snprintf(s->init_from, sizeof s->init_from, "%s", cfg->model.init_from);
@@ -187,6 +249,7 @@ static ct_status rollback(trainer *t, int64_t step, int64_t *to) {
             t->best_val = s->best_val;
             t->best_step = s->best_step;
             t->bad_evals = s->bad_evals;
+            trainer_loss_scale_set(t, s); /* fp16: the scale of those weights */
         }
         free(s);
         if (st) {
@@ -295,16 +358,25 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
     if (t->world > 1 && (st = trainer_dist_grad_norm(t, &info->grad_norm))) return st;
     ts = span(t, "grad_norm", ts, step);
     info->lr = ct_schedule_lr(&t->sched, step - 1) * t->guard.lr_factor;
-    ct_guard_verdict verdict;
-    ct_guard_action act = ct_guard_judge(&t->guard, step, info->loss, info->grad_norm, &verdict);
-    if (act == CT_GUARD_UPDATE) {
+    bool overflow;
+    if ((st = loss_scale_step(t, step, info, &overflow))) return st;
+    ct_guard_verdict verdict = CT_GUARD_GOOD;
+    /* an fp16 overflow is the scaler's, never the guard's (no bad step, no spike) */
+    ct_guard_action act = overflow ? CT_GUARD_SKIP
+                                   : ct_guard_judge(&t->guard, step, info->loss, info->grad_norm,
+                                                    &verdict);
+    if (overflow) {
+        info->skipped = true;
+    } else if (act == CT_GUARD_UPDATE) {
         float scale = ct_clip_scale(info->grad_norm, cfg->optim.grad_clip);
+        /* fp16: AdamW reads the scaled gradient times clip / S */
+        if (t->fp16) scale *= (float)(1.0 / info->loss_scale);
         if (t->world > 1) {
             if ((st = trainer_dist_update(t, (float)info->lr, scale))) return st;
         } else {
             ct_adamw_step(&t->opt, t->model, &t->ap, (float)info->lr, scale);
         }
-        /* precision bf16: the next GEMMs read bf16 copies of the new weights */
+        /* precision bf16/fp16: the next GEMMs read 16-bit copies of the new weights */
         ct_model_refresh_weights16(t->model);
     } else {
         info->skipped = true;
@@ -319,7 +391,7 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
                    (long long)step, ct_guard_verdict_str(verdict), (long long)t->guard.skipped);
         info->rolled_back = act == CT_GUARD_ROLLBACK; /* done by the caller */
     }
-    span(t, act == CT_GUARD_UPDATE ? "optimizer" : "guard", ts, step);
+    span(t, overflow ? "loss_scale" : act == CT_GUARD_UPDATE ? "optimizer" : "guard", ts, step);
     info->host_waits = base->stalls - stalls0;
     double dt = span(t, "step", t0, step) - t0;
     info->step_ms = dt * 1e3;
@@ -522,7 +594,20 @@ static ct_status log_step(trainer *t, ct_step_info *info) {
         }
         n--;
     }
-    if ((st = ct_metrics_write(t->metrics, info->step, "train", n, keys, vals))) return st;
+    /* fp16: the loss scale of every step, and the overflows */
+    const char *all_k[sizeof keys / sizeof *keys + 2];
+    double all_v[sizeof keys / sizeof *keys + 2];
+    memcpy(all_k, keys, (size_t)n * sizeof *keys);
+    memcpy(all_v, vals, (size_t)n * sizeof *vals);
+    if (t->fp16) {
+        all_k[n] = "loss_scale";
+        all_v[n++] = info->loss_scale;
+        if (info->overflow) {
+            all_k[n] = "overflow";
+            all_v[n++] = 1;
+        }
+    }
+    if ((st = ct_metrics_write(t->metrics, info->step, "train", n, all_k, all_v))) return st;
     const ct_gpu_sample *g = &t->gsample;
     if (t->plan.env.device) { /* the device's memory: its peak so far against the plan;
                                * a watched GPU's reading when this step took one */

@@ -84,6 +84,14 @@ typedef struct trainer {
     struct ct_kprof *kprof;        /* owned; NULL when run.trace is off */
     int64_t trace_first, trace_last; /* the traced steps, inclusive */
 
+    /* train.precision=fp16: the loss scaler (torch's GradScaler); the seed
+     * gradient of the loss is loss_scale times the true one
+     * (trainer_batch_weight), so every gradient is too */
+    bool fp16;          /* the run scales its loss */
+    bool ls_dynamic;    /* the scale moves (train.loss_scale=dynamic) */
+    double loss_scale;  /* S; 1 when not fp16 */
+    int64_t ls_good;    /* good steps since S last changed (dynamic) */
+
     /* the run's state: what a checkpoint stores */
     int64_t step; /* loop steps done */
     ct_guard guard;
@@ -133,8 +141,15 @@ ct_guard_params trainer_guard_params(const ct_config *cfg);
 ct_status trainer_next_batch(trainer *t, ct_loader *l, int64_t *counted);
 /* The share of the step's loss a micro-batch of `counted` targets carries:
  * counted / t->step_counted, so every counted target of the step weighs the
- * same (plain data: exactly 1/(grad_accum x ranks) in float). */
+ * same (plain data: exactly 1/(grad_accum x ranks) in float), times the
+ * fp16 loss scale (1 otherwise): the seed of every gradient. */
 float trainer_batch_weight(const trainer *t, int64_t counted);
+
+/* The loss scaler of an fp16 run from s (a checkpoint's state, its scale
+ * and good-step count; NULL, or a record without them: the start values,
+ * train.loss_scale_init or the static train.loss_scale); S = 1 for other
+ * precisions. After t->mopts is known. */
+void trainer_loss_scale_set(trainer *t, const ct_train_state *s);
 
 /* CT_STATE_DATA_* flags of the run's training data (train_state.h). */
 int64_t trainer_data_flags(const trainer *t);

@@ -117,11 +117,18 @@ static ct_status refuse_unsupported(const ct_config *cfg) {
 
 /* bf16 (train.precision or lora.base_dtype) on a GPU without bf16 GEMMs
  * (compute capability below 8.0): refused before anything is built. */
+/* And fp16 where it does not belong: on a CPU, or on a GPU that has bf16
+ * (ct_run_precision asks the cpu, ref and sim devices; an opened GPU is asked
+ * here). */
 static ct_status check_device_bf16(trainer *t) {
+    ct_precision prec;
+    ct_status st = ct_run_precision(t->cfg, &prec);
+    if (st) return st;
     ct_backend *be = ct_ctx_base_backend(t->ctx);
     if (!ct_backend_has_device_memory(be)) return CT_OK;
     ct_device_info di;
     if (ct_backend_device_info(be, &di)) return ct_last_status();
+    if (prec == CT_PREC_FP16 && (st = ct_device_check_fp16(&di))) return st;
     bool lora = t->cfg->lora.r > 0 || t->cfg->lora.init_from[0];
     return ct_device_check_bf16(&di, t->cfg->train.precision, lora ? t->cfg->lora.base_dtype : NULL);
 }
@@ -410,6 +417,16 @@ static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
         ct_log(CT_LOG_INFO, "train.precision = bf16: the linear and head GEMMs read bf16 inputs "
                "(autocast), fp32 sums and master weights; bf16 weight copies %.1f MiB",
                p->model.weights16 / MiB);
+    if (t->mopts.precision == CT_PREC_FP16 && t->rank == 0) {
+        char sc[128];
+        if (cfg->train.loss_scale > 0) snprintf(sc, sizeof sc, "static loss scale %g",
+                                                cfg->train.loss_scale);
+        else snprintf(sc, sizeof sc, "dynamic loss scale from %g, x2 every %lld good steps",
+                      cfg->train.loss_scale_init, (long long)cfg->train.loss_scale_window);
+        ct_log(CT_LOG_INFO, "train.precision = fp16: the linear and head GEMMs read fp16 inputs "
+               "(autocast), fp32 sums and master weights, attention fp32; %s; fp16 weight "
+               "copies %.1f MiB", sc, p->model.weights16 / MiB);
+    }
     bool dev = p->env.device;
     if (cfg->train.batch_size == 0 || strcmp(cfg->train.recompute, "auto") == 0)
         ct_log(CT_LOG_INFO, "memory plan: train.batch_size=%d train.grad_accum=%lld "
@@ -768,6 +785,7 @@ static ct_status restore_state(trainer *t) {
     t->best_step = s->best_step;
     t->bad_evals = s->bad_evals;
     t->ckpt_pending = s->ckpt_pending;
+    trainer_loss_scale_set(t, s);
     t->step = s->step;
     if (s->total_steps != t->cfg->train.steps && strcmp(t->cfg->schedule.name, "constant") != 0)
         ct_log(CT_LOG_WARN, "train.steps changed from %lld to %lld since the checkpoint: the "
@@ -900,6 +918,7 @@ ct_status trainer_setup(trainer *t) {
     t->tg = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->tg, CT_TAG_DATA);
     t->pos = ct_alloc(t->ctx, (size_t)t->B * t->T * sizeof *t->pos, CT_TAG_DATA);
     if (!t->in || !t->tg || !t->pos) return ct_last_status();
+    trainer_loss_scale_set(t, NULL);
     if (t->resume_step >= 0 && (st = restore_state(t))) return st;
     t->ap = (ct_adamw_params){(float)cfg->optim.beta1, (float)cfg->optim.beta2,
                               (float)cfg->optim.eps, (float)cfg->optim.weight_decay};
@@ -927,11 +946,14 @@ static ct_status measure_gpu_peak(trainer *t, ct_precision prec) {
     ct_device_info di;
     ct_status st = ct_backend_device_info(be, &di);
     if (st) return st;
-    bool bf16 = prec == CT_PREC_BF16;
-    t->gpu_theory = bf16 ? di.bf16_theory_gflops : di.fp32_theory_gflops;
+    /* fp16 (GPUs without bf16): its tensor cores' rate is not in the theory's
+     * table, so MFU is against the measured fp16 GEMM peak only */
+    t->gpu_theory = prec == CT_PREC_BF16   ? di.bf16_theory_gflops
+                    : prec == CT_PREC_FP32 ? di.fp32_theory_gflops
+                                           : 0;
     if (t->gemm_peak > 0) return CT_OK;
     double t0 = ct_time_s();
-    st = ct_backend_gemm_peak(be, bf16, TRAINER_GPU_PEAK_N, 3, &t->gemm_peak);
+    st = ct_backend_gemm_peak(be, (int)prec, TRAINER_GPU_PEAK_N, 3, &t->gemm_peak);
     if (st) {
         ct_log(CT_LOG_WARN, "cannot measure the GPU's GEMM peak (%s): MFU is reported against "
                "the theoretical peak only (mfu_theory); set alerts.gemm_peak_gflops",
@@ -943,7 +965,7 @@ static ct_status measure_gpu_peak(trainer *t, ct_precision prec) {
     t->gemm_n = TRAINER_GPU_PEAK_N;
     ct_log(CT_LOG_INFO, "%s: %s GEMM peak %.0f GFLOP/s (cuBLAS, n=%d, %.2f s); theoretical "
            "%.0f GFLOP/s (%d multiprocessors at %.0f MHz, compute capability %d.%d)", di.name,
-           bf16 ? "bf16" : "fp32", t->gemm_peak, TRAINER_GPU_PEAK_N, ct_time_s() - t0,
+           ct_model_precision_name(prec), t->gemm_peak, TRAINER_GPU_PEAK_N, ct_time_s() - t0,
            t->gpu_theory, di.sms, di.clock_mhz, di.cc_major, di.cc_minor);
     return CT_OK;
 }

@@ -13,7 +13,10 @@ several steps of gradient accumulation each:
   * LLaMA with GQA, LoRA on a bf16 base, train.precision=bf16;
   * Gemma 3 (sliding-window attention, whose windows are uploaded per batch);
 every step waits exactly once (the read of its loss and gradient norm after
-the last micro-batch), and the run's losses are finite and go down. The same
+the last micro-batch), and the run's losses are finite and go down. And
+train.precision=fp16 (sim reporting compute capability 7.5), with an initial
+loss scale that overflows: overflowing steps and good ones wait once each too
+(the loss scaler decides from the same read). The same
 runs on cpu give the same losses and gradient norms, to 1e-5 in fp32 and 2e-3
 in bf16 (sim runs ref's kernels, cpu its own: they differ in the order of their
 sums only).
@@ -36,9 +39,12 @@ def check(ok, what):
         failures += 1
 
 
-def run(*args):
+def run(*args, cc=None):
     e = dict(os.environ)
     e.pop("CTRAIN_DEVICE", None)
+    e.pop("CT_SIM_COMPUTE_CAPABILITY", None)
+    if cc:
+        e["CT_SIM_COMPUTE_CAPABILITY"] = cc
     p = subprocess.run([CTRAIN, *args], capture_output=True, text=True, timeout=300, env=e)
     return p.returncode, p.stdout + p.stderr
 
@@ -97,6 +103,24 @@ with tempfile.TemporaryDirectory() as tmp:
                         for a, b in zip(sim, cpu))
             check(worst < tol, "%s: sim's losses and norms are cpu's (worst relative "
                   "difference %.2g)" % (name, worst))
+
+    # fp16: overflowing steps first (2^24 makes the seed gradient 2^17, past fp16
+    # range), then good ones; one wait per step all the same
+    d = os.path.join(tmp, "fp16-sim")
+    rc, out = run("train", "model.preset=gpt2-tiny", "model.vocab_size=256", "train.seq_len=32",
+                  "train.batch_size=2", "train.grad_accum=2", "train.steps=6",
+                  "data.train=" + shard, "run.threads=1", "optim.lr=3e-3", "train.seed=7",
+                  "run.device=sim", "debug.sim_device_memory=1GB", "train.precision=fp16",
+                  "train.loss_scale_init=16777216", "run.dir=" + d, cc="7.5")
+    check(rc == 0, "fp16 on sim (7.5) trains (%s)" % out.strip()[-300:])
+    if rc == 0:
+        tr = lines(d, "train")
+        waits = [x.get("host_waits") for x in lines(d, "device")]
+        over = [x.get("overflow", 0) for x in tr]
+        check(len(waits) == 6 and all(w == 1 for w in waits),
+              "fp16: every step waits once on the device, overflows %s included: %s"
+              % (over, waits))
+        check(over[0] == 1 and 0 in over, "fp16: the run overflows first, then steps: %s" % over)
 
 print("failures:", failures)
 sys.exit(1 if failures else 0)

@@ -81,7 +81,7 @@ static void test_sim_capacity(void) {
     CHECK(!ct_backend_has_device_memory(be));
     CHECK(ct_backend_device_info(be, &di) == CT_ERR_ARG);
     double g;
-    CHECK(ct_backend_gemm_peak(be, false, 64, 1, &g) == CT_ERR_ARG && g == 0);
+    CHECK(ct_backend_gemm_peak(be, CT_PREC_FP32, 64, 1, &g) == CT_ERR_ARG && g == 0);
     ct_ctx_free(ctx);
 
     cp.sim_device_memory = 1 << 20;
@@ -299,7 +299,40 @@ static void test_bf16_capability(void) {
     }
 }
 
+/* fp16 (with loss scaling) only where bf16 is missing: refused on the CPU
+ * (no device) and on compute capability 8.0 and later, each naming the key,
+ * the device and the way out; accepted at 7.5 and 7.0 and on a device with no
+ * capability (sim without one). */
+static void test_fp16_capability(void) {
+    CHECK(ct_device_check_fp16(NULL) == CT_ERR_ARG);
+    CHECK_MSG(strstr(ct_last_error(), "train.precision = fp16") &&
+              strstr(ct_last_error(), "CPU") && strstr(ct_last_hint(), "bf16") &&
+              strstr(ct_last_hint(), "fp32"), "%s / %s", ct_last_error(), ct_last_hint());
+    ct_error_clear();
+    ct_device_info a100 = {.name = "NVIDIA A100", .index = 2, .cc_major = 8, .cc_minor = 0};
+    ct_device_info h100 = {.name = "NVIDIA H100", .cc_major = 9, .cc_minor = 0};
+    ct_device_info l4 = {.name = "NVIDIA L4", .cc_major = 8, .cc_minor = 9};
+    const ct_device_info *no[] = {&a100, &h100, &l4};
+    for (int i = 0; i < 3; i++) {
+        CHECK(ct_device_check_fp16(no[i]) == CT_ERR_ARG);
+        CHECK_MSG(strstr(ct_last_error(), "train.precision = fp16") &&
+                  strstr(ct_last_error(), no[i]->name) &&
+                  strstr(ct_last_hint(), "train.precision=bf16"),
+                  "%s / %s", ct_last_error(), ct_last_hint());
+        ct_error_clear();
+    }
+    CHECK(strstr((ct_device_check_fp16(&a100), ct_last_error()),
+                 "cuda:2, compute capability 8.0") != NULL);
+    ct_error_clear();
+    ct_device_info t4 = {.name = "Tesla T4", .cc_major = 7, .cc_minor = 5};
+    ct_device_info v100 = {.name = "Tesla V100", .cc_major = 7, .cc_minor = 0};
+    ct_device_info sim = {.name = "sim"};
+    CHECK(ct_device_check_fp16(&t4) == CT_OK && ct_device_check_fp16(&v100) == CT_OK &&
+          ct_device_check_fp16(&sim) == CT_OK);
+}
+
 int main(void) {
+    test_fp16_capability();
     test_theory();
     test_rank_device();
     unsetenv("CT_SIM_COMPUTE_CAPABILITY");

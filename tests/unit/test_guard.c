@@ -166,6 +166,8 @@ static void fill_state(ct_train_state *s) {
     s->world = 2;
     s->data_flags = CT_STATE_DATA_SFT | CT_STATE_DATA_PACKING;
     s->best_step = 1000;
+    s->loss_scale = 32768.0;
+    s->loss_scale_good = 17;
 }
 
 static void test_state_round_trip(void) {
@@ -179,7 +181,8 @@ static void test_state_round_trip(void) {
           b->seq_len == 64 && b->grad_accum == 2 && b->seed == 1337 && b->shuffle &&
           b->total_steps == 5000 && b->best_val == 2.75 && b->bad_evals == 2 &&
           b->ckpt_pending && !strcmp(b->init_from, "models/gpt2") && b->world == 2 &&
-          b->data_flags == 3 && b->best_step == 1000);
+          b->data_flags == 3 && b->best_step == 1000 && b->loss_scale == 32768.0 &&
+          b->loss_scale_good == 17);
     CHECK(!memcmp(&a->pos, &b->pos, sizeof a->pos));
     CHECK(b->guard.p.window == 5 && b->guard.p.zscore == 4.5 && b->guard.p.min_steps == 3 &&
           b->guard.p.max_bad == 2 && b->guard.count == 5 && b->guard.head == 0);
@@ -208,19 +211,24 @@ static void test_state_round_trip(void) {
     free(buf);
     CHECK(ct_train_state_encode(a, &buf, &len) == CT_OK);
     CHECK(ct_train_state_decode(b, buf, len, "mem") == CT_OK && isnan(b->best_val));
-    /* little-endian on disk: the magic's bytes spell CTTS, version 3 follows */
-    CHECK(!memcmp(buf, "CTTS", 4) && buf[4] == 3 && buf[5] == 0 && buf[6] == 0 && buf[7] == 0);
+    /* little-endian on disk: the magic's bytes spell CTTS, version 4 follows */
+    CHECK(!memcmp(buf, "CTTS", 4) && buf[4] == 4 && buf[5] == 0 && buf[6] == 0 && buf[7] == 0);
+    /* a version 3 record (no fp16 loss scaler) still reads: no scale (0), the run's default */
+    buf[4] = 3;
+    CHECK(ct_train_state_decode(b, buf, len - 16, "v3") == CT_OK && b->loss_scale == 0 &&
+          b->loss_scale_good == 0 && b->best_step == 1000 && b->step == 1234);
+    CHECK(ct_train_state_decode(b, buf, len, "v3") == CT_ERR_FORMAT);
     /* a version 2 record (no data_flags, best_step) still reads: plain data, no best */
     buf[4] = 2;
-    CHECK(ct_train_state_decode(b, buf, len - 16, "v2") == CT_OK && b->world == 2 &&
-          b->data_flags == 0 && b->best_step == -1 && b->step == 1234);
+    CHECK(ct_train_state_decode(b, buf, len - 32, "v2") == CT_OK && b->world == 2 &&
+          b->data_flags == 0 && b->best_step == -1 && b->step == 1234 && b->loss_scale == 0);
     CHECK(ct_train_state_decode(b, buf, len, "v2") == CT_ERR_FORMAT);
     /* a version 1 record (no world field either) still reads, as one process */
     buf[4] = 1;
-    CHECK(ct_train_state_decode(b, buf, len - 24, "v1") == CT_OK && b->world == 1 &&
+    CHECK(ct_train_state_decode(b, buf, len - 40, "v1") == CT_OK && b->world == 1 &&
           b->step == 1234);
     CHECK(ct_train_state_decode(b, buf, len, "v1") == CT_ERR_FORMAT);
-    buf[4] = 3;
+    buf[4] = 4;
     CHECK(buf[8] == (1234 & 0xff) && buf[9] == (1234 >> 8)); /* step 1234 */
     free(buf);
     free(buf2);
@@ -255,15 +263,26 @@ static void test_state_refusals(void) {
     CHECK(ct_train_state_decode(b, bad, len, "x") == CT_ERR_FORMAT &&
           strstr(ct_last_error(), "magic"));
     memcpy(bad, buf, len);
-    bad[4] = 4;
+    bad[4] = 5;
     CHECK(ct_train_state_decode(b, bad, len, "x") == CT_ERR_FORMAT &&
-          strstr(ct_last_error(), "version 4"));
-    /* a best step after the record's own step */
+          strstr(ct_last_error(), "version 5"));
+    /* a best step after the record's own step (before the scaler's 16 bytes) */
     memcpy(bad, buf, len);
-    bad[len - 8] = 0xff;
-    bad[len - 7] = 0xff;
+    bad[len - 24] = 0xff;
+    bad[len - 23] = 0xff;
     CHECK(ct_train_state_decode(b, bad, len, "x") == CT_ERR_FORMAT &&
           strstr(ct_last_error(), "best_step"));
+    /* a loss scale below 1 (0.5: f64 0x3fe0...), a negative good-step count */
+    memcpy(bad, buf, len);
+    memset(bad + len - 16, 0, 8);
+    bad[len - 10] = 0xe0;
+    bad[len - 9] = 0x3f;
+    CHECK(ct_train_state_decode(b, bad, len, "x") == CT_ERR_FORMAT &&
+          strstr(ct_last_error(), "loss_scale"));
+    memcpy(bad, buf, len);
+    bad[len - 1] = 0x80;
+    CHECK(ct_train_state_decode(b, bad, len, "x") == CT_ERR_FORMAT &&
+          strstr(ct_last_error(), "loss_scale_good"));
     /* a negative step (byte 15 is the step's top byte) */
     memcpy(bad, buf, len);
     bad[15] = 0x80;

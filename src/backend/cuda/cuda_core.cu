@@ -10,6 +10,7 @@
  * trainer allocate once) and multi-stream overlap.
  */
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -456,6 +457,20 @@ __global__ void k_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
         dst[i] = __uint_as_float((uint32_t)src[i] << 16);
 }
 
+/* fp32 -> IEEE half bits, nearest even: overflow (from 65520 on) to inf,
+ * subnormals kept, NaN a NaN (the hardware's canonical one: the payload is
+ * not kept, unlike core/dtype.c's; no run reads a NaN's payload) */
+__global__ void k_f32_to_f16(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __half_as_ushort(__float2half_rn(src[i]));
+}
+
+extern "C" void ct_f32_to_f16_cuda(ct_backend *be, uint16_t *dst, const float *src, size_t n) {
+    if (!n) return;
+    k_f32_to_f16<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(dst, src, n);
+    cuda_launched(be, "f32_to_f16");
+}
 extern "C" void ct_f32_to_bf16_cuda(ct_backend *be, uint16_t *dst, const float *src, size_t n) {
     if (!n) return;
     k_f32_to_bf16<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(dst, src, n);

@@ -49,15 +49,18 @@ __global__ void k_fill_pattern(float *x, size_t n, float scale) {
         x[i] = scale * (float)((i * 2654435761u) % 1024u) / 1024.0f;
 }
 
-extern "C" ct_status ct_cuda_gemm_peak(ct_backend *be, bool bf16, int n, int reps,
+extern "C" ct_status ct_cuda_gemm_peak(ct_backend *be, int prec, int n, int reps,
                                        double *gflops) {
+    bool in16 = prec == 1 || prec == 2;          /* bf16 or fp16 inputs */
+    cudaDataType ab = prec == 2 ? CUDA_R_16F : CUDA_R_16BF;
+    const char *what = prec == 2 ? "GemmEx fp16" : prec == 1 ? "GemmEx bf16" : "sgemm";
     cuda_state *s = cuda_st(be);
     const cublas_fns *f = cuda_blas(be);
     cudaStream_t st = cuda_stream(be);
     *gflops = 0;
     if (n < 64) n = 64;
     if (reps < 1) reps = 1;
-    size_t nn = (size_t)n * n, in_bytes = nn * (bf16 ? 2 : 4);
+    size_t nn = (size_t)n * n, in_bytes = nn * (in16 ? 2 : 4);
     void *a = NULL, *b = NULL;
     float *c = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
@@ -71,7 +74,10 @@ extern "C" ct_status ct_cuda_gemm_peak(ct_backend *be, bool bf16, int n, int rep
     /* values that keep the sums finite; bf16 inputs through the fp32 kernel
      * and the backend's rounding */
     k_fill_pattern<<<cuda_grid(nn, 256), 256, 0, st>>>(c, nn, 0.01f);
-    if (bf16) {
+    if (prec == 2) {
+        ct_f32_to_f16_cuda(be, (uint16_t *)a, c, nn);
+        ct_f32_to_f16_cuda(be, (uint16_t *)b, c, nn);
+    } else if (in16) {
         ct_f32_to_bf16_cuda(be, (uint16_t *)a, c, nn);
         ct_f32_to_bf16_cuda(be, (uint16_t *)b, c, nn);
     } else {
@@ -89,9 +95,9 @@ extern "C" ct_status ct_cuda_gemm_peak(ct_backend *be, bool bf16, int n, int rep
         for (int r = 0; r <= reps; r++) {
             cudaEventRecord(e0, st);
             cublasStatus_t cs;
-            if (bf16)
+            if (in16)
                 cs = f->gemm_ex((cublasHandle_t)s->cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one,
-                                a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &zero, c, CUDA_R_32F, n,
+                                a, ab, n, b, ab, n, &zero, c, CUDA_R_32F, n,
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
             else
                 cs = f->sgemm((cublasHandle_t)s->cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one,
@@ -99,7 +105,7 @@ extern "C" ct_status ct_cuda_gemm_peak(ct_backend *be, bool bf16, int n, int rep
             cudaEventRecord(e1, st);
             if (cs != CUBLAS_STATUS_SUCCESS) {
                 ret = CT_ERR(CT_ERR_IO, "CUDA device %d: cuBLAS %s failed (status %d) measuring "
-                             "the GEMM peak", s->device, bf16 ? "GemmEx bf16" : "sgemm", (int)cs);
+                             "the GEMM peak", s->device, what, (int)cs);
                 goto fail;
             }
             float ms = 0;

@@ -108,8 +108,9 @@ void cuda_latch(ct_backend *be, int code, const char *what, const char *detail);
 void cuda_mem_sample(ct_backend *be);
 /* The device's properties and memory (backend/device.h); CT_OK. */
 ct_status ct_cuda_device_info(ct_backend *be, ct_device_info *out);
-/* cuBLAS's sustained fp32 or bf16 GEMM rate on the device (backend/device.h). */
-ct_status ct_cuda_gemm_peak(ct_backend *be, bool bf16, int n, int reps, double *gflops);
+/* cuBLAS's sustained fp32, bf16 or fp16 GEMM rate on the device (prec 0, 1,
+ * 2: backend/device.h). */
+ct_status ct_cuda_gemm_peak(ct_backend *be, int prec, int n, int reps, double *gflops);
 /* The backend's state. */
 static inline cuda_state *cuda_st(ct_backend *be) { return (cuda_state *)be->state; }
 
@@ -124,6 +125,7 @@ void ct_download_cuda(ct_backend *be, void *dst, const void *src, size_t bytes);
 void ct_copy_cuda(ct_backend *be, void *dst, const void *src, size_t bytes);
 void ct_f32_to_bf16_cuda(ct_backend *be, uint16_t *dst, const float *src, size_t n);
 void ct_bf16_to_f32_cuda(ct_backend *be, float *dst, const uint16_t *src, size_t n);
+void ct_f32_to_f16_cuda(ct_backend *be, uint16_t *dst, const float *src, size_t n);
 void ct_scale_add_cuda(ct_backend *be, float *y, int ldy, const float *x, int ldx, int rows,
                        int cols, float a, bool accumulate);
 void ct_fill_cuda(ct_backend *be, float *x, float value, size_t n);
@@ -210,6 +212,12 @@ void ct_matmul_gelu_forward_bf16_cuda(ct_backend *be, float *pre, float *out, co
 void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const uint16_t *inp16,
                                   const uint16_t *weight16, int N, int C, int OC);
+void ct_matmul_forward_f16_cuda(ct_backend *be, float *out, const float *inp,
+                                const uint16_t *weight16, const float *bias, int N, int C,
+                                int OC);
+void ct_matmul_backward_f16_cuda(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const uint16_t *inp16,
+                                 const uint16_t *weight16, int N, int C, int OC);
 
 /* attention (cuda_attention.cu; the _bf16 entries in cuda_flash.cu) */
 void ct_attention_forward_cuda(ct_backend *be, float *out, float *lse, const float *qkv,

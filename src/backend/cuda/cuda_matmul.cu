@@ -15,6 +15,8 @@
  * backend does, and runs the GELU kernel after the GEMM. The bias gradient is
  * a column sum in double, one thread per column. Leaves out: Lt in the
  * backward (DGELU, BGRAD epilogues) and bf16 outputs.
+ * train.precision=fp16 (GPUs without bf16: T4, V100) takes the plain path with
+ * IEEE half inputs (CUDA_R_16F), fp32 compute and output; no Lt epilogue.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -135,14 +137,22 @@ static const uint16_t *bf16_operand(ct_backend *be, const float *x, size_t n) {
     return (const uint16_t *)s->ws;
 }
 
+/* GemmEx on 16-bit inputs of type ab (CUDA_R_16BF or CUDA_R_16F), fp32
+ * compute and output. */
+static void gemm_16(ct_backend *be, cudaDataType ab, cublasOperation_t ta, cublasOperation_t tb,
+                    int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                    float beta, float *Cm, int ldc, const char *what) {
+    float one = 1.0f;
+    blas_ok(be, cuda_blas(be)->gemm_ex(handle(be), ta, tb, m, n, k, &one, A, ab, lda, B, ab, ldb,
+                                       &beta, Cm, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT),
+            what);
+}
+
 static void gemm_bf16(ct_backend *be, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                       int k, const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                       float *Cm, int ldc, const char *what) {
-    float one = 1.0f;
-    blas_ok(be, cuda_blas(be)->gemm_ex(handle(be), ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B,
-                             CUDA_R_16BF, ldb, &beta, Cm, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                             CUBLAS_GEMM_DEFAULT),
-            what);
+    gemm_16(be, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, beta, Cm, ldc, what);
 }
 
 /* The plain bf16 forward: bias pre-filled, GemmEx on bf16 inputs with beta = 1. */
@@ -335,6 +345,55 @@ extern "C" void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float 
         if (dweight)
             gemm_bf16(be, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp16, C, d16, OC, 1.0f, dweight,
                       C, "matmul_backward_bf16 dweight");
+    }
+    if (dbias) dbias_add(be, dbias, dout, N, OC);
+}
+
+/* ------------------------------------------- train.precision = fp16 */
+
+/* An fp16 copy of x (n) in the backend's workspace, as bf16_operand. */
+static const uint16_t *f16_operand(ct_backend *be, const float *x, size_t n) {
+    cuda_state *s = cuda_st(be);
+    if (!cuda_workspace(be, &s->ws, &s->ws_bytes, n * sizeof(uint16_t), "fp16 GEMM workspace"))
+        return NULL;
+    ct_f32_to_f16_cuda(be, (uint16_t *)s->ws, x, n);
+    return (const uint16_t *)s->ws;
+}
+
+/* out (N,OC) = fp16(inp) @ weight16^T + bias: bias pre-filled, GemmEx on
+ * fp16 inputs with beta = 1 (the plain bf16 forward's shape). */
+extern "C" void ct_matmul_forward_f16_cuda(ct_backend *be, float *out, const float *inp,
+                                           const uint16_t *weight16, const float *bias, int N,
+                                           int C, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    float beta = prefill_bias(be, out, bias, N, OC);
+    if (C <= 0) {
+        if (!bias) cuda_ok(be, cudaMemsetAsync(out, 0, (size_t)N * OC * 4, cuda_stream(be)),
+                           "matmul");
+        return;
+    }
+    const uint16_t *x16 = f16_operand(be, inp, (size_t)N * C);
+    if (!x16) return;
+    gemm_16(be, CUDA_R_16F, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight16, C, x16, C, beta, out,
+            OC, "matmul_forward_f16");
+}
+
+extern "C" void ct_matmul_backward_f16_cuda(ct_backend *be, float *dinp, float *dweight,
+                                            float *dbias, const float *dout,
+                                            const uint16_t *inp16, const uint16_t *weight16,
+                                            int N, int C, int OC) {
+    if (N <= 0 || OC <= 0) return; /* C == 0: dbias only, as ref */
+    if ((dinp || dweight) && C > 0) {
+        /* dout scaled by the loss scale: a value past 65504 becomes inf here,
+         * and the step's gradient norm says overflow */
+        const uint16_t *d16 = f16_operand(be, dout, (size_t)N * OC);
+        if (!d16) return;
+        if (dinp)
+            gemm_16(be, CUDA_R_16F, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight16, C, d16, OC,
+                    1.0f, dinp, C, "matmul_backward_f16 dinp");
+        if (dweight)
+            gemm_16(be, CUDA_R_16F, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp16, C, d16, OC, 1.0f,
+                    dweight, C, "matmul_backward_f16 dweight");
     }
     if (dbias) dbias_add(be, dbias, dout, N, OC);
 }

@@ -32,6 +32,11 @@ void ct_host_f32_to_bf16(ct_backend *be, uint16_t *dst, const float *src, size_t
     ct_f32_to_bf16_array(dst, src, n);
 }
 
+void ct_host_f32_to_f16(ct_backend *be, uint16_t *dst, const float *src, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) dst[i] = ct_f32_to_f16(src[i]);
+}
+
 void ct_host_bf16_to_f32(ct_backend *be, float *dst, const uint16_t *src, size_t n) {
     (void)be;
     ct_bf16_to_f32_array(dst, src, n);

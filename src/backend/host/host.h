@@ -14,6 +14,9 @@ void ct_host_memset(ct_backend *be, void *dst, int value, size_t bytes);
 void ct_host_copy(ct_backend *be, void *dst, const void *src, size_t bytes);
 void ct_host_f32_to_bf16(ct_backend *be, uint16_t *dst, const float *src, size_t n);
 void ct_host_bf16_to_f32(ct_backend *be, float *dst, const uint16_t *src, size_t n);
+/* dst(n) = ct_f32_to_f16(src): fp16 bits, nearest even (the ref backend's
+ * f32_to_f16; not in CT_HOST_MEMORY_OPS: the entry is optional). */
+void ct_host_f32_to_f16(ct_backend *be, uint16_t *dst, const float *src, size_t n);
 void ct_host_scale_add(ct_backend *be, float *y, int ldy, const float *x, int ldx, int rows,
                        int cols, float a, bool accumulate);
 void ct_host_fill(ct_backend *be, float *x, float value, size_t n);

@@ -39,6 +39,11 @@ void ct_matmul_backward_bf16_ref(ct_backend *be, float *dinp, float *dweight, fl
                                 const uint16_t *weight16, int N, int C, int OC);
 void ct_matmul_gelu_forward_ref(ct_backend *be, float *pre, float *out, const float *inp,
                                 const float *weight, const float *bias, int N, int C, int OC);
+void ct_matmul_forward_f16_ref(ct_backend *be, float *out, const float *inp,
+                               const uint16_t *weight16, const float *bias, int N, int C, int OC);
+void ct_matmul_backward_f16_ref(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const uint16_t *inp16,
+                                const uint16_t *weight16, int N, int C, int OC);
 void ct_matmul_gelu_forward_bf16_ref(ct_backend *be, float *pre, float *out, const float *inp,
                                      const uint16_t *weight16, const float *bias, int N, int C,
                                      int OC);

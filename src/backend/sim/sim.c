@@ -134,6 +134,9 @@ static void sim_f32_to_bf16(ct_backend *be, uint16_t *dst, const float *src, siz
 static void sim_bf16_to_f32(ct_backend *be, float *dst, const uint16_t *src, size_t n) {
     ct_host_bf16_to_f32(be, HF(dst), H(src), n);
 }
+static void sim_f32_to_f16(ct_backend *be, uint16_t *dst, const float *src, size_t n) {
+    ct_host_f32_to_f16(be, H(dst), HF(src), n);
+}
 static void sim_scale_add(ct_backend *be, float *y, int ldy, const float *x, int ldx, int rows,
                           int cols, float a, bool accumulate) {
     ct_host_scale_add(be, HF(y), ldy, HF(x), ldx, rows, cols, a, accumulate);
@@ -234,6 +237,17 @@ static void sim_matmul_backward_bf16(ct_backend *be, float *dinp, float *dweight
                                      const uint16_t *weight16, int N, int C, int OC) {
     ct_matmul_backward_bf16_ref(be, HF(dinp), HF(dweight), HF(dbias), HF(dout), H(inp16),
                                 H(weight16), N, C, OC);
+}
+static void sim_matmul_forward_f16(ct_backend *be, float *out, const float *inp,
+                                   const uint16_t *weight16, const float *bias, int N, int C,
+                                   int OC) {
+    ct_matmul_forward_f16_ref(be, HF(out), HF(inp), H(weight16), HF(bias), N, C, OC);
+}
+static void sim_matmul_backward_f16(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                    const float *dout, const uint16_t *inp16,
+                                    const uint16_t *weight16, int N, int C, int OC) {
+    ct_matmul_backward_f16_ref(be, HF(dinp), HF(dweight), HF(dbias), HF(dout), H(inp16),
+                               H(weight16), N, C, OC);
 }
 static void sim_matmul_gelu_forward(ct_backend *be, float *pre, float *out, const float *inp,
                                     const float *weight, const float *bias, int N, int C,
@@ -360,6 +374,7 @@ const ct_backend_i ct_backend_sim_i = {
     .copy = sim_copy,
     .f32_to_bf16 = sim_f32_to_bf16,
     .bf16_to_f32 = sim_bf16_to_f32,
+    .f32_to_f16 = sim_f32_to_f16,
     .scale_add = sim_scale_add,
     .fill = sim_fill,
     .scale = sim_scale,
@@ -380,6 +395,8 @@ const ct_backend_i ct_backend_sim_i = {
     .matmul_backward = sim_matmul_backward,
     .matmul_forward_bf16 = sim_matmul_forward_bf16,
     .matmul_backward_bf16 = sim_matmul_backward_bf16,
+    .matmul_forward_f16 = sim_matmul_forward_f16,
+    .matmul_backward_f16 = sim_matmul_backward_f16,
     .matmul_gelu_forward = sim_matmul_gelu_forward,
     .matmul_gelu_forward_bf16 = sim_matmul_gelu_forward_bf16,
     .attention_forward = sim_attention_forward,
