@@ -145,6 +145,7 @@ static void step(ct_backend_kind kind, bool llama, uint32_t targets, float dropo
     CHECK(ct_model_logits(m, in, B, T, out->logits) == CT_OK);
     out->c_eval = cnt;
     ct_model_free(m);
+    be->i = inner; /* the backend's own table again: its clean-up knows it */
     ct_ctx_free(ctx);
 }
 
