@@ -13,6 +13,10 @@
  * output), the dropout and the GEMMs all go through the backend like every
  * other model op; merging stages the adapter and the base rows through host
  * memory (a one-off, in double, as before).
+ * Adapters on one fused GEMM (LLaMA's q, k, v; gate, up) read the same input
+ * unless dropout draws each its own mask: then their A side runs as one GEMM
+ * on their A's stacked by small copies (the flat layout stays), forward and
+ * backward; their B sides stay one GEMM each (different output columns).
  */
 #include "models/model_impl.h"
 
@@ -206,6 +210,23 @@ size_t lora_numel(const ct_model_config *c, const ct_lora_opts *lo) {
            (size_t)save_count(lo) * (size_t)c->vocab_size * (size_t)c->n_embd;
 }
 
+int lora_group_max(const ct_model_config *c, const ct_lora_opts *lo, int *in) {
+    int most = 0, cnt[LIN_FCPROJ + 1] = {0}, gin[LIN_FCPROJ + 1] = {0};
+    *in = 0;
+    if (!lo || lo->r <= 0) return 0;
+    for (int k = 0; k < ct_lora_num_kinds(c); k++) {
+        lora_mod md;
+        if (!(lo->targets & (1u << k)) || !lora_mod_of(c, k, &md)) continue;
+        cnt[md.gemm]++;
+        gin[md.gemm] = md.in; /* the adapters of one GEMM read its input */
+    }
+    for (int g = 0; g <= LIN_FCPROJ; g++) {
+        if (cnt[g] > most) most = cnt[g];
+        if (cnt[g] >= 2 && gin[g] > *in) *in = gin[g];
+    }
+    return most;
+}
+
 /* ------------------------------------------------------------ attach */
 
 static void lora_free(ct_model *m) {
@@ -289,6 +310,7 @@ ct_status ct_model_lora_attach(ct_model *m, const ct_lora_opts *o) {
     if (!a) return CT_ERR(CT_ERR_OOM, "out of memory for the LoRA adapters");
     a->o = *o;
     a->scale = o->alpha / (float)o->r;
+    a->batch = true;
     for (int k = 0; k < ct_lora_num_kinds(c); k++) {
         if (!(o->targets & (1u << k))) continue;
         a->kinds[a->nmod] = k;
@@ -433,26 +455,105 @@ bool model_lora_on(const ct_model *m, int gemm) {
     return false;
 }
 
+void model_lora_set_batch(ct_model *m, bool on) {
+    if (m->lora) m->lora->batch = on;
+}
+
+/* The slots of the adapters on `gemm` (ascending) and their count, when two
+ * or more of them read the same input in this pass, so that their A side
+ * runs as one GEMM on the stacked A's; 0 otherwise: one adapter, or dropout
+ * drawing each its own mask (the per-module path, as before batching). */
+static int lora_group(const ct_model *m, int gemm, int slots[8]) {
+    const model_lora *a = m->lora;
+    if (!a->batch || !m->acts.lora_h_all || (a->dropping && a->o.dropout > 0)) return 0;
+    int n = 0;
+    for (int s = 0; s < a->nmod; s++)
+        if (a->mods[s].gemm == gemm) slots[n++] = s;
+    return n >= 2 ? n : 0;
+}
+
+/* A_all (n r, in) = [A_1; ...; A_n] of the group's adapters in layer l: n
+ * small device copies (each A is r x in), so the flat parameter layout, and
+ * with it checkpoints, PEFT files and the optimizer, stays as it is. */
+static const float *lora_stack_a(ct_model *m, int l, const int *slots, int n) {
+    model_lora *a = m->lora;
+    size_t na = (size_t)a->o.r * (size_t)a->mods[slots[0]].in;
+    float *all = m->acts.lora_a_all;
+    for (int i = 0; i < n; i++) {
+        size_t unit = (size_t)l * a->nmod + slots[i];
+        m->be->i->copy(m->be, all + i * na, a->params + a->table[2 * unit].offset,
+                       na * sizeof(float));
+    }
+    return all;
+}
+
+/* B's side of adapter slot s of layer l given h = xin A^T (N, r), kept in
+ * acts.lora_h: out[:, col0:col0+out] += scale * h B^T. */
+static void lora_b_forward(ct_model *m, int l, int s, float *out, int OUTW, int N) {
+    model_lora *a = m->lora;
+    ct_backend *be = m->be;
+    const lora_mod *md = &a->mods[s];
+    size_t unit = (size_t)l * a->nmod + s;
+    const float *Bw = a->params + a->table[2 * unit + 1].offset;
+    const float *h = m->acts.lora_h + unit * (size_t)N * a->o.r;
+    float *u = m->acts.lora_tmp;
+    be->i->matmul_forward(be, u, h, Bw, NULL, N, a->o.r, md->out);
+    be->i->scale_add(be, out + md->col0, OUTW, u, md->out, N, md->out, a->scale, true);
+}
+
 void model_lora_forward(ct_model *m, int l, int gemm, float *out, int OUTW, const float *x,
                         int N) {
     model_lora *a = m->lora;
     if (!a) return;
     ct_backend *be = m->be;
     const ct_backend_i *k = be->i;
-    int r = a->o.r;
+    int r = a->o.r, slots[8];
+    int n = lora_group(m, gemm, slots);
+    if (n) {
+        /* one GEMM for the group's A side: h_all (N, n r) = x [A_1; ...; A_n]^T,
+         * then its columns split into each adapter's h (exact copies) */
+        int in = a->mods[slots[0]].in, nr = n * r;
+        const float *A_all = lora_stack_a(m, l, slots, n);
+        float *h_all = m->acts.lora_h_all;
+        k->matmul_forward(be, h_all, x, A_all, NULL, N, in, nr);
+        for (int i = 0; i < n; i++) {
+            size_t unit = (size_t)l * a->nmod + slots[i];
+            k->scale_add(be, m->acts.lora_h + unit * (size_t)N * r, r, h_all + i * r, nr, N, r,
+                         1.0f, false);
+            lora_b_forward(m, l, slots[i], out, OUTW, N);
+        }
+        return;
+    }
     for (int s = 0; s < a->nmod; s++) {
         const lora_mod *md = &a->mods[s];
         if (md->gemm != gemm) continue;
         size_t unit = (size_t)l * a->nmod + s;
         const float *A = a->params + a->table[2 * unit].offset;
-        const float *Bw = a->params + a->table[2 * unit + 1].offset;
-        float *h = m->acts.lora_h + unit * (size_t)N * r, *u = m->acts.lora_tmp;
+        float *h = m->acts.lora_h + unit * (size_t)N * r;
         const float *xin = lora_input(m, unit, x, md->in, N);
         k->matmul_forward(be, h, xin, A, NULL, N, md->in, r);
-        k->matmul_forward(be, u, h, Bw, NULL, N, r, md->out);
-        /* out[:, col0:col0+out] += scale * u */
-        k->scale_add(be, out + md->col0, OUTW, u, md->out, N, md->out, a->scale, true);
+        lora_b_forward(m, l, s, out, OUTW, N);
     }
+}
+
+/* B's side of adapter slot s of layer l, backward: dB += g^T h and
+ * acts.lora_dh (N, r) = g B, where g = scale * dout[:, col0:col0+out]. */
+static void lora_b_backward(ct_model *m, int l, int s, const float *dout, int OUTW, int N) {
+    model_lora *a = m->lora;
+    ct_backend *be = m->be;
+    const ct_backend_i *k = be->i;
+    const lora_mod *md = &a->mods[s];
+    int r = a->o.r;
+    size_t unit = (size_t)l * a->nmod + s;
+    const ct_param *pb = &a->table[2 * unit + 1];
+    const float *Bw = a->params + pb->offset;
+    float *dB = a->grads + pb->offset;
+    const float *h = m->acts.lora_h + unit * (size_t)N * r;
+    float *g = m->acts.lora_tmp, *dh = m->acts.lora_dh;
+    k->scale_add(be, g, md->out, dout + md->col0, OUTW, N, md->out, a->scale, false);
+    /* u = h B^T: dB += g^T h, dh = g B */
+    k->memset(be, dh, 0, (size_t)N * r * sizeof *dh);
+    k->matmul_backward(be, dh, dB, NULL, g, h, Bw, N, r, md->out);
 }
 
 void model_lora_backward(ct_model *m, int l, int gemm, float *dx, const float *dout, int OUTW,
@@ -461,22 +562,38 @@ void model_lora_backward(ct_model *m, int l, int gemm, float *dx, const float *d
     if (!a) return;
     ct_backend *be = m->be;
     const ct_backend_i *k = be->i;
-    int r = a->o.r;
+    int r = a->o.r, slots[8];
+    int n = lora_group(m, gemm, slots);
+    if (n) {
+        /* each adapter's dh into its columns of dh_all (N, n r), then one GEMM
+         * for the group's A side: dx += dh_all A_all, dA_all = dh_all^T x
+         * (K = n r), added into each adapter's dA */
+        int in = a->mods[slots[0]].in, nr = n * r;
+        float *dh_all = m->acts.lora_h_all, *dA_all = m->acts.lora_da_all;
+        for (int i = 0; i < n; i++) {
+            lora_b_backward(m, l, slots[i], dout, OUTW, N);
+            k->scale_add(be, dh_all + i * r, nr, m->acts.lora_dh, r, N, r, 1.0f, false);
+        }
+        const float *A_all = lora_stack_a(m, l, slots, n);
+        size_t na = (size_t)r * (size_t)in;
+        k->memset(be, dA_all, 0, (size_t)n * na * sizeof *dA_all);
+        k->matmul_backward(be, dx, dA_all, NULL, dh_all, x, A_all, N, in, nr);
+        for (int i = 0; i < n; i++) {
+            size_t unit = (size_t)l * a->nmod + slots[i];
+            k->scale_add(be, a->grads + a->table[2 * unit].offset, in, dA_all + i * na, in, r,
+                         in, 1.0f, true);
+        }
+        return;
+    }
     bool drop = a->dropping && a->o.dropout > 0;
     for (int s = 0; s < a->nmod; s++) {
         const lora_mod *md = &a->mods[s];
         if (md->gemm != gemm) continue;
         size_t unit = (size_t)l * a->nmod + s;
-        const ct_param *pa = &a->table[2 * unit], *pb = &a->table[2 * unit + 1];
-        const float *A = a->params + pa->offset, *Bw = a->params + pb->offset;
-        float *dA = a->grads + pa->offset, *dB = a->grads + pb->offset;
-        const float *h = m->acts.lora_h + unit * (size_t)N * r;
-        float *g = m->acts.lora_tmp, *dh = m->acts.lora_dh;
-        /* g = scale * dout[:, col0:col0+out] */
-        k->scale_add(be, g, md->out, dout + md->col0, OUTW, N, md->out, a->scale, false);
-        /* u = h B^T: dB += g^T h, dh = g B */
-        k->memset(be, dh, 0, (size_t)N * r * sizeof *dh);
-        k->matmul_backward(be, dh, dB, NULL, g, h, Bw, N, r, md->out);
+        const ct_param *pa = &a->table[2 * unit];
+        const float *A = a->params + pa->offset;
+        float *dA = a->grads + pa->offset, *dh = m->acts.lora_dh;
+        lora_b_backward(m, l, s, dout, OUTW, N);
         /* h = xin A^T: dA += dh^T xin, dxin = dh A */
         const float *xin = lora_input(m, unit, x, md->in, N);
         if (!drop) {

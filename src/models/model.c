@@ -847,6 +847,15 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
         a->lora_tmp = carve(cv, N * (size_t)max_out);
         a->lora_dh = carve(cv, N * (size_t)lo->r);
         a->lora_xd = lo->dropout > 0 ? carve(cv, N * (size_t)max_in) : NULL;
+        int gin = 0, g = lora_group_max(c, lo, &gin);
+        if (gin) { /* some GEMM carries g >= 2 adapters on one input */
+            size_t gr = (size_t)g * (size_t)lo->r;
+            a->lora_a_all = carve(cv, gr * (size_t)gin);
+            a->lora_h_all = carve(cv, N * gr);
+            a->lora_da_all = training ? carve(cv, gr * (size_t)gin) : NULL;
+        } else {
+            a->lora_a_all = a->lora_h_all = a->lora_da_all = NULL;
+        }
         size_t HS = (size_t)ct_model_head_dim(c); /* q/k norm weights are HS wide */
         a->lora_sink = training ? carve(cv, 2 * (C > HS ? C : HS)) : NULL;
     }

@@ -142,6 +142,13 @@ typedef struct model_acts {
     float *lora_tmp;  /* (N, max adapted out): B h rows, then scaled dY rows */
     float *lora_dh;   /* (N, r) */
     float *lora_xd;   /* (N, max adapted in): the dropped-out input (dropout > 0) */
+    /* adapters sharing a GEMM's input (lora_group_max: G of them, input width
+     * GI; NULL when no GEMM has two): their A's stacked, the stacked product
+     * x [A_1; ...; A_G]^T (forward) or the stacked dh (backward), and the
+     * stacked A gradient (training) */
+    float *lora_a_all;  /* (G r, GI) */
+    float *lora_h_all;  /* (N, G r) */
+    float *lora_da_all; /* (G r, GI) */
     float *lora_sink; /* (2 max(C,HS)): where frozen norms' weight gradients go (never read) */
     /* precision bf16, training, full model: the bf16 copy of one GEMM input
      * (a linear's or a head chunk's), rounded before its weight gradient */
@@ -195,6 +202,9 @@ typedef struct model_lora {
     float *params, *grads;
     bool dropping;        /* inside forward_backward: dropout applies (keyed as the
                            * model's dropout: its drop_key and drop_row0) */
+    bool batch;           /* adapters sharing a GEMM's input run their A side as one
+                           * GEMM when their inputs are equal (true unless a test
+                           * asks for the per-module path) */
     int save_embed, save_head; /* modules_to_save: table indices of the trainable copies
                                 * of embed_tokens and lm_head (after the A, B pairs); -1 */
 } model_lora;
@@ -214,6 +224,13 @@ void model_lora_free(ct_model *m);
 
 /* Numel of the adapter for cfg and lo (0 when r == 0). */
 size_t lora_numel(const ct_model_config *c, const ct_lora_opts *lo);
+/* The most adapters lo targets on one GEMM of cfg (0 without adapters) and,
+ * over the GEMMs that carry two or more, the widest input (*in; 0 when none
+ * does): what the stacked buffers of model_acts are sized by. */
+int lora_group_max(const ct_model_config *c, const ct_lora_opts *lo, int *in);
+/* Choose between the batched A side (on, the default) and one GEMM per
+ * adapter (the reference the batched path is tested against). */
+void model_lora_set_batch(ct_model *m, bool on);
 /* Add the adapters on GEMM `gemm` of layer l to its output out (N, OUTW),
  * given its input x (N, in); keeps A x in acts.lora_h. */
 void model_lora_forward(ct_model *m, int l, int gemm, float *out, int OUTW, const float *x,
