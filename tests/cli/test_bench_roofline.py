@@ -120,13 +120,23 @@ for name, shape in SHAPES.items():
     sumsq = [it for it in items if it["name"] == "sumsq"][0]
     check(sumsq["write_bytes"] == 0 and sumsq["bound"] == "read", "%s: sumsq only reads" % name)
 
-rc, out, err = bench(*SHAPES["gpt2-tiny"], "--threads", "2", "--repeat", "1")
-lines = [ln for ln in out.splitlines() if ln.startswith("  gemm.") or ln.startswith("  adamw")]
-pct = [float(x) for x in re.findall(r"([\d.]+)% of the", out)]
-check(rc == 0 and lines and all("of the FMA ceiling" in ln or " stream at " in ln for ln in lines),
-      "the text names each line's bound: %s" % (lines[-1] if lines else out[-300:]))
-check(pct and (max(pct) <= 100.0 or "not bounds" in err),
-      "no printed percentage is over 100 (max %s)" % (max(pct) if pct else None))
+# The text form, with the JSON's rule for noise: a percentage over 100 fails only when
+# every one of up to three runs prints one (a busy moment reads a ceiling low once).
+maxes = []
+for attempt in range(3):
+    rc, out, err = bench(*SHAPES["gpt2-tiny"], "--threads", "2", "--repeat", "1")
+    lines = [ln for ln in out.splitlines() if ln.startswith("  gemm.") or ln.startswith("  adamw")]
+    pct = [float(x) for x in re.findall(r"([\d.]+)% of the", out)]
+    if attempt == 0:
+        check(rc == 0 and lines and all("of the FMA ceiling" in ln or " stream at " in ln
+                                        for ln in lines),
+              "the text names each line's bound: %s" % (lines[-1] if lines else out[-300:]))
+    maxes.append(max(pct) if pct else None)
+    if not pct or max(pct) <= 100.0 or "not bounds" in err:
+        break
+    print("note: text run %d printed %.1f%%; running again" % (attempt + 1, max(pct)))
+check(maxes[-1] is not None and (maxes[-1] <= 100.0 or "not bounds" in err),
+      "no printed percentage is over 100 (max of each run: %s)" % maxes)
 
 print("%d failure(s)" % failures)
 sys.exit(1 if failures else 0)
