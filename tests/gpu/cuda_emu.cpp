@@ -232,7 +232,12 @@ static void smem_check() {
         if (g_smem[k] != 0xa5) emu_die("a write past the kernel's dynamic shared memory");
 }
 
+extern "C" {
+#include "backend/ref/ref.h" /* the references: ref's own kernels; backend.h's dropout */
+}
+
 #include "backend/cuda/cuda_act.cuh"
+#include "backend/cuda/cuda_attention_rows.cuh"
 #include "backend/cuda/cuda_attention_tiled.cuh"
 #include "backend/cuda/cuda_attention_wmma.cuh"
 #include "backend/cuda/cuda_colsum.cuh"
@@ -241,10 +246,6 @@ static void smem_check() {
 #include "backend/cuda/cuda_norm.cuh"
 #include "backend/cuda/cuda_qknorm.cuh"
 #include "backend/cuda/cuda_rope.cuh"
-
-extern "C" {
-#include "backend/ref/ref.h" /* the references: ref's own kernels */
-}
 
 /* Runs a kernel without barriers over grid x block on this thread, the
  * block's threads one after another (much faster than a thread each). */
@@ -838,6 +839,7 @@ static void check_qknorm(int N, int NH, int NKV, int HS, float eps, float wofs, 
  * 1e-34 (subnormal ones included). 0 when both are the same (infinities),
  * infinite when one only is NaN or infinite. */
 static double ulps(float got, double want, double S) {
+    if (isinf((float)want)) want = (float)want; /* past fp32's range: rounds to inf */
     if ((double)got == want || (isnan(got) && isnan(want))) return 0.0;
     if (isnan(got) || isnan(want) || isinf(got) || isinf(want)) return INFINITY;
     float w = fabsf((float)want);
@@ -1100,6 +1102,84 @@ static void check_rope(int B, int T, int NH, int NKV, int HS, int pos0, const st
     fails += !ok;
 }
 
+/* ------------------------------------------------------------ row attention */
+
+/* The row attention kernels (cuda_attention_rows.cuh: a warp per row, the
+ * fallback for other head sizes and dropout) as cuda_attention.cu launches
+ * them, against ref's kernels on the same inputs: the forward's out and lse
+ * within fp32's rounding, the backward (dq; dk, dv: added onto a pre-fill)
+ * from ref's forward outputs and a double D, as k_attn_D gives it, as the
+ * tiled kernels are held (check). p: the probabilities' dropout. Then the
+ * decode kernel against ref's over a KV cache of the first row's keys. */
+template <int MAXK> static void check_rows(const shape &s, float p) {
+    int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HS = s.HS;
+    size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS, rows = (size_t)B * NH * T;
+    std::vector<float> qkv((size_t)B * T * W), R((size_t)B * T * C);
+    for (auto &x : qkv) x = 2.0f * frand();
+    for (auto &x : R) x = frand();
+    std::vector<int32_t> pos;
+    if (!s.lens.empty()) pos = positions(s);
+    const int32_t *pp = pos.empty() ? NULL : pos.data();
+    ct_attn_dropout drop = {p, 0x5eedf00dULL, 3};
+    std::vector<float> out_r(B * T * C), lse_r(rows), out(B * T * C, NAN), lse(rows, NAN);
+    ct_attention_forward_ref(NULL, out_r.data(), lse_r.data(), qkv.data(), pp, &drop, B, T, NH,
+                             NKV, HS);
+    float *o = out.data(), *ls = lse.data();
+    const float *x = qkv.data(), *r = R.data(), *lr = lse_r.data();
+    unsigned blocks = (unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS);
+    launch(dim3(blocks), 32 * ATT_WARPS,
+           [=]() { k_attn_fwd<MAXK>(o, ls, x, pp, drop, B, T, NH, NKV, HS); });
+    std::vector<double> D(rows);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                double d = 0;
+                for (int e = 0; e < HS; e++) {
+                    size_t k = ((size_t)b * T + i) * C + (size_t)h * HS + e;
+                    d += (double)R[k] * out_r[k];
+                }
+                D[((size_t)b * NH + h) * T + i] = d;
+            }
+    const float pre = 0.25f;
+    std::vector<float> dq_r((size_t)B * T * W, pre), dq((size_t)B * T * W, pre);
+    ct_attention_backward_ref(NULL, dq_r.data(), r, x, out_r.data(), lr, pp, &drop, B, T, NH, NKV,
+                              HS);
+    float *dx = dq.data();
+    const double *dd = D.data();
+    launch(dim3(blocks), 32 * ATT_WARPS,
+           [=]() { k_attn_dq<MAXK>(dx, r, x, lr, dd, pp, drop, B, T, NH, NKV, HS); });
+    launch(dim3((unsigned)(((size_t)B * NKV * T + ATT_WARPS - 1) / ATT_WARPS)), 32 * ATT_WARPS,
+           [=]() { k_attn_dkv<MAXK>(dx, r, x, lr, dd, pp, drop, B, T, NH, NKV, HS); });
+    /* decode: the last query row of example 0 against its T keys, the cache
+     * being the rows' k and v heads */
+    std::vector<float> kc((size_t)T * NKV * HS), vc((size_t)T * NKV * HS), q(C);
+    for (int t = 0; t < T; t++)
+        for (size_t e = 0; e < (size_t)NKV * HS; e++) {
+            kc[(size_t)t * NKV * HS + e] = qkv[(size_t)t * W + C + e];
+            vc[(size_t)t * NKV * HS + e] = qkv[(size_t)t * W + C + (size_t)NKV * HS + e];
+        }
+    for (size_t e = 0; e < C; e++) q[e] = qkv[(size_t)(T - 1) * W + e];
+    std::vector<float> dec_r(C), dec(C, NAN);
+    ct_attention_decode_ref(NULL, dec_r.data(), q.data(), kc.data(), vc.data(), T, NH, NKV, HS);
+    float *dc = dec.data();
+    const float *qp = q.data(), *kp = kc.data(), *vp = vc.data();
+    launch(dim3((unsigned)((NH + ATT_WARPS - 1) / ATT_WARPS)), 32 * ATT_WARPS,
+           [=]() { k_attn_decode<MAXK>(dc, qp, kp, vp, T, NH, NKV, HS); });
+    auto dbl = [](const std::vector<float> &v, double sub) {
+        std::vector<double> d(v.size());
+        for (size_t k = 0; k < v.size(); k++) d[k] = v[k] - sub;
+        return d;
+    };
+    double e_out = err(out.data(), dbl(out_r, 0.0)), e_lse = err(lse.data(), dbl(lse_r, 0.0));
+    double e_dq = err(dq.data(), dbl(dq_r, pre), pre), e_dec = err(dec.data(), dbl(dec_r, 0.0));
+    bool ok = e_out < 2e-6 && e_lse < 2e-6 && e_dq < 2e-5 && e_dec < 2e-6;
+    printf("%s rows B=%d T=%d NH=%d NKV=%d HS=%d%s dropout %g: out %.2g, lse %.2g, dqkv %.2g, "
+           "decode %.2g\n",
+           ok ? "ok  " : "FAIL", B, T, NH, NKV, HS, pp ? " packed" : "", (double)p, e_out, e_lse,
+           e_dq, e_dec);
+    fails += !ok;
+}
+
 int main(void) {
     check<64>({2, 150, 4, 2, 64, {}});                // GQA, ragged last tiles
     check<64>({1, 64, 2, 2, 64, {}});                 // exactly one query tile
@@ -1140,6 +1220,9 @@ int main(void) {
     check_qknorm(4, 3, 1, 40, 0.1f, 0.0f, 0.3f);     // ragged lanes, eps large enough to matter
     check_qknorm(3, 1, 1, 16, 0.5f, 1.0f, 0.5f);     // fewer columns than lanes
     check_qknorm(130, 2, 1, 32, 1e-6f, 0.0f, 2.0f);  // 64 row chunks of 3, a short last one
+    check_rows<8>({1, 40, 4, 2, 96, {}}, 0.0f);            // head size 96: ragged lanes, GQA
+    check_rows<8>({1, 40, 2, 1, 64, {5, 17, 30}}, 0.25f);  // dropout, packed, multi-query
+    check_rows<16>({1, 20, 2, 2, 300, {}}, 0.1f);          // head size 300: 16 values a lane
     check_act();
     check_norm_bwd<true>(3, 768, NORM_THREADS, 0.0f);   // GPT-2's C
     check_norm_bwd<true>(2, 4099, NORM_THREADS, 0.0f);  // ragged, several columns a thread
