@@ -30,7 +30,9 @@
  * [-20, 20], zeros, subnormals, huge values and infinities; the norms' input
  * gradients (cuda_norm.cuh) to ref's within fp32's rounding of the row's
  * largest value; RoPE (cuda_rope.cuh, with the CPU's sincosf standing in for
- * CUDA's) to ref's, forward and backward, at positions up to 4 million.
+ * CUDA's) to ref's, forward and backward, at positions up to 4 million;
+ * the row attention kernels (cuda_attention_rows.cuh: head sizes 96 and 300,
+ * dropout, decode) to ref's as the tiled ones are held.
  *
  * usage: cuda_emu   (exit 0: every check passed)
  */
@@ -1036,7 +1038,7 @@ static void check_norm_bwd(int N, int C, unsigned threads, float wofs) {
         }
         e = std::max(e, d / (m > 0 ? m : 1));
     }
-    const double tol = 2e-6; /* seen up to 4.3e-7 */
+    const double tol = 2e-6; /* seen up to 1.2e-7 */
     bool ok = e < tol && added;
     printf("%s %s backward N=%d C=%d threads=%u wofs=%g: dinp %.2g of the row's largest%s\n",
            ok ? "ok  " : "FAIL", LN ? "layernorm" : "rmsnorm", N, C, threads, (double)wofs, e,
@@ -1093,7 +1095,7 @@ static void check_rope(int B, int T, int NH, int NKV, int HS, int pos0, const st
         v_same &= !memcmp(&fwd[v], &x[v], k) && !memcmp(&bwd[v], &x[v], k);
     }
     double ef = pair_err(fwd, fwd_r), eb = pair_err(bwd, bwd_r), er = pair_err(back, x);
-    const double tol = 4e-7; /* 3.4 units of 2^-23; seen up to 1.8e-7 */
+    const double tol = 4e-7; /* 3.4 units of 2^-23; seen up to 2.3e-7 */
     bool ok = ef < tol && eb < tol && er < tol && v_same;
     printf("%s rope B=%d T=%d NH=%d NKV=%d HS=%d pos0=%d%s theta=%g: forward %.2g, backward "
            "%.2g, backward(forward) %.2g%s\n",
