@@ -25,6 +25,14 @@
  * and backward, are held to ref's own kernels (linked from libctrain) within
  * fp32's rounding of each head's largest value, the v heads copied exactly,
  * the weight gradients within 1e-6 and in place equal to out of place.
+ * The fp32 activations (cuda_act.cuh: GELU, GeGLU, SwiGLU, forward and
+ * backward) are held within 8 ulp of exact values and of ref's kernels over
+ * [-20, 20], zeros, subnormals, huge values and infinities; the norms' input
+ * gradients (cuda_norm.cuh) to ref's within fp32's rounding of the row's
+ * largest value; RoPE (cuda_rope.cuh, with the CPU's sincosf standing in for
+ * CUDA's) to ref's, forward and backward, at positions up to 4 million;
+ * the row attention kernels (cuda_attention_rows.cuh: head sizes 96 and 300,
+ * dropout, decode) to ref's as the tiled ones are held.
  *
  * usage: cuda_emu   (exit 0: every check passed)
  */
@@ -69,6 +77,18 @@ using std::min;
 static void emu_die(const char *what) {
     fprintf(stderr, "cuda_emu: %s\n", what);
     abort();
+}
+
+/* Rounded fp32 products and sums, never fused (as CUDA's intrinsics); fmaf,
+ * expf and sincosf are the C library's (glibc's, within 1 ulp; CUDA's expf
+ * and sincosf are within 2). */
+static inline float __fmul_rn(float a, float b) {
+    volatile float r = a * b;
+    return r;
+}
+static inline float __fadd_rn(float a, float b) {
+    volatile float r = a + b;
+    return r;
 }
 
 /* Warps: a barrier per warp for __syncwarp (a warp of a block whose size is
@@ -214,6 +234,12 @@ static void smem_check() {
         if (g_smem[k] != 0xa5) emu_die("a write past the kernel's dynamic shared memory");
 }
 
+extern "C" {
+#include "backend/ref/ref.h" /* the references: ref's own kernels; backend.h's dropout */
+}
+
+#include "backend/cuda/cuda_act.cuh"
+#include "backend/cuda/cuda_attention_rows.cuh"
 #include "backend/cuda/cuda_attention_tiled.cuh"
 #include "backend/cuda/cuda_attention_wmma.cuh"
 #include "backend/cuda/cuda_colsum.cuh"
@@ -221,10 +247,7 @@ static void smem_check() {
 #include "backend/cuda/cuda_xent.cuh"
 #include "backend/cuda/cuda_norm.cuh"
 #include "backend/cuda/cuda_qknorm.cuh"
-
-extern "C" {
-#include "backend/ref/ref.h" /* the q/k norms' reference (ref's own kernels) */
-}
+#include "backend/cuda/cuda_rope.cuh"
 
 /* Runs a kernel without barriers over grid x block on this thread, the
  * block's threads one after another (much faster than a thread each). */
@@ -810,6 +833,355 @@ static void check_qknorm(int N, int NH, int NKV, int HS, float eps, float wofs, 
     fails += !ok;
 }
 
+/* ------------------------------------------------------------ activations */
+
+/* |got - want| in units of max(ulp(want), 2^-23 S, 2^-136): ulps of the
+ * wanted value, or of the size S of the terms whose cancellation it is (a
+ * gradient crossing zero), or an absolute 2^-136 for values below about
+ * 1e-34 (subnormal ones included). 0 when both are the same (infinities),
+ * infinite when one only is NaN or infinite. */
+static double ulps(float got, double want, double S) {
+    if (isinf((float)want)) want = (float)want; /* past fp32's range: rounds to inf */
+    if ((double)got == want || (isnan(got) && isnan(want))) return 0.0;
+    if (isnan(got) || isnan(want) || isinf(got) || isinf(want)) return INFINITY;
+    float w = fabsf((float)want);
+    double u = (double)nextafterf(w, INFINITY) - w;
+    double d = std::max(u, std::max(ldexp(S, -23), ldexp(1.0, -136)));
+    return fabs((double)got - want) / d;
+}
+
+/* The worst error of one output and the input that gave it. */
+struct act_err {
+    double e = 0.0;
+    float x = 0.0f;
+    void add(double v, float at) {
+        if (!(v <= e)) e = v, x = at;
+    }
+};
+
+/* An activation at x in double, to full relative precision where ref's own
+ * double loses it (0.5 x (1 + tanh u) cancels for x below -5: at x = -7.2
+ * 1 + tanh u is 2.7e-17, under double's ulp of 1): act(x), act'(x), the size
+ * S of act'(x)'s terms, and R, ref's own rounding errors in the units of
+ * S (2^23 times a few of double's 2^-53 times the terms that cancel in
+ * ref's form: 2^-27 of them).
+ * GELU: a = 2 beta (x + kappa x^3), s = sigmoid(a), act = x s,
+ * act' = s + x s (1 - s) a'; SwiGLU: a = x, a' = 1. */
+struct act_exact {
+    double y, g, S, R;
+};
+static act_exact exact_act(double x, bool gelu) {
+    double a = gelu ? 2 * CT_GELU_BETA * (x + CT_GELU_KAPPA * x * x * x) : x;
+    double da = gelu ? 2 * CT_GELU_BETA * (1.0 + 3.0 * CT_GELU_KAPPA * x * x) : 1.0;
+    double s = 1.0 / (1.0 + exp(-a)), sc = 1.0 / (1.0 + exp(a));
+    double t = sc == 0.0 || s == 0.0 ? 0.0 : x * s * sc * da; /* 0, not inf * 0, at huge x */
+    return {x * s, s + t, s + fabs(t), ldexp(1.0 + fabs(x * da), -27)};
+}
+
+/* The inputs: every x in [-20, 20] at a step of 2^-9, then zeros, tiny,
+ * subnormal, huge and infinite values of both signs, the gradients' zero
+ * crossings, then random values of random sizes (2^-40 to 2^40). */
+static std::vector<float> act_inputs() {
+    std::vector<float> x;
+    for (int k = -20 * 512; k <= 20 * 512; k++) x.push_back((float)k / 512.0f);
+    const float special[] = {0.0f, 1e-30f, 1e-40f, 1e-45f, 1.17549435e-38f, 1e-7f, 0.7517916f,
+                             1.2784645f, 3.0f, 9.5f, 10.3f, 25.0f, 50.0f, 88.0f, 100.0f, 1e3f,
+                             1e10f, 1e13f, 1e20f, 3e38f, INFINITY};
+    for (float v : special) x.push_back(v), x.push_back(-v);
+    for (int k = 0; k < 20000; k++) x.push_back(ldexpf(frand(), (int)(40.0f * frand())));
+    return x;
+}
+
+/* One output's errors: against the exact value (e) and against ref's (r,
+ * allowing for ref's own rounding R). */
+struct act_errs {
+    act_err e, r;
+    void add(float got, double exact, float ref, double S, double R, float x) {
+        if (isfinite(x)) e.add(ulps(got, exact, S), x); /* infinities: ref's NaNs stand */
+        r.add(ulps(got, ref, S + R), x);
+    }
+    bool ok(double tol) const { return e.e <= tol && r.e <= tol; }
+};
+
+/* GELU, GeGLU and SwiGLU (cuda_act.cuh) as cuda_kernels.cu launches them (a
+ * grid-stride loop) against exact values and against ref's kernels on the
+ * same inputs, in ulps (see ulps); the backwards add into zeros, and into a
+ * pre-fill must give pre + the same value (added, not written). */
+static void check_act() {
+    const double tol = 8.0; /* ulps; seen 2.4 to 3.0 (glibc's expf within 1 ulp, CUDA's 2) */
+    std::vector<float> xs = act_inputs();
+    size_t n = xs.size();
+    std::vector<float> dy(n), out(n, NAN), want(n), din(n, 0.0f), din_r(n, 0.0f), pre(n, 0.375f);
+    for (auto &v : dy) v = frand();
+    const float *x = xs.data(), *d = dy.data();
+    float *o = out.data(), *di = din.data(), *dp = pre.data();
+    /* GELU */
+    ct_gelu_forward_ref(NULL, want.data(), x, n);
+    ct_gelu_backward_ref(NULL, din_r.data(), x, d, n);
+    launch_serial(dim3(7), 64, [=]() { k_gelu_fwd(o, x, n); });
+    launch_serial(dim3(7), 64, [=]() { k_gelu_bwd(di, x, d, n); });
+    launch_serial(dim3(7), 64, [=]() { k_gelu_bwd(dp, x, d, n); });
+    act_errs ef, eb;
+    bool added = true;
+    for (size_t i = 0; i < n; i++) {
+        act_exact v = exact_act(xs[i], true);
+        double ady = fabs((double)dy[i]);
+        ef.add(out[i], v.y, want[i], 0.0, ldexp(fabs((double)xs[i]), -27), xs[i]);
+        eb.add(din[i], v.g * dy[i], din_r[i], ady * v.S, ady * v.R, xs[i]);
+        added &= isnan(din[i]) || pre[i] == 0.375f + din[i];
+    }
+    bool ok = ef.ok(tol) && eb.ok(tol) && added;
+    printf("%s gelu %zu inputs, ulps vs exact (vs ref): out %.2f (%.2f) at x=%g, dinp %.2f (%.2f) "
+           "at x=%g%s\n",
+           ok ? "ok  " : "FAIL", n, ef.e.e, ef.r.e, (double)ef.e.x, eb.e.e, eb.r.e,
+           (double)eb.e.x, added ? "" : ", not added");
+    fails += !ok;
+    /* GeGLU and SwiGLU: rows of F gates then F ups */
+    const int F = 1000, N = (int)((n + F - 1) / F);
+    size_t NF = (size_t)N * F;
+    std::vector<float> inp(2 * NF), dout(NF), y(NF), y_r(NF), dg(2 * NF), dg_r(2 * NF),
+        dg_p(2 * NF);
+    for (int r = 0; r < N; r++)
+        for (int i = 0; i < F; i++) {
+            size_t k = (size_t)r * F + i;
+            inp[2 * (size_t)r * F + i] = k < n ? xs[k] : frand();
+            inp[(2 * (size_t)r + 1) * F + i] = 2.0f * frand();
+            dout[k] = frand();
+        }
+    for (int geglu = 0; geglu < 2; geglu++) {
+        std::fill(dg.begin(), dg.end(), 0.0f);
+        std::fill(dg_r.begin(), dg_r.end(), 0.0f);
+        std::fill(dg_p.begin(), dg_p.end(), 0.375f);
+        const float *ip = inp.data(), *dyp = dout.data();
+        float *yp = y.data(), *gp = dg.data(), *pp = dg_p.data();
+        if (geglu) {
+            ct_geglu_forward_ref(NULL, y_r.data(), ip, N, F);
+            ct_geglu_backward_ref(NULL, dg_r.data(), ip, dyp, N, F);
+            launch_serial(dim3(5), 128, [=]() { k_glu_fwd<true>(yp, ip, N, F); });
+            launch_serial(dim3(5), 128, [=]() { k_glu_bwd<true>(gp, ip, dyp, N, F); });
+            launch_serial(dim3(5), 128, [=]() { k_glu_bwd<true>(pp, ip, dyp, N, F); });
+        } else {
+            ct_swiglu_forward_ref(NULL, y_r.data(), ip, N, F);
+            ct_swiglu_backward_ref(NULL, dg_r.data(), ip, dyp, N, F);
+            launch_serial(dim3(5), 128, [=]() { k_glu_fwd<false>(yp, ip, N, F); });
+            launch_serial(dim3(5), 128, [=]() { k_glu_bwd<false>(gp, ip, dyp, N, F); });
+            launch_serial(dim3(5), 128, [=]() { k_glu_bwd<false>(pp, ip, dyp, N, F); });
+        }
+        act_errs ey, eg, eu;
+        added = true;
+        for (int r = 0; r < N; r++)
+            for (int i = 0; i < F; i++) {
+                size_t k = (size_t)r * F + i, g = 2 * (size_t)r * F + i, u = g + F;
+                float xv = inp[g];
+                act_exact v = exact_act(xv, geglu);
+                double up = inp[u], dyv = dout[k], sc = fabs(dyv * up);
+                double R = ldexp(fabs((double)xv), -27);
+                ey.add(y[k], v.y * up, y_r[k], 0.0, fabs(up) * R, xv);
+                eg.add(dg[g], dyv * up * v.g, dg_r[g], sc * v.S, sc * v.R, xv);
+                eu.add(dg[u], dyv * v.y, dg_r[u], 0.0, fabs(dyv) * R, xv);
+                added &= (isnan(dg[g]) || dg_p[g] == 0.375f + dg[g]) &&
+                         (isnan(dg[u]) || dg_p[u] == 0.375f + dg[u]);
+            }
+        ok = ey.ok(tol) && eg.ok(tol) && eu.ok(tol) && added;
+        printf("%s %s N=%d F=%d, ulps vs exact (vs ref): out %.2f (%.2f) at x=%g, dgate %.2f "
+               "(%.2f) at x=%g, dup %.2f (%.2f) at x=%g%s\n",
+               ok ? "ok  " : "FAIL", geglu ? "geglu" : "swiglu", N, F, ey.e.e, ey.r.e,
+               (double)ey.e.x, eg.e.e, eg.r.e, (double)eg.e.x, eu.e.e, eu.r.e, (double)eu.e.x,
+               added ? "" : ", not added");
+        fails += !ok;
+    }
+}
+
+/* ------------------------------------------------------------ norm backward */
+
+/* The norms' input gradients (cuda_norm.cuh's norm_bwd_row, a block per
+ * row) against ref's backward from ref's forward statistics: dinp within
+ * fp32's rounding of each row's largest value (zeros pre-filled), and added
+ * onto a pre-fill (pre + the same value, bit for bit). LayerNorm rows get
+ * offset means. */
+template <bool LN>
+static void check_norm_bwd(int N, int C, unsigned threads, float wofs) {
+    size_t NC = (size_t)N * C;
+    std::vector<float> x(NC), dy(NC), w(C), bias(C), y(NC), mean(N), rstd(N);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) x[(size_t)n * C + c] = (LN ? 4.0f + n : 0.0f) + 2.0f * frand();
+    for (auto &v : dy) v = frand();
+    for (auto &v : w) v = 1.5f * frand();
+    for (auto &v : bias) v = frand();
+    if (LN)
+        ct_layernorm_forward_ref(NULL, y.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                                 bias.data(), N, C, 1e-5f);
+    else
+        ct_rmsnorm_forward_ref(NULL, y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f, wofs);
+    std::vector<float> want(NC, 0.0f), dw(C, 0.0f), db(C, 0.0f), got(NC, 0.0f), pre(NC, -0.625f);
+    if (LN)
+        ct_layernorm_backward_ref(NULL, want.data(), dw.data(), db.data(), dy.data(), x.data(),
+                                  w.data(), mean.data(), rstd.data(), N, C);
+    else
+        ct_rmsnorm_backward_ref(NULL, want.data(), dw.data(), dy.data(), x.data(), w.data(),
+                                rstd.data(), N, C, wofs);
+    float *g = got.data(), *p = pre.data();
+    const float *dp = dy.data(), *xp = x.data(), *wp = w.data(), *mp = mean.data(),
+                *rp = rstd.data();
+    launch(dim3(N), threads, [=]() { norm_bwd_row<LN>(g, dp, xp, wp, LN ? mp : NULL, rp, C, wofs); });
+    launch(dim3(N), threads, [=]() { norm_bwd_row<LN>(p, dp, xp, wp, LN ? mp : NULL, rp, C, wofs); });
+    double e = 0.0;
+    bool added = true;
+    for (int n = 0; n < N; n++) {
+        double d = 0.0, m = 0.0;
+        for (int c = 0; c < C; c++) {
+            size_t i = (size_t)n * C + c;
+            double v = fabs((double)got[i] - want[i]);
+            if (!(v <= d)) d = isnan(v) ? INFINITY : v;
+            m = std::max(m, fabs((double)want[i]));
+            added &= pre[i] == -0.625f + got[i];
+        }
+        e = std::max(e, d / (m > 0 ? m : 1));
+    }
+    const double tol = 2e-6; /* seen up to 1.2e-7 */
+    bool ok = e < tol && added;
+    printf("%s %s backward N=%d C=%d threads=%u wofs=%g: dinp %.2g of the row's largest%s\n",
+           ok ? "ok  " : "FAIL", LN ? "layernorm" : "rmsnorm", N, C, threads, (double)wofs, e,
+           added ? "" : ", not added");
+    fails += !ok;
+}
+
+/* ------------------------------------------------------------ RoPE */
+
+/* RoPE (cuda_rope.cuh) forward and backward against ref's, on q, k and v
+ * heads (v must be left as it was), at positions from pos0 (with packed rows
+ * when lens is given): each rotated pair within fp32 rounding of the pair's
+ * size, and the backward undoing the forward to the same. theta sets the
+ * inverse frequencies 1 / theta^(2i / HS) (rounded to fp32, as the model's);
+ * large pos0 makes the angles large (position p turns pair 0 by p radians). */
+static void check_rope(int B, int T, int NH, int NKV, int HS, int pos0, const std::vector<int> &lens,
+                       double theta) {
+    size_t W = (size_t)(NH + 2 * NKV) * HS, n = (size_t)B * T * W;
+    std::vector<float> inv(HS / 2), x(n);
+    for (int i = 0; i < HS / 2; i++) inv[i] = (float)(1.0 / pow(theta, 2.0 * i / HS));
+    for (auto &v : x) v = 3.0f * frand();
+    std::vector<int32_t> pos;
+    if (!lens.empty()) pos = positions({B, T, 1, 1, 1, lens});
+    const int32_t *pp = pos.empty() ? NULL : pos.data();
+    const float *fp = inv.data();
+    std::vector<float> fwd_r(x), bwd_r(x), fwd(x), bwd(x);
+    ct_rope_forward_ref(NULL, fwd_r.data(), pp, B, T, NH, NKV, HS, pos0, fp);
+    ct_rope_backward_ref(NULL, bwd_r.data(), pp, B, T, NH, NKV, HS, pos0, fp);
+    float *f = fwd.data(), *bk = bwd.data();
+    launch_serial(dim3(5), 64, [=]() { k_rope(f, pp, B, T, NH, NKV, HS, pos0, fp, 1.0f); });
+    launch_serial(dim3(5), 64, [=]() { k_rope(bk, pp, B, T, NH, NKV, HS, pos0, fp, -1.0f); });
+    std::vector<float> back(fwd);
+    float *bp = back.data();
+    launch_serial(dim3(3), 32, [=]() { k_rope(bp, pp, B, T, NH, NKV, HS, pos0, fp, -1.0f); });
+    /* per pair: max |got - want| / max(|want_1|, |want_2|, |x_1|, |x_2|) */
+    auto pair_err = [&](const std::vector<float> &got, const std::vector<float> &want) {
+        double e = 0.0;
+        int half = HS / 2;
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            for (int h = 0; h < NH + NKV; h++)
+                for (int i = 0; i < half; i++) {
+                    size_t a = r * W + (size_t)h * HS + i, b = a + half;
+                    double m = std::max(std::max(fabs((double)want[a]), fabs((double)want[b])),
+                                        std::max(fabs((double)x[a]), fabs((double)x[b])));
+                    double d = std::max(fabs((double)got[a] - want[a]), fabs((double)got[b] - want[b]));
+                    if (isnan(d)) d = INFINITY;
+                    e = std::max(e, d / (m > 0 ? m : 1));
+                }
+        return e;
+    };
+    bool v_same = true;
+    for (size_t r = 0; r < (size_t)B * T; r++) {
+        size_t v = r * W + (size_t)(NH + NKV) * HS, k = (size_t)NKV * HS * sizeof(float);
+        v_same &= !memcmp(&fwd[v], &x[v], k) && !memcmp(&bwd[v], &x[v], k);
+    }
+    double ef = pair_err(fwd, fwd_r), eb = pair_err(bwd, bwd_r), er = pair_err(back, x);
+    const double tol = 4e-7; /* 3.4 units of 2^-23; seen up to 2.3e-7 */
+    bool ok = ef < tol && eb < tol && er < tol && v_same;
+    printf("%s rope B=%d T=%d NH=%d NKV=%d HS=%d pos0=%d%s theta=%g: forward %.2g, backward "
+           "%.2g, backward(forward) %.2g%s\n",
+           ok ? "ok  " : "FAIL", B, T, NH, NKV, HS, pos0, pp ? " packed" : "", theta, ef, eb, er,
+           v_same ? "" : ", v heads changed");
+    fails += !ok;
+}
+
+/* ------------------------------------------------------------ row attention */
+
+/* The row attention kernels (cuda_attention_rows.cuh: a warp per row, the
+ * fallback for other head sizes and dropout) as cuda_attention.cu launches
+ * them, against ref's kernels on the same inputs: the forward's out and lse
+ * within fp32's rounding, the backward (dq; dk, dv: added onto a pre-fill)
+ * from ref's forward outputs and a double D, as k_attn_D gives it, as the
+ * tiled kernels are held (check). p: the probabilities' dropout. Then the
+ * decode kernel against ref's over a KV cache of the first row's keys. */
+template <int MAXK> static void check_rows(const shape &s, float p) {
+    int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HS = s.HS;
+    size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS, rows = (size_t)B * NH * T;
+    std::vector<float> qkv((size_t)B * T * W), R((size_t)B * T * C);
+    for (auto &x : qkv) x = 2.0f * frand();
+    for (auto &x : R) x = frand();
+    std::vector<int32_t> pos;
+    if (!s.lens.empty()) pos = positions(s);
+    const int32_t *pp = pos.empty() ? NULL : pos.data();
+    ct_attn_dropout drop = {p, 0x5eedf00dULL, 3};
+    std::vector<float> out_r(B * T * C), lse_r(rows), out(B * T * C, NAN), lse(rows, NAN);
+    ct_attention_forward_ref(NULL, out_r.data(), lse_r.data(), qkv.data(), pp, &drop, B, T, NH,
+                             NKV, HS);
+    float *o = out.data(), *ls = lse.data();
+    const float *x = qkv.data(), *r = R.data(), *lr = lse_r.data();
+    unsigned blocks = (unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS);
+    launch(dim3(blocks), 32 * ATT_WARPS,
+           [=]() { k_attn_fwd<MAXK>(o, ls, x, pp, drop, B, T, NH, NKV, HS); });
+    std::vector<double> D(rows);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                double d = 0;
+                for (int e = 0; e < HS; e++) {
+                    size_t k = ((size_t)b * T + i) * C + (size_t)h * HS + e;
+                    d += (double)R[k] * out_r[k];
+                }
+                D[((size_t)b * NH + h) * T + i] = d;
+            }
+    const float pre = 0.25f;
+    std::vector<float> dq_r((size_t)B * T * W, pre), dq((size_t)B * T * W, pre);
+    ct_attention_backward_ref(NULL, dq_r.data(), r, x, out_r.data(), lr, pp, &drop, B, T, NH, NKV,
+                              HS);
+    float *dx = dq.data();
+    const double *dd = D.data();
+    launch(dim3(blocks), 32 * ATT_WARPS,
+           [=]() { k_attn_dq<MAXK>(dx, r, x, lr, dd, pp, drop, B, T, NH, NKV, HS); });
+    launch(dim3((unsigned)(((size_t)B * NKV * T + ATT_WARPS - 1) / ATT_WARPS)), 32 * ATT_WARPS,
+           [=]() { k_attn_dkv<MAXK>(dx, r, x, lr, dd, pp, drop, B, T, NH, NKV, HS); });
+    /* decode: the last query row of example 0 against its T keys, the cache
+     * being the rows' k and v heads */
+    std::vector<float> kc((size_t)T * NKV * HS), vc((size_t)T * NKV * HS), q(C);
+    for (int t = 0; t < T; t++)
+        for (size_t e = 0; e < (size_t)NKV * HS; e++) {
+            kc[(size_t)t * NKV * HS + e] = qkv[(size_t)t * W + C + e];
+            vc[(size_t)t * NKV * HS + e] = qkv[(size_t)t * W + C + (size_t)NKV * HS + e];
+        }
+    for (size_t e = 0; e < C; e++) q[e] = qkv[(size_t)(T - 1) * W + e];
+    std::vector<float> dec_r(C), dec(C, NAN);
+    ct_attention_decode_ref(NULL, dec_r.data(), q.data(), kc.data(), vc.data(), T, NH, NKV, HS);
+    float *dc = dec.data();
+    const float *qp = q.data(), *kp = kc.data(), *vp = vc.data();
+    launch(dim3((unsigned)((NH + ATT_WARPS - 1) / ATT_WARPS)), 32 * ATT_WARPS,
+           [=]() { k_attn_decode<MAXK>(dc, qp, kp, vp, T, NH, NKV, HS); });
+    auto dbl = [](const std::vector<float> &v, double sub) {
+        std::vector<double> d(v.size());
+        for (size_t k = 0; k < v.size(); k++) d[k] = v[k] - sub;
+        return d;
+    };
+    double e_out = err(out.data(), dbl(out_r, 0.0)), e_lse = err(lse.data(), dbl(lse_r, 0.0));
+    double e_dq = err(dq.data(), dbl(dq_r, pre), pre), e_dec = err(dec.data(), dbl(dec_r, 0.0));
+    bool ok = e_out < 2e-6 && e_lse < 2e-6 && e_dq < 2e-5 && e_dec < 2e-6;
+    printf("%s rows B=%d T=%d NH=%d NKV=%d HS=%d%s dropout %g: out %.2g, lse %.2g, dqkv %.2g, "
+           "decode %.2g\n",
+           ok ? "ok  " : "FAIL", B, T, NH, NKV, HS, pp ? " packed" : "", (double)p, e_out, e_lse,
+           e_dq, e_dec);
+    fails += !ok;
+}
+
 int main(void) {
     check<64>({2, 150, 4, 2, 64, {}});                // GQA, ragged last tiles
     check<64>({1, 64, 2, 2, 64, {}});                 // exactly one query tile
@@ -850,6 +1222,20 @@ int main(void) {
     check_qknorm(4, 3, 1, 40, 0.1f, 0.0f, 0.3f);     // ragged lanes, eps large enough to matter
     check_qknorm(3, 1, 1, 16, 0.5f, 1.0f, 0.5f);     // fewer columns than lanes
     check_qknorm(130, 2, 1, 32, 1e-6f, 0.0f, 2.0f);  // 64 row chunks of 3, a short last one
+    check_rows<8>({1, 40, 4, 2, 96, {}}, 0.0f);            // head size 96: ragged lanes, GQA
+    check_rows<8>({1, 40, 2, 1, 64, {5, 17, 30}}, 0.25f);  // dropout, packed, multi-query
+    check_rows<16>({1, 20, 2, 2, 300, {}}, 0.1f);          // head size 300: 16 values a lane
+    check_act();
+    check_norm_bwd<true>(3, 768, NORM_THREADS, 0.0f);   // GPT-2's C
+    check_norm_bwd<true>(2, 4099, NORM_THREADS, 0.0f);  // ragged, several columns a thread
+    check_norm_bwd<true>(4, 5, 32, 0.0f);               // fewer columns than threads
+    check_norm_bwd<false>(3, 2048, NORM_THREADS, 0.0f); // TinyLlama's C
+    check_norm_bwd<false>(2, 1001, 128, 1.0f);          // Gemma's 1 + weight, ragged
+    check_rope(2, 40, 4, 2, 64, 0, {}, 10000.0);              // GQA, from position 0
+    check_rope(1, 33, 2, 1, 128, 8000, {}, 10000.0);          // LLaMA's head size, 8000 on
+    check_rope(2, 50, 2, 2, 64, 0, {1, 13, 30}, 500000.0);    // packed rows, LLaMA 3's theta
+    check_rope(1, 20, 1, 1, 128, 131000, {}, 1000000.0);      // past the fast reduction's range
+    check_rope(1, 9, 1, 1, 32, 4000000, {}, 10000.0);         // angles in the millions
     printf("%d failure(s)\n", fails);
     return fails ? 1 : 0;
 }

@@ -1,33 +1,34 @@
 /*
- * The CUDA backend's row and elementwise kernels, written as straight ports of
- * the ref backend (backend/ref), with the same formulas and, where ref sums in
- * double, double accumulators: the embedding and its scatter, LayerNorm,
- * RMSNorm, Qwen3's per-head q/k RMSNorm, RoPE, SwiGLU, GELU, residual adds
- * and the fused softmax cross-entropy. The exceptions are the norm forwards
- * (cuda_norm.cuh), alone or with the residual add fused in front: fp32
- * statistics over the row held on chip (PyTorch's CUDA norms accumulate in
- * fp32 too), the q/k norms (cuda_qknorm.cuh): fp32 statistics per head,
- * forward and backward, and the cross-entropy (cuda_xent.cuh): an online
- * softmax in fp32. One block per row for the row kernels. Gradients of shared
- * weights (norm weights) are column sums in a fixed order, one thread per
- * column, and embedding rows sums over the sorted token ids
- * (cuda_encoder_bwd.cuh), never atomics: runs are deterministic and resume is
- * bit-exact. Leaves out: vectorised 128-bit loads and the other speed work
- * of the GPU performance issue.
- */
+ * The CUDA backend's row and elementwise kernels, written as ports of the ref
+ * backend (backend/ref) with its formulas: the embedding and its scatter,
+ * LayerNorm, RMSNorm, Qwen3's per-head q/k RMSNorm, RoPE, SwiGLU, GeGLU,
+ * GELU, residual adds and the fused softmax cross-entropy. Where ref computes
+ * in double, these compute in fp32 (double runs at 1/32 to 1/64 of fp32 on
+ * most GPUs) and stay within a few ulp or fp32's rounding of the row: the
+ * norm forwards (cuda_norm.cuh), alone or with the residual add fused in
+ * front, fp32 statistics over the row held on chip (PyTorch's CUDA norms
+ * accumulate in fp32 too), and their input gradients, fp32 partials in a
+ * fixed order; the q/k norms (cuda_qknorm.cuh), forward and backward; the
+ * activations (cuda_act.cuh), through a sigmoid, GELU's argument in two
+ * floats; RoPE (cuda_rope.cuh), ref's fp32 angle through sincosf; the
+ * cross-entropy (cuda_xent.cuh), an online softmax. One block per row for
+ * the row kernels. Gradients of shared weights (norm weights) are column
+ * sums in a fixed order, one thread per column, in double partials
+ * (memory-bound: double costs nothing there), and embedding rows sums over
+ * the sorted token ids (cuda_encoder_bwd.cuh), never atomics: runs are
+ * deterministic and resume is bit-exact. Leaves out: vectorised 128-bit
+ * loads and the other speed work of the GPU performance issue. */
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "backend/cuda/cuda_act.cuh"
 #include "backend/cuda/cuda_colsum.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_encoder_bwd.cuh"
 #include "backend/cuda/cuda_norm.cuh"
 #include "backend/cuda/cuda_qknorm.cuh"
+#include "backend/cuda/cuda_rope.cuh"
 #include "backend/cuda/cuda_xent.cuh"
-
-#define GELU_BETA 0.7978845608028654
-#define GELU_KAPPA 0.044715
-#define ROW_THREADS 256
 
 /* ------------------------------------------------------------ embedding */
 
@@ -173,36 +174,21 @@ extern "C" void ct_residual_layernorm_forward_cuda(ct_backend *be, float *res, f
                          bias, N, C, eps, 0.0f);
 }
 
-__global__ void k_layernorm_bwd_rows(float *dinp, const float *dout, const float *inp,
-                                     const float *weight, const float *mean, const float *rstd,
-                                     int C) {
-    __shared__ double sh[32];
-    size_t n = blockIdx.x;
-    const float *x = inp + n * C, *dy = dout + n * C;
-    float *dx = dinp + n * C;
-    double mu = mean[n], s = rstd[n];
-    double gm = 0.0, gxm = 0.0;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        double xhat = (x[c] - mu) * s;
-        double g = (double)weight[c] * dy[c];
-        gm += g;
-        gxm += g * xhat;
-    }
-    gm = block_sum(gm, sh) / C;
-    gxm = block_sum(gxm, sh) / C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        double xhat = (x[c] - mu) * s;
-        double g = (double)weight[c] * dy[c];
-        dx[c] += (float)(s * (g - gm - xhat * gxm));
-    }
+/* The norms' input gradients (cuda_norm.cuh): a block per row, fp32 partials
+ * in a fixed order. LN: LayerNorm, else RMSNorm. */
+template <bool LN>
+__global__ void __launch_bounds__(NORM_THREADS)
+    k_norm_bwd(float *dinp, const float *dout, const float *inp, const float *weight,
+               const float *mean, const float *rstd, int C, float wofs) {
+    norm_bwd_row<LN>(dinp, dout, inp, weight, mean, rstd, C, wofs);
 }
 extern "C" void ct_layernorm_backward_cuda(ct_backend *be, float *dinp, float *dweight,
                                            float *dbias, const float *dout, const float *inp,
                                            const float *weight, const float *mean,
                                            const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
-    k_layernorm_bwd_rows<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(dinp, dout, inp, weight, mean,
-                                                                 rstd, C);
+    k_norm_bwd<true><<<N, NORM_THREADS, 0, cuda_stream(be)>>>(dinp, dout, inp, weight, mean,
+                                                              rstd, C, 0.0f);
     cuda_launched(be, "layernorm_backward");
     cuda_colsum(be, COLSUM_LAYERNORM, dweight, dbias, dout, inp, mean, rstd, N, C);
 }
@@ -223,59 +209,22 @@ extern "C" void ct_residual_rmsnorm_forward_cuda(ct_backend *be, float *res, flo
                           NULL, N, C, eps, wofs);
 }
 
-__global__ void k_rmsnorm_bwd_rows(float *dinp, const float *dout, const float *inp,
-                                   const float *weight, const float *rstd, int C, float wofs) {
-    __shared__ double sh[32];
-    size_t n = blockIdx.x;
-    const float *x = inp + n * C, *dy = dout + n * C;
-    float *dx = dinp + n * C;
-    double s = rstd[n], gxm = 0.0;
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        gxm += (double)(wofs + weight[c]) * dy[c] * x[c] * s;
-    gxm = block_sum(gxm, sh) / C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        double xhat = x[c] * s;
-        dx[c] += (float)(s * ((double)(wofs + weight[c]) * dy[c] - xhat * gxm));
-    }
-}
 extern "C" void ct_rmsnorm_backward_cuda(ct_backend *be, float *dinp, float *dweight,
                                          const float *dout, const float *inp, const float *weight,
                                          const float *rstd, int N, int C, float wofs) {
     if (N <= 0 || C <= 0) return;
-    k_rmsnorm_bwd_rows<<<N, ROW_THREADS, 0, cuda_stream(be)>>>(dinp, dout, inp, weight, rstd, C,
-                                                              wofs);
+    k_norm_bwd<false><<<N, NORM_THREADS, 0, cuda_stream(be)>>>(dinp, dout, inp, weight, NULL,
+                                                               rstd, C, wofs);
     cuda_launched(be, "rmsnorm_backward");
     cuda_colsum(be, COLSUM_RMSNORM, dweight, NULL, dout, inp, NULL, rstd, N, C);
 }
 
 /* ------------------------------------------------------------ RoPE */
 
-/* Thread per (row, head, pair i): ref's angle (the float product of the
- * position and the model's fp32 inverse frequency, cos and sin in double
- * then rounded), turned by dir. */
-__global__ void k_rope(float *qkv, const int32_t *pos, int B, int T, int NH, int NKV, int HS,
-                       int pos0, const float *inv_freq, double dir) {
-    int half = HS / 2, heads = NH + NKV;
-    size_t W = (size_t)(NH + 2 * NKV) * HS;
-    size_t n = (size_t)B * T * heads * half;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        int i = (int)(k % half);
-        size_t rest = k / half;
-        int h = (int)(rest % heads);
-        size_t bt = rest / heads;
-        int t = (int)(bt % T);
-        int p = pos0 + (pos ? pos[bt] : t);
-        float angle = (float)p * inv_freq[i];
-        double c = (float)cos((double)angle), s = dir * (float)sin((double)angle);
-        float *x = qkv + bt * W + (size_t)h * HS;
-        double x1 = x[i], x2 = x[i + half];
-        x[i] = (float)(x1 * c - x2 * s);
-        x[i + half] = (float)(x2 * c + x1 * s);
-    }
-}
+/* k_rope (cuda_rope.cuh): a thread per (row, head, pair), ref's fp32 angle,
+ * its cosine and sine in fp32. */
 static void rope(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH, int NKV,
-                 int HS, int pos0, const float *inv_freq, double dir, const char *name) {
+                 int HS, int pos0, const float *inv_freq, float dir, const char *name) {
     size_t n = (size_t)B * T * (NH + NKV) * (HS / 2);
     if (!n) return;
     k_rope<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(qkv, pos, B, T, NH, NKV, HS, pos0,
@@ -284,12 +233,12 @@ static void rope(ct_backend *be, float *qkv, const int32_t *pos, int B, int T, i
 }
 extern "C" void ct_rope_forward_cuda(ct_backend *be, float *qkv, const int32_t *pos, int B, int T,
                                      int NH, int NKV, int HS, int pos0, const float *inv_freq) {
-    rope(be, qkv, pos, B, T, NH, NKV, HS, pos0, inv_freq, 1.0, "rope_forward");
+    rope(be, qkv, pos, B, T, NH, NKV, HS, pos0, inv_freq, 1.0f, "rope_forward");
 }
 extern "C" void ct_rope_backward_cuda(ct_backend *be, float *dqkv, const int32_t *pos, int B,
                                       int T, int NH, int NKV, int HS, int pos0,
                                       const float *inv_freq) {
-    rope(be, dqkv, pos, B, T, NH, NKV, HS, pos0, inv_freq, -1.0, "rope_backward");
+    rope(be, dqkv, pos, B, T, NH, NKV, HS, pos0, inv_freq, -1.0f, "rope_backward");
 }
 
 /* ------------------------------------------------------------ q/k norms */
@@ -341,102 +290,38 @@ extern "C" void ct_qknorm_backward_cuda(ct_backend *be, float *dinp, float *dwq,
 
 /* ------------------------------------------------------------ SwiGLU, GELU */
 
-__global__ void k_swiglu_fwd(float *out, const float *inp, int N, int F) {
-    size_t n = (size_t)N * F;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        size_t r = k / F, i = k % F;
-        const float *g = inp + r * 2 * F;
-        double x = g[i];
-        out[k] = (float)(x / (1.0 + exp(-x)) * g[F + i]);
-    }
-}
-__global__ void k_swiglu_bwd(float *dinp, const float *inp, const float *dout, int N, int F) {
-    size_t n = (size_t)N * F;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        size_t r = k / F, i = k % F;
-        const float *g = inp + r * 2 * F;
-        float *dg = dinp + r * 2 * F;
-        double x = g[i], s = 1.0 / (1.0 + exp(-x)), dy = dout[k], u = g[F + i];
-        dg[i] += (float)(dy * u * s * (1.0 + x * (1.0 - s)));
-        dg[F + i] += (float)(dy * x * s);
-    }
-}
+/* k_glu_fwd, k_glu_bwd, k_gelu_fwd, k_gelu_bwd (cuda_act.cuh): a thread per
+ * element, fp32 through a sigmoid. */
 extern "C" void ct_swiglu_forward_cuda(ct_backend *be, float *out, const float *inp, int N,
                                        int F) {
     size_t n = (size_t)N * F;
     if (!n) return;
-    k_swiglu_fwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(out, inp, N, F);
+    k_glu_fwd<false><<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(out, inp, N, F);
     cuda_launched(be, "swiglu_forward");
 }
 extern "C" void ct_swiglu_backward_cuda(ct_backend *be, float *dinp, const float *inp,
                                         const float *dout, int N, int F) {
     size_t n = (size_t)N * F;
     if (!n) return;
-    k_swiglu_bwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(dinp, inp, dout, N, F);
+    k_glu_bwd<false><<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(dinp, inp, dout, N, F);
     cuda_launched(be, "swiglu_backward");
 }
 
-/* GeGLU: thread per (row, i), ref's double math. */
-__global__ void k_geglu_fwd(float *out, const float *inp, int N, int F) {
-    size_t n = (size_t)N * F;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        size_t r = k / F, i = k % F;
-        const float *g = inp + r * 2 * F;
-        double x = g[i];
-        double gelu = 0.5 * x * (1.0 + tanh(GELU_BETA * (x + GELU_KAPPA * x * x * x)));
-        out[k] = (float)(gelu * g[F + i]);
-    }
-}
-__global__ void k_geglu_bwd(float *dinp, const float *inp, const float *dout, int N, int F) {
-    size_t n = (size_t)N * F;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        size_t r = k / F, i = k % F;
-        const float *g = inp + r * 2 * F;
-        float *dg = dinp + r * 2 * F;
-        double x = g[i], x2 = x * x, dy = dout[k];
-        double th = tanh(GELU_BETA * (x + GELU_KAPPA * x2 * x));
-        double grad = 0.5 * (1.0 + th) +
-                      0.5 * x * (1.0 - th * th) * GELU_BETA * (1.0 + 3.0 * GELU_KAPPA * x2);
-        dg[i] += (float)(dy * g[F + i] * grad);
-        dg[F + i] += (float)(dy * 0.5 * x * (1.0 + th));
-    }
-}
 extern "C" void ct_geglu_forward_cuda(ct_backend *be, float *out, const float *inp, int N,
                                       int F) {
     size_t n = (size_t)N * F;
     if (!n) return;
-    k_geglu_fwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(out, inp, N, F);
+    k_glu_fwd<true><<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(out, inp, N, F);
     cuda_launched(be, "geglu_forward");
 }
 extern "C" void ct_geglu_backward_cuda(ct_backend *be, float *dinp, const float *inp,
                                        const float *dout, int N, int F) {
     size_t n = (size_t)N * F;
     if (!n) return;
-    k_geglu_bwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(dinp, inp, dout, N, F);
+    k_glu_bwd<true><<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(dinp, inp, dout, N, F);
     cuda_launched(be, "geglu_backward");
 }
 
-__global__ void k_gelu_fwd(float *out, const float *inp, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        double x = inp[i];
-        out[i] = (float)(0.5 * x * (1.0 + tanh(GELU_BETA * (x + GELU_KAPPA * x * x * x))));
-    }
-}
-__global__ void k_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        double x = inp[i], x2 = x * x;
-        double th = tanh(GELU_BETA * (x + GELU_KAPPA * x2 * x));
-        double inner = GELU_BETA * (1.0 + 3.0 * GELU_KAPPA * x2);
-        double grad = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * inner;
-        dinp[i] += (float)(grad * dout[i]);
-    }
-}
 extern "C" void ct_gelu_forward_cuda(ct_backend *be, float *out, const float *inp, size_t n) {
     if (!n) return;
     k_gelu_fwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(out, inp, n);

@@ -12,6 +12,14 @@
  * recomputed norms match the forward's). Against ref's double statistics the
  * results differ by fp32 rounding only.
  *
+ * The input gradients of both norms (norm_bwd_row) are the same kind of
+ * body: a block per row, each thread's fp32 partials of the row means that
+ * couple the row (mean(g), mean(g xhat)) combined by norm_block_sum in its
+ * fixed order, no atomics, where they were double sums before (fp64 runs
+ * at 1/32 to 1/64 of fp32 on most GPUs; PyTorch's CUDA norm backwards sum
+ * in fp32 too). Against ref's double sums the results differ by fp32
+ * rounding of the row's largest terms.
+ *
  * Device code only, included by cuda_kernels.cu; like cuda_colsum.cuh it
  * runs under tests/gpu/cuda_emu.cpp on the CPU. Leaves out: vectorised
  * 128-bit loads and a warp per row for narrow rows.
@@ -87,6 +95,37 @@ __device__ void norm_row(float *held, float *res, float *out, float *mean, float
     if (t0 == 0) {
         if (LN && mean) mean[n] = mu;
         if (rstd) rstd[n] = rs;
+    }
+}
+
+/* Input gradient of row blockIdx.x of C columns, ADDED into dinp (the
+ * caller zeroes it): with xhat = (x - mean) rstd and g = w dout,
+ *   dinp += rstd (g - mean(g) - xhat mean(g xhat))      LN: LayerNorm,
+ *   dinp += rstd (g - xhat mean(g xhat))                RMSNorm, mean unused,
+ * w = weight (LayerNorm) or wofs + weight (RMSNorm). mean, rstd (N) as the
+ * forward wrote them. dinp may not alias dout or inp. */
+template <bool LN>
+__device__ void norm_bwd_row(float *dinp, const float *dout, const float *inp,
+                             const float *weight, const float *mean, const float *rstd, int C,
+                             float wofs) {
+    __shared__ float sh[32];
+    size_t n = blockIdx.x, o = n * (size_t)C;
+    const float *x = inp + o, *dy = dout + o;
+    float *dx = dinp + o;
+    int t0 = threadIdx.x, dt = blockDim.x;
+    float mu = LN ? mean[n] : 0.0f, s = rstd[n];
+    float gm = 0.0f, gxm = 0.0f;
+    for (int c = t0; c < C; c += dt) {
+        float g = (LN ? weight[c] : wofs + weight[c]) * dy[c];
+        gm += g;
+        gxm += g * ((x[c] - mu) * s);
+    }
+    if (LN) gm = norm_block_sum(gm, sh) / (float)C;
+    gxm = norm_block_sum(gxm, sh) / (float)C;
+    for (int c = t0; c < C; c += dt) {
+        float g = (LN ? weight[c] : wofs + weight[c]) * dy[c];
+        float xhat = (x[c] - mu) * s;
+        dx[c] += s * (LN ? g - gm - xhat * gxm : g - xhat * gxm);
     }
 }
 
