@@ -1,7 +1,8 @@
 /*
  * Reference dense layer (torch.nn.Linear): out = inp @ weight^T + bias and its
  * backward, as loops with double accumulators; and the mixed-precision
- * (bf16 inputs, fp32 sums) twins of both; the dense layer followed by GELU
+ * twins of both (bf16 or fp16 inputs, fp32 sums: one body, the 16-bit format
+ * a flag); the dense layer followed by GELU
  * (matmul_gelu_forward) as the two kernels in turn. Every output is one sum
  * in the plain triple loop's order (the forward in c order from the bias, the
  * backward's in o or n order); the loops are only tiled or turned so several
@@ -97,43 +98,48 @@ void ct_matmul_backward_ref(ct_backend *be, float *dinp, float *dweight, float *
     }
 }
 
-/* bf16(x) widened back: the value a bf16 GEMM input has. */
-static float bf16_round(float x) { return ct_bf16_to_f32(ct_f32_to_bf16(x)); }
+/* The 16-bit GEMM inputs of precision bf16 (autocast) and fp16 (GPUs without
+ * bf16): a stored value widened, and an fp32 input rounded as the GEMM reads
+ * it (fp16: nearest even, beyond 65504 inf, subnormals kept). */
+static inline float half_widen(uint16_t v, bool f16) {
+    return f16 ? ct_f16_to_f32(v) : ct_bf16_to_f32(v);
+}
+static inline float half_round(float x, bool f16) {
+    return f16 ? ct_f16_to_f32(ct_f32_to_f16(x)) : ct_bf16_to_f32(ct_f32_to_bf16(x));
+}
 
-/* Mixed precision (autocast): out (N,OC) = bf16(inp) (N,C) @ weight16 (OC,C)^T
- * + bias (OC). Each product of two bf16 values is exact in fp32; the sum runs
- * in fp32 in c order, then the bias is added (as the cpu GEMM adds it). */
-void ct_matmul_forward_bf16_ref(ct_backend *be, float *out, const float *inp,
-                               const uint16_t *weight16, const float *bias, int N, int C, int OC) {
-    (void)be;
+/* Mixed precision: out (N,OC) = half(inp) (N,C) @ weight16 (OC,C)^T + bias
+ * (OC). Each product of two bf16 or two fp16 values is exact in fp32; the sum
+ * runs in fp32 in c order, then the bias is added (as the cpu GEMM adds it). */
+static void matmul_forward_half(float *out, const float *inp, const uint16_t *weight16,
+                                const float *bias, int N, int C, int OC, bool f16) {
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         for (int o = 0; o < OC; o++) {
             const uint16_t *w = weight16 + (size_t)o * C;
             float acc = 0.0f;
-            for (int c = 0; c < C; c++) acc += bf16_round(x[c]) * ct_bf16_to_f32(w[c]);
+            for (int c = 0; c < C; c++) acc += half_round(x[c], f16) * half_widen(w[c], f16);
             out[(size_t)n * OC + o] = bias ? acc + bias[o] : acc;
         }
     }
 }
 
-/* dinp (N,C) += bf16(dout) @ weight16; dweight (OC,C) += bf16(dout)^T @ inp16;
+/* dinp (N,C) += half(dout) @ weight16; dweight (OC,C) += half(dout)^T @ inp16;
  * dbias (OC) += column sums of dout (fp32, in double as the fp32 path). Sums
- * in fp32 in the inner index's order. */
-void ct_matmul_backward_bf16_ref(ct_backend *be, float *dinp, float *dweight, float *dbias,
-                                const float *dout, const uint16_t *inp16,
-                                const uint16_t *weight16, int N, int C, int OC) {
-    (void)be;
-    float acc[REF_CB]; /* turned loops, the plain order of each sum (see above) */
+ * in fp32 in the inner index's order (turned loops, as the fp32 backward). */
+static void matmul_backward_half(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const uint16_t *inp16,
+                                 const uint16_t *weight16, int N, int C, int OC, bool f16) {
+    float acc[REF_CB];
     if (dinp) {
         for (int n = 0; n < N; n++) {
             for (int c0 = 0; c0 < C; c0 += REF_CB) {
                 int cb = C - c0 < REF_CB ? C - c0 : REF_CB;
                 for (int j = 0; j < cb; j++) acc[j] = 0.0f;
                 for (int o = 0; o < OC; o++) {
-                    float d = bf16_round(dout[(size_t)n * OC + o]);
+                    float d = half_round(dout[(size_t)n * OC + o], f16);
                     const uint16_t *w = weight16 + (size_t)o * C + c0;
-                    for (int j = 0; j < cb; j++) acc[j] += d * ct_bf16_to_f32(w[j]);
+                    for (int j = 0; j < cb; j++) acc[j] += d * half_widen(w[j], f16);
                 }
                 for (int j = 0; j < cb; j++) dinp[(size_t)n * C + c0 + j] += acc[j];
             }
@@ -145,15 +151,41 @@ void ct_matmul_backward_bf16_ref(ct_backend *be, float *dinp, float *dweight, fl
                 int cb = C - c0 < REF_CB ? C - c0 : REF_CB;
                 for (int j = 0; j < cb; j++) acc[j] = 0.0f;
                 for (int n = 0; n < N; n++) {
-                    float d = bf16_round(dout[(size_t)n * OC + o]);
+                    float d = half_round(dout[(size_t)n * OC + o], f16);
                     const uint16_t *x = inp16 + (size_t)n * C + c0;
-                    for (int j = 0; j < cb; j++) acc[j] += d * ct_bf16_to_f32(x[j]);
+                    for (int j = 0; j < cb; j++) acc[j] += d * half_widen(x[j], f16);
                 }
                 for (int j = 0; j < cb; j++) dweight[(size_t)o * C + c0 + j] += acc[j];
             }
         }
     }
     if (dbias) ct_matmul_backward_ref(be, NULL, NULL, dbias, dout, NULL, NULL, N, C, OC);
+}
+
+void ct_matmul_forward_bf16_ref(ct_backend *be, float *out, const float *inp,
+                               const uint16_t *weight16, const float *bias, int N, int C, int OC) {
+    (void)be;
+    matmul_forward_half(out, inp, weight16, bias, N, C, OC, false);
+}
+
+void ct_matmul_backward_bf16_ref(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const uint16_t *inp16,
+                                const uint16_t *weight16, int N, int C, int OC) {
+    matmul_backward_half(be, dinp, dweight, dbias, dout, inp16, weight16, N, C, OC, false);
+}
+
+/* train.precision = fp16: the bf16 entries with IEEE half inputs (11-bit
+ * significands, exponents 2^-24 to 2^15: products still exact in fp32). */
+void ct_matmul_forward_f16_ref(ct_backend *be, float *out, const float *inp,
+                               const uint16_t *weight16, const float *bias, int N, int C, int OC) {
+    (void)be;
+    matmul_forward_half(out, inp, weight16, bias, N, C, OC, true);
+}
+
+void ct_matmul_backward_f16_ref(ct_backend *be, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const uint16_t *inp16,
+                                const uint16_t *weight16, int N, int C, int OC) {
+    matmul_backward_half(be, dinp, dweight, dbias, dout, inp16, weight16, N, C, OC, true);
 }
 
 /* pre (N,OC) = inp @ weight^T + bias, out (N,OC) = gelu_tanh(pre): the two
