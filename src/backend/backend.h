@@ -207,6 +207,33 @@ typedef struct ct_backend_i {
                                 const float *dout, const uint16_t *inp16,
                                 const uint16_t *weight16, int N, int C, int OC);
 
+    /* The vocabulary head under train.precision = bf16 with bf16 logits, as
+     * torch.autocast has them (the head's linear outputs bf16; the loss reads
+     * it in fp32), so the largest activation of the step moves half the bytes.
+     * Rows of the 16-bit logits and their gradient are ld (>= OC) elements
+     * apart: the model pads V to a multiple of CT_VOCAB_PAD so that every row
+     * starts aligned for the tensor cores; columns OC..ld-1 are never read or
+     * written. Optional, all three or none (NULL on cpu): the model then keeps
+     * fp32 logits (matmul_forward_bf16 and crossentropy_forward).
+     * out16(N,ld) = bf16(bf16(inp)(N,C) @ weight16(OC,C)^T): the fp32 sum
+     * rounded to bf16, nearest even. */
+    void (*matmul_forward_bf16_out16)(ct_backend *be, uint16_t *out16, int ld, const float *inp,
+                                      const uint16_t *weight16, int N, int C, int OC);
+    /* crossentropy_forward's semantics over bf16 logits16(N,ld), columns
+     * [0,V) read as fp32 (the sums in fp32 or wider): losses(N) fp32; unless
+     * dlogits16 is NULL, WRITES dlogits16(N,ld) columns [0,V) = bf16((softmax -
+     * onehot(target)) * dloss), nearest even; dlogits16 may alias logits16. */
+    void (*crossentropy_forward_bf16)(ct_backend *be, float *losses, uint16_t *dlogits16,
+                                      const uint16_t *logits16, int ld, const int32_t *targets,
+                                      int N, int V, float dloss);
+    /* matmul_backward_bf16 with its gradient already bf16: dinp(N,C) += dout16
+     * (N,OC; rows ld apart) @ weight16; dweight(OC,C) += dout16^T @ inp16 (bf16
+     * products exact, sums fp32, outputs fp32). No bias. Either of dinp,
+     * dweight may be NULL to skip it; inp16 may be NULL when dweight is. */
+    void (*matmul_backward_bf16_dout16)(ct_backend *be, float *dinp, float *dweight,
+                                        const uint16_t *dout16, int ld, const uint16_t *inp16,
+                                        const uint16_t *weight16, int N, int C, int OC);
+
     /* A linear layer and GELU in one call (GPT-2's c_fc): pre(N,OC) = inp(N,C)
      * @ weight(OC,C)^T + bias(OC) (bias may be NULL), out(N,OC) = GELU of pre,
      * tanh form as gelu_forward; writes both (pre != out). The _bf16 twin takes
@@ -366,6 +393,10 @@ typedef struct ct_backend_i {
                          size_t n, float lr, float beta1, float beta2, float eps,
                          float weight_decay, float grad_scale, int64_t t);
 } ct_backend_i;
+
+/* The bf16 head pads the vocabulary of its logits rows to a multiple of this
+ * (GPT-2: 50257 -> 50304), 256 bytes of bf16 (matmul_forward_bf16_out16). */
+#define CT_VOCAB_PAD 128
 
 /* Attention tiles of the cpu backend: query rows (1..CT_ATT_BQ_MAX) and keys
  * (1..CT_ATT_BK_MAX) per tile. */
