@@ -110,26 +110,38 @@ static inline float half_round(float x, bool f16) {
 
 /* Mixed precision: out (N,OC) = half(inp) (N,C) @ weight16 (OC,C)^T + bias
  * (OC). Each product of two bf16 or two fp16 values is exact in fp32; the sum
- * runs in fp32 in c order, then the bias is added (as the cpu GEMM adds it). */
-static void matmul_forward_half(float *out, const float *inp, const uint16_t *weight16,
-                                const float *bias, int N, int C, int OC, bool f16) {
+ * runs in fp32 in c order, then the bias is added (as the cpu GEMM adds it).
+ * With out16 the sums are rounded to bf16 into out16 (rows ld apart) instead. */
+static void matmul_forward_half(float *out, uint16_t *out16, int ld, const float *inp,
+                                const uint16_t *weight16, const float *bias, int N, int C,
+                                int OC, bool f16) {
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         for (int o = 0; o < OC; o++) {
             const uint16_t *w = weight16 + (size_t)o * C;
             float acc = 0.0f;
             for (int c = 0; c < C; c++) acc += half_round(x[c], f16) * half_widen(w[c], f16);
-            out[(size_t)n * OC + o] = bias ? acc + bias[o] : acc;
+            if (out16)
+                out16[(size_t)n * ld + o] = ct_f32_to_bf16(acc);
+            else
+                out[(size_t)n * OC + o] = bias ? acc + bias[o] : acc;
         }
     }
 }
 
 /* dinp (N,C) += half(dout) @ weight16; dweight (OC,C) += half(dout)^T @ inp16;
  * dbias (OC) += column sums of dout (fp32, in double as the fp32 path). Sums
- * in fp32 in the inner index's order (turned loops, as the fp32 backward). */
+ * in fp32 in the inner index's order (turned loops, as the fp32 backward).
+ * With dout16 the gradient is bf16 already (rows ld apart; dout NULL, no dbias). */
+static inline float dout_at(const float *dout, const uint16_t *dout16, int ld, int n, int o,
+                            int OC, bool f16) {
+    return dout16 ? ct_bf16_to_f32(dout16[(size_t)n * ld + o])
+                  : half_round(dout[(size_t)n * OC + o], f16);
+}
 static void matmul_backward_half(ct_backend *be, float *dinp, float *dweight, float *dbias,
-                                 const float *dout, const uint16_t *inp16,
-                                 const uint16_t *weight16, int N, int C, int OC, bool f16) {
+                                 const float *dout, const uint16_t *dout16, int ld,
+                                 const uint16_t *inp16, const uint16_t *weight16, int N, int C,
+                                 int OC, bool f16) {
     float acc[REF_CB];
     if (dinp) {
         for (int n = 0; n < N; n++) {
@@ -137,7 +149,7 @@ static void matmul_backward_half(ct_backend *be, float *dinp, float *dweight, fl
                 int cb = C - c0 < REF_CB ? C - c0 : REF_CB;
                 for (int j = 0; j < cb; j++) acc[j] = 0.0f;
                 for (int o = 0; o < OC; o++) {
-                    float d = half_round(dout[(size_t)n * OC + o], f16);
+                    float d = dout_at(dout, dout16, ld, n, o, OC, f16);
                     const uint16_t *w = weight16 + (size_t)o * C + c0;
                     for (int j = 0; j < cb; j++) acc[j] += d * half_widen(w[j], f16);
                 }
@@ -151,7 +163,7 @@ static void matmul_backward_half(ct_backend *be, float *dinp, float *dweight, fl
                 int cb = C - c0 < REF_CB ? C - c0 : REF_CB;
                 for (int j = 0; j < cb; j++) acc[j] = 0.0f;
                 for (int n = 0; n < N; n++) {
-                    float d = half_round(dout[(size_t)n * OC + o], f16);
+                    float d = dout_at(dout, dout16, ld, n, o, OC, f16);
                     const uint16_t *x = inp16 + (size_t)n * C + c0;
                     for (int j = 0; j < cb; j++) acc[j] += d * half_widen(x[j], f16);
                 }
@@ -165,13 +177,30 @@ static void matmul_backward_half(ct_backend *be, float *dinp, float *dweight, fl
 void ct_matmul_forward_bf16_ref(ct_backend *be, float *out, const float *inp,
                                const uint16_t *weight16, const float *bias, int N, int C, int OC) {
     (void)be;
-    matmul_forward_half(out, inp, weight16, bias, N, C, OC, false);
+    matmul_forward_half(out, NULL, 0, inp, weight16, bias, N, C, OC, false);
 }
 
 void ct_matmul_backward_bf16_ref(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                 const float *dout, const uint16_t *inp16,
                                 const uint16_t *weight16, int N, int C, int OC) {
-    matmul_backward_half(be, dinp, dweight, dbias, dout, inp16, weight16, N, C, OC, false);
+    matmul_backward_half(be, dinp, dweight, dbias, dout, NULL, 0, inp16, weight16, N, C, OC,
+                         false);
+}
+
+/* The bf16 head: logits rounded to bf16 into rows ld apart, and the
+ * backward from a bf16 gradient (matmul_forward_bf16_out16 and
+ * matmul_backward_bf16_dout16 in backend.h). */
+void ct_matmul_forward_bf16_out16_ref(ct_backend *be, uint16_t *out16, int ld, const float *inp,
+                                      const uint16_t *weight16, int N, int C, int OC) {
+    (void)be;
+    matmul_forward_half(NULL, out16, ld, inp, weight16, NULL, N, C, OC, false);
+}
+
+void ct_matmul_backward_bf16_dout16_ref(ct_backend *be, float *dinp, float *dweight,
+                                        const uint16_t *dout16, int ld, const uint16_t *inp16,
+                                        const uint16_t *weight16, int N, int C, int OC) {
+    matmul_backward_half(be, dinp, dweight, NULL, NULL, dout16, ld, inp16, weight16, N, C, OC,
+                         false);
 }
 
 /* train.precision = fp16: the bf16 entries with IEEE half inputs (11-bit
@@ -179,13 +208,14 @@ void ct_matmul_backward_bf16_ref(ct_backend *be, float *dinp, float *dweight, fl
 void ct_matmul_forward_f16_ref(ct_backend *be, float *out, const float *inp,
                                const uint16_t *weight16, const float *bias, int N, int C, int OC) {
     (void)be;
-    matmul_forward_half(out, inp, weight16, bias, N, C, OC, true);
+    matmul_forward_half(out, NULL, 0, inp, weight16, bias, N, C, OC, true);
 }
 
 void ct_matmul_backward_f16_ref(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                 const float *dout, const uint16_t *inp16,
                                 const uint16_t *weight16, int N, int C, int OC) {
-    matmul_backward_half(be, dinp, dweight, dbias, dout, inp16, weight16, N, C, OC, true);
+    matmul_backward_half(be, dinp, dweight, dbias, dout, NULL, 0, inp16, weight16, N, C, OC,
+                         true);
 }
 
 /* pre (N,OC) = inp @ weight^T + bias, out (N,OC) = gelu_tanh(pre): the two

@@ -44,6 +44,14 @@ void ct_matmul_forward_f16_ref(ct_backend *be, float *out, const float *inp,
 void ct_matmul_backward_f16_ref(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                 const float *dout, const uint16_t *inp16,
                                 const uint16_t *weight16, int N, int C, int OC);
+void ct_matmul_forward_bf16_out16_ref(ct_backend *be, uint16_t *out16, int ld, const float *inp,
+                                      const uint16_t *weight16, int N, int C, int OC);
+void ct_matmul_backward_bf16_dout16_ref(ct_backend *be, float *dinp, float *dweight,
+                                        const uint16_t *dout16, int ld, const uint16_t *inp16,
+                                        const uint16_t *weight16, int N, int C, int OC);
+void ct_crossentropy_forward_bf16_ref(ct_backend *be, float *losses, uint16_t *dlogits16,
+                                      const uint16_t *logits16, int ld, const int32_t *targets,
+                                      int N, int V, float dloss);
 void ct_matmul_gelu_forward_bf16_ref(ct_backend *be, float *pre, float *out, const float *inp,
                                      const uint16_t *weight16, const float *bias, int N, int C,
                                      int OC);

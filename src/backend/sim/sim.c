@@ -238,6 +238,24 @@ static void sim_matmul_backward_bf16(ct_backend *be, float *dinp, float *dweight
     ct_matmul_backward_bf16_ref(be, HF(dinp), HF(dweight), HF(dbias), HF(dout), H(inp16),
                                 H(weight16), N, C, OC);
 }
+static void sim_matmul_forward_bf16_out16(ct_backend *be, uint16_t *out16, int ld,
+                                          const float *inp, const uint16_t *weight16, int N,
+                                          int C, int OC) {
+    ct_matmul_forward_bf16_out16_ref(be, H(out16), ld, HF(inp), H(weight16), N, C, OC);
+}
+static void sim_crossentropy_forward_bf16(ct_backend *be, float *losses, uint16_t *dlogits16,
+                                          const uint16_t *logits16, int ld,
+                                          const int32_t *targets, int N, int V, float dloss) {
+    ct_crossentropy_forward_bf16_ref(be, HF(losses), H(dlogits16), H(logits16), ld, HI(targets),
+                                     N, V, dloss);
+}
+static void sim_matmul_backward_bf16_dout16(ct_backend *be, float *dinp, float *dweight,
+                                            const uint16_t *dout16, int ld,
+                                            const uint16_t *inp16, const uint16_t *weight16,
+                                            int N, int C, int OC) {
+    ct_matmul_backward_bf16_dout16_ref(be, HF(dinp), HF(dweight), H(dout16), ld, H(inp16),
+                                       H(weight16), N, C, OC);
+}
 static void sim_matmul_forward_f16(ct_backend *be, float *out, const float *inp,
                                    const uint16_t *weight16, const float *bias, int N, int C,
                                    int OC) {
@@ -395,6 +413,9 @@ const ct_backend_i ct_backend_sim_i = {
     .matmul_backward = sim_matmul_backward,
     .matmul_forward_bf16 = sim_matmul_forward_bf16,
     .matmul_backward_bf16 = sim_matmul_backward_bf16,
+    .matmul_forward_bf16_out16 = sim_matmul_forward_bf16_out16,
+    .crossentropy_forward_bf16 = sim_crossentropy_forward_bf16,
+    .matmul_backward_bf16_dout16 = sim_matmul_backward_bf16_dout16,
     .matmul_forward_f16 = sim_matmul_forward_f16,
     .matmul_backward_f16 = sim_matmul_backward_f16,
     .matmul_gelu_forward = sim_matmul_gelu_forward,
