@@ -391,12 +391,28 @@ static void queue_pair(ct_model *m, const ct_event *e0, const ct_event *e1) {
     m->q_ev[m->n_qev++] = *e1;
 }
 
+/* Whether the head runs in bf16 with bf16 logits (backend.h's bf16 head):
+ * precision bf16, the three entries there, the logits not wanted by the
+ * caller (they are fp32 for it), and the padded rows within the fp32
+ * chunk's bytes. Returns the padded row length, or 0 for fp32 logits. */
+static int head_bf16_ld(const ct_model *m, bool h16, const float *logits_out) {
+    const ct_backend_i *k = m->be->i;
+    if (!h16 || !model_bf16(m) || logits_out || !k->matmul_forward_bf16_out16 ||
+        !k->crossentropy_forward_bf16 || !k->matmul_backward_bf16_dout16)
+        return 0;
+    int V = m->cfg.vocab_size;
+    int ld = (V + CT_VOCAB_PAD - 1) / CT_VOCAB_PAD * CT_VOCAB_PAD;
+    return (size_t)ld * 2 <= (size_t)V * 4 ? ld : 0;
+}
+
 /* The vocabulary projection and cross-entropy, chunked over rows. When
  * training, the head's backward runs in the same pass: dlogits overwrite the
  * chunk's logits, dlnf lands in acts.dln and the head weight's gradient is
  * accumulated. logits_out(N,V), when given, receives the logits. Returns the
  * mean loss over the count counted targets (those >= 0; 0 when there are
- * none); dloss is each counted row's gradient weight (grad_weight / count). */
+ * none); dloss is each counted row's gradient weight (grad_weight / count).
+ * Under precision bf16 on a backend with the bf16 head, the chunk holds bf16
+ * logits in rows padded to ld, and their gradient in place (autocast's). */
 static double head_forward(ct_model *m, const int32_t *targets, int N, size_t count,
                            bool training, float dloss, float *logits_out) {
     ct_backend *be = m->be;
@@ -410,19 +426,27 @@ static double head_forward(ct_model *m, const int32_t *targets, int N, size_t co
     const float *head = h16 ? NULL : copy ? copy : model_p(m, m->head_w);
     const uint16_t *head16 = h16 ? model_w16(m, m->head_w) : NULL;
     float *dhead = copy ? model_head_copy_g(m) : model_g(m, m->head_w);
+    int ld = head_bf16_ld(m, h16, logits_out);
+    uint16_t *logits16 = ld ? (uint16_t *)a->logits : NULL; /* the same bytes */
     if (training) zero(m, a->dln, (size_t)N * C);
     for (int r0 = 0; r0 < N; r0 += m->chunk) {
         int rows = N - r0 < m->chunk ? N - r0 : m->chunk;
         const float *x = a->lnf + (size_t)r0 * C;
-        if (h16)
+        if (ld)
+            k->matmul_forward_bf16_out16(be, logits16, ld, x, head16, rows, C, V);
+        else if (h16)
             model_mm16_fwd(m, a->logits, x, head16, NULL, rows, C, V);
         else
             k->matmul_forward(be, a->logits, x, head, NULL, rows, C, V);
         if (logits_out)
             ct_be_download(be, logits_out + (size_t)r0 * V, a->logits, (size_t)rows * V * 4);
         if (!targets) continue;
-        k->crossentropy_forward(be, a->losses + r0, training ? a->logits : NULL, a->logits,
-                                targets + r0, rows, V, dloss);
+        if (ld)
+            k->crossentropy_forward_bf16(be, a->losses + r0, training ? logits16 : NULL, logits16,
+                                         ld, targets + r0, rows, V, dloss);
+        else
+            k->crossentropy_forward(be, a->losses + r0, training ? a->logits : NULL, a->logits,
+                                    targets + r0, rows, V, dloss);
         if (training) {
             ct_event e0, e1;
             k->event_record(be, &e0);
@@ -432,8 +456,12 @@ static double head_forward(ct_model *m, const int32_t *targets, int N, size_t co
                     model_to16(m, a->inp16, x, (size_t)rows * C);
                     x16 = a->inp16;
                 }
-                model_mm16_bwd(m, a->dln + (size_t)r0 * C, dhead, NULL, a->logits, x16, head16,
-                               rows, C, V);
+                if (ld)
+                    k->matmul_backward_bf16_dout16(be, a->dln + (size_t)r0 * C, dhead, logits16,
+                                                   ld, x16, head16, rows, C, V);
+                else
+                    model_mm16_bwd(m, a->dln + (size_t)r0 * C, dhead, NULL, a->logits, x16,
+                                   head16, rows, C, V);
             } else {
                 k->matmul_backward(be, a->dln + (size_t)r0 * C, dhead, NULL, a->logits, x,
                                    head, rows, C, V);

@@ -193,6 +193,24 @@ static void p_matmul_forward_bf16(ct_backend *be, float *out, const float *inp,
                                   int OC) {
     TIMED(CT_KP_MATMUL_FWD, matmul_forward_bf16, out, inp, weight16, bias, N, C, OC);
 }
+/* The bf16 head's entries, under the kinds of their fp32 twins. */
+static void p_matmul_forward_bf16_out16(ct_backend *be, uint16_t *out16, int ld,
+                                        const float *inp, const uint16_t *weight16, int N, int C,
+                                        int OC) {
+    TIMED(CT_KP_MATMUL_FWD, matmul_forward_bf16_out16, out16, ld, inp, weight16, N, C, OC);
+}
+static void p_crossentropy_forward_bf16(ct_backend *be, float *losses, uint16_t *dlogits16,
+                                        const uint16_t *logits16, int ld, const int32_t *targets,
+                                        int N, int V, float dloss) {
+    TIMED(CT_KP_XENT, crossentropy_forward_bf16, losses, dlogits16, logits16, ld, targets, N, V,
+          dloss);
+}
+static void p_matmul_backward_bf16_dout16(ct_backend *be, float *dinp, float *dweight,
+                                          const uint16_t *dout16, int ld, const uint16_t *inp16,
+                                          const uint16_t *weight16, int N, int C, int OC) {
+    TIMED(CT_KP_MATMUL_BWD, matmul_backward_bf16_dout16, dinp, dweight, dout16, ld, inp16,
+          weight16, N, C, OC);
+}
 static void p_matmul_forward_f16(ct_backend *be, float *out, const float *inp,
                                  const uint16_t *weight16, const float *bias, int N, int C,
                                  int OC) {
@@ -390,6 +408,9 @@ static const ct_backend_i prof_i = {
     .matmul_forward_bf16 = p_matmul_forward_bf16,
     .matmul_backward_bf16 = p_matmul_backward_bf16,
     .matmul_forward_f16 = p_matmul_forward_f16,
+    .matmul_forward_bf16_out16 = p_matmul_forward_bf16_out16,
+    .crossentropy_forward_bf16 = p_crossentropy_forward_bf16,
+    .matmul_backward_bf16_dout16 = p_matmul_backward_bf16_dout16,
     .matmul_backward_f16 = p_matmul_backward_f16,
     .matmul_gelu_forward = p_matmul_gelu_forward,
     .matmul_gelu_forward_bf16 = p_matmul_gelu_forward_bf16,
@@ -435,6 +456,9 @@ ct_status ct_kprof_init(ct_kprof **out, ct_backend *inner) {
     if (!inner->i->f32_to_f16) kp->table.f32_to_f16 = NULL;
     if (!inner->i->matmul_forward_f16) kp->table.matmul_forward_f16 = NULL;
     if (!inner->i->matmul_backward_f16) kp->table.matmul_backward_f16 = NULL;
+    if (!inner->i->matmul_forward_bf16_out16) kp->table.matmul_forward_bf16_out16 = NULL;
+    if (!inner->i->crossentropy_forward_bf16) kp->table.crossentropy_forward_bf16 = NULL;
+    if (!inner->i->matmul_backward_bf16_dout16) kp->table.matmul_backward_bf16_dout16 = NULL;
     kp->be.i = &kp->table;
     kp->be.ctx = inner->ctx;
     kp->be.host_visible = inner->host_visible;
