@@ -39,6 +39,15 @@
 #   hf        90  scripts/hf_check.py: the exports of seven architectures load in
 #                 transformers and peft and give ctrain's logits (skipped where
 #                 transformers is missing; what the budget leaves, at most)
+#   peers    300  only when named (--stages peers): the speed goals side by side on
+#                 this GPU, each pair in this one command. GPT-2 124M, T=1024, bf16,
+#                 batch GPU_CHECK_PEER_BATCH (16): ctrain against PyTorch compiled
+#                 (bench/torch_gpt2_step.py: autocast, SDPA, fused AdamW), tokens/s,
+#                 MFU against 989 TFLOP/s and the device peaks; then LoRA on
+#                 TinyLlama-1.1B shapes, T=512, bf16 base, batch GPU_CHECK_LORA_BATCH
+#                 (4): ctrain against PEFT + SDPA (bench/lora_tinyllama.py --device
+#                 cuda), tokens/s and device peaks (bench/lora_gpu.md). Give it a
+#                 budget of its own: GPU_CHECK_BUDGET_S=330 ... --stages peers
 # OUTDIR gets summary.md, rewritten after every stage (a command killed
 # midway still says what passed), a log per stage in logs/ (failures' tails
 # only), bench/ (metrics and kernel split) and the rerun command for what
@@ -49,10 +58,12 @@
 # stage's timeout; CTRAIN=path skips the bundle (that ctrain, its tests beside
 # it). GPU_CHECK_FAKE=stage:hang|fail|pass,... replaces stages, GPU_CHECK_WORK
 # moves .gpu-check, GPU_CHECK_DEVICE (cuda) and GPU_CHECK_BENCH_MODEL /
-# GPU_CHECK_BENCH_VOCAB (GPT-2 124M) change the runs (trying it without a GPU).
+# GPU_CHECK_BENCH_VOCAB (GPT-2 124M) change the runs, GPU_CHECK_PEER_PRESET and
+# _SEQ, GPU_CHECK_PEER_TORCH_ARGS and GPU_CHECK_LORA_ARGS the peers' (trying it
+# without a GPU).
 set -uo pipefail
 
-usage() { sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2; }
 
 SELF=$(readlink -f "$0")
 ROOT=$(cd "$(dirname "$SELF")/.." && pwd)
@@ -453,6 +464,83 @@ EOF
     return 1
   }
 
+  body_peers() {
+    local B=${GPU_CHECK_PEER_BATCH:-16} d=$WORK/peer_ctrain tj=$WORK/peer_torch.json ok=0
+    mkdir -p "$OUT/bench"
+    synth "$WORK/bench.bin" 2000000 "$BENCH_VOCAB"
+    rm -rf "$d" "$tj"
+    # shellcheck disable=SC2086 # the model's settings are separate words
+    timeout $(( ${STAGE_LEFT:-300} / 4 )) "$CTRAIN" train $BENCH_MODEL train.batch_size="$B" \
+      data.train="$WORK/bench.bin" run.device="$DEV" train.precision=bf16 train.steps=10 \
+      schedule.warmup_steps=2 run.checkpoint_every=0 run.dir="$d" >>"$LOG" 2>&1
+    # shellcheck disable=SC2086 # the options are separate words
+    timeout $(( ${STAGE_LEFT:-300} / 3 )) "$PY" "$ROOT/bench/torch_gpt2_step.py" \
+      --preset "${GPU_CHECK_PEER_PRESET:-gpt2}" --batch "$B" --seq "${GPU_CHECK_PEER_SEQ:-1024}" \
+      --precision bf16 --warmup 3 --steps 6 --json \
+      ${GPU_CHECK_PEER_TORCH_ARGS:---device cuda --compile --attention sdpa} >"$tj" 2>>"$LOG"
+    "$PY" - "$d" "$tj" "$OUT/bench/peers_gpt2.json" <<'EOF' >>"$DET" && ok=$((ok + 1))
+import json, os, statistics, sys
+d, tj, out = sys.argv[1:4]
+try:
+    rows = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
+except OSError:
+    rows = []
+tr = [r for r in rows if r.get("split") == "train"]
+peaks = [r["device_peak_bytes"] for r in rows
+         if r.get("split") == "device" and "device_peak_bytes" in r]
+try:
+    t = json.loads(open(tj).read().strip().splitlines()[-1])
+except (OSError, ValueError, IndexError):
+    t = {}
+if not tr or "tokens_per_s" not in t:
+    print("- GPT-2: FAIL: %s (logs/peers.log)"
+          % ("no ctrain steps" if not tr else "no PyTorch result"))
+    sys.exit(1)
+late = [r for r in tr if r["step"] >= 3] or tr
+c_tps, t_tps = statistics.median(r["tokens_per_s"] for r in late), t["tokens_per_s"]
+cfg = t.get("config", {})
+L, C, V = cfg.get("layers", 12), cfg.get("embd", 768), cfg.get("vocab", 50257)
+T = t.get("T", 1024)
+# nanoGPT's count per token: 6 N (N: the 12 L C^2 of the blocks and the tied head) and
+# attention's 12 L C T (forward and backward), halved for the causal mask
+fpt = 6 * (12 * L * C * C + V * C) + 6 * L * C * T
+mfu = lambda tps: 100.0 * tps * fpt / 989e12
+res = {"ctrain_tokens_per_s": c_tps, "torch_tokens_per_s": t_tps, "ratio": c_tps / t_tps,
+       "ctrain_mfu_989": mfu(c_tps), "torch_mfu_989": mfu(t_tps),
+       "ctrain_device_peak": max(peaks) if peaks else None,
+       "torch_device_peak": t.get("peak_device_bytes"), "B": t.get("B"), "T": T,
+       "torch": t.get("torch"), "gpu": t.get("gpu"), "compile": t.get("compile"),
+       "ctrain_losses": [r["loss"] for r in tr], "torch_losses": t.get("loss")}
+with open(out, "w") as f:
+    json.dump(res, f, indent=2)
+print("- GPT-2 B=%s T=%d bf16 on %s: ctrain %.0f tokens/s (MFU %.1f%% of 989 TFLOP/s), "
+      "PyTorch %s%s %.0f (%.1f%%): %s %.2fx (goal 1.1x)"
+      % (t.get("B"), T, t.get("gpu", "?"), c_tps, mfu(c_tps), t.get("torch", "?"),
+         " compiled" if t.get("compile") else "", t_tps, mfu(t_tps),
+         "PASS" if res["ratio"] >= 1.1 else "MISS", res["ratio"]))
+if peaks and t.get("peak_device_bytes"):
+    print("  device peak: ctrain %.0f MiB, PyTorch %.0f MiB"
+          % (max(peaks) / 2**20, t["peak_device_bytes"] / 2**20))
+EOF
+    # shellcheck disable=SC2086 # the options are separate words
+    timeout $(( ${STAGE_LEFT:-300} * 2 / 5 )) "$HFPY" "$ROOT/bench/lora_tinyllama.py" \
+      --ctrain "$CTRAIN" --workdir "$WORK/lora" --markdown "$OUT/bench/lora_gpu.md" \
+      --json-out "$OUT/bench/lora_gpu.json" \
+      ${GPU_CHECK_LORA_ARGS:---device cuda --batch ${GPU_CHECK_LORA_BATCH:-4} --seq 512 --steps 4} \
+      >"$WORK/lora.log" 2>&1
+    local lrc=$?
+    cat "$WORK/lora.log" >>"$LOG"
+    if [ $lrc = 0 ]; then
+      ok=$((ok + 1))
+      grep -E '^(PASS|MISS|\| ratio)' "$WORK/lora.log" | sed 's/^/- LoRA: /' >>"$DET"
+    else
+      detail "- LoRA: FAIL (exit $lrc; logs/peers.log)"
+    fi
+    [ $ok = 2 ] && { result "ok: both pairs measured (bench/peers_gpt2.json, bench/lora_gpu.md)"; return 0; }
+    result "FAIL: $((2 - ok)) of 2 pairs not measured (details, logs/peers.log)"
+    return 1
+  }
+
   body_hf() {
     "$HFPY" "$ROOT/scripts/hf_check.py" "$CTRAIN" "$WORK/hf" --device "$DEV" >"$WORK/hf.log" 2>&1
     local rc=$?
@@ -476,8 +564,8 @@ EOF
 fi
 
 # ---------------------------------------------------------------- the driver
-STAGES_ALL=(env setup sync kernels sanitize training bench hf)
-declare -A CAP=([env]=20 [setup]=40 [sync]=25 [kernels]=60 [sanitize]=80 [training]=160 [bench]=80 [hf]=90)
+STAGES_ALL=(env setup sync kernels sanitize training bench hf peers)
+declare -A CAP=([env]=20 [setup]=40 [sync]=25 [kernels]=60 [sanitize]=80 [training]=160 [bench]=80 [hf]=90 [peers]=300)
 ONLY="" TESTS_RE="" RERUN=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -510,7 +598,11 @@ T0=$(date +%s)
 BUDGET=${GPU_CHECK_BUDGET_S:-510}
 declare -A STATUS SECS
 now() { echo $(( $(date +%s) - T0 )); }
-want() { [ -z "$ONLY" ] || [ "$1" = env ] || [ "$1" = setup ] || [[ ",$ONLY," == *",$1,"* ]]; }
+# every stage but peers when none are named; peers only when named
+want() {
+  if [ "$1" = env ] || [ "$1" = setup ] || [[ ",$ONLY," == *",$1,"* ]]; then return 0; fi
+  [ -z "$ONLY" ] && [ "$1" != peers ]
+}
 
 write_summary() {
   local tmp=$OUT/.summary.md.tmp s

@@ -14,6 +14,8 @@ command spends its minutes. With stages replaced by fakes (GPU_CHECK_FAKE):
   * a stage starts only with time left of the budget (GPU_CHECK_BUDGET_S): a hang
     cannot take more than what is left, and later stages are said to be skipped;
   * the hf stage without transformers is "skipped: transformers not installed";
+  * the peers stage (the speed comparisons) runs only when named: a run of every stage
+    leaves it out, `--stages peers` runs it;
   * no OUTDIR: the usage, exit 2.
 """
 import os
@@ -112,6 +114,23 @@ with tempfile.TemporaryDirectory() as tmp:
           "within a 12 s budget the hang is cut short (%s) and hf is skipped (%s), %.0f s"
           % (k, h, took))
     check("--stages kernels,hf" in s, "the rerun names both")
+
+    # peers: not part of "every stage", run when named
+    out3 = os.path.join(tmp, "out3")
+    env.update(GPU_CHECK_BUDGET_S="60", GPU_CHECK_FAKE=",".join(
+        "%s:pass" % st for st in ("env", "setup", "sync", "kernels", "sanitize", "training",
+                                  "bench", "hf", "peers")))
+    rc = subprocess.run(["bash", SCRIPT, out3], env=env, capture_output=True,
+                        timeout=120).returncode
+    s = open(os.path.join(out3, "summary.md")).read()
+    check(rc == 0 and row(s, "bench") == "ok (fake)" and row(s, "peers") is None,
+          "every stage but peers runs when none are named (exit %d, peers %s)"
+          % (rc, row(s, "peers")))
+    rc = subprocess.run(["bash", SCRIPT, "--stages", "peers", out3], env=env,
+                        capture_output=True, timeout=120).returncode
+    s = open(os.path.join(out3, "summary.md")).read()
+    check(rc == 0 and row(s, "peers") == "ok (fake)" and row(s, "bench") is None,
+          "--stages peers runs it (exit %d, peers %s)" % (rc, row(s, "peers")))
 
     p = subprocess.run(["bash", SCRIPT], capture_output=True, text=True, timeout=30)
     check(p.returncode == 2 and "OUTDIR" in p.stdout, "no OUTDIR: usage, exit 2")
