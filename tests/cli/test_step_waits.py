@@ -19,7 +19,7 @@ loss scale that overflows: overflowing steps and good ones wait once each too
 (the loss scaler decides from the same read). The same
 runs on cpu give the same losses and gradient norms, to 1e-5 in fp32 and 2e-3
 in bf16 (sim runs ref's kernels, cpu its own: they differ in the order of their
-sums only).
+sums, and in bf16 by the head's logits, bf16 on sim and fp32 on cpu).
 """
 import json
 import math
