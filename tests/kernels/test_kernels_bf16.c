@@ -243,11 +243,12 @@ static float f32_up(double x) {
 static int bf16_line(uint16_t x) { return x & 0x8000u ? -(int)(x & 0x7fffu) : (int)x; }
 
 /* got (N rows, ld apart, bf16 bits) against want (N, OC): every element in
- * its bracket, every pad PAD16. Also asks that at least 90% of the brackets
- * of nonzero values be one value (the check is as sharp as the rounding it
- * checks). */
+ * its bracket, every pad PAD16. With sharp, also asks that at least 90% of
+ * the brackets of nonzero values be one value (the check is as sharp as the
+ * rounding it checks): true where the bound is tight (K <= 64 terms; at
+ * K = 768 the worst-case bound nears half a bf16 ulp). */
 static void check_bracket16(const ct_backend *be, const char *what, const uint16_t *got, int ld,
-                            const want_t *w, int N, int OC) {
+                            const want_t *w, int N, int OC, bool sharp_required) {
     size_t out = 0, pads = 0, wide = 0, sharp = 0;
     for (int n = 0; n < N; n++) {
         for (int o = 0; o < OC; o++) {
@@ -268,7 +269,7 @@ static void check_bracket16(const ct_backend *be, const char *what, const uint16
                label(be, what), out, pads, wide, sharp);
     CHECK_MSG(out == 0, "%s: %zu of %zu outside their bracket", label(be, what), out, n_el);
     CHECK_MSG(pads == 0, "%s: %zu pad columns written", label(be, what), pads);
-    CHECK_MSG(wide * 10 <= sharp, "%s: %zu of %zu brackets span several bf16 values (a blunt test)",
+    CHECK_MSG(!sharp_required || wide * 10 <= sharp, "%s: %zu of %zu brackets span several bf16 values (a blunt test)",
               label(be, what), wide, sharp);
 }
 
@@ -281,6 +282,17 @@ static uint16_t *rand16(int N, int n, int ld, float scale) {
     return x;
 }
 static double w16(const uint16_t *x, size_t i) { return (double)ct_bf16_to_f32(x[i]); }
+/* x (n bf16) widened into pooled doubles, for the formulas' inner loops */
+static double *widen16(const uint16_t *x, size_t n) {
+    double *y = dalloc(n);
+    for (size_t i = 0; i < n; i++) y[i] = w16(x, i);
+    return y;
+}
+
+/* The shapes of a GPT-2 head run on the backends under test only: their
+ * results are held to the double formulas, and ref's scalar loops would take
+ * most of the test's time. */
+static bool skip_ref(const ct_backend *be, size_t work) { return be == ref_be && work > 100000000; }
 
 /* matmul_forward_bf16_out16 and matmul_backward_bf16_dout16 at (N, C, OC),
  * rows ld apart. */
@@ -291,13 +303,14 @@ static void test_head_matmul(int N, int C, int OC, int ld) {
     ct_f32_to_bf16_array(wt16, w, OCC);
     ct_f32_to_bf16_array(inp16, inp, NC);
     uint16_t *dout16 = rand16(N, OC, ld, 1.0f), *stale = rand16(N, 0, ld, 0.0f);
+    double *xd = widen16(inp16, NC), *wd = widen16(wt16, OCC), *dd = widen16(dout16, NLD);
     /* out = bf(inp) w16^T, its bound */
     want_t fw = want_alloc(NOC);
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
             double acc = 0, mag = 0;
             for (int c = 0; c < C; c++) {
-                double t = w16(inp16, (size_t)n * C + c) * w16(wt16, (size_t)o * C + c);
+                double t = xd[(size_t)n * C + c] * wd[(size_t)o * C + c];
                 acc += t;
                 mag += fabs(t);
             }
@@ -309,9 +322,9 @@ static void test_head_matmul(int N, int C, int OC, int ld) {
     for (int n = 0; n < N; n++) {
         double *acc = gi.v + (size_t)n * C, *mag = gi.bound + (size_t)n * C;
         for (int o = 0; o < OC; o++) {
-            double d = w16(dout16, (size_t)n * ld + o);
+            double d = dd[(size_t)n * ld + o];
             for (int c = 0; c < C; c++) {
-                double t = d * w16(wt16, (size_t)o * C + c);
+                double t = d * wd[(size_t)o * C + c];
                 acc[c] += t;
                 mag[c] += fabs(t);
             }
@@ -323,10 +336,10 @@ static void test_head_matmul(int N, int C, int OC, int ld) {
     }
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
-            double d = w16(dout16, (size_t)n * ld + o);
+            double d = dd[(size_t)n * ld + o];
             double *acc = gw.v + (size_t)o * C, *mag = gw.bound + (size_t)o * C;
             for (int c = 0; c < C; c++) {
-                double t = d * w16(inp16, (size_t)n * C + c);
+                double t = d * xd[(size_t)n * C + c];
                 acc[c] += t;
                 mag[c] += fabs(t);
             }
@@ -340,6 +353,7 @@ static void test_head_matmul(int N, int C, int OC, int ld) {
     karg g[] = {ARG(ffill(NC, 0.5f), NC), ARG(ffill(OCC, -1.0f), OCC), ARG(dout16, NLD),
                 ARG(inp16, NC), ARG(wt16, OCC)};
     FOR_ALL(be) {
+        if (skip_ref(be, NOC * C)) continue;
         if (!be->i->matmul_forward_bf16_out16 || !be->i->matmul_backward_bf16_dout16) {
             CHECK_MSG(!be->i->matmul_forward_bf16_out16 && !be->i->matmul_backward_bf16_dout16 &&
                           !be->i->crossentropy_forward_bf16,
@@ -350,7 +364,7 @@ static void test_head_matmul(int N, int C, int OC, int ld) {
                  ld);
         RUN(be, f, be->i->matmul_forward_bf16_out16(be, f[0].dev, ld, f[1].dev, f[2].dev, N, C,
                                                     OC));
-        check_bracket16(be, what, (const uint16_t *)f[0].got, ld, &fw, N, OC);
+        check_bracket16(be, what, (const uint16_t *)f[0].got, ld, &fw, N, OC, C <= 64);
         snprintf(what, sizeof what, "matmul_backward_bf16_dout16 N=%d C=%d OC=%d ld=%d", N, C,
                  OC, ld);
         RUN(be, g, be->i->matmul_backward_bf16_dout16(be, g[0].dev, g[1].dev, g[2].dev, ld,
@@ -410,7 +424,8 @@ static void test_head_xent(int N, int V, int ld, float scale) {
     char what[128];
     karg a[] = {ARG(ffill(N, NAN), N), ARG(stale, NLD), ARG(x16, NLD), ARG(tg, N)};
     FOR_ALL(be) {
-        if (!be->i->crossentropy_forward_bf16) continue; /* test_head_matmul checks all-or-none */
+        /* test_head_matmul checks all-or-none */
+        if (skip_ref(be, NV * 50) || !be->i->crossentropy_forward_bf16) continue;
         for (int mode = 0; mode < 3; mode++) { /* separate, in place, no gradient */
             RUN(be, a, be->i->crossentropy_forward_bf16(
                            be, a[0].dev, mode == 0 ? a[1].dev : mode == 1 ? a[2].dev : NULL,
@@ -427,7 +442,7 @@ static void test_head_xent(int N, int V, int ld, float scale) {
                       label(be, what), el);
             const uint16_t *got = (const uint16_t *)(mode == 0 ? a[1].got : a[2].got);
             if (mode < 2) {
-                check_bracket16(be, what, got, ld, &gd, N, V);
+                check_bracket16(be, what, got, ld, &gd, N, V, true);
                 bool zeros = true;
                 for (int i = 0; i < V; i++) zeros &= got[(size_t)ld + i] == 0;
                 CHECK_MSG(zeros, "%s: the ignored row's gradient is not +0", label(be, what));
