@@ -102,7 +102,8 @@ p = run("kernels", *TINY, "--filter", "bf16", "--table", "ref", "--json")
 head16 = [it["name"] for it in json.loads(p.stdout)["items"] if "head16" in it["name"] or
           it["name"] == "crossentropy_bf16"]
 check(head16 == ["gemm_bf16.head16.fwd", "crossentropy_bf16", "gemm_bf16.head16.bwd_input",
-                 "gemm_bf16.head16.bwd_weight"], "ref's table has the bf16 head's rows: %s" % head16)
+                 "gemm_bf16.head16.bwd_weight"],
+      "ref's table has the bf16 head's rows: %s" % head16)
 
 Bt, Tt = 2, 16
 N = Bt * Tt

@@ -32,7 +32,10 @@
  * largest value; RoPE (cuda_rope.cuh, with the CPU's sincosf standing in for
  * CUDA's) to ref's, forward and backward, at positions up to 4 million;
  * the row attention kernels (cuda_attention_rows.cuh: head sizes 96 and 300,
- * dropout, decode) to ref's as the tiled ones are held.
+ * dropout, decode) to ref's as the tiled ones are held. The bf16 head's
+ * cross-entropy (k_crossentropy_bf16: bf16 logits in padded rows) is held to
+ * ref's entry: losses within 1e-6, gradients within 1 bf16 ulp, the pad
+ * columns untouched.
  *
  * usage: cuda_emu   (exit 0: every check passed)
  */

@@ -269,8 +269,9 @@ static void check_bracket16(const ct_backend *be, const char *what, const uint16
                label(be, what), out, pads, wide, sharp);
     CHECK_MSG(out == 0, "%s: %zu of %zu outside their bracket", label(be, what), out, n_el);
     CHECK_MSG(pads == 0, "%s: %zu pad columns written", label(be, what), pads);
-    CHECK_MSG(!sharp_required || wide * 10 <= sharp, "%s: %zu of %zu brackets span several bf16 values (a blunt test)",
-              label(be, what), wide, sharp);
+    CHECK_MSG(!sharp_required || wide * 10 <= sharp,
+              "%s: %zu of %zu brackets span several bf16 values (a blunt test)", label(be, what),
+              wide, sharp);
 }
 
 /* N rows of n bf16 values (scale * uniform), ld apart, pads PAD16. */
