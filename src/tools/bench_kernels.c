@@ -524,6 +524,66 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
                     s.be->i->crossentropy_forward(s.be, losses, dy, dy, tok, rows, V, 1e-3f));
         report(&s, "crossentropy", shape, sec, 0, 4.0 * lv, 4.0 * lv, 4.0 * lv);
     }
+    /* the bf16 head (train.precision=bf16 on backends that have it: cuda):
+     * bf16 logits in rows padded to ld, the loss in place on them, the
+     * backward GEMMs from that bf16 gradient; compare with gemm.head.* and
+     * crossentropy */
+    if (bk->matmul_forward_bf16_out16 && bk->crossentropy_forward_bf16 &&
+        bk->matmul_backward_bf16_dout16 &&
+        (wanted(&s, "gemm_bf16.head16.fwd") || wanted(&s, "crossentropy_bf16") ||
+         wanted(&s, "gemm_bf16.head16.bwd_input") ||
+         wanted(&s, "gemm_bf16.head16.bwd_weight"))) {
+        int ld = (V + CT_VOCAB_PAD - 1) / CT_VOCAB_PAD * CT_VOCAB_PAD;
+        uint16_t *l16 = be->i->buf_alloc(be, (size_t)rows * ld * sizeof(uint16_t),
+                                         CT_TAG_SCRATCH);
+        uint16_t *w16 = be->i->buf_alloc(be, head * sizeof(uint16_t), CT_TAG_SCRATCH);
+        uint16_t *x16 = be->i->buf_alloc(be, (size_t)rows * C * sizeof(uint16_t),
+                                         CT_TAG_SCRATCH);
+        if (!l16 || !w16 || !x16) {
+            be->i->buf_free(be, l16), be->i->buf_free(be, w16), be->i->buf_free(be, x16);
+            st = CT_ERR(CT_ERR_OOM, "out of memory for the kernel benchmark");
+            goto done;
+        }
+        be->i->f32_to_bf16(be, w16, w, head);
+        be->i->f32_to_bf16(be, x16, x, (size_t)rows * C);
+        double fl = 2.0 * rows * (double)C * V, lv = (double)rows * V, hc = (double)rows * C;
+        /* logits the loss can read, whether or not the forward is timed */
+        bk->matmul_forward_bf16_out16(s.be, l16, ld, x, w16, rows, C, V);
+        snprintf(shape, sizeof shape, "M=%d N=%d K=%d", rows, V, C);
+        if (wanted(&s, "gemm_bf16.head16.fwd")) {
+            TIME_KERNEL(&s, "gemm_bf16.head16.fwd", sec,
+                        bk->matmul_forward_bf16_out16(s.be, l16, ld, x, w16, rows, C, V));
+            double rd = 4.0 * hc + 2.0 * (double)head, wr = 2.0 * lv;
+            report(&s, "gemm_bf16.head16.fwd", shape, sec, fl, rd, wr, rd + wr);
+        }
+        snprintf(shape, sizeof shape, "N=%d V=%d ld=%d", rows, V, ld);
+        if (wanted(&s, "crossentropy_bf16")) {
+            TIME_KERNEL(&s, "crossentropy_bf16", sec,
+                        bk->crossentropy_forward_bf16(s.be, losses, l16, l16, ld, tok, rows, V,
+                                                      1e-3f));
+            report(&s, "crossentropy_bf16", shape, sec, 0, 2.0 * lv, 2.0 * lv, 2.0 * lv);
+        }
+        snprintf(shape, sizeof shape, "M=%d N=%d K=%d", rows, C, V);
+        if (wanted(&s, "gemm_bf16.head16.bwd_input")) {
+            TIME_KERNEL(&s, "gemm_bf16.head16.bwd_input", sec,
+                        bk->matmul_backward_bf16_dout16(s.be, dx, NULL, l16, ld, NULL, w16, rows,
+                                                        C, V));
+            /* dx += dlogits16 w16: dx is read and written */
+            double fp = 2.0 * lv + 2.0 * (double)head + 4.0 * hc;
+            report(&s, "gemm_bf16.head16.bwd_input", shape, sec, fl, fp, 4.0 * hc, fp);
+        }
+        snprintf(shape, sizeof shape, "M=%d N=%d K=%d", V, C, rows);
+        if (wanted(&s, "gemm_bf16.head16.bwd_weight")) {
+            TIME_KERNEL(&s, "gemm_bf16.head16.bwd_weight", sec,
+                        bk->matmul_backward_bf16_dout16(s.be, NULL, dw, l16, ld, x16, w16, rows,
+                                                        C, V));
+            /* dw += dlogits16^T x16: dw is read and written */
+            double fp = 2.0 * lv + 2.0 * hc + 4.0 * (double)head;
+            report(&s, "gemm_bf16.head16.bwd_weight", shape, sec, fl, fp,
+                   4.0 * (double)head, fp);
+        }
+        be->i->buf_free(be, l16), be->i->buf_free(be, w16), be->i->buf_free(be, x16);
+    }
     {
         /* AdamW and the norm over every parameter of the model */
         ct_model_plan plan;

@@ -97,6 +97,13 @@ check(json.loads(p.stdout)["table"] == "ref", "--table ref measures the ref tabl
 fused = [it["name"] for it in json.loads(p.stdout)["items"] if "fc_gelu" in it["name"]]
 check(fused == ["gemm.fc_gelu.fwd", "gemm_bf16.fc_gelu.fwd"],
       "ref's table has the fused c_fc+GELU rows, fp32 and bf16: %s" % fused)
+# the bf16 head's rows: where the table has its entries (ref; cuda), none on cpu (above)
+p = run("kernels", *TINY, "--filter", "bf16", "--table", "ref", "--json")
+head16 = [it["name"] for it in json.loads(p.stdout)["items"] if "head16" in it["name"] or
+          it["name"] == "crossentropy_bf16"]
+check(head16 == ["gemm_bf16.head16.fwd", "crossentropy_bf16", "gemm_bf16.head16.bwd_input",
+                 "gemm_bf16.head16.bwd_weight"],
+      "ref's table has the bf16 head's rows: %s" % head16)
 
 Bt, Tt = 2, 16
 N = Bt * Tt

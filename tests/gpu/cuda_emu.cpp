@@ -32,7 +32,10 @@
  * largest value; RoPE (cuda_rope.cuh, with the CPU's sincosf standing in for
  * CUDA's) to ref's, forward and backward, at positions up to 4 million;
  * the row attention kernels (cuda_attention_rows.cuh: head sizes 96 and 300,
- * dropout, decode) to ref's as the tiled ones are held.
+ * dropout, decode) to ref's as the tiled ones are held. The bf16 head's
+ * cross-entropy (k_crossentropy_bf16: bf16 logits in padded rows) is held to
+ * ref's entry: losses within 1e-6, gradients within 1 bf16 ulp, the pad
+ * columns untouched.
  *
  * usage: cuda_emu   (exit 0: every check passed)
  */
@@ -135,6 +138,7 @@ static inline float bf16_float(__nv_bfloat16 b) {
     return f;
 }
 static inline float bf16_round(float f) { return bf16_float(__float2bfloat16_rn(f)); }
+static inline float __bfloat162float(__nv_bfloat16 b) { return bf16_float(b); }
 
 /* WMMA, 16 x 16 x 16, with plain loops. Its fragment layout is unspecified;
  * here every lane holds the whole tile (num_elements 256), element e being
@@ -600,6 +604,74 @@ static void check_xent(int N, int V, float scale, bool in_place) {
     bool ok = el < 2e-6 && ed < 3e-7 && L[1] == 0.0f; /* a few ulp of lse, times dloss */
     printf("%s cross-entropy N=%d V=%d scale %g%s: loss %.2g, dlogits %.2g\n", ok ? "ok  " : "FAIL",
            N, V, scale, in_place ? " in place" : "", el, ed);
+    fails += !ok;
+}
+
+/* The distance of two bf16 values in units in the last place (their bit
+ * patterns on one ordered line: -0 and +0 are 0 apart). */
+static int bf16_ulps(uint16_t a, uint16_t b) {
+    auto line = [](uint16_t x) { return x & 0x8000u ? -(int)(x & 0x7fffu) : (int)x; };
+    return abs(line(a) - line(b));
+}
+
+/* The bf16 head's cross-entropy (k_crossentropy_bf16) as the backend launches
+ * it, against ref's entry (ct_crossentropy_forward_bf16_ref, double sums):
+ * bf16 logits in rows ld apart whose pad columns V..ld-1 hold a NaN pattern
+ * that must neither be read (a NaN loss) nor written (checked bit for bit),
+ * in place (dlogits16 == logits16) or into a separate buffer, row 1's target
+ * < 0. The kernel's math is fp32 and ref's double: losses within 1e-6 of
+ * max(1, |loss|) (a few fp32 ulp of the log-sum-exp), each gradient within 1
+ * bf16 ulp of ref's, since a p that differs in its last fp32 bits may round
+ * to the neighbouring bf16 when it sits near a rounding boundary; such flips
+ * are rare (about 1e-6 / 2^-8 of the values), so more than 1% of gradients
+ * differing at all means a wrong rounding (truncation flips half of them). */
+static void check_xent_bf16(int N, int V, int ld, float scale, bool in_place) {
+    const uint16_t PAD = 0x7fa5; /* a NaN */
+    std::vector<uint16_t> logits((size_t)N * ld, PAD), dl((size_t)N * ld, PAD);
+    std::vector<int32_t> tg(N);
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < V; i++)
+            logits[(size_t)n * ld + i] = __float2bfloat16_rn(scale * frand()).bits;
+    for (int n = 0; n < N; n++) tg[n] = n == 1 ? -1 : (int32_t)((n * 7919 + 3) % V);
+    if (V > 3) logits[(size_t)(N - 1) * ld + V - 1] = __float2bfloat16_rn(4.0f * scale).bits;
+    const float dloss = 0.25f;
+    std::vector<uint16_t> want_d(dl);
+    std::vector<float> want_loss(N), losses(N, NAN);
+    ct_crossentropy_forward_bf16_ref(NULL, want_loss.data(), want_d.data(), logits.data(), ld,
+                                     tg.data(), N, V, dloss);
+    std::vector<uint16_t> before(logits);
+    float *L = losses.data();
+    __nv_bfloat16 *X = (__nv_bfloat16 *)logits.data();
+    __nv_bfloat16 *D = in_place ? X : (__nv_bfloat16 *)dl.data();
+    const int32_t *T = tg.data();
+    launch(dim3(N), XENT_THREADS, [=]() { k_crossentropy_bf16(L, D, X, ld, T, V, dloss); });
+    const uint16_t *got = in_place ? logits.data() : dl.data();
+    double el = 0;
+    for (int n = 0; n < N; n++) {
+        double e = fabs(L[n] - want_loss[n]) / std::max(1.0, fabs((double)want_loss[n]));
+        el = isnan(L[n]) ? INFINITY : std::max(el, e);
+    }
+    int worst = 0;
+    size_t flips = 0, pads_bad = 0;
+    for (int n = 0; n < N; n++) {
+        for (int i = 0; i < V; i++) {
+            size_t k = (size_t)n * ld + i;
+            int u = bf16_ulps(got[k], want_d[k]);
+            if ((got[k] & 0x7fffu) > 0x7f80u) u = 1 << 20; /* NaN */
+            worst = std::max(worst, u);
+            flips += u != 0;
+        }
+        for (int i = V; i < ld; i++)
+            pads_bad += logits[(size_t)n * ld + i] != PAD || dl[(size_t)n * ld + i] != PAD;
+    }
+    if (!in_place) /* the logits stay as they were */
+        pads_bad += logits != before;
+    bool ok = el < 1e-6 && worst <= 1 && flips <= (size_t)N * V / 100 && pads_bad == 0 &&
+              L[1] == 0.0f;
+    printf("%s cross-entropy bf16 N=%d V=%d ld=%d scale %g%s: loss %.2g, dlogits %d ulp "
+           "(%zu differ), pads %s\n",
+           ok ? "ok  " : "FAIL", N, V, ld, scale, in_place ? " in place" : "", el, worst, flips,
+           pads_bad ? "WRITTEN" : "untouched");
     fails += !ok;
 }
 
@@ -1208,6 +1280,12 @@ int main(void) {
     check_xent(4, 37, 3.0f, true);      // fewer logits than threads, in place
     check_xent(3, 5000, 30.0f, false);  // the running max moves a lot
     check_xent(2, 50257, 8.0f, true);   // GPT-2's vocabulary
+    check_xent_bf16(3, 1, 128, 1.0f, false);      // one class, a row of pads
+    check_xent_bf16(4, 37, 128, 3.0f, true);      // fewer logits than threads, in place
+    check_xent_bf16(3, 1000, 1024, 30.0f, false); // V not a multiple of the block
+    check_xent_bf16(3, 512, 512, 2.0f, true);     // no pads: ld == V
+    check_xent_bf16(2, 50257, 50304, 8.0f, true); // GPT-2's head, in place
+    check_xent_bf16(3, 50257, 50304, 8.0f, false);
     check_norm<true>(3, 768, NORM_THREADS, true, true, 1e-5f, 0.0f);  // GPT-2's C, in place
     check_norm<true>(2, 1000, NORM_THREADS, false, false, 1e-5f, 0.0f); // ragged, from global
     check_norm<true>(4, 5, 32, true, false, 0.1f, 0.0f);  // fewer columns than threads

@@ -10,8 +10,9 @@
  * input (about 2^-9 relative) could hide in. Each case also checks that the
  * fp32 formula (inputs not rounded) is outside that tolerance, so the test
  * has teeth. Shapes: odd ones (ref's fallbacks included) and ones large
- * enough for the libraries' blocked kernels. CT_TEST_VERBOSE=1 prints every
- * measured error.
+ * enough for the libraries' blocked kernels. The bf16 head's three entries
+ * (bf16 logits in padded rows: see test_head_matmul) on the backends that have
+ * them. CT_TEST_VERBOSE=1 prints every measured error.
  */
 #include <math.h>
 #include <stdint.h>
@@ -214,6 +215,250 @@ static void test_same_as_rounded_fp32(int N, int C, int OC) {
     pool_free();
 }
 
+/* ------------------------------------------------- the bf16 head (bf16 logits) */
+
+/* The three optional entries of the bf16 vocabulary head
+ * (matmul_forward_bf16_out16, crossentropy_forward_bf16,
+ * matmul_backward_bf16_dout16), on the backends that have them (skipped
+ * where NULL: cpu), against double formulas. A bf16 output is held to a
+ * bracket: an fp32 result anywhere within the accumulation bound of the exact
+ * value rounds (nearest even, monotone) to a bf16 between bf16(lo) and
+ * bf16(hi), and that bracket is one value for nearly every element (the bound
+ * is far below half a bf16 ulp), so a truncation or a wrong rounding fails.
+ * The 16-bit rows are ld apart; their pad columns hold a NaN pattern that must
+ * come back bit for bit and never reach a result. */
+
+static const uint16_t PAD16 = 0x7fa5; /* a NaN in bf16 */
+
+/* fp32 neighbours of x: the largest float <= x, the smallest >= x */
+static float f32_down(double x) {
+    float f = (float)x;
+    return (double)f > x ? nextafterf(f, -INFINITY) : f;
+}
+static float f32_up(double x) {
+    float f = (float)x;
+    return (double)f < x ? nextafterf(f, INFINITY) : f;
+}
+/* bf16 bits on one ordered line (-0 and +0 equal) */
+static int bf16_line(uint16_t x) { return x & 0x8000u ? -(int)(x & 0x7fffu) : (int)x; }
+
+/* got (N rows, ld apart, bf16 bits) against want (N, OC): every element in
+ * its bracket, every pad PAD16. With sharp, also asks that at least 90% of
+ * the brackets of nonzero values be one value (the check is as sharp as the
+ * rounding it checks): true where the bound is tight (K <= 64 terms; at
+ * K = 768 the worst-case bound nears half a bf16 ulp). */
+static void check_bracket16(const ct_backend *be, const char *what, const uint16_t *got, int ld,
+                            const want_t *w, int N, int OC, bool sharp_required) {
+    size_t out = 0, pads = 0, wide = 0, sharp = 0;
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < OC; o++) {
+            size_t i = (size_t)n * OC + o;
+            uint16_t g = got[(size_t)n * ld + o];
+            int lo = bf16_line(ct_f32_to_bf16(f32_down(w->v[i] - w->bound[i])));
+            int hi = bf16_line(ct_f32_to_bf16(f32_up(w->v[i] + w->bound[i])));
+            bool nan = (g & 0x7fffu) > 0x7f80u;
+            out += nan || bf16_line(g) < lo || bf16_line(g) > hi;
+            sharp += w->v[i] != 0.0;
+            wide += w->v[i] != 0.0 && hi != lo;
+        }
+        for (int o = OC; o < ld; o++) pads += got[(size_t)n * ld + o] != PAD16;
+    }
+    size_t n_el = (size_t)N * OC;
+    if (verbose)
+        printf("  %-48s %zu outside, %zu pads written, %zu of %zu brackets wide\n",
+               label(be, what), out, pads, wide, sharp);
+    CHECK_MSG(out == 0, "%s: %zu of %zu outside their bracket", label(be, what), out, n_el);
+    CHECK_MSG(pads == 0, "%s: %zu pad columns written", label(be, what), pads);
+    CHECK_MSG(!sharp_required || wide * 10 <= sharp,
+              "%s: %zu of %zu brackets span several bf16 values (a blunt test)", label(be, what),
+              wide, sharp);
+}
+
+/* N rows of n bf16 values (scale * uniform), ld apart, pads PAD16. */
+static uint16_t *rand16(int N, int n, int ld, float scale) {
+    uint16_t *x = pool_alloc((size_t)N * ld * sizeof *x);
+    for (int r = 0; r < N; r++)
+        for (int i = 0; i < ld; i++)
+            x[(size_t)r * ld + i] = i < n ? ct_f32_to_bf16(scale * rng_float()) : PAD16;
+    return x;
+}
+static double w16(const uint16_t *x, size_t i) { return (double)ct_bf16_to_f32(x[i]); }
+/* x (n bf16) widened into pooled doubles, for the formulas' inner loops */
+static double *widen16(const uint16_t *x, size_t n) {
+    double *y = dalloc(n);
+    for (size_t i = 0; i < n; i++) y[i] = w16(x, i);
+    return y;
+}
+
+/* The shapes of a GPT-2 head run on the backends under test only: their
+ * results are held to the double formulas, and ref's scalar loops would take
+ * most of the test's time. */
+static bool skip_ref(const ct_backend *be, size_t work) { return be == ref_be && work > 100000000; }
+
+/* matmul_forward_bf16_out16 and matmul_backward_bf16_dout16 at (N, C, OC),
+ * rows ld apart. */
+static void test_head_matmul(int N, int C, int OC, int ld) {
+    size_t NC = (size_t)N * C, OCC = (size_t)OC * C, NOC = (size_t)N * OC, NLD = (size_t)N * ld;
+    float *inp = frand(NC, 1.0f), *w = frand(OCC, 0.5f);
+    uint16_t *wt16 = pool_alloc(OCC * sizeof *wt16), *inp16 = pool_alloc(NC * sizeof *inp16);
+    ct_f32_to_bf16_array(wt16, w, OCC);
+    ct_f32_to_bf16_array(inp16, inp, NC);
+    uint16_t *dout16 = rand16(N, OC, ld, 1.0f), *stale = rand16(N, 0, ld, 0.0f);
+    double *xd = widen16(inp16, NC), *wd = widen16(wt16, OCC), *dd = widen16(dout16, NLD);
+    /* out = bf(inp) w16^T, its bound */
+    want_t fw = want_alloc(NOC);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double acc = 0, mag = 0;
+            for (int c = 0; c < C; c++) {
+                double t = xd[(size_t)n * C + c] * wd[(size_t)o * C + c];
+                acc += t;
+                mag += fabs(t);
+            }
+            fw.v[(size_t)n * OC + o] = acc;
+            fw.bound[(size_t)n * OC + o] = (C + 1) * U * mag;
+        }
+    /* dinp = 0.5 + dout16 w16; dweight = -1 + dout16^T inp16 */
+    want_t gi = want_alloc(NC), gw = want_alloc(OCC);
+    for (int n = 0; n < N; n++) {
+        double *acc = gi.v + (size_t)n * C, *mag = gi.bound + (size_t)n * C;
+        for (int o = 0; o < OC; o++) {
+            double d = dd[(size_t)n * ld + o];
+            for (int c = 0; c < C; c++) {
+                double t = d * wd[(size_t)o * C + c];
+                acc[c] += t;
+                mag[c] += fabs(t);
+            }
+        }
+        for (int c = 0; c < C; c++) {
+            acc[c] += 0.5;
+            mag[c] = (OC + 1) * U * (mag[c] + 0.5);
+        }
+    }
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double d = dd[(size_t)n * ld + o];
+            double *acc = gw.v + (size_t)o * C, *mag = gw.bound + (size_t)o * C;
+            for (int c = 0; c < C; c++) {
+                double t = d * xd[(size_t)n * C + c];
+                acc[c] += t;
+                mag[c] += fabs(t);
+            }
+        }
+    for (size_t i = 0; i < OCC; i++) {
+        gw.v[i] += -1.0;
+        gw.bound[i] = (N + 1) * U * (gw.bound[i] + 1.0);
+    }
+    char what[128];
+    karg f[] = {ARG(stale, NLD), ARG(inp, NC), ARG(wt16, OCC)};
+    karg g[] = {ARG(ffill(NC, 0.5f), NC), ARG(ffill(OCC, -1.0f), OCC), ARG(dout16, NLD),
+                ARG(inp16, NC), ARG(wt16, OCC)};
+    FOR_ALL(be) {
+        if (skip_ref(be, NOC * C)) continue;
+        if (!be->i->matmul_forward_bf16_out16 || !be->i->matmul_backward_bf16_dout16) {
+            CHECK_MSG(!be->i->matmul_forward_bf16_out16 && !be->i->matmul_backward_bf16_dout16 &&
+                          !be->i->crossentropy_forward_bf16,
+                      "%s", label(be, "has some of the bf16 head's entries, not all three"));
+            continue;
+        }
+        snprintf(what, sizeof what, "matmul_forward_bf16_out16 N=%d C=%d OC=%d ld=%d", N, C, OC,
+                 ld);
+        RUN(be, f, be->i->matmul_forward_bf16_out16(be, f[0].dev, ld, f[1].dev, f[2].dev, N, C,
+                                                    OC));
+        check_bracket16(be, what, (const uint16_t *)f[0].got, ld, &fw, N, OC, C <= 64);
+        snprintf(what, sizeof what, "matmul_backward_bf16_dout16 N=%d C=%d OC=%d ld=%d", N, C,
+                 OC, ld);
+        RUN(be, g, be->i->matmul_backward_bf16_dout16(be, g[0].dev, g[1].dev, g[2].dev, ld,
+                                                      g[3].dev, g[4].dev, N, C, OC));
+        check_bound(be, NULL, what, g[0].got, &gi, NC);
+        check_bound(be, NULL, what, g[1].got, &gw, OCC);
+        // either output alone; inp16 NULL with dweight
+        RUN(be, g, be->i->matmul_backward_bf16_dout16(be, g[0].dev, NULL, g[2].dev, ld, NULL,
+                                                      g[4].dev, N, C, OC));
+        check_bound(be, NULL, "matmul_backward_bf16_dout16 dweight=inp16=NULL", g[0].got, &gi,
+                    NC);
+        CHECK_MSG(g[1].got[0] == -1.0f && g[1].got[OCC - 1] == -1.0f, "%s",
+                  label(be, "matmul_backward_bf16_dout16 dweight=NULL wrote dweight"));
+        RUN(be, g, be->i->matmul_backward_bf16_dout16(be, NULL, g[1].dev, g[2].dev, ld, g[3].dev,
+                                                      g[4].dev, N, C, OC));
+        check_bound(be, NULL, "matmul_backward_bf16_dout16 dinp=NULL", g[1].got, &gw, OCC);
+        CHECK_MSG(g[0].got[0] == 0.5f && g[0].got[NC - 1] == 0.5f, "%s",
+                  label(be, "matmul_backward_bf16_dout16 dinp=NULL wrote dinp"));
+        /* the gradient operand comes back as it went (pads included) */
+        CHECK_MSG(!memcmp(g[2].got, dout16, NLD * sizeof *dout16), "%s",
+                  label(be, "matmul_backward_bf16_dout16 wrote dout16"));
+    }
+    pool_free();
+}
+
+/* crossentropy_forward_bf16 over N rows of V bf16 logits ld apart (logits
+ * spread by scale), into a separate gradient, in place, and without one.
+ * Held to a double formula over the same bf16 logits: the loss within 2e-6
+ * of max(1, |loss|) (fp32 sums of an online softmax: a few ulp of the
+ * log-sum-exp), the gradient bracketed by (p - onehot) dloss with p within
+ * 3e-5 relative (the log-sum-exp's fp32 error moves every p by that much at
+ * most) and 2 fp32 roundings of the result (p - 1, the product); a row whose
+ * target is < 0 has loss 0 and +0 bits. */
+static void test_head_xent(int N, int V, int ld, float scale) {
+    size_t NLD = (size_t)N * ld, NV = (size_t)N * V;
+    uint16_t *x16 = rand16(N, V, ld, scale), *stale = rand16(N, 0, ld, 0.0f);
+    if (V > 3) x16[(size_t)(N - 1) * ld + V - 1] = ct_f32_to_bf16(4.0f * scale); /* largest, late */
+    int32_t *tg = pool_alloc((size_t)N * sizeof *tg);
+    for (int n = 0; n < N; n++) tg[n] = n == 1 ? -1 : rng_int(V);
+    const float dloss = 0.375f;
+    double *loss = dalloc(N);
+    want_t gd = want_alloc(NV);
+    for (int n = 0; n < N; n++) {
+        const uint16_t *x = x16 + (size_t)n * ld;
+        double mx = -INFINITY, s = 0;
+        for (int i = 0; i < V; i++) mx = fmax(mx, w16(x, i));
+        for (int i = 0; i < V; i++) s += exp(w16(x, i) - mx);
+        double lse = mx + log(s);
+        loss[n] = tg[n] < 0 ? 0.0 : lse - w16(x, tg[n]);
+        for (int i = 0; i < V; i++) {
+            double p = tg[n] < 0 ? 0.0 : exp(w16(x, i) - lse);
+            double g = tg[n] < 0 ? 0.0 : (p - (i == tg[n] ? 1.0 : 0.0)) * dloss;
+            gd.v[(size_t)n * V + i] = g;
+            gd.bound[(size_t)n * V + i] = tg[n] < 0 ? 0.0 : 3e-5 * p * dloss + 2.4e-7 * fabs(g);
+        }
+    }
+    char what[128];
+    karg a[] = {ARG(ffill(N, NAN), N), ARG(stale, NLD), ARG(x16, NLD), ARG(tg, N)};
+    FOR_ALL(be) {
+        /* test_head_matmul checks all-or-none */
+        if (skip_ref(be, NV * 50) || !be->i->crossentropy_forward_bf16) continue;
+        for (int mode = 0; mode < 3; mode++) { /* separate, in place, no gradient */
+            RUN(be, a, be->i->crossentropy_forward_bf16(
+                           be, a[0].dev, mode == 0 ? a[1].dev : mode == 1 ? a[2].dev : NULL,
+                           a[2].dev, ld, a[3].dev, N, V, dloss));
+            snprintf(what, sizeof what, "crossentropy_forward_bf16 N=%d V=%d ld=%d%s", N, V, ld,
+                     mode == 0 ? "" : mode == 1 ? " in place" : " dlogits16=NULL");
+            double el = 0;
+            for (int n = 0; n < N; n++) {
+                double e = fabs(a[0].got[n] - loss[n]) / fmax(1.0, fabs(loss[n]));
+                el = isnan(e) ? INFINITY : fmax(el, e);
+            }
+            if (verbose) printf("  %-48s loss %.3g\n", label(be, what), el);
+            CHECK_MSG(el <= 2e-6 && a[0].got[1] == 0.0f, "%s: losses %.3g apart",
+                      label(be, what), el);
+            const uint16_t *got = (const uint16_t *)(mode == 0 ? a[1].got : a[2].got);
+            if (mode < 2) {
+                check_bracket16(be, what, got, ld, &gd, N, V, true);
+                bool zeros = true;
+                for (int i = 0; i < V; i++) zeros &= got[(size_t)ld + i] == 0;
+                CHECK_MSG(zeros, "%s: the ignored row's gradient is not +0", label(be, what));
+            }
+            if (mode != 1) /* the logits are read only */
+                CHECK_MSG(!memcmp(a[2].got, x16, NLD * sizeof *x16), "%s: logits16 written",
+                          label(be, what));
+            if (mode == 2)
+                CHECK_MSG(!memcmp(a[1].got, stale, NLD * sizeof *stale), "%s: dlogits16 written",
+                          label(be, what));
+        }
+    }
+    pool_free();
+}
+
 int main(void) {
     if (harness_init(0xB16B00B5ULL) != CT_OK) {
         fprintf(stderr, "test_kernels_bf16: %s\n", ct_last_error());
@@ -226,5 +471,20 @@ int main(void) {
     test_matmul_bf16(37, 64, 96);   /* the libraries' blocked kernels */
     test_matmul_bf16(64, 128, 200); /* K = 128 / 200 / 64 along each GEMM */
     test_same_as_rounded_fp32(16, 48, 40);
+    test_head_matmul(5, 13, 17, 128);
+    test_head_matmul(4, 1, 3, 128);
+    test_head_matmul(37, 64, 96, 128);  /* the libraries' blocked kernels */
+    test_head_matmul(16, 32, 256, 256); /* no pads: ld == OC */
+    test_head_matmul(3, 32, 50257, 50304); /* GPT-2's padded vocabulary, few rows */
+    test_head_xent(3, 1, 128, 1.0f);
+    test_head_xent(4, 37, 128, 3.0f);
+    test_head_xent(3, 1000, 1024, 30.0f); /* not a multiple of any block */
+    test_head_xent(4, 50257, 50304, 8.0f);
+    /* GPT-2 small's head at 64 tokens where a device backend is under test
+     * (a GPU machine; too slow for ref and the formulas in the default run) */
+    if (!bes[1].host_visible) {
+        test_head_matmul(64, 768, 50257, 50304);
+        test_head_xent(64, 50257, 50304, 8.0f);
+    }
     return harness_finish("test_kernels_bf16");
 }

@@ -194,6 +194,9 @@ void ct_residual_backward_cuda(ct_backend *be, float *da, float *db, const float
 void ct_crossentropy_forward_cuda(ct_backend *be, float *losses, float *dlogits,
                                   const float *logits, const int32_t *targets, int N, int V,
                                   float dloss);
+void ct_crossentropy_forward_bf16_cuda(ct_backend *be, float *losses, uint16_t *dlogits16,
+                                       const uint16_t *logits16, int ld, const int32_t *targets,
+                                       int N, int V, float dloss);
 
 /* GEMMs through cuBLAS and cuBLASLt (cuda_matmul.cu, cuda_lt.cu) */
 void ct_matmul_forward_cuda(ct_backend *be, float *out, const float *inp, const float *weight,
@@ -212,6 +215,12 @@ void ct_matmul_gelu_forward_bf16_cuda(ct_backend *be, float *pre, float *out, co
 void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const uint16_t *inp16,
                                   const uint16_t *weight16, int N, int C, int OC);
+void ct_matmul_forward_bf16_out16_cuda(ct_backend *be, uint16_t *out16, int ld,
+                                       const float *inp, const uint16_t *weight16, int N, int C,
+                                       int OC);
+void ct_matmul_backward_bf16_dout16_cuda(ct_backend *be, float *dinp, float *dweight,
+                                         const uint16_t *dout16, int ld, const uint16_t *inp16,
+                                         const uint16_t *weight16, int N, int C, int OC);
 void ct_matmul_forward_f16_cuda(ct_backend *be, float *out, const float *inp,
                                 const uint16_t *weight16, const float *bias, int N, int C,
                                 int OC);

@@ -373,3 +373,16 @@ extern "C" void ct_crossentropy_forward_cuda(ct_backend *be, float *losses, floa
     k_crossentropy<<<N, XENT_THREADS, 0, cuda_stream(be)>>>(losses, dlogits, logits, targets, V, dloss);
     cuda_launched(be, "crossentropy_forward");
 }
+
+/* The bf16 head's loss: k_crossentropy_bf16 over logits16 (N, rows ld
+ * apart), its bf16 gradient written in place or into dlogits16. */
+extern "C" void ct_crossentropy_forward_bf16_cuda(ct_backend *be, float *losses,
+                                                  uint16_t *dlogits16, const uint16_t *logits16,
+                                                  int ld, const int32_t *targets, int N, int V,
+                                                  float dloss) {
+    if (N <= 0) return;
+    k_crossentropy_bf16<<<N, XENT_THREADS, 0, cuda_stream(be)>>>(
+        losses, (__nv_bfloat16 *)dlogits16, (const __nv_bfloat16 *)logits16, ld, targets, V,
+        dloss);
+    cuda_launched(be, "crossentropy_forward_bf16");
+}

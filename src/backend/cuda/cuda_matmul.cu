@@ -14,7 +14,10 @@
  * plain path pre-fills the output with the bias and uses beta = 1, as the cpu
  * backend does, and runs the GELU kernel after the GEMM. The bias gradient is
  * a column sum in double, one thread per column. Leaves out: Lt in the
- * backward (DGELU, BGRAD epilogues) and bf16 outputs.
+ * backward (DGELU, BGRAD epilogues) and bf16 outputs through Lt.
+ * The bf16 vocabulary head (matmul_forward_bf16_out16, _backward_bf16_dout16)
+ * writes its logits as bf16 from GemmEx (bf16 C, rows padded to ld) and
+ * reads the loss's bf16 gradient as the backward GEMMs' operand directly.
  * train.precision=fp16 (GPUs without bf16: T4, V100) takes the plain path with
  * IEEE half inputs (CUDA_R_16F), fp32 compute and output; no Lt epilogue.
  */
@@ -138,15 +141,24 @@ static const uint16_t *bf16_operand(ct_backend *be, const float *x, size_t n) {
 }
 
 /* GemmEx on 16-bit inputs of type ab (CUDA_R_16BF or CUDA_R_16F), fp32
- * compute and output. */
+ * compute (and scale), output Cm of type ct (CUDA_R_32F, or CUDA_R_16BF:
+ * the fp32 sums rounded). */
+static void gemm_16_to(ct_backend *be, cudaDataType ab, cublasOperation_t ta,
+                       cublasOperation_t tb, int m, int n, int k, const uint16_t *A, int lda,
+                       const uint16_t *B, int ldb, float beta, void *Cm, cudaDataType ct, int ldc,
+                       const char *what) {
+    float one = 1.0f;
+    blas_ok(be, cuda_blas(be)->gemm_ex(handle(be), ta, tb, m, n, k, &one, A, ab, lda, B, ab, ldb,
+                                       &beta, Cm, ct, ldc, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT),
+            what);
+}
+
+/* gemm_16_to with fp32 output. */
 static void gemm_16(ct_backend *be, cudaDataType ab, cublasOperation_t ta, cublasOperation_t tb,
                     int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                     float beta, float *Cm, int ldc, const char *what) {
-    float one = 1.0f;
-    blas_ok(be, cuda_blas(be)->gemm_ex(handle(be), ta, tb, m, n, k, &one, A, ab, lda, B, ab, ldb,
-                                       &beta, Cm, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT),
-            what);
+    gemm_16_to(be, ab, ta, tb, m, n, k, A, lda, B, ldb, beta, Cm, CUDA_R_32F, ldc, what);
 }
 
 static void gemm_bf16(ct_backend *be, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -347,6 +359,47 @@ extern "C" void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float 
                       C, "matmul_backward_bf16 dweight");
     }
     if (dbias) dbias_add(be, dbias, dout, N, OC);
+}
+
+/* ------------------------------------------- the bf16 head (bf16 logits) */
+
+/* out16 (N, rows ld apart) = bf16(bf16(inp) @ weight16^T): one GemmEx with a
+ * bf16 C (ldc = ld), beta 0 so C is never read; cuBLAS writes the m = OC
+ * rows of the column-major C only, so columns OC..ld-1 stay as they were.
+ * C == 0: zero sums, written as bf16 zeros into the same columns. */
+extern "C" void ct_matmul_forward_bf16_out16_cuda(ct_backend *be, uint16_t *out16, int ld,
+                                                  const float *inp, const uint16_t *weight16,
+                                                  int N, int C, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    if (C <= 0) {
+        cuda_ok(be, cudaMemset2DAsync(out16, (size_t)ld * sizeof(uint16_t), 0,
+                                      (size_t)OC * sizeof(uint16_t), (size_t)N, cuda_stream(be)),
+                "matmul_forward_bf16_out16");
+        return;
+    }
+    const uint16_t *x16 = bf16_operand(be, inp, (size_t)N * C);
+    if (!x16) return;
+    /* out^T (OC,N), ld apart = W^T-view (OC,C) x inp16^T (C,N) */
+    gemm_16_to(be, CUDA_R_16BF, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight16, C, x16, C, 0.0f,
+               out16, CUDA_R_16BF, ld, "matmul_forward_bf16_out16");
+}
+
+/* matmul_backward_bf16 from a gradient that is bf16 already (the bf16 head's
+ * loss wrote it): dout16 is the GEMMs' operand as it is, rows ld apart (its
+ * column-major view (OC,N) with leading dimension ld), no conversion, no
+ * workspace; beta 1 into the fp32 dinp and dweight. */
+extern "C" void ct_matmul_backward_bf16_dout16_cuda(ct_backend *be, float *dinp, float *dweight,
+                                                    const uint16_t *dout16, int ld,
+                                                    const uint16_t *inp16,
+                                                    const uint16_t *weight16, int N, int C,
+                                                    int OC) {
+    if (N <= 0 || OC <= 0 || C <= 0) return;
+    if (dinp) /* dinp^T (C,N) += W-view (C,OC) x dout16^T (OC,N) */
+        gemm_bf16(be, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight16, C, dout16, ld, 1.0f, dinp, C,
+                  "matmul_backward_bf16_dout16 dinp");
+    if (dweight) /* dW^T (C,OC) += inp16^T (C,N) x dout16 (N,OC) */
+        gemm_bf16(be, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp16, C, dout16, ld, 1.0f, dweight, C,
+                  "matmul_backward_bf16_dout16 dweight");
 }
 
 /* ------------------------------------------- train.precision = fp16 */

@@ -8,9 +8,15 @@
  * pass, a sum pass in double, the gradient pass) read it three times. fp32
  * throughout, as PyTorch's kernel on fp32 logits; the block combines its
  * threads' partials in a fixed order (deterministic, resume bit-exact).
+ * The bf16 head's twin (crossentropy_forward_bf16) is the same body over bf16
+ * logits in rows ld apart, widened to fp32 as they are read, its gradient
+ * rounded to bf16 (nearest even) as it is written: fp32 math as above.
+ * Leaves out: vectorised loads (a row of 50257 bf16 is not a whole number of
+ * 16-byte words, and the pad columns are never read).
  *
  * Device code only, included by cuda_kernels.cu; like cuda_colsum.cuh it runs
- * under tests/gpu/cuda_emu.cpp on the CPU (warp shuffles of floats only).
+ * under tests/gpu/cuda_emu.cpp on the CPU (warp shuffles of floats only; the
+ * emulation brings its own __nv_bfloat16).
  */
 #ifndef CT_BACKEND_CUDA_XENT_CUH
 #define CT_BACKEND_CUDA_XENT_CUH
@@ -18,6 +24,9 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#endif
 
 #define XENT_THREADS 512
 
@@ -55,36 +64,60 @@ __device__ inline float xent_block_sum(float v, float *sh) {
     return v;
 }
 
-/* Row blockIdx.x of logits (N,V): losses[n] = lse - x[target]; with dlogits,
- * dlogits[n] = (softmax - onehot(target)) * dloss (may alias logits). A
- * target < 0: loss 0 and a zero gradient row. */
-__global__ void k_crossentropy(float *losses, float *dlogits, const float *logits,
-                               const int32_t *targets, int V, float dloss) {
+/* The row's elements as fp32, and a gradient written back in the row's own
+ * type: fp32 as it is, bf16 (the bf16 head) widened exactly and rounded to
+ * nearest even. */
+__device__ inline float xent_ld(const float *p) { return *p; }
+__device__ inline float xent_ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ inline void xent_st(float *p, float v) { *p = v; }
+__device__ inline void xent_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* Row blockIdx.x of logits (N, rows ld apart, V read): losses[n] = lse -
+ * x[target]; with dlogits, dlogits[n] = (softmax - onehot(target)) * dloss
+ * (may alias logits), columns V..ld-1 neither read nor written. A target
+ * < 0: loss 0 and a zero gradient row. The math is fp32 whatever T is. */
+template <typename T>
+__device__ inline void xent_row(float *losses, T *dlogits, const T *logits, size_t ld,
+                                const int32_t *targets, int V, float dloss) {
     __shared__ float sh[32];
     __shared__ float xt;
     size_t n = blockIdx.x;
-    const float *x = logits + n * (size_t)V;
-    float *dx = dlogits ? dlogits + n * (size_t)V : NULL;
+    const T *x = logits + n * ld;
+    T *dx = dlogits ? dlogits + n * ld : NULL;
     int32_t target = targets[n];
     if (target < 0) {
         if (threadIdx.x == 0) losses[n] = 0.0f;
         if (dx)
-            for (int i = threadIdx.x; i < V; i += blockDim.x) dx[i] = 0.0f;
+            for (int i = threadIdx.x; i < V; i += blockDim.x) xent_st(dx + i, 0.0f);
         return;
     }
     float m = -INFINITY, s = 0.0f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) xent_push(&m, &s, x[i]);
+    for (int i = threadIdx.x; i < V; i += blockDim.x) xent_push(&m, &s, xent_ld(x + i));
     float mx = xent_block_max(m, sh);
     /* each thread's sum brought to the row's largest logit, then summed */
     float lse = mx + logf(xent_block_sum(m > -INFINITY ? s * expf(m - mx) : 0.0f, sh));
-    if (threadIdx.x == 0) xt = x[target];
+    if (threadIdx.x == 0) xt = xent_ld(x + target);
     __syncthreads(); /* x[target] is read before any dx is written */
     if (threadIdx.x == 0) losses[n] = lse - xt;
     if (dx)
         for (int i = threadIdx.x; i < V; i += blockDim.x) {
-            float p = expf(x[i] - lse);
-            dx[i] = (p - (i == target ? 1.0f : 0.0f)) * dloss;
+            float p = expf(xent_ld(x + i) - lse);
+            xent_st(dx + i, (p - (i == target ? 1.0f : 0.0f)) * dloss);
         }
+}
+
+/* fp32 logits (N,V) (crossentropy_forward). */
+__global__ void k_crossentropy(float *losses, float *dlogits, const float *logits,
+                               const int32_t *targets, int V, float dloss) {
+    xent_row(losses, dlogits, logits, (size_t)V, targets, V, dloss);
+}
+
+/* bf16 logits16 (N, rows ld apart) and their bf16 gradient
+ * (crossentropy_forward_bf16, the bf16 head). */
+__global__ void k_crossentropy_bf16(float *losses, __nv_bfloat16 *dlogits16,
+                                    const __nv_bfloat16 *logits16, int ld,
+                                    const int32_t *targets, int V, float dloss) {
+    xent_row(losses, dlogits16, logits16, (size_t)ld, targets, V, dloss);
 }
 
 #endif
