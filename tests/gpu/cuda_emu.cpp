@@ -35,7 +35,12 @@
  * dropout, decode) to ref's as the tiled ones are held. The bf16 head's
  * cross-entropy (k_crossentropy_bf16: bf16 logits in padded rows) is held to
  * ref's entry: losses within 1e-6, gradients within 1 bf16 ulp, the pad
- * columns untouched.
+ * columns untouched. The small kernels (cuda_small.cuh): fused AdamW equals
+ * ref's bit for bit (its scalars from adamw_scalars_of, as the launcher forms
+ * them), the sums' partials over ragged chunks equal one double sum, and their
+ * device finish adds them in the host's order; the non-finite count, the
+ * dropout masks and scale and the strided scale-add equal backend.h's
+ * definitions.
  *
  * usage: cuda_emu   (exit 0: every check passed)
  */
@@ -110,6 +115,38 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
     __syncwarp(mask);
     float r = g_shfl[w][l ^ (unsigned)lane_mask];
     __syncwarp(mask);
+    return r;
+}
+
+/* 8-byte shuffles (doubles, 64-bit counts) through their own slots. */
+static uint64_t g_shfl64[EMU_WARPS][32];
+template <typename T> static inline T shfl_xor8(unsigned mask, T v, int lane_mask) {
+    static_assert(sizeof(T) == 8, "8-byte values only");
+    unsigned w = threadIdx.x / 32, l = threadIdx.x % 32;
+    memcpy(&g_shfl64[w][l], &v, 8);
+    __syncwarp(mask);
+    T r;
+    memcpy(&r, &g_shfl64[w][l ^ (unsigned)lane_mask], 8);
+    __syncwarp(mask);
+    return r;
+}
+static inline double __shfl_xor_sync(unsigned mask, double v, int lane_mask) {
+    return shfl_xor8(mask, v, lane_mask);
+}
+static inline unsigned long long __shfl_xor_sync(unsigned mask, unsigned long long v,
+                                                 int lane_mask) {
+    return shfl_xor8(mask, v, lane_mask);
+}
+static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+/* Correctly rounded division and square root, as CUDA's _rn intrinsics. */
+static inline float __fdiv_rn(float a, float b) {
+    volatile float r = a / b;
+    return r;
+}
+static inline float __fsqrt_rn(float a) {
+    volatile float r = sqrtf(a);
     return r;
 }
 
@@ -252,6 +289,7 @@ extern "C" {
 #include "backend/cuda/cuda_norm.cuh"
 #include "backend/cuda/cuda_qknorm.cuh"
 #include "backend/cuda/cuda_rope.cuh"
+#include "backend/cuda/cuda_small.cuh"
 
 /* Runs a kernel without barriers over grid x block on this thread, the
  * block's threads one after another (much faster than a thread each). */
@@ -1254,6 +1292,137 @@ template <int MAXK> static void check_rows(const shape &s, float p) {
     fails += !ok;
 }
 
+/* cuda_small.cuh: AdamW bit for bit with ref's (its scalars formed by
+ * adamw_scalars_of), the sums' partials over ragged chunks and their device
+ * finish, the non-finite count, dropout and the strided scale-add. */
+static void check_small() {
+    struct cfg {
+        size_t n;
+        float lr, b1, b2, eps, wd, gs;
+        int64_t t;
+    } cfgs[] = {{1000, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 1},
+                {777, 3e-4f, 0.9f, 0.95f, 1e-6f, 0.0f, 0.37f, 2},
+                {64, 6e-4f, 0.8f, 0.99f, 1e-8f, 0.01f, 2.0f, 1000}};
+    for (const cfg &c : cfgs) {
+        size_t n = c.n;
+        std::vector<float> p(n), g(n), m(n), v(n);
+        for (size_t i = 0; i < n; i++) {
+            p[i] = frand();
+            g[i] = i % 17 == 0 ? 0.0f : frand() * 1e-2f;
+            m[i] = frand() * 1e-3f;
+            v[i] = fabsf(frand()) * 1e-5f;
+        }
+        std::vector<float> p2 = p, m2 = m, v2 = v;
+        float *P = p.data(), *M = m.data(), *Vv = v.data();
+        const float *G = g.data();
+        adamw_scalars a = adamw_scalars_of(c.lr, c.b1, c.b2, c.wd, c.t);
+        launch_serial(dim3(3), 64, [=]() { k_adamw(P, G, M, Vv, n, c.b1, c.b2, c.eps, c.gs, a); });
+        ct_adamw_update_ref(NULL, p2.data(), G, m2.data(), v2.data(), n, c.lr, c.b1, c.b2, c.eps,
+                            c.wd, c.gs, c.t);
+        bool same = !memcmp(p.data(), p2.data(), n * 4) && !memcmp(m.data(), m2.data(), n * 4) &&
+                    !memcmp(v.data(), v2.data(), n * 4);
+        if (!same) {
+            fails++;
+            fprintf(stderr, "FAIL adamw n=%zu t=%lld: not ref's bits\n", n, (long long)c.t);
+        }
+    }
+
+    const size_t ns[] = {1, 100, 4097};
+    const unsigned grids[][2] = {{5, 64}, {37, 32}};
+    for (size_t n : ns)
+        for (const auto &gb : grids)
+            for (int sq = 0; sq < 2; sq++) {
+                std::vector<float> x(n);
+                for (size_t i = 0; i < n; i++) x[i] = frand() * 3.0f;
+                std::vector<double> part(gb[0], -1.0);
+                double *PT = part.data();
+                const float *X = x.data();
+                bool squares = sq;
+                launch(dim3(gb[0]), gb[1], [=]() { k_sum_partials(PT, X, n, squares); });
+                double host = 0.0; /* reduce()'s order: the partials in block order */
+                for (unsigned b = 0; b < gb[0]; b++) host += part[b];
+                double want = 0.0; /* ref's: one double sum in order */
+                for (size_t i = 0; i < n; i++) want += squares ? (double)X[i] * X[i] : X[i];
+                double dst = 0.25;
+                double *D = &dst;
+                int nb = (int)gb[0];
+                launch_serial(dim3(1), 1, [=]() { k_sum_finish(D, PT, nb); });
+                if (!(fabs(host - want) <= 1e-12 * fmax(1.0, fabs(want))) || dst != 0.25 + host) {
+                    fails++;
+                    fprintf(stderr, "FAIL sum%s n=%zu grid %u x %u: %.17g, ref %.17g, finish "
+                            "%.17g\n", squares ? "sq" : "", n, gb[0], gb[1], host, want, dst);
+                }
+            }
+
+    {
+        size_t n = 3001;
+        std::vector<float> x(n);
+        for (size_t i = 0; i < n; i++) x[i] = frand();
+        x[0] = NAN, x[77] = INFINITY, x[1500] = -INFINITY, x[3000] = NAN;
+        unsigned long long count = 5;
+        unsigned long long *CN = &count;
+        const float *X = x.data();
+        launch(dim3(4), 128, [=]() { k_nonfinite(CN, X, n); });
+        if (count != 9) {
+            fails++;
+            fprintf(stderr, "FAIL nonfinite: %llu, want 5 + 4\n", count);
+        }
+    }
+
+    {
+        size_t n = 5000;
+        float pdrop = 0.3f;
+        uint64_t key = 0x1234abcdull, off = 999;
+        std::vector<float> x(n), out(n), want(n), d(n), gd(n, 0.5f), gd_w(n, 0.5f);
+        for (size_t i = 0; i < n; i++) x[i] = frand(), d[i] = frand();
+        float inv = 1.0f / (1.0f - pdrop);
+        uint32_t thr = ct_dropout_threshold(pdrop);
+        float *O = out.data(), *GD = gd.data();
+        const float *X = x.data(), *DD = d.data();
+        launch_serial(dim3(7), 64, [=]() { k_dropout_fwd(O, X, n, inv, thr, key, off); });
+        launch_serial(dim3(7), 64, [=]() { k_dropout_bwd(GD, DD, n, inv, thr, key, off); });
+        size_t kept = 0; /* backend.h's definition, element by element */
+        for (size_t i = 0; i < n; i++) {
+            bool k = ct_dropout_keep(key, off + i, pdrop);
+            kept += k;
+            want[i] = k ? x[i] * inv : 0.0f;
+            if (k) gd_w[i] += d[i] * inv;
+        }
+        if (memcmp(out.data(), want.data(), n * 4) || memcmp(gd.data(), gd_w.data(), n * 4) ||
+            kept < n / 2 || kept > n * 9 / 10) {
+            fails++;
+            fprintf(stderr, "FAIL dropout: not backend.h's mask and scale (%zu of %zu kept)\n",
+                    kept, n);
+        }
+    }
+
+    for (int acc = 0; acc < 2; acc++) {
+        int rows = 5, cols = 7, ldy = 9, ldx = 11;
+        std::vector<float> y(rows * ldy), yw, x(rows * ldx);
+        for (float &e : y) e = frand();
+        for (float &e : x) e = frand();
+        yw = y;
+        float *Y = y.data();
+        const float *X = x.data();
+        bool accumulate = acc;
+        launch_serial(dim3(2), 32, [=]() {
+            k_scale_add(Y, ldy, X, ldx, rows, cols, 0.75f, accumulate);
+        });
+        for (int r = 0; r < rows; r++) /* backend.h's definition; the gaps untouched */
+            for (int c = 0; c < cols; c++) {
+                float v = 0.75f * X[r * ldx + c];
+                yw[r * ldy + c] = accumulate ? yw[r * ldy + c] + v : v;
+            }
+        double worst = 0.0;
+        for (size_t i = 0; i < y.size(); i++) worst = fmax(worst, fabs((double)y[i] - yw[i]));
+        if (worst > 1e-6) {
+            fails++;
+            fprintf(stderr, "FAIL scale_add accumulate=%d: off by %.2e (or a gap written)\n",
+                    acc, worst);
+        }
+    }
+}
+
 int main(void) {
     check<64>({2, 150, 4, 2, 64, {}});                // GQA, ragged last tiles
     check<64>({1, 64, 2, 2, 64, {}});                 // exactly one query tile
@@ -1314,6 +1483,7 @@ int main(void) {
     check_rope(2, 50, 2, 2, 64, 0, {1, 13, 30}, 500000.0);    // packed rows, LLaMA 3's theta
     check_rope(1, 20, 1, 1, 128, 131000, {}, 1000000.0);      // past the fast reduction's range
     check_rope(1, 9, 1, 1, 32, 4000000, {}, 10000.0);         // angles in the millions
+    check_small();
     printf("%d failure(s)\n", fails);
     return fails ? 1 : 0;
 }

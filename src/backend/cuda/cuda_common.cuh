@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_int.h"
+#include "backend/cuda/cuda_reduce.cuh"
 
 /* cuBLAS's entry points, found with dlsym when the backend starts: linking
  * libcublas (and libcublasLt) would make every ctrain process, CPU runs
@@ -128,34 +129,5 @@ int cuda_attention_mode(void);
  * the workspace cannot be had (cuda_attention.cu). */
 const double *cuda_attention_D(ct_backend *be, const float *dout, const float *out, int B,
                                int T, int NH, int HS);
-
-template <typename T> __device__ inline T warp_sum(T x) {
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-__device__ inline float warp_max(float x) {
-    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-}
-/* The sum of x over the block (blockDim.x a multiple of 32, at most 1024),
- * in a fixed order; every thread gets it. shared: 32 slots. */
-template <typename T> __device__ inline T block_sum(T x, T *shared) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    x = warp_sum(x);
-    __syncthreads(); /* shared may hold an earlier call's values */
-    if (lane == 0) shared[warp] = x;
-    __syncthreads();
-    T t = lane < nw ? shared[lane] : (T)0;
-    return warp_sum(t);
-}
-__device__ inline float block_max(float x, float *shared) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    x = warp_max(x);
-    __syncthreads();
-    if (lane == 0) shared[warp] = x;
-    __syncthreads();
-    float t = lane < nw ? shared[lane] : -INFINITY;
-    return warp_max(t);
-}
 
 #endif

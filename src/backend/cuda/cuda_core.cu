@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_small.cuh"
 
 /* ------------------------------------------------------------ errors */
 
@@ -484,17 +485,6 @@ extern "C" void ct_bf16_to_f32_cuda(ct_backend *be, float *dst, const uint16_t *
 
 /* ------------------------------------------------------------ elementwise */
 
-__global__ void k_scale_add(float *y, int ldy, const float *x, int ldx, int rows, int cols,
-                            float a, bool accumulate) {
-    size_t n = (size_t)rows * cols;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t r = i / cols, c = i % cols;
-        float v = a * x[r * ldx + c];
-        if (accumulate) y[r * ldy + c] += v;
-        else y[r * ldy + c] = v;
-    }
-}
 extern "C" void ct_scale_add_cuda(ct_backend *be, float *y, int ldy, const float *x, int ldx,
                                   int rows, int cols, float a, bool accumulate) {
     if (rows <= 0 || cols <= 0) return;
@@ -503,16 +493,6 @@ extern "C" void ct_scale_add_cuda(ct_backend *be, float *y, int ldy, const float
     cuda_launched(be, "scale_add");
 }
 
-__global__ void k_fill(float *x, float value, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        x[i] = value;
-}
-__global__ void k_scale(float *x, float a, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        x[i] *= a;
-}
 extern "C" void ct_fill_cuda(ct_backend *be, float *x, float value, size_t n) {
     if (!n) return;
     k_fill<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(x, value, n);
@@ -525,22 +505,6 @@ extern "C" void ct_scale_cuda(ct_backend *be, float *x, float a, size_t n) {
 }
 
 /* ------------------------------------------------------------ reductions */
-
-/* partial[b] = sum over the b-th contiguous chunk of x (or of x^2), in
- * double, in a fixed order: thread i of the block sums its strided elements,
- * then the block tree. */
-__global__ void k_sum_partials(double *partial, const float *x, size_t n, bool squares) {
-    __shared__ double sh[32];
-    size_t chunk = (n + gridDim.x - 1) / gridDim.x;
-    size_t lo = blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
-    double acc = 0.0;
-    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        double v = x[i];
-        acc += squares ? v * v : v;
-    }
-    acc = block_sum(acc, sh);
-    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
-}
 
 static double reduce(ct_backend *be, const float *x, size_t n, bool squares) {
     cuda_state *s = cuda_st(be);
@@ -556,18 +520,13 @@ static double reduce(ct_backend *be, const float *x, size_t n, bool squares) {
 }
 /* *dst += the partials summed in block order, as reduce sums them on the host
  * (the same double, bit for bit). One thread: 256 additions. */
-__global__ void k_sum_finish(double *dst, const double *partial) {
-    double acc = 0.0;
-    for (int b = 0; b < CUDA_RED_BLOCKS; b++) acc += partial[b];
-    *dst += acc;
-}
 extern "C" void ct_reduce_add_cuda(ct_backend *be, double *dst, const float *x, size_t n,
                                    bool squares) {
     cuda_state *s = cuda_st(be);
     if (!n) return;
     k_sum_partials<<<CUDA_RED_BLOCKS, 256, 0, cuda_stream(be)>>>(s->red, x, n, squares);
     cuda_launched(be, squares ? "reduce_add sumsq" : "reduce_add sum");
-    k_sum_finish<<<1, 1, 0, cuda_stream(be)>>>(dst, s->red);
+    k_sum_finish<<<1, 1, 0, cuda_stream(be)>>>(dst, s->red, CUDA_RED_BLOCKS);
     cuda_launched(be, "reduce_add finish");
 }
 extern "C" double ct_sum_cuda(ct_backend *be, const float *x, size_t n) {
@@ -577,15 +536,6 @@ extern "C" double ct_sumsq_cuda(ct_backend *be, const float *x, size_t n) {
     return reduce(be, x, n, true);
 }
 
-__global__ void k_nonfinite(unsigned long long *count, const float *x, size_t n) {
-    unsigned long long bad = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        bad += !isfinite(x[i]);
-    bad = warp_sum(bad);
-    /* a count: the order of integer additions changes nothing */
-    if ((threadIdx.x & 31) == 0 && bad) atomicAdd(count, bad);
-}
 extern "C" size_t ct_nonfinite_cuda(ct_backend *be, const float *x, size_t n) {
     cuda_state *s = cuda_st(be);
     if (!n) return 0;
@@ -601,18 +551,6 @@ extern "C" size_t ct_nonfinite_cuda(ct_backend *be, const float *x, size_t n) {
 
 /* ------------------------------------------------------------ dropout */
 
-__global__ void k_dropout_fwd(float *out, const float *inp, size_t n, float inv, uint32_t thr,
-                              uint64_t key, uint64_t offset) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = ct_dropout_keep_t(key, offset + i, thr) ? inp[i] * inv : 0.0f;
-}
-__global__ void k_dropout_bwd(float *dinp, const float *dout, size_t n, float inv, uint32_t thr,
-                              uint64_t key, uint64_t offset) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        if (ct_dropout_keep_t(key, offset + i, thr)) dinp[i] += dout[i] * inv;
-}
 extern "C" void ct_dropout_forward_cuda(ct_backend *be, float *out, const float *inp, size_t n,
                                         float p, uint64_t key, uint64_t offset) {
     if (!n) return;
@@ -630,32 +568,12 @@ extern "C" void ct_dropout_backward_cuda(ct_backend *be, float *dinp, const floa
 
 /* ------------------------------------------------------------ AdamW */
 
-/* ref/adamw.c's float arithmetic element by element (no FMA contraction:
- * __fmul_rn and __fadd_rn keep each rounding where the C code has it). */
-__global__ void k_adamw(float *params, const float *grads, float *m, float *v, size_t n,
-                        float beta1, float beta2, float eps, float grad_scale, float decay,
-                        float one_minus_b1, float one_minus_b2, float step_size, float bc2_sqrt) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float g = __fmul_rn(grads[i], grad_scale);
-        float p = __fmul_rn(params[i], decay);
-        float mi = __fadd_rn(__fmul_rn(m[i], beta1), __fmul_rn(one_minus_b1, g));
-        float vi = __fadd_rn(__fmul_rn(v[i], beta2), __fmul_rn(__fmul_rn(one_minus_b2, g), g));
-        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
-        params[i] = __fadd_rn(p, __fmul_rn(-step_size, __fdiv_rn(mi, denom)));
-        m[i] = mi;
-        v[i] = vi;
-    }
-}
 extern "C" void ct_adamw_update_cuda(ct_backend *be, float *params, const float *grads, float *m,
                                      float *v, size_t n, float lr, float beta1, float beta2,
                                      float eps, float weight_decay, float grad_scale, int64_t t) {
     if (!n) return;
-    double bc1 = 1.0 - pow((double)beta1, (double)t);
-    double bc2 = 1.0 - pow((double)beta2, (double)t);
-    float decay = (float)(1.0 - (double)lr * weight_decay);
-    k_adamw<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(
-        params, grads, m, v, n, beta1, beta2, eps, grad_scale, decay, (float)(1.0 - beta1),
-        (float)(1.0 - beta2), (float)(lr / bc1), (float)sqrt(bc2));
+    adamw_scalars a = adamw_scalars_of(lr, beta1, beta2, weight_decay, t);
+    k_adamw<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(params, grads, m, v, n, beta1, beta2,
+                                                            eps, grad_scale, a);
     cuda_launched(be, "adamw");
 }
