@@ -210,11 +210,22 @@ with tempfile.TemporaryDirectory() as tmp:
           "peak RSS holds ctrain's tracked memory")
     check(all(x["arena_bytes"] == x["mem_bytes"] for x in train), "arena_bytes is the tracked use")
     # the plan measures the process's own baseline (process_bytes), which moves by
-    # a few pages from one process to the next: the rest is computed and the same
-    check(all(abs(x["plan_bytes"] - plan.get("total_bytes", 0)) <= 1 << 20 and
-              x["mem_limit_bytes"] == plan.get("limit_bytes") for x in train),
+    # a few pages from one process to the next: the rest is computed and the same.
+    # A busy machine has moved a plan's baseline by more once: `ctrain plan` is asked
+    # again (up to twice) before the check fails, and the failure gives the numbers.
+    def plan_agrees(p):
+        return all(abs(x["plan_bytes"] - p.get("total_bytes", 0)) <= 1 << 20 and
+                   x["mem_limit_bytes"] == p.get("limit_bytes") for x in train)
+    plans = [plan]
+    while not plan_agrees(plans[-1]) and len(plans) < 3:
+        rc3, out3, _ = run("plan", *model, "--json")
+        plans.append(json.loads(out3) if rc3 == 0 else {})
+    check(plan_agrees(plans[-1]),
           "plan_bytes and mem_limit_bytes are `ctrain plan`'s (within the measured baseline's "
-          "jitter, 1 MiB)")
+          "jitter, 1 MiB): train %s / %s, plan %s / %s (process %s)"
+          % (sorted({x["plan_bytes"] for x in train}), sorted({x["mem_limit_bytes"] for x in train}),
+             [q.get("total_bytes") for q in plans], [q.get("limit_bytes") for q in plans],
+             [q.get("process_bytes") for q in plans]))
     check(all(x["major_faults"] >= 0 and x["major_faults"] == int(x["major_faults"])
               for x in train), "major faults are counts")
     tb = tb_scalars(da)
