@@ -40,7 +40,8 @@
  * them), the sums' partials over ragged chunks equal one double sum, and their
  * device finish adds them in the host's order; the non-finite count, the
  * dropout masks and scale and the strided scale-add equal backend.h's
- * definitions.
+ * definitions; the bf16 conversions equal core/dtype.c's bits (NaN, ties,
+ * subnormals). The embedding forward (cuda_elementwise.cuh) equals ref's.
  *
  * usage: cuda_emu   (exit 0: every check passed)
  */
@@ -139,6 +140,17 @@ static inline unsigned long long __shfl_xor_sync(unsigned mask, unsigned long lo
 }
 static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
     return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+/* A float's bits and back. */
+static inline uint32_t __float_as_uint(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float __uint_as_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
 /* Correctly rounded division and square root, as CUDA's _rn intrinsics. */
 static inline float __fdiv_rn(float a, float b) {
@@ -277,6 +289,7 @@ static void smem_check() {
 
 extern "C" {
 #include "backend/ref/ref.h" /* the references: ref's own kernels; backend.h's dropout */
+#include "core/dtype.h"      /* the bf16 rounding the conversions must match */
 }
 
 #include "backend/cuda/cuda_act.cuh"
@@ -284,6 +297,7 @@ extern "C" {
 #include "backend/cuda/cuda_attention_tiled.cuh"
 #include "backend/cuda/cuda_attention_wmma.cuh"
 #include "backend/cuda/cuda_colsum.cuh"
+#include "backend/cuda/cuda_elementwise.cuh"
 #include "backend/cuda/cuda_encoder_bwd.cuh"
 #include "backend/cuda/cuda_xent.cuh"
 #include "backend/cuda/cuda_norm.cuh"
@@ -1423,6 +1437,85 @@ static void check_small() {
     }
 }
 
+/* cuda_small.cuh's bf16 conversions equal core/dtype.c's bits (ties, NaN,
+ * infinities, subnormals, the largest finite values); fill and scale. */
+static void check_convert() {
+    std::vector<float> x;
+    const uint32_t bits[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x3f808000u,
+                             0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
+                             0xff800000u, 0x7fc00001u, 0xff812345u, 0x7f7f8000u, 0x33800000u};
+    for (uint32_t b : bits) x.push_back(__uint_as_float(b));
+    for (int i = 0; i < 5000; i++) x.push_back(frand() * powf(2.0f, (float)(i % 60 - 30)));
+    size_t n = x.size();
+    std::vector<uint16_t> h(n), want(n);
+    std::vector<float> back(n);
+    uint16_t *H = h.data();
+    float *BK = back.data();
+    const float *X = x.data();
+    launch_serial(dim3(5), 64, [=]() { k_f32_to_bf16(H, X, n); });
+    launch_serial(dim3(5), 64, [=]() { k_bf16_to_f32(BK, H, n); });
+    bool same = true, widened = true;
+    for (size_t i = 0; i < n; i++) {
+        same &= h[i] == ct_f32_to_bf16(x[i]);
+        float w = ct_bf16_to_f32(h[i]);
+        widened &= !memcmp(&back[i], &w, 4);
+    }
+    if (!same || !widened) {
+        fails++;
+        fprintf(stderr, "FAIL bf16 conversions: not core/dtype.c's bits (%s)\n",
+                !same ? "f32 -> bf16" : "bf16 -> f32");
+    }
+    std::vector<float> y(1000, 3.0f);
+    float *Y = y.data();
+    launch_serial(dim3(3), 32, [=]() { k_scale(Y, -0.5f, 999); });
+    launch_serial(dim3(2), 32, [=]() { k_fill(Y, 7.0f, 10); });
+    bool ok = y[999] == 3.0f;
+    for (size_t i = 0; i < 999; i++) ok &= y[i] == (i < 10 ? 7.0f : -1.5f);
+    if (!ok) {
+        fails++;
+        fprintf(stderr, "FAIL fill/scale: wrong values or past n\n");
+    }
+}
+
+/* cuda_elementwise.cuh: the embedding forward equals ref's (positions given or
+ * t, an offset, no learned positions), the residual adds their definition. */
+static void check_encoder_fwd_residual() {
+    int B = 3, T = 17, C = 24, V = 50, maxT = 64;
+    size_t N = (size_t)B * T, NC = N * C;
+    std::vector<float> wte((size_t)V * C), wpe((size_t)maxT * C), out(NC), want(NC);
+    for (float &e : wte) e = frand();
+    for (float &e : wpe) e = frand();
+    std::vector<int32_t> tok(N), pos(N);
+    for (size_t i = 0; i < N; i++) tok[i] = (int32_t)((i * 37) % V), pos[i] = (int32_t)(i % 5);
+    for (int variant = 0; variant < 4; variant++) {
+        const int32_t *P = variant & 1 ? pos.data() : NULL;
+        const float *WP = variant == 3 ? NULL : wpe.data();
+        int pos0 = variant == 2 ? 40 : 0;
+        float *O = out.data();
+        const float *WT = wte.data();
+        const int32_t *TK = tok.data();
+        launch_serial(dim3(7), 64, [=]() { k_encoder_fwd(O, TK, WT, WP, P, B, T, C, pos0); });
+        ct_encoder_forward_ref(NULL, want.data(), TK, WT, WP, P, B, T, C, pos0);
+        if (memcmp(out.data(), want.data(), NC * 4)) {
+            fails++;
+            fprintf(stderr, "FAIL encoder forward (variant %d): not ref's\n", variant);
+        }
+    }
+    std::vector<float> a(NC), b(NC), r(NC), da(NC, 1.0f), db(NC, -1.0f);
+    for (size_t i = 0; i < NC; i++) a[i] = frand(), b[i] = frand();
+    float *R = r.data(), *DA = da.data(), *DB = db.data();
+    const float *A = a.data(), *Bp = b.data();
+    launch_serial(dim3(4), 64, [=]() { k_residual_fwd(R, A, Bp, NC); });
+    launch_serial(dim3(4), 64, [=]() { k_residual_bwd(DA, DB, A, NC); });
+    bool ok = true;
+    for (size_t i = 0; i < NC; i++)
+        ok &= r[i] == a[i] + b[i] && da[i] == 1.0f + a[i] && db[i] == -1.0f + a[i];
+    if (!ok) {
+        fails++;
+        fprintf(stderr, "FAIL residual forward/backward\n");
+    }
+}
+
 int main(void) {
     check<64>({2, 150, 4, 2, 64, {}});                // GQA, ragged last tiles
     check<64>({1, 64, 2, 2, 64, {}});                 // exactly one query tile
@@ -1484,6 +1577,8 @@ int main(void) {
     check_rope(1, 20, 1, 1, 128, 131000, {}, 1000000.0);      // past the fast reduction's range
     check_rope(1, 9, 1, 1, 32, 4000000, {}, 10000.0);         // angles in the millions
     check_small();
+    check_convert();
+    check_encoder_fwd_residual();
     printf("%d failure(s)\n", fails);
     return fails ? 1 : 0;
 }

@@ -105,14 +105,6 @@ static inline unsigned cuda_grid(size_t n, int block) {
     return (unsigned)g;
 }
 
-/* fp32 -> bf16 bits, nearest even, NaN kept quiet: core/dtype.c's rounding. */
-__device__ inline uint16_t f32_to_bf16_rne(float f) {
-    uint32_t u = __float_as_uint(f);
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uint32_t nan = (u >> 16) | 0x0040u;
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
-
 /* out0[c] (and out1[c]) += the column sums of N rows, kind a COLSUM_* of
  * cuda_colsum.cuh (the terms and their order are there); mean and rstd as
  * that kind reads them, else NULL. Launched on the stream (cuda_kernels.cu). */

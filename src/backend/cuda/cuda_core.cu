@@ -447,17 +447,6 @@ extern "C" double ct_event_elapsed_cuda(ct_backend *be, const ct_event *a, const
 
 /* ------------------------------------------------------------ conversions */
 
-__global__ void k_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = f32_to_bf16_rne(src[i]);
-}
-__global__ void k_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __uint_as_float((uint32_t)src[i] << 16);
-}
-
 /* fp32 -> IEEE half bits, nearest even: overflow (from 65520 on) to inf,
  * subnormals kept, NaN a NaN (the hardware's canonical one: the payload is
  * not kept, unlike core/dtype.c's; no run reads a NaN's payload) */

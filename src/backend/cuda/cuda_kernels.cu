@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_act.cuh"
 #include "backend/cuda/cuda_colsum.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_elementwise.cuh"
 #include "backend/cuda/cuda_encoder_bwd.cuh"
 #include "backend/cuda/cuda_norm.cuh"
 #include "backend/cuda/cuda_qknorm.cuh"
@@ -32,21 +33,6 @@
 
 /* ------------------------------------------------------------ embedding */
 
-__global__ void k_encoder_fwd(float *out, const int32_t *inp, const float *wte, const float *wpe,
-                              const int32_t *pos, int B, int T, int C, int pos0) {
-    size_t n = (size_t)B * T * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t bt = i / C;
-        int c = (int)(i % C), t = (int)(bt % T);
-        float v = wte[(size_t)inp[bt] * C + c];
-        if (wpe) {
-            int p = pos ? pos[bt] : t;
-            v = v + wpe[(size_t)(pos0 + p) * C + c];
-        }
-        out[i] = v;
-    }
-}
 extern "C" void ct_encoder_forward_cuda(ct_backend *be, float *out, const int32_t *inp,
                                         const float *wte, const float *wpe, const int32_t *pos,
                                         int B, int T, int C, int pos0) {
@@ -336,19 +322,6 @@ extern "C" void ct_gelu_backward_cuda(ct_backend *be, float *dinp, const float *
 
 /* ------------------------------------------------------------ residual */
 
-__global__ void k_residual_fwd(float *out, const float *a, const float *b, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = a[i] + b[i];
-}
-__global__ void k_residual_bwd(float *da, float *db, const float *dout, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float g = dout[i];
-        da[i] += g;
-        db[i] += g;
-    }
-}
 extern "C" void ct_residual_forward_cuda(ct_backend *be, float *out, const float *a,
                                          const float *b, size_t n) {
     if (!n) return;

@@ -1,6 +1,6 @@
 /*
- * The CUDA backend's small kernels (launched by cuda_core.cu): scale and
- * fill, the sum and sum of squares in double partials of a fixed
+ * The CUDA backend's small kernels (launched by cuda_core.cu): the bf16
+ * conversions (core/dtype.c's rounding), scale and fill, the sum and sum of squares in double partials of a fixed
  * grid, the non-finite count, dropout's masks and fused AdamW with ref's
  * float arithmetic (adamw_scalars_of forms its scalars on the host as
  * ref/adamw.c does). Device code only; it runs under tests/gpu/cuda_emu.cpp
@@ -16,7 +16,26 @@
 #include "backend/backend.h" /* the dropout masks */
 #include "backend/cuda/cuda_reduce.cuh"
 
-/* ------------------------------------------------- elementwise, reductions, dropout, AdamW */
+/* ------------------------------------------------- bf16, elementwise, reductions, dropout, AdamW */
+
+/* fp32 -> bf16 bits, nearest even, NaN kept quiet: core/dtype.c's rounding. */
+__device__ inline uint16_t f32_to_bf16_rne(float f) {
+    uint32_t u = __float_as_uint(f);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = (u >> 16) | 0x0040u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+__global__ void k_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = f32_to_bf16_rne(src[i]);
+}
+__global__ void k_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __uint_as_float((uint32_t)src[i] << 16);
+}
 
 __global__ void k_scale_add(float *y, int ldy, const float *x, int ldx, int rows, int cols,
                             float a, bool accumulate) {
