@@ -32,7 +32,8 @@
  * largest value; RoPE (cuda_rope.cuh, with the CPU's sincosf standing in for
  * CUDA's) to ref's, forward and backward, at positions up to 4 million;
  * the row attention kernels (cuda_attention_rows.cuh: head sizes 96 and 300,
- * dropout, decode) to ref's as the tiled ones are held. The bf16 head's
+ * dropout, decode) to ref's as the tiled ones are held, with D from its
+ * k_attn_D (held to a double sum first). The bf16 head's
  * cross-entropy (k_crossentropy_bf16: bf16 logits in padded rows) is held to
  * ref's entry: losses within 1e-6, gradients within 1 bf16 ulp, the pad
  * columns untouched. The small kernels (cuda_small.cuh): fused AdamW equals
@@ -1266,12 +1267,25 @@ template <int MAXK> static void check_rows(const shape &s, float p) {
                 }
                 D[((size_t)b * NH + h) * T + i] = d;
             }
+    /* k_attn_D (the rowsums every backward reads) against that, then fed to
+     * the backward as on a GPU */
+    std::vector<double> Dk(rows, NAN);
+    double *dk_ = Dk.data();
+    const float *orp = out_r.data();
+    launch(dim3(blocks), 32 * ATT_WARPS, [=]() { k_attn_D(dk_, r, orp, B, T, NH, HS); });
+    double e_D = 0.0;
+    for (size_t k = 0; k < rows; k++)
+        e_D = isnan(Dk[k]) ? INFINITY : std::max(e_D, fabs(Dk[k] - D[k]) / (1.0 + fabs(D[k])));
+    if (!(e_D <= 1e-12)) {
+        fails++;
+        fprintf(stderr, "FAIL k_attn_D B=%d T=%d NH=%d HS=%d: off by %.2e\n", B, T, NH, HS, e_D);
+    }
     const float pre = 0.25f;
     std::vector<float> dq_r((size_t)B * T * W, pre), dq((size_t)B * T * W, pre);
     ct_attention_backward_ref(NULL, dq_r.data(), r, x, out_r.data(), lr, pp, &drop, B, T, NH, NKV,
                               HS);
     float *dx = dq.data();
-    const double *dd = D.data();
+    const double *dd = Dk.data();
     launch(dim3(blocks), 32 * ATT_WARPS,
            [=]() { k_attn_dq<MAXK>(dx, r, x, lr, dd, pp, drop, B, T, NH, NKV, HS); });
     launch(dim3((unsigned)(((size_t)B * NKV * T + ATT_WARPS - 1) / ATT_WARPS)), 32 * ATT_WARPS,

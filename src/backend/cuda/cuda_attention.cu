@@ -97,21 +97,6 @@ extern "C" void ct_attention_forward_cuda(ct_backend *be, float *out, float *lse
     cuda_launched(be, "attention_forward");
 }
 
-/* D (B,NH,T) = rowsum(dout o out), a warp per row, summed in double (HS
- * products a row: memory-bound) and kept so, as ref keeps it; the fp32
- * kernels read it as a float, the flash kernels (cuda_flash.cu) too. */
-__global__ void k_attn_D(double *D, const float *dout, const float *out, int B, int T, int NH,
-                         int HS) {
-    size_t row = (size_t)blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
-    if (row >= (size_t)B * NH * T) return;
-    int t = (int)(row % T), h = (int)((row / T) % NH), b = (int)(row / ((size_t)T * NH));
-    size_t o = ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
-    double acc = 0.0;
-    for (int d = threadIdx.x & 31; d < HS; d += 32) acc += (double)dout[o + d] * out[o + d];
-    acc = warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) D[row] = acc;
-}
-
 const double *cuda_attention_D(ct_backend *be, const float *dout, const float *out, int B,
                                int T, int NH, int HS) {
     cuda_state *s = cuda_st(be);

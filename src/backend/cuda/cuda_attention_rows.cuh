@@ -10,8 +10,9 @@
  * does. Everything in fp32, as the tiled kernels (ref's softmax statistics
  * are double; double runs at 1/32 to 1/64 of fp32 on most GPUs): the
  * scores, the running max and sum with the online rescale, the
- * probabilities, the log-sum-exp; D (rowsum(dout o out), cuda_attention.cu's
- * k_attn_D, one double sum of HS products a row) is read as a float. Dot
+ * probabilities, the log-sum-exp; D (rowsum(dout o out), k_attn_D below,
+ * which every backward reads, the tiled and flash ones too: one double sum
+ * of HS products a row) is read as a float. Dot
  * products reduce across the warp by a butterfly of shuffles, whose sum is
  * the same in every lane (a + b = b + a), so every lane takes the same
  * branches and the order of every sum is fixed: deterministic.
@@ -28,6 +29,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_attention_tiled.cuh" /* attn_first_key */
+#include "backend/cuda/cuda_reduce.cuh"
 
 #define ATT_WARPS 4 /* rows a block: a warp each */
 
@@ -180,6 +182,21 @@ __global__ void k_attn_decode(float *out, const float *q, const float *kcache,
     ct_attn_dropout none = {0.0f, 0, 0};
     attn_row<ATT_MAXK>(out + (size_t)h * HS, q + (size_t)h * HS, kcache + g, vcache + g, KC, n, HS,
                        attn_scale(HS), none, 0, h, 0, 0, NH, 1);
+}
+
+/* D (B,NH,T) = rowsum(dout o out), a warp per row, summed in double (HS
+ * products a row: memory-bound) and kept so, as ref keeps it; the fp32
+ * kernels read it as a float, the flash kernels (cuda_flash.cu) too. */
+__global__ void k_attn_D(double *D, const float *dout, const float *out, int B, int T, int NH,
+                         int HS) {
+    size_t row = (size_t)blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
+    if (row >= (size_t)B * NH * T) return;
+    int t = (int)(row % T), h = (int)((row / T) % NH), b = (int)(row / ((size_t)T * NH));
+    size_t o = ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
+    double acc = 0.0;
+    for (int d = threadIdx.x & 31; d < HS; d += 32) acc += (double)dout[o + d] * out[o + d];
+    acc = warp_sum(acc);
+    if ((threadIdx.x & 31) == 0) D[row] = acc;
 }
 
 #endif
