@@ -71,14 +71,18 @@ if HEAD_SIZE:
     # sums 4-8x longer: their order (the GEMM library's) moves the loss more (CPU backend:
     # 5e-6 and 7e-5 from torch's, against 1.3e-5 and 6.7e-4 for fp32)
     TEETH_RATIO, TEETH_REL = 0.5, 2e-5
+DEVICE = os.environ.get("CTRAIN_DEVICE") or "cpu"  # run.device of every run below
+DEVICE_KIND = DEVICE.split(":")[0]
+# sim and cuda have the bf16 head (backend.h): the vocabulary projection writes bf16 logits,
+# as autocast's does, and the loss reads them; the cpu backend keeps them fp32
+HEAD_LOGITS_BF16 = DEVICE_KIND in ("sim", "cuda")
 # The bf16 head (sim, cuda) rounds every logit to bf16: a logit that another order of the
 # sums leaves near a rounding boundary lands one bf16 ulp (2^-8) away, so longer sums (head
 # size 64) and cuBLAS's order move the loss by whole ulps of a few logits (LLaMA at head
 # size 64 on sim: 3e-4 from torch's at step 1, 1.7e-5 between B=2x2 and B=4 after 10
 # steps), where fp32 logits move it by fp32's rounding. A wrong accumulation or head is
 # still off by far more.
-H16_NOISY = (HEAD_SIZE > 0 or (os.environ.get("CTRAIN_DEVICE") or "").startswith("cuda")) \
-    and (os.environ.get("CTRAIN_DEVICE") or "cpu").split(":")[0] in ("sim", "cuda")
+H16_NOISY = HEAD_LOGITS_BF16 and (HEAD_SIZE > 0 or DEVICE_KIND == "cuda")
 if H16_NOISY:
     TEETH_REL, ACC_RTOL = 1e-4, 1e-4
 TIMEOUT_S = 300
@@ -207,7 +211,7 @@ def parity(rep, binary, tmp, name, forward, names, params, save, cfg, tokens, em
     # attention is the fp32 kernels' (CT_CUDA_ATTENTION=fp32), and that the tensor-core
     # attention is in effect, and close, is checked against it
     c16_teeth = c16
-    if (os.environ.get("CTRAIN_DEVICE") or "cpu").startswith("cuda") and HEAD_SIZE in (64, 128):
+    if DEVICE_KIND == "cuda" and HEAD_SIZE in (64, 128):
         cx = ctrain_losses(rep, binary, "%s bf16, CT_CUDA_ATTENTION=fp32" % name,
                            train_args(init, shard, os.path.join(d, "run16x"), 1,
                                       ["train.precision=bf16"] + emulate),
@@ -237,7 +241,7 @@ def parity(rep, binary, tmp, name, forward, names, params, save, cfg, tokens, em
     # outputs (the logits bf16 under the bf16 head), attention in fp32. It must match far
     # closer than fp32 does. Teeth of the bf16 head: the other semantics' loss is further.
     x, y = next(G.sequential_batches(tokens, B, T))
-    h16 = head_logits_bf16()
+    h16 = HEAD_LOGITS_BF16
     mimic = mixed_loss(forward, params, cfg, x, y, HEAD_NAME[name] if h16 else None)
     other = mixed_loss(forward, params, cfg, x, y, None if h16 else HEAD_NAME[name])
     rep.check("%s: the head's logits are %s (step 1 nearer that semantics than the other)"
@@ -251,12 +255,6 @@ def parity(rep, binary, tmp, name, forward, names, params, save, cfg, tokens, em
               rel(c16_teeth[0], mimic) <= TEETH_REL,
               "|bf16 - mixed torch| %.2e, |fp32 - mixed torch| %.2e"
               % (exact, abs(c32[0] - mimic)))
-
-
-# sim and cuda have the bf16 head (backend.h): the vocabulary projection writes bf16 logits,
-# as autocast's does, and the loss reads them; the cpu backend keeps them fp32
-def head_logits_bf16():
-    return (os.environ.get("CTRAIN_DEVICE") or "cpu").split(":")[0] in ("sim", "cuda")
 
 
 HEAD_NAME = {"gpt2": "wte.weight", "llama": "lm_head.weight"}
@@ -332,7 +330,7 @@ def main():
                       "train.batch_size=%d" % B, "train.seq_len=%d" % T,
                       "train.precision=bf16", "--json"])
     # the refusal is the cpu device's: sim (ref's kernels) and cuda run bf16 anywhere
-    device = os.environ.get("CTRAIN_DEVICE") or "cpu"
+    device = DEVICE
     if has or device != "cpu":
         rep.check("bf16 CPU (or run.device=%s): train.precision=bf16 trains" % device,
                   p.returncode == 0, err[-500:])

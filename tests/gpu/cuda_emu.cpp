@@ -370,6 +370,25 @@ static float frand() { /* deterministic, in [-1, 1) */
     return (float)(rng_state / 116640.0 - 1.0);
 }
 
+/* The attention backward's D (B,NH,T) = rowsum(dout o out), one double sum
+ * a row (what cuda_attention_D forms), from dout and out (B,T,NH*HS). */
+static std::vector<double> rowsum_D(const std::vector<float> &dout, const std::vector<float> &out,
+                                    int B, int T, int NH, int HS) {
+    size_t C = (size_t)NH * HS;
+    std::vector<double> D((size_t)B * NH * T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                double d = 0;
+                for (int e = 0; e < HS; e++) {
+                    size_t k = ((size_t)b * T + i) * C + (size_t)h * HS + e;
+                    d += (double)dout[k] * out[k];
+                }
+                D[((size_t)b * NH + h) * T + i] = d;
+            }
+    return D;
+}
+
 struct shape {
     int B, T, NH, NKV, HS;
     std::vector<int> lens; /* packed example lengths (cycled), empty: none */
@@ -474,17 +493,7 @@ template <int HS> static void check(const shape &s) {
     launch(dim3((T + TILE_ROWS - 1) / TILE_ROWS, NH, B), TILE_ROWS,
            [=]() { k_attn_fwd_tiled<HS>(o, ls, x, pp, T, NH, NKV); });
     /* the backward reads the forward's outputs, as the backend does; D from them */
-    std::vector<double> D((size_t)B * NH * T);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int i = 0; i < T; i++) {
-                double d = 0;
-                for (int e = 0; e < HS; e++) {
-                    size_t k = ((size_t)b * T + i) * C + (size_t)h * HS + e;
-                    d += (double)R[k] * out[k];
-                }
-                D[((size_t)b * NH + h) * T + i] = d;
-            }
+    std::vector<double> D = rowsum_D(R, out, B, T, NH, HS);
     const float pre = 0.25f; /* dqkv accumulates onto what it held */
     std::vector<float> dqkv((size_t)B * T * W, pre);
     float *dx = dqkv.data();
@@ -535,17 +544,7 @@ template <int HS> static void check_fa(const shape &s) {
     launch(dim3((T + FA_BQ - 1) / FA_BQ, NH, B), FA_THREADS,
            [=]() { fa_fwd_body<HS>(sm, o, ls, x, pp, T, NH, NKV); });
     /* D from the fp32 dout and the kernel's out, as cuda_attention_D forms it */
-    std::vector<double> D((size_t)B * NH * T);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int i = 0; i < T; i++) {
-                double d = 0;
-                for (int e = 0; e < HS; e++) {
-                    size_t k = ((size_t)b * T + i) * C + (size_t)h * HS + e;
-                    d += (double)R[k] * out[k];
-                }
-                D[((size_t)b * NH + h) * T + i] = d;
-            }
+    std::vector<double> D = rowsum_D(R, out, B, T, NH, HS);
     const float pre = 0.25f;
     std::vector<float> dqkv((size_t)B * T * W, pre);
     float *dx = dqkv.data();
@@ -1256,17 +1255,7 @@ template <int MAXK> static void check_rows(const shape &s, float p) {
     unsigned blocks = (unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS);
     launch(dim3(blocks), 32 * ATT_WARPS,
            [=]() { k_attn_fwd<MAXK>(o, ls, x, pp, drop, B, T, NH, NKV, HS); });
-    std::vector<double> D(rows);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int i = 0; i < T; i++) {
-                double d = 0;
-                for (int e = 0; e < HS; e++) {
-                    size_t k = ((size_t)b * T + i) * C + (size_t)h * HS + e;
-                    d += (double)R[k] * out_r[k];
-                }
-                D[((size_t)b * NH + h) * T + i] = d;
-            }
+    std::vector<double> D = rowsum_D(R, out_r, B, T, NH, HS);
     /* k_attn_D (the rowsums every backward reads) against that, then fed to
      * the backward as on a GPU */
     std::vector<double> Dk(rows, NAN);

@@ -151,10 +151,8 @@ static void test_shape(ct_backend *be, int N, int C, int OC) {
     float *gi_w = (float *)malloc(NC * 4), *gw_w = (float *)malloc(OCC * 4);
     memcpy(gi_w, gi, NC * 4);
     memcpy(gw_w, gw, OCC * 4);
-    const char *sh = "";
-    char buf[64];
-    snprintf(buf, sizeof buf, "N=%d C=%d OC=%d", N, C, OC);
-    sh = buf;
+    char sh[64];
+    snprintf(sh, sizeof sh, "N=%d C=%d OC=%d", N, C, OC);
 
     /* fp32 */
     ct_matmul_forward_cuda(be, out, x, w, NULL, N, C, OC);
