@@ -167,6 +167,10 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
 
   body_setup() {
     if [ -n "${CTRAIN_GIVEN:-}" ]; then
+      if [ ! -x "$CTRAIN_GIVEN" ] || [ -d "$CTRAIN_GIVEN" ]; then
+        result "FAIL: CTRAIN=$CTRAIN_GIVEN is not an executable file (unset CTRAIN to use the bundle)"
+        return 1
+      fi
       echo "CTRAIN='$CTRAIN_GIVEN'; TESTBIN='$(dirname "$CTRAIN_GIVEN")'" >>"$WORK/env.sh"
       [ -d "$(dirname "$CTRAIN_GIVEN")/tests" ] && echo "TESTBIN='$(dirname "$CTRAIN_GIVEN")/tests'" >>"$WORK/env.sh"
       result "ok: CTRAIN=$CTRAIN_GIVEN"

@@ -16,6 +16,7 @@ command spends its minutes. With stages replaced by fakes (GPU_CHECK_FAKE):
   * the hf stage without transformers is "skipped: transformers not installed";
   * the peers stage (the speed comparisons) runs only when named: a run of every stage
     leaves it out, `--stages peers` runs it;
+  * a CTRAIN that is not a program fails setup, naming it, and nothing else runs;
   * no OUTDIR: the usage, exit 2.
 """
 import os
@@ -131,6 +132,17 @@ with tempfile.TemporaryDirectory() as tmp:
     s = open(os.path.join(out3, "summary.md")).read()
     check(rc == 0 and row(s, "peers") == "ok (fake)" and row(s, "bench") is None,
           "--stages peers runs it (exit %d, peers %s)" % (rc, row(s, "peers")))
+
+    # a CTRAIN that is not a program: setup says so and nothing else runs
+    out4 = os.path.join(tmp, "out4")
+    env4 = dict(env, CTRAIN=os.path.join(tmp, "no-such-ctrain"), GPU_CHECK_FAKE="env:pass")
+    rc = subprocess.run(["bash", SCRIPT, "--stages", "kernels", out4], env=env4,
+                        capture_output=True, timeout=120).returncode
+    s = open(os.path.join(out4, "summary.md")).read()
+    su, k = row(s, "setup") or "", row(s, "kernels") or ""
+    check(rc == 1 and su.startswith("FAIL") and "not an executable" in su and
+          k.startswith("not run"), "a missing CTRAIN fails setup by name (%s; kernels %s)"
+          % (su, k))
 
     p = subprocess.run(["bash", SCRIPT], capture_output=True, text=True, timeout=30)
     check(p.returncode == 2 and "OUTDIR" in p.stdout, "no OUTDIR: usage, exit 2")
