@@ -111,7 +111,7 @@ int cmd_plan(int argc, char **argv) {
         printf("\"batch_size\": %d, \"grad_accum\": %d, \"recompute\": \"%s\", "
                "\"activation_dtype\": \"%s\", \"precision\": \"%s\", \"params_bytes\": %zu, "
                "\"weights16_bytes\": %zu, \"grads_bytes\": %zu, "
-               "\"optim_bytes\": %zu, \"acts_bytes\": %zu, \"work_bytes\": %zu, "
+               "\"optim_bytes\": %zu, \"acts_bytes\": %zu, \"acts16_bytes\": %zu, \"work_bytes\": %zu, "
                "\"scratch_bytes\": %zu, \"data_bytes\": %zu, \"shards_bytes\": %zu, "
                "\"runtime_bytes\": %zu, \"process_bytes\": %zu, \"code_bytes\": %zu, "
                "\"tokenizer_bytes\": %zu, \"threads_bytes\": %zu, \"io_bytes\": %zu, "
@@ -121,7 +121,7 @@ int cmd_plan(int argc, char **argv) {
                "\"device_reserve_bytes\": %zu, \"device_free_bytes\": %zu, "
                "\"device_total_bytes\": %zu}\n",
                B, rp.grad_accum, rc_name, dt_name, prec_name, p->params, p->weights16, p->grads,
-               optim, p->acts, p->work,
+               optim, p->acts, p->acts16, p->work,
                p->scratch, data, rp.shards, rp.runtime, rp.rt_process, rp.rt_code, rp.rt_tokenizer,
                rp.rt_threads, rp.rt_io, rp.rt_reserve, rp.rt_blas, rp.env.blas.core,
                ct_gemm_lib_name((ct_gemm_lib)rp.env.gemm), rp.threads,
@@ -143,7 +143,12 @@ int cmd_plan(int argc, char **argv) {
                p->weights16 / MiB, prec_name, prec_name);
     printf("  grads    %10.1f MiB\n", p->grads / MiB);
     printf("  optim    %10.1f MiB  (AdamW m, v)\n", optim / MiB);
-    printf("  acts     %10.1f MiB  (kept for backward, %s)\n", p->acts / MiB, dt_name);
+    if (p->acts16)
+        printf("  acts     %10.1f MiB  (kept for backward, %s; %.1f MiB of it the norms' and "
+               "MLP activation's outputs as the %s operands of their GEMMs)\n",
+               p->acts / MiB, dt_name, p->acts16 / MiB, prec_name);
+    else
+        printf("  acts     %10.1f MiB  (kept for backward, %s)\n", p->acts / MiB, dt_name);
     printf("  work     %10.1f MiB  (one block in fp32: recomputed and widened activations)\n",
            p->work / MiB);
     printf("  scratch  %10.1f MiB  (gradient activations, logits chunk)\n", p->scratch / MiB);

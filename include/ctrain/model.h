@@ -319,6 +319,9 @@ typedef struct ct_model_plan {
     size_t grads;   /* fp32 gradients (0 when not training) */
     size_t acts;    /* activations kept for backward, in the activation dtype;
                      * plus the final norm's output and the per-row losses */
+    size_t acts16;  /* of acts: ln1, ln2 and the MLP activation kept as the 16-bit
+                     * operands of their GEMMs (precision bf16/fp16, training a full
+                     * model, recompute none; else 0) */
     size_t work;    /* one block's fp32 work set: recomputed activations and
                      * fp32 copies of bf16 ones (0 for none/fp32) */
     size_t scratch; /* gradient activations, logits chunk */

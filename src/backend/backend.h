@@ -246,6 +246,19 @@ typedef struct ct_backend_i {
     void (*matmul_gelu_forward_bf16)(ct_backend *be, float *pre, float *out, const float *inp,
                                      const uint16_t *weight16, const float *bias, int N, int C,
                                      int OC);
+    /* matmul_forward_bf16 and matmul_gelu_forward_bf16 with the input bf16
+     * already: inp16(N,C) is the GEMM's operand as it is (the bits
+     * matmul_forward_bf16 would round inp to), so a value the model keeps in
+     * bf16 for the backward feeds the forward too, with no conversion pass.
+     * The results are the fp32-input twins' on the widened inp16. Optional,
+     * each on its own: NULL where the backend's bf16 GEMM reads fp32 inputs
+     * (cpu); the model then passes the fp32 value. */
+    void (*matmul_forward_bf16_in16)(ct_backend *be, float *out, const uint16_t *inp16,
+                                     const uint16_t *weight16, const float *bias, int N, int C,
+                                     int OC);
+    void (*matmul_gelu_forward_bf16_in16)(ct_backend *be, float *pre, float *out,
+                                          const uint16_t *inp16, const uint16_t *weight16,
+                                          const float *bias, int N, int C, int OC);
 
     /* Causal self-attention without a T x T matrix in memory, on fused rows
      * qkv (B,T,(NH+2*NKV)*HS) (see the legend); scale 1/sqrt(HS). Writes

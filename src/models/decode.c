@@ -89,7 +89,7 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
         float *vc = d->vcache + ((size_t)l * d->max_len) * KC;
         /* norm1 of the first block; the others' came fused with the last add */
         if (l == 0) model_norm_fwd(m, d->ln, NULL, NULL, d->x, w->ln1_w, w->ln1_b, 1);
-        model_linear_fwd(m, l, LIN_QKV, d->qkv, d->ln, 1);
+        model_linear_fwd(m, l, LIN_QKV, d->qkv, d->ln, NULL, 1);
         float *q = d->qkv;
         if (c->qk_norm) {
             q = d->qkn;
@@ -108,13 +108,13 @@ ct_status ct_model_decode_step(ct_model *m, int32_t token, float *logits) {
         int first = slides && pos + 1 > c->sliding_window ? pos + 1 - c->sliding_window : 0;
         k->attention_decode(be, d->atty, q, kc + (size_t)first * KC, vc + (size_t)first * KC,
                             pos + 1 - first, NH, NKV, HS);
-        model_linear_fwd(m, l, LIN_PROJ, d->tmp, d->atty, 1);
+        model_linear_fwd(m, l, LIN_PROJ, d->tmp, d->atty, NULL, 1);
         if (c->sandwich_norm) /* Gemma: the attention's output normalised before the add */
             model_norm_fwd(m, d->tmp, NULL, NULL, d->tmp, w->pan_w, -1, 1);
         model_residual_norm_fwd(m, d->x, d->ln, NULL, NULL, d->x, d->tmp, w->ln2_w, w->ln2_b, 1);
-        model_linear_fwd(m, l, LIN_FC, d->fch, d->ln, 1);
+        model_linear_fwd(m, l, LIN_FC, d->fch, d->ln, NULL, 1);
         model_mlp_act_fwd(m, d->fch_gelu, d->fch, 1);
-        model_linear_fwd(m, l, LIN_FCPROJ, d->tmp, d->fch_gelu, 1);
+        model_linear_fwd(m, l, LIN_FCPROJ, d->tmp, d->fch_gelu, NULL, 1);
         if (c->sandwich_norm)
             model_norm_fwd(m, d->tmp, NULL, NULL, d->tmp, w->pfn_w, -1, 1);
         /* the add, and the next block's norm1 (or the final norm) of the sum */

@@ -5,7 +5,8 @@
  * Under precision bf16 (fp16) the base GEMM runs on bf16 (fp16) inputs
  * (autocast): the weight's 16-bit copy (or the bf16 base as it is), the input
  * rounded by the backend, and for the weight gradient the input's 16-bit copy
- * (acts.inp16). The fused GEMM + GELU entries are bf16/fp32 only: under fp16
+ * (acts.inp16); an input the model keeps in 16 bits (acts.in16) is both
+ * GEMMs' operand as it is. The fused GEMM + GELU entries are bf16/fp32 only: under fp16
  * c_fc runs the GEMM, then the GELU.
  * The adapters' own small GEMMs stay fp32.
  * GPT-2's c_fc may run with its GELU in one backend call (model_linear_gelu_fwd)
@@ -26,16 +27,22 @@ linear_shape model_linear_shape(const ct_model *m, int l, int lin) {
     }
 }
 
-void model_linear_fwd(ct_model *m, int l, int lin, float *out, const float *x, int N) {
+void model_linear_fwd(ct_model *m, int l, int lin, float *out, const float *x,
+                      const uint16_t *x16, int N) {
     linear_shape s = model_linear_shape(m, l, lin);
-    if (model_half(m))
+    const ct_backend_i *k = m->be->i;
+    if (x16 && model_bf16(m) && k->matmul_forward_bf16_in16)
+        k->matmul_forward_bf16_in16(m->be, out, x16, model_w16(m, s.w), model_p(m, s.b), N, s.in,
+                                    s.out);
+    else if (model_half(m))
         model_mm16_fwd(m, out, x, model_w16(m, s.w), model_p(m, s.b), N, s.in, s.out);
     else
         m->be->i->matmul_forward(m->be, out, x, model_p(m, s.w), model_p(m, s.b), N, s.in, s.out);
     model_lora_forward(m, l, lin, out, s.out, x, N);
 }
 
-bool model_linear_gelu_fwd(ct_model *m, int l, float *pre, float *out, const float *x, int N) {
+bool model_linear_gelu_fwd(ct_model *m, int l, float *pre, float *out, const float *x,
+                           const uint16_t *x16, int N) {
     const ct_backend_i *k = m->be->i;
     bool bf16 = model_bf16(m);
     if (m->opts.precision == CT_PREC_FP16) return false; /* no fused fp16 entry */
@@ -43,7 +50,10 @@ bool model_linear_gelu_fwd(ct_model *m, int l, float *pre, float *out, const flo
     /* an adapter adds to pre before the GELU: the GEMM alone, then it */
     if (model_lora_on(m, LIN_FC)) return false;
     linear_shape s = model_linear_shape(m, l, LIN_FC);
-    if (bf16)
+    if (bf16 && x16 && k->matmul_gelu_forward_bf16_in16)
+        k->matmul_gelu_forward_bf16_in16(m->be, pre, out, x16, model_w16(m, s.w), model_p(m, s.b),
+                                         N, s.in, s.out);
+    else if (bf16)
         k->matmul_gelu_forward_bf16(m->be, pre, out, x, model_w16(m, s.w), model_p(m, s.b), N,
                                     s.in, s.out);
     else
@@ -53,12 +63,13 @@ bool model_linear_gelu_fwd(ct_model *m, int l, float *pre, float *out, const flo
 }
 
 void model_linear_bwd(ct_model *m, int l, int lin, float *dx, const float *dout, const float *x,
-                      int N) {
+                      const uint16_t *x16, int N) {
     linear_shape s = model_linear_shape(m, l, lin);
     if (model_half(m)) {
         float *dw = model_g(m, s.w);
-        const uint16_t *x16 = NULL;
-        if (dw) { /* autocast keeps the 16-bit x for the weight gradient */
+        if (!dw) {
+            x16 = NULL;
+        } else if (!x16) { /* autocast keeps the 16-bit x for the weight gradient */
             model_to16(m, m->acts.inp16, x, (size_t)N * s.in);
             x16 = m->acts.inp16;
         }

@@ -703,6 +703,17 @@ static void *carve_act(carver *cv, const ct_model_opts *o, size_t n) {
     return carve_bytes(cv, n * (o->act_dtype == CT_ACT_BF16 ? sizeof(uint16_t) : sizeof(float)));
 }
 
+/* A kept GEMM input of n elements: its 16-bit operand under in16 (its bytes
+ * added to *bytes16), else the activation dtype. */
+static void *carve_in(carver *cv, const ct_model_opts *o, bool in16, size_t n,
+                      size_t *bytes16) {
+    if (!in16) return carve_act(cv, o, n);
+    size_t before = cv->used;
+    void *p = carve_bytes(cv, n * sizeof(uint16_t));
+    *bytes16 += cv->used - before;
+    return p;
+}
+
 int ct_model_head_chunk_rows(const ct_model_config *c, int N) {
     /* Up to 1024 rows and 256 MiB of logits per chunk (at least 1 row). The head's
      * GEMMs run faster on taller chunks: on GPT-2's 50257 x 768 head, 2 cores,
@@ -727,14 +738,20 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     bool bf16 = o->act_dtype == CT_ACT_BF16;
     bool keep_norm = o->recompute == CT_RECOMPUTE_NONE;  /* ln1, ln2, fch_gelu */
     bool keep_inner = o->recompute != CT_RECOMPUTE_FULL; /* qkv..fch, statistics */
+    /* precision bf16/fp16, a full model, training, ln1, ln2 and fch_gelu kept:
+     * they feed nothing but their GEMMs, whose backward reads their 16-bit
+     * rounding only, so that rounding is what is kept (model_acts.in16) */
+    bool in16 = training && keep_norm && o->precision != CT_PREC_FP32 && !(lo && lo->r > 0);
     model_acts dummy = {0};
     if (!a) a = &dummy;
     size_t start = cv->used;
+    plan->acts16 = 0;
     /* kept for backward, in the activation dtype */
     a->encoded = carve_act(cv, o, N * C);
+    a->in16 = in16;
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts la = {0};
-        if (keep_norm) la.ln1 = carve_act(cv, o, N * C);
+        if (keep_norm) la.ln1 = carve_in(cv, o, in16, N * C, &plan->acts16);
         if (keep_inner) {
             if (ln) la.ln1_mean = carve(cv, N);
             la.ln1_rstd = carve(cv, N);
@@ -749,13 +766,13 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
                 la.pf_rstd = carve(cv, N);
             }
         }
-        if (keep_norm) la.ln2 = carve_act(cv, o, N * C);
+        if (keep_norm) la.ln2 = carve_in(cv, o, in16, N * C, &plan->acts16);
         if (keep_inner) {
             if (ln) la.ln2_mean = carve(cv, N);
             la.ln2_rstd = carve(cv, N);
             la.fch = carve_act(cv, o, N * FW);
         }
-        if (keep_norm) la.fch_gelu = carve_act(cv, o, N * F);
+        if (keep_norm) la.fch_gelu = carve_in(cv, o, in16, N * F, &plan->acts16);
         la.res3 = carve_act(cv, o, N * C);
         if (a->layers) a->layers[l] = la;
     }
@@ -789,7 +806,7 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     block_f32 *w = &a->work;
     memset(w, 0, sizeof *w);
     a->res = bf16 ? carve(cv, N * C) : NULL;
-    bool work_norm = !keep_norm || bf16, work_inner = !keep_inner || bf16;
+    bool work_norm = !keep_norm || bf16 || in16, work_inner = !keep_inner || bf16;
     if (work_norm) w->ln1 = w->ln2 = carve(cv, N * C);
     if (work_inner) {
         w->qkv = carve(cv, N * QKV);

@@ -62,7 +62,9 @@ static inline int model_fc_width(const ct_model_config *c) {
 
 /* Activations of one block kept for backward. Shapes use N = B*T, F = n_ffn.
  * The tensors are stored in the model's activation dtype (opts.act_dtype):
- * float when fp32, bf16 bit patterns (uint16_t) when bf16, hence void *.
+ * float when fp32, bf16 bit patterns (uint16_t) when bf16, hence void *;
+ * ln1, ln2 and fch_gelu as their GEMMs' 16-bit operands under
+ * model_acts.in16.
  * Which ones exist depends on the recompute policy (NULL when dropped):
  *   none:  all of them;
  *   light: all but ln1, ln2 and fch_gelu (re-derived in backward);
@@ -108,6 +110,13 @@ typedef struct model_acts {
      * training, fch_gelu is the dbig2 gradient scratch (the forward does not
      * use it, and the backward reads gelu before it zeroes dbig2). */
     block_f32 work;
+    /* Training under precision bf16/fp16 without adapters, recompute none:
+     * the layers' ln1, ln2 and fch_gelu are kept as the 16-bit operands of
+     * the GEMMs they feed (model_to16's rounding, which is all the weight
+     * gradient reads), not in the activation dtype; their fp32 values live in
+     * the work set for the forward only, and the backward reads nothing else
+     * of them (the norms' backwards take the norm's input and statistics). */
+    bool in16;
     float *res;                       /* (N,C) fp32 residual stream (bf16 storage only) */
     /* q/k norms: the attention's input (q and k normalised and turned, v
      * copied) and the heads' statistics, derived from the kept GEMM output
@@ -167,18 +176,25 @@ typedef struct linear_shape {
 } linear_shape;
 linear_shape model_linear_shape(const ct_model *m, int l, int lin);
 /* out(N, out) = x(N, in) W^T + b, plus the layer's LoRA adapters: the one
- * place a block's GEMMs run (a bf16 base is widened by model_p). */
-void model_linear_fwd(ct_model *m, int l, int lin, float *out, const float *x, int N);
+ * place a block's GEMMs run (a bf16 base is widened by model_p). x16, when
+ * not NULL, is x's 16-bit rounding kept by the model (model_acts.in16): the
+ * bf16 GEMM reads it as its operand where the backend takes one
+ * (matmul_forward_bf16_in16), else x is rounded as usual; same results. */
+void model_linear_fwd(ct_model *m, int l, int lin, float *out, const float *x,
+                      const uint16_t *x16, int N);
 /* GPT-2's c_fc and its GELU in one backend call (matmul_gelu_forward):
  * pre(N, F) = x W^T + b, out(N, F) = gelu(pre). False, with nothing done,
  * when the backend has no such entry or a LoRA adapter adds to c_fc's output
  * before the GELU: the caller then runs model_linear_fwd and the GELU. */
-bool model_linear_gelu_fwd(ct_model *m, int l, float *pre, float *out, const float *x, int N);
+bool model_linear_gelu_fwd(ct_model *m, int l, float *pre, float *out, const float *x,
+                           const uint16_t *x16, int N);
 /* dx(N, in) += dout W (+ the adapters' input gradient); dW, db += ... into
  * the gradient buffer (none for a frozen base); the adapters' dA, dB += ...;
- * x is the forward's input. */
+ * x is the forward's input. Under precision bf16/fp16, x16 (not NULL) is x's
+ * kept 16-bit rounding: the weight gradient reads it and x is not read
+ * (adapters never come with one). */
 void model_linear_bwd(ct_model *m, int l, int lin, float *dx, const float *dout, const float *x,
-                      int N);
+                      const uint16_t *x16, int N);
 
 /* Where module kind k sits: its GEMM, its columns of that GEMM's fused output
  * [col0, col0+out), its input width and its base weight's table suffix. */

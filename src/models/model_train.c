@@ -9,7 +9,9 @@
  * values are widened into the shared work set before a kernel reads them, and
  * the residual stream that feeds the next block stays fp32. Precision bf16
  * (autocast) changes only the GEMMs of the linears (linear.c) and the head:
- * bf16 inputs, fp32 sums and outputs.
+ * bf16 inputs, fp32 sums and outputs; when training a full model, the values
+ * that feed nothing but a GEMM (ln1, ln2, fch_gelu) are kept as that GEMM's
+ * bf16 operand (model_acts.in16), which both its passes read as it is.
  * Every tensor lives in the backend's device memory and is touched only
  * through m->be: kernels, memsets, bf16 conversions, the loss sum, uploads of
  * the token ids and downloads of logits.
@@ -52,6 +54,25 @@ static void act_load(const ct_model *m, const void *kept, float *dst, size_t n) 
     if (kept && acts_bf16(m)) m->be->i->bf16_to_f32(m->be, dst, kept, n);
 }
 
+/* A GEMM input (ln1, ln2, fch_gelu): under model_acts.in16 its kept buffer
+ * holds the GEMM's 16-bit operand, and the fp32 value lives in the work set
+ * for the forward; otherwise it is an activation as above. */
+static float *in_f32(const ct_model *m, void *kept, float *work) {
+    return m->acts.in16 ? work : f32_or_work(m, kept, work);
+}
+static void in_store(const ct_model *m, void *kept, const float *src, size_t n) {
+    if (kept && m->acts.in16) model_to16(m, kept, src, n);
+    else act_store(m, kept, src, n);
+}
+/* The kept 16-bit operand the GEMMs take as it is (NULL: none kept). */
+static const uint16_t *in16_of(const ct_model *m, const void *kept) {
+    return m->acts.in16 ? kept : NULL;
+}
+/* Before the backward's GEMM: nothing to widen when it reads the operand. */
+static void in_load(const ct_model *m, const void *kept, float *dst, size_t n) {
+    if (!m->acts.in16) act_load(m, kept, dst, n);
+}
+
 /* Zero n floats of device memory (gradient scratch the backward adds into). */
 static void zero(const ct_model *m, float *p, size_t n) {
     m->be->i->memset(m->be, p, 0, n * sizeof(float));
@@ -62,13 +83,13 @@ static block_f32 block_view(ct_model *m, int l) {
     layer_acts *la = &m->acts.layers[l];
     const block_f32 *w = &m->acts.work;
     block_f32 v;
-    v.ln1 = f32_or_work(m, la->ln1, w->ln1);
+    v.ln1 = in_f32(m, la->ln1, w->ln1);
     v.qkv = f32_or_work(m, la->qkv, w->qkv);
     v.atty = f32_or_work(m, la->atty, w->atty);
     v.res2 = f32_or_work(m, la->res2, w->res2);
-    v.ln2 = f32_or_work(m, la->ln2, w->ln2);
+    v.ln2 = in_f32(m, la->ln2, w->ln2);
     v.fch = f32_or_work(m, la->fch, w->fch);
-    v.fch_gelu = f32_or_work(m, la->fch_gelu, w->fch_gelu);
+    v.fch_gelu = in_f32(m, la->fch_gelu, w->fch_gelu);
     /* statistics are fp32 whenever they are kept */
     v.ln1_mean = la->ln1_mean ? la->ln1_mean : w->ln1_mean;
     v.ln1_rstd = la->ln1_rstd ? la->ln1_rstd : w->ln1_rstd;
@@ -287,41 +308,43 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     if (!la) la = &none;
     if (!ln1_ready)
         model_norm_fwd(m, v->ln1, v->ln1_mean, v->ln1_rstd, res_in, w->ln1_w, w->ln1_b, N);
-    act_store(m, la->ln1, v->ln1, NC); /* before ln2 reuses a shared work buffer */
-    model_linear_fwd(m, l, LIN_QKV, v->qkv, v->ln1, N);
+    in_store(m, la->ln1, v->ln1, NC); /* before ln2 reuses a shared work buffer */
+    model_linear_fwd(m, l, LIN_QKV, v->qkv, v->ln1, in16_of(m, la->ln1), N);
     const float *att_in = attn_input(m, l, v->qkv, B, T);
     act_store(m, la->qkv, v->qkv, (size_t)N * QKV);
     model_attn_fwd(m, l, v->atty, v->lse, att_in, B, T);
     act_store(m, la->atty, v->atty, NQ);
     if (c->sandwich_norm) { /* Gemma: the attention's output normalised, then added */
-        model_linear_fwd(m, l, LIN_PROJ, v->pa, v->atty, N);
+        model_linear_fwd(m, l, LIN_PROJ, v->pa, v->atty, NULL, N);
         act_store(m, la->pa, v->pa, NC);
         model_norm_fwd(m, v->res2, NULL, v->pa_rstd, v->pa, w->pan_w, -1, N);
     } else {
-        model_linear_fwd(m, l, LIN_PROJ, v->res2, v->atty, N);
+        model_linear_fwd(m, l, LIN_PROJ, v->res2, v->atty, NULL, N);
     }
     model_drop_rows(m, v->res2, v->res2, CT_DROPOUT_ATTN_RESID, l, B, T);
     /* res2 = res_in + the branch, and norm2 of it */
     model_residual_norm_fwd(m, v->res2, v->ln2, v->ln2_mean, v->ln2_rstd, v->res2, res_in,
                             w->ln2_w, w->ln2_b, N);
     act_store(m, la->res2, v->res2, NC);
-    act_store(m, la->ln2, v->ln2, NC);
+    in_store(m, la->ln2, v->ln2, NC);
     /* GPT-2's c_fc and GELU in one call where the backend fuses them (a
      * re-run for the backward, out NULL, needs c_fc's output only) */
+    const uint16_t *ln2_16 = in16_of(m, la->ln2);
     bool fused = out && c->mlp == CT_MLP_GELU &&
-                 model_linear_gelu_fwd(m, l, v->fch, v->fch_gelu, v->ln2, N);
-    if (!fused) model_linear_fwd(m, l, LIN_FC, v->fch, v->ln2, N);
+                 model_linear_gelu_fwd(m, l, v->fch, v->fch_gelu, v->ln2, ln2_16, N);
+    if (!fused) model_linear_fwd(m, l, LIN_FC, v->fch, v->ln2, ln2_16, N);
     act_store(m, la->fch, v->fch, (size_t)N * FW);
     if (!out) return;
     if (!fused) model_mlp_act_fwd(m, v->fch_gelu, v->fch, N);
-    act_store(m, la->fch_gelu, v->fch_gelu, NF);
+    in_store(m, la->fch_gelu, v->fch_gelu, NF);
+    const uint16_t *gelu16 = in16_of(m, la->fch_gelu);
     /* res_in is dead from here on, so out may overwrite it */
     if (c->sandwich_norm) {
-        model_linear_fwd(m, l, LIN_FCPROJ, v->pf, v->fch_gelu, N);
+        model_linear_fwd(m, l, LIN_FCPROJ, v->pf, v->fch_gelu, gelu16, N);
         act_store(m, la->pf, v->pf, NC);
         model_norm_fwd(m, out, NULL, v->pf_rstd, v->pf, w->pfn_w, -1, N);
     } else {
-        model_linear_fwd(m, l, LIN_FCPROJ, out, v->fch_gelu, N);
+        model_linear_fwd(m, l, LIN_FCPROJ, out, v->fch_gelu, gelu16, N);
     }
     model_drop_rows(m, out, out, CT_DROPOUT_MLP_RESID, l, B, T);
     /* out = res2 + the branch, and the next norm of it (the next block's
@@ -510,7 +533,7 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     /* res3 = res2 + down(act(fc(norm2(res2)))): dres passes through */
     act_load(m, la->fch, v.fch, NFW);
     if (la->fch_gelu)
-        act_load(m, la->fch_gelu, v.fch_gelu, NF);
+        in_load(m, la->fch_gelu, v.fch_gelu, NF);
     else
         model_mlp_act_fwd(m, v.fch_gelu, v.fch, N);
     zero(m, a->dbig1, NF);
@@ -524,24 +547,25 @@ static void block_backward(ct_model *m, int l, int B, int T) {
         if (la->pf) {
             act_load(m, la->pf, v.pf, NC);
         } else { /* full recompute stopped at c_fc: the rest of the MLP again */
-            model_linear_fwd(m, l, LIN_FCPROJ, v.pf, v.fch_gelu, N);
+            model_linear_fwd(m, l, LIN_FCPROJ, v.pf, v.fch_gelu, NULL, N);
             model_norm_fwd(m, a->dln, NULL, v.pf_rstd, v.pf, w->pfn_w, -1, N);
         }
         zero(m, a->dln, NC);
         model_norm_bwd(m, a->dln, a->dres, v.pf, w->pfn_w, -1, NULL, v.pf_rstd, N);
         dmlp = a->dln;
     }
-    model_linear_bwd(m, l, LIN_FCPROJ, a->dbig1, dmlp, v.fch_gelu, N);
+    model_linear_bwd(m, l, LIN_FCPROJ, a->dbig1, dmlp, v.fch_gelu, in16_of(m, la->fch_gelu),
+                     N);
     /* v.fch_gelu may be dbig2 itself: it is not read after this point */
     zero(m, a->dbig2, NFW);
     model_mlp_act_bwd(m, a->dbig2, v.fch, a->dbig1, N);
     act_load(m, la->res2, v.res2, NC);
     if (la->ln2)
-        act_load(m, la->ln2, v.ln2, NC);
+        in_load(m, la->ln2, v.ln2, NC);
     else
         model_norm_fwd(m, v.ln2, NULL, NULL, v.res2, w->ln2_w, w->ln2_b, N);
     zero(m, a->dln, NC);
-    model_linear_bwd(m, l, LIN_FC, a->dln, a->dbig2, v.ln2, N);
+    model_linear_bwd(m, l, LIN_FC, a->dln, a->dbig2, v.ln2, in16_of(m, la->ln2), N);
     model_norm_bwd(m, a->dres, a->dln, v.res2, w->ln2_w, w->ln2_b, v.ln2_mean, v.ln2_rstd, N);
     /* res2 = res_in + o(attn(rope(qknorm(qkv(norm1(res_in)))))) */
     act_load(m, la->atty, v.atty, NQ);
@@ -562,7 +586,7 @@ static void block_backward(ct_model *m, int l, int B, int T) {
         model_norm_bwd(m, a->dln, a->dres, v.pa, w->pan_w, -1, NULL, v.pa_rstd, N);
         dattn = a->dln;
     }
-    model_linear_bwd(m, l, LIN_PROJ, a->datty, dattn, v.atty, N);
+    model_linear_bwd(m, l, LIN_PROJ, a->datty, dattn, v.atty, NULL, N);
     zero(m, a->dbig1, (size_t)N * QKV);
     model_attn_bwd(m, l, a->dbig1, a->datty, att_in, v.atty, v.lse, B, T);
     if (c->pos == CT_POS_ROPE)
@@ -577,11 +601,11 @@ static void block_backward(ct_model *m, int l, int B, int T) {
                            model_wofs(c));
     }
     if (la->ln1)
-        act_load(m, la->ln1, v.ln1, NC);
+        in_load(m, la->ln1, v.ln1, NC);
     else
         model_norm_fwd(m, v.ln1, NULL, NULL, res_in, w->ln1_w, w->ln1_b, N);
     zero(m, a->dln, NC);
-    model_linear_bwd(m, l, LIN_QKV, a->dln, a->dbig1, v.ln1, N);
+    model_linear_bwd(m, l, LIN_QKV, a->dln, a->dbig1, v.ln1, in16_of(m, la->ln1), N);
     model_norm_bwd(m, a->dres, a->dln, res_in, w->ln1_w, w->ln1_b, v.ln1_mean, v.ln1_rstd, N);
 }
 

@@ -245,6 +245,19 @@ static void p_matmul_gelu_forward_bf16(ct_backend *be, float *pre, float *out, c
         TIMED(CT_KP_ACT_FWD, gelu_forward, out, pre, (size_t)N * OC);
     }
 }
+/* The forwards on an input kept in bf16: present only where the inner
+ * backend has them (the table is NULLed otherwise, below). */
+static void p_matmul_forward_bf16_in16(ct_backend *be, float *out, const uint16_t *inp16,
+                                       const uint16_t *weight16, const float *bias, int N, int C,
+                                       int OC) {
+    TIMED(CT_KP_MATMUL_FWD, matmul_forward_bf16_in16, out, inp16, weight16, bias, N, C, OC);
+}
+static void p_matmul_gelu_forward_bf16_in16(ct_backend *be, float *pre, float *out,
+                                            const uint16_t *inp16, const uint16_t *weight16,
+                                            const float *bias, int N, int C, int OC) {
+    TIMED(CT_KP_MATMUL_FWD, matmul_gelu_forward_bf16_in16, pre, out, inp16, weight16, bias, N, C,
+          OC);
+}
 static void p_matmul_backward_bf16(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                    const float *dout, const uint16_t *inp16,
                                    const uint16_t *weight16, int N, int C, int OC) {
@@ -414,6 +427,8 @@ static const ct_backend_i prof_i = {
     .matmul_backward_f16 = p_matmul_backward_f16,
     .matmul_gelu_forward = p_matmul_gelu_forward,
     .matmul_gelu_forward_bf16 = p_matmul_gelu_forward_bf16,
+    .matmul_forward_bf16_in16 = p_matmul_forward_bf16_in16,
+    .matmul_gelu_forward_bf16_in16 = p_matmul_gelu_forward_bf16_in16,
     .attention_forward = p_attention_forward,
     .attention_backward = p_attention_backward,
     .attention_forward_bf16 = p_attention_forward_bf16,
@@ -459,6 +474,8 @@ ct_status ct_kprof_init(ct_kprof **out, ct_backend *inner) {
     if (!inner->i->matmul_forward_bf16_out16) kp->table.matmul_forward_bf16_out16 = NULL;
     if (!inner->i->crossentropy_forward_bf16) kp->table.crossentropy_forward_bf16 = NULL;
     if (!inner->i->matmul_backward_bf16_dout16) kp->table.matmul_backward_bf16_dout16 = NULL;
+    if (!inner->i->matmul_forward_bf16_in16) kp->table.matmul_forward_bf16_in16 = NULL;
+    if (!inner->i->matmul_gelu_forward_bf16_in16) kp->table.matmul_gelu_forward_bf16_in16 = NULL;
     kp->be.i = &kp->table;
     kp->be.ctx = inner->ctx;
     kp->be.host_visible = inner->host_visible;

@@ -10,7 +10,9 @@
  * input (about 2^-9 relative) could hide in. Each case also checks that the
  * fp32 formula (inputs not rounded) is outside that tolerance, so the test
  * has teeth. Shapes: odd ones (ref's fallbacks included) and ones large
- * enough for the libraries' blocked kernels. The bf16 head's three entries
+ * enough for the libraries' blocked kernels. The forwards on an input that
+ * is bf16 already (the _in16 entries) against the same formula, on the
+ * backends that have them. The bf16 head's three entries
  * (bf16 logits in padded rows: see test_head_matmul) on the backends that have
  * them. CT_TEST_VERBOSE=1 prints every measured error.
  */
@@ -69,6 +71,52 @@ static void check_teeth(const char *what, const double *f32, const want_t *w, si
 }
 
 static want_t want_alloc(size_t n) { return (want_t){dalloc(n), dalloc(n)}; }
+
+/* gelu_forward's tanh form in double. */
+static double gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+/* The forwards on an input that is bf16 already (matmul_forward_bf16_in16,
+ * matmul_gelu_forward_bf16_in16), where the backend has them: the output
+ * (and the pre-activation) held to the formula over the rounded inputs, as
+ * matmul_forward_bf16's; GELU's output to the tanh form of the
+ * pre-activation the entry wrote (2e-5 + 2e-5 |x|, the tolerance of cuda's
+ * epilogue check). Outputs start as NaN: the entries write every element. */
+static void check_in16(ct_backend *be, const uint16_t *inp16, const uint16_t *w16,
+                       const float *b, const want_t *fw, const want_t *fwn, int N, int C,
+                       int OC) {
+    size_t NC = (size_t)N * C, OCC = (size_t)OC * C, NOC = (size_t)N * OC;
+    if (!be->i->matmul_forward_bf16_in16) {
+        CHECK_MSG(strcmp(be->i->name, "cpu") == 0, "%s",
+                  label(be, "matmul_forward_bf16_in16 missing on a device backend"));
+        return;
+    }
+    karg f[] = {ARG(ffill(NOC, NAN), NOC), ARG(inp16, NC), ARG(w16, OCC), ARG(b, OC),
+                ARG(ffill(NOC, NAN), NOC)};
+    RUN(be, f, be->i->matmul_forward_bf16_in16(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, N, C,
+                                               OC));
+    check_bound(be, NULL, "matmul_forward_bf16_in16", f[0].got, fw, NOC);
+    RUN(be, f, be->i->matmul_forward_bf16_in16(be, f[0].dev, f[1].dev, f[2].dev, NULL, N, C, OC));
+    check_bound(be, NULL, "matmul_forward_bf16_in16 bias=NULL", f[0].got, fwn, NOC);
+    if (!be->i->matmul_gelu_forward_bf16_in16) return;
+    for (int bias = 1; bias >= 0; bias--) {
+        RUN(be, f, be->i->matmul_gelu_forward_bf16_in16(be, f[0].dev, f[4].dev, f[1].dev,
+                                                        f[2].dev, bias ? f[3].dev : NULL, N, C,
+                                                        OC));
+        check_bound(be, NULL, bias ? "matmul_gelu_forward_bf16_in16 pre"
+                                   : "matmul_gelu_forward_bf16_in16 pre bias=NULL",
+                    f[0].got, bias ? fw : fwn, NOC);
+        double worst = 0;
+        for (size_t i = 0; i < NOC; i++) {
+            double want = gelu_tanh(f[0].got[i]);
+            double r = fabs(f[4].got[i] - want) / (2e-5 + 2e-5 * fabs(want));
+            if (!(r <= worst)) worst = r;
+        }
+        CHECK_MSG(worst <= 1.0, "%s: %.3g times the tolerance",
+                  label(be, "matmul_gelu_forward_bf16_in16 out = gelu(pre)"), worst);
+    }
+}
 
 static void test_matmul_bf16(int N, int C, int OC) {
     size_t NC = (size_t)N * C, OCC = (size_t)OC * C, NOC = (size_t)N * OC;
@@ -182,6 +230,7 @@ static void test_matmul_bf16(int N, int C, int OC) {
                       label(be, "matmul_backward_bf16 dweight=dbias=inp16=NULL"));
         }
         be->gemm = was;
+        check_in16(be, inp16, w16, b, &fw, &fwn, N, C, OC);
     }
     pool_free();
 }

@@ -70,7 +70,8 @@ static int head_chunk_rows = 0;
 
 /* A model with every parameter random (norm weights and biases included), the
  * same for every call. */
-static ct_model *make_model(ct_ctx *ctx, ct_recompute r, ct_act_dtype d, int Bres) {
+static ct_model *make_model_prec(ct_ctx *ctx, ct_recompute r, ct_act_dtype d, int Bres,
+                                 ct_precision prec) {
     ct_model_config c;
     model_config(&c);
     ct_model *m = NULL;
@@ -84,10 +85,14 @@ static ct_model *make_model(ct_ctx *ctx, ct_recompute r, ct_act_dtype d, int Bre
         for (size_t j = 0; j < q->numel; j++)
             p[q->offset + j] += (q->ndim == 1 ? 0.2f : 0.3f) * (ct_rng_float(&rng) - 0.5f);
     }
-    ct_model_opts o = {r, d, head_chunk_rows, CT_PREC_FP32};
+    ct_model_opts o = {r, d, head_chunk_rows, prec};
     CHECK(ct_model_set_opts(m, &o) == CT_OK);
     CHECK(ct_model_reserve(m, Bres, T, true) == CT_OK);
     return m;
+}
+
+static ct_model *make_model(ct_ctx *ctx, ct_recompute r, ct_act_dtype d, int Bres) {
+    return make_model_prec(ctx, r, d, Bres, CT_PREC_FP32);
 }
 
 static void make_tokens(int32_t *in, int32_t *tg, int n, uint64_t seed) {
@@ -252,11 +257,12 @@ static void test_policies(ct_backend_kind backend) {
 
 static size_t r64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-/* The documented kept set, counted independently of the model code. */
-static size_t expected_acts(ct_recompute r, ct_act_dtype d, size_t Bv, size_t Tv) {
-    size_t N = Bv * Tv, F = 4 * C, es = d == CT_ACT_BF16 ? 2 : 4;
+/* The documented kept set, counted independently of the model code. in16:
+ * precision bf16/fp16 keeps ln1, ln2 and gelu as 16-bit GEMM operands. */
+static size_t expected_acts_in(ct_recompute r, ct_act_dtype d, bool in16, size_t Bv, size_t Tv) {
+    size_t N = Bv * Tv, F = 4 * C, es = d == CT_ACT_BF16 ? 2 : 4, en = in16 ? 2 : es;
     size_t per = 0;
-    if (r == CT_RECOMPUTE_NONE) per += 2 * r64(N * C * es) + r64(N * F * es); /* ln1 ln2 gelu */
+    if (r == CT_RECOMPUTE_NONE) per += 2 * r64(N * C * en) + r64(N * F * en); /* ln1 ln2 gelu */
     if (r != CT_RECOMPUTE_FULL)
         per += 4 * r64(N * 4) + r64(Bv * NH * Tv * 4) /* statistics, lse */
                + r64(3 * N * C * es) + 2 * r64(N * C * es) + r64(N * F * es); /* qkv atty res2 fch */
@@ -266,6 +272,54 @@ static size_t expected_acts(ct_recompute r, ct_act_dtype d, size_t Bv, size_t Tv
      * (ct_model_set_positions) */
     return r64(N * C * es) + L * per + r64(N * C * 4) + 3 * r64(N * 4) + r64(2 * 8) +
            3 * r64(N * 4);
+}
+
+static size_t expected_acts(ct_recompute r, ct_act_dtype d, size_t Bv, size_t Tv) {
+    return expected_acts_in(r, d, false, Bv, Tv);
+}
+
+/* Precision bf16 keeps ln1, ln2 and gelu as bf16 whatever the activation
+ * dtype (recompute none); the plan says so and reserve allocates it. */
+static void test_plan_precision_bf16(void) {
+    ct_ctx *ctx = NULL;
+    CHECK(ct_ctx_init(&ctx, NULL) == CT_OK);
+    ct_model_config c;
+    model_config(&c);
+    for (int r = 0; r < 3; r++)
+        for (int d = 0; d < 2; d++) {
+            ct_model_opts o = {policies[r], dtypes[d], 0, CT_PREC_BF16};
+            ct_model_plan pl, p32;
+            CHECK(ct_model_plan_memory_opts(&c, B, T, true, &o, &pl) == CT_OK);
+            o.precision = CT_PREC_FP32;
+            CHECK(ct_model_plan_memory_opts(&c, B, T, true, &o, &p32) == CT_OK);
+            bool in16 = policies[r] == CT_RECOMPUTE_NONE;
+            size_t want = expected_acts_in(policies[r], dtypes[d], in16, B, T);
+            CHECK_MSG(pl.acts == want, "precision bf16 %s/%s: plan acts %zu, expected %zu",
+                      ct_model_recompute_name(policies[r]), ct_model_act_dtype_name(dtypes[d]),
+                      pl.acts, want);
+            if (in16 && dtypes[d] == CT_ACT_FP32)
+                CHECK(pl.acts < p32.acts);
+            size_t N = (size_t)B * T, want16 = L * (2 * r64(N * C * 2) + r64(N * 4 * C * 2));
+            CHECK_MSG(pl.acts16 == (in16 ? want16 : 0), "precision bf16 %s/%s: acts16 %zu",
+                      ct_model_recompute_name(policies[r]), ct_model_act_dtype_name(dtypes[d]),
+                      pl.acts16);
+            CHECK(p32.acts16 == 0);
+            ct_memstats before, after;
+            ct_ctx_memstats(ctx, &before);
+            ct_model *m = make_model_prec(ctx, policies[r], dtypes[d], B, CT_PREC_BF16);
+            ct_ctx_memstats(ctx, &after);
+            CHECK_MSG(after.current[CT_TAG_ACTS] - before.current[CT_TAG_ACTS] ==
+                          (int64_t)(pl.acts + pl.work + pl.scratch),
+                      "precision bf16 %s/%s: arena %lld bytes, plan %zu",
+                      ct_model_recompute_name(policies[r]), ct_model_act_dtype_name(dtypes[d]),
+                      (long long)(after.current[CT_TAG_ACTS] - before.current[CT_TAG_ACTS]),
+                      pl.acts + pl.work + pl.scratch);
+            ct_model_free(m);
+            if (r == 0)
+                printf("  plan precision bf16 none/%s: acts %zu (fp32 precision %zu)\n",
+                       ct_model_act_dtype_name(dtypes[d]), pl.acts, p32.acts);
+        }
+    ct_ctx_free(ctx);
 }
 
 static void test_plan(void) {
@@ -450,6 +504,7 @@ int main(void) {
     test_head_chunks();
     test_opts_errors();
     test_plan();
+    test_plan_precision_bf16();
     for (model_kind = 0; model_kind < 3; model_kind++) {
         test_policies(CT_BACKEND_REF);
         test_policies(CT_BACKEND_CPU);

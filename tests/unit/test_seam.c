@@ -91,6 +91,8 @@ typedef struct run_cfg {
     bool bf16_prec; /* train.precision = bf16 */
     int fused;      /* 0: the backend's table as it is; 1: counting its fused
                      * linear+GELU entries; -1: without them */
+    bool light;     /* train.recompute = light (ln1, ln2, fch_gelu re-derived) */
+    int in16;       /* as fused, for the forwards on a kept bf16 input */
 } run_cfg;
 
 /* Calls of the fused entries of the counting table (train_on, fused = 1). */
@@ -106,6 +108,21 @@ static void count_matmul_gelu_bf16(ct_backend *be, float *pre, float *out, const
                                    int OC) {
     fused_calls++;
     fused_inner->matmul_gelu_forward_bf16(be, pre, out, inp, weight16, bias, N, C, OC);
+}
+
+/* Calls of the forwards on a kept bf16 input (train_on, in16 = 1). */
+static int in16_calls;
+static const ct_backend_i *in16_inner;
+static void count_matmul_in16(ct_backend *be, float *out, const uint16_t *inp16,
+                              const uint16_t *weight16, const float *bias, int N, int C, int OC) {
+    in16_calls++;
+    in16_inner->matmul_forward_bf16_in16(be, out, inp16, weight16, bias, N, C, OC);
+}
+static void count_matmul_gelu_in16(ct_backend *be, float *pre, float *out, const uint16_t *inp16,
+                                   const uint16_t *weight16, const float *bias, int N, int C,
+                                   int OC) {
+    in16_calls++;
+    in16_inner->matmul_gelu_forward_bf16_in16(be, pre, out, inp16, weight16, bias, N, C, OC);
 }
 
 typedef struct run_out {
@@ -133,6 +150,15 @@ static void train_on(ct_backend_kind kind, const run_cfg *rc, run_out *out) {
         table.matmul_gelu_forward_bf16 = rc->fused > 0 ? count_matmul_gelu_bf16 : NULL;
         be->i = &table;
     }
+    if (rc->in16) {
+        in16_inner = be->i == &table ? fused_inner : be->i;
+        bool on = rc->in16 > 0;
+        table.matmul_forward_bf16_in16 =
+            on && in16_inner->matmul_forward_bf16_in16 ? count_matmul_in16 : NULL;
+        table.matmul_gelu_forward_bf16_in16 =
+            on && in16_inner->matmul_gelu_forward_bf16_in16 ? count_matmul_gelu_in16 : NULL;
+        be->i = &table;
+    }
     ct_model_config cfg;
     CHECK(ct_model_config_preset(&cfg, rc->preset) == CT_OK);
     ct_model *m;
@@ -155,6 +181,7 @@ static void train_on(ct_backend_kind kind, const run_cfg *rc, run_out *out) {
     ct_model_opts o = ct_model_opts_default();
     if (rc->bf16_acts) o.act_dtype = CT_ACT_BF16;
     if (rc->full) o.recompute = CT_RECOMPUTE_FULL;
+    if (rc->light) o.recompute = CT_RECOMPUTE_LIGHT;
     if (rc->bf16_prec) o.precision = CT_PREC_BF16;
     CHECK(ct_model_set_opts(m, &o) == CT_OK);
     int B = 2, T = 8, V = cfg.vocab_size;
@@ -365,6 +392,56 @@ static void test_fused_equals_unfused(run_cfg rc) {
     free(b.weights);
 }
 
+/* Precision bf16 keeps ln1, ln2 and the MLP activation as their GEMMs' bf16
+ * operands (model_acts.in16) and feeds them to both passes as they are: the
+ * same bits as rounding the fp32 values at each GEMM, which is what a run
+ * without the _in16 entries does (forward) and what recompute light does
+ * (backward: the values are re-derived and rounded; with fp32 activations
+ * only, as bf16 ones re-derive them from the rounded residual stream). The
+ * entries must run wherever the backend has them. */
+static void test_in16_equals_rounding(ct_backend_kind kind, run_cfg rc) {
+    run_out a = {0}, b = {0}, c = {0};
+    rc.bf16_prec = true;
+    rc.in16 = 1;
+    in16_calls = 0;
+    train_on(kind, &rc, &a);
+    int calls = in16_calls;
+    rc.in16 = -1;
+    train_on(kind, &rc, &b);
+    rc.in16 = 0;
+    rc.light = true;
+    train_on(kind, &rc, &c);
+    const char *what = rc.preset, *bk = ct_backend_kind_name(kind);
+    ct_ctx_params cp = ct_ctx_params_default();
+    cp.backend = kind;
+    ct_ctx *ctx;
+    CHECK(ct_ctx_init(&ctx, &cp) == CT_OK);
+    bool has = ct_ctx_backend(ctx)->i->matmul_forward_bf16_in16 != NULL;
+    ct_ctx_free(ctx);
+    if (has)
+        CHECK_MSG(calls > 0, "%s on %s: the forwards on kept bf16 inputs never ran", what, bk);
+    else
+        CHECK_MSG(calls == 0, "%s on %s: %d calls of entries the backend lacks", what, bk, calls);
+    const run_out *o[2] = {&b, &c};
+    const char *name[2] = {"without the _in16 entries", "under recompute light"};
+    for (int i = 0; i < (rc.bf16_acts ? 1 : 2); i++) {
+        CHECK_MSG(!memcmp(a.loss, o[i]->loss, sizeof a.loss),
+                  "%s on %s bf16_acts=%d: losses differ %s (%.9g vs %.9g)", what, bk,
+                  rc.bf16_acts, name[i], a.loss[3], o[i]->loss[3]);
+        CHECK_MSG(a.n == o[i]->n && !memcmp(a.weights, o[i]->weights, a.n * sizeof(float)),
+                  "%s on %s bf16_acts=%d: trained weights differ %s", what, bk, rc.bf16_acts,
+                  name[i]);
+        CHECK_MSG(!memcmp(a.logits, o[i]->logits, sizeof a.logits), "%s on %s: logits differ %s",
+                  what, bk, name[i]);
+    }
+    CHECK_MSG(a.loss[3] != a.loss[0], "%s: training did not move the loss", what);
+    printf("  %-11s on %-3s bf16_acts=%d: kept bf16 GEMM inputs == rounding at each GEMM "
+           "(%d _in16 calls)\n", what, bk, rc.bf16_acts, calls);
+    free(a.weights);
+    free(b.weights);
+    free(c.weights);
+}
+
 /* Save on sim, load on ref and on sim: the same weights. */
 static void test_hf_round_trip(void) {
     char dir[256];
@@ -404,33 +481,43 @@ int main(void) {
     signal(SIGPIPE, SIG_IGN);
     test_sim_memory_is_not_host_memory();
     const run_cfg runs[] = {
-        {"gpt2-tiny", false, false, false, false, 0},
-        {"gpt2-tiny", false, true, true, false, 0},
-        {"llama-tiny", false, false, false, false, 0},
-        {"llama-tiny", false, true, false, false, 0},
-        {"llama-tiny", true, false, false, false, 0},
-        {"gpt2-tiny", true, false, true, false, 0},
+        {"gpt2-tiny", false, false, false, false, 0, false, 0},
+        {"gpt2-tiny", false, true, true, false, 0, false, 0},
+        {"llama-tiny", false, false, false, false, 0, false, 0},
+        {"llama-tiny", false, true, false, false, 0, false, 0},
+        {"llama-tiny", true, false, false, false, 0, false, 0},
+        {"gpt2-tiny", true, false, true, false, 0, false, 0},
         /* the families' switches: q/k norms (their op, re-derived in the
          * backward), q,k,v biases, Llama 3's RoPE table through device memory */
-        {"qwen3-tiny", false, false, true, false, 0},
-        {"qwen3-tiny", true, false, false, false, 0},
-        {"qwen2-tiny", false, true, false, false, 0},
-        {"llama3-tiny", true, false, false, false, 0},
+        {"qwen3-tiny", false, false, true, false, 0, false, 0},
+        {"qwen3-tiny", true, false, false, false, 0, false, 0},
+        {"qwen2-tiny", false, true, false, false, 0, false, 0},
+        {"llama3-tiny", true, false, false, false, 0, false, 0},
         /* Gemma: sandwich norms re-derived under full recompute, sliding layers */
-        {"gemma3-tiny", false, false, true, false, 0},
-        {"gemma3-tiny", true, true, false, false, 0},
+        {"gemma3-tiny", false, false, true, false, 0, false, 0},
+        {"gemma3-tiny", true, true, false, false, 0, false, 0},
     };
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) test_sim_equals_ref(&runs[i]);
     const run_cfg fused[] = {
-        {"gpt2-tiny", false, false, false, false, 0},
-        {"gpt2-tiny", false, true, true, false, 0},
-        {"gpt2-tiny", false, true, false, true, 0},
-        {"gpt2-tiny", true, false, true, false, 0},
+        {"gpt2-tiny", false, false, false, false, 0, false, 0},
+        {"gpt2-tiny", false, true, true, false, 0, false, 0},
+        {"gpt2-tiny", false, true, false, true, 0, false, 0},
+        {"gpt2-tiny", true, false, true, false, 0, false, 0},
     };
     for (size_t i = 0; i < sizeof fused / sizeof *fused; i++)
         test_fused_equals_unfused(fused[i]);
     test_hf_round_trip();
     const ct_backend_kind kinds[] = {CT_BACKEND_REF, CT_BACKEND_CPU, CT_BACKEND_SIM};
+    const run_cfg in16[] = {
+        {"gpt2-tiny", false, false, false, false, 0, false, 0},
+        {"gpt2-tiny", false, true, false, false, 0, false, 0},
+        {"llama-tiny", false, false, false, false, 0, false, 0},
+        {"gemma3-tiny", false, false, false, false, 0, false, 0},
+        {"gemma3-tiny", false, true, false, false, 0, false, 0},
+    };
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < sizeof in16 / sizeof *in16; i++)
+            test_in16_equals_rounding(kinds[k], in16[i]);
     for (int k = 0; k < 3; k++) {
         test_reduce_add(kinds[k]);
         test_queued_equals_sync(kinds[k], "gpt2-tiny");

@@ -212,6 +212,12 @@ void ct_matmul_gelu_forward_cuda(ct_backend *be, float *pre, float *out, const f
 void ct_matmul_gelu_forward_bf16_cuda(ct_backend *be, float *pre, float *out, const float *inp,
                                       const uint16_t *weight16, const float *bias, int N, int C,
                                       int OC);
+void ct_matmul_forward_bf16_in16_cuda(ct_backend *be, float *out, const uint16_t *inp16,
+                                      const uint16_t *weight16, const float *bias, int N, int C,
+                                      int OC);
+void ct_matmul_gelu_forward_bf16_in16_cuda(ct_backend *be, float *pre, float *out,
+                                           const uint16_t *inp16, const uint16_t *weight16,
+                                           const float *bias, int N, int C, int OC);
 void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const uint16_t *inp16,
                                   const uint16_t *weight16, int N, int C, int OC);

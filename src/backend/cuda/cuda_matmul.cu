@@ -5,7 +5,9 @@
  * x inp^T (C,N), and so on; no copies, the transposes are flags. fp32 runs in fp32 (cuBLAS's default math mode:
  * no TF32), for parity with PyTorch with TF32 off. Mixed precision (train.precision=bf16)
  * rounds the fp32 operand into a bf16 workspace and calls cublasGemmEx with
- * bf16 inputs, fp32 compute and fp32 output (tensor cores). A forward with a
+ * bf16 inputs, fp32 compute and fp32 output (tensor cores); the _in16
+ * forwards take an input the model keeps in bf16 as the operand, with no
+ * rounding pass. A forward with a
  * bias runs through cuBLASLt's bias epilogue, and matmul_gelu_forward through
  * its bias+GELU epilogue that also writes the pre-activation (cuda_lt.cu),
  * each configuration first checked once against the plain path below on a
@@ -167,8 +169,8 @@ static void gemm_bf16(ct_backend *be, cublasOperation_t ta, cublasOperation_t tb
     gemm_16(be, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, beta, Cm, ldc, what);
 }
 
-/* The plain bf16 forward: bias pre-filled, GemmEx on bf16 inputs with beta = 1. */
-static void plain_forward_bf16(ct_backend *be, float *out, const float *inp,
+/* The plain bf16 forward on a bf16 input: bias pre-filled, GemmEx with beta = 1. */
+static void plain_forward_bf16(ct_backend *be, float *out, const uint16_t *x16,
                                const uint16_t *weight16, const float *bias, int N, int C,
                                int OC) {
     float beta = prefill_bias(be, out, bias, N, OC);
@@ -177,22 +179,39 @@ static void plain_forward_bf16(ct_backend *be, float *out, const float *inp,
                            "matmul");
         return;
     }
-    const uint16_t *x16 = bf16_operand(be, inp, (size_t)N * C);
-    if (!x16) return;
     gemm_bf16(be, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight16, C, x16, C, beta, out, OC,
               "matmul_forward_bf16");
+}
+
+/* The bf16 forwards read their input as bf16: an fp32 input is rounded into
+ * the workspace first (NULL: the workspace could not grow, error set), a
+ * bf16 one (the _in16 entries: a value the model keeps in bf16) is read as
+ * it is. C == 0 needs no operand. */
+static const uint16_t *x16_of(ct_backend *be, const float *inp, const uint16_t *inp16, size_t n) {
+    return inp16 || n == 0 ? inp16 : bf16_operand(be, inp, n);
+}
+
+static void forward_bf16(ct_backend *be, float *out, const float *inp, const uint16_t *inp16,
+                         const uint16_t *weight16, const float *bias, int N, int C, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    const uint16_t *x16 = x16_of(be, inp, inp16, (size_t)N * (C > 0 ? C : 0));
+    if (!x16 && C > 0) return;
+    if (bias && C > 0 && lt_ready(be, CUDA_LT_BIAS_BF16) &&
+        lt_try(be, CUDA_LT_BIAS_BF16, out, NULL, weight16, x16, bias, N, C, OC))
+        return;
+    plain_forward_bf16(be, out, x16, weight16, bias, N, C, OC);
 }
 
 extern "C" void ct_matmul_forward_bf16_cuda(ct_backend *be, float *out, const float *inp,
                                             const uint16_t *weight16, const float *bias, int N,
                                             int C, int OC) {
-    if (N <= 0 || OC <= 0) return;
-    if (bias && C > 0 && lt_ready(be, CUDA_LT_BIAS_BF16)) {
-        const uint16_t *x16 = bf16_operand(be, inp, (size_t)N * C);
-        if (!x16) return;
-        if (lt_try(be, CUDA_LT_BIAS_BF16, out, NULL, weight16, x16, bias, N, C, OC)) return;
-    }
-    plain_forward_bf16(be, out, inp, weight16, bias, N, C, OC);
+    forward_bf16(be, out, inp, NULL, weight16, bias, N, C, OC);
+}
+
+extern "C" void ct_matmul_forward_bf16_in16_cuda(ct_backend *be, float *out,
+                                                 const uint16_t *inp16, const uint16_t *weight16,
+                                                 const float *bias, int N, int C, int OC) {
+    forward_bf16(be, out, NULL, inp16, weight16, bias, N, C, OC);
 }
 
 /* pre (N,OC) = inp @ W^T + bias, out (N,OC) = gelu(pre): one Lt GEMM with
@@ -207,17 +226,30 @@ extern "C" void ct_matmul_gelu_forward_cuda(ct_backend *be, float *pre, float *o
     ct_gelu_forward_cuda(be, out, pre, (size_t)N * OC);
 }
 
+static void gelu_forward_bf16(ct_backend *be, float *pre, float *out, const float *inp,
+                              const uint16_t *inp16, const uint16_t *weight16, const float *bias,
+                              int N, int C, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    const uint16_t *x16 = x16_of(be, inp, inp16, (size_t)N * (C > 0 ? C : 0));
+    if (!x16 && C > 0) return;
+    if (bias && C > 0 && OC % 8 == 0 && lt_ready(be, CUDA_LT_GELU_BF16) &&
+        lt_try(be, CUDA_LT_GELU_BF16, out, pre, weight16, x16, bias, N, C, OC))
+        return;
+    plain_forward_bf16(be, pre, x16, weight16, bias, N, C, OC);
+    ct_gelu_forward_cuda(be, out, pre, (size_t)N * OC);
+}
+
 extern "C" void ct_matmul_gelu_forward_bf16_cuda(ct_backend *be, float *pre, float *out,
                                                  const float *inp, const uint16_t *weight16,
                                                  const float *bias, int N, int C, int OC) {
-    if (N <= 0 || OC <= 0) return;
-    if (bias && C > 0 && OC % 8 == 0 && lt_ready(be, CUDA_LT_GELU_BF16)) {
-        const uint16_t *x16 = bf16_operand(be, inp, (size_t)N * C);
-        if (!x16) return;
-        if (lt_try(be, CUDA_LT_GELU_BF16, out, pre, weight16, x16, bias, N, C, OC)) return;
-    }
-    plain_forward_bf16(be, pre, inp, weight16, bias, N, C, OC);
-    ct_gelu_forward_cuda(be, out, pre, (size_t)N * OC);
+    gelu_forward_bf16(be, pre, out, inp, NULL, weight16, bias, N, C, OC);
+}
+
+extern "C" void ct_matmul_gelu_forward_bf16_in16_cuda(ct_backend *be, float *pre, float *out,
+                                                      const uint16_t *inp16,
+                                                      const uint16_t *weight16,
+                                                      const float *bias, int N, int C, int OC) {
+    gelu_forward_bf16(be, pre, out, NULL, inp16, weight16, bias, N, C, OC);
 }
 
 /* ------------------------------------------------ the check before first use */
@@ -287,14 +319,14 @@ static bool lt_selftest(ct_backend *be, int cfg) {
         }
         /* the plain path: what the run would otherwise compute */
         float *plain_out = gelu ? p_ref : o_ref;
-        if (bf16) plain_forward_bf16(be, plain_out, dx, dw16, db, N, C, OC);
-        else plain_forward(be, plain_out, dx, dw, db, N, C, OC);
-        if (gelu) ct_gelu_forward_cuda(be, o_ref, p_ref, no);
         const void *x = dx;
         if (bf16 && !(x = bf16_operand(be, dx, nx))) {
             why = "no bf16 workspace";
             goto done;
         }
+        if (bf16) plain_forward_bf16(be, plain_out, (const uint16_t *)x, dw16, db, N, C, OC);
+        else plain_forward(be, plain_out, dx, dw, db, N, C, OC);
+        if (gelu) ct_gelu_forward_cuda(be, o_ref, p_ref, no);
         cublasStatus_t cs = cuda_lt_gemm(be, bf16, gelu, o_lt, p_lt, w, x, db, N, C, OC);
         cudaError_t e = cudaStreamSynchronize(st);
         if (cs != CUBLAS_STATUS_SUCCESS) {

@@ -111,16 +111,21 @@ static inline float half_round(float x, bool f16) {
 /* Mixed precision: out (N,OC) = half(inp) (N,C) @ weight16 (OC,C)^T + bias
  * (OC). Each product of two bf16 or two fp16 values is exact in fp32; the sum
  * runs in fp32 in c order, then the bias is added (as the cpu GEMM adds it).
- * With out16 the sums are rounded to bf16 into out16 (rows ld apart) instead. */
+ * With out16 the sums are rounded to bf16 into out16 (rows ld apart) instead.
+ * With inp16 (inp NULL) the input is 16-bit already and read as it is. */
+static inline float inp_at(const float *inp, const uint16_t *inp16, size_t i, bool f16) {
+    return inp16 ? half_widen(inp16[i], f16) : half_round(inp[i], f16);
+}
 static void matmul_forward_half(float *out, uint16_t *out16, int ld, const float *inp,
-                                const uint16_t *weight16, const float *bias, int N, int C,
-                                int OC, bool f16) {
+                                const uint16_t *inp16, const uint16_t *weight16,
+                                const float *bias, int N, int C, int OC, bool f16) {
     for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
+        size_t x = (size_t)n * C;
         for (int o = 0; o < OC; o++) {
             const uint16_t *w = weight16 + (size_t)o * C;
             float acc = 0.0f;
-            for (int c = 0; c < C; c++) acc += half_round(x[c], f16) * half_widen(w[c], f16);
+            for (int c = 0; c < C; c++)
+                acc += inp_at(inp, inp16, x + c, f16) * half_widen(w[c], f16);
             if (out16)
                 out16[(size_t)n * ld + o] = ct_f32_to_bf16(acc);
             else
@@ -177,7 +182,7 @@ static void matmul_backward_half(ct_backend *be, float *dinp, float *dweight, fl
 void ct_matmul_forward_bf16_ref(ct_backend *be, float *out, const float *inp,
                                const uint16_t *weight16, const float *bias, int N, int C, int OC) {
     (void)be;
-    matmul_forward_half(out, NULL, 0, inp, weight16, bias, N, C, OC, false);
+    matmul_forward_half(out, NULL, 0, inp, NULL, weight16, bias, N, C, OC, false);
 }
 
 void ct_matmul_backward_bf16_ref(ct_backend *be, float *dinp, float *dweight, float *dbias,
@@ -187,13 +192,21 @@ void ct_matmul_backward_bf16_ref(ct_backend *be, float *dinp, float *dweight, fl
                          false);
 }
 
+/* The bf16 forward on an input kept in bf16 (matmul_forward_bf16_in16). */
+void ct_matmul_forward_bf16_in16_ref(ct_backend *be, float *out, const uint16_t *inp16,
+                                     const uint16_t *weight16, const float *bias, int N, int C,
+                                     int OC) {
+    (void)be;
+    matmul_forward_half(out, NULL, 0, NULL, inp16, weight16, bias, N, C, OC, false);
+}
+
 /* The bf16 head: logits rounded to bf16 into rows ld apart, and the
  * backward from a bf16 gradient (matmul_forward_bf16_out16 and
  * matmul_backward_bf16_dout16 in backend.h). */
 void ct_matmul_forward_bf16_out16_ref(ct_backend *be, uint16_t *out16, int ld, const float *inp,
                                       const uint16_t *weight16, int N, int C, int OC) {
     (void)be;
-    matmul_forward_half(NULL, out16, ld, inp, weight16, NULL, N, C, OC, false);
+    matmul_forward_half(NULL, out16, ld, inp, NULL, weight16, NULL, N, C, OC, false);
 }
 
 void ct_matmul_backward_bf16_dout16_ref(ct_backend *be, float *dinp, float *dweight,
@@ -208,7 +221,7 @@ void ct_matmul_backward_bf16_dout16_ref(ct_backend *be, float *dinp, float *dwei
 void ct_matmul_forward_f16_ref(ct_backend *be, float *out, const float *inp,
                                const uint16_t *weight16, const float *bias, int N, int C, int OC) {
     (void)be;
-    matmul_forward_half(out, NULL, 0, inp, weight16, bias, N, C, OC, true);
+    matmul_forward_half(out, NULL, 0, inp, NULL, weight16, bias, N, C, OC, true);
 }
 
 void ct_matmul_backward_f16_ref(ct_backend *be, float *dinp, float *dweight, float *dbias,
@@ -231,5 +244,12 @@ void ct_matmul_gelu_forward_bf16_ref(ct_backend *be, float *pre, float *out, con
                                      const uint16_t *weight16, const float *bias, int N, int C,
                                      int OC) {
     ct_matmul_forward_bf16_ref(be, pre, inp, weight16, bias, N, C, OC);
+    ct_gelu_forward_ref(be, out, pre, (size_t)N * OC);
+}
+
+void ct_matmul_gelu_forward_bf16_in16_ref(ct_backend *be, float *pre, float *out,
+                                          const uint16_t *inp16, const uint16_t *weight16,
+                                          const float *bias, int N, int C, int OC) {
+    ct_matmul_forward_bf16_in16_ref(be, pre, inp16, weight16, bias, N, C, OC);
     ct_gelu_forward_ref(be, out, pre, (size_t)N * OC);
 }

@@ -55,6 +55,12 @@ void ct_crossentropy_forward_bf16_ref(ct_backend *be, float *losses, uint16_t *d
 void ct_matmul_gelu_forward_bf16_ref(ct_backend *be, float *pre, float *out, const float *inp,
                                      const uint16_t *weight16, const float *bias, int N, int C,
                                      int OC);
+void ct_matmul_forward_bf16_in16_ref(ct_backend *be, float *out, const uint16_t *inp16,
+                                     const uint16_t *weight16, const float *bias, int N, int C,
+                                     int OC);
+void ct_matmul_gelu_forward_bf16_in16_ref(ct_backend *be, float *pre, float *out,
+                                          const uint16_t *inp16, const uint16_t *weight16,
+                                          const float *bias, int N, int C, int OC);
 
 
 void ct_attention_forward_ref(ct_backend *be, float *out, float *lse, const float *qkv,

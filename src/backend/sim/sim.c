@@ -278,6 +278,17 @@ static void sim_matmul_gelu_forward_bf16(ct_backend *be, float *pre, float *out,
     ct_matmul_gelu_forward_bf16_ref(be, HF(pre), HF(out), HF(inp), H(weight16), HF(bias), N, C,
                                     OC);
 }
+static void sim_matmul_forward_bf16_in16(ct_backend *be, float *out, const uint16_t *inp16,
+                                         const uint16_t *weight16, const float *bias, int N,
+                                         int C, int OC) {
+    ct_matmul_forward_bf16_in16_ref(be, HF(out), H(inp16), H(weight16), HF(bias), N, C, OC);
+}
+static void sim_matmul_gelu_forward_bf16_in16(ct_backend *be, float *pre, float *out,
+                                              const uint16_t *inp16, const uint16_t *weight16,
+                                              const float *bias, int N, int C, int OC) {
+    ct_matmul_gelu_forward_bf16_in16_ref(be, HF(pre), HF(out), H(inp16), H(weight16), HF(bias),
+                                         N, C, OC);
+}
 static void sim_attention_forward(ct_backend *be, float *out, float *lse, const float *qkv,
                                   const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
                                   int NH, int NKV, int HS) {
@@ -420,6 +431,8 @@ const ct_backend_i ct_backend_sim_i = {
     .matmul_backward_f16 = sim_matmul_backward_f16,
     .matmul_gelu_forward = sim_matmul_gelu_forward,
     .matmul_gelu_forward_bf16 = sim_matmul_gelu_forward_bf16,
+    .matmul_forward_bf16_in16 = sim_matmul_forward_bf16_in16,
+    .matmul_gelu_forward_bf16_in16 = sim_matmul_gelu_forward_bf16_in16,
     .attention_forward = sim_attention_forward,
     .attention_backward = sim_attention_backward,
     .attention_decode = sim_attention_decode,
