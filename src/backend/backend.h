@@ -259,6 +259,21 @@ typedef struct ct_backend_i {
     void (*matmul_gelu_forward_bf16_in16)(ct_backend *be, float *pre, float *out,
                                           const uint16_t *inp16, const uint16_t *weight16,
                                           const float *bias, int N, int C, int OC);
+    /* The norm forwards with a bf16 output (the GEMM operand the model
+     * keeps, so no fp32 output and no rounding pass): with b, res(N,C) = a
+     * + b and out16(N,C) = the norm of res, residual_layernorm_forward's /
+     * residual_rmsnorm_forward's; without b (NULL), out16 = the norm of a,
+     * layernorm_forward's / rmsnorm_forward's, res unused (may be NULL).
+     * out16 holds those entries' fp32 outputs rounded to bf16 (nearest
+     * even), bit for bit; mean and rstd as there. Optional, both or
+     * neither, and only where the _in16 GEMM forwards are (NULL on cpu). */
+    void (*layernorm_forward_out16)(ct_backend *be, float *res, uint16_t *out16, float *mean,
+                                    float *rstd, const float *a, const float *b,
+                                    const float *weight, const float *bias, int N, int C,
+                                    float eps);
+    void (*rmsnorm_forward_out16)(ct_backend *be, float *res, uint16_t *out16, float *rstd,
+                                  const float *a, const float *b, const float *weight, int N,
+                                  int C, float eps, float wofs);
 
     /* Causal self-attention without a T x T matrix in memory, on fused rows
      * qkv (B,T,(NH+2*NKV)*HS) (see the legend); scale 1/sqrt(HS). Writes

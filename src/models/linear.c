@@ -49,6 +49,9 @@ bool model_linear_gelu_fwd(ct_model *m, int l, float *pre, float *out, const flo
     if (bf16 ? !k->matmul_gelu_forward_bf16 : !k->matmul_gelu_forward) return false;
     /* an adapter adds to pre before the GELU: the GEMM alone, then it */
     if (model_lora_on(m, LIN_FC)) return false;
+    /* a kept bf16 input goes to a GEMM that reads it (x may be unwritten) */
+    if (bf16 && x16 && k->matmul_forward_bf16_in16 && !k->matmul_gelu_forward_bf16_in16)
+        return false;
     linear_shape s = model_linear_shape(m, l, LIN_FC);
     if (bf16 && x16 && k->matmul_gelu_forward_bf16_in16)
         k->matmul_gelu_forward_bf16_in16(m->be, pre, out, x16, model_w16(m, s.w), model_p(m, s.b),

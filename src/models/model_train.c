@@ -11,7 +11,8 @@
  * (autocast) changes only the GEMMs of the linears (linear.c) and the head:
  * bf16 inputs, fp32 sums and outputs; when training a full model, the values
  * that feed nothing but a GEMM (ln1, ln2, fch_gelu) are kept as that GEMM's
- * bf16 operand (model_acts.in16), which both its passes read as it is.
+ * bf16 operand (model_acts.in16), which both its passes read as it is; the
+ * norms write theirs in bf16 directly where the backend can (norm_out16).
  * Every tensor lives in the backend's device memory and is touched only
  * through m->be: kernels, memsets, bf16 conversions, the loss sum, uploads of
  * the token ids and downloads of logits.
@@ -280,13 +281,42 @@ static float *attn_input(ct_model *m, int l, float *qkv, int B, int T) {
 }
 
 /* Where a block's output goes next: the norm that reads it (the next
- * block's norm1, or the final norm after the last block), into out, mean and
- * rstd with weights w, b (table indices). The block's last residual add runs
+ * block's norm1, or the final norm after the last block), into out (or,
+ * when not NULL, the kept bf16 operand out16: norm_out16), mean and rstd
+ * with weights w, b (table indices). The block's last residual add runs
  * fused with it. */
 typedef struct next_norm {
     float *out, *mean, *rstd;
+    uint16_t *out16;
     int w, b;
 } next_norm;
+
+/* Where a norm that feeds only a GEMM writes its bf16 output straight into
+ * the operand the model keeps (kept: la's ln1 or ln2 under model_acts.in16):
+ * the backend has the bf16-output norms and the _in16 GEMM forwards, so no
+ * fp32 output is written and nothing reads one. NULL: the fp32 output and
+ * in_store as usual. */
+static uint16_t *norm_out16(const ct_model *m, void *kept) {
+    const ct_backend_i *k = m->be->i;
+    bool norm16 = m->cfg.norm == CT_NORM_RMSNORM ? k->rmsnorm_forward_out16 != NULL
+                                                  : k->layernorm_forward_out16 != NULL;
+    if (!kept || !m->acts.in16 || !model_bf16(m) || !k->matmul_forward_bf16_in16 || !norm16)
+        return NULL;
+    return kept;
+}
+
+/* The norm of a, or with b of res = a + b (into res), into out16 (norm_out16). */
+static void norm_fwd16(const ct_model *m, float *res, uint16_t *out16, float *mean, float *rstd,
+                       const float *a, const float *b, int w, int bias, int N) {
+    const ct_model_config *c = &m->cfg;
+    ct_model *mm = (ct_model *)m;
+    if (c->norm == CT_NORM_RMSNORM)
+        m->be->i->rmsnorm_forward_out16(m->be, res, out16, rstd, a, b, model_p(mm, w), N,
+                                        c->n_embd, c->norm_eps, model_wofs(c));
+    else
+        m->be->i->layernorm_forward_out16(m->be, res, out16, mean, rstd, a, b, model_p(mm, w),
+                                          model_p(mm, bias), N, c->n_embd, c->norm_eps);
+}
 
 /* One block from res_in (fp32) into the buffers of v, keeping what la keeps
  * (la may be NULL: keep nothing). ln1_ready: v->ln1 and its statistics hold
@@ -306,9 +336,14 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     size_t NC = (size_t)N * C, NF = (size_t)N * F, NQ = (size_t)N * model_q_width(c);
     layer_acts none = {0};
     if (!la) la = &none;
-    if (!ln1_ready)
+    /* ln1_ready with ln1_16: the previous block wrote it there */
+    uint16_t *ln1_16 = norm_out16(m, la->ln1), *ln2_16 = norm_out16(m, la->ln2);
+    if (!ln1_ready && ln1_16)
+        norm_fwd16(m, NULL, ln1_16, v->ln1_mean, v->ln1_rstd, res_in, NULL, w->ln1_w, w->ln1_b,
+                   N);
+    else if (!ln1_ready)
         model_norm_fwd(m, v->ln1, v->ln1_mean, v->ln1_rstd, res_in, w->ln1_w, w->ln1_b, N);
-    in_store(m, la->ln1, v->ln1, NC); /* before ln2 reuses a shared work buffer */
+    if (!ln1_16) in_store(m, la->ln1, v->ln1, NC); /* before ln2 reuses a shared work buffer */
     model_linear_fwd(m, l, LIN_QKV, v->qkv, v->ln1, in16_of(m, la->ln1), N);
     const float *att_in = attn_input(m, l, v->qkv, B, T);
     act_store(m, la->qkv, v->qkv, (size_t)N * QKV);
@@ -323,16 +358,20 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     }
     model_drop_rows(m, v->res2, v->res2, CT_DROPOUT_ATTN_RESID, l, B, T);
     /* res2 = res_in + the branch, and norm2 of it */
-    model_residual_norm_fwd(m, v->res2, v->ln2, v->ln2_mean, v->ln2_rstd, v->res2, res_in,
-                            w->ln2_w, w->ln2_b, N);
+    if (ln2_16)
+        norm_fwd16(m, v->res2, ln2_16, v->ln2_mean, v->ln2_rstd, v->res2, res_in, w->ln2_w,
+                   w->ln2_b, N);
+    else
+        model_residual_norm_fwd(m, v->res2, v->ln2, v->ln2_mean, v->ln2_rstd, v->res2, res_in,
+                                w->ln2_w, w->ln2_b, N);
     act_store(m, la->res2, v->res2, NC);
-    in_store(m, la->ln2, v->ln2, NC);
+    if (!ln2_16) in_store(m, la->ln2, v->ln2, NC);
     /* GPT-2's c_fc and GELU in one call where the backend fuses them (a
      * re-run for the backward, out NULL, needs c_fc's output only) */
-    const uint16_t *ln2_16 = in16_of(m, la->ln2);
+    const uint16_t *ln2_in = in16_of(m, la->ln2);
     bool fused = out && c->mlp == CT_MLP_GELU &&
-                 model_linear_gelu_fwd(m, l, v->fch, v->fch_gelu, v->ln2, ln2_16, N);
-    if (!fused) model_linear_fwd(m, l, LIN_FC, v->fch, v->ln2, ln2_16, N);
+                 model_linear_gelu_fwd(m, l, v->fch, v->fch_gelu, v->ln2, ln2_in, N);
+    if (!fused) model_linear_fwd(m, l, LIN_FC, v->fch, v->ln2, ln2_in, N);
     act_store(m, la->fch, v->fch, (size_t)N * FW);
     if (!out) return;
     if (!fused) model_mlp_act_fwd(m, v->fch_gelu, v->fch, N);
@@ -349,8 +388,12 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     model_drop_rows(m, out, out, CT_DROPOUT_MLP_RESID, l, B, T);
     /* out = res2 + the branch, and the next norm of it (the next block's
      * norm1 or the final norm: neither buffer is one this block still reads) */
-    model_residual_norm_fwd(m, out, next->out, next->mean, next->rstd, out, v->res2, next->w,
-                            next->b, N);
+    if (next->out16)
+        norm_fwd16(m, out, next->out16, next->mean, next->rstd, out, v->res2, next->w, next->b,
+                   N);
+    else
+        model_residual_norm_fwd(m, out, next->out, next->mean, next->rstd, out, v->res2, next->w,
+                                next->b, N);
     act_store(m, la->res3, out, NC);
 }
 
@@ -374,7 +417,7 @@ static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool 
     if (c->embed_scale) k->scale(be, res, model_embed_scale(c), NC);
     model_drop_rows(m, res, res, CT_DROPOUT_EMBD, 0, B, T);
     if (keep) act_store(m, a->encoded, res, NC);
-    next_norm fin = {a->lnf, a->lnf_mean, a->lnf_rstd, m->lnf_w, m->lnf_b};
+    next_norm fin = {a->lnf, a->lnf_mean, a->lnf_rstd, NULL, m->lnf_w, m->lnf_b};
     for (int l = 0; l < L; l++) {
         layer_acts *la = &a->layers[l];
         block_f32 v = block_view(m, l);
@@ -385,7 +428,8 @@ static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool 
         if (l + 1 < L) {
             block_f32 vn = block_view(m, l + 1);
             const layer_idx *wn = &m->layers[l + 1];
-            nx = (next_norm){vn.ln1, vn.ln1_mean, vn.ln1_rstd, wn->ln1_w, wn->ln1_b};
+            uint16_t *o16 = keep ? norm_out16(m, a->layers[l + 1].ln1) : NULL;
+            nx = (next_norm){vn.ln1, vn.ln1_mean, vn.ln1_rstd, o16, wn->ln1_w, wn->ln1_b};
         }
         block_forward(m, l, &v, keep ? la : NULL, res, l > 0, out, &nx, B, T);
         res = out;

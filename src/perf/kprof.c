@@ -258,6 +258,19 @@ static void p_matmul_gelu_forward_bf16_in16(ct_backend *be, float *pre, float *o
     TIMED(CT_KP_MATMUL_FWD, matmul_gelu_forward_bf16_in16, pre, out, inp16, weight16, bias, N, C,
           OC);
 }
+static void p_layernorm_forward_out16(ct_backend *be, float *res, uint16_t *out16, float *mean,
+                                      float *rstd, const float *a, const float *b,
+                                      const float *weight, const float *bias, int N, int C,
+                                      float eps) {
+    TIMED(CT_KP_NORM_FWD, layernorm_forward_out16, res, out16, mean, rstd, a, b, weight, bias, N,
+          C, eps);
+}
+static void p_rmsnorm_forward_out16(ct_backend *be, float *res, uint16_t *out16, float *rstd,
+                                    const float *a, const float *b, const float *weight, int N,
+                                    int C, float eps, float wofs) {
+    TIMED(CT_KP_NORM_FWD, rmsnorm_forward_out16, res, out16, rstd, a, b, weight, N, C, eps,
+          wofs);
+}
 static void p_matmul_backward_bf16(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                    const float *dout, const uint16_t *inp16,
                                    const uint16_t *weight16, int N, int C, int OC) {
@@ -429,6 +442,8 @@ static const ct_backend_i prof_i = {
     .matmul_gelu_forward_bf16 = p_matmul_gelu_forward_bf16,
     .matmul_forward_bf16_in16 = p_matmul_forward_bf16_in16,
     .matmul_gelu_forward_bf16_in16 = p_matmul_gelu_forward_bf16_in16,
+    .layernorm_forward_out16 = p_layernorm_forward_out16,
+    .rmsnorm_forward_out16 = p_rmsnorm_forward_out16,
     .attention_forward = p_attention_forward,
     .attention_backward = p_attention_backward,
     .attention_forward_bf16 = p_attention_forward_bf16,
@@ -476,6 +491,8 @@ ct_status ct_kprof_init(ct_kprof **out, ct_backend *inner) {
     if (!inner->i->matmul_backward_bf16_dout16) kp->table.matmul_backward_bf16_dout16 = NULL;
     if (!inner->i->matmul_forward_bf16_in16) kp->table.matmul_forward_bf16_in16 = NULL;
     if (!inner->i->matmul_gelu_forward_bf16_in16) kp->table.matmul_gelu_forward_bf16_in16 = NULL;
+    if (!inner->i->layernorm_forward_out16) kp->table.layernorm_forward_out16 = NULL;
+    if (!inner->i->rmsnorm_forward_out16) kp->table.rmsnorm_forward_out16 = NULL;
     kp->be.i = &kp->table;
     kp->be.ctx = inner->ctx;
     kp->be.host_visible = inner->host_visible;

@@ -838,17 +838,37 @@ static void check_norm(int N, int C, unsigned threads, bool held, bool alias, fl
     launch(dim3(N), threads, [=]() {
         norm_row<LN, false>(hp, NULL, o2, LN ? m2 : NULL, s2, xp, NULL, wp, bip, C, eps, wofs);
     });
+    /* the bf16 output (the *_out16 entries), fused and not: the fp32 bits rounded */
+    std::vector<__nv_bfloat16> o16(NC), o16b(NC);
+    std::vector<float> res16(NC, NAN), stat16(2 * (size_t)N, NAN);
+    __nv_bfloat16 *y16 = o16.data(), *y16b = o16b.data();
+    float *r16 = res16.data(), *st16 = stat16.data();
+    const float *a16 = a.data();
+    launch(dim3(N), threads, [=]() {
+        norm_row<LN, true, __nv_bfloat16>(hp, r16, y16, LN ? st16 : NULL, st16 + N, a16, bp, wp,
+                                          bip, C, eps, wofs);
+    });
+    launch(dim3(N), threads, [=]() {
+        norm_row<LN, false, __nv_bfloat16>(hp, NULL, y16b, NULL, NULL, xp, NULL, wp, bip, C, eps,
+                                           wofs);
+    });
     g_smem_fill = 0;
+    bool rounded = !memcmp(r16, sum.data(), NC * sizeof(float)) &&
+                   !memcmp(st16 + N, sp, N * sizeof(float));
+    for (size_t i = 0; i < NC; i++)
+        rounded &= o16[i].bits == ct_f32_to_bf16(op[i]) &&
+                   o16b[i].bits == o16[i].bits;
     bool adds = !memcmp(rp, sum.data(), NC * sizeof(float));
     bool same = !memcmp(op, o2, NC * sizeof(float)) && !memcmp(sp, s2, N * sizeof(float)) &&
                 (!LN || !memcmp(mp, m2, N * sizeof(float)));
     double eo = err(op, want), er = err(sp, want_rstd), em = LN ? err(mp, want_mean) : 0.0;
     const double tol = 2e-6; /* fp32 statistics: a few ulps */
-    bool ok = adds && same && eo < tol && er < tol && em < tol;
-    printf("%s %s N=%d C=%d threads=%u%s%s eps=%g: out %.2g rstd %.2g mean %.2g%s%s\n",
+    bool ok = adds && same && rounded && eo < tol && er < tol && em < tol;
+    printf("%s %s N=%d C=%d threads=%u%s%s eps=%g: out %.2g rstd %.2g mean %.2g%s%s%s\n",
            ok ? "ok  " : "FAIL", LN ? "residual+layernorm" : "residual+rmsnorm", N, C, threads,
            held ? " held" : " global", alias ? " res=a" : "", (double)eps, eo, er, em,
-           adds ? "" : ", res != a + b", same ? "" : ", fused != unfused bits");
+           adds ? "" : ", res != a + b", same ? "" : ", fused != unfused bits",
+           rounded ? "" : ", bf16 output != the fp32 output rounded");
     fails += !ok;
 }
 

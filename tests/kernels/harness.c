@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dtype.h"
+
 /* The backends held to ref. Adding a backend to the kernel tests is one line
  * here. With CT_TEST_GPU=1 (the `gpu` ctest label, `make test-gpu`) the
  * CUDA backend alone is held to ref instead; without a GPU (or a build
@@ -117,6 +119,18 @@ double compare(const char *what, const float *got, const double *want, size_t n,
 
 int same_floats(const float *a, const float *b, size_t n) {
     return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+uint16_t *u16fill(size_t n, uint16_t v) {
+    uint16_t *x = pool_alloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = v;
+    return x;
+}
+
+int same_bf16_of(const uint16_t *got, const float *f, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != ct_f32_to_bf16(f[i])) return 0;
+    return 1;
 }
 
 int32_t *pos_packed(int B, int T, const int *lens, int nlens) {

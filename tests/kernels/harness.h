@@ -64,6 +64,10 @@ double compare(const char *what, const float *got, const double *want, size_t n,
     CHECK_CLOSE_D(label((be), what " vs FD"), fsub((got), (prefill), (n)), (want), (n), TOL_FD)
 
 int same_floats(const float *a, const float *b, size_t n);
+/* n 16-bit values, all v (a NaN pattern shows an element left unwritten). Pooled. */
+uint16_t *u16fill(size_t n, uint16_t v);
+/* Whether got holds f rounded to bf16 (nearest even), bit for bit. */
+int same_bf16_of(const uint16_t *got, const float *f, size_t n);
 
 /* Positions (B,T) for rows that pack examples (see backend.h): row b's
  * example lengths cycle through lens[0..nlens), starting at lens[b % nlens];

@@ -203,6 +203,24 @@ static void test_residual_layernorm(int N, int C) {
         CHECK_MSG(same_floats(g[2].got, sum, NC) && same_floats(g[0].got, f[1].got, NC) &&
                       same_floats(g[5].got, f[3].got, N),
                   "%s", label(be, "residual_layernorm res=b, NULL mean"));
+        /* the bf16 output (layernorm_forward_out16): the fp32 output rounded,
+         * with the add (b) and without (the norm of the sum itself) */
+        if (!be->i->layernorm_forward_out16) continue;
+        for (int add = 1; add >= 0; add--) {
+            karg h[] = {ARG(ffill(NC, NAN), NC), ARG(u16fill(NC, 0x7fc1), NC),
+                        ARG(ffill(N, NAN), N),   ARG(ffill(N, NAN), N),
+                        ARG(add ? a : sum, NC),  ARG(b, NC),
+                        ARG(w, C),               ARG(bias, C)};
+            RUN(be, h, be->i->layernorm_forward_out16(be, add ? h[0].dev : NULL, h[1].dev,
+                                                      h[2].dev, h[3].dev, h[4].dev,
+                                                      add ? h[5].dev : NULL, h[6].dev, h[7].dev,
+                                                      N, C, eps));
+            CHECK_MSG((!add || same_floats(h[0].got, sum, NC)) &&
+                          same_bf16_of((const uint16_t *)h[1].got, f[1].got, NC) &&
+                          same_floats(h[2].got, f[2].got, N) && same_floats(h[3].got, f[3].got, N),
+                      "%s", label(be, add ? "layernorm_forward_out16 == bf16(residual_layernorm)"
+                                          : "layernorm_forward_out16 b=NULL == bf16(layernorm)"));
+        }
     }
     pool_free();
 }

@@ -135,6 +135,22 @@ static void test_residual_rmsnorm(int N, int C, float eps, float wofs) {
                                                    g[2].dev, g[3].dev, N, C, eps, wofs));
         CHECK_MSG(same_floats(g[2].got, sum, NC) && same_floats(g[0].got, f[1].got, NC), "%s",
                   label(be, "residual_rmsnorm res=b"));
+        /* the bf16 output (rmsnorm_forward_out16): the fp32 output rounded,
+         * with the add (b) and without (the norm of the sum itself) */
+        if (!be->i->rmsnorm_forward_out16) continue;
+        for (int add = 1; add >= 0; add--) {
+            karg h[] = {ARG(ffill(NC, NAN), NC), ARG(u16fill(NC, 0x7fc1), NC),
+                        ARG(ffill(N, NAN), N),   ARG(add ? a : sum, NC),
+                        ARG(b, NC),              ARG(w, C)};
+            RUN(be, h, be->i->rmsnorm_forward_out16(be, add ? h[0].dev : NULL, h[1].dev, h[2].dev,
+                                                    h[3].dev, add ? h[4].dev : NULL, h[5].dev, N,
+                                                    C, eps, wofs));
+            CHECK_MSG((!add || same_floats(h[0].got, sum, NC)) &&
+                          same_bf16_of((const uint16_t *)h[1].got, f[1].got, NC) &&
+                          same_floats(h[2].got, f[2].got, N),
+                      "%s", label(be, add ? "rmsnorm_forward_out16 == bf16(residual_rmsnorm)"
+                                          : "rmsnorm_forward_out16 b=NULL == bf16(rmsnorm)"));
+        }
     }
     pool_free();
 }

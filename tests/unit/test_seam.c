@@ -92,7 +92,9 @@ typedef struct run_cfg {
     int fused;      /* 0: the backend's table as it is; 1: counting its fused
                      * linear+GELU entries; -1: without them */
     bool light;     /* train.recompute = light (ln1, ln2, fch_gelu re-derived) */
-    int in16;       /* as fused, for the forwards on a kept bf16 input */
+    int in16;       /* as fused, for the forwards on a kept bf16 input and the
+                     * norms that write it; 2: those forwards counted, the
+                     * norms removed */
 } run_cfg;
 
 /* Calls of the fused entries of the counting table (train_on, fused = 1). */
@@ -110,8 +112,9 @@ static void count_matmul_gelu_bf16(ct_backend *be, float *pre, float *out, const
     fused_inner->matmul_gelu_forward_bf16(be, pre, out, inp, weight16, bias, N, C, OC);
 }
 
-/* Calls of the forwards on a kept bf16 input (train_on, in16 = 1). */
-static int in16_calls;
+/* Calls of the forwards on a kept bf16 input and of the bf16-output norms
+ * (train_on, in16 = 1). */
+static int in16_calls, out16_calls;
 static const ct_backend_i *in16_inner;
 static void count_matmul_in16(ct_backend *be, float *out, const uint16_t *inp16,
                               const uint16_t *weight16, const float *bias, int N, int C, int OC) {
@@ -123,6 +126,20 @@ static void count_matmul_gelu_in16(ct_backend *be, float *pre, float *out, const
                                    int OC) {
     in16_calls++;
     in16_inner->matmul_gelu_forward_bf16_in16(be, pre, out, inp16, weight16, bias, N, C, OC);
+}
+static void count_layernorm_out16(ct_backend *be, float *res, uint16_t *out16, float *mean,
+                                  float *rstd, const float *a, const float *b,
+                                  const float *weight, const float *bias, int N, int C,
+                                  float eps) {
+    out16_calls++;
+    in16_inner->layernorm_forward_out16(be, res, out16, mean, rstd, a, b, weight, bias, N, C,
+                                        eps);
+}
+static void count_rmsnorm_out16(ct_backend *be, float *res, uint16_t *out16, float *rstd,
+                                const float *a, const float *b, const float *weight, int N, int C,
+                                float eps, float wofs) {
+    out16_calls++;
+    in16_inner->rmsnorm_forward_out16(be, res, out16, rstd, a, b, weight, N, C, eps, wofs);
 }
 
 typedef struct run_out {
@@ -157,6 +174,11 @@ static void train_on(ct_backend_kind kind, const run_cfg *rc, run_out *out) {
             on && in16_inner->matmul_forward_bf16_in16 ? count_matmul_in16 : NULL;
         table.matmul_gelu_forward_bf16_in16 =
             on && in16_inner->matmul_gelu_forward_bf16_in16 ? count_matmul_gelu_in16 : NULL;
+        bool norms = rc->in16 == 1;
+        table.layernorm_forward_out16 =
+            norms && in16_inner->layernorm_forward_out16 ? count_layernorm_out16 : NULL;
+        table.rmsnorm_forward_out16 =
+            norms && in16_inner->rmsnorm_forward_out16 ? count_rmsnorm_out16 : NULL;
         be->i = &table;
     }
     ct_model_config cfg;
@@ -397,17 +419,21 @@ static void test_fused_equals_unfused(run_cfg rc) {
  * same bits as rounding the fp32 values at each GEMM, which is what a run
  * without the _in16 entries does (forward) and what recompute light does
  * (backward: the values are re-derived and rounded; with fp32 activations
- * only, as bf16 ones re-derive them from the rounded residual stream). The
- * entries must run wherever the backend has them. */
+ * only, as bf16 ones re-derive them from the rounded residual stream); the
+ * norms that write the kept operand in bf16 give the bits of rounding their
+ * fp32 output, which a run without them does. The entries must run wherever
+ * the backend has them. */
 static void test_in16_equals_rounding(ct_backend_kind kind, run_cfg rc) {
-    run_out a = {0}, b = {0}, c = {0};
+    run_out a = {0}, b = {0}, c = {0}, d = {0};
     rc.bf16_prec = true;
     rc.in16 = 1;
-    in16_calls = 0;
+    in16_calls = out16_calls = 0;
     train_on(kind, &rc, &a);
-    int calls = in16_calls;
+    int calls = in16_calls, ncalls = out16_calls;
     rc.in16 = -1;
     train_on(kind, &rc, &b);
+    rc.in16 = 2;
+    train_on(kind, &rc, &d);
     rc.in16 = 0;
     rc.light = true;
     train_on(kind, &rc, &c);
@@ -419,12 +445,16 @@ static void test_in16_equals_rounding(ct_backend_kind kind, run_cfg rc) {
     bool has = ct_ctx_backend(ctx)->i->matmul_forward_bf16_in16 != NULL;
     ct_ctx_free(ctx);
     if (has)
-        CHECK_MSG(calls > 0, "%s on %s: the forwards on kept bf16 inputs never ran", what, bk);
+        CHECK_MSG(calls > 0 && ncalls > 0,
+                  "%s on %s: the forwards on kept bf16 inputs ran %d times, the bf16-output "
+                  "norms %d", what, bk, calls, ncalls);
     else
-        CHECK_MSG(calls == 0, "%s on %s: %d calls of entries the backend lacks", what, bk, calls);
-    const run_out *o[2] = {&b, &c};
-    const char *name[2] = {"without the _in16 entries", "under recompute light"};
-    for (int i = 0; i < (rc.bf16_acts ? 1 : 2); i++) {
+        CHECK_MSG(calls == 0 && ncalls == 0, "%s on %s: %d calls of entries the backend lacks",
+                  what, bk, calls + ncalls);
+    const run_out *o[3] = {&b, &d, &c};
+    const char *name[3] = {"without the _in16 entries", "without the bf16-output norms",
+                           "under recompute light"};
+    for (int i = 0; i < (rc.bf16_acts ? 2 : 3); i++) {
         CHECK_MSG(!memcmp(a.loss, o[i]->loss, sizeof a.loss),
                   "%s on %s bf16_acts=%d: losses differ %s (%.9g vs %.9g)", what, bk,
                   rc.bf16_acts, name[i], a.loss[3], o[i]->loss[3]);
@@ -436,10 +466,11 @@ static void test_in16_equals_rounding(ct_backend_kind kind, run_cfg rc) {
     }
     CHECK_MSG(a.loss[3] != a.loss[0], "%s: training did not move the loss", what);
     printf("  %-11s on %-3s bf16_acts=%d: kept bf16 GEMM inputs == rounding at each GEMM "
-           "(%d _in16 calls)\n", what, bk, rc.bf16_acts, calls);
+           "(%d _in16 calls, %d bf16-output norms)\n", what, bk, rc.bf16_acts, calls, ncalls);
     free(a.weights);
     free(b.weights);
     free(c.weights);
+    free(d.weights);
 }
 
 /* Save on sim, load on ref and on sim: the same weights. */

@@ -218,6 +218,13 @@ void ct_matmul_forward_bf16_in16_cuda(ct_backend *be, float *out, const uint16_t
 void ct_matmul_gelu_forward_bf16_in16_cuda(ct_backend *be, float *pre, float *out,
                                            const uint16_t *inp16, const uint16_t *weight16,
                                            const float *bias, int N, int C, int OC);
+void ct_layernorm_forward_out16_cuda(ct_backend *be, float *res, uint16_t *out16, float *mean,
+                                     float *rstd, const float *a, const float *b,
+                                     const float *weight, const float *bias, int N, int C,
+                                     float eps);
+void ct_rmsnorm_forward_out16_cuda(ct_backend *be, float *res, uint16_t *out16, float *rstd,
+                                   const float *a, const float *b, const float *weight, int N,
+                                   int C, float eps, float wofs);
 void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const uint16_t *inp16,
                                   const uint16_t *weight16, int N, int C, int OC);

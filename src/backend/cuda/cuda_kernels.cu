@@ -121,29 +121,59 @@ void cuda_colsum(ct_backend *be, int kind, float *out0, float *out1, const float
 /* ------------------------------------------------------------ LayerNorm */
 
 /* The norm forwards, fused with a residual add or not (ADD), over rows held
- * in dynamic shared memory (HELD) when they fit (cuda_norm.cuh). */
-template <bool LN, bool ADD, bool HELD>
+ * in dynamic shared memory (HELD) when they fit (cuda_norm.cuh), writing an
+ * fp32 or a bf16 (Y) output. */
+template <bool LN, bool ADD, bool HELD, typename Y>
 __global__ void __launch_bounds__(NORM_THREADS)
-    k_norm_fwd(float *res, float *out, float *mean, float *rstd, const float *a, const float *b,
+    k_norm_fwd(float *res, Y *out, float *mean, float *rstd, const float *a, const float *b,
                const float *weight, const float *bias, int C, float eps, float wofs) {
     extern __shared__ float norm_held[];
-    norm_row<LN, ADD>(HELD ? norm_held : NULL, res, out, mean, rstd, a, b, weight, bias, C, eps,
-                      wofs);
+    norm_row<LN, ADD, Y>(HELD ? norm_held : NULL, res, out, mean, rstd, a, b, weight, bias, C,
+                         eps, wofs);
 }
-template <bool LN, bool ADD>
-static void norm_fwd(ct_backend *be, const char *name, float *res, float *out, float *mean,
+template <bool LN, bool ADD, typename Y = float>
+static void norm_fwd(ct_backend *be, const char *name, float *res, Y *out, float *mean,
                      float *rstd, const float *a, const float *b, const float *weight,
                      const float *bias, int N, int C, float eps, float wofs) {
     if (N <= 0) return;
     size_t bytes = (size_t)(C > 0 ? C : 0) * sizeof(float);
     cudaStream_t st = cuda_stream(be);
     if (bytes <= NORM_HELD_MAX_BYTES)
-        k_norm_fwd<LN, ADD, true><<<N, NORM_THREADS, bytes, st>>>(res, out, mean, rstd, a, b,
-                                                                  weight, bias, C, eps, wofs);
+        k_norm_fwd<LN, ADD, true, Y><<<N, NORM_THREADS, bytes, st>>>(res, out, mean, rstd, a, b,
+                                                                     weight, bias, C, eps, wofs);
     else
-        k_norm_fwd<LN, ADD, false><<<N, NORM_THREADS, 0, st>>>(res, out, mean, rstd, a, b,
-                                                               weight, bias, C, eps, wofs);
+        k_norm_fwd<LN, ADD, false, Y><<<N, NORM_THREADS, 0, st>>>(res, out, mean, rstd, a, b,
+                                                                  weight, bias, C, eps, wofs);
     cuda_launched(be, name);
+}
+
+/* The bf16-output forwards (layernorm_forward_out16, rmsnorm_forward_out16):
+ * the residual add in front when b is given, else the norm of a. */
+template <bool LN>
+static void norm_fwd16(ct_backend *be, const char *name, float *res, uint16_t *out16,
+                       float *mean, float *rstd, const float *a, const float *b,
+                       const float *weight, const float *bias, int N, int C, float eps,
+                       float wofs) {
+    __nv_bfloat16 *y = (__nv_bfloat16 *)out16;
+    if (b)
+        norm_fwd<LN, true>(be, name, res, y, mean, rstd, a, b, weight, bias, N, C, eps, wofs);
+    else
+        norm_fwd<LN, false>(be, name, NULL, y, mean, rstd, a, NULL, weight, bias, N, C, eps,
+                            wofs);
+}
+extern "C" void ct_layernorm_forward_out16_cuda(ct_backend *be, float *res, uint16_t *out16,
+                                                float *mean, float *rstd, const float *a,
+                                                const float *b, const float *weight,
+                                                const float *bias, int N, int C, float eps) {
+    norm_fwd16<true>(be, "layernorm_forward_out16", res, out16, mean, rstd, a, b, weight, bias,
+                     N, C, eps, 0.0f);
+}
+extern "C" void ct_rmsnorm_forward_out16_cuda(ct_backend *be, float *res, uint16_t *out16,
+                                              float *rstd, const float *a, const float *b,
+                                              const float *weight, int N, int C, float eps,
+                                              float wofs) {
+    norm_fwd16<false>(be, "rmsnorm_forward_out16", res, out16, NULL, rstd, a, b, weight, NULL,
+                      N, C, eps, wofs);
 }
 
 extern "C" void ct_layernorm_forward_cuda(ct_backend *be, float *out, float *mean, float *rstd,

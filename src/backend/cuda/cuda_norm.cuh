@@ -28,6 +28,9 @@
 #define CT_BACKEND_CUDA_NORM_CUH
 
 #include <stddef.h>
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#endif
 
 #define NORM_THREADS 256
 /* a row is held in dynamic shared memory up to this size: C <= 12032. A
@@ -51,20 +54,27 @@ __device__ inline float norm_block_sum(float x, float *sh) {
     return t;
 }
 
+/* An output element: fp32 as it is, or bf16 rounded to nearest even (the
+ * *_out16 entries: the GEMM operand the model keeps). */
+__device__ inline void norm_put(float *y, float v) { *y = v; }
+__device__ inline void norm_put(__nv_bfloat16 *y, float v) { *y = __float2bfloat16_rn(v); }
+
 /* Row blockIdx.x of C columns. LN: LayerNorm (weight, bias; mean and rstd
  * written unless NULL), else RMSNorm (scale wofs + weight; rstd unless
  * NULL). ADD: x = a + b is written to res (which may alias a or b) and
- * normalised; else x = a (inp; out may alias it). held: C floats of shared
- * memory for the row, or NULL to read it back from res or inp. */
-template <bool LN, bool ADD>
-__device__ void norm_row(float *held, float *res, float *out, float *mean, float *rstd,
+ * normalised; else x = a (inp; an fp32 out may alias it). held: C floats of
+ * shared memory for the row, or NULL to read it back from res or inp. Y:
+ * the output's type, float or __nv_bfloat16 (the fp32 value rounded: the
+ * same bits as rounding the fp32 output afterwards). */
+template <bool LN, bool ADD, typename Y = float>
+__device__ void norm_row(float *held, float *res, Y *out, float *mean, float *rstd,
                          const float *a, const float *b, const float *weight,
                          const float *bias, int C, float eps, float wofs) {
     __shared__ float sh[32];
     size_t n = blockIdx.x, o = n * (size_t)C;
     const float *x = ADD ? res + o : a + o; /* where the row is when not held */
     float *r = ADD ? res + o : NULL;
-    float *y = out + o;
+    Y *y = out + o;
     int t0 = threadIdx.x, dt = blockDim.x;
     /* pass 1: the row (made by the add), its sum or its sum of squares */
     float s = 0.0f;
@@ -91,7 +101,8 @@ __device__ void norm_row(float *held, float *res, float *out, float *mean, float
     }
     /* pass 3: scale (and shift) */
     for (int c = t0; c < C; c += dt)
-        y[c] = LN ? (h[c] - mu) * rs * weight[c] + bias[c] : h[c] * rs * (wofs + weight[c]);
+        norm_put(y + c,
+                 LN ? (h[c] - mu) * rs * weight[c] + bias[c] : h[c] * rs * (wofs + weight[c]));
     if (t0 == 0) {
         if (LN && mean) mean[n] = mu;
         if (rstd) rstd[n] = rs;

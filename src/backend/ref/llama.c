@@ -11,22 +11,48 @@
 #include <math.h>
 
 #include "backend/ref/ref.h"
+#include "core/dtype.h"
 
 /* out (N,C) = inp * rstd * (wofs + weight), rstd = 1/sqrt(mean(inp^2) + eps)
  * per row; writes rstd (N) unless NULL. Ref: Zhang & Sennrich (2019); HF
  * LlamaRMSNorm (variance in fp32, eps inside the square root, weight applied
  * last); Gemma3RMSNorm's scale is 1 + weight, summed in fp32 (wofs 1). */
-void ct_rmsnorm_forward_ref(ct_backend *be, float *out, float *rstd, const float *inp, const float *weight,
-                            int N, int C, float eps, float wofs) {
-    (void)be;
+/* With out16 (out NULL) the fp32 results are written rounded to bf16. */
+static void rmsnorm_rows(float *out, uint16_t *out16, float *rstd, const float *inp,
+                         const float *weight, int N, int C, float eps, float wofs) {
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
-        float *y = out + (size_t)n * C;
+        size_t y = (size_t)n * C;
         double ss = 0.0;
         for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
         double s = 1.0 / sqrt(ss / C + eps);
-        for (int c = 0; c < C; c++) y[c] = (float)(x[c] * s * (wofs + weight[c]));
+        for (int c = 0; c < C; c++) {
+            float v = (float)(x[c] * s * (wofs + weight[c]));
+            if (out16) out16[y + c] = ct_f32_to_bf16(v);
+            else out[y + c] = v;
+        }
         if (rstd) rstd[n] = (float)s;
+    }
+}
+
+void ct_rmsnorm_forward_ref(ct_backend *be, float *out, float *rstd, const float *inp, const float *weight,
+                            int N, int C, float eps, float wofs) {
+    (void)be;
+    rmsnorm_rows(out, NULL, rstd, inp, weight, N, C, eps, wofs);
+}
+
+/* rmsnorm_forward_out16: the residual add (with b) and the rows rounded. */
+void ct_rmsnorm_forward_out16_ref(ct_backend *be, float *res, uint16_t *out16, float *rstd,
+                                  const float *a, const float *b, const float *weight, int N,
+                                  int C, float eps, float wofs) {
+    for (int n = 0; n < N; n++) {
+        size_t o = (size_t)n * C;
+        const float *x = a + o;
+        if (b) {
+            ct_residual_forward_ref(be, res + o, a + o, b + o, (size_t)C);
+            x = res + o;
+        }
+        rmsnorm_rows(NULL, out16 + o, rstd ? rstd + n : NULL, x, weight, 1, C, eps, wofs);
     }
 }
 

@@ -9,16 +9,18 @@
 #include <math.h>
 
 #include "backend/ref/ref.h"
+#include "core/dtype.h"
 
 /* out (N,C) = (inp - mean) * rstd * weight + bias, row by row.
  * inp (N,C); weight, bias (C); writes mean (N) and rstd (N) = 1/sqrt(var + eps)
- * unless NULL. Ref: https://pytorch.org/docs/stable/generated/torch.nn.LayerNorm.html */
-void ct_layernorm_forward_ref(ct_backend *be, float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int N, int C, float eps) {
-    (void)be;
+ * unless NULL. With out16 (out NULL) the fp32 results are written rounded
+ * to bf16 instead. Ref: https://pytorch.org/docs/stable/generated/torch.nn.LayerNorm.html */
+static void layernorm_rows(float *out, uint16_t *out16, float *mean, float *rstd,
+                           const float *inp, const float *weight, const float *bias, int N, int C,
+                           float eps) {
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
-        float *y = out + (size_t)n * C;
+        size_t y = (size_t)n * C;
         double sum = 0.0;
         for (int c = 0; c < C; c++) sum += x[c];
         double mu = sum / C;
@@ -30,10 +32,20 @@ void ct_layernorm_forward_ref(ct_backend *be, float *out, float *mean, float *rs
         }
         double var = sumsq / C; // biased, as torch
         double s = 1.0 / sqrt(var + eps);
-        for (int c = 0; c < C; c++) y[c] = (float)((x[c] - mu) * s * weight[c] + bias[c]);
+        for (int c = 0; c < C; c++) {
+            float v = (float)((x[c] - mu) * s * weight[c] + bias[c]);
+            if (out16) out16[y + c] = ct_f32_to_bf16(v);
+            else out[y + c] = v;
+        }
         if (mean) mean[n] = (float)mu;
         if (rstd) rstd[n] = (float)s;
     }
+}
+
+void ct_layernorm_forward_ref(ct_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C, float eps) {
+    (void)be;
+    layernorm_rows(out, NULL, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
 /* res (N,C) = a + b, then out (N,C) = LayerNorm(res), one row at a time:
@@ -48,6 +60,23 @@ void ct_residual_layernorm_forward_ref(ct_backend *be, float *res, float *out, f
         ct_residual_forward_ref(be, res + o, a + o, b + o, (size_t)C);
         ct_layernorm_forward_ref(be, out + o, mean ? mean + n : NULL, rstd ? rstd + n : NULL,
                                  res + o, weight, bias, 1, C, eps);
+    }
+}
+
+/* layernorm_forward_out16: the residual add (with b) and the rows rounded. */
+void ct_layernorm_forward_out16_ref(ct_backend *be, float *res, uint16_t *out16, float *mean,
+                                    float *rstd, const float *a, const float *b,
+                                    const float *weight, const float *bias, int N, int C,
+                                    float eps) {
+    for (int n = 0; n < N; n++) {
+        size_t o = (size_t)n * C;
+        const float *x = a + o;
+        if (b) {
+            ct_residual_forward_ref(be, res + o, a + o, b + o, (size_t)C);
+            x = res + o;
+        }
+        layernorm_rows(NULL, out16 + o, mean ? mean + n : NULL, rstd ? rstd + n : NULL, x,
+                       weight, bias, 1, C, eps);
     }
 }
 

@@ -289,6 +289,19 @@ static void sim_matmul_gelu_forward_bf16_in16(ct_backend *be, float *pre, float 
     ct_matmul_gelu_forward_bf16_in16_ref(be, HF(pre), HF(out), H(inp16), H(weight16), HF(bias),
                                          N, C, OC);
 }
+static void sim_layernorm_forward_out16(ct_backend *be, float *res, uint16_t *out16, float *mean,
+                                        float *rstd, const float *a, const float *b,
+                                        const float *weight, const float *bias, int N, int C,
+                                        float eps) {
+    ct_layernorm_forward_out16_ref(be, HF(res), H(out16), HF(mean), HF(rstd), HF(a), HF(b),
+                                   HF(weight), HF(bias), N, C, eps);
+}
+static void sim_rmsnorm_forward_out16(ct_backend *be, float *res, uint16_t *out16, float *rstd,
+                                      const float *a, const float *b, const float *weight, int N,
+                                      int C, float eps, float wofs) {
+    ct_rmsnorm_forward_out16_ref(be, HF(res), H(out16), HF(rstd), HF(a), HF(b), HF(weight), N, C,
+                                 eps, wofs);
+}
 static void sim_attention_forward(ct_backend *be, float *out, float *lse, const float *qkv,
                                   const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
                                   int NH, int NKV, int HS) {
@@ -433,6 +446,8 @@ const ct_backend_i ct_backend_sim_i = {
     .matmul_gelu_forward_bf16 = sim_matmul_gelu_forward_bf16,
     .matmul_forward_bf16_in16 = sim_matmul_forward_bf16_in16,
     .matmul_gelu_forward_bf16_in16 = sim_matmul_gelu_forward_bf16_in16,
+    .layernorm_forward_out16 = sim_layernorm_forward_out16,
+    .rmsnorm_forward_out16 = sim_rmsnorm_forward_out16,
     .attention_forward = sim_attention_forward,
     .attention_backward = sim_attention_backward,
     .attention_decode = sim_attention_decode,
