@@ -274,6 +274,13 @@ typedef struct ct_backend_i {
     void (*rmsnorm_forward_out16)(ct_backend *be, float *res, uint16_t *out16, float *rstd,
                                   const float *a, const float *b, const float *weight, int N,
                                   int C, float eps, float wofs);
+    /* The MLP activations with a bf16 output (the GEMM operand the model
+     * keeps): out16(N,F) = the fp32 output of gelu_forward (act
+     * CT_ACT16_GELU; inp N x F, n = N F), swiglu_forward (CT_ACT16_SWIGLU)
+     * or geglu_forward (CT_ACT16_GEGLU; inp N x 2F) rounded to bf16
+     * (nearest even), bit for bit. Optional, as the norms' _out16 entries. */
+    void (*mlp_act_forward_out16)(ct_backend *be, uint16_t *out16, const float *inp, int N,
+                                  int F, int act);
 
     /* Causal self-attention without a T x T matrix in memory, on fused rows
      * qkv (B,T,(NH+2*NKV)*HS) (see the legend); scale 1/sqrt(HS). Writes
@@ -421,6 +428,9 @@ typedef struct ct_backend_i {
                          size_t n, float lr, float beta1, float beta2, float eps,
                          float weight_decay, float grad_scale, int64_t t);
 } ct_backend_i;
+
+/* mlp_act_forward_out16's activations. */
+enum { CT_ACT16_GELU = 0, CT_ACT16_SWIGLU = 1, CT_ACT16_GEGLU = 2 };
 
 /* The bf16 head pads the vocabulary of its logits rows to a multiple of this
  * (GPT-2: 50257 -> 50304), 256 bytes of bf16 (matmul_forward_bf16_out16). */

@@ -291,18 +291,23 @@ typedef struct next_norm {
     int w, b;
 } next_norm;
 
-/* Where a norm that feeds only a GEMM writes its bf16 output straight into
- * the operand the model keeps (kept: la's ln1 or ln2 under model_acts.in16):
- * the backend has the bf16-output norms and the _in16 GEMM forwards, so no
- * fp32 output is written and nothing reads one. NULL: the fp32 output and
- * in_store as usual. */
-static uint16_t *norm_out16(const ct_model *m, void *kept) {
-    const ct_backend_i *k = m->be->i;
-    bool norm16 = m->cfg.norm == CT_NORM_RMSNORM ? k->rmsnorm_forward_out16 != NULL
-                                                  : k->layernorm_forward_out16 != NULL;
-    if (!kept || !m->acts.in16 || !model_bf16(m) || !k->matmul_forward_bf16_in16 || !norm16)
+/* Where a kernel that feeds only a GEMM writes its bf16 output straight
+ * into the operand the model keeps (kept: la's ln1, ln2 or fch_gelu under
+ * model_acts.in16): the backend has that kernel's bf16-output entry
+ * (producer) and the _in16 GEMM forwards, so no fp32 output is written and
+ * nothing reads one. NULL: the fp32 output and in_store as usual. */
+static uint16_t *kept16_target(const ct_model *m, void *kept, bool producer) {
+    if (!kept || !producer || !m->acts.in16 || !model_bf16(m) ||
+        !m->be->i->matmul_forward_bf16_in16)
         return NULL;
     return kept;
+}
+/* ... for a norm's output (ln1, ln2) */
+static uint16_t *norm_out16(const ct_model *m, void *kept) {
+    const ct_backend_i *k = m->be->i;
+    return kept16_target(m, kept,
+                         m->cfg.norm == CT_NORM_RMSNORM ? k->rmsnorm_forward_out16 != NULL
+                                                        : k->layernorm_forward_out16 != NULL);
 }
 
 /* The norm of a, or with b of res = a + b (into res), into out16 (norm_out16). */
@@ -330,6 +335,7 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
                           const float *res_in, bool ln1_ready, float *out, const next_norm *next,
                           int B, int T) {
     const ct_model_config *c = &m->cfg;
+    const ct_backend_i *k = m->be->i;
     const layer_idx *w = &m->layers[l];
     int N = B * T, C = c->n_embd, F = c->n_ffn, QKV = model_qkv_width(c);
     int FW = model_fc_width(c);
@@ -374,8 +380,18 @@ static void block_forward(ct_model *m, int l, const block_f32 *v, const layer_ac
     if (!fused) model_linear_fwd(m, l, LIN_FC, v->fch, v->ln2, ln2_in, N);
     act_store(m, la->fch, v->fch, (size_t)N * FW);
     if (!out) return;
-    if (!fused) model_mlp_act_fwd(m, v->fch_gelu, v->fch, N);
-    in_store(m, la->fch_gelu, v->fch_gelu, NF);
+    /* the MLP activation, into its kept bf16 operand where the backend can */
+    uint16_t *act16 = fused ? NULL
+                            : kept16_target(m, la->fch_gelu, k->mlp_act_forward_out16 != NULL);
+    if (act16) {
+        int act = c->mlp == CT_MLP_SWIGLU  ? CT_ACT16_SWIGLU
+                  : c->mlp == CT_MLP_GEGLU ? CT_ACT16_GEGLU
+                                           : CT_ACT16_GELU;
+        k->mlp_act_forward_out16(m->be, act16, v->fch, N, F, act);
+    } else {
+        if (!fused) model_mlp_act_fwd(m, v->fch_gelu, v->fch, N);
+        in_store(m, la->fch_gelu, v->fch_gelu, NF);
+    }
     const uint16_t *gelu16 = in16_of(m, la->fch_gelu);
     /* res_in is dead from here on, so out may overwrite it */
     if (c->sandwich_norm) {

@@ -271,6 +271,10 @@ static void p_rmsnorm_forward_out16(ct_backend *be, float *res, uint16_t *out16,
     TIMED(CT_KP_NORM_FWD, rmsnorm_forward_out16, res, out16, rstd, a, b, weight, N, C, eps,
           wofs);
 }
+static void p_mlp_act_forward_out16(ct_backend *be, uint16_t *out16, const float *inp, int N,
+                                    int F, int act) {
+    TIMED(CT_KP_ACT_FWD, mlp_act_forward_out16, out16, inp, N, F, act);
+}
 static void p_matmul_backward_bf16(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                    const float *dout, const uint16_t *inp16,
                                    const uint16_t *weight16, int N, int C, int OC) {
@@ -444,6 +448,7 @@ static const ct_backend_i prof_i = {
     .matmul_gelu_forward_bf16_in16 = p_matmul_gelu_forward_bf16_in16,
     .layernorm_forward_out16 = p_layernorm_forward_out16,
     .rmsnorm_forward_out16 = p_rmsnorm_forward_out16,
+    .mlp_act_forward_out16 = p_mlp_act_forward_out16,
     .attention_forward = p_attention_forward,
     .attention_backward = p_attention_backward,
     .attention_forward_bf16 = p_attention_forward_bf16,
@@ -493,6 +498,7 @@ ct_status ct_kprof_init(ct_kprof **out, ct_backend *inner) {
     if (!inner->i->matmul_gelu_forward_bf16_in16) kp->table.matmul_gelu_forward_bf16_in16 = NULL;
     if (!inner->i->layernorm_forward_out16) kp->table.layernorm_forward_out16 = NULL;
     if (!inner->i->rmsnorm_forward_out16) kp->table.rmsnorm_forward_out16 = NULL;
+    if (!inner->i->mlp_act_forward_out16) kp->table.mlp_act_forward_out16 = NULL;
     kp->be.i = &kp->table;
     kp->be.ctx = inner->ctx;
     kp->be.host_visible = inner->host_visible;

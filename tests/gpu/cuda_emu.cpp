@@ -1063,6 +1063,12 @@ static void check_act() {
     ct_gelu_forward_ref(NULL, want.data(), x, n);
     ct_gelu_backward_ref(NULL, din_r.data(), x, d, n);
     launch_serial(dim3(7), 64, [=]() { k_gelu_fwd(o, x, n); });
+    /* the bf16 output (mlp_act_forward_out16): the fp32 bits rounded */
+    std::vector<__nv_bfloat16> o16(n);
+    __nv_bfloat16 *o16p = o16.data();
+    launch_serial(dim3(7), 64, [=]() { k_gelu_fwd(o16p, x, n); });
+    bool rounded = true;
+    for (size_t i = 0; i < n; i++) rounded &= o16[i].bits == ct_f32_to_bf16(out[i]);
     launch_serial(dim3(7), 64, [=]() { k_gelu_bwd(di, x, d, n); });
     launch_serial(dim3(7), 64, [=]() { k_gelu_bwd(dp, x, d, n); });
     act_errs ef, eb;
@@ -1074,11 +1080,12 @@ static void check_act() {
         eb.add(din[i], v.g * dy[i], din_r[i], ady * v.S, ady * v.R, xs[i]);
         added &= isnan(din[i]) || pre[i] == 0.375f + din[i];
     }
-    bool ok = ef.ok(tol) && eb.ok(tol) && added;
+    bool ok = ef.ok(tol) && eb.ok(tol) && added && rounded;
     printf("%s gelu %zu inputs, ulps vs exact (vs ref): out %.2f (%.2f) at x=%g, dinp %.2f (%.2f) "
-           "at x=%g%s\n",
+           "at x=%g%s%s\n",
            ok ? "ok  " : "FAIL", n, ef.e.e, ef.r.e, (double)ef.e.x, eb.e.e, eb.r.e,
-           (double)eb.e.x, added ? "" : ", not added");
+           (double)eb.e.x, added ? "" : ", not added",
+           rounded ? "" : ", bf16 output != the fp32 output rounded");
     fails += !ok;
     /* GeGLU and SwiGLU: rows of F gates then F ups */
     const int F = 1000, N = (int)((n + F - 1) / F);
@@ -1098,16 +1105,20 @@ static void check_act() {
         std::fill(dg_p.begin(), dg_p.end(), 0.375f);
         const float *ip = inp.data(), *dyp = dout.data();
         float *yp = y.data(), *gp = dg.data(), *pp = dg_p.data();
+        std::vector<__nv_bfloat16> y16(NF);
+        __nv_bfloat16 *y16p = y16.data();
         if (geglu) {
             ct_geglu_forward_ref(NULL, y_r.data(), ip, N, F);
             ct_geglu_backward_ref(NULL, dg_r.data(), ip, dyp, N, F);
             launch_serial(dim3(5), 128, [=]() { k_glu_fwd<true>(yp, ip, N, F); });
+            launch_serial(dim3(5), 128, [=]() { k_glu_fwd<true>(y16p, ip, N, F); });
             launch_serial(dim3(5), 128, [=]() { k_glu_bwd<true>(gp, ip, dyp, N, F); });
             launch_serial(dim3(5), 128, [=]() { k_glu_bwd<true>(pp, ip, dyp, N, F); });
         } else {
             ct_swiglu_forward_ref(NULL, y_r.data(), ip, N, F);
             ct_swiglu_backward_ref(NULL, dg_r.data(), ip, dyp, N, F);
             launch_serial(dim3(5), 128, [=]() { k_glu_fwd<false>(yp, ip, N, F); });
+            launch_serial(dim3(5), 128, [=]() { k_glu_fwd<false>(y16p, ip, N, F); });
             launch_serial(dim3(5), 128, [=]() { k_glu_bwd<false>(gp, ip, dyp, N, F); });
             launch_serial(dim3(5), 128, [=]() { k_glu_bwd<false>(pp, ip, dyp, N, F); });
         }
@@ -1126,12 +1137,15 @@ static void check_act() {
                 added &= (isnan(dg[g]) || dg_p[g] == 0.375f + dg[g]) &&
                          (isnan(dg[u]) || dg_p[u] == 0.375f + dg[u]);
             }
-        ok = ey.ok(tol) && eg.ok(tol) && eu.ok(tol) && added;
+        rounded = true;
+        for (size_t k = 0; k < NF; k++) rounded &= y16[k].bits == ct_f32_to_bf16(y[k]);
+        ok = ey.ok(tol) && eg.ok(tol) && eu.ok(tol) && added && rounded;
         printf("%s %s N=%d F=%d, ulps vs exact (vs ref): out %.2f (%.2f) at x=%g, dgate %.2f "
-               "(%.2f) at x=%g, dup %.2f (%.2f) at x=%g%s\n",
+               "(%.2f) at x=%g, dup %.2f (%.2f) at x=%g%s%s\n",
                ok ? "ok  " : "FAIL", geglu ? "geglu" : "swiglu", N, F, ey.e.e, ey.r.e,
                (double)ey.e.x, eg.e.e, eg.r.e, (double)eg.e.x, eu.e.e, eu.r.e, (double)eu.e.x,
-               added ? "" : ", not added");
+               added ? "" : ", not added",
+               rounded ? "" : ", bf16 output != the fp32 output rounded");
         fails += !ok;
     }
 }

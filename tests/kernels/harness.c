@@ -133,6 +133,15 @@ int same_bf16_of(const uint16_t *got, const float *f, size_t n) {
     return 1;
 }
 
+void check_act_out16(ct_backend *be, const char *what, const float *inp, const float *want32,
+                     int N, int F, int act) {
+    if (!be->i->mlp_act_forward_out16) return;
+    size_t NF = (size_t)N * F, nin = act == CT_ACT16_GELU ? NF : 2 * NF;
+    karg h[] = {ARG(u16fill(NF, 0x7fc1), NF), ARG(inp, nin)};
+    RUN(be, h, be->i->mlp_act_forward_out16(be, h[0].dev, h[1].dev, N, F, act));
+    CHECK_MSG(same_bf16_of((const uint16_t *)h[0].got, want32, NF), "%s", label(be, what));
+}
+
 int32_t *pos_packed(int B, int T, const int *lens, int nlens) {
     int32_t *pos = pool_alloc((size_t)B * T * sizeof(int32_t));
     for (int b = 0; b < B; b++) {

@@ -68,6 +68,11 @@ int same_floats(const float *a, const float *b, size_t n);
 uint16_t *u16fill(size_t n, uint16_t v);
 /* Whether got holds f rounded to bf16 (nearest even), bit for bit. */
 int same_bf16_of(const uint16_t *got, const float *f, size_t n);
+/* mlp_act_forward_out16 (act: CT_ACT16_*) on be, where it has it, over inp
+ * (N x F, or N x 2F for the GLUs), against want32, the fp32 entry's output
+ * on the same backend: its bits rounded, every element written. */
+void check_act_out16(ct_backend *be, const char *what, const float *inp, const float *want32,
+                     int N, int F, int act);
 
 /* Positions (B,T) for rows that pack examples (see backend.h): row b's
  * example lengths cycle through lens[0..nlens), starting at lens[b % nlens];

@@ -317,6 +317,8 @@ static void test_gelu(size_t n) {
     FOR_ALL(be) {
         RUN(be, f, be->i->gelu_forward(be, f[0].dev, f[1].dev, n));
         CHECK_EXACT(be, "gelu_forward", f[0].got, want, n);
+        check_act_out16(be, "mlp_act_forward_out16 GELU == bf16(gelu_forward)", x, f[0].got, 1,
+                        (int)n, CT_ACT16_GELU);
         RUN(be, b, be->i->gelu_backward(be, b[0].dev, b[1].dev, b[2].dev, n));
         CHECK_FD(be, "gelu_backward", b[0].got, 0.5f, g, n);
     }

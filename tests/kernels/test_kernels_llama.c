@@ -403,6 +403,8 @@ static void test_swiglu(int N, int F) {
     FOR_ALL(be) {
         RUN(be, f, be->i->swiglu_forward(be, f[0].dev, f[1].dev, N, F));
         CHECK_EXACT(be, "swiglu_forward", f[0].got, want, NF);
+        check_act_out16(be, "mlp_act_forward_out16 SwiGLU == bf16(swiglu_forward)", inp,
+                        f[0].got, N, F, CT_ACT16_SWIGLU);
         RUN(be, b, be->i->swiglu_backward(be, b[0].dev, b[1].dev, b[2].dev, N, F));
         CHECK_FD(be, "swiglu_backward", b[0].got, 0.25f, g, 2 * NF);
     }
@@ -441,6 +443,8 @@ static void test_geglu(int N, int F) {
     FOR_ALL(be) {
         RUN(be, f, be->i->geglu_forward(be, f[0].dev, f[1].dev, N, F));
         CHECK_EXACT(be, "geglu_forward", f[0].got, want, NF);
+        check_act_out16(be, "mlp_act_forward_out16 GeGLU == bf16(geglu_forward)", inp, f[0].got,
+                        N, F, CT_ACT16_GEGLU);
         RUN(be, b, be->i->geglu_backward(be, b[0].dev, b[1].dev, b[2].dev, N, F));
         CHECK_FD(be, "geglu_backward", b[0].got, 0.25f, g, 2 * NF);
     }

@@ -93,8 +93,8 @@ typedef struct run_cfg {
                      * linear+GELU entries; -1: without them */
     bool light;     /* train.recompute = light (ln1, ln2, fch_gelu re-derived) */
     int in16;       /* as fused, for the forwards on a kept bf16 input and the
-                     * norms that write it; 2: those forwards counted, the
-                     * norms removed */
+                     * norms and MLP activations that write it; 2: those
+                     * forwards counted, the writers removed */
 } run_cfg;
 
 /* Calls of the fused entries of the counting table (train_on, fused = 1). */
@@ -113,7 +113,7 @@ static void count_matmul_gelu_bf16(ct_backend *be, float *pre, float *out, const
 }
 
 /* Calls of the forwards on a kept bf16 input and of the bf16-output norms
- * (train_on, in16 = 1). */
+ * and MLP activations (train_on, in16 = 1). */
 static int in16_calls, out16_calls;
 static const ct_backend_i *in16_inner;
 static void count_matmul_in16(ct_backend *be, float *out, const uint16_t *inp16,
@@ -140,6 +140,11 @@ static void count_rmsnorm_out16(ct_backend *be, float *res, uint16_t *out16, flo
                                 float eps, float wofs) {
     out16_calls++;
     in16_inner->rmsnorm_forward_out16(be, res, out16, rstd, a, b, weight, N, C, eps, wofs);
+}
+static void count_mlp_act_out16(ct_backend *be, uint16_t *out16, const float *inp, int N, int F,
+                                int act) {
+    out16_calls++;
+    in16_inner->mlp_act_forward_out16(be, out16, inp, N, F, act);
 }
 
 typedef struct run_out {
@@ -179,6 +184,8 @@ static void train_on(ct_backend_kind kind, const run_cfg *rc, run_out *out) {
             norms && in16_inner->layernorm_forward_out16 ? count_layernorm_out16 : NULL;
         table.rmsnorm_forward_out16 =
             norms && in16_inner->rmsnorm_forward_out16 ? count_rmsnorm_out16 : NULL;
+        table.mlp_act_forward_out16 =
+            norms && in16_inner->mlp_act_forward_out16 ? count_mlp_act_out16 : NULL;
         be->i = &table;
     }
     ct_model_config cfg;
@@ -421,7 +428,9 @@ static void test_fused_equals_unfused(run_cfg rc) {
  * (backward: the values are re-derived and rounded; with fp32 activations
  * only, as bf16 ones re-derive them from the rounded residual stream); the
  * norms that write the kept operand in bf16 give the bits of rounding their
- * fp32 output, which a run without them does. The entries must run wherever
+ * fp32 output, which a run without them does, and so do the MLP
+ * activations (SwiGLU, GeGLU; GPT-2's GELU where c_fc is not fused with it:
+ * never on ref or sim). The entries must run wherever
  * the backend has them. */
 static void test_in16_equals_rounding(ct_backend_kind kind, run_cfg rc) {
     run_out a = {0}, b = {0}, c = {0}, d = {0};
@@ -447,12 +456,12 @@ static void test_in16_equals_rounding(ct_backend_kind kind, run_cfg rc) {
     if (has)
         CHECK_MSG(calls > 0 && ncalls > 0,
                   "%s on %s: the forwards on kept bf16 inputs ran %d times, the bf16-output "
-                  "norms %d", what, bk, calls, ncalls);
+                  "norms and activations %d", what, bk, calls, ncalls);
     else
         CHECK_MSG(calls == 0 && ncalls == 0, "%s on %s: %d calls of entries the backend lacks",
                   what, bk, calls + ncalls);
     const run_out *o[3] = {&b, &d, &c};
-    const char *name[3] = {"without the _in16 entries", "without the bf16-output norms",
+    const char *name[3] = {"without the _in16 entries", "without the bf16-output writers",
                            "under recompute light"};
     for (int i = 0; i < (rc.bf16_acts ? 2 : 3); i++) {
         CHECK_MSG(!memcmp(a.loss, o[i]->loss, sizeof a.loss),
@@ -466,7 +475,8 @@ static void test_in16_equals_rounding(ct_backend_kind kind, run_cfg rc) {
     }
     CHECK_MSG(a.loss[3] != a.loss[0], "%s: training did not move the loss", what);
     printf("  %-11s on %-3s bf16_acts=%d: kept bf16 GEMM inputs == rounding at each GEMM "
-           "(%d _in16 calls, %d bf16-output norms)\n", what, bk, rc.bf16_acts, calls, ncalls);
+           "(%d _in16 calls, %d bf16-output norms/activations)\n",
+           what, bk, rc.bf16_acts, calls, ncalls);
     free(a.weights);
     free(b.weights);
     free(c.weights);

@@ -27,6 +27,8 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "backend/cuda/cuda_store.cuh"
+
 /* 2 beta = 2 sqrt(2 / pi) and 2 beta kappa (kappa = 0.044715), each as a
  * float hi + lo (hi the nearest float, lo the nearest float to the rest). */
 #define ACT_C1_HI 0x1.988454p+0f
@@ -86,11 +88,12 @@ __device__ inline float act_silu(float x, float *grad) {
     return x * s;
 }
 
-/* out (n) = gelu_tanh(inp (n)). */
-static __global__ void k_gelu_fwd(float *out, const float *inp, size_t n) {
+/* out (n) = gelu_tanh(inp (n)); Y: fp32, or bf16 (the fp32 value rounded). */
+template <typename Y = float>
+static __global__ void k_gelu_fwd(Y *out, const float *inp, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        out[i] = act_gelu(inp[i], NULL);
+        store_out(out + i, act_gelu(inp[i], NULL));
 }
 
 /* dinp (n) += gelu_tanh'(inp) * dout. */
@@ -104,16 +107,16 @@ static __global__ void k_gelu_bwd(float *dinp, const float *inp, const float *do
 }
 
 /* GLU rows: inp (N, 2F) = [gate | up] per row, out and dout (N, F); a thread
- * per (row, i) of the N F outputs. GELU: GeGLU, else SwiGLU. */
-template <bool GELU>
-static __global__ void k_glu_fwd(float *out, const float *inp, int N, int F) {
+ * per (row, i) of the N F outputs. GELU: GeGLU, else SwiGLU. Y as k_gelu_fwd. */
+template <bool GELU, typename Y = float>
+static __global__ void k_glu_fwd(Y *out, const float *inp, int N, int F) {
     size_t n = (size_t)N * F;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
         size_t r = k / F, i = k % F;
         const float *g = inp + r * 2 * F;
         float x = g[i];
-        out[k] = (GELU ? act_gelu(x, NULL) : act_silu(x, NULL)) * g[F + i];
+        store_out(out + k, (GELU ? act_gelu(x, NULL) : act_silu(x, NULL)) * g[F + i]);
     }
 }
 

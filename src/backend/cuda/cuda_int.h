@@ -225,6 +225,8 @@ void ct_layernorm_forward_out16_cuda(ct_backend *be, float *res, uint16_t *out16
 void ct_rmsnorm_forward_out16_cuda(ct_backend *be, float *res, uint16_t *out16, float *rstd,
                                    const float *a, const float *b, const float *weight, int N,
                                    int C, float eps, float wofs);
+void ct_mlp_act_forward_out16_cuda(ct_backend *be, uint16_t *out16, const float *inp, int N,
+                                   int F, int act);
 void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const uint16_t *inp16,
                                   const uint16_t *weight16, int N, int C, int OC);

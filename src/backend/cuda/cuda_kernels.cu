@@ -338,6 +338,24 @@ extern "C" void ct_geglu_backward_cuda(ct_backend *be, float *dinp, const float 
     cuda_launched(be, "geglu_backward");
 }
 
+/* The MLP activations into bf16 (mlp_act_forward_out16): the kernels above
+ * with a bf16 output type. */
+extern "C" void ct_mlp_act_forward_out16_cuda(ct_backend *be, uint16_t *out16, const float *inp,
+                                              int N, int F, int act) {
+    size_t n = (size_t)N * F;
+    if (!n) return;
+    __nv_bfloat16 *y = (__nv_bfloat16 *)out16;
+    dim3 g = cuda_grid(n, 256);
+    cudaStream_t st = cuda_stream(be);
+    if (act == CT_ACT16_GELU)
+        k_gelu_fwd<<<g, 256, 0, st>>>(y, inp, n);
+    else if (act == CT_ACT16_GEGLU)
+        k_glu_fwd<true><<<g, 256, 0, st>>>(y, inp, N, F);
+    else
+        k_glu_fwd<false><<<g, 256, 0, st>>>(y, inp, N, F);
+    cuda_launched(be, "mlp_act_forward_out16");
+}
+
 extern "C" void ct_gelu_forward_cuda(ct_backend *be, float *out, const float *inp, size_t n) {
     if (!n) return;
     k_gelu_fwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(out, inp, n);

@@ -28,9 +28,8 @@
 #define CT_BACKEND_CUDA_NORM_CUH
 
 #include <stddef.h>
-#ifdef __CUDACC__
-#include <cuda_bf16.h>
-#endif
+
+#include "backend/cuda/cuda_store.cuh"
 
 #define NORM_THREADS 256
 /* a row is held in dynamic shared memory up to this size: C <= 12032. A
@@ -53,11 +52,6 @@ __device__ inline float norm_block_sum(float x, float *sh) {
     for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
     return t;
 }
-
-/* An output element: fp32 as it is, or bf16 rounded to nearest even (the
- * *_out16 entries: the GEMM operand the model keeps). */
-__device__ inline void norm_put(float *y, float v) { *y = v; }
-__device__ inline void norm_put(__nv_bfloat16 *y, float v) { *y = __float2bfloat16_rn(v); }
 
 /* Row blockIdx.x of C columns. LN: LayerNorm (weight, bias; mean and rstd
  * written unless NULL), else RMSNorm (scale wofs + weight; rstd unless
@@ -101,7 +95,7 @@ __device__ void norm_row(float *held, float *res, Y *out, float *mean, float *rs
     }
     /* pass 3: scale (and shift) */
     for (int c = t0; c < C; c += dt)
-        norm_put(y + c,
+        store_out(y + c,
                  LN ? (h[c] - mu) * rs * weight[c] + bias[c] : h[c] * rs * (wofs + weight[c]));
     if (t0 == 0) {
         if (LN && mean) mean[n] = mu;

@@ -50,6 +50,7 @@ const ct_backend_i ct_backend_cuda_i = {
     .matmul_gelu_forward_bf16_in16 = ct_matmul_gelu_forward_bf16_in16_cuda,
     .layernorm_forward_out16 = ct_layernorm_forward_out16_cuda,
     .rmsnorm_forward_out16 = ct_rmsnorm_forward_out16_cuda,
+    .mlp_act_forward_out16 = ct_mlp_act_forward_out16_cuda,
     .attention_forward = ct_attention_forward_cuda,
     .attention_backward = ct_attention_backward_cuda,
     .attention_forward_bf16 = ct_attention_forward_bf16_cuda,

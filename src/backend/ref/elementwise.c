@@ -7,16 +7,17 @@
 #include <math.h>
 
 #include "backend/ref/ref.h"
+#include "core/dtype.h"
 
 /* out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x = inp (n).
  * Ref: https://pytorch.org/docs/stable/generated/torch.nn.GELU.html */
+static double gelu_d(double x) {
+    return 0.5 * x * (1.0 + tanh(CT_GELU_BETA * (x + CT_GELU_KAPPA * x * x * x)));
+}
+
 void ct_gelu_forward_ref(ct_backend *be, float *out, const float *inp, size_t n) {
     (void)be;
-    for (size_t i = 0; i < n; i++) {
-        double x = inp[i];
-        double inner = CT_GELU_BETA * (x + CT_GELU_KAPPA * x * x * x);
-        out[i] = (float)(0.5 * x * (1.0 + tanh(inner)));
-    }
+    for (size_t i = 0; i < n; i++) out[i] = (float)gelu_d(inp[i]);
 }
 
 /* dinp (n) += gelu'(inp) * dout; inp, dout (n). Product rule on 0.5 x (1 + th):
@@ -40,11 +41,7 @@ void ct_geglu_forward_ref(ct_backend *be, float *out, const float *inp, int N, i
     (void)be;
     for (int n = 0; n < N; n++) {
         const float *g = inp + (size_t)n * 2 * F, *u = g + F;
-        for (int i = 0; i < F; i++) {
-            double x = g[i];
-            double gelu = 0.5 * x * (1.0 + tanh(CT_GELU_BETA * (x + CT_GELU_KAPPA * x * x * x)));
-            out[(size_t)n * F + i] = (float)(gelu * u[i]);
-        }
+        for (int i = 0; i < F; i++) out[(size_t)n * F + i] = (float)(gelu_d(g[i]) * u[i]);
     }
 }
 
@@ -79,5 +76,21 @@ void ct_residual_backward_ref(ct_backend *be, float *da, float *db, const float 
     for (size_t i = 0; i < n; i++) {
         da[i] += dout[i];
         db[i] += dout[i];
+    }
+}
+
+/* The fp32 outputs of gelu_forward, swiglu_forward or geglu_forward rounded
+ * to bf16 (mlp_act_forward_out16): the same float expressions. */
+void ct_mlp_act_forward_out16_ref(ct_backend *be, uint16_t *out16, const float *inp, int N,
+                                  int F, int act) {
+    (void)be;
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * (act == CT_ACT16_GELU ? F : 2 * F);
+        for (int i = 0; i < F; i++) {
+            float y = act == CT_ACT16_GELU     ? (float)gelu_d(x[i])
+                      : act == CT_ACT16_GEGLU ? (float)(gelu_d(x[i]) * x[F + i])
+                                               : ct_silu_mul_ref(x[i], x[F + i]);
+            out16[(size_t)n * F + i] = ct_f32_to_bf16(y);
+        }
     }
 }

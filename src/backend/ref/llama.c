@@ -221,15 +221,18 @@ void ct_qknorm_backward_ref(ct_backend *be, float *dinp, float *dwq, float *dwk,
 
 /* out (N,F) = silu(gate) * up, inp (N,2F) = [gate | up] per row.
  * Ref: Shazeer, GLU Variants Improve Transformer (2020); HF LlamaMLP. */
+/* One SwiGLU output, silu(gate) * up in double, rounded once. */
+float ct_silu_mul_ref(float gate, float up) {
+    double x = gate;
+    return (float)(x / (1.0 + exp(-x)) * up);
+}
+
 void ct_swiglu_forward_ref(ct_backend *be, float *out, const float *inp, int N, int F) {
     (void)be;
     for (int n = 0; n < N; n++) {
         const float *g = inp + (size_t)n * 2 * F, *u = g + F;
         float *y = out + (size_t)n * F;
-        for (int i = 0; i < F; i++) {
-            double x = g[i];
-            y[i] = (float)(x / (1.0 + exp(-x)) * u[i]);
-        }
+        for (int i = 0; i < F; i++) y[i] = ct_silu_mul_ref(g[i], u[i]);
     }
 }
 

@@ -68,6 +68,10 @@ void ct_layernorm_forward_out16_ref(ct_backend *be, float *res, uint16_t *out16,
 void ct_rmsnorm_forward_out16_ref(ct_backend *be, float *res, uint16_t *out16, float *rstd,
                                   const float *a, const float *b, const float *weight, int N,
                                   int C, float eps, float wofs);
+void ct_mlp_act_forward_out16_ref(ct_backend *be, uint16_t *out16, const float *inp, int N,
+                                  int F, int act);
+/* One SwiGLU output (swiglu_forward's expression; shared with the bf16 twin). */
+float ct_silu_mul_ref(float gate, float up);
 
 
 void ct_attention_forward_ref(ct_backend *be, float *out, float *lse, const float *qkv,

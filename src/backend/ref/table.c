@@ -29,6 +29,7 @@ const ct_backend_i ct_backend_ref_i = {
     .matmul_gelu_forward_bf16_in16 = ct_matmul_gelu_forward_bf16_in16_ref,
     .layernorm_forward_out16 = ct_layernorm_forward_out16_ref,
     .rmsnorm_forward_out16 = ct_rmsnorm_forward_out16_ref,
+    .mlp_act_forward_out16 = ct_mlp_act_forward_out16_ref,
     .attention_forward = ct_attention_forward_ref,
     .attention_backward = ct_attention_backward_ref,
     .attention_decode = ct_attention_decode_ref,

@@ -302,6 +302,10 @@ static void sim_rmsnorm_forward_out16(ct_backend *be, float *res, uint16_t *out1
     ct_rmsnorm_forward_out16_ref(be, HF(res), H(out16), HF(rstd), HF(a), HF(b), HF(weight), N, C,
                                  eps, wofs);
 }
+static void sim_mlp_act_forward_out16(ct_backend *be, uint16_t *out16, const float *inp, int N,
+                                      int F, int act) {
+    ct_mlp_act_forward_out16_ref(be, H(out16), HF(inp), N, F, act);
+}
 static void sim_attention_forward(ct_backend *be, float *out, float *lse, const float *qkv,
                                   const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
                                   int NH, int NKV, int HS) {
@@ -448,6 +452,7 @@ const ct_backend_i ct_backend_sim_i = {
     .matmul_gelu_forward_bf16_in16 = sim_matmul_gelu_forward_bf16_in16,
     .layernorm_forward_out16 = sim_layernorm_forward_out16,
     .rmsnorm_forward_out16 = sim_rmsnorm_forward_out16,
+    .mlp_act_forward_out16 = sim_mlp_act_forward_out16,
     .attention_forward = sim_attention_forward,
     .attention_backward = sim_attention_backward,
     .attention_decode = sim_attention_decode,
