@@ -186,7 +186,8 @@ static void plain_forward_bf16(ct_backend *be, float *out, const uint16_t *x16,
 /* The bf16 forwards read their input as bf16: an fp32 input is rounded into
  * the workspace first (NULL: the workspace could not grow, error set), a
  * bf16 one (the _in16 entries: a value the model keeps in bf16) is read as
- * it is. C == 0 needs no operand. */
+ * it is. C == 0 needs no operand. Call it after lt_ready: the first use's
+ * check rounds its own operand into the same workspace (and may regrow it). */
 static const uint16_t *x16_of(ct_backend *be, const float *inp, const uint16_t *inp16, size_t n) {
     return inp16 || n == 0 ? inp16 : bf16_operand(be, inp, n);
 }
@@ -194,11 +195,10 @@ static const uint16_t *x16_of(ct_backend *be, const float *inp, const uint16_t *
 static void forward_bf16(ct_backend *be, float *out, const float *inp, const uint16_t *inp16,
                          const uint16_t *weight16, const float *bias, int N, int C, int OC) {
     if (N <= 0 || OC <= 0) return;
+    bool lt = bias && C > 0 && lt_ready(be, CUDA_LT_BIAS_BF16);
     const uint16_t *x16 = x16_of(be, inp, inp16, (size_t)N * (C > 0 ? C : 0));
     if (!x16 && C > 0) return;
-    if (bias && C > 0 && lt_ready(be, CUDA_LT_BIAS_BF16) &&
-        lt_try(be, CUDA_LT_BIAS_BF16, out, NULL, weight16, x16, bias, N, C, OC))
-        return;
+    if (lt && lt_try(be, CUDA_LT_BIAS_BF16, out, NULL, weight16, x16, bias, N, C, OC)) return;
     plain_forward_bf16(be, out, x16, weight16, bias, N, C, OC);
 }
 
@@ -230,11 +230,10 @@ static void gelu_forward_bf16(ct_backend *be, float *pre, float *out, const floa
                               const uint16_t *inp16, const uint16_t *weight16, const float *bias,
                               int N, int C, int OC) {
     if (N <= 0 || OC <= 0) return;
+    bool lt = bias && C > 0 && OC % 8 == 0 && lt_ready(be, CUDA_LT_GELU_BF16);
     const uint16_t *x16 = x16_of(be, inp, inp16, (size_t)N * (C > 0 ? C : 0));
     if (!x16 && C > 0) return;
-    if (bias && C > 0 && OC % 8 == 0 && lt_ready(be, CUDA_LT_GELU_BF16) &&
-        lt_try(be, CUDA_LT_GELU_BF16, out, pre, weight16, x16, bias, N, C, OC))
-        return;
+    if (lt && lt_try(be, CUDA_LT_GELU_BF16, out, pre, weight16, x16, bias, N, C, OC)) return;
     plain_forward_bf16(be, pre, x16, weight16, bias, N, C, OC);
     ct_gelu_forward_cuda(be, out, pre, (size_t)N * OC);
 }
