@@ -6,8 +6,8 @@
  * (autocast): the weight's 16-bit copy (or the bf16 base as it is), the input
  * rounded by the backend, and for the weight gradient the input's 16-bit copy
  * (acts.inp16); an input the model keeps in 16 bits (acts.in16) is both
- * GEMMs' operand as it is. The fused GEMM + GELU entries are bf16/fp32 only: under fp16
- * c_fc runs the GEMM, then the GELU.
+ * GEMMs' operand as it is. The fused GEMM + GELU entries are bf16/fp32
+ * only: under fp16 c_fc runs the GEMM, then the GELU.
  * The adapters' own small GEMMs stay fp32.
  * GPT-2's c_fc may run with its GELU in one backend call (model_linear_gelu_fwd)
  * when no adapter sits between them.
