@@ -584,6 +584,72 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
         }
         be->i->buf_free(be, l16), be->i->buf_free(be, w16), be->i->buf_free(be, x16);
     }
+    /* precision bf16's kept GEMM operands (backends with the entries: cuda):
+     * the norm and the MLP activation writing bf16 (compare *.fused_fwd,
+     * gelu.fwd / swiglu.fwd), and the GEMMs reading it as it is (compare
+     * the same GEMM on an fp32 input it rounds first) */
+    const char *nn = llama ? "rmsnorm.fused_fwd16" : "layernorm.fused_fwd16";
+    const char *an = llama ? "swiglu.fwd16" : "gelu.fwd16";
+    /* the MLP's second linear (its input, N x F, is the widest kept one) */
+    char g32[48], g16[48];
+    snprintf(g32, sizeof g32, "gemm_bf16.%s.fwd", llama ? "down" : "fc_proj");
+    snprintf(g16, sizeof g16, "gemm_bf16.%s.fwd_in16", llama ? "down" : "fc_proj");
+    const char *fg16 = "gemm_bf16.fc_gelu.fwd_in16";
+    bool fg = !llama && bk->matmul_gelu_forward_bf16_in16;
+    if (bk->matmul_forward_bf16_in16 && bk->mlp_act_forward_out16 &&
+        (llama ? bk->rmsnorm_forward_out16 != NULL : bk->layernorm_forward_out16 != NULL) &&
+        (wanted(&s, nn) || wanted(&s, an) || wanted(&s, g32) || wanted(&s, g16) ||
+         (fg && wanted(&s, fg16)))) {
+        size_t nw = (size_t)F * C > (size_t)C * UP ? (size_t)F * C : (size_t)C * UP;
+        uint16_t *x16 = be->i->buf_alloc(be, big * sizeof(uint16_t), CT_TAG_SCRATCH);
+        uint16_t *w16 = be->i->buf_alloc(be, nw * sizeof(uint16_t), CT_TAG_SCRATCH);
+        if (!x16 || !w16) {
+            be->i->buf_free(be, x16), be->i->buf_free(be, w16);
+            st = CT_ERR(CT_ERR_OOM, "out of memory for the kernel benchmark");
+            goto done;
+        }
+        be->i->f32_to_bf16(be, w16, w, nw);
+        be->i->f32_to_bf16(be, x16, x, (size_t)N * F);
+        snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
+        if (wanted(&s, nn)) {
+            if (llama)
+                TIME_KERNEL(&s, nn, sec,
+                            bk->rmsnorm_forward_out16(s.be, y, x16, rstd, x, dy, w, N, C, 1e-5f,
+                                                      0.0f));
+            else
+                TIME_KERNEL(&s, nn, sec,
+                            bk->layernorm_forward_out16(s.be, y, x16, mean, rstd, x, dy, w, b, N,
+                                                        C, 1e-5f));
+            report(&s, nn, shape, sec, 0, 8.0 * nc, 6.0 * nc, 14.0 * nc);
+        }
+        snprintf(shape, sizeof shape, "n=%d x %d", N, F);
+        if (wanted(&s, an)) {
+            int act = cfg->mlp == CT_MLP_SWIGLU  ? CT_ACT16_SWIGLU
+                      : cfg->mlp == CT_MLP_GEGLU ? CT_ACT16_GEGLU
+                                                 : CT_ACT16_GELU;
+            TIME_KERNEL(&s, an, sec, bk->mlp_act_forward_out16(s.be, x16, x, N, F, act));
+            double rd = (act == CT_ACT16_GELU ? 4.0 : 8.0) * nf;
+            report(&s, an, shape, sec, 0, rd, 2.0 * nf, rd + 2.0 * nf);
+        }
+        double fl = 2.0 * N * (double)F * C, wrd = 2.0 * (double)F * C, wr = 4.0 * nc;
+        snprintf(shape, sizeof shape, "M=%d N=%d K=%d", N, C, F);
+        if (wanted(&s, g32)) {
+            TIME_KERNEL(&s, g32, sec, bk->matmul_forward_bf16(s.be, y, x, w16, lb, N, F, C));
+            report(&s, g32, shape, sec, fl, 4.0 * nf + wrd, wr, 4.0 * nf + wrd + wr);
+        }
+        if (wanted(&s, g16)) {
+            TIME_KERNEL(&s, g16, sec, bk->matmul_forward_bf16_in16(s.be, y, x16, w16, lb, N, F, C));
+            report(&s, g16, shape, sec, fl, 2.0 * nf + wrd, wr, 2.0 * nf + wrd + wr);
+        }
+        if (fg && wanted(&s, fg16)) {
+            snprintf(shape, sizeof shape, "M=%d N=%d K=%d", N, F, C);
+            TIME_KERNEL(&s, fg16, sec,
+                        bk->matmul_gelu_forward_bf16_in16(s.be, y, dx, x16, w16, lb, N, C, F));
+            double rd = 2.0 * nc + 2.0 * (double)F * C + (lb ? 4.0 * F : 0);
+            report(&s, fg16, shape, sec, 2.0 * N * (double)C * F, rd, 8.0 * nf, rd + 8.0 * nf);
+        }
+        be->i->buf_free(be, x16), be->i->buf_free(be, w16);
+    }
     {
         /* AdamW and the norm over every parameter of the model */
         ct_model_plan plan;

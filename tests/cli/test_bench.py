@@ -95,8 +95,9 @@ p = run("kernels", *TINY, "--filter", "gelu", "--table", "ref", "--json")
 check(json.loads(p.stdout)["table"] == "ref", "--table ref measures the ref table")
 # the fused c_fc+GELU entry: rows where the table has it (ref; cuda), none on cpu (above)
 fused = [it["name"] for it in json.loads(p.stdout)["items"] if "fc_gelu" in it["name"]]
-check(fused == ["gemm.fc_gelu.fwd", "gemm_bf16.fc_gelu.fwd"],
-      "ref's table has the fused c_fc+GELU rows, fp32 and bf16: %s" % fused)
+check(fused == ["gemm.fc_gelu.fwd", "gemm_bf16.fc_gelu.fwd", "gemm_bf16.fc_gelu.fwd_in16"],
+      "ref's table has the fused c_fc+GELU rows, fp32, bf16 and on a kept bf16 input: %s"
+      % fused)
 # the bf16 head's rows: where the table has its entries (ref; cuda), none on cpu (above)
 p = run("kernels", *TINY, "--filter", "bf16", "--table", "ref", "--json")
 head16 = [it["name"] for it in json.loads(p.stdout)["items"] if "head16" in it["name"] or
@@ -104,6 +105,22 @@ head16 = [it["name"] for it in json.loads(p.stdout)["items"] if "head16" in it["
 check(head16 == ["gemm_bf16.head16.fwd", "crossentropy_bf16", "gemm_bf16.head16.bwd_input",
                  "gemm_bf16.head16.bwd_weight"],
       "ref's table has the bf16 head's rows: %s" % head16)
+# precision bf16's kept GEMM operands: the bf16-output norm and activation, and the
+# GEMM on an fp32 input beside the same GEMM on the kept bf16 one (ref; cuda), none on cpu
+for preset, want in (("gpt2-tiny", ["layernorm.fused_fwd16", "gelu.fwd16",
+                                    "gemm_bf16.fc_proj.fwd", "gemm_bf16.fc_proj.fwd_in16",
+                                    "gemm_bf16.fc_gelu.fwd_in16"]),
+                     ("llama-tiny", ["rmsnorm.fused_fwd16", "swiglu.fwd16", "gemm_bf16.down.fwd",
+                                     "gemm_bf16.down.fwd_in16"])):
+    for table, rows in (("ref", want), ("cpu", [])):
+        p = run("kernels", "--preset", preset, "--batch", "2", "--seq", "16", "--threads", "2",
+                "--filter", "fused_fwd16,fwd16,fc_proj,down,fwd_in16", "--table", table,
+                "--json")
+        got = [it["name"] for it in json.loads(p.stdout)["items"] if "16" in it["name"] or
+               it["name"].startswith("gemm_bf16.")]
+        check(got == rows, "%s on %s: the kept bf16 operands' rows %s" % (preset, table, got))
+        check(all(it["seconds"] > 0 for it in json.loads(p.stdout)["items"]),
+              "%s on %s: every row is timed" % (preset, table))
 
 Bt, Tt = 2, 16
 N = Bt * Tt
@@ -142,9 +159,17 @@ check(st.get("precision") == "bf16" and 0 < abs(st["loss"][0] - base) <= 1e-2 * 
       "step --precision bf16: named, and its first loss near fp32's but not equal (%s vs %s)"
       % (st["loss"][0], base))
 w16 = 2 * (V * C + L * 12 * C * C)   # the GEMM weights (tied head included) as bf16
-check(st["planned_bytes"] >= planned[("none", "fp32")] + w16,
-      "step --precision bf16 plans the bf16 weight copies (%d >= %d + %d)"
-      % (st["planned_bytes"], planned[("none", "fp32")], w16))
+Ns = 2 * 16                          # TINY's rows
+inp16 = 2 * Ns * F                   # the widest GEMM input's bf16 copy, for weight gradients
+# ln1, ln2 and the GELU output kept as their GEMMs' bf16 operands (2 bytes, not 4), their
+# fp32 values in one work buffer (ln1 and ln2 share it; the GELU's is gradient scratch)
+kept16 = 2 * L * Ns * (2 * C + F)
+work = 4 * Ns * C
+want = planned[("none", "fp32")] + w16 + inp16 + work - kept16
+check(st["planned_bytes"] == want,
+      "step --precision bf16 plans the bf16 weight copies and keeps the GEMM-only activations "
+      "as bf16 (%d == %d + %d + %d + %d - %d)"
+      % (st["planned_bytes"], planned[("none", "fp32")], w16, inp16, work, kept16))
 run("step", *TINY, "--precision", "fp16", rc=2)
 
 # LLaMA: grouped KV heads shrink the qkv weight, SwiGLU has three MLP matrices
