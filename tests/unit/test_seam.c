@@ -162,9 +162,11 @@ static void train_on(ct_backend_kind kind, const run_cfg *rc, run_out *out) {
     cp.n_threads = 1;
     ct_ctx *ctx;
     CHECK(ct_ctx_init(&ctx, &cp) == CT_OK);
-    /* the table with its fused entries counted or removed (lives until the
-     * context is freed, below) */
+    /* the table with its fused entries counted or removed (in place until
+     * the context is freed, below: the backend's own table goes back first,
+     * since freeing a backend picks its teardown by the table) */
     ct_backend *be = ct_ctx_backend(ctx);
+    const ct_backend_i *own = be->i;
     ct_backend_i table = *be->i;
     if (rc->fused) {
         fused_inner = be->i;
@@ -250,6 +252,7 @@ static void train_on(ct_backend_kind kind, const run_cfg *rc, run_out *out) {
     ct_ctx_memstats(ctx, &ms);
     CHECK_MSG(ms.total_current == 0, "%s on %s: %lld bytes still counted", rc->preset,
               ct_backend_kind_name(kind), (long long)ms.total_current);
+    be->i = own;
     ct_ctx_free(ctx);
 }
 
