@@ -154,7 +154,8 @@ def signals(tmp, shard):
         mpath = os.path.join(d, "metrics.jsonl")
         deadline = time.time() + 60
         while time.time() < deadline and p.poll() is None:
-            if os.path.exists(mpath) and len(read(mpath).splitlines()) >= 4:
+            # four train lines (a GPU run also writes device lines between them)
+            if os.path.exists(mpath) and read(mpath).count(b'"split": "train"') >= 4:
                 break
             time.sleep(0.005)
         p.send_signal(sig)
