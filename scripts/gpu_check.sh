@@ -424,7 +424,7 @@ if dev:
           % (plan / 2**20, peak / 2**20, 100 * (plan / peak - 1) if peak else float("nan"),
              last["device_limit_bytes"] / 2**20))
     hw = [r["host_waits"] for r in dev if "host_waits" in r]
-    if hw:  # the step's waits for the GPU: 1 is the ideal (a traced step waits per kernel)
+    if hw:  # the step's waits for the GPU: 1 is the ideal, traced steps too
         print("  host waits per step: %s" % " ".join("%d" % x for x in hw))
     g = [r for r in dev if "gpu_util" in r]
     if g:  # the NVML watch: its last reading (null where the board reports none)

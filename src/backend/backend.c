@@ -101,6 +101,7 @@ ct_status ct_backend_init_device(ct_backend *be, ct_ctx *ctx, ct_backend_kind ki
     }
     be->ctx = ctx;
     be->host_visible = kind != CT_BACKEND_SIM && kind != CT_BACKEND_CUDA;
+    be->queued = !be->host_visible;
     be->n_threads = n_threads > 0 ? n_threads : 1;
     be->att_bq = 64;
     be->att_bk = 128;

@@ -447,6 +447,8 @@ struct ct_backend {
     const ct_backend_i *i;
     ct_ctx *ctx;       /* borrowed: the allocation counters */
     bool host_visible; /* device buffers are host memory (ref, cpu) */
+    bool queued;       /* entries return once their work is queued, before it is
+                        * done (cuda; sim as if it were): a timing waits for it */
     int n_threads;     /* cpu: OpenMP threads of the kernels and BLAS */
     int att_bq, att_bk; /* cpu: attention tile sizes (64 x 128 by default) */
     int gemm;           /* cpu: the GEMM library, a ct_gemm_lib (backend/cpu/gemm.h) */

@@ -83,6 +83,11 @@ void ct_trace_to_json(const ct_trace *tr, ct_strbuf *out) {
                           "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,"
                           "\"args\":{\"name\":\"data\"}}",
                      CT_TRACE_TID_MAIN, CT_TRACE_TID_MAIN, CT_TRACE_TID_DATA);
+    bool device = false; /* the device's track is named where it has spans */
+    for (size_t i = 0; tr && i < tr->n && !device; i++) device = tr->s[i].tid == CT_TRACE_TID_DEVICE;
+    if (device)
+        ct_strbuf_printf(out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,"
+                              "\"args\":{\"name\":\"device\"}}", CT_TRACE_TID_DEVICE);
     for (size_t i = 0; tr && i < tr->n; i++) {
         const span *p = &tr->s[i];
         ct_strbuf_append(out, ",\n{\"name\":", 10);

@@ -18,8 +18,9 @@
 
 typedef struct ct_trace ct_trace;
 
-/* Thread ids of the recorded timelines. */
-enum { CT_TRACE_TID_MAIN = 1, CT_TRACE_TID_DATA = 2 };
+/* Thread ids of the recorded timelines; DEVICE is an asynchronous device's
+ * stream, whose kernels run after the host queued them (perf/kprof.h). */
+enum { CT_TRACE_TID_MAIN = 1, CT_TRACE_TID_DATA = 2, CT_TRACE_TID_DEVICE = 3 };
 
 /* An empty recorder. Returns owned *out; release with ct_trace_free. */
 ct_status ct_trace_init(ct_trace **out);

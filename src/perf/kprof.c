@@ -3,8 +3,9 @@
  * backend between two of that backend's events, counts it under its kind and,
  * while tracing, records it as a span. Memory, stream and timing entries
  * forward untimed; the reductions (sum, sumsq, nonfinite) count as "other"
- * (reduce_add, which stays on the device, forwards untimed).
- * See kprof.h.
+ * (reduce_add, which stays on the device, forwards untimed). A call's two
+ * events are kept and read at the next entry that waits for the device
+ * (kp_flush), never right after the call. See kprof.h.
  */
 #include "perf/kprof.h"
 
@@ -14,6 +15,21 @@
 #include "backend/ctx.h"
 #include "core/trace.h"
 
+/* A timed call whose elapsed time is not read yet: its kind, the entry's
+ * name (a literal), its start and end events on the inner backend, and the
+ * recorder that was active when it was queued (NULL: not traced). */
+typedef struct kp_pending {
+    int kind;
+    const char *entry;
+    ct_event a, b;
+    ct_trace *tr;
+} kp_pending;
+
+/* The timed calls kept unread at most: 2 events each, well inside the cuda
+ * backend's ring of events (CUDA_EVENTS, 4096) beside the model's own queued
+ * ones (MODEL_QUEUED_EVENTS, 1024). Past it, the kept ones are read at once. */
+#define KP_PENDING_MAX 1024
+
 struct ct_kprof {
     ct_backend be;        /* the wrapper handed out; be.state == this */
     ct_backend *inner;    /* borrowed: where every call runs */
@@ -21,13 +37,63 @@ struct ct_kprof {
     ct_kprof_counts counts;
     int slow_kind;        /* -1: off */
     int slow_factor;      /* calls per timed call of slow_kind (>= 1) */
+    kp_pending *pending;  /* n_pending of cap_pending: timed calls not read yet */
+    int n_pending, cap_pending;
 };
 
 static ct_kprof *kp_of(ct_backend *be) { return (ct_kprof *)be->state; }
 
+/* Reads the elapsed times of the kept calls: adds them to their kinds and
+ * records the traced ones as spans. On a queued backend (a GPU) the spans go
+ * on the device's track, placed by the device's own clock: the first kept
+ * call's start event at the host time it was queued (the earliest it can have
+ * run), every later event that many device seconds after it. On a
+ * synchronous backend that is each call's own host time, on the host's track.
+ * Waits only for work not done yet (none at a synchronizing entry). */
+static void kp_flush(ct_kprof *kp) {
+    ct_backend *in = kp->inner;
+    if (!kp->n_pending) return;
+    const ct_event *anchor = &kp->pending[0].a;
+    int tid = in->queued ? CT_TRACE_TID_DEVICE : CT_TRACE_TID_MAIN;
+    for (int i = 0; i < kp->n_pending; i++) {
+        const kp_pending *p = &kp->pending[i];
+        double dt = in->i->event_elapsed(in, &p->a, &p->b);
+        kp->counts.seconds[p->kind] += dt;
+        if (!p->tr) continue;
+        double t0 = i ? anchor->t + in->i->event_elapsed(in, anchor, &p->a) : anchor->t;
+        ct_trace_span(p->tr, p->entry, "kernel", tid, t0, t0 + dt, -1);
+    }
+    kp->n_pending = 0;
+}
+
+/* Keeps a timed call for the next read; read at once when there is no room. */
+static void kp_keep(ct_kprof *kp, const kp_pending *p) {
+    if (kp->n_pending == kp->cap_pending && kp->cap_pending < KP_PENDING_MAX) {
+        int cap = kp->cap_pending ? 2 * kp->cap_pending : 64;
+        kp_pending *n = realloc(kp->pending, (size_t)cap * sizeof *n);
+        if (n) {
+            kp->pending = n;
+            kp->cap_pending = cap;
+        }
+    }
+    if (kp->n_pending == kp->cap_pending) kp_flush(kp);
+    if (kp->n_pending < kp->cap_pending) {
+        kp->pending[kp->n_pending++] = *p;
+        return;
+    }
+    /* no room at all (out of memory): read this one now */
+    ct_backend *in = kp->inner;
+    double dt = in->i->event_elapsed(in, &p->a, &p->b);
+    kp->counts.seconds[p->kind] += dt;
+    if (p->tr)
+        ct_trace_span(p->tr, p->entry, "kernel",
+                      in->queued ? CT_TRACE_TID_DEVICE : CT_TRACE_TID_MAIN, p->a.t, p->a.t + dt,
+                      -1);
+}
+
 /* Starts the timing of a kernel call: the inner backend's event a (whose
- * host time t is the call's start on a synchronous backend). Returns the
- * profiler. */
+ * host time t is the call's start on a synchronous backend, when it was
+ * queued on another). Returns the profiler. */
 static ct_kprof *kp_begin(ct_backend *be, ct_event *a) {
     ct_kprof *kp = kp_of(be);
     a->t = ct_time_s(); /* the span's start where the backend's event keeps no host time */
@@ -41,17 +107,15 @@ static int kp_reps(const ct_kprof *kp, ct_kprof_kind kind) {
     return (int)kind == kp->slow_kind ? kp->slow_factor : 1;
 }
 
-/* Ends the timing begun at a: adds the elapsed seconds to kind and records
- * the span `entry` when a trace recorder is active. */
+/* Ends the timing begun at a: counts the call under kind and keeps its events
+ * for the next read (no wait for the device here), with the trace recorder
+ * active now, so the span `entry` is recorded when the time is read. */
 static void kp_end(ct_kprof *kp, ct_kprof_kind kind, const char *entry, const ct_event *a) {
     ct_backend *in = kp->inner;
-    ct_event b = {0};
-    in->i->event_record(in, &b);
-    double dt = in->i->event_elapsed(in, a, &b);
-    kp->counts.seconds[kind] += dt;
+    kp_pending p = {(int)kind, entry, *a, {0, NULL}, in->ctx ? ct_ctx_trace(in->ctx) : NULL};
+    in->i->event_record(in, &p.b);
     kp->counts.calls[kind]++;
-    ct_trace *tr = in->ctx ? ct_ctx_trace(in->ctx) : NULL;
-    if (tr) ct_trace_span(tr, entry, "kernel", CT_TRACE_TID_MAIN, a->t, a->t + dt, -1);
+    kp_keep(kp, &p);
 }
 
 /* Times inner's `entry` under kind (the wrapper's parameter is `be`). */
@@ -84,11 +148,20 @@ static void kp_end(ct_kprof *kp, ct_kprof_kind kind, const char *entry, const ct
 static void *p_buf_alloc(ct_backend *be, size_t bytes, ct_tag tag) {
     return INNER(be)->i->buf_alloc(INNER(be), bytes, tag);
 }
-static void p_buf_free(ct_backend *be, void *p) { INNER(be)->i->buf_free(INNER(be), p); }
+/* The entries below that wait for the device (freeing, downloads, the
+ * reductions, synchronize) read the kept times after it: nothing is left to
+ * wait for then. */
+static void p_buf_free(ct_backend *be, void *p) {
+    INNER(be)->i->buf_free(INNER(be), p);
+    kp_flush(kp_of(be));
+}
 static void *p_host_alloc(ct_backend *be, size_t bytes, ct_tag tag) {
     return INNER(be)->i->host_alloc(INNER(be), bytes, tag);
 }
-static void p_host_free(ct_backend *be, void *p) { INNER(be)->i->host_free(INNER(be), p); }
+static void p_host_free(ct_backend *be, void *p) {
+    INNER(be)->i->host_free(INNER(be), p);
+    kp_flush(kp_of(be));
+}
 static void p_memset(ct_backend *be, void *dst, int value, size_t bytes) {
     INNER(be)->i->memset(INNER(be), dst, value, bytes);
 }
@@ -97,6 +170,7 @@ static void p_upload(ct_backend *be, void *dst, const void *src, size_t bytes) {
 }
 static void p_download(ct_backend *be, void *dst, const void *src, size_t bytes) {
     INNER(be)->i->download(INNER(be), dst, src, bytes);
+    kp_flush(kp_of(be));
 }
 static void p_copy(ct_backend *be, void *dst, const void *src, size_t bytes) {
     INNER(be)->i->copy(INNER(be), dst, src, bytes);
@@ -123,16 +197,19 @@ static void p_scale(ct_backend *be, float *x, float a, size_t n) {
 static double p_sum(ct_backend *be, const float *x, size_t n) {
     double r = 0;
     TIMED_RET(r, CT_KP_OTHER, sum, x, n);
+    kp_flush(kp_of(be));
     return r;
 }
 static double p_sumsq(ct_backend *be, const float *x, size_t n) {
     double r = 0;
     TIMED_RET(r, CT_KP_OTHER, sumsq, x, n);
+    kp_flush(kp_of(be));
     return r;
 }
 static size_t p_nonfinite(ct_backend *be, const float *x, size_t n) {
     size_t r = 0;
     TIMED_RET(r, CT_KP_OTHER, nonfinite, x, n);
+    kp_flush(kp_of(be));
     return r;
 }
 /* Untimed: the slow knob's repeats would add it more than once. */
@@ -150,7 +227,11 @@ static void p_dropout_backward(ct_backend *be, float *dinp, const float *dout, s
 
 /* ----------------------------------------------------- stream, timing */
 
-static ct_status p_synchronize(ct_backend *be) { return INNER(be)->i->synchronize(INNER(be)); }
+static ct_status p_synchronize(ct_backend *be) {
+    ct_status st = INNER(be)->i->synchronize(INNER(be));
+    kp_flush(kp_of(be));
+    return st;
+}
 static void p_event_record(ct_backend *be, ct_event *ev) {
     INNER(be)->i->event_record(INNER(be), ev);
 }
@@ -502,6 +583,7 @@ ct_status ct_kprof_init(ct_kprof **out, ct_backend *inner) {
     kp->be.i = &kp->table;
     kp->be.ctx = inner->ctx;
     kp->be.host_visible = inner->host_visible;
+    kp->be.queued = inner->queued;
     kp->be.n_threads = inner->n_threads;
     kp->be.att_bq = inner->att_bq;
     kp->be.att_bk = inner->att_bk;
@@ -510,13 +592,22 @@ ct_status ct_kprof_init(ct_kprof **out, ct_backend *inner) {
     return CT_OK;
 }
 
-void ct_kprof_free(ct_kprof *kp) { free(kp); }
+void ct_kprof_free(ct_kprof *kp) {
+    if (!kp) return;
+    free(kp->pending); /* unread times are dropped: the caller has read what it wanted */
+    free(kp);
+}
+
+void ct_kprof_flush(ct_kprof *kp) {
+    if (kp) kp_flush(kp);
+}
 
 ct_backend *ct_kprof_backend(ct_kprof *kp) { return &kp->be; }
 
 ct_backend *ct_kprof_inner(ct_kprof *kp) { return kp->inner; }
 
 void ct_kprof_read(ct_kprof *kp, ct_kprof_counts *out, int reset) {
+    kp_flush(kp);
     *out = kp->counts;
     if (reset) memset(&kp->counts, 0, sizeof kp->counts);
 }

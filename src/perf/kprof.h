@@ -4,7 +4,11 @@
  * bench uses it to split a training step's time by layer type; while a trace
  * recorder is active (ct_ctx_trace), each kernel call is also a span. Times
  * come from the inner backend's events, so they stay right on an asynchronous
- * backend (each kernel then waits for its end event). All state lives in the
+ * backend; they are read at the next entry that waits for the device anyway
+ * (a download, a reduction, synchronize, a free) or at ct_kprof_read, so the
+ * profiler adds no wait of its own to a step (ct_backend.stalls). There, the
+ * kernels' spans go on the device's track (CT_TRACE_TID_DEVICE), placed by
+ * the device's clock: a GPU runs them after the host queued them. All state lives in the
  * ct_kprof. Leaves out: per-layer attribution, nested timing, and timing of
  * the memory operations (they forward untimed, except the reductions).
  */
@@ -56,7 +60,12 @@ void ct_kprof_free(ct_kprof *kp);
 ct_backend *ct_kprof_backend(ct_kprof *kp);
 /* The wrapped backend. */
 ct_backend *ct_kprof_inner(ct_kprof *kp);
-/* Copies the counters into out and, when reset, zeroes them. */
+/* Reads the times not read yet (waiting for their kernels where the device
+ * is still at them): into the counters, and the spans into the recorders
+ * that were active when each call was made. Before writing a trace. */
+void ct_kprof_flush(ct_kprof *kp);
+/* Copies the counters (after ct_kprof_flush) into out and, when reset,
+ * zeroes them. */
 void ct_kprof_read(ct_kprof *kp, ct_kprof_counts *out, int reset);
 /* Test knob of the regression gate: every call of a kernel of `kind` runs
  * factor times inside its timing (kind -1 or factor <= 1: off). */

@@ -30,6 +30,7 @@
 #include "data/shard/remote.h"
 #include "core/strbuf.h"
 #include "io/fileio.h"
+#include "perf/kprof.h"
 #include "train/run_tokenizer.h"
 
 static ct_status save_config_yaml(const ct_config *cfg) {
@@ -749,6 +750,7 @@ static ct_status open_outputs(trainer *t) {
 /* run.dir/trace.json: the recorded steps in the Trace Event Format (rank 0). */
 static ct_status write_trace(trainer *t) {
     if (!trainer_root(t)) return CT_OK;
+    ct_kprof_flush(t->kprof); /* the kernels the device may still be at */
     ct_strbuf b = {0};
     ct_trace_to_json(t->trace, &b);
     if (b.oom) {

@@ -16,7 +16,8 @@ every step waits exactly once (the read of its loss and gradient norm after
 the last micro-batch), and the run's losses are finite and go down. And
 train.precision=fp16 (sim reporting compute capability 7.5), with an initial
 loss scale that overflows: overflowing steps and good ones wait once each too
-(the loss scaler decides from the same read). The same
+(the loss scaler decides from the same read). A traced run (run.trace, the
+kernel profiler in front) waits once per step too. The same
 runs on cpu give the same losses and gradient norms, to 1e-5 in fp32 and 2e-3
 in bf16 (sim runs ref's kernels, cpu its own: they differ in the order of their
 sums, and in bf16 by the head's logits, bf16 on sim and fp32 on cpu).
@@ -121,6 +122,20 @@ with tempfile.TemporaryDirectory() as tmp:
               "fp16: every step waits once on the device, overflows %s included: %s"
               % (over, waits))
         check(over[0] == 1 and 0 in over, "fp16: the run overflows first, then steps: %s" % over)
+
+    # run.trace puts the kernel profiler in front of the backend: it reads its
+    # kernels' times at the waits the step has anyway, never one of its own
+    d = os.path.join(tmp, "traced-sim")
+    rc, out = run("train", "model.preset=gpt2-tiny", "model.vocab_size=256", "train.seq_len=32",
+                  "train.batch_size=2", "train.grad_accum=2", "train.steps=5",
+                  "data.train=" + shard, "run.threads=1", "run.device=sim",
+                  "debug.sim_device_memory=1GB", "run.trace=steps:2-4", "run.dir=" + d)
+    check(rc == 0, "traced run on sim trains (%s)" % out.strip()[-300:])
+    if rc == 0:
+        waits = [x.get("host_waits") for x in lines(d, "device")]
+        check(len(waits) == 5 and all(w == 1 for w in waits),
+              "run.trace: every step waits once on the device, traced or not: %s" % waits)
+        check(os.path.exists(os.path.join(d, "trace.json")), "run.trace: trace.json written")
 
 print("failures:", failures)
 sys.exit(1 if failures else 0)

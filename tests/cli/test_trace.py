@@ -9,6 +9,9 @@
 - Exactly steps 3, 4 and 5 are there, each a "step" span; on every thread the
   spans nest (each lies inside its parent or after it), the kernels inside the
   model's forward/head/backward and the optimizer, the model inside the step.
+  On a queued device (CTRAIN_DEVICE=sim or cuda) the kernels are on a track of
+  their own named "device", one after another, none before the first step;
+  on sim, whose clock is the host's, each also lies inside its pass by time.
 - Each step's direct children (zero_grads, data, forward, head, backward,
   grad_norm, optimizer) add up to the step's duration within 5%.
 - The evaluation and the checkpoint of step 4 are spans of their own.
@@ -26,6 +29,7 @@ CTRAIN = os.path.abspath(sys.argv[1])
 failures = []
 checks = 0
 EPS_US = 2.0  # timestamps are written with 1 ns resolution; allow rounding
+DEVICE = (os.environ.get("CTRAIN_DEVICE") or "cpu").split(":")[0]  # the runs' run.device
 
 
 def check(label, ok, detail=""):
@@ -123,11 +127,39 @@ def main():
         check("kernel spans: GEMMs, attention, norms, the loss and AdamW",
               {"matmul_forward", "matmul_backward", "attention_forward", "attention_backward",
                "layernorm_forward", "crossentropy_forward", "adamw_update"} <= names, str(names))
-        homes = {parent_name[id(s)] for s in kernels}
-        stray = [(s["name"], parent_name[id(s)]) for s in kernels if parent_name[id(s)] not in
-                 ("forward", "head", "backward", "optimizer", "grad_norm", "evaluation")]
-        check("kernels sit inside the model's passes, the norm, the optimizer or evaluation",
-              not stray, str(stray[:10]))
+        passes = ("forward", "head", "backward", "optimizer", "grad_norm", "evaluation")
+        if DEVICE in ("sim", "cuda"):
+            # a queued device: the kernels on the device's own track, by its clock, as
+            # it ran them (on a GPU after the host queued them, so not inside the
+            # host's spans); sim's clock is the host's, so there they still lie
+            # inside the passes that called them
+            dev_tids = {e["tid"] for e in meta if e.get("name") == "thread_name" and
+                        e.get("args", {}).get("name") == "device"}
+            check("kernels on the device's own track (a thread named device)",
+                  len(dev_tids) == 1 and {s["tid"] for s in kernels} == dev_tids,
+                  f"{dev_tids} {sorted({s['tid'] for s in kernels})}")
+            order = sorted(kernels, key=lambda s: s["ts"])
+            overlap = [(a["name"], b["name"]) for a, b in zip(order, order[1:])
+                       if b["ts"] < a["ts"] + a["dur"] - EPS_US]
+            check("the device runs its kernels one after another (none overlaps the next)",
+                  kernels and not overlap, str(overlap[:10]))
+            first = min(st["ts"] for st in steps) if steps else 0
+            check("no kernel starts before the first traced step",
+                  all(k["ts"] >= first - EPS_US for k in kernels),
+                  str([(k["name"], k["ts"]) for k in kernels if k["ts"] < first - EPS_US][:5]))
+            if DEVICE == "sim":
+                host = [s for s in spans if s["tid"] != next(iter(dev_tids), None) and
+                        s["name"] in passes]
+                stray = [k["name"] for k in kernels if not any(
+                    h["ts"] - EPS_US <= k["ts"] and k["ts"] + k["dur"] <= h["ts"] + h["dur"] +
+                    EPS_US for h in host)]
+                check("sim: each kernel lies inside a model pass, the norm, the optimizer or "
+                      "evaluation, by time", not stray, str(stray[:10]))
+        else:
+            stray = [(s["name"], parent_name[id(s)]) for s in kernels
+                     if parent_name[id(s)] not in passes]
+            check("kernels sit inside the model's passes, the norm, the optimizer or evaluation",
+                  not stray, str(stray[:10]))
         model = [s for s in spans if s["name"] in ("forward", "head", "backward")]
         check("the model's forward, head and backward sit inside steps",
               model and all(parent_name[id(s)] in ("step", "evaluation") for s in model),
