@@ -277,6 +277,8 @@ typedef struct ct_model_opts {
     ct_act_dtype act_dtype;
     int head_chunk_rows; /* logits rows per chunk of the fused head; 0: ct_model_head_chunk_rows */
     ct_precision precision;
+    bool fp32_logits; /* precision bf16: the head's logits fp32 where the backend would
+                       * write them bf16 (the bf16 head): a numerics check's knob */
 } ct_model_opts;
 CT_API ct_model_opts ct_model_opts_default(void); /* none, fp32, automatic head chunk */
 /* "none" | "light" | "full", "fp32" | "bf16"; "?" outside the enums. Static

@@ -574,7 +574,7 @@ ct_status model_stage_fill(ct_model *m, float *dst, size_t n, model_fill_fn fill
 /* ---------------------------------------------------- options */
 
 ct_model_opts ct_model_opts_default(void) {
-    ct_model_opts o = {CT_RECOMPUTE_NONE, CT_ACT_FP32, 0, CT_PREC_FP32};
+    ct_model_opts o = {CT_RECOMPUTE_NONE, CT_ACT_FP32, 0, CT_PREC_FP32, false};
     return o;
 }
 
@@ -651,7 +651,7 @@ ct_status ct_model_set_opts(ct_model *m, const ct_model_opts *o) {
     if (st) return st;
     if (m->B && (o->recompute != m->opts.recompute || o->act_dtype != m->opts.act_dtype ||
                    o->head_chunk_rows != m->opts.head_chunk_rows ||
-                   o->precision != m->opts.precision))
+                   o->precision != m->opts.precision || o->fp32_logits != m->opts.fp32_logits))
         return CT_ERR(CT_ERR_ARG, "model already reserved with recompute %s, activations %s, "
                       "precision %s: options are set before ct_model_reserve",
                       ct_model_recompute_name(m->opts.recompute),

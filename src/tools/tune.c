@@ -501,12 +501,12 @@ static ct_status confirm_winner(tune_state *s) {
  * search may change: the base's values otherwise. */
 static int memory_options(const tune_state *s, const ct_model_opts *base, ct_model_opts *out) {
     static const ct_model_opts order[] = {
-        {CT_RECOMPUTE_NONE, CT_ACT_FP32, 0, CT_PREC_FP32},
-        {CT_RECOMPUTE_NONE, CT_ACT_BF16, 0, CT_PREC_FP32},
-        {CT_RECOMPUTE_LIGHT, CT_ACT_FP32, 0, CT_PREC_FP32},
-        {CT_RECOMPUTE_LIGHT, CT_ACT_BF16, 0, CT_PREC_FP32},
-        {CT_RECOMPUTE_FULL, CT_ACT_FP32, 0, CT_PREC_FP32},
-        {CT_RECOMPUTE_FULL, CT_ACT_BF16, 0, CT_PREC_FP32},
+        {CT_RECOMPUTE_NONE, CT_ACT_FP32, 0, CT_PREC_FP32, false},
+        {CT_RECOMPUTE_NONE, CT_ACT_BF16, 0, CT_PREC_FP32, false},
+        {CT_RECOMPUTE_LIGHT, CT_ACT_FP32, 0, CT_PREC_FP32, false},
+        {CT_RECOMPUTE_LIGHT, CT_ACT_BF16, 0, CT_PREC_FP32, false},
+        {CT_RECOMPUTE_FULL, CT_ACT_FP32, 0, CT_PREC_FP32, false},
+        {CT_RECOMPUTE_FULL, CT_ACT_BF16, 0, CT_PREC_FP32, false},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof order / sizeof *order; i++) {

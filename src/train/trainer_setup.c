@@ -411,6 +411,7 @@ static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
     t->B = t->plan.B;
     t->accum = t->plan.grad_accum;
     t->mopts = t->plan.opts; /* train.precision included (ct_run_precision) */
+    t->mopts.fp32_logits = t->cfg->debug.fp32_logits;
     const ct_run_plan *p = &t->plan;
     const double MiB = 1048576.0;
     if (t->mopts.precision == CT_PREC_BF16 && t->rank == 0)

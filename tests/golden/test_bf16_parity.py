@@ -20,7 +20,10 @@ Lightning's "bf16-mixed". Checks:
   loss does. On a GPU at head size 64 or 128
   (CT_PARITY_HEAD_SIZE), where bf16 runs take the tensor-core attention, that check reads a
   run with CT_CUDA_ATTENTION=fp32, and the default run's step-1 loss must differ from it
-  (the tensor-core attention ran) by at most LOSS_TIGHT.
+  (the tensor-core attention ran) by at most LOSS_TIGHT; the teeth's run there also keeps
+  the logits fp32 (debug.fp32_logits), whose bf16 rounding moves the loss by more than the
+  GEMMs' rounding does at that size. On sim, debug.fp32_logits gives the fp32-logit
+  semantics.
 - Gradient accumulation: B=2 x 2 equals B=4 x 1 in bf16 (1e-5).
 - Exact resume: a bf16 run stopped after a checkpoint and resumed ends with weights and
   losses bit-identical to an uninterrupted run.
@@ -210,7 +213,7 @@ def parity(rep, binary, tmp, name, forward, names, params, save, cfg, tokens, em
     # v and probabilities); the teeth below are about the GEMMs, so they read a run whose
     # attention is the fp32 kernels' (CT_CUDA_ATTENTION=fp32), and that the tensor-core
     # attention is in effect, and close, is checked against it
-    c16_teeth = c16
+    c16_teeth, teeth_h16 = c16, HEAD_LOGITS_BF16
     if DEVICE_KIND == "cuda" and HEAD_SIZE in (64, 128):
         cx = ctrain_losses(rep, binary, "%s bf16, CT_CUDA_ATTENTION=fp32" % name,
                            train_args(init, shard, os.path.join(d, "run16x"), 1,
@@ -222,7 +225,18 @@ def parity(rep, binary, tmp, name, forward, names, params, save, cfg, tokens, em
         rep.check("%s: the tensor-core attention is in effect (step-1 loss differs from the "
                   "fp32 attention's) and within %g of it" % (name, LOSS_TIGHT),
                   0 < dx <= LOSS_TIGHT, "relative difference %.2e" % dx)
-        c16_teeth = cx
+        # and fp32 logits (debug.fp32_logits): rounding every logit to bf16 moves the loss
+        # by whole ulps of a few logits wherever cuBLAS's order of the sums differs from
+        # torch's, more than the fp32 run differs from these semantics at this size (H200:
+        # 1.4e-5 against 4.2e-6 for GPT-2), so the teeth read fp32 logits
+        c16_teeth = ctrain_losses(rep, binary, "%s bf16, CT_CUDA_ATTENTION=fp32, fp32 logits"
+                                  % name, train_args(init, shard, os.path.join(d, "run16xl"), 1,
+                                                     ["train.precision=bf16",
+                                                      "debug.fp32_logits=true"] + emulate),
+                                  env_extra={"CT_CUDA_ATTENTION": "fp32"})
+        if c16_teeth is None:
+            return
+        teeth_h16 = False
     print("\n%s  %4s  %12s  %12s  %12s  %9s" % (name, "step", "autocast", "ctrain bf16",
                                                  "ctrain fp32", "rel"))
     for s in range(STEPS):
@@ -241,9 +255,10 @@ def parity(rep, binary, tmp, name, forward, names, params, save, cfg, tokens, em
     # outputs (the logits bf16 under the bf16 head), attention in fp32. It must match far
     # closer than fp32 does. Teeth of the bf16 head: the other semantics' loss is further.
     x, y = next(G.sequential_batches(tokens, B, T))
-    h16 = HEAD_LOGITS_BF16
-    mimic = mixed_loss(forward, params, cfg, x, y, HEAD_NAME[name] if h16 else None)
-    other = mixed_loss(forward, params, cfg, x, y, None if h16 else HEAD_NAME[name])
+    h16 = teeth_h16
+    head16 = mixed_loss(forward, params, cfg, x, y, HEAD_NAME[name])
+    head32 = mixed_loss(forward, params, cfg, x, y, None)
+    mimic, other = (head16, head32) if h16 else (head32, head16)
     rep.check("%s: the head's logits are %s (step 1 nearer that semantics than the other)"
               % (name, "bf16" if h16 else "fp32"),
               H16_NOISY or abs(c16_teeth[0] - mimic) < abs(c16_teeth[0] - other),
@@ -255,6 +270,18 @@ def parity(rep, binary, tmp, name, forward, names, params, save, cfg, tokens, em
               rel(c16_teeth[0], mimic) <= TEETH_REL,
               "|bf16 - mixed torch| %.2e, |fp32 - mixed torch| %.2e"
               % (exact, abs(c32[0] - mimic)))
+    if HEAD_LOGITS_BF16 and not H16_NOISY:
+        # debug.fp32_logits: the bf16 head off, the logits fp32 (the GEMM still bf16)
+        p = ctrain_losses(rep, binary, "%s bf16, debug.fp32_logits" % name,
+                          train_args(init, shard, os.path.join(d, "run16l"), 1,
+                                     ["train.precision=bf16", "debug.fp32_logits=true"] + emulate))
+        if p is not None:
+            rep.check("%s: debug.fp32_logits keeps the logits fp32 (step 1 equals that semantics "
+                      "far closer than fp32 does, and nearer it than bf16 logits)" % name,
+                      abs(p[0] - head32) <= TEETH_RATIO * abs(c32[0] - head32) and
+                      abs(p[0] - head32) < abs(p[0] - head16),
+                      "|it - fp32 logits| %.2e, |it - bf16 logits| %.2e, |fp32 - fp32 logits| "
+                      "%.2e" % (abs(p[0] - head32), abs(p[0] - head16), abs(c32[0] - head32)))
 
 
 HEAD_NAME = {"gpt2": "wte.weight", "llama": "lm_head.weight"}

@@ -85,7 +85,7 @@ static ct_model *make_model_prec(ct_ctx *ctx, ct_recompute r, ct_act_dtype d, in
         for (size_t j = 0; j < q->numel; j++)
             p[q->offset + j] += (q->ndim == 1 ? 0.2f : 0.3f) * (ct_rng_float(&rng) - 0.5f);
     }
-    ct_model_opts o = {r, d, head_chunk_rows, prec};
+    ct_model_opts o = {r, d, head_chunk_rows, prec, false};
     CHECK(ct_model_set_opts(m, &o) == CT_OK);
     CHECK(ct_model_reserve(m, Bres, T, true) == CT_OK);
     return m;
@@ -287,7 +287,7 @@ static void test_plan_precision_bf16(void) {
     model_config(&c);
     for (int r = 0; r < 3; r++)
         for (int d = 0; d < 2; d++) {
-            ct_model_opts o = {policies[r], dtypes[d], 0, CT_PREC_BF16};
+            ct_model_opts o = {policies[r], dtypes[d], 0, CT_PREC_BF16, false};
             ct_model_plan pl, p32;
             CHECK(ct_model_plan_memory_opts(&c, B, T, true, &o, &pl) == CT_OK);
             o.precision = CT_PREC_FP32;
@@ -330,7 +330,7 @@ static void test_plan(void) {
     ct_model_plan plan[3][2];
     for (int r = 0; r < 3; r++) {
         for (int d = 0; d < 2; d++) {
-            ct_model_opts o = {policies[r], dtypes[d], 0, CT_PREC_FP32};
+            ct_model_opts o = {policies[r], dtypes[d], 0, CT_PREC_FP32, false};
             ct_model_plan *pl = &plan[r][d];
             CHECK(ct_model_plan_memory_opts(&c, B, T, true, &o, pl) == CT_OK);
             CHECK(pl->total == pl->params + pl->grads + pl->acts + pl->work + pl->scratch);
@@ -390,12 +390,12 @@ static void test_opts_errors(void) {
     CHECK(!strcmp(ct_model_recompute_name(CT_RECOMPUTE_LIGHT), "light"));
     CHECK(!strcmp(ct_model_act_dtype_name((ct_act_dtype)7), "?"));
     ct_model *m = make_model(ctx, CT_RECOMPUTE_LIGHT, CT_ACT_BF16, B);
-    ct_model_opts same = {CT_RECOMPUTE_LIGHT, CT_ACT_BF16, 0, CT_PREC_FP32},
-                  other = {CT_RECOMPUTE_FULL, CT_ACT_BF16, 0, CT_PREC_FP32};
+    ct_model_opts same = {CT_RECOMPUTE_LIGHT, CT_ACT_BF16, 0, CT_PREC_FP32, false},
+                  other = {CT_RECOMPUTE_FULL, CT_ACT_BF16, 0, CT_PREC_FP32, false};
     CHECK(ct_model_set_opts(m, &same) == CT_OK);
     CHECK(ct_model_set_opts(m, &other) == CT_ERR_ARG);
     CHECK(strstr(ct_last_error(), "before ct_model_reserve") != NULL);
-    ct_model_opts bad = {(ct_recompute)3, CT_ACT_FP32, 0, CT_PREC_FP32};
+    ct_model_opts bad = {(ct_recompute)3, CT_ACT_FP32, 0, CT_PREC_FP32, false};
     CHECK(ct_model_set_opts(m, &bad) == CT_ERR_ARG);
     ct_model_config c;
     model_config(&c);
