@@ -10,7 +10,9 @@
  * GPU tests). So every entry's transposes, sizes and leading dimensions are
  * held to ref's row-major definition, on shapes where no two of N, C and OC
  * agree (a swapped dimension or a missing transpose cannot pass) and with
- * the bf16 head's padded rows poisoned (nothing may touch them).
+ * the bf16 head's padded rows poisoned (nothing may touch them); and the
+ * bf16 head's GEMMs meet the tensor cores' 16-byte rules on all but the
+ * vocabulary's last OC % 8 rows.
  * Left out: bias (prefilled by a kernel), cuBLASLt (cuda_lt_plans), and the
  * column sums of dbias (the emulation runs them).
  *
@@ -65,6 +67,24 @@ static double at(const void *X, cudaDataType t, bool trans, int i, int j, int ld
 
 static int calls;
 
+/* The head's calls against cuBLAS's "Tensor Core Usage" rules (its fast
+ * kernels want every operand's contiguous extent, leading dimension and
+ * address a multiple of 16 bytes): the work (2 m n k) of the calls that meet
+ * them and of those that do not, counted while `watch` is set. */
+static bool watch;
+static double work_aligned, work_unaligned;
+
+static size_t type_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
+static bool tc_aligned(bool tA, bool tB, int m, int n, int k, const void *A, cudaDataType at_,
+                       int lda, const void *B, cudaDataType bt, int ldb, const void *Cm,
+                       cudaDataType ct, int ldc) {
+    size_t a = type_bytes(at_), b = type_bytes(bt), c = type_bytes(ct);
+    return (size_t)(tA ? k : m) * a % 16 == 0 && (size_t)(tB ? n : k) * b % 16 == 0 &&
+           (size_t)m * c % 16 == 0 && (size_t)lda * a % 16 == 0 && (size_t)ldb * b % 16 == 0 &&
+           (size_t)ldc * c % 16 == 0 && (uintptr_t)A % 16 == 0 && (uintptr_t)B % 16 == 0 &&
+           (uintptr_t)Cm % 16 == 0;
+}
+
 /* C (m,n) = alpha op(A) (m,k) op(B) (k,n) + beta C, column-major, sums in double. */
 static cublasStatus_t fake_gemm_ex(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
                                    int m, int n, int k, const void *alpha, const void *A,
@@ -80,6 +100,10 @@ static cublasStatus_t fake_gemm_ex(cublasHandle_t, cublasOperation_t ta, cublasO
     if (at_ != bt || comp != CUBLAS_COMPUTE_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (ct != CUDA_R_32F && !(ct == CUDA_R_16BF && at_ == CUDA_R_16BF))
         return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (watch)
+        (tc_aligned(tA, tB, m, n, k, A, at_, lda, B, bt, ldb, Cm, ct, ldc) ? work_aligned
+                                                                           : work_unaligned) +=
+            2.0 * m * n * k;
     float a = *(const float *)alpha, b = *(const float *)beta;
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
@@ -221,7 +245,10 @@ static void test_shape(ct_backend *be, int N, int C, int OC) {
     uint16_t *w16 = to16(w, OCC, false), *x16 = to16(x, NC, false);
     uint16_t *o16 = (uint16_t *)malloc(NL * 2), *o16_w = (uint16_t *)malloc(NL * 2);
     for (size_t i = 0; i < NL; i++) o16[i] = o16_w[i] = 0x7fbd;
+    work_aligned = work_unaligned = 0;
+    watch = true;
     ct_matmul_forward_bf16_out16_cuda(be, o16, ld, x, w16, N, C, OC);
+    watch = false;
     ct_matmul_forward_bf16_out16_ref(be, o16_w, ld, x, w16, N, C, OC);
     int off = 0;
     bool pads = true;
@@ -239,11 +266,21 @@ static void test_shape(ct_backend *be, int N, int C, int OC) {
         for (int i = 0; i < OC; i++) d16[(size_t)n * ld + i] = ct_f32_to_bf16(d[(size_t)n * OC + i]);
     memcpy(gi, gi_w, NC * 4);
     memcpy(gw, gw_w, OCC * 4);
+    watch = true;
     ct_matmul_backward_bf16_dout16_cuda(be, gi, gw, d16, ld, x16, w16, N, C, OC);
+    watch = false;
     ct_matmul_backward_bf16_dout16_ref(be, gi_w, gw_w, d16, ld, x16, w16, N, C, OC);
     CHECK_MSG(err(gi, gi_w, NC) < TOL && err(gw, gw_w, OCC) < TOL,
               "%s matmul_backward_bf16_dout16 ld=%d: dinp %.2e dweight %.2e", sh, ld,
               err(gi, gi_w, NC), err(gw, gw_w, OCC));
+    /* where C is a multiple of 8 (every real model's width), all of the head's
+     * work but that of the vocabulary's last OC % 8 rows meets the rules */
+    if (C % 8 == 0)
+        CHECK_MSG(work_unaligned == 6.0 * N * C * (OC % 8) &&
+                      work_aligned == 6.0 * N * C * (OC - OC % 8),
+                  "%s the bf16 head's GEMMs: work %.0f on the tensor cores' alignment, %.0f "
+                  "off it (want %.0f and %.0f)", sh, work_aligned, work_unaligned,
+                  6.0 * N * C * (OC - OC % 8), 6.0 * N * C * (OC % 8));
 
     free(x); free(w); free(d); free(out); free(want); free(gi); free(gw); free(gi_w); free(gw_w);
     free(pre); free(pre_w); free(g); free(g_w); free(w16); free(x16); free(o16); free(o16_w);
@@ -268,8 +305,11 @@ int main(void) {
     test_shape(&be, 5, 12, 7);
     test_shape(&be, 16, 33, 40);
     test_shape(&be, 3, 64, 97); /* a vocabulary-like odd OC */
+    test_shape(&be, 4, 16, 5);  /* a vocabulary under 8 rows: the small call alone */
     CHECK_MSG(blas_errors == 0, "%d cuBLAS calls refused, the first: %s", blas_errors, blas_what);
-    CHECK_MSG(calls == 3 * 16, "%d cuBLAS calls made, not 16 per shape", calls);
+    /* 16 per shape, and the bf16 head's three again for the rows past a
+     * multiple of 8 where there are both (OC = 97) */
+    CHECK_MSG(calls == 4 * 16 + 3, "%d cuBLAS calls made, not 16 per shape and 3 more", calls);
     fprintf(stderr, "cuda_gemm_host: %d cuBLAS calls, %d failures\n", calls, fails);
     free(s->ws);
     free(s);

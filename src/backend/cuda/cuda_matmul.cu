@@ -19,7 +19,9 @@
  * backward (DGELU, BGRAD epilogues) and bf16 outputs through Lt.
  * The bf16 vocabulary head (matmul_forward_bf16_out16, _backward_bf16_dout16)
  * writes its logits as bf16 from GemmEx (bf16 C, rows padded to ld) and
- * reads the loss's bf16 gradient as the backward GEMMs' operand directly.
+ * reads the loss's bf16 gradient as the backward GEMMs' operand directly; its
+ * GEMMs take the vocabulary's rows in a multiple of 8 and then the few left,
+ * so the big ones meet the tensor cores' alignment rules (GPT-2's 50257).
  * train.precision=fp16 (GPUs without bf16: T4, V100) takes the plain path with
  * IEEE half inputs (CUDA_R_16F), fp32 compute and output; no Lt epilogue.
  */
@@ -394,9 +396,17 @@ extern "C" void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float 
 
 /* ------------------------------------------- the bf16 head (bf16 logits) */
 
-/* out16 (N, rows ld apart) = bf16(bf16(inp) @ weight16^T): one GemmEx with a
- * bf16 C (ldc = ld), beta 0 so C is never read; cuBLAS writes the m = OC
- * rows of the column-major C only, so columns OC..ld-1 stay as they were.
+/* The vocabulary's rows split for the tensor cores: cuBLAS runs its fast
+ * kernels only where every operand's contiguous extent is a multiple of 16
+ * bytes (its "Tensor Core Usage" rules), and GPT-2's 50257 is odd. So each
+ * head GEMM runs on the first V8 = V rounded down to 8 rows, and the last
+ * V - V8 (at most 7) in a second, small call. */
+static int vocab_main(int V) { return V & ~7; }
+
+/* out16 (N, rows ld apart) = bf16(bf16(inp) @ weight16^T): GemmEx with a bf16
+ * C (ldc = ld), beta 0 so C is never read, over the vocabulary's first V8
+ * rows and then its last few; cuBLAS writes the m rows of the column-major C
+ * only, so columns OC..ld-1 stay as they were.
  * C == 0: zero sums, written as bf16 zeros into the same columns. */
 extern "C" void ct_matmul_forward_bf16_out16_cuda(ct_backend *be, uint16_t *out16, int ld,
                                                   const float *inp, const uint16_t *weight16,
@@ -410,27 +420,35 @@ extern "C" void ct_matmul_forward_bf16_out16_cuda(ct_backend *be, uint16_t *out1
     }
     const uint16_t *x16 = bf16_operand(be, inp, (size_t)N * C);
     if (!x16) return;
-    /* out^T (OC,N), ld apart = W^T-view (OC,C) x inp16^T (C,N) */
-    gemm_16_to(be, CUDA_R_16BF, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight16, C, x16, C, 0.0f,
-               out16, CUDA_R_16BF, ld, "matmul_forward_bf16_out16");
+    /* out^T (V,N), ld apart = W^T-view (V,C) x inp16^T (C,N), by rows of V */
+    for (int v0 = 0, v1 = vocab_main(OC); v0 < OC; v0 = v1, v1 = OC)
+        if (v1 > v0)
+            gemm_16_to(be, CUDA_R_16BF, CUBLAS_OP_T, CUBLAS_OP_N, v1 - v0, N, C,
+                       weight16 + (size_t)v0 * C, C, x16, C, 0.0f, out16 + v0, CUDA_R_16BF, ld,
+                       "matmul_forward_bf16_out16");
 }
 
 /* matmul_backward_bf16 from a gradient that is bf16 already (the bf16 head's
  * loss wrote it): dout16 is the GEMMs' operand as it is, rows ld apart (its
  * column-major view (OC,N) with leading dimension ld), no conversion, no
- * workspace; beta 1 into the fp32 dinp and dweight. */
+ * workspace; beta 1 into the fp32 dinp and dweight; the vocabulary split as
+ * the forward's (dinp sums the first V8 rows' products, then the rest's). */
 extern "C" void ct_matmul_backward_bf16_dout16_cuda(ct_backend *be, float *dinp, float *dweight,
                                                     const uint16_t *dout16, int ld,
                                                     const uint16_t *inp16,
                                                     const uint16_t *weight16, int N, int C,
                                                     int OC) {
     if (N <= 0 || OC <= 0 || C <= 0) return;
-    if (dinp) /* dinp^T (C,N) += W-view (C,OC) x dout16^T (OC,N) */
-        gemm_bf16(be, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight16, C, dout16, ld, 1.0f, dinp, C,
-                  "matmul_backward_bf16_dout16 dinp");
-    if (dweight) /* dW^T (C,OC) += inp16^T (C,N) x dout16 (N,OC) */
-        gemm_bf16(be, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp16, C, dout16, ld, 1.0f, dweight, C,
-                  "matmul_backward_bf16_dout16 dweight");
+    for (int v0 = 0, v1 = vocab_main(OC); v0 < OC; v0 = v1, v1 = OC) {
+        if (v1 == v0) continue;
+        const uint16_t *w = weight16 + (size_t)v0 * C, *d = dout16 + v0;
+        if (dinp) /* dinp^T (C,N) += W-view (C,v) x dout16^T (v,N) */
+            gemm_bf16(be, CUBLAS_OP_N, CUBLAS_OP_N, C, N, v1 - v0, w, C, d, ld, 1.0f, dinp, C,
+                      "matmul_backward_bf16_dout16 dinp");
+        if (dweight) /* dW^T (C,v) += inp16^T (C,N) x dout16 (N,v) */
+            gemm_bf16(be, CUBLAS_OP_N, CUBLAS_OP_T, C, v1 - v0, N, inp16, C, d, ld, 1.0f,
+                      dweight + (size_t)v0 * C, C, "matmul_backward_bf16_dout16 dweight");
+    }
 }
 
 /* ------------------------------------------- train.precision = fp16 */
