@@ -67,6 +67,8 @@ typedef struct bench_args {
     ct_model_opts opts;           /* --config: the planned model options */
     bool have_opts;
     char label[2 * CT_PATH_MAX + 16]; /* the model's name in the output: preset or config */
+    const char *device; /* --device: kernels and step on that backend; NULL: --table's */
+    int dev_kind, dev_index;
 } bench_args;
 
 static int bench_long(const char *opt, const char *s, long long lo, long long hi,
@@ -111,6 +113,9 @@ static void bench_usage(void) {
            "  --reps R        repetitions (gemm, peak; default 3)\n"
            "  --filter TEXT   kernels whose name contains TEXT (comma-separated: any of them)\n"
            "  --table cpu|ref kernel table to measure (default cpu)\n"
+           "  --device cpu|cuda|cuda:N|sim  kernels, step: run on that device (a GPU: the\n"
+           "                  roofline is its cuBLAS fp32 GEMM peak, bf16's for the 16-bit\n"
+           "                  kernels, and its device-to-device copy rate)\n"
            "  --recompute none|light|full  step: what backward recomputes (default none)\n"
            "  --activation-dtype fp32|bf16 step: storage of saved activations (default fp32)\n"
            "  --precision fp32|bf16  step, gemm: the GEMMs' precision (train.precision; default\n"
@@ -135,7 +140,8 @@ static void bench_usage(void) {
 
 static int bench_parse(int argc, char **argv, bench_args *a) {
     *a = (bench_args){NULL, "gpt2", NULL, "cpu", "none", "fp32", "fp32", 4, 64, 0, 1, 3, 3, 2048, 5,
-                      false, NULL, NULL, "", 1, 0, 0, NULL, NULL, {NULL}, 0, 0, 1, {0}, false, ""};
+                      false, NULL, NULL, "", 1, 0, 0, NULL, NULL, {NULL}, 0, 0, 1, {0}, false, "",
+                      NULL, CT_BACKEND_CPU, 0};
     int i = 0;
     if (argc > 0 && argv[0][0] != '-' && !strchr(argv[0], '=')) a->sub = argv[i++];
     if (a->sub && strcmp(a->sub, "peak") && strcmp(a->sub, "kernels") && strcmp(a->sub, "step") &&
@@ -191,6 +197,13 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
             if (strcmp(v, "cpu") && strcmp(v, "ref"))
                 return cli_usage_error("bench", "--table = '%s': expected cpu or ref", v);
             a->table = v;
+        } else if (!strcmp(o, "--device")) {
+            if (ct_config_device(v, &a->dev_kind, &a->dev_index)) {
+                ct_error_clear();
+                return cli_usage_error("bench", "--device = '%s': expected cpu, cuda or cuda:N "
+                                       "(in a build with CUDA), or sim", v);
+            }
+            a->device = v;
         } else if (!strcmp(o, "--batch")) rc = bench_long(o, v, 1, 1 << 16, &a->B);
         else if (!strcmp(o, "--seq")) rc = bench_long(o, v, 1, 1 << 20, &a->T);
         else if (!strcmp(o, "--threads")) rc = bench_long(o, v, 0, 4096, &a->threads);
@@ -223,6 +236,12 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
                                        shape_opts[k].opt, shape_opts[k].key, shape_opts[k].key);
     }
     snprintf(a->label, sizeof a->label, "%s", a->preset);
+    if (a->device && (!a->sub || (strcmp(a->sub, "kernels") && strcmp(a->sub, "step"))))
+        return cli_usage_error("bench", "--device works with `bench kernels` and `bench step` "
+                               "only (peak and gemm measure the host; `ctrain hw` the GPU too)");
+    if (a->device && strcmp(a->table, "cpu"))
+        return cli_usage_error("bench", "--device and --table do not combine");
+    if (a->device) a->table = a->dev_kind == CT_BACKEND_CUDA ? "cuda" : a->device;
     if ((a->save_baseline || a->baseline) &&
         (!a->sub || (strcmp(a->sub, "kernels") && strcmp(a->sub, "step"))))
         return cli_usage_error("bench", "--save-baseline and --baseline work with `bench "
@@ -298,8 +317,10 @@ static int bench_config(bench_args *a, ct_model_config *mc) {
 typedef struct roofs {
     double gemm, fma, theo, mhz, bw;
     double bf16;      /* register bf16 dot-product ceiling; 0: no AVX512_BF16 */
-    double gemm_bf16; /* oneDNN's bf16 matmul; -1: not measured (no oneDNN) */
+    double gemm_bf16; /* oneDNN's bf16 matmul; -1: not measured (no oneDNN); a GPU's cuBLAS
+                       * bf16 GEMM under --device cuda */
     ct_bench_gemm_info gi;
+    char device[128]; /* --device cuda: the GPU's name; "" otherwise */
 } roofs;
 
 /* s as a JSON string: quotes, backslashes and control bytes escaped. */
@@ -422,6 +443,22 @@ static int run_peak(ct_ctx *ctx, const bench_args *a, roofs *r, bool print) {
     return 0;
 }
 
+/* The roofline of a device's kernels: cuBLAS's fp32 and bf16 GEMM peaks on
+ * the GPU (ct_bench_gpu_peaks); none on sim (r->fma 0: no roofline). */
+static int device_roofs(const bench_args *a, roofs *r) {
+    if (a->dev_kind != CT_BACKEND_CUDA) return 0;
+    ct_gpu_peaks g;
+    if (ct_bench_gpu_peaks(a->dev_index, true, 8192, (int)a->reps, &g)) return cli_fail("bench");
+    r->fma = r->gemm = g.fp32_gemm_gflops;
+    r->gemm_bf16 = g.bf16_gemm_gflops;
+    r->theo = g.info.fp32_theory_gflops;
+    snprintf(r->device, sizeof r->device, "%s", g.info.name);
+    if (!a->json)
+        printf("%s: cuBLAS GEMM peaks %.0f GFLOP/s fp32, %.0f bf16 (%d x %d x %d)\n",
+               g.info.name, g.fp32_gemm_gflops, g.bf16_gemm_gflops, g.gemm_n, g.gemm_n, g.gemm_n);
+    return 0;
+}
+
 typedef struct item_out {
     bool json;
     int n;
@@ -451,6 +488,9 @@ static void print_item(const ct_bench_item *it, void *user) {
                o->n ? ", " : "", it->name, it->shape, it->seconds, it->flops, it->bytes,
                it->read_bytes, it->write_bytes, it->footprint, it->level, rate, unit, it->roof_s,
                it->bound, it->bound_rate, eff);
+    else if (it->roof_s <= 0) /* no roofline (sim) */
+        printf("  %-24s %-22s %10.3f ms %9.1f %-7s\n", it->name, it->shape, it->seconds * 1e3,
+               rate, unit);
     else if (!strcmp(it->bound, "compute"))
         printf("  %-24s %-22s %10.3f ms %9.1f %-7s %5.1f%% of the FMA ceiling (%.0f GFLOP/s)\n",
                it->name, it->shape, it->seconds * 1e3, rate, unit, 100.0 * eff, it->bound_rate);
@@ -466,7 +506,28 @@ static void print_item(const ct_bench_item *it, void *user) {
 static int run_kernels(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc,
                        const roofs *r) {
     item_out o = {a->json, 0};
-    if (a->json) {
+    bool dev = ct_ctx_base_backend(ctx)->queued;
+    if (a->json && dev) {
+        printf("{\"bench\": \"kernels\", \"table\": \"%s\", \"device\": ", a->table);
+        json_str(r->device[0] ? r->device : a->table);
+        printf(", \"preset\": ");
+        json_str(a->label);
+        printf(", \"B\": %lld, \"T\": %lld, \"gemm_peak_gflops\": %.2f, "
+               "\"gemm_bf16_peak_gflops\": %.2f, \"roofline\": \"max(flops / the GEMM peak "
+               "(bf16's for the 16-bit kernels), (read_bytes + write_bytes) / the device's copy "
+               "rate at the footprint)\", \"roofline_valid\": %s, \"items\": [",
+               a->B, a->T, r->fma, r->gemm_bf16 > 0 ? r->gemm_bf16 : 0.0,
+               r->fma > 0 ? "true" : "false");
+    } else if (dev) {
+        printf("kernels (%s, %s, B=%lld T=%lld)\n", r->device[0] ? r->device : a->table,
+               a->label, a->B, a->T);
+        if (r->fma > 0)
+            printf("  %% of roofline: the least time the device allows over the kernel's time:\n"
+                   "  max(FLOPs / cuBLAS's GEMM peak (bf16's for the 16-bit kernels), bytes read\n"
+                   "  and written / the device's copy rate at the kernel's footprint)\n");
+        else
+            printf("  (no roofline: no GPU peaks here)\n");
+    } else if (a->json) {
         printf("{\"bench\": \"kernels\", \"table\": \"%s\", \"preset\": ", a->table);
         json_str(a->label);
         printf(", \"B\": %lld, \"T\": %lld, \"threads\": %d, \"gemm_peak_gflops\": %.2f, "
@@ -484,11 +545,12 @@ static int run_kernels(ct_ctx *ctx, const bench_args *a, const ct_model_config *
                "  binding bound\n",
                a->table, a->label, a->B, a->T);
     }
-    if (!ct_bench_build_optimized())
+    if (!ct_bench_build_optimized() && !dev)
         fprintf(stderr, "ctrain bench: warning: this ctrain is built without optimization or "
                 "with sanitizers: the FMA ceiling and the stream probes run far below the "
                 "hardware, so the roofline percentages are not bounds (use a Release build)\n");
-    ct_bench_kernel_opts ko = {a->filter, (int)a->repeat, a->slow_name, (int)a->slow_factor};
+    ct_bench_kernel_opts ko = {a->filter, (int)a->repeat, a->slow_name, (int)a->slow_factor,
+                               a->device && r->gemm_bf16 > 0 ? r->gemm_bf16 : 0};
     if (ct_bench_kernels(ctx, mc, (int)a->B, (int)a->T, r->fma, &ko, print_item, &o)) {
         if (a->json) printf("]}\n");
         return cli_fail("bench");
@@ -615,7 +677,7 @@ static int run_gate(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
             rc = cli_fail("bench");
     }
     gate_out g = {now, CT_OK};
-    ct_bench_kernel_opts ko = {a->filter, (int)a->repeat, a->slow_name, (int)a->slow_factor};
+    ct_bench_kernel_opts ko = {a->filter, (int)a->repeat, a->slow_name, (int)a->slow_factor, 0};
     /* the roofs are not part of the gate: no roofline, no bandwidth probes */
     if (!rc && step && gate_measure_step(ctx, a, mc, now)) rc = cli_fail("bench");
     if (!rc && !step &&
@@ -765,6 +827,10 @@ int cmd_bench(int argc, char **argv) {
     ct_ctx_params cp = ct_ctx_params_default();
     cp.n_threads = (int)a.threads;
     cp.backend = !strcmp(a.table, "ref") ? CT_BACKEND_REF : CT_BACKEND_CPU;
+    if (a.device) {
+        cp.backend = (ct_backend_kind)a.dev_kind;
+        cp.device = a.dev_index;
+    }
     ct_ctx *ctx;
     if (ct_ctx_init(&ctx, &cp)) return cli_fail("bench");
     /* no --gemm: run.gemm's default, as `ctrain train` runs */
@@ -788,6 +854,8 @@ int cmd_bench(int argc, char **argv) {
     const char *s = a.sub;
     if (!s || !strcmp(s, "peak")) rc = run_peak(ctx, &a, &r, true);
     else if (a.save_baseline || a.baseline) rc = run_gate(ctx, &a, &mc);
+    else if (!strcmp(s, "kernels") && ct_ctx_base_backend(ctx)->queued)
+        rc = device_roofs(&a, &r);
     else if (!strcmp(s, "kernels")) rc = run_peak(ctx, &a, &r, !a.json);
     if (!rc && (!s || !strcmp(s, "kernels")) && !a.save_baseline && !a.baseline)
         rc = run_kernels(ctx, &a, &mc, &r);

@@ -31,11 +31,12 @@
 #                 bf16 and dropout (also at head size 64, where bf16 takes the
 #                 tensor-core attention), LLaMA, exact resume,
 #                 the guard, LoRA, instruction data, eval, trace
-#   bench     80  GPT-2 124M, T=1024, batch_size=auto for GPU_CHECK_BATCH (16)
+#   bench    120  GPT-2 124M, T=1024, batch_size=auto for GPU_CHECK_BATCH (16)
 #                 sequences, fp32 and bf16: tokens/s, MFU against the GPU's
 #                 peaks, every step's loss (kept), the device memory plan against
 #                 the peak the device reports, the time split per kernel from a
-#                 trace of two steps
+#                 trace of two steps; and `ctrain bench kernels --device cuda`: every
+#                 kernel at GPT-2 124M's shapes against the GPU's roofline
 #   hf        90  scripts/hf_check.py: the exports of seven architectures load in
 #                 transformers and peft and give ctrain's logits (skipped where
 #                 transformers is missing; what the budget leaves, at most)
@@ -58,7 +59,8 @@
 # stage's timeout; CTRAIN=path skips the bundle (that ctrain, its tests beside
 # it). GPU_CHECK_FAKE=stage:hang|fail|pass,... replaces stages, GPU_CHECK_WORK
 # moves .gpu-check, GPU_CHECK_DEVICE (cuda) and GPU_CHECK_BENCH_MODEL /
-# GPU_CHECK_BENCH_VOCAB (GPT-2 124M) change the runs, GPU_CHECK_PEER_PRESET and
+# GPU_CHECK_BENCH_VOCAB (GPT-2 124M) change the runs, GPU_CHECK_KERNELS_ARGS the
+# kernel suite's model (--preset gpt2 --seq 1024), GPU_CHECK_PEER_PRESET and
 # _SEQ, GPU_CHECK_PEER_TORCH_ARGS and GPU_CHECK_LORA_ARGS the peers' (trying it
 # without a GPU).
 set -uo pipefail
@@ -458,13 +460,42 @@ sys.exit(0 if ok and rc == 0 else 1)
 EOF
   }
 
+  bench_kernels() { # every kernel at GPT-2 124M's shapes against the GPU's roofline
+    local j=$WORK/kernels_device.json
+    # shellcheck disable=SC2086 # the model's settings are separate words
+    timeout $(( ${STAGE_LEFT:-120} / 4 )) "$CTRAIN" bench kernels --device "$DEV" --repeat 1 \
+      --batch "${GPU_CHECK_BATCH:-16}" --reps 2 --json \
+      ${GPU_CHECK_KERNELS_ARGS:---preset gpt2 --seq 1024} >"$j" 2>>"$LOG"
+    local rc=$?
+    cat "$j" >>"$LOG"
+    "$PY" - "$j" "$rc" <<'EOF' >>"$DET"
+import json, sys
+j, rc = sys.argv[1], int(sys.argv[2])
+try:
+    k = json.load(open(j))
+except (OSError, ValueError) as e:
+    print("- kernels --device: FAIL (exit %d: %s; logs/bench.log)" % (rc, e))
+    sys.exit(1)
+its = k.get("items", [])
+print("- kernels --device (%s, %s B=%s T=%s): %d kernels; peaks %.0f GFLOP/s fp32, %.0f bf16; "
+      "the slowest, against their roofline:" % (k.get("device"), k.get("preset"), k.get("B"),
+      k.get("T"), len(its), k.get("gemm_peak_gflops", 0), k.get("gemm_bf16_peak_gflops", 0)))
+for it in sorted(its, key=lambda it: -it["seconds"])[:14]:
+    print("  %-30s %-28s %8.3f ms %9.1f %-7s %5.1f%% of %s" % (
+        it["name"], it["shape"], it["seconds"] * 1e3, it["rate"], it["unit"],
+        100 * it.get("of_roofline", 0), it.get("bound", "?")))
+sys.exit(0 if rc == 0 and its else 1)
+EOF
+  }
+
   body_bench() {
     synth "$WORK/bench.bin" 2000000 "$BENCH_VOCAB"
     local ok=0
     bench_one fp32 && ok=$((ok + 1))
     bench_one bf16 && ok=$((ok + 1))
-    [ $ok = 2 ] && { result "ok: fp32 and bf16 (bench/)"; return 0; }
-    result "FAIL: $((2 - ok)) of 2 runs failed or gave a wrong loss (details, logs/bench.log)"
+    bench_kernels && ok=$((ok + 1))
+    [ $ok = 3 ] && { result "ok: fp32 and bf16, and the kernels against the roofline (bench/)"; return 0; }
+    result "FAIL: $((3 - ok)) of 3 (two runs, the kernel suite) failed or gave a wrong loss (details, logs/bench.log)"
     return 1
   }
 
@@ -569,7 +600,7 @@ fi
 
 # ---------------------------------------------------------------- the driver
 STAGES_ALL=(env setup sync kernels sanitize training bench hf peers)
-declare -A CAP=([env]=20 [setup]=40 [sync]=25 [kernels]=60 [sanitize]=80 [training]=160 [bench]=80 [hf]=90 [peers]=300)
+declare -A CAP=([env]=20 [setup]=40 [sync]=25 [kernels]=60 [sanitize]=80 [training]=160 [bench]=120 [hf]=90 [peers]=300)
 ONLY="" TESTS_RE="" RERUN=0
 while [ $# -gt 0 ]; do
   case "$1" in

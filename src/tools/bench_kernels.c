@@ -21,6 +21,8 @@ typedef struct suite {
     ct_backend *be; /* borrowed: the context's backend in use */
     ct_ctx *ctx;    /* borrowed: its threads run the stream probes */
     double fma_gflops; /* the compute bound; <= 0: no roofline */
+    double gemm16_gflops; /* a device's bound for 16-bit kernels; <= 0: fma_gflops */
+    bool device;    /* a queued backend: its own copy rate is the memory bound */
     size_t l1d, l2, l3; /* cache sizes (per instance; 0 unknown) */
     int threads;
     size_t bw_size[BW_CACHE];
@@ -110,6 +112,35 @@ static size_t probe_size(const suite *s, double footprint) {
     return best;
 }
 
+/* A device's copy rate at size bytes: a device-to-device copy of size / 2
+ * bytes (so size is read and written in all) timed between the backend's
+ * events, the best of 5 after a warm one; bytes moved (read + write) per
+ * second, in GB/s, into both *rd and *wr. */
+static ct_status device_copy_rate(ct_backend *be, size_t size, double *rd, double *wr) {
+    size_t half = size / 2 / 256 * 256;
+    if (half < 256) half = 256;
+    void *a = be->i->buf_alloc(be, half, CT_TAG_SCRATCH);
+    void *b = a ? be->i->buf_alloc(be, half, CT_TAG_SCRATCH) : NULL;
+    if (!b) {
+        if (a) be->i->buf_free(be, a);
+        return CT_ERR(CT_ERR_OOM, "no device memory for a %zu-byte copy-rate probe", size);
+    }
+    double best = 0;
+    be->i->copy(be, b, a, half);
+    for (int r = 0; r < 5; r++) {
+        ct_event e0, e1;
+        be->i->event_record(be, &e0);
+        be->i->copy(be, b, a, half);
+        be->i->event_record(be, &e1);
+        double t = be->i->event_elapsed(be, &e0, &e1);
+        if (t > 0 && 2.0 * half / t > best) best = 2.0 * half / t;
+    }
+    be->i->buf_free(be, a);
+    be->i->buf_free(be, b);
+    *rd = *wr = best / 1e9;
+    return CT_OK;
+}
+
 /* The read and write stream rates at footprint, measured once per probe size
  * (again when remeasure: the rates so far were beaten, so a busy moment held
  * them down; the better of old and new stays). */
@@ -123,7 +154,8 @@ static void stream_rates(suite *s, double footprint, bool remeasure, double *rd,
         return;
     }
     *rd = *wr = 0;
-    ct_status st = ct_bench_stream_bw(s->ctx, size, 0.02, rd, wr);
+    ct_status st = s->device ? device_copy_rate(s->be, size, rd, wr)
+                             : ct_bench_stream_bw(s->ctx, size, 0.02, rd, wr);
     if (st) {
         if (!s->st) s->st = st;
         return;
@@ -144,7 +176,15 @@ static void stream_rates(suite *s, double footprint, bool remeasure, double *rd,
 static void roofline(suite *s, ct_bench_item *it, bool remeasure) {
     double rbw = 0, wbw = 0;
     stream_rates(s, it->footprint, remeasure, &rbw, &wbw);
-    double tc = it->flops / (s->fma_gflops * 1e9);
+    double peak = s->fma_gflops;
+    if (s->device && s->gemm16_gflops > 0 && strstr(it->name, "16")) peak = s->gemm16_gflops;
+    double tc = it->flops / (peak * 1e9);
+    if (s->device) { /* one memory, read and written together */
+        double tm = rbw > 0 ? (it->read_bytes + it->write_bytes) / (rbw * 1e9) : 0;
+        it->roof_s = tc, it->bound = "compute", it->bound_rate = peak;
+        if (tm > it->roof_s) it->roof_s = tm, it->bound = "memory", it->bound_rate = rbw;
+        return;
+    }
     double tr = rbw > 0 ? it->read_bytes / (rbw * 1e9) : 0;
     double tw = wbw > 0 ? it->write_bytes / (wbw * 1e9) : 0;
     it->roof_s = tc, it->bound = "compute", it->bound_rate = s->fma_gflops;
@@ -154,6 +194,7 @@ static void roofline(suite *s, ct_bench_item *it, bool remeasure) {
 
 /* The cache level a footprint fits: per-core levels hold a thread's share. */
 static const char *footprint_level(const suite *s, double footprint) {
+    if (s->device) return "device";
     double share = footprint / (s->threads > 0 ? s->threads : 1);
     if (s->l1d && share <= (double)s->l1d) return "L1";
     if (s->l2 && share <= (double)s->l2) return "L2";
@@ -191,7 +232,7 @@ static void report(suite *s, const char *name, const char *shape, double sec, do
          * most, keeping the best. Still beaten: the model is wrong for it,
          * and the figure over 100% says so */
         for (int again = 0; again < 2 && it.roof_s > sec; again++) {
-            if (!strcmp(it.bound, "compute")) {
+            if (!strcmp(it.bound, "compute") && !s->device) {
                 double f = ct_bench_fma_peak(s->ctx);
                 if (f > s->fma_gflops) s->fma_gflops = f;
             }
@@ -275,7 +316,8 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     ct_backend *be = ct_ctx_backend(ctx);
     ct_hwinfo hw;
     ct_hwinfo_read(&hw);
-    suite s = {.be = be, .ctx = ctx, .fma_gflops = fma_gflops, .l1d = hw.l1d, .l2 = hw.l2,
+    suite s = {.be = be, .ctx = ctx, .fma_gflops = fma_gflops,
+               .gemm16_gflops = o.gemm16_gflops, .device = be->queued, .l1d = hw.l1d, .l2 = hw.l2,
                .l3 = hw.l3, .threads = ct_ctx_threads(ctx), .filter = o.filter,
                .repeat = o.repeat, .slow_name = o.slow_name, .slow_factor = o.slow_factor,
                .fn = fn, .user = user};

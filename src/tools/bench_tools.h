@@ -43,9 +43,11 @@ typedef struct ct_bench_item {
     double read_bytes, write_bytes;
     double footprint; /* bytes of distinct data the call touches (what must fit a cache) */
     double roof_s;  /* roofline time (see above); 0 when the suite ran without roofs */
-    const char *bound; /* the binding term: "compute", "read" or "write"; static */
+    const char *bound; /* the binding term: "compute", "read" or "write" ("memory" on a
+                        * device: read and write together); static */
     double bound_rate; /* its rate: GFLOP/s (compute) or GB/s */
-    const char *level; /* where the footprint fits: "L1", "L2", "L3" or "memory"; static */
+    const char *level; /* where the footprint fits: "L1", "L2", "L3" or "memory" ("device":
+                        * a device's memory); static */
 } ct_bench_item;
 
 typedef void (*ct_bench_item_fn)(const ct_bench_item *item, void *user);
@@ -60,12 +62,19 @@ typedef struct ct_bench_kernel_opts {
      * times per timed call, so it measures about slow_factor times slower */
     const char *slow_name;
     int slow_factor;
+    /* a device's bound for its 16-bit kernels (bf16 or fp16 operands: names
+     * with "16"), its bf16 GEMM peak; 0: fma_gflops for every kernel */
+    double gemm16_gflops;
 } ct_bench_kernel_opts;
 
 /* Runs every kernel of the context's table at the GPT-2 shapes of (cfg, B, T),
  * calling fn after each. fma_gflops is the compute bound (ct_bench_fma_peak);
  * the stream rates are measured per footprint as the suite goes (the host's:
- * the CPU backend's buffers are host memory). fma_gflops <= 0: no roofline
+ * the CPU backend's buffers are host memory). On a queued backend (a GPU)
+ * fma_gflops is the device's (its fp32 GEMM peak; opts->gemm16_gflops for the
+ * 16-bit kernels) and the memory bound is its own copy rate (a device-to-device
+ * copy's bytes read and written per second at the kernel's footprint), against
+ * a kernel's bytes read and written together. fma_gflops <= 0: no roofline
  * (roof_s 0, no bandwidth measured; the regression gate). opts may be NULL
  * (every kernel, one timing). Borrows everything. CT_ERR_OOM, CT_ERR_ARG. */
 ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T,

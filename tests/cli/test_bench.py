@@ -9,7 +9,8 @@ Checks that every benchmark runs and reports what it claims:
   * kernels: every kernel of the table is reported once per linear and pass (15 GEMMs,
     attention forward and backward, norms, GELU, residual, encoder, cross-entropy,
     AdamW, sumsq) with positive time and a roofline time; FLOPs of each GEMM equal 2MNK
-    of its printed shape; --filter keeps only matching names; --table ref runs too
+    of its printed shape; --filter keeps only matching names; --table ref runs too;
+    --device sim runs the suite on sim's backend
     (and has the fused c_fc+GELU rows, which the cpu table has not);
   * step: the per-kernel split plus the glue adds up to the summed step times, the
     FLOPs equal the model formula, every recompute/activation-dtype setting runs and
@@ -93,6 +94,15 @@ check([it["name"] for it in json.loads(p.stdout)["items"]] == ["attention.fwd", 
       "--filter keeps only the matching kernels")
 p = run("kernels", *TINY, "--filter", "gelu", "--table", "ref", "--json")
 check(json.loads(p.stdout)["table"] == "ref", "--table ref measures the ref table")
+# --device: the suite on a device's backend (sim here; cuda on a GPU, its roofline from
+# cuBLAS's peaks), where the bf16 head's rows are; sim has no peaks: no roofline
+p = run("kernels", *TINY, "--filter", "gelu,head16", "--device", "sim", "--json")
+k = json.loads(p.stdout)
+check(k["table"] == "sim" and k["roofline_valid"] is False and
+      {it["name"] for it in k["items"]} >= {"gelu.fwd", "gelu.bwd", "gemm_bf16.head16.fwd"} and
+      all(it["seconds"] > 0 and it["level"] == "device" for it in k["items"]),
+      "--device sim: the kernels on sim's backend, each on the device: %s"
+      % [(it["name"], it["level"]) for it in k["items"]])
 # the fused c_fc+GELU entry: rows where the table has it (ref; cuda), none on cpu (above)
 fused = [it["name"] for it in json.loads(p.stdout)["items"] if "fc_gelu" in it["name"]]
 check(fused == ["gemm.fc_gelu.fwd", "gemm_bf16.fc_gelu.fwd", "gemm_bf16.fc_gelu.fwd_in16"],
@@ -208,6 +218,9 @@ check(len(g["runs_s"]) == 2 and g["gemm_s_min"] <= g["gemm_s"] <= g["gemm_s_max"
 for args, word in ((["bogus"], "bogus"), (["step", "--batch", "0"], "--batch"),
                    (["step", "--recompute", "most"], "recompute"),
                    (["kernels", "--table", "gpu"], "--table"),
+                   (["kernels", "--device", "tpu"], "--device"),
+                   (["peak", "--device", "sim"], "--device"),
+                   (["kernels", "--device", "sim", "--table", "ref"], "--table"),
                    (["kernels", "--attention-tiles", "64x999"], "--attention-tiles"),
                    (["step", "--preset", "gpt9"], "gpt9"),
                    (["step", "--preset", "gpt2-tiny", "--seq", "33"], "--seq")):
