@@ -69,6 +69,7 @@ typedef struct bench_args {
     char label[2 * CT_PATH_MAX + 16]; /* the model's name in the output: preset or config */
     const char *device; /* --device: kernels and step on that backend; NULL: --table's */
     int dev_kind, dev_index;
+    bool no_roofline;   /* --no-roofline: kernels timed alone, no peak measured first */
 } bench_args;
 
 static int bench_long(const char *opt, const char *s, long long lo, long long hi,
@@ -116,6 +117,8 @@ static void bench_usage(void) {
            "  --device cpu|cuda|cuda:N|sim  kernels, step: run on that device (a GPU: the\n"
            "                  roofline is its cuBLAS fp32 GEMM peak, bf16's for the 16-bit\n"
            "                  kernels, and its device-to-device copy rate)\n"
+           "  --no-roofline   kernels: time the kernels alone, measuring no peak first (under\n"
+           "                  a profiler: only the kernels' own launches)\n"
            "  --recompute none|light|full  step: what backward recomputes (default none)\n"
            "  --activation-dtype fp32|bf16 step: storage of saved activations (default fp32)\n"
            "  --precision fp32|bf16  step, gemm: the GEMMs' precision (train.precision; default\n"
@@ -141,7 +144,7 @@ static void bench_usage(void) {
 static int bench_parse(int argc, char **argv, bench_args *a) {
     *a = (bench_args){NULL, "gpt2", NULL, "cpu", "none", "fp32", "fp32", 4, 64, 0, 1, 3, 3, 2048, 5,
                       false, NULL, NULL, "", 1, 0, 0, NULL, NULL, {NULL}, 0, 0, 1, {0}, false, "",
-                      NULL, CT_BACKEND_CPU, 0};
+                      NULL, CT_BACKEND_CPU, 0, false};
     int i = 0;
     if (argc > 0 && argv[0][0] != '-' && !strchr(argv[0], '=')) a->sub = argv[i++];
     if (a->sub && strcmp(a->sub, "peak") && strcmp(a->sub, "kernels") && strcmp(a->sub, "step") &&
@@ -156,6 +159,10 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         }
         if (!strcmp(o, "--json")) {
             a->json = true;
+            continue;
+        }
+        if (!strcmp(o, "--no-roofline")) {
+            a->no_roofline = true;
             continue;
         }
         if (o[0] != '-' && strchr(o, '=')) { /* key=value: a config override */
@@ -526,7 +533,7 @@ static int run_kernels(ct_ctx *ctx, const bench_args *a, const ct_model_config *
                    "  max(FLOPs / cuBLAS's GEMM peak (bf16's for the 16-bit kernels), bytes read\n"
                    "  and written / the device's copy rate at the kernel's footprint)\n");
         else
-            printf("  (no roofline: no GPU peaks here)\n");
+            printf("  (no roofline: %s)\n", a->no_roofline ? "--no-roofline" : "no GPU peaks here");
     } else if (a->json) {
         printf("{\"bench\": \"kernels\", \"table\": \"%s\", \"preset\": ", a->table);
         json_str(a->label);
@@ -535,7 +542,10 @@ static int run_kernels(ct_ctx *ctx, const bench_args *a, const ct_model_config *
                "fma_peak, read_bytes / read stream, write_bytes / write stream), streams "
                "measured at the footprint\", \"roofline_valid\": %s, \"items\": [",
                a->B, a->T, ct_ctx_threads(ctx), r->gemm, r->fma, r->bw,
-               ct_bench_build_optimized() ? "true" : "false");
+               ct_bench_build_optimized() && r->fma > 0 ? "true" : "false");
+    } else if (a->no_roofline) {
+        printf("kernels (%s table, %s, B=%lld T=%lld; no roofline: --no-roofline)\n", a->table,
+               a->label, a->B, a->T);
     } else {
         printf("kernels (%s table, %s, B=%lld T=%lld)\n"
                "  %% of roofline: the least time the hardware allows over the kernel's time:\n"
@@ -545,7 +555,7 @@ static int run_kernels(ct_ctx *ctx, const bench_args *a, const ct_model_config *
                "  binding bound\n",
                a->table, a->label, a->B, a->T);
     }
-    if (!ct_bench_build_optimized() && !dev)
+    if (!ct_bench_build_optimized() && !dev && !a->no_roofline)
         fprintf(stderr, "ctrain bench: warning: this ctrain is built without optimization or "
                 "with sanitizers: the FMA ceiling and the stream probes run far below the "
                 "hardware, so the roofline percentages are not bounds (use a Release build)\n");
@@ -854,6 +864,8 @@ int cmd_bench(int argc, char **argv) {
     const char *s = a.sub;
     if (!s || !strcmp(s, "peak")) rc = run_peak(ctx, &a, &r, true);
     else if (a.save_baseline || a.baseline) rc = run_gate(ctx, &a, &mc);
+    else if (!strcmp(s, "kernels") && a.no_roofline)
+        rc = 0; /* the kernels alone: r stays zero, no roofline */
     else if (!strcmp(s, "kernels") && ct_ctx_base_backend(ctx)->queued)
         rc = device_roofs(&a, &r);
     else if (!strcmp(s, "kernels")) rc = run_peak(ctx, &a, &r, !a.json);

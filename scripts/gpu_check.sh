@@ -31,12 +31,14 @@
 #                 bf16 and dropout (also at head size 64, where bf16 takes the
 #                 tensor-core attention), LLaMA, exact resume,
 #                 the guard, LoRA, instruction data, eval, trace
-#   bench    120  GPT-2 124M, T=1024, batch_size=auto for GPU_CHECK_BATCH (16)
+#   bench    170  GPT-2 124M, T=1024, batch_size=auto for GPU_CHECK_BATCH (16)
 #                 sequences, fp32 and bf16: tokens/s, MFU against the GPU's
 #                 peaks, every step's loss (kept), the device memory plan against
 #                 the peak the device reports, the time split per kernel from a
 #                 trace of two steps; and `ctrain bench kernels --device cuda`: every
-#                 kernel at GPT-2 124M's shapes against the GPU's roofline
+#                 kernel at GPT-2 124M's shapes against the GPU's roofline; and ncu
+#                 (where it reads the counters) on the attention's and the head's
+#                 kernels: throughput, occupancy, registers, cycles per issue
 #   hf        90  scripts/hf_check.py: the exports of seven architectures load in
 #                 transformers and peft and give ctrain's logits (skipped where
 #                 transformers is missing; what the budget leaves, at most)
@@ -489,12 +491,80 @@ sys.exit(0 if rc == 0 and its else 1)
 EOF
   }
 
+  bench_profile() { # ncu on the bf16 step's slowest kernels: the attention's and the head's
+    local ncu
+    local c
+    ncu=$(command -v ncu)
+    for c in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+      [ -n "$ncu" ] || { [ -x "$c" ] && ncu=$c; }
+    done
+    if [ -z "$ncu" ]; then detail "- profile: skipped: no ncu on this machine"; return 0; fi
+    local filters=(attention_bf16.fwd attention_bf16.bwd gemm_bf16.head16.fwd gemm_bf16.head16.bwd_input)
+    local regexes=('k_fa_fwd' 'k_attn_D|k_fa_dq|k_fa_dkv' '.' '.')
+    local counts=(1 3 4 3) i
+    : >"$WORK/ncu.csv"
+    for i in "${!filters[@]}"; do
+      # shellcheck disable=SC2086 # the model's settings are separate words
+      timeout $(( ${STAGE_LEFT:-150} / 8 )) "$ncu" --clock-control none -k "regex:${regexes[$i]}" \
+        -c "${counts[$i]}" --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --csv --page details \
+        "$CTRAIN" bench kernels --device "$DEV" --no-roofline --repeat 1 --filter "${filters[$i]}" \
+        --batch "${GPU_CHECK_BATCH:-16}" ${GPU_CHECK_KERNELS_ARGS:---preset gpt2 --seq 1024} \
+        >"$WORK/ncu_$i.out" 2>>"$LOG"
+      echo "ncu ${filters[$i]}: exit $?" >>"$LOG"
+      grep '^"' "$WORK/ncu_$i.out" | sed "s/^/${filters[$i]},/" >>"$WORK/ncu.csv"
+      grep -v '^"' "$WORK/ncu_$i.out" | tail -5 >>"$LOG"
+    done
+    cat "$WORK/ncu.csv" >>"$LOG"
+    "$PY" - "$WORK/ncu.csv" <<'EOF' >>"$DET"
+import csv, io, sys
+want = ["Duration", "Compute (SM) Throughput", "Memory Throughput", "Registers Per Thread",
+        "Achieved Occupancy", "Theoretical Occupancy", "Warp Cycles Per Issued Instruction",
+        "Block Limit Registers", "Block Limit Shared Mem"]
+short = {"Compute (SM) Throughput": "SM", "Memory Throughput": "mem",
+         "Registers Per Thread": "regs", "Achieved Occupancy": "occ",
+         "Theoretical Occupancy": "occ max", "Warp Cycles Per Issued Instruction": "cyc/issue",
+         "Block Limit Registers": "blocks by regs", "Block Limit Shared Mem": "blocks by smem"}
+kern, order = {}, []
+header = None
+for line in open(sys.argv[1]):
+    bench, _, rest = line.partition(",")
+    row = next(csv.reader(io.StringIO(rest)))
+    if row and row[0] == "ID":
+        header = row
+        continue
+    if not header or len(row) != len(header):
+        continue
+    r = dict(zip(header, row))
+    key = (bench, r["ID"])
+    if key not in kern:
+        kern[key] = {"bench": bench, "name": r.get("Kernel Name", "?"), "m": {}}
+        order.append(key)
+    if r.get("Metric Name") in want:
+        kern[key]["m"][r["Metric Name"]] = (r.get("Metric Value", ""), r.get("Metric Unit", ""))
+if not order:
+    print("- profile: no ncu rows (logs/bench.log says why: the counters may be refused here)")
+    sys.exit(0)
+print("- profile (ncu --clock-control none, one launch each; logs/bench.log has every row):")
+for key in order:
+    k = kern[key]
+    name = k["name"].split("(")[0].replace("void ", "")[:60]
+    parts = []
+    for w in want:
+        if w in k["m"]:
+            v, u = k["m"][w]
+            parts.append("%s %s%s" % (short.get(w, w.lower()), v, "" if u in ("", "register/thread", "block", "inst", "cycle") else " " + u))
+    print("  %s / %s: %s" % (k["bench"], name, ", ".join(parts)))
+EOF
+  }
+
   body_bench() {
     synth "$WORK/bench.bin" 2000000 "$BENCH_VOCAB"
     local ok=0
     bench_one fp32 && ok=$((ok + 1))
     bench_one bf16 && ok=$((ok + 1))
     bench_kernels && ok=$((ok + 1))
+    bench_profile
     [ $ok = 3 ] && { result "ok: fp32 and bf16, and the kernels against the roofline (bench/)"; return 0; }
     result "FAIL: $((3 - ok)) of 3 (two runs, the kernel suite) failed or gave a wrong loss (details, logs/bench.log)"
     return 1
@@ -601,7 +671,7 @@ fi
 
 # ---------------------------------------------------------------- the driver
 STAGES_ALL=(env setup sync kernels sanitize training bench hf peers)
-declare -A CAP=([env]=20 [setup]=40 [sync]=25 [kernels]=60 [sanitize]=80 [training]=160 [bench]=120 [hf]=90 [peers]=300)
+declare -A CAP=([env]=20 [setup]=40 [sync]=25 [kernels]=60 [sanitize]=80 [training]=160 [bench]=170 [hf]=90 [peers]=300)
 ONLY="" TESTS_RE="" RERUN=0
 while [ $# -gt 0 ]; do
   case "$1" in

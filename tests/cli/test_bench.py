@@ -94,15 +94,6 @@ check([it["name"] for it in json.loads(p.stdout)["items"]] == ["attention.fwd", 
       "--filter keeps only the matching kernels")
 p = run("kernels", *TINY, "--filter", "gelu", "--table", "ref", "--json")
 check(json.loads(p.stdout)["table"] == "ref", "--table ref measures the ref table")
-# --device: the suite on a device's backend (sim here; cuda on a GPU, its roofline from
-# cuBLAS's peaks), where the bf16 head's rows are; sim has no peaks: no roofline
-p = run("kernels", *TINY, "--filter", "gelu,head16", "--device", "sim", "--json")
-k = json.loads(p.stdout)
-check(k["table"] == "sim" and k["roofline_valid"] is False and
-      {it["name"] for it in k["items"]} >= {"gelu.fwd", "gelu.bwd", "gemm_bf16.head16.fwd"} and
-      all(it["seconds"] > 0 and it["level"] == "device" for it in k["items"]),
-      "--device sim: the kernels on sim's backend, each on the device: %s"
-      % [(it["name"], it["level"]) for it in k["items"]])
 # the fused c_fc+GELU entry: rows where the table has it (ref; cuda), none on cpu (above)
 fused = [it["name"] for it in json.loads(p.stdout)["items"] if "fc_gelu" in it["name"]]
 check(fused == ["gemm.fc_gelu.fwd", "gemm_bf16.fc_gelu.fwd", "gemm_bf16.fc_gelu.fwd_in16"],
@@ -115,6 +106,21 @@ head16 = [it["name"] for it in json.loads(p.stdout)["items"] if "head16" in it["
 check(head16 == ["gemm_bf16.head16.fwd", "crossentropy_bf16", "gemm_bf16.head16.bwd_input",
                  "gemm_bf16.head16.bwd_weight"],
       "ref's table has the bf16 head's rows: %s" % head16)
+# --device: the suite on a device's backend (sim here; cuda on a GPU, its roofline from
+# cuBLAS's peaks), where the bf16 head's rows are; sim has no peaks: no roofline
+p = run("kernels", *TINY, "--filter", "gelu,head16", "--device", "sim", "--json")
+k = json.loads(p.stdout)
+check(k["table"] == "sim" and k["roofline_valid"] is False and
+      {it["name"] for it in k["items"]} >= {"gelu.fwd", "gelu.bwd", "gemm_bf16.head16.fwd"} and
+      all(it["seconds"] > 0 and it["level"] == "device" for it in k["items"]),
+      "--device sim: the kernels on sim's backend, each on the device: %s"
+      % [(it["name"], it["level"]) for it in k["items"]])
+# --no-roofline: the kernels alone (no peak or stream measured), as under a profiler
+p = run("kernels", *TINY, "--filter", "gelu", "--no-roofline", "--json")
+k = json.loads(p.stdout)
+check(k["roofline_valid"] is False and k["fma_peak_gflops"] == 0 and len(k["items"]) == 2 and
+      all(it["roofline_s"] == 0 and it["seconds"] > 0 for it in k["items"]),
+      "--no-roofline: the kernels timed, no roofline measured")
 # precision bf16's kept GEMM operands: the bf16-output norm and activation, and the
 # GEMM on an fp32 input beside the same GEMM on the kept bf16 one (ref; cuda), none on cpu
 for preset, want in (("gpt2-tiny", ["layernorm.fused_fwd16", "gelu.fwd16",
