@@ -128,11 +128,21 @@ int ct_device_local_rank(void);
  * CT_CUDA_RESERVE_MIB below, and its check before first use (cuda_matmul.cu)
  * borrows about 80 KB for a moment. */
 #define CT_CUDA_CUBLAS_WS_BYTES ((size_t)32 << 20)
-/* The column sums' row chunks (cuda_colsum.cuh): 64, or N when fewer. */
-static inline int ct_cuda_colsum_chunks(int N) { return N < 64 ? (N > 0 ? N : 1) : 64; }
+/* The column sums' row chunks for N rows of C columns (cuda_colsum.cuh): a
+ * thread per column and chunk, about CT_CUDA_COLSUM_THREADS of them (a GPU's
+ * worth: 132 multiprocessors of 2048), at least 64 chunks, at most N. */
+#define CT_CUDA_COLSUM_THREADS (1 << 18)
+static inline int ct_cuda_colsum_chunks(int N, int C) {
+    long long c = C > 0 ? C : 1;
+    long long k = (CT_CUDA_COLSUM_THREADS + c - 1) / c;
+    if (k < 64) k = 64;
+    if (k > N) k = N;
+    return k > 0 ? (int)k : 1;
+}
 /* Their partials for N rows of C columns: two (chunks, C) double arrays. */
 static inline size_t ct_cuda_ws_colsum_bytes(int N, int C) {
-    return (size_t)2 * (size_t)ct_cuda_colsum_chunks(N) * (size_t)(C > 0 ? C : 0) * sizeof(double);
+    return (size_t)2 * (size_t)ct_cuda_colsum_chunks(N, C) * (size_t)(C > 0 ? C : 0) *
+           sizeof(double);
 }
 /* Attention backward's D = rowsum(dout o out): (B, NH, T) doubles. */
 static inline size_t ct_cuda_ws_attention_bytes(int B, int NH, int T) {

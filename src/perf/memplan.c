@@ -617,10 +617,17 @@ size_t ct_run_plan_cuda_ws(const ct_model_config *mc, int B, int T, const ct_mod
     int C = mc->n_embd, HS = C / mc->n_head;
     int qkv = (mc->n_head + 2 * mc->n_kv_head) * HS;
     int fw = mc->mlp == CT_MLP_SWIGLU ? 2 * mc->n_ffn : mc->n_ffn;
-    int widest = C > qkv ? C : qkv;
-    widest = widest > fw ? widest : fw;
-    return bf16 + ct_cuda_ws_attention_bytes(B, mc->n_head, T) +
-           ct_cuda_ws_colsum_bytes(B * T, widest) + ct_cuda_ws_encoder_bytes(B * T);
+    /* the column sums' partials: their chunks depend on the width summed (the
+     * channels, a linear's outputs, the q/k norms' head size), so the most of
+     * those the step sums */
+    int widths[] = {C, qkv, fw, HS, ct_model_head_dim(mc)};
+    size_t col = 0;
+    for (size_t i = 0; i < sizeof widths / sizeof *widths; i++) {
+        size_t b = ct_cuda_ws_colsum_bytes(B * T, widths[i]);
+        if (b > col) col = b;
+    }
+    return bf16 + ct_cuda_ws_attention_bytes(B, mc->n_head, T) + col +
+           ct_cuda_ws_encoder_bytes(B * T);
 }
 
 /* ct_run_plan_make for the request's thread count and its ZeRO sharding. */

@@ -589,7 +589,7 @@ static void check_colsum(int kind, int N, int C) {
                 w0[c] += (double)inp[i] * rstd[n] * dout[i];
             }
         }
-    int chunks = colsum_chunks(N);
+    int chunks = colsum_chunks(N, C);
     std::vector<double> p0((size_t)chunks * C, NAN), p1((size_t)chunks * C, NAN);
     const float pre = 0.5f;
     std::vector<float> o0(C, pre), o1(C, pre);
@@ -928,7 +928,7 @@ static void check_qknorm(int N, int NH, int NKV, int HS, float eps, float wofs, 
     std::vector<float> out(n, NAN), rstd(nr, NAN), dinp(n, 7.0f), dwq(HS, 0.5f), dwk(HS, -1.0f);
     std::vector<float> dio(dout); /* in place: dinp == dout */
     std::vector<float> dwq2(HS, 0.5f), dwk2(HS, -1.0f);
-    int chunks = colsum_chunks(N);
+    int chunks = colsum_chunks(N, HS);
     std::vector<double> pq((size_t)chunks * HS, NAN), pk((size_t)chunks * HS, NAN);
     float *o = out.data(), *r = rstd.data(), *di = dinp.data(), *dq = dwq.data(), *dk = dwk.data();
     float *ip = dio.data(), *dq2 = dwq2.data(), *dk2 = dwk2.data();
@@ -1575,6 +1575,8 @@ int main(void) {
     for (int kind = 0; kind < 3; kind++)
         for (int n : rows) check_colsum(kind, n, n == 1000 ? 130 : 7);
     check_colsum(COLSUM_LAYERNORM, 300, 1);
+    check_colsum(COLSUM_LAYERNORM, 5000, 64);  // 4096 chunks of 2 rows: the last ones empty
+    check_colsum(COLSUM_BIAS, 20000, 96);      // 2731 chunks of 8 rows
     check_xent(3, 1, 1.0f, false);      // one class: loss 0, gradient 0
     check_xent(4, 37, 3.0f, true);      // fewer logits than threads, in place
     check_xent(3, 5000, 30.0f, false);  // the running max moves a lot

@@ -161,8 +161,22 @@ static void test_cuda_ws(void) {
     CHECK(ct_run_plan_cuda_ws(&c, 1, 16, &o, NULL) == 1 * 4 * 16 * sizeof(double) +
                                                          2 * 16 * 256 * sizeof(double) +
                                                          2 * 16 * sizeof(uint64_t));
-    CHECK(ct_cuda_colsum_chunks(0) == 1 && ct_cuda_colsum_chunks(5) == 5 &&
-          ct_cuda_colsum_chunks(64) == 64 && ct_cuda_colsum_chunks(100000) == 64);
+    /* the chunks: about 2^18 threads, at least 64 chunks, at most a row each */
+    CHECK(ct_cuda_colsum_chunks(0, 768) == 1 && ct_cuda_colsum_chunks(5, 768) == 5 &&
+          ct_cuda_colsum_chunks(64, 768) == 64 && ct_cuda_colsum_chunks(100000, 8192) == 64);
+    CHECK(ct_cuda_colsum_chunks(16384, 768) == 342 && ct_cuda_colsum_chunks(16384, 3072) == 86 &&
+          ct_cuda_colsum_chunks(16384, 64) == 4096 && ct_cuda_colsum_chunks(1000, 64) == 1000);
+    /* GPT-2 124M at B=16, T=1024: the most partials of the widths it sums
+     * (768 channels: 342 chunks; qkv 2304: 114; 3072: 86; head size 64: 4096) */
+    ct_model_config g;
+    CHECK(ct_model_config_preset(&g, "gpt2") == CT_OK);
+    size_t most = 0, w[] = {768, 2304, 3072, 64};
+    for (int i = 0; i < 4; i++)
+        if (2 * (size_t)ct_cuda_colsum_chunks(16384, (int)w[i]) * w[i] * 8 > most)
+            most = 2 * (size_t)ct_cuda_colsum_chunks(16384, (int)w[i]) * w[i] * 8;
+    CHECK(most == 2 * 86 * 3072 * 8);
+    CHECK(ct_run_plan_cuda_ws(&g, 16, 1024, &o, NULL) ==
+          16 * 12 * 1024 * sizeof(double) + most + 2 * 16384 * sizeof(uint64_t));
 }
 
 /* A plan of cfg (B, T, sizes) on a simulated device of `free` bytes. */

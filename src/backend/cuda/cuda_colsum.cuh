@@ -7,7 +7,10 @@
  * a float, to the gradient. The chunking depends on N alone, so every run
  * sums in the same order (deterministic, resume bit-exact). A thread per
  * column over all N rows (the first version) gave GPT-2's C = 768 six blocks
- * on a GPU of 132 multiprocessors, each walking 16384 rows.
+ * on a GPU of 132 multiprocessors, each walking 16384 rows; 64 chunks (the
+ * second) 49152 threads of 256 rows each, a quarter of what an H100 holds at
+ * once for a loop that waits on memory; now the chunks grow as C shrinks,
+ * to about 2^18 threads (C = 768: 342 chunks of 48 rows).
  *
  * Device code only, included by cuda_kernels.cu and cuda_matmul.cu; like
  * cuda_attention_tiled.cuh it runs under tests/gpu/cuda_emu.cpp on the CPU.
@@ -21,9 +24,10 @@
 
 #define COLSUM_THREADS 128
 
-/* The row chunks of a column sum over N rows: 64, or N when fewer (the rule
- * the memory plan sizes the partials by, backend/device.h). */
-static inline int colsum_chunks(int N) { return ct_cuda_colsum_chunks(N); }
+/* The row chunks of a column sum over N rows of C columns: about 2^18
+ * threads in all, at least 64 chunks, at most N (the rule the memory plan
+ * sizes the partials by, backend/device.h). */
+static inline int colsum_chunks(int N, int C) { return ct_cuda_colsum_chunks(N, C); }
 
 /* What a row adds to column c: dout (a bias), xhat * dout and dout
  * (LayerNorm's weight and bias), x * rstd * dout (RMSNorm's weight). The

@@ -97,7 +97,7 @@ void cuda_colsum(ct_backend *be, int kind, float *out0, float *out1, const float
                  const float *inp, const float *mean, const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
     cuda_state *s = cuda_st(be);
-    int chunks = colsum_chunks(N);
+    int chunks = colsum_chunks(N, C);
     if (!cuda_workspace(be, (void **)&s->col_ws, &s->col_ws_bytes,
                         (size_t)2 * chunks * C * sizeof(double), "column-sum workspace"))
         return;
@@ -283,7 +283,7 @@ extern "C" void ct_qknorm_backward_cuda(ct_backend *be, float *dinp, float *dwq,
     size_t heads = (size_t)N * (NH + NKV);
     if (!heads || HS <= 0) return;
     cuda_state *s = cuda_st(be);
-    int chunks = colsum_chunks(N);
+    int chunks = colsum_chunks(N, HS);
     if (!cuda_workspace(be, (void **)&s->col_ws, &s->col_ws_bytes,
                         (size_t)2 * chunks * HS * sizeof(double), "column-sum workspace"))
         return;
