@@ -66,6 +66,9 @@ struct float4 {
     float x, y, z, w;
 };
 static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+struct uint4 {
+    unsigned x, y, z, w;
+};
 static thread_local dim3 threadIdx, blockIdx;
 static dim3 blockDim, gridDim;
 static pthread_barrier_t g_bar;
@@ -1587,6 +1590,7 @@ int main(void) {
     check_xent_bf16(3, 512, 512, 2.0f, true);     // no pads: ld == V
     check_xent_bf16(2, 50257, 50304, 8.0f, true); // GPT-2's head, in place
     check_xent_bf16(3, 50257, 50304, 8.0f, false);
+    check_xent_bf16(2, 50257, 50257, 8.0f, true); // rows off 16-byte boundaries: one by one
     check_norm<true>(3, 768, NORM_THREADS, true, true, 1e-5f, 0.0f);  // GPT-2's C, in place
     check_norm<true>(2, 1000, NORM_THREADS, false, false, 1e-5f, 0.0f); // ragged, from global
     check_norm<true>(4, 5, 32, true, false, 0.1f, 0.0f);  // fewer columns than threads

@@ -10,9 +10,12 @@
  * threads' partials in a fixed order (deterministic, resume bit-exact).
  * The bf16 head's twin (crossentropy_forward_bf16) is the same body over bf16
  * logits in rows ld apart, widened to fp32 as they are read, its gradient
- * rounded to bf16 (nearest even) as it is written: fp32 math as above.
- * Leaves out: vectorised loads (a row of 50257 bf16 is not a whole number of
- * 16-byte words, and the pad columns are never read).
+ * rounded to bf16 (nearest even) as it is written: fp32 math as above. Its
+ * rows are read and written 16 bytes (8 logits) at a time where they start on
+ * a 16-byte boundary (the head's padded rows do), the last V % 8 one by one;
+ * each thread then takes runs of 8 consecutive logits, a fixed order too.
+ * Leaves out: vectorised fp32 rows (V apart: 50257 floats is not a whole
+ * number of 16-byte words).
  *
  * Device code only, included by cuda_kernels.cu; like cuda_colsum.cuh it runs
  * under tests/gpu/cuda_emu.cpp on the CPU (warp shuffles of floats only; the
@@ -24,6 +27,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
 #endif
@@ -72,6 +76,28 @@ __device__ inline float xent_ld(const __nv_bfloat16 *p) { return __bfloat162floa
 __device__ inline void xent_st(float *p, float v) { *p = v; }
 __device__ inline void xent_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
+/* Logits i8*8 .. i8*8+7 of a 16-byte aligned bf16 row, in one load; the
+ * store rounds 8 floats into one 16-byte word. */
+__device__ inline void xent_ld8(const __nv_bfloat16 *x, int i8, float *v) {
+    uint4 u = ((const uint4 *)x)[i8];
+    __nv_bfloat16 h[8];
+    memcpy(h, &u, sizeof u);
+    for (int k = 0; k < 8; k++) v[k] = __bfloat162float(h[k]);
+}
+__device__ inline void xent_st8(__nv_bfloat16 *x, int i8, const float *v) {
+    __nv_bfloat16 h[8];
+    for (int k = 0; k < 8; k++) h[k] = __float2bfloat16_rn(v[k]);
+    uint4 u;
+    memcpy(&u, h, sizeof u);
+    ((uint4 *)x)[i8] = u;
+}
+/* Whether a row (and the gradient's) is read 8 logits at a time: bf16, both
+ * on 16-byte boundaries. */
+template <typename T>
+__device__ inline bool xent_vec(const T *x, const T *dx) {
+    return sizeof(T) == 2 && !((uintptr_t)x & 15) && !((uintptr_t)dx & 15);
+}
+
 /* Row blockIdx.x of logits (N, rows ld apart, V read): losses[n] = lse -
  * x[target]; with dlogits, dlogits[n] = (softmax - onehot(target)) * dloss
  * (may alias logits), columns V..ld-1 neither read nor written. A target
@@ -92,18 +118,36 @@ __device__ inline void xent_row(float *losses, T *dlogits, const T *logits, size
         return;
     }
     float m = -INFINITY, s = 0.0f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) xent_push(&m, &s, xent_ld(x + i));
+    bool vec = xent_vec(x, dx);
+    int V8 = vec ? V / 8 * 8 : 0; /* logits read 8 at a time; then one by one */
+    if constexpr (sizeof(T) == 2) {
+        for (int i8 = threadIdx.x; i8 < V8 / 8; i8 += blockDim.x) {
+            float v[8];
+            xent_ld8(x, i8, v);
+            for (int k = 0; k < 8; k++) xent_push(&m, &s, v[k]);
+        }
+    }
+    for (int i = V8 + threadIdx.x; i < V; i += blockDim.x) xent_push(&m, &s, xent_ld(x + i));
     float mx = xent_block_max(m, sh);
     /* each thread's sum brought to the row's largest logit, then summed */
     float lse = mx + logf(xent_block_sum(m > -INFINITY ? s * expf(m - mx) : 0.0f, sh));
     if (threadIdx.x == 0) xt = xent_ld(x + target);
     __syncthreads(); /* x[target] is read before any dx is written */
     if (threadIdx.x == 0) losses[n] = lse - xt;
-    if (dx)
-        for (int i = threadIdx.x; i < V; i += blockDim.x) {
-            float p = expf(xent_ld(x + i) - lse);
-            xent_st(dx + i, (p - (i == target ? 1.0f : 0.0f)) * dloss);
+    if (!dx) return;
+    if constexpr (sizeof(T) == 2) {
+        for (int i8 = threadIdx.x; i8 < V8 / 8; i8 += blockDim.x) {
+            float v[8];
+            xent_ld8(x, i8, v);
+            for (int k = 0; k < 8; k++)
+                v[k] = (expf(v[k] - lse) - (i8 * 8 + k == target ? 1.0f : 0.0f)) * dloss;
+            xent_st8(dx, i8, v);
         }
+    }
+    for (int i = V8 + threadIdx.x; i < V; i += blockDim.x) {
+        float p = expf(xent_ld(x + i) - lse);
+        xent_st(dx + i, (p - (i == target ? 1.0f : 0.0f)) * dloss);
+    }
 }
 
 /* fp32 logits (N,V) (crossentropy_forward). */
