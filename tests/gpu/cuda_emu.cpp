@@ -620,6 +620,37 @@ static void check_colsum(int kind, int N, int C) {
     fails += !ok;
 }
 
+/* The bias's column sum fused with dout's bf16 copy (k_colsum_bias_copy16,
+ * the mixed-precision backward's pass) against the plain COLSUM_BIAS pass
+ * and core/dtype.c's rounding: the same sums bit for bit, every copy the
+ * nearest-even bf16 of its fp32 value. */
+static void check_colsum_copy16(int N, int C) {
+    std::vector<float> dout((size_t)N * C);
+    for (auto &x : dout) x = 4.0f * frand();
+    int chunks = colsum_chunks(N, C);
+    std::vector<double> pa((size_t)chunks * C, NAN), pb((size_t)chunks * C, NAN);
+    std::vector<__nv_bfloat16> copy((size_t)N * C, __nv_bfloat16{0x7fa5});
+    const float pre = 0.5f;
+    std::vector<float> oa(C, pre), ob(C, pre);
+    double *a = pa.data(), *b = pb.data();
+    float *qa = oa.data(), *qb = ob.data();
+    const float *d = dout.data();
+    __nv_bfloat16 *cp = copy.data();
+    dim3 grid((C + COLSUM_THREADS - 1) / COLSUM_THREADS, chunks);
+    launch(grid, COLSUM_THREADS, [=]() {
+        k_colsum_part<COLSUM_BIAS>(a, NULL, d, NULL, NULL, NULL, N, C, chunks); });
+    launch(dim3(grid.x), COLSUM_THREADS, [=]() { k_colsum_add(qa, NULL, a, NULL, C, chunks); });
+    launch(grid, COLSUM_THREADS, [=]() { k_colsum_bias_copy16(b, cp, d, N, C, chunks); });
+    launch(dim3(grid.x), COLSUM_THREADS, [=]() { k_colsum_add(qb, NULL, b, NULL, C, chunks); });
+    bool sums = memcmp(oa.data(), ob.data(), C * sizeof(float)) == 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < dout.size(); i++) bad += copy[i].bits != ct_f32_to_bf16(dout[i]);
+    bool ok = sums && bad == 0;
+    printf("%s column sum of a bias with the bf16 copy N=%d C=%d (%d chunks): sums %s, %zu copies "
+           "off\n", ok ? "ok  " : "FAIL", N, C, chunks, sums ? "the same bits" : "DIFFER", bad);
+    fails += !ok;
+}
+
 /* The cross-entropy (cuda_xent.cuh) as the backend launches it (a block of
  * XENT_THREADS per row), against a double reference: the loss and the
  * gradient within fp32's rounding, in place over the logits (dlogits ==
@@ -1587,6 +1618,8 @@ int main(void) {
     check_colsum(COLSUM_LAYERNORM, 300, 1);
     check_colsum(COLSUM_LAYERNORM, 5000, 64);  // 4096 chunks of 2 rows: the last ones empty
     check_colsum(COLSUM_BIAS, 20000, 96);      // 2731 chunks of 8 rows
+    check_colsum_copy16(1000, 130);
+    check_colsum_copy16(5000, 200);
     check_xent(3, 1, 1.0f, false);      // one class: loss 0, gradient 0
     check_xent(4, 37, 3.0f, true);      // fewer logits than threads, in place
     check_xent(3, 5000, 30.0f, false);  // the running max moves a lot

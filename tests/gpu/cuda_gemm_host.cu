@@ -52,6 +52,15 @@ void ct_gelu_forward_cuda(ct_backend *be, float *out, const float *inp, size_t n
 }
 void cuda_colsum(ct_backend *, int, float *, float *, const float *, const float *,
                  const float *, const float *, int, int) {}
+void cuda_colsum_bias_copy16(ct_backend *, float *out0, uint16_t *copy16, const float *dout, int N,
+                             int C) { /* the copy the GEMMs read, and the sums in double */
+    for (int c = 0; c < C; c++) {
+        double a = 0.0;
+        for (int n = 0; n < N; n++) a += dout[(size_t)n * C + c];
+        out0[c] += (float)a;
+    }
+    ct_f32_to_bf16_array(copy16, dout, (size_t)N * C);
+}
 cublasStatus_t cuda_lt_gemm(ct_backend *, bool, bool, float *, float *, const void *,
                             const void *, const float *, int, int, int) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -218,6 +227,20 @@ static void test_shape(ct_backend *be, int N, int C, int OC) {
         CHECK_MSG(err(gi, gi_w, NC) < TOL && err(gw, gw_w, OCC) < TOL,
                   "%s matmul_backward_%s: dinp %.2e dweight %.2e", sh, ty, err(gi, gi_w, NC),
                   err(gw, gw_w, OCC));
+        if (!f16) { /* with a bias: its sums and dout's bf16 copy made in one pass */
+            float *db = vec(OC, 0.5f), *db_w = (float *)malloc(OC * sizeof(float));
+            memcpy(db_w, db, OC * sizeof(float));
+            memcpy(gi, gi_w, NC * 4);
+            memcpy(gw, gw_w, OCC * 4);
+            ct_matmul_backward_bf16_cuda(be, gi, gw, db, d, x16, w16, N, C, OC);
+            ct_matmul_backward_bf16_ref(be, gi_w, gw_w, db_w, d, x16, w16, N, C, OC);
+            CHECK_MSG(err(gi, gi_w, NC) < TOL && err(gw, gw_w, OCC) < TOL &&
+                          err(db, db_w, OC) < TOL,
+                      "%s matmul_backward_bf16 with a bias: dinp %.2e dweight %.2e dbias %.2e",
+                      sh, err(gi, gi_w, NC), err(gw, gw_w, OCC), err(db, db_w, OC));
+            free(db);
+            free(db_w);
+        }
         if (!f16) {
             ct_matmul_gelu_forward_bf16_cuda(be, pre, g, x, w16, NULL, N, C, OC);
             ct_matmul_gelu_forward_bf16_ref(be, pre_w, g_w, x, w16, NULL, N, C, OC);
@@ -307,9 +330,9 @@ int main(void) {
     test_shape(&be, 3, 64, 97); /* a vocabulary-like odd OC */
     test_shape(&be, 4, 16, 5);  /* a vocabulary under 8 rows: the small call alone */
     CHECK_MSG(blas_errors == 0, "%d cuBLAS calls refused, the first: %s", blas_errors, blas_what);
-    /* 16 per shape, and the bf16 head's three again for the rows past a
+    /* 18 per shape, and the bf16 head's three again for the rows past a
      * multiple of 8 where there are both (OC = 97) */
-    CHECK_MSG(calls == 4 * 16 + 3, "%d cuBLAS calls made, not 16 per shape and 3 more", calls);
+    CHECK_MSG(calls == 4 * 18 + 3, "%d cuBLAS calls made, not 18 per shape and 3 more", calls);
     fprintf(stderr, "cuda_gemm_host: %d cuBLAS calls, %d failures\n", calls, fails);
     free(s->ws);
     free(s);

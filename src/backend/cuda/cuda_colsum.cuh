@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 
+#include "backend/cuda/cuda_store.cuh"
 #include "backend/device.h"
 
 #define COLSUM_THREADS 128
@@ -58,6 +59,26 @@ static __global__ void k_colsum_part(double *part0, double *part1, const float *
     }
     part0[(size_t)k * C + c] = a;
     if (KIND == COLSUM_LAYERNORM) part1[(size_t)k * C + c] = b;
+}
+
+/* Pass 1 of a bias's column sum (COLSUM_BIAS's terms, order and partials)
+ * that also writes the bf16 copy of every dout it reads into copy16 (N, C),
+ * nearest even: the mixed-precision backward's GEMM operand, made in the same
+ * read of dout as the bias gradient. */
+static __global__ void k_colsum_bias_copy16(double *part0, __nv_bfloat16 *copy16,
+                                            const float *dout, int N, int C, int chunks) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
+    if (c >= C) return;
+    int rows = (N + chunks - 1) / chunks;
+    int n0 = k * rows, n1 = n0 + rows < N ? n0 + rows : N;
+    double a = 0.0;
+    for (int n = n0; n < n1; n++) {
+        size_t i = (size_t)n * C + c;
+        float v = dout[i];
+        a += v;
+        store_out(copy16 + i, v);
+    }
+    part0[(size_t)k * C + c] = a;
 }
 
 /* Pass 2: a thread per column; out1 and part1 may be NULL. */

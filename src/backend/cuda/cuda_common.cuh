@@ -110,6 +110,10 @@ static inline unsigned cuda_grid(size_t n, int block) {
  * that kind reads them, else NULL. Launched on the stream (cuda_kernels.cu). */
 void cuda_colsum(ct_backend *be, int kind, float *out0, float *out1, const float *dout,
                  const float *inp, const float *mean, const float *rstd, int N, int C);
+/* out0[c] += the column sums of dout (N, C), as cuda_colsum's COLSUM_BIAS
+ * (the same bits), and copy16 (N, C) = dout rounded to bf16, in one read. */
+void cuda_colsum_bias_copy16(ct_backend *be, float *out0, uint16_t *copy16, const float *dout,
+                             int N, int C);
 
 /* CT_CUDA_ATTENTION, read once: unset (or another word) CUDA_ATT_AUTO;
  * "rows" the row kernels in every run; "fp32" the fp32 kernels (tiled where

@@ -118,6 +118,22 @@ void cuda_colsum(ct_backend *be, int kind, float *out0, float *out1, const float
     cuda_launched(be, "column sums");
 }
 
+void cuda_colsum_bias_copy16(ct_backend *be, float *out0, uint16_t *copy16, const float *dout,
+                             int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    cuda_state *s = cuda_st(be);
+    int chunks = colsum_chunks(N, C);
+    if (!cuda_workspace(be, (void **)&s->col_ws, &s->col_ws_bytes,
+                        (size_t)2 * chunks * C * sizeof(double), "column-sum workspace"))
+        return;
+    dim3 grid((unsigned)((C + COLSUM_THREADS - 1) / COLSUM_THREADS), (unsigned)chunks);
+    cudaStream_t st = cuda_stream(be);
+    k_colsum_bias_copy16<<<grid, COLSUM_THREADS, 0, st>>>(s->col_ws, (__nv_bfloat16 *)copy16,
+                                                          dout, N, C, chunks);
+    k_colsum_add<<<grid.x, COLSUM_THREADS, 0, st>>>(out0, NULL, s->col_ws, NULL, C, chunks);
+    cuda_launched(be, "column sums (bias, bf16 copy)");
+}
+
 /* ------------------------------------------------------------ LayerNorm */
 
 /* The norm forwards, fused with a residual add or not (ADD), over rows held

@@ -382,8 +382,18 @@ extern "C" void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float 
                                              int N, int C, int OC) {
     if (N <= 0 || OC <= 0) return; /* C == 0: dbias only, as ref */
     if ((dinp || dweight) && C > 0) {
-        const uint16_t *d16 = bf16_operand(be, dout, (size_t)N * OC);
-        if (!d16) return;
+        const uint16_t *d16;
+        if (dbias) { /* the bias gradient and dout's bf16 copy in one read of dout */
+            cuda_state *s = cuda_st(be);
+            if (!cuda_workspace(be, &s->ws, &s->ws_bytes, (size_t)N * OC * sizeof(uint16_t),
+                                "bf16 GEMM workspace"))
+                return;
+            cuda_colsum_bias_copy16(be, dbias, (uint16_t *)s->ws, dout, N, OC);
+            d16 = (const uint16_t *)s->ws;
+            dbias = NULL;
+        } else if (!(d16 = bf16_operand(be, dout, (size_t)N * OC))) {
+            return;
+        }
         if (dinp)
             gemm_bf16(be, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight16, C, d16, OC, 1.0f, dinp, C,
                       "matmul_backward_bf16 dinp");
