@@ -93,16 +93,27 @@ extern "C" void ct_encoder_backward_cuda(ct_backend *be, float *dwte, float *dwp
 
 /* ------------------------------------------------------------ column sums */
 
+/* The partials of a column sum over N rows of C columns: the workspace (two
+ * (chunks, C) arrays, grown when too small), *chunks and pass 1's grid; NULL
+ * (latched) when it cannot grow. */
+static double *colsum_setup(ct_backend *be, int N, int C, int *chunks, dim3 *grid) {
+    cuda_state *s = cuda_st(be);
+    *chunks = colsum_chunks(N, C);
+    if (!cuda_workspace(be, (void **)&s->col_ws, &s->col_ws_bytes,
+                        (size_t)2 * *chunks * C * sizeof(double), "column-sum workspace"))
+        return NULL;
+    *grid = dim3((unsigned)((C + COLSUM_THREADS - 1) / COLSUM_THREADS), (unsigned)*chunks);
+    return s->col_ws;
+}
+
 void cuda_colsum(ct_backend *be, int kind, float *out0, float *out1, const float *dout,
                  const float *inp, const float *mean, const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
-    cuda_state *s = cuda_st(be);
-    int chunks = colsum_chunks(N, C);
-    if (!cuda_workspace(be, (void **)&s->col_ws, &s->col_ws_bytes,
-                        (size_t)2 * chunks * C * sizeof(double), "column-sum workspace"))
-        return;
-    double *p0 = s->col_ws, *p1 = s->col_ws + (size_t)chunks * C;
-    dim3 grid((unsigned)((C + COLSUM_THREADS - 1) / COLSUM_THREADS), (unsigned)chunks);
+    int chunks;
+    dim3 grid;
+    double *p0 = colsum_setup(be, N, C, &chunks, &grid);
+    if (!p0) return;
+    double *p1 = p0 + (size_t)chunks * C;
     cudaStream_t st = cuda_stream(be);
     if (kind == COLSUM_LAYERNORM)
         k_colsum_part<COLSUM_LAYERNORM><<<grid, COLSUM_THREADS, 0, st>>>(p0, p1, dout, inp, mean,
@@ -121,16 +132,14 @@ void cuda_colsum(ct_backend *be, int kind, float *out0, float *out1, const float
 void cuda_colsum_bias_copy16(ct_backend *be, float *out0, uint16_t *copy16, const float *dout,
                              int N, int C) {
     if (N <= 0 || C <= 0) return;
-    cuda_state *s = cuda_st(be);
-    int chunks = colsum_chunks(N, C);
-    if (!cuda_workspace(be, (void **)&s->col_ws, &s->col_ws_bytes,
-                        (size_t)2 * chunks * C * sizeof(double), "column-sum workspace"))
-        return;
-    dim3 grid((unsigned)((C + COLSUM_THREADS - 1) / COLSUM_THREADS), (unsigned)chunks);
+    int chunks;
+    dim3 grid;
+    double *p0 = colsum_setup(be, N, C, &chunks, &grid);
+    if (!p0) return;
     cudaStream_t st = cuda_stream(be);
-    k_colsum_bias_copy16<<<grid, COLSUM_THREADS, 0, st>>>(s->col_ws, (__nv_bfloat16 *)copy16,
-                                                          dout, N, C, chunks);
-    k_colsum_add<<<grid.x, COLSUM_THREADS, 0, st>>>(out0, NULL, s->col_ws, NULL, C, chunks);
+    k_colsum_bias_copy16<<<grid, COLSUM_THREADS, 0, st>>>(p0, (__nv_bfloat16 *)copy16, dout, N, C,
+                                                          chunks);
+    k_colsum_add<<<grid.x, COLSUM_THREADS, 0, st>>>(out0, NULL, p0, NULL, C, chunks);
     cuda_launched(be, "column sums (bias, bf16 copy)");
 }
 
@@ -298,15 +307,13 @@ extern "C" void ct_qknorm_backward_cuda(ct_backend *be, float *dinp, float *dwq,
                                         int NKV, int HS, float wofs) {
     size_t heads = (size_t)N * (NH + NKV);
     if (!heads || HS <= 0) return;
-    cuda_state *s = cuda_st(be);
-    int chunks = colsum_chunks(N, HS);
-    if (!cuda_workspace(be, (void **)&s->col_ws, &s->col_ws_bytes,
-                        (size_t)2 * chunks * HS * sizeof(double), "column-sum workspace"))
-        return;
-    double *pq = s->col_ws, *pk = s->col_ws + (size_t)chunks * HS;
+    int chunks;
+    dim3 grid;
+    double *pq = colsum_setup(be, N, HS, &chunks, &grid);
+    if (!pq) return;
+    double *pk = pq + (size_t)chunks * HS;
     cudaStream_t st = cuda_stream(be);
     /* the weight gradients first: dinp may overwrite dout */
-    dim3 grid((unsigned)((HS + COLSUM_THREADS - 1) / COLSUM_THREADS), (unsigned)chunks);
     k_qknorm_wgrad_part<<<grid, COLSUM_THREADS, 0, st>>>(pq, pk, dout, inp, rstd, N, NH, NKV, HS,
                                                          chunks);
     k_colsum_add<<<grid.x, COLSUM_THREADS, 0, st>>>(dwq, NULL, pq, NULL, HS, chunks);
