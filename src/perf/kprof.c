@@ -27,7 +27,7 @@ typedef struct kp_pending {
 
 /* The timed calls kept unread at most: 2 events each, well inside the cuda
  * backend's ring of events (CUDA_EVENTS, 4096) beside the model's own queued
- * ones (MODEL_QUEUED_EVENTS, 1024). Past it, the kept ones are read at once. */
+ * ones (MODEL_QUEUED_EVENTS, 1024). When it is full, the kept ones are read. */
 #define KP_PENDING_MAX 1024
 
 struct ct_kprof {
@@ -37,8 +37,8 @@ struct ct_kprof {
     ct_kprof_counts counts;
     int slow_kind;        /* -1: off */
     int slow_factor;      /* calls per timed call of slow_kind (>= 1) */
-    kp_pending *pending;  /* n_pending of cap_pending: timed calls not read yet */
-    int n_pending, cap_pending;
+    kp_pending pending[KP_PENDING_MAX]; /* timed calls not read yet */
+    int n_pending;
 };
 
 static ct_kprof *kp_of(ct_backend *be) { return (ct_kprof *)be->state; }
@@ -66,29 +66,10 @@ static void kp_flush(ct_kprof *kp) {
     kp->n_pending = 0;
 }
 
-/* Keeps a timed call for the next read; read at once when there is no room. */
+/* Keeps a timed call for the next read (the kept ones read first when full). */
 static void kp_keep(ct_kprof *kp, const kp_pending *p) {
-    if (kp->n_pending == kp->cap_pending && kp->cap_pending < KP_PENDING_MAX) {
-        int cap = kp->cap_pending ? 2 * kp->cap_pending : 64;
-        kp_pending *n = realloc(kp->pending, (size_t)cap * sizeof *n);
-        if (n) {
-            kp->pending = n;
-            kp->cap_pending = cap;
-        }
-    }
-    if (kp->n_pending == kp->cap_pending) kp_flush(kp);
-    if (kp->n_pending < kp->cap_pending) {
-        kp->pending[kp->n_pending++] = *p;
-        return;
-    }
-    /* no room at all (out of memory): read this one now */
-    ct_backend *in = kp->inner;
-    double dt = in->i->event_elapsed(in, &p->a, &p->b);
-    kp->counts.seconds[p->kind] += dt;
-    if (p->tr)
-        ct_trace_span(p->tr, p->entry, "kernel",
-                      in->queued ? CT_TRACE_TID_DEVICE : CT_TRACE_TID_MAIN, p->a.t, p->a.t + dt,
-                      -1);
+    if (kp->n_pending == KP_PENDING_MAX) kp_flush(kp);
+    kp->pending[kp->n_pending++] = *p;
 }
 
 /* Starts the timing of a kernel call: the inner backend's event a (whose
@@ -593,9 +574,7 @@ ct_status ct_kprof_init(ct_kprof **out, ct_backend *inner) {
 }
 
 void ct_kprof_free(ct_kprof *kp) {
-    if (!kp) return;
-    free(kp->pending); /* unread times are dropped: the caller has read what it wanted */
-    free(kp);
+    free(kp); /* unread times are dropped: the caller has read what it wanted */
 }
 
 void ct_kprof_flush(ct_kprof *kp) {

@@ -614,13 +614,13 @@ size_t ct_run_plan_cuda_ws(const ct_model_config *mc, int B, int T, const ct_mod
                            const ct_lora_opts *lo) {
     size_t bf16 = 0;
     ct_run_plan_gemms(mc, B, T, o, lo, cuda_ws_visit, &bf16);
-    int C = mc->n_embd, HS = C / mc->n_head;
+    int C = mc->n_embd, HS = ct_model_head_dim(mc);
     int qkv = (mc->n_head + 2 * mc->n_kv_head) * HS;
     int fw = mc->mlp == CT_MLP_SWIGLU ? 2 * mc->n_ffn : mc->n_ffn;
     /* the column sums' partials: their chunks depend on the width summed (the
      * channels, a linear's outputs, the q/k norms' head size), so the most of
      * those the step sums */
-    int widths[] = {C, qkv, fw, HS, ct_model_head_dim(mc)};
+    int widths[] = {C, qkv, fw, HS};
     size_t col = 0;
     for (size_t i = 0; i < sizeof widths / sizeof *widths; i++) {
         size_t b = ct_cuda_ws_colsum_bytes(B * T, widths[i]);

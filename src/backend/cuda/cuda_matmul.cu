@@ -136,12 +136,16 @@ extern "C" void ct_matmul_backward_cuda(ct_backend *be, float *dinp, float *dwei
 
 /* A bf16 copy of x (n) in the backend's workspace (grown when too small; the
  * step's shapes repeat, so it settles after the first step). */
-static const uint16_t *bf16_operand(ct_backend *be, const float *x, size_t n) {
+static uint16_t *bf16_workspace(ct_backend *be, size_t n) {
     cuda_state *s = cuda_st(be);
     if (!cuda_workspace(be, &s->ws, &s->ws_bytes, n * sizeof(uint16_t), "bf16 GEMM workspace"))
         return NULL;
-    ct_f32_to_bf16_cuda(be, (uint16_t *)s->ws, x, n);
-    return (const uint16_t *)s->ws;
+    return (uint16_t *)s->ws;
+}
+static const uint16_t *bf16_operand(ct_backend *be, const float *x, size_t n) {
+    uint16_t *ws = bf16_workspace(be, n);
+    if (ws) ct_f32_to_bf16_cuda(be, ws, x, n);
+    return ws;
 }
 
 /* GemmEx on 16-bit inputs of type ab (CUDA_R_16BF or CUDA_R_16F), fp32
@@ -384,12 +388,10 @@ extern "C" void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float 
     if ((dinp || dweight) && C > 0) {
         const uint16_t *d16;
         if (dbias) { /* the bias gradient and dout's bf16 copy in one read of dout */
-            cuda_state *s = cuda_st(be);
-            if (!cuda_workspace(be, &s->ws, &s->ws_bytes, (size_t)N * OC * sizeof(uint16_t),
-                                "bf16 GEMM workspace"))
-                return;
-            cuda_colsum_bias_copy16(be, dbias, (uint16_t *)s->ws, dout, N, OC);
-            d16 = (const uint16_t *)s->ws;
+            uint16_t *ws = bf16_workspace(be, (size_t)N * OC);
+            if (!ws) return;
+            cuda_colsum_bias_copy16(be, dbias, ws, dout, N, OC);
+            d16 = ws;
             dbias = NULL;
         } else if (!(d16 = bf16_operand(be, dout, (size_t)N * OC))) {
             return;
