@@ -272,6 +272,14 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
       (cd "$WORK" && CT_TEST_GPU=1 CT_GPU_REQUIRED=1 OMP_NUM_THREADS=4 "$bin" >"$WORK/$t.log" 2>&1) &
       pids+=($!); names+=("$t")
     done
+    # the bf16 attention's other implementation (WMMA; the default is mma.sync)
+    if want_test test_kernels_llama_wmma; then
+      local bin=$TESTBIN/test_kernels_llama
+      [ -x "$bin" ] || bin=$(dirname "$TESTBIN")/tests/test_kernels_llama
+      (cd "$WORK" && CT_CUDA_ATTENTION=wmma CT_TEST_GPU=1 CT_GPU_REQUIRED=1 OMP_NUM_THREADS=4 \
+         "$bin" >"$WORK/test_kernels_llama_wmma.log" 2>&1) &
+      pids+=($!); names+=("test_kernels_llama_wmma")
+    fi
     for i in "${!pids[@]}"; do
       if wait "${pids[$i]}"; then pass=$((pass + 1))
       else fail=$((fail + 1)); failed="$failed ${names[$i]}"; keep_tail "${names[$i]}" "$WORK/${names[$i]}.log"
@@ -283,9 +291,11 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
         # once more with a wait after every launch, which names it
         if grep -qE 'illegal memory access|launch failure|misaligned address|illegal instruction' \
              "$WORK/${names[$i]}.log"; then
-          local bin=$TESTBIN/${names[$i]}
-          [ -x "$bin" ] || bin=$(dirname "$TESTBIN")/tests/${names[$i]}
-          (cd "$WORK" && CT_CUDA_SYNC=1 CT_TEST_GPU=1 CT_GPU_REQUIRED=1 timeout 60 "$bin" \
+          local bn=${names[$i]%_wmma} wm=""
+          [ "$bn" != "${names[$i]}" ] && wm=wmma
+          local bin=$TESTBIN/$bn
+          [ -x "$bin" ] || bin=$(dirname "$TESTBIN")/tests/$bn
+          (cd "$WORK" && CT_CUDA_ATTENTION=${wm:-auto} CT_CUDA_SYNC=1 CT_TEST_GPU=1 CT_GPU_REQUIRED=1 timeout 60 "$bin" \
              >"$WORK/${names[$i]}.sync.log" 2>&1)
           keep_tail "${names[$i]} again with CT_CUDA_SYNC=1" "$WORK/${names[$i]}.sync.log" 30
           detail "  with CT_CUDA_SYNC=1: $(grep -m1 -oE '[a-z_ 0-9]+: an illegal[^(]*|[a-z_ 0-9]+: unspecified launch failure' "$WORK/${names[$i]}.sync.log" || echo 'no kernel named (logs/kernels.log)')"
@@ -491,6 +501,34 @@ sys.exit(0 if rc == 0 and its else 1)
 EOF
   }
 
+  bench_attention_ab() { # the bf16 attention's two implementations, one after the other
+    local m
+    for m in auto wmma; do
+      # shellcheck disable=SC2086 # the model's settings are separate words
+      CT_CUDA_ATTENTION=$m timeout $(( ${STAGE_LEFT:-120} / 8 )) "$CTRAIN" bench kernels \
+        --device "$DEV" --no-roofline --repeat 1 --batch "${GPU_CHECK_BATCH:-16}" --reps 3 --json \
+        --filter attention_bf16 ${GPU_CHECK_KERNELS_ARGS:---preset gpt2 --seq 1024} \
+        >"$WORK/attention_$m.json" 2>>"$LOG"
+      echo "attention_bf16 CT_CUDA_ATTENTION=$m: exit $?" >>"$LOG"
+    done
+    "$PY" - "$WORK/attention_auto.json" "$WORK/attention_wmma.json" <<'EOF' >>"$DET"
+import json, sys
+t = []
+for f in sys.argv[1:]:
+    try:
+        t.append({it["name"]: it["seconds"] for it in json.load(open(f)).get("items", [])})
+    except (OSError, ValueError, KeyError):
+        t.append({})
+names = sorted(set(t[0]) & set(t[1]))
+if not names:
+    print("- attention_bf16, mma.sync against WMMA: no timings (logs/bench.log)")
+    sys.exit(0)
+print("- attention_bf16, mma.sync (the default) against WMMA (CT_CUDA_ATTENTION=wmma): " +
+      "; ".join("%s %.3f ms vs %.3f ms (%.2fx)" % (n, t[0][n] * 1e3, t[1][n] * 1e3,
+                t[1][n] / t[0][n] if t[0][n] > 0 else float("nan")) for n in names))
+EOF
+  }
+
   bench_profile() { # ncu on the bf16 step's slowest kernels: the attention's and the head's
     local ncu
     local c
@@ -500,7 +538,7 @@ EOF
     done
     if [ -z "$ncu" ]; then detail "- profile: skipped: no ncu on this machine"; return 0; fi
     local filters=(attention_bf16.fwd attention_bf16.bwd gemm_bf16.head16.fwd gemm_bf16.head16.bwd_input)
-    local regexes=('k_fa_fwd' 'k_attn_D|k_fa_dq|k_fa_dkv' '.' '.')
+    local regexes=('k_f[am]_fwd' 'k_attn_D|k_f[am]_dq|k_f[am]_dkv' '.' '.')
     local counts=(1 3 4 3) i
     : >"$WORK/ncu.csv"
     for i in "${!filters[@]}"; do
@@ -564,6 +602,7 @@ EOF
     bench_one fp32 && ok=$((ok + 1))
     bench_one bf16 && ok=$((ok + 1))
     bench_kernels && ok=$((ok + 1))
+    bench_attention_ab
     bench_profile
     [ $ok = 3 ] && { result "ok: fp32 and bf16, and the kernels against the roofline (bench/)"; return 0; }
     result "FAIL: $((3 - ok)) of 3 (two runs, the kernel suite) failed or gave a wrong loss (details, logs/bench.log)"

@@ -44,7 +44,8 @@
  * definitions; the bf16 conversions equal core/dtype.c's bits (NaN, ties,
  * subnormals). The embedding forward (cuda_elementwise.cuh) equals ref's.
  *
- * usage: cuda_emu   (exit 0: every check passed)
+ * usage: cuda_emu [flash]   (exit 0: every check passed; "flash": the flash
+ * attention checks alone)
  */
 #include <math.h>
 #include <pthread.h>
@@ -72,6 +73,10 @@ struct uint4 {
 struct uint2 {
     unsigned x, y;
 };
+struct float2 {
+    float x, y;
+};
+static inline float2 make_float2(float a, float b) { return {a, b}; }
 static thread_local dim3 threadIdx, blockIdx;
 static dim3 blockDim, gridDim;
 static pthread_barrier_t g_bar;
@@ -294,6 +299,102 @@ static void smem_check() {
         if (g_smem[k] != 0xa5) emu_die("a write past the kernel's dynamic shared memory");
 }
 
+/* cuda_mma.cuh's primitives (mma.sync m16n8k16, ldmatrix, quad reductions)
+ * in PTX's documented register layouts, which the kernels rely on. The tile
+ * loads read what the lane's registers hold straight from shared memory (the
+ * tile is passed warp-uniform); the product and the reductions are warp
+ * collectives: each lane leaves its registers in a slot, one __syncwarp, then
+ * reads the others'. Slots alternate between two sets, so a lane that runs
+ * ahead to the next collective never overwrites what a slower one still
+ * reads (the collective after that waits for it at the barrier between).
+ * Products are exact (bf16 x bf16 fits a float), sums in fp32 in k's order. */
+typedef __nv_bfloat16 fa_bf16;
+static thread_local unsigned g_coll; /* this lane's collectives so far (threads live a block) */
+struct emu_mma_slot {
+    uint32_t a[4], b[16][2];
+};
+static emu_mma_slot g_mma[2][EMU_WARPS][32];
+static float g_quad[2][EMU_WARPS][32][2];
+static inline uint32_t emu_bits(fa_bf16 v) { return v.bits; }
+static inline float emu_half(uint32_t r, int hi) { return bf16_float({(uint16_t)(r >> (16 * hi))}); }
+static inline uint32_t fa_pack(float lo, float hi) {
+    return __float2bfloat16_rn(lo).bits | (uint32_t)__float2bfloat16_rn(hi).bits << 16;
+}
+static void emu_ldsm_check(const fa_bf16 *p, int ld) {
+    if ((uintptr_t)p % 16 || ld % 8) emu_die("ldmatrix: a row not 16-byte aligned");
+    if ((const unsigned char *)p < g_smem || (const unsigned char *)p >= (g_smem + sizeof g_smem))
+        emu_die("ldmatrix: not the dynamic shared memory");
+}
+/* A: a[i] = (row g + 8 (i&1), columns 2t + 8 (i>>1), +1) */
+static void fa_ldsm_a(uint32_t a[4], const fa_bf16 *p, int ld) {
+    emu_ldsm_check(p, ld);
+    int l = threadIdx.x % 32, g = l >> 2, t = l & 3;
+    for (int i = 0; i < 4; i++) {
+        const fa_bf16 *e = p + (g + 8 * (i & 1)) * ld + 2 * t + 8 * (i >> 1);
+        a[i] = emu_bits(e[0]) | emu_bits(e[1]) << 16;
+    }
+}
+/* B from its transpose (row n, column k): b[i] = (row g + 8 (i>>1), columns
+ * 2t + 8 (i&1), +1) */
+static void fa_ldsm_bt(uint32_t b[4], const fa_bf16 *p, int ld) {
+    emu_ldsm_check(p, ld);
+    int l = threadIdx.x % 32, g = l >> 2, t = l & 3;
+    for (int i = 0; i < 4; i++) {
+        const fa_bf16 *e = p + (g + 8 * (i >> 1)) * ld + 2 * t + 8 * (i & 1);
+        b[i] = emu_bits(e[0]) | emu_bits(e[1]) << 16;
+    }
+}
+/* B itself (row k, column n), ldmatrix .trans: b[i] = (rows 2t + 8 (i&1) and
+ * the next, column g + 8 (i>>1)) */
+static void fa_ldsm_bn(uint32_t b[4], const fa_bf16 *p, int ld) {
+    emu_ldsm_check(p, ld);
+    int l = threadIdx.x % 32, g = l >> 2, t = l & 3;
+    for (int i = 0; i < 4; i++) {
+        const fa_bf16 *e = p + (2 * t + 8 * (i & 1)) * ld + g + 8 * (i >> 1);
+        b[i] = emu_bits(e[0]) | emu_bits(e[ld]) << 16;
+    }
+}
+template <int NT>
+static void fa_mma(float (*c)[4], const uint32_t a[4], const uint32_t (*b)[2]) {
+    static_assert(NT <= 16, "the emulation's slots hold 16 n8 tiles");
+    unsigned w = threadIdx.x / 32, l = threadIdx.x % 32, k = g_coll++ & 1;
+    emu_mma_slot &mine = g_mma[k][w][l];
+    memcpy(mine.a, a, sizeof mine.a);
+    memcpy(mine.b, b, NT * sizeof b[0]);
+    __syncwarp();
+    const emu_mma_slot *S = g_mma[k][w];
+    int g = l >> 2, t = l & 3;
+    for (int n = 0; n < NT; n++)
+        for (int e = 0; e < 4; e++) {
+            int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+            float acc = c[n][e];
+            for (int kk = 0; kk < 16; kk++) {
+                float A = emu_half(S[(row % 8) * 4 + (kk % 8) / 2].a[(row >= 8) + 2 * (kk >= 8)],
+                                   kk & 1);
+                float B = emu_half(S[col * 4 + (kk % 8) / 2].b[n][kk >= 8], kk & 1);
+                acc += A * B;
+            }
+            c[n][e] = acc;
+        }
+}
+static void emu_quad(float v[2], bool sum) {
+    unsigned w = threadIdx.x / 32, l = threadIdx.x % 32, k = g_coll++ & 1;
+    g_quad[k][w][l][0] = v[0];
+    g_quad[k][w][l][1] = v[1];
+    __syncwarp();
+    const float(*Q)[2] = g_quad[k][w];
+    for (int r = 0; r < 2; r++) {
+        if (sum) { /* the shuffles' order: (v_l + v_l^1) + (v_l^2 + v_l^3) */
+            float s1 = Q[l][r] + Q[l ^ 1][r], s2 = Q[l ^ 2][r] + Q[l ^ 3][r];
+            v[r] = s1 + s2;
+        } else {
+            v[r] = fmaxf(fmaxf(Q[l][r], Q[l ^ 1][r]), fmaxf(Q[l ^ 2][r], Q[l ^ 3][r]));
+        }
+    }
+}
+static void fa_quad_max(float v[2]) { emu_quad(v, false); }
+static void fa_quad_sum(float v[2]) { emu_quad(v, true); }
+
 extern "C" {
 #include "backend/ref/ref.h" /* the references: ref's own kernels; backend.h's dropout */
 #include "core/dtype.h"      /* the bf16 rounding the conversions must match */
@@ -303,6 +404,7 @@ extern "C" {
 #include "backend/cuda/cuda_attention_rows.cuh"
 #include "backend/cuda/cuda_attention_tiled.cuh"
 #include "backend/cuda/cuda_attention_wmma.cuh"
+#include "backend/cuda/cuda_attention_mma.cuh"
 #include "backend/cuda/cuda_colsum.cuh"
 #include "backend/cuda/cuda_elementwise.cuh"
 #include "backend/cuda/cuda_encoder_bwd.cuh"
@@ -540,39 +642,50 @@ template <int HS> static void check_fa(const shape &s) {
     reference(s, qkv16.data(), pp, R16.data(), out_d, lse_d, dqkv_d);
     reference(s, qkv.data(), pp, R.data(), out_x, lse_x, dqkv_x);
 
-    std::vector<float> out((size_t)B * T * C, NAN), lse((size_t)B * NH * T, NAN);
-    float *o = out.data(), *ls = lse.data();
-    const float *x = qkv.data();
-    unsigned char *sm = g_smem;
-    if (std::max(fa_fwd_smem(HS), std::max(fa_dq_smem(HS), fa_dkv_smem(HS))) > sizeof g_smem)
-        emu_die("shared memory over the emulation's");
-    g_smem_fill = fa_fwd_smem(HS);
-    launch(dim3((T + FA_BQ - 1) / FA_BQ, NH, B), FA_THREADS,
-           [=]() { fa_fwd_body<HS>(sm, o, ls, x, pp, T, NH, NKV); });
-    /* D from the fp32 dout and the kernel's out, as cuda_attention_D forms it */
-    std::vector<double> D = rowsum_D(R, out, B, T, NH, HS);
-    const float pre = 0.25f;
-    std::vector<float> dqkv((size_t)B * T * W, pre);
-    float *dx = dqkv.data();
-    const float *r = R.data();
-    const double *dd = D.data();
-    g_smem_fill = fa_dq_smem(HS);
-    launch(dim3((T + FA_BQ - 1) / FA_BQ, NH, B), FA_THREADS,
-           [=]() { fa_dq_body<HS>(sm, dx, r, x, ls, dd, pp, T, NH, NKV); });
-    g_smem_fill = fa_dkv_smem(HS);
-    launch(dim3((T + FA_BK - 1) / FA_BK, NKV, B), FA_THREADS,
-           [=]() { fa_dkv_body<HS>(sm, dx, r, x, ls, dd, pp, T, NH, NKV); });
-    g_smem_fill = 0;
+    for (int mma = 0; mma < 2; mma++) {
+        std::vector<float> out((size_t)B * T * C, NAN), lse((size_t)B * NH * T, NAN);
+        float *o = out.data(), *ls = lse.data();
+        const float *x = qkv.data();
+        unsigned char *sm = g_smem;
+        size_t most = std::max(std::max(fa_fwd_smem(HS), std::max(fa_dq_smem(HS), fa_dkv_smem(HS))),
+                               std::max(fm_fwd_smem(HS), std::max(fm_dq_smem(HS), fm_dkv_smem(HS))));
+        if (most > sizeof g_smem) emu_die("shared memory over the emulation's");
+        dim3 gq((T + FA_BQ - 1) / FA_BQ, NH, B), gk((T + FA_BK - 1) / FA_BK, NKV, B);
+        g_smem_fill = mma ? fm_fwd_smem(HS) : fa_fwd_smem(HS);
+        if (mma)
+            launch(gq, FA_THREADS, [=]() { fm_fwd_body<HS>(sm, o, ls, x, pp, T, NH, NKV); });
+        else
+            launch(gq, FA_THREADS, [=]() { fa_fwd_body<HS>(sm, o, ls, x, pp, T, NH, NKV); });
+        /* D from the fp32 dout and the kernel's out, as cuda_attention_D forms it */
+        std::vector<double> D = rowsum_D(R, out, B, T, NH, HS);
+        const float pre = 0.25f;
+        std::vector<float> dqkv((size_t)B * T * W, pre);
+        float *dx = dqkv.data();
+        const float *r = R.data();
+        const double *dd = D.data();
+        if (mma) {
+            g_smem_fill = fm_dq_smem(HS);
+            launch(gq, FA_THREADS, [=]() { fm_dq_body<HS>(sm, dx, r, x, ls, dd, pp, T, NH, NKV); });
+            g_smem_fill = fm_dkv_smem(HS);
+            launch(gk, FA_THREADS, [=]() { fm_dkv_body<HS>(sm, dx, r, x, ls, dd, pp, T, NH, NKV); });
+        } else {
+            g_smem_fill = fa_dq_smem(HS);
+            launch(gq, FA_THREADS, [=]() { fa_dq_body<HS>(sm, dx, r, x, ls, dd, pp, T, NH, NKV); });
+            g_smem_fill = fa_dkv_smem(HS);
+            launch(gk, FA_THREADS, [=]() { fa_dkv_body<HS>(sm, dx, r, x, ls, dd, pp, T, NH, NKV); });
+        }
+        g_smem_fill = 0;
 
-    double e_out = err(out.data(), out_d), e_lse = err(lse.data(), lse_d);
-    double e_dq = err(dqkv.data(), dqkv_d, pre);
-    double x_out = err(out.data(), out_x), x_dq = err(dqkv.data(), dqkv_x, pre);
-    bool ok = e_out < 2 * BF16_U && e_lse < 1e-5 && e_dq < 4 * BF16_U;
-    printf("%s wmma B=%d T=%d NH=%d NKV=%d HS=%d%s: out %.2g, lse %.2g, dqkv %.2g "
-           "(vs fp32 inputs: out %.2g, dqkv %.2g)\n",
-           ok ? "ok  " : "FAIL", B, T, NH, NKV, HS, pp ? " packed" : "", e_out, e_lse, e_dq, x_out,
-           x_dq);
-    fails += !ok;
+        double e_out = err(out.data(), out_d), e_lse = err(lse.data(), lse_d);
+        double e_dq = err(dqkv.data(), dqkv_d, pre);
+        double x_out = err(out.data(), out_x), x_dq = err(dqkv.data(), dqkv_x, pre);
+        bool ok = e_out < 2 * BF16_U && e_lse < 1e-5 && e_dq < 4 * BF16_U;
+        printf("%s %s B=%d T=%d NH=%d NKV=%d HS=%d%s: out %.2g, lse %.2g, dqkv %.2g "
+               "(vs fp32 inputs: out %.2g, dqkv %.2g)\n",
+               ok ? "ok  " : "FAIL", mma ? "mma " : "wmma", B, T, NH, NKV, HS, pp ? " packed" : "",
+               e_out, e_lse, e_dq, x_out, x_dq);
+        fails += !ok;
+    }
 }
 
 /* The two-pass column sums of one kind against ref's terms summed in double. */
@@ -1604,19 +1717,29 @@ static void check_encoder_fwd_residual() {
     }
 }
 
-int main(void) {
-    check<64>({2, 150, 4, 2, 64, {}});                // GQA, ragged last tiles
-    check<64>({1, 64, 2, 2, 64, {}});                 // exactly one query tile
-    check<32>({1, 97, 4, 1, 32, {}});                 // multi-query
-    check<64>({2, 130, 2, 2, 64, {1, 40, 3, 70, 17}}); // packed: key tiles skipped, length 1
-    check<32>({3, 70, 4, 2, 32, {3, 1, 17, 1, 1, 9, 30}});
-    check<32>({1, 5, 1, 1, 32, {}});                  // fewer rows than a tile
+/* The flash kernels, WMMA and mma.sync, over the shapes that matter. */
+static void check_flash(void) {
     check_fa<64>({2, 150, 4, 2, 64, {}});                  // GQA, ragged last tiles
     check_fa<128>({1, 130, 2, 1, 128, {}});                // multi-query, head size 128
     check_fa<64>({2, 130, 2, 2, 64, {1, 40, 3, 70, 17}});  // packed, length-1 examples
     check_fa<128>({1, 200, 4, 2, 128, {3, 1, 17, 1, 1, 9, 150}}); // packed across tiles
     check_fa<64>({1, 5, 1, 1, 64, {}});                    // fewer rows than a tile
     check_fa<128>({1, 64, 2, 2, 128, {}});                 // exactly one tile
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "flash")) { /* cuda_emu flash: those checks alone */
+        check_flash();
+        printf("%s\n", fails ? "FAILED" : "all flash checks passed");
+        return fails ? 1 : 0;
+    }
+    check<64>({2, 150, 4, 2, 64, {}});                // GQA, ragged last tiles
+    check<64>({1, 64, 2, 2, 64, {}});                 // exactly one query tile
+    check<32>({1, 97, 4, 1, 32, {}});                 // multi-query
+    check<64>({2, 130, 2, 2, 64, {1, 40, 3, 70, 17}}); // packed: key tiles skipped, length 1
+    check<32>({3, 70, 4, 2, 32, {3, 1, 17, 1, 1, 9, 30}});
+    check<32>({1, 5, 1, 1, 32, {}});                  // fewer rows than a tile
+    check_flash();
     check_encoder(1, 1, 3, 5, {}, true);              // one row
     check_encoder(2, 700, 20, 7, {}, true);           // long runs, one merge pass
     check_encoder(5, 1000, 6, 50257, {}, false);      // 5 chunks: three merge passes

@@ -42,6 +42,7 @@ int cuda_attention_mode(void) {
         mode = !e ? CUDA_ATT_AUTO
                : !strcmp(e, "rows") ? CUDA_ATT_ROWS
                : !strcmp(e, "fp32") ? CUDA_ATT_FP32
+               : !strcmp(e, "wmma") ? CUDA_ATT_WMMA
                                     : CUDA_ATT_AUTO;
     }
     return mode;

@@ -117,8 +117,10 @@ void cuda_colsum_bias_copy16(ct_backend *be, float *out0, uint16_t *copy16, cons
 
 /* CT_CUDA_ATTENTION, read once: unset (or another word) CUDA_ATT_AUTO;
  * "rows" the row kernels in every run; "fp32" the fp32 kernels (tiled where
- * they apply) in bf16 runs too, as in fp32 ones (cuda_attention.cu). */
-enum { CUDA_ATT_AUTO = 0, CUDA_ATT_ROWS = 1, CUDA_ATT_FP32 = 2 };
+ * they apply) in bf16 runs too, as in fp32 ones; "wmma" bf16 runs on the
+ * WMMA flash kernels instead of the mma.sync ones (cuda_attention.cu,
+ * cuda_flash.cu). */
+enum { CUDA_ATT_AUTO = 0, CUDA_ATT_ROWS = 1, CUDA_ATT_FP32 = 2, CUDA_ATT_WMMA = 3 };
 int cuda_attention_mode(void);
 /* The attention backward's D (B,NH,T) = rowsum(dout o out) in double, in the
  * backend's attention workspace (enqueued on the stream); NULL (latched) when

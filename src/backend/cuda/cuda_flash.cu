@@ -1,24 +1,32 @@
 /*
  * The attention entries of precision bf16 (attention_forward_bf16,
  * attention_backward_bf16): tensor-core flash attention on bf16 tiles of the
- * fp32 q, k, v (cuda_attention_wmma.cuh: FlashAttention-2's loop order,
- * WMMA, fp32 softmax, lse saved; a deterministic two-kernel backward). An
- * approximation of the fp32 attention at bf16's precision, as autocast's, so
- * only bf16 runs call these entries; fp32 runs keep the exact kernels of
+ * fp32 q, k, v, FlashAttention-2's loop order, fp32 softmax, lse saved, a
+ * deterministic two-kernel backward. Two implementations of one algorithm:
+ *   - mma.sync (cuda_attention_mma.cuh, the default): the tile products'
+ *     results stay in registers, whose layout PTX documents;
+ *   - WMMA (cuda_attention_wmma.cuh, CT_CUDA_ATTENTION=wmma): the first one,
+ *     measured on an H200 (stop 39), which goes through shared memory for
+ *     every element-wise step since WMMA's layout is unspecified.
+ * An approximation of the fp32 attention at bf16's precision, as autocast's,
+ * so only bf16 runs call these entries; fp32 runs keep the exact kernels of
  * cuda_attention.cu, untouched.
  * The fast path takes head sizes 64 and 128 on compute capability 8.0 and
  * later, without dropout, on 16-byte aligned operands; every other call
  * (dropout included, CT_CUDA_ATTENTION=rows or fp32 too) runs the exact
- * kernels. Resources (nvcc 13.0 -O3 -Xptxas -v; 128 threads a block;
- * dynamic shared memory from fa_*_smem, in KiB at head size 64 / 128):
+ * kernels. Resources of the WMMA kernels (nvcc 13.0 -O3 -Xptxas -v; 128
+ * threads a block; dynamic shared memory from fa_*_smem, in KiB at head size
+ * 64 / 128):
  *   fwd  sm_90a 147 / 255 registers, sm_80 128 / 192 (4 bytes spilled at 64);
  *        shared 44.5 / 60.5
  *   dq   sm_90a 168 / 254, sm_80 252 / 255 (68 bytes spilled at 128);
  *        shared 49.8 / 81.8
  *   dkv  sm_90a 255 / 255 (16 bytes spilled at 128), sm_80 255 / 255 (4 / 160
  *        bytes spilled); shared 58.8 / 65.4
- * so registers hold an SM to two or three blocks (8 to 12 warps): occupancy
- * is the first thing a profile on a GPU machine should look at.
+ * and of the mma.sync ones (fm_*_smem): no spills at either target;
+ *   fwd  sm_90a 154 / 167 registers, sm_80 130 / 166; shared 27.3 / 51.3
+ *   dq   sm_90a 158 / 178, sm_80 148 / 177; shared 36.8 / 68.8
+ *   dkv  sm_90a 173 / 240, sm_80 168 / 228; shared 36.8 / 51.4
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -26,7 +34,8 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_attention_tiled.cuh"
-#include "backend/cuda/cuda_attention_wmma.cuh"
+#include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_attention_mma.cuh" /* includes the WMMA kernels' header */
 #include "backend/cuda/cuda_common.cuh"
 
 /* The kernels: the bodies of cuda_attention_wmma.cuh over the dynamic shared
@@ -59,6 +68,27 @@ k_fa_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
     FA_BODY((fa_dkv_body<HS>(fa_smem, dqkv, dout, qkv, lse, D, pos, T, NH, NKV)));
 }
 
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+k_fm_fwd(float *out, float *lse, const float *qkv, const int32_t *pos, int T, int NH, int NKV) {
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    FA_BODY((fm_fwd_body<HS>(fa_smem, out, lse, qkv, pos, T, NH, NKV)));
+}
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+k_fm_dq(float *dqkv, const float *dout, const float *qkv, const float *lse, const double *D,
+        const int32_t *pos, int T, int NH, int NKV) {
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    FA_BODY((fm_dq_body<HS>(fa_smem, dqkv, dout, qkv, lse, D, pos, T, NH, NKV)));
+}
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+k_fm_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, const double *D,
+         const int32_t *pos, int T, int NH, int NKV) {
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    FA_BODY((fm_dkv_body<HS>(fa_smem, dqkv, dout, qkv, lse, D, pos, T, NH, NKV)));
+}
+
 /* Grants each kernel its dynamic shared memory (over the 48 KiB default) once
  * per backend; false when the device refuses (then the exact kernels run). */
 static bool fa_ready(ct_backend *be) {
@@ -68,7 +98,14 @@ static bool fa_ready(ct_backend *be) {
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, s->device);
     const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
     bool ok = (size_t)optin >= fa_dq_smem(128) && (size_t)optin >= fa_dkv_smem(128) &&
-              (size_t)optin >= fa_fwd_smem(128) &&
+              (size_t)optin >= fa_fwd_smem(128) && (size_t)optin >= fm_dq_smem(128) &&
+              (size_t)optin >= fm_dkv_smem(128) && (size_t)optin >= fm_fwd_smem(128) &&
+              cudaFuncSetAttribute(k_fm_fwd<64>, a, (int)fm_fwd_smem(64)) == cudaSuccess &&
+              cudaFuncSetAttribute(k_fm_fwd<128>, a, (int)fm_fwd_smem(128)) == cudaSuccess &&
+              cudaFuncSetAttribute(k_fm_dq<64>, a, (int)fm_dq_smem(64)) == cudaSuccess &&
+              cudaFuncSetAttribute(k_fm_dq<128>, a, (int)fm_dq_smem(128)) == cudaSuccess &&
+              cudaFuncSetAttribute(k_fm_dkv<64>, a, (int)fm_dkv_smem(64)) == cudaSuccess &&
+              cudaFuncSetAttribute(k_fm_dkv<128>, a, (int)fm_dkv_smem(128)) == cudaSuccess &&
               cudaFuncSetAttribute(k_fa_fwd<64>, a, (int)fa_fwd_smem(64)) == cudaSuccess &&
               cudaFuncSetAttribute(k_fa_fwd<128>, a, (int)fa_fwd_smem(128)) == cudaSuccess &&
               cudaFuncSetAttribute(k_fa_dq<64>, a, (int)fa_dq_smem(64)) == cudaSuccess &&
@@ -83,7 +120,8 @@ static bool fa_ready(ct_backend *be) {
 /* Whether the tensor-core kernels run this call (see the file comment). */
 static bool fa_ok(ct_backend *be, const ct_attn_dropout *drop, int B, int NH, int HS,
                   const void *a, const void *b) {
-    return cuda_attention_mode() == CUDA_ATT_AUTO && (!drop || !(drop->p > 0.0f)) &&
+    int mode = cuda_attention_mode();
+    return (mode == CUDA_ATT_AUTO || mode == CUDA_ATT_WMMA) && (!drop || !(drop->p > 0.0f)) &&
            (HS == 64 || HS == 128) && cuda_st(be)->cc_major >= 8 && B <= 65535 &&
            NH <= 65535 && !(((uintptr_t)a | (uintptr_t)b) & 15) && fa_ready(be);
 }
@@ -99,7 +137,13 @@ extern "C" void ct_attention_forward_bf16_cuda(ct_backend *be, float *out, float
     }
     dim3 grid((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)NH, (unsigned)B);
     cudaStream_t st = cuda_stream(be);
-    if (HS == 64)
+    if (cuda_attention_mode() != CUDA_ATT_WMMA) {
+        if (HS == 64)
+            k_fm_fwd<64><<<grid, FA_THREADS, fm_fwd_smem(64), st>>>(out, lse, qkv, pos, T, NH, NKV);
+        else
+            k_fm_fwd<128><<<grid, FA_THREADS, fm_fwd_smem(128), st>>>(out, lse, qkv, pos, T, NH,
+                                                                      NKV);
+    } else if (HS == 64)
         k_fa_fwd<64><<<grid, FA_THREADS, fa_fwd_smem(64), st>>>(out, lse, qkv, pos, T, NH, NKV);
     else
         k_fa_fwd<128><<<grid, FA_THREADS, fa_fwd_smem(128), st>>>(out, lse, qkv, pos, T, NH, NKV);
@@ -112,7 +156,7 @@ extern "C" void ct_attention_backward_bf16_cuda(ct_backend *be, float *dqkv, con
                                                 const ct_attn_dropout *drop, int B, int T, int NH,
                                                 int NKV, int HS) {
     if ((size_t)B * NH * T == 0) return;
-    if (!fa_ok(be, drop, B, NH, HS, qkv, dout)) {
+    if (!fa_ok(be, drop, B, NH, HS, qkv, dout) || ((uintptr_t)dqkv & 7)) { /* float2 adds */
         ct_attention_backward_cuda(be, dqkv, dout, qkv, out, lse, pos, drop, B, T, NH, NKV, HS);
         return;
     }
@@ -121,7 +165,19 @@ extern "C" void ct_attention_backward_bf16_cuda(ct_backend *be, float *dqkv, con
     cudaStream_t st = cuda_stream(be);
     dim3 gq((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)NH, (unsigned)B);
     dim3 gk((unsigned)((T + FA_BK - 1) / FA_BK), (unsigned)NKV, (unsigned)B);
-    if (HS == 64) {
+    if (cuda_attention_mode() != CUDA_ATT_WMMA) {
+        if (HS == 64) {
+            k_fm_dq<64><<<gq, FA_THREADS, fm_dq_smem(64), st>>>(dqkv, dout, qkv, lse, D, pos, T,
+                                                                NH, NKV);
+            k_fm_dkv<64><<<gk, FA_THREADS, fm_dkv_smem(64), st>>>(dqkv, dout, qkv, lse, D, pos,
+                                                                  T, NH, NKV);
+        } else {
+            k_fm_dq<128><<<gq, FA_THREADS, fm_dq_smem(128), st>>>(dqkv, dout, qkv, lse, D, pos,
+                                                                  T, NH, NKV);
+            k_fm_dkv<128><<<gk, FA_THREADS, fm_dkv_smem(128), st>>>(dqkv, dout, qkv, lse, D, pos,
+                                                                    T, NH, NKV);
+        }
+    } else if (HS == 64) {
         k_fa_dq<64><<<gq, FA_THREADS, fa_dq_smem(64), st>>>(dqkv, dout, qkv, lse, D, pos, T, NH,
                                                             NKV);
         k_fa_dkv<64><<<gk, FA_THREADS, fa_dkv_smem(64), st>>>(dqkv, dout, qkv, lse, D, pos, T, NH,

@@ -1,0 +1,409 @@
+/*
+ * The CUDA backend's flash attention on mma.sync (device code only, included
+ * by cuda_flash.cu after cuda_mma.cuh; tests/gpu/cuda_emu.cpp runs it on the
+ * CPU with its own cuda_mma primitives): the WMMA kernels' algorithm
+ * (cuda_attention_wmma.cuh: FlashAttention-2's loop order, the same block
+ * shapes, staging, skipped tiles, packed rows, grouped-query, the same
+ * roundings to bf16 and a deterministic two-kernel backward), with the tile
+ * products' results kept in registers. PTX documents mma.sync's fragment
+ * layout (cuda_mma.cuh), so the softmax, the masks and the bf16 rounding of
+ * P and dS work on the accumulators where they are: a row's max and sum are
+ * two shuffles among the four lanes holding it, and the C fragments of S
+ * become the A fragments of P V without a trip through shared memory. The
+ * WMMA kernels wrote S (and P, dS) to shared memory and back for each tile,
+ * and read their element positions from index fragments, since WMMA leaves
+ * its layout unspecified.
+ *
+ * Numerics: as the WMMA kernels', but a row's softmax sum adds each lane's
+ * partial sums at the end (FlashAttention-2's order), so the two differ in
+ * the last bits.
+ */
+#ifndef CT_BACKEND_CUDA_ATTENTION_MMA_CUH
+#define CT_BACKEND_CUDA_ATTENTION_MMA_CUH
+
+#include "backend/cuda/cuda_attention_wmma.cuh" /* FA_* shapes, fa_stage, fa_tile_bytes */
+
+/* forward: Q, K, V tiles, the rows' first keys */
+__host__ __device__ constexpr size_t fm_fwd_smem(int HS) {
+    return fa_tile_bytes(FA_BQ, HS) + 2 * fa_tile_bytes(FA_BK, HS) + fa_round((size_t)FA_BQ * 4);
+}
+/* dq: Q, dO, K, V tiles, lse, D, first keys */
+__host__ __device__ constexpr size_t fm_dq_smem(int HS) {
+    return 2 * fa_tile_bytes(FA_BQ, HS) + 2 * fa_tile_bytes(FA_BK, HS) +
+           fa_round((size_t)FA_BQ * 12);
+}
+/* dk, dv: K, V tiles, Q, dO tiles, lse, D, first keys */
+__host__ __device__ constexpr size_t fm_dkv_smem(int HS) {
+    return 2 * fa_tile_bytes(FA_BK, HS) + 2 * fa_tile_bytes(FA_DKV_BQ(HS), HS) +
+           fa_round((size_t)FA_DKV_BQ(HS) * 12);
+}
+
+/* NT B fragments (n8 tiles) from rows [0, 8 NT) of the tile at p, which holds
+ * B transposed (row n, column k), k columns [k0, k0 + 16). */
+template <int NT>
+__device__ inline void fm_load_bt(uint32_t (*b)[2], const fa_bf16 *p, int ld, int k0) {
+#pragma unroll
+    for (int j = 0; j < NT / 2; j++) {
+        uint32_t r[4];
+        fa_ldsm_bt(r, p + j * 16 * ld + k0, ld);
+        b[2 * j][0] = r[0];
+        b[2 * j][1] = r[1];
+        b[2 * j + 1][0] = r[2];
+        b[2 * j + 1][1] = r[3];
+    }
+}
+/* NT B fragments from columns [0, 8 NT) of the tile at p holding B (row k,
+ * column n), k rows [k0, k0 + 16). */
+template <int NT>
+__device__ inline void fm_load_bn(uint32_t (*b)[2], const fa_bf16 *p, int ld, int k0) {
+#pragma unroll
+    for (int j = 0; j < NT / 2; j++) {
+        uint32_t r[4];
+        fa_ldsm_bn(r, p + k0 * ld + j * 16, ld);
+        b[2 * j][0] = r[0];
+        b[2 * j][1] = r[1];
+        b[2 * j + 1][0] = r[2];
+        b[2 * j + 1][1] = r[3];
+    }
+}
+/* The A fragment of the 16 x 16 block formed by C fragments c0 (columns
+ * 0-7) and c1 (8-15), rounded to bf16 (cuda_mma.cuh's layouts). */
+__device__ inline void fm_pack_a(uint32_t a[4], const float c0[4], const float c1[4]) {
+    a[0] = fa_pack(c0[0], c0[1]);
+    a[1] = fa_pack(c0[2], c0[3]);
+    a[2] = fa_pack(c1[0], c1[1]);
+    a[3] = fa_pack(c1[2], c1[3]);
+}
+template <int NT> __device__ inline void fm_zero(float (*c)[4]) {
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) c[n][e] = 0.0f;
+}
+/* dst rows (ld floats apart; row g at dst0, g+8 at dst0 + 8 ld, each when
+ * below n) += c, n8 tiles side by side: a lane adds its two columns. */
+template <int NT>
+__device__ inline void fm_add_rows(float *dst0, size_t ld, int n, const float (*c)[4]) {
+    int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (g + 8 * h >= n) continue;
+        float *d = dst0 + (size_t)(g + 8 * h) * ld + 2 * t;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            float2 v = *(float2 *)(d + 8 * j);
+            v.x += c[j][2 * h];
+            v.y += c[j][2 * h + 1];
+            *(float2 *)(d + 8 * j) = v;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- forward
+ * Block (query tile, h, b), four warps of 16 query rows; lane l holds rows
+ * g = l/4 and g+8 of its warp's, keys 2t, 2t+1 of each n8 tile (t = l%4).
+ * Per key tile: S = Q K^T in registers, masked and scaled, the online
+ * softmax's max over the row's quad, P = exp2(S - m) (its sum kept per lane
+ * until the end), O = O corr + P V with P's bf16 A fragments packed from S's
+ * accumulators. Writes out (B,T,NH*HS) and lse (B,NH,T). */
+template <int HS>
+__device__ void fm_fwd_body(unsigned char *smem, float *out, float *lse, const float *qkv,
+                            const int32_t *pos, int T, int NH, int NKV) {
+    constexpr int LDH = HS + 8, ND = HS / 16, NKT = FA_BK / 8, NDT = HS / 8;
+    fa_bf16 *Qs = (fa_bf16 *)smem;
+    fa_bf16 *Ks = (fa_bf16 *)(smem + fa_tile_bytes(FA_BQ, HS));
+    fa_bf16 *Vs = (fa_bf16 *)((unsigned char *)Ks + fa_tile_bytes(FA_BK, HS));
+    int *first_s = (int *)((unsigned char *)Vs + fa_tile_bytes(FA_BK, HS));
+
+    int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * FA_BQ;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS;
+    const float *qkv_b = qkv + (size_t)b * T * W;
+    const float *kb = qkv_b + C + (size_t)(h / (NH / NKV)) * HS, *vb = kb + (size_t)NKV * HS;
+
+    fa_stage<HS, FA_BQ>(Qs, qkv_b + (size_t)h * HS, W, q0, min(FA_BQ, T - q0));
+    if (threadIdx.x < FA_BQ) {
+        int i = q0 + (int)threadIdx.x;
+        first_s[threadIdx.x] = i < T ? attn_first_key(pos, b, T, i) : T;
+    }
+    __syncthreads();
+    uint32_t qa[ND][4];
+#pragma unroll
+    for (int kk = 0; kk < ND; kk++) fa_ldsm_a(qa[kk], Qs + warp * 16 * LDH + kk * 16, LDH);
+    int kmin = T, wfirst = T; /* the block's and the warp's first key */
+    for (int r = 0; r < FA_BQ; r++) kmin = min(kmin, first_s[r]);
+    for (int r = 0; r < 16; r++) wfirst = min(wfirst, first_s[warp * 16 + r]);
+    int wr0 = q0 + warp * 16, wlast = min(wr0 + 15, T - 1);
+    int ir[2] = {wr0 + g, wr0 + g + 8}, jr[2]; /* this lane's rows and their first keys */
+    for (int k = 0; k < 2; k++) jr[k] = ir[k] < T ? first_s[warp * 16 + g + 8 * k] : T;
+    float o[NDT][4];
+    fm_zero<NDT>(o);
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* log2 units; l per lane */
+    const float sl2 = FA_LOG2E / sqrtf((float)HS);
+    int last = min(q0 + FA_BQ, T) - 1;
+    for (int k0 = (kmin / FA_BK) * FA_BK; k0 <= last; k0 += FA_BK) {
+        __syncthreads(); /* the previous tile is read */
+        fa_stage<HS, FA_BK>(Ks, kb, W, k0, min(FA_BK, T - k0));
+        fa_stage<HS, FA_BK>(Vs, vb, W, k0, min(FA_BK, T - k0));
+        __syncthreads();
+        if (wr0 >= T || k0 > wlast || k0 + FA_BK <= wfirst) continue; /* warp-uniform */
+        float s[NKT][4];
+        fm_zero<NKT>(s);
+#pragma unroll
+        for (int kk = 0; kk < ND; kk++) {
+            uint32_t kf[NKT][2];
+            fm_load_bt<NKT>(kf, Ks, LDH, kk * 16);
+            fa_mma<NKT>(s, qa[kk], kf);
+        }
+        float mt[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < NKT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int k = e >> 1, i = ir[k], j = k0 + n * 8 + 2 * t + (e & 1);
+                float x = i < T && j >= jr[k] && j <= i ? s[n][e] * sl2 : -INFINITY;
+                s[n][e] = x;
+                mt[k] = fmaxf(mt[k], x);
+            }
+        fa_quad_max(mt);
+        float corr[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            float mn = fmaxf(m[k], mt[k]);
+            corr[k] = mn == -INFINITY ? 1.0f : exp2f(m[k] - mn); /* none seen yet: 1 */
+            m[k] = mn;
+        }
+        float ls[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int n = 0; n < NKT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int k = e >> 1;
+                float p = m[k] == -INFINITY ? 0.0f : exp2f(s[n][e] - m[k]);
+                s[n][e] = p;
+                ls[k] += p;
+            }
+#pragma unroll
+        for (int k = 0; k < 2; k++) l[k] = l[k] * corr[k] + ls[k];
+#pragma unroll
+        for (int d = 0; d < NDT; d++) {
+            o[d][0] *= corr[0];
+            o[d][1] *= corr[0];
+            o[d][2] *= corr[1];
+            o[d][3] *= corr[1];
+        }
+#pragma unroll
+        for (int kc = 0; kc < NKT / 2; kc++) {
+            uint32_t pa[4], vf[NDT][2];
+            fm_pack_a(pa, s[2 * kc], s[2 * kc + 1]);
+            fm_load_bn<NDT>(vf, Vs, LDH, kc * 16);
+            fa_mma<NDT>(o, pa, vf);
+        }
+    }
+    /* out = O / l; lse = (m + log2 l) ln 2 */
+    fa_quad_sum(l);
+    float *ob = out + (size_t)b * T * C + (size_t)h * HS;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        int i = ir[k];
+        if (i >= T) continue;
+        float inv = l[k] > 0.0f ? 1.0f / l[k] : 0.0f;
+        if (t == 0) lse[((size_t)b * NH + h) * T + i] = (m[k] + log2f(l[k])) * FA_LN2;
+#pragma unroll
+        for (int d = 0; d < NDT; d++)
+            *(float2 *)(ob + (size_t)i * C + d * 8 + 2 * t) =
+                make_float2(o[d][2 * k] * inv, o[d][2 * k + 1] * inv);
+    }
+}
+
+/* ---------------------------------------------------------------- dq
+ * Block (query tile, h, b), four warps of 16 query rows, over the key tiles
+ * the block sees in order: S = Q K^T and dP = dO V^T in registers, P =
+ * exp2(S scale log2e - lse log2e) (masked), dS = P (dP - D) scale, then dq +=
+ * dS K with dS packed to bf16 A fragments. Adds dq into dqkv's q columns
+ * once, at the end. D (B,NH,T): rowsum(dout o out). */
+template <int HS>
+__device__ void fm_dq_body(unsigned char *smem, float *dqkv, const float *dout, const float *qkv,
+                           const float *lse, const double *D, const int32_t *pos, int T, int NH,
+                           int NKV) {
+    constexpr int LDH = HS + 8, ND = HS / 16, NKT = FA_BK / 8, NDT = HS / 8;
+    fa_bf16 *Qs = (fa_bf16 *)smem;
+    fa_bf16 *dOs = (fa_bf16 *)((unsigned char *)Qs + fa_tile_bytes(FA_BQ, HS));
+    fa_bf16 *Ks = (fa_bf16 *)((unsigned char *)dOs + fa_tile_bytes(FA_BQ, HS));
+    fa_bf16 *Vs = (fa_bf16 *)((unsigned char *)Ks + fa_tile_bytes(FA_BK, HS));
+    float *lse_s = (float *)((unsigned char *)Vs + fa_tile_bytes(FA_BK, HS));
+    float *D_s = lse_s + FA_BQ;
+    int *first_s = (int *)(D_s + FA_BQ);
+
+    int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * FA_BQ;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS;
+    const float *qkv_b = qkv + (size_t)b * T * W;
+    const float *kb = qkv_b + C + (size_t)(h / (NH / NKV)) * HS, *vb = kb + (size_t)NKV * HS;
+    int nq = min(FA_BQ, T - q0);
+    fa_stage<HS, FA_BQ>(Qs, qkv_b + (size_t)h * HS, W, q0, nq);
+    fa_stage<HS, FA_BQ>(dOs, dout + (size_t)b * T * C + (size_t)h * HS, C, q0, nq);
+    if (threadIdx.x < FA_BQ) {
+        int i = q0 + (int)threadIdx.x;
+        size_t rr = ((size_t)b * NH + h) * T + i;
+        lse_s[threadIdx.x] = i < T ? lse[rr] * FA_LOG2E : 0.0f;
+        D_s[threadIdx.x] = i < T ? (float)D[rr] : 0.0f;
+        first_s[threadIdx.x] = i < T ? attn_first_key(pos, b, T, i) : T;
+    }
+    __syncthreads();
+    int kmin = T, wfirst = T;
+    for (int r = 0; r < FA_BQ; r++) kmin = min(kmin, first_s[r]);
+    for (int r = 0; r < 16; r++) wfirst = min(wfirst, first_s[warp * 16 + r]);
+    int wr0 = q0 + warp * 16, wlast = min(wr0 + 15, T - 1);
+    int ir[2], jr[2];
+    float lr[2], Dr[2];
+    for (int k = 0; k < 2; k++) {
+        int qi = warp * 16 + g + 8 * k;
+        ir[k] = q0 + qi;
+        jr[k] = first_s[qi]; /* T past the last row */
+        lr[k] = lse_s[qi];
+        Dr[k] = D_s[qi];
+    }
+    float dq[NDT][4];
+    fm_zero<NDT>(dq);
+    const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * FA_LOG2E;
+    int last = min(q0 + FA_BQ, T) - 1;
+    for (int k0 = (kmin / FA_BK) * FA_BK; k0 <= last; k0 += FA_BK) {
+        __syncthreads();
+        fa_stage<HS, FA_BK>(Ks, kb, W, k0, min(FA_BK, T - k0));
+        fa_stage<HS, FA_BK>(Vs, vb, W, k0, min(FA_BK, T - k0));
+        __syncthreads();
+        if (wr0 >= T || k0 > wlast || k0 + FA_BK <= wfirst) continue;
+        float s[NKT][4], dp[NKT][4];
+        fm_zero<NKT>(s);
+        fm_zero<NKT>(dp);
+#pragma unroll
+        for (int kk = 0; kk < ND; kk++) {
+            uint32_t qa[4], da[4], kf[NKT][2];
+            fa_ldsm_a(qa, Qs + warp * 16 * LDH + kk * 16, LDH);
+            fa_ldsm_a(da, dOs + warp * 16 * LDH + kk * 16, LDH);
+            fm_load_bt<NKT>(kf, Ks, LDH, kk * 16);
+            fa_mma<NKT>(s, qa, kf);
+            fm_load_bt<NKT>(kf, Vs, LDH, kk * 16);
+            fa_mma<NKT>(dp, da, kf);
+        }
+        /* dS: element (query row, key column) */
+#pragma unroll
+        for (int n = 0; n < NKT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int k = e >> 1, i = ir[k], j = k0 + n * 8 + 2 * t + (e & 1);
+                float p = i < T && j <= i && j >= jr[k] ? exp2f(s[n][e] * sl2 - lr[k]) : 0.0f;
+                s[n][e] = p * (dp[n][e] - Dr[k]) * scale;
+            }
+#pragma unroll
+        for (int kc = 0; kc < NKT / 2; kc++) {
+            uint32_t sa[4], kf[NDT][2];
+            fm_pack_a(sa, s[2 * kc], s[2 * kc + 1]);
+            fm_load_bn<NDT>(kf, Ks, LDH, kc * 16);
+            fa_mma<NDT>(dq, sa, kf);
+        }
+    }
+    if (wr0 >= T) return;
+    fm_add_rows<NDT>(dqkv + ((size_t)b * T + wr0) * W + (size_t)h * HS, W, T - wr0, dq);
+}
+
+/* ---------------------------------------------------------------- dk, dv
+ * Block (key tile, g, b), four warps of 16 key rows of KV head g; over the
+ * query heads of g's group in order, then the query tiles that see the
+ * block's keys in order: S^T = K Q^T and dP^T = V dO^T in registers, P^T
+ * and dS^T on them (as in dq), then dv += P^T dO and dk += dS^T Q with both
+ * packed to bf16 A fragments. Adds dk, dv into dqkv's k and v columns once,
+ * at the end. A query's first key never decreases along a row, so the first
+ * query tile whose first row starts after the block's last key ends the
+ * walk. */
+template <int HS>
+__device__ void fm_dkv_body(unsigned char *smem, float *dqkv, const float *dout, const float *qkv,
+                            const float *lse, const double *D, const int32_t *pos, int T, int NH,
+                            int NKV) {
+    constexpr int BQ = FA_DKV_BQ(HS), LDH = HS + 8, ND = HS / 16, NQT = BQ / 8, NDT = HS / 8;
+    fa_bf16 *Ks = (fa_bf16 *)smem;
+    fa_bf16 *Vs = (fa_bf16 *)((unsigned char *)Ks + fa_tile_bytes(FA_BK, HS));
+    fa_bf16 *Qs = (fa_bf16 *)((unsigned char *)Vs + fa_tile_bytes(FA_BK, HS));
+    fa_bf16 *dOs = (fa_bf16 *)((unsigned char *)Qs + fa_tile_bytes(BQ, HS));
+    float *lse_s = (float *)((unsigned char *)dOs + fa_tile_bytes(BQ, HS));
+    float *D_s = lse_s + BQ;
+    int *first_s = (int *)(D_s + BQ);
+
+    int gk = blockIdx.y, b = blockIdx.z, k0 = blockIdx.x * FA_BK;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int group = NH / NKV;
+    size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS, KC = (size_t)NKV * HS;
+    const float *qkv_b = qkv + (size_t)b * T * W;
+    size_t ko = C + (size_t)gk * HS, vo = ko + KC;
+    fa_stage<HS, FA_BK>(Ks, qkv_b + ko, W, k0, min(FA_BK, T - k0));
+    fa_stage<HS, FA_BK>(Vs, qkv_b + vo, W, k0, min(FA_BK, T - k0));
+    int wk0 = k0 + warp * 16, klast = min(k0 + FA_BK, T) - 1;
+    int jr[2] = {wk0 + g, wk0 + g + 8}; /* this lane's key rows */
+    float dk[NDT][4], dv[NDT][4];
+    fm_zero<NDT>(dk);
+    fm_zero<NDT>(dv);
+    const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * FA_LOG2E;
+    for (int h = gk * group; h < (gk + 1) * group; h++) {
+        const float *qb = qkv_b + (size_t)h * HS, *dob = dout + (size_t)b * T * C + (size_t)h * HS;
+        for (int i0 = (k0 / BQ) * BQ; i0 < T; i0 += BQ) {
+            if (attn_first_key(pos, b, T, i0) > klast) break; /* block-uniform */
+            int nq = min(BQ, T - i0);
+            __syncthreads(); /* the previous tile is read (and K, V staged) */
+            fa_stage<HS, BQ>(Qs, qb, W, i0, nq);
+            fa_stage<HS, BQ>(dOs, dob, C, i0, nq);
+            if (threadIdx.x < BQ) {
+                int i = i0 + (int)threadIdx.x;
+                size_t rr = ((size_t)b * NH + h) * T + i;
+                lse_s[threadIdx.x] = i < T ? lse[rr] * FA_LOG2E : 0.0f;
+                D_s[threadIdx.x] = i < T ? (float)D[rr] : 0.0f;
+                first_s[threadIdx.x] = i < T ? attn_first_key(pos, b, T, i) : T;
+            }
+            __syncthreads();
+            int qfirst = T; /* the tile's least first key */
+            for (int q = 0; q < BQ; q++) qfirst = min(qfirst, first_s[q]);
+            if (wk0 >= T || wk0 > i0 + nq - 1 || qfirst > wk0 + 15) continue; /* warp-uniform */
+            float st[NQT][4], dpt[NQT][4];
+            fm_zero<NQT>(st);
+            fm_zero<NQT>(dpt);
+#pragma unroll
+            for (int kk = 0; kk < ND; kk++) {
+                uint32_t ka[4], va[4], qf[NQT][2];
+                fa_ldsm_a(ka, Ks + warp * 16 * LDH + kk * 16, LDH);
+                fa_ldsm_a(va, Vs + warp * 16 * LDH + kk * 16, LDH);
+                fm_load_bt<NQT>(qf, Qs, LDH, kk * 16);
+                fa_mma<NQT>(st, ka, qf);
+                fm_load_bt<NQT>(qf, dOs, LDH, kk * 16);
+                fa_mma<NQT>(dpt, va, qf);
+            }
+            /* P^T and dS^T: element (key row, query column) */
+#pragma unroll
+            for (int n = 0; n < NQT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int j = jr[e >> 1], qi = n * 8 + 2 * t + (e & 1), i = i0 + qi;
+                    float p = i < T && j <= i && j >= first_s[qi]
+                                  ? exp2f(st[n][e] * sl2 - lse_s[qi])
+                                  : 0.0f;
+                    dpt[n][e] = p * (dpt[n][e] - D_s[qi]) * scale;
+                    st[n][e] = p;
+                }
+#pragma unroll
+            for (int kc = 0; kc < NQT / 2; kc++) {
+                uint32_t pa[4], sa[4], bf[NDT][2];
+                fm_pack_a(pa, st[2 * kc], st[2 * kc + 1]);
+                fm_pack_a(sa, dpt[2 * kc], dpt[2 * kc + 1]);
+                fm_load_bn<NDT>(bf, dOs, LDH, kc * 16);
+                fa_mma<NDT>(dv, pa, bf);
+                fm_load_bn<NDT>(bf, Qs, LDH, kc * 16);
+                fa_mma<NDT>(dk, sa, bf);
+            }
+        }
+    }
+    if (wk0 >= T) return;
+    float *dj = dqkv + ((size_t)b * T + wk0) * W;
+    fm_add_rows<NDT>(dj + ko, W, T - wk0, dk);
+    fm_add_rows<NDT>(dj + vo, W, T - wk0, dv);
+}
+
+#endif
