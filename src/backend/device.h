@@ -155,6 +155,15 @@ static inline size_t ct_cuda_ws_encoder_bytes(int N) {
 }
 /* The bf16 copy of a mixed-precision GEMM's fp32 operand of n elements. */
 static inline size_t ct_cuda_ws_bf16_bytes(size_t n) { return n * 2; }
+/* The bf16 attention's copies in the same workspace (cuda_flash.cu: the
+ * mma.sync kernels at head sizes 64 and 128, precision bf16, no attention
+ * dropout): the backward's q, k, v (N rows of W = (NH + 2 NKV) HS) and dout
+ * (N rows of NH HS); the forward's q, k, v fit in that. 0 elsewhere. */
+static inline size_t ct_cuda_ws_attention_bf16_bytes(int N, int NH, int NKV, int HS,
+                                                     bool bf16, float attn_pdrop) {
+    if (!bf16 || (HS != 64 && HS != 128) || attn_pdrop > 0.0f || N <= 0) return 0;
+    return ct_cuda_ws_bf16_bytes((size_t)N * (size_t)(2 * NH + 2 * NKV) * (size_t)HS);
+}
 /* Device memory a CUDA run takes that no buffer of ours accounts for: the
  * kernels' code, loaded on first launch (ours, cuBLAS's and cuBLASLt's, lazily
  * since CUDA 12.2), and the driver's rounding of allocations to its pages. An estimate:

@@ -615,6 +615,10 @@ size_t ct_run_plan_cuda_ws(const ct_model_config *mc, int B, int T, const ct_mod
     size_t bf16 = 0;
     ct_run_plan_gemms(mc, B, T, o, lo, cuda_ws_visit, &bf16);
     int C = mc->n_embd, HS = ct_model_head_dim(mc);
+    /* one workspace: the GEMMs' copies and the attention's take turns */
+    size_t att16 = ct_cuda_ws_attention_bf16_bytes(B * T, mc->n_head, mc->n_kv_head, HS,
+                                                   o->precision == CT_PREC_BF16, mc->attn_pdrop);
+    if (att16 > bf16) bf16 = att16;
     int qkv = (mc->n_head + 2 * mc->n_kv_head) * HS;
     int fw = mc->mlp == CT_MLP_SWIGLU ? 2 * mc->n_ffn : mc->n_ffn;
     /* the column sums' partials: their chunks depend on the width summed (the

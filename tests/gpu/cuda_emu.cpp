@@ -394,6 +394,36 @@ static void emu_quad(float v[2], bool sum) {
 }
 static void fa_quad_max(float v[2]) { emu_quad(v, false); }
 static void fa_quad_sum(float v[2]) { emu_quad(v, true); }
+/* cp.async: a lane's copies wait in its list until a wait lets them land,
+ * so a tile read before its wait (or by a lane before the barrier after the
+ * others' waits) reads the NaN fill, or the previous tile. */
+struct emu_copy {
+    void *dst;
+    const void *src;
+    bool valid;
+};
+static thread_local std::vector<emu_copy> g_copies; /* this lane's, oldest first */
+static thread_local std::vector<size_t> g_groups;   /* where each committed group ends */
+static void fa_cp16(void *dst, const void *src, bool valid) {
+    unsigned char *d = (unsigned char *)dst;
+    if ((uintptr_t)d % 16 || (valid && (uintptr_t)src % 16))
+        emu_die("cp.async: an address not 16-byte aligned");
+    if (d < g_smem || d + 16 > g_smem + g_smem_fill)
+        emu_die("cp.async: not the kernel's dynamic shared memory");
+    g_copies.push_back({dst, src, valid});
+}
+static void fa_cp_commit() { g_groups.push_back(g_copies.size()); }
+template <int N> static void fa_cp_wait() {
+    if (g_groups.size() <= (size_t)N) return;
+    size_t upto = g_groups[g_groups.size() - 1 - N]; /* the copies of all older groups */
+    for (size_t k = 0; k < upto; k++) {
+        if (g_copies[k].valid) memcpy(g_copies[k].dst, g_copies[k].src, 16);
+        else memset(g_copies[k].dst, 0, 16);
+    }
+    g_copies.erase(g_copies.begin(), g_copies.begin() + (long)upto);
+    g_groups.erase(g_groups.begin(), g_groups.end() - N);
+    for (size_t &e : g_groups) e -= upto;
+}
 
 extern "C" {
 #include "backend/ref/ref.h" /* the references: ref's own kernels; backend.h's dropout */
@@ -642,6 +672,12 @@ template <int HS> static void check_fa(const shape &s) {
     reference(s, qkv16.data(), pp, R16.data(), out_d, lse_d, dqkv_d);
     reference(s, qkv.data(), pp, R.data(), out_x, lse_x, dqkv_x);
 
+    /* the mma kernels read q, k, v and dout in bf16 (the entries round them
+     * into the workspace: core/dtype.c's rounding, as here) */
+    std::vector<fa_bf16> qkv_h(qkv.size()), R_h(R.size());
+    for (size_t k = 0; k < qkv.size(); k++) qkv_h[k] = __float2bfloat16_rn(qkv[k]);
+    for (size_t k = 0; k < R.size(); k++) R_h[k] = __float2bfloat16_rn(R[k]);
+    const fa_bf16 *x16 = qkv_h.data(), *r16 = R_h.data();
     for (int mma = 0; mma < 2; mma++) {
         std::vector<float> out((size_t)B * T * C, NAN), lse((size_t)B * NH * T, NAN);
         float *o = out.data(), *ls = lse.data();
@@ -653,7 +689,7 @@ template <int HS> static void check_fa(const shape &s) {
         dim3 gq((T + FA_BQ - 1) / FA_BQ, NH, B), gk((T + FA_BK - 1) / FA_BK, NKV, B);
         g_smem_fill = mma ? fm_fwd_smem(HS) : fa_fwd_smem(HS);
         if (mma)
-            launch(gq, FA_THREADS, [=]() { fm_fwd_body<HS>(sm, o, ls, x, pp, T, NH, NKV); });
+            launch(gq, FA_THREADS, [=]() { fm_fwd_body<HS>(sm, o, ls, x16, pp, T, NH, NKV); });
         else
             launch(gq, FA_THREADS, [=]() { fa_fwd_body<HS>(sm, o, ls, x, pp, T, NH, NKV); });
         /* D from the fp32 dout and the kernel's out, as cuda_attention_D forms it */
@@ -665,9 +701,11 @@ template <int HS> static void check_fa(const shape &s) {
         const double *dd = D.data();
         if (mma) {
             g_smem_fill = fm_dq_smem(HS);
-            launch(gq, FA_THREADS, [=]() { fm_dq_body<HS>(sm, dx, r, x, ls, dd, pp, T, NH, NKV); });
+            launch(gq, FA_THREADS,
+                   [=]() { fm_dq_body<HS>(sm, dx, r16, x16, ls, dd, pp, T, NH, NKV); });
             g_smem_fill = fm_dkv_smem(HS);
-            launch(gk, FA_THREADS, [=]() { fm_dkv_body<HS>(sm, dx, r, x, ls, dd, pp, T, NH, NKV); });
+            launch(gk, FA_THREADS,
+                   [=]() { fm_dkv_body<HS>(sm, dx, r16, x16, ls, dd, pp, T, NH, NKV); });
         } else {
             g_smem_fill = fa_dq_smem(HS);
             launch(gq, FA_THREADS, [=]() { fa_dq_body<HS>(sm, dx, r, x, ls, dd, pp, T, NH, NKV); });

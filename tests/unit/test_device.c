@@ -177,6 +177,26 @@ static void test_cuda_ws(void) {
     CHECK(most == 2 * 86 * 3072 * 8);
     CHECK(ct_run_plan_cuda_ws(&g, 16, 1024, &o, NULL) ==
           16 * 12 * 1024 * sizeof(double) + most + 2 * 16384 * sizeof(uint64_t));
+    /* bf16 at head size 64: the attention's bf16 q, k, v and dout share the
+     * GEMMs' workspace; here they are its largest use (64 rows of (2 NH + 2
+     * NKV) HS = 512, against the GEMMs' largest copy, the q, k, v linear's
+     * dout: 64 rows of (NH + 2 NKV) HS = 384) */
+    ct_model_config l;
+    ct_model_config_llama(&l, 2, 2, 2, 128, 64, 100, 64);
+    o.precision = CT_PREC_FP32;
+    size_t base = ct_run_plan_cuda_ws(&l, 2, 32, &o, NULL);
+    o.precision = CT_PREC_BF16;
+    CHECK(ct_run_plan_cuda_ws(&l, 2, 32, &o, NULL) == base + 64 * 512 * 2);
+    CHECK(ct_cuda_ws_attention_bf16_bytes(64, 2, 2, 64, true, 0.0f) == 64 * 512 * 2);
+    /* not where the fp32 kernels run: attention dropout, other head sizes */
+    l.attn_pdrop = 0.1f;
+    CHECK(ct_run_plan_cuda_ws(&l, 2, 32, &o, NULL) == base + 64 * 384 * 2);
+    l.attn_pdrop = 0.0f;
+    ct_model_config_llama(&l, 2, 4, 4, 128, 64, 100, 64); /* head size 32 */
+    size_t base32 = ct_run_plan_cuda_ws(&l, 2, 32, &(ct_model_opts){.precision = CT_PREC_FP32}, NULL);
+    CHECK(ct_run_plan_cuda_ws(&l, 2, 32, &o, NULL) == base32 + 64 * 384 * 2);
+    CHECK(ct_cuda_ws_attention_bf16_bytes(64, 4, 4, 32, true, 0.0f) == 0 &&
+          ct_cuda_ws_attention_bf16_bytes(64, 2, 2, 128, false, 0.0f) == 0);
 }
 
 /* A plan of cfg (B, T, sizes) on a simulated device of `free` bytes. */

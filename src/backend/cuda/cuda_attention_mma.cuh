@@ -3,39 +3,57 @@
  * by cuda_flash.cu after cuda_mma.cuh; tests/gpu/cuda_emu.cpp runs it on the
  * CPU with its own cuda_mma primitives): the WMMA kernels' algorithm
  * (cuda_attention_wmma.cuh: FlashAttention-2's loop order, the same block
- * shapes, staging, skipped tiles, packed rows, grouped-query, the same
- * roundings to bf16 and a deterministic two-kernel backward), with the tile
- * products' results kept in registers. PTX documents mma.sync's fragment
- * layout (cuda_mma.cuh), so the softmax, the masks and the bf16 rounding of
- * P and dS work on the accumulators where they are: a row's max and sum are
- * two shuffles among the four lanes holding it, and the C fragments of S
- * become the A fragments of P V without a trip through shared memory. The
- * WMMA kernels wrote S (and P, dS) to shared memory and back for each tile,
- * and read their element positions from index fragments, since WMMA leaves
- * its layout unspecified.
+ * shapes, skipped tiles, packed rows, grouped-query, the same roundings to
+ * bf16 and a deterministic two-kernel backward), with two changes:
+ *   - the tile products' results stay in registers. PTX documents mma.sync's
+ *     fragment layout (cuda_mma.cuh), so the softmax, the masks and the bf16
+ *     rounding of P and dS work on the accumulators where they are: a row's
+ *     max and sum are two shuffles among the four lanes holding it, and the C
+ *     fragments of S become the A fragments of P V without a trip through
+ *     shared memory. The WMMA kernels wrote S (and P, dS) to shared memory and
+ *     back for each tile, and read their element positions from index
+ *     fragments, since WMMA leaves its layout unspecified;
+ *   - q, k, v and dout come in bf16 (the entries round them into the
+ *     backend's workspace first, one pass each), so a tile is staged by
+ *     asynchronous 16-byte copies, the next one while the block works on this
+ *     one (two stages of shared memory), where the WMMA kernels load fp32,
+ *     round and store, then wait.
  *
- * Numerics: as the WMMA kernels', but a row's softmax sum adds each lane's
- * partial sums at the end (FlashAttention-2's order), so the two differ in
- * the last bits.
+ * Numerics: as the WMMA kernels' (q, k, v and dout are rounded to bf16 the
+ * same way, once), but a row's softmax sum adds each lane's partial sums at
+ * the end (FlashAttention-2's order), so the two differ in the last bits.
  */
 #ifndef CT_BACKEND_CUDA_ATTENTION_MMA_CUH
 #define CT_BACKEND_CUDA_ATTENTION_MMA_CUH
 
 #include "backend/cuda/cuda_attention_wmma.cuh" /* FA_* shapes, fa_stage, fa_tile_bytes */
 
-/* forward: Q, K, V tiles, the rows' first keys */
+/* forward: the Q tile, two stages of K and V tiles, the rows' first keys */
 __host__ __device__ constexpr size_t fm_fwd_smem(int HS) {
-    return fa_tile_bytes(FA_BQ, HS) + 2 * fa_tile_bytes(FA_BK, HS) + fa_round((size_t)FA_BQ * 4);
+    return fa_tile_bytes(FA_BQ, HS) + 4 * fa_tile_bytes(FA_BK, HS) + fa_round((size_t)FA_BQ * 4);
 }
-/* dq: Q, dO, K, V tiles, lse, D, first keys */
+/* dq: Q, dO tiles, two stages of K and V tiles, lse, D, first keys */
 __host__ __device__ constexpr size_t fm_dq_smem(int HS) {
-    return 2 * fa_tile_bytes(FA_BQ, HS) + 2 * fa_tile_bytes(FA_BK, HS) +
+    return 2 * fa_tile_bytes(FA_BQ, HS) + 4 * fa_tile_bytes(FA_BK, HS) +
            fa_round((size_t)FA_BQ * 12);
 }
-/* dk, dv: K, V tiles, Q, dO tiles, lse, D, first keys */
+/* dk, dv: K, V tiles, two stages of Q and dO tiles with their lse, D and
+ * first keys */
 __host__ __device__ constexpr size_t fm_dkv_smem(int HS) {
-    return 2 * fa_tile_bytes(FA_BK, HS) + 2 * fa_tile_bytes(FA_DKV_BQ(HS), HS) +
-           fa_round((size_t)FA_DKV_BQ(HS) * 12);
+    return 2 * fa_tile_bytes(FA_BK, HS) + 4 * fa_tile_bytes(FA_DKV_BQ(HS), HS) +
+           2 * fa_round((size_t)FA_DKV_BQ(HS) * 12);
+}
+
+/* Starts copying rows [r0, r0 + n) of a bf16 operand whose rows are W
+ * elements apart (src at the head's first column, HS each) into dst[R][HS +
+ * 8], 16 bytes a copy; rows past n become zeros. */
+template <int HS, int R>
+__device__ inline void fm_stage(fa_bf16 *dst, const fa_bf16 *src, size_t W, int r0, int n) {
+    for (int e = threadIdx.x; e < R * HS / 8; e += blockDim.x) {
+        int r = e / (HS / 8), c = (e % (HS / 8)) * 8;
+        bool ok = r < n;
+        fa_cp16(dst + r * (HS + 8) + c, src + (size_t)(r0 + (ok ? r : 0)) * W + c, ok);
+    }
 }
 
 /* NT B fragments (n8 tiles) from rows [0, 8 NT) of the tile at p, which holds
@@ -107,45 +125,56 @@ __device__ inline void fm_add_rows(float *dst0, size_t ld, int n, const float (*
  * until the end), O = O corr + P V with P's bf16 A fragments packed from S's
  * accumulators. Writes out (B,T,NH*HS) and lse (B,NH,T). */
 template <int HS>
-__device__ void fm_fwd_body(unsigned char *smem, float *out, float *lse, const float *qkv,
+__device__ void fm_fwd_body(unsigned char *smem, float *out, float *lse, const fa_bf16 *qkv,
                             const int32_t *pos, int T, int NH, int NKV) {
     constexpr int LDH = HS + 8, ND = HS / 16, NKT = FA_BK / 8, NDT = HS / 8;
+    constexpr size_t KV = fa_tile_bytes(FA_BK, HS);
     fa_bf16 *Qs = (fa_bf16 *)smem;
-    fa_bf16 *Ks = (fa_bf16 *)(smem + fa_tile_bytes(FA_BQ, HS));
-    fa_bf16 *Vs = (fa_bf16 *)((unsigned char *)Ks + fa_tile_bytes(FA_BK, HS));
-    int *first_s = (int *)((unsigned char *)Vs + fa_tile_bytes(FA_BK, HS));
+    unsigned char *kv = smem + fa_tile_bytes(FA_BQ, HS); /* stage s: K at 2 s KV, V after */
+    int *first_s = (int *)(kv + 4 * KV);
 
     int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * FA_BQ;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS;
-    const float *qkv_b = qkv + (size_t)b * T * W;
-    const float *kb = qkv_b + C + (size_t)(h / (NH / NKV)) * HS, *vb = kb + (size_t)NKV * HS;
+    const fa_bf16 *qkv_b = qkv + (size_t)b * T * W;
+    const fa_bf16 *kb = qkv_b + C + (size_t)(h / (NH / NKV)) * HS, *vb = kb + (size_t)NKV * HS;
 
-    fa_stage<HS, FA_BQ>(Qs, qkv_b + (size_t)h * HS, W, q0, min(FA_BQ, T - q0));
     if (threadIdx.x < FA_BQ) {
         int i = q0 + (int)threadIdx.x;
         first_s[threadIdx.x] = i < T ? attn_first_key(pos, b, T, i) : T;
     }
     __syncthreads();
-    uint32_t qa[ND][4];
-#pragma unroll
-    for (int kk = 0; kk < ND; kk++) fa_ldsm_a(qa[kk], Qs + warp * 16 * LDH + kk * 16, LDH);
     int kmin = T, wfirst = T; /* the block's and the warp's first key */
     for (int r = 0; r < FA_BQ; r++) kmin = min(kmin, first_s[r]);
     for (int r = 0; r < 16; r++) wfirst = min(wfirst, first_s[warp * 16 + r]);
+    int kstart = (kmin / FA_BK) * FA_BK, last = min(q0 + FA_BQ, T) - 1;
+    fm_stage<HS, FA_BQ>(Qs, qkv_b + (size_t)h * HS, W, q0, min(FA_BQ, T - q0));
+    fm_stage<HS, FA_BK>((fa_bf16 *)kv, kb, W, kstart, min(FA_BK, T - kstart));
+    fm_stage<HS, FA_BK>((fa_bf16 *)(kv + KV), vb, W, kstart, min(FA_BK, T - kstart));
+    fa_cp_commit();
     int wr0 = q0 + warp * 16, wlast = min(wr0 + 15, T - 1);
     int ir[2] = {wr0 + g, wr0 + g + 8}, jr[2]; /* this lane's rows and their first keys */
     for (int k = 0; k < 2; k++) jr[k] = ir[k] < T ? first_s[warp * 16 + g + 8 * k] : T;
+    uint32_t qa[ND][4];
     float o[NDT][4];
     fm_zero<NDT>(o);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* log2 units; l per lane */
     const float sl2 = FA_LOG2E / sqrtf((float)HS);
-    int last = min(q0 + FA_BQ, T) - 1;
-    for (int k0 = (kmin / FA_BK) * FA_BK; k0 <= last; k0 += FA_BK) {
-        __syncthreads(); /* the previous tile is read */
-        fa_stage<HS, FA_BK>(Ks, kb, W, k0, min(FA_BK, T - k0));
-        fa_stage<HS, FA_BK>(Vs, vb, W, k0, min(FA_BK, T - k0));
-        __syncthreads();
+    for (int k0 = kstart, it = 0; k0 <= last; k0 += FA_BK, it++) {
+        const fa_bf16 *Ks = (const fa_bf16 *)(kv + (it & 1) * 2 * KV), *Vs = Ks + KV / 2;
+        __syncthreads(); /* the other stage's readers are done */
+        if (k0 + FA_BK <= last) { /* the next tile, while this one is worked on */
+            fa_bf16 *Kn = (fa_bf16 *)(kv + ((it + 1) & 1) * 2 * KV);
+            int n = min(FA_BK, T - k0 - FA_BK);
+            fm_stage<HS, FA_BK>(Kn, kb, W, k0 + FA_BK, n);
+            fm_stage<HS, FA_BK>(Kn + KV / 2, vb, W, k0 + FA_BK, n);
+        }
+        fa_cp_commit();
+        fa_cp_wait<1>(); /* this thread's copies of this tile (and Q) are in */
+        __syncthreads(); /* and everyone's */
+        if (it == 0)
+#pragma unroll
+            for (int kk = 0; kk < ND; kk++) fa_ldsm_a(qa[kk], Qs + warp * 16 * LDH + kk * 16, LDH);
         if (wr0 >= T || k0 > wlast || k0 + FA_BK <= wfirst) continue; /* warp-uniform */
         float s[NKT][4];
         fm_zero<NKT>(s);
@@ -223,26 +252,24 @@ __device__ void fm_fwd_body(unsigned char *smem, float *out, float *lse, const f
  * dS K with dS packed to bf16 A fragments. Adds dq into dqkv's q columns
  * once, at the end. D (B,NH,T): rowsum(dout o out). */
 template <int HS>
-__device__ void fm_dq_body(unsigned char *smem, float *dqkv, const float *dout, const float *qkv,
-                           const float *lse, const double *D, const int32_t *pos, int T, int NH,
-                           int NKV) {
+__device__ void fm_dq_body(unsigned char *smem, float *dqkv, const fa_bf16 *dout,
+                           const fa_bf16 *qkv, const float *lse, const double *D,
+                           const int32_t *pos, int T, int NH, int NKV) {
     constexpr int LDH = HS + 8, ND = HS / 16, NKT = FA_BK / 8, NDT = HS / 8;
+    constexpr size_t KV = fa_tile_bytes(FA_BK, HS);
     fa_bf16 *Qs = (fa_bf16 *)smem;
     fa_bf16 *dOs = (fa_bf16 *)((unsigned char *)Qs + fa_tile_bytes(FA_BQ, HS));
-    fa_bf16 *Ks = (fa_bf16 *)((unsigned char *)dOs + fa_tile_bytes(FA_BQ, HS));
-    fa_bf16 *Vs = (fa_bf16 *)((unsigned char *)Ks + fa_tile_bytes(FA_BK, HS));
-    float *lse_s = (float *)((unsigned char *)Vs + fa_tile_bytes(FA_BK, HS));
+    unsigned char *kv = (unsigned char *)dOs + fa_tile_bytes(FA_BQ, HS); /* two K, V stages */
+    float *lse_s = (float *)(kv + 4 * KV);
     float *D_s = lse_s + FA_BQ;
     int *first_s = (int *)(D_s + FA_BQ);
 
     int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * FA_BQ;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS;
-    const float *qkv_b = qkv + (size_t)b * T * W;
-    const float *kb = qkv_b + C + (size_t)(h / (NH / NKV)) * HS, *vb = kb + (size_t)NKV * HS;
+    const fa_bf16 *qkv_b = qkv + (size_t)b * T * W;
+    const fa_bf16 *kb = qkv_b + C + (size_t)(h / (NH / NKV)) * HS, *vb = kb + (size_t)NKV * HS;
     int nq = min(FA_BQ, T - q0);
-    fa_stage<HS, FA_BQ>(Qs, qkv_b + (size_t)h * HS, W, q0, nq);
-    fa_stage<HS, FA_BQ>(dOs, dout + (size_t)b * T * C + (size_t)h * HS, C, q0, nq);
     if (threadIdx.x < FA_BQ) {
         int i = q0 + (int)threadIdx.x;
         size_t rr = ((size_t)b * NH + h) * T + i;
@@ -254,6 +281,12 @@ __device__ void fm_dq_body(unsigned char *smem, float *dqkv, const float *dout, 
     int kmin = T, wfirst = T;
     for (int r = 0; r < FA_BQ; r++) kmin = min(kmin, first_s[r]);
     for (int r = 0; r < 16; r++) wfirst = min(wfirst, first_s[warp * 16 + r]);
+    int kstart = (kmin / FA_BK) * FA_BK, last = min(q0 + FA_BQ, T) - 1;
+    fm_stage<HS, FA_BQ>(Qs, qkv_b + (size_t)h * HS, W, q0, nq);
+    fm_stage<HS, FA_BQ>(dOs, dout + (size_t)b * T * C + (size_t)h * HS, C, q0, nq);
+    fm_stage<HS, FA_BK>((fa_bf16 *)kv, kb, W, kstart, min(FA_BK, T - kstart));
+    fm_stage<HS, FA_BK>((fa_bf16 *)(kv + KV), vb, W, kstart, min(FA_BK, T - kstart));
+    fa_cp_commit();
     int wr0 = q0 + warp * 16, wlast = min(wr0 + 15, T - 1);
     int ir[2], jr[2];
     float lr[2], Dr[2];
@@ -267,11 +300,17 @@ __device__ void fm_dq_body(unsigned char *smem, float *dqkv, const float *dout, 
     float dq[NDT][4];
     fm_zero<NDT>(dq);
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * FA_LOG2E;
-    int last = min(q0 + FA_BQ, T) - 1;
-    for (int k0 = (kmin / FA_BK) * FA_BK; k0 <= last; k0 += FA_BK) {
-        __syncthreads();
-        fa_stage<HS, FA_BK>(Ks, kb, W, k0, min(FA_BK, T - k0));
-        fa_stage<HS, FA_BK>(Vs, vb, W, k0, min(FA_BK, T - k0));
+    for (int k0 = kstart, it = 0; k0 <= last; k0 += FA_BK, it++) {
+        const fa_bf16 *Ks = (const fa_bf16 *)(kv + (it & 1) * 2 * KV), *Vs = Ks + KV / 2;
+        __syncthreads(); /* the other stage's readers are done */
+        if (k0 + FA_BK <= last) {
+            fa_bf16 *Kn = (fa_bf16 *)(kv + ((it + 1) & 1) * 2 * KV);
+            int n = min(FA_BK, T - k0 - FA_BK);
+            fm_stage<HS, FA_BK>(Kn, kb, W, k0 + FA_BK, n);
+            fm_stage<HS, FA_BK>(Kn + KV / 2, vb, W, k0 + FA_BK, n);
+        }
+        fa_cp_commit();
+        fa_cp_wait<1>();
         __syncthreads();
         if (wr0 >= T || k0 > wlast || k0 + FA_BK <= wfirst) continue;
         float s[NKT][4], dp[NKT][4];
@@ -308,6 +347,54 @@ __device__ void fm_dq_body(unsigned char *smem, float *dqkv, const float *dout, 
     fm_add_rows<NDT>(dqkv + ((size_t)b * T + wr0) * W + (size_t)h * HS, W, T - wr0, dq);
 }
 
+/* One query tile's share of a dk, dv block (fm_dkv_body), for the warp's 16
+ * key rows: S^T = K Q^T and dP^T = V dO^T, P^T and dS^T on them, then dv +=
+ * P^T dO and dk += dS^T Q. jr: the lane's key rows; i0: the tile's first
+ * query row. */
+template <int HS>
+__device__ inline void fm_dkv_tile(float (*dk)[4], float (*dv)[4], const fa_bf16 *Ks,
+                                   const fa_bf16 *Vs, const fa_bf16 *Qs, const fa_bf16 *dOs,
+                                   const float *lse_s, const float *D_s, const int *first_s,
+                                   const int jr[2], int i0, int T, float sl2, float scale) {
+    constexpr int BQ = FA_DKV_BQ(HS), LDH = HS + 8, ND = HS / 16, NQT = BQ / 8, NDT = HS / 8;
+    int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
+    float st[NQT][4], dpt[NQT][4];
+    fm_zero<NQT>(st);
+    fm_zero<NQT>(dpt);
+#pragma unroll
+    for (int kk = 0; kk < ND; kk++) {
+        uint32_t ka[4], va[4], qf[NQT][2];
+        fa_ldsm_a(ka, Ks + warp * 16 * LDH + kk * 16, LDH);
+        fa_ldsm_a(va, Vs + warp * 16 * LDH + kk * 16, LDH);
+        fm_load_bt<NQT>(qf, Qs, LDH, kk * 16);
+        fa_mma<NQT>(st, ka, qf);
+        fm_load_bt<NQT>(qf, dOs, LDH, kk * 16);
+        fa_mma<NQT>(dpt, va, qf);
+    }
+    /* P^T and dS^T: element (key row, query column) */
+#pragma unroll
+    for (int n = 0; n < NQT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int j = jr[e >> 1], qi = n * 8 + 2 * t + (e & 1), i = i0 + qi;
+            float p = i < T && j <= i && j >= first_s[qi]
+                          ? exp2f(st[n][e] * sl2 - lse_s[qi])
+                          : 0.0f;
+            dpt[n][e] = p * (dpt[n][e] - D_s[qi]) * scale;
+            st[n][e] = p;
+        }
+#pragma unroll
+    for (int kc = 0; kc < NQT / 2; kc++) {
+        uint32_t pa[4], sa[4], bf[NDT][2];
+        fm_pack_a(pa, st[2 * kc], st[2 * kc + 1]);
+        fm_pack_a(sa, dpt[2 * kc], dpt[2 * kc + 1]);
+        fm_load_bn<NDT>(bf, dOs, LDH, kc * 16);
+        fa_mma<NDT>(dv, pa, bf);
+        fm_load_bn<NDT>(bf, Qs, LDH, kc * 16);
+        fa_mma<NDT>(dk, sa, bf);
+    }
+}
+
 /* ---------------------------------------------------------------- dk, dv
  * Block (key tile, g, b), four warps of 16 key rows of KV head g; over the
  * query heads of g's group in order, then the query tiles that see the
@@ -318,87 +405,73 @@ __device__ void fm_dq_body(unsigned char *smem, float *dqkv, const float *dout, 
  * query tile whose first row starts after the block's last key ends the
  * walk. */
 template <int HS>
-__device__ void fm_dkv_body(unsigned char *smem, float *dqkv, const float *dout, const float *qkv,
-                            const float *lse, const double *D, const int32_t *pos, int T, int NH,
-                            int NKV) {
-    constexpr int BQ = FA_DKV_BQ(HS), LDH = HS + 8, ND = HS / 16, NQT = BQ / 8, NDT = HS / 8;
+__device__ void fm_dkv_body(unsigned char *smem, float *dqkv, const fa_bf16 *dout,
+                            const fa_bf16 *qkv, const float *lse, const double *D,
+                            const int32_t *pos, int T, int NH, int NKV) {
+    constexpr int BQ = FA_DKV_BQ(HS), NDT = HS / 8;
+    constexpr size_t QT = fa_tile_bytes(BQ, HS), RW = fa_round((size_t)BQ * 12);
     fa_bf16 *Ks = (fa_bf16 *)smem;
     fa_bf16 *Vs = (fa_bf16 *)((unsigned char *)Ks + fa_tile_bytes(FA_BK, HS));
-    fa_bf16 *Qs = (fa_bf16 *)((unsigned char *)Vs + fa_tile_bytes(FA_BK, HS));
-    fa_bf16 *dOs = (fa_bf16 *)((unsigned char *)Qs + fa_tile_bytes(BQ, HS));
-    float *lse_s = (float *)((unsigned char *)dOs + fa_tile_bytes(BQ, HS));
-    float *D_s = lse_s + BQ;
-    int *first_s = (int *)(D_s + BQ);
+    /* stage s: Q at 2 s QT, dO after; its lse, D and first keys at rows + s RW */
+    unsigned char *qd = (unsigned char *)Vs + fa_tile_bytes(FA_BK, HS), *rows = qd + 4 * QT;
 
     int gk = blockIdx.y, b = blockIdx.z, k0 = blockIdx.x * FA_BK;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int group = NH / NKV;
+    int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, group = NH / NKV;
     size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS, KC = (size_t)NKV * HS;
-    const float *qkv_b = qkv + (size_t)b * T * W;
+    const fa_bf16 *qkv_b = qkv + (size_t)b * T * W;
     size_t ko = C + (size_t)gk * HS, vo = ko + KC;
-    fa_stage<HS, FA_BK>(Ks, qkv_b + ko, W, k0, min(FA_BK, T - k0));
-    fa_stage<HS, FA_BK>(Vs, qkv_b + vo, W, k0, min(FA_BK, T - k0));
     int wk0 = k0 + warp * 16, klast = min(k0 + FA_BK, T) - 1;
+    int istart = (k0 / BQ) * BQ, hend = (gk + 1) * group;
+    /* starts copying query tile (hh, i0) into stage st, its rows' values too */
+    auto load = [&](int st, int hh, int i0) {
+        fa_bf16 *Qn = (fa_bf16 *)(qd + st * 2 * QT);
+        float *ln = (float *)(rows + st * RW), *Dn = ln + BQ;
+        int *fn = (int *)(Dn + BQ), n = min(BQ, T - i0);
+        fm_stage<HS, BQ>(Qn, qkv_b + (size_t)hh * HS, W, i0, n);
+        fm_stage<HS, BQ>(Qn + QT / 2, dout + (size_t)b * T * C + (size_t)hh * HS, C, i0, n);
+        if (threadIdx.x < BQ) {
+            int i = i0 + (int)threadIdx.x;
+            size_t rr = ((size_t)b * NH + hh) * T + i;
+            ln[threadIdx.x] = i < T ? lse[rr] * FA_LOG2E : 0.0f;
+            Dn[threadIdx.x] = i < T ? (float)D[rr] : 0.0f;
+            fn[threadIdx.x] = i < T ? attn_first_key(pos, b, T, i) : T;
+        }
+    };
+    fm_stage<HS, FA_BK>(Ks, qkv_b + ko, W, k0, min(FA_BK, T - k0));
+    fm_stage<HS, FA_BK>(Vs, qkv_b + vo, W, k0, min(FA_BK, T - k0));
+    /* the walk: the group's heads in order, each over the query tiles from
+     * istart (whose first row sees the block's keys: its first key is at most
+     * istart <= k0) until one starts after the block's last key */
+    int h = gk * group, i0 = istart;
+    load(0, h, i0);
+    fa_cp_commit();
     int jr[2] = {wk0 + g, wk0 + g + 8}; /* this lane's key rows */
     float dk[NDT][4], dv[NDT][4];
     fm_zero<NDT>(dk);
     fm_zero<NDT>(dv);
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * FA_LOG2E;
-    for (int h = gk * group; h < (gk + 1) * group; h++) {
-        const float *qb = qkv_b + (size_t)h * HS, *dob = dout + (size_t)b * T * C + (size_t)h * HS;
-        for (int i0 = (k0 / BQ) * BQ; i0 < T; i0 += BQ) {
-            if (attn_first_key(pos, b, T, i0) > klast) break; /* block-uniform */
-            int nq = min(BQ, T - i0);
-            __syncthreads(); /* the previous tile is read (and K, V staged) */
-            fa_stage<HS, BQ>(Qs, qb, W, i0, nq);
-            fa_stage<HS, BQ>(dOs, dob, C, i0, nq);
-            if (threadIdx.x < BQ) {
-                int i = i0 + (int)threadIdx.x;
-                size_t rr = ((size_t)b * NH + h) * T + i;
-                lse_s[threadIdx.x] = i < T ? lse[rr] * FA_LOG2E : 0.0f;
-                D_s[threadIdx.x] = i < T ? (float)D[rr] : 0.0f;
-                first_s[threadIdx.x] = i < T ? attn_first_key(pos, b, T, i) : T;
-            }
-            __syncthreads();
-            int qfirst = T; /* the tile's least first key */
-            for (int q = 0; q < BQ; q++) qfirst = min(qfirst, first_s[q]);
-            if (wk0 >= T || wk0 > i0 + nq - 1 || qfirst > wk0 + 15) continue; /* warp-uniform */
-            float st[NQT][4], dpt[NQT][4];
-            fm_zero<NQT>(st);
-            fm_zero<NQT>(dpt);
-#pragma unroll
-            for (int kk = 0; kk < ND; kk++) {
-                uint32_t ka[4], va[4], qf[NQT][2];
-                fa_ldsm_a(ka, Ks + warp * 16 * LDH + kk * 16, LDH);
-                fa_ldsm_a(va, Vs + warp * 16 * LDH + kk * 16, LDH);
-                fm_load_bt<NQT>(qf, Qs, LDH, kk * 16);
-                fa_mma<NQT>(st, ka, qf);
-                fm_load_bt<NQT>(qf, dOs, LDH, kk * 16);
-                fa_mma<NQT>(dpt, va, qf);
-            }
-            /* P^T and dS^T: element (key row, query column) */
-#pragma unroll
-            for (int n = 0; n < NQT; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int j = jr[e >> 1], qi = n * 8 + 2 * t + (e & 1), i = i0 + qi;
-                    float p = i < T && j <= i && j >= first_s[qi]
-                                  ? exp2f(st[n][e] * sl2 - lse_s[qi])
-                                  : 0.0f;
-                    dpt[n][e] = p * (dpt[n][e] - D_s[qi]) * scale;
-                    st[n][e] = p;
-                }
-#pragma unroll
-            for (int kc = 0; kc < NQT / 2; kc++) {
-                uint32_t pa[4], sa[4], bf[NDT][2];
-                fm_pack_a(pa, st[2 * kc], st[2 * kc + 1]);
-                fm_pack_a(sa, dpt[2 * kc], dpt[2 * kc + 1]);
-                fm_load_bn<NDT>(bf, dOs, LDH, kc * 16);
-                fa_mma<NDT>(dv, pa, bf);
-                fm_load_bn<NDT>(bf, Qs, LDH, kc * 16);
-                fa_mma<NDT>(dk, sa, bf);
-            }
+    for (int it = 0;; it++) {
+        int hn = h, in = i0 + BQ; /* the next tile, block-uniform */
+        if (in >= T || attn_first_key(pos, b, T, in) > klast) {
+            hn = h + 1;
+            in = istart;
         }
+        bool more = hn < hend;
+        __syncthreads(); /* the other stage's readers are done */
+        if (more) load((it + 1) & 1, hn, in);
+        fa_cp_commit();
+        fa_cp_wait<1>();
+        __syncthreads();
+        const fa_bf16 *Qs = (const fa_bf16 *)(qd + (it & 1) * 2 * QT), *dOs = Qs + QT / 2;
+        const float *lse_s = (const float *)(rows + (it & 1) * RW), *D_s = lse_s + BQ;
+        const int *first_s = (const int *)(D_s + BQ);
+        int nq = min(BQ, T - i0), qfirst = T; /* the tile's least first key */
+        for (int q = 0; q < BQ; q++) qfirst = min(qfirst, first_s[q]);
+        if (wk0 < T && wk0 <= i0 + nq - 1 && qfirst <= wk0 + 15) /* warp-uniform */
+            fm_dkv_tile<HS>(dk, dv, Ks, Vs, Qs, dOs, lse_s, D_s, first_s, jr, i0, T, sl2, scale);
+        h = hn;
+        i0 = in;
+        if (!more) break;
     }
     if (wk0 >= T) return;
     float *dj = dqkv + ((size_t)b * T + wk0) * W;

@@ -115,6 +115,11 @@ void cuda_colsum(ct_backend *be, int kind, float *out0, float *out1, const float
 void cuda_colsum_bias_copy16(ct_backend *be, float *out0, uint16_t *copy16, const float *dout,
                              int N, int C);
 
+/* n bf16 values of the backend's workspace, grown when too small (NULL,
+ * latched, when it cannot grow): the mixed-precision GEMMs' operand copies,
+ * and the bf16 attention's copies of q, k, v and dout (cuda_matmul.cu). */
+uint16_t *cuda_bf16_workspace(ct_backend *be, size_t n);
+
 /* CT_CUDA_ATTENTION, read once: unset (or another word) CUDA_ATT_AUTO;
  * "rows" the row kernels in every run; "fp32" the fp32 kernels (tiled where
  * they apply) in bf16 runs too, as in fp32 ones; "wmma" bf16 runs on the

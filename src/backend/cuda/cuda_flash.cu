@@ -23,10 +23,13 @@
  *        shared 49.8 / 81.8
  *   dkv  sm_90a 255 / 255 (16 bytes spilled at 128), sm_80 255 / 255 (4 / 160
  *        bytes spilled); shared 58.8 / 65.4
- * and of the mma.sync ones (fm_*_smem): no spills at either target;
- *   fwd  sm_90a 154 / 167 registers, sm_80 130 / 166; shared 27.3 / 51.3
- *   dq   sm_90a 158 / 178, sm_80 148 / 177; shared 36.8 / 68.8
- *   dkv  sm_90a 173 / 240, sm_80 168 / 228; shared 36.8 / 51.4
+ * and of the mma.sync ones (fm_*_smem, two stages of the tiles they walk):
+ * no spills at either target;
+ *   fwd  sm_90a 128 / 176 registers, sm_80 126 / 169; shared 45.3 / 85.3
+ *   dq   sm_90a 154 / 206, sm_80 154 / 184; shared 54.8 / 102.8
+ *   dkv  sm_90a 191 / 240, sm_80 177 / 239; shared 55.5 / 68.8
+ * (dkv at 64 held to three blocks an SM, 168 registers, spills 56 bytes on
+ * sm_90a, so it is left at two).
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -70,20 +73,20 @@ k_fa_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
 
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
-k_fm_fwd(float *out, float *lse, const float *qkv, const int32_t *pos, int T, int NH, int NKV) {
+k_fm_fwd(float *out, float *lse, const fa_bf16 *qkv, const int32_t *pos, int T, int NH, int NKV) {
     extern __shared__ __align__(128) unsigned char fa_smem[];
     FA_BODY((fm_fwd_body<HS>(fa_smem, out, lse, qkv, pos, T, NH, NKV)));
 }
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
-k_fm_dq(float *dqkv, const float *dout, const float *qkv, const float *lse, const double *D,
+k_fm_dq(float *dqkv, const fa_bf16 *dout, const fa_bf16 *qkv, const float *lse, const double *D,
         const int32_t *pos, int T, int NH, int NKV) {
     extern __shared__ __align__(128) unsigned char fa_smem[];
     FA_BODY((fm_dq_body<HS>(fa_smem, dqkv, dout, qkv, lse, D, pos, T, NH, NKV)));
 }
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
-k_fm_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, const double *D,
+k_fm_dkv(float *dqkv, const fa_bf16 *dout, const fa_bf16 *qkv, const float *lse, const double *D,
          const int32_t *pos, int T, int NH, int NKV) {
     extern __shared__ __align__(128) unsigned char fa_smem[];
     FA_BODY((fm_dkv_body<HS>(fa_smem, dqkv, dout, qkv, lse, D, pos, T, NH, NKV)));
@@ -138,10 +141,14 @@ extern "C" void ct_attention_forward_bf16_cuda(ct_backend *be, float *out, float
     dim3 grid((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)NH, (unsigned)B);
     cudaStream_t st = cuda_stream(be);
     if (cuda_attention_mode() != CUDA_ATT_WMMA) {
+        size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+        fa_bf16 *q16 = (fa_bf16 *)cuda_bf16_workspace(be, n);
+        if (!q16) return;
+        ct_f32_to_bf16_cuda(be, (uint16_t *)q16, qkv, n);
         if (HS == 64)
-            k_fm_fwd<64><<<grid, FA_THREADS, fm_fwd_smem(64), st>>>(out, lse, qkv, pos, T, NH, NKV);
+            k_fm_fwd<64><<<grid, FA_THREADS, fm_fwd_smem(64), st>>>(out, lse, q16, pos, T, NH, NKV);
         else
-            k_fm_fwd<128><<<grid, FA_THREADS, fm_fwd_smem(128), st>>>(out, lse, qkv, pos, T, NH,
+            k_fm_fwd<128><<<grid, FA_THREADS, fm_fwd_smem(128), st>>>(out, lse, q16, pos, T, NH,
                                                                       NKV);
     } else if (HS == 64)
         k_fa_fwd<64><<<grid, FA_THREADS, fa_fwd_smem(64), st>>>(out, lse, qkv, pos, T, NH, NKV);
@@ -166,15 +173,22 @@ extern "C" void ct_attention_backward_bf16_cuda(ct_backend *be, float *dqkv, con
     dim3 gq((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)NH, (unsigned)B);
     dim3 gk((unsigned)((T + FA_BK - 1) / FA_BK), (unsigned)NKV, (unsigned)B);
     if (cuda_attention_mode() != CUDA_ATT_WMMA) {
+        /* q, k, v then dout in bf16, in the workspace (after D, which reads
+         * the fp32 dout) */
+        size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS, nd = (size_t)B * T * NH * HS;
+        fa_bf16 *q16 = (fa_bf16 *)cuda_bf16_workspace(be, nq + nd), *d16 = q16 + nq;
+        if (!q16) return;
+        ct_f32_to_bf16_cuda(be, (uint16_t *)q16, qkv, nq);
+        ct_f32_to_bf16_cuda(be, (uint16_t *)d16, dout, nd);
         if (HS == 64) {
-            k_fm_dq<64><<<gq, FA_THREADS, fm_dq_smem(64), st>>>(dqkv, dout, qkv, lse, D, pos, T,
+            k_fm_dq<64><<<gq, FA_THREADS, fm_dq_smem(64), st>>>(dqkv, d16, q16, lse, D, pos, T,
                                                                 NH, NKV);
-            k_fm_dkv<64><<<gk, FA_THREADS, fm_dkv_smem(64), st>>>(dqkv, dout, qkv, lse, D, pos,
-                                                                  T, NH, NKV);
+            k_fm_dkv<64><<<gk, FA_THREADS, fm_dkv_smem(64), st>>>(dqkv, d16, q16, lse, D, pos, T,
+                                                                  NH, NKV);
         } else {
-            k_fm_dq<128><<<gq, FA_THREADS, fm_dq_smem(128), st>>>(dqkv, dout, qkv, lse, D, pos,
-                                                                  T, NH, NKV);
-            k_fm_dkv<128><<<gk, FA_THREADS, fm_dkv_smem(128), st>>>(dqkv, dout, qkv, lse, D, pos,
+            k_fm_dq<128><<<gq, FA_THREADS, fm_dq_smem(128), st>>>(dqkv, d16, q16, lse, D, pos, T,
+                                                                  NH, NKV);
+            k_fm_dkv<128><<<gk, FA_THREADS, fm_dkv_smem(128), st>>>(dqkv, d16, q16, lse, D, pos,
                                                                     T, NH, NKV);
         }
     } else if (HS == 64) {

@@ -134,16 +134,17 @@ extern "C" void ct_matmul_backward_cuda(ct_backend *be, float *dinp, float *dwei
     if (dbias) dbias_add(be, dbias, dout, N, OC);
 }
 
-/* A bf16 copy of x (n) in the backend's workspace (grown when too small; the
- * step's shapes repeat, so it settles after the first step). */
-static uint16_t *bf16_workspace(ct_backend *be, size_t n) {
+/* n bf16 values of the backend's workspace (grown when too small; the step's
+ * shapes repeat, so it settles after the first step): the mixed-precision
+ * GEMMs' operand copies and the bf16 attention's (cuda_flash.cu). */
+uint16_t *cuda_bf16_workspace(ct_backend *be, size_t n) {
     cuda_state *s = cuda_st(be);
     if (!cuda_workspace(be, &s->ws, &s->ws_bytes, n * sizeof(uint16_t), "bf16 GEMM workspace"))
         return NULL;
     return (uint16_t *)s->ws;
 }
 static const uint16_t *bf16_operand(ct_backend *be, const float *x, size_t n) {
-    uint16_t *ws = bf16_workspace(be, n);
+    uint16_t *ws = cuda_bf16_workspace(be, n);
     if (ws) ct_f32_to_bf16_cuda(be, ws, x, n);
     return ws;
 }
@@ -388,7 +389,7 @@ extern "C" void ct_matmul_backward_bf16_cuda(ct_backend *be, float *dinp, float 
     if ((dinp || dweight) && C > 0) {
         const uint16_t *d16;
         if (dbias) { /* the bias gradient and dout's bf16 copy in one read of dout */
-            uint16_t *ws = bf16_workspace(be, (size_t)N * OC);
+            uint16_t *ws = cuda_bf16_workspace(be, (size_t)N * OC);
             if (!ws) return;
             cuda_colsum_bias_copy16(be, dbias, ws, dout, N, OC);
             d16 = ws;

@@ -39,7 +39,8 @@ __device__ inline void fa_ldsm_a(uint32_t a[4], const fa_bf16 *p, int ld) {
     const fa_bf16 *row = p + ((m & 1) * 8 + r) * ld + (m >> 1) * 8;
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                 : "r"(fa_smem_addr(row)));
+                 : "r"(fa_smem_addr(row))
+                 : "memory");
 }
 
 /* B fragments of two n8 tiles from the 16 x 16 tile at p holding B
@@ -50,7 +51,8 @@ __device__ inline void fa_ldsm_bt(uint32_t b[4], const fa_bf16 *p, int ld) {
     const fa_bf16 *row = p + ((m >> 1) * 8 + r) * ld + (m & 1) * 8;
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                 : "r"(fa_smem_addr(row)));
+                 : "r"(fa_smem_addr(row))
+                 : "memory");
 }
 
 /* B fragments of two n8 tiles from the 16 x 16 tile at p holding B itself
@@ -61,7 +63,8 @@ __device__ inline void fa_ldsm_bn(uint32_t b[4], const fa_bf16 *p, int ld) {
     const fa_bf16 *row = p + ((m & 1) * 8 + r) * ld + (m >> 1) * 8;
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                 : "r"(fa_smem_addr(row)));
+                 : "r"(fa_smem_addr(row))
+                 : "memory");
 }
 
 /* c[n] += A B[n] for NT n8 tiles sharing one A fragment. */
@@ -96,6 +99,21 @@ __device__ inline void fa_quad_sum(float v[2]) {
         v[k] += __shfl_xor_sync(0xffffffffu, v[k], 1);
         v[k] += __shfl_xor_sync(0xffffffffu, v[k], 2);
     }
+}
+
+/* Asynchronous copies (cp.async, sm_80): 16 bytes from global to shared
+ * memory, zeros instead where !valid (the source is not read then); a
+ * commit closes this thread's group of copies, and fa_cp_wait<N> waits
+ * until at most the newest N groups are still in flight. Other threads'
+ * copies are theirs: a __syncthreads after the wait makes a tile whole. */
+__device__ inline void fa_cp16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fa_smem_addr(dst)),
+                 "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ inline void fa_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ inline void fa_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 #endif
