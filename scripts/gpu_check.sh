@@ -20,7 +20,9 @@
 #                 CUDA_R_16F GEMMs, which the trainer runs below 8.0 only), GPT-2 and
 #                 LLaMA shapes, held to the ref backend on the GPU; bf16's
 #                 tensor-core attention (head sizes 64 and 128, GQA, packed) to
-#                 the double formula, required to run on compute capability 8+
+#                 the double formula, required to run on compute capability 8+, in
+#                 both implementations (the LLaMA kernel tests again with
+#                 CT_CUDA_ATTENTION=wmma)
 #   sanitize  80  compute-sanitizer memcheck and racecheck on training steps that
 #                 take the tiled attention kernels: GPT-2 at head size 64,
 #                 LLaMA with grouped-query attention, bf16 (said so, not failed,
@@ -36,8 +38,10 @@
 #                 peaks, every step's loss (kept), the device memory plan against
 #                 the peak the device reports, the time split per kernel from a
 #                 trace of two steps; and `ctrain bench kernels --device cuda`: every
-#                 kernel at GPT-2 124M's shapes against the GPU's roofline; and ncu
-#                 (where it reads the counters) on the attention's and the head's
+#                 kernel at GPT-2 124M's shapes against the GPU's roofline; the bf16
+#                 attention's two implementations timed one after the other (mma.sync,
+#                 the default, and CT_CUDA_ATTENTION=wmma); and ncu (where it reads the
+#                 counters) on the attention's, the head's and the MLP's bf16 backward
 #                 kernels: throughput, occupancy, registers, cycles per issue
 #   hf        90  scripts/hf_check.py: the exports of seven architectures load in
 #                 transformers and peft and give ctrain's logits (skipped where
@@ -529,7 +533,7 @@ print("- attention_bf16, mma.sync (the default) against WMMA (CT_CUDA_ATTENTION=
 EOF
   }
 
-  bench_profile() { # ncu on the bf16 step's slowest kernels: the attention's and the head's
+  bench_profile() { # ncu on the bf16 step's slowest kernels: the attention's, the head's, the MLP's
     local ncu
     local c
     ncu=$(command -v ncu)
@@ -537,9 +541,9 @@ EOF
       [ -n "$ncu" ] || { [ -x "$c" ] && ncu=$c; }
     done
     if [ -z "$ncu" ]; then detail "- profile: skipped: no ncu on this machine"; return 0; fi
-    local filters=(attention_bf16.fwd attention_bf16.bwd gemm_bf16.head16.fwd gemm_bf16.head16.bwd_input)
-    local regexes=('k_f[am]_fwd' 'k_attn_D|k_f[am]_dq|k_f[am]_dkv' '.' '.')
-    local counts=(1 3 4 3) i
+    local filters=(attention_bf16.fwd attention_bf16.bwd gemm_bf16.head16.fwd gemm_bf16.head16.bwd_input gemm_bf16.fc.bwd)
+    local regexes=('k_f[am]_fwd' 'k_attn_D|k_f[am]_dq|k_f[am]_dkv' '.' '.' '.')
+    local counts=(1 3 4 3 4) i
     : >"$WORK/ncu.csv"
     for i in "${!filters[@]}"; do
       # shellcheck disable=SC2086 # the model's settings are separate words

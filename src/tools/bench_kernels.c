@@ -301,6 +301,38 @@ static void bench_linear(suite *s, const char *lname, float *x, float *w, float 
     }
 }
 
+/* A linear's mixed-precision backward as the model calls it under
+ * train.precision=bf16 (matmul_backward_bf16: dinp, dweight and dbias in one
+ * call, both GEMMs on bf16 operands, dout rounded as it is read), with the
+ * bf16 copies of x and w made first. false: out of memory. */
+static bool bench_linear_bf16(suite *s, const char *lname, float *x, float *w, float *b,
+                              float *dy, float *dx, float *dw, float *db, int N, int C, int OC) {
+    char name[48], shape[48];
+    snprintf(name, sizeof name, "gemm_bf16.%s.bwd", lname);
+    const ct_backend_i *bk = s->be->i;
+    if (!bk->matmul_backward_bf16 || !bk->f32_to_bf16 || !wanted(s, name)) return true;
+    uint16_t *x16 = bk->buf_alloc(s->be, (size_t)N * C * sizeof(uint16_t), CT_TAG_SCRATCH);
+    uint16_t *w16 = bk->buf_alloc(s->be, (size_t)OC * C * sizeof(uint16_t), CT_TAG_SCRATCH);
+    bool ok = x16 && w16;
+    if (ok) {
+        bk->f32_to_bf16(s->be, x16, x, (size_t)N * C);
+        bk->f32_to_bf16(s->be, w16, w, (size_t)OC * C);
+        double sec;
+        TIME_KERNEL(s, name, sec,
+                    bk->matmul_backward_bf16(s->be, dx, dw, b ? db : NULL, dy, x16, w16, N, C,
+                                             OC));
+        snprintf(shape, sizeof shape, "M=%d N=%d K=%d x2", N, C, OC);
+        /* dy read (fp32), x16 and w16 read, dx and dw read and written (db too) */
+        double g = (double)OC * C + (b ? OC : 0);
+        double rd = 4.0 * N * OC + 2.0 * N * C + 2.0 * OC * C + 4.0 * N * C + 4.0 * g;
+        double wr = 4.0 * N * C + 4.0 * g;
+        report(s, name, shape, sec, 4.0 * N * (double)C * OC, rd, wr, rd + wr);
+    }
+    if (x16) bk->buf_free(s->be, x16);
+    if (w16) bk->buf_free(s->be, w16);
+    return ok;
+}
+
 ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T,
                            double fma_gflops, const ct_bench_kernel_opts *opts,
                            ct_bench_item_fn fn, void *user) {
@@ -374,6 +406,14 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
     bench_linear(&s, llama ? "gate_up" : "fc", x, w, lb, y, dy, dx, dw, ldb, N, C, UP);
     bench_linear(&s, llama ? "down" : "fc_proj", x, w, lb, y, dy, dx, dw, ldb, N, F, C);
     bench_linear(&s, "head", x, w, NULL, y, dy, dx, dw, NULL, rows, C, V);
+    /* the same linears' backward under bf16 (the head's is gemm_bf16.head16.*) */
+    if (!bench_linear_bf16(&s, "qkv", x, w, lb, dy, dx, dw, ldb, N, C, QKV) ||
+        !bench_linear_bf16(&s, "attn_proj", x, w, lb, dy, dx, dw, ldb, N, NQ, C) ||
+        !bench_linear_bf16(&s, llama ? "gate_up" : "fc", x, w, lb, dy, dx, dw, ldb, N, C, UP) ||
+        !bench_linear_bf16(&s, llama ? "down" : "fc_proj", x, w, lb, dy, dx, dw, ldb, N, F, C)) {
+        st = CT_ERR(CT_ERR_OOM, "out of memory for the kernel benchmark");
+        goto done;
+    }
     /* GPT-2's c_fc with its GELU in one call, where the backend fuses them
      * (cuda: cuBLASLt's epilogue), fp32 and on bf16 inputs: pre in y, out in
      * dx; compare with gemm.fc.fwd + gelu.fwd */

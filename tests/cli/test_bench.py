@@ -72,6 +72,7 @@ ker = json.loads(p.stdout)
 names = [it["name"] for it in ker["items"]]
 want = ["gemm.%s.%s" % (l, s) for l in ("qkv", "attn_proj", "fc", "fc_proj", "head")
         for s in ("fwd", "bwd_input", "bwd_weight")]
+want += ["gemm_bf16.%s.bwd" % l for l in ("qkv", "attn_proj", "fc", "fc_proj")]
 want += ["attention.fwd", "attention.bwd", "layernorm.fwd", "layernorm.bwd",
          "layernorm.fused_fwd", "residual.fwd",
          "residual.bwd", "gelu.fwd", "gelu.bwd", "encoder.fwd", "encoder.bwd", "crossentropy",
@@ -122,13 +123,16 @@ check(k["roofline_valid"] is False and k["fma_peak_gflops"] == 0 and len(k["item
       all(it["roofline_s"] == 0 and it["seconds"] > 0 for it in k["items"]),
       "--no-roofline: the kernels timed, no roofline measured")
 # precision bf16's kept GEMM operands: the bf16-output norm and activation, and the
-# GEMM on an fp32 input beside the same GEMM on the kept bf16 one (ref; cuda), none on cpu
-for preset, want in (("gpt2-tiny", ["layernorm.fused_fwd16", "gelu.fwd16",
-                                    "gemm_bf16.fc_proj.fwd", "gemm_bf16.fc_proj.fwd_in16",
-                                    "gemm_bf16.fc_gelu.fwd_in16"]),
-                     ("llama-tiny", ["rmsnorm.fused_fwd16", "swiglu.fwd16", "gemm_bf16.down.fwd",
-                                     "gemm_bf16.down.fwd_in16"])):
-    for table, rows in (("ref", want), ("cpu", [])):
+# GEMM on an fp32 input beside the same GEMM on the kept bf16 one (ref; cuda), none on cpu;
+# the linear's bf16 backward on both
+for preset, bwd, want in (("gpt2-tiny", "gemm_bf16.fc_proj.bwd",
+                           ["layernorm.fused_fwd16", "gelu.fwd16",
+                            "gemm_bf16.fc_proj.fwd", "gemm_bf16.fc_proj.fwd_in16",
+                            "gemm_bf16.fc_gelu.fwd_in16"]),
+                          ("llama-tiny", "gemm_bf16.down.bwd",
+                           ["rmsnorm.fused_fwd16", "swiglu.fwd16", "gemm_bf16.down.fwd",
+                            "gemm_bf16.down.fwd_in16"])):
+    for table, rows in (("ref", [bwd] + want), ("cpu", [bwd])):
         p = run("kernels", "--preset", preset, "--batch", "2", "--seq", "16", "--threads", "2",
                 "--filter", "fused_fwd16,fwd16,fc_proj,down,fwd_in16", "--table", table,
                 "--json")
