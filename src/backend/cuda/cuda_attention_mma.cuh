@@ -98,6 +98,27 @@ template <int NT> __device__ inline void fm_zero(float (*c)[4]) {
 #pragma unroll
         for (int e = 0; e < 4; e++) c[n][e] = 0.0f;
 }
+/* s = A1 B1^T and dp = A2 B2^T over the head size: A1, A2 the warp's 16
+ * rows of two tiles, B1, B2 the NT * 8 rows of two others (all row-major,
+ * HS + 8 apart). */
+template <int HS, int NT>
+__device__ inline void fm_two_products(float (*s)[4], float (*dp)[4], const fa_bf16 *A1,
+                                       const fa_bf16 *A2, const fa_bf16 *B1, const fa_bf16 *B2) {
+    constexpr int LDH = HS + 8;
+    fm_zero<NT>(s);
+    fm_zero<NT>(dp);
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+        uint32_t a1[4], a2[4], bf[NT][2];
+        fa_ldsm_a(a1, A1 + kk * 16, LDH);
+        fa_ldsm_a(a2, A2 + kk * 16, LDH);
+        fm_load_bt<NT>(bf, B1, LDH, kk * 16);
+        fa_mma<NT>(s, a1, bf);
+        fm_load_bt<NT>(bf, B2, LDH, kk * 16);
+        fa_mma<NT>(dp, a2, bf);
+    }
+}
+
 /* dst rows (ld floats apart; row g at dst0, g+8 at dst0 + 8 ld, each when
  * below n) += c, n8 tiles side by side: a lane adds its two columns. */
 template <int NT>
@@ -255,7 +276,7 @@ template <int HS>
 __device__ void fm_dq_body(unsigned char *smem, float *dqkv, const fa_bf16 *dout,
                            const fa_bf16 *qkv, const float *lse, const double *D,
                            const int32_t *pos, int T, int NH, int NKV) {
-    constexpr int LDH = HS + 8, ND = HS / 16, NKT = FA_BK / 8, NDT = HS / 8;
+    constexpr int LDH = HS + 8, NKT = FA_BK / 8, NDT = HS / 8;
     constexpr size_t KV = fa_tile_bytes(FA_BK, HS);
     fa_bf16 *Qs = (fa_bf16 *)smem;
     fa_bf16 *dOs = (fa_bf16 *)((unsigned char *)Qs + fa_tile_bytes(FA_BQ, HS));
@@ -270,13 +291,7 @@ __device__ void fm_dq_body(unsigned char *smem, float *dqkv, const fa_bf16 *dout
     const fa_bf16 *qkv_b = qkv + (size_t)b * T * W;
     const fa_bf16 *kb = qkv_b + C + (size_t)(h / (NH / NKV)) * HS, *vb = kb + (size_t)NKV * HS;
     int nq = min(FA_BQ, T - q0);
-    if (threadIdx.x < FA_BQ) {
-        int i = q0 + (int)threadIdx.x;
-        size_t rr = ((size_t)b * NH + h) * T + i;
-        lse_s[threadIdx.x] = i < T ? lse[rr] * FA_LOG2E : 0.0f;
-        D_s[threadIdx.x] = i < T ? (float)D[rr] : 0.0f;
-        first_s[threadIdx.x] = i < T ? attn_first_key(pos, b, T, i) : T;
-    }
+    fa_row_values<FA_BQ>(lse_s, D_s, first_s, lse, D, pos, b, h, NH, T, q0);
     __syncthreads();
     int kmin = T, wfirst = T;
     for (int r = 0; r < FA_BQ; r++) kmin = min(kmin, first_s[r]);
@@ -314,18 +329,7 @@ __device__ void fm_dq_body(unsigned char *smem, float *dqkv, const fa_bf16 *dout
         __syncthreads();
         if (wr0 >= T || k0 > wlast || k0 + FA_BK <= wfirst) continue;
         float s[NKT][4], dp[NKT][4];
-        fm_zero<NKT>(s);
-        fm_zero<NKT>(dp);
-#pragma unroll
-        for (int kk = 0; kk < ND; kk++) {
-            uint32_t qa[4], da[4], kf[NKT][2];
-            fa_ldsm_a(qa, Qs + warp * 16 * LDH + kk * 16, LDH);
-            fa_ldsm_a(da, dOs + warp * 16 * LDH + kk * 16, LDH);
-            fm_load_bt<NKT>(kf, Ks, LDH, kk * 16);
-            fa_mma<NKT>(s, qa, kf);
-            fm_load_bt<NKT>(kf, Vs, LDH, kk * 16);
-            fa_mma<NKT>(dp, da, kf);
-        }
+        fm_two_products<HS, NKT>(s, dp, Qs + warp * 16 * LDH, dOs + warp * 16 * LDH, Ks, Vs);
         /* dS: element (query row, key column) */
 #pragma unroll
         for (int n = 0; n < NKT; n++)
@@ -356,21 +360,10 @@ __device__ inline void fm_dkv_tile(float (*dk)[4], float (*dv)[4], const fa_bf16
                                    const fa_bf16 *Vs, const fa_bf16 *Qs, const fa_bf16 *dOs,
                                    const float *lse_s, const float *D_s, const int *first_s,
                                    const int jr[2], int i0, int T, float sl2, float scale) {
-    constexpr int BQ = FA_DKV_BQ(HS), LDH = HS + 8, ND = HS / 16, NQT = BQ / 8, NDT = HS / 8;
+    constexpr int BQ = FA_DKV_BQ(HS), LDH = HS + 8, NQT = BQ / 8, NDT = HS / 8;
     int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
     float st[NQT][4], dpt[NQT][4];
-    fm_zero<NQT>(st);
-    fm_zero<NQT>(dpt);
-#pragma unroll
-    for (int kk = 0; kk < ND; kk++) {
-        uint32_t ka[4], va[4], qf[NQT][2];
-        fa_ldsm_a(ka, Ks + warp * 16 * LDH + kk * 16, LDH);
-        fa_ldsm_a(va, Vs + warp * 16 * LDH + kk * 16, LDH);
-        fm_load_bt<NQT>(qf, Qs, LDH, kk * 16);
-        fa_mma<NQT>(st, ka, qf);
-        fm_load_bt<NQT>(qf, dOs, LDH, kk * 16);
-        fa_mma<NQT>(dpt, va, qf);
-    }
+    fm_two_products<HS, NQT>(st, dpt, Ks + warp * 16 * LDH, Vs + warp * 16 * LDH, Qs, dOs);
     /* P^T and dS^T: element (key row, query column) */
 #pragma unroll
     for (int n = 0; n < NQT; n++)
@@ -426,16 +419,10 @@ __device__ void fm_dkv_body(unsigned char *smem, float *dqkv, const fa_bf16 *dou
     auto load = [&](int st, int hh, int i0) {
         fa_bf16 *Qn = (fa_bf16 *)(qd + st * 2 * QT);
         float *ln = (float *)(rows + st * RW), *Dn = ln + BQ;
-        int *fn = (int *)(Dn + BQ), n = min(BQ, T - i0);
+        int n = min(BQ, T - i0);
         fm_stage<HS, BQ>(Qn, qkv_b + (size_t)hh * HS, W, i0, n);
         fm_stage<HS, BQ>(Qn + QT / 2, dout + (size_t)b * T * C + (size_t)hh * HS, C, i0, n);
-        if (threadIdx.x < BQ) {
-            int i = i0 + (int)threadIdx.x;
-            size_t rr = ((size_t)b * NH + hh) * T + i;
-            ln[threadIdx.x] = i < T ? lse[rr] * FA_LOG2E : 0.0f;
-            Dn[threadIdx.x] = i < T ? (float)D[rr] : 0.0f;
-            fn[threadIdx.x] = i < T ? attn_first_key(pos, b, T, i) : T;
-        }
+        fa_row_values<BQ>(ln, Dn, (int *)(Dn + BQ), lse, D, pos, b, hh, NH, T, i0);
     };
     fm_stage<HS, FA_BK>(Ks, qkv_b + ko, W, k0, min(FA_BK, T - k0));
     fm_stage<HS, FA_BK>(Vs, qkv_b + vo, W, k0, min(FA_BK, T - k0));

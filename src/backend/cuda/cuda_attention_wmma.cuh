@@ -103,6 +103,22 @@ __device__ inline void fa_stage(fa_bf16 *dst, const float *src, size_t W, int r0
     }
 }
 
+/* The backward's values of query rows [i0, i0 + R) of head h, one a thread
+ * below R: lse in log2 units, D as a float and the row's first key (0, 0
+ * and T past the last row). */
+template <int R>
+__device__ inline void fa_row_values(float *lse_s, float *D_s, int *first_s, const float *lse,
+                                     const double *D, const int32_t *pos, int b, int h, int NH,
+                                     int T, int i0) {
+    if (threadIdx.x < R) {
+        int i = i0 + (int)threadIdx.x;
+        size_t rr = ((size_t)b * NH + h) * T + i;
+        lse_s[threadIdx.x] = i < T ? lse[rr] * FA_LOG2E : 0.0f;
+        D_s[threadIdx.x] = i < T ? (float)D[rr] : 0.0f;
+        first_s[threadIdx.x] = i < T ? attn_first_key(pos, b, T, i) : T;
+    }
+}
+
 /* map: an accumulator fragment whose every element holds its own row (by_row)
  * or column within the 16 x 16 tile, through xs, the warp's 16 x 16 scratch. */
 __device__ inline void fa_index_map(fa_acc &map, float *xs, bool by_row) {
@@ -303,13 +319,7 @@ __device__ void fa_dq_body(unsigned char *smem, float *dqkv, const float *dout, 
     int nq = min(FA_BQ, T - q0);
     fa_stage<HS, FA_BQ>(Qs, qkv_b + (size_t)h * HS, W, q0, nq);
     fa_stage<HS, FA_BQ>(dOs, dout + (size_t)b * T * C + (size_t)h * HS, C, q0, nq);
-    if (threadIdx.x < FA_BQ) {
-        int i = q0 + (int)threadIdx.x;
-        size_t rr = ((size_t)b * NH + h) * T + i;
-        lse_s[threadIdx.x] = i < T ? lse[rr] * FA_LOG2E : 0.0f;
-        D_s[threadIdx.x] = i < T ? (float)D[rr] : 0.0f;
-        first_s[threadIdx.x] = i < T ? attn_first_key(pos, b, T, i) : T;
-    }
+    fa_row_values<FA_BQ>(lse_s, D_s, first_s, lse, D, pos, b, h, NH, T, q0);
     __syncthreads();
     float *xw = xs + warp * 256;
     fa_acc rows, cols;
@@ -434,13 +444,7 @@ __device__ void fa_dkv_body(unsigned char *smem, float *dqkv, const float *dout,
             __syncthreads(); /* the previous tile is read (and K, V staged) */
             fa_stage<HS, BQ>(Qs, qb, W, i0, nq);
             fa_stage<HS, BQ>(dOs, dob, C, i0, nq);
-            if (threadIdx.x < BQ) {
-                int i = i0 + (int)threadIdx.x;
-                size_t rr = ((size_t)b * NH + h) * T + i;
-                lse_s[threadIdx.x] = i < T ? lse[rr] * FA_LOG2E : 0.0f;
-                D_s[threadIdx.x] = i < T ? (float)D[rr] : 0.0f;
-                first_s[threadIdx.x] = i < T ? attn_first_key(pos, b, T, i) : T;
-            }
+            fa_row_values<BQ>(lse_s, D_s, first_s, lse, D, pos, b, h, NH, T, i0);
             __syncthreads();
             int qfirst = T; /* the tile's least first key */
             for (int q = 0; q < BQ; q++) qfirst = min(qfirst, first_s[q]);
