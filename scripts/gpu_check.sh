@@ -21,8 +21,8 @@
 #                 LLaMA shapes, held to the ref backend on the GPU; bf16's
 #                 tensor-core attention (head sizes 64 and 128, GQA, packed) to
 #                 the double formula, required to run on compute capability 8+, in
-#                 both implementations (the LLaMA kernel tests again with
-#                 CT_CUDA_ATTENTION=wmma)
+#                 each implementation (the LLaMA kernel tests again with
+#                 CT_CUDA_ATTENTION=mma1 and =wmma)
 #   sanitize  80  compute-sanitizer memcheck and racecheck on training steps that
 #                 take the tiled attention kernels: GPT-2 at head size 64,
 #                 LLaMA with grouped-query attention, bf16 (said so, not failed,
@@ -39,10 +39,11 @@
 #                 the peak the device reports, the time split per kernel from a
 #                 trace of two steps; and `ctrain bench kernels --device cuda`: every
 #                 kernel at GPT-2 124M's shapes against the GPU's roofline; the bf16
-#                 attention's two implementations timed one after the other (mma.sync,
-#                 the default, and CT_CUDA_ATTENTION=wmma); and ncu (where it reads the
-#                 counters) on the attention's, the head's and the MLP's bf16 backward
-#                 kernels: throughput, occupancy, registers, cycles per issue
+#                 attention's implementations timed one after the other (mma.sync, the
+#                 default; CT_CUDA_ATTENTION=mma1, one m16 tile a warp; =wmma); and
+#                 ncu (where it reads the counters) on the attention's, the head's
+#                 and the MLP's bf16 backward kernels: throughput, occupancy,
+#                 registers, cycles per issue
 #   hf        90  scripts/hf_check.py: the exports of seven architectures load in
 #                 transformers and peft and give ctrain's logits (skipped where
 #                 transformers is missing; what the budget leaves, at most)
@@ -276,14 +277,17 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
       (cd "$WORK" && CT_TEST_GPU=1 CT_GPU_REQUIRED=1 OMP_NUM_THREADS=4 "$bin" >"$WORK/$t.log" 2>&1) &
       pids+=($!); names+=("$t")
     done
-    # the bf16 attention's other implementation (WMMA; the default is mma.sync)
-    if want_test test_kernels_llama_wmma; then
+    # the bf16 attention's other implementations (the default is mma.sync with
+    # two m16 tiles a warp at head size 64): one tile a warp, and WMMA
+    local m
+    for m in mma1 wmma; do
+      want_test "test_kernels_llama_$m" || continue
       local bin=$TESTBIN/test_kernels_llama
       [ -x "$bin" ] || bin=$(dirname "$TESTBIN")/tests/test_kernels_llama
-      (cd "$WORK" && CT_CUDA_ATTENTION=wmma CT_TEST_GPU=1 CT_GPU_REQUIRED=1 OMP_NUM_THREADS=4 \
-         "$bin" >"$WORK/test_kernels_llama_wmma.log" 2>&1) &
-      pids+=($!); names+=("test_kernels_llama_wmma")
-    fi
+      (cd "$WORK" && CT_CUDA_ATTENTION=$m CT_TEST_GPU=1 CT_GPU_REQUIRED=1 OMP_NUM_THREADS=4 \
+         "$bin" >"$WORK/test_kernels_llama_$m.log" 2>&1) &
+      pids+=($!); names+=("test_kernels_llama_$m")
+    done
     for i in "${!pids[@]}"; do
       if wait "${pids[$i]}"; then pass=$((pass + 1))
       else fail=$((fail + 1)); failed="$failed ${names[$i]}"; keep_tail "${names[$i]}" "$WORK/${names[$i]}.log"
@@ -297,6 +301,7 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
              "$WORK/${names[$i]}.log"; then
           local bn=${names[$i]%_wmma} wm=""
           [ "$bn" != "${names[$i]}" ] && wm=wmma
+          [ "${bn%_mma1}" != "$bn" ] && { bn=${bn%_mma1}; wm=mma1; }
           local bin=$TESTBIN/$bn
           [ -x "$bin" ] || bin=$(dirname "$TESTBIN")/tests/$bn
           (cd "$WORK" && CT_CUDA_ATTENTION=${wm:-auto} CT_CUDA_SYNC=1 CT_TEST_GPU=1 CT_GPU_REQUIRED=1 timeout 60 "$bin" \
@@ -505,17 +510,17 @@ sys.exit(0 if rc == 0 and its else 1)
 EOF
   }
 
-  bench_attention_ab() { # the bf16 attention's two implementations, one after the other
+  bench_attention_ab() { # the bf16 attention's implementations, one after the other
     local m
-    for m in auto wmma; do
+    for m in auto mma1 wmma; do
       # shellcheck disable=SC2086 # the model's settings are separate words
-      CT_CUDA_ATTENTION=$m timeout $(( ${STAGE_LEFT:-120} / 8 )) "$CTRAIN" bench kernels \
+      CT_CUDA_ATTENTION=$m timeout $(( ${STAGE_LEFT:-120} / 10 )) "$CTRAIN" bench kernels \
         --device "$DEV" --no-roofline --repeat 1 --batch "${GPU_CHECK_BATCH:-16}" --reps 3 --json \
         --filter attention_bf16 ${GPU_CHECK_KERNELS_ARGS:---preset gpt2 --seq 1024} \
         >"$WORK/attention_$m.json" 2>>"$LOG"
       echo "attention_bf16 CT_CUDA_ATTENTION=$m: exit $?" >>"$LOG"
     done
-    "$PY" - "$WORK/attention_auto.json" "$WORK/attention_wmma.json" <<'EOF' >>"$DET"
+    "$PY" - "$WORK"/attention_{auto,mma1,wmma}.json <<'EOF' >>"$DET"
 import json, sys
 t = []
 for f in sys.argv[1:]:
@@ -523,13 +528,15 @@ for f in sys.argv[1:]:
         t.append({it["name"]: it["seconds"] for it in json.load(open(f)).get("items", [])})
     except (OSError, ValueError, KeyError):
         t.append({})
-names = sorted(set(t[0]) & set(t[1]))
+names = sorted(set(t[0]) & set(t[2]))
 if not names:
-    print("- attention_bf16, mma.sync against WMMA: no timings (logs/bench.log)")
+    print("- attention_bf16 implementations: no timings (logs/bench.log)")
     sys.exit(0)
-print("- attention_bf16, mma.sync (the default) against WMMA (CT_CUDA_ATTENTION=wmma): " +
-      "; ".join("%s %.3f ms vs %.3f ms (%.2fx)" % (n, t[0][n] * 1e3, t[1][n] * 1e3,
-                t[1][n] / t[0][n] if t[0][n] > 0 else float("nan")) for n in names))
+ms = lambda d, n: "%.3f ms" % (d[n] * 1e3) if n in d else "-"
+print("- attention_bf16, ms (x the WMMA kernels' speed): " + "; ".join(
+    "%s: mma.sync %s (%.2fx), one m16 tile a warp (mma1) %s, WMMA %s" % (
+        n, ms(t[0], n), t[2][n] / t[0][n] if t[0][n] > 0 else float("nan"), ms(t[1], n),
+        ms(t[2], n)) for n in names))
 EOF
   }
 

@@ -678,20 +678,27 @@ template <int HS> static void check_fa(const shape &s) {
     for (size_t k = 0; k < qkv.size(); k++) qkv_h[k] = __float2bfloat16_rn(qkv[k]);
     for (size_t k = 0; k < R.size(); k++) R_h[k] = __float2bfloat16_rn(R[k]);
     const fa_bf16 *x16 = qkv_h.data(), *r16 = R_h.data();
-    for (int mma = 0; mma < 2; mma++) {
+    /* 0: WMMA; 1: mma.sync with one m16 tile a warp; 2: two (head size 64) */
+    for (int mma = 0; mma < (HS == 64 ? 3 : 2); mma++) {
         std::vector<float> out((size_t)B * T * C, NAN), lse((size_t)B * NH * T, NAN);
         float *o = out.data(), *ls = lse.data();
         const float *x = qkv.data();
         unsigned char *sm = g_smem;
         size_t most = std::max(std::max(fa_fwd_smem(HS), std::max(fa_dq_smem(HS), fa_dkv_smem(HS))),
-                               std::max(fm_fwd_smem(HS), std::max(fm_dq_smem(HS), fm_dkv_smem(HS))));
+                               std::max(fm_fwd_smem(HS, 2), std::max(fm_dq_smem(HS, 2), fm_dkv_smem(HS))));
         if (most > sizeof g_smem) emu_die("shared memory over the emulation's");
         dim3 gq((T + FA_BQ - 1) / FA_BQ, NH, B), gk((T + FA_BK - 1) / FA_BK, NKV, B);
-        g_smem_fill = mma ? fm_fwd_smem(HS) : fa_fwd_smem(HS);
-        if (mma)
-            launch(gq, FA_THREADS, [=]() { fm_fwd_body<HS>(sm, o, ls, x16, pp, T, NH, NKV); });
-        else
+        dim3 gq2((T + fm_bq(2) - 1) / fm_bq(2), NH, B);
+        if (mma == 2) {
+            g_smem_fill = fm_fwd_smem(HS, 2);
+            launch(gq2, FA_THREADS, [=]() { fm_fwd_body<HS, 2>(sm, o, ls, x16, pp, T, NH, NKV); });
+        } else if (mma) {
+            g_smem_fill = fm_fwd_smem(HS, 1);
+            launch(gq, FA_THREADS, [=]() { fm_fwd_body<HS, 1>(sm, o, ls, x16, pp, T, NH, NKV); });
+        } else {
+            g_smem_fill = fa_fwd_smem(HS);
             launch(gq, FA_THREADS, [=]() { fa_fwd_body<HS>(sm, o, ls, x, pp, T, NH, NKV); });
+        }
         /* D from the fp32 dout and the kernel's out, as cuda_attention_D forms it */
         std::vector<double> D = rowsum_D(R, out, B, T, NH, HS);
         const float pre = 0.25f;
@@ -699,10 +706,16 @@ template <int HS> static void check_fa(const shape &s) {
         float *dx = dqkv.data();
         const float *r = R.data();
         const double *dd = D.data();
-        if (mma) {
-            g_smem_fill = fm_dq_smem(HS);
+        if (mma == 2) {
+            g_smem_fill = fm_dq_smem(HS, 2);
+            launch(gq2, FA_THREADS,
+                   [=]() { fm_dq_body<HS, 2>(sm, dx, r16, x16, ls, dd, pp, T, NH, NKV); });
+        } else if (mma) {
+            g_smem_fill = fm_dq_smem(HS, 1);
             launch(gq, FA_THREADS,
-                   [=]() { fm_dq_body<HS>(sm, dx, r16, x16, ls, dd, pp, T, NH, NKV); });
+                   [=]() { fm_dq_body<HS, 1>(sm, dx, r16, x16, ls, dd, pp, T, NH, NKV); });
+        }
+        if (mma) {
             g_smem_fill = fm_dkv_smem(HS);
             launch(gk, FA_THREADS,
                    [=]() { fm_dkv_body<HS>(sm, dx, r16, x16, ls, dd, pp, T, NH, NKV); });
@@ -720,7 +733,8 @@ template <int HS> static void check_fa(const shape &s) {
         bool ok = e_out < 2 * BF16_U && e_lse < 1e-5 && e_dq < 4 * BF16_U;
         printf("%s %s B=%d T=%d NH=%d NKV=%d HS=%d%s: out %.2g, lse %.2g, dqkv %.2g "
                "(vs fp32 inputs: out %.2g, dqkv %.2g)\n",
-               ok ? "ok  " : "FAIL", mma ? "mma " : "wmma", B, T, NH, NKV, HS, pp ? " packed" : "",
+               ok ? "ok  " : "FAIL", mma == 2 ? "mma2" : mma ? "mma1" : "wmma", B, T, NH, NKV, HS,
+               pp ? " packed" : "",
                e_out, e_lse, e_dq, x_out, x_dq);
         fails += !ok;
     }

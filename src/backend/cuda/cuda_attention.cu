@@ -43,6 +43,7 @@ int cuda_attention_mode(void) {
                : !strcmp(e, "rows") ? CUDA_ATT_ROWS
                : !strcmp(e, "fp32") ? CUDA_ATT_FP32
                : !strcmp(e, "wmma") ? CUDA_ATT_WMMA
+               : !strcmp(e, "mma1") ? CUDA_ATT_MMA1
                                     : CUDA_ATT_AUTO;
     }
     return mode;

@@ -2,9 +2,9 @@
  * The CUDA backend's flash attention on mma.sync (device code only, included
  * by cuda_flash.cu after cuda_mma.cuh; tests/gpu/cuda_emu.cpp runs it on the
  * CPU with its own cuda_mma primitives): the WMMA kernels' algorithm
- * (cuda_attention_wmma.cuh: FlashAttention-2's loop order, the same block
- * shapes, skipped tiles, packed rows, grouped-query, the same roundings to
- * bf16 and a deterministic two-kernel backward), with two changes:
+ * (cuda_attention_wmma.cuh: FlashAttention-2's loop order, 64-key tiles,
+ * skipped tiles, packed rows, grouped-query, the same roundings to bf16 and
+ * a deterministic two-kernel backward), with three changes:
  *   - the tile products' results stay in registers. PTX documents mma.sync's
  *     fragment layout (cuda_mma.cuh), so the softmax, the masks and the bf16
  *     rounding of P and dS work on the accumulators where they are: a row's
@@ -17,7 +17,11 @@
  *     backend's workspace first, one pass each), so a tile is staged by
  *     asynchronous 16-byte copies, the next one while the block works on this
  *     one (two stages of shared memory), where the WMMA kernels load fp32,
- *     round and store, then wait.
+ *     round and store, then wait;
+ *   - the forward and dq take MT m16 tiles of query rows a warp (fm_bq(MT)
+ *     rows a block): each K and V fragment loaded from shared memory serves
+ *     MT tiles, so MT 2 halves that traffic a FLOP, at the registers' cost
+ *     (cuda_flash.cu picks 2 at head size 64, 1 at 128).
  *
  * Numerics: as the WMMA kernels' (q, k, v and dout are rounded to bf16 the
  * same way, once), but a row's softmax sum adds each lane's partial sums at
@@ -28,14 +32,17 @@
 
 #include "backend/cuda/cuda_attention_wmma.cuh" /* FA_* shapes, fa_stage, fa_tile_bytes */
 
+/* Query rows of a forward or dq block with MT m16 tiles a warp. */
+__host__ __device__ constexpr int fm_bq(int MT) { return 16 * MT * FA_WARPS; }
 /* forward: the Q tile, two stages of K and V tiles, the rows' first keys */
-__host__ __device__ constexpr size_t fm_fwd_smem(int HS) {
-    return fa_tile_bytes(FA_BQ, HS) + 4 * fa_tile_bytes(FA_BK, HS) + fa_round((size_t)FA_BQ * 4);
+__host__ __device__ constexpr size_t fm_fwd_smem(int HS, int MT) {
+    return fa_tile_bytes(fm_bq(MT), HS) + 4 * fa_tile_bytes(FA_BK, HS) +
+           fa_round((size_t)fm_bq(MT) * 4);
 }
 /* dq: Q, dO tiles, two stages of K and V tiles, lse, D, first keys */
-__host__ __device__ constexpr size_t fm_dq_smem(int HS) {
-    return 2 * fa_tile_bytes(FA_BQ, HS) + 4 * fa_tile_bytes(FA_BK, HS) +
-           fa_round((size_t)FA_BQ * 12);
+__host__ __device__ constexpr size_t fm_dq_smem(int HS, int MT) {
+    return 2 * fa_tile_bytes(fm_bq(MT), HS) + 4 * fa_tile_bytes(FA_BK, HS) +
+           fa_round((size_t)fm_bq(MT) * 12);
 }
 /* dk, dv: K, V tiles, two stages of Q and dO tiles with their lse, D and
  * first keys */
@@ -98,24 +105,34 @@ template <int NT> __device__ inline void fm_zero(float (*c)[4]) {
 #pragma unroll
         for (int e = 0; e < 4; e++) c[n][e] = 0.0f;
 }
-/* s = A1 B1^T and dp = A2 B2^T over the head size: A1, A2 the warp's 16
- * rows of two tiles, B1, B2 the NT * 8 rows of two others (all row-major,
- * HS + 8 apart). */
-template <int HS, int NT>
-__device__ inline void fm_two_products(float (*s)[4], float (*dp)[4], const fa_bf16 *A1,
+/* s[mt] = A1 B1^T and dp[mt] = A2 B2^T over the head size, for MT m16 tiles:
+ * A1, A2 the warp's first of MT x 16 rows of two tiles, B1, B2 the NT * 8
+ * rows of two others (all row-major, HS + 8 apart). Each B fragment is
+ * loaded once for the MT tiles. */
+template <int HS, int NT, int MT>
+__device__ inline void fm_two_products(float (*s)[NT][4], float (*dp)[NT][4], const fa_bf16 *A1,
                                        const fa_bf16 *A2, const fa_bf16 *B1, const fa_bf16 *B2) {
     constexpr int LDH = HS + 8;
-    fm_zero<NT>(s);
-    fm_zero<NT>(dp);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        fm_zero<NT>(s[mt]);
+        fm_zero<NT>(dp[mt]);
+    }
 #pragma unroll
     for (int kk = 0; kk < HS / 16; kk++) {
-        uint32_t a1[4], a2[4], bf[NT][2];
-        fa_ldsm_a(a1, A1 + kk * 16, LDH);
-        fa_ldsm_a(a2, A2 + kk * 16, LDH);
+        uint32_t a[MT][4], bf[NT][2];
         fm_load_bt<NT>(bf, B1, LDH, kk * 16);
-        fa_mma<NT>(s, a1, bf);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            fa_ldsm_a(a[mt], A1 + mt * 16 * LDH + kk * 16, LDH);
+            fa_mma<NT>(s[mt], a[mt], bf);
+        }
         fm_load_bt<NT>(bf, B2, LDH, kk * 16);
-        fa_mma<NT>(dp, a2, bf);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            fa_ldsm_a(a[mt], A2 + mt * 16 * LDH + kk * 16, LDH);
+            fa_mma<NT>(dp[mt], a[mt], bf);
+        }
     }
 }
 
@@ -139,47 +156,60 @@ __device__ inline void fm_add_rows(float *dst0, size_t ld, int n, const float (*
 }
 
 /* ---------------------------------------------------------------- forward
- * Block (query tile, h, b), four warps of 16 query rows; lane l holds rows
- * g = l/4 and g+8 of its warp's, keys 2t, 2t+1 of each n8 tile (t = l%4).
- * Per key tile: S = Q K^T in registers, masked and scaled, the online
- * softmax's max over the row's quad, P = exp2(S - m) (its sum kept per lane
- * until the end), O = O corr + P V with P's bf16 A fragments packed from S's
- * accumulators. Writes out (B,T,NH*HS) and lse (B,NH,T). */
-template <int HS>
+ * Block (query tile of fm_bq(MT) rows, h, b), four warps of 16 MT query
+ * rows each: MT m16 tiles a warp, which share each K and V fragment loaded
+ * from shared memory (MT 2 halves that traffic a FLOP, at the registers'
+ * cost). In tile mt, lane l holds rows g = l/4 and g+8, keys 2t, 2t+1 of
+ * each n8 tile (t = l%4). Per key tile: S = Q K^T in registers, masked and
+ * scaled, the online softmax's max over the row's quad, P = exp2(S - m)
+ * (its sum kept per lane until the end), O = O corr + P V with P's bf16 A
+ * fragments packed from S's accumulators. Writes out (B,T,NH*HS) and lse
+ * (B,NH,T). */
+template <int HS, int MT>
 __device__ void fm_fwd_body(unsigned char *smem, float *out, float *lse, const fa_bf16 *qkv,
                             const int32_t *pos, int T, int NH, int NKV) {
-    constexpr int LDH = HS + 8, ND = HS / 16, NKT = FA_BK / 8, NDT = HS / 8;
+    constexpr int LDH = HS + 8, ND = HS / 16, NKT = FA_BK / 8, NDT = HS / 8, BQ = fm_bq(MT);
     constexpr size_t KV = fa_tile_bytes(FA_BK, HS);
     fa_bf16 *Qs = (fa_bf16 *)smem;
-    unsigned char *kv = smem + fa_tile_bytes(FA_BQ, HS); /* stage s: K at 2 s KV, V after */
+    unsigned char *kv = smem + fa_tile_bytes(BQ, HS); /* stage s: K at 2 s KV, V after */
     int *first_s = (int *)(kv + 4 * KV);
 
-    int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * FA_BQ;
+    int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * BQ;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS;
     const fa_bf16 *qkv_b = qkv + (size_t)b * T * W;
     const fa_bf16 *kb = qkv_b + C + (size_t)(h / (NH / NKV)) * HS, *vb = kb + (size_t)NKV * HS;
 
-    if (threadIdx.x < FA_BQ) {
-        int i = q0 + (int)threadIdx.x;
-        first_s[threadIdx.x] = i < T ? attn_first_key(pos, b, T, i) : T;
+    for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
+        int i = q0 + r;
+        first_s[r] = i < T ? attn_first_key(pos, b, T, i) : T;
     }
     __syncthreads();
     int kmin = T, wfirst = T; /* the block's and the warp's first key */
-    for (int r = 0; r < FA_BQ; r++) kmin = min(kmin, first_s[r]);
-    for (int r = 0; r < 16; r++) wfirst = min(wfirst, first_s[warp * 16 + r]);
-    int kstart = (kmin / FA_BK) * FA_BK, last = min(q0 + FA_BQ, T) - 1;
-    fm_stage<HS, FA_BQ>(Qs, qkv_b + (size_t)h * HS, W, q0, min(FA_BQ, T - q0));
+    for (int r = 0; r < BQ; r++) kmin = min(kmin, first_s[r]);
+    for (int r = 0; r < 16 * MT; r++) wfirst = min(wfirst, first_s[warp * 16 * MT + r]);
+    int kstart = (kmin / FA_BK) * FA_BK, last = min(q0 + BQ, T) - 1;
+    fm_stage<HS, BQ>(Qs, qkv_b + (size_t)h * HS, W, q0, min(BQ, T - q0));
     fm_stage<HS, FA_BK>((fa_bf16 *)kv, kb, W, kstart, min(FA_BK, T - kstart));
     fm_stage<HS, FA_BK>((fa_bf16 *)(kv + KV), vb, W, kstart, min(FA_BK, T - kstart));
     fa_cp_commit();
-    int wr0 = q0 + warp * 16, wlast = min(wr0 + 15, T - 1);
-    int ir[2] = {wr0 + g, wr0 + g + 8}, jr[2]; /* this lane's rows and their first keys */
-    for (int k = 0; k < 2; k++) jr[k] = ir[k] < T ? first_s[warp * 16 + g + 8 * k] : T;
-    uint32_t qa[ND][4];
-    float o[NDT][4];
-    fm_zero<NDT>(o);
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* log2 units; l per lane */
+    int wr0 = q0 + warp * 16 * MT, wlast = min(wr0 + 16 * MT - 1, T - 1);
+    int ir[MT][2], jr[MT][2]; /* this lane's rows and their first keys */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            ir[mt][k] = wr0 + 16 * mt + g + 8 * k;
+            jr[mt][k] = ir[mt][k] < T ? first_s[ir[mt][k] - q0] : T;
+        }
+    uint32_t qa[MT][ND][4];
+    float o[MT][NDT][4], m[MT][2], l[MT][2]; /* m in log2 units; l per lane */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        fm_zero<NDT>(o[mt]);
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
     const float sl2 = FA_LOG2E / sqrtf((float)HS);
     for (int k0 = kstart, it = 0; k0 <= last; k0 += FA_BK, it++) {
         const fa_bf16 *Ks = (const fa_bf16 *)(kv + (it & 1) * 2 * KV), *Vs = Ks + KV / 2;
@@ -195,125 +225,144 @@ __device__ void fm_fwd_body(unsigned char *smem, float *out, float *lse, const f
         __syncthreads(); /* and everyone's */
         if (it == 0)
 #pragma unroll
-            for (int kk = 0; kk < ND; kk++) fa_ldsm_a(qa[kk], Qs + warp * 16 * LDH + kk * 16, LDH);
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < ND; kk++)
+                    fa_ldsm_a(qa[mt][kk], Qs + (warp * MT + mt) * 16 * LDH + kk * 16, LDH);
         if (wr0 >= T || k0 > wlast || k0 + FA_BK <= wfirst) continue; /* warp-uniform */
-        float s[NKT][4];
-        fm_zero<NKT>(s);
+        float s[MT][NKT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) fm_zero<NKT>(s[mt]);
 #pragma unroll
         for (int kk = 0; kk < ND; kk++) {
             uint32_t kf[NKT][2];
             fm_load_bt<NKT>(kf, Ks, LDH, kk * 16);
-            fa_mma<NKT>(s, qa[kk], kf);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) fa_mma<NKT>(s[mt], qa[mt][kk], kf);
         }
-        float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int n = 0; n < NKT; n++)
+        for (int mt = 0; mt < MT; mt++) {
+            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int k = e >> 1, i = ir[k], j = k0 + n * 8 + 2 * t + (e & 1);
-                float x = i < T && j >= jr[k] && j <= i ? s[n][e] * sl2 : -INFINITY;
-                s[n][e] = x;
-                mt[k] = fmaxf(mt[k], x);
-            }
-        fa_quad_max(mt);
-        float corr[2];
+            for (int n = 0; n < NKT; n++)
 #pragma unroll
-        for (int k = 0; k < 2; k++) {
-            float mn = fmaxf(m[k], mt[k]);
-            corr[k] = mn == -INFINITY ? 1.0f : exp2f(m[k] - mn); /* none seen yet: 1 */
-            m[k] = mn;
-        }
-        float ls[2] = {0.0f, 0.0f};
+                for (int e = 0; e < 4; e++) {
+                    int k = e >> 1, i = ir[mt][k], j = k0 + n * 8 + 2 * t + (e & 1);
+                    float x = i < T && j >= jr[mt][k] && j <= i ? s[mt][n][e] * sl2 : -INFINITY;
+                    s[mt][n][e] = x;
+                    mx[k] = fmaxf(mx[k], x);
+                }
+            fa_quad_max(mx);
+            float corr[2], ls[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int n = 0; n < NKT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int k = e >> 1;
-                float p = m[k] == -INFINITY ? 0.0f : exp2f(s[n][e] - m[k]);
-                s[n][e] = p;
-                ls[k] += p;
+            for (int k = 0; k < 2; k++) {
+                float mn = fmaxf(m[mt][k], mx[k]);
+                corr[k] = mn == -INFINITY ? 1.0f : exp2f(m[mt][k] - mn); /* none seen yet: 1 */
+                m[mt][k] = mn;
             }
 #pragma unroll
-        for (int k = 0; k < 2; k++) l[k] = l[k] * corr[k] + ls[k];
+            for (int n = 0; n < NKT; n++)
 #pragma unroll
-        for (int d = 0; d < NDT; d++) {
-            o[d][0] *= corr[0];
-            o[d][1] *= corr[0];
-            o[d][2] *= corr[1];
-            o[d][3] *= corr[1];
+                for (int e = 0; e < 4; e++) {
+                    int k = e >> 1;
+                    float p = m[mt][k] == -INFINITY ? 0.0f : exp2f(s[mt][n][e] - m[mt][k]);
+                    s[mt][n][e] = p;
+                    ls[k] += p;
+                }
+#pragma unroll
+            for (int k = 0; k < 2; k++) l[mt][k] = l[mt][k] * corr[k] + ls[k];
+#pragma unroll
+            for (int d = 0; d < NDT; d++) {
+                o[mt][d][0] *= corr[0];
+                o[mt][d][1] *= corr[0];
+                o[mt][d][2] *= corr[1];
+                o[mt][d][3] *= corr[1];
+            }
         }
 #pragma unroll
         for (int kc = 0; kc < NKT / 2; kc++) {
-            uint32_t pa[4], vf[NDT][2];
-            fm_pack_a(pa, s[2 * kc], s[2 * kc + 1]);
+            uint32_t vf[NDT][2];
             fm_load_bn<NDT>(vf, Vs, LDH, kc * 16);
-            fa_mma<NDT>(o, pa, vf);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                uint32_t pa[4];
+                fm_pack_a(pa, s[mt][2 * kc], s[mt][2 * kc + 1]);
+                fa_mma<NDT>(o[mt], pa, vf);
+            }
         }
     }
     /* out = O / l; lse = (m + log2 l) ln 2 */
-    fa_quad_sum(l);
     float *ob = out + (size_t)b * T * C + (size_t)h * HS;
 #pragma unroll
-    for (int k = 0; k < 2; k++) {
-        int i = ir[k];
-        if (i >= T) continue;
-        float inv = l[k] > 0.0f ? 1.0f / l[k] : 0.0f;
-        if (t == 0) lse[((size_t)b * NH + h) * T + i] = (m[k] + log2f(l[k])) * FA_LN2;
+    for (int mt = 0; mt < MT; mt++) {
+        fa_quad_sum(l[mt]);
 #pragma unroll
-        for (int d = 0; d < NDT; d++)
-            *(float2 *)(ob + (size_t)i * C + d * 8 + 2 * t) =
-                make_float2(o[d][2 * k] * inv, o[d][2 * k + 1] * inv);
+        for (int k = 0; k < 2; k++) {
+            int i = ir[mt][k];
+            if (i >= T) continue;
+            float inv = l[mt][k] > 0.0f ? 1.0f / l[mt][k] : 0.0f;
+            if (t == 0) lse[((size_t)b * NH + h) * T + i] = (m[mt][k] + log2f(l[mt][k])) * FA_LN2;
+#pragma unroll
+            for (int d = 0; d < NDT; d++)
+                *(float2 *)(ob + (size_t)i * C + d * 8 + 2 * t) =
+                    make_float2(o[mt][d][2 * k] * inv, o[mt][d][2 * k + 1] * inv);
+        }
     }
 }
 
 /* ---------------------------------------------------------------- dq
- * Block (query tile, h, b), four warps of 16 query rows, over the key tiles
- * the block sees in order: S = Q K^T and dP = dO V^T in registers, P =
- * exp2(S scale log2e - lse log2e) (masked), dS = P (dP - D) scale, then dq +=
- * dS K with dS packed to bf16 A fragments. Adds dq into dqkv's q columns
- * once, at the end. D (B,NH,T): rowsum(dout o out). */
-template <int HS>
+ * Block (query tile of fm_bq(MT) rows, h, b), four warps of 16 MT query
+ * rows (MT m16 tiles a warp, as the forward's), over the key tiles the block
+ * sees in order: S = Q K^T and dP = dO V^T in registers, P = exp2(S scale
+ * log2e - lse log2e) (masked), dS = P (dP - D) scale, then dq += dS K with
+ * dS packed to bf16 A fragments. Adds dq into dqkv's q columns once, at the
+ * end. D (B,NH,T): rowsum(dout o out). */
+template <int HS, int MT>
 __device__ void fm_dq_body(unsigned char *smem, float *dqkv, const fa_bf16 *dout,
                            const fa_bf16 *qkv, const float *lse, const double *D,
                            const int32_t *pos, int T, int NH, int NKV) {
-    constexpr int LDH = HS + 8, NKT = FA_BK / 8, NDT = HS / 8;
+    constexpr int LDH = HS + 8, NKT = FA_BK / 8, NDT = HS / 8, BQ = fm_bq(MT);
     constexpr size_t KV = fa_tile_bytes(FA_BK, HS);
     fa_bf16 *Qs = (fa_bf16 *)smem;
-    fa_bf16 *dOs = (fa_bf16 *)((unsigned char *)Qs + fa_tile_bytes(FA_BQ, HS));
-    unsigned char *kv = (unsigned char *)dOs + fa_tile_bytes(FA_BQ, HS); /* two K, V stages */
+    fa_bf16 *dOs = (fa_bf16 *)((unsigned char *)Qs + fa_tile_bytes(BQ, HS));
+    unsigned char *kv = (unsigned char *)dOs + fa_tile_bytes(BQ, HS); /* two K, V stages */
     float *lse_s = (float *)(kv + 4 * KV);
-    float *D_s = lse_s + FA_BQ;
-    int *first_s = (int *)(D_s + FA_BQ);
+    float *D_s = lse_s + BQ;
+    int *first_s = (int *)(D_s + BQ);
 
-    int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * FA_BQ;
+    int h = blockIdx.y, b = blockIdx.z, q0 = blockIdx.x * BQ;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS;
     const fa_bf16 *qkv_b = qkv + (size_t)b * T * W;
     const fa_bf16 *kb = qkv_b + C + (size_t)(h / (NH / NKV)) * HS, *vb = kb + (size_t)NKV * HS;
-    int nq = min(FA_BQ, T - q0);
-    fa_row_values<FA_BQ>(lse_s, D_s, first_s, lse, D, pos, b, h, NH, T, q0);
+    int nq = min(BQ, T - q0);
+    fa_row_values<BQ>(lse_s, D_s, first_s, lse, D, pos, b, h, NH, T, q0);
     __syncthreads();
     int kmin = T, wfirst = T;
-    for (int r = 0; r < FA_BQ; r++) kmin = min(kmin, first_s[r]);
-    for (int r = 0; r < 16; r++) wfirst = min(wfirst, first_s[warp * 16 + r]);
-    int kstart = (kmin / FA_BK) * FA_BK, last = min(q0 + FA_BQ, T) - 1;
-    fm_stage<HS, FA_BQ>(Qs, qkv_b + (size_t)h * HS, W, q0, nq);
-    fm_stage<HS, FA_BQ>(dOs, dout + (size_t)b * T * C + (size_t)h * HS, C, q0, nq);
+    for (int r = 0; r < BQ; r++) kmin = min(kmin, first_s[r]);
+    for (int r = 0; r < 16 * MT; r++) wfirst = min(wfirst, first_s[warp * 16 * MT + r]);
+    int kstart = (kmin / FA_BK) * FA_BK, last = min(q0 + BQ, T) - 1;
+    fm_stage<HS, BQ>(Qs, qkv_b + (size_t)h * HS, W, q0, nq);
+    fm_stage<HS, BQ>(dOs, dout + (size_t)b * T * C + (size_t)h * HS, C, q0, nq);
     fm_stage<HS, FA_BK>((fa_bf16 *)kv, kb, W, kstart, min(FA_BK, T - kstart));
     fm_stage<HS, FA_BK>((fa_bf16 *)(kv + KV), vb, W, kstart, min(FA_BK, T - kstart));
     fa_cp_commit();
-    int wr0 = q0 + warp * 16, wlast = min(wr0 + 15, T - 1);
-    int ir[2], jr[2];
-    float lr[2], Dr[2];
-    for (int k = 0; k < 2; k++) {
-        int qi = warp * 16 + g + 8 * k;
-        ir[k] = q0 + qi;
-        jr[k] = first_s[qi]; /* T past the last row */
-        lr[k] = lse_s[qi];
-        Dr[k] = D_s[qi];
-    }
-    float dq[NDT][4];
-    fm_zero<NDT>(dq);
+    int wr0 = q0 + warp * 16 * MT, wlast = min(wr0 + 16 * MT - 1, T - 1);
+    int ir[MT][2], jr[MT][2];
+    float lr[MT][2], Dr[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            int qi = (warp * MT + mt) * 16 + g + 8 * k;
+            ir[mt][k] = q0 + qi;
+            jr[mt][k] = first_s[qi]; /* T past the last row */
+            lr[mt][k] = lse_s[qi];
+            Dr[mt][k] = D_s[qi];
+        }
+    float dq[MT][NDT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) fm_zero<NDT>(dq[mt]);
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * FA_LOG2E;
     for (int k0 = kstart, it = 0; k0 <= last; k0 += FA_BK, it++) {
         const fa_bf16 *Ks = (const fa_bf16 *)(kv + (it & 1) * 2 * KV), *Vs = Ks + KV / 2;
@@ -328,27 +377,40 @@ __device__ void fm_dq_body(unsigned char *smem, float *dqkv, const fa_bf16 *dout
         fa_cp_wait<1>();
         __syncthreads();
         if (wr0 >= T || k0 > wlast || k0 + FA_BK <= wfirst) continue;
-        float s[NKT][4], dp[NKT][4];
-        fm_two_products<HS, NKT>(s, dp, Qs + warp * 16 * LDH, dOs + warp * 16 * LDH, Ks, Vs);
+        float s[MT][NKT][4], dp[MT][NKT][4];
+        fm_two_products<HS, NKT, MT>(s, dp, Qs + warp * MT * 16 * LDH,
+                                     dOs + warp * MT * 16 * LDH, Ks, Vs);
         /* dS: element (query row, key column) */
 #pragma unroll
-        for (int n = 0; n < NKT; n++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int k = e >> 1, i = ir[k], j = k0 + n * 8 + 2 * t + (e & 1);
-                float p = i < T && j <= i && j >= jr[k] ? exp2f(s[n][e] * sl2 - lr[k]) : 0.0f;
-                s[n][e] = p * (dp[n][e] - Dr[k]) * scale;
-            }
+            for (int n = 0; n < NKT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int k = e >> 1, i = ir[mt][k], j = k0 + n * 8 + 2 * t + (e & 1);
+                    float p = i < T && j <= i && j >= jr[mt][k]
+                                  ? exp2f(s[mt][n][e] * sl2 - lr[mt][k])
+                                  : 0.0f;
+                    s[mt][n][e] = p * (dp[mt][n][e] - Dr[mt][k]) * scale;
+                }
 #pragma unroll
         for (int kc = 0; kc < NKT / 2; kc++) {
-            uint32_t sa[4], kf[NDT][2];
-            fm_pack_a(sa, s[2 * kc], s[2 * kc + 1]);
+            uint32_t kf[NDT][2];
             fm_load_bn<NDT>(kf, Ks, LDH, kc * 16);
-            fa_mma<NDT>(dq, sa, kf);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                uint32_t sa[4];
+                fm_pack_a(sa, s[mt][2 * kc], s[mt][2 * kc + 1]);
+                fa_mma<NDT>(dq[mt], sa, kf);
+            }
         }
     }
-    if (wr0 >= T) return;
-    fm_add_rows<NDT>(dqkv + ((size_t)b * T + wr0) * W + (size_t)h * HS, W, T - wr0, dq);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        int r0 = wr0 + 16 * mt;
+        if (r0 < T)
+            fm_add_rows<NDT>(dqkv + ((size_t)b * T + r0) * W + (size_t)h * HS, W, T - r0, dq[mt]);
+    }
 }
 
 /* One query tile's share of a dk, dv block (fm_dkv_body), for the warp's 16
@@ -362,8 +424,9 @@ __device__ inline void fm_dkv_tile(float (*dk)[4], float (*dv)[4], const fa_bf16
                                    const int jr[2], int i0, int T, float sl2, float scale) {
     constexpr int BQ = FA_DKV_BQ(HS), LDH = HS + 8, NQT = BQ / 8, NDT = HS / 8;
     int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
-    float st[NQT][4], dpt[NQT][4];
-    fm_two_products<HS, NQT>(st, dpt, Ks + warp * 16 * LDH, Vs + warp * 16 * LDH, Qs, dOs);
+    float st1[1][NQT][4], dpt1[1][NQT][4];
+    fm_two_products<HS, NQT, 1>(st1, dpt1, Ks + warp * 16 * LDH, Vs + warp * 16 * LDH, Qs, dOs);
+    float(*st)[4] = st1[0], (*dpt)[4] = dpt1[0];
     /* P^T and dS^T: element (key row, query column) */
 #pragma unroll
     for (int n = 0; n < NQT; n++)

@@ -123,9 +123,10 @@ uint16_t *cuda_bf16_workspace(ct_backend *be, size_t n);
 /* CT_CUDA_ATTENTION, read once: unset (or another word) CUDA_ATT_AUTO;
  * "rows" the row kernels in every run; "fp32" the fp32 kernels (tiled where
  * they apply) in bf16 runs too, as in fp32 ones; "wmma" bf16 runs on the
- * WMMA flash kernels instead of the mma.sync ones (cuda_attention.cu,
+ * WMMA flash kernels instead of the mma.sync ones; "mma1" the mma.sync ones
+ * with one m16 tile a warp at head size 64 too (cuda_attention.cu,
  * cuda_flash.cu). */
-enum { CUDA_ATT_AUTO = 0, CUDA_ATT_ROWS = 1, CUDA_ATT_FP32 = 2, CUDA_ATT_WMMA = 3 };
+enum { CUDA_ATT_AUTO = 0, CUDA_ATT_ROWS = 1, CUDA_ATT_FP32 = 2, CUDA_ATT_WMMA = 3, CUDA_ATT_MMA1 = 4 };
 int cuda_attention_mode(void);
 /* The attention backward's D (B,NH,T) = rowsum(dout o out) in double, in the
  * backend's attention workspace (enqueued on the stream); NULL (latched) when

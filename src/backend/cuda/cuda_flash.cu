@@ -4,7 +4,8 @@
  * fp32 q, k, v, FlashAttention-2's loop order, fp32 softmax, lse saved, a
  * deterministic two-kernel backward. Two implementations of one algorithm:
  *   - mma.sync (cuda_attention_mma.cuh, the default): the tile products'
- *     results stay in registers, whose layout PTX documents;
+ *     results stay in registers, whose layout PTX documents; two m16 tiles of
+ *     query rows a warp at head size 64 (CT_CUDA_ATTENTION=mma1: one);
  *   - WMMA (cuda_attention_wmma.cuh, CT_CUDA_ATTENTION=wmma): the first one,
  *     measured on an H200 (stop 39), which goes through shared memory for
  *     every element-wise step since WMMA's layout is unspecified.
@@ -23,13 +24,17 @@
  *        shared 49.8 / 81.8
  *   dkv  sm_90a 255 / 255 (16 bytes spilled at 128), sm_80 255 / 255 (4 / 160
  *        bytes spilled); shared 58.8 / 65.4
- * and of the mma.sync ones (fm_*_smem, two stages of the tiles they walk):
- * no spills at either target;
- *   fwd  sm_90a 128 / 176 registers, sm_80 126 / 169; shared 45.3 / 85.3
- *   dq   sm_90a 154 / 206, sm_80 154 / 184; shared 54.8 / 102.8
- *   dkv  sm_90a 191 / 240, sm_80 177 / 239; shared 55.5 / 68.8
- * (dkv at 64 held to three blocks an SM, 168 registers, spills 56 bytes on
- * sm_90a, so it is left at two).
+ * and of the mma.sync ones (fm_*_smem, two stages of the tiles they walk),
+ * no spills at either target; at head size 64 with two m16 tiles a warp (the
+ * default) / one (CT_CUDA_ATTENTION=mma1) / at head size 128 (one):
+ *   fwd  sm_90a 240 / 130 / 172 registers, sm_80 245 / 128 / 168;
+ *        shared 54.5 / 45.3 / 85.3
+ *   dq   sm_90a 244 / 158 / 193, sm_80 242 / 154 / 176; shared 73.5 / 54.8 / 102.8
+ *   dkv  (one tile a warp) sm_90a 177 / 240 at 64 / 128, sm_80 177 / 239;
+ *        shared 55.5 / 68.8
+ * so an SM holds two forward blocks of head size 64 (8 warps of 32 rows), or
+ * three of 16-row warps at one tile a warp: which is faster is the GPU
+ * check's A/B to measure (scripts/gpu_check.sh, bench stage).
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -71,18 +76,18 @@ k_fa_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, con
     FA_BODY((fa_dkv_body<HS>(fa_smem, dqkv, dout, qkv, lse, D, pos, T, NH, NKV)));
 }
 
-template <int HS>
+template <int HS, int MT>
 __global__ void __launch_bounds__(FA_THREADS)
 k_fm_fwd(float *out, float *lse, const fa_bf16 *qkv, const int32_t *pos, int T, int NH, int NKV) {
     extern __shared__ __align__(128) unsigned char fa_smem[];
-    FA_BODY((fm_fwd_body<HS>(fa_smem, out, lse, qkv, pos, T, NH, NKV)));
+    FA_BODY((fm_fwd_body<HS, MT>(fa_smem, out, lse, qkv, pos, T, NH, NKV)));
 }
-template <int HS>
+template <int HS, int MT>
 __global__ void __launch_bounds__(FA_THREADS)
 k_fm_dq(float *dqkv, const fa_bf16 *dout, const fa_bf16 *qkv, const float *lse, const double *D,
         const int32_t *pos, int T, int NH, int NKV) {
     extern __shared__ __align__(128) unsigned char fa_smem[];
-    FA_BODY((fm_dq_body<HS>(fa_smem, dqkv, dout, qkv, lse, D, pos, T, NH, NKV)));
+    FA_BODY((fm_dq_body<HS, MT>(fa_smem, dqkv, dout, qkv, lse, D, pos, T, NH, NKV)));
 }
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
@@ -91,6 +96,40 @@ k_fm_dkv(float *dqkv, const fa_bf16 *dout, const fa_bf16 *qkv, const float *lse,
     extern __shared__ __align__(128) unsigned char fa_smem[];
     FA_BODY((fm_dkv_body<HS>(fa_smem, dqkv, dout, qkv, lse, D, pos, T, NH, NKV)));
 }
+
+/* The mma.sync kernels' dynamic shared memory granted, at head size HS with
+ * MT m16 tiles a warp in the forward and dq. */
+template <int HS, int MT> static bool fm_grant(size_t optin) {
+    const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    return optin >= fm_fwd_smem(HS, MT) && optin >= fm_dq_smem(HS, MT) &&
+           optin >= fm_dkv_smem(HS) &&
+           cudaFuncSetAttribute(k_fm_fwd<HS, MT>, a, (int)fm_fwd_smem(HS, MT)) == cudaSuccess &&
+           cudaFuncSetAttribute(k_fm_dq<HS, MT>, a, (int)fm_dq_smem(HS, MT)) == cudaSuccess &&
+           cudaFuncSetAttribute(k_fm_dkv<HS>, a, (int)fm_dkv_smem(HS)) == cudaSuccess;
+}
+/* The forward, then dq and dk/dv, on bf16 q, k, v (and dout) */
+template <int HS, int MT>
+static void fm_forward(cudaStream_t st, float *out, float *lse, const fa_bf16 *q16,
+                       const int32_t *pos, int B, int T, int NH, int NKV) {
+    dim3 grid((unsigned)((T + fm_bq(MT) - 1) / fm_bq(MT)), (unsigned)NH, (unsigned)B);
+    k_fm_fwd<HS, MT><<<grid, FA_THREADS, fm_fwd_smem(HS, MT), st>>>(out, lse, q16, pos, T, NH,
+                                                                    NKV);
+}
+template <int HS, int MT>
+static void fm_backward(cudaStream_t st, float *dqkv, const fa_bf16 *d16, const fa_bf16 *q16,
+                        const float *lse, const double *D, const int32_t *pos, int B, int T,
+                        int NH, int NKV) {
+    dim3 gq((unsigned)((T + fm_bq(MT) - 1) / fm_bq(MT)), (unsigned)NH, (unsigned)B);
+    dim3 gk((unsigned)((T + FA_BK - 1) / FA_BK), (unsigned)NKV, (unsigned)B);
+    k_fm_dq<HS, MT><<<gq, FA_THREADS, fm_dq_smem(HS, MT), st>>>(dqkv, d16, q16, lse, D, pos, T,
+                                                                NH, NKV);
+    k_fm_dkv<HS><<<gk, FA_THREADS, fm_dkv_smem(HS), st>>>(dqkv, d16, q16, lse, D, pos, T, NH,
+                                                          NKV);
+}
+/* Two m16 tiles a warp at head size 64 (each K and V fragment read from
+ * shared memory serves 32 query rows); one at 128 (registers), and one
+ * everywhere under CT_CUDA_ATTENTION=mma1. */
+static int fm_tiles(int HS) { return HS == 64 && cuda_attention_mode() != CUDA_ATT_MMA1 ? 2 : 1; }
 
 /* Grants each kernel its dynamic shared memory (over the 48 KiB default) once
  * per backend; false when the device refuses (then the exact kernels run). */
@@ -101,14 +140,8 @@ static bool fa_ready(ct_backend *be) {
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, s->device);
     const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
     bool ok = (size_t)optin >= fa_dq_smem(128) && (size_t)optin >= fa_dkv_smem(128) &&
-              (size_t)optin >= fa_fwd_smem(128) && (size_t)optin >= fm_dq_smem(128) &&
-              (size_t)optin >= fm_dkv_smem(128) && (size_t)optin >= fm_fwd_smem(128) &&
-              cudaFuncSetAttribute(k_fm_fwd<64>, a, (int)fm_fwd_smem(64)) == cudaSuccess &&
-              cudaFuncSetAttribute(k_fm_fwd<128>, a, (int)fm_fwd_smem(128)) == cudaSuccess &&
-              cudaFuncSetAttribute(k_fm_dq<64>, a, (int)fm_dq_smem(64)) == cudaSuccess &&
-              cudaFuncSetAttribute(k_fm_dq<128>, a, (int)fm_dq_smem(128)) == cudaSuccess &&
-              cudaFuncSetAttribute(k_fm_dkv<64>, a, (int)fm_dkv_smem(64)) == cudaSuccess &&
-              cudaFuncSetAttribute(k_fm_dkv<128>, a, (int)fm_dkv_smem(128)) == cudaSuccess &&
+              (size_t)optin >= fa_fwd_smem(128) && fm_grant<64, 1>((size_t)optin) &&
+              fm_grant<64, 2>((size_t)optin) && fm_grant<128, 1>((size_t)optin) &&
               cudaFuncSetAttribute(k_fa_fwd<64>, a, (int)fa_fwd_smem(64)) == cudaSuccess &&
               cudaFuncSetAttribute(k_fa_fwd<128>, a, (int)fa_fwd_smem(128)) == cudaSuccess &&
               cudaFuncSetAttribute(k_fa_dq<64>, a, (int)fa_dq_smem(64)) == cudaSuccess &&
@@ -124,7 +157,8 @@ static bool fa_ready(ct_backend *be) {
 static bool fa_ok(ct_backend *be, const ct_attn_dropout *drop, int B, int NH, int HS,
                   const void *a, const void *b) {
     int mode = cuda_attention_mode();
-    return (mode == CUDA_ATT_AUTO || mode == CUDA_ATT_WMMA) && (!drop || !(drop->p > 0.0f)) &&
+    return (mode == CUDA_ATT_AUTO || mode == CUDA_ATT_WMMA || mode == CUDA_ATT_MMA1) &&
+           (!drop || !(drop->p > 0.0f)) &&
            (HS == 64 || HS == 128) && cuda_st(be)->cc_major >= 8 && B <= 65535 &&
            NH <= 65535 && !(((uintptr_t)a | (uintptr_t)b) & 15) && fa_ready(be);
 }
@@ -145,11 +179,9 @@ extern "C" void ct_attention_forward_bf16_cuda(ct_backend *be, float *out, float
         fa_bf16 *q16 = (fa_bf16 *)cuda_bf16_workspace(be, n);
         if (!q16) return;
         ct_f32_to_bf16_cuda(be, (uint16_t *)q16, qkv, n);
-        if (HS == 64)
-            k_fm_fwd<64><<<grid, FA_THREADS, fm_fwd_smem(64), st>>>(out, lse, q16, pos, T, NH, NKV);
-        else
-            k_fm_fwd<128><<<grid, FA_THREADS, fm_fwd_smem(128), st>>>(out, lse, q16, pos, T, NH,
-                                                                      NKV);
+        if (HS == 128) fm_forward<128, 1>(st, out, lse, q16, pos, B, T, NH, NKV);
+        else if (fm_tiles(HS) == 2) fm_forward<64, 2>(st, out, lse, q16, pos, B, T, NH, NKV);
+        else fm_forward<64, 1>(st, out, lse, q16, pos, B, T, NH, NKV);
     } else if (HS == 64)
         k_fa_fwd<64><<<grid, FA_THREADS, fa_fwd_smem(64), st>>>(out, lse, qkv, pos, T, NH, NKV);
     else
@@ -180,17 +212,9 @@ extern "C" void ct_attention_backward_bf16_cuda(ct_backend *be, float *dqkv, con
         if (!q16) return;
         ct_f32_to_bf16_cuda(be, (uint16_t *)q16, qkv, nq);
         ct_f32_to_bf16_cuda(be, (uint16_t *)d16, dout, nd);
-        if (HS == 64) {
-            k_fm_dq<64><<<gq, FA_THREADS, fm_dq_smem(64), st>>>(dqkv, d16, q16, lse, D, pos, T,
-                                                                NH, NKV);
-            k_fm_dkv<64><<<gk, FA_THREADS, fm_dkv_smem(64), st>>>(dqkv, d16, q16, lse, D, pos, T,
-                                                                  NH, NKV);
-        } else {
-            k_fm_dq<128><<<gq, FA_THREADS, fm_dq_smem(128), st>>>(dqkv, d16, q16, lse, D, pos, T,
-                                                                  NH, NKV);
-            k_fm_dkv<128><<<gk, FA_THREADS, fm_dkv_smem(128), st>>>(dqkv, d16, q16, lse, D, pos,
-                                                                    T, NH, NKV);
-        }
+        if (HS == 128) fm_backward<128, 1>(st, dqkv, d16, q16, lse, D, pos, B, T, NH, NKV);
+        else if (fm_tiles(HS) == 2) fm_backward<64, 2>(st, dqkv, d16, q16, lse, D, pos, B, T, NH, NKV);
+        else fm_backward<64, 1>(st, dqkv, d16, q16, lse, D, pos, B, T, NH, NKV);
     } else if (HS == 64) {
         k_fa_dq<64><<<gq, FA_THREADS, fa_dq_smem(64), st>>>(dqkv, dout, qkv, lse, D, pos, T, NH,
                                                             NKV);
