@@ -108,10 +108,13 @@ template <int NT> __device__ inline void fm_zero(float (*c)[4]) {
 /* s[mt] = A1 B1^T and dp[mt] = A2 B2^T over the head size, for MT m16 tiles:
  * A1, A2 the warp's first of MT x 16 rows of two tiles, B1, B2 the NT * 8
  * rows of two others (all row-major, HS + 8 apart). Each B fragment is
- * loaded once for the MT tiles. */
-template <int HS, int NT, int MT>
+ * loaded once for the MT tiles. HELD (MT 1): A1's and A2's fragments are
+ * h1[kk] and h2[kk] in registers, for each 16 columns kk, not loaded. */
+template <int HS, int NT, int MT, bool HELD = false>
 __device__ inline void fm_two_products(float (*s)[NT][4], float (*dp)[NT][4], const fa_bf16 *A1,
-                                       const fa_bf16 *A2, const fa_bf16 *B1, const fa_bf16 *B2) {
+                                       const fa_bf16 *A2, const fa_bf16 *B1, const fa_bf16 *B2,
+                                       const uint32_t (*h1)[4] = nullptr,
+                                       const uint32_t (*h2)[4] = nullptr) {
     constexpr int LDH = HS + 8;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
@@ -124,14 +127,22 @@ __device__ inline void fm_two_products(float (*s)[NT][4], float (*dp)[NT][4], co
         fm_load_bt<NT>(bf, B1, LDH, kk * 16);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            fa_ldsm_a(a[mt], A1 + mt * 16 * LDH + kk * 16, LDH);
-            fa_mma<NT>(s[mt], a[mt], bf);
+            if (HELD) {
+                fa_mma<NT>(s[mt], h1[kk], bf);
+            } else {
+                fa_ldsm_a(a[mt], A1 + mt * 16 * LDH + kk * 16, LDH);
+                fa_mma<NT>(s[mt], a[mt], bf);
+            }
         }
         fm_load_bt<NT>(bf, B2, LDH, kk * 16);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            fa_ldsm_a(a[mt], A2 + mt * 16 * LDH + kk * 16, LDH);
-            fa_mma<NT>(dp[mt], a[mt], bf);
+            if (HELD) {
+                fa_mma<NT>(dp[mt], h2[kk], bf);
+            } else {
+                fa_ldsm_a(a[mt], A2 + mt * 16 * LDH + kk * 16, LDH);
+                fa_mma<NT>(dp[mt], a[mt], bf);
+            }
         }
     }
 }
@@ -416,16 +427,19 @@ __device__ void fm_dq_body(unsigned char *smem, float *dqkv, const fa_bf16 *dout
 /* One query tile's share of a dk, dv block (fm_dkv_body), for the warp's 16
  * key rows: S^T = K Q^T and dP^T = V dO^T, P^T and dS^T on them, then dv +=
  * P^T dO and dk += dS^T Q. jr: the lane's key rows; i0: the tile's first
- * query row. */
-template <int HS>
+ * query row. HELD: the warp's K and V fragments are kva[0..HS/16) and
+ * kva[HS/16..) in registers, not loaded for each tile. */
+template <int HS, bool HELD>
 __device__ inline void fm_dkv_tile(float (*dk)[4], float (*dv)[4], const fa_bf16 *Ks,
                                    const fa_bf16 *Vs, const fa_bf16 *Qs, const fa_bf16 *dOs,
                                    const float *lse_s, const float *D_s, const int *first_s,
-                                   const int jr[2], int i0, int T, float sl2, float scale) {
+                                   const int jr[2], int i0, int T, float sl2, float scale,
+                                   const uint32_t (*kva)[4]) {
     constexpr int BQ = FA_DKV_BQ(HS), LDH = HS + 8, NQT = BQ / 8, NDT = HS / 8;
     int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
     float st1[1][NQT][4], dpt1[1][NQT][4];
-    fm_two_products<HS, NQT, 1>(st1, dpt1, Ks + warp * 16 * LDH, Vs + warp * 16 * LDH, Qs, dOs);
+    fm_two_products<HS, NQT, 1, HELD>(st1, dpt1, Ks + warp * 16 * LDH, Vs + warp * 16 * LDH, Qs,
+                                      dOs, kva, kva + HS / 16);
     float(*st)[4] = st1[0], (*dpt)[4] = dpt1[0];
     /* P^T and dS^T: element (key row, query column) */
 #pragma unroll
@@ -500,6 +514,11 @@ __device__ void fm_dkv_body(unsigned char *smem, float *dqkv, const fa_bf16 *dou
     fm_zero<NDT>(dk);
     fm_zero<NDT>(dv);
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * FA_LOG2E;
+    /* at head size 64 the warp's K and V fragments stay in registers for the
+     * walk (the block holds two blocks an SM either way: 2 x 16 registers) */
+    constexpr bool HOLD = HS == 64;
+    constexpr int LDH = HS + 8;
+    uint32_t kva[HOLD ? HS / 8 : 1][4];
     for (int it = 0;; it++) {
         int hn = h, in = i0 + BQ; /* the next tile, block-uniform */
         if (in >= T || attn_first_key(pos, b, T, in) > klast) {
@@ -512,13 +531,20 @@ __device__ void fm_dkv_body(unsigned char *smem, float *dqkv, const fa_bf16 *dou
         fa_cp_commit();
         fa_cp_wait<1>();
         __syncthreads();
+        if (HOLD && it == 0) /* K and V came with the first query tile */
+#pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) {
+                fa_ldsm_a(kva[kk], Ks + warp * 16 * LDH + kk * 16, LDH);
+                fa_ldsm_a(kva[HS / 16 + kk], Vs + warp * 16 * LDH + kk * 16, LDH);
+            }
         const fa_bf16 *Qs = (const fa_bf16 *)(qd + (it & 1) * 2 * QT), *dOs = Qs + QT / 2;
         const float *lse_s = (const float *)(rows + (it & 1) * RW), *D_s = lse_s + BQ;
         const int *first_s = (const int *)(D_s + BQ);
         int nq = min(BQ, T - i0), qfirst = T; /* the tile's least first key */
         for (int q = 0; q < BQ; q++) qfirst = min(qfirst, first_s[q]);
         if (wk0 < T && wk0 <= i0 + nq - 1 && qfirst <= wk0 + 15) /* warp-uniform */
-            fm_dkv_tile<HS>(dk, dv, Ks, Vs, Qs, dOs, lse_s, D_s, first_s, jr, i0, T, sl2, scale);
+            fm_dkv_tile<HS, HOLD>(dk, dv, Ks, Vs, Qs, dOs, lse_s, D_s, first_s, jr, i0, T, sl2,
+                                  scale, kva);
         h = hn;
         i0 = in;
         if (!more) break;

@@ -30,8 +30,8 @@
  *   fwd  sm_90a 240 / 130 / 172 registers, sm_80 245 / 128 / 168;
  *        shared 54.5 / 45.3 / 85.3
  *   dq   sm_90a 244 / 158 / 193, sm_80 242 / 154 / 176; shared 73.5 / 54.8 / 102.8
- *   dkv  (one tile a warp) sm_90a 177 / 240 at 64 / 128, sm_80 177 / 239;
- *        shared 55.5 / 68.8
+ *   dkv  (one tile a warp; at 64 the K and V fragments held for the walk)
+ *        sm_90a 230 / 240 at 64 / 128, sm_80 236 / 239; shared 55.5 / 68.8
  * so an SM holds two forward blocks of head size 64 (8 warps of 32 rows), or
  * three of 16-row warps at one tile a warp: which is faster is the GPU
  * check's A/B to measure (scripts/gpu_check.sh, bench stage).
