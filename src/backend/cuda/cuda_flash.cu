@@ -48,7 +48,7 @@
 
 /* The kernels: the bodies of cuda_attention_wmma.cuh over the dynamic shared
  * memory. bf16 WMMA needs sm_80; for older targets (the compute_75 PTX) the
- * kernels are empty and never launched (fa_ok asks the device). */
+ * kernels are empty and never launched (fa_impl asks the device). */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 #define FA_BODY(call) call
 #else
@@ -131,36 +131,50 @@ static void fm_backward(cudaStream_t st, float *dqkv, const fa_bf16 *d16, const 
  * everywhere under CT_CUDA_ATTENTION=mma1. */
 static int fm_tiles(int HS) { return HS == 64 && cuda_attention_mode() != CUDA_ATT_MMA1 ? 2 : 1; }
 
-/* Grants each kernel its dynamic shared memory (over the 48 KiB default) once
- * per backend; false when the device refuses (then the exact kernels run). */
-static bool fa_ready(ct_backend *be) {
-    cuda_state *s = cuda_st(be);
-    if (s->fa_ready) return s->fa_ready > 0;
-    int optin = 0;
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, s->device);
+/* The WMMA kernels' dynamic shared memory granted, at head size HS. */
+template <int HS> static bool fa_grant(size_t optin) {
     const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
-    bool ok = (size_t)optin >= fa_dq_smem(128) && (size_t)optin >= fa_dkv_smem(128) &&
-              (size_t)optin >= fa_fwd_smem(128) && fm_grant<64, 1>((size_t)optin) &&
-              fm_grant<64, 2>((size_t)optin) && fm_grant<128, 1>((size_t)optin) &&
-              cudaFuncSetAttribute(k_fa_fwd<64>, a, (int)fa_fwd_smem(64)) == cudaSuccess &&
-              cudaFuncSetAttribute(k_fa_fwd<128>, a, (int)fa_fwd_smem(128)) == cudaSuccess &&
-              cudaFuncSetAttribute(k_fa_dq<64>, a, (int)fa_dq_smem(64)) == cudaSuccess &&
-              cudaFuncSetAttribute(k_fa_dq<128>, a, (int)fa_dq_smem(128)) == cudaSuccess &&
-              cudaFuncSetAttribute(k_fa_dkv<64>, a, (int)fa_dkv_smem(64)) == cudaSuccess &&
-              cudaFuncSetAttribute(k_fa_dkv<128>, a, (int)fa_dkv_smem(128)) == cudaSuccess;
-    if (!ok) (void)cudaGetLastError(); /* not a latched error: the exact kernels run */
-    s->fa_ready = ok ? 1 : -1;
-    return ok;
+    return optin >= fa_fwd_smem(HS) && optin >= fa_dq_smem(HS) && optin >= fa_dkv_smem(HS) &&
+           cudaFuncSetAttribute(k_fa_fwd<HS>, a, (int)fa_fwd_smem(HS)) == cudaSuccess &&
+           cudaFuncSetAttribute(k_fa_dq<HS>, a, (int)fa_dq_smem(HS)) == cudaSuccess &&
+           cudaFuncSetAttribute(k_fa_dkv<HS>, a, (int)fa_dkv_smem(HS)) == cudaSuccess;
 }
 
-/* Whether the tensor-core kernels run this call (see the file comment). */
-static bool fa_ok(ct_backend *be, const ct_attn_dropout *drop, int B, int NH, int HS,
-                  const void *a, const void *b) {
+/* Which kernels the device granted their shared memory (over the 48 KiB
+ * default), asked once per backend: a device with less to give runs what
+ * fits. An sm_86 or sm_89 part (99 KiB a block) takes every kernel but the
+ * mma.sync dq at head size 128 (103 KiB), so there head size 128 runs the
+ * WMMA kernels. */
+enum { FA_WMMA64 = 1, FA_WMMA128 = 2, FA_MMA64 = 4, FA_MMA128 = 8 };
+static int fa_ready(ct_backend *be) {
+    cuda_state *s = cuda_st(be);
+    if (!s->fa_ready) {
+        int optin = 0;
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, s->device);
+        size_t o = optin > 0 ? (size_t)optin : 0;
+        int m = (fa_grant<64>(o) ? FA_WMMA64 : 0) | (fa_grant<128>(o) ? FA_WMMA128 : 0) |
+                (fm_grant<64, 1>(o) && fm_grant<64, 2>(o) ? FA_MMA64 : 0) |
+                (fm_grant<128, 1>(o) ? FA_MMA128 : 0);
+        if (m != (FA_WMMA64 | FA_WMMA128 | FA_MMA64 | FA_MMA128))
+            (void)cudaGetLastError(); /* a refusal is not a latched error: others run */
+        s->fa_ready = m ? m : -1;
+    }
+    return s->fa_ready > 0 ? s->fa_ready : 0;
+}
+
+/* Which tensor-core kernels run this call (see the file comment): FA_MMA,
+ * FA_WMMA, or 0 for the exact kernels. */
+enum { FA_NONE = 0, FA_WMMA = 1, FA_MMA = 2 };
+static int fa_impl(ct_backend *be, const ct_attn_dropout *drop, int B, int NH, int HS,
+                   const void *a, const void *b) {
     int mode = cuda_attention_mode();
-    return (mode == CUDA_ATT_AUTO || mode == CUDA_ATT_WMMA || mode == CUDA_ATT_MMA1) &&
-           (!drop || !(drop->p > 0.0f)) &&
-           (HS == 64 || HS == 128) && cuda_st(be)->cc_major >= 8 && B <= 65535 &&
-           NH <= 65535 && !(((uintptr_t)a | (uintptr_t)b) & 15) && fa_ready(be);
+    if ((mode != CUDA_ATT_AUTO && mode != CUDA_ATT_WMMA && mode != CUDA_ATT_MMA1) ||
+        (drop && drop->p > 0.0f) || (HS != 64 && HS != 128) || cuda_st(be)->cc_major < 8 ||
+        B > 65535 || NH > 65535 || (((uintptr_t)a | (uintptr_t)b) & 15))
+        return FA_NONE;
+    int r = fa_ready(be);
+    if (mode != CUDA_ATT_WMMA && (r & (HS == 64 ? FA_MMA64 : FA_MMA128))) return FA_MMA;
+    return r & (HS == 64 ? FA_WMMA64 : FA_WMMA128) ? FA_WMMA : FA_NONE;
 }
 
 extern "C" void ct_attention_forward_bf16_cuda(ct_backend *be, float *out, float *lse,
@@ -168,13 +182,14 @@ extern "C" void ct_attention_forward_bf16_cuda(ct_backend *be, float *out, float
                                                const ct_attn_dropout *drop, int B, int T,
                                                int NH, int NKV, int HS) {
     if ((size_t)B * NH * T == 0) return;
-    if (!fa_ok(be, drop, B, NH, HS, qkv, out)) {
+    int impl = fa_impl(be, drop, B, NH, HS, qkv, out);
+    if (impl == FA_NONE) {
         ct_attention_forward_cuda(be, out, lse, qkv, pos, drop, B, T, NH, NKV, HS);
         return;
     }
     dim3 grid((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)NH, (unsigned)B);
     cudaStream_t st = cuda_stream(be);
-    if (cuda_attention_mode() != CUDA_ATT_WMMA) {
+    if (impl == FA_MMA) {
         size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
         fa_bf16 *q16 = (fa_bf16 *)cuda_bf16_workspace(be, n);
         if (!q16) return;
@@ -195,7 +210,8 @@ extern "C" void ct_attention_backward_bf16_cuda(ct_backend *be, float *dqkv, con
                                                 const ct_attn_dropout *drop, int B, int T, int NH,
                                                 int NKV, int HS) {
     if ((size_t)B * NH * T == 0) return;
-    if (!fa_ok(be, drop, B, NH, HS, qkv, dout) || ((uintptr_t)dqkv & 7)) { /* float2 adds */
+    int impl = fa_impl(be, drop, B, NH, HS, qkv, dout);
+    if (impl == FA_NONE || ((uintptr_t)dqkv & 7)) { /* float2 adds */
         ct_attention_backward_cuda(be, dqkv, dout, qkv, out, lse, pos, drop, B, T, NH, NKV, HS);
         return;
     }
@@ -204,7 +220,7 @@ extern "C" void ct_attention_backward_bf16_cuda(ct_backend *be, float *dqkv, con
     cudaStream_t st = cuda_stream(be);
     dim3 gq((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)NH, (unsigned)B);
     dim3 gk((unsigned)((T + FA_BK - 1) / FA_BK), (unsigned)NKV, (unsigned)B);
-    if (cuda_attention_mode() != CUDA_ATT_WMMA) {
+    if (impl == FA_MMA) {
         /* q, k, v then dout in bf16, in the workspace (after D, which reads
          * the fp32 dout) */
         size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS, nd = (size_t)B * T * NH * HS;

@@ -58,7 +58,8 @@ typedef struct cuda_state {
     double *att_ws;        /* device: attention backward's D = rowsum(dout o out), (B,NH,T) */
     size_t att_ws_bytes;
     int fa_ready;          /* tensor-core attention's shared memory: 0 not asked yet,
-                            * 1 granted, -1 refused (the exact kernels run) */
+                            * else the FA_* bits of the kernels granted it
+                            * (cuda_flash.cu), -1 none (the exact kernels run) */
     double *col_ws;        /* device: the column sums' partials (cuda_colsum.cuh) */
     size_t col_ws_bytes;
     void *enc_ws;          /* device: the embedding backward's sort keys (cuda_encoder_bwd.cuh) */
