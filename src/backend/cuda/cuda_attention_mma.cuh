@@ -30,7 +30,7 @@
 #ifndef CT_BACKEND_CUDA_ATTENTION_MMA_CUH
 #define CT_BACKEND_CUDA_ATTENTION_MMA_CUH
 
-#include "backend/cuda/cuda_attention_wmma.cuh" /* FA_* shapes, fa_stage, fa_tile_bytes */
+#include "backend/cuda/cuda_attention_wmma.cuh" /* FA_* shapes, fa_tile_bytes, fa_row_values */
 
 /* Query rows of a forward or dq block with MT m16 tiles a warp. */
 __host__ __device__ constexpr int fm_bq(int MT) { return 16 * MT * FA_WARPS; }
