@@ -63,6 +63,33 @@ __device__ inline void fm_stage(fa_bf16 *dst, const fa_bf16 *src, size_t W, int 
     }
 }
 
+/* Starts copying the K and V tiles of keys [k0, k0 + FA_BK) (kb, vb: the KV
+ * head's first columns) into stage st of kv: K at 2 st tile bytes, V after. */
+template <int HS>
+__device__ inline void fm_stage_kv(unsigned char *kv, int st, const fa_bf16 *kb,
+                                   const fa_bf16 *vb, size_t W, int k0, int T) {
+    constexpr size_t KV = fa_tile_bytes(FA_BK, HS);
+    fa_bf16 *K = (fa_bf16 *)(kv + st * 2 * KV);
+    int n = min(FA_BK, T - k0);
+    fm_stage<HS, FA_BK>(K, kb, W, k0, n);
+    fm_stage<HS, FA_BK>(K + KV / 2, vb, W, k0, n);
+}
+/* One step of a walk over key tiles (the it-th, keys from k0; the walk ends
+ * at key last): once the block is done with the other stage, starts copying
+ * the next tile there, then waits until this tile (stage it & 1) is in for
+ * the whole block. Returns its K tile; V follows, one tile on. */
+template <int HS>
+__device__ inline const fa_bf16 *fm_kv_next(unsigned char *kv, int it, const fa_bf16 *kb,
+                                            const fa_bf16 *vb, size_t W, int k0, int last,
+                                            int T) {
+    __syncthreads(); /* the other stage's readers are done */
+    if (k0 + FA_BK <= last) fm_stage_kv<HS>(kv, (it + 1) & 1, kb, vb, W, k0 + FA_BK, T);
+    fa_cp_commit();
+    fa_cp_wait<1>(); /* this thread's copies of this tile (and what came before) are in */
+    __syncthreads(); /* and everyone's */
+    return (const fa_bf16 *)(kv + (it & 1) * 2 * fa_tile_bytes(FA_BK, HS));
+}
+
 /* NT B fragments (n8 tiles) from rows [0, 8 NT) of the tile at p, which holds
  * B transposed (row n, column k), k columns [k0, k0 + 16). */
 template <int NT>
@@ -201,8 +228,7 @@ __device__ void fm_fwd_body(unsigned char *smem, float *out, float *lse, const f
     for (int r = 0; r < 16 * MT; r++) wfirst = min(wfirst, first_s[warp * 16 * MT + r]);
     int kstart = (kmin / FA_BK) * FA_BK, last = min(q0 + BQ, T) - 1;
     fm_stage<HS, BQ>(Qs, qkv_b + (size_t)h * HS, W, q0, min(BQ, T - q0));
-    fm_stage<HS, FA_BK>((fa_bf16 *)kv, kb, W, kstart, min(FA_BK, T - kstart));
-    fm_stage<HS, FA_BK>((fa_bf16 *)(kv + KV), vb, W, kstart, min(FA_BK, T - kstart));
+    fm_stage_kv<HS>(kv, 0, kb, vb, W, kstart, T);
     fa_cp_commit();
     int wr0 = q0 + warp * 16 * MT, wlast = min(wr0 + 16 * MT - 1, T - 1);
     int ir[MT][2], jr[MT][2]; /* this lane's rows and their first keys */
@@ -223,18 +249,8 @@ __device__ void fm_fwd_body(unsigned char *smem, float *out, float *lse, const f
     }
     const float sl2 = FA_LOG2E / sqrtf((float)HS);
     for (int k0 = kstart, it = 0; k0 <= last; k0 += FA_BK, it++) {
-        const fa_bf16 *Ks = (const fa_bf16 *)(kv + (it & 1) * 2 * KV), *Vs = Ks + KV / 2;
-        __syncthreads(); /* the other stage's readers are done */
-        if (k0 + FA_BK <= last) { /* the next tile, while this one is worked on */
-            fa_bf16 *Kn = (fa_bf16 *)(kv + ((it + 1) & 1) * 2 * KV);
-            int n = min(FA_BK, T - k0 - FA_BK);
-            fm_stage<HS, FA_BK>(Kn, kb, W, k0 + FA_BK, n);
-            fm_stage<HS, FA_BK>(Kn + KV / 2, vb, W, k0 + FA_BK, n);
-        }
-        fa_cp_commit();
-        fa_cp_wait<1>(); /* this thread's copies of this tile (and Q) are in */
-        __syncthreads(); /* and everyone's */
-        if (it == 0)
+        const fa_bf16 *Ks = fm_kv_next<HS>(kv, it, kb, vb, W, k0, last, T), *Vs = Ks + KV / 2;
+        if (it == 0) /* Q came with the first tile */
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -355,8 +371,7 @@ __device__ void fm_dq_body(unsigned char *smem, float *dqkv, const fa_bf16 *dout
     int kstart = (kmin / FA_BK) * FA_BK, last = min(q0 + BQ, T) - 1;
     fm_stage<HS, BQ>(Qs, qkv_b + (size_t)h * HS, W, q0, nq);
     fm_stage<HS, BQ>(dOs, dout + (size_t)b * T * C + (size_t)h * HS, C, q0, nq);
-    fm_stage<HS, FA_BK>((fa_bf16 *)kv, kb, W, kstart, min(FA_BK, T - kstart));
-    fm_stage<HS, FA_BK>((fa_bf16 *)(kv + KV), vb, W, kstart, min(FA_BK, T - kstart));
+    fm_stage_kv<HS>(kv, 0, kb, vb, W, kstart, T);
     fa_cp_commit();
     int wr0 = q0 + warp * 16 * MT, wlast = min(wr0 + 16 * MT - 1, T - 1);
     int ir[MT][2], jr[MT][2];
@@ -376,17 +391,7 @@ __device__ void fm_dq_body(unsigned char *smem, float *dqkv, const fa_bf16 *dout
     for (int mt = 0; mt < MT; mt++) fm_zero<NDT>(dq[mt]);
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * FA_LOG2E;
     for (int k0 = kstart, it = 0; k0 <= last; k0 += FA_BK, it++) {
-        const fa_bf16 *Ks = (const fa_bf16 *)(kv + (it & 1) * 2 * KV), *Vs = Ks + KV / 2;
-        __syncthreads(); /* the other stage's readers are done */
-        if (k0 + FA_BK <= last) {
-            fa_bf16 *Kn = (fa_bf16 *)(kv + ((it + 1) & 1) * 2 * KV);
-            int n = min(FA_BK, T - k0 - FA_BK);
-            fm_stage<HS, FA_BK>(Kn, kb, W, k0 + FA_BK, n);
-            fm_stage<HS, FA_BK>(Kn + KV / 2, vb, W, k0 + FA_BK, n);
-        }
-        fa_cp_commit();
-        fa_cp_wait<1>();
-        __syncthreads();
+        const fa_bf16 *Ks = fm_kv_next<HS>(kv, it, kb, vb, W, k0, last, T), *Vs = Ks + KV / 2;
         if (wr0 >= T || k0 > wlast || k0 + FA_BK <= wfirst) continue;
         float s[MT][NKT][4], dp[MT][NKT][4];
         fm_two_products<HS, NKT, MT>(s, dp, Qs + warp * MT * 16 * LDH,

@@ -27,9 +27,9 @@
  * and of the mma.sync ones (fm_*_smem, two stages of the tiles they walk),
  * no spills at either target; at head size 64 with two m16 tiles a warp (the
  * default) / one (CT_CUDA_ATTENTION=mma1) / at head size 128 (one):
- *   fwd  sm_90a 240 / 130 / 172 registers, sm_80 245 / 128 / 168;
+ *   fwd  sm_90a 239 / 130 / 172 registers, sm_80 245 / 127 / 168;
  *        shared 54.5 / 45.3 / 85.3
- *   dq   sm_90a 244 / 158 / 193, sm_80 242 / 154 / 176; shared 73.5 / 54.8 / 102.8
+ *   dq   sm_90a 247 / 158 / 206, sm_80 244 / 154 / 184; shared 73.5 / 54.8 / 102.8
  *   dkv  (one tile a warp; at 64 the K and V fragments held for the walk)
  *        sm_90a 230 / 240 at 64 / 128, sm_80 236 / 239; shared 55.5 / 68.8
  * so an SM holds two forward blocks of head size 64 (8 warps of 32 rows), or
@@ -107,18 +107,17 @@ template <int HS, int MT> static bool fm_grant(size_t optin) {
            cudaFuncSetAttribute(k_fm_dq<HS, MT>, a, (int)fm_dq_smem(HS, MT)) == cudaSuccess &&
            cudaFuncSetAttribute(k_fm_dkv<HS>, a, (int)fm_dkv_smem(HS)) == cudaSuccess;
 }
-/* The forward, then dq and dk/dv, on bf16 q, k, v (and dout) */
 template <int HS, int MT>
-static void fm_forward(cudaStream_t st, float *out, float *lse, const fa_bf16 *q16,
-                       const int32_t *pos, int B, int T, int NH, int NKV) {
+static void fm_forward_at(cudaStream_t st, float *out, float *lse, const fa_bf16 *q16,
+                          const int32_t *pos, int B, int T, int NH, int NKV) {
     dim3 grid((unsigned)((T + fm_bq(MT) - 1) / fm_bq(MT)), (unsigned)NH, (unsigned)B);
     k_fm_fwd<HS, MT><<<grid, FA_THREADS, fm_fwd_smem(HS, MT), st>>>(out, lse, q16, pos, T, NH,
                                                                     NKV);
 }
 template <int HS, int MT>
-static void fm_backward(cudaStream_t st, float *dqkv, const fa_bf16 *d16, const fa_bf16 *q16,
-                        const float *lse, const double *D, const int32_t *pos, int B, int T,
-                        int NH, int NKV) {
+static void fm_backward_at(cudaStream_t st, float *dqkv, const fa_bf16 *d16, const fa_bf16 *q16,
+                           const float *lse, const double *D, const int32_t *pos, int B, int T,
+                           int NH, int NKV) {
     dim3 gq((unsigned)((T + fm_bq(MT) - 1) / fm_bq(MT)), (unsigned)NH, (unsigned)B);
     dim3 gk((unsigned)((T + FA_BK - 1) / FA_BK), (unsigned)NKV, (unsigned)B);
     k_fm_dq<HS, MT><<<gq, FA_THREADS, fm_dq_smem(HS, MT), st>>>(dqkv, d16, q16, lse, D, pos, T,
@@ -130,6 +129,35 @@ static void fm_backward(cudaStream_t st, float *dqkv, const fa_bf16 *d16, const 
  * shared memory serves 32 query rows); one at 128 (registers), and one
  * everywhere under CT_CUDA_ATTENTION=mma1. */
 static int fm_tiles(int HS) { return HS == 64 && cuda_attention_mode() != CUDA_ATT_MMA1 ? 2 : 1; }
+
+/* The mma.sync forward: q, k, v rounded into the bf16 workspace, then the
+ * kernel (head size 64 or 128). */
+static void fm_forward(ct_backend *be, float *out, float *lse, const float *qkv,
+                       const int32_t *pos, int B, int T, int NH, int NKV, int HS) {
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+    fa_bf16 *q16 = (fa_bf16 *)cuda_bf16_workspace(be, n);
+    if (!q16) return;
+    ct_f32_to_bf16_cuda(be, (uint16_t *)q16, qkv, n);
+    cudaStream_t st = cuda_stream(be);
+    if (HS == 128) fm_forward_at<128, 1>(st, out, lse, q16, pos, B, T, NH, NKV);
+    else if (fm_tiles(HS) == 2) fm_forward_at<64, 2>(st, out, lse, q16, pos, B, T, NH, NKV);
+    else fm_forward_at<64, 1>(st, out, lse, q16, pos, B, T, NH, NKV);
+}
+/* The mma.sync backward: q, k, v then dout rounded into the bf16 workspace
+ * (after D, which reads the fp32 dout), then dq and dk/dv. */
+static void fm_backward(ct_backend *be, float *dqkv, const float *dout, const float *qkv,
+                        const float *lse, const double *D, const int32_t *pos, int B, int T,
+                        int NH, int NKV, int HS) {
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS, nd = (size_t)B * T * NH * HS;
+    fa_bf16 *q16 = (fa_bf16 *)cuda_bf16_workspace(be, nq + nd), *d16 = q16 + nq;
+    if (!q16) return;
+    ct_f32_to_bf16_cuda(be, (uint16_t *)q16, qkv, nq);
+    ct_f32_to_bf16_cuda(be, (uint16_t *)d16, dout, nd);
+    cudaStream_t st = cuda_stream(be);
+    if (HS == 128) fm_backward_at<128, 1>(st, dqkv, d16, q16, lse, D, pos, B, T, NH, NKV);
+    else if (fm_tiles(HS) == 2) fm_backward_at<64, 2>(st, dqkv, d16, q16, lse, D, pos, B, T, NH, NKV);
+    else fm_backward_at<64, 1>(st, dqkv, d16, q16, lse, D, pos, B, T, NH, NKV);
+}
 
 /* The WMMA kernels' dynamic shared memory granted, at head size HS. */
 template <int HS> static bool fa_grant(size_t optin) {
@@ -187,20 +215,18 @@ extern "C" void ct_attention_forward_bf16_cuda(ct_backend *be, float *out, float
         ct_attention_forward_cuda(be, out, lse, qkv, pos, drop, B, T, NH, NKV, HS);
         return;
     }
-    dim3 grid((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)NH, (unsigned)B);
-    cudaStream_t st = cuda_stream(be);
     if (impl == FA_MMA) {
-        size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
-        fa_bf16 *q16 = (fa_bf16 *)cuda_bf16_workspace(be, n);
-        if (!q16) return;
-        ct_f32_to_bf16_cuda(be, (uint16_t *)q16, qkv, n);
-        if (HS == 128) fm_forward<128, 1>(st, out, lse, q16, pos, B, T, NH, NKV);
-        else if (fm_tiles(HS) == 2) fm_forward<64, 2>(st, out, lse, q16, pos, B, T, NH, NKV);
-        else fm_forward<64, 1>(st, out, lse, q16, pos, B, T, NH, NKV);
-    } else if (HS == 64)
-        k_fa_fwd<64><<<grid, FA_THREADS, fa_fwd_smem(64), st>>>(out, lse, qkv, pos, T, NH, NKV);
-    else
-        k_fa_fwd<128><<<grid, FA_THREADS, fa_fwd_smem(128), st>>>(out, lse, qkv, pos, T, NH, NKV);
+        fm_forward(be, out, lse, qkv, pos, B, T, NH, NKV, HS);
+    } else {
+        dim3 grid((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)NH, (unsigned)B);
+        cudaStream_t st = cuda_stream(be);
+        if (HS == 64)
+            k_fa_fwd<64><<<grid, FA_THREADS, fa_fwd_smem(64), st>>>(out, lse, qkv, pos, T, NH,
+                                                                    NKV);
+        else
+            k_fa_fwd<128><<<grid, FA_THREADS, fa_fwd_smem(128), st>>>(out, lse, qkv, pos, T, NH,
+                                                                      NKV);
+    }
     cuda_launched(be, "attention_forward_bf16");
 }
 
@@ -217,30 +243,23 @@ extern "C" void ct_attention_backward_bf16_cuda(ct_backend *be, float *dqkv, con
     }
     const double *D = cuda_attention_D(be, dout, out, B, T, NH, HS);
     if (!D) return;
-    cudaStream_t st = cuda_stream(be);
-    dim3 gq((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)NH, (unsigned)B);
-    dim3 gk((unsigned)((T + FA_BK - 1) / FA_BK), (unsigned)NKV, (unsigned)B);
     if (impl == FA_MMA) {
-        /* q, k, v then dout in bf16, in the workspace (after D, which reads
-         * the fp32 dout) */
-        size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS, nd = (size_t)B * T * NH * HS;
-        fa_bf16 *q16 = (fa_bf16 *)cuda_bf16_workspace(be, nq + nd), *d16 = q16 + nq;
-        if (!q16) return;
-        ct_f32_to_bf16_cuda(be, (uint16_t *)q16, qkv, nq);
-        ct_f32_to_bf16_cuda(be, (uint16_t *)d16, dout, nd);
-        if (HS == 128) fm_backward<128, 1>(st, dqkv, d16, q16, lse, D, pos, B, T, NH, NKV);
-        else if (fm_tiles(HS) == 2) fm_backward<64, 2>(st, dqkv, d16, q16, lse, D, pos, B, T, NH, NKV);
-        else fm_backward<64, 1>(st, dqkv, d16, q16, lse, D, pos, B, T, NH, NKV);
-    } else if (HS == 64) {
-        k_fa_dq<64><<<gq, FA_THREADS, fa_dq_smem(64), st>>>(dqkv, dout, qkv, lse, D, pos, T, NH,
-                                                            NKV);
-        k_fa_dkv<64><<<gk, FA_THREADS, fa_dkv_smem(64), st>>>(dqkv, dout, qkv, lse, D, pos, T, NH,
-                                                              NKV);
+        fm_backward(be, dqkv, dout, qkv, lse, D, pos, B, T, NH, NKV, HS);
     } else {
-        k_fa_dq<128><<<gq, FA_THREADS, fa_dq_smem(128), st>>>(dqkv, dout, qkv, lse, D, pos, T,
-                                                              NH, NKV);
-        k_fa_dkv<128><<<gk, FA_THREADS, fa_dkv_smem(128), st>>>(dqkv, dout, qkv, lse, D, pos, T,
+        cudaStream_t st = cuda_stream(be);
+        dim3 gq((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)NH, (unsigned)B);
+        dim3 gk((unsigned)((T + FA_BK - 1) / FA_BK), (unsigned)NKV, (unsigned)B);
+        if (HS == 64) {
+            k_fa_dq<64><<<gq, FA_THREADS, fa_dq_smem(64), st>>>(dqkv, dout, qkv, lse, D, pos, T,
                                                                 NH, NKV);
+            k_fa_dkv<64><<<gk, FA_THREADS, fa_dkv_smem(64), st>>>(dqkv, dout, qkv, lse, D, pos,
+                                                                  T, NH, NKV);
+        } else {
+            k_fa_dq<128><<<gq, FA_THREADS, fa_dq_smem(128), st>>>(dqkv, dout, qkv, lse, D, pos,
+                                                                  T, NH, NKV);
+            k_fa_dkv<128><<<gk, FA_THREADS, fa_dkv_smem(128), st>>>(dqkv, dout, qkv, lse, D,
+                                                                    pos, T, NH, NKV);
+        }
     }
     cuda_launched(be, "attention_backward_bf16");
 }
