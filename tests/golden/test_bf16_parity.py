@@ -22,7 +22,9 @@ Lightning's "bf16-mixed". Checks:
   run with CT_CUDA_ATTENTION=fp32, and the default run's step-1 loss must differ from it
   (the tensor-core attention ran) by at most LOSS_TIGHT; the teeth's run there also keeps
   the logits fp32 (debug.fp32_logits), whose bf16 rounding moves the loss by more than the
-  GEMMs' rounding does at that size. On sim, debug.fp32_logits gives the fp32-logit
+  GEMMs' rounding does at that size. On the cpu backend, whose bf16 runs take its bf16
+  attention at any even head size up to 256, the check reads a run with
+  CT_CPU_ATTENTION=fp32 in the same way. On sim, debug.fp32_logits gives the fp32-logit
   semantics.
 - Gradient accumulation: B=2 x 2 equals B=4 x 1 in bf16 (1e-5).
 - Exact resume: a bf16 run stopped after a checkpoint and resumed ends with weights and
@@ -209,22 +211,26 @@ def parity(rep, binary, tmp, name, forward, names, params, save, cfg, tokens, em
                         train_args(init, shard, os.path.join(d, "run32"), STEPS))
     if c16 is None or c32 is None:
         return
-    # on a GPU at head size 64 or 128, bf16 runs take the tensor-core attention (bf16 q, k,
-    # v and probabilities); the teeth below are about the GEMMs, so they read a run whose
-    # attention is the fp32 kernels' (CT_CUDA_ATTENTION=fp32), and that the tensor-core
-    # attention is in effect, and close, is checked against it
+    # on the cpu backend, and on a GPU at head size 64 or 128, bf16 runs take a bf16
+    # attention (bf16 q, k, v and probabilities); the teeth below are about the GEMMs, so
+    # they read a run whose attention is the fp32 kernels' (CT_CPU_ATTENTION=fp32,
+    # CT_CUDA_ATTENTION=fp32), and that the bf16 attention is in effect, and close, is
+    # checked against it
     c16_teeth, teeth_h16 = c16, HEAD_LOGITS_BF16
-    if DEVICE_KIND == "cuda" and HEAD_SIZE in (64, 128):
-        cx = ctrain_losses(rep, binary, "%s bf16, CT_CUDA_ATTENTION=fp32" % name,
+    if DEVICE_KIND == "cpu" or (DEVICE_KIND == "cuda" and HEAD_SIZE in (64, 128)):
+        var = "CT_CPU_ATTENTION" if DEVICE_KIND == "cpu" else "CT_CUDA_ATTENTION"
+        cx = ctrain_losses(rep, binary, "%s bf16, %s=fp32" % (name, var),
                            train_args(init, shard, os.path.join(d, "run16x"), 1,
                                       ["train.precision=bf16"] + emulate),
-                           env_extra={"CT_CUDA_ATTENTION": "fp32"})
+                           env_extra={var: "fp32"})
         if cx is None:
             return
         dx = rel(c16[0], cx[0])
-        rep.check("%s: the tensor-core attention is in effect (step-1 loss differs from the "
-                  "fp32 attention's) and within %g of it" % (name, LOSS_TIGHT),
+        rep.check("%s: the bf16 attention is in effect (step-1 loss differs from the fp32 "
+                  "attention's) and within %g of it" % (name, LOSS_TIGHT),
                   0 < dx <= LOSS_TIGHT, "relative difference %.2e" % dx)
+        c16_teeth = cx
+    if DEVICE_KIND == "cuda" and HEAD_SIZE in (64, 128):
         # and fp32 logits (debug.fp32_logits): rounding every logit to bf16 moves the loss
         # by whole ulps of a few logits wherever cuBLAS's order of the sums differs from
         # torch's, more than the fp32 run differs from these semantics at this size (H200:

@@ -10,11 +10,17 @@
  * with each other and lie within 2 ulp-ish of expf; v_exp_sub_sum writes
  * exactly the values s_exp gives and returns their sum; v_max is exact; NaN
  * goes through exp and the clamps hold at both ends.
+ * The bf16 tile products (tile16.c, vdpbf16ps where the build has
+ * AVX512_BF16) the same way against a double loop over the bf16 values, with
+ * A packed as rows or read transposed from row pairs, B packed from rows
+ * (pairs) or from its transpose (cols), odd K (a zero pair member), alpha;
+ * and the three packs bit for bit against core/dtype.c's rounding.
  */
 #include "ct_test.h"
 
 #include "backend/cpu/tile.h"
 #include "backend/cpu/vmath.h"
+#include "core/dtype.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -109,6 +115,114 @@ static void test_pack(void) {
     CHECK_MSG(bad == 0, "packing: %d wrong", bad);
 }
 
+static double w16(uint16_t h) { return ct_bf16_to_f32(h); }
+
+/* One bf16 case: C (M x N, ldc) = alpha A B + (acc ? C : 0); A packed by
+ * rows (ta false) or as row pairs of its transpose (ta); B packed as row
+ * pairs of itself (bt false) or by ct_t16_cols from its transpose. */
+static void one16(int M, int N, int K, bool ta, bool bt, int ldc, float alpha, bool acc) {
+    int Kp = K + (K & 1), K2 = Kp / 2;
+    size_t nc = (size_t)M * ldc + 1;
+    float *Af = malloc(((size_t)M * K + 1) * sizeof(float)), *Bf = malloc(((size_t)K * N + 1) * sizeof(float));
+    float *tmp = malloc(((size_t)(M > N ? M : N) * Kp + 1) * sizeof(float));
+    uint16_t *A16 = malloc(((size_t)M * Kp + 1) * 2), *B16 = malloc(((size_t)Kp * N + 1) * 2);
+    float *C = malloc(nc * sizeof(float)), *C0 = malloc(nc * sizeof(float));
+    for (size_t i = 0; i < (size_t)M * K; i++) Af[i] = frnd();
+    for (size_t i = 0; i < (size_t)K * N; i++) Bf[i] = frnd();
+    ptrdiff_t ars, acs, ldb = 2 * (ptrdiff_t)N;
+    if (!ta) {
+        ct_t16_rows(A16, Af, K, M, K, Kp);
+        ars = Kp, acs = 2;
+    } else { /* A^T (K x M), its row pairs: A(i, kp) at 2i + kp 2M */
+        for (int k = 0; k < K; k++)
+            for (int i = 0; i < M; i++) tmp[(size_t)k * M + i] = Af[(size_t)i * K + k];
+        ct_t16_pairs(A16, tmp, M, K, M);
+        ars = 2, acs = 2 * (ptrdiff_t)M;
+    }
+    if (!bt) {
+        ct_t16_pairs(B16, Bf, N, K, N);
+    } else { /* B^T (N x Kp, zero-padded to an even K) packed by columns */
+        for (int j = 0; j < N; j++)
+            for (int k = 0; k < Kp; k++) tmp[(size_t)j * Kp + k] = k < K ? Bf[(size_t)k * N + j] : 0;
+        ct_t16_cols(B16, tmp, Kp, N, Kp);
+    }
+    for (size_t i = 0; i < nc; i++) C0[i] = acc ? frnd() : NAN;
+    memcpy(C, C0, nc * sizeof(float));
+    ct_tile16_gemm(M, N, K2, A16, ars, acs, B16, ldb, alpha, acc, C, ldc);
+    int bad = 0;
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < ldc; j++) {
+            float got = C[(size_t)i * ldc + j], was = C0[(size_t)i * ldc + j];
+            if (j >= N) {
+                bad += !(got == was || (isnan(got) && isnan(was)));
+                continue;
+            }
+            double s = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                double p = w16(ct_f32_to_bf16(Af[(size_t)i * K + k])) *
+                           w16(ct_f32_to_bf16(Bf[(size_t)k * N + j]));
+                s += p;
+                mag += fabs(p);
+            }
+            s *= alpha, mag *= fabs(alpha);
+            if (acc) s += was, mag += fabs(was);
+            double err = fabs(got - s) / (mag + 1e-30);
+            if (!(err <= 1e-6) && !(mag == 0 && got == 0)) bad++;
+            if (err > worst) worst = err;
+        }
+    CHECK_MSG(bad == 0, "tile16 M=%d N=%d K=%d ta=%d bt=%d ldc=%d alpha=%g acc=%d: %d wrong (worst %.3g)",
+              M, N, K, ta, bt, ldc, alpha, acc, bad, worst);
+    free(Af), free(Bf), free(tmp), free(A16), free(B16), free(C), free(C0);
+}
+
+static void test_gemm16(void) {
+    const int Ms[] = {1, 2, 5, 6, 7, 13, 64};
+    const int Ns[] = {1, 15, 16, 17, 63, 64, 65, 128, 130};
+    const int Ks[] = {1, 2, 7, 64, 129};
+    for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+        for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+            for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
+                bool ta = (a + b) % 2, bt = (b + c) % 2 && Ks[c] % 2 == 0, acc = (a + c) % 2;
+                int ldc = Ns[b] + ((a + c) % 3 ? 3 : 0);
+                one16(Ms[a], Ns[b], Ks[c], ta, bt, ldc, c % 2 ? 0.125f : 1.0f, acc);
+            }
+    // attention's shapes: S = scale Q K^T (64 x 128 x 64), O += P V, dK += dS^T Q
+    one16(64, 128, 64, false, true, 128, 0.125f, false);
+    one16(64, 64, 128, false, false, 2304, 1.0f, true);
+    one16(128, 64, 64, true, false, 2304, 1.0f, true);
+    float c = 7.0f;
+    uint16_t x[2] = {0x3f80, 0x3f80};
+    ct_tile16_gemm(0, 4, 1, x, 2, 2, x, 2, 1.0f, false, &c, 1);
+    ct_tile16_gemm(4, 0, 1, x, 2, 2, x, 2, 1.0f, false, &c, 1);
+    CHECK(c == 7.0f);
+}
+
+static void test_pack16(void) {
+    enum { R = 7, N = 10, LD = 13 };
+    float S[R * LD];
+    for (int i = 0; i < R * LD; i++) S[i] = frnd() * (i % 5 == 0 ? 1e30f : 1.0f);
+    S[3] = NAN, S[LD + 1] = INFINITY;
+    uint16_t rows[R * 12], pairs[(R + 1) * N], cols[R * N];
+    ct_t16_rows(rows, S, LD, R, N, 12);
+    ct_t16_pairs(pairs, S, LD, R, N);
+    ct_t16_cols(cols, S, LD, R, N);
+    int bad = 0;
+    for (int r = 0; r < R; r++) {
+        for (int j = 0; j < 12; j++) {
+            uint16_t want = j < N ? ct_f32_to_bf16(S[r * LD + j]) : 0;
+            bad += rows[r * 12 + j] != want;
+        }
+        for (int j = 0; j < N; j++) {
+            uint16_t want = ct_f32_to_bf16(S[r * LD + j]);
+            bad += pairs[(r / 2) * 2 * N + 2 * j + (r & 1)] != want;
+            bad += cols[(j / 2) * 2 * R + 2 * r + (j & 1)] != want;
+        }
+    }
+    for (int j = 0; j < N; j++) bad += pairs[(R / 2) * 2 * N + 2 * j + 1] != 0; /* odd R: zero partner */
+    CHECK_MSG(bad == 0, "bf16 packs: %d wrong", bad);
+}
+
 static void test_vmath(void) {
     enum { n = 1000 };
     float x[n], y[n], e[n];
@@ -158,6 +272,8 @@ static void test_vmath(void) {
 int main(void) {
     test_gemm();
     test_pack();
+    test_gemm16();
+    test_pack16();
     test_vmath();
     return ct_test_result("test_tile");
 }

@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/attention.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/tile.h"
 #include "backend/cpu/vmath.h"
@@ -65,23 +66,6 @@ static float attention_dot(const float *a, const float *b, int n) {
 #endif
     for (int i = 0; i < n; i++) acc += a[i] * b[i];
     return acc;
-}
-
-/* Keys of tile [c0, c0+bc) visible to query row r: a prefix of the tile. */
-static inline int visible(int r, int c0, int bc) {
-    int n = r - c0 + 1;
-    return n < 0 ? 0 : n > bc ? bc : n;
-}
-
-/* The first key query r sees: its example's start r - pos[r] (pos the batch
- * row's positions), or 0 without positions. */
-static inline int seg_start(const int32_t *pos, int r) { return pos ? r - pos[r] : 0; }
-
-/* Keys of tile [c0, c0+bc) before row r's example: the first a of the tile,
- * masked (0 without positions). */
-static inline int hidden(const int32_t *pos, int r, int c0, int bc) {
-    int n = seg_start(pos, r) - c0;
-    return n < 0 ? 0 : n > bc ? bc : n;
 }
 
 /* Dropout of one (batch, head): the mask key, the global index of its

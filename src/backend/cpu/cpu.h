@@ -43,6 +43,13 @@ void ct_attention_backward_cpu(ct_backend *be, float *dqkv, const float *dout, c
                                const float *out, const float *lse, const int32_t *pos,
                                const ct_attn_dropout *drop, int B, int T, int NH, int NKV,
                                int HS);
+void ct_attention_forward_bf16_cpu(ct_backend *be, float *out, float *lse, const float *qkv,
+                                   const int32_t *pos, const ct_attn_dropout *drop, int B, int T,
+                                   int NH, int NKV, int HS);
+void ct_attention_backward_bf16_cpu(ct_backend *be, float *dqkv, const float *dout,
+                                    const float *qkv, const float *out, const float *lse,
+                                    const int32_t *pos, const ct_attn_dropout *drop, int B,
+                                    int T, int NH, int NKV, int HS);
 void ct_attention_decode_cpu(ct_backend *be, float *out, const float *q, const float *kcache,
                                  const float *vcache, int n, int NH, int NKV, int HS);
 

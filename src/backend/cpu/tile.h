@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* C = (acc ? C : 0) + A B as above. M, N, K >= 0 (nothing is read or written
  * when M or N is 0; K = 0 leaves C, or zeroes it without acc). K <= 512. */
@@ -28,5 +29,36 @@ void ct_tile_pack_t(float *Bt, const float *B, ptrdiff_t ldb, int N, int K, floa
 
 /* Bp (N x K, row stride K) = B (N x K, row stride ldb): rows made contiguous. */
 void ct_tile_pack_rows(float *Bp, const float *B, ptrdiff_t ldb, int N, int K);
+
+/*
+ * The bf16 tile products (tile16.c) for precision bf16's attention: bf16
+ * operands, exact products, fp32 sums. The inner dimension goes in pairs:
+ * A's pair (i, kp), two adjacent bf16 holding A(i, 2kp) and A(i, 2kp+1), is at
+ * A + i*ars + kp*acs (strides in bf16 elements: a row-major bf16 tile has ars
+ * = its row length, acs = 2; a ct_t16_pairs pack read transposed has ars = 2,
+ * acs = 2 x its width); B's pair-row kp, at B + kp*ldb, holds B(2kp, j) and
+ * B(2kp+1, j) side by side for each column j (a ct_t16_pairs or ct_t16_cols
+ * pack). An odd K is a zero pair member. C (M x N fp32, row stride ldc) =
+ * alpha (A B) + (acc ? C : 0). vdpbf16ps where the target has AVX512_BF16
+ * (ct_tile16_native), plain C elsewhere.
+ */
+void ct_tile16_gemm(int M, int N, int K2, const uint16_t *A, ptrdiff_t ars, ptrdiff_t acs,
+                    const uint16_t *B, ptrdiff_t ldb, float alpha, bool acc, float *C,
+                    ptrdiff_t ldc);
+bool ct_tile16_native(void);
+
+/* Packs, rounding fp32 to bf16 (nearest even) as they copy; src is rows x n
+ * with row stride lds.
+ * rows: dst (rows x npad, row-major) = src, columns [n, npad) zero: a tile
+ *   read as A along its rows (pairs of columns).
+ * pairs: dst pair-row r/2 holds rows r and r+1 interleaved (2n bf16 each; an
+ *   odd last row's partner is 0): B whose k is src's row, or A read
+ *   transposed (A(j, kp) = the pair of rows 2kp, 2kp+1 at column j).
+ * cols: dst pair-row k/2 holds, for each row r, src(r, k) and src(r, k+1)
+ *   side by side (2 rows bf16 each; n even): B = src^T, k running along
+ *   src's rows. */
+void ct_t16_rows(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n, int npad);
+void ct_t16_pairs(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n);
+void ct_t16_cols(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n);
 
 #endif
