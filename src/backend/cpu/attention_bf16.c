@@ -34,6 +34,131 @@
 
 #define T16_HS_MAX 256
 
+/* The rows' elementwise steps, fused with their rounding to bf16 so that no
+ * fp32 tile is written only to be packed: at the target's own width (vnf,
+ * vmath.h), the tails in scalar code with the same exp (s_exp). */
+typedef uint32_t vnu __attribute__((vector_size(VN * 4)));
+typedef uint16_t vnh __attribute__((vector_size(VN * 2)));
+
+/* bf16 bits of each lane (nearest even, NaN made quiet), in the low half */
+static inline vnu r16v(vnf x) {
+    vnu u = (vnu)x;
+    vnu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    vni nan = (vni)(u & 0x7fffffffu) > 0x7f800000;
+    return (vnu)vn_select(nan, (vnf)((u >> 16) | 0x40u), (vnf)r);
+}
+static inline uint32_t r16s(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r;
+}
+
+/* exp(x - sub) on the lanes j0 .. j0+VN-1 inside the window [a, e), exactly
+ * 0 on the others (a chunk wholly inside needs no mask) */
+static inline vnf exp_window(vnf x, vnf sub, int j0, int a, int e) {
+    static const int32_t lane[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    vnf ex = vn_exp(x - sub);
+    if (j0 >= a && j0 + VN <= e) return ex;
+    vni idx;
+    memcpy(&idx, lane, sizeof idx);
+    idx += j0;
+    return vn_select((idx >= a) & (idx < e), ex, vn_set1(0.0f));
+}
+
+/* One forward row: out16[j] = bf16(exp(s[j] - sub)) for j in [a, e), 0 for
+ * the rest of [0, npad); returns the sum of the fp32 exps. */
+static float exp_row16(const float *s, int n, int a, int e, float sub, uint16_t *out16,
+                       int npad) {
+    vnf acc = vn_set1(0.0f);
+    const vnf vs = vn_set1(sub);
+    int j = 0;
+    for (; j + VN <= n; j += VN) {
+        vnf x;
+        memcpy(&x, s + j, sizeof x);
+        vnf ex = exp_window(x, vs, j, a, e);
+        acc += ex;
+        vnh h = __builtin_convertvector(r16v(ex), vnh);
+        memcpy(out16 + j, &h, sizeof h);
+    }
+    float sum = 0.0f;
+    for (int l = 0; l < VN; l++) sum += acc[l];
+    for (; j < n; j++) {
+        float ex = j >= a && j < e ? s_exp(s[j] - sub) : 0.0f;
+        sum += ex;
+        out16[j] = (uint16_t)r16s(ex);
+    }
+    for (; j < npad; j++) out16[j] = 0;
+    return sum;
+}
+
+/* Two backward rows (p1 NULL: one, its partner zero): p = exp(p - lse) on
+ * each row's window [a, e), exactly 0 elsewhere, in place; and their row
+ * pair, interleaved, into pp (2n bf16). */
+static void exp_pair16(float *p0, float *p1, int n, int a0, int e0, int a1, int e1, float l0,
+                       float l1, uint16_t *pp) {
+    const vnf v0 = vn_set1(l0), v1 = vn_set1(l1), z = vn_set1(0.0f);
+    int j = 0;
+    for (; j + VN <= n; j += VN) {
+        vnf x0, x1 = z;
+        memcpy(&x0, p0 + j, sizeof x0);
+        x0 = exp_window(x0, v0, j, a0, e0);
+        memcpy(p0 + j, &x0, sizeof x0);
+        if (p1) {
+            memcpy(&x1, p1 + j, sizeof x1);
+            x1 = exp_window(x1, v1, j, a1, e1);
+            memcpy(p1 + j, &x1, sizeof x1);
+        }
+        vnu w = r16v(x0) | r16v(x1) << 16;
+        memcpy(pp + 2 * j, &w, sizeof w);
+    }
+    for (; j < n; j++) {
+        float x0 = j >= a0 && j < e0 ? s_exp(p0[j] - l0) : 0.0f, x1 = 0.0f;
+        p0[j] = x0;
+        if (p1) p1[j] = x1 = j >= a1 && j < e1 ? s_exp(p1[j] - l1) : 0.0f;
+        uint32_t w = r16s(x0) | r16s(x1) << 16;
+        memcpy(pp + 2 * j, &w, sizeof w);
+    }
+}
+
+/* Two backward rows' dS = p (dp - D) scale (p1 NULL: one row, its partner
+ * zero), rounded, as rows (d0, d1: npad bf16 each, zero past n; d1 unused
+ * without p1) and as their interleaved row pair (pp: 2n bf16). */
+static void ds_pair16(const float *p0, const float *p1, const float *dp0, const float *dp1,
+                      int n, int npad, float D0, float D1, float scale, uint16_t *d0,
+                      uint16_t *d1, uint16_t *pp) {
+    const vnf vd0 = vn_set1(D0), vd1 = vn_set1(D1), vsc = vn_set1(scale);
+    int j = 0;
+    for (; j + VN <= n; j += VN) {
+        vnf a, b;
+        memcpy(&a, p0 + j, sizeof a);
+        memcpy(&b, dp0 + j, sizeof b);
+        vnu r0 = r16v(a * (b - vd0) * vsc), r1 = {0};
+        vnh h = __builtin_convertvector(r0, vnh);
+        memcpy(d0 + j, &h, sizeof h);
+        if (p1) {
+            memcpy(&a, p1 + j, sizeof a);
+            memcpy(&b, dp1 + j, sizeof b);
+            r1 = r16v(a * (b - vd1) * vsc);
+            h = __builtin_convertvector(r1, vnh);
+            memcpy(d1 + j, &h, sizeof h);
+        }
+        vnu w = r0 | r1 << 16;
+        memcpy(pp + 2 * j, &w, sizeof w);
+    }
+    for (; j < n; j++) {
+        uint32_t r0 = r16s(p0[j] * (dp0[j] - D0) * scale), r1 = 0;
+        d0[j] = (uint16_t)r0;
+        if (p1) d1[j] = (uint16_t)(r1 = r16s(p1[j] * (dp1[j] - D1) * scale));
+        uint32_t w = r0 | r1 << 16;
+        memcpy(pp + 2 * j, &w, sizeof w);
+    }
+    for (; j < npad; j++) {
+        d0[j] = 0;
+        if (p1) d1[j] = 0;
+    }
+}
+
 /* x made even (up), within max */
 static int even_tile(int x, int max) {
     x += x & 1;
@@ -75,22 +200,20 @@ static void head_fwd16(float *buf, float *out, float *lse, const float *q, const
                            scale, false, S, bc);
             for (int i = 0; i < br; i++) {
                 float *s = S + (size_t)i * bc;
+                uint16_t *p16 = P16 + (size_t)i * bcp;
                 int nv = visible(r0 + i, c0, bc), a = hidden(pos, r0 + i, c0, bc);
                 if (nv <= a) {
-                    memset(s, 0, (size_t)bc * sizeof(float));
+                    memset(p16, 0, (size_t)bcp * sizeof *p16);
                     continue;
                 }
                 float mx = v_max(s + a, nv - a);
                 float mnew = mx > m[i] ? mx : m[i];
                 float corr = m[i] == -INFINITY ? 0.0f : s_exp(m[i] - mnew);
-                l[i] = l[i] * corr + v_exp_sub_sum(s + a, nv - a, mnew);
-                memset(s, 0, (size_t)a * sizeof(float));
-                memset(s + nv, 0, (size_t)(bc - nv) * sizeof(float));
+                l[i] = l[i] * corr + exp_row16(s, bc, a, nv, mnew, p16, bcp);
                 m[i] = mnew;
                 if (corr != 1.0f)
                     for (int d = 0; d < HS; d++) O[(size_t)i * HS + d] *= corr;
             }
-            ct_t16_rows(P16, S, bc, br, bc, bcp);
             ct_tile16_gemm(br, HS, bcp / 2, P16, bcp, 2, Vp + (size_t)c0 * HS, 2 * (ptrdiff_t)HS,
                            1.0f, true, O, HS);
         }
@@ -143,29 +266,28 @@ static void head_bwd16(float *buf, float *dq, float *dk, float *dv, const float 
             int br = T - r0 < BQ ? T - r0 : BQ, brp = br + (br & 1);
             ct_tile16_gemm(br, bc, HS / 2, Q16 + (size_t)r0 * HS, HS, 2, Kt, 2 * (ptrdiff_t)bc,
                            scale, false, P, bc);
-            for (int i = 0; i < br; i++) {
-                float *p = P + (size_t)i * bc;
-                int nv = visible(r0 + i, c0, bc), a = hidden(pos, r0 + i, c0, bc);
-                if (nv < a) nv = a;
-                v_exp_sub_sum(p + a, nv - a, lse[r0 + i]);
-                memset(p, 0, (size_t)a * sizeof(float));
-                memset(p + nv, 0, (size_t)(bc - nv) * sizeof(float));
+            for (int i = 0; i < br; i += 2) {
+                float *p = P + (size_t)i * bc, *p1 = i + 1 < br ? p + bc : NULL;
+                int e0 = visible(r0 + i, c0, bc), a0 = hidden(pos, r0 + i, c0, bc);
+                int e1 = p1 ? visible(r0 + i + 1, c0, bc) : 0;
+                int a1 = p1 ? hidden(pos, r0 + i + 1, c0, bc) : 0;
+                exp_pair16(p, p1, bc, a0, e0, a1, e1, lse[r0 + i], p1 ? lse[r0 + i + 1] : 0.0f,
+                           Pp + (size_t)i * bc);
             }
             /* dV += P^T dO: P's row pairs read transposed */
-            ct_t16_pairs(Pp, P, bc, br, bc);
             ct_tile16_gemm(bc, HS, brp / 2, Pp, 2, 2 * (ptrdiff_t)bc, dOp + (size_t)r0 * HS,
                            2 * (ptrdiff_t)HS, 1.0f, true, dv + (size_t)c0 * ld, ld);
-            /* dP = dO V^T; dS = P (dP - D) scale over it */
+            /* dP = dO V^T */
             ct_tile16_gemm(br, bc, HS / 2, dO16 + (size_t)r0 * HS, HS, 2, Vt, 2 * (ptrdiff_t)bc,
                            1.0f, false, dP, bc);
-            for (int i = 0; i < br; i++) {
-                float *p = P + (size_t)i * bc, *dp = dP + (size_t)i * bc;
-                float Di = D[r0 + i];
-                for (int j = 0; j < bc; j++) dp[j] = p[j] * (dp[j] - Di) * scale;
+            /* dS = P (dP - D) scale, rounded as rows (dQ) and row pairs (dK) */
+            for (int i = 0; i < br; i += 2) {
+                const float *p = P + (size_t)i * bc, *dp = dP + (size_t)i * bc;
+                bool two = i + 1 < br;
+                ds_pair16(p, two ? p + bc : NULL, dp, dp + bc, bc, bcp, D[r0 + i],
+                          two ? D[r0 + i + 1] : 0.0f, scale, dS16 + (size_t)i * bcp,
+                          dS16 + (size_t)(i + 1) * bcp, dSp + (size_t)i * bc);
             }
-            /* dQ += dS K; dK += dS^T Q */
-            ct_t16_rows(dS16, dP, bc, br, bc, bcp);
-            ct_t16_pairs(dSp, dP, bc, br, bc);
             ct_tile16_gemm(br, HS, bcp / 2, dS16, bcp, 2, Kp, 2 * (ptrdiff_t)HS, 1.0f, true,
                            dq + (size_t)r0 * ld, ld);
             ct_tile16_gemm(bc, HS, brp / 2, dSp, 2, 2 * (ptrdiff_t)bc, Qp + (size_t)r0 * HS,
