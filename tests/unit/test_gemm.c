@@ -271,6 +271,42 @@ static void test_bf16(bool prim) {
     }
 }
 
+/* ct_gemm_bwd_f32_bf16 (one rounding of G for both products) against the two
+ * ct_gemm_f32_bf16 calls it stands for, bit for bit, on each library; with
+ * one output NULL the other still right, nothing written through the NULL. */
+static void test_bwd_pair(bool prim) {
+    const int shapes[][3] = {{37, 20, 52}, {64, 48, 96}, {5, 3, 7}};
+    for (int lib = 0; lib < 2; lib++) {
+        if (lib == CT_GEMM_ONEDNN && !prim) continue;
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+            int N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
+            size_t ng = (size_t)N * OC, nw = (size_t)OC * C, nx = (size_t)N * C;
+            float *G = malloc(ng * sizeof *G), *di = malloc(nx * 4), *dw = malloc(nw * 4);
+            float *wi = malloc(nx * 4), *ww = malloc(nw * 4);
+            uint16_t *W16 = malloc(nw * 2), *X16 = malloc(nx * 2);
+            for (size_t i = 0; i < ng; i++) G[i] = (float)((i * 37) % 101) / 50.0f - 1.0f + 1e-3f;
+            for (size_t i = 0; i < nw; i++) W16[i] = ct_f32_to_bf16((float)((i * 13) % 29) / 29.0f - 0.5f);
+            for (size_t i = 0; i < nx; i++) X16[i] = ct_f32_to_bf16((float)((i * 7) % 31) / 31.0f - 0.5f);
+            for (int part = 0; part < 3; part++) { /* both, dinp only, dweight only */
+                for (size_t i = 0; i < nx; i++) di[i] = wi[i] = 0.25f;
+                for (size_t i = 0; i < nw; i++) dw[i] = ww[i] = -0.5f;
+                ct_gemm_bwd_f32_bf16((ct_gemm_lib)lib, N, C, OC, G, W16, X16, part != 2 ? di : NULL,
+                                     part != 1 ? dw : NULL);
+                if (part != 2)
+                    ct_gemm_f32_bf16((ct_gemm_lib)lib, false, false, N, C, OC, 1.0f, G, OC, W16, C,
+                                     1.0f, wi, C);
+                if (part != 1)
+                    ct_gemm_f32_bf16((ct_gemm_lib)lib, true, false, OC, C, N, 1.0f, G, OC, X16, C,
+                                     1.0f, ww, C);
+                CHECK_MSG(!memcmp(di, wi, nx * 4) && !memcmp(dw, ww, nw * 4),
+                          "bwd pair, %s, N=%d C=%d OC=%d part %d: differs from two calls",
+                          lib == CT_GEMM_ONEDNN ? "onednn" : "openblas", N, C, OC, part);
+            }
+            free(G), free(di), free(dw), free(wi), free(ww), free(W16), free(X16);
+        }
+    }
+}
+
 /* The primitive cache: one primitive per shape, hits, LRU eviction. */
 static void test_cache(void) {
     enum { M = 33, N = 20, K = 47 };
@@ -487,6 +523,7 @@ int main(void) {
     printf("native bf16 GEMMs: %s\n", ct_gemm_have_bf16() ? "yes" : "no");
     test_f32(prim);
     test_bf16(prim);
+    test_bwd_pair(prim);
     if (prim) {
         test_cache();
     }

@@ -535,6 +535,31 @@ void ct_gemm_f32_bf16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, fl
     blas_bf16(ta, tb, M, N, K, alpha, A, NULL, lda, B, ldb, beta, C, ldc);
 }
 
+void ct_gemm_bwd_f32_bf16(ct_gemm_lib lib, int N, int C, int OC, const float *G,
+                          const uint16_t *W16, const uint16_t *X16, float *dinp, float *dweight) {
+    bool di = dinp != NULL, dw = dweight != NULL;
+#if GEMM_PRIM
+    gemm_state *g = &g_gemm;
+    gemm_set *s = NULL;
+    if (lib == CT_GEMM_ONEDNN && di && dw) {
+        pthread_mutex_lock(&g->mu);
+        s = set_take(g, 0, (size_t)N * OC * sizeof(uint16_t), 0);
+        pthread_mutex_unlock(&g->mu);
+    }
+    if (s) {
+        round_rows(s->conv, G, N, OC, OC);
+        gemm_key ki = key_of(CT_GEMM_BF16, false, false, N, C, OC, 1.0f, OC, C, 1.0f, C);
+        gemm_key kw = key_of(CT_GEMM_BF16, true, false, OC, C, N, 1.0f, OC, C, 1.0f, C);
+        di = !prim_call(g, &ki, s->conv, W16, dinp, s);
+        dw = !prim_call(g, &kw, s->conv, X16, dweight, s);
+        set_give(g, s);
+    }
+#endif
+    /* what is left: each product with its own rounding */
+    if (di) ct_gemm_f32_bf16(lib, false, false, N, C, OC, 1.0f, G, OC, W16, C, 1.0f, dinp, C);
+    if (dw) ct_gemm_f32_bf16(lib, true, false, OC, C, N, 1.0f, G, OC, X16, C, 1.0f, dweight, C);
+}
+
 /* ------------------------------------------------------------ accounting */
 
 /* oneDNN 2.6's gemm kernels (src/cpu/x64/gemm/gemm_driver.cpp), as far as

@@ -67,6 +67,14 @@ void ct_gemm_bf16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, float 
 void ct_gemm_f32_bf16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, float alpha,
                       const float *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
                       int ldc);
+/* A linear's two backward products on one rounding of its fp32 gradient G
+ * (N x OC, dense): dinp (N x C) += bf16(G) W16 (OC x C) and dweight (OC x C)
+ * += bf16(G)^T X16 (N x C), the numbers of two ct_gemm_f32_bf16 calls.
+ * oneDNN rounds G once into this layer's buffer (the size one
+ * ct_gemm_f32_bf16 call of G takes) and runs both bf16 matmuls on it;
+ * elsewhere, or when either output is NULL, the two calls as they are. */
+void ct_gemm_bwd_f32_bf16(ct_gemm_lib lib, int N, int C, int OC, const float *G,
+                          const uint16_t *W16, const uint16_t *X16, float *dinp, float *dweight);
 /* The scalar reference of ct_gemm_bf16: products in fp32 (exact for bf16
  * inputs), summed in fp32 in k order. */
 void ct_gemm_bf16_ref(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t *A,

@@ -6,7 +6,8 @@
  * BLAS rejects through its leading dimensions) go to ref.
  * Mixed precision (bf16 weights): the same layer through ct_gemm_f32_bf16,
  * fp32 activations rounded to bf16 by the GEMM layer, bf16 weight copies read
- * as they are.
+ * as they are; the backward's two products share one rounding of the
+ * gradient (ct_gemm_bwd_f32_bf16).
  */
 #include <string.h>
 
@@ -107,11 +108,6 @@ void ct_matmul_backward_bf16_cpu(ct_backend *be, float *dinp, float *dweight, fl
         ct_matmul_backward_bf16_ref(be, dinp, dweight, dbias, dout, inp16, weight16, N, C, OC);
         return;
     }
-    if (dinp)
-        ct_gemm_f32_bf16(be->gemm, false, false, N, C, OC, 1.0f, dout, OC, weight16, C, 1.0f,
-                         dinp, C);
-    if (dweight)
-        ct_gemm_f32_bf16(be->gemm, true, false, OC, C, N, 1.0f, dout, OC, inp16, C, 1.0f,
-                         dweight, C);
+    ct_gemm_bwd_f32_bf16(be->gemm, N, C, OC, dout, weight16, inp16, dinp, dweight);
     if (dbias) matmul_dbias(dbias, dout, N, OC);
 }
