@@ -469,6 +469,7 @@ static int device_roofs(const bench_args *a, roofs *r) {
 typedef struct item_out {
     bool json;
     int n;
+    bool c16; /* a CPU whose 16-bit kernels meet the bf16 dot-product ceiling */
 } item_out;
 
 /* "1.5 GiB", "96 KiB" */
@@ -499,8 +500,9 @@ static void print_item(const ct_bench_item *it, void *user) {
         printf("  %-24s %-22s %10.3f ms %9.1f %-7s\n", it->name, it->shape, it->seconds * 1e3,
                rate, unit);
     else if (!strcmp(it->bound, "compute"))
-        printf("  %-24s %-22s %10.3f ms %9.1f %-7s %5.1f%% of the FMA ceiling (%.0f GFLOP/s)\n",
-               it->name, it->shape, it->seconds * 1e3, rate, unit, 100.0 * eff, it->bound_rate);
+        printf("  %-24s %-22s %10.3f ms %9.1f %-7s %5.1f%% of the %s ceiling (%.0f GFLOP/s)\n",
+               it->name, it->shape, it->seconds * 1e3, rate, unit, 100.0 * eff,
+               o->c16 && strstr(it->name, "16") ? "bf16 dot-product" : "FMA", it->bound_rate);
     else
         printf("  %-24s %-22s %10.3f ms %9.1f %-7s %5.1f%% of the %s stream at %s in %s "
                "(%.1f GB/s)\n",
@@ -512,8 +514,8 @@ static void print_item(const ct_bench_item *it, void *user) {
 
 static int run_kernels(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc,
                        const roofs *r) {
-    item_out o = {a->json, 0};
     bool dev = ct_ctx_base_backend(ctx)->queued;
+    item_out o = {a->json, 0, !dev && r->bf16 > 0};
     if (a->json && dev) {
         printf("{\"bench\": \"kernels\", \"table\": \"%s\", \"device\": ", a->table);
         json_str(r->device[0] ? r->device : a->table);
@@ -538,11 +540,12 @@ static int run_kernels(ct_ctx *ctx, const bench_args *a, const ct_model_config *
         printf("{\"bench\": \"kernels\", \"table\": \"%s\", \"preset\": ", a->table);
         json_str(a->label);
         printf(", \"B\": %lld, \"T\": %lld, \"threads\": %d, \"gemm_peak_gflops\": %.2f, "
-               "\"fma_peak_gflops\": %.2f, \"membw_gbps\": %.2f, \"roofline\": \"max(flops / "
-               "fma_peak, read_bytes / read stream, write_bytes / write stream), streams "
+               "\"fma_peak_gflops\": %.2f, \"bf16_peak_gflops\": %.2f, \"membw_gbps\": %.2f, "
+               "\"roofline\": \"max(flops / fma_peak (bf16_peak for the 16-bit kernels where "
+               "it is > 0), read_bytes / read stream, write_bytes / write stream), streams "
                "measured at the footprint\", \"roofline_valid\": %s, \"items\": [",
-               a->B, a->T, ct_ctx_threads(ctx), r->gemm, r->fma, r->bw,
-               ct_bench_build_optimized() && r->fma > 0 ? "true" : "false");
+               a->B, a->T, ct_ctx_threads(ctx), r->gemm, r->fma, r->bf16 > 0 ? r->bf16 : 0.0,
+               r->bw, ct_bench_build_optimized() && r->fma > 0 ? "true" : "false");
     } else if (a->no_roofline) {
         printf("kernels (%s table, %s, B=%lld T=%lld; no roofline: --no-roofline)\n", a->table,
                a->label, a->B, a->T);
@@ -552,15 +555,19 @@ static int run_kernels(ct_ctx *ctx, const bench_args *a, const ct_model_config *
                "  max(FLOPs / the register FMA ceiling, bytes read / the read stream, bytes\n"
                "  written / the write stream), the streams measured over the kernel's footprint\n"
                "  (so cache-resident data meets its cache's bandwidth); each line names the\n"
-               "  binding bound\n",
-               a->table, a->label, a->B, a->T);
+               "  binding bound%s\n",
+               a->table, a->label, a->B, a->T,
+               r->bf16 > 0 ? "; kernels on bf16 operands (names with 16) meet the\n"
+                             "  register bf16 dot-product ceiling instead of the FMA ceiling"
+                           : "");
     }
     if (!ct_bench_build_optimized() && !dev && !a->no_roofline)
         fprintf(stderr, "ctrain bench: warning: this ctrain is built without optimization or "
                 "with sanitizers: the FMA ceiling and the stream probes run far below the "
                 "hardware, so the roofline percentages are not bounds (use a Release build)\n");
     ct_bench_kernel_opts ko = {a->filter, (int)a->repeat, a->slow_name, (int)a->slow_factor,
-                               a->device && r->gemm_bf16 > 0 ? r->gemm_bf16 : 0};
+                               dev ? (r->gemm_bf16 > 0 ? r->gemm_bf16 : 0)
+                                   : (r->bf16 > 0 ? r->bf16 : 0)};
     if (ct_bench_kernels(ctx, mc, (int)a->B, (int)a->T, r->fma, &ko, print_item, &o)) {
         if (a->json) printf("]}\n");
         return cli_fail("bench");

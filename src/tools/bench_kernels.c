@@ -21,7 +21,8 @@ typedef struct suite {
     ct_backend *be; /* borrowed: the context's backend in use */
     ct_ctx *ctx;    /* borrowed: its threads run the stream probes */
     double fma_gflops; /* the compute bound; <= 0: no roofline */
-    double gemm16_gflops; /* a device's bound for 16-bit kernels; <= 0: fma_gflops */
+    double gemm16_gflops; /* the bound of 16-bit kernels (a device's bf16 GEMM peak, a
+                           * CPU's bf16 dot-product ceiling); <= 0: fma_gflops */
     bool device;    /* a queued backend: its own copy rate is the memory bound */
     size_t l1d, l2, l3; /* cache sizes (per instance; 0 unknown) */
     int threads;
@@ -177,7 +178,7 @@ static void roofline(suite *s, ct_bench_item *it, bool remeasure) {
     double rbw = 0, wbw = 0;
     stream_rates(s, it->footprint, remeasure, &rbw, &wbw);
     double peak = s->fma_gflops;
-    if (s->device && s->gemm16_gflops > 0 && strstr(it->name, "16")) peak = s->gemm16_gflops;
+    if (s->gemm16_gflops > 0 && strstr(it->name, "16")) peak = s->gemm16_gflops;
     double tc = it->flops / (peak * 1e9);
     if (s->device) { /* one memory, read and written together */
         double tm = rbw > 0 ? (it->read_bytes + it->write_bytes) / (rbw * 1e9) : 0;
@@ -187,7 +188,7 @@ static void roofline(suite *s, ct_bench_item *it, bool remeasure) {
     }
     double tr = rbw > 0 ? it->read_bytes / (rbw * 1e9) : 0;
     double tw = wbw > 0 ? it->write_bytes / (wbw * 1e9) : 0;
-    it->roof_s = tc, it->bound = "compute", it->bound_rate = s->fma_gflops;
+    it->roof_s = tc, it->bound = "compute", it->bound_rate = peak;
     if (tr > it->roof_s) it->roof_s = tr, it->bound = "read", it->bound_rate = rbw;
     if (tw > it->roof_s) it->roof_s = tw, it->bound = "write", it->bound_rate = wbw;
 }

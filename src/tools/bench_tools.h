@@ -62,8 +62,9 @@ typedef struct ct_bench_kernel_opts {
      * times per timed call, so it measures about slow_factor times slower */
     const char *slow_name;
     int slow_factor;
-    /* a device's bound for its 16-bit kernels (bf16 or fp16 operands: names
-     * with "16"), its bf16 GEMM peak; 0: fma_gflops for every kernel */
+    /* the bound of the 16-bit kernels (bf16 or fp16 operands: names with
+     * "16"): a device's bf16 GEMM peak, a CPU's register bf16 dot-product
+     * ceiling (AVX512_BF16); 0: fma_gflops for every kernel */
     double gemm16_gflops;
 } ct_bench_kernel_opts;
 

@@ -77,6 +77,10 @@ want += ["attention.fwd", "attention.bwd", "layernorm.fwd", "layernorm.bwd",
          "layernorm.fused_fwd", "residual.fwd",
          "residual.bwd", "gelu.fwd", "gelu.bwd", "encoder.fwd", "encoder.bwd", "crossentropy",
          "adamw", "sumsq"]
+# precision bf16's entries of the cpu table: its attention, the kept bf16 operands' producers
+# and the GEMM on a kept bf16 input beside the same GEMM on an fp32 one
+want += ["attention_bf16.fwd", "attention_bf16.bwd", "layernorm.fused_fwd16", "gelu.fwd16",
+         "gemm_bf16.fc_proj.fwd", "gemm_bf16.fc_proj.fwd_in16"]
 check(sorted(names) == sorted(want), "kernels lists each kernel once: %s" % names)
 check(all(it["seconds"] > 0 and it["roofline_s"] > 0 for it in ker["items"]),
       "every kernel has a positive time and roofline time")
@@ -91,7 +95,8 @@ qkv = [it for it in ker["items"] if it["name"] == "gemm.qkv.fwd"][0]
 check(qkv["shape"] == "M=32 N=%d K=%d" % (3 * C, C), "qkv forward shape is N x 3C x C")
 
 p = run("kernels", *TINY, "--filter", "attention", "--json")
-check([it["name"] for it in json.loads(p.stdout)["items"]] == ["attention.fwd", "attention.bwd"],
+check([it["name"] for it in json.loads(p.stdout)["items"]] ==
+      ["attention.fwd", "attention.bwd", "attention_bf16.fwd", "attention_bf16.bwd"],
       "--filter keeps only the matching kernels")
 p = run("kernels", *TINY, "--filter", "gelu", "--table", "ref", "--json")
 check(json.loads(p.stdout)["table"] == "ref", "--table ref measures the ref table")
@@ -119,12 +124,13 @@ check(k["table"] == "sim" and k["roofline_valid"] is False and
 # --no-roofline: the kernels alone (no peak or stream measured), as under a profiler
 p = run("kernels", *TINY, "--filter", "gelu", "--no-roofline", "--json")
 k = json.loads(p.stdout)
-check(k["roofline_valid"] is False and k["fma_peak_gflops"] == 0 and len(k["items"]) == 2 and
+check(k["roofline_valid"] is False and k["fma_peak_gflops"] == 0 and len(k["items"]) == 3 and
       all(it["roofline_s"] == 0 and it["seconds"] > 0 for it in k["items"]),
       "--no-roofline: the kernels timed, no roofline measured")
 # precision bf16's kept GEMM operands: the bf16-output norm and activation, and the
-# GEMM on an fp32 input beside the same GEMM on the kept bf16 one (ref; cuda), none on cpu;
-# the linear's bf16 backward on both
+# GEMM on an fp32 input beside the same GEMM on the kept bf16 one (ref, cpu; cuda), the
+# fused c_fc+GELU on a kept input where the table fuses them (ref; cuda); the linear's bf16
+# backward on all
 for preset, bwd, want in (("gpt2-tiny", "gemm_bf16.fc_proj.bwd",
                            ["layernorm.fused_fwd16", "gelu.fwd16",
                             "gemm_bf16.fc_proj.fwd", "gemm_bf16.fc_proj.fwd_in16",
@@ -132,7 +138,8 @@ for preset, bwd, want in (("gpt2-tiny", "gemm_bf16.fc_proj.bwd",
                           ("llama-tiny", "gemm_bf16.down.bwd",
                            ["rmsnorm.fused_fwd16", "swiglu.fwd16", "gemm_bf16.down.fwd",
                             "gemm_bf16.down.fwd_in16"])):
-    for table, rows in (("ref", [bwd] + want), ("cpu", [bwd])):
+    for table, rows in (("ref", [bwd] + want),
+                        ("cpu", [bwd] + [w for w in want if "fc_gelu" not in w])):
         p = run("kernels", "--preset", preset, "--batch", "2", "--seq", "16", "--threads", "2",
                 "--filter", "fused_fwd16,fwd16,fc_proj,down,fwd_in16", "--table", table,
                 "--json")

@@ -79,8 +79,10 @@ with tempfile.TemporaryDirectory() as d:
           ("gpt2-demo", 4, 64, 1, "cpu"), "settings recorded")
     check("max - min" in b.get("noise", ""), "the noise definition is stated in the file")
     names = [k["name"] for k in b.get("kernels", [])]
-    check(sorted(names) == sorted(KERNELS), "the comma filter keeps exactly %s (%s)" %
-          (KERNELS, names))
+    # a name containing any of the texts is kept (gelu.fwd16 beside gelu.fwd where the
+    # table has precision bf16's entries), nothing else, and every text finds its kernel
+    check(set(KERNELS) <= set(names) and all(any(k in n for k in KERNELS) for n in names),
+          "the comma filter keeps exactly the names containing %s (%s)" % (KERNELS, names))
     for k in b.get("kernels", []):
         reps = k["repeats_s"]
         med = median(reps)

@@ -14,7 +14,9 @@ in L1 to MiBs in L2/L3, the sizes at which the old DRAM-triad roof read AdamW at
     kernel outside is run again, twice at most: on a shared machine one sample can meet
     a busy moment, a wrong model is outside every time);
   * roofline_s is the binding term: FLOPs / bound_rate or bytes of that direction /
-    bound_rate, and it is at least FLOPs / the FMA ceiling;
+    bound_rate, and it is at least FLOPs / the FMA ceiling; on a CPU with AVX512_BF16 the
+    kernels on bf16 operands (names with 16) are bound by the register bf16 dot-product
+    ceiling instead (bf16_peak_gflops in the JSON, "of the bf16 dot-product ceiling");
   * AdamW counts 16 bytes read (p, g, m, v) and 12 written (p, m, v) per parameter;
     sumsq reads 4 and writes nothing; GEMMs are bound by compute or memory, memory-bound
     kernels (no FLOPs) by a stream;
@@ -95,8 +97,19 @@ for name, shape in SHAPES.items():
                  "%s: the JSON gives the FMA ceiling and each item's bound" % name):
         continue
     # the ceiling is measured again when a kernel beats it (a busy moment held it down)
+    # kernels on bf16 operands (names with 16) meet the bf16 dot-product ceiling instead,
+    # where the CPU has one (bf16_peak_gflops > 0)
+    b16 = j.get("bf16_peak_gflops", -1)
+    check(b16 >= 0, "%s: the JSON gives the bf16 dot-product ceiling (0: none)" % name)
+
+    def on16(it):
+        return b16 > 0 and "16" in it["name"]
     fma_max = max([j["fma_peak_gflops"]] + [it["bound_rate"] for it in items
-                                             if it["bound"] == "compute"])
+                                             if it["bound"] == "compute" and not on16(it)])
+    c16 = [it for it in items if on16(it) and it["bound"] == "compute"]
+    check(all(close(it["bound_rate"], b16, 1e-4) for it in c16),  # b16 printed to 0.01
+          "%s: the 16-bit kernels' compute bound is the bf16 ceiling (%d of them)"
+          % (name, len(c16)))
     check(all(it["bound"] in ("compute", "read", "write") for it in items),
           "%s: every item names its bound" % name)
     bad = []
@@ -104,7 +117,7 @@ for name, shape in SHAPES.items():
         num = {"compute": it["flops"] / 1e9, "read": it["read_bytes"] / 1e9,
                "write": it["write_bytes"] / 1e9}[it["bound"]]
         ok = close(it["roofline_s"], num / it["bound_rate"])
-        ok &= it["roofline_s"] >= it["flops"] / (fma_max * 1e9) * (1 - 1e-6)
+        ok &= it["roofline_s"] >= it["flops"] / ((b16 if on16(it) else fma_max) * 1e9) * (1 - 1e-4)
         ok &= close(it["bytes"], it["read_bytes"] + it["write_bytes"], 1e-6)
         ok &= it["footprint_bytes"] > 0 and it["level"] in ("L1", "L2", "L3", "memory", "?")
         if not ok:
@@ -128,7 +141,9 @@ for attempt in range(3):
     lines = [ln for ln in out.splitlines() if ln.startswith("  gemm.") or ln.startswith("  adamw")]
     pct = [float(x) for x in re.findall(r"([\d.]+)% of the", out)]
     if attempt == 0:
-        check(rc == 0 and lines and all("of the FMA ceiling" in ln or " stream at " in ln
+        check(rc == 0 and lines and all("of the FMA ceiling" in ln or " stream at " in ln or
+                                        ("16" in ln.split()[0] and
+                                         "of the bf16 dot-product ceiling" in ln)
                                         for ln in lines),
               "the text names each line's bound: %s" % (lines[-1] if lines else out[-300:]))
     maxes.append(max(pct) if pct else None)
