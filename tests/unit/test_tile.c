@@ -123,7 +123,8 @@ static double w16(uint16_t h) { return ct_bf16_to_f32(h); }
 static void one16(int M, int N, int K, bool ta, bool bt, int ldc, float alpha, bool acc) {
     int Kp = K + (K & 1), K2 = Kp / 2;
     size_t nc = (size_t)M * ldc + 1;
-    float *Af = malloc(((size_t)M * K + 1) * sizeof(float)), *Bf = malloc(((size_t)K * N + 1) * sizeof(float));
+    float *Af = malloc(((size_t)M * K + 1) * sizeof(float));
+    float *Bf = malloc(((size_t)K * N + 1) * sizeof(float));
     float *tmp = malloc(((size_t)(M > N ? M : N) * Kp + 1) * sizeof(float));
     uint16_t *A16 = malloc(((size_t)M * Kp + 1) * 2), *B16 = malloc(((size_t)Kp * N + 1) * 2);
     float *C = malloc(nc * sizeof(float)), *C0 = malloc(nc * sizeof(float));
@@ -143,7 +144,8 @@ static void one16(int M, int N, int K, bool ta, bool bt, int ldc, float alpha, b
         ct_t16_pairs(B16, Bf, N, K, N);
     } else { /* B^T (N x Kp, zero-padded to an even K) packed by columns */
         for (int j = 0; j < N; j++)
-            for (int k = 0; k < Kp; k++) tmp[(size_t)j * Kp + k] = k < K ? Bf[(size_t)k * N + j] : 0;
+            for (int k = 0; k < Kp; k++)
+                tmp[(size_t)j * Kp + k] = k < K ? Bf[(size_t)k * N + j] : 0;
         ct_t16_cols(B16, tmp, Kp, N, Kp);
     }
     for (size_t i = 0; i < nc; i++) C0[i] = acc ? frnd() : NAN;
@@ -171,7 +173,8 @@ static void one16(int M, int N, int K, bool ta, bool bt, int ldc, float alpha, b
             if (!(err <= 1e-6) && !(mag == 0 && got == 0)) bad++;
             if (err > worst) worst = err;
         }
-    CHECK_MSG(bad == 0, "tile16 M=%d N=%d K=%d ta=%d bt=%d ldc=%d alpha=%g acc=%d: %d wrong (worst %.3g)",
+    CHECK_MSG(bad == 0,
+              "tile16 M=%d N=%d K=%d ta=%d bt=%d ldc=%d alpha=%g acc=%d: %d wrong (worst %.3g)",
               M, N, K, ta, bt, ldc, alpha, acc, bad, worst);
     free(Af), free(Bf), free(tmp), free(A16), free(B16), free(C), free(C0);
 }
@@ -219,7 +222,8 @@ static void test_pack16(void) {
             bad += cols[(j / 2) * 2 * R + 2 * r + (j & 1)] != want;
         }
     }
-    for (int j = 0; j < N; j++) bad += pairs[(R / 2) * 2 * N + 2 * j + 1] != 0; /* odd R: zero partner */
+    for (int j = 0; j < N; j++) /* odd R: the last pair's partner is zero */
+        bad += pairs[(R / 2) * 2 * N + 2 * j + 1] != 0;
     CHECK_MSG(bad == 0, "bf16 packs: %d wrong", bad);
 }
 

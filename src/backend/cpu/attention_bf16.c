@@ -47,12 +47,6 @@ static inline vnu r16v(vnf x) {
     vni nan = (vni)(u & 0x7fffffffu) > 0x7f800000;
     return (vnu)vn_select(nan, (vnf)((u >> 16) | 0x40u), (vnf)r);
 }
-static inline uint32_t r16s(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    return (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r;
-}
 
 /* exp(x - sub) on the lanes j0 .. j0+VN-1 inside the window [a, e), exactly
  * 0 on the others (a chunk wholly inside needs no mask) */
@@ -86,7 +80,7 @@ static float exp_row16(const float *s, int n, int a, int e, float sub, uint16_t 
     for (; j < n; j++) {
         float ex = j >= a && j < e ? s_exp(s[j] - sub) : 0.0f;
         sum += ex;
-        out16[j] = (uint16_t)r16s(ex);
+        out16[j] = (uint16_t)ct_t16_round(ex);
     }
     for (; j < npad; j++) out16[j] = 0;
     return sum;
@@ -116,7 +110,7 @@ static void exp_pair16(float *p0, float *p1, int n, int a0, int e0, int a1, int 
         float x0 = j >= a0 && j < e0 ? s_exp(p0[j] - l0) : 0.0f, x1 = 0.0f;
         p0[j] = x0;
         if (p1) p1[j] = x1 = j >= a1 && j < e1 ? s_exp(p1[j] - l1) : 0.0f;
-        uint32_t w = r16s(x0) | r16s(x1) << 16;
+        uint32_t w = ct_t16_round(x0) | ct_t16_round(x1) << 16;
         memcpy(pp + 2 * j, &w, sizeof w);
     }
 }
@@ -147,9 +141,9 @@ static void ds_pair16(const float *p0, const float *p1, const float *dp0, const 
         memcpy(pp + 2 * j, &w, sizeof w);
     }
     for (; j < n; j++) {
-        uint32_t r0 = r16s(p0[j] * (dp0[j] - D0) * scale), r1 = 0;
+        uint32_t r0 = ct_t16_round(p0[j] * (dp0[j] - D0) * scale), r1 = 0;
         d0[j] = (uint16_t)r0;
-        if (p1) d1[j] = (uint16_t)(r1 = r16s(p1[j] * (dp1[j] - D1) * scale));
+        if (p1) d1[j] = (uint16_t)(r1 = ct_t16_round(p1[j] * (dp1[j] - D1) * scale));
         uint32_t w = r0 | r1 << 16;
         memcpy(pp + 2 * j, &w, sizeof w);
     }

@@ -57,6 +57,16 @@ bool ct_tile16_native(void);
  * cols: dst pair-row k/2 holds, for each row r, src(r, k) and src(r, k+1)
  *   side by side (2 rows bf16 each; n even): B = src^T, k running along
  *   src's rows. */
+/* fp32 -> bf16 bits, nearest even, NaN made quiet: core/dtype.c's rounding,
+ * inline so that the packing and row loops vectorise it. */
+static inline uint32_t ct_t16_round(float f) {
+    uint32_t u;
+    __builtin_memcpy(&u, &f, sizeof u);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = (u >> 16) | 0x0040u;
+    return (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+}
+
 void ct_t16_rows(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n, int npad);
 void ct_t16_pairs(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n);
 void ct_t16_cols(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n);

@@ -24,15 +24,6 @@
 #define T16_NATIVE 1
 #endif
 
-/* fp32 -> bf16 bits, nearest even, NaN made quiet (core/dtype.c's rounding,
- * here so that the packing loops inline and vectorise it). */
-static inline uint32_t r16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uint32_t nan = (u >> 16) | 0x0040u;
-    return (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
-}
 
 /* One pair (lo first) stored at p: two adjacent bf16. */
 static inline void st32(uint16_t *p, uint32_t v) { memcpy(p, &v, sizeof v); }
@@ -41,7 +32,7 @@ void ct_t16_rows(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n
     for (int r = 0; r < rows; r++) {
         const float *s = src + r * lds;
         uint16_t *d = dst + (ptrdiff_t)r * npad;
-        for (int j = 0; j < n; j++) d[j] = (uint16_t)r16(s[j]);
+        for (int j = 0; j < n; j++) d[j] = (uint16_t)ct_t16_round(s[j]);
         for (int j = n; j < npad; j++) d[j] = 0;
     }
 }
@@ -52,9 +43,10 @@ void ct_t16_pairs(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int 
         uint16_t *d = dst + (ptrdiff_t)r * n;
         if (r + 1 < rows) {
             const float *s1 = s0 + lds;
-            for (int j = 0; j < n; j++) st32(d + 2 * j, r16(s0[j]) | r16(s1[j]) << 16);
+            for (int j = 0; j < n; j++)
+                st32(d + 2 * j, ct_t16_round(s0[j]) | ct_t16_round(s1[j]) << 16);
         } else {
-            for (int j = 0; j < n; j++) st32(d + 2 * j, r16(s0[j]));
+            for (int j = 0; j < n; j++) st32(d + 2 * j, ct_t16_round(s0[j]));
         }
     }
 }
@@ -66,7 +58,8 @@ void ct_t16_cols(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n
         for (int k = 0; k < n; k += 2)
             for (int r = 0; r < rn; r++) {
                 const float *s = src + (r0 + r) * lds + k;
-                st32(dst + 2 * ((ptrdiff_t)(k / 2) * rows + r0 + r), r16(s[0]) | r16(s[1]) << 16);
+                st32(dst + 2 * ((ptrdiff_t)(k / 2) * rows + r0 + r),
+                     ct_t16_round(s[0]) | ct_t16_round(s[1]) << 16);
             }
     }
 }
