@@ -282,6 +282,7 @@ static void head_bwd16(float *buf, float *dq, float *dk, float *dv, const float 
                           two ? D[r0 + i + 1] : 0.0f, scale, dS16 + (size_t)i * bcp,
                           dS16 + (size_t)(i + 1) * bcp, dSp + (size_t)i * bc);
             }
+            /* dQ += dS K; dK += dS^T Q, dS's row pairs read transposed */
             ct_tile16_gemm(br, HS, bcp / 2, dS16, bcp, 2, Kp, 2 * (ptrdiff_t)HS, 1.0f, true,
                            dq + (size_t)r0 * ld, ld);
             ct_tile16_gemm(bc, HS, brp / 2, dSp, 2, 2 * (ptrdiff_t)bc, Qp + (size_t)r0 * HS,
