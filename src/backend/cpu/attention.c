@@ -59,15 +59,6 @@
 #define ATT_BK_MAX CT_ATT_BK_MAX /* keys per tile, at most */
 #define ATT_HS_MAX 256 /* larger heads go to ref */
 
-static float attention_dot(const float *a, const float *b, int n) {
-    float acc = 0.0f;
-#ifdef CT_USE_OPENMP
-#pragma omp simd reduction(+ : acc)
-#endif
-    for (int i = 0; i < n; i++) acc += a[i] * b[i];
-    return acc;
-}
-
 /* Dropout of one (batch, head): the mask key, the global index of its
  * element (0, 0) (element (i, j) is base + i*T + j), the integer threshold
  * (ct_dropout_threshold) and the kept elements' scale 1/(1-p). */

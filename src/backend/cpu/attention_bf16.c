@@ -238,12 +238,7 @@ static void head_bwd16(float *buf, float *dq, float *dk, float *dv, const float 
     uint16_t *Q16 = (uint16_t *)(buf + T), *Qp = Q16 + Tp * HS, *dO16 = Qp + Tp * HS,
              *dOp = dO16 + Tp * HS, *Kt = dOp + Tp * HS, *Vt = Kt + (size_t)BK * HS,
              *Kp = Vt + (size_t)BK * HS;
-    for (int t = 0; t < T; t++) {
-        const float *a = dout + (size_t)t * C, *b = o + (size_t)t * C;
-        float acc = 0.0f;
-        for (int d = 0; d < HS; d++) acc += a[d] * b[d];
-        D[t] = acc;
-    }
+    for (int t = 0; t < T; t++) D[t] = attention_dot(dout + (size_t)t * C, o + (size_t)t * C, HS);
     ct_t16_rows(Q16, q, ld, T, HS, HS);
     ct_t16_pairs(Qp, q, ld, T, HS);
     ct_t16_rows(dO16, dout, C, T, HS, HS);

@@ -31,12 +31,15 @@ void ct_matmul_backward_cpu(ct_backend *be, float *dinp, float *dweight, float *
                             const float *inp, const float *weight, int N, int C, int OC);
 void ct_matmul_forward_bf16_cpu(ct_backend *be, float *out, const float *inp,
                                const uint16_t *weight16, const float *bias, int N, int C, int OC);
+void ct_matmul_forward_bf16_in16_cpu(ct_backend *be, float *out, const uint16_t *inp16,
+                                     const uint16_t *weight16, const float *bias, int N, int C,
+                                     int OC);
 void ct_matmul_backward_bf16_cpu(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                 const float *dout, const uint16_t *inp16,
                                 const uint16_t *weight16, int N, int C, int OC);
 
 
-/* out16.c: precision bf16's bf16-output producers and bf16-input forward */
+/* out16.c: precision bf16's bf16-output producers */
 void ct_layernorm_forward_out16_cpu(ct_backend *be, float *res, uint16_t *out16, float *mean,
                                     float *rstd, const float *a, const float *b,
                                     const float *weight, const float *bias, int N, int C,
@@ -46,9 +49,6 @@ void ct_rmsnorm_forward_out16_cpu(ct_backend *be, float *res, uint16_t *out16, f
                                   int C, float eps, float wofs);
 void ct_mlp_act_forward_out16_cpu(ct_backend *be, uint16_t *out16, const float *inp, int N,
                                   int F, int act);
-void ct_matmul_forward_bf16_in16_cpu(ct_backend *be, float *out, const uint16_t *inp16,
-                                     const uint16_t *weight16, const float *bias, int N, int C,
-                                     int OC);
 
 void ct_attention_forward_cpu(ct_backend *be, float *out, float *lse, const float *qkv,
                               const int32_t *pos, const ct_attn_dropout *drop, int B, int T,

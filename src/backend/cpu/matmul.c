@@ -43,6 +43,17 @@ static void matmul_dbias(float *dbias, const float *dout, int N, int OC) {
     }
 }
 
+/* out (N,OC) = bias in every row, and the GEMM's beta: 1 over those rows, 0
+ * without a bias (out then untouched, the GEMM overwrites it). */
+static float bias_fill(float *out, const float *bias, int N, int OC) {
+    if (!bias) return 0.0f;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for
+#endif
+    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+    return 1.0f;
+}
+
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL. */
 void ct_matmul_forward_cpu(ct_backend *be, float *out, const float *inp, const float *weight, const float *bias,
                            int N, int C, int OC) {
@@ -51,14 +62,7 @@ void ct_matmul_forward_cpu(ct_backend *be, float *out, const float *inp, const f
         ct_matmul_forward_ref(be, out, inp, weight, bias, N, C, OC);
         return;
     }
-    float beta = 0.0f;
-    if (bias) {
-#ifdef CT_USE_OPENMP
-#pragma omp parallel for
-#endif
-        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
-        beta = 1.0f;
-    }
+    float beta = bias_fill(out, bias, N, OC);
     ct_sgemm(be->gemm, false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
@@ -87,15 +91,21 @@ void ct_matmul_forward_bf16_cpu(ct_backend *be, float *out, const float *inp,
         ct_matmul_forward_bf16_ref(be, out, inp, weight16, bias, N, C, OC);
         return;
     }
-    float beta = 0.0f;
-    if (bias) {
-#ifdef CT_USE_OPENMP
-#pragma omp parallel for
-#endif
-        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
-        beta = 1.0f;
-    }
+    float beta = bias_fill(out, bias, N, OC);
     ct_gemm_f32_bf16(be->gemm, false, true, N, OC, C, 1.0f, inp, C, weight16, C, beta, out, OC);
+}
+
+/* out (N,OC) = inp16 (N,C) @ weight16 (OC,C)^T + bias (OC): the input kept in
+ * bf16 read as it is (ct_gemm_bf16). */
+void ct_matmul_forward_bf16_in16_cpu(ct_backend *be, float *out, const uint16_t *inp16,
+                                     const uint16_t *weight16, const float *bias, int N, int C,
+                                     int OC) {
+    if (N <= 0 || C <= 0 || OC <= 0) {
+        ct_matmul_forward_bf16_in16_ref(be, out, inp16, weight16, bias, N, C, OC);
+        return;
+    }
+    float beta = bias_fill(out, bias, N, OC);
+    ct_gemm_bf16(be->gemm, false, true, N, OC, C, 1.0f, inp16, C, weight16, C, beta, out, OC);
 }
 
 /* dinp (N,C) += bf16(dout) @ weight16 (OC,C); dweight (OC,C) += bf16(dout)^T @

@@ -1,21 +1,18 @@
 /*
- * The cpu backend's bf16-output producers and bf16-input forward for
- * precision bf16 (backend.h: layernorm_forward_out16, rmsnorm_forward_out16,
- * mlp_act_forward_out16, matmul_forward_bf16_in16): the values that feed
- * only a GEMM go straight to the bf16 operand the model keeps, so the fp32
- * output is never written to memory, read back to be kept, and read again to
- * be rounded inside the GEMM.
+ * The cpu backend's bf16-output producers for precision bf16 (backend.h:
+ * layernorm_forward_out16, rmsnorm_forward_out16, mlp_act_forward_out16):
+ * the values that feed only a GEMM go straight to the bf16 operand the model
+ * keeps (which matmul_forward_bf16_in16, matmul.c, reads as it is), so the
+ * fp32 output is never written to memory, read back to be kept, and read
+ * again to be rounded inside the GEMM.
  * Each producer runs its fp32 kernel on blocks of rows small enough to stay
  * in the caches (OUT16_BLOCK floats, in the calling thread's buffer) and
  * rounds each block as it is made: the fp32 kernel's bits, rounded, which is
  * the entries' contract, with no second copy of the arithmetic.
  */
 #include "backend/cpu/cpu.h"
-#include "backend/cpu/gemm.h"
 #include "backend/ref/ref.h"
 #include "core/dtype.h"
-
-#include <string.h>
 
 #define OUT16_BLOCK (128 * 1024) /* floats: 512 KiB, in L2 on the cores seen */
 
@@ -94,23 +91,4 @@ void ct_mlp_act_forward_out16_cpu(ct_backend *be, uint16_t *out16, const float *
             ct_swiglu_forward_cpu(be, y, x, r, F);
         ct_f32_to_bf16_array(out16 + (size_t)n0 * F, y, (size_t)r * F);
     }
-}
-
-/* out (N,OC) = inp16 (N,C) @ weight16 (OC,C)^T + bias (OC): ct_gemm_bf16. */
-void ct_matmul_forward_bf16_in16_cpu(ct_backend *be, float *out, const uint16_t *inp16,
-                                     const uint16_t *weight16, const float *bias, int N, int C,
-                                     int OC) {
-    if (N <= 0 || C <= 0 || OC <= 0) {
-        ct_matmul_forward_bf16_in16_ref(be, out, inp16, weight16, bias, N, C, OC);
-        return;
-    }
-    float beta = 0.0f;
-    if (bias) {
-#ifdef CT_USE_OPENMP
-#pragma omp parallel for
-#endif
-        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
-        beta = 1.0f;
-    }
-    ct_gemm_bf16(be->gemm, false, true, N, OC, C, 1.0f, inp16, C, weight16, C, beta, out, OC);
 }
