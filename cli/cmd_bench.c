@@ -182,7 +182,15 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         else if (!strcmp(o, "--filter")) a->filter = v;
         else if (!strcmp(o, "--recompute")) a->recompute = v;
         else if (!strcmp(o, "--activation-dtype")) a->act_dtype = v;
-        else if (!strcmp(o, "--precision")) a->precision = v;
+        else if (!strcmp(o, "--precision")) {
+            ct_precision prec;
+            if (ct_model_precision_from_name(&prec, v)) {
+                ct_error_clear();
+                return cli_usage_error("bench", "--precision = '%s': expected fp32, bf16 or fp16",
+                                       v);
+            }
+            a->precision = v;
+        }
         else if (!strcmp(o, "--gemm")) {
             if (ct_gemm_lib_of(v) < 0)
                 return cli_usage_error("bench", "--gemm = '%s': expected auto, onednn or "

@@ -239,6 +239,7 @@ for args, word in ((["bogus"], "bogus"), (["step", "--batch", "0"], "--batch"),
                    (["peak", "--device", "sim"], "--device"),
                    (["kernels", "--device", "sim", "--table", "ref"], "--table"),
                    (["kernels", "--attention-tiles", "64x999"], "--attention-tiles"),
+                   (["kernels", "--precision", "bf17"], "--precision"),
                    (["step", "--preset", "gpt9"], "gpt9"),
                    (["step", "--preset", "gpt2-tiny", "--seq", "33"], "--seq")):
     p = run(*args, rc=2)
