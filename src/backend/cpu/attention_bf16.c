@@ -40,6 +40,28 @@
 typedef uint32_t vnu __attribute__((vector_size(VN * 4)));
 typedef uint16_t vnh __attribute__((vector_size(VN * 2)));
 
+#if VN == 16 && defined(__AVX512BF16__)
+#include <immintrin.h>
+/* Each lane's bf16 (nearest even, NaN made quiet) by vcvtneps2bf16, which
+ * reads a denormal as zero: the rows rounded here are exps (normal or 0) and
+ * dS, whose denormals are below anything the products keep. */
+static inline vnh r16h(vnf x) {
+    __m256bh h = _mm512_cvtneps_pbh((__m512)x);
+    vnh r;
+    memcpy(&r, &h, sizeof r);
+    return r;
+}
+/* Two rows' bf16, interleaved: lane k holds x0[k] in its low half, x1[k] in
+ * its high half (one vcvtne2ps2bf16 and one vpermw). */
+static inline vnu r16pair(vnf x0, vnf x1) {
+    static const uint16_t zip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    __m512i idx;
+    memcpy(&idx, zip, sizeof idx);
+    __m512bh b = _mm512_cvtne2ps_pbh((__m512)x1, (__m512)x0);
+    return (vnu)_mm512_permutexvar_epi16(idx, (__m512i)b);
+}
+#else
 /* bf16 bits of each lane (nearest even, NaN made quiet), in the low half */
 static inline vnu r16v(vnf x) {
     vnu u = (vnu)x;
@@ -47,6 +69,9 @@ static inline vnu r16v(vnf x) {
     vni nan = (vni)(u & 0x7fffffffu) > 0x7f800000;
     return (vnu)vn_select(nan, (vnf)((u >> 16) | 0x40u), (vnf)r);
 }
+static inline vnh r16h(vnf x) { return __builtin_convertvector(r16v(x), vnh); }
+static inline vnu r16pair(vnf x0, vnf x1) { return r16v(x0) | r16v(x1) << 16; }
+#endif
 
 /* exp(x - sub) on the lanes j0 .. j0+VN-1 inside the window [a, e), exactly
  * 0 on the others (a chunk wholly inside needs no mask) */
@@ -72,11 +97,10 @@ static float exp_row16(const float *s, int n, int a, int e, float sub, uint16_t 
         memcpy(&x, s + j, sizeof x);
         vnf ex = exp_window(x, vs, j, a, e);
         acc += ex;
-        vnh h = __builtin_convertvector(r16v(ex), vnh);
+        vnh h = r16h(ex);
         memcpy(out16 + j, &h, sizeof h);
     }
-    float sum = 0.0f;
-    for (int l = 0; l < VN; l++) sum += acc[l];
+    float sum = vn_hsum(acc);
     for (; j < n; j++) {
         float ex = j >= a && j < e ? s_exp(s[j] - sub) : 0.0f;
         sum += ex;
@@ -103,7 +127,7 @@ static void exp_pair16(float *p0, float *p1, int n, int a0, int e0, int a1, int 
             x1 = exp_window(x1, v1, j, a1, e1);
             memcpy(p1 + j, &x1, sizeof x1);
         }
-        vnu w = r16v(x0) | r16v(x1) << 16;
+        vnu w = r16pair(x0, x1);
         memcpy(pp + 2 * j, &w, sizeof w);
     }
     for (; j < n; j++) {
@@ -127,17 +151,17 @@ static void ds_pair16(const float *p0, const float *p1, const float *dp0, const 
         vnf a, b;
         memcpy(&a, p0 + j, sizeof a);
         memcpy(&b, dp0 + j, sizeof b);
-        vnu r0 = r16v(a * (b - vd0) * vsc), r1 = {0};
-        vnh h = __builtin_convertvector(r0, vnh);
+        vnf s0 = a * (b - vd0) * vsc, s1 = vn_set1(0.0f);
+        vnh h = r16h(s0);
         memcpy(d0 + j, &h, sizeof h);
         if (p1) {
             memcpy(&a, p1 + j, sizeof a);
             memcpy(&b, dp1 + j, sizeof b);
-            r1 = r16v(a * (b - vd1) * vsc);
-            h = __builtin_convertvector(r1, vnh);
+            s1 = a * (b - vd1) * vsc;
+            h = r16h(s1);
             memcpy(d1 + j, &h, sizeof h);
         }
-        vnu w = r0 | r1 << 16;
+        vnu w = r16pair(s0, s1);
         memcpy(pp + 2 * j, &w, sizeof w);
     }
     for (; j < n; j++) {

@@ -14,6 +14,7 @@
 #ifndef CT_KERNELS_CPU_VMATH_H
 #define CT_KERNELS_CPU_VMATH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -127,6 +128,49 @@ static inline float v_exp_sub_sum(float *x, int n, float sub) {
     return s;
 }
 
+/* The lanes' sum and largest, folded in halves: log2(VN) steps where a loop
+ * over the lanes is VN - 1 dependent scalar ones (a softmax row pays this
+ * once per tile). The sum's order is the tree's, not the lanes'. */
+typedef float vh4f __attribute__((vector_size(16)));
+typedef int32_t vh4i __attribute__((vector_size(16)));
+#if VN >= 8
+typedef float vh8f __attribute__((vector_size(32)));
+typedef int32_t vh8i __attribute__((vector_size(32)));
+#endif
+static inline vh4f vh4_max(vh4f a, vh4f b) {
+    vh4i m = a > b;
+    return (vh4f)(((vh4i)a & m) | ((vh4i)b & ~m));
+}
+static inline vh4f vn_fold4(vnf v, bool max) {
+#if VN == 16
+    vh8f a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+    vh8f b = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    vh8i m = a > b;
+    vh8f h = max ? (vh8f)(((vh8i)a & m) | ((vh8i)b & ~m)) : a + b;
+#elif VN == 8
+    vh8f h = v;
+#endif
+#if VN >= 8
+    vh4f lo = __builtin_shufflevector(h, h, 0, 1, 2, 3), hi = __builtin_shufflevector(h, h, 4, 5, 6, 7);
+    return max ? vh4_max(lo, hi) : lo + hi;
+#else
+    (void)max;
+    return v;
+#endif
+}
+static inline float vn_hsum(vnf v) {
+    vh4f q = vn_fold4(v, false);
+    q = q + __builtin_shufflevector(q, q, 2, 3, 0, 1);
+    q = q + __builtin_shufflevector(q, q, 1, 0, 3, 2);
+    return q[0];
+}
+static inline float vn_hmax(vnf v) {
+    vh4f q = vn_fold4(v, true);
+    q = vh4_max(q, __builtin_shufflevector(q, q, 2, 3, 0, 1));
+    q = vh4_max(q, __builtin_shufflevector(q, q, 1, 0, 3, 2));
+    return q[0];
+}
+
 /* Largest of x[0..n), n >= 1. */
 static inline float v_max(const float *x, int n) {
     float m = x[0];
@@ -139,8 +183,7 @@ static inline float v_max(const float *x, int n) {
             memcpy(&v, x + i, sizeof v);
             acc = vn_select(v > acc, v, acc);
         }
-        m = acc[0];
-        for (int l = 1; l < VN; l++) m = acc[l] > m ? acc[l] : m;
+        m = vn_hmax(acc);
     }
     for (; i < n; i++) m = x[i] > m ? x[i] : m;
     return m;
