@@ -271,9 +271,68 @@ static void test_bf16(bool prim) {
     }
 }
 
+/* ct_gemm_colsums' documented order, plainly: per column, fp32 sums over
+ * blocks of 64 rows, the blocks added in double; columns past the last
+ * multiple of 16 in double throughout. */
+static void colsums_plain(float *dbias, const float *G, int N, int OC) {
+    int ov = OC / 16 * 16;
+    for (int o = 0; o < OC; o++) {
+        double acc = 0.0;
+        for (int n0 = 0; n0 < N; n0 += 64) {
+            float blk = 0.0f;
+            for (int n = n0; n < N && n < n0 + 64; n++) {
+                if (o < ov)
+                    blk += G[(size_t)n * OC + o];
+                else
+                    acc += G[(size_t)n * OC + o];
+            }
+            acc += blk;
+        }
+        dbias[o] += (float)acc;
+    }
+}
+
+/* ct_gemm_colsums against the plain sums bit for bit, with and without the
+ * rounding (which must equal ct_f32_to_bf16 on every element, NaN included),
+ * on 1 and 2 threads, at widths that split into windows, vectors and a
+ * tail. */
+static void test_colsums(void) {
+    const int shapes[][2] = {{1, 1}, {65, 16}, {130, 37}, {200, 300}, {129, 768 + 5}, {3, 1030}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int N = shapes[s][0], OC = shapes[s][1];
+        size_t n = (size_t)N * OC;
+        float *G = malloc(n * sizeof *G), *db = malloc(OC * 4), *want = malloc(OC * 4);
+        uint16_t *g16 = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) G[i] = frnd() * (i % 7 == 0 ? 1e4f : 1.0f);
+        if (n > 40) G[40] = NAN, G[n - 1] = -INFINITY;
+        for (int o = 0; o < OC; o++) want[o] = 0.5f * (float)o;
+        colsums_plain(want, G, N, OC);
+        for (int th = 1; th <= 2; th++) {
+#ifdef CT_USE_OPENMP
+            omp_set_num_threads(th);
+#endif
+            for (int r = 0; r < 2; r++) {
+                for (int o = 0; o < OC; o++) db[o] = 0.5f * (float)o;
+                memset(g16, 0xa5, n * 2);
+                ct_gemm_colsums(db, r ? g16 : NULL, G, N, OC);
+                CHECK_MSG(!memcmp(db, want, OC * 4), "colsums N=%d OC=%d threads %d%s: differ",
+                          N, OC, th, r ? " rounding" : "");
+                size_t bad = 0;
+                for (size_t i = 0; r && i < n; i++) bad += g16[i] != ct_f32_to_bf16(G[i]);
+                CHECK_MSG(bad == 0, "colsums N=%d OC=%d: %zu roundings differ", N, OC, bad);
+            }
+        }
+#ifdef CT_USE_OPENMP
+        omp_set_num_threads(omp_get_num_procs());
+#endif
+        free(G), free(db), free(want), free(g16);
+    }
+}
+
 /* ct_gemm_bwd_f32_bf16 (one rounding of G for both products) against the two
- * ct_gemm_f32_bf16 calls it stands for, bit for bit, on each library; with
- * one output NULL the other still right, nothing written through the NULL. */
+ * ct_gemm_f32_bf16 calls it stands for, bit for bit, on each library, and its
+ * dbias against ct_gemm_colsums; with one output NULL the others still
+ * right, nothing written through the NULL. */
 static void test_bwd_pair(bool prim) {
     const int shapes[][3] = {{37, 20, 52}, {64, 48, 96}, {5, 3, 7}};
     for (int lib = 0; lib < 2; lib++) {
@@ -287,11 +346,16 @@ static void test_bwd_pair(bool prim) {
             for (size_t i = 0; i < ng; i++) G[i] = (float)((i * 37) % 101) / 50.0f - 1.0f + 1e-3f;
             for (size_t i = 0; i < nw; i++) W16[i] = ct_f32_to_bf16((float)((i * 13) % 29) / 29.0f - 0.5f);
             for (size_t i = 0; i < nx; i++) X16[i] = ct_f32_to_bf16((float)((i * 7) % 31) / 31.0f - 0.5f);
-            for (int part = 0; part < 3; part++) { /* both, dinp only, dweight only */
+            float *db = malloc(OC * 4), *wb = malloc(OC * 4);
+            for (int part = 0; part < 4; part++) { /* both, dinp only, dweight only; no dbias */
                 for (size_t i = 0; i < nx; i++) di[i] = wi[i] = 0.25f;
                 for (size_t i = 0; i < nw; i++) dw[i] = ww[i] = -0.5f;
+                for (int o = 0; o < OC; o++) db[o] = wb[o] = 0.125f;
                 ct_gemm_bwd_f32_bf16((ct_gemm_lib)lib, N, C, OC, G, W16, X16, part != 2 ? di : NULL,
-                                     part != 1 ? dw : NULL);
+                                     part != 1 ? dw : NULL, part != 3 ? db : NULL);
+                if (part != 3) colsums_plain(wb, G, N, OC);
+                CHECK_MSG(!memcmp(db, wb, OC * 4), "bwd pair, N=%d C=%d OC=%d part %d: dbias",
+                          N, C, OC, part);
                 if (part != 2)
                     ct_gemm_f32_bf16((ct_gemm_lib)lib, false, false, N, C, OC, 1.0f, G, OC, W16, C,
                                      1.0f, wi, C);
@@ -302,7 +366,7 @@ static void test_bwd_pair(bool prim) {
                           "bwd pair, %s, N=%d C=%d OC=%d part %d: differs from two calls",
                           lib == CT_GEMM_ONEDNN ? "onednn" : "openblas", N, C, OC, part);
             }
-            free(G), free(di), free(dw), free(wi), free(ww), free(W16), free(X16);
+            free(G), free(di), free(dw), free(wi), free(ww), free(W16), free(X16), free(db), free(wb);
         }
     }
 }
@@ -523,6 +587,7 @@ int main(void) {
     printf("native bf16 GEMMs: %s\n", ct_gemm_have_bf16() ? "yes" : "no");
     test_f32(prim);
     test_bf16(prim);
+    test_colsums();
     test_bwd_pair(prim);
     if (prim) {
         test_cache();

@@ -13,6 +13,8 @@
  * Leaves out: oneDNN 3.x's matmul API (GEMM_PRIM is 0 there).
  */
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/tile.h"
+#include "backend/cpu/vmath.h"
 
 #include "core/dtype.h"
 
@@ -406,6 +408,67 @@ static void round_rows(uint16_t *dst, const float *src, int rows, int cols, int 
         ct_f32_to_bf16_array(dst + (size_t)r * cols, src + (size_t)r * lds, (size_t)cols);
 }
 
+/* ct_gemm_colsums' columns [o0, o0 + w) (w a multiple of VN, at most
+ * COLSUM_W), 64 rows to a block as the header says. */
+#define COLSUM_W 256
+static void colsum_window(float *dbias, uint16_t *g16, const float *G, int N, int OC, int o0,
+                          int w) {
+    typedef uint32_t vnu __attribute__((vector_size(VN * 4)));
+    typedef uint16_t vnh __attribute__((vector_size(VN * 2)));
+    double acc[COLSUM_W] = {0};
+    for (int n0 = 0; n0 < N; n0 += 64) {
+        int n1 = N - n0 < 64 ? N : n0 + 64;
+        vnf blk[COLSUM_W / VN];
+        for (int v = 0; v < w / VN; v++) blk[v] = vn_set1(0.0f);
+        for (int n = n0; n < n1; n++) {
+            const float *g = G + (size_t)n * OC + o0;
+            for (int v = 0; v < w / VN; v++) {
+                vnf x;
+                memcpy(&x, g + v * VN, sizeof x);
+                blk[v] += x;
+                if (!g16) continue;
+                /* tile.h's rounding, lane by lane */
+                vnu u = (vnu)x;
+                vnu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+                vni nan = (vni)(u & 0x7fffffffu) > 0x7f800000;
+                r = (vnu)vn_select(nan, (vnf)((u >> 16) | 0x40u), (vnf)r);
+                vnh h = __builtin_convertvector(r, vnh);
+                memcpy(g16 + (size_t)n * OC + o0 + v * VN, &h, sizeof h);
+            }
+        }
+        for (int v = 0; v < w / VN; v++)
+            for (int l = 0; l < VN; l++) acc[v * VN + l] += blk[v][l];
+    }
+    for (int j = 0; j < w; j++) dbias[o0 + j] += (float)acc[j];
+}
+
+void ct_gemm_colsums(float *dbias, uint16_t *g16, const float *G, int N, int OC) {
+    int nv = OC / 16, ov = nv * 16;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel
+#endif
+    {
+        int t = 0, nt = 1;
+#ifdef CT_USE_OPENMP
+        t = omp_get_thread_num(), nt = omp_get_num_threads();
+#endif
+        /* this thread's run of 16-column vectors, a window at a time */
+        int o1 = (int)((int64_t)nv * (t + 1) / nt) * 16;
+        for (int o = (int)((int64_t)nv * t / nt) * 16; o < o1; o += COLSUM_W)
+            colsum_window(dbias, g16, G, N, OC, o, o1 - o < COLSUM_W ? o1 - o : COLSUM_W);
+        /* the last columns, fewer than 16: summed in double, rounded whole */
+        for (int o = ov + t; o < OC; o += nt) {
+            double a = 0.0;
+            for (int n = 0; n < N; n++) {
+                float x = G[(size_t)n * OC + o];
+                a += x;
+                if (g16) g16[(size_t)n * OC + o] = ct_t16_round(x);
+            }
+            dbias[o] += (float)a;
+        }
+    }
+}
+
 /* rows x cols bf16 (row stride lds) widened to dense fp32 rows of dst */
 static void widen_rows(float *dst, const uint16_t *src, int rows, int cols, int lds) {
     if (lds == cols) {
@@ -536,7 +599,8 @@ void ct_gemm_f32_bf16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, fl
 }
 
 void ct_gemm_bwd_f32_bf16(ct_gemm_lib lib, int N, int C, int OC, const float *G,
-                          const uint16_t *W16, const uint16_t *X16, float *dinp, float *dweight) {
+                          const uint16_t *W16, const uint16_t *X16, float *dinp, float *dweight,
+                          float *dbias) {
     bool di = dinp != NULL, dw = dweight != NULL;
 #if GEMM_PRIM
     gemm_state *g = &g_gemm;
@@ -547,7 +611,11 @@ void ct_gemm_bwd_f32_bf16(ct_gemm_lib lib, int N, int C, int OC, const float *G,
         pthread_mutex_unlock(&g->mu);
     }
     if (s) {
-        round_rows(s->conv, G, N, OC, OC);
+        if (dbias)
+            ct_gemm_colsums(dbias, s->conv, G, N, OC);
+        else
+            round_rows(s->conv, G, N, OC, OC);
+        dbias = NULL;
         gemm_key ki = key_of(CT_GEMM_BF16, false, false, N, C, OC, 1.0f, OC, C, 1.0f, C);
         gemm_key kw = key_of(CT_GEMM_BF16, true, false, OC, C, N, 1.0f, OC, C, 1.0f, C);
         di = !prim_call(g, &ki, s->conv, W16, dinp, s);
@@ -558,6 +626,7 @@ void ct_gemm_bwd_f32_bf16(ct_gemm_lib lib, int N, int C, int OC, const float *G,
     /* what is left: each product with its own rounding */
     if (di) ct_gemm_f32_bf16(lib, false, false, N, C, OC, 1.0f, G, OC, W16, C, 1.0f, dinp, C);
     if (dw) ct_gemm_f32_bf16(lib, true, false, OC, C, N, 1.0f, G, OC, X16, C, 1.0f, dweight, C);
+    if (dbias) ct_gemm_colsums(dbias, NULL, G, N, OC);
 }
 
 /* ------------------------------------------------------------ accounting */

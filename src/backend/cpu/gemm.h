@@ -69,12 +69,21 @@ void ct_gemm_f32_bf16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, fl
                       int ldc);
 /* A linear's two backward products on one rounding of its fp32 gradient G
  * (N x OC, dense): dinp (N x C) += bf16(G) W16 (OC x C) and dweight (OC x C)
- * += bf16(G)^T X16 (N x C), the numbers of two ct_gemm_f32_bf16 calls.
- * oneDNN rounds G once into this layer's buffer (the size one
- * ct_gemm_f32_bf16 call of G takes) and runs both bf16 matmuls on it;
+ * += bf16(G)^T X16 (N x C), the numbers of two ct_gemm_f32_bf16 calls, and
+ * dbias (OC), when not NULL, += ct_gemm_colsums of G. oneDNN rounds G once
+ * into this layer's buffer (the size one ct_gemm_f32_bf16 call of G takes),
+ * in the same pass as the column sums, and runs both bf16 matmuls on it;
  * elsewhere, or when either output is NULL, the two calls as they are. */
 void ct_gemm_bwd_f32_bf16(ct_gemm_lib lib, int N, int C, int OC, const float *G,
-                          const uint16_t *W16, const uint16_t *X16, float *dinp, float *dweight);
+                          const uint16_t *W16, const uint16_t *X16, float *dinp, float *dweight,
+                          float *dbias);
+/* dbias (OC) += the column sums of G (N x OC, dense), and, when g16 is not
+ * NULL, G rounded to bf16 (nearest even, NaN quiet) into g16 (N x OC) in the
+ * same pass. Each column is summed in fp32 over blocks of 64 rows in row
+ * order, the blocks' sums added in double in order (a column past the last
+ * multiple of 16: in double throughout), so the sums depend on neither the
+ * threads nor g16. Threads split the columns. */
+void ct_gemm_colsums(float *dbias, uint16_t *g16, const float *G, int N, int OC);
 /* The scalar reference of ct_gemm_bf16: products in fp32 (exact for bf16
  * inputs), summed in fp32 in k order. */
 void ct_gemm_bf16_ref(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t *A,

@@ -16,33 +16,6 @@
 #include "backend/cpu/vmath.h"
 #include "backend/ref/ref.h"
 
-/* dbias (OC) += column sums of dout (N,OC), 16 columns per block: rows are
- * read whole, lanes flush to double. */
-static void matmul_dbias(float *dbias, const float *dout, int N, int OC) {
-    int ov = OC / V16 * V16, nblk = ov / V16;
-#ifdef CT_USE_OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-    for (int blk = 0; blk < nblk + (OC - ov); blk++) {
-        if (blk < nblk) {
-            int o = blk * V16;
-            double acc[V16] = {0};
-            for (int n0 = 0; n0 < N; n0 += 64) {
-                int n1 = N - n0 < 64 ? N : n0 + 64;
-                v16f a = {0};
-                for (int n = n0; n < n1; n++) a += v16_load(dout + (size_t)n * OC + o);
-                for (int l = 0; l < V16; l++) acc[l] += a[l];
-            }
-            for (int l = 0; l < V16; l++) dbias[o + l] += (float)acc[l];
-        } else {
-            int o = ov + (blk - nblk);
-            double acc = 0.0;
-            for (int n = 0; n < N; n++) acc += dout[(size_t)n * OC + o];
-            dbias[o] += (float)acc;
-        }
-    }
-}
-
 /* out (N,OC) = bias in every row, and the GEMM's beta: 1 over those rows, 0
  * without a bias (out then untouched, the GEMM overwrites it). */
 static float bias_fill(float *out, const float *bias, int N, int OC) {
@@ -80,7 +53,7 @@ void ct_matmul_backward_cpu(ct_backend *be, float *dinp, float *dweight, float *
         ct_sgemm(be->gemm, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
     if (dweight)
         ct_sgemm(be->gemm, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-    if (dbias) matmul_dbias(dbias, dout, N, OC);
+    if (dbias) ct_gemm_colsums(dbias, NULL, dout, N, OC);
 }
 
 /* out (N,OC) = bf16(inp) (N,C) @ weight16 (OC,C)^T + bias (OC): ct_gemm_f32_bf16
@@ -118,6 +91,5 @@ void ct_matmul_backward_bf16_cpu(ct_backend *be, float *dinp, float *dweight, fl
         ct_matmul_backward_bf16_ref(be, dinp, dweight, dbias, dout, inp16, weight16, N, C, OC);
         return;
     }
-    ct_gemm_bwd_f32_bf16(be->gemm, N, C, OC, dout, weight16, inp16, dinp, dweight);
-    if (dbias) matmul_dbias(dbias, dout, N, OC);
+    ct_gemm_bwd_f32_bf16(be->gemm, N, C, OC, dout, weight16, inp16, dinp, dweight, dbias);
 }
