@@ -584,6 +584,11 @@ CT_API const ct_param *ct_model_trainable_param(const ct_model *m, int i);
 CT_API size_t ct_model_trainable_numel(const ct_model *m);
 CT_API float *ct_model_trainable_params(ct_model *m);
 CT_API float *ct_model_trainable_grads(ct_model *m);
+/* The bf16 copy that precision bf16's GEMMs read of trainable parameter i
+ * (its numel elements), or NULL: an entry no GEMM reads, precision fp32 or
+ * fp16, adapters attached (their base is frozen). Whoever writes it must
+ * write bf16 of the parameter's current values (f32_to_bf16's bits). */
+CT_API uint16_t *ct_model_trainable_w16(ct_model *m, int i);
 
 /* The plan with adapters lo attached (NULL or r == 0: none): params holds
  * the base and the adapter, grads only the adapter's, trainable the bytes

@@ -427,6 +427,13 @@ typedef struct ct_backend_i {
     void (*adamw_update)(ct_backend *be, float *params, const float *grads, float *m, float *v,
                          size_t n, float lr, float beta1, float beta2, float eps,
                          float weight_decay, float grad_scale, int64_t t);
+    /* Optional (NULL: adamw_update, then the model rounds its copies in a
+     * pass of its own): adamw_update, and params16[i] = bf16(params[i]) of
+     * each new value (nearest even, NaN quiet: f32_to_bf16's bits) in the
+     * same pass, for precision bf16's weight copies. */
+    void (*adamw_update16)(ct_backend *be, float *params, uint16_t *params16, const float *grads,
+                           float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                           float eps, float weight_decay, float grad_scale, int64_t t);
 } ct_backend_i;
 
 /* mlp_act_forward_out16's activations. */

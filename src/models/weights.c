@@ -144,6 +144,13 @@ void ct_model_refresh_weights16(ct_model *m) {
     m->w16_fresh = true;
 }
 
+uint16_t *ct_model_trainable_w16(ct_model *m, int i) {
+    if (m->lora || !m->w16 || !model_bf16(m) || i < 0 || i >= m->n_table ||
+        m->w16_off[i] == SIZE_MAX)
+        return NULL;
+    return m->w16 + m->w16_off[i];
+}
+
 void model_weights_changed(ct_model *m) {
     m->w16_fresh = false;
     ct_model_refresh_weights16(m);

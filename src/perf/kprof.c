@@ -466,6 +466,14 @@ static void p_adamw_update(ct_backend *be, float *params, const float *grads, fl
           grad_scale, t);
 }
 
+static void p_adamw_update16(ct_backend *be, float *params, uint16_t *params16,
+                             const float *grads, float *m, float *v, size_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay,
+                             float grad_scale, int64_t t) {
+    TIMED(CT_KP_ADAMW, adamw_update16, params, params16, grads, m, v, n, lr, beta1, beta2, eps,
+          weight_decay, grad_scale, t);
+}
+
 static const ct_backend_i prof_i = {
     .name = "profiled",
     .buf_alloc = p_buf_alloc,
@@ -534,6 +542,7 @@ static const ct_backend_i prof_i = {
     .residual_rmsnorm_forward = p_residual_rmsnorm_forward,
     .crossentropy_forward = p_crossentropy_forward,
     .adamw_update = p_adamw_update,
+    .adamw_update16 = p_adamw_update16,
 };
 
 /* ------------------------------------------------------------ object */
@@ -561,6 +570,7 @@ ct_status ct_kprof_init(ct_kprof **out, ct_backend *inner) {
     if (!inner->i->layernorm_forward_out16) kp->table.layernorm_forward_out16 = NULL;
     if (!inner->i->rmsnorm_forward_out16) kp->table.rmsnorm_forward_out16 = NULL;
     if (!inner->i->mlp_act_forward_out16) kp->table.mlp_act_forward_out16 = NULL;
+    if (!inner->i->adamw_update16) kp->table.adamw_update16 = NULL;
     kp->be.i = &kp->table;
     kp->be.ctx = inner->ctx;
     kp->be.host_visible = inner->host_visible;

@@ -72,8 +72,8 @@ ct_status ct_bench_step(ct_ctx *ctx, const ct_model_config *cfg, const ct_bench_
         ct_model_zero_grads(m);
         float loss = 0;
         if ((st = ct_model_forward_backward(m, in, tg, o->B, o->T, 1.0f, &loss))) goto done;
-        ct_adamw_step(&opt, m, &ap, 1e-4f, 1.0f);
-        ct_model_refresh_weights16(m); /* precision bf16: as the trainer does */
+        if (!ct_adamw_step(&opt, m, &ap, 1e-4f, 1.0f))
+            ct_model_refresh_weights16(m); /* precision bf16: as the trainer does */
         /* the step ends when the backend's queue has drained */
         if ((st = base->i->synchronize(base))) goto done;
         double dt = ct_time_s() - t0;

@@ -46,7 +46,7 @@ void ct_adamw_free(ct_adamw *opt) {
     opt->m = opt->v = NULL;
 }
 
-void ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, float lr,
+bool ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, float lr,
                    float grad_scale) {
     ct_backend *be = ct_ctx_backend(opt->ctx);
     const ct_backend_i *k = be->i;
@@ -54,14 +54,21 @@ void ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, flo
     int n = ct_model_num_trainable(model);
     float *w = ct_model_trainable_params(model), *g = ct_model_trainable_grads(model);
     size_t lo = opt->lo, hi = opt->lo + opt->n;
+    /* the bf16 copies are written here only when this update covers every
+     * parameter (a shard's update leaves them to the gather's refresh) */
+    bool w16 = k->adamw_update16 && lo == 0 && hi == ct_model_trainable_numel(model);
     int i = 0;
     while (i < n) {
         const ct_param *first = ct_model_trainable_param(model, i);
+        uint16_t *f16 = w16 ? ct_model_trainable_w16(model, i) : NULL;
         size_t begin = first->offset, end = first->offset + first->numel;
         int j = i + 1;
         while (j < n) {
             const ct_param *q = ct_model_trainable_param(model, j);
             if (q->decay != first->decay || q->offset != end) break;
+            /* a run has a copy throughout, back to back, or none */
+            uint16_t *q16 = w16 ? ct_model_trainable_w16(model, j) : NULL;
+            if (f16 ? q16 != f16 + (end - begin) : q16 != NULL) break;
             end += q->numel;
             j++;
         }
@@ -70,10 +77,17 @@ void ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, flo
         if (begin < lo) begin = lo;
         if (end > hi) end = hi;
         if (end <= begin) continue;
-        k->adamw_update(be, w + begin, g + begin, opt->m + (begin - lo), opt->v + (begin - lo),
-                        end - begin, lr, p->beta1, p->beta2, p->eps,
-                        first->decay ? p->weight_decay : 0.0f, grad_scale, opt->t);
+        float decay = first->decay ? p->weight_decay : 0.0f;
+        if (f16)
+            k->adamw_update16(be, w + begin, f16, g + begin, opt->m + (begin - lo),
+                              opt->v + (begin - lo), end - begin, lr, p->beta1, p->beta2, p->eps,
+                              decay, grad_scale, opt->t);
+        else
+            k->adamw_update(be, w + begin, g + begin, opt->m + (begin - lo), opt->v + (begin - lo),
+                            end - begin, lr, p->beta1, p->beta2, p->eps, decay, grad_scale,
+                            opt->t);
     }
+    return w16;
 }
 
 double ct_grad_norm(ct_model *model) {

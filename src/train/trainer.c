@@ -374,11 +374,11 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
         if (t->fp16) scale *= (float)(1.0 / info->loss_scale);
         if (t->world > 1) {
             if ((st = trainer_dist_update(t, (float)info->lr, scale))) return st;
-        } else {
-            ct_adamw_step(&t->opt, t->model, &t->ap, (float)info->lr, scale);
+            /* precision bf16/fp16: the next GEMMs read 16-bit copies of the new weights */
+            ct_model_refresh_weights16(t->model);
+        } else if (!ct_adamw_step(&t->opt, t->model, &t->ap, (float)info->lr, scale)) {
+            ct_model_refresh_weights16(t->model); /* as above, unless the update wrote them */
         }
-        /* precision bf16/fp16: the next GEMMs read 16-bit copies of the new weights */
-        ct_model_refresh_weights16(t->model);
     } else {
         info->skipped = true;
         info->spike = verdict == CT_GUARD_SPIKE_LOSS || verdict == CT_GUARD_SPIKE_NORM;

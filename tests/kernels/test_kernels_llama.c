@@ -668,6 +668,23 @@ static void test_adamw(size_t n) {
         float *upd = falloc(n);
         for (size_t i = 0; i < n; i++) upd[i] = d[0].got[i] - p0[i];
         CHECK_CLOSE_D(label(be, "adamw update p - p0 vs double"), upd, upd_d, n, 1e-4);
+        if (!be->i->adamw_update16) continue;
+        /* the fused variant: the same three updates bit for bit, and each
+         * step's bf16 copy of the new params (the last one read back) */
+        karg e[] = {ARG(p0, n),      ARG(falloc(n), n), ARG(falloc(n), n),
+                    ARG(grad[0], n), ARG(grad[1], n),   ARG(grad[2], n),
+                    ARG(u16fill(n, 0x7fc1), n)};
+        RUN(be, e, {
+            for (int t = 1; t <= 3; t++)
+                be->i->adamw_update16(be, e[0].dev, e[6].dev, e[2 + t].dev, e[1].dev, e[2].dev, n,
+                                      lr, beta1, beta2, eps, wd, scale, t);
+        });
+        for (int k = 0; k < 3; k++)
+            CHECK_MSG(same_floats(e[k].got, d[k].got, n), "%s",
+                      label(be, k == 0 ? "adamw_update16 params == adamw_update's"
+                                       : "adamw_update16 moments == adamw_update's"));
+        CHECK_MSG(same_bf16_of((const uint16_t *)e[6].got, e[0].got, n), "%s",
+                  label(be, "adamw_update16 copy == bf16(params)"));
     }
     pool_free();
 }

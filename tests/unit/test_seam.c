@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "backend/ctx.h"
+#include "core/dtype.h"
 #include "ct_test.h"
 #include "ct_tmpdir.h"
 #include "ctrain/model.h"
@@ -95,6 +96,7 @@ typedef struct run_cfg {
     int in16;       /* as fused, for the forwards on a kept bf16 input and the
                      * norms and MLP activations that write it; 2: those
                      * forwards counted, the writers removed */
+    bool no_adamw16; /* without the fused AdamW that writes the bf16 weight copies */
 } run_cfg;
 
 /* Calls of the fused entries of the counting table (train_on, fused = 1). */
@@ -190,6 +192,10 @@ static void train_on(ct_backend_kind kind, const run_cfg *rc, run_out *out) {
             norms && in16_inner->mlp_act_forward_out16 ? count_mlp_act_out16 : NULL;
         be->i = &table;
     }
+    if (rc->no_adamw16) {
+        table.adamw_update16 = NULL;
+        be->i = &table;
+    }
     ct_model_config cfg;
     CHECK(ct_model_config_preset(&cfg, rc->preset) == CT_OK);
     ct_model *m;
@@ -230,7 +236,25 @@ static void train_on(ct_backend_kind kind, const run_cfg *rc, run_out *out) {
         ct_model_zero_grads(m);
         CHECK(ct_model_forward_backward(m, in, tg, B, T, 1.0f, &out->loss[s]) == CT_OK);
         float clip = ct_clip_scale(ct_grad_norm(m), 1.0);
-        ct_adamw_step(&opt, m, &ap, 1e-2f, clip);
+        /* as the trainer: the next step's GEMMs read copies of these weights */
+        bool fresh = ct_adamw_step(&opt, m, &ap, 1e-2f, clip);
+        CHECK_MSG(fresh == (be->i->adamw_update16 != NULL), "%s on %s: the update %s the bf16 "
+                  "copies", rc->preset, ct_backend_kind_name(kind), fresh ? "wrote" : "skipped");
+        if (!fresh) ct_model_refresh_weights16(m);
+        if (fresh && rc->bf16_prec && !rc->lora) {
+            size_t bad = 0;
+            float *w = malloc(n * sizeof *w);
+            ct_model_download(m, w, ct_model_trainable_params(m), n * sizeof *w);
+            for (int i = 0; i < ct_model_num_trainable(m); i++) {
+                const uint16_t *c = ct_model_trainable_w16(m, i);
+                const ct_param *q = ct_model_trainable_param(m, i);
+                for (size_t j = 0; c && j < q->numel; j++)
+                    bad += c[j] != ct_f32_to_bf16(w[q->offset + j]);
+            }
+            CHECK_MSG(bad == 0, "%s on %s: %zu bf16 weight copies differ from the new weights",
+                      rc->preset, ct_backend_kind_name(kind), bad);
+            free(w);
+        }
     }
     out->n = n;
     out->weights = malloc(n * sizeof(float));
@@ -486,6 +510,28 @@ static void test_in16_equals_rounding(ct_backend_kind kind, run_cfg rc) {
     free(d.weights);
 }
 
+/* Precision bf16: the AdamW that writes the bf16 weight copies as it updates
+ * (adamw_update16) trains exactly as adamw_update followed by the model's
+ * own refresh of the copies. */
+static void test_adamw16_equals_refresh(ct_backend_kind kind, const char *preset) {
+    run_out a = {0}, b = {0};
+    run_cfg rc = {preset, false, false, false, true, 0, false, 0, false};
+    train_on(kind, &rc, &a);
+    rc.no_adamw16 = true;
+    train_on(kind, &rc, &b);
+    const char *bk = ct_backend_kind_name(kind);
+    CHECK_MSG(!memcmp(a.loss, b.loss, sizeof a.loss), "%s on %s: losses differ (%.9g vs %.9g)",
+              preset, bk, a.loss[3], b.loss[3]);
+    CHECK_MSG(a.n == b.n && !memcmp(a.weights, b.weights, a.n * sizeof(float)),
+              "%s on %s: trained weights differ with the fused AdamW", preset, bk);
+    CHECK_MSG(!memcmp(a.logits, b.logits, sizeof a.logits), "%s on %s: logits differ", preset,
+              bk);
+    CHECK_MSG(a.loss[3] != a.loss[0], "%s: training did not move the loss", preset);
+    printf("  %-11s on %-3s: AdamW writing the bf16 copies == AdamW then refresh\n", preset, bk);
+    free(a.weights);
+    free(b.weights);
+}
+
 /* Save on sim, load on ref and on sim: the same weights. */
 static void test_hf_round_trip(void) {
     char dir[256];
@@ -525,43 +571,47 @@ int main(void) {
     signal(SIGPIPE, SIG_IGN);
     test_sim_memory_is_not_host_memory();
     const run_cfg runs[] = {
-        {"gpt2-tiny", false, false, false, false, 0, false, 0},
-        {"gpt2-tiny", false, true, true, false, 0, false, 0},
-        {"llama-tiny", false, false, false, false, 0, false, 0},
-        {"llama-tiny", false, true, false, false, 0, false, 0},
-        {"llama-tiny", true, false, false, false, 0, false, 0},
-        {"gpt2-tiny", true, false, true, false, 0, false, 0},
+        {"gpt2-tiny", false, false, false, false, 0, false, 0, false},
+        {"gpt2-tiny", false, true, true, false, 0, false, 0, false},
+        {"llama-tiny", false, false, false, false, 0, false, 0, false},
+        {"llama-tiny", false, true, false, false, 0, false, 0, false},
+        {"llama-tiny", true, false, false, false, 0, false, 0, false},
+        {"gpt2-tiny", true, false, true, false, 0, false, 0, false},
         /* the families' switches: q/k norms (their op, re-derived in the
          * backward), q,k,v biases, Llama 3's RoPE table through device memory */
-        {"qwen3-tiny", false, false, true, false, 0, false, 0},
-        {"qwen3-tiny", true, false, false, false, 0, false, 0},
-        {"qwen2-tiny", false, true, false, false, 0, false, 0},
-        {"llama3-tiny", true, false, false, false, 0, false, 0},
+        {"qwen3-tiny", false, false, true, false, 0, false, 0, false},
+        {"qwen3-tiny", true, false, false, false, 0, false, 0, false},
+        {"qwen2-tiny", false, true, false, false, 0, false, 0, false},
+        {"llama3-tiny", true, false, false, false, 0, false, 0, false},
         /* Gemma: sandwich norms re-derived under full recompute, sliding layers */
-        {"gemma3-tiny", false, false, true, false, 0, false, 0},
-        {"gemma3-tiny", true, true, false, false, 0, false, 0},
+        {"gemma3-tiny", false, false, true, false, 0, false, 0, false},
+        {"gemma3-tiny", true, true, false, false, 0, false, 0, false},
     };
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) test_sim_equals_ref(&runs[i]);
     const run_cfg fused[] = {
-        {"gpt2-tiny", false, false, false, false, 0, false, 0},
-        {"gpt2-tiny", false, true, true, false, 0, false, 0},
-        {"gpt2-tiny", false, true, false, true, 0, false, 0},
-        {"gpt2-tiny", true, false, true, false, 0, false, 0},
+        {"gpt2-tiny", false, false, false, false, 0, false, 0, false},
+        {"gpt2-tiny", false, true, true, false, 0, false, 0, false},
+        {"gpt2-tiny", false, true, false, true, 0, false, 0, false},
+        {"gpt2-tiny", true, false, true, false, 0, false, 0, false},
     };
     for (size_t i = 0; i < sizeof fused / sizeof *fused; i++)
         test_fused_equals_unfused(fused[i]);
     test_hf_round_trip();
     const ct_backend_kind kinds[] = {CT_BACKEND_REF, CT_BACKEND_CPU, CT_BACKEND_SIM};
     const run_cfg in16[] = {
-        {"gpt2-tiny", false, false, false, false, 0, false, 0},
-        {"gpt2-tiny", false, true, false, false, 0, false, 0},
-        {"llama-tiny", false, false, false, false, 0, false, 0},
-        {"gemma3-tiny", false, false, false, false, 0, false, 0},
-        {"gemma3-tiny", false, true, false, false, 0, false, 0},
+        {"gpt2-tiny", false, false, false, false, 0, false, 0, false},
+        {"gpt2-tiny", false, true, false, false, 0, false, 0, false},
+        {"llama-tiny", false, false, false, false, 0, false, 0, false},
+        {"gemma3-tiny", false, false, false, false, 0, false, 0, false},
+        {"gemma3-tiny", false, true, false, false, 0, false, 0, false},
     };
     for (int k = 0; k < 3; k++)
         for (size_t i = 0; i < sizeof in16 / sizeof *in16; i++)
             test_in16_equals_rounding(kinds[k], in16[i]);
+    for (int k = 0; k < 2; k++) { /* ref and cpu have the fused AdamW */
+        test_adamw16_equals_refresh(kinds[k], "gpt2-tiny");
+        test_adamw16_equals_refresh(kinds[k], "llama-tiny");
+    }
     for (int k = 0; k < 3; k++) {
         test_reduce_add(kinds[k]);
         test_queued_equals_sync(kinds[k], "gpt2-tiny");

@@ -106,6 +106,9 @@ void ct_crossentropy_forward_cpu(ct_backend *be, float *losses, float *dlogits, 
 void ct_adamw_update_cpu(ct_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
                          float lr, float beta1, float beta2, float eps, float weight_decay,
                          float grad_scale, int64_t t);
+void ct_adamw_update16_cpu(ct_backend *be, float *params, uint16_t *params16, const float *grads,
+                           float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                           float eps, float weight_decay, float grad_scale, int64_t t);
 double ct_sumsq_cpu(ct_backend *be, const float *x, size_t n);
 
 #endif

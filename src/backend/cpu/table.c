@@ -46,6 +46,7 @@ const ct_backend_i ct_backend_cpu_i = {
     .residual_rmsnorm_forward = ct_residual_rmsnorm_forward_cpu,
     .crossentropy_forward = ct_crossentropy_forward_cpu,
     .adamw_update = ct_adamw_update_cpu,
+    .adamw_update16 = ct_adamw_update16_cpu,
     .sumsq = ct_sumsq_cpu,
     .dropout_forward = ct_dropout_forward_cpu,
     .dropout_backward = ct_dropout_backward_cpu,

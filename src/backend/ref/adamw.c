@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "backend/ref/ref.h"
+#include "core/dtype.h"
 
 /* params, m, v (n) updated in place from grads (n), step t (1-based):
  *   g = grads * grad_scale; p *= 1 - lr*wd; m = b1 m + (1-b1) g;
@@ -35,6 +36,15 @@ void ct_adamw_update_ref(ct_backend *be, float *params, const float *grads, floa
         m[i] = mi;
         v[i] = vi;
     }
+}
+
+/* ct_adamw_update_ref, then params16 (n) = bf16 of the new params. */
+void ct_adamw_update16_ref(ct_backend *be, float *params, uint16_t *params16, const float *grads,
+                           float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                           float eps, float weight_decay, float grad_scale, int64_t t) {
+    ct_adamw_update_ref(be, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
+                        grad_scale, t);
+    for (size_t i = 0; i < n; i++) params16[i] = ct_f32_to_bf16(params[i]);
 }
 
 /* Sum of x (n) squared, accumulated in double (the grad-norm). */

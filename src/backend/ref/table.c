@@ -51,6 +51,7 @@ const ct_backend_i ct_backend_ref_i = {
     .residual_rmsnorm_forward = ct_residual_rmsnorm_forward_ref,
     .crossentropy_forward = ct_crossentropy_forward_ref,
     .adamw_update = ct_adamw_update_ref,
+    .adamw_update16 = ct_adamw_update16_ref,
     .sumsq = ct_sumsq_ref,
     .dropout_forward = ct_host_dropout_forward,
     .dropout_backward = ct_host_dropout_backward,
