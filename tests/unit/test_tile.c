@@ -201,30 +201,42 @@ static void test_gemm16(void) {
     CHECK(c == 7.0f);
 }
 
+/* The packs against ct_f32_to_bf16 element by element (NaN, inf and huge
+ * values included), at shapes that take the vector paths' whole blocks
+ * (16 rows, 32 columns) and their tails. A subnormal input packs to its
+ * rounding in plain C and to a zero of its sign where the pack converts with
+ * AVX512_BF16 (as vdpbf16ps reads it either way). */
 static void test_pack16(void) {
-    enum { R = 7, N = 10, LD = 13 };
-    float S[R * LD];
-    for (int i = 0; i < R * LD; i++) S[i] = frnd() * (i % 5 == 0 ? 1e30f : 1.0f);
-    S[3] = NAN, S[LD + 1] = INFINITY;
-    uint16_t rows[R * 12], pairs[(R + 1) * N], cols[R * N];
-    ct_t16_rows(rows, S, LD, R, N, 12);
-    ct_t16_pairs(pairs, S, LD, R, N);
-    ct_t16_cols(cols, S, LD, R, N);
-    int bad = 0;
-    for (int r = 0; r < R; r++) {
-        for (int j = 0; j < 12; j++) {
-            uint16_t want = j < N ? ct_f32_to_bf16(S[r * LD + j]) : 0;
-            bad += rows[r * 12 + j] != want;
+    const int shapes[][3] = {{7, 10, 13}, {37, 70, 75}, {16, 64, 2304}, {33, 2, 5}, {2, 96, 96}};
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+        int R = shapes[t][0], N = shapes[t][1], LD = shapes[t][2], NP = N + 2;
+        float *S = malloc((size_t)R * LD * sizeof *S);
+        for (int i = 0; i < R * LD; i++) S[i] = frnd() * (i % 5 == 0 ? 1e30f : 1.0f);
+        S[3 % N] = NAN, S[LD + 1 % N] = INFINITY;
+        S[(R - 1) * LD + N - 1] = -1e-39f; /* subnormal */
+        uint16_t *rows = malloc((size_t)R * NP * 2), *pairs = malloc((size_t)(R + 1) * N * 2);
+        uint16_t *cols = malloc((size_t)R * N * 2);
+        ct_t16_rows(rows, S, LD, R, N, NP);
+        ct_t16_pairs(pairs, S, LD, R, N);
+        ct_t16_cols(cols, S, LD, R, N);
+        int bad = 0;
+        for (int r = 0; r < R; r++) {
+            for (int j = 0; j < NP; j++) {
+                float f = j < N ? S[r * LD + j] : 0.0f;
+                uint16_t want = ct_f32_to_bf16(f);
+                if (ct_tile16_native() && f != 0.0f && fabsf(f) < 1.1754944e-38f)
+                    want = f < 0 ? 0x8000 : 0;
+                bad += rows[r * NP + j] != want;
+                if (j >= N) continue;
+                bad += pairs[(r / 2) * 2 * N + 2 * j + (r & 1)] != want;
+                bad += cols[(j / 2) * 2 * R + 2 * r + (j & 1)] != want;
+            }
         }
-        for (int j = 0; j < N; j++) {
-            uint16_t want = ct_f32_to_bf16(S[r * LD + j]);
-            bad += pairs[(r / 2) * 2 * N + 2 * j + (r & 1)] != want;
-            bad += cols[(j / 2) * 2 * R + 2 * r + (j & 1)] != want;
-        }
+        for (int j = 0; R % 2 && j < N; j++) /* odd R: the last pair's partner is zero */
+            bad += pairs[(R / 2) * 2 * N + 2 * j + 1] != 0;
+        CHECK_MSG(bad == 0, "bf16 packs R=%d N=%d: %d wrong", R, N, bad);
+        free(S), free(rows), free(pairs), free(cols);
     }
-    for (int j = 0; j < N; j++) /* odd R: the last pair's partner is zero */
-        bad += pairs[(R / 2) * 2 * N + 2 * j + 1] != 0;
-    CHECK_MSG(bad == 0, "bf16 packs: %d wrong", bad);
 }
 
 static void test_vmath(void) {

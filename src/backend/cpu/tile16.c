@@ -28,6 +28,106 @@
 /* One pair (lo first) stored at p: two adjacent bf16. */
 static inline void st32(uint16_t *p, uint32_t v) { memcpy(p, &v, sizeof v); }
 
+#ifdef T16_NATIVE
+/* The packs with AVX512_BF16's conversions (vcvtne2ps2bf16: nearest even,
+ * NaN made quiet, as ct_t16_round; a subnormal reads as zero, as the
+ * products read one anyway) on whole vectors, masked at a row's end. */
+
+/* The lanes of n floats at p (at most 16) and zeros past them. */
+static inline __m512 ld16(const float *p, int n) {
+    return n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+}
+/* 32 floats (n of them, zeros after) as 32 bf16 in order. */
+static inline __m512i cvt32(const float *p, int n) {
+    __m512 lo = ld16(p, n), hi = n > 16 ? ld16(p + 16, n - 16) : _mm512_setzero_ps();
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+/* 16 floats of two rows as 16 pairs (a[j] low, b[j] high). */
+static inline __m512i pair16(__m512 a, __m512 b) {
+    static const uint16_t zip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    __m512i idx;
+    memcpy(&idx, zip, sizeof idx);
+    return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+static inline void st16x(uint16_t *d, __m512i v, int n) { /* n <= 32 bf16 */
+    if (n >= 32)
+        _mm512_storeu_si512(d, v);
+    else
+        _mm512_mask_storeu_epi16(d, (__mmask32)((1ull << n) - 1), v);
+}
+
+void ct_t16_rows(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n, int npad) {
+    for (int r = 0; r < rows; r++) {
+        const float *s = src + r * lds;
+        uint16_t *d = dst + (ptrdiff_t)r * npad;
+        for (int j = 0; j < n; j += 32) st16x(d + j, cvt32(s + j, n - j), n - j);
+        for (int j = n; j < npad; j++) d[j] = 0;
+    }
+}
+
+void ct_t16_pairs(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n) {
+    for (int r = 0; r < rows; r += 2) {
+        const float *s0 = src + r * lds, *s1 = s0 + lds;
+        uint16_t *d = dst + (ptrdiff_t)r * n;
+        bool two = r + 1 < rows;
+        for (int j = 0; j < n; j += 16) {
+            int m = n - j < 16 ? n - j : 16;
+            __m512 b = two ? ld16(s1 + j, m) : _mm512_setzero_ps();
+            st16x(d + 2 * j, pair16(ld16(s0 + j, m), b), 2 * m);
+        }
+    }
+}
+
+/* 16 rows of 16 32-bit values transposed in registers (a[i] lane j ->
+ * a[j] lane i): pairs, then quads, then 128-bit lanes. */
+static inline void tr16(__m512i a[16]) {
+    __m512i b[16], c[16];
+    for (int k = 0; k < 8; k++) {
+        b[2 * k] = _mm512_unpacklo_epi32(a[2 * k], a[2 * k + 1]);
+        b[2 * k + 1] = _mm512_unpackhi_epi32(a[2 * k], a[2 * k + 1]);
+    }
+    for (int k = 0; k < 4; k++) { /* c[4k + m], lane L: column 4L + m, rows 4k..4k+3 */
+        c[4 * k] = _mm512_unpacklo_epi64(b[4 * k], b[4 * k + 2]);
+        c[4 * k + 1] = _mm512_unpackhi_epi64(b[4 * k], b[4 * k + 2]);
+        c[4 * k + 2] = _mm512_unpacklo_epi64(b[4 * k + 1], b[4 * k + 3]);
+        c[4 * k + 3] = _mm512_unpackhi_epi64(b[4 * k + 1], b[4 * k + 3]);
+    }
+    for (int m = 0; m < 4; m++) {
+        __m512i e0 = _mm512_shuffle_i32x4(c[m], c[4 + m], 0x44);
+        __m512i e1 = _mm512_shuffle_i32x4(c[m], c[4 + m], 0xee);
+        __m512i e2 = _mm512_shuffle_i32x4(c[8 + m], c[12 + m], 0x44);
+        __m512i e3 = _mm512_shuffle_i32x4(c[8 + m], c[12 + m], 0xee);
+        a[m] = _mm512_shuffle_i32x4(e0, e2, 0x88);
+        a[4 + m] = _mm512_shuffle_i32x4(e0, e2, 0xdd);
+        a[8 + m] = _mm512_shuffle_i32x4(e1, e3, 0x88);
+        a[12 + m] = _mm512_shuffle_i32x4(e1, e3, 0xdd);
+    }
+}
+
+void ct_t16_cols(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n) {
+    int r0 = 0;
+    /* 16 rows at a time: each row's next 16 pairs are one vector of 32-bit
+     * values; transposed, each vector is one pair-row's 16 entries */
+    for (; r0 + 16 <= rows; r0 += 16) {
+        for (int k = 0; k < n; k += 32) {
+            __m512i a[16];
+            for (int r = 0; r < 16; r++) a[r] = cvt32(src + (r0 + r) * lds + k, n - k);
+            tr16(a);
+            int np = (n - k) / 2 < 16 ? (n - k) / 2 : 16;
+            for (int p = 0; p < np; p++)
+                _mm512_storeu_si512(dst + 2 * ((ptrdiff_t)(k / 2 + p) * rows + r0), a[p]);
+        }
+    }
+    for (; r0 < rows; r0++) /* the last rows: converted alike, stored a pair at a time */
+        for (int k = 0; k < n; k += 32) {
+            uint32_t p[16];
+            _mm512_storeu_si512(p, cvt32(src + r0 * lds + k, n - k));
+            for (int q = 0; q < 16 && k + 2 * q < n; q++)
+                st32(dst + 2 * ((ptrdiff_t)(k / 2 + q) * rows + r0), p[q]);
+        }
+}
+#else
 void ct_t16_rows(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n, int npad) {
     for (int r = 0; r < rows; r++) {
         const float *s = src + r * lds;
@@ -63,6 +163,8 @@ void ct_t16_cols(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n
             }
     }
 }
+
+#endif
 
 #ifdef T16_NATIVE
 #define T16_MR 6
