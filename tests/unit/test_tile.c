@@ -261,6 +261,33 @@ static void test_vmath(void) {
     CHECK(isfinite(s_exp(88.0f)) && s_exp(88.0f) > 1e38f);
     CHECK(isnan(s_exp(NAN)));
     CHECK(s_exp(0.0f) == 1.0f);
+    // vn_exp_nonpos: vn_exp's bits on x <= 0 (down past the clamp), NaN kept
+    {
+        int nd = 0, nv = 0;
+        for (int i = 0; i < 2048; i += VN) {
+            vnf v, a, b;
+            for (int l = 0; l < VN; l++) v[l] = -0.05f * (float)(i + l);
+            a = vn_exp(v), b = vn_exp_nonpos(v);
+            nd += memcmp(&a, &b, sizeof a) != 0;
+            nv++;
+        }
+        vnf q = vn_exp_nonpos(vn_set1(NAN));
+        CHECK_MSG(nd == 0, "vn_exp_nonpos differs from vn_exp on x <= 0 in %d of %d vectors",
+                  nd, nv);
+        CHECK(isnan(q[0]) && isnan(q[VN - 1]));
+    }
+    // vn_hsum and vn_hmax: the lanes' sum (to rounding) and maximum
+    {
+        vnf v;
+        double want = 0;
+        float mx = -INFINITY;
+        for (int l = 0; l < VN; l++) {
+            v[l] = frnd() * 100.0f;
+            want += v[l];
+            mx = v[l] > mx ? v[l] : mx;
+        }
+        CHECK(fabs(vn_hsum(v) - want) <= 1e-5 * 100.0 * VN && vn_hmax(v) == mx);
+    }
     // v_exp_sub_sum at lengths around the vector widths: values and sum
     const int lens[] = {1, 3, 4, 8, 15, 16, 17, 31, 32, 33, 100, 1000};
     for (size_t t = 0; t < sizeof lens / sizeof *lens; t++) {

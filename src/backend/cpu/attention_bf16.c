@@ -77,7 +77,7 @@ static inline vnu r16pair(vnf x0, vnf x1) { return r16v(x0) | r16v(x1) << 16; }
  * 0 on the others (a chunk wholly inside needs no mask) */
 static inline vnf exp_window(vnf x, vnf sub, int j0, int a, int e) {
     static const int32_t lane[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    vnf ex = vn_exp(x - sub);
+    vnf ex = vn_exp_nonpos(x - sub); /* <= 0 inside the window; outside, discarded */
     if (j0 >= a && j0 + VN <= e) return ex;
     vni idx;
     memcpy(&idx, lane, sizeof idx);

@@ -51,11 +51,8 @@ static inline vnf vn_select(vni mask, vnf a, vnf b) {
     return (vnf)(((vni)a & mask) | ((vni)b & ~mask));
 }
 
-static inline vnf vn_exp(vnf x) {
-    const vnf hi = vn_set1(88.3762626647949f), lo = vn_set1(-87.3365478515625f);
-    vni nan = x != x;
-    vnf xc = vn_select(x > hi, hi, x);
-    xc = vn_select(xc < lo, lo, xc);
+/* exp on the clamped range [-87.34, 88.38] (vn_exp's body). */
+static inline vnf vn_exp_clamped(vnf xc) {
     // n = round(x / ln2): adding 1.5 * 2^23 rounds to an integer (|x/ln2| < 2^22)
     const vnf shifter = vn_set1(12582912.0f);
     vnf n = (xc * 1.44269504088896341f + shifter) - shifter;
@@ -69,8 +66,24 @@ static inline vnf vn_exp(vnf x) {
     p = p * r + 5.0000001201e-1f;
     vnf y = p * (r * r) + r + 1.0f;
     vni e = (__builtin_convertvector(n, vni) + 127) << 23;
-    y = y * (vnf)e;
-    return vn_select(nan, x, y);
+    return y * (vnf)e;
+}
+#define VN_EXP_LO (-87.3365478515625f)
+
+static inline vnf vn_exp(vnf x) {
+    const vnf hi = vn_set1(88.3762626647949f), lo = vn_set1(VN_EXP_LO);
+    vni nan = x != x;
+    vnf xc = vn_select(x > hi, hi, x);
+    xc = vn_select(xc < lo, lo, xc);
+    return vn_select(nan, x, vn_exp_clamped(xc));
+}
+
+/* vn_exp of x <= 0 (a score less its row's maximum, or its log-sum-exp):
+ * the same bits there without the upper clamp and the NaN select (a NaN
+ * still comes out NaN, through the arithmetic). */
+static inline vnf vn_exp_nonpos(vnf x) {
+    const vnf lo = vn_set1(VN_EXP_LO);
+    return vn_exp_clamped(vn_select(x < lo, lo, x));
 }
 
 /* exp of each lane: vn_exp on each native-width piece (taken apart and put
