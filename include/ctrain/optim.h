@@ -47,9 +47,10 @@ CT_API void ct_adamw_free(ct_adamw *opt); /* NULL and a zeroed struct are fine *
  * update is the same arithmetic whatever the range, so shards updated
  * separately equal one full update bit for bit. Returns true when the
  * model's bf16 weight copies (ct_model_trainable_w16) were written in the
- * same pass, so no ct_model_refresh_weights16 is needed after it: an update
- * of every parameter on a backend with the fused kernel; false leaves the
- * copies stale, as before. */
+ * same pass, so no ct_model_refresh_weights16 is needed after it: precision
+ * bf16 without adapters, an update of every parameter, a backend with the
+ * fused kernel. False otherwise (no copies, fp16 ones, a shard): then any
+ * copies are stale, as before, and want the refresh. */
 CT_API bool ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, float lr,
                           float grad_scale);
 /* Global L2 norm of the gradient buffer (double accumulation). */

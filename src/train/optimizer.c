@@ -57,6 +57,7 @@ bool ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, flo
     /* the bf16 copies are written here only when this update covers every
      * parameter (a shard's update leaves them to the gather's refresh) */
     bool w16 = k->adamw_update16 && lo == 0 && hi == ct_model_trainable_numel(model);
+    bool wrote = false;
     int i = 0;
     while (i < n) {
         const ct_param *first = ct_model_trainable_param(model, i);
@@ -78,6 +79,7 @@ bool ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, flo
         if (end > hi) end = hi;
         if (end <= begin) continue;
         float decay = first->decay ? p->weight_decay : 0.0f;
+        wrote |= f16 != NULL;
         if (f16)
             k->adamw_update16(be, w + begin, f16, g + begin, opt->m + (begin - lo),
                               opt->v + (begin - lo), end - begin, lr, p->beta1, p->beta2, p->eps,
@@ -87,7 +89,7 @@ bool ct_adamw_step(ct_adamw *opt, ct_model *model, const ct_adamw_params *p, flo
                             end - begin, lr, p->beta1, p->beta2, p->eps, decay, grad_scale,
                             opt->t);
     }
-    return w16;
+    return wrote;
 }
 
 double ct_grad_norm(ct_model *model) {

@@ -37,10 +37,8 @@
 /* The rows' elementwise steps, fused with their rounding to bf16 so that no
  * fp32 tile is written only to be packed: at the target's own width (vnf,
  * vmath.h), the tails in scalar code with the same exp (s_exp). */
-typedef uint32_t vnu __attribute__((vector_size(VN * 4)));
-typedef uint16_t vnh __attribute__((vector_size(VN * 2)));
 
-#if VN == 16 && defined(__AVX512BF16__)
+#if VN == 16 && defined(__AVX512BW__) && defined(__AVX512BF16__)
 #include <immintrin.h>
 /* Each lane's bf16 (nearest even, NaN made quiet) by vcvtneps2bf16, which
  * reads a denormal as zero: the rows rounded here are exps (normal or 0) and
@@ -52,25 +50,11 @@ static inline vnh r16h(vnf x) {
     return r;
 }
 /* Two rows' bf16, interleaved: lane k holds x0[k] in its low half, x1[k] in
- * its high half (one vcvtne2ps2bf16 and one vpermw). */
-static inline vnu r16pair(vnf x0, vnf x1) {
-    static const uint16_t zip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    __m512i idx;
-    memcpy(&idx, zip, sizeof idx);
-    __m512bh b = _mm512_cvtne2ps_pbh((__m512)x1, (__m512)x0);
-    return (vnu)_mm512_permutexvar_epi16(idx, (__m512i)b);
-}
+ * its high half. */
+static inline vnu r16pair(vnf x0, vnf x1) { return (vnu)ct_t16_zip((__m512)x0, (__m512)x1); }
 #else
-/* bf16 bits of each lane (nearest even, NaN made quiet), in the low half */
-static inline vnu r16v(vnf x) {
-    vnu u = (vnu)x;
-    vnu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    vni nan = (vni)(u & 0x7fffffffu) > 0x7f800000;
-    return (vnu)vn_select(nan, (vnf)((u >> 16) | 0x40u), (vnf)r);
-}
-static inline vnh r16h(vnf x) { return __builtin_convertvector(r16v(x), vnh); }
-static inline vnu r16pair(vnf x0, vnf x1) { return r16v(x0) | r16v(x1) << 16; }
+static inline vnh r16h(vnf x) { return vn_bf16(x); }
+static inline vnu r16pair(vnf x0, vnf x1) { return vn_bf16_bits(x0) | vn_bf16_bits(x1) << 16; }
 #endif
 
 /* exp(x - sub) on the lanes j0 .. j0+VN-1 inside the window [a, e), exactly

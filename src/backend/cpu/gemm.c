@@ -413,8 +413,6 @@ static void round_rows(uint16_t *dst, const float *src, int rows, int cols, int 
 #define COLSUM_W 256
 static void colsum_window(float *dbias, uint16_t *g16, const float *G, int N, int OC, int o0,
                           int w) {
-    typedef uint32_t vnu __attribute__((vector_size(VN * 4)));
-    typedef uint16_t vnh __attribute__((vector_size(VN * 2)));
     double acc[COLSUM_W] = {0};
     for (int n0 = 0; n0 < N; n0 += 64) {
         int n1 = N - n0 < 64 ? N : n0 + 64;
@@ -427,12 +425,7 @@ static void colsum_window(float *dbias, uint16_t *g16, const float *G, int N, in
                 memcpy(&x, g + v * VN, sizeof x);
                 blk[v] += x;
                 if (!g16) continue;
-                /* tile.h's rounding, lane by lane */
-                vnu u = (vnu)x;
-                vnu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-                vni nan = (vni)(u & 0x7fffffffu) > 0x7f800000;
-                r = (vnu)vn_select(nan, (vnf)((u >> 16) | 0x40u), (vnf)r);
-                vnh h = __builtin_convertvector(r, vnh);
+                vnh h = vn_bf16(x);
                 memcpy(g16 + (size_t)n * OC + o0 + v * VN, &h, sizeof h);
             }
         }

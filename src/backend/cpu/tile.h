@@ -67,6 +67,20 @@ static inline uint32_t ct_t16_round(float f) {
     return (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+#include <immintrin.h>
+/* Two vectors of 16 floats as 16 bf16 pairs, a[j] in the low half of lane j
+ * and b[j] in its high half: one vcvtne2ps2bf16 (ct_t16_round's bits, a
+ * subnormal read as zero) and one vpermw. */
+static inline __m512i ct_t16_zip(__m512 a, __m512 b) {
+    static const uint16_t zip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    __m512i idx;
+    __builtin_memcpy(&idx, zip, sizeof idx);
+    return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+#endif
+
 void ct_t16_rows(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n, int npad);
 void ct_t16_pairs(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n);
 void ct_t16_cols(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n);

@@ -19,7 +19,7 @@
 
 #include <string.h>
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
 #include <immintrin.h>
 #define T16_NATIVE 1
 #endif
@@ -41,14 +41,6 @@ static inline __m512 ld16(const float *p, int n) {
 static inline __m512i cvt32(const float *p, int n) {
     __m512 lo = ld16(p, n), hi = n > 16 ? ld16(p + 16, n - 16) : _mm512_setzero_ps();
     return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-}
-/* 16 floats of two rows as 16 pairs (a[j] low, b[j] high). */
-static inline __m512i pair16(__m512 a, __m512 b) {
-    static const uint16_t zip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    __m512i idx;
-    memcpy(&idx, zip, sizeof idx);
-    return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));
 }
 static inline void st16x(uint16_t *d, __m512i v, int n) { /* n <= 32 bf16 */
     if (n >= 32)
@@ -74,7 +66,7 @@ void ct_t16_pairs(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int 
         for (int j = 0; j < n; j += 16) {
             int m = n - j < 16 ? n - j : 16;
             __m512 b = two ? ld16(s1 + j, m) : _mm512_setzero_ps();
-            st16x(d + 2 * j, pair16(ld16(s0 + j, m), b), 2 * m);
+            st16x(d + 2 * j, ct_t16_zip(ld16(s0 + j, m), b), 2 * m);
         }
     }
 }

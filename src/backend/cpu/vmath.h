@@ -37,6 +37,8 @@ typedef int32_t v16i __attribute__((vector_size(64)));
 #endif
 typedef float vnf __attribute__((vector_size(VN * 4)));
 typedef int32_t vni __attribute__((vector_size(VN * 4)));
+typedef uint32_t vnu __attribute__((vector_size(VN * 4)));
+typedef uint16_t vnh __attribute__((vector_size(VN * 2)));
 
 static inline v16f v16_load(const float *p) {
     v16f v;
@@ -50,6 +52,16 @@ static inline vnf vn_set1(float x) { return (vnf){0} + x; }
 static inline vnf vn_select(vni mask, vnf a, vnf b) {
     return (vnf)(((vni)a & mask) | ((vni)b & ~mask));
 }
+
+/* Each lane's bf16 bits (nearest even, NaN made quiet: tile.h's
+ * ct_t16_round), in its low half; vn_bf16 narrows them to 16-bit lanes. */
+static inline vnu vn_bf16_bits(vnf x) {
+    vnu u = (vnu)x;
+    vnu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    vni nan = (vni)(u & 0x7fffffffu) > 0x7f800000;
+    return (vnu)vn_select(nan, (vnf)((u >> 16) | 0x40u), (vnf)r);
+}
+static inline vnh vn_bf16(vnf x) { return __builtin_convertvector(vn_bf16_bits(x), vnh); }
 
 /* exp on the clamped range [-87.34, 88.38] (vn_exp's body). */
 static inline vnf vn_exp_clamped(vnf xc) {
