@@ -6,9 +6,10 @@
  * fp32 output is never written to memory, read back to be kept, and read
  * again to be rounded inside the GEMM.
  * Each producer runs its fp32 kernel on blocks of rows small enough to stay
- * in the caches (OUT16_BLOCK floats, in the calling thread's buffer) and
- * rounds each block as it is made: the fp32 kernel's bits, rounded, which is
- * the entries' contract, with no second copy of the arithmetic.
+ * in the caches (OUT16_BLOCK floats, in a thread's buffer) and rounds each
+ * block as it is made: the fp32 kernel's bits, rounded, which is the
+ * entries' contract, with no second copy of the arithmetic. The threads take
+ * whole blocks (blocks_ready).
  */
 #include "backend/cpu/cpu.h"
 #include "backend/ref/ref.h"
@@ -16,14 +17,22 @@
 
 #define OUT16_BLOCK (128 * 1024) /* floats: 512 KiB, in L2 on the cores seen */
 
-/* Rows per block for rows of w floats, and the block buffer (NULL: none to
- * be had, the caller runs ref's entry). */
-static float *block_buf(ct_backend *be, int w, int N, int *rows) {
+/* Rows per block for rows of w floats, and whether every pool thread has a
+ * block buffer (false: none to be had, the caller runs ref's entry). The
+ * blocks go to the threads whole, each into its own buffer, so the fp32
+ * kernel and the rounding of a block run on one thread (their own parallel
+ * regions, nested, stay on it) and a call forks once, not twice per block. */
+static bool blocks_ready(ct_backend *be, int w, int N, int *rows) {
     int r = OUT16_BLOCK / (w > 0 ? w : 1);
     if (r < 1) r = 1;
     if (r > N) r = N;
     *rows = r;
-    return ct_backend_thread_buf(be, (size_t)r * w);
+    int ok = 1;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel reduction(&& : ok)
+#endif
+    ok = ct_backend_thread_buf(be, (size_t)r * w) != NULL;
+    return ok;
 }
 
 void ct_layernorm_forward_out16_cpu(ct_backend *be, float *res, uint16_t *out16, float *mean,
@@ -31,12 +40,15 @@ void ct_layernorm_forward_out16_cpu(ct_backend *be, float *res, uint16_t *out16,
                                     const float *weight, const float *bias, int N, int C,
                                     float eps) {
     int R;
-    float *y = N > 0 ? block_buf(be, C, N, &R) : NULL;
-    if (!y) {
+    if (N <= 0 || !blocks_ready(be, C, N, &R)) {
         ct_layernorm_forward_out16_ref(be, res, out16, mean, rstd, a, b, weight, bias, N, C, eps);
         return;
     }
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
     for (int n0 = 0; n0 < N; n0 += R) {
+        float *y = ct_backend_thread_buf(be, (size_t)R * C);
         int r = N - n0 < R ? N - n0 : R;
         size_t o = (size_t)n0 * C;
         float *mu = mean ? mean + n0 : NULL, *rs = rstd ? rstd + n0 : NULL;
@@ -53,12 +65,15 @@ void ct_rmsnorm_forward_out16_cpu(ct_backend *be, float *res, uint16_t *out16, f
                                   const float *a, const float *b, const float *weight, int N,
                                   int C, float eps, float wofs) {
     int R;
-    float *y = N > 0 ? block_buf(be, C, N, &R) : NULL;
-    if (!y) {
+    if (N <= 0 || !blocks_ready(be, C, N, &R)) {
         ct_rmsnorm_forward_out16_ref(be, res, out16, rstd, a, b, weight, N, C, eps, wofs);
         return;
     }
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
     for (int n0 = 0; n0 < N; n0 += R) {
+        float *y = ct_backend_thread_buf(be, (size_t)R * C);
         int r = N - n0 < R ? N - n0 : R;
         size_t o = (size_t)n0 * C;
         float *rs = rstd ? rstd + n0 : NULL;
@@ -74,13 +89,16 @@ void ct_rmsnorm_forward_out16_cpu(ct_backend *be, float *res, uint16_t *out16, f
 void ct_mlp_act_forward_out16_cpu(ct_backend *be, uint16_t *out16, const float *inp, int N,
                                   int F, int act) {
     int R;
-    float *y = N > 0 ? block_buf(be, F, N, &R) : NULL;
-    if (!y) {
+    if (N <= 0 || !blocks_ready(be, F, N, &R)) {
         ct_mlp_act_forward_out16_ref(be, out16, inp, N, F, act);
         return;
     }
     int in_w = act == CT_ACT16_GELU ? F : 2 * F;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
     for (int n0 = 0; n0 < N; n0 += R) {
+        float *y = ct_backend_thread_buf(be, (size_t)R * F);
         int r = N - n0 < R ? N - n0 : R;
         const float *x = inp + (size_t)n0 * in_w;
         if (act == CT_ACT16_GELU)
