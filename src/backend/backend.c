@@ -156,6 +156,15 @@ float *ct_backend_thread_buf(ct_backend *be, size_t n) {
     return b->p;
 }
 
+bool ct_backend_thread_bufs_ready(ct_backend *be, size_t n) {
+    int ok = 1;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel reduction(&& : ok)
+#endif
+    ok = ct_backend_thread_buf(be, n) != NULL;
+    return ok;
+}
+
 void ct_backend_free(ct_backend *be) {
     if (!be) return;
 #ifdef CT_USE_CUDA

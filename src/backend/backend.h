@@ -495,6 +495,10 @@ extern const ct_backend_i ct_backend_cuda_i; /* with CT_USE_CUDA only */
  * backend not made by ct_backend_init): the caller then works without it.
  * Each thread owns its buffer, so calls from a parallel region are safe. */
 float *ct_backend_thread_buf(ct_backend *be, size_t n);
+/* Whether every pool thread has its buffer of at least n floats (each
+ * allocated here when not), so that a kernel splitting work across the pool
+ * never finds one missing: false sends the caller to its fallback. */
+bool ct_backend_thread_bufs_ready(ct_backend *be, size_t n);
 
 /* Set the cpu attention tiles; -1 (and nothing changed) when out of range. */
 int ct_backend_set_tiles(ct_backend *be, int bq, int bk);

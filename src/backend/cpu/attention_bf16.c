@@ -167,17 +167,6 @@ static int even_tile(int x, int max) {
     return x > max ? max & ~1 : x;
 }
 
-/* Whether every pool thread has a buffer of n floats (allocated here when
- * not), so the heads never find theirs missing. */
-static bool bufs_ready(ct_backend *be, size_t n) {
-    int ok = 1;
-#ifdef CT_USE_OPENMP
-#pragma omp parallel reduction(&& : ok)
-#endif
-    ok = ct_backend_thread_buf(be, n) != NULL;
-    return ok;
-}
-
 /* One (batch, head) of the forward (see attention.c's attention_head_fwd for
  * the arguments); buf holds (T + 1) HS floats: K as the scores' right
  * operand (T HS bf16), V in row pairs (T rounded up to even, times HS). */
@@ -310,7 +299,7 @@ void ct_attention_forward_bf16_cpu(ct_backend *be, float *out, float *lse, const
                                    int NH, int NKV, int HS) {
     int BQ = even_tile(be->att_bq, CT_ATT_BQ_MAX), BK = even_tile(be->att_bk, CT_ATT_BK_MAX);
     size_t nbuf = (size_t)(T + 1) * HS;
-    if (!takes(drop, HS) || B <= 0 || T <= 0 || !bufs_ready(be, nbuf)) {
+    if (!takes(drop, HS) || B <= 0 || T <= 0 || !ct_backend_thread_bufs_ready(be, nbuf)) {
         ct_attention_forward_cpu(be, out, lse, qkv, pos, drop, B, T, NH, NKV, HS);
         return;
     }
@@ -336,7 +325,7 @@ void ct_attention_backward_bf16_cpu(ct_backend *be, float *dqkv, const float *do
                                     int T, int NH, int NKV, int HS) {
     int BQ = even_tile(be->att_bq, CT_ATT_BQ_MAX), BK = even_tile(be->att_bk, CT_ATT_BK_MAX);
     size_t nbuf = bwd_floats(T, HS, BK);
-    if (!takes(drop, HS) || B <= 0 || T <= 0 || !bufs_ready(be, nbuf)) {
+    if (!takes(drop, HS) || B <= 0 || T <= 0 || !ct_backend_thread_bufs_ready(be, nbuf)) {
         ct_attention_backward_cpu(be, dqkv, dout, qkv, out, lse, pos, drop, B, T, NH, NKV, HS);
         return;
     }

@@ -13,7 +13,6 @@
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/gemm.h"
-#include "backend/cpu/vmath.h"
 #include "backend/ref/ref.h"
 
 /* out (N,OC) = bias in every row, and the GEMM's beta: 1 over those rows, 0

@@ -21,18 +21,14 @@
  * block buffer (false: none to be had, the caller runs ref's entry). The
  * blocks go to the threads whole, each into its own buffer, so the fp32
  * kernel and the rounding of a block run on one thread (their own parallel
- * regions, nested, stay on it) and a call forks once, not twice per block. */
+ * regions, nested, stay on it): a call forks for the buffers and for the
+ * blocks, not twice per block. */
 static bool blocks_ready(ct_backend *be, int w, int N, int *rows) {
     int r = OUT16_BLOCK / (w > 0 ? w : 1);
     if (r < 1) r = 1;
     if (r > N) r = N;
     *rows = r;
-    int ok = 1;
-#ifdef CT_USE_OPENMP
-#pragma omp parallel reduction(&& : ok)
-#endif
-    ok = ct_backend_thread_buf(be, (size_t)r * w) != NULL;
-    return ok;
+    return ct_backend_thread_bufs_ready(be, (size_t)r * w);
 }
 
 void ct_layernorm_forward_out16_cpu(ct_backend *be, float *res, uint16_t *out16, float *mean,

@@ -47,16 +47,6 @@ void ct_tile16_gemm(int M, int N, int K2, const uint16_t *A, ptrdiff_t ars, ptrd
                     ptrdiff_t ldc);
 bool ct_tile16_native(void);
 
-/* Packs, rounding fp32 to bf16 (nearest even) as they copy; src is rows x n
- * with row stride lds.
- * rows: dst (rows x npad, row-major) = src, columns [n, npad) zero: a tile
- *   read as A along its rows (pairs of columns).
- * pairs: dst pair-row r/2 holds rows r and r+1 interleaved (2n bf16 each; an
- *   odd last row's partner is 0): B whose k is src's row, or A read
- *   transposed (A(j, kp) = the pair of rows 2kp, 2kp+1 at column j).
- * cols: dst pair-row k/2 holds, for each row r, src(r, k) and src(r, k+1)
- *   side by side (2 rows bf16 each; n even): B = src^T, k running along
- *   src's rows. */
 /* fp32 -> bf16 bits, nearest even, NaN made quiet: core/dtype.c's rounding,
  * inline so that the packing and row loops vectorise it. */
 static inline uint32_t ct_t16_round(float f) {
@@ -81,6 +71,17 @@ static inline __m512i ct_t16_zip(__m512 a, __m512 b) {
 }
 #endif
 
+/* Packs, rounding fp32 to bf16 (nearest even; with AVX512_BF16 a subnormal
+ * packs as a zero of its sign, as vdpbf16ps reads it anyway) as they copy;
+ * src is rows x n with row stride lds.
+ * rows: dst (rows x npad, row-major) = src, columns [n, npad) zero: a tile
+ *   read as A along its rows (pairs of columns).
+ * pairs: dst pair-row r/2 holds rows r and r+1 interleaved (2n bf16 each; an
+ *   odd last row's partner is 0): B whose k is src's row, or A read
+ *   transposed (A(j, kp) = the pair of rows 2kp, 2kp+1 at column j).
+ * cols: dst pair-row k/2 holds, for each row r, src(r, k) and src(r, k+1)
+ *   side by side (2 rows bf16 each; n even): B = src^T, k running along
+ *   src's rows. */
 void ct_t16_rows(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n, int npad);
 void ct_t16_pairs(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n);
 void ct_t16_cols(uint16_t *dst, const float *src, ptrdiff_t lds, int rows, int n);
