@@ -135,7 +135,7 @@ typedef struct ct_config {
         double tune_noise;       /* ctrain tune: runs slowed by 1 + x*U (tests); 0 = off */
         char tune_fake[CT_NAME_MAX]; /* ctrain tune: synthetic run times (tests); "" = off */
         bool emulate_bf16;       /* train.precision=bf16 on a CPU without bf16 instructions */
-        bool fp32_logits;        /* train.precision=bf16: the head's logits fp32 on sim/cuda */
+        bool fp32_logits;        /* train.precision=bf16: the head's logits fp32 (the bf16 head) */
         char sim_device_memory[CT_NAME_MAX]; /* run.device=sim: its device memory, bytes with
                                               * KB/MB/GB; "": no limit */
     } debug;

@@ -177,6 +177,15 @@ void ct_backend_free(ct_backend *be) {
     memset(be, 0, sizeof *be);
 }
 
+int ct_backend_head16_ld(ct_backend *be, int V) {
+    const ct_backend_i *k = be->i;
+    if (!k->matmul_forward_bf16_out16 || !k->crossentropy_forward_bf16 ||
+        !k->matmul_backward_bf16_dout16 || V <= 0)
+        return 0;
+    if (k->head16_ld) return k->head16_ld(be, V);
+    return (V + CT_VOCAB_PAD - 1) / CT_VOCAB_PAD * CT_VOCAB_PAD;
+}
+
 int ct_backend_set_gemm(ct_backend *be, const char *name) {
     int lib = ct_gemm_lib_of(name);
     if (lib < 0) return -1;

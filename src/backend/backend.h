@@ -211,10 +211,11 @@ typedef struct ct_backend_i {
      * torch.autocast has them (the head's linear outputs bf16; the loss reads
      * it in fp32), so the largest activation of the step moves half the bytes.
      * Rows of the 16-bit logits and their gradient are ld (>= OC) elements
-     * apart: the model pads V to a multiple of CT_VOCAB_PAD so that every row
-     * starts aligned for the tensor cores; columns OC..ld-1 are never read or
-     * written. Optional, all three or none (NULL on cpu): the model then keeps
-     * fp32 logits (matmul_forward_bf16 and crossentropy_forward).
+     * apart (ct_backend_head16_ld: on the GPU V padded to a multiple of
+     * CT_VOCAB_PAD so that every row starts aligned for the tensor cores);
+     * columns OC..ld-1 are never read or written. Optional, all three or none:
+     * without them, or where head16_ld says 0, the model keeps fp32 logits
+     * (matmul_forward_bf16 and crossentropy_forward).
      * out16(N,ld) = bf16(bf16(inp)(N,C) @ weight16(OC,C)^T): the fp32 sum
      * rounded to bf16, nearest even. */
     void (*matmul_forward_bf16_out16)(ct_backend *be, uint16_t *out16, int ld, const float *inp,
@@ -233,6 +234,12 @@ typedef struct ct_backend_i {
     void (*matmul_backward_bf16_dout16)(ct_backend *be, float *dinp, float *dweight,
                                         const uint16_t *dout16, int ld, const uint16_t *inp16,
                                         const uint16_t *weight16, int N, int C, int OC);
+    /* Optional, with the three above: the row length ld of the bf16 head's
+     * logits for a vocabulary of V (>= V), or 0 when the model is to keep
+     * fp32 logits on this backend as it is set now (cpu: a bf16 matmul that
+     * is not oneDNN's native one would be slower, see cpu/matmul.c). NULL: V
+     * rounded up to CT_VOCAB_PAD. Read through ct_backend_head16_ld. */
+    int (*head16_ld)(ct_backend *be, int V);
 
     /* A linear layer and GELU in one call (GPT-2's c_fc): pre(N,OC) = inp(N,C)
      * @ weight(OC,C)^T + bias(OC) (bias may be NULL), out(N,OC) = GELU of pre,
@@ -499,6 +506,11 @@ float *ct_backend_thread_buf(ct_backend *be, size_t n);
  * allocated here when not), so that a kernel splitting work across the pool
  * never finds one missing: false sends the caller to its fallback. */
 bool ct_backend_thread_bufs_ready(ct_backend *be, size_t n);
+
+/* The row length of the bf16 head's logits on be for a vocabulary of V
+ * (head16_ld, or V rounded up to CT_VOCAB_PAD), or 0 when be has no bf16 head
+ * or would not use it now: the model then keeps fp32 logits. */
+int ct_backend_head16_ld(ct_backend *be, int V);
 
 /* Set the cpu attention tiles; -1 (and nothing changed) when out of range. */
 int ct_backend_set_tiles(ct_backend *be, int bq, int bk);

@@ -229,8 +229,9 @@ const key_def config_keys[] = {
       "run train.precision=bf16 on a CPU without bf16 instructions, emulated (slower than "
       "fp32: for numerics checks, never for speed)"),
     B("debug.fp32_logits", debug.fp32_logits,
-      "train.precision=bf16: keep the head's logits fp32 where the device would write them "
-      "bf16 (sim, cuda), for numerics checks against fp32-logit references"),
+      "train.precision=bf16: keep the head's logits fp32 where the backend would write them "
+      "bf16 (sim, cuda, cpu with native bf16), for numerics checks against fp32-logit "
+      "references"),
     S("debug.sim_device_memory", debug.sim_device_memory,
       "run.device=sim: the device memory it simulates, bytes (KB/MB/GB); a buffer past it "
       "fails as on a full GPU, and run.memory_limit is of it (\"\": no limit)"),

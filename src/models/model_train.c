@@ -475,17 +475,14 @@ static void queue_pair(ct_model *m, const ct_event *e0, const ct_event *e1) {
 }
 
 /* Whether the head runs in bf16 with bf16 logits (backend.h's bf16 head):
- * precision bf16, the three entries there, the logits not wanted by the
- * caller (they are fp32 for it) nor by fp32_logits, and the padded rows
- * within the fp32 chunk's bytes. Returns the padded row length, or 0 for fp32 logits. */
+ * precision bf16, the backend's bf16 head in use (ct_backend_head16_ld), the
+ * logits not wanted by the caller (they are fp32 for it) nor by fp32_logits,
+ * and the rows within the fp32 chunk's bytes. Returns the row length, or 0
+ * for fp32 logits. */
 static int head_bf16_ld(const ct_model *m, bool h16, const float *logits_out) {
-    const ct_backend_i *k = m->be->i;
-    if (!h16 || !model_bf16(m) || logits_out || m->opts.fp32_logits ||
-        !k->matmul_forward_bf16_out16 || !k->crossentropy_forward_bf16 ||
-        !k->matmul_backward_bf16_dout16)
-        return 0;
+    if (!h16 || !model_bf16(m) || logits_out || m->opts.fp32_logits) return 0;
     int V = m->cfg.vocab_size;
-    int ld = (V + CT_VOCAB_PAD - 1) / CT_VOCAB_PAD * CT_VOCAB_PAD;
+    int ld = ct_backend_head16_ld(m->be, V);
     return (size_t)ld * 2 <= (size_t)V * 4 ? ld : 0;
 }
 

@@ -273,6 +273,8 @@ static void p_matmul_backward_bf16_dout16(ct_backend *be, float *dinp, float *dw
     TIMED(CT_KP_MATMUL_BWD, matmul_backward_bf16_dout16, dinp, dweight, dout16, ld, inp16,
           weight16, N, C, OC);
 }
+/* the inner backend's layout (and whether it would use the head now) */
+static int p_head16_ld(ct_backend *be, int V) { return ct_backend_head16_ld(INNER(be), V); }
 static void p_matmul_forward_f16(ct_backend *be, float *out, const float *inp,
                                  const uint16_t *weight16, const float *bias, int N, int C,
                                  int OC) {
@@ -511,6 +513,7 @@ static const ct_backend_i prof_i = {
     .matmul_forward_bf16_out16 = p_matmul_forward_bf16_out16,
     .crossentropy_forward_bf16 = p_crossentropy_forward_bf16,
     .matmul_backward_bf16_dout16 = p_matmul_backward_bf16_dout16,
+    .head16_ld = p_head16_ld,
     .matmul_backward_f16 = p_matmul_backward_f16,
     .matmul_gelu_forward = p_matmul_gelu_forward,
     .matmul_gelu_forward_bf16 = p_matmul_gelu_forward_bf16,

@@ -279,7 +279,7 @@ static int lora_group(const ct_model_config *mc, int k) {
 }
 
 void ct_run_plan_gemms(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
-                       const ct_lora_opts *lo, ct_plan_gemm_fn fn, void *user) {
+                       const ct_lora_opts *lo, bool head16, ct_plan_gemm_fn fn, void *user) {
     bool lora = lo && lo->r > 0, dw = !lora; /* a LoRA base is frozen: no weight gradients */
     ct_gemm_type t = plan_gemm_type(o);
     int64_t N = (int64_t)B * T, C = mc->n_embd, F = mc->n_ffn;
@@ -300,7 +300,15 @@ void ct_run_plan_gemms(const ct_model_config *mc, int B, int T, const ct_model_o
     /* the head, chunked over rows; its weight trains unless LoRA froze it */
     int chunk = ct_model_head_chunk_rows(mc, (int)N);
     if (o && o->head_chunk_rows > 0) chunk = o->head_chunk_rows < N ? o->head_chunk_rows : (int)N;
-    plan_linear(fn, user, t, chunk, C, mc->vocab_size, dw);
+    int64_t V = mc->vocab_size;
+    if (!head16) {
+        plan_linear(fn, user, t, chunk, C, V, dw);
+        return;
+    }
+    plan_gemm(fn, user, CT_GEMM_F32_BF16_C16, false, true, chunk, V, C);
+    plan_gemm(fn, user, CT_GEMM_F32_BF16, false, true, chunk, V, C);
+    plan_gemm(fn, user, CT_GEMM_BF16, false, false, chunk, C, V);
+    if (dw) plan_gemm(fn, user, CT_GEMM_BF16, true, false, V, C, chunk);
 }
 
 /* ct_run_plan_gemms' visitor for OpenBLAS: per thread, the most any GEMM
@@ -333,7 +341,7 @@ size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_
     size_t *per = calloc((size_t)threads * 2, sizeof *per);
     if (!per) return 0;
     blas_visit v = {.bp = bp, .threads = threads, .per = per, .tmp = per + threads};
-    ct_run_plan_gemms(mc, B, T, o, lo, blas_visit_gemm, &v);
+    ct_run_plan_gemms(mc, B, T, o, lo, false, blas_visit_gemm, &v);
     size_t *tmp = v.tmp, total = v.convert;
     for (int i = 0; i < threads; i++) total += per[i];
     /* attention's tile GEMMs run inside the pool, serially in each thread, on
@@ -377,7 +385,9 @@ size_t ct_run_plan_onednn(const ct_model_config *mc, int B, int T, const ct_mode
                           const ct_lora_opts *lo, int threads, ct_gemm_workspace *parts) {
     if (threads < 1) threads = 1;
     dnnl_visit v = {{0, 0, 0, 0}, threads};
-    ct_run_plan_gemms(mc, B, T, o, lo, dnnl_visit_gemm, &v);
+    /* the bf16 head where the cpu runs it (cpu/matmul.c, ct_head16_ld_cpu) */
+    bool head16 = o && o->precision == CT_PREC_BF16 && !o->fp32_logits && ct_gemm_have_bf16();
+    ct_run_plan_gemms(mc, B, T, o, lo, head16, dnnl_visit_gemm, &v);
     ct_gemm_workspace most = v.most;
     if (parts) *parts = most;
     /* the gemm kernels: no brgemm on these cores, or bf16 emulated on them */
@@ -613,7 +623,7 @@ static void cuda_ws_visit(const ct_plan_gemm *g, void *user) {
 size_t ct_run_plan_cuda_ws(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
                            const ct_lora_opts *lo) {
     size_t bf16 = 0;
-    ct_run_plan_gemms(mc, B, T, o, lo, cuda_ws_visit, &bf16);
+    ct_run_plan_gemms(mc, B, T, o, lo, false, cuda_ws_visit, &bf16);
     int C = mc->n_embd, HS = ct_model_head_dim(mc);
     /* one workspace: the GEMMs' copies and the attention's take turns */
     size_t att16 = ct_cuda_ws_attention_bf16_bytes(B * T, mc->n_head, mc->n_kv_head, HS,

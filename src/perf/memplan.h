@@ -190,9 +190,13 @@ typedef void (*ct_plan_gemm_fn)(const ct_plan_gemm *g, void *user);
  * and B (fp32), and the head's row chunk. o->precision picks the linears' and
  * the head's types: CT_PREC_FP32 all CT_GEMM_F32; CT_PREC_BF16 all
  * CT_GEMM_F32_BF16 (fp32 A, bf16 weights or, for the weight gradient, the
- * input's bf16 copy). Attention's tile GEMMs (inside the pool) are not here. */
+ * input's bf16 copy). head16: the head as the cpu's bf16 head runs it
+ * (ct_backend_head16_ld), its forward CT_GEMM_F32_BF16_C16 (and _F32_BF16,
+ * for a pass that wants fp32 logits), its backward CT_GEMM_BF16 on the bf16
+ * gradient the loss wrote. Attention's tile GEMMs (inside the pool) are not
+ * here. */
 void ct_run_plan_gemms(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
-                       const ct_lora_opts *lo, ct_plan_gemm_fn fn, void *user);
+                       const ct_lora_opts *lo, bool head16, ct_plan_gemm_fn fn, void *user);
 
 /* The OpenBLAS packing buffers a training step of mc at (B,T) under o (and
  * the LoRA adapters lo; NULL or r == 0: none) leaves resident on `threads`

@@ -607,16 +607,15 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
                     s.be->i->crossentropy_forward(s.be, losses, dy, dy, tok, rows, V, 1e-3f));
         report(&s, "crossentropy", shape, sec, 0, 4.0 * lv, 4.0 * lv, 4.0 * lv);
     }
-    /* the bf16 head (train.precision=bf16 on backends that have it: cuda):
-     * bf16 logits in rows padded to ld, the loss in place on them, the
-     * backward GEMMs from that bf16 gradient; compare with gemm.head.* and
-     * crossentropy */
-    if (bk->matmul_forward_bf16_out16 && bk->crossentropy_forward_bf16 &&
-        bk->matmul_backward_bf16_dout16 &&
+    /* the bf16 head (train.precision=bf16 where the backend uses it: cuda,
+     * and cpu with oneDNN's native bf16): bf16 logits in rows ld apart, the
+     * loss in place on them, the backward GEMMs from that bf16 gradient;
+     * compare with gemm.head.* and crossentropy */
+    int ld = ct_backend_head16_ld(s.be, V);
+    if (ld > 0 &&
         (wanted(&s, "gemm_bf16.head16.fwd") || wanted(&s, "crossentropy_bf16") ||
          wanted(&s, "gemm_bf16.head16.bwd_input") ||
          wanted(&s, "gemm_bf16.head16.bwd_weight"))) {
-        int ld = (V + CT_VOCAB_PAD - 1) / CT_VOCAB_PAD * CT_VOCAB_PAD;
         uint16_t *l16 = be->i->buf_alloc(be, (size_t)rows * ld * sizeof(uint16_t),
                                          CT_TAG_SCRATCH);
         uint16_t *w16 = be->i->buf_alloc(be, head * sizeof(uint16_t), CT_TAG_SCRATCH);

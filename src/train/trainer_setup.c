@@ -854,7 +854,9 @@ static ct_status gemm_setup(trainer *t) {
         ct_gemm_bf16_path path = ct_gemm_bf16_path_of((ct_gemm_lib)be->gemm, impl, sizeof impl);
         bool native = ct_gemm_bf16_path_native(path);
         ct_gemm_bf16_path_describe(path, (ct_gemm_lib)be->gemm, impl, why, sizeof why);
-        ct_log(native ? CT_LOG_INFO : CT_LOG_WARN, "train.precision=bf16: bf16 GEMMs: %s%s", why,
+        bool h16 = ct_backend_head16_ld(be, 1) > 0 && !cfg->debug.fp32_logits;
+        ct_log(native ? CT_LOG_INFO : CT_LOG_WARN, "train.precision=bf16: bf16 GEMMs: %s; the "
+               "head's logits %s%s", why, h16 ? "bf16, as autocast's" : "fp32",
                native ? "" : "; debug.emulate_bf16 runs it for numerics checks, never for speed");
     }
     return CT_OK;

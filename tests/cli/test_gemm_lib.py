@@ -100,9 +100,15 @@ def main():
         if hw.get("bf16_precision_allowed"):
             rc, out = run("train", *common, "train.steps=1", "train.precision=bf16",
                           "run.gemm=openblas", f"run.dir={bf}")
-            check("bf16 on a bf16 CPU runs oneDNN's bf16 matmul whatever run.gemm names",
+            check("bf16 on a bf16 CPU runs oneDNN's bf16 matmul whatever run.gemm names, and "
+                  "the bf16 head (the start-up line says the logits are bf16)",
                   rc == 0 and "oneDNN runs the GEMMs" in out and
-                  ("bf16 GEMMs: AMX" in out or "bf16 GEMMs: AVX512_BF16" in out), out[-600:])
+                  ("bf16 GEMMs: AMX" in out or "bf16 GEMMs: AVX512_BF16" in out) and
+                  "the head's logits bf16" in out, out[-600:])
+            rc, out = run("train", *common, "train.steps=1", "train.precision=bf16",
+                          "debug.fp32_logits=true", f"run.dir={bf}x")
+            check("debug.fp32_logits: the start-up line says the logits are fp32",
+                  rc == 0 and "the head's logits fp32" in out, out[-600:])
         else:
             path = hw.get("bf16_gemm")
             rc, out = run("train", *common, "train.steps=1", "train.precision=bf16",
@@ -115,9 +121,10 @@ def main():
                   out[-500:] + outp[-300:])
             rc, out = run("train", *common, "train.steps=1", "train.precision=bf16",
                           "debug.emulate_bf16=true", f"run.dir={bf}")
-            check("debug.emulate_bf16 runs it and the start-up line warns which path",
-                  rc == 0 and ("warning: train.precision=bf16: bf16 GEMMs: %s:" % path) in out,
-                  out[-600:])
+            check("debug.emulate_bf16 runs it, the start-up line warns which path, and the "
+                  "head keeps fp32 logits there",
+                  rc == 0 and ("warning: train.precision=bf16: bf16 GEMMs: %s:" % path) in out and
+                  "the head's logits fp32" in out, out[-600:])
         rc, out = run("bench", "step", "--preset", "gpt2-tiny", "--seq", "32", "--steps", "1", "--gemm", "onednn",
                       "--json")
         if rc == 2 and "no oneDNN" in out:

@@ -15,8 +15,9 @@ Lightning's "bf16-mixed". Checks:
   (the issue's bound), and much closer than that in fact (LOSS_TIGHT). Teeth: ctrain's bf16
   losses differ from its fp32 ones, and its step-1 loss equals a torch forward with exactly
   ctrain's semantics (bf16-rounded GEMM inputs and weights, fp32 sums and outputs, fp32
-  attention; the head's logits rounded to bf16 on sim and cuda, as autocast's, fp32 on the
-  cpu backend, and step 1 nearer that than the other) to 2e-6, far closer than its fp32
+  attention; the head's logits rounded to bf16 on sim and cuda, as autocast's, and on the
+  cpu backend where bf16 is native, fp32 where it is emulated, and step 1 nearer that than
+  the other) to 2e-6, far closer than its fp32
   loss does. On a GPU at head size 64 or 128
   (CT_PARITY_HEAD_SIZE), where bf16 runs take the tensor-core attention, that check reads a
   run with CT_CUDA_ATTENTION=fp32, and the default run's step-1 loss must differ from it
@@ -78,9 +79,23 @@ if HEAD_SIZE:
     TEETH_RATIO, TEETH_REL = 0.5, 2e-5
 DEVICE = os.environ.get("CTRAIN_DEVICE") or "cpu"  # run.device of every run below
 DEVICE_KIND = DEVICE.split(":")[0]
+def cpu_has_bf16():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    words = set(line.split(":", 1)[1].split())
+                    return "avx512_bf16" in words or "amx_bf16" in words
+    except OSError:
+        pass
+    return False
+
+
 # sim and cuda have the bf16 head (backend.h): the vocabulary projection writes bf16 logits,
-# as autocast's does, and the loss reads them; the cpu backend keeps them fp32
-HEAD_LOGITS_BF16 = DEVICE_KIND in ("sim", "cuda")
+# as autocast's does, and the loss reads them; the cpu backend has it where its bf16 GEMMs
+# are native (oneDNN on a CPU with bf16 instructions) and keeps them fp32 where bf16 is
+# emulated
+HEAD_LOGITS_BF16 = DEVICE_KIND in ("sim", "cuda") or (DEVICE_KIND == "cpu" and cpu_has_bf16())
 # The bf16 head (sim, cuda) rounds every logit to bf16: a logit that another order of the
 # sums leaves near a rounding boundary lands one bf16 ulp (2^-8) away, so longer sums (head
 # size 64) and cuBLAS's order move the loss by whole ulps of a few logits (LLaMA at head
@@ -108,18 +123,6 @@ class Report:
 
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
-
-
-def cpu_has_bf16():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    words = set(line.split(":", 1)[1].split())
-                    return "avx512_bf16" in words or "amx_bf16" in words
-    except OSError:
-        pass
-    return False
 
 
 def make_tokens(n, vocab, seed):
@@ -277,10 +280,12 @@ def parity(rep, binary, tmp, name, forward, names, params, save, cfg, tokens, em
               "|bf16 - mixed torch| %.2e, |fp32 - mixed torch| %.2e"
               % (exact, abs(c32[0] - mimic)))
     if HEAD_LOGITS_BF16 and not H16_NOISY:
-        # debug.fp32_logits: the bf16 head off, the logits fp32 (the GEMM still bf16)
+        # debug.fp32_logits: the bf16 head off, the logits fp32 (the GEMM still bf16); on the
+        # cpu backend with the fp32 attention, as the teeth above
         p = ctrain_losses(rep, binary, "%s bf16, debug.fp32_logits" % name,
                           train_args(init, shard, os.path.join(d, "run16l"), 1,
-                                     ["train.precision=bf16", "debug.fp32_logits=true"] + emulate))
+                                     ["train.precision=bf16", "debug.fp32_logits=true"] + emulate),
+                          env_extra={"CT_CPU_ATTENTION": "fp32"} if DEVICE_KIND == "cpu" else None)
         if p is not None:
             rep.check("%s: debug.fp32_logits keeps the logits fp32 (step 1 equals that semantics "
                       "far closer than fp32 does, and nearer it than bf16 logits)" % name,

@@ -269,7 +269,7 @@ static void test_same_as_rounded_fp32(int N, int C, int OC) {
 /* The three optional entries of the bf16 vocabulary head
  * (matmul_forward_bf16_out16, crossentropy_forward_bf16,
  * matmul_backward_bf16_dout16), on the backends that have them (skipped
- * where NULL: cpu), against double formulas. A bf16 output is held to a
+ * where NULL), against double formulas. A bf16 output is held to a
  * bracket: an fp32 result anywhere within the accumulation bound of the exact
  * value rounds (nearest even, monotone) to a bf16 between bf16(lo) and
  * bf16(hi), and that bracket is one value for nearly every element (the bound

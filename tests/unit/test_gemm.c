@@ -271,6 +271,72 @@ static void test_bf16(bool prim) {
     }
 }
 
+/* ct_gemm_f32_bf16_out16 on each library: every element the bf16 rounding of
+ * an fp32 sum of the rounded operands' products (within one bf16 step of the
+ * reference's rounding, which sums in another order, and equal to it for
+ * nearly all), the row padding never written, two calls the same bits; M
+ * beyond CT_GEMM_OUT16_ROWS so OpenBLAS's blocks of rows are crossed. */
+static void test_out16(bool prim) {
+    static const int shapes[][3] = {{1, 1, 1},    {5, 17, 3},  {37, 53, 19},
+                                    {130, 50, 33}, {64, 300, 129}, {200, 96, 768}};
+    for (int lib = 0; lib < 2; lib++) {
+        if (lib == CT_GEMM_ONEDNN && !prim) continue;
+        size_t total = 0, exact = 0, outside = 0, pads = 0, differ = 0;
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (int t = 0; t < 4; t++)
+                for (int pad = 0; pad <= 3; pad += 3) {
+                    int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                    bool ta = t & 1, tb = t & 2;
+                    int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+                    int lda = ac + pad, ldb = bc + pad, ldc = N + pad;
+                    size_t na = (size_t)ar * lda, nb = (size_t)br * ldb, nc = (size_t)M * ldc;
+                    float *A = malloc(na * 4), *Ar = malloc(na * 4), *Br = malloc(nb * 4),
+                          *W = malloc(nc * 4);
+                    uint16_t *Ah = malloc(na * 2), *Bh = malloc(nb * 2), *C = malloc(nc * 2),
+                             *C2 = malloc(nc * 2);
+                    for (size_t i = 0; i < na; i++) A[i] = Ar[i] = frnd();
+                    for (size_t i = 0; i < nb; i++) Br[i] = frnd();
+                    round_bf16(Ar, Ah, na);
+                    round_bf16(Br, Bh, nb);
+                    for (size_t i = 0; i < nc; i++) C[i] = C2[i] = 0x7fa5; /* a NaN */
+                    ref_gemm(ta, tb, M, N, K, 1.0f, Ar, lda, Br, ldb, 0.0f, W, ldc);
+                    /* the sums of |products|: what another fp32 order may move a sum by */
+                    float *Aa = malloc(na * 4), *Ba = malloc(nb * 4), *S = malloc(nc * 4);
+                    for (size_t i = 0; i < na; i++) Aa[i] = fabsf(Ar[i]);
+                    for (size_t i = 0; i < nb; i++) Ba[i] = fabsf(Br[i]);
+                    ref_gemm(ta, tb, M, N, K, 1.0f, Aa, lda, Ba, ldb, 0.0f, S, ldc);
+                    ct_gemm_f32_bf16_out16((ct_gemm_lib)lib, ta, tb, M, N, K, A, lda, Bh, ldb, C,
+                                           ldc);
+                    ct_gemm_f32_bf16_out16((ct_gemm_lib)lib, ta, tb, M, N, K, A, lda, Bh, ldb, C2,
+                                           ldc);
+                    differ += memcmp(C, C2, nc * 2) != 0;
+                    for (int i = 0; i < M; i++) {
+                        for (int j = 0; j < N; j++) {
+                            float w = W[(size_t)i * ldc + j];
+                            uint16_t g = C[(size_t)i * ldc + j], r = ct_f32_to_bf16(w);
+                            /* one bf16 step of w (2^-7 of its power of two), and
+                             * 2K fp32 roundings of the sum of |products| */
+                            float step = ldexpf(1.0f, ilogbf(w == 0.0f ? 1e-30f : w) - 7) +
+                                         2.0f * K * 0x1p-24f * S[(size_t)i * ldc + j];
+                            total++;
+                            exact += g == r;
+                            outside += !(fabsf(ct_bf16_to_f32(g) - w) <= step);
+                        }
+                        for (int j = N; j < ldc; j++) pads += C[(size_t)i * ldc + j] != 0x7fa5;
+                    }
+                    free(A), free(Ar), free(Br), free(W), free(Ah), free(Bh), free(C), free(C2);
+                    free(Aa), free(Ba), free(S);
+                }
+        printf("out16 %s: %zu of %zu the reference's rounding\n",
+               ct_gemm_lib_name((ct_gemm_lib)lib), exact, total);
+        CHECK_MSG(outside == 0 && pads == 0 && differ == 0,
+                  "out16 %s: %zu beyond a bf16 step, %zu pads written, %zu cases not repeatable",
+                  ct_gemm_lib_name((ct_gemm_lib)lib), outside, pads, differ);
+        CHECK_MSG(exact * 100 >= total * 99, "out16 %s: only %zu of %zu rounded as the reference",
+                  ct_gemm_lib_name((ct_gemm_lib)lib), exact, total);
+    }
+}
+
 /* ct_gemm_colsums' documented order, plainly: per column, fp32 sums over
  * blocks of 64 rows, the blocks added in double; columns past the last
  * multiple of 16 in double throughout. */
@@ -428,7 +494,11 @@ static void test_workspace(bool prim) {
                                                       tb, M, N, K, &parts);
                 CHECK(want == parts.scratch + parts.packed + parts.convert);
                 for (int beta = 0; beta <= 1; beta++) {
-                    if (type == CT_GEMM_F32)
+                    if (type == CT_GEMM_F32_BF16_C16) { /* beta 0 only */
+                        if (!beta)
+                            ct_gemm_f32_bf16_out16((ct_gemm_lib)lib, ta, tb, M, N, K, A, lda, Bh,
+                                                   ldb, (uint16_t *)C, N);
+                    } else if (type == CT_GEMM_F32)
                         ct_sgemm((ct_gemm_lib)lib, ta, tb, M, N, K, 1.0f, A, lda, B, ldb,
                                  (float)beta, C, N);
                     else if (type == CT_GEMM_BF16)
@@ -456,7 +526,9 @@ static void test_workspace(bool prim) {
                 bool packs = type == CT_GEMM_F32 ? brgemm : ct_gemm_have_bf16();
                 /* the gemm kernels' own blocks are counted exactly where oneDNN runs
                  * them (not brgemm), and only for oneDNN */
-                if (lib == CT_GEMM_ONEDNN && s < 3)
+                /* (bf16 outputs run oneDNN only where bf16 is native) */
+                if (lib == CT_GEMM_ONEDNN && s < 3 &&
+                    (type != CT_GEMM_F32_BF16_C16 || ct_gemm_have_bf16()))
                     CHECK_MSG((parts.driver > 0) == !packs, "type %d %dx%dx%d: driver %zu, "
                               "brgemm %d", type, M, N, K, parts.driver, packs);
                 if (lib == CT_GEMM_OPENBLAS) CHECK(parts.driver == 0);
@@ -587,6 +659,7 @@ int main(void) {
     printf("native bf16 GEMMs: %s\n", ct_gemm_have_bf16() ? "yes" : "no");
     test_f32(prim);
     test_bf16(prim);
+    test_out16(prim);
     test_colsums();
     test_bwd_pair(prim);
     if (prim) {

@@ -9,8 +9,11 @@
  *   gradient (which rounds it as it reads).
  * Rows are ld apart and the pad columns (OC..ld-1) keep their poison: nothing
  * reads or writes them. The kernel profiler passes the three entries through
- * where its inner backend has them and hides them where it does not (cpu), so
- * a profiled run keeps the run's numerics. The kernel harness ties cuda to ref.
+ * where its inner backend has them, and its layout (head16_ld), so a profiled
+ * run keeps the run's numerics. The cpu's loss over bf16 logits is its fp32
+ * loss over the same values widened, its gradient that gradient rounded, bit
+ * for bit; the cpu uses its bf16 head only on oneDNN where bf16 is native,
+ * with dense rows. The kernel harness ties cpu and cuda to double formulas.
  */
 #include <math.h>
 #include <stdint.h>
@@ -18,6 +21,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/gemm.h"
 #include "backend/ctx.h"
 #include "backend/ref/ref.h"
 #include "core/dtype.h"
@@ -143,6 +147,84 @@ static void test_kprof(ct_backend_kind kind, bool has) {
     ct_ctx_free(ctx);
 }
 
+/* The cpu's bf16 loss against its fp32 loss over the widened logits: the
+ * same losses and the gradient that gradient rounded, bit for bit, out of
+ * place, in place and without a gradient; pads untouched. */
+static void test_cpu_xent(ct_backend *be, int N, int V, int ld, float spread) {
+    size_t NV = (size_t)N * V, NL = (size_t)N * ld;
+    uint16_t *x16 = malloc(NL * 2), *d16 = malloc(NL * 2), *in = malloc(NL * 2);
+    float *wide = malloc(NV * 4), *dl = malloc(NV * 4), *loss = malloc(N * 4),
+          *loss16 = malloc(N * 4), *loss_in = malloc(N * 4);
+    int32_t *tg = malloc(N * sizeof *tg);
+    CHECK(x16 && d16 && in && wide && dl && loss && loss16 && loss_in && tg);
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < ld; i++) {
+            size_t j = (size_t)n * ld + i;
+            x16[j] = i < V ? ct_f32_to_bf16(urand(spread)) : POISON;
+            d16[j] = POISON;
+        }
+    for (int n = 0; n < N; n++) {
+        tg[n] = n % 4 == 1 ? -1 : (int32_t)((n * 7919u + 3) % (unsigned)V);
+        for (int i = 0; i < V; i++) wide[(size_t)n * V + i] = ct_bf16_to_f32(x16[(size_t)n * ld + i]);
+    }
+    memcpy(in, x16, NL * 2);
+    float dloss = 1.0f / (float)N;
+    be->i->crossentropy_forward(be, loss, dl, wide, tg, N, V, dloss);
+    be->i->crossentropy_forward_bf16(be, loss16, d16, x16, ld, tg, N, V, dloss);
+    be->i->crossentropy_forward_bf16(be, loss_in, in, in, ld, tg, N, V, dloss);
+    bool same = !memcmp(loss, loss16, N * 4) && !memcmp(loss, loss_in, N * 4);
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < V; i++)
+            same &= d16[(size_t)n * ld + i] == ct_f32_to_bf16(dl[(size_t)n * V + i]);
+    CHECK_MSG(same, "cpu N=%d V=%d ld=%d: the bf16 loss is not the fp32 loss over the same "
+              "values, or its gradient not that one rounded", N, V, ld);
+    CHECK_MSG(!memcmp(in, d16, NL * 2), "cpu V=%d: the loss in place differs", V);
+    CHECK_MSG(pads_kept(d16, N, V, ld) && pads_kept(in, N, V, ld), "cpu ld=%d: a pad written",
+              ld);
+    memcpy(in, x16, NL * 2);
+    be->i->crossentropy_forward_bf16(be, loss_in, NULL, in, ld, tg, N, V, dloss);
+    CHECK_MSG(!memcmp(loss_in, loss, N * 4) && !memcmp(in, x16, NL * 2),
+              "cpu: without a gradient, other losses or the logits written");
+    /* a backend without the pool threads' buffers: a block at a time, in place */
+    ct_backend bare = {.i = be->i, .host_visible = true, .n_threads = be->n_threads,
+                       .gemm = be->gemm};
+    be->i->crossentropy_forward_bf16(&bare, loss_in, in, in, ld, tg, N, V, dloss);
+    CHECK_MSG(!memcmp(loss_in, loss, N * 4) && !memcmp(in, d16, NL * 2),
+              "cpu V=%d: without row buffers, other bits", V);
+    free(x16), free(d16), free(in), free(wide), free(dl), free(loss), free(loss16), free(loss_in);
+    free(tg);
+}
+
+/* Where the cpu runs its bf16 head (ct_backend_head16_ld): dense rows on
+ * oneDNN with native bf16, nowhere else; the profiler over it says the same. */
+static void test_cpu(void) {
+    ct_ctx_params cp = ct_ctx_params_default();
+    cp.backend = CT_BACKEND_CPU;
+    cp.n_threads = 2;
+    ct_ctx *ctx = NULL;
+    CHECK(ct_ctx_init(&ctx, &cp) == CT_OK);
+    ct_backend *be = ct_ctx_backend(ctx);
+    ct_kprof *kp = NULL;
+    CHECK(ct_kprof_init(&kp, be) == CT_OK);
+    CHECK(ct_backend_set_gemm(be, "openblas") == 0);
+    CHECK_MSG(ct_backend_head16_ld(be, 50257) == 0 &&
+                  ct_backend_head16_ld(ct_kprof_backend(kp), 50257) == 0,
+              "cpu on OpenBLAS: the bf16 head would widen its operands, not to be used");
+    if (ct_gemm_have_onednn()) {
+        CHECK(ct_backend_set_gemm(be, "onednn") == 0);
+        int want = ct_gemm_have_bf16() ? 50257 : 0;
+        CHECK_MSG(ct_backend_head16_ld(be, 50257) == want &&
+                      ct_backend_head16_ld(ct_kprof_backend(kp), 50257) == want,
+                  "cpu on oneDNN: head16_ld %d, want %d", ct_backend_head16_ld(be, 50257), want);
+    }
+    test_cpu_xent(be, 5, 1, 1, 1.0f);
+    test_cpu_xent(be, 7, 37, 40, 3.0f);
+    test_cpu_xent(be, 6, 4099, 4099, 8.0f); /* a block of 4096 and a tail */
+    test_cpu_xent(be, 4, 9000, 9003, 20.0f);
+    ct_kprof_free(kp);
+    ct_ctx_free(ctx);
+}
+
 int main(void) {
     test_head(1, 3, 1, CT_VOCAB_PAD);
     test_head(7, 16, 97, 128);
@@ -150,6 +232,7 @@ int main(void) {
     test_head(9, 24, 256, 256); /* no pad */
     test_kprof(CT_BACKEND_REF, true);
     test_kprof(CT_BACKEND_SIM, true);
-    test_kprof(CT_BACKEND_CPU, false);
+    test_kprof(CT_BACKEND_CPU, true);
+    test_cpu();
     return ct_test_result("test_head_bf16");
 }

@@ -38,22 +38,15 @@
  * fp32 tile is written only to be packed: at the target's own width (vnf,
  * vmath.h), the tails in scalar code with the same exp (s_exp). */
 
-#if VN == 16 && defined(__AVX512BW__) && defined(__AVX512BF16__)
-#include <immintrin.h>
-/* Each lane's bf16 (nearest even, NaN made quiet) by vcvtneps2bf16, which
- * reads a denormal as zero: the rows rounded here are exps (normal or 0) and
+/* Each lane's bf16 (nearest even, NaN made quiet) by vn_bf16_daz, which may
+ * read a denormal as zero: the rows rounded here are exps (normal or 0) and
  * dS, whose denormals are below anything the products keep. */
-static inline vnh r16h(vnf x) {
-    __m256bh h = _mm512_cvtneps_pbh((__m512)x);
-    vnh r;
-    memcpy(&r, &h, sizeof r);
-    return r;
-}
+static inline vnh r16h(vnf x) { return vn_bf16_daz(x); }
+#if VN == 16 && defined(__AVX512BW__) && defined(__AVX512BF16__)
 /* Two rows' bf16, interleaved: lane k holds x0[k] in its low half, x1[k] in
  * its high half. */
 static inline vnu r16pair(vnf x0, vnf x1) { return (vnu)ct_t16_zip((__m512)x0, (__m512)x1); }
 #else
-static inline vnh r16h(vnf x) { return vn_bf16(x); }
 static inline vnu r16pair(vnf x0, vnf x1) { return vn_bf16_bits(x0) | vn_bf16_bits(x1) << 16; }
 #endif
 

@@ -37,7 +37,13 @@ void ct_matmul_forward_bf16_in16_cpu(ct_backend *be, float *out, const uint16_t 
 void ct_matmul_backward_bf16_cpu(ct_backend *be, float *dinp, float *dweight, float *dbias,
                                 const float *dout, const uint16_t *inp16,
                                 const uint16_t *weight16, int N, int C, int OC);
-
+/* the bf16 head (backend.h) */
+void ct_matmul_forward_bf16_out16_cpu(ct_backend *be, uint16_t *out16, int ld, const float *inp,
+                                      const uint16_t *weight16, int N, int C, int OC);
+void ct_matmul_backward_bf16_dout16_cpu(ct_backend *be, float *dinp, float *dweight,
+                                        const uint16_t *dout16, int ld, const uint16_t *inp16,
+                                        const uint16_t *weight16, int N, int C, int OC);
+int ct_head16_ld_cpu(ct_backend *be, int V);
 
 /* out16.c: precision bf16's bf16-output producers */
 void ct_layernorm_forward_out16_cpu(ct_backend *be, float *res, uint16_t *out16, float *mean,
@@ -102,6 +108,9 @@ void ct_dropout_backward_cpu(ct_backend *be, float *dinp, const float *dout, siz
 
 void ct_crossentropy_forward_cpu(ct_backend *be, float *losses, float *dlogits, const float *logits,
                                  const int32_t *targets, int N, int V, float dloss);
+void ct_crossentropy_forward_bf16_cpu(ct_backend *be, float *losses, uint16_t *dlogits16,
+                                      const uint16_t *logits16, int ld, const int32_t *targets,
+                                      int N, int V, float dloss);
 
 void ct_adamw_update_cpu(ct_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
                          float lr, float beta1, float beta2, float eps, float weight_decay,

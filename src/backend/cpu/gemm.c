@@ -70,10 +70,14 @@ void ct_gemm_bf16_ref(bool ta, bool tb, int M, int N, int K, float alpha, const 
 
 /* ------------------------------------------------------------ state */
 
+/* A primitive's type beside CT_GEMM_F32 and CT_GEMM_BF16: bf16 A, B and C
+ * (what CT_GEMM_F32_BF16_C16 runs once A is rounded). */
+#define KEY_BF16_C16 CT_GEMM_TYPE_COUNT
+
 /* What makes two calls the same primitive. All int32, so no padding. */
 typedef struct gemm_key {
     int32_t M, N, K, lda, ldb, ldc;
-    int32_t ta, tb, type, nthr; /* type: CT_GEMM_F32 or CT_GEMM_BF16 */
+    int32_t ta, tb, type, nthr; /* type: CT_GEMM_F32, CT_GEMM_BF16 or KEY_BF16_C16 */
     uint32_t alpha, beta;       /* bit patterns */
 } gemm_key;
 
@@ -200,8 +204,9 @@ static uint32_t f32_bits(float f) {
  * (0.7 ms for 9 MiB). Larger B (the vocabulary head's input gradient) is read
  * in place. False when oneDNN refuses k. */
 static bool prim_create(dnnl_engine_t eng, const gemm_key *k, gemm_entry *e) {
-    dnnl_data_type_t dt = k->type == CT_GEMM_BF16 ? dnnl_bf16 : dnnl_f32;
-    size_t esize = k->type == CT_GEMM_BF16 ? 2 : 4;
+    dnnl_data_type_t dt = k->type != CT_GEMM_F32 ? dnnl_bf16 : dnnl_f32;
+    dnnl_data_type_t cdt = k->type == KEY_BF16_C16 ? dnnl_bf16 : dnnl_f32;
+    size_t esize = k->type != CT_GEMM_F32 ? 2 : 4;
     dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
     dnnl_dims_t as = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1};
     dnnl_dims_t bs = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1};
@@ -220,7 +225,7 @@ static bool prim_create(dnnl_engine_t eng, const gemm_key *k, gemm_entry *e) {
     if (dnnl_memory_desc_init_by_strides(&a, 2, ad, dt, as) != dnnl_success ||
         dnnl_memory_desc_init_by_strides(&b, 2, bd, dt, bs) != dnnl_success ||
         dnnl_memory_desc_init_by_tag(&bany, 2, bd, dt, dnnl_format_tag_any) != dnnl_success ||
-        dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&c, 2, cd, cdt, cs) != dnnl_success ||
         dnnl_primitive_attr_create(&attr) != dnnl_success ||
         dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success)
         goto done;
@@ -336,7 +341,7 @@ static bool exec(gemm_state *g, gemm_set *s, const_dnnl_primitive_t prim, int n,
 /* Runs entry e with set s (both taken by the caller): B packed first when e
  * packs it. The two primitives share the scratchpad, one after the other. */
 static bool entry_run(gemm_state *g, const gemm_entry *e, gemm_set *s, const void *A, const void *B,
-                      float *C) {
+                      void *C) {
     const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
     if (e->pack) {
         const dnnl_memory_desc_t *rsp = dnnl_primitive_desc_query_md(e->pack_pd, dnnl_query_scratchpad_md, 0);
@@ -358,7 +363,7 @@ static bool entry_run(gemm_state *g, const gemm_entry *e, gemm_set *s, const voi
 
 /* Runs the primitive for k on A, B, C. With `held`, the caller already took
  * that buffer set (its conv buffer holds A). False when no primitive ran. */
-static bool prim_call(gemm_state *g, const gemm_key *k, const void *A, const void *B, float *C,
+static bool prim_call(gemm_state *g, const gemm_key *k, const void *A, const void *B, void *C,
                       gemm_set *held) {
 #if GEMM_PRIM
     pthread_mutex_lock(&g->mu);
@@ -388,7 +393,7 @@ static bool prim_call(gemm_state *g, const gemm_key *k, const void *A, const voi
 #endif
 }
 
-static gemm_key key_of(ct_gemm_type type, bool ta, bool tb, int M, int N, int K, float alpha,
+static gemm_key key_of(int type, bool ta, bool tb, int M, int N, int K, float alpha,
                        int lda, int ldb, float beta, int ldc) {
     return (gemm_key){.M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .ta = ta,
                       .tb = tb, .type = type, .nthr = gemm_threads(), .alpha = f32_bits(alpha),
@@ -476,10 +481,10 @@ static void widen_rows(float *dst, const uint16_t *src, int rows, int cols, int 
 }
 
 bool ct_gemm_primitive(ct_gemm_type type, bool ta, bool tb, int M, int N, int K, float alpha,
-                       const void *A, int lda, const void *B, int ldb, float beta, float *C,
+                       const void *A, int lda, const void *B, int ldb, float beta, void *C,
                        int ldc) {
     gemm_state *g = &g_gemm;
-    if (type == CT_GEMM_F32_BF16) {
+    if (type == CT_GEMM_F32_BF16 || type == CT_GEMM_F32_BF16_C16) {
         if (!GEMM_PRIM) return false;
         int ar = ta ? K : M, ac = ta ? M : K;
         size_t need = (size_t)ar * ac * sizeof(uint16_t);
@@ -488,7 +493,8 @@ bool ct_gemm_primitive(ct_gemm_type type, bool ta, bool tb, int M, int N, int K,
         pthread_mutex_unlock(&g->mu);
         if (!s) return false;
         round_rows(s->conv, A, ar, ac, lda);
-        gemm_key k = key_of(CT_GEMM_BF16, ta, tb, M, N, K, alpha, ac, ldb, beta, ldc);
+        int kt = type == CT_GEMM_F32_BF16 ? CT_GEMM_BF16 : KEY_BF16_C16;
+        gemm_key k = key_of(kt, ta, tb, M, N, K, alpha, ac, ldb, beta, ldc);
         bool ok = prim_call(g, &k, s->conv, B, C, s);
         set_give(g, s);
         return ok;
@@ -589,6 +595,58 @@ void ct_gemm_f32_bf16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, fl
         ct_gemm_primitive(CT_GEMM_F32_BF16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
         return;
     blas_bf16(ta, tb, M, N, K, alpha, A, NULL, lda, B, ldb, beta, C, ldc);
+}
+
+/* ct_gemm_f32_bf16_out16 on OpenBLAS: A rounded and B widened into fp32
+ * copies once, then CT_GEMM_OUT16_ROWS rows of C at a time into an fp32 block
+ * of the same buffer set, rounded into C16. No buffer: the reference. */
+static void blas_out16(bool ta, bool tb, int M, int N, int K, const float *A, int lda,
+                       const uint16_t *B, int ldb, uint16_t *C16, int ldc) {
+    gemm_state *g = &g_gemm;
+    int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    int rb = M < CT_GEMM_OUT16_ROWS ? M : CT_GEMM_OUT16_ROWS;
+    size_t na = (size_t)ar * ac, nb = (size_t)br * bc, nc = (size_t)rb * N;
+    pthread_mutex_lock(&g->mu);
+    gemm_set *s = set_take(g, 0, (na + nb + nc) * sizeof(float), 0);
+    pthread_mutex_unlock(&g->mu);
+    if (!s) {
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float c;
+                ref_mixed(ta, tb, 1, 1, K, 1.0f, A + (ta ? (size_t)i : (size_t)i * lda), NULL,
+                          lda, B + (tb ? (size_t)j * ldb : (size_t)j), ldb, 0.0f, &c, 1);
+                C16[(size_t)i * ldc + j] = ct_f32_to_bf16(c);
+            }
+        return;
+    }
+    float *aw = s->conv, *bw = aw + na, *cw = bw + nb;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static) if (na >= ((size_t)1 << 16))
+#endif
+    for (int r = 0; r < ar; r++)
+        ct_f32_round_bf16_array(aw + (size_t)r * ac, A + (size_t)r * lda, (size_t)ac);
+    widen_rows(bw, B, br, bc, ldb);
+    for (int r0 = 0; r0 < M; r0 += rb) {
+        int rows = M - r0 < rb ? M - r0 : rb;
+        blas_sgemm(ta, tb, rows, N, K, 1.0f, ta ? aw + r0 : aw + (size_t)r0 * ac, ac, bw, bc,
+                   0.0f, cw, N);
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)rows * N >= ((size_t)1 << 16))
+#endif
+        for (int r = 0; r < rows; r++)
+            ct_f32_to_bf16_array(C16 + (size_t)(r0 + r) * ldc, cw + (size_t)r * N, (size_t)N);
+    }
+    set_give(g, s);
+}
+
+void ct_gemm_f32_bf16_out16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K,
+                            const float *A, int lda, const uint16_t *B, int ldb, uint16_t *C16,
+                            int ldc) {
+    if (lib == CT_GEMM_ONEDNN && ct_gemm_have_bf16() &&
+        ct_gemm_primitive(CT_GEMM_F32_BF16_C16, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C16,
+                          ldc))
+        return;
+    blas_out16(ta, tb, M, N, K, A, lda, B, ldb, C16, ldc);
 }
 
 void ct_gemm_bwd_f32_bf16(ct_gemm_lib lib, int N, int C, int OC, const float *G,
@@ -760,13 +818,14 @@ size_t ct_gemm_workspace_bytes(ct_gemm_lib lib, ct_gemm_type type, bool ta, bool
     ct_gemm_workspace w = {0, 0, 0, 0};
     if (M <= 0 || N <= 0 || K <= 0 || type < 0 || type >= CT_GEMM_TYPE_COUNT) goto out;
     size_t a = (size_t)M * K, b = (size_t)K * N;
+    bool c16 = type == CT_GEMM_F32_BF16_C16;
 #if GEMM_PRIM
-    if (lib == CT_GEMM_ONEDNN) {
+    if (lib == CT_GEMM_ONEDNN && (!c16 || ct_gemm_have_bf16())) {
         gemm_state *g = &g_gemm;
-        ct_gemm_type pt = type == CT_GEMM_F32 ? CT_GEMM_F32 : CT_GEMM_BF16;
+        int pt = type == CT_GEMM_F32 ? CT_GEMM_F32 : c16 ? KEY_BF16_C16 : CT_GEMM_BF16;
         bool ok = true;
         pthread_mutex_lock(&g->mu);
-        for (int beta = 0; beta <= 1; beta++) {
+        for (int beta = 0; beta <= (c16 ? 0 : 1); beta++) {
             gemm_key k = key_of(pt, ta, tb, M, N, K, 1.0f, ta ? M : K, tb ? K : N, (float)beta, N);
             gemm_entry *e = entry_get(g, &k);
             ok &= e != NULL;
@@ -784,7 +843,7 @@ size_t ct_gemm_workspace_bytes(ct_gemm_lib lib, ct_gemm_type type, bool ta, bool
         }
         pthread_mutex_unlock(&g->mu);
         if (ok) {
-            w.convert = type == CT_GEMM_F32_BF16 ? a * sizeof(uint16_t) : 0;
+            w.convert = type != CT_GEMM_F32 && type != CT_GEMM_BF16 ? a * sizeof(uint16_t) : 0;
             goto out;
         }
         w = (ct_gemm_workspace){0, 0, 0, 0}; /* refused: the call falls back to OpenBLAS */
@@ -793,6 +852,7 @@ size_t ct_gemm_workspace_bytes(ct_gemm_lib lib, ct_gemm_type type, bool ta, bool
     (void)lib, (void)ta, (void)tb;
 #endif
     w.convert = type == CT_GEMM_F32 ? 0 : (a + b) * sizeof(float);
+    if (c16) w.convert += (size_t)(M < CT_GEMM_OUT16_ROWS ? M : CT_GEMM_OUT16_ROWS) * N * 4;
 out:
     if (parts) *parts = w;
     return w.scratch + w.packed + w.convert;

@@ -18,8 +18,9 @@
  * Everything runs on the one OpenMP pool (oneDNN's Debian build uses the
  * OpenMP runtime; inside a parallel region each call stays on its thread).
  * Measurements: bench/bench_gemm.c.
- * Leaves out: bf16 outputs, fused bias and activations (post-ops), and
- * oneDNN 3.x's API (such a build uses dnnl_sgemm and the OpenBLAS bf16 path).
+ * bf16 outputs: only the vocabulary head's forward (ct_gemm_f32_bf16_out16).
+ * Leaves out: fused bias and activations (post-ops), and oneDNN 3.x's API
+ * (such a build uses dnnl_sgemm and the OpenBLAS bf16 path).
  */
 #ifndef CT_CPU_GEMM_H
 #define CT_CPU_GEMM_H
@@ -33,11 +34,13 @@ typedef enum ct_gemm_lib {
     CT_GEMM_ONEDNN = 1,
 } ct_gemm_lib;
 
-/* Operand types of one GEMM; C is always fp32. */
+/* Operand types of one GEMM; C is fp32 but for the last. */
 typedef enum ct_gemm_type {
-    CT_GEMM_F32 = 0,      /* A, B fp32 */
-    CT_GEMM_BF16 = 1,     /* A, B bf16 (uint16_t bit patterns) */
-    CT_GEMM_F32_BF16 = 2, /* A fp32, rounded to bf16 per call; B bf16 */
+    CT_GEMM_F32 = 0,          /* A, B fp32 */
+    CT_GEMM_BF16 = 1,         /* A, B bf16 (uint16_t bit patterns) */
+    CT_GEMM_F32_BF16 = 2,     /* A fp32, rounded to bf16 per call; B bf16 */
+    CT_GEMM_F32_BF16_C16 = 3, /* CT_GEMM_F32_BF16 with a bf16 C: the fp32 sums rounded
+                               * (ct_gemm_f32_bf16_out16; alpha 1, beta 0) */
     CT_GEMM_TYPE_COUNT
 } ct_gemm_type;
 
@@ -67,6 +70,19 @@ void ct_gemm_bf16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, float 
 void ct_gemm_f32_bf16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K, float alpha,
                       const float *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
                       int ldc);
+/* C16 (M,N; rows ldc apart) = bf16(bf16(op(A)) @ op(B)): ct_gemm_f32_bf16's
+ * fp32 sums (alpha 1, beta 0) rounded to bf16 as they are stored (nearest
+ * even; AVX512_BF16 reads a subnormal sum as zero), so a vocabulary head's
+ * logits never exist in fp32 (torch.autocast's bf16 linear output). Columns
+ * N..ldc-1 are not written. oneDNN where its bf16 matmul is native
+ * (ct_gemm_have_bf16): a matmul primitive with a bf16 destination (brgemm,
+ * whose accumulators stay in its tiles, for a dense C); elsewhere OpenBLAS on
+ * fp32 copies of A and B, CT_GEMM_OUT16_ROWS rows at a time through an fp32 block, all in
+ * this layer's buffer (ct_gemm_workspace_bytes' convert). */
+#define CT_GEMM_OUT16_ROWS 64
+void ct_gemm_f32_bf16_out16(ct_gemm_lib lib, bool ta, bool tb, int M, int N, int K,
+                            const float *A, int lda, const uint16_t *B, int ldb, uint16_t *C16,
+                            int ldc);
 /* A linear's two backward products on one rounding of its fp32 gradient G
  * (N x OC, dense): dinp (N x C) += bf16(G) W16 (OC x C) and dweight (OC x C)
  * += bf16(G)^T X16 (N x C), the numbers of two ct_gemm_f32_bf16 calls, and
@@ -91,19 +107,20 @@ void ct_gemm_bf16_ref(bool ta, bool tb, int M, int N, int K, float alpha, const 
 
 /* The matmul-primitive path itself, whatever the strides and the caller
  * (ct_sgemm routes some calls elsewhere; tests and bench/bench_gemm.c call
- * this). A and B point at fp32 or bf16 data as type says. Returns false,
+ * this). A, B and C point at fp32 or bf16 data as type says. Returns false,
  * having computed nothing, when the build has no oneDNN 2.x or oneDNN refuses
  * the shape. Thread-safe. */
 bool ct_gemm_primitive(ct_gemm_type type, bool ta, bool tb, int M, int N, int K, float alpha,
-                       const void *A, int lda, const void *B, int ldb, float beta, float *C,
+                       const void *A, int lda, const void *B, int ldb, float beta, void *C,
                        int ldc);
 
 /* The buffers of one calling thread, by part: each part grows on its own. */
 typedef struct ct_gemm_workspace {
     size_t scratch; /* oneDNN's scratchpad */
     size_t packed;  /* the packed copy of a plain B (oneDNN, B untransposed, <= 64 MiB) */
-    size_t convert; /* operand copies: bf16 A (oneDNN, CT_GEMM_F32_BF16); fp32 A and B
-                     * (OpenBLAS, the bf16 types) */
+    size_t convert; /* operand copies: bf16 A (oneDNN, CT_GEMM_F32_BF16 and _C16); fp32
+                     * A and B (OpenBLAS, the bf16 types), and for _C16 an fp32 block
+                     * of CT_GEMM_OUT16_ROWS rows of C */
     size_t driver;  /* not this layer's: what oneDNN's gemm kernels malloc per call and
                      * free, all threads of the call together, when the matmul oneDNN
                      * dispatched is gemm:jit (cores without brgemm: AVX2; bf16 without
@@ -111,7 +128,8 @@ typedef struct ct_gemm_workspace {
 } ct_gemm_workspace;
 
 /* Bytes this layer holds for one calling thread to run the GEMM M x N x K
- * (dense operands, alpha 1, beta 0 or 1: the larger) of `type` with `lib`,
+ * (dense operands, alpha 1, beta 0 or 1: the larger; beta 0 for _C16) of
+ * `type` with `lib`,
  * the sum of the parts scratch, packed and convert, which go to *parts when
  * parts is not NULL (with driver, which is oneDNN's own and not in the sum). OpenBLAS's
  * own buffers for CT_GEMM_F32 are perf/memplan.c's to count (0 here). Each

@@ -6,11 +6,21 @@
  * logits; the target's logit is read first), so exp runs once per element.
  * The row sum accumulates 16 float lanes per 4096-element block into a double.
  * Same semantics as ref/loss.c.
+ * The bf16 twin (the bf16 head) widens its logits as it takes their exps into
+ * a pool thread's row of fp32 (or, without one, a block at a time, its exps
+ * computed twice) and runs the same passes: its loss and gradient are the fp32
+ * kernel's over the widened logits, the gradient rounded (nearest even), but
+ * for exps below fp32's normal range, which the fp32 kernel clamps to it and
+ * this one computes (exp16_sub_sum, scale_round16).
  */
+#include <float.h>
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/vmath.h"
+#include "core/dtype.h"
 
 #define XENT_BLOCK 4096
 
@@ -69,6 +79,157 @@ void ct_crossentropy_forward_cpu(ct_backend *be, float *losses, float *dlogits, 
             for (; i + V16 <= V; i += V16) v16_store(dx + i, v16_load(dx + i) * scale);
             for (; i < V; i++) dx[i] *= scale;
             dx[target] -= dloss;
+        }
+    }
+}
+
+/* bf16 lanes widened to fp32 */
+static inline vnf widen_vn(const uint16_t *p) {
+    vnh h;
+    memcpy(&h, p, sizeof h);
+    return (vnf)(__builtin_convertvector(h, vnu) << 16);
+}
+
+/* The largest of x16[0..n) widened, n >= 1, in v_max's order over the same
+ * values, and the least into *least (NaN lanes ignored by both, but for a
+ * NaN first element, as v_max). */
+static float minmax16(const uint16_t *x16, int n, float *least) {
+    float m = ct_bf16_to_f32(x16[0]), l = m;
+    int i = 0;
+    if (n >= VN) {
+        vnf hi = widen_vn(x16), lo = hi;
+        for (i = VN; i + VN <= n; i += VN) {
+            vnf v = widen_vn(x16 + i);
+            hi = vn_select(v > hi, v, hi);
+            lo = vn_select(v < lo, v, lo);
+        }
+        m = vn_hmax(hi);
+        l = -vn_hmax(-lo);
+    }
+    for (; i < n; i++) {
+        float x = ct_bf16_to_f32(x16[i]);
+        m = x > m ? x : m;
+        l = x < l ? x : l;
+    }
+    *least = l;
+    return m;
+}
+
+/* e[i] = exp(x16[i] widened - sub) for i < n; returns their sum, as
+ * v_exp_sub_sum sums them (16 lanes). With tiny (the row has differences
+ * below VN_EXP_LO), those give 0, not vn_exp's clamp at fp32's smallest
+ * normal (which would make a bf16 gradient entry of ~1e-40 one of ~1e-38):
+ * scale_round16 computes them, and they add nothing to a sum of at least 1. */
+static float exp16_sub_sum(float *e, const uint16_t *x16, int n, float sub, bool tiny) {
+    vnf acc[V16 / VN];
+    for (int c = 0; c < V16 / VN; c++) acc[c] = vn_set1(0.0f);
+    const vnf vs = vn_set1(sub), lo = vn_set1(VN_EXP_LO), zero = vn_set1(0.0f);
+    int i = 0;
+    for (; i + V16 <= n; i += V16) {
+        for (int c = 0; c < V16 / VN; c++) {
+            vnf d = widen_vn(x16 + i + c * VN) - vs;
+            vnf x = vn_exp(d);
+            if (tiny) x = vn_select(d < lo, zero, x);
+            memcpy(e + i + c * VN, &x, sizeof x);
+            acc[c] += x;
+        }
+    }
+    float s = 0.0f;
+    for (int c = 0; c < V16 / VN; c++)
+        for (int l = 0; l < VN; l++) s += acc[c][l];
+    for (; i < n; i++) {
+        float d = ct_bf16_to_f32(x16[i]) - sub;
+        e[i] = tiny && d < VN_EXP_LO ? 0.0f : s_exp(d);
+        s += e[i];
+    }
+    return s;
+}
+
+/* exp(d) * scale for d < VN_EXP_LO, where exp16_sub_sum left 0: exp(d + 64
+ * ln2) (normal while d >= VN_EXP_LO - 64 ln2, else 0, as is the result in
+ * fp32) times scale, then 2^-64, so that only the last step rounds into the
+ * subnormals (a bf16 gradient has them too). */
+#define TINY_SHIFT 44.3614195558365f /* 64 ln2 */
+static inline vnf tiny_scaled(vnf d, float scale) {
+    vnf u = d + TINY_SHIFT;
+    vni none = u < VN_EXP_LO;
+    vnf t = vn_exp_clamped(vn_select(none, vn_set1(0.0f), u));
+    return vn_select(none, vn_set1(0.0f), t * scale * 0x1p-64f);
+}
+
+/* dx16[0..n) = bf16(e[i] * scale), e from exp16_sub_sum over x16 less sub.
+ * normal: every product is normal (or NaN), so the rounding may read
+ * subnormals as 0 (vn_bf16_daz); tiny: as exp16_sub_sum's, x16 is read again
+ * for the entries it made 0. dx16 may alias x16: each vector is read before
+ * it is written. */
+static void scale_round16(uint16_t *dx16, const float *e, const uint16_t *x16, int n, float sub,
+                          float scale, bool tiny, bool normal) {
+    const vnf lo = vn_set1(VN_EXP_LO);
+    int i = 0;
+    for (; i + VN <= n; i += VN) {
+        vnf v;
+        memcpy(&v, e + i, sizeof v);
+        vnf p = v * scale;
+        if (tiny) {
+            vnf d = widen_vn(x16 + i) - sub;
+            p = vn_select(d < lo, tiny_scaled(d, scale), p);
+        }
+        vnh r = normal ? vn_bf16_daz(p) : vn_bf16(p);
+        memcpy(dx16 + i, &r, sizeof r);
+    }
+    for (; i < n; i++) {
+        float d = ct_bf16_to_f32(x16[i]) - sub;
+        float p = tiny && d < VN_EXP_LO ? tiny_scaled(vn_set1(d), scale)[0] : e[i] * scale;
+        dx16[i] = ct_f32_to_bf16(p);
+    }
+}
+
+/* crossentropy_forward over bf16 logits16 (rows ld apart); dlogits16, when
+ * non-NULL, is WRITTEN with the gradient rounded to bf16 and may alias
+ * logits16. Columns V..ld-1 are neither read nor written. */
+void ct_crossentropy_forward_bf16_cpu(ct_backend *be, float *losses, uint16_t *dlogits16,
+                                      const uint16_t *logits16, int ld, const int32_t *targets,
+                                      int N, int V, float dloss) {
+    /* each pool thread's row of exps; none: a block at a time */
+    bool rows = dlogits16 && ct_backend_thread_bufs_ready(be, (size_t)V);
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (int n = 0; n < N; n++) {
+        const uint16_t *x16 = logits16 + (size_t)n * ld;
+        uint16_t *dx16 = dlogits16 ? dlogits16 + (size_t)n * ld : NULL;
+        int32_t target = targets[n];
+        if (target < 0) {
+            losses[n] = 0.0f;
+            if (dx16) memset(dx16, 0, (size_t)V * sizeof *dx16);
+            continue;
+        }
+        float least, maxval = minmax16(x16, V, &least);
+        float x_target = ct_bf16_to_f32(x16[target]);
+        /* differences below fp32's normal exps in this row (rare: logits
+         * spread by more than 87) */
+        bool tiny = least - maxval < VN_EXP_LO;
+        float *row = rows ? ct_backend_thread_buf(be, (size_t)V) : NULL, tmp[XENT_BLOCK];
+        double sum = 0.0;
+        for (int i0 = 0; i0 < V; i0 += XENT_BLOCK) {
+            int len = V - i0 < XENT_BLOCK ? V - i0 : XENT_BLOCK;
+            sum += exp16_sub_sum(row ? row + i0 : tmp, x16 + i0, len, maxval, tiny);
+        }
+        losses[n] = (maxval - x_target) + (float)log(sum);
+        if (!dx16) continue;
+        // softmax = exp / sum, as the fp32 kernel scales it; the target's
+        // entry less dloss, in fp32, before it is rounded
+        float scale = (float)(dloss / sum);
+        /* the least product at least twice the least normal (the exps are
+         * monotone to within an ulp or two) */
+        bool normal = !tiny && s_exp(least - maxval) * scale >= 2.0f * FLT_MIN;
+        for (int i0 = 0; i0 < V; i0 += XENT_BLOCK) {
+            int len = V - i0 < XENT_BLOCK ? V - i0 : XENT_BLOCK;
+            float *e = row ? row + i0 : tmp;
+            if (!row) exp16_sub_sum(e, x16 + i0, len, maxval, tiny);
+            scale_round16(dx16 + i0, e, x16 + i0, len, maxval, scale, tiny, normal);
+            if (target >= i0 && target < i0 + len)
+                dx16[target] = ct_f32_to_bf16(e[target - i0] * scale - dloss);
         }
     }
 }

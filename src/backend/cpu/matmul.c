@@ -8,6 +8,8 @@
  * fp32 activations rounded to bf16 by the GEMM layer, bf16 weight copies read
  * as they are; the backward's two products share one rounding of the
  * gradient (ct_gemm_bwd_f32_bf16).
+ * The bf16 head: logits written bf16 by the GEMM (ct_gemm_f32_bf16_out16), its
+ * backward GEMMs reading the bf16 gradient the loss wrote in place.
  */
 #include <string.h>
 
@@ -91,4 +93,43 @@ void ct_matmul_backward_bf16_cpu(ct_backend *be, float *dinp, float *dweight, fl
         return;
     }
     ct_gemm_bwd_f32_bf16(be->gemm, N, C, OC, dout, weight16, inp16, dinp, dweight, dbias);
+}
+
+/* The bf16 head runs where oneDNN's bf16 matmul is native: its logits are then
+ * dense rows (ld = V), the layout its brgemm kernels write bf16 into from their
+ * fp32 accumulators (a padded row would get its gemm kernels, which keep all
+ * of C in fp32 first). Elsewhere the model keeps fp32 logits: OpenBLAS would
+ * widen each chunk's operands again for the bf16 GEMMs. GPT-2's head chunk of
+ * 1024 rows on a 2-core Zen 4 (bench/bench_gemm.c): see the README. */
+int ct_head16_ld_cpu(ct_backend *be, int V) {
+    return be->gemm == CT_GEMM_ONEDNN && ct_gemm_have_bf16() ? V : 0;
+}
+
+/* out16 (N, rows ld apart) = bf16(bf16(inp) (N,C) @ weight16 (OC,C)^T): the
+ * bf16 head's logits (backend.h). */
+void ct_matmul_forward_bf16_out16_cpu(ct_backend *be, uint16_t *out16, int ld, const float *inp,
+                                      const uint16_t *weight16, int N, int C, int OC) {
+    if (N <= 0 || C <= 0 || OC <= 0) {
+        ct_matmul_forward_bf16_out16_ref(be, out16, ld, inp, weight16, N, C, OC);
+        return;
+    }
+    ct_gemm_f32_bf16_out16(be->gemm, false, true, N, OC, C, inp, C, weight16, C, out16, ld);
+}
+
+/* dinp (N,C) += dout16 (N,OC; rows ld apart) @ weight16 (OC,C); dweight (OC,C)
+ * += dout16^T @ inp16 (N,C). A NULL gradient buffer is skipped. */
+void ct_matmul_backward_bf16_dout16_cpu(ct_backend *be, float *dinp, float *dweight,
+                                        const uint16_t *dout16, int ld, const uint16_t *inp16,
+                                        const uint16_t *weight16, int N, int C, int OC) {
+    if (N <= 0 || C <= 0 || OC <= 0) {
+        ct_matmul_backward_bf16_dout16_ref(be, dinp, dweight, dout16, ld, inp16, weight16, N, C,
+                                           OC);
+        return;
+    }
+    if (dinp)
+        ct_gemm_bf16(be->gemm, false, false, N, C, OC, 1.0f, dout16, ld, weight16, C, 1.0f, dinp,
+                     C);
+    if (dweight)
+        ct_gemm_bf16(be->gemm, true, false, OC, C, N, 1.0f, dout16, ld, inp16, C, 1.0f, dweight,
+                     C);
 }

@@ -62,6 +62,20 @@ static inline vnu vn_bf16_bits(vnf x) {
     return (vnu)vn_select(nan, (vnf)((u >> 16) | 0x40u), (vnf)r);
 }
 static inline vnh vn_bf16(vnf x) { return __builtin_convertvector(vn_bf16_bits(x), vnh); }
+/* vn_bf16 in one vcvtneps2bf16 where the target has it (AVX512_BF16, 16
+ * lanes), which reads a subnormal as zero (vn_bf16 rounds it): for values that
+ * are normal, 0 or NaN, or whose subnormals matter to nothing. */
+#if VN == 16 && defined(__AVX512BW__) && defined(__AVX512BF16__)
+#include <immintrin.h>
+static inline vnh vn_bf16_daz(vnf x) {
+    __m256bh h = _mm512_cvtneps_pbh((__m512)x);
+    vnh r;
+    memcpy(&r, &h, sizeof r);
+    return r;
+}
+#else
+static inline vnh vn_bf16_daz(vnf x) { return vn_bf16(x); }
+#endif
 
 /* exp on the clamped range [-87.34, 88.38] (vn_exp's body). */
 static inline vnf vn_exp_clamped(vnf xc) {
