@@ -8,7 +8,7 @@
  * saves a baseline (--save-baseline) and gates on one (--baseline, exit 1 on a
  * regression; src/tools/baseline.h). `--config RUN.yaml [key=value ...]` takes
  * the model and the batch shape from a run's config, read and planned as
- * `ctrain train` reads and plans it.
+ * `ctrain train` reads and plans it; a LoRA config's step is its LoRA step.
  */
 #include <errno.h>
 #include <math.h>
@@ -70,6 +70,7 @@ typedef struct bench_args {
     const char *device; /* --device: kernels and step on that backend; NULL: --table's */
     int dev_kind, dev_index;
     bool no_roofline;   /* --no-roofline: kernels timed alone, no peak measured first */
+    ct_lora_opts lora;  /* --config: the run's LoRA adapters (r == 0: none) */
 } bench_args;
 
 static int bench_long(const char *opt, const char *s, long long lo, long long hi,
@@ -98,10 +99,11 @@ static void bench_usage(void) {
            "  --config RUN.yaml [key=value ...]  the model (model.*), micro-batch\n"
            "                  (train.batch_size, auto as train plans it), train.seq_len,\n"
            "                  run.threads, train.recompute, train.activation_dtype,\n"
-           "                  train.precision, run.attention_tiles and run.gemm of a run\n"
-           "                  config, read as `ctrain train`\n"
-           "                  reads it (a tuned profile's settings apply); key=value\n"
-           "                  overrides win. Replaces --preset, --batch, --seq, --threads,\n"
+           "                  train.precision, run.attention_tiles, run.gemm and the LoRA\n"
+           "                  adapters (lora.*: step runs the LoRA step) of a run config,\n"
+           "                  read as `ctrain train` reads it (a tuned profile's settings\n"
+           "                  apply); key=value overrides win. Replaces --preset, --batch,\n"
+           "                  --seq, --threads,\n"
            "                  --recompute, --activation-dtype, --precision, --attention-tiles\n"
            "                  and --gemm.\n"
            "options:\n"
@@ -144,7 +146,7 @@ static void bench_usage(void) {
 static int bench_parse(int argc, char **argv, bench_args *a) {
     *a = (bench_args){NULL, "gpt2", NULL, "cpu", "none", "fp32", "fp32", 4, 64, 0, 1, 3, 3, 2048, 5,
                       false, NULL, NULL, "", 1, 0, 0, NULL, NULL, {NULL}, 0, 0, 1, {0}, false, "",
-                      NULL, CT_BACKEND_CPU, 0, false};
+                      NULL, CT_BACKEND_CPU, 0, false, {0}};
     int i = 0;
     if (argc > 0 && argv[0][0] != '-' && !strchr(argv[0], '=')) a->sub = argv[i++];
     if (a->sub && strcmp(a->sub, "peak") && strcmp(a->sub, "kernels") && strcmp(a->sub, "step") &&
@@ -323,9 +325,10 @@ static int bench_config(bench_args *a, ct_model_config *mc) {
         snprintf(a->label, sizeof a->label, "%s from %s", name, a->config);
     else
         snprintf(a->label, sizeof a->label, "%s", name);
-    if (cfg.lora.r > 0 || cfg.lora.init_from[0])
-        fprintf(stderr, "ctrain bench: note: the step is the full model's; the config's LoRA "
-                "adapters (lora.*) are not benchmarked\n");
+    a->lora = rp.lora;
+    if (rp.lora.r > 0 && (!a->sub || strcmp(a->sub, "step")))
+        fprintf(stderr, "ctrain bench: note: `bench step` runs the config's LoRA step; `bench "
+                "kernels` and `bench gemm` time the full model's shapes\n");
     return 0;
 }
 
@@ -656,7 +659,8 @@ static ct_status gate_row(ct_baseline *b, const char *name, const char *shape, c
 static ct_status gate_measure_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc,
                                    ct_baseline *now) {
     ct_bench_step_opts o = {(int)a->B, (int)a->T, (int)a->warmup, (int)a->steps,
-                            ct_model_opts_default(), a->slow_name, (int)a->slow_factor};
+                            ct_model_opts_default(), a->slow_name, (int)a->slow_factor,
+                            a->lora};
     ct_status st = bench_model_opts(a, &o.model);
     ct_bench_step_result *r = malloc(sizeof *r);
     int R = (int)a->repeat;
@@ -760,8 +764,15 @@ static int run_gemm(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
 
 static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc) {
     ct_bench_step_opts o = {(int)a->B, (int)a->T, (int)a->warmup, (int)a->steps,
-                            ct_model_opts_default(), NULL, 0};
+                            ct_model_opts_default(), NULL, 0, a->lora};
     if (bench_model_opts(a, &o.model)) return cli_fail("bench");
+    char lora[96] = ""; /* the adapters, in the step's line */
+    if (a->lora.r > 0) {
+        int kinds = 0;
+        for (uint32_t b = a->lora.targets; b; b &= b - 1) kinds++;
+        snprintf(lora, sizeof lora, ", LoRA r=%d on %d modules a layer, base %s", a->lora.r,
+                 kinds, a->lora.base_bf16 ? "bf16" : "fp32");
+    }
     ct_bench_step_result *r = malloc(sizeof *r);
     if (!r) return cli_usage_error("bench", "out of memory");
     if (ct_bench_step(ctx, mc, &o, r)) {
@@ -784,11 +795,18 @@ static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
                "\"n_head\": %d, \"n_kv_head\": %d, \"n_ffn\": %d, \"vocab_size\": %d, "
                "\"n_ctx\": %d}, \"B\": %lld, \"T\": %lld, \"grad_accum\": %lld, "
                "\"threads\": %d, \"recompute\": \"%s\", \"activation_dtype\": \"%s\", "
-               "\"precision\": \"%s\", \"attention_tiles\": \"%dx%d\", \"gemm\": \"%s\", \"step_s\": [",
+               "\"precision\": \"%s\", \"attention_tiles\": \"%dx%d\", \"gemm\": \"%s\", ",
                mc->arch == CT_ARCH_LLAMA ? "llama" : "gpt2", mc->n_layer, mc->n_embd, mc->n_head,
                mc->n_kv_head, mc->n_ffn, mc->vocab_size, mc->n_ctx, a->B, a->T, a->grad_accum,
                ct_ctx_threads(ctx), a->recompute, a->act_dtype, a->precision, tq, tk,
                ct_gemm_lib_name((ct_gemm_lib)be->gemm));
+        if (a->lora.r > 0)
+            printf("\"lora\": {\"r\": %d, \"alpha\": %g, \"targets\": %u, \"base_dtype\": "
+                   "\"%s\"}, ", a->lora.r, (double)a->lora.alpha, a->lora.targets,
+                   a->lora.base_bf16 ? "bf16" : "fp32");
+        else
+            printf("\"lora\": null, ");
+        printf("\"trainable\": %zu, \"step_s\": [", r->trainable);
         for (int i = 0; i < r->steps; i++) printf("%s%.9g", i ? ", " : "", r->step_s[i]);
         printf("], \"loss\": [");
         for (int i = 0; i < r->steps; i++) printf("%s%.9g", i ? ", " : "", (double)r->loss[i]);
@@ -808,7 +826,7 @@ static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
                    a->label, mc->arch == CT_ARCH_LLAMA ? "llama" : "gpt2", mc->n_layer,
                    mc->n_embd, mc->n_head, mc->n_kv_head, mc->n_ffn, mc->vocab_size, mc->n_ctx,
                    a->grad_accum, a->grad_accum, tq, tk);
-        printf("training step (%s, B=%lld T=%lld, recompute %s, %s activations, %s%s GEMMs, "
+        printf("training step (%s, B=%lld T=%lld, recompute %s, %s activations, %s%s GEMMs%s, "
                "%d threads): "
                "median %.3f s (min %.3f, max %.3f), %.0f tok/s, %.1f GFLOP/s, peak RSS %.2f GB "
                "(plan %.2f GB)\n",
@@ -819,7 +837,7 @@ static int run_step(ct_ctx *ctx, const bench_args *a, const ct_model_config *mc)
                : ct_gemm_bf16_path_of((ct_gemm_lib)be->gemm, NULL, 0) == CT_GEMM_BF16_WIDENED
                    ? " (widened to fp32)"
                    : "",
-               ct_ctx_threads(ctx), r->median_s,
+               lora, ct_ctx_threads(ctx), r->median_s,
                lo, hi, tps, r->flops / r->median_s / 1e9, r->peak_rss / 1e9,
                r->planned_bytes / 1e9);
         double total = 0;

@@ -130,8 +130,14 @@ typedef struct ct_gpu_peaks {
  * errors. */
 ct_status ct_bench_gpu_peaks(int device, bool measure, int n, int reps, ct_gpu_peaks *out);
 
-/* Peak resident set size of this process in bytes (getrusage). */
+/* Peak resident set size of this process in bytes: since the last
+ * ct_bench_peak_rss_reset that took (Linux's VmHWM), else since the start
+ * (getrusage). */
 size_t ct_bench_peak_rss(void);
+/* Starts the peak over (writes 5 to /proc/self/clear_refs, Linux 4.0+), so
+ * that a setup's transient (a base initialised in fp32, then stored bf16)
+ * does not stand for what the steps hold. False where it cannot. */
+bool ct_bench_peak_rss_reset(void);
 /* Median of n values (n >= 1); sorts a copy. */
 double ct_bench_median(const double *v, int n);
 

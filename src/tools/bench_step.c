@@ -9,6 +9,7 @@
 
 #include "backend/ctx.h"
 #include "ctrain/train.h"
+#include "perf/bench.h"
 #include "tools/bench_tools.h"
 
 /* A deterministic token stream in [0, V). */
@@ -46,14 +47,19 @@ ct_status ct_bench_step(ct_ctx *ctx, const ct_model_config *cfg, const ct_bench_
     if (st) return st;
     ct_kprof_set_slow(kp, slow, o->slow_factor);
     ct_ctx_set_backend(ctx, ct_kprof_backend(kp));
+    const ct_lora_opts *lo = o->lora.r > 0 ? &o->lora : NULL;
     if ((st = ct_model_init(&m, ctx, cfg))) goto done;
     ct_model_init_weights(m, 1337);
+    /* as the trainer builds a LoRA run: the base, the adapters (PEFT's init) */
+    if (lo && ((st = ct_model_lora_attach(m, lo)) || (st = ct_model_lora_init_weights(m, 1337))))
+        goto done;
     if ((st = ct_model_set_opts(m, &o->model))) goto done;
     if ((st = ct_model_reserve(m, o->B, o->T, true))) goto done;
-    if ((st = ct_adamw_init(&opt, ctx, ct_model_numel(m)))) goto done;
+    out->trainable = ct_model_trainable_numel(m);
+    if ((st = ct_adamw_init(&opt, ctx, out->trainable))) goto done;
     ct_model_plan plan;
-    if ((st = ct_model_plan_memory_opts(cfg, o->B, o->T, true, &o->model, &plan))) goto done;
-    out->planned_bytes = plan.total + 2 * ct_model_numel(m) * sizeof(float);
+    if ((st = ct_model_plan_memory_lora(cfg, o->B, o->T, true, &o->model, lo, &plan))) goto done;
+    out->planned_bytes = plan.total + 2 * plan.trainable;
     in = malloc(N * sizeof *in);
     tg = malloc(N * sizeof *tg);
     if (!in || !tg) {
@@ -61,6 +67,7 @@ ct_status ct_bench_step(ct_ctx *ctx, const ct_model_config *cfg, const ct_bench_
         goto done;
     }
     ct_adamw_params ap = {0.9f, 0.95f, 1e-8f, 0.1f};
+    ct_bench_peak_rss_reset(); /* what the steps hold, not the setup's transients */
     for (int s = -o->warmup; s < o->steps; s++) {
         fill_tokens(in, N, cfg->vocab_size, (uint32_t)(2 * (s + o->warmup)));
         fill_tokens(tg, N, cfg->vocab_size, (uint32_t)(2 * (s + o->warmup) + 1));
@@ -84,7 +91,8 @@ ct_status ct_bench_step(ct_ctx *ctx, const ct_model_config *cfg, const ct_bench_
     }
     out->steps = o->steps;
     out->median_s = ct_bench_median(out->step_s, o->steps);
-    out->flops = ct_bench_step_flops(cfg, o->B, o->T);
+    out->flops = lo ? ct_bench_step_flops_lora(cfg, o->B, o->T, out->trainable)
+                    : ct_bench_step_flops(cfg, o->B, o->T);
     ct_kprof_read(kp, &out->split, 1);
     double kern = 0, total = 0;
     for (int k = 0; k < CT_KP_COUNT; k++) kern += out->split.seconds[k];

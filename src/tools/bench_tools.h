@@ -83,7 +83,8 @@ ct_status ct_bench_kernels(ct_ctx *ctx, const ct_model_config *cfg, int B, int T
                            ct_bench_item_fn fn, void *user);
 
 /* End-to-end training steps on random tokens: zero grads, forward+backward,
- * AdamW. */
+ * AdamW. With LoRA adapters (lora.r > 0) the step is a LoRA run's: the base
+ * frozen (bf16 under lora.base_bf16), AdamW over the adapters only. */
 typedef struct ct_bench_step_opts {
     int B, T;
     int warmup, steps; /* steps <= CT_BENCH_MAX_STEPS */
@@ -92,6 +93,7 @@ typedef struct ct_bench_step_opts {
      * (a ct_kprof_name) run slow_factor times per call; NULL: off */
     const char *slow_kind;
     int slow_factor;
+    ct_lora_opts lora; /* r == 0: the full model trains */
 } ct_bench_step_opts;
 #define CT_BENCH_MAX_STEPS 64
 
@@ -100,11 +102,14 @@ typedef struct ct_bench_step_result {
     double step_s[CT_BENCH_MAX_STEPS];
     float loss[CT_BENCH_MAX_STEPS];
     double median_s;
-    double flops;             /* ct_bench_step_flops */
+    double flops;             /* ct_bench_step_flops (_lora: the adapters') */
     ct_kprof_counts split;    /* per-kind seconds summed over the timed steps */
     double other_s;           /* timed time outside any kernel (zeroing, glue) */
-    size_t peak_rss;          /* bytes, the process's high-water mark */
-    size_t planned_bytes;     /* the model's memory plan (these opts) plus AdamW moments */
+    size_t peak_rss;          /* bytes, the high-water mark from the first step on (the
+                               * process's where it cannot be started over) */
+    size_t planned_bytes;     /* the model's memory plan (these opts, the adapters) plus
+                               * AdamW moments */
+    size_t trainable;         /* parameters AdamW updates: all, or the adapters' */
 } ct_bench_step_result;
 
 /* Runs the steps on ctx (whose backend is wrapped by the kernel profiler for the split).

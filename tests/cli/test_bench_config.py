@@ -12,6 +12,10 @@ usage: /usr/bin/python3 tests/cli/test_bench_config.py path/to/ctrain
   * key=value arguments override the file (train.batch_size, run.threads);
   * train.batch_size=auto takes the planner's micro-batch (`ctrain plan` agrees);
   * bench kernels and bench gemm take the same config (the kernels' shapes are its);
+  * a LoRA config's step is its LoRA step: the adapters train (their parameter count in
+    the JSON, FLOPs with the frozen base's weight gradients left out), the base frozen
+    and, with lora.base_dtype=bf16, stored bf16; kernels and gemm say they time the full
+    model's shapes;
   * --batch (or another shape option) with --config, a missing file and an unknown
     key exit 2 naming what is wrong.
 """
@@ -107,6 +111,35 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out, err = run("bench", "gemm", "--config", cfg, "--reps", "1", "--json")
     j = json.loads(out) if rc == 0 else {}
     check(rc == 0 and (j.get("B"), j.get("T")) == (B, T), "bench gemm --config too")
+
+    # a LoRA run's step: r=4 on q_proj and v_proj (A: r x in, B: out x r)
+    kv = C * NKV // NH
+    adapters = L * (4 * (C + C) + 4 * (C + kv))
+    w = L * (C * (C + 2 * kv) + C * C + 3 * C * F) + V * C
+    lflops = 4.0 * B * T * w + 6.0 * B * T * adapters + 12.0 * L * C * (T * (T + 1) / 2) * B
+    lora = ["lora.r=4", "lora.alpha=8", "lora.targets=q_proj,v_proj"]
+    rc, out, err = run("bench", "step", "--config", cfg, *lora, "--steps", "2", "--json")
+    j = json.loads(out) if rc == 0 else {}
+    rcf, outf, _ = run("bench", "step", "--config", cfg, "--steps", "1", "--json")
+    jf = json.loads(outf) if rcf == 0 else {}
+    if check(rc == 0 and j and jf, "bench step on a LoRA config runs: %s" % err.strip()[-300:]):
+        check(j["lora"] == {"r": 4, "alpha": 8, "targets": j["lora"]["targets"],
+                            "base_dtype": "fp32"} and jf["lora"] is None,
+              "the JSON names the adapters (none for the full model): %s" % j["lora"])
+        check(j["trainable"] == adapters and jf["trainable"] > w,
+              "AdamW updates the adapters only: %d trainable, want %d (full model %d)" %
+              (j["trainable"], adapters, jf["trainable"]))
+        check(abs(j["flops_per_step"] - lflops) < 1e-6 * lflops,
+              "FLOPs per step: the frozen base's forward and input gradient, the adapters' "
+              "three GEMMs (%.6g, want %.6g)" % (j["flops_per_step"], lflops))
+    rc, out, err = run("bench", "step", "--config", cfg, *lora, "lora.base_dtype=bf16",
+                       "--steps", "1")
+    check(rc == 0 and "LoRA r=4 on 2 modules a layer, base bf16" in out,
+          "the text output names the adapters and the base's dtype: %s" % (out + err)[:400])
+    rc, out, err = run("bench", "kernels", "--config", cfg, *lora, "--filter", "gemm.qkv",
+                       "--repeat", "1", "--json")
+    check(rc == 0 and "full model's shapes" in err,
+          "bench kernels on a LoRA config says it times the full model's shapes: %s" % err[-200:])
 
     for args, words in ((["--batch", "4"], ["--batch", "train.batch_size"]),
                         (["--preset", "gpt2"], ["--preset", "model.preset"]),
