@@ -372,13 +372,15 @@ static ct_status train_step(trainer *t, int64_t step, ct_step_info *info) {
         float scale = ct_clip_scale(info->grad_norm, cfg->optim.grad_clip);
         /* fp16: AdamW reads the scaled gradient times clip / S */
         if (t->fp16) scale *= (float)(1.0 / info->loss_scale);
+        /* precision bf16/fp16: the next GEMMs read 16-bit copies of the new
+         * weights, made here unless the update wrote them */
+        bool wrote16;
         if (t->world > 1) {
-            if ((st = trainer_dist_update(t, (float)info->lr, scale))) return st;
-            /* precision bf16/fp16: the next GEMMs read 16-bit copies of the new weights */
-            ct_model_refresh_weights16(t->model);
-        } else if (!ct_adamw_step(&t->opt, t->model, &t->ap, (float)info->lr, scale)) {
-            ct_model_refresh_weights16(t->model); /* as above, unless the update wrote them */
+            if ((st = trainer_dist_update(t, (float)info->lr, scale, &wrote16))) return st;
+        } else {
+            wrote16 = ct_adamw_step(&t->opt, t->model, &t->ap, (float)info->lr, scale);
         }
+        if (!wrote16) ct_model_refresh_weights16(t->model);
     } else {
         info->skipped = true;
         info->spike = verdict == CT_GUARD_SPIKE_LOSS || verdict == CT_GUARD_SPIKE_NORM;

@@ -338,9 +338,11 @@ ct_status trainer_dist_grad_norm(trainer *t, double *norm) {
     return st;
 }
 
-ct_status trainer_dist_update(trainer *t, float lr, float scale) {
-    ct_adamw_step(&t->opt, t->model, &t->ap, lr, scale);
-    if (!t->zero) return CT_OK; /* every rank updated everything, identically */
+ct_status trainer_dist_update(trainer *t, float lr, float scale, bool *wrote16) {
+    /* ZeRO off: every rank updates everything, identically, and AdamW may
+     * write the 16-bit copies as it goes; ZeRO: a shard, the copies after */
+    *wrote16 = ct_adamw_step(&t->opt, t->model, &t->ap, lr, scale);
+    if (!t->zero) return CT_OK;
     float *w = ct_model_trainable_params(t->model);
     size_t n = ct_model_trainable_numel(t->model);
     if (!t->stage) return ct_dist_allgather_shards(t->dist, w, n);

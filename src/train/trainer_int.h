@@ -187,8 +187,10 @@ ct_status trainer_dropout_write(trainer *t, int64_t step);
 void trainer_dropout_free(trainer *t);
 /* Global gradient norm from every rank's shard (the same on every rank). */
 ct_status trainer_dist_grad_norm(trainer *t, double *norm);
-/* AdamW on this rank's range, then (ZeRO-1) the parameters all-gathered. */
-ct_status trainer_dist_update(trainer *t, float lr, float scale);
+/* AdamW on this rank's range, then (ZeRO-1) the parameters all-gathered;
+ * *wrote16: whether AdamW wrote the 16-bit weight copies (ct_adamw_step:
+ * ZeRO off, precision bf16), else the caller refreshes them. */
+ct_status trainer_dist_update(trainer *t, float lr, float scale, bool *wrote16);
 /* Save the checkpoint of s on rank 0 (the ZeRO-1 moments gathered there
  * first); every rank returns the agreed outcome. */
 ct_status trainer_save_state(trainer *t, const ct_train_state *s);

@@ -258,6 +258,24 @@ def zero(tmp, shard):
     check("ZeRO off: every rank holds all the moments", full == [2 * 4 * numel] * 2, str(full))
     check("ZeRO-1: the moments per rank are halved", shard_bytes == [4 * numel] * 2,
           str(shard_bytes))
+    # precision bf16: with ZeRO off AdamW writes the GEMMs' bf16 weight copies as it
+    # updates (no second pass); with ZeRO-1 they are made after the all-gather. The
+    # same bits either way (a rank whose copies went stale would differ from step 2)
+    bf = ["train.precision=bf16", "debug.emulate_bf16=true"]
+    offb, onb = os.path.join(tmp, "zero_off_bf16"), os.path.join(tmp, "zero_on_bf16")
+    rc1, o1 = mpi(2, *base(shard, 2, steps=6, extra=extra + bf), f"run.dir={offb}")
+    rc2, o2 = mpi(2, *base(shard, 2, steps=6, extra=extra + bf), "dist.zero=1",
+                  f"run.dir={onb}")
+    check("bf16: ZeRO off and on both train under 2 ranks", rc1 == 0 and rc2 == 0,
+          o1[-300:] + o2[-300:])
+    if rc1 == 0 and rc2 == 0:
+        a, b, f = metrics(offb), metrics(onb), metrics(off)
+        check("bf16: ZeRO-1 = ZeRO off, losses and final weights bit-identical (and bf16 "
+              "in effect: the losses differ from fp32's)",
+              all(a[s]["loss"] == b[s]["loss"] for s in range(1, 7)) and
+              read(os.path.join(offb, "model.safetensors")) ==
+              read(os.path.join(onb, "model.safetensors")) and
+              any(a[s]["loss"] != f[s]["loss"] for s in range(2, 7)), f"{a} {b}")
     # 3 ranks: 8128 parameters do not split evenly; the shards are padded
     z3, o3 = os.path.join(tmp, "zero3_on"), os.path.join(tmp, "zero3_off")
     rc1, out1 = mpi(3, *base(shard, 2, steps=3), "dist.zero=1", f"run.dir={z3}")
