@@ -97,6 +97,9 @@ typedef struct tune_state {
                          * GEMMs are native, or debug.emulate_bf16 */
     bool bf16_native;   /* a bf16 run's GEMMs run bf16 instructions here */
     char bf16_path[320]; /* which instructions they run, and why (ct_gemm_bf16_path_describe) */
+    ct_lora_opts lora;   /* a LoRA run's adapters (r == 0: none): planned and timed as the
+                          * run trains, the base frozen */
+    size_t adapters;     /* their parameters, for the FLOPs */
 } tune_state;
 
 static ct_status parse_search(const char *text, unsigned *dims) {
@@ -151,8 +154,8 @@ static bool same_point(const ct_tune_point *a, const ct_tune_point *b) {
 
 static ct_status plan_point(const tune_state *s, const ct_tune_point *p, size_t *bytes) {
     ct_run_plan rp;
-    ct_status st = ct_run_plan_make(s->mc, p->B, s->r->T, p->grad_accum, s->prefetch, &p->opts,
-                                    &rp);
+    ct_status st = ct_run_plan_make_lora(s->mc, p->B, s->r->T, p->grad_accum, s->prefetch,
+                                         &p->opts, &s->lora, &rp);
     if (!st) {
         ct_run_env env = s->env;
         env.gemm = p->gemm; /* the point's library's memory */
@@ -292,7 +295,7 @@ static ct_status run_once(tune_state *s, ct_tune_trial *t, double *tps, double *
                           p->tile_k);
         }
         ct_bench_step_opts o = {.B = p->B, .T = s->r->T, .warmup = 1, .steps = s->steps,
-                                .model = p->opts};
+                                .model = p->opts, .lora = s->lora};
         ct_bench_step_result *res = malloc(sizeof *res);
         if (!res) {
             ct_ctx_free(ctx);
@@ -368,7 +371,7 @@ static ct_status add_run(tune_state *s, ct_tune_trial *t) {
     t->step_s = ct_bench_median(t->run_step_s, t->runs);
     double tokens = (double)t->p.B * t->p.grad_accum * s->r->T;
     t->opt_step_s = tokens / t->tokens_per_s;
-    t->gflops = t->p.grad_accum * ct_bench_step_flops(s->mc, t->p.B, s->r->T) /
+    t->gflops = t->p.grad_accum * ct_bench_step_flops_lora(s->mc, t->p.B, s->r->T, s->adapters) /
                 t->opt_step_s / 1e9;
     return CT_OK;
 }
@@ -831,6 +834,12 @@ ct_status ct_tune_run(const ct_config *cfg, const ct_model_config *mc, ct_tune_t
     if (!st) st = parse_tiles(&s, cfg->tune.tile_candidates);
     if (!st) st = ct_config_memory_limit(cfg->run.memory_limit, ct_memory_available(), &out->limit);
     if (!st) st = ct_run_env_measure(&s.env, cfg);
+    if (!st) st = ct_lora_opts_from_config(cfg, mc, &s.lora);
+    if (!st && s.lora.r > 0) {
+        ct_model_plan mp;
+        st = ct_model_plan_memory_lora(mc, 1, 1, true, NULL, &s.lora, &mp);
+        s.adapters = mp.trainable / sizeof(float);
+    }
     if (st) return st;
     out->T = (int)cfg->train.seq_len;
     if (out->T > mc->n_ctx)

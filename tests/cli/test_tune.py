@@ -141,6 +141,29 @@ with tempfile.TemporaryDirectory() as tmp:
               "the start's planned bytes equal `ctrain plan`'s (%s vs %s)" %
               (start.get("plan_bytes"), pj.get("total_bytes")))
 
+    # a LoRA config is tuned as it trains: its trials are planned with the adapters (the
+    # base frozen: no gradients or moments for it) and timed on its LoRA step. GPT-2
+    # 124M, where that plan is a fraction of the full model's; synthetic timings
+    lcfg = P("lora.yaml")
+    with open(lcfg, "w") as fh:
+        fh.write("model:\n  preset: gpt2\ndata:\n  train: %s\ntrain:\n  batch_size: 4\n"
+                 "  seq_len: 32\n  steps: 2\nlora:\n  r: 8\nrun:\n  dir: %s\n"
+                 % (P("s.bin"), P("lrun")))
+    rc, out, err = run("tune", "--config", lcfg, "tune.search=batch", "tune.budget_s=2",
+                       "debug.tune_fake=on", "--json", "--out", P("pl.yaml"))
+    jl = json.loads(out) if rc == 0 else {}
+    if check(rc == 0 and jl.get("trials"), "tune on a LoRA config runs: %s" % err.strip()[-300:]):
+        start = jl["trials"][jl["start"]]
+        plans = []
+        for extra in ([], ["lora.r=0"]):
+            rc2, out2, _ = run("plan", "--config", lcfg, "run.threads=%d" % start["threads"],
+                               *extra, "--json")
+            plans.append(json.loads(out2)["total_bytes"] if rc2 == 0 else 0)
+        check(abs(start["plan_bytes"] - plans[0]) <= max(0.01 * plans[0], 1 << 20) and
+              plans[0] < 0.8 * plans[1],
+              "a LoRA config's trials are planned as the LoRA run (%s; `ctrain plan` %s, the full "
+              "model's %s)" % (start["plan_bytes"], plans[0], plans[1]))
+
     # the precision searched: bf16 is tried only where its GEMMs are native here
     # (`ctrain hw`'s bf16_precision_allowed), and the result says why either way
     rc, out, err = run("tune", "--config", base, "tune.search=dtype", "tune.budget_s=3", "--json",
