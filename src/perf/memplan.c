@@ -385,8 +385,10 @@ size_t ct_run_plan_onednn(const ct_model_config *mc, int B, int T, const ct_mode
                           const ct_lora_opts *lo, int threads, ct_gemm_workspace *parts) {
     if (threads < 1) threads = 1;
     dnnl_visit v = {{0, 0, 0, 0}, threads};
-    /* the bf16 head where the cpu runs it (cpu/matmul.c, ct_head16_ld_cpu) */
-    bool head16 = o && o->precision == CT_PREC_BF16 && !o->fp32_logits && ct_gemm_have_bf16();
+    /* the bf16 head where the cpu runs it (cpu/matmul.c, ct_head16_ld_cpu; a head that
+     * LoRA's modules_to_save trains in fp32 has none) */
+    bool head16 = o && o->precision == CT_PREC_BF16 && !o->fp32_logits && ct_gemm_have_bf16() &&
+                  !(lo && lo->r > 0 && (lo->save_modules & CT_LORA_SAVE_HEAD));
     ct_run_plan_gemms(mc, B, T, o, lo, head16, dnnl_visit_gemm, &v);
     ct_gemm_workspace most = v.most;
     if (parts) *parts = most;
