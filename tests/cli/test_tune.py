@@ -134,10 +134,11 @@ with tempfile.TemporaryDirectory() as tmp:
         rc2, out2, err2 = run("plan", "--config", base, "run.threads=%d" % start["threads"],
                               "--json")
         pj = json.loads(out2) if rc2 == 0 else {}
-        # (within the jitter of the measured process baseline: a few pages, 1 MiB at most,
-        # which is more than 1% of a tiny model's plan)
+        # (within the jitter of the process baseline each process measures of itself: a
+        # few pages, up to 1.4 MiB seen in a clean-clone CI run, which is more than 1% of
+        # a tiny model's plan)
         check(rc2 == 0 and abs(start["plan_bytes"] - pj.get("total_bytes", 0)) <=
-              max(0.01 * pj.get("total_bytes", 1), 1 << 20),
+              max(0.01 * pj.get("total_bytes", 1), 2 << 20),
               "the start's planned bytes equal `ctrain plan`'s (%s vs %s)" %
               (start.get("plan_bytes"), pj.get("total_bytes")))
 
@@ -159,7 +160,7 @@ with tempfile.TemporaryDirectory() as tmp:
             rc2, out2, _ = run("plan", "--config", lcfg, "run.threads=%d" % start["threads"],
                                *extra, "--json")
             plans.append(json.loads(out2)["total_bytes"] if rc2 == 0 else 0)
-        check(abs(start["plan_bytes"] - plans[0]) <= max(0.01 * plans[0], 1 << 20) and
+        check(abs(start["plan_bytes"] - plans[0]) <= max(0.01 * plans[0], 2 << 20) and
               plans[0] < 0.8 * plans[1],
               "a LoRA config's trials are planned as the LoRA run (%s; `ctrain plan` %s, the full "
               "model's %s)" % (start["plan_bytes"], plans[0], plans[1]))
