@@ -88,6 +88,7 @@ int cmd_plan(int argc, char **argv) {
     else
         snprintf(why, sizeof why, "as run.gemm names it");
     bool bf16 = rp.opts.precision == CT_PREC_BF16;
+    bool logits16 = ct_run_plan_logits16(&rp.opts, &rp.lora, lib, dev);
     /* oneDNN's parts of the gemm line (the primitives are the plan's, cached) */
     ct_gemm_workspace gw = {0, 0, 0, 0};
     if (lib == CT_GEMM_ONEDNN)
@@ -106,6 +107,7 @@ int cmd_plan(int argc, char **argv) {
         } else {
             printf("null");
         }
+        printf(", \"logits_dtype\": \"%s\"", logits16 ? "bf16" : "fp32");
         printf(", \"gemm_workspace_bytes\": %zu, \"gemm_driver_bytes\": %zu, ",
                gw.scratch + gw.packed + gw.convert, gw.driver);
         printf("\"batch_size\": %d, \"grad_accum\": %d, \"recompute\": \"%s\", "
@@ -138,6 +140,11 @@ int cmd_plan(int argc, char **argv) {
     printf("  gemm: %s runs the GEMMs (run.gemm=%s: %s)\n",
            lib == CT_GEMM_ONEDNN ? "oneDNN" : "OpenBLAS", cfg.run.gemm, why);
     if (bf16) printf("  bf16 GEMMs: %s\n", bwhy);
+    if (bf16)
+        printf("  logits: %s\n", logits16 ? "bf16, as autocast's (the head's GEMM writes them; "
+                                           "the loss writes its gradient in place)"
+                                         : "fp32 (debug.fp32_logits, emulated bf16, or a head "
+                                           "trained in fp32)");
     printf("  params   %10.1f MiB\n", p->params / MiB);
     if (p->weights16)
         printf("  params16 %10.1f MiB  (%s copies of the GEMM weights, precision %s)\n",

@@ -381,14 +381,19 @@ static void dnnl_visit_gemm(const ct_plan_gemm *g, void *user) {
     if (w.driver > most->driver) most->driver = w.driver;
 }
 
+bool ct_run_plan_logits16(const ct_model_opts *o, const ct_lora_opts *lo, int lib, bool device) {
+    if (!o || o->precision != CT_PREC_BF16 || o->fp32_logits) return false;
+    /* a head that LoRA's modules_to_save trains runs its own fp32 GEMMs */
+    if (lo && lo->r > 0 && (lo->save_modules & CT_LORA_SAVE_HEAD)) return false;
+    /* the cpu: where its bf16 GEMMs are oneDNN's native ones (ct_head16_ld_cpu) */
+    return device || (lib == CT_GEMM_ONEDNN && ct_gemm_have_bf16());
+}
+
 size_t ct_run_plan_onednn(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
                           const ct_lora_opts *lo, int threads, ct_gemm_workspace *parts) {
     if (threads < 1) threads = 1;
     dnnl_visit v = {{0, 0, 0, 0}, threads};
-    /* the bf16 head where the cpu runs it (cpu/matmul.c, ct_head16_ld_cpu; a head that
-     * LoRA's modules_to_save trains in fp32 has none) */
-    bool head16 = o && o->precision == CT_PREC_BF16 && !o->fp32_logits && ct_gemm_have_bf16() &&
-                  !(lo && lo->r > 0 && (lo->save_modules & CT_LORA_SAVE_HEAD));
+    bool head16 = ct_run_plan_logits16(o, lo, CT_GEMM_ONEDNN, false);
     ct_run_plan_gemms(mc, B, T, o, lo, head16, dnnl_visit_gemm, &v);
     ct_gemm_workspace most = v.most;
     if (parts) *parts = most;
@@ -916,6 +921,7 @@ ct_status ct_run_plan_for_env(const ct_config *cfg, const ct_model_config *mc, i
                                             cfg->train.recompute, cfg->train.activation_dtype);
     if (!st) st = ct_run_precision(cfg, &r.opts.precision);
     if (st) return st;
+    r.opts.fp32_logits = cfg->debug.fp32_logits; /* the head's GEMMs are counted as they run */
     if (r.opts.precision == CT_PREC_FP16 && env && env->device && env->cc_major > 0) {
         ct_device_info di; /* the opened GPU: fp16 only where it has no bf16 */
         memset(&di, 0, sizeof di);

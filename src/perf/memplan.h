@@ -241,6 +241,13 @@ size_t ct_run_plan_blas(const ct_model_config *mc, int B, int T, const ct_model_
 size_t ct_run_plan_onednn(const ct_model_config *mc, int B, int T, const ct_model_opts *o,
                           const ct_lora_opts *lo, int threads, ct_gemm_workspace *parts);
 
+/* Whether a run under o (lo: its adapters, NULL for none) keeps the head's
+ * logits in bf16 (backend.h's bf16 head, as the model uses it: precision
+ * bf16, not debug.fp32_logits, a head that trains in bf16 GEMMs): on a
+ * device (sim, cuda) always then; on the cpu where its GEMM library lib is
+ * oneDNN with native bf16 (the cpu's head16_ld). */
+bool ct_run_plan_logits16(const ct_model_opts *o, const ct_lora_opts *lo, int lib, bool device);
+
 /* The GEMM library's memory in the step: ct_run_plan_onednn when lib is
  * CT_GEMM_ONEDNN (and the build has it), else ct_run_plan_blas. */
 size_t ct_run_plan_gemm(const ct_model_config *mc, int B, int T, const ct_model_opts *o,

@@ -109,6 +109,26 @@ def main():
                           "debug.fp32_logits=true", f"run.dir={bf}x")
             check("debug.fp32_logits: the start-up line says the logits are fp32",
                   rc == 0 and "the head's logits fp32" in out, out[-600:])
+            # the plan counts the head as it runs: GPT-2 124M's 1024-row chunk, whose fp32
+            # gradient the GEMM layer rounds into its buffer (103 MB, of which the linears'
+            # own copies, the part's largest otherwise, are 6 MB) only with fp32 logits
+            g2 = ["model.preset=gpt2", "train.batch_size=4", "train.seq_len=256",
+                  "train.precision=bf16", "--json"]
+            plans = []
+            for extra in ([], ["debug.fp32_logits=true"]):
+                rc, out = run("plan", *g2, *extra)
+                try:
+                    plans.append(json.loads(out.split("\n", 1)[0]) if rc == 0 else {})
+                except ValueError:
+                    plans.append({})
+            a, b = plans
+            check("plan: logits bf16 on a bf16 CPU, fp32 with debug.fp32_logits, whose GEMM "
+                  "workspace holds the rounded gradient of the head's chunk",
+                  a.get("logits_dtype") == "bf16" and b.get("logits_dtype") == "fp32" and
+                  b.get("gemm_workspace_bytes", 0) - a.get("gemm_workspace_bytes", 0) >=
+                  0.9 * 1024 * 50257 * 2, "%s %s" % ({k: a.get(k) for k in ("logits_dtype",
+                  "gemm_workspace_bytes")}, {k: b.get(k) for k in ("logits_dtype",
+                                                                  "gemm_workspace_bytes")}))
         else:
             path = hw.get("bf16_gemm")
             rc, out = run("train", *common, "train.steps=1", "train.precision=bf16",
@@ -125,6 +145,10 @@ def main():
                   "head keeps fp32 logits there",
                   rc == 0 and ("warning: train.precision=bf16: bf16 GEMMs: %s:" % path) in out and
                   "the head's logits fp32" in out, out[-600:])
+            rc, out = run("plan", *common, "train.precision=bf16", "debug.emulate_bf16=true",
+                          "--json")
+            check("plan: emulated bf16 keeps fp32 logits",
+                  rc == 0 and '"logits_dtype": "fp32"' in out, out[-300:])
         rc, out = run("bench", "step", "--preset", "gpt2-tiny", "--seq", "32", "--steps", "1", "--gemm", "onednn",
                       "--json")
         if rc == 2 and "no oneDNN" in out:
