@@ -6,12 +6,12 @@
  * logits; the target's logit is read first), so exp runs once per element.
  * The row sum accumulates 16 float lanes per 4096-element block into a double.
  * Same semantics as ref/loss.c.
- * The bf16 twin (the bf16 head) widens its logits as it takes their exps into
- * a pool thread's row of fp32 (or, without one, a block at a time, its exps
- * computed twice) and runs the same passes: its loss and gradient are the fp32
- * kernel's over the widened logits, the gradient rounded (nearest even), but
- * for exps below fp32's normal range, which the fp32 kernel clamps to it and
- * this one computes (exp16_sub_sum, scale_round16).
+ * The bf16 twin (the bf16 head) widens its logits into a pool thread's row of
+ * fp32 (or, without one, a block at a time, its exps computed twice) and runs
+ * the same passes: its loss is the fp32 kernel's over the widened logits, and
+ * its gradient that kernel's rounded (nearest even), but for entries whose
+ * exps lie below fp32's normal range, which the fp32 kernel clamps to it and
+ * this one computes (scale_round16).
  */
 #include <float.h>
 #include <math.h>
@@ -115,37 +115,21 @@ static float minmax16(const uint16_t *x16, int n, float *least) {
     return m;
 }
 
-/* e[i] = exp(x16[i] widened - sub) for i < n; returns their sum, as
- * v_exp_sub_sum sums them (16 lanes). With tiny (the row has differences
- * below VN_EXP_LO), those give 0, not vn_exp's clamp at fp32's smallest
- * normal (which would make a bf16 gradient entry of ~1e-40 one of ~1e-38):
- * scale_round16 computes them, and they add nothing to a sum of at least 1. */
-static float exp16_sub_sum(float *e, const uint16_t *x16, int n, float sub, bool tiny) {
-    vnf acc[V16 / VN];
-    for (int c = 0; c < V16 / VN; c++) acc[c] = vn_set1(0.0f);
-    const vnf vs = vn_set1(sub), lo = vn_set1(VN_EXP_LO), zero = vn_set1(0.0f);
+/* e[i] = exp(x16[i] widened - sub) for i < n; returns their sum: the fp32
+ * kernel's v_exp_sub_sum over the widened values, so the same bits. A
+ * difference below VN_EXP_LO gets vn_exp's clamp at fp32's least normal, as
+ * in the fp32 kernel; scale_round16 computes those entries of the gradient. */
+static float exp16_sub_sum(float *e, const uint16_t *x16, int n, float sub) {
     int i = 0;
-    for (; i + V16 <= n; i += V16) {
-        for (int c = 0; c < V16 / VN; c++) {
-            vnf d = widen_vn(x16 + i + c * VN) - vs;
-            vnf x = vn_exp(d);
-            if (tiny) x = vn_select(d < lo, zero, x);
-            memcpy(e + i + c * VN, &x, sizeof x);
-            acc[c] += x;
-        }
+    for (; i + VN <= n; i += VN) {
+        vnf v = widen_vn(x16 + i);
+        memcpy(e + i, &v, sizeof v);
     }
-    float s = 0.0f;
-    for (int c = 0; c < V16 / VN; c++)
-        for (int l = 0; l < VN; l++) s += acc[c][l];
-    for (; i < n; i++) {
-        float d = ct_bf16_to_f32(x16[i]) - sub;
-        e[i] = tiny && d < VN_EXP_LO ? 0.0f : s_exp(d);
-        s += e[i];
-    }
-    return s;
+    for (; i < n; i++) e[i] = ct_bf16_to_f32(x16[i]);
+    return v_exp_sub_sum(e, n, sub);
 }
 
-/* exp(d) * scale for d < VN_EXP_LO, where exp16_sub_sum left 0: exp(d + 64
+/* exp(d) * scale for d < VN_EXP_LO, where exp16_sub_sum clamped: exp(d + 64
  * ln2) (normal while d >= VN_EXP_LO - 64 ln2, else 0, as is the result in
  * fp32) times scale, then 2^-64, so that only the last step rounds into the
  * subnormals (a bf16 gradient has them too). */
@@ -159,9 +143,9 @@ static inline vnf tiny_scaled(vnf d, float scale) {
 
 /* dx16[0..n) = bf16(e[i] * scale), e from exp16_sub_sum over x16 less sub.
  * normal: every product is normal (or NaN), so the rounding may read
- * subnormals as 0 (vn_bf16_daz); tiny: as exp16_sub_sum's, x16 is read again
- * for the entries it made 0. dx16 may alias x16: each vector is read before
- * it is written. */
+ * subnormals as 0 (vn_bf16_daz); tiny: the row has differences below
+ * VN_EXP_LO, whose entries are computed again from x16 (tiny_scaled). dx16
+ * may alias x16: each vector is read before it is written. */
 static void scale_round16(uint16_t *dx16, const float *e, const uint16_t *x16, int n, float sub,
                           float scale, bool tiny, bool normal) {
     const vnf lo = vn_set1(VN_EXP_LO);
@@ -178,8 +162,8 @@ static void scale_round16(uint16_t *dx16, const float *e, const uint16_t *x16, i
         memcpy(dx16 + i, &r, sizeof r);
     }
     for (; i < n; i++) {
-        float d = ct_bf16_to_f32(x16[i]) - sub;
-        float p = tiny && d < VN_EXP_LO ? tiny_scaled(vn_set1(d), scale)[0] : e[i] * scale;
+        float p = e[i] * scale, d = tiny ? ct_bf16_to_f32(x16[i]) - sub : 0.0f;
+        if (d < VN_EXP_LO) p = tiny_scaled(vn_set1(d), scale)[0];
         dx16[i] = ct_f32_to_bf16(p);
     }
 }
@@ -213,7 +197,7 @@ void ct_crossentropy_forward_bf16_cpu(ct_backend *be, float *losses, uint16_t *d
         double sum = 0.0;
         for (int i0 = 0; i0 < V; i0 += XENT_BLOCK) {
             int len = V - i0 < XENT_BLOCK ? V - i0 : XENT_BLOCK;
-            sum += exp16_sub_sum(row ? row + i0 : tmp, x16 + i0, len, maxval, tiny);
+            sum += exp16_sub_sum(row ? row + i0 : tmp, x16 + i0, len, maxval);
         }
         losses[n] = (maxval - x_target) + (float)log(sum);
         if (!dx16) continue;
@@ -226,7 +210,7 @@ void ct_crossentropy_forward_bf16_cpu(ct_backend *be, float *losses, uint16_t *d
         for (int i0 = 0; i0 < V; i0 += XENT_BLOCK) {
             int len = V - i0 < XENT_BLOCK ? V - i0 : XENT_BLOCK;
             float *e = row ? row + i0 : tmp;
-            if (!row) exp16_sub_sum(e, x16 + i0, len, maxval, tiny);
+            if (!row) exp16_sub_sum(e, x16 + i0, len, maxval);
             scale_round16(dx16 + i0, e, x16 + i0, len, maxval, scale, tiny, normal);
             if (target >= i0 && target < i0 + len)
                 dx16[target] = ct_f32_to_bf16(e[target - i0] * scale - dloss);
