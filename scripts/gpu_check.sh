@@ -22,7 +22,10 @@
 #                 tensor-core attention (head sizes 64 and 128, GQA, packed) to
 #                 the double formula, required to run on compute capability 8+, in
 #                 each implementation (the LLaMA kernel tests again with
-#                 CT_CUDA_ATTENTION=mma1 and =wmma)
+#                 CT_CUDA_ATTENTION=mma1 and =wmma); when the default fails
+#                 where one of those passes, the later stages (and a later
+#                 --stages peers on this machine) run that one, said so in
+#                 the summary, so the training and speed figures still come
 #   sanitize  80  compute-sanitizer memcheck and racecheck on training steps that
 #                 take the tiled attention kernels: GPT-2 at head size 64,
 #                 LLaMA with grouped-query attention, bf16 (said so, not failed,
@@ -104,6 +107,15 @@ if [ "${1:-}" = "--body" ]; then
   # a test's log, tail only, into the stage's log
   keep_tail() { { echo "---- $1 (last ${3:-60} lines)"; tail -n "${3:-60}" "$2"; } >>"$LOG"; }
   want_test() { [ -z "${TESTS_RE:-}" ] || [[ "$1" =~ $TESTS_RE ]]; }
+  # the bf16 attention that passed the kernels stage where the default failed
+  # (written there; kept across runs on this machine, so a later --stages
+  # peers measures an implementation that computes the right numbers)
+  if [ "$NAME" != kernels ] && [ -z "${CT_CUDA_ATTENTION:-}" ] && [ -s "$WORK/attention_fallback" ]; then
+    CT_CUDA_ATTENTION=$(cat "$WORK/attention_fallback"); export CT_CUDA_ATTENTION
+    case "$NAME" in sanitize|training|bench|peers)
+      detail "- CT_CUDA_ATTENTION=$CT_CUDA_ATTENTION: the default bf16 attention failed the kernels stage on this machine and this one passed" ;;
+    esac
+  fi
   fake=$(echo ",${GPU_CHECK_FAKE:-}," | grep -o ",$NAME:[a-z]*," | tr -d , | cut -d: -f2)
   case "$fake" in
     hang) echo $$ >"$WORK/fake_hang.pid"; result "hanging (fake)"; sleep 86400; exit 0 ;;
@@ -311,6 +323,21 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
         fi
       fi
     done
+    # the default bf16 attention failed where another implementation passed:
+    # the stages after this one run that one, so the loan still yields the
+    # training suite's and the speed figures (the stage still fails)
+    if want_test test_kernels_llama; then
+      rm -f "$WORK/attention_fallback"
+      if [[ "$failed " == *" test_kernels_llama "* ]]; then
+        for m in mma1 wmma; do
+          want_test "test_kernels_llama_$m" || continue
+          [[ "$failed " == *" test_kernels_llama_$m "* ]] && continue
+          echo "$m" >"$WORK/attention_fallback"
+          detail "- FALLBACK: the default bf16 attention (mma.sync, two m16 tiles a warp) failed where CT_CUDA_ATTENTION=$m passed; the stages after this one (and a later --stages peers on this machine) run with CT_CUDA_ATTENTION=$m"
+          break
+        done
+      fi
+    fi
     # cuBLASLt's check at first use: a line only when it turned an epilogue off
     local lt; lt=$(cat "$WORK"/test_kernels*.log 2>/dev/null | grep -m4 'cuBLASLt' | cut -c1-240)
     detail "- cuBLASLt epilogues: ${lt:-in effect (no fallback line in the kernel tests)}"

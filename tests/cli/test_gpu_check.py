@@ -17,6 +17,9 @@ command spends its minutes. With stages replaced by fakes (GPU_CHECK_FAKE):
   * the peers stage (the speed comparisons) runs only when named: a run of every stage
     leaves it out, `--stages peers` runs it;
   * a CTRAIN that is not a program fails setup, naming it, and nothing else runs;
+  * when the default bf16 attention fails its kernel test where another implementation
+    passes, the stages after it (and a later `--stages peers` on the machine) run that
+    one, and the summary says so;
   * no OUTDIR: the usage, exit 2.
 """
 import os
@@ -143,6 +146,50 @@ with tempfile.TemporaryDirectory() as tmp:
     check(rc == 1 and su.startswith("FAIL") and "not an executable" in su and
           k.startswith("not run"), "a missing CTRAIN fails setup by name (%s; kernels %s)"
           % (su, k))
+
+    # the default bf16 attention fails its kernel test where WMMA passes: the later
+    # stages, and a later --stages peers, run WMMA; once the default passes, none do
+    fb = os.path.join(tmp, "fb")
+    os.makedirs(fb)
+    def fake(name, body):
+        path = os.path.join(fb, name)
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\n" + body + "\n")
+        os.chmod(path, 0o755)
+    fake("ctrain", "exit 0")
+    fake("test_kernels_llama", 'echo "attention ${CT_CUDA_ATTENTION:-auto}" >>"$FB_LOG"\n'
+         '[ "${CT_CUDA_ATTENTION:-auto}" = wmma ] || [ -e "$FB_FIXED" ] && exit 0\n'
+         'echo "FAIL: flash out differs"; exit 1')
+    out5, fixed = os.path.join(tmp, "out5"), os.path.join(tmp, "fixed")
+    env5 = dict(env, CTRAIN=os.path.join(fb, "ctrain"), FB_LOG=os.path.join(tmp, "fb.log"),
+                FB_FIXED=fixed, GPU_CHECK_FAKE="env:pass,bench:pass,peers:pass")
+    env5.pop("CT_CUDA_ATTENTION", None)
+    rc = subprocess.run(["bash", SCRIPT, "--stages", "kernels,bench", "--tests",
+                         "test_kernels_llama", out5], env=env5, capture_output=True,
+                        timeout=120).returncode
+    s = open(os.path.join(out5, "summary.md")).read()
+    ran = sorted(open(env5["FB_LOG"]).read().split("\n"))
+    k = row(s, "kernels") or ""
+    check(rc == 1 and k.startswith("FAIL: test_kernels_llama test_kernels_llama_mma1 (1 of 3")
+          and ran == ["", "attention auto", "attention mma1", "attention wmma"],
+          "the default and mma1 fail, wmma passes: the stage fails (%s)" % k)
+    bench_part = s.split("\nbench:\n", 1)[-1]
+    check("FALLBACK" in s and "CT_CUDA_ATTENTION=wmma passed" in s and
+          "CT_CUDA_ATTENTION=wmma: the default" in bench_part,
+          "the summary names the fallback, and the bench stage runs under it")
+    rc = subprocess.run(["bash", SCRIPT, "--stages", "peers", out5], env=env5,
+                        capture_output=True, timeout=120).returncode
+    s = open(os.path.join(out5, "summary.md")).read()
+    check(rc == 0 and "CT_CUDA_ATTENTION=wmma: the default" in s,
+          "a later --stages peers on the same machine runs under it too")
+    open(fixed, "w").close()
+    rc = subprocess.run(["bash", SCRIPT, "--stages", "kernels,bench", "--tests",
+                         "test_kernels_llama", out5], env=env5, capture_output=True,
+                        timeout=120).returncode
+    s = open(os.path.join(out5, "summary.md")).read()
+    check(rc == 0 and "CT_CUDA_ATTENTION" not in s and
+          not os.path.exists(os.path.join(work, "attention_fallback")),
+          "once the default passes, no stage runs under a fallback (exit %d)" % rc)
 
     p = subprocess.run(["bash", SCRIPT], capture_output=True, text=True, timeout=30)
     check(p.returncode == 2 and "OUTDIR" in p.stdout, "no OUTDIR: usage, exit 2")
