@@ -193,8 +193,9 @@ const key_def config_keys[] = {
     S("lora.targets", lora.targets, "modules to adapt, comma-separated"),
     S("lora.init_from", lora.init_from, "PEFT adapter directory"),
     S("lora.modules_to_save", lora.modules_to_save, "modules trained in full beside the adapters, as PEFT's modules_to_save: embed_tokens, lm_head (comma-separated)"),
-    E("lora.base_dtype", lora.base_dtype, "fp32|bf16",
-      "storage of the frozen base weights (bf16 halves them; math stays fp32)"),
+    E("lora.base_dtype", lora.base_dtype, "auto|fp32|bf16",
+      "storage of the frozen base weights (bf16 halves them; auto: bf16 under "
+      "train.precision=bf16, whose GEMMs read the base in bf16 anyway, else fp32)"),
     I("dist.zero", dist.zero, 0, 1,
       "1: ZeRO-1 under mpirun, each rank keeps and updates the AdamW moments of 1/N"),
     I("dist.world", dist.world, 0, 1 << 20,
@@ -329,7 +330,7 @@ void ct_config_default(ct_config *c) {
     c->tune.trial_steps = 2;
     c->tune.budget_s = 300;
     c->lora.alpha = 16;
-    snprintf(c->lora.base_dtype, sizeof c->lora.base_dtype, "fp32");
+    snprintf(c->lora.base_dtype, sizeof c->lora.base_dtype, "auto");
 }
 
 const key_def *config_find_key(const char *path) {

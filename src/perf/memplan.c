@@ -790,13 +790,27 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
     return st;
 }
 
+bool ct_lora_base_bf16_at(const ct_config *cfg, ct_precision prec) {
+    const char *d = cfg->lora.base_dtype;
+    return !strcmp(d, "bf16") || (!strcmp(d, "auto") && prec == CT_PREC_BF16);
+}
+
+bool ct_lora_base_bf16(const ct_config *cfg) {
+    return ct_lora_base_bf16_at(cfg, strcmp(cfg->train.precision, "bf16") ? CT_PREC_FP32
+                                                                             : CT_PREC_BF16);
+}
+
+const char *ct_lora_base_dtype_name(const ct_config *cfg) {
+    return ct_lora_base_bf16(cfg) ? "bf16" : "fp32";
+}
+
 ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *mc,
                                    ct_lora_opts *out) {
     memset(out, 0, sizeof *out);
     const char *dir = cfg->lora.init_from;
-    bool bf16 = strcmp(cfg->lora.base_dtype, "bf16") == 0;
+    bool bf16 = ct_lora_base_bf16(cfg);
     if (cfg->lora.r <= 0 && !dir[0]) {
-        if (bf16)
+        if (!strcmp(cfg->lora.base_dtype, "bf16"))
             return CT_ERR(CT_ERR_ARG, "lora.base_dtype = bf16 stores a frozen LoRA base: set "
                           "lora.r (or lora.init_from) too; a full run trains fp32 weights");
         if (cfg->lora.targets[0] || cfg->lora.dropout > 0 || cfg->lora.modules_to_save[0])

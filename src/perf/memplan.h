@@ -336,6 +336,14 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *req, 
  * from cfg. CT_ERR_ARG naming the key, or the adapter file's errors. */
 ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *mc,
                                    ct_lora_opts *out);
+/* Whether lora.base_dtype stores the frozen base in bf16 at GEMM precision
+ * prec: bf16, or auto at precision bf16 (whose GEMMs read the base's bf16
+ * rounding anyway, so storing that rounding drops fp32 masters a frozen base
+ * never updates: 2 bytes a weight instead of 4 + 2 for the copy). Pure. */
+bool ct_lora_base_bf16_at(const ct_config *cfg, ct_precision prec);
+/* The same at cfg's own train.precision, and its name ("bf16", "fp32"). */
+bool ct_lora_base_bf16(const ct_config *cfg);
+const char *ct_lora_base_dtype_name(const ct_config *cfg);
 
 /* train.precision of cfg into *out: CT_ERR_ARG for an unknown word, for fp16
  * on the cpu and ref devices and on sim reporting a compute capability of 8.0

@@ -22,6 +22,7 @@
 
 #include "ctrain/config.h"
 #include "io/fileio.h"
+#include "perf/memplan.h"
 
 static const char *const report_key_names[CT_REPORT_KEY_COUNT] = {
     "loss",         "lr",          "grad_norm",       "tokens_per_s", "step_ms",
@@ -492,7 +493,7 @@ static void report_read_setup(ct_report_data *d, const char *path, const char *a
     d->lora_dropout = c->lora.dropout;
     snprintf(d->lora_targets, sizeof d->lora_targets, "%s", c->lora.targets);
     snprintf(d->lora_from, sizeof d->lora_from, "%s", c->lora.init_from);
-    snprintf(d->lora_base_dtype, sizeof d->lora_base_dtype, "%s", c->lora.base_dtype);
+    snprintf(d->lora_base_dtype, sizeof d->lora_base_dtype, "%s", ct_lora_base_dtype_name(c));
     free(c);
     if (d->lora) report_read_adapter(d, adapter);
 }

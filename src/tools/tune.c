@@ -152,10 +152,19 @@ static bool same_point(const ct_tune_point *a, const ct_tune_point *b) {
            a->tile_k == b->tile_k && a->gemm == b->gemm;
 }
 
+/* The adapters as a run at p's precision has them: under lora.base_dtype=auto
+ * a bf16 point stores its frozen base in bf16. */
+static ct_lora_opts lora_of(const tune_state *s, const ct_tune_point *p) {
+    ct_lora_opts o = s->lora;
+    if (o.r > 0) o.base_bf16 = ct_lora_base_bf16_at(s->cfg, p->opts.precision);
+    return o;
+}
+
 static ct_status plan_point(const tune_state *s, const ct_tune_point *p, size_t *bytes) {
     ct_run_plan rp;
+    ct_lora_opts lo = lora_of(s, p);
     ct_status st = ct_run_plan_make_lora(s->mc, p->B, s->r->T, p->grad_accum, s->prefetch,
-                                         &p->opts, &s->lora, &rp);
+                                         &p->opts, &lo, &rp);
     if (!st) {
         ct_run_env env = s->env;
         env.gemm = p->gemm; /* the point's library's memory */
@@ -295,7 +304,7 @@ static ct_status run_once(tune_state *s, ct_tune_trial *t, double *tps, double *
                           p->tile_k);
         }
         ct_bench_step_opts o = {.B = p->B, .T = s->r->T, .warmup = 1, .steps = s->steps,
-                                .model = p->opts, .lora = s->lora};
+                                .model = p->opts, .lora = lora_of(s, p)};
         ct_bench_step_result *res = malloc(sizeof *res);
         if (!res) {
             ct_ctx_free(ctx);

@@ -130,7 +130,7 @@ static ct_status check_device_bf16(trainer *t) {
     if (ct_backend_device_info(be, &di)) return ct_last_status();
     if (prec == CT_PREC_FP16 && (st = ct_device_check_fp16(&di))) return st;
     bool lora = t->cfg->lora.r > 0 || t->cfg->lora.init_from[0];
-    return ct_device_check_bf16(&di, t->cfg->train.precision, lora ? t->cfg->lora.base_dtype : NULL);
+    return ct_device_check_bf16(&di, t->cfg->train.precision, lora ? ct_lora_base_dtype_name(t->cfg) : NULL);
 }
 
 /* debug.bad_steps "A-B" (1 <= A <= B) into first/last; "" gives 0, -1. */
@@ -201,6 +201,22 @@ static ct_status model_shape(const ct_config *cfg, ct_model_config *mc) {
     return ct_model_config_from(mc, cfg);
 }
 
+/* A LoRA checkpoint whose base was stored the other way than lora.base_dtype=auto
+ * stores it now (runs started when fp32 was the default kept it fp32 under
+ * train.precision=bf16 too): name the setting that resumes it. The signatures
+ * are in the error's text, the checkpoint's first. */
+static void hint_lora_base_dtype(const trainer *t) {
+    const ct_config *cfg = t->cfg;
+    if (t->plan.lora.r <= 0 || strcmp(cfg->lora.base_dtype, "auto")) return;
+    const char *other = t->plan.lora.base_bf16 ? "fp32" : "bf16";
+    char tok[16];
+    snprintf(tok, sizeof tok, "base=%s ", other);
+    if (!strstr(ct_last_error(), tok)) return;
+    ct_error_hint("the checkpoint keeps the LoRA base in %s, and lora.base_dtype=auto stores it "
+                  "in %s under train.precision=%s: set lora.base_dtype=%s to resume it",
+                  other, t->plan.lora.base_bf16 ? "bf16" : "fp32", cfg->train.precision, other);
+}
+
 /* Which checkpoint train.resume names, per the rules in train.h; sets
  * t->resume_dir / resume_step (-1: fresh) and reads its state record. */
 static ct_status find_resume(trainer *t) {
@@ -264,6 +280,7 @@ static ct_status find_resume(trainer *t) {
             ct_error_prefix("train.resume = auto");
             ct_error_hint("run.dir %s belongs to a run of another model: set the same model keys, "
                           "or use another run.dir", run);
+            hint_lora_base_dtype(t);
             return st;
         }
         if (st == CT_ERR_IO) {
@@ -295,6 +312,8 @@ static ct_status find_resume(trainer *t) {
                               "train.resume=auto with run.dir=%s", mode, manifest, mode);
             else if (st != CT_ERR_ARG)
                 ct_error_hint("name an intact checkpoint directory (run.dir/checkpoints/step_*)");
+            else
+                hint_lora_base_dtype(t);
             return st;
         }
     }
@@ -477,13 +496,18 @@ static ct_status build_lora_model(trainer *t, const ct_model_config *mc) {
     int kinds = 0;
     for (uint32_t b = lo->targets; b; b &= b - 1) kinds++;
     ct_log(CT_LOG_INFO, "LoRA: r=%d alpha=%g dropout=%g on %d modules per layer%s%s, %zu "
-           "trainable parameters, base frozen (%zu)", lo->r, (double)lo->alpha,
+           "trainable parameters, base frozen (%zu, stored %s%s)", lo->r, (double)lo->alpha,
            (double)lo->dropout, kinds,
            lo->save_modules ? ", trained in full (modules_to_save):" : "",
            lo->save_modules == (CT_LORA_SAVE_EMBED | CT_LORA_SAVE_HEAD) ? " embed_tokens, lm_head"
            : lo->save_modules == CT_LORA_SAVE_EMBED ? " embed_tokens"
            : lo->save_modules == CT_LORA_SAVE_HEAD ? " lm_head" : "",
-           ct_model_trainable_numel(t->model), ct_model_numel(t->model));
+           ct_model_trainable_numel(t->model), ct_model_numel(t->model),
+           lo->base_bf16 ? "bf16" : "fp32",
+           strcmp(cfg->lora.base_dtype, "auto") ? ""
+           : lo->base_bf16 ? ": lora.base_dtype=auto under train.precision=bf16, whose GEMMs "
+                             "read it in bf16"
+                           : ": lora.base_dtype=auto");
     if (t->resume_step >= 0) {
         if ((st = check_resume_fits(t))) return st;
         return ct_train_state_load_weights(t->model, t->resume_dir);

@@ -5,7 +5,10 @@ target_modules; adapter_model.safetensors with base_model.model.<module>.lora_A/
 and [r, in] / [out, r] shapes); checkpoints hold the adapter, not the base; 6 steps
 straight and 3 steps + train.resume=auto to 6 give bit-identical losses and adapters
 (with lora.base_dtype=bf16, with lora.dropout, which must change the losses, and on
-instruction data from `ctrain prepare --format sft`);
+instruction data from `ctrain prepare --format sft`); lora.base_dtype=auto, the default,
+stores the base bf16 under train.precision=bf16 (lora.base_dtype=bf16's losses bit for
+bit) and fp32 otherwise, and a run begun with an fp32 base under bf16 resumes with
+lora.base_dtype=fp32, which the refusal under auto names;
 a resume on changed base weights, an adapter whose targets or shapes do not fit the
 model, and lora.targets naming no module are refused with exit 2 naming the key, file
 and tensor, and touch nothing.
@@ -134,6 +137,62 @@ def case(tmp, name, base_args, targets, want_names, extra=(), shard=None, seq_le
                   "lora.init_from=" + a, "run.dir=" + c)
     check(name + " lora.init_from run", rc == 0, out[-600:])
     return a, base
+
+
+def base_dtype_auto(tmp, base):
+    """lora.base_dtype=auto (the default): under train.precision=bf16 the frozen base is
+    stored bf16, as lora.base_dtype=bf16 stores it (the same losses bit for bit, the same
+    plan); under fp32 it stays fp32. A run started with the base in fp32 under bf16 (the
+    default before auto) resumes only with lora.base_dtype=fp32, and the refusal says so."""
+    shard = os.path.join(tmp, "t.bin")
+    common = ["model.init_from=" + base, "data.train=" + shard, "train.batch_size=2",
+              "train.seq_len=16", "lora.r=4", "lora.alpha=8", "lora.targets=q_proj,v_proj",
+              "optim.lr=1e-2", "run.checkpoint_every=3", "train.precision=bf16",
+              "debug.emulate_bf16=true"]
+
+    def plan(*extra):
+        rc, out = run("plan", *common, *extra, "--json")
+        return json.loads(out[:out.rindex("}") + 1]) if rc == 0 else {}
+    pa, p16, p32 = plan(), plan("lora.base_dtype=bf16"), plan("lora.base_dtype=fp32")
+    pf = plan("train.precision=fp32")
+    def weights(p):  # the stored weights and their 16-bit copies
+        return (p.get("params_bytes", 0), p.get("weights16_bytes", 0))
+    check("auto plans a bf16 base under train.precision=bf16 (no fp32 masters, no copies), "
+          "fp32 under fp32", pa and weights(pa) == weights(p16) and weights(pa)[1] == 0 and
+          weights(p32)[1] > 0 and weights(p32)[0] > weights(pa)[0] and
+          weights(pf)[0] == weights(p32)[0] and weights(pf)[1] == 0,
+          "auto %s, bf16 %s, fp32 %s, precision fp32 %s" %
+          (weights(pa), weights(p16), weights(p32), weights(pf)))
+    runs = {}
+    for name, extra in (("auto", []), ("bf16", ["lora.base_dtype=bf16"]),
+                        ("fp32", ["lora.base_dtype=fp32"])):
+        d = os.path.join(tmp, "auto_" + name)
+        rc, out = run("train", *common, *extra, "train.steps=3", "run.dir=" + d)
+        check("base_dtype %s under bf16 trains" % name, rc == 0, out[-600:])
+        runs[name] = (d, out)
+    if not all(os.path.exists(os.path.join(d, "metrics.jsonl")) for d, _ in runs.values()):
+        return
+    check("the start-up line says auto stored the base bf16, and why",
+          "stored bf16: lora.base_dtype=auto under train.precision=bf16" in runs["auto"][1] and
+          "stored fp32)" in runs["fp32"][1], runs["auto"][1][-800:])
+    la, lb, lf = (losses(runs[k][0]) for k in ("auto", "bf16", "fp32"))
+    check("auto's losses are lora.base_dtype=bf16's bit for bit", la == lb and len(la) == 3,
+          "%s vs %s" % (la, lb))
+    # the fp32 base under bf16 GEMMs differs only in the embedding rows' rounding
+    check("and within 1e-2 of an fp32 base's", all(abs(la[k] - lf[k]) < 1e-2 for k in la),
+          "%s vs %s" % (la, lf))
+    d = runs["fp32"][0]
+    before = sorted(os.listdir(os.path.join(d, "checkpoints")))
+    rc, out = run("train", *common, "train.steps=6", "train.resume=auto", "run.dir=" + d)
+    check("a run begun with an fp32 base under bf16, resumed under auto: refused, naming "
+          "lora.base_dtype=fp32", rc == 2 and "base=fp32" in out and
+          "set lora.base_dtype=fp32 to resume it" in out, "rc=%d %s" % (rc, out[-600:]))
+    check("that refusal wrote nothing", sorted(os.listdir(os.path.join(d, "checkpoints"))) ==
+          before)
+    rc, out = run("train", *common, "lora.base_dtype=fp32", "train.steps=6",
+                  "train.resume=auto", "run.dir=" + d)
+    check("and resumes with lora.base_dtype=fp32", rc == 0 and "resuming from" in out,
+          out[-600:])
 
 
 def bad_inputs(tmp, adapter, base):
@@ -270,8 +329,10 @@ def main():
                           "lora.targets=q_proj,v_proj", "optim.lr=1e-2",
                           "run.checkpoint_every=3", "train.steps=9", "train.resume=auto",
                           "run.dir=" + os.path.join(tmp, "llama_bf16_b"))
-            check("bf16-base run resumed with an fp32 base refused", rc == 2 and
-                  "base=bf16" in out, "rc=%d %s" % (rc, out[-400:]))
+            check("bf16-base run resumed with an fp32 base refused, naming the fix", rc == 2
+                  and "base=bf16" in out and "set lora.base_dtype=bf16 to resume it" in out,
+                  "rc=%d %s" % (rc, out[-400:]))
+            base_dtype_auto(tmp, bf[1])
         rc, out = run("train", "model.preset=llama-tiny", "data.train=" + shard,
                       "lora.base_dtype=bf16", "train.steps=1", "train.batch_size=2",
                       "train.seq_len=16", "run.dir=" + os.path.join(tmp, "x9"))

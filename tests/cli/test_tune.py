@@ -165,6 +165,29 @@ with tempfile.TemporaryDirectory() as tmp:
               "a LoRA config's trials are planned as the LoRA run (%s; `ctrain plan` %s, the full "
               "model's %s)" % (start["plan_bytes"], plans[0], plans[1]))
 
+    # lora.base_dtype=auto: a bf16 trial of a LoRA config is planned with the base stored
+    # bf16, as its run would store it (debug.emulate_bf16: bf16 is tried on any CPU)
+    rc, out, err = run("tune", "--config", lcfg, "tune.search=dtype", "tune.budget_s=2",
+                       "debug.tune_fake=on", "debug.emulate_bf16=true", "--json",
+                       "--out", P("pl16.yaml"))
+    jl = json.loads(out) if rc == 0 else {}
+    by = {}
+    for t in jl.get("trials", []):
+        by.setdefault(t["precision"], t)
+    if check(rc == 0 and set(by) == {"fp32", "bf16"},
+             "tune tries both precisions on a LoRA config: %s" % (err.strip()[-300:] or by)):
+        want = {}
+        for prec in ("fp32", "bf16"):
+            rc2, out2, _ = run("plan", "--config", lcfg, "train.precision=" + prec,
+                               "debug.emulate_bf16=true", "run.threads=%d" % by[prec]["threads"],
+                               "train.batch_size=%d" % by[prec]["batch_size"],
+                               "train.grad_accum=%d" % by[prec]["grad_accum"], "--json")
+            want[prec] = json.loads(out2)["total_bytes"] if rc2 == 0 else 0
+        check(all(abs(by[k]["plan_bytes"] - want[k]) <= max(0.01 * want[k], 2 << 20)
+                  for k in want) and want["bf16"] < want["fp32"],
+              "its bf16 trial is planned with the base in bf16, as `ctrain plan` plans that run "
+              "(%s; plan %s)" % ({k: by[k]["plan_bytes"] for k in by}, want))
+
     # the precision searched: bf16 is tried only where its GEMMs are native here
     # (`ctrain hw`'s bf16_precision_allowed), and the result says why either way
     rc, out, err = run("tune", "--config", base, "tune.search=dtype", "tune.budget_s=3", "--json",
