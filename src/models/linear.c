@@ -65,6 +65,10 @@ bool model_linear_gelu_fwd(ct_model *m, int l, float *pre, float *out, const flo
     return true;
 }
 
+bool model_linear_bwd_reads_x(ct_model *m, int l, int lin) {
+    return model_g(m, model_linear_shape(m, l, lin).w) != NULL || model_lora_on(m, lin);
+}
+
 void model_linear_bwd(ct_model *m, int l, int lin, float *dx, const float *dout, const float *x,
                       const uint16_t *x16, int N) {
     linear_shape s = model_linear_shape(m, l, lin);

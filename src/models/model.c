@@ -742,6 +742,20 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
      * they feed nothing but their GEMMs, whose backward reads their 16-bit
      * rounding only, so that rounding is what is kept (model_acts.in16) */
     bool in16 = training && keep_norm && o->precision != CT_PREC_FP32 && !(lo && lo->r > 0);
+    /* a frozen LoRA base: a linear's backward reads its input only for the
+     * dA of an adapter on it, so ln1, ln2 and the MLP activation that no
+     * adapter reads are not kept (nor re-derived: block_backward) */
+    unsigned reads = ~0u;
+    if (lo && lo->r > 0) {
+        reads = 0;
+        for (int k = 0; k < ct_lora_num_kinds(c); k++) {
+            lora_mod md;
+            if ((lo->targets & (1u << k)) && lora_mod_of(c, k, &md)) reads |= 1u << md.gemm;
+        }
+    }
+    bool keep_ln1 = keep_norm && (reads & (1u << LIN_QKV));
+    bool keep_ln2 = keep_norm && (reads & (1u << LIN_FC));
+    bool keep_act = keep_norm && (reads & (1u << LIN_FCPROJ));
     model_acts dummy = {0};
     if (!a) a = &dummy;
     size_t start = cv->used;
@@ -751,7 +765,7 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     a->in16 = in16;
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts la = {0};
-        if (keep_norm) la.ln1 = carve_in(cv, o, in16, N * C, &plan->acts16);
+        if (keep_ln1) la.ln1 = carve_in(cv, o, in16, N * C, &plan->acts16);
         if (keep_inner) {
             if (ln) la.ln1_mean = carve(cv, N);
             la.ln1_rstd = carve(cv, N);
@@ -766,13 +780,13 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
                 la.pf_rstd = carve(cv, N);
             }
         }
-        if (keep_norm) la.ln2 = carve_in(cv, o, in16, N * C, &plan->acts16);
+        if (keep_ln2) la.ln2 = carve_in(cv, o, in16, N * C, &plan->acts16);
         if (keep_inner) {
             if (ln) la.ln2_mean = carve(cv, N);
             la.ln2_rstd = carve(cv, N);
             la.fch = carve_act(cv, o, N * FW);
         }
-        if (keep_norm) la.fch_gelu = carve_in(cv, o, in16, N * F, &plan->acts16);
+        if (keep_act) la.fch_gelu = carve_in(cv, o, in16, N * F, &plan->acts16);
         la.res3 = carve_act(cv, o, N * C);
         if (a->layers) a->layers[l] = la;
     }
@@ -806,7 +820,8 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     block_f32 *w = &a->work;
     memset(w, 0, sizeof *w);
     a->res = bf16 ? carve(cv, N * C) : NULL;
-    bool work_norm = !keep_norm || bf16 || in16, work_inner = !keep_inner || bf16;
+    bool work_norm = !keep_ln1 || !keep_ln2 || !keep_act || bf16 || in16;
+    bool work_inner = !keep_inner || bf16;
     if (work_norm) w->ln1 = w->ln2 = carve(cv, N * C);
     if (work_inner) {
         w->qkv = carve(cv, N * QKV);

@@ -195,6 +195,10 @@ bool model_linear_gelu_fwd(ct_model *m, int l, float *pre, float *out, const flo
  * (adapters never come with one). */
 void model_linear_bwd(ct_model *m, int l, int lin, float *dx, const float *dout, const float *x,
                       const uint16_t *x16, int N);
+/* Whether model_linear_bwd of linear lin in layer l reads its input x: for
+ * the weight gradient, or for an adapter's dA. A frozen LoRA base's linear
+ * without an adapter reads only dout and W. */
+bool model_linear_bwd_reads_x(ct_model *m, int l, int lin);
 
 /* Where module kind k sits: its GEMM, its columns of that GEMM's fused output
  * [col0, col0+out), its input width and its base weight's table suffix. */

@@ -572,7 +572,9 @@ static double head_forward(ct_model *m, const int32_t *targets, int N, size_t co
  * under light and full, norm2, the MLP activation and norm1 are recomputed
  * right before use, from the same inputs by the same kernels, so they equal
  * the forward's bit for bit (the norms keep the statistics saved by the
- * forward). RoPE is undone on the q and k gradients in place. */
+ * forward); a frozen LoRA base's linear without an adapter does not read its
+ * input, so that input is neither kept nor recomputed. RoPE is undone on the
+ * q and k gradients in place. */
 static void block_backward(ct_model *m, int l, int B, int T) {
     ct_backend *be = m->be;
     const ct_backend_i *k = be->i;
@@ -592,7 +594,7 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     act_load(m, la->fch, v.fch, NFW);
     if (la->fch_gelu)
         in_load(m, la->fch_gelu, v.fch_gelu, NF);
-    else
+    else if (model_linear_bwd_reads_x(m, l, LIN_FCPROJ) || (c->sandwich_norm && !la->pf))
         model_mlp_act_fwd(m, v.fch_gelu, v.fch, N);
     zero(m, a->dbig1, NF);
     /* the MLP's c_proj output was dropped out: its gradient is dres o mask (in dln) */
@@ -620,7 +622,7 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     act_load(m, la->res2, v.res2, NC);
     if (la->ln2)
         in_load(m, la->ln2, v.ln2, NC);
-    else
+    else if (model_linear_bwd_reads_x(m, l, LIN_FC))
         model_norm_fwd(m, v.ln2, NULL, NULL, v.res2, w->ln2_w, w->ln2_b, N);
     zero(m, a->dln, NC);
     model_linear_bwd(m, l, LIN_FC, a->dln, a->dbig2, v.ln2, in16_of(m, la->ln2), N);
@@ -660,7 +662,7 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     }
     if (la->ln1)
         in_load(m, la->ln1, v.ln1, NC);
-    else
+    else if (model_linear_bwd_reads_x(m, l, LIN_QKV))
         model_norm_fwd(m, v.ln1, NULL, NULL, res_in, w->ln1_w, w->ln1_b, N);
     zero(m, a->dln, NC);
     model_linear_bwd(m, l, LIN_QKV, a->dln, a->dbig1, v.ln1, in16_of(m, la->ln1), N);

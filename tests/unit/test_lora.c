@@ -3,8 +3,9 @@
  * central finite differences of the loss (every module kind of LLaMA with
  * GQA and of GPT-2, B non-zero so both factors matter), the frozen base (no
  * base gradient buffer, weights bit-unchanged by a step, the trainable view is
- * the adapter), recompute full equal to none with and without dropout, B = 0
- * leaving the logits bit-equal to the base model's, merging equal to the
+ * the adapter), recompute full equal to none with and without dropout, the
+ * inputs no adapter reads neither kept nor re-derived (one kind at a time:
+ * finite differences, the three policies bit-equal, the plan), B = 0 leaving the logits bit-equal to the base model's, merging equal to the
  * adapted forward, target matching as PEFT does, the memory plan equal to
  * what reserve and AdamW allocate, and refusals of bad options.
  */
@@ -88,10 +89,11 @@ static void make_tokens(int32_t *in, int32_t *tg, int n, uint64_t seed) {
     }
 }
 
-static void test_finite_differences(ct_ctx *ctx, bool llama) {
+static void test_finite_differences(ct_ctx *ctx, bool llama, uint32_t targets,
+                                    const ct_model_opts *o) {
     ct_model_config c;
     config_of(&c, llama);
-    ct_model *m = make_model(ctx, llama, all_kinds(&c), 0.0f, NULL, true);
+    ct_model *m = make_model(ctx, llama, targets, 0.0f, o, true);
     CHECK(ct_model_grads(m) == NULL); /* frozen base: no gradient buffer */
     int32_t in[B * T], tg[B * T];
     make_tokens(in, tg, B * T, 5);
@@ -103,7 +105,7 @@ static void test_finite_differences(ct_ctx *ctx, bool llama) {
     ct_rng r;
     ct_rng_init(&r, 3);
     int checked = 0, n = ct_model_num_trainable(m);
-    CHECK(n == 2 * c.n_layer * ct_lora_num_kinds(&c));
+    CHECK(n == 2 * c.n_layer * __builtin_popcount(targets));
     for (int i = 0; i < n; i++) {
         const ct_param *q = ct_model_trainable_param(m, i);
         size_t pick[3] = {0, ct_rng_u32(&r) % q->numel, ct_rng_u32(&r) % q->numel};
@@ -123,8 +125,9 @@ static void test_finite_differences(ct_ctx *ctx, bool llama) {
             double fd = ((double)lp - (double)lm) / (2.0 * eps);
             double an = g[at];
             CHECK_MSG(fabs(fd - an) <= 0.03 * fabs(an) + 2e-4,
-                      "%s %s[%zu]: analytic %.6g vs finite difference %.6g",
-                      llama ? "llama" : "gpt2", q->name, pick[s], an, fd);
+                      "%s targets 0x%x recompute %d %s[%zu]: analytic %.6g vs finite "
+                      "difference %.6g", llama ? "llama" : "gpt2", (unsigned)targets,
+                      o ? (int)o->recompute : 0, q->name, pick[s], an, fd);
             checked++;
         }
     }
@@ -160,12 +163,13 @@ static void test_base_frozen(ct_ctx *ctx, bool llama) {
     ct_model_free(m);
 }
 
-/* Gradients of one step under options o (dropout p). */
-static float run_opts(ct_ctx *ctx, bool llama, float dropout, const ct_model_opts *o,
-                      float **grads, size_t *n) {
+/* Gradients of one step under options o (dropout p), adapters on targets
+ * (0: every kind). */
+static float run_opts_on(ct_ctx *ctx, bool llama, uint32_t targets, float dropout,
+                         const ct_model_opts *o, float **grads, size_t *n) {
     ct_model_config c;
     config_of(&c, llama);
-    ct_model *m = make_model(ctx, llama, all_kinds(&c), dropout, o, true);
+    ct_model *m = make_model(ctx, llama, targets ? targets : all_kinds(&c), dropout, o, true);
     int32_t in[B * T], tg[B * T];
     make_tokens(in, tg, B * T, 21);
     float loss = 0;
@@ -176,6 +180,69 @@ static float run_opts(ct_ctx *ctx, bool llama, float dropout, const ct_model_opt
     memcpy(*grads, ct_model_trainable_grads(m), *n * sizeof **grads);
     ct_model_free(m);
     return loss;
+}
+
+static float run_opts(ct_ctx *ctx, bool llama, float dropout, const ct_model_opts *o,
+                      float **grads, size_t *n) {
+    return run_opts_on(ctx, llama, 0, dropout, o, grads, n);
+}
+
+/* A frozen base's linear without an adapter does not read its input in the
+ * backward, so ln1, ln2 and the MLP activation that no adapter reads are not
+ * kept (nor re-derived under light and full). With adapters on one module
+ * kind at a time, or on the attention's only: the gradients match finite
+ * differences and are bit for bit the same under none, light and full, and
+ * the plan keeps exactly the inputs the adapters read. */
+static void test_unread_inputs(ct_ctx *ctx) {
+    for (int llama = 0; llama < 2; llama++) {
+        ct_model_config c;
+        config_of(&c, llama);
+        int nk = ct_lora_num_kinds(&c);
+        /* each kind alone, then the attention's kinds (LLaMA's q, k, v, o; GPT-2's
+         * c_attn and c_proj) */
+        for (int k = 0; k <= nk; k++) {
+            uint32_t t = k < nk ? 1u << k : llama ? 0x0Fu : 0x3u;
+            ct_model_opts o[3];
+            float *g[3], loss[3];
+            size_t n[3];
+            for (int rc = 0; rc < 3; rc++) {
+                o[rc] = ct_model_opts_default();
+                o[rc].recompute = (ct_recompute)rc;
+                loss[rc] = run_opts_on(ctx, llama, t, 0.0f, &o[rc], &g[rc], &n[rc]);
+            }
+            test_finite_differences(ctx, llama, t, &o[0]);
+            test_finite_differences(ctx, llama, t, &o[1]);
+            for (int rc = 1; rc < 3; rc++)
+                CHECK_MSG(n[rc] == n[0] && loss[rc] == loss[0] &&
+                              memcmp(g[rc], g[0], n[0] * sizeof *g[0]) == 0,
+                          "%s targets 0x%x: recompute %d's gradients differ from none's",
+                          llama ? "llama" : "gpt2", (unsigned)t, rc);
+            for (int rc = 0; rc < 3; rc++) free(g[rc]);
+            /* the plan: what an adapter on every kind keeps, less the inputs of
+             * the GEMMs no adapter of t sits on */
+            ct_lora_opts lo = {.r = 3, .alpha = 6, .targets = t}, la = lo;
+            la.targets = all_kinds(&c);
+            ct_model_plan p, pa;
+            CHECK(ct_model_plan_memory_lora(&c, B, T, true, &o[0], &lo, &p) == CT_OK);
+            CHECK(ct_model_plan_memory_lora(&c, B, T, true, &o[0], &la, &pa) == CT_OK);
+            size_t N = (size_t)B * T, C = (size_t)c.n_embd, F = (size_t)c.n_ffn;
+            size_t in[4] = {N * C, 0, N * C, N * F}; /* ln1, (atty: kept), ln2, act */
+            size_t dropped = 0;
+            for (int gm = 0; gm < 4; gm++) {
+                bool on = false;
+                for (int j = 0; j < nk; j++)
+                    if (t & (1u << j)) on |= (llama ? (int[]){0, 0, 0, 1, 2, 2, 3}[j]
+                                                    : (int[]){0, 1, 2, 3}[j]) == gm;
+                if (!on) dropped += ct_arena_round(in[gm] * sizeof(float)) * (size_t)c.n_layer;
+            }
+            /* lora_h: every adapter's A x rows, one buffer */
+            size_t h1 = (size_t)c.n_layer * N * 3 * sizeof(float);
+            size_t want = pa.acts - dropped - ct_arena_round(h1 * (size_t)nk) +
+                          ct_arena_round(h1 * (size_t)__builtin_popcount(t));
+            CHECK_MSG(p.acts == want, "%s targets 0x%x: acts %zu bytes planned, want %zu",
+                      llama ? "llama" : "gpt2", (unsigned)t, p.acts, want);
+        }
+    }
 }
 
 static void test_recompute_and_dropout(ct_ctx *ctx) {
@@ -440,8 +507,12 @@ int main(void) {
     ct_ctx *ctx = NULL;
     CHECK(ct_ctx_init(&ctx, NULL) == CT_OK);
     test_targets();
-    test_finite_differences(ctx, true);
-    test_finite_differences(ctx, false);
+    ct_model_config cl, cg;
+    config_of(&cl, true);
+    config_of(&cg, false);
+    test_finite_differences(ctx, true, all_kinds(&cl), NULL);
+    test_finite_differences(ctx, false, all_kinds(&cg), NULL);
+    test_unread_inputs(ctx);
     test_base_frozen(ctx, true);
     test_base_frozen(ctx, false);
     test_recompute_and_dropout(ctx);
