@@ -146,6 +146,12 @@ typedef struct ct_backend_i {
      * wpe may be NULL: no learned positions (RoPE models), out = wte[inp]. */
     void (*encoder_forward)(ct_backend *be, float *out, const int32_t *inp, const float *wte,
                             const float *wpe, const int32_t *pos, int B, int T, int C, int pos0);
+    /* The same on a bf16 token table wte16 (V,C) (a frozen LoRA base stored
+     * in bf16): each row read is widened exactly, so out equals
+     * encoder_forward on the widened table, which is never made. */
+    void (*encoder_forward_wte16)(ct_backend *be, float *out, const int32_t *inp,
+                                  const uint16_t *wte16, const float *wpe, const int32_t *pos,
+                                  int B, int T, int C, int pos0);
     /* dwte(V,C) += scatter of dout rows; dwpe(maxT,C) row p (pos[b,t], or t when
      * pos is NULL) += dout[b,t]. dwpe may be NULL. */
     void (*encoder_backward)(ct_backend *be, float *dwte, float *dwpe, const float *dout,

@@ -850,9 +850,10 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
         a->qk_rstd = carve(cv, N * (NH + (size_t)c->n_kv_head));
     }
     /* a bf16 base: the fp32 copy of the one matrix a GEMM reads (and of GPT-2's
-     * positions, read beside the token embedding) */
+     * positions, read beside the token embedding); under precision bf16 the
+     * GEMMs read the bf16 matrices and the embedding its rows as they are */
     if (lo && lo->r > 0 && lo->base_bf16) {
-        a->base_w = carve(cv, weights_max_span(c));
+        a->base_w = o->precision == CT_PREC_FP32 ? carve(cv, weights_max_span(c)) : NULL;
         a->base_wpe = c->pos == CT_POS_LEARNED ? carve(cv, (size_t)c->n_ctx * C) : NULL;
     }
     plan->work = cv->used - mark;

@@ -234,6 +234,11 @@ typedef struct model_lora {
  * the copies' gradients (NULL for the base's, which is frozen). */
 const float *model_embed_w(ct_model *m);
 float *model_embed_g(ct_model *m);
+/* The embedding's forward (encoder_forward) into out (B,T,C): a bf16 base's
+ * token table is read row by row (encoder_forward_wte16), never widened
+ * whole; otherwise model_embed_w's fp32 table. */
+void model_encoder_fwd(ct_model *m, float *out, const int32_t *inp, const int32_t *pos, int B,
+                       int T, int pos0);
 const float *model_head_copy(ct_model *m);
 float *model_head_copy_g(ct_model *m);
 

@@ -428,8 +428,7 @@ static void forward_body(ct_model *m, const int32_t *inputs, int B, int T, bool 
      * updated in place when they are bf16 */
     float *res = bf16 ? a->res : (float *)a->encoded;
     look_prepare(m, T);
-    k->encoder_forward(be, res, inputs, model_embed_w(m), model_p(m, m->wpe),
-                       model_positions(m), B, T, C, 0);
+    model_encoder_fwd(m, res, inputs, model_positions(m), B, T, 0);
     if (c->embed_scale) k->scale(be, res, model_embed_scale(c), NC);
     model_drop_rows(m, res, res, CT_DROPOUT_EMBD, 0, B, T);
     if (keep) act_store(m, a->encoded, res, NC);

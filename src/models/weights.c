@@ -1,8 +1,10 @@
 /*
  * The weight store of a model: its parameters as fp32 in one flat buffer, or,
  * for a frozen LoRA base, the matrices as bf16 (params16) with the 1-D weights
- * kept fp32 (small); a GEMM reads a bf16 matrix widened into an fp32 work
- * buffer of the arena (model_p). Everything through the backend.
+ * kept fp32 (small); under precision fp32 a GEMM reads a bf16 matrix widened
+ * into an fp32 work buffer of the arena (model_p), under bf16 the matrix as it
+ * is, and the embedding reads its rows as they are either way
+ * (model_encoder_fwd). Everything through the backend.
  * Under precision bf16 (fp16) it also keeps bf16 (fp16) copies of the
  * matrices the GEMMs read (w16), refreshed from the fp32 master weights after
  * every change.
@@ -27,6 +29,18 @@ size_t weights_bf16_bytes(const ct_model *t) {
     for (int i = 0; i < t->n_table; i++)
         if (t->table[i].ndim == 1) small += t->table[i].numel;
     return t->numel * sizeof(uint16_t) + small * sizeof(float);
+}
+
+void model_encoder_fwd(ct_model *m, float *out, const int32_t *inp, const int32_t *pos, int B,
+                       int T, int pos0) {
+    ct_backend *be = m->be;
+    int C = m->cfg.n_embd;
+    const float *wpe = model_p(m, m->wpe);
+    if (m->params16 && !(m->lora && m->lora->save_embed >= 0))
+        be->i->encoder_forward_wte16(be, out, inp, m->params16 + m->table[m->wte].offset, wpe,
+                                     pos, B, T, C, pos0);
+    else
+        be->i->encoder_forward(be, out, inp, model_embed_w(m), wpe, pos, B, T, C, pos0);
 }
 
 float *weights_bf16_view(ct_model *m, int idx) {

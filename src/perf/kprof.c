@@ -226,6 +226,11 @@ static void p_encoder_forward(ct_backend *be, float *out, const int32_t *inp, co
                               const float *wpe, const int32_t *pos, int B, int T, int C, int pos0) {
     TIMED(CT_KP_ENCODER, encoder_forward, out, inp, wte, wpe, pos, B, T, C, pos0);
 }
+static void p_encoder_forward_wte16(ct_backend *be, float *out, const int32_t *inp,
+                                    const uint16_t *wte16, const float *wpe, const int32_t *pos,
+                                    int B, int T, int C, int pos0) {
+    TIMED(CT_KP_ENCODER, encoder_forward_wte16, out, inp, wte16, wpe, pos, B, T, C, pos0);
+}
 static void p_encoder_backward(ct_backend *be, float *dwte, float *dwpe, const float *dout,
                                const int32_t *inp, const int32_t *pos, int B, int T, int C) {
     TIMED(CT_KP_ENCODER, encoder_backward, dwte, dwpe, dout, inp, pos, B, T, C);
@@ -502,6 +507,7 @@ static const ct_backend_i prof_i = {
     .event_record = p_event_record,
     .event_elapsed = p_event_elapsed,
     .encoder_forward = p_encoder_forward,
+    .encoder_forward_wte16 = p_encoder_forward_wte16,
     .encoder_backward = p_encoder_backward,
     .layernorm_forward = p_layernorm_forward,
     .layernorm_backward = p_layernorm_backward,

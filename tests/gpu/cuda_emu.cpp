@@ -1731,7 +1731,8 @@ static void check_convert() {
 }
 
 /* cuda_elementwise.cuh: the embedding forward equals ref's (positions given or
- * t, an offset, no learned positions), the residual adds their definition. */
+ * t, an offset, no learned positions; an fp32 and a bf16 table), the residual
+ * adds their definition. */
 static void check_encoder_fwd_residual() {
     int B = 3, T = 17, C = 24, V = 50, maxT = 64;
     size_t N = (size_t)B * T, NC = N * C;
@@ -1752,6 +1753,16 @@ static void check_encoder_fwd_residual() {
         if (memcmp(out.data(), want.data(), NC * 4)) {
             fails++;
             fprintf(stderr, "FAIL encoder forward (variant %d): not ref's\n", variant);
+        }
+        /* from a bf16 table: ref's bf16 entry, bit for bit */
+        std::vector<uint16_t> w16(wte.size());
+        ct_f32_to_bf16_array(w16.data(), wte.data(), wte.size());
+        const uint16_t *W16 = w16.data();
+        launch_serial(dim3(5), 64, [=]() { k_encoder_fwd(O, TK, W16, WP, P, B, T, C, pos0); });
+        ct_encoder_forward_wte16_ref(NULL, want.data(), TK, W16, WP, P, B, T, C, pos0);
+        if (memcmp(out.data(), want.data(), NC * 4)) {
+            fails++;
+            fprintf(stderr, "FAIL encoder forward from bf16 (variant %d): not ref's\n", variant);
         }
     }
     std::vector<float> a(NC), b(NC), r(NC), da(NC, 1.0f), db(NC, -1.0f);

@@ -80,6 +80,28 @@ static void test_encoder(int B, int T, int C, int V, int maxT, const int32_t *po
                                            C));
         CHECK_MSG(same_floats(dwte, g[0].got, VC), "%s", label(be, "encoder_backward dwpe=NULL"));
     }
+    /* from a bf16 table (a frozen LoRA base): the rows widened exactly as read */
+    uint16_t *wte16 = pool_alloc(VC * sizeof *wte16);
+    ct_f32_to_bf16_array(wte16, wte, VC);
+    encoder_ctx e16 = e;
+    e16.wte = dalloc(VC);
+    e16.pos0 = pos0;
+    for (size_t i = 0; i < VC; i++) e16.wte[i] = ct_bf16_to_f32(wte16[i]);
+    double *want16 = dalloc(NC), *want16_nopos = dalloc(NC);
+    encoder_forward_d(want16, &e16);
+    for (size_t i = 0; i < N; i++)
+        for (int c = 0; c < C; c++)
+            want16_nopos[i * C + c] = e16.wte[(size_t)inp[i] * C + c];
+    karg h[] = {ARG(falloc(NC), NC), ARG(inp, N), ARG(wte16, VC), ARG(wpe, TC), ARG(pos, N)};
+    FOR_ALL(be) {
+        RUN(be, h, be->i->encoder_forward_wte16(be, h[0].dev, h[1].dev, h[2].dev, h[3].dev,
+                                                h[4].dev, B, T, C, pos0));
+        CHECK_EXACT(be, pos ? "encoder_forward_wte16 packed" : "encoder_forward_wte16", h[0].got,
+                    want16, NC);
+        RUN(be, h, be->i->encoder_forward_wte16(be, h[0].dev, h[1].dev, h[2].dev, NULL, h[4].dev,
+                                                B, T, C, pos0));
+        CHECK_EXACT(be, "encoder_forward_wte16 wpe=NULL", h[0].got, want16_nopos, NC);
+    }
     pool_free();
 }
 
@@ -661,6 +683,12 @@ static void cmp_encoder(int B, int T, int C, int V, int maxT, const int *lens, i
                 ARG(wpe, TC), ARG(pos, N)};
     VS_REF(be, f, be->i->encoder_forward(be, f[0].dev, f[1].dev, f[2].dev, f[3].dev, f[4].dev, B,
                                          T, C, maxT - T));
+    uint16_t *wte16 = pool_alloc(VC * sizeof *wte16);
+    ct_f32_to_bf16_array(wte16, wte, VC);
+    karg h[] = {OUT("encoder_forward_wte16", falloc(N * C), N * C), ARG(inp, N), ARG(wte16, VC),
+                ARG(wpe, TC), ARG(pos, N)};
+    VS_REF(be, h, be->i->encoder_forward_wte16(be, h[0].dev, h[1].dev, h[2].dev, h[3].dev,
+                                               h[4].dev, B, T, C, maxT - T));
     karg g[] = {OUT("encoder_backward dwte", frand(VC, 1.0f), VC),
                 OUT("encoder_backward dwpe", frand(TC, 1.0f), TC), ARG(dout, N * C), ARG(inp, N),
                 ARG(pos, N)};

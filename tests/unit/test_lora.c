@@ -325,11 +325,15 @@ static void test_zero_b_and_merge(ct_ctx *ctx, bool llama) {
  * under recompute none and full; the fp32 base buffer is gone. */
 static void test_bf16_base(ct_ctx *ctx) {
     for (int llama = 0; llama < 2; llama++) {
-        for (int rc = 0; rc < 3; rc += 2) {
+        for (int v = 0; v < 4; v++) {
+            /* recompute none and full; precision fp32 (the GEMMs read widened
+             * matrices) and bf16 (they read the bf16 ones; nothing is widened) */
+            int rc = v & 1 ? 2 : 0;
             ct_model_config c;
             config_of(&c, llama);
             ct_model_opts o = ct_model_opts_default();
             o.recompute = (ct_recompute)rc;
+            if (v >= 2) o.precision = CT_PREC_BF16;
             ct_model *a = make_model_ex(ctx, llama, all_kinds(&c), 0.0f, &o, true, true, false);
             ct_model *b = make_model_ex(ctx, llama, all_kinds(&c), 0.0f, &o, true, false, true);
             CHECK(ct_model_params(b) == NULL && ct_model_params_bf16(b) != NULL);
@@ -341,14 +345,14 @@ static void test_bf16_base(ct_ctx *ctx) {
             ct_model_zero_grads(b);
             CHECK(ct_model_forward_backward(a, in, tg, B, T, 1.0f, &la) == CT_OK);
             CHECK(ct_model_forward_backward(b, in, tg, B, T, 1.0f, &lb) == CT_OK);
-            CHECK_MSG(la == lb, "%s recompute %d: bf16 base loss %.9g vs rounded fp32 %.9g",
-                      llama ? "llama" : "gpt2", rc, lb, la);
+            CHECK_MSG(la == lb, "%s recompute %d precision %d: bf16 base loss %.9g vs rounded "
+                      "fp32 %.9g", llama ? "llama" : "gpt2", rc, (int)o.precision, lb, la);
             size_t n = ct_model_trainable_numel(a);
             CHECK(n == ct_model_trainable_numel(b));
             CHECK_MSG(memcmp(ct_model_trainable_grads(a), ct_model_trainable_grads(b),
                              n * sizeof(float)) == 0,
-                      "%s recompute %d: bf16 base adapter gradients differ",
-                      llama ? "llama" : "gpt2", rc);
+                      "%s recompute %d precision %d: bf16 base adapter gradients differ",
+                      llama ? "llama" : "gpt2", rc, (int)o.precision);
             /* and the rounding matters: the unrounded base gives another loss */
             ct_model *f = make_model(ctx, llama, all_kinds(&c), 0.0f, &o, true);
             float lf;
@@ -462,17 +466,20 @@ static void test_targets(void) {
  * base has no gradients and no moments. */
 static void test_plan_is_allocation(void) {
     for (int llama = 0; llama < 2; llama++) {
-        for (int rc = 0; rc < 4; rc++) {
+        for (int rc = 0; rc < 5; rc++) {
             ct_ctx *ctx = NULL;
             CHECK(ct_ctx_init(&ctx, NULL) == CT_OK);
             ct_model_config c;
             config_of(&c, llama);
             ct_model_opts o = ct_model_opts_default();
             o.recompute = (ct_recompute)(rc % 3);
-            bool bf16 = rc >= 2; /* full recompute with a bf16 base, and none with one */
+            /* full recompute with a bf16 base, and none with one; then at
+             * precision bf16, where nothing is widened */
+            bool bf16 = rc >= 2;
+            if (rc == 4) o.precision = CT_PREC_BF16;
             ct_lora_opts lo = {.r = 4, .alpha = 8, .dropout = rc ? 0.1f : 0.0f,
                                .targets = llama ? 0x0F : 0x3, .base_bf16 = bf16};
-            if (rc == 3) o.recompute = CT_RECOMPUTE_NONE;
+            if (rc >= 3) o.recompute = CT_RECOMPUTE_NONE;
             ct_run_plan p;
             CHECK(ct_run_plan_make_lora(&c, B, T, 1, 2, &o, &lo, &p) == CT_OK);
             ct_model *m = NULL;

@@ -6,6 +6,8 @@
  */
 #include "backend/cpu/cpu.h"
 
+#include <string.h>
+
 /* Channels per backward work item: a cache line's worth of floats, so that
  * threads mostly write different lines. */
 #define CT_ENCODER_BLOCK 16
@@ -29,6 +31,30 @@ void ct_encoder_forward_cpu(ct_backend *be, float *out, const int32_t *inp, cons
         }
         const float *wpe_t = wpe + (size_t)(pos0 + t) * C;
         for (int c = 0; c < C; c++) out_i[c] = wte_ix[c] + wpe_t[c];
+    }
+}
+
+/* The same on a bf16 table wte16 (V,C), each element widened exactly as read
+ * (a bf16 word is the high half of its fp32). */
+void ct_encoder_forward_wte16_cpu(ct_backend *be, float *out, const int32_t *inp,
+                                  const uint16_t *wte16, const float *wpe, const int32_t *pos,
+                                  int B, int T, int C, int pos0) {
+    (void)be;
+    int N = B * T;
+#ifdef CT_USE_OPENMP
+#pragma omp parallel for
+#endif
+    for (int i = 0; i < N; i++) {
+        int t = pos ? pos[i] : i % T;
+        float *out_i = out + (size_t)i * C;
+        const uint16_t *row = wte16 + (size_t)inp[i] * C;
+        const float *wpe_t = wpe ? wpe + (size_t)(pos0 + t) * C : NULL;
+        for (int c = 0; c < C; c++) {
+            uint32_t u = (uint32_t)row[c] << 16;
+            float v;
+            memcpy(&v, &u, sizeof v);
+            out_i[c] = wpe_t ? v + wpe_t[c] : v;
+        }
     }
 }
 

@@ -12,6 +12,7 @@ const ct_backend_i ct_backend_cpu_i = {
     .name = "cpu",
     CT_HOST_MEMORY_OPS,
     .encoder_forward = ct_encoder_forward_cpu,
+    .encoder_forward_wte16 = ct_encoder_forward_wte16_cpu,
     .encoder_backward = ct_encoder_backward_cpu,
     .layernorm_forward = ct_layernorm_forward_cpu,
     .layernorm_backward = ct_layernorm_backward_cpu,

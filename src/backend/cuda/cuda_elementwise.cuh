@@ -10,15 +10,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* out (B,T,C) = wte[inp] + wpe[pos0 + (pos ? pos : t)]; wpe may be NULL. */
-__global__ void k_encoder_fwd(float *out, const int32_t *inp, const float *wte, const float *wpe,
+/* An element of the token table: fp32, or bf16 widened exactly. */
+__device__ inline float enc_w(const float *w, size_t i) { return w[i]; }
+__device__ inline float enc_w(const uint16_t *w, size_t i) {
+    return __uint_as_float((uint32_t)w[i] << 16);
+}
+
+/* out (B,T,C) = wte[inp] + wpe[pos0 + (pos ? pos : t)]; wpe may be NULL; wte
+ * fp32 or bf16 (W = uint16_t: a bf16 LoRA base's table, rows widened as read). */
+template <typename W>
+__global__ void k_encoder_fwd(float *out, const int32_t *inp, const W *wte, const float *wpe,
                               const int32_t *pos, int B, int T, int C, int pos0) {
     size_t n = (size_t)B * T * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t bt = i / C;
         int c = (int)(i % C), t = (int)(bt % T);
-        float v = wte[(size_t)inp[bt] * C + c];
+        float v = enc_w(wte, (size_t)inp[bt] * C + c);
         if (wpe) {
             int p = pos ? pos[bt] : t;
             v = v + wpe[(size_t)(pos0 + p) * C + c];

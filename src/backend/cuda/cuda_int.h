@@ -149,6 +149,9 @@ void ct_adamw_update_cuda(ct_backend *be, float *params, const float *grads, flo
 /* row kernels (cuda_kernels.cu) */
 void ct_encoder_forward_cuda(ct_backend *be, float *out, const int32_t *inp, const float *wte,
                              const float *wpe, const int32_t *pos, int B, int T, int C, int pos0);
+void ct_encoder_forward_wte16_cuda(ct_backend *be, float *out, const int32_t *inp,
+                                   const uint16_t *wte16, const float *wpe, const int32_t *pos,
+                                   int B, int T, int C, int pos0);
 void ct_encoder_backward_cuda(ct_backend *be, float *dwte, float *dwpe, const float *dout,
                               const int32_t *inp, const int32_t *pos, int B, int T, int C);
 void ct_layernorm_forward_cuda(ct_backend *be, float *out, float *mean, float *rstd,

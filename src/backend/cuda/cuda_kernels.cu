@@ -43,6 +43,17 @@ extern "C" void ct_encoder_forward_cuda(ct_backend *be, float *out, const int32_
     cuda_launched(be, "encoder_forward");
 }
 
+extern "C" void ct_encoder_forward_wte16_cuda(ct_backend *be, float *out, const int32_t *inp,
+                                              const uint16_t *wte16, const float *wpe,
+                                              const int32_t *pos, int B, int T, int C,
+                                              int pos0) {
+    size_t n = (size_t)B * T * C;
+    if (!n) return;
+    k_encoder_fwd<<<cuda_grid(n, 256), 256, 0, cuda_stream(be)>>>(out, inp, wte16, wpe, pos, B,
+                                                                  T, C, pos0);
+    cuda_launched(be, "encoder_forward_wte16");
+}
+
 /* Sorts the N keys (values[n] << 32 | n) into ws (2N keys: two halves the
  * merge passes alternate between); returns the half that holds them. */
 static const uint64_t *enc_sort(ct_backend *be, uint64_t *ws, const int32_t *values, int N) {

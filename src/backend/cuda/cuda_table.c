@@ -32,6 +32,7 @@ const ct_backend_i ct_backend_cuda_i = {
     .event_record = ct_event_record_cuda,
     .event_elapsed = ct_event_elapsed_cuda,
     .encoder_forward = ct_encoder_forward_cuda,
+    .encoder_forward_wte16 = ct_encoder_forward_wte16_cuda,
     .encoder_backward = ct_encoder_backward_cuda,
     .layernorm_forward = ct_layernorm_forward_cuda,
     .layernorm_backward = ct_layernorm_backward_cuda,

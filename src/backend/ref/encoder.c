@@ -5,6 +5,7 @@
  * threading (see cpu/encoder.c).
  */
 #include "backend/ref/ref.h"
+#include "core/dtype.h"
 
 /* out (B,T,C) = wte[inp[b,t]] + wpe[pos0 + p], p = pos[b,t] (the token's
  * place in its packed example) or t when pos is NULL.
@@ -26,6 +27,27 @@ void ct_encoder_forward_ref(ct_backend *be, float *out, const int32_t *inp, cons
             int p = pos ? pos[(size_t)b * T + t] : t;
             const float *wpe_t = wpe + (size_t)(pos0 + p) * C;
             for (int c = 0; c < C; c++) out_bt[c] = wte_ix[c] + wpe_t[c];
+        }
+    }
+}
+
+/* encoder_forward on a bf16 token table: wte16 (V,C), each element widened
+ * exactly (ct_bf16_to_f32) as it is read. */
+void ct_encoder_forward_wte16_ref(ct_backend *be, float *out, const int32_t *inp,
+                                  const uint16_t *wte16, const float *wpe, const int32_t *pos,
+                                  int B, int T, int C, int pos0) {
+    (void)be;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            float *out_bt = out + ((size_t)b * T + t) * C;
+            const uint16_t *row = wte16 + (size_t)inp[(size_t)b * T + t] * C;
+            if (!wpe) {
+                for (int c = 0; c < C; c++) out_bt[c] = ct_bf16_to_f32(row[c]);
+                continue;
+            }
+            int p = pos ? pos[(size_t)b * T + t] : t;
+            const float *wpe_t = wpe + (size_t)(pos0 + p) * C;
+            for (int c = 0; c < C; c++) out_bt[c] = ct_bf16_to_f32(row[c]) + wpe_t[c];
         }
     }
 }

@@ -10,6 +10,7 @@ const ct_backend_i ct_backend_ref_i = {
     .name = "ref",
     CT_HOST_MEMORY_OPS,
     .encoder_forward = ct_encoder_forward_ref,
+    .encoder_forward_wte16 = ct_encoder_forward_wte16_ref,
     .encoder_backward = ct_encoder_backward_ref,
     .layernorm_forward = ct_layernorm_forward_ref,
     .layernorm_backward = ct_layernorm_backward_ref,

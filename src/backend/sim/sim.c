@@ -201,6 +201,12 @@ static void sim_encoder_forward(ct_backend *be, float *out, const int32_t *inp, 
                                 int pos0) {
     ct_encoder_forward_ref(be, HF(out), HI(inp), HF(wte), HF(wpe), HI(pos), B, T, C, pos0);
 }
+static void sim_encoder_forward_wte16(ct_backend *be, float *out, const int32_t *inp,
+                                      const uint16_t *wte16, const float *wpe,
+                                      const int32_t *pos, int B, int T, int C, int pos0) {
+    ct_encoder_forward_wte16_ref(be, HF(out), HI(inp), H(wte16), HF(wpe), HI(pos), B, T, C,
+                                 pos0);
+}
 static void sim_encoder_backward(ct_backend *be, float *dwte, float *dwpe, const float *dout,
                                  const int32_t *inp, const int32_t *pos, int B, int T, int C) {
     ct_encoder_backward_ref(be, HF(dwte), HF(dwpe), HF(dout), HI(inp), HI(pos), B, T, C);
@@ -434,6 +440,7 @@ const ct_backend_i ct_backend_sim_i = {
     .event_record = sim_event_record,
     .event_elapsed = sim_event_elapsed,
     .encoder_forward = sim_encoder_forward,
+    .encoder_forward_wte16 = sim_encoder_forward_wte16,
     .encoder_backward = sim_encoder_backward,
     .layernorm_forward = sim_layernorm_forward,
     .layernorm_backward = sim_layernorm_backward,
