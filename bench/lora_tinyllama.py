@@ -35,7 +35,9 @@ ctrain's device peak (metrics.jsonl) against torch.cuda.max_memory_allocated. Go
 none,full (the GPU check's) runs ctrain once per train.recompute setting, each its own rows
 and goal lines, and says whether one run met both goals: recompute none keeps what the
 backward reads (TinyLlama at B=4, T=512: a 6.2 GiB plan), full only each block's input (2.9
-GiB, one more forward of the blocks per step).
+GiB, one more forward of the blocks per step). A setting POLICY:K+bf16 adds
+train.recompute_layers=K (full re-runs the first K blocks only) and bf16 activations: the
+check's full:12+bf16 plans 3.5 GiB and re-runs 12 of the 22 blocks (full+bf16: 2.8 GiB).
 """
 
 import argparse
@@ -285,7 +287,9 @@ def main():
                     help="cpu: ctrain's train.precision; bf16 runs PyTorch under autocast")
     ap.add_argument("--recompute", default="none",
                     help="train.recompute of ctrain's runs, comma-separated: one run each "
-                         "(none,full: the memory goal's way and the speed goal's)")
+                         "(none,full: the memory goal's way and the speed goal's); "
+                         "POLICY[:K][+bf16]: full over the first K blocks only "
+                         "(train.recompute_layers=K), bf16 activations")
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--base", default="", help=argparse.SUPPRESS)
     ap.add_argument("--shard", default="", help=argparse.SUPPRESS)
@@ -323,7 +327,12 @@ def bench(a, c, work):
 
     runs = []  # one ctrain run per train.recompute setting
     for rc_name in [x for x in a.recompute.split(",") if x]:
-        run_dir = os.path.join(work, "run_ctrain_" + rc_name)
+        run_dir = os.path.join(work, "run_ctrain_" + rc_name.replace(":", "_").replace("+", "_"))
+        policy, _, acts = rc_name.partition("+")
+        policy, _, layers = policy.partition(":")
+        extra = ["train.recompute_layers=" + layers] if layers else []
+        if acts:
+            extra.append("train.activation_dtype=" + acts)
         cmd = [os.path.abspath(a.ctrain), "train", "model.init_from=" + base,
                "data.train=" + shard, "data.shuffle=false", "train.batch_size=%d" % a.batch,
                "train.seq_len=%d" % a.seq, "train.steps=%d" % a.steps, "lora.r=%d" % R,
@@ -331,7 +340,7 @@ def bench(a, c, work):
                "lora.base_dtype=" + a.base_dtype, "optim.lr=1e-4", "optim.weight_decay=0",
                "optim.grad_clip=1", "run.dir=" + run_dir, "run.checkpoint_every=0",
                "train.resume=never", "run.overwrite=true", "run.threads=%d" % a.threads,
-               "train.recompute=" + rc_name]
+               "train.recompute=" + policy] + extra
         if gpu:
             cmd += ["run.device=cuda", "train.precision=bf16"]
         elif a.precision == "bf16":

@@ -72,7 +72,12 @@ int cmd_plan(int argc, char **argv) {
     bool dev = rp.env.device;
     const ct_model_plan *p = &rp.model;
     int B = rp.B, T = rp.T;
-    const char *rc_name = ct_model_recompute_name(rp.opts.recompute);
+    char rc_name[64]; /* "full (the first K of L blocks)" under train.recompute_layers */
+    if (rp.opts.recompute_layers > 0)
+        snprintf(rc_name, sizeof rc_name, "full (the first %d of %d blocks)",
+                 rp.opts.recompute_layers, mc.n_layer);
+    else
+        snprintf(rc_name, sizeof rc_name, "%s", ct_model_recompute_name(rp.opts.recompute));
     const char *dt_name = ct_model_act_dtype_name(rp.opts.act_dtype);
     const char *prec_name = ct_model_precision_name(rp.opts.precision);
     size_t optim = rp.optim, data = rp.data, total = rp.total;
@@ -110,6 +115,7 @@ int cmd_plan(int argc, char **argv) {
         printf(", \"logits_dtype\": \"%s\"", logits16 ? "bf16" : "fp32");
         printf(", \"gemm_workspace_bytes\": %zu, \"gemm_driver_bytes\": %zu, ",
                gw.scratch + gw.packed + gw.convert, gw.driver);
+        printf("\"recompute_layers\": %d, ", rp.opts.recompute_layers);
         printf("\"batch_size\": %d, \"grad_accum\": %d, \"recompute\": \"%s\", "
                "\"activation_dtype\": \"%s\", \"precision\": \"%s\", \"params_bytes\": %zu, "
                "\"weights16_bytes\": %zu, \"grads_bytes\": %zu, "
@@ -123,7 +129,8 @@ int cmd_plan(int argc, char **argv) {
                "\"device\": %s, \"device_bytes\": %zu, \"device_workspace_bytes\": %zu, "
                "\"device_reserve_bytes\": %zu, \"device_free_bytes\": %zu, "
                "\"device_total_bytes\": %zu}\n",
-               B, rp.grad_accum, rc_name, dt_name, prec_name, p->params, p->weights16, p->grads,
+               B, rp.grad_accum, ct_model_recompute_name(rp.opts.recompute), dt_name, prec_name,
+               p->params, p->weights16, p->grads,
                optim, p->acts, p->acts16, p->work,
                p->scratch, data, rp.shards, rp.runtime, rp.rt_process, rp.rt_code, rp.rt_tokenizer,
                rp.rt_threads, rp.rt_io, rp.rt_reserve, rp.rt_blas, rp.env.blas.core,

@@ -57,7 +57,8 @@
 #                 MFU against 989 TFLOP/s and the device peaks; then LoRA on
 #                 TinyLlama-1.1B shapes, T=512, bf16 base, batch GPU_CHECK_LORA_BATCH
 #                 (4): ctrain against PEFT + SDPA (bench/lora_tinyllama.py --device
-#                 cuda), ctrain with train.recompute none and full, tokens/s and
+#                 cuda), ctrain with train.recompute none, full, and full over
+#                 the first 12 of 22 blocks with bf16 activations, tokens/s and
 #                 device peaks (bench/lora_gpu.md). Give it a
 #                 budget of its own: GPU_CHECK_BUDGET_S=330 ... --stages peers
 # OUTDIR gets summary.md, rewritten after every stage (a command killed
@@ -709,7 +710,7 @@ EOF
     timeout $(( ${STAGE_LEFT:-300} * 2 / 5 )) "$HFPY" "$ROOT/bench/lora_tinyllama.py" \
       --ctrain "$CTRAIN" --workdir "$WORK/lora" --markdown "$OUT/bench/lora_gpu.md" \
       --json-out "$OUT/bench/lora_gpu.json" \
-      ${GPU_CHECK_LORA_ARGS:---device cuda --batch ${GPU_CHECK_LORA_BATCH:-4} --seq 512 --steps 4 --recompute none,full} \
+      ${GPU_CHECK_LORA_ARGS:---device cuda --batch ${GPU_CHECK_LORA_BATCH:-4} --seq 512 --steps 4 --recompute none,full,full:12+bf16} \
       >"$WORK/lora.log" 2>&1
     local lrc=$?
     cat "$WORK/lora.log" >>"$LOG"

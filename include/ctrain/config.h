@@ -55,6 +55,7 @@ typedef struct ct_config {
         int64_t eval_tokens;      /* with eval_batches 0: tokens per pass at most; 0: no cap */
         int64_t early_stop_patience; /* evaluations without improvement; 0 = off */
         char recompute[CT_NAME_MAX];        /* none | light | full | auto */
+        int64_t recompute_layers;           /* full: the first N blocks only; 0: all */
         char activation_dtype[CT_NAME_MAX]; /* fp32 | bf16: storage of kept activations */
         char precision[CT_NAME_MAX];        /* fp32 | bf16 | fp16: matmul precision (autocast) */
         double loss_scale;         /* fp16: 0 = dynamic, else a static loss scale (>= 1) */

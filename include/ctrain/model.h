@@ -279,6 +279,9 @@ typedef struct ct_model_opts {
     ct_precision precision;
     bool fp32_logits; /* precision bf16: the head's logits fp32 where the backend would
                        * write them bf16 (the bf16 head): a numerics check's knob */
+    int recompute_layers; /* CT_RECOMPUTE_FULL: the blocks re-run are the first
+                           * recompute_layers (1 .. n_layer); the others keep what
+                           * CT_RECOMPUTE_NONE keeps. 0: every block. Else 0. */
 } ct_model_opts;
 CT_API ct_model_opts ct_model_opts_default(void); /* none, fp32, automatic head chunk */
 /* "none" | "light" | "full", "fp32" | "bf16"; "?" outside the enums. Static

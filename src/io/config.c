@@ -97,6 +97,9 @@ const key_def config_keys[] = {
     E("train.recompute", train.recompute, "none|light|full|auto",
       "activations re-derived in backward: none, light (norms, GELU), full (whole blocks), "
       "auto (the lightest that fits run.memory_limit)"),
+    I("train.recompute_layers", train.recompute_layers, 0, 1 << 20,
+      "train.recompute=full: re-run only the first N blocks, the others keep their "
+      "activations (0: every block)"),
     E("train.activation_dtype", train.activation_dtype, "fp32|bf16",
       "storage of the activations kept for backward (math stays fp32)"),
     E("train.precision", train.precision, "fp32|bf16|fp16",

@@ -574,7 +574,7 @@ ct_status model_stage_fill(ct_model *m, float *dst, size_t n, model_fill_fn fill
 /* ---------------------------------------------------- options */
 
 ct_model_opts ct_model_opts_default(void) {
-    ct_model_opts o = {CT_RECOMPUTE_NONE, CT_ACT_FP32, 0, CT_PREC_FP32, false};
+    ct_model_opts o = {CT_RECOMPUTE_NONE, CT_ACT_FP32, 0, CT_PREC_FP32, false, 0};
     return o;
 }
 
@@ -636,8 +636,21 @@ static ct_status check_opts(const ct_model_opts *o) {
     if (o->head_chunk_rows < 0)
         return CT_ERR(CT_ERR_ARG, "head_chunk_rows = %d is invalid: expected 0 (automatic) or a "
                       "positive row count", o->head_chunk_rows);
+    if (o->recompute_layers < 0 ||
+        (o->recompute_layers > 0 && o->recompute != CT_RECOMPUTE_FULL))
+        return CT_ERR(CT_ERR_ARG, "train.recompute_layers = %d with train.recompute = %s: it "
+                      "counts the blocks train.recompute=full re-runs (0: all)",
+                      o->recompute_layers, ct_model_recompute_name(o->recompute));
     return CT_OK;
 }
+
+/* Whether block l is re-run in the backward (recompute full, and l among the
+ * first recompute_layers when that is set). */
+static bool layer_full(const ct_model_opts *o, int l) {
+    return o->recompute == CT_RECOMPUTE_FULL && (o->recompute_layers == 0 ||
+                                                 l < o->recompute_layers);
+}
+bool model_layer_recomputed(const ct_model *m, int l) { return layer_full(&m->opts, l); }
 
 /* Rows per chunk of the fused head under o: its explicit count or the automatic
  * one, never more than N. */
@@ -650,6 +663,7 @@ ct_status ct_model_set_opts(ct_model *m, const ct_model_opts *o) {
     ct_status st = check_opts(o);
     if (st) return st;
     if (m->B && (o->recompute != m->opts.recompute || o->act_dtype != m->opts.act_dtype ||
+                 o->recompute_layers != m->opts.recompute_layers ||
                    o->head_chunk_rows != m->opts.head_chunk_rows ||
                    o->precision != m->opts.precision || o->fp32_logits != m->opts.fp32_logits))
         return CT_ERR(CT_ERR_ARG, "model already reserved with recompute %s, activations %s, "
@@ -736,8 +750,15 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     size_t QKV = (size_t)model_qkv_width(c), FW = (size_t)model_fc_width(c);
     bool ln = c->norm == CT_NORM_LAYERNORM; /* RMSNorm keeps no mean */
     bool bf16 = o->act_dtype == CT_ACT_BF16;
-    bool keep_norm = o->recompute == CT_RECOMPUTE_NONE;  /* ln1, ln2, fch_gelu */
-    bool keep_inner = o->recompute != CT_RECOMPUTE_FULL; /* qkv..fch, statistics */
+    /* what a block keeps: ln1, ln2, fch_gelu (none; and full's blocks past
+     * recompute_layers), qkv..fch and the statistics (all but full's re-run
+     * blocks); any_* whether some block drops them (the work set holds them) */
+    int L = c->n_layer;
+    bool partial = o->recompute == CT_RECOMPUTE_FULL && o->recompute_layers > 0 &&
+                   o->recompute_layers < L;
+    bool keep_norm = o->recompute == CT_RECOMPUTE_NONE || partial; /* in some block */
+    bool any_full = o->recompute == CT_RECOMPUTE_FULL;
+    bool any_light = o->recompute == CT_RECOMPUTE_LIGHT;
     /* precision bf16/fp16, a full model, training, ln1, ln2 and fch_gelu kept:
      * they feed nothing but their GEMMs, whose backward reads their 16-bit
      * rounding only, so that rounding is what is kept (model_acts.in16) */
@@ -756,6 +777,9 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     bool keep_ln1 = keep_norm && (reads & (1u << LIN_QKV));
     bool keep_ln2 = keep_norm && (reads & (1u << LIN_FC));
     bool keep_act = keep_norm && (reads & (1u << LIN_FCPROJ));
+    /* some block (a full one, or one without an adapter's reader) re-derives
+     * or never keeps one of ln1, ln2, fch_gelu */
+    bool drop_norm = any_full || any_light || !keep_ln1 || !keep_ln2 || !keep_act;
     model_acts dummy = {0};
     if (!a) a = &dummy;
     size_t start = cv->used;
@@ -763,9 +787,10 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     /* kept for backward, in the activation dtype */
     a->encoded = carve_act(cv, o, N * C);
     a->in16 = in16;
-    for (int l = 0; l < c->n_layer; l++) {
+    for (int l = 0; l < L; l++) {
         layer_acts la = {0};
-        if (keep_ln1) la.ln1 = carve_in(cv, o, in16, N * C, &plan->acts16);
+        bool full = layer_full(o, l), keep_inner = !full;
+        if (keep_ln1 && !full) la.ln1 = carve_in(cv, o, in16, N * C, &plan->acts16);
         if (keep_inner) {
             if (ln) la.ln1_mean = carve(cv, N);
             la.ln1_rstd = carve(cv, N);
@@ -780,13 +805,13 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
                 la.pf_rstd = carve(cv, N);
             }
         }
-        if (keep_ln2) la.ln2 = carve_in(cv, o, in16, N * C, &plan->acts16);
+        if (keep_ln2 && !full) la.ln2 = carve_in(cv, o, in16, N * C, &plan->acts16);
         if (keep_inner) {
             if (ln) la.ln2_mean = carve(cv, N);
             la.ln2_rstd = carve(cv, N);
             la.fch = carve_act(cv, o, N * FW);
         }
-        if (keep_act) la.fch_gelu = carve_in(cv, o, in16, N * F, &plan->acts16);
+        if (keep_act && !full) la.fch_gelu = carve_in(cv, o, in16, N * F, &plan->acts16);
         la.res3 = carve_act(cv, o, N * C);
         if (a->layers) a->layers[l] = la;
     }
@@ -820,8 +845,8 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     block_f32 *w = &a->work;
     memset(w, 0, sizeof *w);
     a->res = bf16 ? carve(cv, N * C) : NULL;
-    bool work_norm = !keep_ln1 || !keep_ln2 || !keep_act || bf16 || in16;
-    bool work_inner = !keep_inner || bf16;
+    bool work_norm = drop_norm || bf16 || in16;
+    bool work_inner = any_full || bf16;
     if (work_norm) w->ln1 = w->ln2 = carve(cv, N * C);
     if (work_inner) {
         w->qkv = carve(cv, N * QKV);
@@ -833,11 +858,11 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
             w->pf = carve(cv, N * C);
         }
     }
-    if (!keep_inner && c->sandwich_norm) {
+    if (any_full && c->sandwich_norm) {
         w->pa_rstd = carve(cv, N);
         w->pf_rstd = carve(cv, N);
     }
-    if (!keep_inner) {
+    if (any_full) {
         if (ln) w->ln1_mean = carve(cv, N);
         w->ln1_rstd = carve(cv, N);
         w->lse = carve(cv, (size_t)B * NH * T);

@@ -60,6 +60,10 @@ static inline int model_fc_width(const ct_model_config *c) {
     return c->mlp != CT_MLP_GELU ? 2 * c->n_ffn : c->n_ffn;
 }
 
+/* Whether block l is re-run in the backward (recompute full over every block,
+ * or over the first opts.recompute_layers). */
+bool model_layer_recomputed(const ct_model *m, int l);
+
 /* Activations of one block kept for backward. Shapes use N = B*T, F = n_ffn.
  * The tensors are stored in the model's activation dtype (opts.act_dtype):
  * float when fp32, bf16 bit patterns (uint16_t) when bf16, hence void *;
@@ -68,7 +72,9 @@ static inline int model_fc_width(const ct_model_config *c) {
  * Which ones exist depends on the recompute policy (NULL when dropped):
  *   none:  all of them;
  *   light: all but ln1, ln2 and fch_gelu (re-derived in backward);
- *   full:  only res3, the residual stream (the block input of the next block).
+ *   full:  only res3, the residual stream (the block input of the next block);
+ *          with opts.recompute_layers = K, that in the first K blocks only,
+ *          the others keeping what none keeps.
  * The statistics are fp32 whatever the dtype (they are small and the
  * backward divides by them); full drops them too. */
 typedef struct layer_acts {

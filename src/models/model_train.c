@@ -587,7 +587,7 @@ static void block_backward(ct_model *m, int l, int B, int T) {
     size_t NQ = (size_t)N * model_q_width(c);
     const float *res_in = block_input(m, l, NC);
     block_f32 v = block_view(m, l);
-    if (m->opts.recompute == CT_RECOMPUTE_FULL)
+    if (model_layer_recomputed(m, l))
         block_forward(m, l, &v, NULL, res_in, false, NULL, NULL, B, T);
     /* res3 = res2 + down(act(fc(norm2(res2)))): dres passes through */
     act_load(m, la->fch, v.fch, NFW);

@@ -925,6 +925,18 @@ ct_status ct_run_precision(const ct_config *cfg, ct_precision *out) {
     return CT_OK;
 }
 
+ct_status ct_run_recompute_layers(const ct_config *cfg, const ct_model_config *mc,
+                                  ct_model_opts *o) {
+    int64_t k = cfg->train.recompute_layers;
+    o->recompute_layers = 0;
+    if (k <= 0 || o->recompute != CT_RECOMPUTE_FULL) return CT_OK;
+    if (k > mc->n_layer)
+        return CT_ERR(CT_ERR_ARG, "train.recompute_layers = %lld exceeds the model's %d blocks",
+                      (long long)k, mc->n_layer);
+    o->recompute_layers = (int)k;
+    return CT_OK;
+}
+
 ct_status ct_run_plan_for_env(const ct_config *cfg, const ct_model_config *mc, int world,
                               int local, const ct_run_env *env, ct_run_plan *out, size_t *limit) {
     ct_fit_request r;
@@ -936,6 +948,7 @@ ct_status ct_run_plan_for_env(const ct_config *cfg, const ct_model_config *mc, i
     if (!st) st = ct_run_precision(cfg, &r.opts.precision);
     if (st) return st;
     r.opts.fp32_logits = cfg->debug.fp32_logits; /* the head's GEMMs are counted as they run */
+    if ((st = ct_run_recompute_layers(cfg, mc, &r.opts))) return st;
     if (r.opts.precision == CT_PREC_FP16 && env && env->device && env->cc_major > 0) {
         ct_device_info di; /* the opened GPU: fp16 only where it has no bf16 */
         memset(&di, 0, sizeof di);

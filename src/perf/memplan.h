@@ -336,6 +336,11 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *req, 
  * from cfg. CT_ERR_ARG naming the key, or the adapter file's errors. */
 ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *mc,
                                    ct_lora_opts *out);
+/* train.recompute_layers into o->recompute_layers once o->recompute is set:
+ * the count under full (ignored, 0, under the other policies); CT_ERR_ARG
+ * when it exceeds mc's blocks. */
+ct_status ct_run_recompute_layers(const ct_config *cfg, const ct_model_config *mc,
+                                  ct_model_opts *o);
 /* Whether lora.base_dtype stores the frozen base in bf16 at GEMM precision
  * prec: bf16, or auto at precision bf16 (whose GEMMs read the base's bf16
  * rounding anyway, so storing that rounding drops fp32 masters a frozen base

@@ -148,6 +148,7 @@ static ct_status parse_tiles(tune_state *s, const char *text) {
 static bool same_point(const ct_tune_point *a, const ct_tune_point *b) {
     return a->threads == b->threads && a->B == b->B && a->grad_accum == b->grad_accum &&
            a->opts.recompute == b->opts.recompute && a->opts.act_dtype == b->opts.act_dtype &&
+           a->opts.recompute_layers == b->opts.recompute_layers &&
            a->opts.precision == b->opts.precision && a->tile_q == b->tile_q &&
            a->tile_k == b->tile_k && a->gemm == b->gemm;
 }
@@ -513,12 +514,12 @@ static ct_status confirm_winner(tune_state *s) {
  * search may change: the base's values otherwise. */
 static int memory_options(const tune_state *s, const ct_model_opts *base, ct_model_opts *out) {
     static const ct_model_opts order[] = {
-        {CT_RECOMPUTE_NONE, CT_ACT_FP32, 0, CT_PREC_FP32, false},
-        {CT_RECOMPUTE_NONE, CT_ACT_BF16, 0, CT_PREC_FP32, false},
-        {CT_RECOMPUTE_LIGHT, CT_ACT_FP32, 0, CT_PREC_FP32, false},
-        {CT_RECOMPUTE_LIGHT, CT_ACT_BF16, 0, CT_PREC_FP32, false},
-        {CT_RECOMPUTE_FULL, CT_ACT_FP32, 0, CT_PREC_FP32, false},
-        {CT_RECOMPUTE_FULL, CT_ACT_BF16, 0, CT_PREC_FP32, false},
+        {CT_RECOMPUTE_NONE, CT_ACT_FP32, 0, CT_PREC_FP32, false, 0},
+        {CT_RECOMPUTE_NONE, CT_ACT_BF16, 0, CT_PREC_FP32, false, 0},
+        {CT_RECOMPUTE_LIGHT, CT_ACT_FP32, 0, CT_PREC_FP32, false, 0},
+        {CT_RECOMPUTE_LIGHT, CT_ACT_BF16, 0, CT_PREC_FP32, false, 0},
+        {CT_RECOMPUTE_FULL, CT_ACT_FP32, 0, CT_PREC_FP32, false, 0},
+        {CT_RECOMPUTE_FULL, CT_ACT_BF16, 0, CT_PREC_FP32, false, 0},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
@@ -526,6 +527,9 @@ static int memory_options(const tune_state *s, const ct_model_opts *base, ct_mod
         if (!(s->dims & DIM_DTYPE) && order[i].act_dtype != base->act_dtype) continue;
         out[n] = order[i];
         out[n].precision = base->precision;
+        /* the config's train.recompute_layers holds for every full point */
+        if (order[i].recompute == CT_RECOMPUTE_FULL && base->recompute == CT_RECOMPUTE_FULL)
+            out[n].recompute_layers = base->recompute_layers;
         out[n++].head_chunk_rows = base->head_chunk_rows;
     }
     return n;
@@ -633,6 +637,7 @@ static ct_status start_point(tune_state *s, ct_tune_point *p) {
     ct_status st = ct_model_opts_from_names(&p->opts, rc_auto ? "none" : cfg->train.recompute,
                                             cfg->train.activation_dtype);
     if (!st) st = ct_run_precision(cfg, &p->opts.precision);
+    if (!st) st = ct_run_recompute_layers(cfg, s->mc, &p->opts);
     if (st) return st;
     if (p->opts.precision == CT_PREC_FP16) { /* ct_run_precision refuses it on a CPU already */
         st = CT_ERR(CT_ERR_ARG, "train.precision = fp16: ctrain tune measures training on this "

@@ -211,7 +211,7 @@ static void test_plan_is_allocation(void) {
             for (int training = 0; training < 2; training++) {
                 ct_ctx *ctx = NULL;
                 CHECK(ct_ctx_init(&ctx, NULL) == CT_OK);
-                ct_model_opts o = {(ct_recompute)r, (ct_act_dtype)d, 0, CT_PREC_FP32, false};
+                ct_model_opts o = {(ct_recompute)r, (ct_act_dtype)d, 0, CT_PREC_FP32, false, 0};
                 ct_model *m = make_model(ctx, false, &o, 0);
                 ct_memstats before, after;
                 ct_ctx_memstats(ctx, &before);

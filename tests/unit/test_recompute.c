@@ -67,6 +67,8 @@ static void model_config(ct_model_config *c) {
 
 /* Rows per chunk of the fused head for make_model (0: automatic, one chunk here). */
 static int head_chunk_rows = 0;
+/* Blocks re-run under full for make_model (0: every block). */
+static int recompute_layers = 0;
 
 /* A model with every parameter random (norm weights and biases included), the
  * same for every call. */
@@ -85,7 +87,8 @@ static ct_model *make_model_prec(ct_ctx *ctx, ct_recompute r, ct_act_dtype d, in
         for (size_t j = 0; j < q->numel; j++)
             p[q->offset + j] += (q->ndim == 1 ? 0.2f : 0.3f) * (ct_rng_float(&rng) - 0.5f);
     }
-    ct_model_opts o = {r, d, head_chunk_rows, prec, false};
+    ct_model_opts o = {r, d, head_chunk_rows, prec, false,
+                       r == CT_RECOMPUTE_FULL ? recompute_layers : 0};
     CHECK(ct_model_set_opts(m, &o) == CT_OK);
     CHECK(ct_model_reserve(m, Bres, T, true) == CT_OK);
     return m;
@@ -253,6 +256,100 @@ static void test_policies(ct_backend_kind backend) {
     ct_ctx_free(ctx);
 }
 
+/* train.recompute_layers: full over the first K of the L blocks, the others
+ * keeping what none keeps. The same numbers as none (bit for bit on ref,
+ * within 1e-6 on cpu, fp32 and at precision bf16, where the kept blocks'
+ * norms are their GEMMs' bf16 operands and the re-run ones' are rounded
+ * again); the plan lies between none and full, one full block's saving per
+ * block re-run, and reserve allocates exactly it. */
+static void test_partial_full(ct_backend_kind backend) {
+    char bname[32];
+    snprintf(bname, sizeof bname, "%s%s", backend == CT_BACKEND_REF ? "ref" : "cpu",
+             kind_names[model_kind]);
+    ct_ctx *ctx = NULL;
+    ct_ctx_params p = ct_ctx_params_default();
+    p.backend = backend;
+    CHECK(ct_ctx_init(&ctx, &p) == CT_OK);
+    ct_model *shape = make_model(ctx, CT_RECOMPUTE_NONE, CT_ACT_FP32, 1);
+    size_t n = ct_model_numel(shape);
+    ct_model_free(shape);
+    run_out none = run_config(ctx, CT_RECOMPUTE_NONE, CT_ACT_FP32);
+    char what[64];
+    for (int k = 1; k < L; k++) {
+        recompute_layers = k;
+        run_out got = run_config(ctx, CT_RECOMPUTE_FULL, CT_ACT_FP32);
+        snprintf(what, sizeof what, "full:%d/fp32", k);
+        check_same(bname, what, &got, &none, n, backend == CT_BACKEND_REF);
+        run_free(&got);
+    }
+    recompute_layers = 0;
+    run_free(&none);
+    ct_ctx_free(ctx);
+}
+
+static void test_plan_partial_full(void) {
+    ct_ctx *ctx = NULL;
+    CHECK(ct_ctx_init(&ctx, NULL) == CT_OK);
+    ct_model_config c;
+    model_config(&c);
+    for (int pr = 0; pr < 2; pr++) {
+        ct_precision prec = pr ? CT_PREC_BF16 : CT_PREC_FP32;
+        ct_model_opts o = {CT_RECOMPUTE_NONE, CT_ACT_FP32, 0, prec, false, 0};
+        ct_model_plan pn, pf, pk[L];
+        CHECK(ct_model_plan_memory_opts(&c, B, T, true, &o, &pn) == CT_OK);
+        o.recompute = CT_RECOMPUTE_FULL;
+        CHECK(ct_model_plan_memory_opts(&c, B, T, true, &o, &pf) == CT_OK);
+        size_t step = (pn.acts - pf.acts) / L; /* what one block keeps beyond its output */
+        CHECK((pn.acts - pf.acts) % L == 0);
+        for (int k = 1; k <= L; k++) {
+            o.recompute_layers = k;
+            CHECK(ct_model_plan_memory_opts(&c, B, T, true, &o, &pk[k - 1]) == CT_OK);
+            CHECK_MSG(pk[k - 1].acts == pn.acts - (size_t)k * step,
+                      "precision %s full:%d: acts %zu, want %zu", ct_model_precision_name(prec),
+                      k, pk[k - 1].acts, pn.acts - (size_t)k * step);
+            ct_memstats before, after;
+            ct_ctx_memstats(ctx, &before);
+            recompute_layers = k;
+            ct_model *m = make_model_prec(ctx, CT_RECOMPUTE_FULL, CT_ACT_FP32, B, prec);
+            recompute_layers = 0;
+            ct_ctx_memstats(ctx, &after);
+            CHECK_MSG(after.current[CT_TAG_ACTS] - before.current[CT_TAG_ACTS] ==
+                          (int64_t)(pk[k - 1].acts + pk[k - 1].work + pk[k - 1].scratch),
+                      "precision %s full:%d: arena %lld bytes, plan %zu",
+                      ct_model_precision_name(prec), k,
+                      (long long)(after.current[CT_TAG_ACTS] - before.current[CT_TAG_ACTS]),
+                      pk[k - 1].acts + pk[k - 1].work + pk[k - 1].scratch);
+            ct_model_free(m);
+        }
+        /* all L blocks re-run: full itself */
+        CHECK(pk[L - 1].acts == pf.acts && pk[L - 1].total == pf.total);
+        printf("  plan precision %s: acts none %zu, full:1 %zu, full:2 %zu, full %zu\n",
+               ct_model_precision_name(prec), pn.acts, pk[0].acts, pk[1].acts, pf.acts);
+        /* precision bf16 runs the partial models too: the same numbers as none */
+        if (prec == CT_PREC_BF16) {
+            recompute_layers = 1;
+            ct_model *a = make_model_prec(ctx, CT_RECOMPUTE_NONE, CT_ACT_FP32, B, prec);
+            ct_model *b = make_model_prec(ctx, CT_RECOMPUTE_FULL, CT_ACT_FP32, B, prec);
+            recompute_layers = 0;
+            int32_t in[B * T], tg[B * T];
+            make_tokens(in, tg, B * T, 7);
+            float la, lb;
+            ct_model_zero_grads(a);
+            ct_model_zero_grads(b);
+            CHECK(ct_model_forward_backward(a, in, tg, B, T, 1.0f, &la) == CT_OK);
+            CHECK(ct_model_forward_backward(b, in, tg, B, T, 1.0f, &lb) == CT_OK);
+            double d, sc;
+            tensor_diff(ct_model_grads(b), ct_model_grads(a), ct_model_numel(a), &d, &sc);
+            CHECK_MSG(fabs(la - lb) <= 1e-6 * fabs(la) && d <= 1e-6 * sc,
+                      "precision bf16 full:1: loss %.9g vs none %.9g, gradients differ by %.3g "
+                      "of %.3g", lb, la, d, sc);
+            ct_model_free(a);
+            ct_model_free(b);
+        }
+    }
+    ct_ctx_free(ctx);
+}
+
 /* ------------------------------------------------------------------ plan */
 
 static size_t r64(size_t bytes) { return (bytes + 63) / 64 * 64; }
@@ -287,7 +384,7 @@ static void test_plan_precision_bf16(void) {
     model_config(&c);
     for (int r = 0; r < 3; r++)
         for (int d = 0; d < 2; d++) {
-            ct_model_opts o = {policies[r], dtypes[d], 0, CT_PREC_BF16, false};
+            ct_model_opts o = {policies[r], dtypes[d], 0, CT_PREC_BF16, false, 0};
             ct_model_plan pl, p32;
             CHECK(ct_model_plan_memory_opts(&c, B, T, true, &o, &pl) == CT_OK);
             o.precision = CT_PREC_FP32;
@@ -330,7 +427,7 @@ static void test_plan(void) {
     ct_model_plan plan[3][2];
     for (int r = 0; r < 3; r++) {
         for (int d = 0; d < 2; d++) {
-            ct_model_opts o = {policies[r], dtypes[d], 0, CT_PREC_FP32, false};
+            ct_model_opts o = {policies[r], dtypes[d], 0, CT_PREC_FP32, false, 0};
             ct_model_plan *pl = &plan[r][d];
             CHECK(ct_model_plan_memory_opts(&c, B, T, true, &o, pl) == CT_OK);
             CHECK(pl->total == pl->params + pl->grads + pl->acts + pl->work + pl->scratch);
@@ -390,12 +487,12 @@ static void test_opts_errors(void) {
     CHECK(!strcmp(ct_model_recompute_name(CT_RECOMPUTE_LIGHT), "light"));
     CHECK(!strcmp(ct_model_act_dtype_name((ct_act_dtype)7), "?"));
     ct_model *m = make_model(ctx, CT_RECOMPUTE_LIGHT, CT_ACT_BF16, B);
-    ct_model_opts same = {CT_RECOMPUTE_LIGHT, CT_ACT_BF16, 0, CT_PREC_FP32, false},
-                  other = {CT_RECOMPUTE_FULL, CT_ACT_BF16, 0, CT_PREC_FP32, false};
+    ct_model_opts same = {CT_RECOMPUTE_LIGHT, CT_ACT_BF16, 0, CT_PREC_FP32, false, 0},
+                  other = {CT_RECOMPUTE_FULL, CT_ACT_BF16, 0, CT_PREC_FP32, false, 0};
     CHECK(ct_model_set_opts(m, &same) == CT_OK);
     CHECK(ct_model_set_opts(m, &other) == CT_ERR_ARG);
     CHECK(strstr(ct_last_error(), "before ct_model_reserve") != NULL);
-    ct_model_opts bad = {(ct_recompute)3, CT_ACT_FP32, 0, CT_PREC_FP32, false};
+    ct_model_opts bad = {(ct_recompute)3, CT_ACT_FP32, 0, CT_PREC_FP32, false, 0};
     CHECK(ct_model_set_opts(m, &bad) == CT_ERR_ARG);
     ct_model_config c;
     model_config(&c);
@@ -505,9 +602,12 @@ int main(void) {
     test_opts_errors();
     test_plan();
     test_plan_precision_bf16();
+    test_plan_partial_full();
     for (model_kind = 0; model_kind < 3; model_kind++) {
         test_policies(CT_BACKEND_REF);
         test_policies(CT_BACKEND_CPU);
+        test_partial_full(CT_BACKEND_REF);
+        test_partial_full(CT_BACKEND_CPU);
     }
     model_kind = 0;
     return ct_test_result("test_recompute");
