@@ -731,6 +731,32 @@ static void hint_fits(const ct_model_config *mc, const ct_fit_request *r) {
                       "choose a smaller model");
 }
 
+/* recompute auto chose full for *p: re-run only the first K blocks, the
+ * fewest under which p's micro-batch still fits (the plan shrinks as K
+ * grows: one block's kept activations per block re-run), so the memory the
+ * limit leaves spares re-runs. *p unchanged when every block must re-run. */
+static ct_status fewest_recomputed(const ct_model_config *mc, const ct_fit_request *r,
+                                   ct_run_plan *p) {
+    int lo = 1, hi = mc->n_layer; /* K = hi (all blocks) fits: p */
+    ct_run_plan best = *p;
+    while (lo < hi) {
+        int k = lo + (hi - lo) / 2;
+        ct_model_opts o = p->opts;
+        o.recompute_layers = k;
+        ct_run_plan q;
+        ct_status st = plan_for(mc, r, p->B, p->grad_accum, &o, &q);
+        if (st) return st;
+        if (plan_fits(r, &q)) {
+            hi = k;
+            best = q;
+        } else {
+            lo = k + 1;
+        }
+    }
+    if (hi < mc->n_layer) *p = best;
+    return CT_OK;
+}
+
 ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct_run_plan *out) {
     static const ct_recompute pols[] = {CT_RECOMPUTE_NONE, CT_RECOMPUTE_LIGHT, CT_RECOMPUTE_FULL};
     ct_run_plan plans[3];
@@ -751,6 +777,8 @@ ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct
     for (int i = 0; i < npol && best; i++) {
         if (fits[i] && 2 * fits[i] >= best) {
             *out = plans[i];
+            if (r->recompute_auto && pols[i] == CT_RECOMPUTE_FULL)
+                return fewest_recomputed(mc, r, out);
             return CT_OK;
         }
     }

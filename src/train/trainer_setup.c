@@ -448,10 +448,13 @@ static ct_status plan_memory(trainer *t, const ct_model_config *mc) {
                "copies %.1f MiB", sc, p->model.weights16 / MiB);
     }
     bool dev = p->env.device;
+    char layers[48] = "";
+    if (t->mopts.recompute_layers > 0)
+        snprintf(layers, sizeof layers, " train.recompute_layers=%d", t->mopts.recompute_layers);
     if (cfg->train.batch_size == 0 || strcmp(cfg->train.recompute, "auto") == 0)
         ct_log(CT_LOG_INFO, "memory plan: train.batch_size=%d train.grad_accum=%lld "
-               "train.recompute=%s, %.0f MiB of run.memory_limit %.0f MiB%s", t->B,
-               (long long)t->accum, ct_model_recompute_name(t->mopts.recompute),
+               "train.recompute=%s%s, %.0f MiB of run.memory_limit %.0f MiB%s", t->B,
+               (long long)t->accum, ct_model_recompute_name(t->mopts.recompute), layers,
                (dev ? p->device : p->total) / MiB, t->mem_limit / MiB,
                dev ? " (device memory)" : "");
     if (dev)

@@ -99,6 +99,41 @@ static void test_plan_and_fit(void) {
     r = request(8, total_at(&c, 8, CT_RECOMPUTE_NONE));
     r.recompute_auto = true;
     CHECK(ct_run_plan_fit(&c, &r, &p) == CT_OK && p.opts.recompute == CT_RECOMPUTE_NONE);
+    /* recompute auto settling on full: full over the fewest first blocks under
+     * which the batch still fits (K - 1 blocks would not) */
+    {
+        enum { L4 = 4 };
+        ct_model_config c4;
+        ct_model_config_gpt2(&c4, L4, 2, 32, 97, 64);
+        ct_model_opts of = ct_model_opts_default();
+        of.recompute = CT_RECOMPUTE_FULL;
+        ct_run_plan pk[L4];
+        for (int k = 1; k <= L4; k++) {
+            of.recompute_layers = k;
+            CHECK(ct_run_plan_make(&c4, 8, 32, 1, 2, &of, &pk[k - 1]) == CT_OK);
+            if (k > 1) CHECK(pk[k - 1].total < pk[k - 2].total);
+        }
+        /* below light's plan (light is the cheaper re-run where it fits) */
+        size_t light = total_at(&c4, 8, CT_RECOMPUTE_LIGHT);
+        int tried = 0;
+        for (int want = 1; want <= L4; want++) {
+            if (pk[want - 1].total >= light) continue;
+            r = request(8, pk[want - 1].total);
+            r.recompute_auto = true;
+            CHECK(ct_run_plan_fit(&c4, &r, &p) == CT_OK);
+            int got = p.opts.recompute_layers;
+            CHECK_MSG(p.opts.recompute == CT_RECOMPUTE_FULL && got == (want == L4 ? 0 : want) &&
+                          p.total <= r.limit,
+                      "limit at full over %d blocks: auto chose %s over %d", want,
+                      ct_model_recompute_name(p.opts.recompute), got);
+            tried++;
+        }
+        CHECK(tried >= 2);
+        /* an explicit full re-runs every block */
+        r = request(8, pk[L4 - 2].total);
+        r.opts.recompute = CT_RECOMPUTE_FULL;
+        CHECK(ct_run_plan_fit(&c4, &r, &p) == CT_OK && p.opts.recompute_layers == 0);
+    }
     /* nothing fits: the hint says so */
     r = request(0, 1000);
     CHECK(ct_run_plan_fit(&c, &r, &p) == CT_ERR_ARG);
