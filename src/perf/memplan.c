@@ -732,12 +732,19 @@ static void hint_fits(const ct_model_config *mc, const ct_fit_request *r) {
 }
 
 /* recompute auto chose full for *p: re-run only the first K blocks, the
- * fewest under which p's micro-batch still fits (the plan shrinks as K
- * grows: one block's kept activations per block re-run), so the memory the
- * limit leaves spares re-runs. *p unchanged when every block must re-run. */
+ * fewest under which p's micro-batch still fits within r's refine_share of
+ * the limits (the plan shrinks as K grows: one block's kept activations per
+ * block re-run), so the memory the limit leaves spares re-runs without
+ * raising the memory warning. *p unchanged when every block must re-run. */
 static ct_status fewest_recomputed(const ct_model_config *mc, const ct_fit_request *r,
                                    ct_run_plan *p) {
-    int lo = 1, hi = mc->n_layer; /* K = hi (all blocks) fits: p */
+    ct_fit_request soft = *r;
+    if (r->refine_share > 0 && r->refine_share < 1) {
+        soft.limit = (size_t)((double)r->limit * r->refine_share);
+        soft.device_limit = (size_t)((double)r->device_limit * r->refine_share);
+    }
+    r = &soft;
+    int lo = 1, hi = mc->n_layer; /* K = hi (all blocks): p, kept if nothing fewer fits */
     ct_run_plan best = *p;
     while (lo < hi) {
         int k = lo + (hi - lo) / 2;
@@ -971,6 +978,7 @@ ct_status ct_run_plan_for_env(const ct_config *cfg, const ct_model_config *mc, i
     memset(&r, 0, sizeof r);
     r.optim_shards = cfg->dist.zero ? world : 1;
     r.recompute_auto = strcmp(cfg->train.recompute, "auto") == 0;
+    r.refine_share = cfg->alerts.memory_warning;
     ct_status st = ct_model_opts_from_names(&r.opts, r.recompute_auto ? "none" :
                                             cfg->train.recompute, cfg->train.activation_dtype);
     if (!st) st = ct_run_precision(cfg, &r.opts.precision);

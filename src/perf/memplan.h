@@ -305,6 +305,10 @@ typedef struct ct_fit_request {
     int B, T, grad_accum;
     int effective_batch; /* with B = 0: sequences per optimizer step (0: unset) */
     bool recompute_auto;
+    double refine_share; /* recompute auto's choice of train.recompute_layers keeps
+                          * the plan within this share of the limits (the memory
+                          * warning's, so a faster backward never costs an alert);
+                          * 0: the whole limits */
     ct_model_opts opts;
     ct_lora_opts lora;   /* r == 0: no adapters */
     int prefetch;

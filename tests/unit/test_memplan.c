@@ -129,6 +129,30 @@ static void test_plan_and_fit(void) {
             tried++;
         }
         CHECK(tried >= 2);
+        /* within a share of the limit (the memory warning's): the fewest blocks
+         * whose plan stays under it, or every block when none does */
+        int shared = 0;
+        /* a batch whose activations outweigh the rest, so the share matters */
+        ct_run_plan pb[L4];
+        for (int k = 1; k <= L4; k++) {
+            of.recompute_layers = k;
+            CHECK(ct_run_plan_make(&c4, 256, 32, 1, 2, &of, &pb[k - 1]) == CT_OK);
+        }
+        light = total_at(&c4, 256, CT_RECOMPUTE_LIGHT);
+        for (int want = 1; want < L4; want++) {
+            r = request(256, (size_t)((double)pb[want - 1].total / 0.9) + 1);
+            if (light <= r.limit) continue; /* light fits the looser limit */
+            r.recompute_auto = true;
+            r.refine_share = 0.9;
+            CHECK(ct_run_plan_fit(&c4, &r, &p) == CT_OK);
+            int got = p.opts.recompute_layers;
+            CHECK_MSG(p.opts.recompute == CT_RECOMPUTE_FULL && got == want &&
+                          p.total <= 0.9 * (double)r.limit,
+                      "share 0.9, limit %zu: auto chose %s over %d, want %d", r.limit,
+                      ct_model_recompute_name(p.opts.recompute), got, want);
+            shared++;
+        }
+        CHECK(shared >= 1);
         /* an explicit full re-runs every block */
         r = request(8, pk[L4 - 2].total);
         r.opts.recompute = CT_RECOMPUTE_FULL;
