@@ -224,14 +224,20 @@ static double check_bf16(ct_model *shape, const char *backend, const char *what,
     return worst;
 }
 
-static void test_policies(ct_backend_kind backend) {
-    char bname[32];
-    snprintf(bname, sizeof bname, "%s%s", backend == CT_BACKEND_REF ? "ref" : "cpu",
+/* A context on backend, and its label ("ref qwen3") in bname. */
+static ct_ctx *backend_ctx(ct_backend_kind backend, char *bname, size_t cap) {
+    snprintf(bname, cap, "%s%s", backend == CT_BACKEND_REF ? "ref" : "cpu",
              kind_names[model_kind]);
     ct_ctx *ctx = NULL;
     ct_ctx_params p = ct_ctx_params_default();
     p.backend = backend;
     CHECK(ct_ctx_init(&ctx, &p) == CT_OK);
+    return ctx;
+}
+
+static void test_policies(ct_backend_kind backend) {
+    char bname[32];
+    ct_ctx *ctx = backend_ctx(backend, bname, sizeof bname);
     run_out out[3][2];
     for (int r = 0; r < 3; r++)
         for (int d = 0; d < 2; d++) out[r][d] = run_config(ctx, policies[r], dtypes[d]);
@@ -264,12 +270,7 @@ static void test_policies(ct_backend_kind backend) {
  * block re-run, and reserve allocates exactly it. */
 static void test_partial_full(ct_backend_kind backend) {
     char bname[32];
-    snprintf(bname, sizeof bname, "%s%s", backend == CT_BACKEND_REF ? "ref" : "cpu",
-             kind_names[model_kind]);
-    ct_ctx *ctx = NULL;
-    ct_ctx_params p = ct_ctx_params_default();
-    p.backend = backend;
-    CHECK(ct_ctx_init(&ctx, &p) == CT_OK);
+    ct_ctx *ctx = backend_ctx(backend, bname, sizeof bname);
     ct_model *shape = make_model(ctx, CT_RECOMPUTE_NONE, CT_ACT_FP32, 1);
     size_t n = ct_model_numel(shape);
     ct_model_free(shape);

@@ -13,10 +13,11 @@
 #define CT_ENCODER_BLOCK 16
 
 /* out (B,T,C) = wte[inp[b,t]] + wpe[pos0 + p], p = pos[b,t] or t when pos is
- * NULL; inp, pos (B,T); wte (V,C); wpe (maxT,C) or NULL (no position embedding). */
-void ct_encoder_forward_cpu(ct_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe,
-                            const int32_t *pos, int B, int T, int C, int pos0) {
-    (void)be;
+ * NULL; inp, pos (B,T); the table wte (V,C) fp32, or wte16 (V,C) bf16 with
+ * each element widened exactly as read (a bf16 word is the high half of its
+ * fp32); wpe (maxT,C) or NULL (no position embedding). */
+static void encoder_rows(float *out, const int32_t *inp, const float *wte, const uint16_t *wte16,
+                         const float *wpe, const int32_t *pos, int B, int T, int C, int pos0) {
     int N = B * T;
 #ifdef CT_USE_OPENMP
 #pragma omp parallel for
@@ -24,38 +25,32 @@ void ct_encoder_forward_cpu(ct_backend *be, float *out, const int32_t *inp, cons
     for (int i = 0; i < N; i++) {
         int t = pos ? pos[i] : i % T;
         float *out_i = out + (size_t)i * C;
-        const float *wte_ix = wte + (size_t)inp[i] * C;
-        if (!wpe) { // no learned positions (RoPE models)
-            for (int c = 0; c < C; c++) out_i[c] = wte_ix[c];
-            continue;
+        size_t row = (size_t)inp[i] * C;
+        const float *wpe_t = wpe ? wpe + (size_t)(pos0 + t) * C : NULL;
+        for (int c = 0; c < C; c++) {
+            float v;
+            if (wte16) {
+                uint32_t u = (uint32_t)wte16[row + c] << 16;
+                memcpy(&v, &u, sizeof v);
+            } else {
+                v = wte[row + c];
+            }
+            out_i[c] = wpe_t ? v + wpe_t[c] : v; /* no learned positions: RoPE models */
         }
-        const float *wpe_t = wpe + (size_t)(pos0 + t) * C;
-        for (int c = 0; c < C; c++) out_i[c] = wte_ix[c] + wpe_t[c];
     }
 }
 
-/* The same on a bf16 table wte16 (V,C), each element widened exactly as read
- * (a bf16 word is the high half of its fp32). */
+void ct_encoder_forward_cpu(ct_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe,
+                            const int32_t *pos, int B, int T, int C, int pos0) {
+    (void)be;
+    encoder_rows(out, inp, wte, NULL, wpe, pos, B, T, C, pos0);
+}
+
 void ct_encoder_forward_wte16_cpu(ct_backend *be, float *out, const int32_t *inp,
                                   const uint16_t *wte16, const float *wpe, const int32_t *pos,
                                   int B, int T, int C, int pos0) {
     (void)be;
-    int N = B * T;
-#ifdef CT_USE_OPENMP
-#pragma omp parallel for
-#endif
-    for (int i = 0; i < N; i++) {
-        int t = pos ? pos[i] : i % T;
-        float *out_i = out + (size_t)i * C;
-        const uint16_t *row = wte16 + (size_t)inp[i] * C;
-        const float *wpe_t = wpe ? wpe + (size_t)(pos0 + t) * C : NULL;
-        for (int c = 0; c < C; c++) {
-            uint32_t u = (uint32_t)row[c] << 16;
-            float v;
-            memcpy(&v, &u, sizeof v);
-            out_i[c] = wpe_t ? v + wpe_t[c] : v;
-        }
-    }
+    encoder_rows(out, inp, NULL, wte16, wpe, pos, B, T, C, pos0);
 }
 
 /* dwte (V,C) += dout (B,T,C) scattered by inp (B,T); dwpe (maxT,C) row p +=
