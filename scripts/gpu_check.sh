@@ -650,6 +650,7 @@ EOF
 
   body_peers() {
     local B=${GPU_CHECK_PEER_BATCH:-16} d=$WORK/peer_ctrain tj=$WORK/peer_torch.json ok=0
+    local t0; t0=$(date +%s)
     mkdir -p "$OUT/bench"
     synth "$WORK/bench.bin" 2000000 "$BENCH_VOCAB"
     rm -rf "$d" "$tj"
@@ -706,8 +707,12 @@ if peaks and t.get("peak_device_bytes"):
     print("  device peak: ctrain %.0f MiB, PyTorch %.0f MiB"
           % (max(peaks) / 2**20, t["peak_device_bytes"] / 2**20))
 EOF
+    # the LoRA pair gets what the GPT-2 pair left of the stage (at least 2/5 of
+    # it): three ctrain runs (recompute none, full, full:12+bf16) and PEFT's
+    local lora_left=$(( ${STAGE_LEFT:-300} - ($(date +%s) - t0) - 5 ))
+    [ "$lora_left" -lt $(( ${STAGE_LEFT:-300} * 2 / 5 )) ] && lora_left=$(( ${STAGE_LEFT:-300} * 2 / 5 ))
     # shellcheck disable=SC2086 # the options are separate words
-    timeout $(( ${STAGE_LEFT:-300} * 2 / 5 )) "$HFPY" "$ROOT/bench/lora_tinyllama.py" \
+    timeout "$lora_left" "$HFPY" "$ROOT/bench/lora_tinyllama.py" \
       --ctrain "$CTRAIN" --workdir "$WORK/lora" --markdown "$OUT/bench/lora_gpu.md" \
       --json-out "$OUT/bench/lora_gpu.json" \
       ${GPU_CHECK_LORA_ARGS:---device cuda --batch ${GPU_CHECK_LORA_BATCH:-4} --seq 512 --steps 4 --recompute none,full,full:12+bf16} \
