@@ -32,7 +32,7 @@ the loss F.cross_entropy on the same T+1-token windows, fused AdamW, clipping at
 step between device synchronisations, --batch sequences per step. Memory is the GPU's:
 ctrain's device peak (metrics.jsonl) against torch.cuda.max_memory_allocated. Goals there
 (the GPU issue's): tokens/s >= 1.5x PEFT's, device peak <= 0.6x PEFT's. --recompute
-none,full (the GPU check's) runs ctrain once per train.recompute setting, each its own rows
+none,full,full:12+bf16 (the GPU check's) runs ctrain once per setting, each its own rows
 and goal lines, and says whether one run met both goals: recompute none keeps what the
 backward reads (TinyLlama at B=4, T=512: a 6.2 GiB plan), full only each block's input (2.9
 GiB, one more forward of the blocks per step). A setting POLICY:K+bf16 adds
