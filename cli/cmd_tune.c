@@ -87,10 +87,14 @@ static void show_trial(const ct_tune_result *r, const ct_tune_trial *t, void *us
         fflush(v->f);
         return;
     }
-    char tiles[16];
+    char tiles[16], rc[24];
     const ct_tune_point *p = &t->p;
+    if (p->opts.recompute_layers > 0) /* full over the first K blocks */
+        snprintf(rc, sizeof rc, "full:%d", p->opts.recompute_layers);
+    else
+        snprintf(rc, sizeof rc, "%s", ct_model_recompute_name(p->opts.recompute));
     fprintf(v->f, "%5d %7d %5d %5d %-9s %-5s %-4s %-9s %-8s %9.0f", (int)(t - r->trials) + 1,
-            p->threads, p->B, p->grad_accum, ct_model_recompute_name(p->opts.recompute),
+            p->threads, p->B, p->grad_accum, rc,
             ct_model_act_dtype_name(p->opts.act_dtype), ct_model_precision_name(p->opts.precision),
             tiles_str(p, tiles, sizeof tiles), ct_gemm_lib_name((ct_gemm_lib)p->gemm),
             t->plan_bytes / 1048576.0);
@@ -172,13 +176,14 @@ static void print_json(const ct_tune_result *r, const char *out, const char *set
         const ct_tune_trial *t = &r->trials[i];
         char tiles[16];
         printf("%s{\"threads\": %d, \"batch_size\": %d, \"grad_accum\": %d, \"recompute\": "
-               "\"%s\", \"activation_dtype\": \"%s\", \"precision\": \"%s\", "
+               "\"%s\", \"recompute_layers\": %d, \"activation_dtype\": \"%s\", "
+               "\"precision\": \"%s\", "
                "\"attention_tiles\": \"%s\", \"gemm\": \"%s\", "
                "\"plan_bytes\": %zu, \"fits\": %s, \"measured\": %s, \"step_s\": %.6f, "
                "\"opt_step_s\": %.6f, \"tokens_per_s\": %.3f, \"gflops\": %.3f, \"mfu\": %.5f, "
                "\"runs\": %d, \"spread\": %.5f, \"run_tokens_per_s\": [",
                i ? ", " : "", t->p.threads, t->p.B, t->p.grad_accum,
-               ct_model_recompute_name(t->p.opts.recompute),
+               ct_model_recompute_name(t->p.opts.recompute), t->p.opts.recompute_layers,
                ct_model_act_dtype_name(t->p.opts.act_dtype),
                ct_model_precision_name(t->p.opts.precision), tiles_str(&t->p, tiles, sizeof tiles),
                ct_gemm_lib_name((ct_gemm_lib)t->p.gemm), t->plan_bytes, t->fits ? "true" : "false",

@@ -537,15 +537,40 @@ static int memory_options(const tune_state *s, const ct_model_opts *base, ct_mod
 
 /* p with the lightest memory settings the search allows under which it fits
  * (p's own first); false when none fits. */
+/* A point whose memory settings the search chose to be full recompute over
+ * every block: full over the fewest first blocks whose plan stays within
+ * alerts.memory_warning of the limit, as recompute=auto does (memplan.c). */
+static void fewest_full(const tune_state *s, ct_tune_point *p) {
+    if (!(s->dims & DIM_RECOMPUTE) || p->opts.recompute != CT_RECOMPUTE_FULL ||
+        p->opts.recompute_layers)
+        return;
+    double share = s->cfg->alerts.memory_warning;
+    size_t soft = share > 0 && share < 1 ? (size_t)((double)s->r->limit * share) : s->r->limit;
+    int lo = 1, hi = s->mc->n_layer;
+    while (lo < hi) {
+        int k = lo + (hi - lo) / 2;
+        ct_tune_point q = *p;
+        q.opts.recompute_layers = k;
+        size_t bytes;
+        if (!plan_point(s, &q, &bytes) && bytes <= soft) hi = k;
+        else lo = k + 1;
+    }
+    if (hi < s->mc->n_layer) p->opts.recompute_layers = hi;
+}
+
 static bool fit_memory(const tune_state *s, ct_tune_point *p) {
     size_t bytes;
-    if (!plan_point(s, p, &bytes) && bytes <= s->r->limit) return true;
+    if (!plan_point(s, p, &bytes) && bytes <= s->r->limit) {
+        fewest_full(s, p);
+        return true;
+    }
     ct_model_opts opts[6];
     int n = memory_options(s, &p->opts, opts);
     for (int i = 0; i < n; i++) {
         ct_tune_point q = *p;
         q.opts = opts[i];
         if (!plan_point(s, &q, &bytes) && bytes <= s->r->limit) {
+            fewest_full(s, &q);
             *p = q;
             return true;
         }

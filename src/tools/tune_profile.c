@@ -18,11 +18,15 @@
 /* ------------------------------------------------------------ profiles */
 
 void ct_tune_settings_format(const ct_tune_point *p, char *buf, size_t cap) {
-    /* train.precision only when bf16 won: fp32 is every config's default */
+    /* train.precision only when bf16 won: fp32 is every config's default;
+     * train.recompute_layers only under full (0 there: every block) */
+    char layers[48] = "";
+    if (p->opts.recompute == CT_RECOMPUTE_FULL)
+        snprintf(layers, sizeof layers, " train.recompute_layers=%d", p->opts.recompute_layers);
     snprintf(buf, cap,
-             "run.threads=%d train.batch_size=%d train.grad_accum=%d train.recompute=%s "
+             "run.threads=%d train.batch_size=%d train.grad_accum=%d train.recompute=%s%s "
              "train.activation_dtype=%s run.attention_tiles=%dx%d run.gemm=%s%s",
-             p->threads, p->B, p->grad_accum, ct_model_recompute_name(p->opts.recompute),
+             p->threads, p->B, p->grad_accum, ct_model_recompute_name(p->opts.recompute), layers,
              ct_model_act_dtype_name(p->opts.act_dtype), p->tile_q, p->tile_k,
              ct_gemm_lib_name((ct_gemm_lib)p->gemm),
              p->opts.precision == CT_PREC_BF16 ? " train.precision=bf16" : "");
@@ -31,6 +35,7 @@ void ct_tune_settings_format(const ct_tune_point *p, char *buf, size_t cap) {
 /* The keys a tuned profile may set. */
 static const char *const tuned_keys[] = {"run.threads",      "train.batch_size",
                                          "train.grad_accum", "train.recompute",
+                                         "train.recompute_layers",
                                          "train.activation_dtype", "run.attention_tiles",
                                          "train.precision",  "run.gemm"};
 
@@ -65,7 +70,8 @@ static ct_status apply_settings(ct_config *cfg, const char *text, const char *wh
         if (!tuned_key(tok)) {
             ct_status st = CT_ERR(CT_ERR_ARG, "%s: '%s' is not a tuned setting: expected "
                                   "run.threads, train.batch_size, train.grad_accum, "
-                                  "train.recompute, train.activation_dtype, "
+                                  "train.recompute, train.recompute_layers, "
+                                  "train.activation_dtype, "
                                   "run.attention_tiles, train.precision or run.gemm", where, tok);
             ct_error_hint("set other keys in the profile's own sections, or re-run ctrain tune");
             return st;

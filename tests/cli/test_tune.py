@@ -188,6 +188,38 @@ with tempfile.TemporaryDirectory() as tmp:
               "its bf16 trial is planned with the base in bf16, as `ctrain plan` plans that run "
               "(%s; plan %s)" % ({k: by[k]["plan_bytes"] for k in by}, want))
 
+    # a limit only full recompute fits: tune re-runs the fewest first blocks whose plan
+    # stays within alerts.memory_warning (90%) of it, and the profile says how many
+    # (4 blocks with heavy activations: light does not fit 80 MiB, full over the first
+    # 3 blocks plans under 72 MiB, over 2 over 72)
+    scfg = P("small.yaml")
+    with open(scfg, "w") as fh:
+        fh.write("model:\n  arch: gpt2\n  n_layer: 4\n  n_head: 2\n  n_embd: 64\n"
+                 "  vocab_size: 256\n  n_ctx: 256\ndata:\n  train: %s\ntrain:\n"
+                 "  batch_size: 16\n  seq_len: 256\n  steps: 2\nrun:\n  dir: %s\n"
+                 "  threads: 1\n  memory_limit: 80MB\n" % (P("s256.bin"), P("srun")))
+    run("synth", "--out", P("s256.bin"), "--tokens", "100000", "--vocab", "256")
+    rc, out, err = run("tune", "--config", scfg, "tune.search=recompute", "tune.budget_s=5",
+                       "debug.tune_fake=on", "--json", "--out", P("ps.yaml"))
+    js = json.loads(out) if rc == 0 else {}
+    plans = {}
+    for k in (2, 3):
+        rc2, out2, _ = run("plan", "--config", scfg, "train.recompute=full",
+                           "train.recompute_layers=%d" % k, "run.memory_limit=1GB", "--json")
+        plans[k] = json.loads(out2)["total_bytes"] if rc2 == 0 else 0
+    win = js.get("trials", [{}])[js.get("best", 0)] if js.get("trials") else {}
+    check(rc == 0 and win.get("recompute") == "full" and win.get("recompute_layers") == 3 and
+          plans[3] <= 0.9 * 80 * 2**20 < plans[2] and
+          "train.recompute_layers=3" in open(P("ps.yaml")).read(),
+          "under a limit only full fits, tune re-runs the fewest blocks within the memory "
+          "warning, and the profile says so: %s (plans %s)" % (win, plans))
+    rc, out, err = run("plan", "--config", P("ps.yaml"), "--json")
+    jp = json.loads(out) if rc == 0 else {}
+    check(jp.get("recompute_layers") == 3 and jp.get("total_bytes", 1 << 40) <= 80 * 2**20,
+          "the profile plans that run: %s" % {k: jp.get(k) for k in ("recompute",
+                                                                        "recompute_layers",
+                                                                        "total_bytes")})
+
     # the precision searched: bf16 is tried only where its GEMMs are native here
     # (`ctrain hw`'s bf16_precision_allowed), and the result says why either way
     rc, out, err = run("tune", "--config", base, "tune.search=dtype", "tune.budget_s=3", "--json",
