@@ -13,7 +13,8 @@
   their own named "device", one after another, none before the first step;
   on sim, whose clock is the host's, each also lies inside its pass by time.
 - Each step's direct children (zero_grads, data, forward, head, backward,
-  grad_norm, optimizer) add up to the step's duration within 5%.
+  grad_norm, optimizer) add up to the step's duration within 20%, and the
+  median step's within 5% (the scheduler can take a bite out of one step).
 - The evaluation and the checkpoint of step 4 are spans of their own.
 - A malformed run.trace exits 2 naming the key, and writes nothing.
 
@@ -171,13 +172,21 @@ def main():
         check("two micro-batches per step: two forwards, heads and backwards each",
               len(fb) == 3 * 2 * 3, str(len(fb)))
 
+        # A child that is not traced leaves the same gap in every step; the scheduler
+        # can take tens of microseconds out of one step of a few hundred (this project's
+        # CI saw 247 of 277 us once, the other steps within 1%). So every step within
+        # 20%, and the median step within 5%.
+        ratios = []
         for st in steps:
             kids = [s for s in spans if s.get("_parent") is st]
             total = sum(k["dur"] for k in kids)
             ratio = total / st["dur"] if st["dur"] > 0 else 0
-            check(f"step {st['args']['step']}: children add up to the step within 5% "
+            ratios.append(ratio)
+            check(f"step {st['args']['step']}: children add up to the step within 20% "
                   f"({total:.0f} of {st['dur']:.0f} us, {sorted({k['name'] for k in kids})})",
-                  0.95 <= ratio <= 1.0 + EPS_US * len(kids) / max(st["dur"], 1.0), f"{ratio:.4f}")
+                  0.80 <= ratio <= 1.0 + EPS_US * len(kids) / max(st["dur"], 1.0), f"{ratio:.4f}")
+        check("the median step's children add up to it within 5%",
+              ratios and sorted(ratios)[len(ratios) // 2] >= 0.95, str(ratios))
 
         ev = [s for s in spans if s["name"] == "evaluation"]
         ck = [s for s in spans if s["name"] == "checkpoint"]
