@@ -325,7 +325,7 @@ print("transformers", v("transformers"), "peft", v("peft"))' 2>&1 | tail -1)
       fi
     done
     # the default bf16 attention failed where another implementation passed:
-    # the stages after this one run that one, so the loan still yields the
+    # the stages after this one run that one, so the GPU run still yields the
     # training suite's and the speed figures (the stage still fails)
     if want_test test_kernels_llama; then
       rm -f "$WORK/attention_fallback"
