@@ -758,7 +758,6 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
                    o->recompute_layers < L;
     bool keep_norm = o->recompute == CT_RECOMPUTE_NONE || partial; /* in some block */
     bool any_full = o->recompute == CT_RECOMPUTE_FULL;
-    bool any_light = o->recompute == CT_RECOMPUTE_LIGHT;
     /* precision bf16/fp16, a full model, training, ln1, ln2 and fch_gelu kept:
      * they feed nothing but their GEMMs, whose backward reads their 16-bit
      * rounding only, so that rounding is what is kept (model_acts.in16) */
@@ -777,9 +776,9 @@ static void acts_layout(const ct_model_config *c, const ct_model_opts *o,
     bool keep_ln1 = keep_norm && (reads & (1u << LIN_QKV));
     bool keep_ln2 = keep_norm && (reads & (1u << LIN_FC));
     bool keep_act = keep_norm && (reads & (1u << LIN_FCPROJ));
-    /* some block (a full one, or one without an adapter's reader) re-derives
-     * or never keeps one of ln1, ln2, fch_gelu */
-    bool drop_norm = any_full || any_light || !keep_ln1 || !keep_ln2 || !keep_act;
+    /* some block (a full one, any under light, or one without an adapter's
+     * reader) re-derives or never keeps one of ln1, ln2, fch_gelu */
+    bool drop_norm = any_full || !keep_ln1 || !keep_ln2 || !keep_act;
     model_acts dummy = {0};
     if (!a) a = &dummy;
     size_t start = cv->used;

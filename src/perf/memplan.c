@@ -731,11 +731,34 @@ static void hint_fits(const ct_model_config *mc, const ct_fit_request *r) {
                       "choose a smaller model");
 }
 
+int ct_recompute_layers_fewest(int n_layer, bool (*fits)(int k, void *user), void *user) {
+    int lo = 1, hi = n_layer; /* K = n_layer: every block, which fits */
+    while (lo < hi) {
+        int k = lo + (hi - lo) / 2;
+        if (fits(k, user)) hi = k;
+        else lo = k + 1;
+    }
+    return hi < n_layer ? hi : 0;
+}
+
+/* fewest_recomputed's question: does p's micro-batch fit with K blocks re-run. */
+typedef struct {
+    const ct_model_config *mc;
+    const ct_fit_request *r;
+    const ct_run_plan *p;
+} refine_ctx;
+static bool refine_fits(int k, void *user) {
+    const refine_ctx *c = user;
+    ct_model_opts o = c->p->opts;
+    o.recompute_layers = k;
+    ct_run_plan q;
+    return !plan_for(c->mc, c->r, c->p->B, c->p->grad_accum, &o, &q) && plan_fits(c->r, &q);
+}
+
 /* recompute auto chose full for *p: re-run only the first K blocks, the
  * fewest under which p's micro-batch still fits within r's refine_share of
- * the limits (the plan shrinks as K grows: one block's kept activations per
- * block re-run), so the memory the limit leaves spares re-runs without
- * raising the memory warning. *p unchanged when every block must re-run. */
+ * the limits, so the memory the limit leaves spares re-runs without raising
+ * the memory warning. *p unchanged when every block must re-run. */
 static ct_status fewest_recomputed(const ct_model_config *mc, const ct_fit_request *r,
                                    ct_run_plan *p) {
     ct_fit_request soft = *r;
@@ -743,25 +766,12 @@ static ct_status fewest_recomputed(const ct_model_config *mc, const ct_fit_reque
         soft.limit = (size_t)((double)r->limit * r->refine_share);
         soft.device_limit = (size_t)((double)r->device_limit * r->refine_share);
     }
-    r = &soft;
-    int lo = 1, hi = mc->n_layer; /* K = hi (all blocks): p, kept if nothing fewer fits */
-    ct_run_plan best = *p;
-    while (lo < hi) {
-        int k = lo + (hi - lo) / 2;
-        ct_model_opts o = p->opts;
-        o.recompute_layers = k;
-        ct_run_plan q;
-        ct_status st = plan_for(mc, r, p->B, p->grad_accum, &o, &q);
-        if (st) return st;
-        if (plan_fits(r, &q)) {
-            hi = k;
-            best = q;
-        } else {
-            lo = k + 1;
-        }
-    }
-    if (hi < mc->n_layer) *p = best;
-    return CT_OK;
+    refine_ctx c = {mc, &soft, p};
+    int k = ct_recompute_layers_fewest(mc->n_layer, refine_fits, &c);
+    if (!k) return CT_OK;
+    ct_model_opts o = p->opts;
+    o.recompute_layers = k;
+    return plan_for(mc, &soft, p->B, p->grad_accum, &o, p);
 }
 
 ct_status ct_run_plan_fit(const ct_model_config *mc, const ct_fit_request *r, ct_run_plan *out) {

@@ -345,6 +345,11 @@ ct_status ct_lora_opts_from_config(const ct_config *cfg, const ct_model_config *
  * when it exceeds mc's blocks. */
 ct_status ct_run_recompute_layers(const ct_config *cfg, const ct_model_config *mc,
                                   ct_model_opts *o);
+/* The fewest first blocks K in 1 .. n_layer - 1 for full recompute under
+ * which fits(K, user) holds, by bisection (a plan shrinks as K grows: one
+ * block's kept activations per block re-run); 0 when none of them fits and
+ * every block must re-run. recompute=auto's planner and tune share it. */
+int ct_recompute_layers_fewest(int n_layer, bool (*fits)(int k, void *user), void *user);
 /* Whether lora.base_dtype stores the frozen base in bf16 at GEMM precision
  * prec: bf16, or auto at precision bf16 (whose GEMMs read the base's bf16
  * rounding anyway, so storing that rounding drops fp32 masters a frozen base

@@ -540,22 +540,27 @@ static int memory_options(const tune_state *s, const ct_model_opts *base, ct_mod
 /* A point whose memory settings the search chose to be full recompute over
  * every block: full over the fewest first blocks whose plan stays within
  * alerts.memory_warning of the limit, as recompute=auto does (memplan.c). */
+typedef struct {
+    const tune_state *s;
+    const ct_tune_point *p;
+    size_t soft; /* alerts.memory_warning's share of the limit */
+} fewest_ctx;
+static bool fewest_fits(int k, void *user) {
+    const fewest_ctx *c = user;
+    ct_tune_point q = *c->p;
+    q.opts.recompute_layers = k;
+    size_t bytes;
+    return !plan_point(c->s, &q, &bytes) && bytes <= c->soft;
+}
+
 static void fewest_full(const tune_state *s, ct_tune_point *p) {
     if (!(s->dims & DIM_RECOMPUTE) || p->opts.recompute != CT_RECOMPUTE_FULL ||
         p->opts.recompute_layers)
         return;
     double share = s->cfg->alerts.memory_warning;
-    size_t soft = share > 0 && share < 1 ? (size_t)((double)s->r->limit * share) : s->r->limit;
-    int lo = 1, hi = s->mc->n_layer;
-    while (lo < hi) {
-        int k = lo + (hi - lo) / 2;
-        ct_tune_point q = *p;
-        q.opts.recompute_layers = k;
-        size_t bytes;
-        if (!plan_point(s, &q, &bytes) && bytes <= soft) hi = k;
-        else lo = k + 1;
-    }
-    if (hi < s->mc->n_layer) p->opts.recompute_layers = hi;
+    fewest_ctx c = {s, p, share > 0 && share < 1 ? (size_t)((double)s->r->limit * share)
+                                                 : s->r->limit};
+    p->opts.recompute_layers = ct_recompute_layers_fewest(s->mc->n_layer, fewest_fits, &c);
 }
 
 static bool fit_memory(const tune_state *s, ct_tune_point *p) {

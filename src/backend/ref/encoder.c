@@ -9,47 +9,39 @@
 
 /* out (B,T,C) = wte[inp[b,t]] + wpe[pos0 + p], p = pos[b,t] (the token's
  * place in its packed example) or t when pos is NULL.
- * inp, pos (B,T) token ids in [0,V), positions; wte (V,C); wpe (maxT,C) with
- * pos0 + T <= maxT, or NULL for no position embedding (out = wte[inp]).
+ * inp, pos (B,T) token ids in [0,V), positions; the table wte (V,C) fp32, or
+ * wte16 (V,C) bf16 with each element widened exactly (ct_bf16_to_f32) as it
+ * is read; wpe (maxT,C) with pos0 + T <= maxT, or NULL for no position
+ * embedding (out = wte[inp]).
  * Ref: torch.nn.Embedding; llm.c train_gpt2.c encoder_forward; HF GPT-2's
  * position_ids. */
-void ct_encoder_forward_ref(ct_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe,
-                            const int32_t *pos, int B, int T, int C, int pos0) {
-    (void)be;
+static void encoder_rows(float *out, const int32_t *inp, const float *wte, const uint16_t *wte16,
+                         const float *wpe, const int32_t *pos, int B, int T, int C, int pos0) {
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
-            float *out_bt = out + ((size_t)b * T + t) * C;
-            const float *wte_ix = wte + (size_t)inp[(size_t)b * T + t] * C;
-            if (!wpe) { // no learned positions (RoPE models)
-                for (int c = 0; c < C; c++) out_bt[c] = wte_ix[c];
-                continue;
+            size_t bt = (size_t)b * T + t, row = (size_t)inp[bt] * C;
+            float *out_bt = out + bt * C;
+            // no learned positions (RoPE models): no wpe
+            const float *wpe_t = wpe ? wpe + (size_t)(pos0 + (pos ? pos[bt] : t)) * C : NULL;
+            for (int c = 0; c < C; c++) {
+                float v = wte16 ? ct_bf16_to_f32(wte16[row + c]) : wte[row + c];
+                out_bt[c] = wpe_t ? v + wpe_t[c] : v;
             }
-            int p = pos ? pos[(size_t)b * T + t] : t;
-            const float *wpe_t = wpe + (size_t)(pos0 + p) * C;
-            for (int c = 0; c < C; c++) out_bt[c] = wte_ix[c] + wpe_t[c];
         }
     }
 }
 
-/* encoder_forward on a bf16 token table: wte16 (V,C), each element widened
- * exactly (ct_bf16_to_f32) as it is read. */
+void ct_encoder_forward_ref(ct_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe,
+                            const int32_t *pos, int B, int T, int C, int pos0) {
+    (void)be;
+    encoder_rows(out, inp, wte, NULL, wpe, pos, B, T, C, pos0);
+}
+
 void ct_encoder_forward_wte16_ref(ct_backend *be, float *out, const int32_t *inp,
                                   const uint16_t *wte16, const float *wpe, const int32_t *pos,
                                   int B, int T, int C, int pos0) {
     (void)be;
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++) {
-            float *out_bt = out + ((size_t)b * T + t) * C;
-            const uint16_t *row = wte16 + (size_t)inp[(size_t)b * T + t] * C;
-            if (!wpe) {
-                for (int c = 0; c < C; c++) out_bt[c] = ct_bf16_to_f32(row[c]);
-                continue;
-            }
-            int p = pos ? pos[(size_t)b * T + t] : t;
-            const float *wpe_t = wpe + (size_t)(pos0 + p) * C;
-            for (int c = 0; c < C; c++) out_bt[c] = ct_bf16_to_f32(row[c]) + wpe_t[c];
-        }
-    }
+    encoder_rows(out, inp, NULL, wte16, wpe, pos, B, T, C, pos0);
 }
 
 /* dwte (V,C) += dout rows scattered by token id; dwpe (maxT,C) row p +=
